@@ -1,0 +1,175 @@
+/* dlock.h -- public API of libdlock, the client library of the dlock agent.
+ *
+ * A program opens a client (one Unix-socket connection to the local dlockd),
+ * acquires leases on lock names through it, and releases them. The agent keeps
+ * every lease alive on Redis while the connection lives and releases all of
+ * them the moment the connection closes, whether the program exits, crashes or
+ * closes the client.
+ *
+ * Conventions:
+ * - Functions return 0 on success or a negative DLOCK_E* code; out parameters
+ *   are written only on success. dlock_strerror() names a code.
+ * - Callbacks are never called for a call that failed.
+ * - Callbacks run only inside dlock_client_dispatch() or a blocking call made
+ *   on the same client, never from another thread or a signal handler.
+ * - The library never prints, aborts, exits or raises SIGPIPE.
+ *
+ * Threads: a dlock_client and the leases taken through it belong to one thread
+ * at a time. Use one client per thread, or serialise calls on a client with
+ * your own mutex. Different clients are independent.
+ *
+ * Ownership: a dlock_client is owned by the caller until dlock_client_close().
+ * A dlock_lease is owned by its client; it stays valid until
+ * dlock_lease_release() or dlock_client_close(), whichever comes first, even
+ * after the lease was lost. Strings returned by accessors are borrowed from the
+ * lease and live as long as it does.
+ */
+#ifndef DLOCK_H
+#define DLOCK_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define DLOCK_EXPORT __attribute__((visibility("default")))
+#else
+#define DLOCK_EXPORT
+#endif
+
+#define DLOCK_VERSION_MAJOR 0
+#define DLOCK_VERSION_MINOR 1
+#define DLOCK_VERSION_PATCH 0
+
+/* Error codes. The wire protocol carries the same numbers. */
+#define DLOCK_OK            0
+#define DLOCK_EINVAL        (-1)  /* invalid argument */
+#define DLOCK_ENOMEM        (-2)  /* out of memory */
+#define DLOCK_ECONNECT      (-3)  /* cannot connect to the agent */
+#define DLOCK_EDISCONNECTED (-4)  /* the connection to the agent was lost */
+#define DLOCK_EPROTO        (-5)  /* protocol violation (either side) */
+#define DLOCK_EVERSION      (-6)  /* no common protocol version */
+#define DLOCK_EBUSY         (-7)  /* lock held elsewhere and no wait asked */
+#define DLOCK_ETIMEDOUT     (-8)  /* the wait ran out before the lock was free */
+#define DLOCK_ENAMETOOLONG  (-9)  /* lock name longer than the agent allows */
+#define DLOCK_EBADNAME      (-10) /* lock name empty or with forbidden bytes */
+#define DLOCK_ELIMIT        (-11) /* per-connection lease or waiter limit hit */
+#define DLOCK_ENOTFOUND     (-12) /* no such lease on this connection */
+#define DLOCK_ELOST         (-13) /* the lease was lost before it was released */
+#define DLOCK_EUNAVAIL      (-14) /* Redis is unreachable from the agent */
+#define DLOCK_EBACKEND      (-15) /* Redis answered with an unexpected error */
+#define DLOCK_EOOM          (-16) /* Redis is out of memory (OOM) */
+#define DLOCK_EREADONLY     (-17) /* Redis is a read-only replica (READONLY) */
+#define DLOCK_ELOADING      (-18) /* Redis is loading its dataset (LOADING) */
+#define DLOCK_EAUTH         (-19) /* Redis refused the agent's credentials */
+#define DLOCK_ESHUTDOWN     (-20) /* the agent is shutting down */
+#define DLOCK_ECANCELED     (-21) /* request canceled (client closed) */
+#define DLOCK_ERRNO_MIN     (-21) /* lowest code in use */
+
+/* Wait values for dlock_acquire_options.wait_ms. */
+#define DLOCK_WAIT_NONE    0
+#define DLOCK_WAIT_FOREVER (-1)
+
+/* Lease states. A lease only moves forward: HELD, then LOST or RELEASED. */
+typedef enum dlock_state {
+    DLOCK_STATE_HELD = 1,     /* the agent keeps the lease renewed */
+    DLOCK_STATE_JEOPARDY = 2, /* renewal failing, still within its deadline */
+    DLOCK_STATE_LOST = 3,     /* no longer provably held; stop using it */
+    DLOCK_STATE_RELEASED = 4  /* given up by dlock_lease_release() */
+} dlock_state;
+
+typedef struct dlock_client dlock_client;
+typedef struct dlock_lease dlock_lease;
+
+/* Options for an acquire. The zero value is valid: the agent's default TTL,
+ * try once without waiting. */
+typedef struct dlock_acquire_options {
+    uint32_t ttl_ms; /* lease TTL on Redis; 0 = agent default (30 s) */
+    int64_t wait_ms; /* 0 = try once, > 0 = wait at most this long,
+                        DLOCK_WAIT_FOREVER = wait until granted */
+    uint32_t flags;  /* reserved, must be 0 */
+} dlock_acquire_options;
+
+/* Called when a lease changes state without being asked (LOST, JEOPARDY, or
+ * HELD again after JEOPARDY). `reason` is 0 or a DLOCK_E* code telling why.
+ * The lease handle stays valid until released. */
+typedef void (*dlock_event_cb)(dlock_client *client, dlock_lease *lease, dlock_state state,
+                               int reason, void *arg);
+
+/* Called once when an asynchronous acquire completes. On success status is 0
+ * and lease is the new lease (owned by the client); otherwise lease is NULL. */
+typedef void (*dlock_acquire_cb)(dlock_client *client, int status, dlock_lease *lease, void *arg);
+
+/* Connects to the agent at socket_path, or, if NULL, at $DLOCK_SOCKET, or at
+ * /run/dlock/dlock.sock. Blocks for the protocol handshake. */
+DLOCK_EXPORT int dlock_client_open(dlock_client **out, const char *socket_path);
+
+/* Closes the connection; the agent releases every lease of this client.
+ * Frees every lease handle of the client. Pending async acquires are dropped
+ * without calling their callbacks. NULL is a no-op. */
+DLOCK_EXPORT void dlock_client_close(dlock_client *client);
+
+/* The connection's file descriptor, for poll/epoll/libev: when it is
+ * readable, call dlock_client_dispatch(). Borrowed: do not close or read it. */
+DLOCK_EXPORT int dlock_client_fd(const dlock_client *client);
+
+/* Handles everything the agent has sent, without blocking: completes async
+ * acquires and delivers lease events through the callbacks. Returns 0, or
+ * DLOCK_EDISCONNECTED once the agent is gone (every held lease is then LOST
+ * and its event has been delivered). */
+DLOCK_EXPORT int dlock_client_dispatch(dlock_client *client);
+
+/* One round trip to the agent: 0 when it answered. */
+DLOCK_EXPORT int dlock_client_ping(dlock_client *client);
+
+/* Sets the callback for unsolicited lease events (NULL to unset). */
+DLOCK_EXPORT void dlock_client_set_event_cb(dlock_client *client, dlock_event_cb cb, void *arg);
+
+/* Acquires `name`, blocking up to opts->wait_ms (plus one round trip). opts
+ * may be NULL for the defaults. On success *out is the new lease. Returns
+ * DLOCK_EBUSY (wait 0) or DLOCK_ETIMEDOUT when the lock stayed taken. */
+DLOCK_EXPORT int dlock_lease_acquire(dlock_client *client, const char *name,
+                                     const dlock_acquire_options *opts, dlock_lease **out);
+
+/* Starts an acquire and returns at once; cb runs later from
+ * dlock_client_dispatch() or a blocking call. Returns 0 if the request was
+ * sent (cb will be called exactly once, unless the client is closed first),
+ * or an error (cb will not be called). */
+DLOCK_EXPORT int dlock_lease_acquire_async(dlock_client *client, const char *name,
+                                           const dlock_acquire_options *opts, dlock_acquire_cb cb,
+                                           void *arg);
+
+/* Releases the lease and frees its handle, whatever the outcome. Returns 0,
+ * DLOCK_ELOST if the lease had already been lost, or DLOCK_EDISCONNECTED if the
+ * agent is gone (the agent released it when the connection dropped). */
+DLOCK_EXPORT int dlock_lease_release(dlock_lease *lease);
+
+/* The lock name (borrowed, NUL-terminated). */
+DLOCK_EXPORT const char *dlock_lease_name(const dlock_lease *lease);
+
+/* The lease state as last reported by the agent. */
+DLOCK_EXPORT dlock_state dlock_lease_state(const dlock_lease *lease);
+
+/* The validity deadline as last reported by the agent, in nanoseconds on
+ * CLOCK_MONOTONIC: the lease is provably held until then. The agent reports it
+ * at grant; renewals move the real deadline forward without a message. */
+DLOCK_EXPORT int64_t dlock_lease_deadline_ns(const dlock_lease *lease);
+
+/* The lease TTL granted by the agent, in milliseconds. */
+DLOCK_EXPORT uint32_t dlock_lease_ttl_ms(const dlock_lease *lease);
+
+/* The client the lease belongs to (borrowed). */
+DLOCK_EXPORT dlock_client *dlock_lease_client(const dlock_lease *lease);
+
+/* A static English description of a DLOCK_E* code (or "unknown error"). */
+DLOCK_EXPORT const char *dlock_strerror(int err);
+
+/* The name of a state ("held", "jeopardy", "lost", "released"). */
+DLOCK_EXPORT const char *dlock_state_name(dlock_state state);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DLOCK_H */

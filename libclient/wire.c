@@ -1,0 +1,284 @@
+/* wire.c -- encoder and decoder of dlock protocol frames (see wire.h). */
+#include "wire.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlock.h"
+
+/* Fixed body sizes of the message types. */
+#define HELLO_LEN     8
+#define HELLO_OK_LEN  16
+#define ACQUIRE_FIXED 18
+#define RELEASE_LEN   8
+#define GRANTED_LEN   28
+#define ERROR_FIXED   6
+#define EVENT_LEN     24
+
+void wire_buf_free(struct wire_buf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+void wire_buf_consume(struct wire_buf *b, size_t n)
+{
+    if (n >= b->len) {
+        b->len = 0;
+        return;
+    }
+    memmove(b->data, b->data + n, b->len - n);
+    b->len -= n;
+}
+
+static int buf_reserve(struct wire_buf *b, size_t extra)
+{
+    if (b->len + extra <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra)
+        cap *= 2;
+    uint8_t *p = realloc(b->data, cap);
+    if (!p)
+        return DLOCK_ENOMEM;
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint16_t get16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* Reserves a whole frame and writes its header; returns the body pointer. */
+static uint8_t *frame_start(struct wire_buf *b, uint16_t type, uint32_t id, size_t body_len)
+{
+    if (body_len > WIRE_MAX_BODY || buf_reserve(b, WIRE_HDR_LEN + body_len) != 0)
+        return NULL;
+    uint8_t *p = b->data + b->len;
+    put32(p, (uint32_t)body_len);
+    put16(p + 4, type);
+    put16(p + 6, 0);
+    put32(p + 8, id);
+    b->len += WIRE_HDR_LEN + body_len;
+    return p + WIRE_HDR_LEN;
+}
+
+int wire_hdr_decode(const uint8_t *buf, size_t n, uint32_t max_body, struct wire_hdr *h)
+{
+    if (n < WIRE_HDR_LEN)
+        return 0;
+    struct wire_hdr t = {
+        .len = get32(buf), .type = get16(buf + 4), .flags = get16(buf + 6), .id = get32(buf + 8)};
+    if (t.flags != 0 || t.type == 0 || t.len > max_body || t.len > WIRE_MAX_BODY)
+        return DLOCK_EPROTO;
+    *h = t;
+    return 1;
+}
+
+int wire_put_hello(struct wire_buf *b, uint32_t id, const struct wire_hello *m)
+{
+    uint8_t *p = frame_start(b, WIRE_T_HELLO, id, HELLO_LEN);
+    if (!p)
+        return DLOCK_ENOMEM;
+    put32(p, m->magic);
+    put16(p + 4, m->version);
+    put16(p + 6, 0);
+    return 0;
+}
+
+int wire_put_hello_ok(struct wire_buf *b, uint32_t id, const struct wire_hello_ok *m)
+{
+    uint8_t *p = frame_start(b, WIRE_T_HELLO_OK, id, HELLO_OK_LEN);
+    if (!p)
+        return DLOCK_ENOMEM;
+    put16(p, m->version);
+    put16(p + 2, 0);
+    put32(p + 4, m->max_name_len);
+    put32(p + 8, m->max_leases);
+    put32(p + 12, m->default_ttl_ms);
+    return 0;
+}
+
+int wire_put_acquire(struct wire_buf *b, uint32_t id, const struct wire_acquire *m)
+{
+    if (m->name_len > WIRE_MAX_NAME)
+        return DLOCK_EINVAL;
+    uint8_t *p = frame_start(b, WIRE_T_ACQUIRE, id, ACQUIRE_FIXED + (size_t)m->name_len);
+    if (!p)
+        return DLOCK_ENOMEM;
+    put32(p, m->ttl_ms);
+    put64(p + 4, (uint64_t)m->wait_ms);
+    put32(p + 12, m->flags);
+    put16(p + 16, m->name_len);
+    if (m->name_len)
+        memcpy(p + ACQUIRE_FIXED, m->name, m->name_len);
+    return 0;
+}
+
+int wire_put_release(struct wire_buf *b, uint32_t id, const struct wire_release *m)
+{
+    uint8_t *p = frame_start(b, WIRE_T_RELEASE, id, RELEASE_LEN);
+    if (!p)
+        return DLOCK_ENOMEM;
+    put64(p, m->lease_id);
+    return 0;
+}
+
+int wire_put_empty(struct wire_buf *b, uint32_t id, uint16_t type)
+{
+    return frame_start(b, type, id, 0) ? 0 : DLOCK_ENOMEM;
+}
+
+int wire_put_granted(struct wire_buf *b, uint32_t id, const struct wire_granted *m)
+{
+    uint8_t *p = frame_start(b, WIRE_T_GRANTED, id, GRANTED_LEN);
+    if (!p)
+        return DLOCK_ENOMEM;
+    put64(p, m->lease_id);
+    put64(p + 8, m->deadline_ns);
+    put64(p + 16, m->fence);
+    put32(p + 24, m->ttl_ms);
+    return 0;
+}
+
+int wire_put_error(struct wire_buf *b, uint32_t id, const struct wire_error *m)
+{
+    if (m->msg_len > WIRE_MAX_BODY - ERROR_FIXED)
+        return DLOCK_EINVAL;
+    uint8_t *p = frame_start(b, WIRE_T_ERROR, id, ERROR_FIXED + (size_t)m->msg_len);
+    if (!p)
+        return DLOCK_ENOMEM;
+    put32(p, (uint32_t)m->code);
+    put16(p + 4, m->msg_len);
+    if (m->msg_len)
+        memcpy(p + ERROR_FIXED, m->msg, m->msg_len);
+    return 0;
+}
+
+int wire_put_event(struct wire_buf *b, uint32_t id, const struct wire_event *m)
+{
+    uint8_t *p = frame_start(b, WIRE_T_EVENT, id, EVENT_LEN);
+    if (!p)
+        return DLOCK_ENOMEM;
+    put64(p, m->lease_id);
+    put16(p + 8, m->state);
+    put16(p + 10, 0);
+    put32(p + 12, (uint32_t)m->reason);
+    put64(p + 16, m->deadline_ns);
+    return 0;
+}
+
+int wire_get_hello(const uint8_t *body, size_t len, struct wire_hello *m)
+{
+    if (len != HELLO_LEN || get16(body + 6) != 0)
+        return DLOCK_EPROTO;
+    m->magic = get32(body);
+    m->version = get16(body + 4);
+    return 0;
+}
+
+int wire_get_hello_ok(const uint8_t *body, size_t len, struct wire_hello_ok *m)
+{
+    if (len != HELLO_OK_LEN)
+        return DLOCK_EPROTO;
+    m->version = get16(body);
+    m->max_name_len = get32(body + 4);
+    m->max_leases = get32(body + 8);
+    m->default_ttl_ms = get32(body + 12);
+    return 0;
+}
+
+int wire_get_acquire(const uint8_t *body, size_t len, struct wire_acquire *m)
+{
+    if (len < ACQUIRE_FIXED)
+        return DLOCK_EPROTO;
+    uint16_t name_len = get16(body + 16);
+    if (len != ACQUIRE_FIXED + (size_t)name_len)
+        return DLOCK_EPROTO;
+    m->ttl_ms = get32(body);
+    m->wait_ms = (int64_t)get64(body + 4);
+    m->flags = get32(body + 12);
+    m->name_len = name_len;
+    m->name = (const char *)body + ACQUIRE_FIXED;
+    return 0;
+}
+
+int wire_get_release(const uint8_t *body, size_t len, struct wire_release *m)
+{
+    if (len != RELEASE_LEN)
+        return DLOCK_EPROTO;
+    m->lease_id = get64(body);
+    return 0;
+}
+
+int wire_get_granted(const uint8_t *body, size_t len, struct wire_granted *m)
+{
+    if (len != GRANTED_LEN)
+        return DLOCK_EPROTO;
+    m->lease_id = get64(body);
+    m->deadline_ns = get64(body + 8);
+    m->fence = get64(body + 16);
+    m->ttl_ms = get32(body + 24);
+    return 0;
+}
+
+int wire_get_error(const uint8_t *body, size_t len, struct wire_error *m)
+{
+    if (len < ERROR_FIXED)
+        return DLOCK_EPROTO;
+    uint16_t msg_len = get16(body + 4);
+    if (len != ERROR_FIXED + (size_t)msg_len)
+        return DLOCK_EPROTO;
+    m->code = (int32_t)get32(body);
+    m->msg_len = msg_len;
+    m->msg = (const char *)body + ERROR_FIXED;
+    return 0;
+}
+
+int wire_get_event(const uint8_t *body, size_t len, struct wire_event *m)
+{
+    if (len != EVENT_LEN || get16(body + 10) != 0)
+        return DLOCK_EPROTO;
+    m->lease_id = get64(body);
+    m->state = get16(body + 8);
+    m->reason = (int32_t)get32(body + 12);
+    m->deadline_ns = get64(body + 16);
+    return 0;
+}

@@ -1,0 +1,130 @@
+/* wire.h -- the dlock wire protocol: frame layout, message types and a pure
+ * encoder/decoder shared by the agent and the client library.
+ *
+ * Every frame is a 12-byte header followed by a body, all integers
+ * little-endian:
+ *
+ *   u32 body_len   bytes after the header, at most WIRE_MAX_BODY
+ *   u16 type       WIRE_T_*
+ *   u16 flags      must be 0
+ *   u32 id         request id chosen by the client, echoed in the reply;
+ *                  0 in events
+ *
+ * The decoders check that a body has exactly the length its type implies.
+ * See docs/protocol.md for the conversation. Nothing here does I/O.
+ */
+#ifndef DLOCK_WIRE_H
+#define DLOCK_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WIRE_VERSION  1
+#define WIRE_MAGIC    0x4b434c44u /* "DLCK" read as a little-endian u32 */
+#define WIRE_HDR_LEN  12
+#define WIRE_MAX_BODY 4096 /* protocol-wide cap; names are far shorter */
+#define WIRE_MAX_NAME 1024 /* hard cap on a name; the agent may set less */
+
+enum wire_type {
+    /* client -> agent */
+    WIRE_T_HELLO = 0x01,
+    WIRE_T_ACQUIRE = 0x02,
+    WIRE_T_RELEASE = 0x03,
+    WIRE_T_PING = 0x04,
+    /* agent -> client */
+    WIRE_T_HELLO_OK = 0x81,
+    WIRE_T_GRANTED = 0x82,
+    WIRE_T_OK = 0x83,
+    WIRE_T_ERROR = 0x84,
+    WIRE_T_EVENT = 0x85
+};
+
+struct wire_hdr {
+    uint32_t len;
+    uint16_t type;
+    uint16_t flags;
+    uint32_t id;
+};
+
+struct wire_hello {
+    uint32_t magic;
+    uint16_t version;
+};
+
+struct wire_hello_ok {
+    uint16_t version;
+    uint32_t max_name_len;
+    uint32_t max_leases;
+    uint32_t default_ttl_ms;
+};
+
+struct wire_acquire {
+    uint32_t ttl_ms;
+    int64_t wait_ms; /* -1 = forever */
+    uint32_t flags;
+    const char *name; /* borrowed from the body, not NUL-terminated */
+    uint16_t name_len;
+};
+
+struct wire_release {
+    uint64_t lease_id;
+};
+
+struct wire_granted {
+    uint64_t lease_id;
+    uint64_t deadline_ns; /* CLOCK_MONOTONIC */
+    uint64_t fence;       /* fencing token; 0 when the backend has none */
+    uint32_t ttl_ms;
+};
+
+struct wire_error {
+    int32_t code;    /* a DLOCK_E* code */
+    const char *msg; /* borrowed, not NUL-terminated */
+    uint16_t msg_len;
+};
+
+struct wire_event {
+    uint64_t lease_id;
+    uint16_t state; /* dlock_state */
+    int32_t reason; /* 0 or a DLOCK_E* code */
+    uint64_t deadline_ns;
+};
+
+/* A growable byte buffer that frames are appended to. */
+struct wire_buf {
+    uint8_t *data;
+    size_t len;
+    size_t cap;
+};
+
+void wire_buf_free(struct wire_buf *b);
+/* Drops the first n bytes (after a partial write). */
+void wire_buf_consume(struct wire_buf *b, size_t n);
+
+/* Decodes a header from buf[0..n). Returns 1 with *h set when a whole header
+ * is there, 0 when more bytes are needed, and DLOCK_EPROTO when the flags are
+ * not 0, the type is 0, or the body would be longer than max_body. */
+int wire_hdr_decode(const uint8_t *buf, size_t n, uint32_t max_body, struct wire_hdr *h);
+
+/* Encoders append one whole frame; they return 0 or DLOCK_ENOMEM (or
+ * DLOCK_EINVAL for a string that does not fit a frame). */
+int wire_put_hello(struct wire_buf *b, uint32_t id, const struct wire_hello *m);
+int wire_put_hello_ok(struct wire_buf *b, uint32_t id, const struct wire_hello_ok *m);
+int wire_put_acquire(struct wire_buf *b, uint32_t id, const struct wire_acquire *m);
+int wire_put_release(struct wire_buf *b, uint32_t id, const struct wire_release *m);
+int wire_put_empty(struct wire_buf *b, uint32_t id, uint16_t type); /* PING, OK */
+int wire_put_granted(struct wire_buf *b, uint32_t id, const struct wire_granted *m);
+int wire_put_error(struct wire_buf *b, uint32_t id, const struct wire_error *m);
+int wire_put_event(struct wire_buf *b, uint32_t id, const struct wire_event *m);
+
+/* Decoders read a body (after the header) of exactly len bytes. They return
+ * 0, or DLOCK_EPROTO when the length does not match the type. */
+int wire_get_hello(const uint8_t *body, size_t len, struct wire_hello *m);
+int wire_get_hello_ok(const uint8_t *body, size_t len, struct wire_hello_ok *m);
+int wire_get_acquire(const uint8_t *body, size_t len, struct wire_acquire *m);
+int wire_get_release(const uint8_t *body, size_t len, struct wire_release *m);
+int wire_get_granted(const uint8_t *body, size_t len, struct wire_granted *m);
+int wire_get_error(const uint8_t *body, size_t len, struct wire_error *m);
+int wire_get_event(const uint8_t *body, size_t len, struct wire_event *m);
+
+#endif /* DLOCK_WIRE_H */
