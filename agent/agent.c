@@ -1,0 +1,534 @@
+/* agent.c -- the lock logic of dlockd: FIFO acquire queues with one acquire
+ * in flight per name, the watchdog that renews leases in batches from one
+ * timer heap, releases on request, disconnect and shutdown, and loss
+ * detection with the holder told at once. */
+#include "agent.h"
+
+#include <signal.h>
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_redis.h"
+#include "dlock.h"
+#include "log.h"
+#include "util.h"
+
+#define container_of(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
+
+_Static_assert(sizeof(void *) >= sizeof(uint64_t), "lease ids travel as callback pointers");
+
+/* Backend callbacks carry a lock or a lease id; the agent is a singleton. */
+static struct agent *the_agent;
+
+static void lock_settle(struct agent *a, struct lock *l);
+
+static const char *errname(int code)
+{
+    return dlock_strerror(code);
+}
+
+static void timer_set(struct agent *a, struct tnode *t, uint64_t due)
+{
+    if (theap_set(&a->timers, t, due) != 0)
+        fatal("out of memory for timers");
+}
+
+/* ---- per-connection lists ---- */
+
+static void lease_link(struct conn *c, struct lease *le)
+{
+    le->oprev = NULL;
+    le->onext = c->leases;
+    if (c->leases)
+        c->leases->oprev = le;
+    c->leases = le;
+    c->nleases++;
+}
+
+static void lease_unlink(struct conn *c, struct lease *le)
+{
+    if (le->oprev)
+        le->oprev->onext = le->onext;
+    else
+        c->leases = le->onext;
+    if (le->onext)
+        le->onext->oprev = le->oprev;
+    c->nleases--;
+}
+
+static void waiter_link(struct conn *c, struct waiter *w)
+{
+    w->oprev = NULL;
+    w->onext = c->waiters;
+    if (c->waiters)
+        c->waiters->oprev = w;
+    c->waiters = w;
+    c->nwaiters++;
+}
+
+static void waiter_unlink(struct conn *c, struct waiter *w)
+{
+    if (w->oprev)
+        w->oprev->onext = w->onext;
+    else
+        c->waiters = w->onext;
+    if (w->onext)
+        w->onext->oprev = w->oprev;
+    c->nwaiters--;
+}
+
+/* ---- waiters ---- */
+
+/* Removes a waiter; err != 0 answers its request with that error. */
+static void waiter_finish(struct agent *a, struct waiter *w, int err)
+{
+    struct conn *c = w->owner;
+    if (err)
+        conn_send_error(c, w->req_id, err, errname(err));
+    theap_remove(&a->timers, &w->timer);
+    table_waiter_dequeue(w);
+    waiter_unlink(c, w);
+    free(w);
+}
+
+static void waiter_expired(struct agent *a, struct waiter *w)
+{
+    struct lock *l = w->lock;
+    waiter_finish(a, w, DLOCK_ETIMEDOUT);
+    lock_settle(a, l);
+}
+
+/* ---- leases ---- */
+
+static void on_released(void *arg, int err, long long result)
+{
+    if (err)
+        log_debug("release not confirmed: %s", errname(err));
+    else if (result == 0)
+        log_debug("release found the key owned by someone else");
+}
+
+/* Compare-and-delete of a key we hold (or may hold); best effort: if Redis is
+ * unreachable the key expires by its TTL. */
+static void release_key(struct agent *a, const struct lock *l, const char *token)
+{
+    int rc = a->backend->ops->release(a->backend, l->name, l->name_len, token, on_released, NULL);
+    if (rc)
+        log_warn("cannot release %s now (%s); it will expire by its TTL", l->name, errname(rc));
+}
+
+/* Forgets a lease: out of the heap, the owner's list and the table. */
+static void lease_drop(struct agent *a, struct lease *le)
+{
+    theap_remove(&a->timers, &le->timer);
+    lease_unlink(le->owner, le);
+    table_lease_free(&a->table, le);
+}
+
+/* The lease can no longer be proven valid: tell the holder, forget it. When
+ * the key may still be ours (deadline passed with a renewal unanswered),
+ * delete it too, so that it does not outlive the lease. */
+static void lease_lose(struct agent *a, struct lease *le, int reason, bool may_own)
+{
+    struct lock *l = le->lock;
+    struct conn *c = le->owner;
+    struct wire_event ev = {.lease_id = le->id, .state = DLOCK_STATE_LOST, .reason = reason};
+    conn_send_event(c, &ev);
+    log_info("lease on %s held by pid %d lost: %s", l->name, (int)c->pid, errname(reason));
+    if (may_own)
+        release_key(a, l, le->token);
+    lease_drop(a, le);
+    lock_settle(a, l);
+}
+
+static void on_renewed(void *arg, int err, long long result)
+{
+    struct agent *a = the_agent;
+    struct lease *le = table_lease_find(&a->table, (uint64_t)(uintptr_t)arg);
+    if (!le || !le->renew_sent)
+        return; /* released or lost meanwhile */
+    uint64_t sent = le->renew_sent, now = now_ns();
+    le->renew_sent = 0;
+    if (err == 0 && result == 1) {
+        le->deadline = lease_deadline(sent, le->ttl_ms);
+        timer_set(a, &le->timer, lease_next_renew(sent, le->ttl_ms, a->cfg->renew_fraction));
+    } else if (err == 0) {
+        lease_lose(a, le, DLOCK_ELOST, false); /* the key is gone or not ours */
+    } else if (now >= le->deadline) {
+        lease_lose(a, le, err, true);
+    } else {
+        log_debug("renewal of %s failed (%s); retrying", le->lock->name, errname(err));
+        timer_set(a, &le->timer, lease_renew_retry(now, le->deadline, le->ttl_ms));
+    }
+}
+
+/* A lease's timer fired: renew it, or, if its deadline came with the
+ * renewal still unanswered, it is lost. */
+static void lease_due(struct agent *a, struct lease *le, uint64_t now)
+{
+    if (le->renew_sent || now >= le->deadline) {
+        lease_lose(a, le, DLOCK_EUNAVAIL, true);
+        return;
+    }
+    int rc = a->backend->ops->renew(a->backend, le->lock->name, le->lock->name_len, le->token,
+                                    le->ttl_ms, on_renewed, (void *)(uintptr_t)le->id);
+    if (rc) {
+        timer_set(a, &le->timer, lease_renew_retry(now, le->deadline, le->ttl_ms));
+        return;
+    }
+    le->renew_sent = now;
+    timer_set(a, &le->timer, le->deadline);
+}
+
+/* ---- acquiring ---- */
+
+static void grant(struct agent *a, struct lock *l, struct waiter *w, uint64_t deadline)
+{
+    struct conn *c = w->owner;
+    struct lease *le = table_lease_new(&a->table, l, c);
+    if (!le) {
+        release_key(a, l, l->acq_token);
+        waiter_finish(a, w, DLOCK_ENOMEM);
+        return;
+    }
+    memcpy(le->token, l->acq_token, sizeof le->token);
+    le->ttl_ms = l->acq_ttl_ms;
+    le->deadline = deadline;
+    lease_link(c, le);
+    timer_set(a, &le->timer, lease_next_renew(l->acq_sent, le->ttl_ms, a->cfg->renew_fraction));
+    struct wire_granted g = {
+        .lease_id = le->id, .deadline_ns = deadline, .fence = 0, .ttl_ms = le->ttl_ms};
+    conn_send_granted(c, w->req_id, &g);
+    log_debug("granted %s to pid %d (lease %llx)", l->name, (int)c->pid,
+              (unsigned long long)le->id);
+    waiter_finish(a, w, 0);
+}
+
+static void on_acquired(void *arg, int err, long long result)
+{
+    struct agent *a = the_agent;
+    struct lock *l = arg;
+    struct waiter *w = l->acq_for;
+    l->acquiring = false;
+    l->acq_for = NULL;
+    if (err) {
+        if (w)
+            waiter_finish(a, w, err);
+    } else if (result == 1) {
+        uint64_t deadline = lease_deadline(l->acq_sent, l->acq_ttl_ms);
+        if (w && !a->shutting_down && now_ns() < deadline) {
+            grant(a, l, w, deadline);
+        } else {
+            /* Nobody to give it to (waiter gone, agent stopping), or the reply
+             * came too late to leave any validity: hand the key back. */
+            release_key(a, l, l->acq_token);
+        }
+    } else {
+        if (w && w->try_once)
+            waiter_finish(a, w, DLOCK_EBUSY);
+        if (l->qhead && !l->notice_missed) {
+            uint64_t delay = waiter_retry_delay(a->cfg->retry_fallback_ms, -result, random_unit());
+            timer_set(a, &l->retry, now_ns() + delay);
+        }
+    }
+    lock_settle(a, l);
+}
+
+/* Sends an acquire for the first waiter when nothing stands in the way. */
+static void lock_kick(struct agent *a, struct lock *l)
+{
+    while (l->qhead && !l->holder && !l->acquiring && !tnode_queued(&l->retry)) {
+        struct waiter *w = l->qhead;
+        if (a->shutting_down) {
+            waiter_finish(a, w, DLOCK_ESHUTDOWN);
+            continue;
+        }
+        if (random_token(l->acq_token) != 0) {
+            waiter_finish(a, w, DLOCK_ENOMEM);
+            continue;
+        }
+        l->acq_sent = now_ns();
+        l->acq_ttl_ms = w->ttl_ms;
+        l->notice_missed = false;
+        int rc = a->backend->ops->acquire(a->backend, l->name, l->name_len, l->acq_token, w->ttl_ms,
+                                          on_acquired, l);
+        if (rc == 0) {
+            l->acquiring = true;
+            l->acq_for = w;
+            return;
+        }
+        waiter_finish(a, w, rc);
+    }
+}
+
+/* After any change to a lock: start the next acquire, or free the lock. */
+static void lock_settle(struct agent *a, struct lock *l)
+{
+    lock_kick(a, l);
+    table_lock_release_if_idle(&a->table, l);
+}
+
+static int acquire_check(struct agent *a, struct conn *c, const struct wire_acquire *m,
+                         uint32_t *ttl)
+{
+    const struct config *cfg = a->cfg;
+    if (a->shutting_down)
+        return DLOCK_ESHUTDOWN;
+    int rc = lock_name_check(m->name, m->name_len, cfg->max_name_len);
+    if (rc)
+        return rc;
+    *ttl = m->ttl_ms ? m->ttl_ms : cfg->default_ttl_ms;
+    if (m->flags || m->wait_ms < -1 || *ttl < cfg->min_ttl_ms || *ttl > cfg->max_ttl_ms)
+        return DLOCK_EINVAL;
+    if (c->nleases >= cfg->max_leases_per_conn || c->nwaiters >= cfg->max_waiters_per_conn)
+        return DLOCK_ELIMIT;
+    return 0;
+}
+
+void agent_acquire(struct agent *a, struct conn *c, uint32_t id, const struct wire_acquire *m)
+{
+    uint32_t ttl = 0;
+    int rc = acquire_check(a, c, m, &ttl);
+    if (rc) {
+        conn_send_error(c, id, rc, errname(rc));
+        return;
+    }
+    struct lock *l = table_lock_get(&a->table, m->name, m->name_len);
+    struct waiter *w = l ? calloc(1, sizeof *w) : NULL;
+    if (!w) {
+        conn_send_error(c, id, DLOCK_ENOMEM, errname(DLOCK_ENOMEM));
+        if (l)
+            table_lock_release_if_idle(&a->table, l);
+        return;
+    }
+    /* Try-once never jumps the queue: with a holder or waiters here, or an
+     * acquire in flight, the answer is already "busy". */
+    if (m->wait_ms == 0 && (l->holder || l->qhead || l->acquiring)) {
+        free(w);
+        conn_send_error(c, id, DLOCK_EBUSY, errname(DLOCK_EBUSY));
+        return;
+    }
+    tnode_init(&w->timer, TK_WAITER);
+    w->owner = c;
+    w->req_id = id;
+    w->ttl_ms = ttl;
+    w->try_once = m->wait_ms == 0;
+    table_waiter_enqueue(l, w);
+    waiter_link(c, w);
+    if (m->wait_ms > 0)
+        timer_set(a, &w->timer, now_ns() + (uint64_t)m->wait_ms * NS_PER_MS);
+    lock_settle(a, l);
+}
+
+void agent_release(struct agent *a, struct conn *c, uint32_t id, uint64_t lease_id)
+{
+    struct lease *le = table_lease_find(&a->table, lease_id);
+    if (!le || le->owner != c) {
+        conn_send_error(c, id, DLOCK_ENOTFOUND, "no such lease on this connection");
+        return;
+    }
+    struct lock *l = le->lock;
+    release_key(a, l, le->token);
+    lease_drop(a, le);
+    conn_send_ok(c, id);
+    /* The next local waiter's acquire goes out right behind the release on
+     * the same pipeline, so Redis sees them in that order. */
+    lock_settle(a, l);
+}
+
+void agent_conn_gone(struct agent *a, struct conn *c)
+{
+    while (c->waiters) {
+        struct waiter *w = c->waiters;
+        struct lock *l = w->lock;
+        waiter_finish(a, w, 0);
+        lock_settle(a, l);
+    }
+    if (c->leases)
+        log_info("client pid %d gone; releasing its %u lease(s)", (int)c->pid, c->nleases);
+    while (c->leases) {
+        struct lease *le = c->leases;
+        struct lock *l = le->lock;
+        release_key(a, l, le->token);
+        lease_drop(a, le);
+        lock_settle(a, l);
+    }
+}
+
+/* ---- backend events ---- */
+
+static void on_notice(void *arg, const char *name, size_t len)
+{
+    struct agent *a = arg;
+    struct lock *l = table_lock_find(&a->table, name, len);
+    if (!l || !l->qhead || l->holder)
+        return;
+    if (l->acquiring) {
+        l->notice_missed = true; /* our attempt may have raced the release */
+        return;
+    }
+    theap_remove(&a->timers, &l->retry);
+    lock_settle(a, l);
+}
+
+static void on_subscribed(void *arg)
+{
+    struct agent *a = arg;
+    /* Notices may have been missed while unsubscribed: retry every waiter. */
+    for (size_t b = 0; b < a->table.nbuckets; b++) {
+        for (struct lock *l = a->table.buckets[b], *next; l; l = next) {
+            next = l->hnext;
+            if (l->qhead && !l->holder && !l->acquiring) {
+                theap_remove(&a->timers, &l->retry);
+                lock_settle(a, l);
+            }
+        }
+    }
+}
+
+/* ---- timers ---- */
+
+static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct agent *a = w->data;
+    uint64_t now = now_ns();
+    struct tnode *t;
+    while ((t = theap_top(&a->timers)) && t->due <= now) {
+        theap_remove(&a->timers, t);
+        switch (t->kind) {
+        case TK_LEASE:
+            lease_due(a, container_of(t, struct lease, timer), now);
+            break;
+        case TK_WAITER:
+            waiter_expired(a, container_of(t, struct waiter, timer));
+            break;
+        case TK_LOCK:
+            lock_settle(a, container_of(t, struct lock, retry));
+            break;
+        }
+    }
+}
+
+/* Before the loop blocks: point the one libev timer at the earliest node. */
+static void on_rearm(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+    struct agent *a = w->data;
+    struct tnode *t = theap_top(&a->timers);
+    ev_timer_stop(loop, &a->tick);
+    if (!t)
+        return;
+    uint64_t now = now_ns();
+    double delay = t->due > now ? (double)(t->due - now) / 1e9 : 0.0;
+    ev_timer_set(&a->tick, delay, 0.0);
+    ev_timer_start(loop, &a->tick);
+}
+
+/* ---- shutdown ---- */
+
+static void finish_shutdown(struct agent *a)
+{
+    ev_timer_stop(a->loop, &a->shutdown_timer);
+    server_close_all(&a->server);
+    ev_break(a->loop, EVBREAK_ALL);
+}
+
+static void on_shutdown_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct agent *a = w->data;
+    size_t pending = a->backend->ops->pending(a->backend);
+    if (pending == 0) {
+        log_info("all releases sent and answered; exiting");
+        finish_shutdown(a);
+    } else if (ev_now(loop) >= a->shutdown_deadline) {
+        log_warn("%zu Redis command(s) unanswered at shutdown; their keys expire by TTL", pending);
+        finish_shutdown(a);
+    }
+}
+
+void agent_shutdown(struct agent *a)
+{
+    if (a->shutting_down)
+        return;
+    a->shutting_down = true;
+    log_info("shutting down: releasing %zu lease(s)", a->table.nleases);
+    server_stop_listening(&a->server);
+    for (struct conn *c = a->server.conns; c; c = c->next) {
+        while (c->waiters) {
+            struct waiter *w = c->waiters;
+            struct lock *l = w->lock;
+            waiter_finish(a, w, DLOCK_ESHUTDOWN);
+            lock_settle(a, l);
+        }
+        while (c->leases) {
+            struct lease *le = c->leases;
+            struct lock *l = le->lock;
+            struct wire_event ev = {
+                .lease_id = le->id, .state = DLOCK_STATE_LOST, .reason = DLOCK_ESHUTDOWN};
+            conn_send_event(c, &ev);
+            release_key(a, l, le->token);
+            lease_drop(a, le);
+            lock_settle(a, l);
+        }
+    }
+    a->shutdown_deadline = ev_now(a->loop) + a->cfg->shutdown_timeout_ms / 1000.0;
+    ev_timer_init(&a->shutdown_timer, on_shutdown_timer, 0.0, 0.01);
+    a->shutdown_timer.data = a;
+    ev_timer_start(a->loop, &a->shutdown_timer);
+}
+
+static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    struct agent *a = w->data;
+    log_info("got signal %d", w->signum);
+    agent_shutdown(a);
+}
+
+int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
+{
+    memset(a, 0, sizeof *a);
+    a->loop = loop;
+    a->cfg = cfg;
+    the_agent = a;
+    if (table_init(&a->table, random_u64()) != 0)
+        return -1;
+    if (server_open(&a->server, loop, a, cfg) != 0) {
+        table_free(&a->table);
+        return -1;
+    }
+    struct backend_events ev = {.arg = a, .on_notice = on_notice, .on_subscribed = on_subscribed};
+    a->backend = backend_redis_new(loop, cfg, &ev);
+    if (!a->backend) {
+        server_stop_listening(&a->server);
+        table_free(&a->table);
+        return -1;
+    }
+    ev_timer_init(&a->tick, on_tick, 0.0, 0.0);
+    a->tick.data = a;
+    ev_prepare_init(&a->rearm, on_rearm);
+    a->rearm.data = a;
+    ev_set_priority(&a->rearm, EV_MINPRI); /* after the server's flush */
+    ev_prepare_start(loop, &a->rearm);
+    ev_signal_init(&a->sigterm, on_signal, SIGTERM);
+    ev_signal_init(&a->sigint, on_signal, SIGINT);
+    a->sigterm.data = a->sigint.data = a;
+    ev_signal_start(loop, &a->sigterm);
+    ev_signal_start(loop, &a->sigint);
+    return 0;
+}
+
+void agent_free(struct agent *a)
+{
+    server_stop_listening(&a->server);
+    server_close_all(&a->server);
+    if (a->backend)
+        a->backend->ops->destroy(a->backend);
+    ev_timer_stop(a->loop, &a->tick);
+    ev_prepare_stop(a->loop, &a->rearm);
+    ev_signal_stop(a->loop, &a->sigterm);
+    ev_signal_stop(a->loop, &a->sigint);
+    theap_free(&a->timers);
+    table_free(&a->table);
+    the_agent = NULL;
+}

@@ -1,0 +1,42 @@
+/* agent.h -- the lock logic of dlockd: acquire queues, the watchdog,
+ * releases and losses, between client connections and the backend. */
+#ifndef DLOCKD_AGENT_H
+#define DLOCKD_AGENT_H
+
+#include <ev.h>
+#include <stdbool.h>
+
+#include "backend.h"
+#include "config.h"
+#include "server.h"
+#include "table.h"
+
+struct agent {
+    struct ev_loop *loop;
+    const struct config *cfg;
+    struct backend *backend;
+    struct server server;
+    struct table table;
+    struct theap timers;
+    ev_timer tick; /* armed at the earliest node of `timers` */
+    ev_prepare rearm;
+    ev_signal sigterm, sigint;
+    ev_timer shutdown_timer;
+    double shutdown_deadline;
+    bool shutting_down;
+    int exit_code;
+};
+
+/* Creates the agent: socket, backend, signal handlers. 0 or -1 (logged). */
+int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg);
+/* Frees what agent_init made. */
+void agent_free(struct agent *a);
+/* Releases every lease, waits for the backend (bounded), then breaks the loop. */
+void agent_shutdown(struct agent *a);
+
+/* Called by the server for each request and closed connection. */
+void agent_acquire(struct agent *a, struct conn *c, uint32_t id, const struct wire_acquire *m);
+void agent_release(struct agent *a, struct conn *c, uint32_t id, uint64_t lease_id);
+void agent_conn_gone(struct agent *a, struct conn *c);
+
+#endif

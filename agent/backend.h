@@ -1,0 +1,47 @@
+/* backend.h -- the interface between the agent and a lock store. The Redis
+ * single-node backend implements it; quorum mode will be another backend.
+ *
+ * Every operation either returns an error at once (and never calls its
+ * callback) or returns 0 and calls its callback exactly once later, from the
+ * event loop, with err 0 and the operation's result, or err < 0 (a DLOCK_E*
+ * code) when the store could not answer. */
+#ifndef DLOCKD_BACKEND_H
+#define DLOCKD_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct backend;
+
+/* result: acquire: 1 taken by us, or -(remaining PTTL in ms) (0 if unknown)
+ * when held by someone else; renew and release: 1 done, 0 not our token. */
+typedef void (*backend_cb)(void *arg, int err, long long result);
+
+/* What the backend tells the agent without being asked. */
+struct backend_events {
+    void *arg;
+    /* A release notice for a lock name (not NUL-terminated). */
+    void (*on_notice)(void *arg, const char *name, size_t len);
+    /* The notice subscription was (re)established: notices may have been
+     * missed, so every waiter should try again. */
+    void (*on_subscribed)(void *arg);
+};
+
+struct backend_ops {
+    int (*acquire)(struct backend *b, const char *name, size_t len, const char *token,
+                   uint32_t ttl_ms, backend_cb cb, void *arg);
+    int (*renew)(struct backend *b, const char *name, size_t len, const char *token,
+                 uint32_t ttl_ms, backend_cb cb, void *arg);
+    /* Compare-and-delete, then publish a release notice. cb may be NULL. */
+    int (*release)(struct backend *b, const char *name, size_t len, const char *token,
+                   backend_cb cb, void *arg);
+    /* Commands sent and not yet answered (for a clean shutdown). */
+    size_t (*pending)(const struct backend *b);
+    void (*destroy)(struct backend *b);
+};
+
+struct backend {
+    const struct backend_ops *ops;
+};
+
+#endif

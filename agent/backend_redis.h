@@ -1,0 +1,14 @@
+/* backend_redis.h -- the single-node Redis backend (hiredis async on libev). */
+#ifndef DLOCKD_BACKEND_REDIS_H
+#define DLOCKD_BACKEND_REDIS_H
+
+#include <ev.h>
+
+#include "backend.h"
+#include "config.h"
+
+/* Creates the backend and starts connecting; never fails but for memory. */
+struct backend *backend_redis_new(struct ev_loop *loop, const struct config *cfg,
+                                  const struct backend_events *events);
+
+#endif

@@ -1,0 +1,247 @@
+/* config.c -- dlockd settings: defaults, INI parsing through inih, checks. */
+#include "config.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "log.h"
+
+void config_defaults(struct config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->socket, sizeof c->socket, "%s", CONFIG_DEFAULT_SOCKET);
+    c->socket_mode = 0660;
+    snprintf(c->prefix, sizeof c->prefix, "dlock:");
+    c->default_ttl_ms = 30000;
+    c->min_ttl_ms = 30;
+    c->max_ttl_ms = 24u * 3600 * 1000;
+    c->renew_fraction = 1.0 / 3.0;
+    c->retry_fallback_ms = 100;
+    c->max_name_len = 200;
+    c->max_leases_per_conn = 100000;
+    c->max_waiters_per_conn = 1024;
+    c->max_connections = 1024;
+    c->shutdown_timeout_ms = 2000;
+    c->log_level = LOG_INFO;
+    config_parse_addr("127.0.0.1:6379", &c->redis);
+    c->connect_timeout_ms = 1000;
+    c->command_timeout_ms = 2000;
+    c->reconnect_min_ms = 50;
+    c->reconnect_max_ms = 2000;
+}
+
+int config_parse_addr(const char *text, struct redis_addr *out)
+{
+    struct redis_addr a = {0};
+    if (strncmp(text, "unix:", 5) == 0) {
+        size_t n = strlen(text + 5);
+        if (n == 0 || n >= sizeof a.path)
+            return -1;
+        memcpy(a.path, text + 5, n + 1);
+        *out = a;
+        return 0;
+    }
+    const char *colon = strrchr(text, ':');
+    if (!colon || colon == text)
+        return -1;
+    const char *host = text;
+    size_t hlen = (size_t)(colon - text);
+    if (host[0] == '[' && hlen >= 2 && host[hlen - 1] == ']') {
+        host++;
+        hlen -= 2;
+    }
+    if (hlen == 0 || hlen >= sizeof a.host)
+        return -1;
+    char *end;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (errno || *end || end == colon + 1 || port < 1 || port > 65535)
+        return -1;
+    memcpy(a.host, host, hlen);
+    a.host[hlen] = '\0';
+    a.port = (int)port;
+    *out = a;
+    return 0;
+}
+
+const char *config_addr_str(const struct redis_addr *a, char *buf, size_t len)
+{
+    if (a->path[0])
+        snprintf(buf, len, "unix:%s", a->path);
+    else
+        snprintf(buf, len, "%s:%d", a->host, a->port);
+    return buf;
+}
+
+static int parse_u32(const char *v, uint32_t *out, int base)
+{
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, base);
+    if (errno || *end || end == v || v[0] == '-' || n > UINT32_MAX)
+        return -1;
+    *out = (uint32_t)n;
+    return 0;
+}
+
+static int parse_level(const char *v, int *out)
+{
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(v, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int copy_str(char *dst, size_t cap, const char *v)
+{
+    size_t n = strlen(v);
+    if (n >= cap)
+        return -1;
+    memcpy(dst, v, n + 1);
+    return 0;
+}
+
+/* The u32 settings, by section and key. */
+struct u32_key {
+    const char *section, *key;
+    size_t offset;
+};
+
+#define U32KEY(s, k)                                                                               \
+    {                                                                                              \
+        s, #k, offsetof(struct config, k)                                                          \
+    }
+static const struct u32_key u32_keys[] = {
+    U32KEY("agent", default_ttl_ms),       U32KEY("agent", min_ttl_ms),
+    U32KEY("agent", max_ttl_ms),           U32KEY("agent", retry_fallback_ms),
+    U32KEY("agent", max_name_len),         U32KEY("agent", max_leases_per_conn),
+    U32KEY("agent", max_waiters_per_conn), U32KEY("agent", max_connections),
+    U32KEY("agent", shutdown_timeout_ms),  U32KEY("redis", connect_timeout_ms),
+    U32KEY("redis", command_timeout_ms),   U32KEY("redis", reconnect_min_ms),
+    U32KEY("redis", reconnect_max_ms),
+};
+
+static int set_special(struct config *c, const char *section, const char *key, const char *v)
+{
+    bool agent = strcmp(section, "agent") == 0, redis = strcmp(section, "redis") == 0;
+    if (agent && strcmp(key, "socket") == 0)
+        return copy_str(c->socket, sizeof c->socket, v);
+    if (agent && strcmp(key, "prefix") == 0)
+        return v[0] ? copy_str(c->prefix, sizeof c->prefix, v) : -1;
+    if (agent && strcmp(key, "socket_mode") == 0) {
+        uint32_t m;
+        if (parse_u32(v, &m, 8) || m > 0777)
+            return -1;
+        c->socket_mode = m;
+        return 0;
+    }
+    if (agent && strcmp(key, "renew_fraction") == 0) {
+        char *end;
+        c->renew_fraction = strtod(v, &end);
+        return (*end || end == v) ? -1 : 0;
+    }
+    if (agent && strcmp(key, "log_level") == 0)
+        return parse_level(v, &c->log_level);
+    if (redis && strcmp(key, "address") == 0)
+        return config_parse_addr(v, &c->redis);
+    if (redis && strcmp(key, "user") == 0)
+        return copy_str(c->redis_user, sizeof c->redis_user, v);
+    if (redis && strcmp(key, "password") == 0)
+        return copy_str(c->redis_password, sizeof c->redis_password, v);
+    if (redis && strcmp(key, "database") == 0) {
+        uint32_t db;
+        if (parse_u32(v, &db, 10) || db > 1000000)
+            return -1;
+        c->redis_db = (int)db;
+        return 0;
+    }
+    return 1; /* not a special key */
+}
+
+int config_set(struct config *c, const char *section, const char *key, const char *value, char *err,
+               size_t errlen)
+{
+    int rc = set_special(c, section, key, value);
+    if (rc == 0)
+        return 0;
+    if (rc < 0) {
+        snprintf(err, errlen, "[%s] %s: invalid value '%s'", section, key, value);
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof u32_keys / sizeof u32_keys[0]; i++) {
+        const struct u32_key *k = &u32_keys[i];
+        if (strcmp(section, k->section) || strcmp(key, k->key))
+            continue;
+        if (parse_u32(value, (uint32_t *)((char *)c + k->offset), 10) == 0)
+            return 0;
+        snprintf(err, errlen, "[%s] %s: not a number in 0..4294967295: '%s'", section, key, value);
+        return -1;
+    }
+    snprintf(err, errlen, "unknown setting [%s] %s", section, key);
+    return -1;
+}
+
+struct load_ctx {
+    struct config *c;
+    char *err;
+    size_t errlen;
+};
+
+static int on_ini_line(void *user, const char *section, const char *name, const char *value)
+{
+    struct load_ctx *ctx = user;
+    return config_set(ctx->c, section, name, value, ctx->err, ctx->errlen) == 0;
+}
+
+int config_load_file(struct config *c, const char *path, char *err, size_t errlen)
+{
+    char msg[512] = "";
+    struct load_ctx ctx = {c, msg, sizeof msg};
+    int rc = ini_parse(path, on_ini_line, &ctx);
+    if (rc == 0)
+        return 0;
+    if (rc == -1)
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    else if (msg[0])
+        snprintf(err, errlen, "%s:%d: %s", path, rc, msg);
+    else
+        snprintf(err, errlen, "%s:%d: syntax error", path, rc);
+    return -1;
+}
+
+int config_validate(const struct config *c, char *err, size_t errlen)
+{
+    const char *why = NULL;
+    if (c->min_ttl_ms < 10 || c->min_ttl_ms > c->max_ttl_ms)
+        why = "min_ttl_ms must be >= 10 and <= max_ttl_ms";
+    else if (c->default_ttl_ms < c->min_ttl_ms || c->default_ttl_ms > c->max_ttl_ms)
+        why = "default_ttl_ms must lie within min_ttl_ms..max_ttl_ms";
+    else if (!(c->renew_fraction >= 0.05 && c->renew_fraction <= 0.8))
+        why = "renew_fraction must be within 0.05..0.8";
+    else if (c->max_name_len < 1 || c->max_name_len > 1024)
+        why = "max_name_len must be within 1..1024";
+    else if (strlen(c->prefix) + c->max_name_len > 2048)
+        why = "prefix too long";
+    else if (c->max_connections < 1 || c->max_leases_per_conn < 1)
+        why = "max_connections and max_leases_per_conn must be >= 1";
+    else if (c->retry_fallback_ms < 1)
+        why = "retry_fallback_ms must be >= 1";
+    else if (c->connect_timeout_ms < 1 || c->command_timeout_ms < 1)
+        why = "timeouts must be >= 1 ms";
+    else if (c->reconnect_min_ms < 1 || c->reconnect_min_ms > c->reconnect_max_ms)
+        why = "reconnect_min_ms must be >= 1 and <= reconnect_max_ms";
+    else if (c->socket[0] == '\0')
+        why = "socket path is empty";
+    if (!why)
+        return 0;
+    snprintf(err, errlen, "%s", why);
+    return -1;
+}

@@ -1,0 +1,66 @@
+/* config.h -- dlockd settings: defaults, INI file parsing and validation.
+ * Pure: no I/O besides reading the named file. */
+#ifndef DLOCKD_CONFIG_H
+#define DLOCKD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONFIG_DEFAULT_SOCKET "/run/dlock/dlock.sock"
+
+/* A Redis address: TCP host and port, or a unix socket path. */
+struct redis_addr {
+    char host[256]; /* empty for unix sockets */
+    int port;
+    char path[108]; /* unix socket path, empty for TCP */
+};
+
+struct config {
+    /* [agent] */
+    char socket[108];
+    unsigned socket_mode;
+    char prefix[128];
+    uint32_t default_ttl_ms;
+    uint32_t min_ttl_ms;
+    uint32_t max_ttl_ms;
+    double renew_fraction;
+    uint32_t retry_fallback_ms;
+    uint32_t max_name_len;
+    uint32_t max_leases_per_conn;
+    uint32_t max_waiters_per_conn;
+    uint32_t max_connections;
+    uint32_t shutdown_timeout_ms;
+    int log_level;
+    /* [redis] */
+    struct redis_addr redis;
+    char redis_user[128];
+    char redis_password[256];
+    int redis_db;
+    uint32_t connect_timeout_ms;
+    uint32_t command_timeout_ms;
+    uint32_t reconnect_min_ms;
+    uint32_t reconnect_max_ms;
+};
+
+/* Fills c with the built-in defaults. */
+void config_defaults(struct config *c);
+
+/* Reads an INI file over c. On error returns -1 and writes a message that
+ * names the file, line and key into err. */
+int config_load_file(struct config *c, const char *path, char *err, size_t errlen);
+
+/* Sets one key of a section from its text value, as a file line would. */
+int config_set(struct config *c, const char *section, const char *key, const char *value, char *err,
+               size_t errlen);
+
+/* Parses "host:port", "[v6addr]:port" or "unix:/path". */
+int config_parse_addr(const char *text, struct redis_addr *out);
+
+/* Checks cross-field rules (ranges, min <= max). 0 or -1 with a message. */
+int config_validate(const struct config *c, char *err, size_t errlen);
+
+/* Formats an address for logs. */
+const char *config_addr_str(const struct redis_addr *a, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,22 @@
+/* log.h -- leveled logging to stderr for dlockd. */
+#ifndef DLOCKD_LOG_H
+#define DLOCKD_LOG_H
+
+enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
+
+void log_set_level(enum log_level level);
+enum log_level log_get_level(void);
+void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Logs at error level and exits with status 1. */
+void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+#define log_warn(...)  log_msg(LOG_WARN, __VA_ARGS__)
+#define log_info(...)  log_msg(LOG_INFO, __VA_ARGS__)
+#define log_debug(...)                                                                             \
+    do {                                                                                           \
+        if (log_get_level() >= LOG_DEBUG)                                                          \
+            log_msg(LOG_DEBUG, __VA_ARGS__);                                                       \
+    } while (0)
+
+#endif

@@ -1,0 +1,159 @@
+/* main.c -- dlockd entry point: options, configuration, dev mode, the loop. */
+#include <ev.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent.h"
+#include "config.h"
+#include "devmode.h"
+#include "log.h"
+
+enum { OPT_PREFIX = 256, OPT_TTL, OPT_DEV };
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dlockd [-c FILE] [-s SOCKET] [-r ADDR] [--prefix STR] [--default-ttl MS]\n"
+            "              [-n] [-v] [--dev]\n"
+            "  -c, --config FILE    read settings from an INI file\n"
+            "  -s, --socket PATH    client socket (default $DLOCK_SOCKET, else %s)\n"
+            "  -r, --redis ADDR     Redis at host:port or unix:/path\n"
+            "      --prefix STR     key prefix (default dlock:)\n"
+            "      --default-ttl MS lease TTL when a client asks for none (default 30000)\n"
+            "  -n, --check          check the configuration, print \"configuration OK\", exit\n"
+            "  -v, --verbose        more logging (repeatable)\n"
+            "      --dev            run a private redis-server in a temp directory\n"
+            "  -h, --help           this text;  -V, --version  the version\n",
+            CONFIG_DEFAULT_SOCKET);
+}
+
+/* Command-line settings, applied over the file. */
+struct flags {
+    const char *config, *socket, *redis, *prefix, *ttl;
+    int verbose;
+    bool check, dev;
+};
+
+static int parse_flags(int argc, char **argv, struct flags *f)
+{
+    static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
+                                             {"socket", required_argument, NULL, 's'},
+                                             {"redis", required_argument, NULL, 'r'},
+                                             {"prefix", required_argument, NULL, OPT_PREFIX},
+                                             {"default-ttl", required_argument, NULL, OPT_TTL},
+                                             {"check", no_argument, NULL, 'n'},
+                                             {"verbose", no_argument, NULL, 'v'},
+                                             {"dev", no_argument, NULL, OPT_DEV},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {"version", no_argument, NULL, 'V'},
+                                             {NULL, 0, NULL, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "c:s:r:nvhV", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'c':
+            f->config = optarg;
+            break;
+        case 's':
+            f->socket = optarg;
+            break;
+        case 'r':
+            f->redis = optarg;
+            break;
+        case OPT_PREFIX:
+            f->prefix = optarg;
+            break;
+        case OPT_TTL:
+            f->ttl = optarg;
+            break;
+        case 'n':
+            f->check = true;
+            break;
+        case 'v':
+            f->verbose++;
+            break;
+        case OPT_DEV:
+            f->dev = true;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        case 'V':
+            printf("dlockd %s\n", DLOCK_VERSION);
+            exit(0);
+        default:
+            usage(stderr);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "dlockd: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+/* Defaults, then $DLOCK_SOCKET, then the file, then the flags. */
+static int build_config(struct config *cfg, const struct flags *f)
+{
+    char err[600];
+    config_defaults(cfg);
+    const char *env = getenv("DLOCK_SOCKET");
+    if (env && *env && config_set(cfg, "agent", "socket", env, err, sizeof err) != 0)
+        goto bad;
+    if (f->config && config_load_file(cfg, f->config, err, sizeof err) != 0)
+        goto bad;
+    const struct {
+        const char *section, *key, *value;
+    } over[] = {{"agent", "socket", f->socket},
+                {"redis", "address", f->redis},
+                {"agent", "prefix", f->prefix},
+                {"agent", "default_ttl_ms", f->ttl}};
+    for (size_t i = 0; i < sizeof over / sizeof over[0]; i++)
+        if (over[i].value &&
+            config_set(cfg, over[i].section, over[i].key, over[i].value, err, sizeof err) != 0)
+            goto bad;
+    cfg->log_level += f->verbose;
+    if (cfg->log_level > LOG_DEBUG)
+        cfg->log_level = LOG_DEBUG;
+    if (config_validate(cfg, err, sizeof err) == 0)
+        return 0;
+bad:
+    fprintf(stderr, "dlockd: %s\n", err);
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    struct flags f = {0};
+    static struct config cfg;
+    if (parse_flags(argc, argv, &f) != 0 || build_config(&cfg, &f) != 0)
+        return 2;
+    if (f.check) {
+        printf("configuration OK\n");
+        return 0;
+    }
+    log_set_level((enum log_level)cfg.log_level);
+    signal(SIGPIPE, SIG_IGN);
+    struct ev_loop *loop = EV_DEFAULT;
+    if (f.dev && devmode_start(loop, &cfg, f.socket != NULL) != 0) {
+        devmode_stop();
+        return 1;
+    }
+    static struct agent agent;
+    if (agent_init(&agent, loop, &cfg) != 0) {
+        devmode_stop();
+        return 1;
+    }
+    char addr[300];
+    log_info("dlockd %s started; Redis at %s, key prefix '%s'", DLOCK_VERSION,
+             config_addr_str(&cfg.redis, addr, sizeof addr), cfg.prefix);
+    if (f.dev)
+        devmode_banner(&cfg);
+    ev_run(loop, 0);
+    agent_free(&agent);
+    devmode_stop();
+    return agent.exit_code;
+}

@@ -1,0 +1,406 @@
+/* server.c -- listening socket and client connections of dlockd: accept with
+ * peer credentials, strict framing, handshake, and batched output. */
+#include "server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "dlock.h"
+#include "log.h"
+
+#define READ_CHUNK     16384
+#define OUT_HIGH_WATER (1u << 20) /* stop reading a client that does not read */
+
+static void conn_close(struct conn *c);
+
+/* ---- output ---- */
+
+static void mark_dirty(struct conn *c)
+{
+    if (c->dirty)
+        return;
+    c->dirty = true;
+    c->dirty_next = c->srv->dirty;
+    c->srv->dirty = c;
+}
+
+static void conn_update_reading(struct conn *c)
+{
+    bool want = !c->closing && c->out.len < OUT_HIGH_WATER;
+    if (want && !c->reading)
+        ev_io_start(c->srv->loop, &c->rio);
+    else if (!want && c->reading)
+        ev_io_stop(c->srv->loop, &c->rio);
+    c->reading = want;
+}
+
+/* Writes what the socket takes; returns -1 when the peer is gone. */
+static int conn_flush(struct conn *c)
+{
+    while (c->out.len) {
+        ssize_t n = send(c->fd, c->out.data, c->out.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (n <= 0)
+            return -1;
+        wire_buf_consume(&c->out, (size_t)n);
+    }
+    if (c->out.len)
+        ev_io_start(c->srv->loop, &c->wio);
+    else
+        ev_io_stop(c->srv->loop, &c->wio);
+    conn_update_reading(c);
+    return 0;
+}
+
+static void on_writable(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct conn *c = w->data;
+    if (conn_flush(c) != 0)
+        conn_close(c);
+}
+
+/* Before the loop blocks: one write per connection for all it was sent. */
+static void on_flush(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+    struct server *s = w->data;
+    while (s->dirty) {
+        struct conn *c = s->dirty;
+        s->dirty = c->dirty_next;
+        c->dirty = false;
+        if (c->closing || conn_flush(c) != 0)
+            conn_close(c);
+    }
+}
+
+static void queued(struct conn *c, int rc)
+{
+    if (rc != 0) {
+        log_error("client pid %d: out of memory for output; closing", (int)c->pid);
+        c->closing = true; /* closed by the next flush */
+    }
+    mark_dirty(c);
+}
+
+void conn_send_granted(struct conn *c, uint32_t id, const struct wire_granted *m)
+{
+    queued(c, wire_put_granted(&c->out, id, m));
+}
+
+void conn_send_error(struct conn *c, uint32_t id, int code, const char *msg)
+{
+    struct wire_error e = {.code = code, .msg = msg, .msg_len = (uint16_t)strlen(msg)};
+    queued(c, wire_put_error(&c->out, id, &e));
+}
+
+void conn_send_ok(struct conn *c, uint32_t id)
+{
+    queued(c, wire_put_empty(&c->out, id, WIRE_T_OK));
+}
+
+void conn_send_event(struct conn *c, const struct wire_event *m)
+{
+    queued(c, wire_put_event(&c->out, 0, m));
+}
+
+/* ---- input ---- */
+
+/* A peer that breaks the protocol gets one error frame, then is closed by
+ * process_input once the frame at hand is done with. */
+static void conn_fail(struct conn *c, uint32_t id, int code, const char *msg)
+{
+    log_warn("client pid %d uid %d: %s; closing its connection", (int)c->pid, (int)c->uid, msg);
+    conn_send_error(c, id, code, msg);
+    conn_flush(c);
+    c->closing = true;
+}
+
+static void handle_hello(struct conn *c, const struct wire_hdr *h, const uint8_t *body)
+{
+    struct wire_hello m;
+    if (wire_get_hello(body, h->len, &m) != 0 || m.magic != WIRE_MAGIC) {
+        conn_fail(c, h->id, DLOCK_EPROTO, "bad hello");
+        return;
+    }
+    if (m.version != WIRE_VERSION) {
+        conn_fail(c, h->id, DLOCK_EVERSION, "unsupported protocol version");
+        return;
+    }
+    const struct config *cfg = c->srv->cfg;
+    struct wire_hello_ok ok = {.version = WIRE_VERSION,
+                               .max_name_len = cfg->max_name_len,
+                               .max_leases = cfg->max_leases_per_conn,
+                               .default_ttl_ms = cfg->default_ttl_ms};
+    c->hello = true;
+    queued(c, wire_put_hello_ok(&c->out, h->id, &ok));
+}
+
+/* Handles one whole frame. The connection may be closed on return. */
+static void handle_frame(struct conn *c, const struct wire_hdr *h, const uint8_t *body)
+{
+    struct agent *a = c->srv->agent;
+    if (!c->hello) {
+        if (h->type == WIRE_T_HELLO)
+            handle_hello(c, h, body);
+        else
+            conn_fail(c, h->id, DLOCK_EPROTO, "request before hello");
+        return;
+    }
+    switch (h->type) {
+    case WIRE_T_ACQUIRE: {
+        struct wire_acquire m;
+        if (wire_get_acquire(body, h->len, &m) != 0)
+            conn_fail(c, h->id, DLOCK_EPROTO, "malformed acquire");
+        else
+            agent_acquire(a, c, h->id, &m);
+        return;
+    }
+    case WIRE_T_RELEASE: {
+        struct wire_release m;
+        if (wire_get_release(body, h->len, &m) != 0)
+            conn_fail(c, h->id, DLOCK_EPROTO, "malformed release");
+        else
+            agent_release(a, c, h->id, m.lease_id);
+        return;
+    }
+    case WIRE_T_PING:
+        if (h->len != 0)
+            conn_fail(c, h->id, DLOCK_EPROTO, "malformed ping");
+        else
+            conn_send_ok(c, h->id);
+        return;
+    default:
+        conn_fail(c, h->id, DLOCK_EPROTO, "unknown message type");
+    }
+}
+
+/* Handles every whole frame in the input buffer. Returns -1 if the
+ * connection was closed. */
+static int process_input(struct conn *c)
+{
+    size_t off = 0;
+    while (!c->closing) {
+        struct wire_hdr h;
+        int got = wire_hdr_decode(c->in.data + off, c->in.len - off, WIRE_MAX_BODY, &h);
+        if (got < 0) {
+            conn_fail(c, 0, DLOCK_EPROTO, "malformed frame header");
+            break;
+        }
+        if (got == 0 || c->in.len - off < WIRE_HDR_LEN + (size_t)h.len)
+            break;
+        handle_frame(c, &h, c->in.data + off + WIRE_HDR_LEN);
+        off += WIRE_HDR_LEN + h.len;
+        if (c->out.len >= OUT_HIGH_WATER)
+            break; /* the rest waits until the client reads its replies */
+    }
+    if (c->closing) {
+        conn_close(c);
+        return -1;
+    }
+    wire_buf_consume(&c->in, off);
+    return 0;
+}
+
+static void on_readable(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct conn *c = w->data;
+    if (c->in.cap - c->in.len < READ_CHUNK) {
+        /* Never more than one maximal frame plus a chunk is buffered. */
+        size_t cap = c->in.len + READ_CHUNK;
+        uint8_t *p = realloc(c->in.data, cap);
+        if (!p) {
+            conn_close(c);
+            return;
+        }
+        c->in.data = p;
+        c->in.cap = cap;
+    }
+    ssize_t n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n <= 0) {
+        if (c->in.len)
+            log_warn("client pid %d: disconnected in the middle of a frame", (int)c->pid);
+        conn_close(c);
+        return;
+    }
+    c->in.len += (size_t)n;
+    if (process_input(c) == 0)
+        conn_update_reading(c);
+}
+
+/* ---- connections ---- */
+
+static void conn_close(struct conn *c)
+{
+    struct server *s = c->srv;
+    if (c->fd < 0)
+        return;
+    c->closing = true;
+    agent_conn_gone(s->agent, c);
+    ev_io_stop(s->loop, &c->rio);
+    ev_io_stop(s->loop, &c->wio);
+    close(c->fd);
+    c->fd = -1;
+    if (c->dirty) {
+        struct conn **p = &s->dirty;
+        while (*p != c)
+            p = &(*p)->dirty_next;
+        *p = c->dirty_next;
+    }
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->nconns--;
+    log_debug("client pid %d: connection closed", (int)c->pid);
+    wire_buf_free(&c->in);
+    wire_buf_free(&c->out);
+    free(c);
+}
+
+static void conn_new(struct server *s, int fd)
+{
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        log_warn("SO_PEERCRED: %s", strerror(errno));
+        close(fd);
+        return;
+    }
+    if (s->nconns >= s->cfg->max_connections) {
+        log_warn("connection limit (%u) reached; refusing pid %d", s->cfg->max_connections,
+                 (int)cred.pid);
+        close(fd);
+        return;
+    }
+    struct conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return;
+    }
+    c->srv = s;
+    c->fd = fd;
+    c->pid = cred.pid;
+    c->uid = cred.uid;
+    c->gid = cred.gid;
+    c->serial = ++s->serial;
+    ev_io_init(&c->rio, on_readable, fd, EV_READ);
+    ev_io_init(&c->wio, on_writable, fd, EV_WRITE);
+    c->rio.data = c->wio.data = c;
+    c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
+    s->conns = c;
+    s->nconns++;
+    conn_update_reading(c);
+    log_debug("client pid %d uid %d gid %d connected", (int)c->pid, (int)c->uid, (int)c->gid);
+}
+
+static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct server *s = w->data;
+    for (int i = 0; i < 64; i++) {
+        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+                log_warn("accept: %s", strerror(errno));
+            return;
+        }
+        conn_new(s, fd);
+    }
+}
+
+/* Is something already serving on path? A stale file refuses connections. */
+static int socket_in_use(const struct sockaddr_un *sa)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    int live = connect(fd, (const struct sockaddr *)sa, sizeof *sa) == 0;
+    close(fd);
+    return live;
+}
+
+static int prepare_path(const struct sockaddr_un *sa)
+{
+    struct stat st;
+    if (lstat(sa->sun_path, &st) != 0)
+        return 0;
+    if (!S_ISSOCK(st.st_mode)) {
+        log_error("%s exists and is not a socket; not touching it", sa->sun_path);
+        return -1;
+    }
+    if (socket_in_use(sa) == 1) {
+        log_error("%s is in use by a running agent", sa->sun_path);
+        return -1;
+    }
+    log_info("removing stale socket %s", sa->sun_path);
+    return unlink(sa->sun_path);
+}
+
+int server_open(struct server *s, struct ev_loop *loop, struct agent *a, const struct config *cfg)
+{
+    memset(s, 0, sizeof *s);
+    s->loop = loop;
+    s->agent = a;
+    s->cfg = cfg;
+    s->lfd = -1;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(cfg->socket) >= sizeof sa.sun_path) {
+        log_error("socket path too long: %s", cfg->socket);
+        return -1;
+    }
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", cfg->socket);
+    if (prepare_path(&sa) != 0)
+        return -1;
+    s->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        chmod(sa.sun_path, cfg->socket_mode) != 0 || listen(s->lfd, 128) != 0) {
+        log_error("cannot listen on %s: %s", sa.sun_path, strerror(errno));
+        if (s->lfd >= 0)
+            close(s->lfd);
+        s->lfd = -1;
+        return -1;
+    }
+    snprintf(s->path, sizeof s->path, "%s", sa.sun_path);
+    ev_io_init(&s->lio, on_accept, s->lfd, EV_READ);
+    s->lio.data = s;
+    ev_io_start(loop, &s->lio);
+    ev_prepare_init(&s->flush, on_flush);
+    s->flush.data = s;
+    ev_prepare_start(loop, &s->flush);
+    log_info("listening on %s (mode %04o)", s->path, cfg->socket_mode);
+    return 0;
+}
+
+void server_stop_listening(struct server *s)
+{
+    if (s->lfd < 0)
+        return;
+    ev_io_stop(s->loop, &s->lio);
+    close(s->lfd);
+    s->lfd = -1;
+    unlink(s->path);
+}
+
+void server_close_all(struct server *s)
+{
+    while (s->conns) {
+        struct conn *c = s->conns;
+        conn_flush(c);
+        conn_close(c);
+    }
+    ev_prepare_stop(s->loop, &s->flush);
+}

@@ -1,0 +1,65 @@
+/* server.h -- the agent's listening socket and client connections: framing,
+ * handshake, limits and output buffering. Lock logic lives in agent.c. */
+#ifndef DLOCKD_SERVER_H
+#define DLOCKD_SERVER_H
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "wire.h"
+
+struct agent;
+struct lease;
+struct waiter;
+
+struct conn {
+    struct conn *next, *prev;
+    struct server *srv;
+    int fd;
+    ev_io rio, wio;
+    struct wire_buf in, out;
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    uint64_t serial;
+    bool hello;
+    bool dirty;   /* has output waiting for the next flush */
+    bool reading; /* rio is active */
+    bool closing; /* being torn down */
+    struct conn *dirty_next;
+    /* Owned by agent.c: this connection's leases and waiters. */
+    struct lease *leases;
+    struct waiter *waiters;
+    uint32_t nleases, nwaiters;
+};
+
+struct server {
+    struct ev_loop *loop;
+    struct agent *agent;
+    const struct config *cfg;
+    int lfd;
+    ev_io lio;
+    ev_prepare flush; /* writes every connection's output once per loop turn */
+    struct conn *conns;
+    struct conn *dirty;
+    uint32_t nconns;
+    uint64_t serial;
+    char path[108];
+};
+
+/* Binds the socket (removing a stale file, refusing a live one). 0 or -1. */
+int server_open(struct server *s, struct ev_loop *loop, struct agent *a, const struct config *cfg);
+/* Stops accepting and removes the socket file. */
+void server_stop_listening(struct server *s);
+/* Flushes and closes every connection (agent_conn_gone is called for each). */
+void server_close_all(struct server *s);
+
+/* Replies and events; they queue output, written when the loop turns. */
+void conn_send_granted(struct conn *c, uint32_t id, const struct wire_granted *m);
+void conn_send_error(struct conn *c, uint32_t id, int code, const char *msg);
+void conn_send_ok(struct conn *c, uint32_t id);
+void conn_send_event(struct conn *c, const struct wire_event *m);
+
+#endif

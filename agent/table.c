@@ -1,0 +1,264 @@
+/* table.c -- locks by name, leases by id, waiter queues, validity math. */
+#include "table.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlock.h"
+
+#define SLOT_BITS 32
+
+/* FNV-1a, seeded per agent run so names cannot be picked to collide. */
+static uint64_t name_hash(uint64_t seed, const char *s, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325ull ^ seed;
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 0x100000001b3ull;
+    }
+    return h ^ (h >> 29);
+}
+
+int table_init(struct table *t, uint64_t seed)
+{
+    memset(t, 0, sizeof *t);
+    t->seed = seed;
+    t->nbuckets = 1024;
+    t->buckets = calloc(t->nbuckets, sizeof *t->buckets);
+    return t->buckets ? 0 : -1;
+}
+
+void table_free(struct table *t)
+{
+    for (uint32_t i = 0; i < t->nslots; i++)
+        free(t->slots[i]);
+    for (size_t b = 0; b < t->nbuckets; b++) {
+        struct lock *l = t->buckets[b];
+        while (l) {
+            struct lock *next = l->hnext;
+            for (struct waiter *w = l->qhead, *wn; w; w = wn) {
+                wn = w->qnext;
+                free(w);
+            }
+            free(l);
+            l = next;
+        }
+    }
+    free(t->buckets);
+    free(t->slots);
+    free(t->gens);
+    free(t->free_slots);
+    memset(t, 0, sizeof *t);
+}
+
+static void rehash(struct table *t)
+{
+    size_t n = t->nbuckets * 2;
+    struct lock **b = calloc(n, sizeof *b);
+    if (!b)
+        return; /* keep the longer chains; lookups stay correct */
+    for (size_t i = 0; i < t->nbuckets; i++) {
+        for (struct lock *l = t->buckets[i], *next; l; l = next) {
+            next = l->hnext;
+            l->hnext = b[l->hash & (n - 1)];
+            b[l->hash & (n - 1)] = l;
+        }
+    }
+    free(t->buckets);
+    t->buckets = b;
+    t->nbuckets = n;
+}
+
+struct lock *table_lock_find(struct table *t, const char *name, size_t len)
+{
+    uint64_t h = name_hash(t->seed, name, len);
+    for (struct lock *l = t->buckets[h & (t->nbuckets - 1)]; l; l = l->hnext)
+        if (l->hash == h && l->name_len == len && memcmp(l->name, name, len) == 0)
+            return l;
+    return NULL;
+}
+
+struct lock *table_lock_get(struct table *t, const char *name, size_t len)
+{
+    struct lock *l = table_lock_find(t, name, len);
+    if (l)
+        return l;
+    l = calloc(1, sizeof *l + len + 1);
+    if (!l)
+        return NULL;
+    l->hash = name_hash(t->seed, name, len);
+    l->name_len = (uint16_t)len;
+    memcpy(l->name, name, len);
+    tnode_init(&l->retry, TK_LOCK);
+    if (t->nlocks >= t->nbuckets)
+        rehash(t);
+    struct lock **b = &t->buckets[l->hash & (t->nbuckets - 1)];
+    l->hnext = *b;
+    *b = l;
+    t->nlocks++;
+    return l;
+}
+
+bool table_lock_release_if_idle(struct table *t, struct lock *l)
+{
+    if (l->holder || l->qhead || l->acquiring || tnode_queued(&l->retry))
+        return false;
+    struct lock **p = &t->buckets[l->hash & (t->nbuckets - 1)];
+    while (*p != l)
+        p = &(*p)->hnext;
+    *p = l->hnext;
+    t->nlocks--;
+    free(l);
+    return true;
+}
+
+static int slot_alloc(struct table *t, uint32_t *idx)
+{
+    if (t->nfree) {
+        *idx = t->free_slots[--t->nfree];
+        return 0;
+    }
+    if (t->nslots == t->slot_cap) {
+        uint32_t cap = t->slot_cap ? t->slot_cap * 2 : 256;
+        struct lease **s = realloc(t->slots, cap * sizeof *s);
+        if (!s)
+            return -1;
+        t->slots = s;
+        uint32_t *g = realloc(t->gens, cap * sizeof *g);
+        if (!g)
+            return -1;
+        t->gens = g;
+        uint32_t *f = realloc(t->free_slots, cap * sizeof *f);
+        if (!f)
+            return -1;
+        t->free_slots = f;
+        t->slot_cap = cap;
+    }
+    t->gens[t->nslots] = 0;
+    *idx = t->nslots++;
+    return 0;
+}
+
+struct lease *table_lease_new(struct table *t, struct lock *l, void *owner)
+{
+    struct lease *le = calloc(1, sizeof *le);
+    uint32_t idx;
+    if (!le || slot_alloc(t, &idx) != 0) {
+        free(le);
+        return NULL;
+    }
+    /* A fresh generation per use of the slot: a stale id never matches. */
+    uint32_t gen = ++t->gens[idx];
+    t->slots[idx] = le;
+    le->id = ((uint64_t)gen << SLOT_BITS) | idx;
+    le->lock = l;
+    le->owner = owner;
+    tnode_init(&le->timer, TK_LEASE);
+    l->holder = le;
+    t->nleases++;
+    return le;
+}
+
+struct lease *table_lease_find(const struct table *t, uint64_t id)
+{
+    uint32_t idx = (uint32_t)id;
+    if (idx >= t->nslots || !t->slots[idx] || t->slots[idx]->id != id)
+        return NULL;
+    return t->slots[idx];
+}
+
+void table_lease_free(struct table *t, struct lease *le)
+{
+    uint32_t idx = (uint32_t)le->id;
+    t->slots[idx] = NULL;
+    t->free_slots[t->nfree++] = idx;
+    if (le->lock && le->lock->holder == le)
+        le->lock->holder = NULL;
+    t->nleases--;
+    free(le);
+}
+
+void table_waiter_enqueue(struct lock *l, struct waiter *w)
+{
+    w->lock = l;
+    w->qnext = NULL;
+    w->qprev = l->qtail;
+    if (l->qtail)
+        l->qtail->qnext = w;
+    else
+        l->qhead = w;
+    l->qtail = w;
+}
+
+void table_waiter_dequeue(struct waiter *w)
+{
+    struct lock *l = w->lock;
+    if (w->qprev)
+        w->qprev->qnext = w->qnext;
+    else
+        l->qhead = w->qnext;
+    if (w->qnext)
+        w->qnext->qprev = w->qprev;
+    else
+        l->qtail = w->qprev;
+    if (l->acq_for == w)
+        l->acq_for = NULL;
+    w->qnext = w->qprev = NULL;
+}
+
+uint64_t lease_drift_ns(uint32_t ttl_ms)
+{
+    return (uint64_t)ttl_ms * NS_PER_MS / 100 + 2 * NS_PER_MS;
+}
+
+uint64_t lease_deadline(uint64_t t_send, uint32_t ttl_ms)
+{
+    return t_send + (uint64_t)ttl_ms * NS_PER_MS - lease_drift_ns(ttl_ms);
+}
+
+uint64_t lease_next_renew(uint64_t t_send, uint32_t ttl_ms, double fraction)
+{
+    uint64_t period = (uint64_t)((double)ttl_ms * fraction * (double)NS_PER_MS);
+    uint64_t quantum = 10 * NS_PER_MS;
+    if (quantum > period / 4)
+        quantum = period / 4 ? period / 4 : 1;
+    uint64_t due = t_send + period;
+    return due - due % quantum;
+}
+
+uint64_t lease_renew_retry(uint64_t now, uint64_t deadline, uint32_t ttl_ms)
+{
+    uint64_t step = (uint64_t)ttl_ms * NS_PER_MS / 10;
+    if (step > 200 * NS_PER_MS)
+        step = 200 * NS_PER_MS;
+    if (step < 5 * NS_PER_MS)
+        step = 5 * NS_PER_MS;
+    return now + step < deadline ? now + step : deadline;
+}
+
+uint64_t waiter_retry_delay(uint32_t fallback_ms, long long pttl_ms, double r)
+{
+    uint64_t base = (uint64_t)fallback_ms * NS_PER_MS;
+    uint64_t delay = base + (uint64_t)((double)base * 0.5 * r);
+    if (pttl_ms > 0) {
+        /* The key expires by itself then: try right after. */
+        uint64_t expiry = ((uint64_t)pttl_ms + 1) * NS_PER_MS;
+        if (expiry < delay)
+            delay = expiry;
+    }
+    return delay;
+}
+
+int lock_name_check(const char *name, size_t len, uint32_t max_len)
+{
+    if (len == 0)
+        return DLOCK_EBADNAME;
+    if (len > max_len)
+        return DLOCK_ENAMETOOLONG;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch <= 0x20 || ch == 0x7f)
+            return DLOCK_EBADNAME;
+    }
+    return 0;
+}

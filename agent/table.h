@@ -1,0 +1,111 @@
+/* table.h -- the agent's lease table: locks by name, leases by id, FIFO
+ * waiter queues, and the validity arithmetic of DESIGN.md 3.2.
+ * Pure: no I/O; times are CLOCK_MONOTONIC nanoseconds passed in. */
+#ifndef DLOCKD_TABLE_H
+#define DLOCKD_TABLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "theap.h"
+
+#define TOKEN_HEX 32 /* 128 random bits as lowercase hex */
+#define NS_PER_MS 1000000ull
+
+enum tkind { TK_LEASE = 1, TK_WAITER = 2, TK_LOCK = 3 };
+
+struct lock;
+struct lease;
+
+/* A request waiting for a lock, in the lock's FIFO queue. */
+struct waiter {
+    struct tnode timer; /* wait deadline; not queued when waiting forever */
+    struct waiter *qnext, *qprev;
+    struct waiter *onext, *oprev; /* the owner's list */
+    struct lock *lock;
+    void *owner; /* the client connection */
+    uint32_t req_id;
+    uint32_t ttl_ms;
+    bool try_once;
+};
+
+/* A lease held for a local owner. */
+struct lease {
+    struct tnode timer; /* next renewal, or the deadline while one is in flight */
+    uint64_t id;        /* slot index and generation, see table_lease_find */
+    struct lock *lock;
+    void *owner;
+    struct lease *onext, *oprev; /* the owner's list */
+    uint64_t deadline;           /* validity end, ns */
+    uint64_t renew_sent;         /* send time of the renewal in flight, 0 if none */
+    uint32_t ttl_ms;
+    char token[TOKEN_HEX + 1];
+};
+
+/* A lock name known to this agent: held locally, waited for, or both. */
+struct lock {
+    struct lock *hnext; /* hash chain */
+    uint64_t hash;
+    struct lease *holder;
+    struct waiter *qhead, *qtail;
+    struct waiter *acq_for; /* waiter the in-flight acquire is for (may be NULL) */
+    struct tnode retry;     /* fallback retry */
+    uint64_t acq_sent;      /* send time of the in-flight acquire */
+    uint32_t acq_ttl_ms;
+    bool acquiring;     /* an acquire is in flight */
+    bool notice_missed; /* a release notice came while acquiring */
+    char acq_token[TOKEN_HEX + 1];
+    uint16_t name_len;
+    char name[]; /* NUL-terminated */
+};
+
+struct table {
+    struct lock **buckets;
+    size_t nbuckets, nlocks;
+    uint64_t seed;
+    struct lease **slots; /* lease by slot index */
+    uint32_t *gens;       /* generation per slot */
+    uint32_t *free_slots; /* stack of free slot indexes */
+    uint32_t nslots, nfree, slot_cap;
+    size_t nleases;
+};
+
+int table_init(struct table *t, uint64_t seed);
+void table_free(struct table *t); /* frees every lock, lease and waiter */
+
+/* Lock lookup and creation; a lock is freed by table_lock_release_if_idle. */
+struct lock *table_lock_find(struct table *t, const char *name, size_t len);
+struct lock *table_lock_get(struct table *t, const char *name, size_t len); /* find or create */
+/* Frees l if nothing refers to it (no holder, waiters, acquire or timer).
+ * Returns true when it was freed. */
+bool table_lock_release_if_idle(struct table *t, struct lock *l);
+
+/* Leases: create (holder of l, id assigned), find by id, remove and free. */
+struct lease *table_lease_new(struct table *t, struct lock *l, void *owner);
+struct lease *table_lease_find(const struct table *t, uint64_t id);
+void table_lease_free(struct table *t, struct lease *le);
+
+/* Waiter queue of a lock. */
+void table_waiter_enqueue(struct lock *l, struct waiter *w);
+void table_waiter_dequeue(struct waiter *w);
+
+/* Validity arithmetic (DESIGN.md 3.2): drift = ttl/100 + 2 ms. */
+uint64_t lease_drift_ns(uint32_t ttl_ms);
+uint64_t lease_deadline(uint64_t t_send, uint32_t ttl_ms);
+/* When to send the next renewal after one sent at t_send succeeded: at
+ * ttl * fraction, rounded down to a quantum so renewals that fall due
+ * together are sent in one batch. */
+uint64_t lease_next_renew(uint64_t t_send, uint32_t ttl_ms, double fraction);
+/* When to retry a failed renewal: soon, but never past the deadline. */
+uint64_t lease_renew_retry(uint64_t now, uint64_t deadline, uint32_t ttl_ms);
+
+/* Fallback retry delay for waiters: in [fallback, 1.5 * fallback) from the
+ * jitter value r in [0, 1), or earlier when the holder's key expires first
+ * (pttl_ms > 0). */
+uint64_t waiter_retry_delay(uint32_t fallback_ms, long long pttl_ms, double r);
+
+/* Is name an acceptable lock name? 0, or DLOCK_EBADNAME/DLOCK_ENAMETOOLONG. */
+int lock_name_check(const char *name, size_t len, uint32_t max_len);
+
+#endif

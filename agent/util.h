@@ -1,0 +1,17 @@
+/* util.h -- small helpers of the agent: monotonic time and randomness. */
+#ifndef DLOCKD_UTIL_H
+#define DLOCKD_UTIL_H
+
+#include <stdint.h>
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t now_ns(void);
+/* A uniform double in [0, 1), not for secrets. */
+double random_unit(void);
+/* 128 bits from the kernel's CSPRNG as 32 lowercase hex characters plus NUL.
+ * 0, or -1 if the kernel would not give randomness. */
+int random_token(char out[33]);
+/* 64 random bits from the kernel (for hash seeds). */
+uint64_t random_u64(void);
+
+#endif
