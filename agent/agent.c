@@ -17,6 +17,8 @@
 
 #define container_of(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
 
+#define MAX_FINITE_WAIT_MS (366ll * 24 * 3600 * 1000)
+
 _Static_assert(sizeof(void *) >= sizeof(uint64_t), "lease ids travel as callback pointers");
 
 /* Backend callbacks carry a lock or a lease id; the agent is a singleton. */
@@ -116,7 +118,8 @@ static void release_key(struct agent *a, const struct lock *l, const char *token
 {
     int rc = a->backend->ops->release(a->backend, l->name, l->name_len, token, on_released, NULL);
     if (rc)
-        log_warn("cannot release %s now (%s); it will expire by its TTL", l->name, errname(rc));
+        log_msg(rc == DLOCK_EUNAVAIL ? LOG_DEBUG : LOG_WARN,
+                "cannot release %s now (%s); it will expire by its TTL", l->name, errname(rc));
 }
 
 /* Forgets a lease: out of the heap, the owner's list and the table. */
@@ -317,7 +320,8 @@ void agent_acquire(struct agent *a, struct conn *c, uint32_t id, const struct wi
     w->try_once = m->wait_ms == 0;
     table_waiter_enqueue(l, w);
     waiter_link(c, w);
-    if (m->wait_ms > 0)
+    /* Waits beyond a year are taken as forever (and cannot overflow). */
+    if (m->wait_ms > 0 && m->wait_ms < MAX_FINITE_WAIT_MS)
         timer_set(a, &w->timer, now_ns() + (uint64_t)m->wait_ms * NS_PER_MS);
     lock_settle(a, l);
 }

@@ -62,11 +62,23 @@ static int conn_flush(struct conn *c)
     return 0;
 }
 
+static int process_input(struct conn *c);
+
+/* Writes c's output; once a client that stopped reading has drained its
+ * replies, handles the requests that were left waiting in its input. */
+static void conn_write(struct conn *c)
+{
+    if (c->closing || conn_flush(c) != 0) {
+        conn_close(c);
+        return;
+    }
+    if (c->out.len < OUT_HIGH_WATER && c->in.len >= WIRE_HDR_LEN && process_input(c) == 0)
+        conn_update_reading(c);
+}
+
 static void on_writable(struct ev_loop *loop, ev_io *w, int revents)
 {
-    struct conn *c = w->data;
-    if (conn_flush(c) != 0)
-        conn_close(c);
+    conn_write(w->data);
 }
 
 /* Before the loop blocks: one write per connection for all it was sent. */
@@ -77,8 +89,7 @@ static void on_flush(struct ev_loop *loop, ev_prepare *w, int revents)
         struct conn *c = s->dirty;
         s->dirty = c->dirty_next;
         c->dirty = false;
-        if (c->closing || conn_flush(c) != 0)
-            conn_close(c);
+        conn_write(c);
     }
 }
 
