@@ -1,0 +1,1072 @@
+/* harness.c -- process, Redis, agent and socket helpers for the integration
+ * tests (see harness.h). */
+#include "harness.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef DLOCKD_PATH
+#error "DLOCKD_PATH must be defined (path of the dlockd binary)"
+#endif
+#ifndef DLOCKCTL_PATH
+#error "DLOCKCTL_PATH must be defined (path of the dlockctl binary)"
+#endif
+
+struct h_env H;
+
+/* ---- time ---- */
+
+int64_t h_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void h_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+const char *h_path(const char *name)
+{
+    static char bufs[8][H_PATH + 64];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, sizeof bufs[0], "%s/%s", H.dir, name);
+    return b;
+}
+
+const char *h_read_file(const char *path)
+{
+    static char buf[65536];
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* ---- child processes ---- */
+
+static void register_child(pid_t pid)
+{
+    for (int i = 0; i < H_MAX_CHILDREN; i++)
+        if (H.children[i] == 0) {
+            H.children[i] = pid;
+            return;
+        }
+}
+
+static void forget_child(pid_t pid)
+{
+    for (int i = 0; i < H_MAX_CHILDREN; i++)
+        if (H.children[i] == pid)
+            H.children[i] = 0;
+}
+
+/* In a freshly forked child: die with the test process, default signal
+ * dispositions, nothing blocked. */
+static void child_prepare(pid_t parent)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(127);
+    for (int sig = 1; sig < 32; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP)
+            signal(sig, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* Closes every descriptor from `from` up. */
+static void close_from(int from)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) {
+        for (int fd = from; fd < 4096; fd++)
+            close(fd);
+        return;
+    }
+    int dfd = dirfd(d);
+    int fds[4096], n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < 4096) {
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && fd >= from && fd != dfd)
+            fds[n++] = fd;
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+}
+
+/* Forks and execs argv with stdout/stderr appended to `out`. */
+static pid_t spawn(char *const argv[], const char *out, int own_group)
+{
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        child_prepare(parent);
+        if (own_group)
+            setpgid(0, 0);
+        int in = open("/dev/null", O_RDONLY);
+        int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (in < 0 || fd < 0)
+            _exit(126);
+        dup2(in, 0);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close_from(3);
+        execvp(argv[0], argv);
+        dprintf(2, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    return pid;
+}
+
+pid_t h_fork(void)
+{
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        child_prepare(parent);
+        close_from(3);
+        return 0;
+    }
+    register_child(pid);
+    return pid;
+}
+
+pid_t h_spawn(char *const argv[], const char *out)
+{
+    pid_t pid = spawn(argv, out ? out : h_path("child.out"), 1);
+    register_child(pid);
+    return pid;
+}
+
+static int status_code(int st)
+{
+    if (WIFEXITED(st))
+        return WEXITSTATUS(st);
+    if (WIFSIGNALED(st))
+        return 128 + WTERMSIG(st);
+    return -1;
+}
+
+int h_wait_child(pid_t pid, int timeout_ms)
+{
+    int64_t end = h_now_ms() + timeout_ms;
+    for (;;) {
+        int st;
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid) {
+            forget_child(pid);
+            return status_code(st);
+        }
+        if (r < 0) {
+            forget_child(pid);
+            return -2;
+        }
+        if (h_now_ms() > end)
+            return -1;
+        h_sleep_ms(2);
+    }
+}
+
+/* SIGKILLs pid (and its process group when it leads one) and reaps it. */
+static void kill_reap(pid_t pid)
+{
+    if (pid <= 0)
+        return;
+    if (getpgid(pid) == pid)
+        kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* ---- Redis ---- */
+
+int h_is_token(const char *s)
+{
+    if (!s || strlen(s) != 32)
+        return 0;
+    for (int i = 0; i < 32; i++)
+        if (!isdigit((unsigned char)s[i]) && !(s[i] >= 'a' && s[i] <= 'f'))
+            return 0;
+    return 1;
+}
+
+static redisContext *redis_connect(int timeout_ms)
+{
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    redisContext *c = redisConnectUnixWithTimeout(H.redis_sock, tv);
+    if (!c)
+        return NULL;
+    if (c->err) {
+        redisFree(c);
+        return NULL;
+    }
+    struct timeval cmd_tv = {2, 0};
+    redisSetTimeout(c, cmd_tv);
+    return c;
+}
+
+static void redis_log_tail(void)
+{
+    const char *log = h_read_file(H.redis_log);
+    if (log)
+        fprintf(stderr, "---- %s ----\n%s\n", H.redis_log, log);
+}
+
+void h_redis_start(void)
+{
+    cr_assert_eq(H.redis_pid, 0, "redis-server already running");
+    unlink(H.redis_sock);
+    char *argv[] = {"redis-server",
+                    "--port",
+                    "0",
+                    "--unixsocket",
+                    H.redis_sock,
+                    "--unixsocketperm",
+                    "700",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--daemonize",
+                    "no",
+                    "--dir",
+                    H.dir,
+                    NULL};
+    H.redis_pid = spawn(argv, H.redis_log, 0);
+    int64_t end = h_now_ms() + H_START_MS;
+    for (;;) {
+        int st;
+        if (waitpid(H.redis_pid, &st, WNOHANG) == H.redis_pid) {
+            H.redis_pid = 0;
+            redis_log_tail();
+            cr_assert_fail("redis-server exited at start (status %d); is it on PATH?",
+                           status_code(st));
+        }
+        redisContext *c = redis_connect(200);
+        if (c) {
+            redisReply *r = redisCommand(c, "PING");
+            int ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
+            if (r)
+                freeReplyObject(r);
+            if (ok) {
+                if (H.redis)
+                    redisFree(H.redis);
+                H.redis = c;
+                return;
+            }
+            redisFree(c);
+        }
+        if (h_now_ms() > end) {
+            redis_log_tail();
+            cr_assert_fail("redis-server did not answer PING within %d ms", H_START_MS);
+        }
+        h_sleep_ms(5);
+    }
+}
+
+static void redis_drop_conn(void)
+{
+    if (H.redis) {
+        redisFree(H.redis);
+        H.redis = NULL;
+    }
+}
+
+void h_redis_stop(void)
+{
+    if (!H.redis_pid)
+        return;
+    redis_drop_conn();
+    if (H.redis_stopped)
+        h_redis_resume();
+    kill(H.redis_pid, SIGTERM);
+    if (h_wait_child(H.redis_pid, H_STOP_MS) < 0)
+        kill_reap(H.redis_pid);
+    H.redis_pid = 0;
+}
+
+void h_redis_kill(void)
+{
+    if (!H.redis_pid)
+        return;
+    redis_drop_conn();
+    kill_reap(H.redis_pid);
+    H.redis_pid = 0;
+    H.redis_stopped = 0;
+}
+
+void h_redis_pause(void)
+{
+    cr_assert(H.redis_pid > 0);
+    cr_assert_eq(kill(H.redis_pid, SIGSTOP), 0);
+    H.redis_stopped = 1;
+    /* Our own connection would block on the next command until resumed. */
+    redis_drop_conn();
+}
+
+void h_redis_resume(void)
+{
+    if (H.redis_pid > 0 && H.redis_stopped) {
+        kill(H.redis_pid, SIGCONT);
+        H.redis_stopped = 0;
+    }
+}
+
+void h_redis_restart(void)
+{
+    h_redis_kill();
+    h_redis_start();
+}
+
+redisReply *h_redis_cmd(const char *fmt, ...)
+{
+    cr_assert(H.redis_pid > 0 && !H.redis_stopped, "redis-server is not running");
+    if (H.redis && H.redis->err)
+        redis_drop_conn();
+    if (!H.redis)
+        H.redis = redis_connect(1000);
+    cr_assert_not_null(H.redis, "cannot connect to the test's redis-server");
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(H.redis, fmt, ap);
+    va_end(ap);
+    cr_assert_not_null(r, "redis command '%s' failed: %s", fmt, H.redis->errstr);
+    return r;
+}
+
+char *h_redis_get(const char *key)
+{
+    redisReply *r = h_redis_cmd("GET %s", key);
+    char *v = NULL;
+    if (r->type == REDIS_REPLY_STRING)
+        v = strdup(r->str);
+    else
+        cr_assert_eq(r->type, REDIS_REPLY_NIL, "GET %s: unexpected reply type %d", key, r->type);
+    freeReplyObject(r);
+    return v;
+}
+
+int h_redis_exists(const char *key)
+{
+    redisReply *r = h_redis_cmd("EXISTS %s", key);
+    cr_assert_eq(r->type, REDIS_REPLY_INTEGER);
+    int v = (int)r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+long long h_redis_pttl(const char *key)
+{
+    redisReply *r = h_redis_cmd("PTTL %s", key);
+    cr_assert_eq(r->type, REDIS_REPLY_INTEGER);
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+void h_redis_del(const char *key)
+{
+    freeReplyObject(h_redis_cmd("DEL %s", key));
+}
+
+void h_redis_set_px(const char *key, const char *val, long long px)
+{
+    redisReply *r = h_redis_cmd("SET %s %s PX %lld", key, val, px);
+    cr_assert_eq(r->type, REDIS_REPLY_STATUS, "SET %s failed", key);
+    freeReplyObject(r);
+}
+
+int h_redis_set_nx_px(const char *key, const char *val, long long px)
+{
+    redisReply *r = h_redis_cmd("SET %s %s NX PX %lld", key, val, px);
+    int ok = r->type == REDIS_REPLY_STATUS;
+    if (!ok)
+        cr_assert_eq(r->type, REDIS_REPLY_NIL, "SET NX: unexpected reply type %d", r->type);
+    freeReplyObject(r);
+    return ok;
+}
+
+const char *h_key(const char *name)
+{
+    static char bufs[8][512];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, sizeof bufs[0], "dlock:%s", name);
+    return b;
+}
+
+/* ---- dlockd ---- */
+
+static struct h_agent *agent_at(int i)
+{
+    cr_assert(i >= 0 && i < H_MAX_AGENTS, "no agent slot %d", i);
+    return &H.agent[i];
+}
+
+/* Appends "key = value" to f unless `given` already sets key. */
+static void default_key(FILE *f, const char *given, const char *key, const char *value)
+{
+    if (given && strstr(given, key))
+        return;
+    fprintf(f, "%s = %s\n", key, value);
+}
+
+void h_agent_config(int i, const char *agent_ini, const char *redis_ini)
+{
+    struct h_agent *a = agent_at(i);
+    FILE *f = fopen(a->conf, "w");
+    cr_assert_not_null(f, "cannot write %s", a->conf);
+    fprintf(f, "[agent]\n");
+    default_key(f, agent_ini, "log_level", "debug");
+    if (agent_ini)
+        fprintf(f, "%s\n", agent_ini);
+    fprintf(f, "\n[redis]\naddress = %s\n", H.redis_addr);
+    default_key(f, redis_ini, "connect_timeout_ms", "500");
+    default_key(f, redis_ini, "reconnect_min_ms", "20");
+    default_key(f, redis_ini, "reconnect_max_ms", "250");
+    if (redis_ini)
+        fprintf(f, "%s\n", redis_ini);
+    fclose(f);
+}
+
+void h_agent_log_tail(int i, int lines)
+{
+    const char *log = h_read_file(H.agent[i].log);
+    if (!log)
+        return;
+    const char *p = log + strlen(log);
+    int n = 0;
+    while (p > log && n <= lines)
+        if (*--p == '\n')
+            n++;
+    fprintf(stderr, "---- tail of %s ----\n%s\n----\n", H.agent[i].log, p);
+}
+
+int h_agent_alive(int i)
+{
+    struct h_agent *a = agent_at(i);
+    if (!a->pid)
+        return 0;
+    int st;
+    if (waitpid(a->pid, &st, WNOHANG) == a->pid) {
+        fprintf(stderr, "dlockd[%d] exited unexpectedly, status %d\n", i, status_code(st));
+        a->pid = 0;
+        return 0;
+    }
+    return 1;
+}
+
+int h_client_try_open(int agent, dlock_client **out)
+{
+    return dlock_client_open(out, agent_at(agent)->sock);
+}
+
+void h_agent_start_n(int i)
+{
+    struct h_agent *a = agent_at(i);
+    cr_assert_eq(a->pid, 0, "agent %d already running", i);
+    if (access(a->conf, F_OK) != 0)
+        h_agent_config(i, NULL, NULL);
+    char *argv[] = {DLOCKD_PATH, "-c", a->conf, "-s", a->sock, "-r", H.redis_addr, "-v", NULL};
+    a->pid = spawn(argv, a->log, 0);
+    int64_t end = h_now_ms() + H_START_MS;
+    int rc = 0;
+    for (;;) {
+        if (!h_agent_alive(i)) {
+            h_agent_log_tail(i, 40);
+            cr_assert_fail("dlockd exited during start-up (see its log above)");
+        }
+        dlock_client *c = NULL;
+        if (access(a->sock, F_OK) == 0 && (rc = dlock_client_open(&c, a->sock)) == 0) {
+            dlock_client_close(c);
+            return;
+        }
+        if (h_now_ms() > end) {
+            h_agent_log_tail(i, 40);
+            cr_assert_fail("dlockd did not accept a client within %d ms (last: %s)", H_START_MS,
+                           rc ? dlock_strerror(rc) : "no socket");
+        }
+        h_sleep_ms(5);
+    }
+}
+
+void h_start(const char *agent_ini)
+{
+    h_redis_start();
+    h_agent_config(0, agent_ini, NULL);
+    h_agent_start_n(0);
+}
+
+int h_agent_stop(int i)
+{
+    struct h_agent *a = agent_at(i);
+    if (!a->pid)
+        return -1;
+    kill(a->pid, SIGTERM);
+    int st = h_wait_child(a->pid, H_STOP_MS);
+    if (st == -1) {
+        kill_reap(a->pid);
+        a->pid = 0;
+        h_agent_log_tail(i, 40);
+        cr_assert_fail("dlockd did not exit within %d ms of SIGTERM", H_STOP_MS);
+    }
+    a->pid = 0;
+    return st;
+}
+
+void h_agent_kill(int i)
+{
+    struct h_agent *a = agent_at(i);
+    kill_reap(a->pid);
+    a->pid = 0;
+}
+
+/* ---- clients ---- */
+
+static void on_event(dlock_client *c, dlock_lease *lease, dlock_state state, int reason, void *arg)
+{
+    struct h_cl *cl = arg;
+    (void)c;
+    if (cl->nev < H_MAX_EVENTS) {
+        struct h_event *e = &cl->ev[cl->nev++];
+        e->lease = lease;
+        e->state = state;
+        e->reason = reason;
+        e->at_ms = h_now_ms();
+    }
+}
+
+struct h_cl *h_client_at(int agent)
+{
+    int slot = -1;
+    for (int i = 0; i < H_MAX_CLIENTS && slot < 0; i++)
+        if (!H.clients[i])
+            slot = i;
+    cr_assert(slot >= 0, "too many clients in one test");
+    struct h_cl *cl = calloc(1, sizeof *cl);
+    cr_assert_not_null(cl);
+    int rc = dlock_client_open(&cl->c, agent_at(agent)->sock);
+    if (rc) {
+        free(cl);
+        cr_assert_fail("dlock_client_open: %s (%d)", dlock_strerror(rc), rc);
+    }
+    cl->agent = agent;
+    dlock_client_set_event_cb(cl->c, on_event, cl);
+    H.clients[slot] = cl;
+    return cl;
+}
+
+struct h_cl *h_client(void)
+{
+    return h_client_at(0);
+}
+
+void h_client_close(struct h_cl *cl)
+{
+    for (int i = 0; i < H_MAX_CLIENTS; i++)
+        if (H.clients[i] == cl)
+            H.clients[i] = NULL;
+    dlock_client_close(cl->c);
+    free(cl);
+}
+
+static void dispatch(struct h_cl *cl)
+{
+    int rc = dlock_client_dispatch(cl->c);
+    if (rc == DLOCK_EDISCONNECTED)
+        cl->disconnected = 1;
+    else
+        cr_assert_eq(rc, 0, "dlock_client_dispatch: %s (%d)", dlock_strerror(rc), rc);
+}
+
+void h_pump(struct h_cl *cl, int timeout_ms)
+{
+    if (cl->disconnected) {
+        if (timeout_ms > 0)
+            h_sleep_ms(timeout_ms);
+        return;
+    }
+    struct pollfd p = {.fd = dlock_client_fd(cl->c), .events = POLLIN};
+    if (poll(&p, 1, timeout_ms) > 0)
+        dispatch(cl);
+}
+
+void h_pump_all(int timeout_ms)
+{
+    struct pollfd p[H_MAX_CLIENTS];
+    struct h_cl *who[H_MAX_CLIENTS];
+    int n = 0;
+    for (int i = 0; i < H_MAX_CLIENTS; i++) {
+        struct h_cl *cl = H.clients[i];
+        if (cl && !cl->disconnected) {
+            p[n].fd = dlock_client_fd(cl->c);
+            p[n].events = POLLIN;
+            p[n].revents = 0;
+            who[n++] = cl;
+        }
+    }
+    if (n == 0) {
+        if (timeout_ms > 0)
+            h_sleep_ms(timeout_ms);
+        return;
+    }
+    if (poll(p, (nfds_t)n, timeout_ms) <= 0)
+        return;
+    for (int i = 0; i < n; i++)
+        if (p[i].revents)
+            dispatch(who[i]);
+}
+
+int h_events(const struct h_cl *cl, const dlock_lease *lease, dlock_state state)
+{
+    int n = 0;
+    for (int i = 0; i < cl->nev; i++)
+        if (cl->ev[i].state == state && (!lease || cl->ev[i].lease == lease))
+            n++;
+    return n;
+}
+
+int h_acquire(struct h_cl *cl, const char *name, uint32_t ttl_ms, int64_t wait_ms,
+              dlock_lease **out)
+{
+    dlock_acquire_options o = {.ttl_ms = ttl_ms, .wait_ms = wait_ms, .flags = 0};
+    return dlock_lease_acquire(cl->c, name, &o, out);
+}
+
+dlock_lease *h_must_acquire(struct h_cl *cl, const char *name, uint32_t ttl_ms)
+{
+    dlock_lease *l = NULL;
+    int rc = h_acquire(cl, name, ttl_ms, 0, &l);
+    cr_assert_eq(rc, 0, "acquire %s: %s (%d)", name, dlock_strerror(rc), rc);
+    cr_assert_not_null(l);
+    return l;
+}
+
+static void on_acquired(dlock_client *c, int status, dlock_lease *lease, void *arg)
+{
+    struct h_acq *a = arg;
+    (void)c;
+    a->done++;
+    a->status = status;
+    a->lease = lease;
+    a->seq = ++H.acq_seq;
+    a->at_ms = h_now_ms();
+}
+
+void h_acquire_async(struct h_cl *cl, const char *name, uint32_t ttl_ms, int64_t wait_ms,
+                     struct h_acq *acq)
+{
+    memset(acq, 0, sizeof *acq);
+    dlock_acquire_options o = {.ttl_ms = ttl_ms, .wait_ms = wait_ms, .flags = 0};
+    int rc = dlock_lease_acquire_async(cl->c, name, &o, on_acquired, acq);
+    cr_assert_eq(rc, 0, "acquire_async %s: %s (%d)", name, dlock_strerror(rc), rc);
+}
+
+/* ---- forked holders ---- */
+
+/* Writes all of buf; in the child, errors just end it. */
+static int write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void holder_main(int cmd_fd, int rep_fd, const char *sock, const char *name, uint32_t ttl_ms,
+                        int64_t wait_ms)
+{
+    dlock_client *c = NULL;
+    int rc = dlock_client_open(&c, sock);
+    dlock_lease *l = NULL;
+    if (rc == 0) {
+        dlock_acquire_options o = {.ttl_ms = ttl_ms, .wait_ms = wait_ms, .flags = 0};
+        rc = dlock_lease_acquire(c, name, &o, &l);
+    }
+    write_all(rep_fd, &rc, sizeof rc);
+    if (rc != 0)
+        _exit(1);
+    char cmd = 0;
+    ssize_t r;
+    while ((r = read(cmd_fd, &cmd, 1)) < 0 && errno == EINTR)
+        ;
+    if (r == 1 && cmd == 'r') {
+        rc = dlock_lease_release(l);
+        write_all(rep_fd, &rc, sizeof rc);
+    }
+    dlock_client_close(c);
+    _exit(0);
+}
+
+void h_holder_spawn(struct h_holder *h, const char *name, uint32_t ttl_ms, int64_t wait_ms)
+{
+    int cmd[2], rep[2];
+    cr_assert_eq(pipe2(cmd, O_CLOEXEC), 0);
+    cr_assert_eq(pipe2(rep, O_CLOEXEC), 0);
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        child_prepare(parent);
+        /* Keep only the two pipe ends, as fds 3 and 4: any other copy of the
+         * test's sockets would keep them open after the test closes them. */
+        int c = fcntl(cmd[0], F_DUPFD, 10), r = fcntl(rep[1], F_DUPFD, 10);
+        dup2(c, 3);
+        dup2(r, 4);
+        close_from(5);
+        holder_main(3, 4, H.agent[0].sock, name, ttl_ms, wait_ms);
+    }
+    close(cmd[0]);
+    close(rep[1]);
+    memset(h, 0, sizeof *h);
+    h->pid = pid;
+    h->cmd_fd = cmd[1];
+    h->rep_fd = rep[0];
+    register_child(pid);
+}
+
+/* Reads one int from the holder within timeout_ms: 1 read, 0 timeout, -1 EOF. */
+static int holder_read(struct h_holder *h, int timeout_ms, int *out)
+{
+    struct pollfd p = {.fd = h->rep_fd, .events = POLLIN};
+    int64_t end = h_now_ms() + timeout_ms;
+    for (;;) {
+        int left = (int)(end - h_now_ms());
+        int pr = poll(&p, 1, left > 0 ? left : 0);
+        if (pr > 0)
+            break;
+        if (pr == 0)
+            return 0;
+        if (errno != EINTR)
+            return -1;
+    }
+    ssize_t r = read(h->rep_fd, out, sizeof *out);
+    return r == (ssize_t)sizeof *out ? 1 : -1;
+}
+
+int h_holder_poll(struct h_holder *h, int timeout_ms)
+{
+    if (h->have_rc)
+        return 1;
+    int r = holder_read(h, timeout_ms, &h->acquire_rc);
+    cr_assert_neq(r, -1, "holder process %d died before answering", (int)h->pid);
+    if (r == 1)
+        h->have_rc = 1;
+    return r;
+}
+
+void h_holder_start(struct h_holder *h, const char *name, uint32_t ttl_ms)
+{
+    h_holder_spawn(h, name, ttl_ms, 0);
+    cr_assert(h_holder_poll(h, H_START_MS), "holder did not answer within %d ms", H_START_MS);
+    cr_assert_eq(h->acquire_rc, 0, "holder's acquire of %s: %s (%d)", name,
+                 dlock_strerror(h->acquire_rc), h->acquire_rc);
+}
+
+int h_holder_release(struct h_holder *h)
+{
+    cr_assert_eq(write_all(h->cmd_fd, "r", 1), 0);
+    int rc = 0;
+    cr_assert_eq(holder_read(h, H_STOP_MS, &rc), 1, "holder did not report its release");
+    int st = h_wait_child(h->pid, H_STOP_MS);
+    cr_assert_eq(st, 0, "holder exit status %d", st);
+    close(h->cmd_fd);
+    close(h->rep_fd);
+    h->pid = 0;
+    return rc;
+}
+
+void h_holder_kill(struct h_holder *h, int sig)
+{
+    cr_assert(h->pid > 0);
+    kill(h->pid, sig);
+    if (sig == SIGKILL) {
+        waitpid(h->pid, NULL, 0);
+        forget_child(h->pid);
+        close(h->cmd_fd);
+        close(h->rep_fd);
+        h->pid = 0;
+    }
+}
+
+/* ---- dlockctl ---- */
+
+pid_t h_ctl_spawn(const char *const *args)
+{
+    char *argv[64];
+    int n = 0;
+    argv[n++] = DLOCKCTL_PATH;
+    for (int i = 0; args[i] && n < 63; i++)
+        argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    return h_spawn(argv, h_path("ctl.out"));
+}
+
+int h_ctl(int timeout_ms, ...)
+{
+    const char *args[62];
+    int n = 0;
+    va_list ap;
+    va_start(ap, timeout_ms);
+    while (n < 61 && (args[n] = va_arg(ap, const char *)) != NULL)
+        n++;
+    va_end(ap);
+    args[n] = NULL;
+    pid_t pid = h_ctl_spawn(args);
+    int st = h_wait_child(pid, timeout_ms);
+    if (st == -1) {
+        const char *out = h_read_file(h_path("ctl.out"));
+        fprintf(stderr, "---- dlockctl output ----\n%s\n", out ? out : "");
+        cr_assert_fail("dlockctl did not exit within %d ms", timeout_ms);
+    }
+    return st;
+}
+
+/* ---- raw sockets ---- */
+
+int h_raw_connect(int agent)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    const char *path = agent_at(agent)->sock;
+    cr_assert_lt(strlen(path), sizeof sa.sun_path);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0, "connect %s: %s", sa.sun_path,
+                 strerror(errno));
+    for (int i = 0; i < H_MAX_FDS; i++)
+        if (H.fds[i] < 0) {
+            H.fds[i] = fd;
+            break;
+        }
+    return fd;
+}
+
+void h_raw_close(int fd)
+{
+    for (int i = 0; i < H_MAX_FDS; i++)
+        if (H.fds[i] == fd)
+            H.fds[i] = -1;
+    close(fd);
+}
+
+int h_raw_send(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -errno;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int h_raw_send_buf(int fd, struct wire_buf *b)
+{
+    int rc = h_raw_send(fd, b->data, b->len);
+    wire_buf_free(b);
+    return rc;
+}
+
+/* Reads exactly n bytes before end_ms: 1 done, 0 EOF, -1 timeout, -2 error. */
+static int read_exact(int fd, uint8_t *buf, size_t n, int64_t end_ms)
+{
+    size_t got = 0;
+    while (got < n) {
+        int left = (int)(end_ms - h_now_ms());
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int pr = poll(&p, 1, left > 0 ? left : 0);
+        if (pr == 0)
+            return -1;
+        if (pr < 0) {
+            if (errno == EINTR)
+                continue;
+            return -2;
+        }
+        ssize_t r = recv(fd, buf + got, n - got, 0);
+        if (r == 0)
+            return 0;
+        if (r < 0) {
+            if (errno == EINTR || errno == EAGAIN)
+                continue;
+            return -2;
+        }
+        got += (size_t)r;
+    }
+    return 1;
+}
+
+int h_raw_read_frame(int fd, int timeout_ms, struct wire_hdr *h, uint8_t *body, size_t cap)
+{
+    int64_t end = h_now_ms() + timeout_ms;
+    uint8_t hdr[WIRE_HDR_LEN];
+    int r = read_exact(fd, hdr, sizeof hdr, end);
+    if (r != 1)
+        return r;
+    cr_assert_eq(wire_hdr_decode(hdr, sizeof hdr, WIRE_MAX_BODY, h), 1,
+                 "the agent sent a malformed frame header");
+    uint8_t scratch[WIRE_MAX_BODY];
+    uint8_t *dst = h->len <= cap ? body : scratch;
+    r = read_exact(fd, dst, h->len, end);
+    if (r == 0)
+        cr_assert_fail("the agent closed the connection in the middle of a frame");
+    return r;
+}
+
+uint32_t h_raw_hello(int fd)
+{
+    struct wire_buf b = {0};
+    struct wire_hello m = {.magic = WIRE_MAGIC, .version = WIRE_VERSION};
+    cr_assert_eq(wire_put_hello(&b, 1, &m), 0);
+    cr_assert_eq(h_raw_send_buf(fd, &b), 0);
+    struct wire_hdr h;
+    uint8_t body[WIRE_MAX_BODY];
+    cr_assert_eq(h_raw_read_frame(fd, 2000, &h, body, sizeof body), 1, "no reply to HELLO");
+    cr_assert_eq(h.type, WIRE_T_HELLO_OK, "HELLO answered with type 0x%x", h.type);
+    cr_assert_eq(h.id, 1);
+    struct wire_hello_ok ok;
+    cr_assert_eq(wire_get_hello_ok(body, h.len, &ok), 0);
+    cr_assert_eq(ok.version, WIRE_VERSION);
+    return ok.max_name_len;
+}
+
+int h_raw_expect_close(int fd, int timeout_ms, int *err_code)
+{
+    int64_t end = h_now_ms() + timeout_ms;
+    *err_code = 0;
+    for (;;) {
+        struct wire_hdr h;
+        uint8_t body[WIRE_MAX_BODY];
+        int left = (int)(end - h_now_ms());
+        int r = h_raw_read_frame(fd, left > 0 ? left : 0, &h, body, sizeof body);
+        if (r == 0 || r == -2)
+            return 1;
+        if (r == -1)
+            return 0;
+        if (h.type == WIRE_T_ERROR) {
+            struct wire_error e;
+            cr_assert_eq(wire_get_error(body, h.len, &e), 0, "malformed ERROR frame");
+            *err_code = e.code;
+        }
+    }
+}
+
+/* ---- fixtures ---- */
+
+void h_setup(void)
+{
+    memset(&H, 0, sizeof H);
+    for (int i = 0; i < H_MAX_FDS; i++)
+        H.fds[i] = -1;
+    unsetenv("DLOCK_SOCKET");
+    snprintf(H.dir, sizeof H.dir, "/tmp/dlock-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(H.dir), "mkdtemp: %s", strerror(errno));
+    snprintf(H.redis_sock, sizeof H.redis_sock, "%s/redis.sock", H.dir);
+    snprintf(H.redis_log, sizeof H.redis_log, "%s/redis.log", H.dir);
+    snprintf(H.redis_addr, sizeof H.redis_addr, "unix:%s/redis.sock", H.dir);
+    for (int i = 0; i < H_MAX_AGENTS; i++) {
+        const char *suffix = i == 0 ? "" : "2";
+        snprintf(H.agent[i].sock, sizeof H.agent[i].sock, "%s/dlock%s.sock", H.dir, suffix);
+        snprintf(H.agent[i].conf, sizeof H.agent[i].conf, "%s/dlockd%s.conf", H.dir, suffix);
+        snprintf(H.agent[i].log, sizeof H.agent[i].log, "%s/dlockd%s.log", H.dir, suffix);
+    }
+}
+
+void h_finish(void)
+{
+    for (int i = 0; i < H_MAX_CLIENTS; i++)
+        if (H.clients[i])
+            h_client_close(H.clients[i]);
+    h_redis_resume();
+    for (int i = 0; i < H_MAX_AGENTS; i++) {
+        if (!H.agent[i].pid)
+            continue;
+        cr_assert(h_agent_alive(i), "dlockd %d died during the test", i);
+        int st = h_agent_stop(i);
+        if (st != 0)
+            h_agent_log_tail(i, 60);
+        cr_assert_eq(st, 0, "dlockd %d exit status %d after SIGTERM (log above)", i, st);
+    }
+    H.passed = 1;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+void h_teardown(void)
+{
+    for (int i = 0; i < H_MAX_CLIENTS; i++)
+        if (H.clients[i]) {
+            dlock_client_close(H.clients[i]->c);
+            free(H.clients[i]);
+            H.clients[i] = NULL;
+        }
+    for (int i = 0; i < H_MAX_FDS; i++)
+        if (H.fds[i] >= 0)
+            close(H.fds[i]);
+    for (int i = 0; i < H_MAX_CHILDREN; i++)
+        kill_reap(H.children[i]);
+    for (int i = 0; i < H_MAX_AGENTS; i++) {
+        if (!H.passed && access(H.agent[i].log, F_OK) == 0)
+            h_agent_log_tail(i, 60);
+        kill_reap(H.agent[i].pid);
+    }
+    kill_reap(H.redis_pid);
+    redis_drop_conn();
+    if (getenv("DLOCK_TEST_KEEP")) {
+        fprintf(stderr, "kept %s\n", H.dir);
+        return;
+    }
+    if (H.dir[0])
+        nftw(H.dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}

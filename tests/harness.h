@@ -1,0 +1,273 @@
+/* harness.h -- helpers for the integration tests: a private redis-server and
+ * dlockd per test, clients that record their events, forked lock holders,
+ * raw protocol sockets, dlockctl runs, and deadline-bounded waits.
+ *
+ * Criterion runs each test in its own forked worker, in parallel. Every test
+ * gets a fresh temporary directory holding its Redis socket, agent socket,
+ * config and logs; nothing is shared between tests. Tests are written with
+ * ITEST() so that setup, a checked shutdown and the cleanup always run:
+ *
+ *   ITEST(suite, name)
+ *   {
+ *       h_start(NULL);                  // redis-server + dlockd
+ *       struct h_cl *a = h_client();
+ *       ...
+ *   }
+ *
+ * When the body returns, the harness closes the clients and stops every agent
+ * with SIGTERM, and the test fails unless each exits with status 0 (so a
+ * sanitizer report or crash in the agent fails the test that caused it).
+ * The teardown kills whatever is left and removes the directory, also after a
+ * failed assertion; when a test fails it prints the tail of the agent logs.
+ * Set DLOCK_TEST_KEEP=1 to keep the directories.
+ */
+#ifndef DLOCK_TEST_HARNESS_H
+#define DLOCK_TEST_HARNESS_H
+
+#include <criterion/criterion.h>
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "dlock.h"
+#include "wire.h"
+
+#define H_MAX_AGENTS   2
+#define H_MAX_CLIENTS  16
+#define H_MAX_EVENTS   64
+#define H_MAX_CHILDREN 16
+#define H_MAX_FDS      16
+#define H_PATH         200
+
+/* Deadlines used throughout (milliseconds). */
+#define H_START_MS 5000 /* redis-server / dlockd to come up */
+#define H_STOP_MS  5000 /* a process to exit after SIGTERM */
+
+struct h_agent {
+    pid_t pid;      /* 0 when not running */
+    char sock[108]; /* fits sockaddr_un.sun_path */
+    char conf[H_PATH];
+    char log[H_PATH];
+};
+
+struct h_event {
+    dlock_lease *lease;
+    dlock_state state;
+    int reason;
+    int64_t at_ms; /* h_now_ms() when delivered */
+};
+
+/* A client of the agent that records the events delivered to it. */
+struct h_cl {
+    dlock_client *c;
+    int agent;        /* index of the agent it talks to */
+    int disconnected; /* dispatch returned DLOCK_EDISCONNECTED */
+    int nev;
+    struct h_event ev[H_MAX_EVENTS];
+};
+
+/* The result of an asynchronous acquire. */
+struct h_acq {
+    int done;
+    int status;
+    dlock_lease *lease;
+    int seq;       /* completion order among all h_acq of the test, from 1 */
+    int64_t at_ms; /* h_now_ms() at completion */
+};
+
+/* A forked process holding (or trying to take) a lock through its own client. */
+struct h_holder {
+    pid_t pid;
+    int cmd_fd;     /* parent writes commands */
+    int rep_fd;     /* parent reads results */
+    int acquire_rc; /* valid once have_rc */
+    int have_rc;
+};
+
+struct h_env {
+    char dir[64];
+    char redis_sock[H_PATH];
+    char redis_log[H_PATH];
+    char redis_addr[H_PATH]; /* "unix:<redis_sock>" */
+    pid_t redis_pid;
+    int redis_stopped; /* SIGSTOPped */
+    redisContext *redis;
+    struct h_agent agent[H_MAX_AGENTS];
+    struct h_cl *clients[H_MAX_CLIENTS];
+    pid_t children[H_MAX_CHILDREN]; /* holders, dlockctl runs: killed at teardown */
+    int fds[H_MAX_FDS];             /* raw sockets: closed at teardown */
+    int acq_seq;
+    int passed;
+};
+
+extern struct h_env H;
+
+/* Criterion fixtures; ITEST() installs them. */
+void h_setup(void);
+void h_teardown(void);
+/* Called after an ITEST body: closes clients, stops agents, checks exit 0. */
+void h_finish(void);
+
+#define ITEST(suite, name)                                                                         \
+    static void suite##_##name##_body(void);                                                       \
+    Test(suite, name, .init = h_setup, .fini = h_teardown, .timeout = 60)                          \
+    {                                                                                              \
+        suite##_##name##_body();                                                                   \
+        h_finish();                                                                                \
+    }                                                                                              \
+    static void suite##_##name##_body(void)
+
+/* ---- time and waiting ---- */
+
+int64_t h_now_ms(void);
+void h_sleep_ms(int ms);
+
+/* Waits until cond is true, pumping every client (so their events and async
+ * acquires are delivered) between evaluations; fails the test when timeout_ms
+ * passes first. */
+#define H_WAIT_UNTIL(timeout_ms, cond)                                                             \
+    do {                                                                                           \
+        int64_t h_end_ = h_now_ms() + (timeout_ms);                                                \
+        while (!(cond)) {                                                                          \
+            if (h_now_ms() > h_end_)                                                               \
+                cr_assert_fail("%s:%d: not true within %d ms: %s", __FILE__, __LINE__,             \
+                               (int)(timeout_ms), #cond);                                          \
+            h_pump_all(2);                                                                         \
+        }                                                                                          \
+    } while (0)
+
+/* Keeps checking that cond stays true for duration_ms (pumping clients);
+ * fails the test the first time it is false. */
+#define H_HOLDS_FOR(duration_ms, cond)                                                             \
+    do {                                                                                           \
+        int64_t h_end_ = h_now_ms() + (duration_ms);                                               \
+        while (h_now_ms() < h_end_) {                                                              \
+            if (!(cond))                                                                           \
+                cr_assert_fail("%s:%d: became false: %s", __FILE__, __LINE__, #cond);              \
+            h_pump_all(2);                                                                         \
+        }                                                                                          \
+    } while (0)
+
+/* The agent answers a release before Redis has run its compare-and-DEL (the
+ * DEL is pipelined, best effort), so a released key goes within moments
+ * rather than before dlock_lease_release() returns. */
+#define H_KEY_GONE(key) H_WAIT_UNTIL(500, !h_redis_exists(key))
+
+/* ---- redis-server ---- */
+
+void h_redis_start(void);   /* fresh or again on the same socket; connects H.redis */
+void h_redis_stop(void);    /* SIGTERM + waitpid */
+void h_redis_kill(void);    /* SIGKILL + waitpid */
+void h_redis_pause(void);   /* SIGSTOP */
+void h_redis_resume(void);  /* SIGCONT */
+void h_redis_restart(void); /* kill -9, then start on the same socket (empty) */
+
+/* Runs a command on H.redis (reconnecting if needed); fails the test when
+ * there is no reply. The caller frees the reply with freeReplyObject(). */
+redisReply *h_redis_cmd(const char *fmt, ...);
+/* GET: a malloc'd copy of the value, or NULL when the key does not exist. */
+char *h_redis_get(const char *key);
+int h_redis_exists(const char *key);
+long long h_redis_pttl(const char *key); /* -2 no key, -1 no TTL */
+void h_redis_del(const char *key);
+void h_redis_set_px(const char *key, const char *val, long long px);
+/* SET key val NX PX px: 1 when set, 0 when refused (nil reply). */
+int h_redis_set_nx_px(const char *key, const char *val, long long px);
+/* 1 when s is 32 lowercase hex characters. */
+int h_is_token(const char *s);
+
+/* ---- dlockd ---- */
+
+/* Writes agent i's config file: `agent_ini` goes under [agent] (may be NULL),
+ * `redis_ini` under [redis] after the address line (may be NULL). */
+void h_agent_config(int i, const char *agent_ini, const char *redis_ini);
+/* Starts agent i with its config (written with defaults unless
+ * h_agent_config() was called) and waits until a client can open. */
+void h_agent_start_n(int i);
+/* h_redis_start() + h_agent_config(0, agent_ini, NULL) + h_agent_start_n(0). */
+void h_start(const char *agent_ini);
+/* SIGTERM agent i, wait; returns the exit status (128+sig if killed). */
+int h_agent_stop(int i);
+void h_agent_kill(int i); /* SIGKILL + waitpid */
+int h_agent_alive(int i);
+/* Prints the last `lines` lines of agent i's log to stderr. */
+void h_agent_log_tail(int i, int lines);
+
+/* ---- clients ---- */
+
+struct h_cl *h_client(void); /* to agent 0; fails the test on error */
+struct h_cl *h_client_at(int agent);
+int h_client_try_open(int agent, dlock_client **out);
+void h_client_close(struct h_cl *cl);
+/* Dispatches what the agent sent, waiting up to timeout_ms for it. */
+void h_pump(struct h_cl *cl, int timeout_ms);
+void h_pump_all(int timeout_ms);
+/* Events of cl (for lease, or any lease when NULL) in the given state. */
+int h_events(const struct h_cl *cl, const dlock_lease *lease, dlock_state state);
+
+/* Blocking acquire; returns its result (the lease in *out on success). */
+int h_acquire(struct h_cl *cl, const char *name, uint32_t ttl_ms, int64_t wait_ms,
+              dlock_lease **out);
+/* Blocking acquire that must succeed. */
+dlock_lease *h_must_acquire(struct h_cl *cl, const char *name, uint32_t ttl_ms);
+/* Asynchronous acquire; fails the test if it could not be sent. */
+void h_acquire_async(struct h_cl *cl, const char *name, uint32_t ttl_ms, int64_t wait_ms,
+                     struct h_acq *acq);
+/* The Redis key of lock name under the default prefix. */
+const char *h_key(const char *name);
+
+/* ---- forked holder processes ---- */
+
+/* Forks a child that opens its own client to agent 0 and acquires name. */
+void h_holder_spawn(struct h_holder *h, const char *name, uint32_t ttl_ms, int64_t wait_ms);
+/* Waits up to timeout_ms for the child's acquire result: 1 and h->acquire_rc
+ * set, or 0 when it has not answered yet. */
+int h_holder_poll(struct h_holder *h, int timeout_ms);
+/* Spawns and waits for the acquire, which must succeed. */
+void h_holder_start(struct h_holder *h, const char *name, uint32_t ttl_ms);
+/* Asks the child to release and exit; returns the release result. */
+int h_holder_release(struct h_holder *h);
+void h_holder_kill(struct h_holder *h, int sig); /* SIGKILL also reaps it */
+
+/* ---- child processes in general ---- */
+
+/* fork(): in the child, which must end with _exit(), every descriptor from 3
+ * up is closed (so it holds no copy of the test's sockets) and it dies with
+ * the test; the parent registers it for teardown. */
+pid_t h_fork(void);
+
+/* Forks and execs argv (argv[0] is the path) with stdout and stderr appended
+ * to the file `out` (NULL: DIR/child.out), in its own process group; the child
+ * is killed at teardown. */
+pid_t h_spawn(char *const argv[], const char *out);
+/* Waits for pid up to timeout_ms; returns its exit status, 128+signal when
+ * killed, or -1 on timeout (the child is then left running). */
+int h_wait_child(pid_t pid, int timeout_ms);
+/* Runs dlockctl with the given arguments (NULL-terminated, without argv[0])
+ * and returns its exit status; fails the test if it runs past timeout_ms. */
+int h_ctl(int timeout_ms, ...);
+pid_t h_ctl_spawn(const char *const *args);
+/* Reads a whole file into a static buffer (NULL when it does not exist). */
+const char *h_read_file(const char *path);
+/* DIR/name in a static rotating buffer. */
+const char *h_path(const char *name);
+
+/* ---- raw protocol sockets ---- */
+
+int h_raw_connect(int agent); /* a plain connected socket, closed at teardown */
+void h_raw_close(int fd);
+/* Sends all bytes; returns 0 or -errno (EPIPE/ECONNRESET when closed). */
+int h_raw_send(int fd, const void *buf, size_t n);
+int h_raw_send_buf(int fd, struct wire_buf *b); /* sends and frees */
+/* Sends HELLO and expects HELLO_OK; returns the agent's max_name_len. */
+uint32_t h_raw_hello(int fd);
+/* Reads one frame: 1 read (header in *h, body copied to body[0..cap)),
+ * 0 on EOF, -1 on timeout, -2 on a read error (e.g. ECONNRESET). */
+int h_raw_read_frame(int fd, int timeout_ms, struct wire_hdr *h, uint8_t *body, size_t cap);
+/* Expects the agent to close the connection within timeout_ms, reading any
+ * frames before; *err_code gets the code of an ERROR frame seen (0 if none).
+ * Returns 1 when closed, 0 on timeout. */
+int h_raw_expect_close(int fd, int timeout_ms, int *err_code);
+
+#endif /* DLOCK_TEST_HARNESS_H */

@@ -1,0 +1,314 @@
+/* test_acquire.c -- acquire and release through libdlock: the Redis key and
+ * its token, lease accessors, busy and timed-out acquires, name checks,
+ * per-connection limits and fencing tokens. */
+#include <string.h>
+#include <time.h>
+
+#include "harness.h"
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+ITEST(acquire, key_holds_token_release_deletes_it)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    int64_t before = mono_ns();
+    dlock_lease *l = h_must_acquire(a, "alpha", 5000);
+    int64_t after = mono_ns();
+
+    cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_HELD);
+    cr_assert_str_eq(dlock_lease_name(l), "alpha");
+    cr_assert_eq(dlock_lease_ttl_ms(l), 5000);
+    cr_assert_eq(dlock_lease_client(l), a->c);
+
+    /* Conservative validity: t_send + ttl - drift, t_send within the call. */
+    int64_t drift_ns = (5000 / 100 + 2) * 1000000LL;
+    int64_t deadline = dlock_lease_deadline_ns(l);
+    cr_assert_geq(deadline, before + 5000 * 1000000LL - drift_ns - 1000000,
+                  "deadline %lld earlier than expected", (long long)deadline);
+    cr_assert_leq(deadline, after + 5000 * 1000000LL - drift_ns,
+                  "deadline %lld ns past now is later than ttl - drift",
+                  (long long)(deadline - after));
+
+    char *tok = h_redis_get(h_key("alpha"));
+    cr_assert(h_is_token(tok), "dlock:alpha holds '%s', not a 32-hex-char token",
+              tok ? tok : "(nil)");
+    long long pttl = h_redis_pttl(h_key("alpha"));
+    cr_assert(pttl > 4000 && pttl <= 5000, "PTTL %lld", pttl);
+
+    cr_assert_eq(dlock_lease_release(l), 0);
+    H_KEY_GONE(h_key("alpha"));
+    free(tok);
+}
+
+ITEST(acquire, every_acquisition_gets_a_fresh_token)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    dlock_lease *l1 = h_must_acquire(a, "t1", 5000);
+    dlock_lease *l2 = h_must_acquire(a, "t2", 5000);
+    char *k1 = h_redis_get(h_key("t1")), *k2 = h_redis_get(h_key("t2"));
+    cr_assert(h_is_token(k1) && h_is_token(k2));
+    cr_assert_str_neq(k1, k2);
+    cr_assert_eq(dlock_lease_release(l1), 0);
+    l1 = h_must_acquire(a, "t1", 5000);
+    char *k1b = h_redis_get(h_key("t1"));
+    cr_assert(h_is_token(k1b));
+    cr_assert_str_neq(k1, k1b, "re-acquisition reused the old token");
+    cr_assert_eq(dlock_lease_release(l1), 0);
+    cr_assert_eq(dlock_lease_release(l2), 0);
+    free(k1);
+    free(k2);
+    free(k1b);
+}
+
+ITEST(acquire, default_ttl_and_null_options)
+{
+    h_start("default_ttl_ms = 7000");
+    struct h_cl *a = h_client();
+    dlock_lease *l = NULL;
+    cr_assert_eq(dlock_lease_acquire(a->c, "dflt", NULL, &l), 0);
+    cr_assert_eq(dlock_lease_ttl_ms(l), 7000);
+    long long pttl = h_redis_pttl(h_key("dflt"));
+    cr_assert(pttl > 6000 && pttl <= 7000, "PTTL %lld with default_ttl_ms 7000", pttl);
+
+    dlock_lease *l2 = NULL;
+    dlock_acquire_options zero = {0};
+    cr_assert_eq(dlock_lease_acquire(a->c, "dflt2", &zero, &l2), 0);
+    cr_assert_eq(dlock_lease_ttl_ms(l2), 7000);
+    cr_assert_eq(dlock_lease_release(l), 0);
+    cr_assert_eq(dlock_lease_release(l2), 0);
+}
+
+ITEST(acquire, key_prefix_from_config)
+{
+    h_start("prefix = myapp:locks:");
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "job", 5000);
+    char *tok = h_redis_get("myapp:locks:job");
+    cr_assert(h_is_token(tok), "no token under the configured prefix");
+    cr_assert_eq(h_redis_exists("dlock:job"), 0);
+    cr_assert_eq(dlock_lease_release(l), 0);
+    H_KEY_GONE("myapp:locks:job");
+    free(tok);
+}
+
+ITEST(acquire, try_once_on_held_lock_is_busy)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client(), *b = h_client();
+    dlock_lease *la = h_must_acquire(a, "busy", 5000);
+    char *tok = h_redis_get(h_key("busy"));
+
+    dlock_lease *sentinel = (dlock_lease *)(uintptr_t)0x1234;
+    dlock_lease *lb = sentinel;
+    int64_t t0 = h_now_ms();
+    int rc = h_acquire(b, "busy", 5000, 0, &lb);
+    cr_assert_eq(rc, DLOCK_EBUSY, "got %s (%d)", dlock_strerror(rc), rc);
+    cr_assert_lt(h_now_ms() - t0, 1000, "a try-once acquire should not wait");
+    cr_assert_eq(lb, sentinel, "out parameter written on failure");
+
+    /* The same client asking again for its own lock: not re-entrant. */
+    rc = h_acquire(a, "busy", 5000, 0, &lb);
+    cr_assert_eq(rc, DLOCK_EBUSY, "second acquire by the holder: %s (%d)", dlock_strerror(rc), rc);
+
+    char *now = h_redis_get(h_key("busy"));
+    cr_assert_str_eq(now, tok, "the holder's key changed");
+    cr_assert_eq(dlock_lease_state(la), DLOCK_STATE_HELD);
+    cr_assert_eq(dlock_lease_release(la), 0);
+    free(tok);
+    free(now);
+}
+
+ITEST(acquire, bounded_wait_times_out)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client(), *b = h_client();
+    dlock_lease *la = h_must_acquire(a, "slow", 5000);
+    dlock_lease *lb = NULL;
+    int64_t t0 = h_now_ms();
+    int rc = h_acquire(b, "slow", 5000, 500, &lb);
+    int64_t el = h_now_ms() - t0;
+    cr_assert_eq(rc, DLOCK_ETIMEDOUT, "got %s (%d)", dlock_strerror(rc), rc);
+    cr_assert_geq(el, 450, "timed out after %lld ms, wait was 500", (long long)el);
+    cr_assert_leq(el, 1500, "timed out after %lld ms, wait was 500", (long long)el);
+    cr_assert_null(lb);
+
+    /* The timed-out waiter is gone: a release leaves the key free. */
+    cr_assert_eq(dlock_lease_release(la), 0);
+    H_KEY_GONE(h_key("slow"));
+    h_pump_all(100);
+    cr_assert_eq(h_redis_exists(h_key("slow")), 0, "a timed-out waiter took the lock");
+    /* and b's connection still works */
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    dlock_lease *l2 = h_must_acquire(b, "slow", 5000);
+    cr_assert_eq(dlock_lease_release(l2), 0);
+}
+
+ITEST(acquire, bad_names_are_refused_and_connection_stays)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    dlock_lease *l = NULL;
+    int rc;
+    cr_assert_eq(rc = h_acquire(a, "", 1000, 0, &l), DLOCK_EBADNAME, "empty: %d", rc);
+    cr_assert_eq(rc = h_acquire(a, "a b", 1000, 0, &l), DLOCK_EBADNAME, "space: %d", rc);
+    cr_assert_eq(rc = h_acquire(a, "a\tb", 1000, 0, &l), DLOCK_EBADNAME, "tab: %d", rc);
+    cr_assert_eq(rc = h_acquire(a, "a\x01", 1000, 0, &l), DLOCK_EBADNAME, "ctrl: %d", rc);
+    cr_assert_eq(rc = h_acquire(a, "a\x7f", 1000, 0, &l), DLOCK_EBADNAME, "DEL: %d", rc);
+
+    char name[202];
+    memset(name, 'x', sizeof name);
+    name[200] = '\0'; /* exactly the default max_name_len */
+    dlock_lease *ok = h_must_acquire(a, name, 1000);
+    cr_assert_eq(h_redis_exists(h_key(name)), 1);
+    cr_assert_eq(dlock_lease_release(ok), 0);
+    name[200] = 'x';
+    name[201] = '\0';
+    cr_assert_eq(rc = h_acquire(a, name, 1000, 0, &l), DLOCK_ENAMETOOLONG, "201 bytes: %d", rc);
+    cr_assert_null(l);
+
+    /* Names with any other byte (UTF-8, punctuation) are fine. */
+    dlock_lease *u = h_must_acquire(a, "caf\xc3\xa9/{orders}:42", 1000);
+    cr_assert_eq(h_redis_exists("dlock:caf\xc3\xa9/{orders}:42"), 1);
+    cr_assert_eq(dlock_lease_release(u), 0);
+    cr_assert_eq(dlock_client_ping(a->c), 0);
+}
+
+ITEST(acquire, invalid_arguments)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    dlock_lease *l = NULL;
+    dlock_acquire_options o = {.ttl_ms = 1000, .wait_ms = 0, .flags = 1};
+    int rc = dlock_lease_acquire(a->c, "flags", &o, &l);
+    cr_assert_eq(rc, DLOCK_EINVAL, "nonzero reserved flags: %s (%d)", dlock_strerror(rc), rc);
+    cr_assert_eq(h_redis_exists(h_key("flags")), 0);
+    o.flags = 0;
+    rc = dlock_lease_acquire(a->c, NULL, &o, &l);
+    cr_assert_eq(rc, DLOCK_EINVAL, "NULL name: %s (%d)", dlock_strerror(rc), rc);
+    cr_assert_null(l);
+    cr_assert_eq(dlock_client_ping(a->c), 0);
+}
+
+ITEST(acquire, open_without_agent_fails)
+{
+    dlock_client *c = (dlock_client *)(uintptr_t)0x1234;
+    int rc = dlock_client_open(&c, h_path("nothing.sock"));
+    cr_assert_eq(rc, DLOCK_ECONNECT, "got %s (%d)", dlock_strerror(rc), rc);
+    cr_assert_eq(c, (dlock_client *)(uintptr_t)0x1234, "out parameter written on failure");
+    cr_assert_str_neq(dlock_strerror(DLOCK_EBUSY), dlock_strerror(DLOCK_ETIMEDOUT));
+    cr_assert_str_eq(dlock_strerror(12345), "unknown error");
+    cr_assert_str_eq(dlock_state_name(DLOCK_STATE_HELD), "held");
+    cr_assert_str_eq(dlock_state_name(DLOCK_STATE_LOST), "lost");
+}
+
+ITEST(acquire, lease_limit_per_connection)
+{
+    h_start("max_leases_per_conn = 2");
+    struct h_cl *a = h_client();
+    dlock_lease *l1 = h_must_acquire(a, "m1", 5000);
+    dlock_lease *l2 = h_must_acquire(a, "m2", 5000);
+    dlock_lease *l3 = NULL;
+    int rc = h_acquire(a, "m3", 5000, 0, &l3);
+    cr_assert_eq(rc, DLOCK_ELIMIT, "third lease: %s (%d)", dlock_strerror(rc), rc);
+    cr_assert_eq(h_redis_exists(h_key("m3")), 0);
+    /* another connection has its own budget */
+    struct h_cl *b = h_client();
+    dlock_lease *lb = h_must_acquire(b, "m3", 5000);
+    cr_assert_eq(dlock_lease_release(lb), 0);
+    /* after a release there is room again */
+    cr_assert_eq(dlock_lease_release(l1), 0);
+    l3 = h_must_acquire(a, "m3", 5000);
+    cr_assert_eq(dlock_lease_release(l3), 0);
+    cr_assert_eq(dlock_lease_release(l2), 0);
+}
+
+ITEST(acquire, waiter_limit_per_connection)
+{
+    h_start("max_waiters_per_conn = 2");
+    struct h_cl *a = h_client(), *b = h_client();
+    dlock_lease *la = h_must_acquire(a, "w", 5000);
+    struct h_acq w1, w2, w3;
+    h_acquire_async(b, "w", 5000, DLOCK_WAIT_FOREVER, &w1);
+    h_acquire_async(b, "w2", 5000, 0, &w2); /* w2 is free: granted, not a waiter */
+    H_WAIT_UNTIL(2000, w2.done);
+    cr_assert_eq(w2.status, 0);
+    h_acquire_async(b, "w", 5000, DLOCK_WAIT_FOREVER, &w3);
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    struct h_acq w4;
+    h_acquire_async(b, "w", 5000, DLOCK_WAIT_FOREVER, &w4);
+    H_WAIT_UNTIL(2000, w4.done);
+    cr_assert_eq(w4.status, DLOCK_ELIMIT, "third waiter: %s (%d)", dlock_strerror(w4.status),
+                 w4.status);
+    cr_assert_eq(w1.done + w3.done, 0, "waiters finished while the lock is held");
+    cr_assert_eq(dlock_lease_release(la), 0);
+    H_WAIT_UNTIL(2000, w1.done);
+    cr_assert_eq(w1.status, 0);
+    cr_assert_eq(dlock_lease_release(w1.lease), 0);
+    H_WAIT_UNTIL(2000, w3.done);
+    cr_assert_eq(w3.status, 0);
+    cr_assert_eq(dlock_lease_release(w3.lease), 0);
+    cr_assert_eq(dlock_lease_release(w2.lease), 0);
+}
+
+/* Acquires name over a raw connection and returns its GRANTED message. */
+static struct wire_granted raw_grant(int fd, const char *name, uint32_t id)
+{
+    struct wire_buf b = {0};
+    struct wire_acquire m = {
+        .ttl_ms = 5000, .wait_ms = 2000, .name = name, .name_len = (uint16_t)strlen(name)};
+    cr_assert_eq(wire_put_acquire(&b, id, &m), 0);
+    cr_assert_eq(h_raw_send_buf(fd, &b), 0);
+    struct wire_hdr h;
+    uint8_t body[WIRE_MAX_BODY];
+    cr_assert_eq(h_raw_read_frame(fd, 3000, &h, body, sizeof body), 1);
+    cr_assert_eq(h.type, WIRE_T_GRANTED, "acquire answered with type 0x%x", h.type);
+    cr_assert_eq(h.id, id);
+    struct wire_granted g;
+    cr_assert_eq(wire_get_granted(body, h.len, &g), 0);
+    return g;
+}
+
+static void raw_release(int fd, uint64_t lease_id, uint32_t id)
+{
+    struct wire_buf b = {0};
+    struct wire_release m = {.lease_id = lease_id};
+    cr_assert_eq(wire_put_release(&b, id, &m), 0);
+    cr_assert_eq(h_raw_send_buf(fd, &b), 0);
+    struct wire_hdr h;
+    uint8_t body[WIRE_MAX_BODY];
+    cr_assert_eq(h_raw_read_frame(fd, 3000, &h, body, sizeof body), 1);
+    cr_assert_eq(h.type, WIRE_T_OK, "release answered with type 0x%x", h.type);
+    cr_assert_eq(h.id, id);
+}
+
+ITEST(acquire, fencing_tokens_increase_across_agent_restarts)
+{
+    h_start(NULL);
+    uint64_t last = 0;
+    for (int round = 0; round < 2; round++) {
+        int fd = h_raw_connect(0);
+        h_raw_hello(fd);
+        for (int i = 0; i < 3; i++) {
+            struct wire_granted g = raw_grant(fd, "fenced", (uint32_t)(10 + i));
+            if (g.fence == 0) {
+                H.passed = 1;
+                cr_skip_test("the backend issues no fencing tokens (fence 0)");
+            }
+            cr_assert_gt(g.fence, last, "fence %llu not above the previous %llu",
+                         (unsigned long long)g.fence, (unsigned long long)last);
+            last = g.fence;
+            raw_release(fd, g.lease_id, (uint32_t)(20 + i));
+        }
+        h_raw_close(fd);
+        cr_assert_eq(h_agent_stop(0), 0);
+        if (round == 0)
+            h_agent_start_n(0);
+    }
+}

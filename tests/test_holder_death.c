@@ -1,0 +1,104 @@
+/* test_holder_death.c -- a holder that dies or closes its client gives its
+ * leases up at once, not after their TTL. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "harness.h"
+
+ITEST(holder_death, kill9_releases_at_once)
+{
+    h_start(NULL);
+    struct h_holder h;
+    h_holder_start(&h, "victim", 30000);
+    char *tok = h_redis_get(h_key("victim"));
+    cr_assert(h_is_token(tok));
+    free(tok);
+    long long pttl = h_redis_pttl(h_key("victim"));
+    cr_assert_gt(pttl, 25000);
+
+    int64_t t0 = h_now_ms();
+    h_holder_kill(&h, SIGKILL);
+    H_WAIT_UNTIL(1000, !h_redis_exists(h_key("victim")));
+    cr_log_info("key gone %lld ms after kill -9", (long long)(h_now_ms() - t0));
+}
+
+ITEST(holder_death, kill9_wakes_waiter_at_once)
+{
+    h_start("retry_fallback_ms = 10000");
+    struct h_holder h;
+    h_holder_start(&h, "victim", 30000);
+    struct h_cl *b = h_client();
+    struct h_acq w;
+    h_acquire_async(b, "victim", 30000, DLOCK_WAIT_FOREVER, &w);
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    H_HOLDS_FOR(200, !w.done);
+    int64_t t0 = h_now_ms();
+    h_holder_kill(&h, SIGKILL);
+    H_WAIT_UNTIL(1000, w.done);
+    cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
+    cr_log_info("waiter granted %lld ms after kill -9", (long long)(w.at_ms - t0));
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+}
+
+ITEST(holder_death, exit_without_release_releases)
+{
+    h_start(NULL);
+    pid_t pid = h_fork();
+    if (pid == 0) {
+        dlock_client *c;
+        dlock_lease *l;
+        dlock_acquire_options o = {.ttl_ms = 30000};
+        if (h_client_try_open(0, &c) != 0 || dlock_lease_acquire(c, "quitter", &o, &l) != 0)
+            _exit(1);
+        _exit(0); /* no release, no close */
+    }
+    cr_assert_eq(h_wait_child(pid, 5000), 0, "child could not acquire");
+    H_WAIT_UNTIL(1000, !h_redis_exists(h_key("quitter")));
+}
+
+ITEST(holder_death, client_close_releases_every_lease)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    enum { N = 50 };
+    char name[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "many-%d", i);
+        h_must_acquire(a, name, 30000);
+    }
+    redisReply *r = h_redis_cmd("KEYS dlock:many-*");
+    cr_assert_eq(r->elements, N);
+    freeReplyObject(r);
+
+    h_client_close(a);
+    int64_t t0 = h_now_ms();
+    long long left = N;
+    while (left > 0) {
+        r = h_redis_cmd("KEYS dlock:many-*");
+        left = (long long)r->elements;
+        freeReplyObject(r);
+        cr_assert_lt(h_now_ms() - t0, 1000, "%lld keys left 1 s after close", left);
+        h_sleep_ms(5);
+    }
+}
+
+ITEST(holder_death, close_with_pending_acquire_calls_no_callback)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client(), *b = h_client();
+    dlock_lease *la = h_must_acquire(a, "pend", 30000);
+    struct h_acq w;
+    h_acquire_async(b, "pend", 30000, DLOCK_WAIT_FOREVER, &w);
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    h_client_close(b); /* drops the waiter; its callback must not run */
+    cr_assert_eq(w.done, 0);
+    cr_assert_eq(dlock_lease_release(la), 0);
+    h_pump_all(200);
+    cr_assert_eq(w.done, 0);
+    cr_assert_eq(h_redis_exists(h_key("pend")), 0, "the closed client's waiter got the lock");
+    /* and the lock is free for others */
+    struct h_cl *c = h_client();
+    dlock_lease *lc = h_must_acquire(c, "pend", 30000);
+    cr_assert_eq(dlock_lease_release(lc), 0);
+}

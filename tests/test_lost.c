@@ -1,0 +1,107 @@
+/* test_lost.c -- a key deleted or taken over behind the agent's back: the
+ * holder is told its lease is LOST within a renewal period, and the agent never
+ * deletes or extends a key it does not own. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+ITEST(lost, key_deleted_behind_back_reports_lost)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "gone", 600); /* renewed every 200 ms */
+    h_pump_all(50);
+    cr_assert_eq(h_events(a, l, DLOCK_STATE_LOST), 0);
+
+    int64_t t0 = h_now_ms();
+    h_redis_del(h_key("gone"));
+    H_WAIT_UNTIL(1000, h_events(a, l, DLOCK_STATE_LOST) > 0);
+    cr_log_info("LOST %lld ms after DEL", (long long)(h_now_ms() - t0));
+    cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_LOST);
+    cr_assert_eq(h_events(a, l, DLOCK_STATE_LOST), 1, "LOST delivered more than once");
+
+    /* the agent does not take the key again on its own */
+    H_HOLDS_FOR(300, !h_redis_exists(h_key("gone")));
+    int rc = dlock_lease_release(l);
+    cr_assert_eq(rc, DLOCK_ELOST, "release of a lost lease: %s (%d)", dlock_strerror(rc), rc);
+
+    /* the client and the name are usable again */
+    dlock_lease *l2 = h_must_acquire(a, "gone", 600);
+    cr_assert_eq(dlock_lease_release(l2), 0);
+}
+
+ITEST(lost, key_overwritten_reports_lost_and_other_owner_is_untouched)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "stolen", 600);
+
+    int64_t t0 = h_now_ms();
+    h_redis_set_px(h_key("stolen"), "other", 10000);
+    H_WAIT_UNTIL(1000, h_events(a, l, DLOCK_STATE_LOST) > 0);
+    cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_LOST);
+
+    /* For a while after: still "other", its TTL only running down. */
+    int64_t end = h_now_ms() + 700;
+    while (h_now_ms() < end) {
+        char *v = h_redis_get(h_key("stolen"));
+        cr_assert_not_null(v, "the agent deleted another owner's key");
+        cr_assert_str_eq(v, "other", "the agent overwrote another owner's key");
+        free(v);
+        long long pttl = h_redis_pttl(h_key("stolen"));
+        long long bound = 10000 - (h_now_ms() - t0) + 30;
+        cr_assert(pttl > 0 && pttl <= bound,
+                  "another owner's TTL was reset: PTTL %lld, at most %lld expected", pttl, bound);
+        h_pump_all(20);
+    }
+
+    int rc = dlock_lease_release(l);
+    cr_assert_eq(rc, DLOCK_ELOST, "release of a lost lease: %s (%d)", dlock_strerror(rc), rc);
+    char *v = h_redis_get(h_key("stolen"));
+    cr_assert_not_null(v, "releasing the lost lease deleted another owner's key");
+    cr_assert_str_eq(v, "other");
+    free(v);
+}
+
+ITEST(lost, only_the_damaged_lease_is_lost)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client(), *b = h_client();
+    dlock_lease *l1 = h_must_acquire(a, "d1", 600);
+    dlock_lease *l2 = h_must_acquire(a, "d2", 600);
+    dlock_lease *l3 = h_must_acquire(b, "d3", 600);
+    h_redis_del(h_key("d2"));
+    H_WAIT_UNTIL(1000, h_events(a, l2, DLOCK_STATE_LOST) > 0);
+    H_HOLDS_FOR(500,
+                h_events(a, l1, DLOCK_STATE_LOST) == 0 && h_events(b, NULL, DLOCK_STATE_LOST) == 0);
+    cr_assert_eq(dlock_lease_state(l1), DLOCK_STATE_HELD);
+    cr_assert_eq(dlock_lease_state(l3), DLOCK_STATE_HELD);
+    cr_assert_eq(h_redis_exists(h_key("d1")), 1);
+    cr_assert_eq(h_redis_exists(h_key("d3")), 1);
+    cr_assert_eq(dlock_lease_release(l1), 0);
+    cr_assert_eq(dlock_lease_release(l2), DLOCK_ELOST);
+    cr_assert_eq(dlock_lease_release(l3), 0);
+}
+
+ITEST(lost, waiter_is_granted_after_holder_lost_and_key_freed)
+{
+    /* A waiter queued behind a lease that is then lost and whose key another
+     * owner later deletes still gets the lock. */
+    h_start(NULL);
+    struct h_cl *a = h_client(), *b = h_client();
+    dlock_lease *la = h_must_acquire(a, "chain", 600);
+    struct h_acq w;
+    h_acquire_async(b, "chain", 5000, 5000, &w);
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    h_redis_set_px(h_key("chain"), "other", 700);
+    H_WAIT_UNTIL(1000, h_events(a, la, DLOCK_STATE_LOST) > 0);
+    cr_assert_eq(w.done, 0, "waiter granted while another owner holds the key");
+    H_WAIT_UNTIL(3000, w.done);
+    cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
+    char *v = h_redis_get(h_key("chain"));
+    cr_assert(h_is_token(v));
+    free(v);
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+    cr_assert_eq(dlock_lease_release(la), DLOCK_ELOST);
+}

@@ -1,0 +1,140 @@
+/* test_redis_outage.c -- Redis restarted, down or hung: holders are told their
+ * leases are lost, acquires fail fast while Redis is unreachable, and the agent
+ * recovers once it is back. */
+#include <stdlib.h>
+
+#include "harness.h"
+
+/* Backend error codes an acquire may meet while Redis is away. */
+static int is_backend_error(int rc)
+{
+    return rc <= DLOCK_EUNAVAIL && rc >= DLOCK_EAUTH;
+}
+
+/* Retries a try-once acquire of name until it succeeds (within timeout_ms);
+ * every failure on the way must be a backend error or EBUSY. */
+static dlock_lease *acquire_eventually(struct h_cl *cl, const char *name, int timeout_ms)
+{
+    int64_t end = h_now_ms() + timeout_ms;
+    int last = 0, tries = 0;
+    for (;;) {
+        dlock_lease *l = NULL;
+        int rc = h_acquire(cl, name, 5000, 0, &l);
+        tries++;
+        if (rc == 0)
+            return l;
+        cr_assert(is_backend_error(rc) || rc == DLOCK_EBUSY, "acquire %s during recovery: %s (%d)",
+                  name, dlock_strerror(rc), rc);
+        last = rc;
+        cr_assert_lt(h_now_ms(), end, "acquire %s still failing after %d ms (%d tries, last %s)",
+                     name, timeout_ms, tries, dlock_strerror(last));
+        h_pump_all(20);
+    }
+}
+
+ITEST(redis_outage, restart_loses_held_lease_then_recovers)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "rr", 1500); /* renewed every 500 ms */
+    int64_t t0 = h_now_ms();
+    h_redis_restart(); /* empty: no persistence */
+    cr_assert_eq(h_redis_exists(h_key("rr")), 0);
+
+    H_WAIT_UNTIL(3000, h_events(a, l, DLOCK_STATE_LOST) > 0);
+    cr_log_info("LOST %lld ms after the restart", (long long)(h_now_ms() - t0));
+    cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_LOST);
+
+    dlock_lease *l2 = acquire_eventually(a, "rr2", 5000);
+    char *tok = h_redis_get(h_key("rr2"));
+    cr_assert(h_is_token(tok), "no token for rr2 on the new Redis");
+    free(tok);
+    dlock_lease *l3 = acquire_eventually(a, "rr", 3000);
+    cr_assert_eq(dlock_lease_release(l3), 0);
+    cr_assert_eq(dlock_lease_release(l2), 0);
+    H_KEY_GONE(h_key("rr2"));
+    int rc = dlock_lease_release(l);
+    cr_assert(rc == DLOCK_ELOST, "release of the lost lease: %s (%d)", dlock_strerror(rc), rc);
+}
+
+ITEST(redis_outage, acquire_fails_fast_while_redis_down)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    h_redis_kill();
+
+    dlock_lease *l = NULL;
+    int64_t t0 = h_now_ms();
+    int rc = h_acquire(a, "down", 5000, 0, &l);
+    int64_t el = h_now_ms() - t0;
+    cr_assert(is_backend_error(rc), "acquire with Redis down: %s (%d)", dlock_strerror(rc), rc);
+    cr_assert_lt(el, 3000, "acquire took %lld ms with Redis down", (long long)el);
+    if (rc != DLOCK_EUNAVAIL)
+        cr_log_warn("acquire with Redis down returned %s, not EUNAVAIL", dlock_strerror(rc));
+
+    /* a waiting acquire does not hang either */
+    t0 = h_now_ms();
+    rc = h_acquire(a, "down", 5000, 10000, &l);
+    el = h_now_ms() - t0;
+    cr_assert(is_backend_error(rc), "waiting acquire with Redis down: %s (%d)", dlock_strerror(rc),
+              rc);
+    cr_assert_lt(el, 3000, "waiting acquire took %lld ms with Redis down", (long long)el);
+    cr_assert_eq(dlock_client_ping(a->c), 0, "the agent stopped answering");
+
+    h_redis_start();
+    dlock_lease *l2 = acquire_eventually(a, "down", 5000);
+    cr_assert_eq(dlock_lease_release(l2), 0);
+}
+
+ITEST(redis_outage, agent_starts_while_redis_down)
+{
+    /* Redis not there yet: the agent still serves its socket and answers
+     * acquires with a backend error, then works once Redis comes. */
+    h_agent_start_n(0);
+    struct h_cl *a = h_client();
+    dlock_lease *l = NULL;
+    int64_t t0 = h_now_ms();
+    int rc = h_acquire(a, "early", 5000, 0, &l);
+    cr_assert(is_backend_error(rc), "acquire before Redis: %s (%d)", dlock_strerror(rc), rc);
+    cr_assert_lt(h_now_ms() - t0, 3000);
+    h_redis_start();
+    dlock_lease *l2 = acquire_eventually(a, "early", 5000);
+    cr_assert_eq(dlock_lease_release(l2), 0);
+}
+
+ITEST(redis_outage, hung_redis_reports_loss_by_the_deadline)
+{
+    /* Redis stops answering (SIGSTOP). Renewals time out; the holder must be
+     * told no later than shortly after the lease's validity ends. */
+    h_redis_start();
+    h_agent_config(0, NULL, "command_timeout_ms = 300");
+    h_agent_start_n(0);
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "hung", 900);
+    h_pump_all(50);
+
+    int64_t t0 = h_now_ms();
+    h_redis_pause();
+    H_WAIT_UNTIL(900 + 1000, h_events(a, l, DLOCK_STATE_LOST) > 0);
+    int64_t lost_at = 0;
+    for (int i = 0; i < a->nev; i++)
+        if (a->ev[i].lease == l && a->ev[i].state == DLOCK_STATE_LOST)
+            lost_at = a->ev[i].at_ms;
+    cr_log_info("LOST %lld ms after Redis hung (ttl 900)", (long long)(lost_at - t0));
+    for (int i = 0; i < a->nev; i++)
+        if (a->ev[i].lease == l && a->ev[i].state == DLOCK_STATE_JEOPARDY)
+            cr_assert_leq(a->ev[i].at_ms, lost_at, "JEOPARDY after LOST");
+    cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_LOST);
+
+    /* While Redis hangs, new acquires do not hang either. */
+    dlock_lease *lx = NULL;
+    int64_t t1 = h_now_ms();
+    int rc = h_acquire(a, "hung2", 5000, 0, &lx);
+    cr_assert_neq(rc, 0, "granted while Redis is stopped");
+    cr_assert_lt(h_now_ms() - t1, 3000, "acquire hung with Redis stopped");
+
+    h_redis_resume();
+    dlock_lease *l2 = acquire_eventually(a, "hung3", 5000);
+    cr_assert_eq(dlock_lease_release(l2), 0);
+    cr_assert_eq(dlock_lease_release(l), DLOCK_ELOST);
+}

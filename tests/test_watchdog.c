@@ -1,0 +1,108 @@
+/* test_watchdog.c -- the agent renews leases while their holder lives: a lease
+ * whose TTL is far shorter than the hold never expires on Redis and is never
+ * reported lost. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+/* Samples the keys every ~20 ms for duration_ms: each must exist with its
+ * token and a positive PTTL no larger than its TTL; no lease may be lost. */
+static void watch(struct h_cl *cl, int n, const char *const *names, char *const *tokens,
+                  const uint32_t *ttls, int duration_ms)
+{
+    int64_t end = h_now_ms() + duration_ms;
+    int samples = 0;
+    while (h_now_ms() < end) {
+        for (int i = 0; i < n; i++) {
+            char *v = h_redis_get(h_key(names[i]));
+            cr_assert_not_null(v, "%s vanished from Redis after %d samples", names[i], samples);
+            cr_assert_str_eq(v, tokens[i], "%s changed owner", names[i]);
+            free(v);
+            long long pttl = h_redis_pttl(h_key(names[i]));
+            cr_assert(pttl > 0 && pttl <= (long long)ttls[i], "%s: PTTL %lld (ttl %u)", names[i],
+                      pttl, ttls[i]);
+        }
+        if (cl)
+            cr_assert_eq(h_events(cl, NULL, DLOCK_STATE_LOST), 0, "a lease was reported lost");
+        samples++;
+        h_pump_all(20);
+    }
+    cr_assert_gt(samples, duration_ms / 40, "only %d samples", samples);
+}
+
+ITEST(watchdog, short_ttl_lease_survives_long_hold)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "wd", 300);
+    cr_assert_eq(dlock_lease_ttl_ms(l), 300);
+    char *tok = h_redis_get(h_key("wd"));
+    cr_assert(h_is_token(tok));
+    const char *names[] = {"wd"};
+    uint32_t ttls[] = {300};
+    watch(a, 1, names, &tok, ttls, 2000);
+    cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_HELD);
+    cr_assert_eq(dlock_lease_release(l), 0);
+    H_KEY_GONE(h_key("wd"));
+    free(tok);
+}
+
+ITEST(watchdog, leases_with_different_ttls_all_renewed)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client(), *b = h_client();
+    const char *names[] = {"r1", "r2", "r3", "r4"};
+    uint32_t ttls[] = {200, 450, 1000, 300};
+    dlock_lease *l[4];
+    char *tok[4];
+    for (int i = 0; i < 4; i++) {
+        l[i] = h_must_acquire(i < 2 ? a : b, names[i], ttls[i]);
+        tok[i] = h_redis_get(h_key(names[i]));
+    }
+    watch(a, 4, names, tok, ttls, 1500);
+    cr_assert_eq(h_events(b, NULL, DLOCK_STATE_LOST), 0);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(dlock_lease_state(l[i]), DLOCK_STATE_HELD);
+        cr_assert_eq(dlock_lease_release(l[i]), 0);
+        free(tok[i]);
+    }
+}
+
+ITEST(watchdog, renewal_uses_configured_fraction)
+{
+    /* renew at ttl * 0.2 = 200 ms: PTTL never drops below ~700 ms */
+    h_start("renew_fraction = 0.2");
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "frac", 1000);
+    long long min_pttl = 1000;
+    int64_t end = h_now_ms() + 1500;
+    while (h_now_ms() < end) {
+        long long p = h_redis_pttl(h_key("frac"));
+        cr_assert_gt(p, 0);
+        if (p < min_pttl)
+            min_pttl = p;
+        h_pump_all(10);
+    }
+    cr_assert_gt(min_pttl, 550, "PTTL fell to %lld ms: renewals are not every ~200 ms", min_pttl);
+    cr_assert_eq(dlock_lease_release(l), 0);
+}
+
+ITEST(watchdog, stopped_holder_process_keeps_its_lease)
+{
+    /* The agent cannot tell a stopped process from a busy one: the lease is
+     * kept while the connection lives. */
+    h_start(NULL);
+    struct h_holder h;
+    h_holder_start(&h, "stopped", 300);
+    char *tok = h_redis_get(h_key("stopped"));
+    h_holder_kill(&h, SIGSTOP);
+    const char *names[] = {"stopped"};
+    uint32_t ttls[] = {300};
+    watch(NULL, 1, names, &tok, ttls, 1000);
+    h_holder_kill(&h, SIGCONT);
+    cr_assert_eq(h_holder_release(&h), 0);
+    H_KEY_GONE(h_key("stopped"));
+    free(tok);
+}

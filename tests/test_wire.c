@@ -1,0 +1,424 @@
+/* test_wire.c -- unit tests of the frame codec in libclient/wire.c. */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dlock.h"
+#include "wire.h"
+
+/* Decodes the one frame at the start of b, checks its header against type/id
+ * and returns a pointer to its body (length in *len). */
+static const uint8_t *frame_body(const struct wire_buf *b, uint16_t type, uint32_t id, size_t *len)
+{
+    struct wire_hdr h;
+    cr_assert_eq(wire_hdr_decode(b->data, b->len, WIRE_MAX_BODY, &h), 1);
+    cr_assert_eq(h.type, type, "type 0x%x, expected 0x%x", h.type, type);
+    cr_assert_eq(h.flags, 0);
+    cr_assert_eq(h.id, id);
+    cr_assert_eq(b->len, WIRE_HDR_LEN + (size_t)h.len, "frame is %zu bytes, header says %u + 12",
+                 b->len, h.len);
+    *len = h.len;
+    return b->data + WIRE_HDR_LEN;
+}
+
+/* A decoder must refuse the body one byte shorter and one byte longer. */
+#define CHECK_WRONG_LENGTHS(getter, body, len, msgtype)                                            \
+    do {                                                                                           \
+        uint8_t big_[WIRE_MAX_BODY + 16] = {0};                                                    \
+        memcpy(big_, (body), (len));                                                               \
+        msgtype m_;                                                                                \
+        if ((len) > 0)                                                                             \
+            cr_assert_eq(getter(big_, (len)-1, &m_), DLOCK_EPROTO, #getter " accepted len-1");     \
+        cr_assert_eq(getter(big_, (len) + 1, &m_), DLOCK_EPROTO, #getter " accepted len+1");       \
+        cr_assert_eq(getter(big_, 0, &m_), DLOCK_EPROTO, #getter " accepted len 0");               \
+    } while (0)
+
+Test(wire, header_layout_is_little_endian)
+{
+    struct wire_buf b = {0};
+    struct wire_release r = {.lease_id = 0x0102030405060708ull};
+    cr_assert_eq(wire_put_release(&b, 0xa1b2c3d4u, &r), 0);
+    const uint8_t want[] = {8,    0,    0,    0,    0x03, 0x00, 0,    0,    0xd4, 0xc3,
+                            0xb2, 0xa1, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+    cr_assert_eq(b.len, sizeof want);
+    cr_assert_arr_eq(b.data, want, sizeof want);
+    wire_buf_free(&b);
+}
+
+Test(wire, hello_bytes_carry_magic_dlck)
+{
+    struct wire_buf b = {0};
+    struct wire_hello m = {.magic = WIRE_MAGIC, .version = WIRE_VERSION};
+    cr_assert_eq(wire_put_hello(&b, 1, &m), 0);
+    cr_assert_eq(b.len, WIRE_HDR_LEN + 8);
+    cr_assert_arr_eq(b.data + WIRE_HDR_LEN, "DLCK", 4);
+    wire_buf_free(&b);
+}
+
+Test(wire, truncated_header_needs_more_bytes)
+{
+    struct wire_buf b = {0};
+    cr_assert_eq(wire_put_empty(&b, 7, WIRE_T_PING), 0);
+    struct wire_hdr h = {.len = 99, .type = 99, .flags = 99, .id = 99};
+    for (size_t n = 0; n < WIRE_HDR_LEN; n++) {
+        cr_assert_eq(wire_hdr_decode(b.data, n, WIRE_MAX_BODY, &h), 0, "n=%zu", n);
+        cr_assert_eq(h.len, 99, "header written although incomplete (n=%zu)", n);
+    }
+    cr_assert_eq(wire_hdr_decode(b.data, WIRE_HDR_LEN, WIRE_MAX_BODY, &h), 1);
+    cr_assert_eq(h.len, 0);
+    cr_assert_eq(h.type, WIRE_T_PING);
+    cr_assert_eq(h.id, 7);
+    wire_buf_free(&b);
+}
+
+Test(wire, header_rejects_nonzero_flags_and_type_zero)
+{
+    uint8_t hdr[WIRE_HDR_LEN] = {0, 0, 0, 0, WIRE_T_PING, 0, 1, 0, 1, 0, 0, 0};
+    struct wire_hdr h = {.len = 99};
+    cr_assert_eq(wire_hdr_decode(hdr, sizeof hdr, WIRE_MAX_BODY, &h), DLOCK_EPROTO);
+    hdr[6] = 0;
+    hdr[7] = 0x80;
+    cr_assert_eq(wire_hdr_decode(hdr, sizeof hdr, WIRE_MAX_BODY, &h), DLOCK_EPROTO);
+    hdr[7] = 0;
+    hdr[4] = 0;
+    cr_assert_eq(wire_hdr_decode(hdr, sizeof hdr, WIRE_MAX_BODY, &h), DLOCK_EPROTO);
+    cr_assert_eq(h.len, 99, "out parameter written on error");
+    hdr[4] = WIRE_T_PING;
+    cr_assert_eq(wire_hdr_decode(hdr, sizeof hdr, WIRE_MAX_BODY, &h), 1);
+}
+
+Test(wire, header_body_length_limits)
+{
+    uint8_t hdr[WIRE_HDR_LEN] = {0, 0, 0, 0, WIRE_T_ACQUIRE, 0, 0, 0, 0, 0, 0, 0};
+    struct wire_hdr h;
+    /* exactly WIRE_MAX_BODY: accepted */
+    hdr[0] = WIRE_MAX_BODY & 0xff;
+    hdr[1] = (WIRE_MAX_BODY >> 8) & 0xff;
+    cr_assert_eq(wire_hdr_decode(hdr, sizeof hdr, WIRE_MAX_BODY, &h), 1);
+    cr_assert_eq(h.len, WIRE_MAX_BODY);
+    /* one more: refused */
+    hdr[0] = (WIRE_MAX_BODY + 1) & 0xff;
+    cr_assert_eq(wire_hdr_decode(hdr, sizeof hdr, WIRE_MAX_BODY, &h), DLOCK_EPROTO);
+    /* a caller's smaller cap applies */
+    hdr[0] = 100;
+    hdr[1] = 0;
+    cr_assert_eq(wire_hdr_decode(hdr, sizeof hdr, 99, &h), DLOCK_EPROTO);
+    cr_assert_eq(wire_hdr_decode(hdr, sizeof hdr, 100, &h), 1);
+    /* a caller's larger cap never lifts the protocol-wide one */
+    hdr[0] = (WIRE_MAX_BODY + 1) & 0xff;
+    hdr[1] = ((WIRE_MAX_BODY + 1) >> 8) & 0xff;
+    cr_assert_eq(wire_hdr_decode(hdr, sizeof hdr, UINT32_MAX, &h), DLOCK_EPROTO);
+    /* a huge length (e.g. ASCII garbage) */
+    memcpy(hdr, "GET ", 4);
+    cr_assert_eq(wire_hdr_decode(hdr, sizeof hdr, WIRE_MAX_BODY, &h), DLOCK_EPROTO);
+}
+
+Test(wire, hello_round_trip)
+{
+    struct wire_buf b = {0};
+    struct wire_hello in = {.magic = WIRE_MAGIC, .version = 0xbeef}, out;
+    cr_assert_eq(wire_put_hello(&b, 42, &in), 0);
+    size_t len;
+    const uint8_t *body = frame_body(&b, WIRE_T_HELLO, 42, &len);
+    cr_assert_eq(len, 8);
+    cr_assert_eq(wire_get_hello(body, len, &out), 0);
+    cr_assert_eq(out.magic, WIRE_MAGIC);
+    cr_assert_eq(out.version, 0xbeef);
+    CHECK_WRONG_LENGTHS(wire_get_hello, body, len, struct wire_hello);
+    /* the reserved u16 must be 0 */
+    uint8_t copy[8];
+    memcpy(copy, body, 8);
+    copy[7] = 1;
+    cr_assert_eq(wire_get_hello(copy, 8, &out), DLOCK_EPROTO);
+    wire_buf_free(&b);
+}
+
+Test(wire, hello_ok_round_trip)
+{
+    struct wire_buf b = {0};
+    struct wire_hello_ok in = {.version = 1,
+                               .max_name_len = 200,
+                               .max_leases = 100000,
+                               .default_ttl_ms = UINT32_MAX},
+                         out;
+    cr_assert_eq(wire_put_hello_ok(&b, 0xffffffffu, &in), 0);
+    size_t len;
+    const uint8_t *body = frame_body(&b, WIRE_T_HELLO_OK, 0xffffffffu, &len);
+    cr_assert_eq(len, 16);
+    cr_assert_eq(wire_get_hello_ok(body, len, &out), 0);
+    cr_assert_eq(out.version, 1);
+    cr_assert_eq(out.max_name_len, 200);
+    cr_assert_eq(out.max_leases, 100000);
+    cr_assert_eq(out.default_ttl_ms, UINT32_MAX);
+    CHECK_WRONG_LENGTHS(wire_get_hello_ok, body, len, struct wire_hello_ok);
+    wire_buf_free(&b);
+}
+
+Test(wire, acquire_round_trip)
+{
+    struct wire_buf b = {0};
+    const char name[] = "orders/42:migrate";
+    struct wire_acquire in = {.ttl_ms = 30000,
+                              .wait_ms = -1,
+                              .flags = 0x5a5a5a5au,
+                              .name = name,
+                              .name_len = (uint16_t)strlen(name)},
+                        out;
+    cr_assert_eq(wire_put_acquire(&b, 3, &in), 0);
+    size_t len;
+    const uint8_t *body = frame_body(&b, WIRE_T_ACQUIRE, 3, &len);
+    cr_assert_eq(len, 18 + strlen(name));
+    cr_assert_eq(wire_get_acquire(body, len, &out), 0);
+    cr_assert_eq(out.ttl_ms, 30000);
+    cr_assert_eq(out.wait_ms, -1);
+    cr_assert_eq(out.flags, 0x5a5a5a5au);
+    cr_assert_eq(out.name_len, strlen(name));
+    cr_assert_arr_eq(out.name, name, strlen(name));
+    cr_assert_eq((const uint8_t *)out.name, body + 18, "name must be borrowed from the body");
+    CHECK_WRONG_LENGTHS(wire_get_acquire, body, len, struct wire_acquire);
+    /* shorter than the fixed part */
+    cr_assert_eq(wire_get_acquire(body, 17, &out), DLOCK_EPROTO);
+    wire_buf_free(&b);
+}
+
+Test(wire, acquire_large_wait_and_empty_name)
+{
+    struct wire_buf b = {0};
+    struct wire_acquire in = {.ttl_ms = 0, .wait_ms = INT64_MAX, .name = NULL, .name_len = 0}, out;
+    cr_assert_eq(wire_put_acquire(&b, 9, &in), 0);
+    size_t len;
+    const uint8_t *body = frame_body(&b, WIRE_T_ACQUIRE, 9, &len);
+    cr_assert_eq(len, 18);
+    cr_assert_eq(wire_get_acquire(body, len, &out), 0);
+    cr_assert_eq(out.wait_ms, INT64_MAX);
+    cr_assert_eq(out.ttl_ms, 0);
+    cr_assert_eq(out.name_len, 0);
+    wire_buf_free(&b);
+}
+
+Test(wire, acquire_declared_name_length_must_match_body)
+{
+    struct wire_buf b = {0};
+    struct wire_acquire in = {.ttl_ms = 1, .wait_ms = 0, .name = "abc", .name_len = 3}, out;
+    cr_assert_eq(wire_put_acquire(&b, 1, &in), 0);
+    uint8_t body[32];
+    memcpy(body, b.data + WIRE_HDR_LEN, 21);
+    body[16] = 4; /* says 4 name bytes, body has 3 */
+    cr_assert_eq(wire_get_acquire(body, 21, &out), DLOCK_EPROTO);
+    body[16] = 2; /* says 2, body has 3 */
+    cr_assert_eq(wire_get_acquire(body, 21, &out), DLOCK_EPROTO);
+    body[16] = 0xff; /* a huge declared length */
+    body[17] = 0xff;
+    cr_assert_eq(wire_get_acquire(body, 21, &out), DLOCK_EPROTO);
+    wire_buf_free(&b);
+}
+
+Test(wire, acquire_name_cap_in_encoder)
+{
+    static char name[WIRE_MAX_NAME + 1];
+    memset(name, 'n', sizeof name);
+    struct wire_buf b = {0};
+    struct wire_acquire in = {.ttl_ms = 1, .name = name, .name_len = WIRE_MAX_NAME}, out;
+    cr_assert_eq(wire_put_acquire(&b, 1, &in), 0, "a name of exactly WIRE_MAX_NAME is allowed");
+    size_t len;
+    const uint8_t *body = frame_body(&b, WIRE_T_ACQUIRE, 1, &len);
+    cr_assert_eq(len, 18 + WIRE_MAX_NAME);
+    cr_assert_eq(wire_get_acquire(body, len, &out), 0);
+    cr_assert_eq(out.name_len, WIRE_MAX_NAME);
+
+    size_t before = b.len;
+    in.name_len = WIRE_MAX_NAME + 1;
+    cr_assert_eq(wire_put_acquire(&b, 2, &in), DLOCK_EINVAL);
+    cr_assert_eq(b.len, before, "a refused frame must not leave bytes in the buffer");
+    in.name_len = UINT16_MAX;
+    cr_assert_eq(wire_put_acquire(&b, 2, &in), DLOCK_EINVAL);
+    cr_assert_eq(b.len, before);
+    wire_buf_free(&b);
+}
+
+Test(wire, release_round_trip)
+{
+    struct wire_buf b = {0};
+    struct wire_release in = {.lease_id = UINT64_MAX}, out;
+    cr_assert_eq(wire_put_release(&b, 5, &in), 0);
+    size_t len;
+    const uint8_t *body = frame_body(&b, WIRE_T_RELEASE, 5, &len);
+    cr_assert_eq(len, 8);
+    cr_assert_eq(wire_get_release(body, len, &out), 0);
+    cr_assert_eq(out.lease_id, UINT64_MAX);
+    CHECK_WRONG_LENGTHS(wire_get_release, body, len, struct wire_release);
+    wire_buf_free(&b);
+}
+
+Test(wire, empty_frames)
+{
+    struct wire_buf b = {0};
+    cr_assert_eq(wire_put_empty(&b, 11, WIRE_T_PING), 0);
+    cr_assert_eq(wire_put_empty(&b, 12, WIRE_T_OK), 0);
+    cr_assert_eq(b.len, 2 * WIRE_HDR_LEN);
+    struct wire_hdr h;
+    cr_assert_eq(wire_hdr_decode(b.data, b.len, WIRE_MAX_BODY, &h), 1);
+    cr_assert_eq(h.type, WIRE_T_PING);
+    cr_assert_eq(h.len, 0);
+    cr_assert_eq(h.id, 11);
+    cr_assert_eq(wire_hdr_decode(b.data + WIRE_HDR_LEN, b.len - WIRE_HDR_LEN, 0, &h), 1);
+    cr_assert_eq(h.type, WIRE_T_OK);
+    cr_assert_eq(h.id, 12);
+    wire_buf_free(&b);
+}
+
+Test(wire, granted_round_trip)
+{
+    struct wire_buf b = {0};
+    struct wire_granted in = {.lease_id = 0x1122334455667788ull,
+                              .deadline_ns = 0xfedcba9876543210ull,
+                              .fence = 1ull << 63,
+                              .ttl_ms = 300},
+                        out;
+    cr_assert_eq(wire_put_granted(&b, 77, &in), 0);
+    size_t len;
+    const uint8_t *body = frame_body(&b, WIRE_T_GRANTED, 77, &len);
+    cr_assert_eq(len, 28);
+    cr_assert_eq(wire_get_granted(body, len, &out), 0);
+    cr_assert_eq(out.lease_id, in.lease_id);
+    cr_assert_eq(out.deadline_ns, in.deadline_ns);
+    cr_assert_eq(out.fence, in.fence);
+    cr_assert_eq(out.ttl_ms, 300);
+    CHECK_WRONG_LENGTHS(wire_get_granted, body, len, struct wire_granted);
+    wire_buf_free(&b);
+}
+
+Test(wire, error_round_trip)
+{
+    struct wire_buf b = {0};
+    const char msg[] = "name too long";
+    struct wire_error in = {.code = DLOCK_ENAMETOOLONG, .msg = msg, .msg_len = sizeof msg - 1}, out;
+    cr_assert_eq(wire_put_error(&b, 8, &in), 0);
+    size_t len;
+    const uint8_t *body = frame_body(&b, WIRE_T_ERROR, 8, &len);
+    cr_assert_eq(len, 6 + sizeof msg - 1);
+    cr_assert_eq(wire_get_error(body, len, &out), 0);
+    cr_assert_eq(out.code, DLOCK_ENAMETOOLONG, "negative codes survive the u32 on the wire");
+    cr_assert_eq(out.msg_len, sizeof msg - 1);
+    cr_assert_arr_eq(out.msg, msg, sizeof msg - 1);
+    CHECK_WRONG_LENGTHS(wire_get_error, body, len, struct wire_error);
+    cr_assert_eq(wire_get_error(body, 5, &out), DLOCK_EPROTO);
+    wire_buf_free(&b);
+}
+
+Test(wire, error_with_empty_message)
+{
+    struct wire_buf b = {0};
+    struct wire_error in = {.code = DLOCK_EPROTO, .msg = NULL, .msg_len = 0}, out;
+    cr_assert_eq(wire_put_error(&b, 0, &in), 0);
+    size_t len;
+    const uint8_t *body = frame_body(&b, WIRE_T_ERROR, 0, &len);
+    cr_assert_eq(len, 6);
+    cr_assert_eq(wire_get_error(body, len, &out), 0);
+    cr_assert_eq(out.code, DLOCK_EPROTO);
+    cr_assert_eq(out.msg_len, 0);
+    wire_buf_free(&b);
+}
+
+Test(wire, error_message_up_to_max_body)
+{
+    static char msg[WIRE_MAX_BODY];
+    memset(msg, 'm', sizeof msg);
+    struct wire_buf b = {0};
+    struct wire_error in = {.code = -1, .msg = msg, .msg_len = WIRE_MAX_BODY - 6}, out;
+    cr_assert_eq(wire_put_error(&b, 1, &in), 0);
+    size_t len;
+    const uint8_t *body = frame_body(&b, WIRE_T_ERROR, 1, &len);
+    cr_assert_eq(len, WIRE_MAX_BODY, "the largest frame fills exactly WIRE_MAX_BODY");
+    cr_assert_eq(wire_get_error(body, len, &out), 0);
+    cr_assert_eq(out.msg_len, WIRE_MAX_BODY - 6);
+
+    size_t before = b.len;
+    in.msg_len = WIRE_MAX_BODY - 5;
+    cr_assert_eq(wire_put_error(&b, 2, &in), DLOCK_EINVAL);
+    cr_assert_eq(b.len, before);
+    wire_buf_free(&b);
+}
+
+Test(wire, event_round_trip)
+{
+    struct wire_buf b = {0};
+    struct wire_event in = {.lease_id = 9,
+                            .state = DLOCK_STATE_LOST,
+                            .reason = DLOCK_EUNAVAIL,
+                            .deadline_ns = 0},
+                      out;
+    cr_assert_eq(wire_put_event(&b, 0, &in), 0);
+    size_t len;
+    const uint8_t *body = frame_body(&b, WIRE_T_EVENT, 0, &len);
+    cr_assert_eq(len, 24);
+    cr_assert_eq(wire_get_event(body, len, &out), 0);
+    cr_assert_eq(out.lease_id, 9);
+    cr_assert_eq(out.state, DLOCK_STATE_LOST);
+    cr_assert_eq(out.reason, DLOCK_EUNAVAIL);
+    cr_assert_eq(out.deadline_ns, 0);
+    CHECK_WRONG_LENGTHS(wire_get_event, body, len, struct wire_event);
+    uint8_t copy[24];
+    memcpy(copy, body, 24);
+    copy[10] = 1; /* reserved u16 */
+    cr_assert_eq(wire_get_event(copy, 24, &out), DLOCK_EPROTO);
+    wire_buf_free(&b);
+}
+
+Test(wire, several_frames_in_one_buffer_and_consume)
+{
+    struct wire_buf b = {0};
+    struct wire_release r = {.lease_id = 1};
+    struct wire_acquire a = {.ttl_ms = 100, .wait_ms = 5, .name = "x", .name_len = 1};
+    cr_assert_eq(wire_put_release(&b, 1, &r), 0);
+    cr_assert_eq(wire_put_acquire(&b, 2, &a), 0);
+    cr_assert_eq(wire_put_empty(&b, 3, WIRE_T_PING), 0);
+    cr_assert_eq(b.len, (12 + 8) + (12 + 19) + 12);
+
+    uint32_t ids[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        struct wire_hdr h;
+        cr_assert_eq(wire_hdr_decode(b.data, b.len, WIRE_MAX_BODY, &h), 1);
+        ids[i] = h.id;
+        wire_buf_consume(&b, WIRE_HDR_LEN + h.len);
+    }
+    cr_assert_eq(ids[0], 1);
+    cr_assert_eq(ids[1], 2);
+    cr_assert_eq(ids[2], 3);
+    cr_assert_eq(b.len, 0);
+
+    /* partial consume keeps the rest in order */
+    cr_assert_eq(wire_put_release(&b, 4, &r), 0);
+    wire_buf_consume(&b, 5);
+    cr_assert_eq(b.len, 15);
+    cr_assert_eq(b.data[0], 0x00); /* byte 5 of the header: high byte of the type */
+    cr_assert_eq(b.data[3], 4);    /* low byte of the id */
+    wire_buf_consume(&b, 1000);
+    cr_assert_eq(b.len, 0);
+    wire_buf_free(&b);
+    cr_assert_null(b.data);
+    wire_buf_free(&b); /* idempotent */
+}
+
+Test(wire, buffer_grows_across_many_frames)
+{
+    struct wire_buf b = {0};
+    static char name[WIRE_MAX_NAME];
+    memset(name, 'q', sizeof name);
+    struct wire_acquire a = {.ttl_ms = 1, .name = name, .name_len = WIRE_MAX_NAME};
+    for (int i = 0; i < 100; i++)
+        cr_assert_eq(wire_put_acquire(&b, (uint32_t)i, &a), 0);
+    cr_assert_eq(b.len, 100 * (size_t)(12 + 18 + WIRE_MAX_NAME));
+    cr_assert_geq(b.cap, b.len);
+    size_t off = 0;
+    for (int i = 0; i < 100; i++) {
+        struct wire_hdr h;
+        struct wire_acquire out;
+        cr_assert_eq(wire_hdr_decode(b.data + off, b.len - off, WIRE_MAX_BODY, &h), 1);
+        cr_assert_eq(h.id, (uint32_t)i);
+        cr_assert_eq(wire_get_acquire(b.data + off + WIRE_HDR_LEN, h.len, &out), 0);
+        cr_assert_eq(out.name_len, WIRE_MAX_NAME);
+        off += WIRE_HDR_LEN + h.len;
+    }
+    wire_buf_free(&b);
+}
