@@ -189,29 +189,50 @@ int config_set(struct config *c, const char *section, const char *key, const cha
     return -1;
 }
 
+/* File reading counts lines so that a setting's error carries its own line:
+ * inih reports only the first failing line, which may be a syntax error. */
 struct load_ctx {
     struct config *c;
-    char *err;
-    size_t errlen;
+    FILE *f;
+    int line;     /* lines read so far */
+    int err_line; /* line of the first refused setting, 0 if none */
+    char msg[512];
 };
+
+static char *read_line(char *str, int num, void *stream)
+{
+    struct load_ctx *ctx = stream;
+    char *s = fgets(str, num, ctx->f);
+    if (s)
+        ctx->line++;
+    return s;
+}
 
 static int on_ini_line(void *user, const char *section, const char *name, const char *value)
 {
     struct load_ctx *ctx = user;
-    return config_set(ctx->c, section, name, value, ctx->err, ctx->errlen) == 0;
+    if (ctx->err_line)
+        return 1; /* report the first error only */
+    if (config_set(ctx->c, section, name, value, ctx->msg, sizeof ctx->msg) == 0)
+        return 1;
+    ctx->err_line = ctx->line;
+    return 0;
 }
 
 int config_load_file(struct config *c, const char *path, char *err, size_t errlen)
 {
-    char msg[512] = "";
-    struct load_ctx ctx = {c, msg, sizeof msg};
-    int rc = ini_parse(path, on_ini_line, &ctx);
+    struct load_ctx ctx = {.c = c};
+    ctx.f = fopen(path, "r");
+    if (!ctx.f) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    int rc = ini_parse_stream(read_line, &ctx, on_ini_line, &ctx);
+    fclose(ctx.f);
     if (rc == 0)
         return 0;
-    if (rc == -1)
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    else if (msg[0])
-        snprintf(err, errlen, "%s:%d: %s", path, rc, msg);
+    if (rc == ctx.err_line)
+        snprintf(err, errlen, "%s:%d: %s", path, rc, ctx.msg);
     else
         snprintf(err, errlen, "%s:%d: syntax error", path, rc);
     return -1;

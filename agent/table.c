@@ -223,6 +223,10 @@ uint64_t lease_next_renew(uint64_t t_send, uint32_t ttl_ms, double fraction)
     if (quantum > period / 4)
         quantum = period / 4 ? period / 4 : 1;
     uint64_t due = t_send + period;
+    /* Whatever the fraction, renew well before the lease runs out. */
+    uint64_t limit = lease_deadline(t_send, ttl_ms);
+    if (due + quantum >= limit)
+        due = t_send + (limit - t_send) / 2;
     return due - due % quantum;
 }
 
@@ -240,11 +244,9 @@ uint64_t waiter_retry_delay(uint32_t fallback_ms, long long pttl_ms, double r)
 {
     uint64_t base = (uint64_t)fallback_ms * NS_PER_MS;
     uint64_t delay = base + (uint64_t)((double)base * 0.5 * r);
-    if (pttl_ms > 0) {
-        /* The key expires by itself then: try right after. */
-        uint64_t expiry = ((uint64_t)pttl_ms + 1) * NS_PER_MS;
-        if (expiry < delay)
-            delay = expiry;
+    if (pttl_ms > 0 && (uint64_t)pttl_ms < delay / NS_PER_MS) {
+        /* The key expires by itself sooner: try right after. */
+        delay = ((uint64_t)pttl_ms + 1) * NS_PER_MS;
     }
     return delay;
 }
