@@ -1,0 +1,414 @@
+/* bench.c -- dlock-bench: measures dlock against a plain hiredis client on a
+ * private Redis and agent, and prints the figures next to their targets. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "dlock.h"
+
+/* Targets of DESIGN.md section 6 and the benchmark brief; reported, never
+ * asserted. */
+#define TARGET_LATENCY_RATIO    1.25 /* dlock / plain, 1 client, p50 and mean */
+#define TARGET_THROUGHPUT_RATIO 2.0  /* dlock / plain, many clients, pairs/s */
+#define TARGET_AGENT_CPU        5.0  /* % of one core with the leases held */
+#define TARGET_BYTES_PER_LEASE  512.0
+
+struct opts {
+    long pairs;     /* -n */
+    int clients;    /* -c */
+    double seconds; /* -d */
+    long leases;    /* -l */
+    double window;  /* -w */
+    bool quick;     /* -q */
+};
+
+static struct env the_env;
+
+/* ---- clean-up on every way out ---- */
+
+static void at_exit(void)
+{
+    env_stop(&the_env);
+}
+
+/* A signal: kill the children and remove what we can, with async-signal-safe
+ * calls only. */
+static void on_signal(int sig)
+{
+    struct env *e = &the_env;
+    if (e->agent_pid > 0)
+        kill(e->agent_pid, SIGKILL);
+    if (e->redis_pid > 0)
+        kill(e->redis_pid, SIGKILL);
+    if (e->dir[0]) {
+        const char *files[] = {e->redis_sock, e->agent_sock, e->conf, e->redis_log, e->agent_log};
+        for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+            unlink(files[i]);
+        rmdir(e->dir);
+    }
+    _exit(128 + sig);
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN); /* hiredis writes with plain write() */
+}
+
+/* ---- options ---- */
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dlock-bench [-q] [-n PAIRS] [-c CLIENTS] [-d SECONDS] [-l LEASES] "
+               "[-w SECONDS]\n"
+               "  -n PAIRS    acquire+release pairs of the 1-client run (default 20000)\n"
+               "  -c CLIENTS  threads of the many-client run (default 50)\n"
+               "  -d SECONDS  duration of the many-client run (default 3)\n"
+               "  -l LEASES   leases held at once (default 100000)\n"
+               "  -w SECONDS  window over which the held leases are watched (default 30)\n"
+               "  -q          quick run: 2000 pairs, 1 s, 10000 leases, 12 s window\n"
+               "Starts its own redis-server (from PATH) and dlockd; see bench/README.md.\n");
+}
+
+static int parse_num(const char *s, double min, double max, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_opts(int argc, char **argv, struct opts *o)
+{
+    double v[5] = {-1, -1, -1, -1, -1}; /* n c d l w, -1 = not given */
+    static const char letters[] = "ncdlw";
+    static const double lo[] = {1, 1, 0.1, 1, 1}, hi[] = {1e8, 1000, 3600, 1e7, 3600};
+    int ch;
+    while ((ch = getopt(argc, argv, "n:c:d:l:w:qh")) != -1) {
+        const char *at = strchr(letters, ch);
+        if (ch == 'q') {
+            o->quick = true;
+        } else if (ch == 'h') {
+            usage(stdout);
+            exit(0);
+        } else if (!at ||
+                   parse_num(optarg, lo[at - letters], hi[at - letters], &v[at - letters]) != 0) {
+            usage(stderr);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        usage(stderr);
+        return -1;
+    }
+    o->pairs = v[0] > 0 ? (long)v[0] : o->quick ? 2000 : 20000;
+    o->clients = v[1] > 0 ? (int)v[1] : 50;
+    o->seconds = v[2] > 0 ? v[2] : o->quick ? 1.0 : 3.0;
+    o->leases = v[3] > 0 ? (long)v[3] : o->quick ? 10000 : 100000;
+    o->window = v[4] > 0 ? v[4] : o->quick ? 12.0 : 30.0;
+    return 0;
+}
+
+/* ---- formatting ---- */
+
+/* Rotating static buffers, so that a printf can take several at once. */
+static char *buf_next(void)
+{
+    static char bufs[16][48];
+    static int i;
+    return bufs[i++ % 16];
+}
+
+/* An integer with thousands separators. */
+static const char *fmt_count(double v)
+{
+    char digits[32], *out = buf_next();
+    long long n = (long long)(v + (v < 0 ? -0.5 : 0.5));
+    int len = snprintf(digits, sizeof digits, "%lld", n < 0 ? -n : n), o = 0;
+    if (n < 0)
+        out[o++] = '-';
+    for (int i = 0; i < len; i++) {
+        if (i > 0 && (len - i) % 3 == 0)
+            out[o++] = ',';
+        out[o++] = digits[i];
+    }
+    out[o] = '\0';
+    return out;
+}
+
+static const char *fmt_us(double us)
+{
+    char *b = buf_next();
+    snprintf(b, 48, "%.1f us", us);
+    return b;
+}
+
+static const char *fmt_pct(double pct)
+{
+    char *b = buf_next();
+    snprintf(b, 48, "%.1f %%", pct);
+    return b;
+}
+
+static const char *fmt_ratio(double a, double b)
+{
+    char *s = buf_next();
+    if (b > 0)
+        snprintf(s, 48, "%.2f", a / b);
+    else
+        snprintf(s, 48, "-");
+    return s;
+}
+
+static const char *verdict(bool met)
+{
+    return met ? "met" : "MISSED";
+}
+
+/* One row: figure, dlock, plain, ratio, target. */
+static void row(const char *what, const char *dlock, const char *plain, const char *ratio,
+                const char *target)
+{
+    printf("  %-30s %14s %14s %7s   %s\n", what, dlock, plain, ratio, target);
+}
+
+static void row_head(void)
+{
+    row("figure", "dlock", "plain hiredis", "ratio", "target");
+}
+
+/* ---- report ---- */
+
+static void report_errors(const struct pair_result *d, const struct pair_result *p)
+{
+    row("failed pairs", fmt_count((double)d->errors), fmt_count((double)p->errors), "", "0");
+    if (d->errors)
+        printf("    dlock first error: %s\n", dlock_strerror(d->first_error));
+    if (p->errors)
+        printf("    plain first error: %s\n", plain_strerror(p->first_error));
+}
+
+static void report_cpu(const struct pair_result *d, const struct pair_result *p)
+{
+    row("CPU dlockd (% of a core)", fmt_pct(d->cpu.agent), "-", "", "(context)");
+    row("CPU redis-server", fmt_pct(d->cpu.redis), fmt_pct(p->cpu.redis), "", "(context)");
+    row("CPU dlock-bench (clients)", fmt_pct(d->cpu.bench), fmt_pct(p->cpu.bench), "", "(context)");
+}
+
+static void report_single(const struct opts *o, const struct pair_result *d,
+                          const struct pair_result *p)
+{
+    char t[64];
+    printf("\n1 client: %s acquire+release pairs on one name (try-once, TTL %d s)\n",
+           fmt_count((double)o->pairs), BENCH_TTL_MS / 1000);
+    row_head();
+    double rp50 = p->s.p50_us > 0 ? d->s.p50_us / p->s.p50_us : 0;
+    double rmean = p->s.mean_us > 0 ? d->s.mean_us / p->s.mean_us : 0;
+    snprintf(t, sizeof t, "<= %.2f  %s", TARGET_LATENCY_RATIO,
+             verdict(rp50 <= TARGET_LATENCY_RATIO));
+    row("pair latency p50", fmt_us(d->s.p50_us), fmt_us(p->s.p50_us),
+        fmt_ratio(d->s.p50_us, p->s.p50_us), t);
+    snprintf(t, sizeof t, "<= %.2f  %s", TARGET_LATENCY_RATIO,
+             verdict(rmean <= TARGET_LATENCY_RATIO));
+    row("pair latency mean", fmt_us(d->s.mean_us), fmt_us(p->s.mean_us),
+        fmt_ratio(d->s.mean_us, p->s.mean_us), t);
+    row("pair latency p99", fmt_us(d->s.p99_us), fmt_us(p->s.p99_us),
+        fmt_ratio(d->s.p99_us, p->s.p99_us), "");
+    row("pair latency max", fmt_us(d->s.max_us), fmt_us(p->s.max_us), "", "");
+    row("pairs/s", fmt_count(d->s.per_s), fmt_count(p->s.per_s), fmt_ratio(d->s.per_s, p->s.per_s),
+        "");
+    row("  acquire part p50", fmt_us(d->acquire.p50_us), fmt_us(p->acquire.p50_us),
+        fmt_ratio(d->acquire.p50_us, p->acquire.p50_us), "(SET NX PX for plain)");
+    row("  release part p50", fmt_us(d->release.p50_us), fmt_us(p->release.p50_us),
+        fmt_ratio(d->release.p50_us, p->release.p50_us), "(EVALSHA for plain)");
+    row("bare round trip p50", fmt_us(d->ping.p50_us), fmt_us(p->ping.p50_us),
+        fmt_ratio(d->ping.p50_us, p->ping.p50_us), "(dlock ping / redis PING)");
+    report_errors(d, p);
+    report_cpu(d, p);
+}
+
+static void report_multi(const struct opts *o, const struct pair_result *d,
+                         const struct pair_result *p)
+{
+    char t[64];
+    printf("\n%d clients on distinct names, %.1f s each (a thread and a connection per "
+           "client; %ld cores)\n",
+           o->clients, o->seconds, sysconf(_SC_NPROCESSORS_ONLN));
+    row_head();
+    double r = p->s.per_s > 0 ? d->s.per_s / p->s.per_s : 0;
+    snprintf(t, sizeof t, ">= %.2f  %s", TARGET_THROUGHPUT_RATIO,
+             verdict(r >= TARGET_THROUGHPUT_RATIO));
+    row("aggregate pairs/s", fmt_count(d->s.per_s), fmt_count(p->s.per_s),
+        fmt_ratio(d->s.per_s, p->s.per_s), t);
+    row("pair latency p50", fmt_us(d->s.p50_us), fmt_us(p->s.p50_us),
+        fmt_ratio(d->s.p50_us, p->s.p50_us), "");
+    row("pair latency p99", fmt_us(d->s.p99_us), fmt_us(p->s.p99_us),
+        fmt_ratio(d->s.p99_us, p->s.p99_us), "");
+    row("pair latency mean", fmt_us(d->s.mean_us), fmt_us(p->s.mean_us),
+        fmt_ratio(d->s.mean_us, p->s.mean_us), "");
+    row("pairs done", fmt_count((double)d->s.n), fmt_count((double)p->s.n), "", "");
+    report_errors(d, p);
+    report_cpu(d, p);
+}
+
+/* A row of the lease table: figure, value, target. */
+static void lrow(const char *what, const char *value, const char *target)
+{
+    printf("  %-34s %24s   %s\n", what, value, target);
+}
+
+static void report_leases_acquired(const struct lease_result *r)
+{
+    char v[64], t[64];
+    snprintf(v, sizeof v, "%s in %.2f s", fmt_count((double)r->held), r->acq_s);
+    snprintf(t, sizeof t, "%s/s, dlockd CPU %.0f %%", fmt_count((double)r->held / r->acq_s),
+             r->acq_cpu_agent);
+    lrow("leases acquired", v, t);
+    if (r->acq_errors)
+        lrow("acquire errors", fmt_count((double)r->acq_errors), dlock_strerror(r->first_error));
+}
+
+static void report_leases_memory(const struct lease_result *r)
+{
+    char v[64], t[64];
+    snprintf(v, sizeof v, "%s -> %s kB", fmt_count((double)r->rss_idle_kb),
+             fmt_count((double)r->rss_held_kb));
+    snprintf(t, sizeof t, "peak %s kB", fmt_count((double)r->rss_peak_kb));
+    lrow("dlockd RSS idle -> held", v, t);
+    double per = r->held ? (double)(r->rss_held_kb - r->rss_idle_kb) * 1024.0 / (double)r->held : 0;
+    snprintf(t, sizeof t, "<= %.0f  %s", TARGET_BYTES_PER_LEASE,
+             verdict(per <= TARGET_BYTES_PER_LEASE));
+    lrow("bytes per lease", fmt_count(per), t);
+}
+
+static void report_leases_renewals(const struct lease_result *r)
+{
+    char v[64], t[80];
+    double period_s = BENCH_TTL_MS / 3000.0;
+    snprintf(t, sizeof t, "about %s expected (%.1f rounds)",
+             fmt_count((double)r->held * r->window_s / period_s), r->window_s / period_s);
+    lrow("renewals seen by Redis (EVALSHA)", fmt_count((double)r->renew_calls), t);
+    snprintf(t, sizeof t, "%s  %s", fmt_count((double)r->held), verdict(r->keys_at_end == r->held));
+    lrow("keys on Redis at the end", fmt_count((double)r->keys_at_end), t);
+    snprintf(v, sizeof v, "%s ms", fmt_count((double)r->min_pttl_ms));
+    snprintf(t, sizeof t, "about %s ms when renewed in time",
+             fmt_count(BENCH_TTL_MS - BENCH_TTL_MS / 3.0));
+    lrow("lowest PTTL of sampled keys", v, t);
+}
+
+static void report_leases(const struct lease_result *r)
+{
+    char t[64];
+    printf("\n%s leases held through %d clients (TTL %d s, renewed every %d s), "
+           "%.1f s window\n",
+           fmt_count((double)r->wanted), r->clients, BENCH_TTL_MS / 1000, BENCH_TTL_MS / 3000,
+           r->window_s);
+    lrow("figure", "value", "target");
+    report_leases_acquired(r);
+    snprintf(t, sizeof t, "<= %.0f %%  %s", TARGET_AGENT_CPU,
+             verdict(r->cpu_agent <= TARGET_AGENT_CPU));
+    lrow("dlockd CPU over the window", fmt_pct(r->cpu_agent), t);
+    report_leases_memory(r);
+    snprintf(t, sizeof t, "0  %s", verdict(r->lost_events == 0));
+    lrow("lease-lost events", fmt_count((double)r->lost_events), t);
+    lrow("jeopardy events", fmt_count((double)r->jeopardy_events), "0");
+    report_leases_renewals(r);
+    lrow("redis-server CPU over the window", fmt_pct(r->cpu_redis), "(context)");
+    char v[64];
+    if (r->release_s >= 0)
+        snprintf(v, sizeof v, "%.2f s", r->release_s);
+    else
+        snprintf(v, sizeof v, "not within 60 s");
+    lrow("all released after client close", v, "(context: Redis empty again)");
+}
+
+/* ---- the run ---- */
+
+static void progress(const char *what)
+{
+    fprintf(stderr, "dlock-bench: %s\n", what);
+}
+
+static int phase_pairs(const struct opts *o, struct env *e)
+{
+    struct pair_result d1, p1, dm, pm;
+    progress("1 client, dlock");
+    if (run_single(&dlock_driver, e, o->pairs, &d1) != 0)
+        return -1;
+    progress("1 client, plain hiredis");
+    if (run_single(&plain_driver, e, o->pairs, &p1) != 0)
+        return -1;
+    report_single(o, &d1, &p1);
+    fflush(stdout);
+    progress("many clients, dlock");
+    if (run_multi(&dlock_driver, e, o->clients, o->seconds, &dm) != 0)
+        return -1;
+    progress("many clients, plain hiredis");
+    if (run_multi(&plain_driver, e, o->clients, o->seconds, &pm) != 0)
+        return -1;
+    report_multi(o, &dm, &pm);
+    fflush(stdout);
+    return 0;
+}
+
+static int phase_leases(const struct opts *o, struct env *e)
+{
+    struct lease_result r;
+    fprintf(stderr, "dlock-bench: holding %ld leases, %.0f s window (dlockd pid %d)\n", o->leases,
+            o->window, (int)e->agent_pid);
+    if (run_leases(e, o->leases, o->window, &r) != 0)
+        return -1;
+    report_leases(&r);
+    return 0;
+}
+
+/* The agent's own log (warn level and up) says whether anything went wrong. */
+static void report_agent_log(struct env *e)
+{
+    int n = env_log_lines(e->agent_log);
+    printf("\ndlockd log: %d line(s) at level warn or above\n", n);
+    if (n > 0) {
+        fflush(stdout);
+        env_print_log(e->agent_log, 10);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {0};
+    if (parse_opts(argc, argv, &o) != 0)
+        return 2;
+    install_signals();
+    atexit(at_exit);
+    struct env *e = &the_env;
+    if (env_start(e) != 0)
+        return 1;
+    fprintf(stderr, "dlock-bench: redis-server pid %d, dlockd pid %d, in %s\n", (int)e->redis_pid,
+            (int)e->agent_pid, e->dir);
+    printf("dlock-bench: %ld cores, redis-server %s, dlockd %s\n", sysconf(_SC_NPROCESSORS_ONLN),
+           e->redis_version, DLOCKD_PATH);
+    int rc = phase_pairs(&o, e);
+    if (rc == 0)
+        rc = phase_leases(&o, e);
+    const char *who;
+    if (env_check(e, &who) != 0) {
+        fprintf(stderr, "dlock-bench: %s is no longer running\n", who);
+        rc = -1;
+    }
+    report_agent_log(e);
+    env_stop(e);
+    printf("dlockd exit status after SIGTERM: %d\n", e->agent_exit);
+    if (rc != 0)
+        fprintf(stderr, "dlock-bench: run did not complete\n");
+    return rc == 0 ? 0 : 1;
+}

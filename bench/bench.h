@@ -1,0 +1,157 @@
+/* bench.h -- shared declarations of dlock-bench: the private Redis and agent,
+ * /proc sampling, latency statistics, the plain hiredis baseline and the
+ * measured phases. */
+#ifndef DLOCK_BENCH_H
+#define DLOCK_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define BENCH_TTL_MS 30000
+#define BENCH_PREFIX "dlock:" /* the agent's default key prefix */
+#define BENCH_PATH   160
+
+/* ---- time (env.c) ---- */
+
+uint64_t now_ns(void);
+void sleep_ms(int ms);
+double ns_to_s(uint64_t ns);
+
+/* ---- the private redis-server and dlockd of one run (env.c) ---- */
+
+struct env {
+    char dir[64];
+    char redis_sock[BENCH_PATH], agent_sock[BENCH_PATH], conf[BENCH_PATH];
+    char redis_log[BENCH_PATH], agent_log[BENCH_PATH];
+    pid_t redis_pid, agent_pid;
+    int agent_exit; /* status after SIGTERM: exit code, 128+signal, -1 unknown */
+    char redis_version[32];
+};
+
+/* Makes the temp dir, starts redis-server and dlockd and waits until both
+ * answer. 0, or -1 after printing why (the caller still calls env_stop). */
+int env_start(struct env *e);
+/* Stops both children (SIGTERM, then SIGKILL after a deadline) and removes
+ * the temp dir. Idempotent. */
+void env_stop(struct env *e);
+/* Is each child still running? 0, or -1 with *who naming the dead one. */
+int env_check(struct env *e, const char **who);
+/* Prints the last lines of a child's log to stderr. */
+void env_print_log(const char *path, int max_lines);
+/* Counts the lines of a log file (0 when missing). */
+int env_log_lines(const char *path);
+
+/* ---- /proc (env.c) ---- */
+
+struct proc_sample {
+    uint64_t t_ns;      /* CLOCK_MONOTONIC when taken */
+    uint64_t cpu_ticks; /* utime + stime, in clock ticks */
+    long rss_kb;        /* VmRSS */
+};
+
+int proc_sample(pid_t pid, struct proc_sample *s);
+/* CPU used between two samples, in percent of one core. */
+double proc_cpu_pct(const struct proc_sample *a, const struct proc_sample *b);
+
+/* ---- latency statistics (stats.c) ---- */
+
+struct lat {
+    uint64_t *v; /* pair durations, ns */
+    size_t n, cap;
+};
+
+struct summary {
+    size_t n;
+    double p50_us, p99_us, mean_us, max_us;
+    double per_s; /* n over the wall time given */
+};
+
+int lat_reserve(struct lat *l, size_t cap);
+int lat_push(struct lat *l, uint64_t ns);
+int lat_append(struct lat *dst, const struct lat *src);
+void lat_free(struct lat *l);
+/* Sorts l and fills *out; wall_s is the time the pairs took together. */
+void lat_summarise(struct lat *l, double wall_s, struct summary *out);
+
+/* ---- the plain hiredis baseline (plain.c) ---- */
+
+struct plain;
+
+/* Errors of plain_pair(), beside 0. */
+#define PLAIN_EIO    (-101) /* connection broken */
+#define PLAIN_EBUSY  (-102) /* SET NX found the key taken */
+#define PLAIN_EOWNER (-103) /* compare-and-delete found another token */
+#define PLAIN_EREPLY (-104) /* unexpected or error reply */
+
+struct plain *plain_open(const char *sock);
+void plain_close(struct plain *p);
+/* SET key token NX PX ttl, then EVALSHA compare-and-delete. */
+int plain_pair(struct plain *p, const char *name, uint64_t *mid);
+int plain_ping(struct plain *p);
+const char *plain_strerror(int err);
+
+/* Inspection of the private Redis, for the lease phase. Each returns -1 on
+ * failure. */
+long long redis_dbsize(struct plain *p);
+long long redis_evalsha_calls(struct plain *p);
+long long redis_pttl(struct plain *p, const char *name);
+int redis_version(struct plain *p, char *buf, size_t len);
+
+/* ---- acquire+release pairs (pairs.c) ---- */
+
+/* One kind of client: dlock through the agent, or plain hiredis. */
+struct driver {
+    const char *label;
+    void *(*open)(const struct env *e);
+    /* One acquire+release: 0 or a negative code; *mid is the time between. */
+    int (*pair)(void *client, const char *name, uint64_t *mid);
+    int (*ping)(void *client); /* one bare round trip */
+    const char *(*strerror)(int err);
+    void (*close)(void *client);
+};
+
+extern const struct driver dlock_driver, plain_driver;
+
+/* CPU of each process over a measurement, in percent of one core. */
+struct cpu_share {
+    double agent, redis, bench;
+    double wall_s; /* too short (under a second) for /proc's clock ticks */
+};
+
+struct pair_result {
+    struct summary s;
+    struct summary acquire, release, ping; /* run_single only */
+    long errors;
+    int first_error;
+    struct cpu_share cpu;
+};
+
+/* N timed pairs on one name, after a short untimed warm-up. */
+int run_single(const struct driver *d, struct env *e, long n, struct pair_result *out);
+/* `clients` threads, each its own client and name, for `seconds`. */
+int run_multi(const struct driver *d, struct env *e, int clients, double seconds,
+              struct pair_result *out);
+
+/* ---- many leases held (leases.c) ---- */
+
+struct lease_result {
+    long wanted, held, acq_errors;
+    int first_error;
+    int clients;
+    double acq_s;         /* time to acquire them all */
+    double acq_cpu_agent; /* agent CPU while acquiring */
+    long rss_idle_kb, rss_held_kb, rss_peak_kb;
+    double window_s;
+    double cpu_agent, cpu_redis; /* over the window */
+    long lost_events, jeopardy_events, other_events;
+    long long renew_calls; /* EVALSHA calls Redis saw during the window */
+    long long keys_at_end; /* DBSIZE at the end of the window */
+    long long min_pttl_ms; /* over a sample of the held keys */
+    double release_s;      /* close of the clients until Redis is empty; <0 if not */
+};
+
+int run_leases(struct env *e, long leases, double window_s, struct lease_result *out);
+
+#endif

@@ -1,0 +1,384 @@
+/* env.c -- the private redis-server and dlockd of a dlock-bench run: temp
+ * dir, start with deadlines, shutdown and clean-up, and /proc sampling. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "dlock.h"
+
+#ifndef DLOCKD_PATH
+#error "DLOCKD_PATH must be defined (path of the dlockd binary)"
+#endif
+
+#define START_MS 10000 /* how long each child may take to answer */
+#define STOP_MS  5000  /* how long each child may take to exit on SIGTERM */
+
+/* ---- time ---- */
+
+uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+double ns_to_s(uint64_t ns)
+{
+    return (double)ns / 1e9;
+}
+
+/* ---- child processes ---- */
+
+/* Forks and execs argv with stdout and stderr going to log. The child dies
+ * with us, even if we are killed with SIGKILL. */
+static pid_t spawn(char *const argv[], const char *log)
+{
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(127);
+    signal(SIGPIPE, SIG_DFL);
+    int in = open("/dev/null", O_RDONLY);
+    int out = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (in < 0 || out < 0)
+        _exit(126);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(out, 2);
+    execvp(argv[0], argv);
+    dprintf(2, "exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
+static int status_code(int st)
+{
+    if (WIFEXITED(st))
+        return WEXITSTATUS(st);
+    if (WIFSIGNALED(st))
+        return 128 + WTERMSIG(st);
+    return -1;
+}
+
+/* Waits up to ms for pid to exit: its status code, or -1 if it did not. */
+static int wait_exit(pid_t pid, int ms)
+{
+    uint64_t end = now_ns() + (uint64_t)ms * 1000000ull;
+    for (;;) {
+        int st;
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            return status_code(st);
+        if (r < 0 || now_ns() > end)
+            return -1;
+        sleep_ms(2);
+    }
+}
+
+/* SIGTERM, then SIGKILL if it lingers. Returns its status code. */
+static int stop_child(pid_t *pid)
+{
+    if (*pid <= 0)
+        return -1;
+    kill(*pid, SIGTERM);
+    int st = wait_exit(*pid, STOP_MS);
+    if (st < 0) {
+        kill(*pid, SIGKILL);
+        st = wait_exit(*pid, STOP_MS);
+    }
+    *pid = 0;
+    return st;
+}
+
+/* Has the child exited already? Reaps it if so. */
+static bool child_dead(pid_t *pid)
+{
+    int st;
+    if (*pid > 0 && waitpid(*pid, &st, WNOHANG) == *pid) {
+        *pid = 0;
+        return true;
+    }
+    return *pid <= 0;
+}
+
+/* ---- logs ---- */
+
+int env_log_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    int n = 0, ch, last = '\n';
+    while ((ch = getc(f)) != EOF) {
+        if (ch == '\n')
+            n++;
+        last = ch;
+    }
+    fclose(f);
+    return last == '\n' ? n : n + 1;
+}
+
+void env_print_log(const char *path, int max_lines)
+{
+    int total = env_log_lines(path), skip = total - max_lines;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    fprintf(stderr, "---- %s (%d lines) ----\n", path, total);
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (n++ >= skip)
+            fputs(line, stderr);
+    }
+    fclose(f);
+}
+
+/* ---- start ---- */
+
+static int write_conf(const struct env *e)
+{
+    FILE *f = fopen(e->conf, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "[agent]\nmax_leases_per_conn = 200000\nlog_level = warn\n");
+    return fclose(f);
+}
+
+static void set_paths(struct env *e)
+{
+    snprintf(e->redis_sock, sizeof e->redis_sock, "%s/redis.sock", e->dir);
+    snprintf(e->agent_sock, sizeof e->agent_sock, "%s/dlock.sock", e->dir);
+    snprintf(e->conf, sizeof e->conf, "%s/dlockd.conf", e->dir);
+    snprintf(e->redis_log, sizeof e->redis_log, "%s/redis.log", e->dir);
+    snprintf(e->agent_log, sizeof e->agent_log, "%s/dlockd.log", e->dir);
+}
+
+/* Does redis answer PING on its socket? Takes its version on the way. */
+static bool redis_ready(struct env *e)
+{
+    struct plain *p = plain_open(e->redis_sock);
+    if (!p)
+        return false;
+    int rc = redis_version(p, e->redis_version, sizeof e->redis_version);
+    plain_close(p);
+    return rc == 0;
+}
+
+static int start_redis(struct env *e)
+{
+    char *argv[] = {
+        "redis-server", "--port", "0",           "--unixsocket", e->redis_sock, "--save", "",
+        "--appendonly", "no",     "--daemonize", "no",           "--dir",       e->dir,   NULL};
+    e->redis_pid = spawn(argv, e->redis_log);
+    if (e->redis_pid < 0) {
+        fprintf(stderr, "dlock-bench: fork: %s\n", strerror(errno));
+        e->redis_pid = 0;
+        return -1;
+    }
+    uint64_t end = now_ns() + START_MS * 1000000ull;
+    while (now_ns() < end) {
+        if (child_dead(&e->redis_pid)) {
+            fprintf(stderr, "dlock-bench: redis-server exited at start (is it on PATH?)\n");
+            env_print_log(e->redis_log, 20);
+            return -1;
+        }
+        if (redis_ready(e))
+            return 0;
+        sleep_ms(10);
+    }
+    fprintf(stderr, "dlock-bench: redis-server did not answer within %d ms\n", START_MS);
+    env_print_log(e->redis_log, 20);
+    return -1;
+}
+
+/* Is the agent up and through to Redis? A try-once acquire answers EUNAVAIL
+ * until its Redis connection is up. */
+static bool agent_ready(struct env *e, int *last)
+{
+    dlock_client *c;
+    *last = dlock_client_open(&c, e->agent_sock);
+    if (*last != 0)
+        return false;
+    dlock_acquire_options o = {.ttl_ms = BENCH_TTL_MS, .wait_ms = DLOCK_WAIT_NONE};
+    dlock_lease *l;
+    *last = dlock_lease_acquire(c, "bench-probe", &o, &l);
+    if (*last == 0)
+        *last = dlock_lease_release(l);
+    dlock_client_close(c);
+    return *last == 0;
+}
+
+static int start_agent(struct env *e)
+{
+    char redis_addr[BENCH_PATH + 8];
+    snprintf(redis_addr, sizeof redis_addr, "unix:%s", e->redis_sock);
+    char *argv[] = {DLOCKD_PATH, "-s", e->agent_sock, "-r", redis_addr, "-c", e->conf, NULL};
+    e->agent_pid = spawn(argv, e->agent_log);
+    if (e->agent_pid < 0) {
+        fprintf(stderr, "dlock-bench: fork: %s\n", strerror(errno));
+        e->agent_pid = 0;
+        return -1;
+    }
+    uint64_t end = now_ns() + START_MS * 1000000ull;
+    int last = 0;
+    while (now_ns() < end) {
+        if (child_dead(&e->agent_pid)) {
+            fprintf(stderr, "dlock-bench: dlockd (%s) exited at start\n", DLOCKD_PATH);
+            env_print_log(e->agent_log, 20);
+            return -1;
+        }
+        if (agent_ready(e, &last))
+            return 0;
+        sleep_ms(10);
+    }
+    fprintf(stderr, "dlock-bench: dlockd not ready within %d ms (last: %s)\n", START_MS,
+            dlock_strerror(last));
+    env_print_log(e->agent_log, 20);
+    return -1;
+}
+
+int env_start(struct env *e)
+{
+    memset(e, 0, sizeof *e);
+    e->agent_exit = -1;
+    snprintf(e->dir, sizeof e->dir, "/tmp/dlock-bench.XXXXXX");
+    if (!mkdtemp(e->dir)) {
+        fprintf(stderr, "dlock-bench: mkdtemp: %s\n", strerror(errno));
+        e->dir[0] = '\0';
+        return -1;
+    }
+    set_paths(e);
+    if (write_conf(e) != 0) {
+        fprintf(stderr, "dlock-bench: cannot write %s: %s\n", e->conf, strerror(errno));
+        return -1;
+    }
+    if (start_redis(e) != 0)
+        return -1;
+    return start_agent(e);
+}
+
+/* ---- stop ---- */
+
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    char path[BENCH_PATH + 256];
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+void env_stop(struct env *e)
+{
+    /* The agent first: on SIGTERM it releases its leases on Redis. */
+    if (e->agent_pid > 0)
+        e->agent_exit = stop_child(&e->agent_pid);
+    if (e->redis_pid > 0)
+        stop_child(&e->redis_pid);
+    if (e->dir[0]) {
+        remove_dir(e->dir);
+        e->dir[0] = '\0';
+    }
+}
+
+int env_check(struct env *e, const char **who)
+{
+    if (child_dead(&e->agent_pid)) {
+        *who = "dlockd";
+        return -1;
+    }
+    if (child_dead(&e->redis_pid)) {
+        *who = "redis-server";
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- /proc ---- */
+
+static int read_file(const char *path, char *buf, size_t len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, len - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    return 0;
+}
+
+/* utime + stime: fields 14 and 15 of /proc/PID/stat, counted from the state
+ * field (3) that follows the command name in parentheses. */
+static int read_cpu_ticks(pid_t pid, uint64_t *out)
+{
+    char path[64], buf[2048];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    if (read_file(path, buf, sizeof buf) != 0)
+        return -1;
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return -1;
+    unsigned long long utime, stime;
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
+        return -1;
+    *out = utime + stime;
+    return 0;
+}
+
+static int read_rss_kb(pid_t pid, long *out)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    if (read_file(path, buf, sizeof buf) != 0)
+        return -1;
+    const char *p = strstr(buf, "\nVmRSS:");
+    if (!p || sscanf(p + 7, "%ld", out) != 1)
+        return -1;
+    return 0;
+}
+
+int proc_sample(pid_t pid, struct proc_sample *s)
+{
+    s->t_ns = now_ns();
+    if (read_cpu_ticks(pid, &s->cpu_ticks) != 0 || read_rss_kb(pid, &s->rss_kb) != 0)
+        return -1;
+    return 0;
+}
+
+double proc_cpu_pct(const struct proc_sample *a, const struct proc_sample *b)
+{
+    double wall = ns_to_s(b->t_ns - a->t_ns);
+    double cpu = (double)(b->cpu_ticks - a->cpu_ticks) / (double)sysconf(_SC_CLK_TCK);
+    return wall > 0 ? 100.0 * cpu / wall : 0.0;
+}
