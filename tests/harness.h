@@ -108,6 +108,8 @@ void h_setup(void);
 void h_teardown(void);
 /* Called after an ITEST body: closes clients, stops agents, checks exit 0. */
 void h_finish(void);
+/* Cleans up and marks the test skipped (Criterion runs no .fini then). */
+void h_skip(const char *why);
 
 #define ITEST(suite, name)                                                                         \
     static void suite##_##name##_body(void);                                                       \

@@ -297,10 +297,8 @@ ITEST(acquire, fencing_tokens_increase_across_agent_restarts)
         h_raw_hello(fd);
         for (int i = 0; i < 3; i++) {
             struct wire_granted g = raw_grant(fd, "fenced", (uint32_t)(10 + i));
-            if (g.fence == 0) {
-                H.passed = 1;
-                cr_skip_test("the backend issues no fencing tokens (fence 0)");
-            }
+            if (g.fence == 0)
+                h_skip("the backend issues no fencing tokens (fence 0)");
             cr_assert_gt(g.fence, last, "fence %llu not above the previous %llu",
                          (unsigned long long)g.fence, (unsigned long long)last);
             last = g.fence;
