@@ -1,0 +1,807 @@
+/* test_config.c -- unit tests of dlockd's settings in agent/config.c:
+ * defaults, the INI file, single keys, addresses and validation. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+
+/* Writes text to a new temporary file; its path goes into path. */
+static void write_temp(char *path, size_t len, const char *text)
+{
+    const char *dir = getenv("TMPDIR");
+    snprintf(path, len, "%s/dlockd-test-XXXXXX", dir && dir[0] ? dir : "/tmp");
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0, "mkstemp(%s) failed", path);
+    size_t n = strlen(text);
+    cr_assert_eq(write(fd, text, n), (ssize_t)n);
+    cr_assert_eq(close(fd), 0);
+}
+
+/* Loads text as a config file over c; returns config_load_file's result,
+ * with its message in err. */
+static int load_text(struct config *c, const char *text, char *path, size_t pathlen, char *err,
+                     size_t errlen)
+{
+    write_temp(path, pathlen, text);
+    err[0] = '\0';
+    int rc = config_load_file(c, path, err, errlen);
+    unlink(path);
+    return rc;
+}
+
+/* Applies one key with config_set over defaults and checks it fails. */
+static void expect_bad(const char *section, const char *key, const char *value)
+{
+    struct config c;
+    config_defaults(&c);
+    char err[512] = "";
+    cr_assert_eq(config_set(&c, section, key, value, err, sizeof err), -1,
+                 "[%s] %s = '%s' was accepted", section, key, value);
+    cr_assert_neq(err[0], '\0', "no message for [%s] %s = '%s'", section, key, value);
+    cr_assert_not_null(strstr(err, key), "message '%s' does not name the key %s", err, key);
+}
+
+static void expect_good(struct config *c, const char *section, const char *key, const char *value)
+{
+    char err[512] = "";
+    cr_assert_eq(config_set(c, section, key, value, err, sizeof err), 0,
+                 "[%s] %s = '%s' refused: %s", section, key, value, err);
+}
+
+/* ---- defaults ---- */
+
+Test(defaults, documented_values)
+{
+    struct config c;
+    memset(&c, 0x5a, sizeof c);
+    config_defaults(&c);
+    cr_assert_str_eq(c.socket, CONFIG_DEFAULT_SOCKET);
+    cr_assert_str_eq(c.socket, "/run/dlock/dlock.sock");
+    cr_assert_eq(c.socket_mode, 0660);
+    cr_assert_str_eq(c.prefix, "dlock:");
+    cr_assert_eq(c.default_ttl_ms, 30000);
+    cr_assert_eq(c.min_ttl_ms, 30);
+    cr_assert_eq(c.max_ttl_ms, 86400000);
+    cr_assert_float_eq(c.renew_fraction, 1.0 / 3.0, 1e-12);
+    cr_assert_eq(c.retry_fallback_ms, 100);
+    cr_assert_eq(c.max_name_len, 200);
+    cr_assert_eq(c.max_leases_per_conn, 100000);
+    cr_assert_eq(c.max_waiters_per_conn, 1024);
+    cr_assert_eq(c.max_connections, 1024);
+    cr_assert_eq(c.shutdown_timeout_ms, 2000);
+    cr_assert_eq(c.log_level, LOG_INFO);
+    cr_assert_str_eq(c.redis.host, "127.0.0.1");
+    cr_assert_eq(c.redis.port, 6379);
+    cr_assert_str_eq(c.redis.path, "");
+    cr_assert_str_eq(c.redis_user, "");
+    cr_assert_str_eq(c.redis_password, "");
+    cr_assert_eq(c.redis_db, 0);
+    cr_assert_eq(c.connect_timeout_ms, 1000);
+    cr_assert_eq(c.command_timeout_ms, 2000);
+    cr_assert_eq(c.reconnect_min_ms, 50);
+    cr_assert_eq(c.reconnect_max_ms, 2000);
+}
+
+Test(defaults, pass_validation)
+{
+    struct config c;
+    config_defaults(&c);
+    char err[256] = "";
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "defaults rejected: %s", err);
+}
+
+/* ---- the file ---- */
+
+Test(file, every_documented_key_lands_in_the_struct)
+{
+    static const char text[] = "; every key of packaging/dlockd.conf, none at its default\n"
+                               "[agent]\n"
+                               "socket = /tmp/dl/agent.sock\n"
+                               "socket_mode = 0600\n"
+                               "prefix = myapp:locks:\n"
+                               "default_ttl_ms = 15000\n"
+                               "min_ttl_ms = 20\n"
+                               "max_ttl_ms = 3600000\n"
+                               "renew_fraction = 0.25\n"
+                               "retry_fallback_ms = 250\n"
+                               "max_name_len = 512\n"
+                               "max_leases_per_conn = 77\n"
+                               "max_waiters_per_conn = 88\n"
+                               "max_connections = 99\n"
+                               "shutdown_timeout_ms = 4500\n"
+                               "log_level = debug\n"
+                               "\n"
+                               "[redis]\n"
+                               "address = redis.example.net:7000\n"
+                               "user = locker\n"
+                               "password = s3cret!pw\n"
+                               "database = 5\n"
+                               "connect_timeout_ms = 1500\n"
+                               "command_timeout_ms = 2500\n"
+                               "reconnect_min_ms = 20\n"
+                               "reconnect_max_ms = 9000\n";
+    struct config c;
+    config_defaults(&c);
+    char path[256], err[512];
+    cr_assert_eq(load_text(&c, text, path, sizeof path, err, sizeof err), 0, "load failed: %s",
+                 err);
+    cr_assert_str_eq(c.socket, "/tmp/dl/agent.sock");
+    cr_assert_eq(c.socket_mode, 0600);
+    cr_assert_str_eq(c.prefix, "myapp:locks:");
+    cr_assert_eq(c.default_ttl_ms, 15000);
+    cr_assert_eq(c.min_ttl_ms, 20);
+    cr_assert_eq(c.max_ttl_ms, 3600000);
+    cr_assert_float_eq(c.renew_fraction, 0.25, 1e-12);
+    cr_assert_eq(c.retry_fallback_ms, 250);
+    cr_assert_eq(c.max_name_len, 512);
+    cr_assert_eq(c.max_leases_per_conn, 77);
+    cr_assert_eq(c.max_waiters_per_conn, 88);
+    cr_assert_eq(c.max_connections, 99);
+    cr_assert_eq(c.shutdown_timeout_ms, 4500);
+    cr_assert_eq(c.log_level, LOG_DEBUG);
+    cr_assert_str_eq(c.redis.host, "redis.example.net");
+    cr_assert_eq(c.redis.port, 7000);
+    cr_assert_str_eq(c.redis.path, "");
+    cr_assert_str_eq(c.redis_user, "locker");
+    cr_assert_str_eq(c.redis_password, "s3cret!pw");
+    cr_assert_eq(c.redis_db, 5);
+    cr_assert_eq(c.connect_timeout_ms, 1500);
+    cr_assert_eq(c.command_timeout_ms, 2500);
+    cr_assert_eq(c.reconnect_min_ms, 20);
+    cr_assert_eq(c.reconnect_max_ms, 9000);
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+}
+
+Test(file, keys_not_in_the_file_keep_their_values)
+{
+    struct config c, d;
+    config_defaults(&c);
+    config_defaults(&d);
+    char path[256], err[512];
+    cr_assert_eq(
+        load_text(&c, "[agent]\nmax_connections = 5\n", path, sizeof path, err, sizeof err), 0,
+        "%s", err);
+    cr_assert_eq(c.max_connections, 5);
+    d.max_connections = 5;
+    cr_assert_eq(memcmp(&c, &d, sizeof c), 0, "other settings changed");
+}
+
+Test(file, empty_file_and_comments_only_are_fine)
+{
+    struct config c, d;
+    config_defaults(&c);
+    config_defaults(&d);
+    char path[256], err[512];
+    cr_assert_eq(load_text(&c, "", path, sizeof path, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(load_text(&c, "; nothing\n# here\n\n[agent]\n[redis]\n", path, sizeof path, err,
+                           sizeof err),
+                 0, "%s", err);
+    cr_assert_eq(memcmp(&c, &d, sizeof c), 0);
+}
+
+Test(file, unix_address_and_unix_socket_path)
+{
+    struct config c;
+    config_defaults(&c);
+    char path[256], err[512];
+    cr_assert_eq(load_text(&c, "[redis]\naddress = unix:/var/run/redis/redis.sock\n", path,
+                           sizeof path, err, sizeof err),
+                 0, "%s", err);
+    cr_assert_str_eq(c.redis.path, "/var/run/redis/redis.sock");
+    cr_assert_str_eq(c.redis.host, "");
+}
+
+/* The source tree: from the build (unit.cmake), else from this file's path. */
+static void source_file(char *buf, size_t len, const char *rel)
+{
+#ifdef DLOCK_SOURCE_DIR
+    snprintf(buf, len, "%s/%s", DLOCK_SOURCE_DIR, rel);
+#else
+    const char *me = __FILE__, *tail = strstr(me, "tests/test_config.c");
+    int dirlen = tail ? (int)(tail - me) : 0;
+    snprintf(buf, len, "%.*s%s", dirlen, me, rel);
+#endif
+}
+
+/* The packaged example file documents the defaults: it must load, and give
+ * exactly the built-in settings. */
+Test(file, packaged_dlockd_conf_matches_defaults)
+{
+    char path[1024];
+    source_file(path, sizeof path, "packaging/dlockd.conf");
+    if (access(path, R_OK) != 0)
+        cr_skip_test("%s not readable", path);
+    struct config c, d;
+    memset(&c, 0, sizeof c);
+    config_defaults(&c);
+    config_defaults(&d);
+    /* Start from something else, so every key must really be read. */
+    c.default_ttl_ms = 1;
+    c.socket_mode = 0;
+    c.renew_fraction = 0;
+    c.redis.port = 1;
+    char err[512] = "";
+    cr_assert_eq(config_load_file(&c, path, err, sizeof err), 0, "%s", err);
+    cr_assert_float_eq(c.renew_fraction, d.renew_fraction, 1e-4);
+    c.renew_fraction = d.renew_fraction;
+    cr_assert_eq(memcmp(&c, &d, sizeof c), 0, "%s does not spell out the defaults", path);
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+}
+
+Test(file, unknown_key_names_file_line_and_key)
+{
+    static const char text[] = "; comment\n"
+                               "[agent]\n"
+                               "max_connections = 10\n"
+                               "\n"
+                               "frobnicate = yes\n";
+    struct config c;
+    config_defaults(&c);
+    char path[256], err[512];
+    cr_assert_eq(load_text(&c, text, path, sizeof path, err, sizeof err), -1);
+    char want[300];
+    snprintf(want, sizeof want, "%s:5:", path);
+    cr_assert_not_null(strstr(err, want), "message '%s' lacks '%s'", err, want);
+    cr_assert_not_null(strstr(err, "frobnicate"), "message '%s' lacks the key", err);
+}
+
+Test(file, key_in_the_wrong_section_is_unknown)
+{
+    struct config c;
+    config_defaults(&c);
+    char path[256], err[512];
+    cr_assert_eq(
+        load_text(&c, "[redis]\nmax_connections = 10\n", path, sizeof path, err, sizeof err), -1);
+    cr_assert_not_null(strstr(err, ":2:"), "%s", err);
+    cr_assert_not_null(strstr(err, "max_connections"), "%s", err);
+    cr_assert_eq(
+        load_text(&c, "[agent]\naddress = localhost:1\n", path, sizeof path, err, sizeof err), -1);
+    cr_assert_not_null(strstr(err, "address"), "%s", err);
+    /* A key before any section. */
+    cr_assert_eq(load_text(&c, "socket = /x\n", path, sizeof path, err, sizeof err), -1);
+    cr_assert_not_null(strstr(err, ":1:"), "%s", err);
+    /* An unknown section. */
+    cr_assert_eq(load_text(&c, "[agnet]\nsocket = /x\n", path, sizeof path, err, sizeof err), -1);
+    cr_assert_not_null(strstr(err, "agnet"), "%s", err);
+}
+
+Test(file, bad_value_names_file_line_key_and_value)
+{
+    struct config c;
+    config_defaults(&c);
+    char path[256], err[512];
+    cr_assert_eq(
+        load_text(&c, "[agent]\n\n\nmax_name_len = 12x\n", path, sizeof path, err, sizeof err), -1);
+    char want[300];
+    snprintf(want, sizeof want, "%s:4:", path);
+    cr_assert_not_null(strstr(err, want), "message '%s' lacks '%s'", err, want);
+    cr_assert_not_null(strstr(err, "max_name_len"), "%s", err);
+    cr_assert_not_null(strstr(err, "12x"), "%s", err);
+}
+
+Test(file, syntax_error_names_the_line)
+{
+    struct config c;
+    config_defaults(&c);
+    char path[256], err[512];
+    cr_assert_eq(load_text(&c, "[agent]\nthis line has no equals sign\n", path, sizeof path, err,
+                           sizeof err),
+                 -1);
+    char want[300];
+    snprintf(want, sizeof want, "%s:2:", path);
+    cr_assert_not_null(strstr(err, want), "message '%s' lacks '%s'", err, want);
+}
+
+/* With two bad lines, the message must describe one error consistently: the
+ * line number and the key must belong to the same line. */
+Test(file, two_errors_message_line_matches_key)
+{
+    static const char text[] = "[agent]\n"
+                               "bogus_first = 1\n"         /* line 2 */
+                               "max_connections = 10\n"    /* line 3 */
+                               "max_name_len = notanum\n"; /* line 4 */
+    struct config c;
+    config_defaults(&c);
+    char path[256], err[512];
+    cr_assert_eq(load_text(&c, text, path, sizeof path, err, sizeof err), -1);
+    char line2[300], line4[300];
+    snprintf(line2, sizeof line2, "%s:2:", path);
+    snprintf(line4, sizeof line4, "%s:4:", path);
+    bool says2 = strstr(err, line2) != NULL, says4 = strstr(err, line4) != NULL;
+    cr_assert(says2 || says4, "message '%s' names neither line 2 nor line 4", err);
+    if (says2)
+        cr_assert_not_null(strstr(err, "bogus_first"),
+                           "message '%s' gives line 2 but describes another line's key", err);
+    else
+        cr_assert_not_null(strstr(err, "max_name_len"),
+                           "message '%s' gives line 4 but describes another line's key", err);
+}
+
+Test(file, syntax_error_then_bad_key_message_is_consistent)
+{
+    static const char text[] = "[agent]\n"
+                               "garbage without equals\n" /* line 2 */
+                               "frobnicate = 1\n";        /* line 3 */
+    struct config c;
+    config_defaults(&c);
+    char path[256], err[512];
+    cr_assert_eq(load_text(&c, text, path, sizeof path, err, sizeof err), -1);
+    char line2[300];
+    snprintf(line2, sizeof line2, "%s:2:", path);
+    if (strstr(err, line2))
+        cr_assert_null(strstr(err, "frobnicate"),
+                       "message '%s' gives line 2 but describes line 3's key", err);
+}
+
+Test(file, missing_file_cannot_open)
+{
+    struct config c;
+    config_defaults(&c);
+    char err[512] = "";
+    const char *path = "/nonexistent-dir-dlock/dlockd.conf";
+    cr_assert_eq(config_load_file(&c, path, err, sizeof err), -1);
+    cr_assert_not_null(strstr(err, "cannot open"), "message '%s'", err);
+    cr_assert_not_null(strstr(err, path), "message '%s' lacks the path", err);
+}
+
+/* A directory opens with fopen() but cannot be read: that is an error, not
+ * an empty file. */
+Test(file, directory_is_not_an_empty_config)
+{
+    const char *tmp = getenv("TMPDIR");
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/dlockd-test-dir-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    cr_assert_not_null(mkdtemp(dir));
+    struct config c;
+    config_defaults(&c);
+    char err[512] = "";
+    int rc = config_load_file(&c, dir, err, sizeof err);
+    rmdir(dir);
+    cr_assert_eq(rc, -1, "loading the directory %s succeeded", dir);
+    cr_assert_not_null(strstr(err, dir), "message '%s' lacks the path", err);
+}
+
+Test(file, message_is_truncated_safely)
+{
+    struct config c;
+    config_defaults(&c);
+    char path[256], err[16];
+    memset(err, 'x', sizeof err);
+    cr_assert_eq(load_text(&c, "[agent]\nfrobnicate = 1\n", path, sizeof path, err, sizeof err),
+                 -1);
+    cr_assert_lt(strlen(err), sizeof err);
+}
+
+/* ---- single keys ---- */
+
+Test(set, numbers_accept_full_u32_range)
+{
+    struct config c;
+    config_defaults(&c);
+    expect_good(&c, "agent", "max_connections", "0");
+    cr_assert_eq(c.max_connections, 0);
+    expect_good(&c, "agent", "max_connections", "4294967295");
+    cr_assert_eq(c.max_connections, UINT32_MAX);
+    expect_good(&c, "agent", "max_connections", "007");
+    cr_assert_eq(c.max_connections, 7, "numbers are decimal, not octal");
+    expect_good(&c, "redis", "reconnect_max_ms", "123456");
+    cr_assert_eq(c.reconnect_max_ms, 123456);
+}
+
+Test(set, bad_numbers)
+{
+    static const char *const keys[][2] = {
+        {"agent", "default_ttl_ms"},       {"agent", "min_ttl_ms"},
+        {"agent", "max_ttl_ms"},           {"agent", "retry_fallback_ms"},
+        {"agent", "max_name_len"},         {"agent", "max_leases_per_conn"},
+        {"agent", "max_waiters_per_conn"}, {"agent", "max_connections"},
+        {"agent", "shutdown_timeout_ms"},  {"redis", "connect_timeout_ms"},
+        {"redis", "command_timeout_ms"},   {"redis", "reconnect_min_ms"},
+        {"redis", "reconnect_max_ms"},
+    };
+    static const char *const bad[] = {
+        "-1",
+        "-0",
+        "-4294967295",
+        "4294967296",
+        "99999999999999999999",
+        "18446744073709551616",
+        "12abc",
+        "12 ",
+        "1.5",
+        "1e3",
+        "0x10",
+        "",
+        "abc",
+        "ten",
+    };
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        struct config c;
+        config_defaults(&c);
+        for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++)
+            expect_bad(keys[k][0], keys[k][1], bad[b]);
+        /* and each key takes a good number */
+        expect_good(&c, keys[k][0], keys[k][1], "1234");
+    }
+}
+
+Test(set, failed_number_leaves_value_alone)
+{
+    struct config c;
+    config_defaults(&c);
+    char err[256];
+    cr_assert_eq(config_set(&c, "agent", "max_connections", "4294967296", err, sizeof err), -1);
+    cr_assert_eq(c.max_connections, 1024);
+    cr_assert_eq(config_set(&c, "agent", "max_connections", "-5", err, sizeof err), -1);
+    cr_assert_eq(c.max_connections, 1024);
+}
+
+Test(set, socket_mode_is_octal_up_to_0777)
+{
+    struct config c;
+    config_defaults(&c);
+    expect_good(&c, "agent", "socket_mode", "0600");
+    cr_assert_eq(c.socket_mode, 0600);
+    expect_good(&c, "agent", "socket_mode", "660");
+    cr_assert_eq(c.socket_mode, 0660);
+    expect_good(&c, "agent", "socket_mode", "0777");
+    cr_assert_eq(c.socket_mode, 0777);
+    expect_good(&c, "agent", "socket_mode", "0");
+    cr_assert_eq(c.socket_mode, 0);
+    static const char *const bad[] = {"01000", "1777", "0800", "0659",  "9",         "rw-rw----",
+                                      "0x1ff", "-1",   "",     "0660x", "4294967296"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_bad("agent", "socket_mode", bad[i]);
+}
+
+Test(set, log_levels)
+{
+    struct config c;
+    config_defaults(&c);
+    static const struct {
+        const char *text;
+        int level;
+    } good[] = {
+        {"error", LOG_ERROR}, {"warn", LOG_WARN},   {"info", LOG_INFO},
+        {"debug", LOG_DEBUG}, {"DEBUG", LOG_DEBUG}, {"Warn", LOG_WARN},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        expect_good(&c, "agent", "log_level", good[i].text);
+        cr_assert_eq(c.log_level, good[i].level, "%s", good[i].text);
+    }
+    static const char *const bad[] = {"verbose", "warning", "", "2", "info ", "err", "trace"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_bad("agent", "log_level", bad[i]);
+}
+
+Test(set, renew_fraction)
+{
+    struct config c;
+    config_defaults(&c);
+    expect_good(&c, "agent", "renew_fraction", "0.5");
+    cr_assert_float_eq(c.renew_fraction, 0.5, 1e-12);
+    expect_good(&c, "agent", "renew_fraction", ".25");
+    cr_assert_float_eq(c.renew_fraction, 0.25, 1e-12);
+    static const char *const bad[] = {"", "abc", "0.5x", "0,5", "half"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_bad("agent", "renew_fraction", bad[i]);
+}
+
+Test(set, strings_and_their_limits)
+{
+    struct config c;
+    config_defaults(&c);
+    char big[300];
+
+    /* socket: up to 107 bytes (sun_path) */
+    memset(big, 's', sizeof big);
+    big[0] = '/';
+    big[107] = '\0';
+    expect_good(&c, "agent", "socket", big);
+    cr_assert_eq(strlen(c.socket), 107);
+    big[107] = 's';
+    big[108] = '\0';
+    expect_bad("agent", "socket", big);
+
+    /* prefix: non-empty, up to 127 bytes */
+    memset(big, 'p', sizeof big);
+    big[127] = '\0';
+    expect_good(&c, "agent", "prefix", big);
+    cr_assert_eq(strlen(c.prefix), 127);
+    big[127] = 'p';
+    big[128] = '\0';
+    expect_bad("agent", "prefix", big);
+    expect_bad("agent", "prefix", "");
+
+    /* user up to 127, password up to 255; both may be empty */
+    memset(big, 'u', sizeof big);
+    big[127] = '\0';
+    expect_good(&c, "redis", "user", big);
+    cr_assert_eq(strlen(c.redis_user), 127);
+    big[127] = 'u';
+    big[128] = '\0';
+    expect_bad("redis", "user", big);
+    expect_good(&c, "redis", "user", "");
+    cr_assert_str_eq(c.redis_user, "");
+
+    memset(big, 'w', sizeof big);
+    big[255] = '\0';
+    expect_good(&c, "redis", "password", big);
+    cr_assert_eq(strlen(c.redis_password), 255);
+    big[255] = 'w';
+    big[256] = '\0';
+    expect_bad("redis", "password", big);
+    expect_good(&c, "redis", "password", "");
+    cr_assert_str_eq(c.redis_password, "");
+}
+
+Test(set, database)
+{
+    struct config c;
+    config_defaults(&c);
+    expect_good(&c, "redis", "database", "15");
+    cr_assert_eq(c.redis_db, 15);
+    expect_good(&c, "redis", "database", "1000000");
+    cr_assert_eq(c.redis_db, 1000000);
+    static const char *const bad[] = {"-1", "1000001", "4294967295", "x", "", "3x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_bad("redis", "database", bad[i]);
+}
+
+Test(set, address)
+{
+    struct config c;
+    config_defaults(&c);
+    expect_good(&c, "redis", "address", "10.1.2.3:6380");
+    cr_assert_str_eq(c.redis.host, "10.1.2.3");
+    cr_assert_eq(c.redis.port, 6380);
+    expect_good(&c, "redis", "address", "unix:/tmp/redis.sock");
+    cr_assert_str_eq(c.redis.path, "/tmp/redis.sock");
+    cr_assert_str_eq(c.redis.host, "");
+    /* Back to TCP: the old unix path must not linger. */
+    expect_good(&c, "redis", "address", "localhost:6379");
+    cr_assert_str_eq(c.redis.path, "");
+    cr_assert_str_eq(c.redis.host, "localhost");
+    static const char *const bad[] = {"localhost",  "localhost:", ":6379", "host:0",
+                                      "host:70000", "unix:",      "",      "host:x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_bad("redis", "address", bad[i]);
+    /* A refused address leaves the previous one. */
+    char err[256];
+    cr_assert_eq(config_set(&c, "redis", "address", "host:0", err, sizeof err), -1);
+    cr_assert_str_eq(c.redis.host, "localhost");
+    cr_assert_eq(c.redis.port, 6379);
+}
+
+Test(set, unknown_keys_and_sections)
+{
+    struct config c, d;
+    config_defaults(&c);
+    config_defaults(&d);
+    char err[256] = "";
+    cr_assert_eq(config_set(&c, "agent", "nope", "1", err, sizeof err), -1);
+    cr_assert_not_null(strstr(err, "nope"), "%s", err);
+    cr_assert_eq(config_set(&c, "redis", "socket", "/x", err, sizeof err), -1);
+    cr_assert_not_null(strstr(err, "socket"), "%s", err);
+    cr_assert_eq(config_set(&c, "Agent", "socket", "/x", err, sizeof err), -1);
+    cr_assert_eq(config_set(&c, "", "socket", "/x", err, sizeof err), -1);
+    cr_assert_eq(config_set(&c, "other", "max_connections", "1", err, sizeof err), -1);
+    cr_assert_eq(memcmp(&c, &d, sizeof c), 0, "an unknown key changed the config");
+}
+
+/* ---- addresses ---- */
+
+Test(addr, host_and_port)
+{
+    struct redis_addr a;
+    memset(&a, 0x55, sizeof a);
+    cr_assert_eq(config_parse_addr("127.0.0.1:6379", &a), 0);
+    cr_assert_str_eq(a.host, "127.0.0.1");
+    cr_assert_eq(a.port, 6379);
+    cr_assert_str_eq(a.path, "");
+    cr_assert_eq(config_parse_addr("redis-1.internal:1", &a), 0);
+    cr_assert_str_eq(a.host, "redis-1.internal");
+    cr_assert_eq(a.port, 1);
+    cr_assert_eq(config_parse_addr("h:65535", &a), 0);
+    cr_assert_str_eq(a.host, "h");
+    cr_assert_eq(a.port, 65535);
+}
+
+Test(addr, bracketed_ipv6)
+{
+    struct redis_addr a;
+    cr_assert_eq(config_parse_addr("[::1]:6379", &a), 0);
+    cr_assert_str_eq(a.host, "::1");
+    cr_assert_eq(a.port, 6379);
+    cr_assert_str_eq(a.path, "");
+    cr_assert_eq(config_parse_addr("[fe80::1:2:3]:7000", &a), 0);
+    cr_assert_str_eq(a.host, "fe80::1:2:3");
+    cr_assert_eq(a.port, 7000);
+}
+
+Test(addr, unix_path)
+{
+    struct redis_addr a;
+    memset(&a, 0x55, sizeof a);
+    cr_assert_eq(config_parse_addr("unix:/var/run/redis.sock", &a), 0);
+    cr_assert_str_eq(a.path, "/var/run/redis.sock");
+    cr_assert_str_eq(a.host, "");
+    cr_assert_eq(a.port, 0);
+    /* Colons inside the path are part of it. */
+    cr_assert_eq(config_parse_addr("unix:/tmp/a:b", &a), 0);
+    cr_assert_str_eq(a.path, "/tmp/a:b");
+    /* The longest path that fits sun_path: 107 bytes. */
+    char text[300] = "unix:";
+    memset(text + 5, 'p', 107);
+    text[5] = '/';
+    text[5 + 107] = '\0';
+    cr_assert_eq(config_parse_addr(text, &a), 0);
+    cr_assert_eq(strlen(a.path), 107);
+}
+
+Test(addr, rejections_leave_output_alone)
+{
+    char longpath[300] = "unix:/";
+    memset(longpath + 6, 'p', 107);
+    longpath[6 + 107] = '\0'; /* 108-byte path */
+    char longhost[400];
+    memset(longhost, 'h', 256);
+    strcpy(longhost + 256, ":6379"); /* 256-byte host */
+    const char *bad[] = {
+        "localhost",  /* no port */
+        "localhost:", /* empty port */
+        ":6379",      /* empty host */
+        "[]:6379",    /* empty bracketed host */
+        "host:0",     /* port 0 */
+        "host:70000", /* port too big */
+        "host:65536", /* port too big */
+        "host:-1",    /* negative */
+        "host:63x",   /* junk */
+        "host:99999999999999999999",
+        "unix:",  /* empty path */
+        longpath, /* path too long */
+        longhost, /* host too long */
+        "",       /* nothing */
+        "[::1]",  /* v6 without a port */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct redis_addr a, before;
+        memset(&a, 0x5a, sizeof a);
+        memcpy(&before, &a, sizeof a);
+        cr_assert_eq(config_parse_addr(bad[i], &a), -1, "'%s' accepted", bad[i]);
+        cr_assert_eq(memcmp(&a, &before, sizeof a), 0, "'%s' changed the output", bad[i]);
+    }
+    /* 255-byte host is the longest that fits. */
+    struct redis_addr a;
+    memset(longhost, 'h', 255);
+    strcpy(longhost + 255, ":6379");
+    cr_assert_eq(config_parse_addr(longhost, &a), 0);
+    cr_assert_eq(strlen(a.host), 255);
+}
+
+Test(addr, formatting_round_trips)
+{
+    static const char *const texts[] = {"127.0.0.1:6379", "redis.example:7001", "[::1]:6379",
+                                        "unix:/run/redis/redis.sock"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        struct redis_addr a, b;
+        char buf[512];
+        cr_assert_eq(config_parse_addr(texts[i], &a), 0);
+        const char *s = config_addr_str(&a, buf, sizeof buf);
+        cr_assert_eq(s, buf);
+        cr_assert_eq(config_parse_addr(s, &b), 0, "'%s' formatted as unparsable '%s'", texts[i], s);
+        cr_assert_eq(memcmp(&a, &b, sizeof a), 0, "'%s' -> '%s' is not the same address", texts[i],
+                     s);
+    }
+    struct redis_addr a;
+    char buf[64];
+    config_parse_addr("127.0.0.1:6379", &a);
+    cr_assert_str_eq(config_addr_str(&a, buf, sizeof buf), "127.0.0.1:6379");
+    config_parse_addr("unix:/tmp/r.sock", &a);
+    cr_assert_str_eq(config_addr_str(&a, buf, sizeof buf), "unix:/tmp/r.sock");
+    /* A short buffer truncates, NUL-terminated. */
+    char tiny[6];
+    config_parse_addr("127.0.0.1:6379", &a);
+    cr_assert_str_eq(config_addr_str(&a, tiny, sizeof tiny), "127.0");
+}
+
+/* ---- validation ---- */
+
+/* Applies a change to the defaults and checks validation refuses it with a
+ * message containing what. */
+#define EXPECT_INVALID(what, ...)                                                                  \
+    do {                                                                                           \
+        struct config c_;                                                                          \
+        config_defaults(&c_);                                                                      \
+        __VA_ARGS__;                                                                               \
+        char err_[256] = "";                                                                       \
+        cr_assert_eq(config_validate(&c_, err_, sizeof err_), -1, "accepted: %s", #__VA_ARGS__);   \
+        cr_assert_not_null(strstr(err_, what), "for %s: message '%s' lacks '%s'", #__VA_ARGS__,    \
+                           err_, what);                                                            \
+    } while (0)
+
+#define EXPECT_VALID(...)                                                                          \
+    do {                                                                                           \
+        struct config c_;                                                                          \
+        config_defaults(&c_);                                                                      \
+        __VA_ARGS__;                                                                               \
+        char err_[256] = "";                                                                       \
+        cr_assert_eq(config_validate(&c_, err_, sizeof err_), 0, "refused %s: %s", #__VA_ARGS__,   \
+                     err_);                                                                        \
+    } while (0)
+
+Test(validate, ttl_ranges)
+{
+    EXPECT_INVALID("min_ttl_ms", c_.min_ttl_ms = 5000, c_.max_ttl_ms = 4000,
+                   c_.default_ttl_ms = 4500);
+    EXPECT_INVALID("min_ttl_ms", c_.min_ttl_ms = 9);
+    EXPECT_INVALID("min_ttl_ms", c_.min_ttl_ms = 0);
+    EXPECT_INVALID("default_ttl_ms", c_.default_ttl_ms = 29);
+    EXPECT_INVALID("default_ttl_ms", c_.default_ttl_ms = 86400001);
+    EXPECT_INVALID("default_ttl_ms", c_.default_ttl_ms = 0);
+    EXPECT_VALID(c_.min_ttl_ms = 10);
+    EXPECT_VALID(c_.min_ttl_ms = c_.max_ttl_ms = c_.default_ttl_ms = 1000);
+    EXPECT_VALID(c_.default_ttl_ms = c_.min_ttl_ms);
+    EXPECT_VALID(c_.default_ttl_ms = c_.max_ttl_ms);
+    EXPECT_VALID(c_.max_ttl_ms = UINT32_MAX);
+}
+
+Test(validate, renew_fraction_range)
+{
+    EXPECT_INVALID("renew_fraction", c_.renew_fraction = 0.049);
+    EXPECT_INVALID("renew_fraction", c_.renew_fraction = 0.0);
+    EXPECT_INVALID("renew_fraction", c_.renew_fraction = -0.5);
+    EXPECT_INVALID("renew_fraction", c_.renew_fraction = 0.81);
+    EXPECT_INVALID("renew_fraction", c_.renew_fraction = 1.0);
+    EXPECT_INVALID("renew_fraction", c_.renew_fraction = NAN);
+    EXPECT_INVALID("renew_fraction", c_.renew_fraction = INFINITY);
+    EXPECT_VALID(c_.renew_fraction = 0.05);
+    EXPECT_VALID(c_.renew_fraction = 0.8);
+    EXPECT_VALID(c_.renew_fraction = 0.5);
+}
+
+Test(validate, max_name_len_range)
+{
+    EXPECT_INVALID("max_name_len", c_.max_name_len = 0);
+    EXPECT_INVALID("max_name_len", c_.max_name_len = 1025);
+    EXPECT_INVALID("max_name_len", c_.max_name_len = UINT32_MAX);
+    EXPECT_VALID(c_.max_name_len = 1);
+    EXPECT_VALID(c_.max_name_len = 1024);
+}
+
+Test(validate, reconnect_backoff)
+{
+    EXPECT_INVALID("reconnect_min_ms", c_.reconnect_min_ms = 3000, c_.reconnect_max_ms = 2000);
+    EXPECT_INVALID("reconnect_min_ms", c_.reconnect_min_ms = 0);
+    EXPECT_VALID(c_.reconnect_min_ms = c_.reconnect_max_ms = 500);
+    EXPECT_VALID(c_.reconnect_min_ms = 1);
+}
+
+Test(validate, other_minimums)
+{
+    EXPECT_INVALID("max_connections", c_.max_connections = 0);
+    EXPECT_INVALID("max_leases_per_conn", c_.max_leases_per_conn = 0);
+    EXPECT_INVALID("retry_fallback_ms", c_.retry_fallback_ms = 0);
+    EXPECT_INVALID("timeouts", c_.connect_timeout_ms = 0);
+    EXPECT_INVALID("timeouts", c_.command_timeout_ms = 0);
+    EXPECT_INVALID("socket", c_.socket[0] = '\0');
+    EXPECT_VALID(c_.max_connections = 1, c_.max_leases_per_conn = 1, c_.retry_fallback_ms = 1,
+                 c_.connect_timeout_ms = 1, c_.command_timeout_ms = 1);
+}
+
+Test(validate, message_is_truncated_safely)
+{
+    struct config c;
+    config_defaults(&c);
+    c.max_name_len = 0;
+    char err[8];
+    memset(err, 'x', sizeof err);
+    cr_assert_eq(config_validate(&c, err, sizeof err), -1);
+    cr_assert_eq(strlen(err), sizeof err - 1);
+}
