@@ -228,7 +228,14 @@ int config_load_file(struct config *c, const char *path, char *err, size_t errle
         return -1;
     }
     int rc = ini_parse_stream(read_line, &ctx, on_ini_line, &ctx);
+    /* inih takes a read error (a directory, an I/O error) for the end. */
+    bool read_failed = ferror(ctx.f);
+    int read_errno = errno;
     fclose(ctx.f);
+    if (read_failed) {
+        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(read_errno));
+        return -1;
+    }
     if (rc == 0)
         return 0;
     if (rc == ctx.err_line)
