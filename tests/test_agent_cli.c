@@ -1,0 +1,181 @@
+/* test_agent_cli.c -- dlockd as a program: configuration check, dev mode,
+ * socket file handling (stale replaced, live refused, mode). */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int run_agent(char *const argv[], const char *out)
+{
+    pid_t pid = h_spawn(argv, out);
+    int st = h_wait_child(pid, 5000);
+    cr_assert_neq(st, -1, "dlockd did not exit");
+    return st;
+}
+
+ITEST(agent_cli, check_accepts_good_config)
+{
+    const char *conf = h_path("good.conf");
+    write_file(conf, "[agent]\nprefix = app:\ndefault_ttl_ms = 5000\n"
+                     "[redis]\naddress = 127.0.0.1:6380\ndatabase = 3\n");
+    char *argv[] = {DLOCKD_PATH, "-n", "-c", (char *)conf, NULL};
+    cr_assert_eq(run_agent(argv, h_path("check.out")), 0);
+    cr_assert_not_null(strstr(h_read_file(h_path("check.out")), "configuration OK"));
+}
+
+ITEST(agent_cli, check_rejects_bad_config)
+{
+    const char *conf = h_path("bad.conf");
+    write_file(conf, "[agent]\nprefix = app:\nno_such_key = 1\n");
+    char *argv[] = {DLOCKD_PATH, "-n", "-c", (char *)conf, NULL};
+    cr_assert_eq(run_agent(argv, h_path("bad.out")), 2);
+    const char *out = h_read_file(h_path("bad.out"));
+    cr_assert_not_null(strstr(out, "bad.conf:3"), "no file:line in: %s", out);
+    cr_assert_not_null(strstr(out, "no_such_key"), "key not named in: %s", out);
+    cr_assert_null(strstr(out, "configuration OK"));
+
+    char *argv2[] = {DLOCKD_PATH, "-n", "-r", "nowhere", NULL};
+    cr_assert_eq(run_agent(argv2, h_path("bad2.out")), 2);
+    char *argv3[] = {DLOCKD_PATH, "-n", "--default-ttl", "1", NULL};
+    cr_assert_eq(run_agent(argv3, h_path("bad3.out")), 2);
+}
+
+/* Reads the socket path from the agent's "export DLOCK_SOCKET=" line. */
+static int dev_socket(const char *out, char *sock, size_t cap)
+{
+    const char *text = h_read_file(out);
+    const char *p = text ? strstr(text, "export DLOCK_SOCKET=") : NULL;
+    if (!p || !strchr(p, '\n'))
+        return 0;
+    p += strlen("export DLOCK_SOCKET=");
+    size_t n = (size_t)(strchr(p, '\n') - p);
+    cr_assert_lt(n, cap);
+    memcpy(sock, p, n);
+    sock[n] = '\0';
+    return 1;
+}
+
+ITEST(agent_cli, dev_mode_runs_private_redis_and_cleans_up)
+{
+    setenv("TMPDIR", H.dir, 1);
+    const char *out = h_path("dev.out");
+    char *argv[] = {DLOCKD_PATH, "--dev", NULL};
+    pid_t pid = h_spawn(argv, out);
+    char sock[H_PATH];
+    H_WAIT_UNTIL(H_START_MS, dev_socket(out, sock, sizeof sock));
+    cr_assert_not_null(strstr(h_read_file(out), "try: "), "no try-it line");
+
+    dlock_client *c;
+    cr_assert_eq(dlock_client_open(&c, sock), 0);
+    dlock_lease *lease;
+    cr_assert_eq(dlock_lease_acquire(c, "dev-demo", NULL, &lease), 0);
+    cr_assert_eq(dlock_lease_release(lease), 0);
+    dlock_client_close(c);
+
+    char dir[H_PATH];
+    snprintf(dir, sizeof dir, "%s", sock);
+    *strrchr(dir, '/') = '\0';
+    cr_assert_eq(access(dir, F_OK), 0);
+    kill(pid, SIGTERM);
+    cr_assert_eq(h_wait_child(pid, H_STOP_MS), 0);
+    cr_assert_neq(access(dir, F_OK), 0, "dev directory %s left behind", dir);
+}
+
+ITEST(agent_cli, live_socket_is_not_stolen)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    dlock_lease *lease = h_must_acquire(a, "keep", 30000);
+    char *argv[] = {DLOCKD_PATH, "-s", H.agent[0].sock, "-r", H.redis_addr, NULL};
+    cr_assert_eq(run_agent(argv, h_path("second.out")), 1);
+    cr_assert_not_null(strstr(h_read_file(h_path("second.out")), "in use"));
+    /* The first agent still serves, and its lease is intact. */
+    struct h_cl *b = h_client();
+    dlock_lease *other;
+    cr_assert_eq(h_acquire(b, "other", 30000, 0, &other), 0);
+    cr_assert_eq(dlock_lease_state(lease), DLOCK_STATE_HELD);
+    cr_assert(h_redis_exists(h_key("keep")));
+}
+
+ITEST(agent_cli, stale_socket_is_replaced_and_mode_applied)
+{
+    h_redis_start();
+    /* A socket file nobody listens on, as a crashed agent leaves behind. */
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", H.agent[0].sock);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    close(fd);
+    h_agent_config(0, "socket_mode = 0600", NULL);
+    h_agent_start_n(0);
+    struct stat st;
+    cr_assert_eq(stat(H.agent[0].sock, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);
+    struct h_cl *a = h_client();
+    dlock_lease *fresh;
+    cr_assert_eq(h_acquire(a, "fresh", 30000, 0, &fresh), 0);
+}
+
+ITEST(agent_cli, refuses_a_path_that_is_not_a_socket)
+{
+    h_redis_start();
+    const char *path = h_path("plain-file");
+    write_file(path, "precious\n");
+    char *argv[] = {DLOCKD_PATH, "-s", (char *)path, "-r", H.redis_addr, NULL};
+    cr_assert_eq(run_agent(argv, h_path("plain.out")), 1);
+    cr_assert_str_eq(h_read_file(path), "precious\n");
+}
+
+ITEST(agent_cli, redis_password_and_database)
+{
+    h_redis_start();
+    freeReplyObject(h_redis_cmd("CONFIG SET requirepass s3cret"));
+    h_agent_config(0, NULL, "password = s3cret\ndatabase = 5");
+    h_agent_start_n(0);
+    struct h_cl *a = h_client();
+    dlock_lease *lease = h_must_acquire(a, "in-db5", 30000);
+    freeReplyObject(h_redis_cmd("SELECT 5"));
+    cr_assert(h_redis_exists(h_key("in-db5")), "key not in database 5");
+    freeReplyObject(h_redis_cmd("SELECT 0"));
+    cr_assert_not(h_redis_exists(h_key("in-db5")));
+    cr_assert_eq(dlock_lease_release(lease), 0);
+}
+
+ITEST(agent_cli, redis_acl_user)
+{
+    h_redis_start();
+    freeReplyObject(h_redis_cmd("ACL SETUSER locker on >pw ~dlock:* &dlock:* +@all"));
+    h_agent_config(0, NULL, "user = locker\npassword = pw");
+    h_agent_start_n(0);
+    struct h_cl *a = h_client();
+    dlock_lease *lease = h_must_acquire(a, "acl", 30000);
+    cr_assert_eq(dlock_lease_release(lease), 0);
+}
+
+ITEST(agent_cli, wrong_redis_password_is_a_typed_error)
+{
+    h_redis_start();
+    freeReplyObject(h_redis_cmd("CONFIG SET requirepass s3cret"));
+    h_agent_config(0, NULL, "password = wrong");
+    h_agent_start_n(0);
+    struct h_cl *a = h_client();
+    dlock_lease *lease = NULL;
+    int64_t t0 = h_now_ms();
+    int rc = h_acquire(a, "nope", 30000, 0, &lease);
+    cr_assert(rc == DLOCK_EAUTH || rc == DLOCK_EUNAVAIL, "got %s", dlock_strerror(rc));
+    cr_assert_lt(h_now_ms() - t0, 3000);
+    H_WAIT_UNTIL(3000, strstr(h_read_file(H.agent[0].log), "refused") != NULL);
+}
