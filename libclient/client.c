@@ -1,0 +1,851 @@
+/* client.c -- libdlock: a connection to dlockd, its requests in flight and its leases.
+ *
+ * Everything is single-threaded and driven by the caller: frames are read only
+ * inside dlock_client_dispatch() or a blocking call, and every callback runs
+ * from there. A callback may release leases or start acquires on the same
+ * client (even blocking ones), but must not call dlock_client_close() on it:
+ * the frame being handled still refers to the client.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "wire.h"
+
+#define DEFAULT_SOCKET     "/run/dlock/dlock.sock"
+#define HELLO_TIMEOUT_MS   5000
+#define WRITE_TIMEOUT_MS   5000
+#define PING_TIMEOUT_MS    5000
+#define RELEASE_TIMEOUT_MS 10000
+#define ACQUIRE_SLACK_MS   10000 /* beyond wait_ms before a blocking acquire gives up */
+#define FRAME_MAX          (WIRE_HDR_LEN + WIRE_MAX_BODY)
+#define IN_CAP             (2 * FRAME_MAX)
+
+enum req_kind { REQ_ACQUIRE, REQ_RELEASE, REQ_PING };
+
+/* Where a blocking call waits for its reply; it lives on the caller's stack. */
+struct waiter {
+    bool done;
+    int status;
+    dlock_lease *lease; /* acquire: the new lease */
+};
+
+/* A request sent and not yet answered. */
+struct pending {
+    struct pending *next;
+    uint32_t id;
+    enum req_kind kind;
+    dlock_acquire_cb cb; /* acquire; NULL once abandoned */
+    void *arg;
+    struct waiter *waiter; /* release, ping; NULL when nobody waits */
+    bool abandoned;        /* the caller gave up: undo a late grant */
+    char name[];           /* acquire: the lock name, NUL-terminated */
+};
+
+struct dlock_lease {
+    dlock_lease *prev, *next;
+    dlock_client *client;
+    uint64_t id;
+    uint64_t fence; /* not exposed yet, kept for a future accessor */
+    int64_t deadline_ns;
+    uint32_t ttl_ms;
+    dlock_state state;
+    int lost_reason;
+    bool releasing; /* inside dlock_lease_release(): no events, no second release */
+    bool notify;    /* disconnect: its LOST event is still to be delivered */
+    char name[];
+};
+
+struct dlock_client {
+    int fd;
+    uint32_t next_id;
+    int err;       /* 0, or why the connection is broken */
+    bool notified; /* leases and pending requests were told about err */
+    uint32_t max_name_len;
+    uint32_t max_leases;
+    uint32_t default_ttl_ms;
+    dlock_event_cb event_cb;
+    void *event_arg;
+    dlock_lease *leases;
+    struct pending *pending;
+    struct wire_buf out;
+    size_t in_len;
+    uint8_t in[IN_CAP];
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Milliseconds left until deadline (-1 = none) as a poll() timeout; 0 once passed. */
+static int poll_timeout(int64_t deadline)
+{
+    if (deadline < 0)
+        return -1;
+    int64_t left = deadline - now_ms();
+    if (left <= 0)
+        return 0;
+    return left > INT_MAX ? INT_MAX : (int)left;
+}
+
+/* A deadline timeout_ms from now; -1 (none) for a negative or absurdly long timeout. */
+static int64_t deadline_after(int64_t timeout_ms)
+{
+    if (timeout_ms < 0 || timeout_ms > INT64_MAX / 4)
+        return -1;
+    return now_ms() + timeout_ms;
+}
+
+/* ---- pending requests ---- */
+
+static struct pending *pending_find(dlock_client *c, uint32_t id)
+{
+    for (struct pending *p = c->pending; p; p = p->next)
+        if (p->id == id)
+            return p;
+    return NULL;
+}
+
+static void pending_unlink(dlock_client *c, struct pending *p)
+{
+    for (struct pending **pp = &c->pending; *pp; pp = &(*pp)->next) {
+        if (*pp == p) {
+            *pp = p->next;
+            return;
+        }
+    }
+}
+
+/* A fresh request id: never 0, never one still in flight. */
+static uint32_t new_id(dlock_client *c)
+{
+    for (;;) {
+        uint32_t id = c->next_id++;
+        if (id != 0 && !pending_find(c, id))
+            return id;
+    }
+}
+
+static struct pending *pending_new(dlock_client *c, enum req_kind kind, const char *name,
+                                   size_t name_len)
+{
+    struct pending *p = calloc(1, sizeof(*p) + name_len + 1);
+    if (!p)
+        return NULL;
+    p->id = new_id(c);
+    p->kind = kind;
+    if (name_len)
+        memcpy(p->name, name, name_len);
+    return p;
+}
+
+/* The caller of a blocking request gave up on it: its reply will be dropped,
+ * and a late grant given back at once. */
+static void pending_abandon(dlock_client *c, uint32_t id)
+{
+    struct pending *p = pending_find(c, id);
+    if (!p)
+        return;
+    p->cb = NULL;
+    p->waiter = NULL;
+    p->abandoned = true;
+}
+
+/* Delivers the outcome of an unlinked request and frees it. */
+static void pending_complete(dlock_client *c, struct pending *p, int status, dlock_lease *lease)
+{
+    dlock_acquire_cb cb = p->cb;
+    void *arg = p->arg;
+    if (p->waiter) {
+        p->waiter->done = true;
+        p->waiter->status = status;
+        p->waiter->lease = lease;
+    }
+    free(p);
+    if (cb)
+        cb(c, status, status == 0 ? lease : NULL, arg);
+}
+
+/* ---- leases ---- */
+
+static dlock_lease *lease_find(dlock_client *c, uint64_t id)
+{
+    for (dlock_lease *l = c->leases; l; l = l->next)
+        if (l->id == id)
+            return l;
+    return NULL;
+}
+
+static dlock_lease *lease_new(dlock_client *c, const char *name, const struct wire_granted *g)
+{
+    size_t len = strlen(name);
+    dlock_lease *l = calloc(1, sizeof(*l) + len + 1);
+    if (!l)
+        return NULL;
+    memcpy(l->name, name, len);
+    l->client = c;
+    l->id = g->lease_id;
+    l->fence = g->fence;
+    l->deadline_ns = (int64_t)g->deadline_ns;
+    l->ttl_ms = g->ttl_ms;
+    l->state = DLOCK_STATE_HELD;
+    l->next = c->leases;
+    if (c->leases)
+        c->leases->prev = l;
+    c->leases = l;
+    return l;
+}
+
+static void lease_free(dlock_lease *l)
+{
+    dlock_client *c = l->client;
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        c->leases = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    free(l);
+}
+
+static bool state_is_final(dlock_state s)
+{
+    return s == DLOCK_STATE_LOST || s == DLOCK_STATE_RELEASED;
+}
+
+/* ---- connection failure ---- */
+
+/* Marks the connection broken. Nobody is told here (this may run inside a
+ * non-blocking call); notify_broken() does that from a dispatch or blocking
+ * call. shutdown() makes the fd readable, so an event loop wakes up for it,
+ * and makes the agent drop every lease of ours. */
+static void client_fail(dlock_client *c, int code)
+{
+    if (c->err)
+        return;
+    c->err = code;
+    c->in_len = 0;
+    shutdown(c->fd, SHUT_RDWR);
+}
+
+/* Delivers a LOST event to every lease still held and completes every request
+ * in flight with the error, once. Callbacks may release leases meanwhile, so
+ * each pass starts again from the head of the list. */
+static void notify_broken(dlock_client *c)
+{
+    if (!c->err || c->notified)
+        return;
+    c->notified = true;
+    for (dlock_lease *l = c->leases; l; l = l->next) {
+        if (state_is_final(l->state))
+            continue;
+        l->state = DLOCK_STATE_LOST;
+        l->lost_reason = c->err;
+        l->deadline_ns = 0;
+        l->notify = !l->releasing;
+    }
+    for (;;) {
+        dlock_lease *l = c->leases;
+        while (l && !l->notify)
+            l = l->next;
+        if (!l)
+            break;
+        l->notify = false;
+        if (c->event_cb)
+            c->event_cb(c, l, DLOCK_STATE_LOST, c->err, c->event_arg);
+    }
+    while (c->pending) {
+        struct pending *p = c->pending;
+        c->pending = p->next;
+        pending_complete(c, p, c->err, NULL);
+    }
+}
+
+/* ---- writing ---- */
+
+/* Writes the frame encoded in c->out whole. Frames are tiny, so waiting a
+ * little for POLLOUT is simpler than an output queue; an agent that does not
+ * read for WRITE_TIMEOUT_MS counts as gone. */
+static int flush_out(dlock_client *c)
+{
+    int64_t deadline = deadline_after(WRITE_TIMEOUT_MS);
+    size_t off = 0;
+    int rc = 0;
+    while (off < c->out.len) {
+        ssize_t n = send(c->fd, c->out.data + off, c->out.len - off, MSG_NOSIGNAL);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && poll_timeout(deadline) > 0) {
+            struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
+            if (poll(&pfd, 1, poll_timeout(deadline)) >= 0 || errno == EINTR)
+                continue;
+        }
+        /* A partial frame may be on the wire: the stream cannot be trusted. */
+        rc = DLOCK_EDISCONNECTED;
+        client_fail(c, rc);
+        break;
+    }
+    c->out.len = 0;
+    return rc;
+}
+
+/* Writes the frame just encoded for p (rc is the encoder's result) and, once
+ * it is out, files p among the requests in flight; frees p on failure. */
+static int pending_send(dlock_client *c, struct pending *p, int rc)
+{
+    if (rc == 0)
+        rc = flush_out(c);
+    if (rc != 0) {
+        c->out.len = 0;
+        free(p);
+        return rc;
+    }
+    p->next = c->pending;
+    c->pending = p;
+    return 0;
+}
+
+/* Sends a RELEASE or PING whose reply goes to w (NULL: nobody waits). */
+static int send_simple(dlock_client *c, enum req_kind kind, uint64_t lease_id, struct waiter *w,
+                       uint32_t *idp)
+{
+    if (c->err)
+        return DLOCK_EDISCONNECTED;
+    struct pending *p = pending_new(c, kind, NULL, 0);
+    if (!p)
+        return DLOCK_ENOMEM;
+    p->waiter = w;
+    p->abandoned = (w == NULL);
+    *idp = p->id;
+    struct wire_release m = {.lease_id = lease_id};
+    if (kind == REQ_RELEASE)
+        return pending_send(c, p, wire_put_release(&c->out, p->id, &m));
+    return pending_send(c, p, wire_put_empty(&c->out, p->id, WIRE_T_PING));
+}
+
+/* Gives a lease back without waiting: a grant nobody wants any more. */
+static void release_unwanted(dlock_client *c, uint64_t lease_id)
+{
+    uint32_t id;
+    (void)send_simple(c, REQ_RELEASE, lease_id, NULL, &id);
+}
+
+/* ---- reading ---- */
+
+static int on_granted(dlock_client *c, const struct wire_hdr *h, const uint8_t *body)
+{
+    struct wire_granted g;
+    if (wire_get_granted(body, h->len, &g) != 0)
+        return DLOCK_EPROTO;
+    struct pending *p = pending_find(c, h->id);
+    if (p && p->kind != REQ_ACQUIRE)
+        return DLOCK_EPROTO;
+    if (!p || p->abandoned) {
+        /* A lease nobody waits for would stay held until we disconnect. */
+        if (p) {
+            pending_unlink(c, p);
+            free(p);
+        }
+        release_unwanted(c, g.lease_id);
+        return 0;
+    }
+    pending_unlink(c, p);
+    dlock_lease *l = lease_new(c, p->name, &g);
+    if (!l)
+        release_unwanted(c, g.lease_id);
+    pending_complete(c, p, l ? 0 : DLOCK_ENOMEM, l);
+    return 0;
+}
+
+static int on_ok(dlock_client *c, const struct wire_hdr *h)
+{
+    if (h->len != 0)
+        return DLOCK_EPROTO;
+    struct pending *p = pending_find(c, h->id);
+    if (!p)
+        return 0; /* nobody asked; harmless */
+    if (p->kind == REQ_ACQUIRE)
+        return DLOCK_EPROTO;
+    pending_unlink(c, p);
+    pending_complete(c, p, 0, NULL);
+    return 0;
+}
+
+static int on_error(dlock_client *c, const struct wire_hdr *h, const uint8_t *body)
+{
+    struct wire_error e;
+    if (wire_get_error(body, h->len, &e) != 0)
+        return DLOCK_EPROTO;
+    /* An error with id 0 (or an unknown id) answers no request of ours; the
+     * agent closes the connection after it, and EOF tells us that. */
+    struct pending *p = pending_find(c, h->id);
+    if (!p)
+        return 0;
+    pending_unlink(c, p);
+    pending_complete(c, p, e.code < 0 ? e.code : DLOCK_EPROTO, NULL);
+    return 0;
+}
+
+static int on_event(dlock_client *c, const struct wire_hdr *h, const uint8_t *body)
+{
+    struct wire_event ev;
+    if (h->id != 0 || wire_get_event(body, h->len, &ev) != 0)
+        return DLOCK_EPROTO;
+    if (ev.state < DLOCK_STATE_HELD || ev.state > DLOCK_STATE_RELEASED)
+        return DLOCK_EPROTO;
+    dlock_lease *l = lease_find(c, ev.lease_id);
+    if (!l || state_is_final(l->state))
+        return 0; /* released meanwhile, or already over: a lease never comes back */
+    l->state = (dlock_state)ev.state;
+    l->deadline_ns = (int64_t)ev.deadline_ns;
+    if (ev.state == DLOCK_STATE_LOST)
+        l->lost_reason = ev.reason ? ev.reason : DLOCK_ELOST;
+    if (!l->releasing && c->event_cb)
+        c->event_cb(c, l, l->state, ev.reason, c->event_arg);
+    return 0;
+}
+
+static int handle_frame(dlock_client *c, const struct wire_hdr *h, const uint8_t *body)
+{
+    switch (h->type) {
+    case WIRE_T_GRANTED:
+        return on_granted(c, h, body);
+    case WIRE_T_OK:
+        return on_ok(c, h);
+    case WIRE_T_ERROR:
+        return on_error(c, h, body);
+    case WIRE_T_EVENT:
+        return on_event(c, h, body);
+    default:
+        return DLOCK_EPROTO;
+    }
+}
+
+/* Handles every whole frame in the input buffer. Each frame is copied out and
+ * dropped from the buffer before it is handled, so a callback that makes a
+ * blocking call (which reads and handles later frames itself) finds the buffer
+ * consistent. */
+static void process_input(dlock_client *c)
+{
+    uint8_t frame[FRAME_MAX];
+    while (!c->err) {
+        struct wire_hdr h;
+        int r = wire_hdr_decode(c->in, c->in_len, WIRE_MAX_BODY, &h);
+        if (r == 0)
+            return;
+        if (r < 0) {
+            client_fail(c, DLOCK_EPROTO);
+            return;
+        }
+        size_t len = WIRE_HDR_LEN + (size_t)h.len;
+        if (c->in_len < len)
+            return;
+        memcpy(frame, c->in, len);
+        memmove(c->in, c->in + len, c->in_len - len);
+        c->in_len -= len;
+        if (handle_frame(c, &h, frame + WIRE_HDR_LEN) != 0)
+            client_fail(c, DLOCK_EPROTO);
+    }
+}
+
+/* Reads until the socket would block, handling frames as they complete. */
+static void read_input(dlock_client *c)
+{
+    process_input(c);
+    while (!c->err) {
+        /* process_input() leaves less than one frame, so there is always room. */
+        ssize_t n = recv(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len, 0);
+        if (n > 0) {
+            c->in_len += (size_t)n;
+            process_input(c);
+        } else if (n == 0) {
+            client_fail(c, DLOCK_EDISCONNECTED);
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            return;
+        } else if (errno != EINTR) {
+            client_fail(c, DLOCK_EDISCONNECTED);
+        }
+    }
+}
+
+/* Handles frames until w is done or timeout_ms (-1 = forever) has passed.
+ * Returns 0 (w->status holds the outcome), DLOCK_ETIMEDOUT or DLOCK_ENOMEM;
+ * the caller abandons its request on an error. */
+static int wait_for(dlock_client *c, struct waiter *w, int64_t timeout_ms)
+{
+    int64_t deadline = deadline_after(timeout_ms);
+    for (;;) {
+        process_input(c);
+        notify_broken(c); /* completes w too when the connection broke */
+        if (w->done)
+            return 0;
+        int ms = poll_timeout(deadline);
+        if (ms == 0)
+            return DLOCK_ETIMEDOUT;
+        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+        int r = poll(&pfd, 1, ms);
+        if (r < 0 && errno != EINTR)
+            return DLOCK_ENOMEM;
+        if (r > 0)
+            read_input(c);
+    }
+}
+
+/* ---- opening ---- */
+
+static int connect_socket(const char *path, int *fdp)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (path[0] == '\0' || strlen(path) >= sizeof(sa.sun_path))
+        return DLOCK_EINVAL;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return errno == ENOMEM || errno == ENOBUFS ? DLOCK_ENOMEM : DLOCK_ECONNECT;
+    *fdp = fd;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        if (errno != EINTR)
+            return DLOCK_ECONNECT;
+        /* Interrupted: the connect goes on; wait for it and ask how it went. */
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        int soerr = 0;
+        socklen_t sl = sizeof(soerr);
+        while (poll(&pfd, 1, HELLO_TIMEOUT_MS) < 0 && errno == EINTR)
+            ;
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 || soerr != 0 ||
+            !(pfd.revents & POLLOUT))
+            return DLOCK_ECONNECT;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return DLOCK_ECONNECT;
+    return 0;
+}
+
+/* Reads until the input buffer starts with one whole frame (header in *h). */
+static int read_first_frame(dlock_client *c, struct wire_hdr *h, int64_t deadline)
+{
+    for (;;) {
+        int r = wire_hdr_decode(c->in, c->in_len, WIRE_MAX_BODY, h);
+        if (r < 0)
+            return DLOCK_EPROTO;
+        if (r > 0 && c->in_len >= WIRE_HDR_LEN + (size_t)h->len)
+            return 0;
+        ssize_t n = recv(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len, 0);
+        if (n > 0) {
+            c->in_len += (size_t)n;
+            continue;
+        }
+        if (n == 0)
+            return DLOCK_ECONNECT; /* the agent hung up on us */
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return DLOCK_ECONNECT;
+        int ms = poll_timeout(deadline);
+        if (ms == 0)
+            return DLOCK_ECONNECT; /* no answer: not a working agent */
+        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+        if (poll(&pfd, 1, ms) < 0 && errno != EINTR)
+            return DLOCK_ECONNECT;
+    }
+}
+
+/* Sends HELLO and takes the agent's limits from HELLO_OK. */
+static int handshake(dlock_client *c)
+{
+    struct wire_hello hello = {.magic = WIRE_MAGIC, .version = WIRE_VERSION};
+    int rc = wire_put_hello(&c->out, new_id(c), &hello);
+    if (rc != 0)
+        return rc;
+    if (flush_out(c) != 0)
+        return DLOCK_ECONNECT;
+    struct wire_hdr h;
+    rc = read_first_frame(c, &h, deadline_after(HELLO_TIMEOUT_MS));
+    if (rc != 0)
+        return rc;
+    const uint8_t *body = c->in + WIRE_HDR_LEN;
+    if (h.type == WIRE_T_ERROR) {
+        struct wire_error e;
+        if (wire_get_error(body, h.len, &e) != 0 || e.code >= 0)
+            return DLOCK_EPROTO;
+        return e.code;
+    }
+    struct wire_hello_ok ok;
+    if (h.type != WIRE_T_HELLO_OK || wire_get_hello_ok(body, h.len, &ok) != 0)
+        return DLOCK_EPROTO;
+    if (ok.version != WIRE_VERSION)
+        return DLOCK_EVERSION;
+    /* Our encoder cannot send more than WIRE_MAX_NAME whatever the agent allows. */
+    c->max_name_len = ok.max_name_len;
+    if (c->max_name_len == 0 || c->max_name_len > WIRE_MAX_NAME)
+        c->max_name_len = WIRE_MAX_NAME;
+    c->max_leases = ok.max_leases;
+    c->default_ttl_ms = ok.default_ttl_ms;
+    c->in_len -= WIRE_HDR_LEN + (size_t)h.len;
+    memmove(c->in, c->in + WIRE_HDR_LEN + h.len, c->in_len);
+    return 0;
+}
+
+/* Frees the client and everything it owns, without calling anybody. */
+static void client_free(dlock_client *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    while (c->leases) {
+        dlock_lease *l = c->leases;
+        c->leases = l->next;
+        free(l);
+    }
+    while (c->pending) {
+        struct pending *p = c->pending;
+        c->pending = p->next;
+        free(p);
+    }
+    wire_buf_free(&c->out);
+    free(c);
+}
+
+int dlock_client_open(dlock_client **out, const char *socket_path)
+{
+    if (!out)
+        return DLOCK_EINVAL;
+    if (!socket_path) {
+        socket_path = getenv("DLOCK_SOCKET");
+        if (!socket_path || !socket_path[0])
+            socket_path = DEFAULT_SOCKET;
+    }
+    dlock_client *c = calloc(1, sizeof(*c));
+    if (!c)
+        return DLOCK_ENOMEM;
+    c->fd = -1;
+    c->next_id = 1;
+    int rc = connect_socket(socket_path, &c->fd);
+    if (rc == 0)
+        rc = handshake(c);
+    if (rc != 0) {
+        client_free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+/* Callbacks are not allowed to call this on their own client (see the top of
+ * this file). */
+void dlock_client_close(dlock_client *client)
+{
+    if (client)
+        client_free(client);
+}
+
+int dlock_client_fd(const dlock_client *client)
+{
+    return client ? client->fd : DLOCK_EINVAL;
+}
+
+void dlock_client_set_event_cb(dlock_client *client, dlock_event_cb cb, void *arg)
+{
+    if (!client)
+        return;
+    client->event_cb = cb;
+    client->event_arg = arg;
+}
+
+int dlock_client_dispatch(dlock_client *client)
+{
+    if (!client)
+        return DLOCK_EINVAL;
+    read_input(client);
+    notify_broken(client);
+    return client->err ? DLOCK_EDISCONNECTED : 0;
+}
+
+int dlock_client_ping(dlock_client *client)
+{
+    if (!client)
+        return DLOCK_EINVAL;
+    struct waiter w = {0};
+    uint32_t id = 0;
+    int rc = send_simple(client, REQ_PING, 0, &w, &id);
+    if (rc == 0)
+        rc = wait_for(client, &w, PING_TIMEOUT_MS);
+    if (rc != 0) {
+        pending_abandon(client, id);
+        return rc;
+    }
+    return w.status;
+}
+
+/* ---- acquire ---- */
+
+static int check_acquire(const dlock_client *c, const char *name, const dlock_acquire_options *opts)
+{
+    if (!c || !name || opts->flags != 0 || opts->wait_ms < DLOCK_WAIT_FOREVER)
+        return DLOCK_EINVAL;
+    if (c->err)
+        return DLOCK_EDISCONNECTED;
+    size_t len = strlen(name);
+    if (len == 0)
+        return DLOCK_EBADNAME;
+    if (len > c->max_name_len)
+        return DLOCK_ENAMETOOLONG;
+    return 0;
+}
+
+/* Validates and sends an ACQUIRE whose outcome goes to cb; *idp gets its id. */
+static int start_acquire(dlock_client *c, const char *name, const dlock_acquire_options *opts,
+                         dlock_acquire_cb cb, void *arg, uint32_t *idp)
+{
+    static const dlock_acquire_options defaults;
+    if (!opts)
+        opts = &defaults;
+    int rc = check_acquire(c, name, opts);
+    if (rc != 0)
+        return rc;
+    size_t len = strlen(name);
+    struct pending *p = pending_new(c, REQ_ACQUIRE, name, len);
+    if (!p)
+        return DLOCK_ENOMEM;
+    struct wire_acquire m = {.ttl_ms = opts->ttl_ms,
+                             .wait_ms = opts->wait_ms,
+                             .flags = 0,
+                             .name = name,
+                             .name_len = (uint16_t)len};
+    p->cb = cb;
+    p->arg = arg;
+    *idp = p->id;
+    return pending_send(c, p, wire_put_acquire(&c->out, p->id, &m));
+}
+
+int dlock_lease_acquire_async(dlock_client *client, const char *name,
+                              const dlock_acquire_options *opts, dlock_acquire_cb cb, void *arg)
+{
+    uint32_t id;
+    if (!cb)
+        return DLOCK_EINVAL;
+    return start_acquire(client, name, opts, cb, arg, &id);
+}
+
+static void blocking_acquire_done(dlock_client *c, int status, dlock_lease *lease, void *arg)
+{
+    struct waiter *w = arg;
+    (void)c;
+    w->done = true;
+    w->status = status;
+    w->lease = lease;
+}
+
+int dlock_lease_acquire(dlock_client *client, const char *name, const dlock_acquire_options *opts,
+                        dlock_lease **out)
+{
+    if (!out)
+        return DLOCK_EINVAL;
+    struct waiter w = {0};
+    uint32_t id;
+    int rc = start_acquire(client, name, opts, blocking_acquire_done, &w, &id);
+    if (rc != 0)
+        return rc;
+    /* The agent answers when the wait runs out; the slack only guards against
+     * an agent that never does. */
+    int64_t wait_ms = opts ? opts->wait_ms : DLOCK_WAIT_NONE;
+    int64_t limit = -1;
+    if (wait_ms >= 0 && wait_ms <= INT64_MAX - ACQUIRE_SLACK_MS)
+        limit = wait_ms + ACQUIRE_SLACK_MS;
+    rc = wait_for(client, &w, limit);
+    if (rc != 0) {
+        pending_abandon(client, id);
+        return rc;
+    }
+    if (w.status != 0)
+        return w.status;
+    *out = w.lease;
+    return 0;
+}
+
+/* ---- release ---- */
+
+/* Sends RELEASE and waits for the answer; the caller frees the handle. */
+static int release_round_trip(dlock_client *c, dlock_lease *l)
+{
+    struct waiter w = {0};
+    uint32_t id = 0;
+    int rc = send_simple(c, REQ_RELEASE, l->id, &w, &id);
+    if (rc != 0)
+        return rc;
+    rc = wait_for(c, &w, RELEASE_TIMEOUT_MS);
+    if (rc != 0) {
+        pending_abandon(c, id);
+        return rc;
+    }
+    if (w.status == DLOCK_ENOTFOUND)
+        return DLOCK_ELOST; /* lost while the request was on its way */
+    if (w.status != 0 && c->err)
+        return DLOCK_EDISCONNECTED;
+    return w.status;
+}
+
+int dlock_lease_release(dlock_lease *lease)
+{
+    if (!lease || lease->releasing)
+        return DLOCK_EINVAL;
+    dlock_client *c = lease->client;
+    int rc;
+    if (state_is_final(lease->state)) {
+        /* Gone already: the agent no longer knows it. A loss caused by the
+         * connection dropping is reported as such. */
+        bool dropped = lease->state == DLOCK_STATE_LOST && c->err && lease->lost_reason == c->err;
+        rc = dropped ? DLOCK_EDISCONNECTED : DLOCK_ELOST;
+    } else if (c->err) {
+        rc = DLOCK_EDISCONNECTED;
+    } else {
+        lease->releasing = true;
+        rc = release_round_trip(c, lease);
+    }
+    lease_free(lease);
+    return rc;
+}
+
+/* ---- accessors ---- */
+
+const char *dlock_lease_name(const dlock_lease *lease)
+{
+    return lease ? lease->name : NULL;
+}
+
+/* A NULL handle is nothing the caller may rely on: report it as lost. */
+dlock_state dlock_lease_state(const dlock_lease *lease)
+{
+    return lease ? lease->state : DLOCK_STATE_LOST;
+}
+
+int64_t dlock_lease_deadline_ns(const dlock_lease *lease)
+{
+    return lease ? lease->deadline_ns : 0;
+}
+
+uint32_t dlock_lease_ttl_ms(const dlock_lease *lease)
+{
+    return lease ? lease->ttl_ms : 0;
+}
+
+dlock_client *dlock_lease_client(const dlock_lease *lease)
+{
+    return lease ? lease->client : NULL;
+}
