@@ -108,7 +108,8 @@ DLOCK_EXPORT int dlock_client_open(dlock_client **out, const char *socket_path);
 
 /* Closes the connection; the agent releases every lease of this client.
  * Frees every lease handle of the client. Pending async acquires are dropped
- * without calling their callbacks. NULL is a no-op. */
+ * without calling their callbacks. NULL is a no-op. Must not be called from a
+ * callback of the same client (releasing leases and acquiring from one is fine). */
 DLOCK_EXPORT void dlock_client_close(dlock_client *client);
 
 /* The connection's file descriptor, for poll/epoll/libev: when it is
