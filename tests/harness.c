@@ -396,6 +396,15 @@ long long h_redis_pttl(const char *key)
     return v;
 }
 
+long long h_redis_count_keys(const char *pattern)
+{
+    redisReply *r = h_redis_cmd("KEYS %s", pattern);
+    cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
+    long long n = (long long)r->elements;
+    freeReplyObject(r);
+    return n;
+}
+
 void h_redis_del(const char *key)
 {
     freeReplyObject(h_redis_cmd("DEL %s", key));

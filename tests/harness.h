@@ -173,6 +173,7 @@ char *h_redis_get(const char *key);
 int h_redis_exists(const char *key);
 long long h_redis_pttl(const char *key); /* -2 no key, -1 no TTL */
 void h_redis_del(const char *key);
+long long h_redis_count_keys(const char *pattern); /* KEYS pattern */
 void h_redis_set_px(const char *key, const char *val, long long px);
 /* SET key val NX PX px: 1 when set, 0 when refused (nil reply). */
 int h_redis_set_nx_px(const char *key, const char *val, long long px);

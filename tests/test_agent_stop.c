@@ -2,6 +2,7 @@
  * and exits 0; kill -9 leaves the keys to expire by their TTL; clients are told
  * either way; a restarted agent takes over its socket. */
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -126,4 +127,24 @@ ITEST(agent_stop, second_agent_refuses_live_socket)
     struct h_cl *b = h_client();
     cr_assert_eq(dlock_client_ping(b->c), 0);
     cr_assert_eq(dlock_lease_release(l), 0);
+}
+
+ITEST(agent_stop, sigterm_with_acquires_in_flight_leaves_no_keys)
+{
+    /* Grants still on their way back from Redis at shutdown must be given
+     * back too, not left to their 30 s TTL. */
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    struct h_acq w[50];
+    char name[32];
+    for (int i = 0; i < 50; i++) {
+        snprintf(name, sizeof name, "inflight-%d", i);
+        h_acquire_async(a, name, 30000, 0, &w[i]);
+    }
+    int st = h_agent_stop(0);
+    cr_assert_eq(st, 0, "exit status %d", st);
+    H_WAIT_UNTIL(1000, h_redis_count_keys("dlock:inflight-*") == 0);
+    H_WAIT_UNTIL(2000, a->disconnected);
+    for (int i = 0; i < 50; i++)
+        cr_assert_eq(w[i].done, 1, "async acquire %d: callback ran %d times", i, w[i].done);
 }

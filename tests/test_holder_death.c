@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "harness.h"
 
@@ -101,4 +102,65 @@ ITEST(holder_death, close_with_pending_acquire_calls_no_callback)
     struct h_cl *c = h_client();
     dlock_lease *lc = h_must_acquire(c, "pend", 30000);
     cr_assert_eq(dlock_lease_release(lc), 0);
+}
+
+ITEST(holder_death, close_right_after_acquire_leaks_no_key)
+{
+    /* The grant comes back from Redis after the connection is gone: the
+     * agent must give the key back, not leave it for its 30 s TTL. */
+    h_start(NULL);
+    int64_t t0 = h_now_ms();
+    for (int i = 0; i < 20; i++) {
+        int fd = h_raw_connect(0);
+        h_raw_hello(fd);
+        char name[32];
+        snprintf(name, sizeof name, "race-%d", i);
+        struct wire_buf b = {0};
+        struct wire_acquire m = {
+            .ttl_ms = 30000, .wait_ms = 0, .name = name, .name_len = (uint16_t)strlen(name)};
+        cr_assert_eq(wire_put_acquire(&b, 2, &m), 0);
+        cr_assert_eq(h_raw_send_buf(fd, &b), 0);
+        h_raw_close(fd);
+    }
+    /* Keys may come and go while the agent catches up; none may stay. */
+    H_WAIT_UNTIL(2000, h_now_ms() - t0 > 500 && h_redis_count_keys("dlock:race-*") == 0);
+    H_HOLDS_FOR(500, h_redis_count_keys("dlock:race-*") == 0);
+}
+
+ITEST(holder_death, client_closed_with_async_acquires_leaks_no_key)
+{
+    h_start(NULL);
+    int64_t t0 = h_now_ms();
+    for (int round = 0; round < 5; round++) {
+        struct h_cl *a = h_client();
+        struct h_acq w[10];
+        char name[32];
+        for (int i = 0; i < 10; i++) {
+            snprintf(name, sizeof name, "drop-%d-%d", round, i);
+            h_acquire_async(a, name, 30000, 0, &w[i]);
+        }
+        h_client_close(a);
+    }
+    H_WAIT_UNTIL(2000, h_now_ms() - t0 > 500 && h_redis_count_keys("dlock:drop-*") == 0);
+    H_HOLDS_FOR(500, h_redis_count_keys("dlock:drop-*") == 0);
+}
+
+ITEST(holder_death, waiter_granted_as_it_disconnects_gives_lock_to_next)
+{
+    /* The first waiter goes away just as the lock is handed to it; the next
+     * waiter must get the lock, promptly. */
+    h_start("retry_fallback_ms = 10000");
+    struct h_cl *a = h_client(), *b = h_client(), *c = h_client();
+    dlock_lease *la = h_must_acquire(a, "handoff", 30000);
+    struct h_acq wb, wc;
+    h_acquire_async(b, "handoff", 30000, DLOCK_WAIT_FOREVER, &wb);
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    h_acquire_async(c, "handoff", 30000, DLOCK_WAIT_FOREVER, &wc);
+    cr_assert_eq(dlock_client_ping(c->c), 0);
+    cr_assert_eq(dlock_lease_release(la), 0);
+    h_client_close(b); /* at about the moment the agent grants to b */
+    H_WAIT_UNTIL(1500, wc.done);
+    cr_assert_eq(wc.status, 0, "next waiter: %s (%d)", dlock_strerror(wc.status), wc.status);
+    cr_assert_eq(dlock_lease_release(wc.lease), 0);
+    H_KEY_GONE(h_key("handoff"));
 }

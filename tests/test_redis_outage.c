@@ -138,3 +138,155 @@ ITEST(redis_outage, hung_redis_reports_loss_by_the_deadline)
     cr_assert_eq(dlock_lease_release(l2), 0);
     cr_assert_eq(dlock_lease_release(l), DLOCK_ELOST);
 }
+
+/* Holds "hiccup" (TTL 3000 ms, renewed every 1000 ms) across a 1500 ms Redis
+ * hang: at least one renewal falls into the hang and fails, yet the lease
+ * stays valid throughout (validity ~2970 ms from the last renewal). */
+static dlock_lease *hold_across_hiccup(struct h_cl **out, char **tok)
+{
+    h_redis_start();
+    h_agent_config(0, NULL, "command_timeout_ms = 200");
+    h_agent_start_n(0);
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "hiccup", 3000);
+    *tok = h_redis_get(h_key("hiccup"));
+    h_pump_all(50);
+    h_redis_pause();
+    int64_t end = h_now_ms() + 1500;
+    while (h_now_ms() < end)
+        h_pump_all(10);
+    h_redis_resume();
+    *out = a;
+    return l;
+}
+
+ITEST(redis_outage, brief_hiccup_is_not_loss)
+{
+    /* Renewals fail for a while, but the lease is still provably valid and
+     * must not be declared lost; once Redis answers it is renewed again. */
+    struct h_cl *a;
+    char *tok;
+    dlock_lease *l = hold_across_hiccup(&a, &tok);
+    H_HOLDS_FOR(2500, h_events(a, l, DLOCK_STATE_LOST) == 0);
+    cr_assert_neq(dlock_lease_state(l), DLOCK_STATE_LOST);
+    char *v = h_redis_get(h_key("hiccup"));
+    cr_assert_not_null(v, "key gone after the hiccup");
+    cr_assert_str_eq(v, tok);
+    long long pttl = h_redis_pttl(h_key("hiccup"));
+    cr_assert_gt(pttl, 1000, "not renewed after the hiccup: PTTL %lld", pttl);
+    cr_assert_eq(dlock_lease_release(l), 0);
+    free(tok);
+    free(v);
+}
+
+/* DESIGN.md 4: "HELD (safe) -> JEOPARDY (renewal failing, still within
+ * deadline) -> LOST ... Transitions are pushed to the holder as events", and
+ * dlock.h: the event callback reports "LOST, JEOPARDY, or HELD again after
+ * JEOPARDY". */
+ITEST(redis_outage, failed_renewal_reports_jeopardy_then_held)
+{
+    struct h_cl *a;
+    char *tok;
+    dlock_lease *l = hold_across_hiccup(&a, &tok);
+    /* The events of the hang were pumped during it; give stragglers time. */
+    int64_t end = h_now_ms() + 1000;
+    while (h_now_ms() < end && !h_events(a, l, DLOCK_STATE_JEOPARDY))
+        h_pump_all(5);
+    cr_assert_eq(h_events(a, l, DLOCK_STATE_LOST), 0);
+    cr_assert_gt(h_events(a, l, DLOCK_STATE_JEOPARDY), 0,
+                 "no JEOPARDY event although renewals failed for ~1.5 s");
+    H_WAIT_UNTIL(2500, h_events(a, l, DLOCK_STATE_HELD) > 0);
+    cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_HELD);
+    cr_assert_eq(dlock_lease_release(l), 0);
+    free(tok);
+}
+
+ITEST(redis_outage, acquire_with_lost_reply_leaves_no_orphan_key)
+{
+    /* Redis hangs while an acquire is on its way: the agent gives up after
+     * command_timeout_ms and answers with a backend error, but Redis still
+     * runs the buffered SET NX once it wakes up. That key belongs to nobody;
+     * the lock must not stay blocked for its whole TTL (30 s). */
+    h_redis_start();
+    h_agent_config(0, NULL, "command_timeout_ms = 200");
+    h_agent_start_n(0);
+    struct h_cl *a = h_client();
+    h_redis_pause();
+    dlock_lease *l = NULL;
+    int64_t t0 = h_now_ms();
+    int rc = h_acquire(a, "orphan", 30000, 0, &l);
+    cr_assert(is_backend_error(rc), "acquire with Redis hung: %s (%d)", dlock_strerror(rc), rc);
+    cr_assert_lt(h_now_ms() - t0, 3000);
+    h_redis_resume();
+    long long pttl = h_redis_pttl(h_key("orphan"));
+    cr_log_info("after the hang: PTTL of the unowned key %lld", pttl);
+    dlock_lease *l2 = acquire_eventually(a, "orphan", 5000);
+    cr_assert_eq(dlock_lease_release(l2), 0);
+}
+
+ITEST(redis_outage, waiter_granted_after_restart)
+{
+    /* A waiter queued behind a lease that the restart wiped out gets the lock
+     * once Redis is back. */
+    h_start(NULL);
+    struct h_cl *a = h_client(), *b = h_client();
+    dlock_lease *la = h_must_acquire(a, "wq", 1500);
+    struct h_acq w;
+    h_acquire_async(b, "wq", 5000, DLOCK_WAIT_FOREVER, &w);
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    h_redis_restart();
+    H_WAIT_UNTIL(3000, h_events(a, la, DLOCK_STATE_LOST) > 0);
+    H_WAIT_UNTIL(5000, w.done);
+    if (w.status != 0) {
+        /* A waiter may be failed with a backend error while Redis was away. */
+        cr_assert(is_backend_error(w.status), "waiter: %s (%d)", dlock_strerror(w.status),
+                  w.status);
+        cr_log_warn("waiter failed with %s during the restart", dlock_strerror(w.status));
+    } else {
+        char *v = h_redis_get(h_key("wq"));
+        cr_assert(h_is_token(v), "waiter granted but no key on the new Redis");
+        free(v);
+        cr_assert_eq(dlock_lease_release(w.lease), 0);
+    }
+    cr_assert_eq(dlock_lease_release(la), DLOCK_ELOST);
+}
+
+/* Subscribers of the release channel, as Redis counts them. */
+static long long release_subscribers(void)
+{
+    redisReply *r = h_redis_cmd("PUBSUB NUMSUB %s", "dlock:@released");
+    cr_assert(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+    long long n = r->element[1]->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+ITEST(redis_outage, release_notices_resume_after_restart)
+{
+    /* The agent must subscribe again after Redis comes back: a waiter on one
+     * agent is still woken by a release on another, without the fallback. */
+    h_redis_start();
+    h_agent_config(0, "retry_fallback_ms = 10000", NULL);
+    h_agent_config(1, "retry_fallback_ms = 10000", NULL);
+    h_agent_start_n(0);
+    h_agent_start_n(1);
+    struct h_cl *a = h_client_at(0), *b = h_client_at(1);
+    h_redis_restart();
+    dlock_lease *la = acquire_eventually(a, "sub", 5000);
+    /* agent 1 must have reconnected too before it can queue a waiter */
+    dlock_lease *probe = acquire_eventually(b, "probe", 5000);
+    cr_assert_eq(dlock_lease_release(probe), 0);
+    /* and both must be subscribed again (that link comes up on its own) */
+    H_WAIT_UNTIL(3000, release_subscribers() == 2);
+
+    struct h_acq w;
+    h_acquire_async(b, "sub", 30000, DLOCK_WAIT_FOREVER, &w);
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    H_HOLDS_FOR(200, !w.done);
+    int64_t t0 = h_now_ms();
+    cr_assert_eq(dlock_lease_release(la), 0);
+    H_WAIT_UNTIL(1500, w.done);
+    cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
+    cr_log_info("woken %lld ms after the release", (long long)(w.at_ms - t0));
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+}

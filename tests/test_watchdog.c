@@ -2,6 +2,7 @@
  * whose TTL is far shorter than the hold never expires on Redis and is never
  * reported lost. */
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,4 +106,35 @@ ITEST(watchdog, stopped_holder_process_keeps_its_lease)
     cr_assert_eq(h_holder_release(&h), 0);
     H_KEY_GONE(h_key("stopped"));
     free(tok);
+}
+
+static int count_done(const struct h_acq *w, int n)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        k += w[i].done;
+    return k;
+}
+
+ITEST(watchdog, thousand_leases_all_renewed)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    enum { N = 1000 };
+    static struct h_acq w[N];
+    char name[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "bulk-%d", i);
+        h_acquire_async(a, name, 600, 0, &w[i]);
+    }
+    H_WAIT_UNTIL(5000, count_done(w, N) == N);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(w[i].status, 0, "lease %d: %s", i, dlock_strerror(w[i].status));
+    H_HOLDS_FOR(1500, h_events(a, NULL, DLOCK_STATE_LOST) == 0);
+    cr_assert_eq(h_redis_count_keys("dlock:bulk-*"), N);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(dlock_lease_state(w[i].lease), DLOCK_STATE_HELD);
+        cr_assert_eq(dlock_lease_release(w[i].lease), 0);
+    }
+    H_WAIT_UNTIL(1000, h_redis_count_keys("dlock:bulk-*") == 0);
 }
