@@ -44,6 +44,26 @@ ITEST(acquire, key_holds_token_release_deletes_it)
     cr_assert_eq(dlock_lease_release(l), 0);
     H_KEY_GONE(h_key("alpha"));
     free(tok);
+
+    /* nothing to dispatch: returns at once */
+    int64_t t0 = h_now_ms();
+    cr_assert_eq(dlock_client_dispatch(a->c), 0);
+    cr_assert_lt(h_now_ms() - t0, 100, "dispatch blocked");
+    cr_assert_eq(dlock_client_ping(a->c), 0);
+}
+
+ITEST(acquire, open_uses_dlock_socket_environment)
+{
+    h_start(NULL);
+    setenv("DLOCK_SOCKET", H.agent[0].sock, 1);
+    dlock_client *c = NULL;
+    int rc = dlock_client_open(&c, NULL);
+    unsetenv("DLOCK_SOCKET");
+    cr_assert_eq(rc, 0, "open via $DLOCK_SOCKET: %s (%d)", dlock_strerror(rc), rc);
+    cr_assert_geq(dlock_client_fd(c), 0);
+    cr_assert_eq(dlock_client_ping(c), 0);
+    dlock_client_close(c);
+    dlock_client_close(NULL); /* a no-op */
 }
 
 ITEST(acquire, every_acquisition_gets_a_fresh_token)

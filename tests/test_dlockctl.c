@@ -159,3 +159,21 @@ ITEST(dlockctl, agent_unreachable_usage_and_exec_errors)
     cr_assert_eq(st, 127, "missing command: exit %d", st);
     cr_assert_eq(h_redis_exists(h_key("x")), 0);
 }
+
+ITEST(dlockctl, agent_crash_while_command_runs_exits_79)
+{
+    h_start(NULL);
+    char script[600];
+    snprintf(script, sizeof script,
+             "trap 'echo got-term > %s; exit 0' TERM; touch %s; " BOUNDED_WAIT, h_path("term"),
+             h_path("started"));
+    const char *args[] = {"-s", H.agent[0].sock, "run", "crashy", "--", "sh", "-c", script, NULL};
+    pid_t pid = h_ctl_spawn(args);
+    H_WAIT_UNTIL(3000, exists(h_path("started")));
+    h_agent_kill(0);
+    int st = h_wait_child(pid, 3000);
+    cr_assert_neq(st, -1, "dlockctl still running 3 s after the agent died");
+    cr_assert_eq(st, 79, "dlockctl exit %d after the agent died", st);
+    const char *term = h_read_file(h_path("term"));
+    cr_assert_not_null(term, "CMD did not receive SIGTERM");
+}

@@ -1,6 +1,8 @@
 /* test_lost.c -- a key deleted or taken over behind the agent's back: the
  * holder is told its lease is LOST within a renewal period, and the agent never
  * deletes or extends a key it does not own. */
+#include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,4 +106,69 @@ ITEST(lost, waiter_is_granted_after_holder_lost_and_key_freed)
     free(v);
     cr_assert_eq(dlock_lease_release(w.lease), 0);
     cr_assert_eq(dlock_lease_release(la), DLOCK_ELOST);
+}
+
+ITEST(lost, release_with_unread_lost_event_reports_elost)
+{
+    /* The LOST event is in the socket but not dispatched yet: the release
+     * must still say ELOST, not 0. */
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "unread", 600);
+    h_redis_del(h_key("unread"));
+    struct pollfd p = {.fd = dlock_client_fd(a->c), .events = POLLIN};
+    cr_assert_eq(poll(&p, 1, 1000), 1, "no event from the agent within 1 s");
+    int rc = dlock_lease_release(l);
+    cr_assert_eq(rc, DLOCK_ELOST, "release: %s (%d)", dlock_strerror(rc), rc);
+}
+
+ITEST(lost, event_delivered_during_a_blocking_call)
+{
+    /* Callbacks run inside blocking calls on the same client too. */
+    h_start(NULL);
+    struct h_cl *a = h_client(), *b = h_client();
+    dlock_lease *held = h_must_acquire(a, "fragile", 600);
+    dlock_lease *other = h_must_acquire(b, "busy", 30000);
+    h_redis_del(h_key("fragile"));
+    dlock_lease *l = NULL;
+    int rc = h_acquire(a, "busy", 5000, 1500, &l); /* blocks 1.5 s */
+    int64_t returned = h_now_ms();
+    cr_assert_eq(rc, DLOCK_ETIMEDOUT);
+    cr_assert_eq(h_events(a, held, DLOCK_STATE_LOST), 1,
+                 "LOST not delivered during the blocking acquire");
+    for (int i = 0; i < a->nev; i++)
+        cr_assert_lt(a->ev[i].at_ms, returned);
+    cr_assert_eq(dlock_lease_state(held), DLOCK_STATE_LOST);
+    cr_assert_eq(dlock_lease_release(held), DLOCK_ELOST);
+    cr_assert_eq(dlock_lease_release(other), 0);
+}
+
+ITEST(lost, paused_agent_never_touches_the_next_owner_key)
+{
+    /* Agent 0 is frozen past its lease's TTL; the key expires and a holder on
+     * agent 1 takes it. When agent 0 wakes up, its holder is told LOST and the
+     * new owner's key is left alone (no renewal, no delete). */
+    h_redis_start();
+    h_agent_start_n(0);
+    h_agent_start_n(1);
+    struct h_cl *a = h_client_at(0), *b = h_client_at(1);
+    dlock_lease *la = h_must_acquire(a, "frozen", 600);
+    cr_assert_eq(kill(H.agent[0].pid, SIGSTOP), 0);
+    H_WAIT_UNTIL(2000, !h_redis_exists(h_key("frozen")));
+    dlock_lease *lb = h_must_acquire(b, "frozen", 30000);
+    char *tok_b = h_redis_get(h_key("frozen"));
+    cr_assert_eq(kill(H.agent[0].pid, SIGCONT), 0);
+
+    H_WAIT_UNTIL(1500, h_events(a, la, DLOCK_STATE_LOST) > 0);
+    H_HOLDS_FOR(500, h_events(b, lb, DLOCK_STATE_LOST) == 0);
+    char *v = h_redis_get(h_key("frozen"));
+    cr_assert_not_null(v, "the woken agent deleted the new owner's key");
+    cr_assert_str_eq(v, tok_b);
+    long long pttl = h_redis_pttl(h_key("frozen"));
+    cr_assert(pttl > 25000, "new owner's TTL changed: %lld", pttl);
+    cr_assert_eq(dlock_lease_release(la), DLOCK_ELOST);
+    cr_assert_eq(dlock_lease_state(lb), DLOCK_STATE_HELD);
+    cr_assert_eq(dlock_lease_release(lb), 0);
+    free(tok_b);
+    free(v);
 }
