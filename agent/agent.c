@@ -104,22 +104,84 @@ static void waiter_expired(struct agent *a, struct waiter *w)
 
 /* ---- leases ---- */
 
-static void on_released(void *arg, int err, long long result)
+/* A release that Redis has not confirmed. When the command connection
+ * drops, the compare-and-delete (or an acquire whose reply was lost) may not
+ * have happened: it is kept and sent again when Redis is back, until the key
+ * would have expired by itself. */
+struct orphan {
+    struct orphan *next;
+    uint64_t expires;
+    uint16_t name_len;
+    char token[TOKEN_HEX + 1];
+    char name[];
+};
+
+static void send_orphan(struct agent *a, struct orphan *o);
+
+static void park_orphan(struct agent *a, struct orphan *o)
 {
-    if (err)
-        log_debug("release not confirmed: %s", errname(err));
-    else if (result == 0)
-        log_debug("release found the key owned by someone else");
+    if (a->shutting_down || now_ns() >= o->expires) {
+        free(o);
+        return;
+    }
+    o->next = a->orphans;
+    a->orphans = o;
 }
 
-/* Compare-and-delete of a key we hold (or may hold); best effort: if Redis is
- * unreachable the key expires by its TTL. */
-static void release_key(struct agent *a, const struct lock *l, const char *token)
+static void on_released(void *arg, int err, long long result)
 {
-    int rc = a->backend->ops->release(a->backend, l->name, l->name_len, token, on_released, NULL);
-    if (rc)
-        log_msg(rc == DLOCK_EUNAVAIL ? LOG_DEBUG : LOG_WARN,
-                "cannot release %s now (%s); it will expire by its TTL", l->name, errname(rc));
+    struct orphan *o = arg;
+    if (err == DLOCK_EUNAVAIL) {
+        park_orphan(the_agent, o); /* no answer: it may not have happened */
+        return;
+    }
+    if (err)
+        log_warn("release of %s refused by Redis: %s", o->name, errname(err));
+    else if (result == 0)
+        log_debug("release of %s found the key gone or owned by another", o->name);
+    free(o);
+}
+
+static void send_orphan(struct agent *a, struct orphan *o)
+{
+    int rc = a->backend->ops->release(a->backend, o->name, o->name_len, o->token, on_released, o);
+    if (rc) {
+        log_debug("cannot release %s now (%s); will retry when Redis is back", o->name,
+                  errname(rc));
+        park_orphan(a, o);
+    }
+}
+
+/* Compare-and-delete of a key we hold, or may hold, with a TTL of ttl_ms
+ * counted from now at the latest. */
+static void release_key(struct agent *a, const struct lock *l, const char *token, uint32_t ttl_ms)
+{
+    struct orphan *o = malloc(sizeof *o + l->name_len + 1);
+    if (!o) {
+        log_warn("out of memory: %s will expire by its TTL", l->name);
+        return;
+    }
+    o->expires = now_ns() + (uint64_t)ttl_ms * NS_PER_MS;
+    o->name_len = l->name_len;
+    memcpy(o->token, token, sizeof o->token);
+    memcpy(o->name, l->name, (size_t)l->name_len + 1);
+    send_orphan(a, o);
+}
+
+/* The command connection is up again: retry the unconfirmed releases. */
+static void on_ready(void *arg)
+{
+    struct agent *a = arg;
+    struct orphan *list = a->orphans;
+    a->orphans = NULL;
+    while (list) {
+        struct orphan *o = list;
+        list = o->next;
+        if (now_ns() < o->expires)
+            send_orphan(a, o);
+        else
+            free(o);
+    }
 }
 
 /* Forgets a lease: out of the heap, the owner's list and the table. */
@@ -141,9 +203,28 @@ static void lease_lose(struct agent *a, struct lease *le, int reason, bool may_o
     conn_send_event(c, &ev);
     log_info("lease on %s held by pid %d lost: %s", l->name, (int)c->pid, errname(reason));
     if (may_own)
-        release_key(a, l, le->token);
+        release_key(a, l, le->token, le->ttl_ms);
     lease_drop(a, le);
     lock_settle(a, l);
+}
+
+/* Moves a live lease between HELD and JEOPARDY, telling the holder. */
+static void lease_set_state(struct lease *le, uint8_t state, int reason)
+{
+    if (le->state == state)
+        return;
+    le->state = state;
+    struct wire_event ev = {
+        .lease_id = le->id, .state = state, .reason = reason, .deadline_ns = le->deadline};
+    conn_send_event(le->owner, &ev);
+}
+
+/* A renewal failed without proof of loss: retry until the deadline. */
+static void lease_renew_failed(struct agent *a, struct lease *le, uint64_t now, int err)
+{
+    log_debug("renewal of %s failed (%s); retrying", le->lock->name, errname(err));
+    lease_set_state(le, DLOCK_STATE_JEOPARDY, err);
+    timer_set(a, &le->timer, lease_renew_retry(now, le->deadline, le->ttl_ms));
 }
 
 static void on_renewed(void *arg, int err, long long result)
@@ -157,13 +238,13 @@ static void on_renewed(void *arg, int err, long long result)
     if (err == 0 && result == 1) {
         le->deadline = lease_deadline(sent, le->ttl_ms);
         timer_set(a, &le->timer, lease_next_renew(sent, le->ttl_ms, a->cfg->renew_fraction));
+        lease_set_state(le, DLOCK_STATE_HELD, 0);
     } else if (err == 0) {
         lease_lose(a, le, DLOCK_ELOST, false); /* the key is gone or not ours */
     } else if (now >= le->deadline) {
         lease_lose(a, le, err, true);
     } else {
-        log_debug("renewal of %s failed (%s); retrying", le->lock->name, errname(err));
-        timer_set(a, &le->timer, lease_renew_retry(now, le->deadline, le->ttl_ms));
+        lease_renew_failed(a, le, now, err);
     }
 }
 
@@ -178,7 +259,7 @@ static void lease_due(struct agent *a, struct lease *le, uint64_t now)
     int rc = a->backend->ops->renew(a->backend, le->lock->name, le->lock->name_len, le->token,
                                     le->ttl_ms, on_renewed, (void *)(uintptr_t)le->id);
     if (rc) {
-        timer_set(a, &le->timer, lease_renew_retry(now, le->deadline, le->ttl_ms));
+        lease_renew_failed(a, le, now, rc);
         return;
     }
     le->renew_sent = now;
@@ -192,13 +273,14 @@ static void grant(struct agent *a, struct lock *l, struct waiter *w, uint64_t de
     struct conn *c = w->owner;
     struct lease *le = table_lease_new(&a->table, l, c);
     if (!le) {
-        release_key(a, l, l->acq_token);
+        release_key(a, l, l->acq_token, l->acq_ttl_ms);
         waiter_finish(a, w, DLOCK_ENOMEM);
         return;
     }
     memcpy(le->token, l->acq_token, sizeof le->token);
     le->ttl_ms = l->acq_ttl_ms;
     le->deadline = deadline;
+    le->state = DLOCK_STATE_HELD;
     lease_link(c, le);
     timer_set(a, &le->timer, lease_next_renew(l->acq_sent, le->ttl_ms, a->cfg->renew_fraction));
     struct wire_granted g = {
@@ -219,6 +301,9 @@ static void on_acquired(void *arg, int err, long long result)
     if (err) {
         if (w)
             waiter_finish(a, w, err);
+        /* Sent but unanswered: Redis may have set the key all the same. */
+        if (err == DLOCK_EUNAVAIL)
+            release_key(a, l, l->acq_token, l->acq_ttl_ms);
     } else if (result == 1) {
         uint64_t deadline = lease_deadline(l->acq_sent, l->acq_ttl_ms);
         if (w && !a->shutting_down && now_ns() < deadline) {
@@ -226,7 +311,7 @@ static void on_acquired(void *arg, int err, long long result)
         } else {
             /* Nobody to give it to (waiter gone, agent stopping), or the reply
              * came too late to leave any validity: hand the key back. */
-            release_key(a, l, l->acq_token);
+            release_key(a, l, l->acq_token, l->acq_ttl_ms);
         }
     } else {
         if (w && w->try_once)
@@ -334,7 +419,7 @@ void agent_release(struct agent *a, struct conn *c, uint32_t id, uint64_t lease_
         return;
     }
     struct lock *l = le->lock;
-    release_key(a, l, le->token);
+    release_key(a, l, le->token, le->ttl_ms);
     lease_drop(a, le);
     conn_send_ok(c, id);
     /* The next local waiter's acquire goes out right behind the release on
@@ -355,7 +440,7 @@ void agent_conn_gone(struct agent *a, struct conn *c)
     while (c->leases) {
         struct lease *le = c->leases;
         struct lock *l = le->lock;
-        release_key(a, l, le->token);
+        release_key(a, l, le->token, le->ttl_ms);
         lease_drop(a, le);
         lock_settle(a, l);
     }
@@ -471,7 +556,7 @@ void agent_shutdown(struct agent *a)
             struct wire_event ev = {
                 .lease_id = le->id, .state = DLOCK_STATE_LOST, .reason = DLOCK_ESHUTDOWN};
             conn_send_event(c, &ev);
-            release_key(a, l, le->token);
+            release_key(a, l, le->token, le->ttl_ms);
             lease_drop(a, le);
             lock_settle(a, l);
         }
@@ -501,7 +586,8 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
         table_free(&a->table);
         return -1;
     }
-    struct backend_events ev = {.arg = a, .on_notice = on_notice, .on_subscribed = on_subscribed};
+    struct backend_events ev = {
+        .arg = a, .on_notice = on_notice, .on_subscribed = on_subscribed, .on_ready = on_ready};
     a->backend = backend_redis_new(loop, cfg, &ev);
     if (!a->backend) {
         server_stop_listening(&a->server);
@@ -534,5 +620,10 @@ void agent_free(struct agent *a)
     ev_signal_stop(a->loop, &a->sigint);
     theap_free(&a->timers);
     table_free(&a->table);
+    while (a->orphans) {
+        struct orphan *o = a->orphans;
+        a->orphans = o->next;
+        free(o);
+    }
     the_agent = NULL;
 }

@@ -11,6 +11,8 @@
 #include "server.h"
 #include "table.h"
 
+struct orphan;
+
 struct agent {
     struct ev_loop *loop;
     const struct config *cfg;
@@ -23,6 +25,7 @@ struct agent {
     ev_signal sigterm, sigint;
     ev_timer shutdown_timer;
     double shutdown_deadline;
+    struct orphan *orphans; /* releases to retry when Redis is back */
     bool shutting_down;
     int exit_code;
 };

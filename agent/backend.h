@@ -25,6 +25,8 @@ struct backend_events {
     /* The notice subscription was (re)established: notices may have been
      * missed, so every waiter should try again. */
     void (*on_subscribed)(void *arg);
+    /* Commands can be sent again after the store was unreachable. */
+    void (*on_ready)(void *arg);
 };
 
 struct backend_ops {

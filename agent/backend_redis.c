@@ -345,6 +345,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
     rc->connected = true;
     rc->attempt = 0;
     send_setup(rc);
+    if (!rc->is_sub)
+        rc->rb->ev.on_ready(rc->rb->ev.arg);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)

@@ -138,11 +138,11 @@ static void conn_fail(struct conn *c, uint32_t id, int code, const char *msg)
 static void handle_hello(struct conn *c, const struct wire_hdr *h, const uint8_t *body)
 {
     struct wire_hello m;
-    if (wire_get_hello(body, h->len, &m) != 0 || m.magic != WIRE_MAGIC) {
-        conn_fail(c, h->id, DLOCK_EPROTO, "bad hello");
+    if (wire_get_hello(body, h->len, &m) != 0) {
+        conn_fail(c, h->id, DLOCK_EPROTO, "malformed hello");
         return;
     }
-    if (m.version != WIRE_VERSION) {
+    if (m.magic != WIRE_MAGIC || m.version != WIRE_VERSION) {
         conn_fail(c, h->id, DLOCK_EVERSION, "unsupported protocol version");
         return;
     }

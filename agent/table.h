@@ -40,6 +40,7 @@ struct lease {
     uint64_t deadline;           /* validity end, ns */
     uint64_t renew_sent;         /* send time of the renewal in flight, 0 if none */
     uint32_t ttl_ms;
+    uint8_t state; /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
     char token[TOKEN_HEX + 1];
 };
 

@@ -65,8 +65,7 @@ extern "C" {
 #define DLOCK_ELOADING      (-18) /* Redis is loading its dataset (LOADING) */
 #define DLOCK_EAUTH         (-19) /* Redis refused the agent's credentials */
 #define DLOCK_ESHUTDOWN     (-20) /* the agent is shutting down */
-#define DLOCK_ECANCELED     (-21) /* request canceled (client closed) */
-#define DLOCK_ERRNO_MIN     (-21) /* lowest code in use */
+#define DLOCK_ERRNO_MIN     (-20) /* lowest code in use */
 
 /* Wait values for dlock_acquire_options.wait_ms. */
 #define DLOCK_WAIT_NONE    0

@@ -24,7 +24,6 @@ static const char *const error_messages[] = {
     "Redis is loading its dataset",                  /* DLOCK_ELOADING */
     "Redis refused the agent's credentials",         /* DLOCK_EAUTH */
     "the dlock agent is shutting down",              /* DLOCK_ESHUTDOWN */
-    "request canceled",                              /* DLOCK_ECANCELED */
 };
 
 _Static_assert(sizeof(error_messages) / sizeof(error_messages[0]) == 1 - DLOCK_ERRNO_MIN,

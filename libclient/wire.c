@@ -216,7 +216,7 @@ int wire_get_hello(const uint8_t *body, size_t len, struct wire_hello *m)
 
 int wire_get_hello_ok(const uint8_t *body, size_t len, struct wire_hello_ok *m)
 {
-    if (len != HELLO_OK_LEN)
+    if (len != HELLO_OK_LEN || get16(body + 2) != 0)
         return DLOCK_EPROTO;
     m->version = get16(body);
     m->max_name_len = get32(body + 4);
