@@ -366,12 +366,37 @@ redisReply *h_redis_cmd(const char *fmt, ...)
     return r;
 }
 
+/* Keeps s until teardown. */
+static char *keep_string(const char *s)
+{
+    if (H.nstrs == H.capstrs) {
+        size_t cap = H.capstrs ? 2 * H.capstrs : 64;
+        char **p = realloc(H.strs, cap * sizeof *p);
+        cr_assert_not_null(p);
+        H.strs = p;
+        H.capstrs = cap;
+    }
+    char *copy = strdup(s);
+    cr_assert_not_null(copy);
+    H.strs[H.nstrs++] = copy;
+    return copy;
+}
+
+static void free_strings(void)
+{
+    for (size_t i = 0; i < H.nstrs; i++)
+        free(H.strs[i]);
+    free(H.strs);
+    H.strs = NULL;
+    H.nstrs = H.capstrs = 0;
+}
+
 char *h_redis_get(const char *key)
 {
     redisReply *r = h_redis_cmd("GET %s", key);
     char *v = NULL;
     if (r->type == REDIS_REPLY_STRING)
-        v = strdup(r->str);
+        v = keep_string(r->str);
     else
         cr_assert_eq(r->type, REDIS_REPLY_NIL, "GET %s: unexpected reply type %d", key, r->type);
     freeReplyObject(r);
@@ -1078,6 +1103,7 @@ void h_teardown(void)
     kill_reap(H.redis_pid);
     H.redis_pid = 0;
     redis_drop_conn();
+    free_strings();
     if (!H.dir[0])
         return;
     if (getenv("DLOCK_TEST_KEEP"))

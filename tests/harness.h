@@ -99,6 +99,8 @@ struct h_env {
     int fds[H_MAX_FDS];             /* raw sockets: closed at teardown */
     int acq_seq;
     int passed;
+    char **strs; /* strings handed out by h_redis_get(), freed at teardown */
+    size_t nstrs, capstrs;
 };
 
 extern struct h_env H;
@@ -168,7 +170,8 @@ void h_redis_restart(void); /* kill -9, then start on the same socket (empty) */
 /* Runs a command on H.redis (reconnecting if needed); fails the test when
  * there is no reply. The caller frees the reply with freeReplyObject(). */
 redisReply *h_redis_cmd(const char *fmt, ...);
-/* GET: a malloc'd copy of the value, or NULL when the key does not exist. */
+/* GET: the value, or NULL when the key does not exist. The string belongs to
+ * the harness (freed at teardown, so a failed assertion leaks nothing). */
 char *h_redis_get(const char *key);
 int h_redis_exists(const char *key);
 long long h_redis_pttl(const char *key); /* -2 no key, -1 no TTL */

@@ -43,7 +43,6 @@ ITEST(acquire, key_holds_token_release_deletes_it)
 
     cr_assert_eq(dlock_lease_release(l), 0);
     H_KEY_GONE(h_key("alpha"));
-    free(tok);
 
     /* nothing to dispatch: returns at once */
     int64_t t0 = h_now_ms();
@@ -82,9 +81,6 @@ ITEST(acquire, every_acquisition_gets_a_fresh_token)
     cr_assert_str_neq(k1, k1b, "re-acquisition reused the old token");
     cr_assert_eq(dlock_lease_release(l1), 0);
     cr_assert_eq(dlock_lease_release(l2), 0);
-    free(k1);
-    free(k2);
-    free(k1b);
 }
 
 ITEST(acquire, default_ttl_and_null_options)
@@ -115,7 +111,6 @@ ITEST(acquire, key_prefix_from_config)
     cr_assert_eq(h_redis_exists("dlock:job"), 0);
     cr_assert_eq(dlock_lease_release(l), 0);
     H_KEY_GONE("myapp:locks:job");
-    free(tok);
 }
 
 ITEST(acquire, try_once_on_held_lock_is_busy)
@@ -141,8 +136,6 @@ ITEST(acquire, try_once_on_held_lock_is_busy)
     cr_assert_str_eq(now, tok, "the holder's key changed");
     cr_assert_eq(dlock_lease_state(la), DLOCK_STATE_HELD);
     cr_assert_eq(dlock_lease_release(la), 0);
-    free(tok);
-    free(now);
 }
 
 ITEST(acquire, bounded_wait_times_out)

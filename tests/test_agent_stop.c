@@ -85,8 +85,6 @@ ITEST(agent_stop, kill9_leaves_keys_to_expire_by_ttl)
     cr_assert_eq(h_events(a, l, DLOCK_STATE_LOST), 1, "no LOST event after the agent died");
     cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_LOST);
     cr_assert_eq(dlock_client_dispatch(a->c), DLOCK_EDISCONNECTED);
-    free(tok);
-    free(v);
 }
 
 ITEST(agent_stop, restart_after_crash_takes_over_socket)

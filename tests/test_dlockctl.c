@@ -46,7 +46,6 @@ ITEST(dlockctl, holds_the_lock_while_command_runs)
     cr_assert_str_eq(name, "held", "CMD saw DLOCK_NAME='%s'", name);
     char *tok = h_redis_get(h_key("held"));
     cr_assert(h_is_token(tok), "no lock key while CMD runs");
-    free(tok);
     struct h_cl *a = h_client();
     dlock_lease *l = NULL;
     cr_assert_eq(h_acquire(a, "held", 5000, 0, &l), DLOCK_EBUSY);

@@ -38,9 +38,6 @@ ITEST(exclusion, async_waiter_gets_lock_after_release)
     cr_assert_str_neq(tok_a, tok_b);
     cr_assert_eq(dlock_lease_release(w.lease), 0);
     H_KEY_GONE(h_key("ex"));
-    free(tok_a);
-    free(still);
-    free(tok_b);
 }
 
 ITEST(exclusion, bounded_waiter_gets_lock_released_in_time)
@@ -77,8 +74,6 @@ ITEST(exclusion, forked_process_waits_for_forked_holder)
     cr_assert_str_neq(tok1, tok2);
     cr_assert_eq(h_holder_release(&h2), 0);
     H_KEY_GONE(h_key("proc"));
-    free(tok1);
-    free(tok2);
 }
 
 ITEST(exclusion, waiter_on_another_agent_woken_by_release_notice)

@@ -14,7 +14,6 @@ ITEST(holder_death, kill9_releases_at_once)
     h_holder_start(&h, "victim", 30000);
     char *tok = h_redis_get(h_key("victim"));
     cr_assert(h_is_token(tok));
-    free(tok);
     long long pttl = h_redis_pttl(h_key("victim"));
     cr_assert_gt(pttl, 25000);
 

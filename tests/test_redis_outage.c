@@ -48,7 +48,6 @@ ITEST(redis_outage, restart_loses_held_lease_then_recovers)
     dlock_lease *l2 = acquire_eventually(a, "rr2", 5000);
     char *tok = h_redis_get(h_key("rr2"));
     cr_assert(h_is_token(tok), "no token for rr2 on the new Redis");
-    free(tok);
     dlock_lease *l3 = acquire_eventually(a, "rr", 3000);
     cr_assert_eq(dlock_lease_release(l3), 0);
     cr_assert_eq(dlock_lease_release(l2), 0);
@@ -175,8 +174,6 @@ ITEST(redis_outage, brief_hiccup_is_not_loss)
     long long pttl = h_redis_pttl(h_key("hiccup"));
     cr_assert_gt(pttl, 1000, "not renewed after the hiccup: PTTL %lld", pttl);
     cr_assert_eq(dlock_lease_release(l), 0);
-    free(tok);
-    free(v);
 }
 
 /* DESIGN.md 4: "HELD (safe) -> JEOPARDY (renewal failing, still within
@@ -198,7 +195,6 @@ ITEST(redis_outage, failed_renewal_reports_jeopardy_then_held)
     H_WAIT_UNTIL(2500, h_events(a, l, DLOCK_STATE_HELD) > 0);
     cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_HELD);
     cr_assert_eq(dlock_lease_release(l), 0);
-    free(tok);
 }
 
 ITEST(redis_outage, acquire_with_lost_reply_leaves_no_orphan_key)
@@ -245,7 +241,6 @@ ITEST(redis_outage, waiter_granted_after_restart)
     } else {
         char *v = h_redis_get(h_key("wq"));
         cr_assert(h_is_token(v), "waiter granted but no key on the new Redis");
-        free(v);
         cr_assert_eq(dlock_lease_release(w.lease), 0);
     }
     cr_assert_eq(dlock_lease_release(la), DLOCK_ELOST);

@@ -20,7 +20,6 @@ static void watch(struct h_cl *cl, int n, const char *const *names, char *const 
             char *v = h_redis_get(h_key(names[i]));
             cr_assert_not_null(v, "%s vanished from Redis after %d samples", names[i], samples);
             cr_assert_str_eq(v, tokens[i], "%s changed owner", names[i]);
-            free(v);
             long long pttl = h_redis_pttl(h_key(names[i]));
             cr_assert(pttl > 0 && pttl <= (long long)ttls[i], "%s: PTTL %lld (ttl %u)", names[i],
                       pttl, ttls[i]);
@@ -47,7 +46,6 @@ ITEST(watchdog, short_ttl_lease_survives_long_hold)
     cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_HELD);
     cr_assert_eq(dlock_lease_release(l), 0);
     H_KEY_GONE(h_key("wd"));
-    free(tok);
 }
 
 ITEST(watchdog, leases_with_different_ttls_all_renewed)
@@ -67,7 +65,6 @@ ITEST(watchdog, leases_with_different_ttls_all_renewed)
     for (int i = 0; i < 4; i++) {
         cr_assert_eq(dlock_lease_state(l[i]), DLOCK_STATE_HELD);
         cr_assert_eq(dlock_lease_release(l[i]), 0);
-        free(tok[i]);
     }
 }
 
@@ -105,7 +102,6 @@ ITEST(watchdog, stopped_holder_process_keeps_its_lease)
     h_holder_kill(&h, SIGCONT);
     cr_assert_eq(h_holder_release(&h), 0);
     H_KEY_GONE(h_key("stopped"));
-    free(tok);
 }
 
 static int count_done(const struct h_acq *w, int n)
