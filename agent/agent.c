@@ -500,10 +500,16 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
     }
 }
 
-/* Before the loop blocks: point the one libev timer at the earliest node. */
-static void on_rearm(struct ev_loop *loop, ev_prepare *w, int revents)
+/* Before the loop blocks: replies to clients go out first (they wait on
+ * them), then the batch of Redis commands; a broken Redis link can queue
+ * more replies, hence the second client flush. Last, the one libev timer is
+ * pointed at the earliest node of the heap. */
+static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 {
     struct agent *a = w->data;
+    server_flush(&a->server);
+    a->backend->ops->flush(a->backend);
+    server_flush(&a->server);
     struct tnode *t = theap_top(&a->timers);
     ev_timer_stop(loop, &a->tick);
     if (!t)
@@ -596,10 +602,9 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     }
     ev_timer_init(&a->tick, on_tick, 0.0, 0.0);
     a->tick.data = a;
-    ev_prepare_init(&a->rearm, on_rearm);
-    a->rearm.data = a;
-    ev_set_priority(&a->rearm, EV_MINPRI); /* after the server's flush */
-    ev_prepare_start(loop, &a->rearm);
+    ev_prepare_init(&a->prepare, on_prepare);
+    a->prepare.data = a;
+    ev_prepare_start(loop, &a->prepare);
     ev_signal_init(&a->sigterm, on_signal, SIGTERM);
     ev_signal_init(&a->sigint, on_signal, SIGINT);
     a->sigterm.data = a->sigint.data = a;
@@ -615,7 +620,7 @@ void agent_free(struct agent *a)
     if (a->backend)
         a->backend->ops->destroy(a->backend);
     ev_timer_stop(a->loop, &a->tick);
-    ev_prepare_stop(a->loop, &a->rearm);
+    ev_prepare_stop(a->loop, &a->prepare);
     ev_signal_stop(a->loop, &a->sigterm);
     ev_signal_stop(a->loop, &a->sigint);
     theap_free(&a->timers);

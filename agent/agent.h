@@ -20,8 +20,8 @@ struct agent {
     struct server server;
     struct table table;
     struct theap timers;
-    ev_timer tick; /* armed at the earliest node of `timers` */
-    ev_prepare rearm;
+    ev_timer tick;      /* armed at the earliest node of `timers` */
+    ev_prepare prepare; /* flushes output, re-arms `tick` */
     ev_signal sigterm, sigint;
     ev_timer shutdown_timer;
     double shutdown_deadline;

@@ -37,6 +37,9 @@ struct backend_ops {
     /* Compare-and-delete, then publish a release notice. cb may be NULL. */
     int (*release)(struct backend *b, const char *name, size_t len, const char *token,
                    backend_cb cb, void *arg);
+    /* Writes what the operations of this loop turn queued (called once per
+     * turn, before the loop blocks; may run callbacks on a broken link). */
+    void (*flush)(struct backend *b);
     /* Commands sent and not yet answered (for a clean shutdown). */
     size_t (*pending)(const struct backend *b);
     void (*destroy)(struct backend *b);

@@ -69,6 +69,7 @@ struct rb {
     size_t prefix_len;
     char channel[160];
     ev_timer watchdog; /* checks the age of the oldest command */
+    bool unflushed;    /* commands queued since the last flush */
     bool closing;
 };
 
@@ -193,6 +194,7 @@ static int cmd_send(struct rb *b, struct rcmd *c)
         return DLOCK_EUNAVAIL;
     c->sent = now_ns();
     cmd_link(b, c);
+    b->unflushed = true;
     return 0;
 }
 
@@ -437,6 +439,16 @@ static void on_watchdog(struct ev_loop *loop, ev_timer *w, int revents)
     }
 }
 
+/* The commands queued during this loop turn go out in one write now,
+ * rather than one turn later when hiredis' write watcher fires. */
+static void rb_flush(struct backend *be)
+{
+    struct rb *b = (struct rb *)be;
+    if (b->unflushed && b->cmd.ac && b->cmd.connected)
+        redisAsyncHandleWrite(b->cmd.ac);
+    b->unflushed = false;
+}
+
 static void rb_destroy(struct backend *be)
 {
     struct rb *b = (struct rb *)be;
@@ -460,6 +472,7 @@ static const struct backend_ops rb_ops = {
     .acquire = rb_acquire,
     .renew = rb_renew,
     .release = rb_release,
+    .flush = rb_flush,
     .pending = rb_pending,
     .destroy = rb_destroy,
 };

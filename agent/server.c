@@ -81,10 +81,8 @@ static void on_writable(struct ev_loop *loop, ev_io *w, int revents)
     conn_write(w->data);
 }
 
-/* Before the loop blocks: one write per connection for all it was sent. */
-static void on_flush(struct ev_loop *loop, ev_prepare *w, int revents)
+void server_flush(struct server *s)
 {
-    struct server *s = w->data;
     while (s->dirty) {
         struct conn *c = s->dirty;
         s->dirty = c->dirty_next;
@@ -389,9 +387,6 @@ int server_open(struct server *s, struct ev_loop *loop, struct agent *a, const s
     ev_io_init(&s->lio, on_accept, s->lfd, EV_READ);
     s->lio.data = s;
     ev_io_start(loop, &s->lio);
-    ev_prepare_init(&s->flush, on_flush);
-    s->flush.data = s;
-    ev_prepare_start(loop, &s->flush);
     log_info("listening on %s (mode %04o)", s->path, cfg->socket_mode);
     return 0;
 }
@@ -413,5 +408,4 @@ void server_close_all(struct server *s)
         conn_flush(c);
         conn_close(c);
     }
-    ev_prepare_stop(s->loop, &s->flush);
 }

@@ -41,7 +41,6 @@ struct server {
     const struct config *cfg;
     int lfd;
     ev_io lio;
-    ev_prepare flush; /* writes every connection's output once per loop turn */
     struct conn *conns;
     struct conn *dirty;
     uint32_t nconns;
@@ -53,6 +52,8 @@ struct server {
 int server_open(struct server *s, struct ev_loop *loop, struct agent *a, const struct config *cfg);
 /* Stops accepting and removes the socket file. */
 void server_stop_listening(struct server *s);
+/* Writes every connection's queued output: once per loop turn. */
+void server_flush(struct server *s);
 /* Flushes and closes every connection (agent_conn_gone is called for each). */
 void server_close_all(struct server *s);
 
