@@ -527,6 +527,84 @@ int h_client_try_open(int agent, dlock_client **out)
     return dlock_client_open(out, agent_at(agent)->sock);
 }
 
+/* The release channel of agent i: "<prefix>@released", the prefix read from
+ * its config file (the agent's default when absent). */
+static void agent_channel(int i, char *out, size_t len)
+{
+    char prefix[128] = "dlock:";
+    FILE *f = fopen(H.agent[i].conf, "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        char *p = line;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (strncmp(p, "prefix", 6) != 0)
+            continue;
+        p = strchr(p, '=');
+        if (!p)
+            continue;
+        p++;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t n = strcspn(p, " \t\r\n;");
+        if (n < sizeof prefix) {
+            memcpy(prefix, p, n);
+            prefix[n] = '\0';
+        }
+    }
+    if (f)
+        fclose(f);
+    snprintf(out, len, "%s@released", prefix);
+}
+
+static long long channel_subscribers(const char *channel)
+{
+    redisReply *r = h_redis_cmd("PUBSUB NUMSUB %s", channel);
+    long long n = 0;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER)
+        n = r->element[1]->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+/* A fresh agent accepts clients before its Redis links are up. So that tests
+ * do not race that start-up, take and give back a probe lock until Redis
+ * answers (any answer but EUNAVAIL ends the probe: a test may configure a
+ * Redis the agent cannot use), then wait for the release-channel
+ * subscription. Neither wait fails the test: the test itself will. */
+static void agent_settle(int i, dlock_client *c)
+{
+    if (!H.redis_pid || H.redis_stopped)
+        return;
+    int64_t end = h_now_ms() + 2000;
+    int rc;
+    for (;;) {
+        dlock_lease *l = NULL;
+        dlock_acquire_options o = {.ttl_ms = 1000, .wait_ms = 0};
+        rc = dlock_lease_acquire(c, "__harness_probe__", &o, &l);
+        if (rc == 0)
+            dlock_lease_release(l);
+        if (rc != DLOCK_EUNAVAIL || h_now_ms() > end)
+            break;
+        h_sleep_ms(5);
+    }
+    if (rc != 0 && rc != DLOCK_EBUSY)
+        return;
+    char mine[200], other[200];
+    agent_channel(i, mine, sizeof mine);
+    long long want = 1;
+    for (int j = 0; j < H_MAX_AGENTS; j++) {
+        if (j == i || !H.agent[j].pid)
+            continue;
+        agent_channel(j, other, sizeof other);
+        if (strcmp(mine, other) == 0)
+            want++;
+    }
+    while (channel_subscribers(mine) < want && h_now_ms() < end)
+        h_sleep_ms(5);
+}
+
 void h_agent_start_n(int i)
 {
     struct h_agent *a = agent_at(i);
@@ -544,6 +622,7 @@ void h_agent_start_n(int i)
         }
         dlock_client *c = NULL;
         if (access(a->sock, F_OK) == 0 && (rc = dlock_client_open(&c, a->sock)) == 0) {
+            agent_settle(i, c);
             dlock_client_close(c);
             return;
         }

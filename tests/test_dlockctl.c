@@ -156,7 +156,7 @@ ITEST(dlockctl, agent_unreachable_usage_and_exec_errors)
     cr_assert_eq(st, 64, "bad lock name: exit %d", st);
     st = h_ctl(5000, "-s", sock, "run", "x", "--", "/nonexistent/cmd", NULL);
     cr_assert_eq(st, 127, "missing command: exit %d", st);
-    cr_assert_eq(h_redis_exists(h_key("x")), 0);
+    H_KEY_GONE(h_key("x"));
 }
 
 ITEST(dlockctl, agent_crash_while_command_runs_exits_79)
