@@ -198,11 +198,21 @@ static void report_errors(const struct pair_result *d, const struct pair_result 
         printf("    plain first error: %s\n", plain_strerror(p->first_error));
 }
 
+/* A CPU share, or "-" when the run was too short for /proc's clock ticks. */
+static const char *fmt_cpu(const struct cpu_share *c, double pct)
+{
+    return c->wall_s >= 1.0 ? fmt_pct(pct) : "-";
+}
+
 static void report_cpu(const struct pair_result *d, const struct pair_result *p)
 {
-    row("CPU dlockd (% of a core)", fmt_pct(d->cpu.agent), "-", "", "(context)");
-    row("CPU redis-server", fmt_pct(d->cpu.redis), fmt_pct(p->cpu.redis), "", "(context)");
-    row("CPU dlock-bench (clients)", fmt_pct(d->cpu.bench), fmt_pct(p->cpu.bench), "", "(context)");
+    row("CPU dlockd (% of a core)", fmt_cpu(&d->cpu, d->cpu.agent), "-", "", "(context)");
+    row("CPU redis-server", fmt_cpu(&d->cpu, d->cpu.redis), fmt_cpu(&p->cpu, p->cpu.redis), "",
+        "(context)");
+    row("CPU dlock-bench (clients)", fmt_cpu(&d->cpu, d->cpu.bench), fmt_cpu(&p->cpu, p->cpu.bench),
+        "", "(context)");
+    row("CPU other processes", fmt_cpu(&d->cpu, d->cpu.others), fmt_cpu(&p->cpu, p->cpu.others), "",
+        "(noise if well above 0)");
 }
 
 static void report_single(const struct opts *o, const struct pair_result *d,
@@ -324,6 +334,7 @@ static void report_leases(const struct lease_result *r)
     lrow("jeopardy events", fmt_count((double)r->jeopardy_events), "0");
     report_leases_renewals(r);
     lrow("redis-server CPU over the window", fmt_pct(r->cpu_redis), "(context)");
+    lrow("other processes' CPU, same window", fmt_pct(r->cpu_others), "(noise if well above 0)");
     char v[64];
     if (r->release_s >= 0)
         snprintf(v, sizeof v, "%.2f s", r->release_s);

@@ -54,6 +54,9 @@ struct proc_sample {
 int proc_sample(pid_t pid, struct proc_sample *s);
 /* CPU used between two samples, in percent of one core. */
 double proc_cpu_pct(const struct proc_sample *a, const struct proc_sample *b);
+/* The whole machine's busy time (every CPU, every process) from /proc/stat,
+ * in cpu_ticks; rss_kb is 0. */
+int machine_sample(struct proc_sample *s);
 
 /* ---- latency statistics (stats.c) ---- */
 
@@ -117,6 +120,7 @@ extern const struct driver dlock_driver, plain_driver;
 /* CPU of each process over a measurement, in percent of one core. */
 struct cpu_share {
     double agent, redis, bench;
+    double others; /* every other process on the machine: noise in the figures */
     double wall_s; /* too short (under a second) for /proc's clock ticks */
 };
 
@@ -145,6 +149,7 @@ struct lease_result {
     long rss_idle_kb, rss_held_kb, rss_peak_kb;
     double window_s;
     double cpu_agent, cpu_redis; /* over the window */
+    double cpu_others;           /* the rest of the machine over the window */
     long lost_events, jeopardy_events, other_events;
     long long renew_calls; /* EVALSHA calls Redis saw during the window */
     long long keys_at_end; /* DBSIZE at the end of the window */

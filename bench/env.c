@@ -382,3 +382,18 @@ double proc_cpu_pct(const struct proc_sample *a, const struct proc_sample *b)
     double cpu = (double)(b->cpu_ticks - a->cpu_ticks) / (double)sysconf(_SC_CLK_TCK);
     return wall > 0 ? 100.0 * cpu / wall : 0.0;
 }
+
+/* user nice system idle iowait irq softirq steal: all but idle and iowait. */
+int machine_sample(struct proc_sample *s)
+{
+    char buf[1024];
+    unsigned long long v[8];
+    s->t_ns = now_ns();
+    s->rss_kb = 0;
+    if (read_file("/proc/stat", buf, sizeof buf) != 0 ||
+        sscanf(buf, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+               &v[4], &v[5], &v[6], &v[7]) != 8)
+        return -1;
+    s->cpu_ticks = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+    return 0;
+}

@@ -90,7 +90,7 @@ const struct driver plain_driver = {
 /* ---- CPU of the three processes ---- */
 
 struct cpu_mark {
-    struct proc_sample agent, redis, bench;
+    struct proc_sample agent, redis, bench, machine;
 };
 
 static void cpu_mark(const struct env *e, struct cpu_mark *m)
@@ -100,6 +100,7 @@ static void cpu_mark(const struct env *e, struct cpu_mark *m)
         proc_sample(e->agent_pid, &m->agent);
     proc_sample(e->redis_pid, &m->redis);
     proc_sample(getpid(), &m->bench);
+    machine_sample(&m->machine);
 }
 
 static void cpu_share(const struct cpu_mark *a, const struct cpu_mark *b, struct cpu_share *out)
@@ -108,6 +109,8 @@ static void cpu_share(const struct cpu_mark *a, const struct cpu_mark *b, struct
     out->redis = proc_cpu_pct(&a->redis, &b->redis);
     out->bench = proc_cpu_pct(&a->bench, &b->bench);
     out->wall_s = ns_to_s(b->bench.t_ns - a->bench.t_ns);
+    double others = proc_cpu_pct(&a->machine, &b->machine) - out->agent - out->redis - out->bench;
+    out->others = others > 0 ? others : 0;
 }
 
 static void count_error(struct pair_result *r, int rc)
