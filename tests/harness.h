@@ -189,7 +189,10 @@ int h_is_token(const char *s);
  * `redis_ini` under [redis] after the address line (may be NULL). */
 void h_agent_config(int i, const char *agent_ini, const char *redis_ini);
 /* Starts agent i with its config (written with defaults unless
- * h_agent_config() was called) and waits until a client can open. */
+ * h_agent_config() was called) and waits until a client can open and, when
+ * Redis is up, until the agent has reached it (a probe lock
+ * "__harness_probe__" is taken and given back) and subscribed to its release
+ * channel. */
 void h_agent_start_n(int i);
 /* h_redis_start() + h_agent_config(0, agent_ini, NULL) + h_agent_start_n(0). */
 void h_start(const char *agent_ini);

@@ -508,3 +508,68 @@ ITEST(bad_input, connection_limit)
     dlock_client_close(c);
     victim_check();
 }
+
+/* Sends ACQUIRE with any ttl and wait, by hand. */
+static void send_acquire_tw(int fd, uint32_t id, const char *name, uint32_t ttl, int64_t wait)
+{
+    uint8_t buf[WIRE_HDR_LEN + 18 + 64];
+    size_t len = strlen(name);
+    cr_assert_leq(len, 64);
+    put_hdr(buf, (uint32_t)(18 + len), WIRE_T_ACQUIRE, 0, id);
+    uint8_t *p = buf + WIRE_HDR_LEN;
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(ttl >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        p[4 + i] = (uint8_t)((uint64_t)wait >> (8 * i));
+    memset(p + 12, 0, 4);
+    p[16] = (uint8_t)len;
+    p[17] = 0;
+    memcpy(p + 18, name, len);
+    cr_assert_eq(h_raw_send(fd, buf, WIRE_HDR_LEN + 18 + len), 0);
+}
+
+ITEST(bad_input, out_of_range_values_keep_the_connection)
+{
+    victim_setup(NULL);
+    int fd = h_raw_connect(0);
+    h_raw_hello(fd);
+    int code = 0;
+    send_acquire_tw(fd, 2, "ttl", UINT32_MAX, 0); /* beyond any max TTL */
+    cr_assert_eq(reply(fd, 2, &code), WIRE_T_ERROR, "TTL of 2^32-1 ms granted");
+    cr_assert_eq(code, DLOCK_EINVAL, "huge TTL: ERROR %d", code);
+    send_acquire_tw(fd, 3, "wait", 5000, -5);
+    cr_assert_eq(reply(fd, 3, &code), WIRE_T_ERROR, "wait -5 accepted");
+    cr_assert_eq(code, DLOCK_EINVAL, "wait -5: ERROR %d", code);
+    uint8_t buf[WIRE_HDR_LEN + 20] = {0};
+    put_hdr(buf, 20, WIRE_T_ACQUIRE, 0, 4);
+    buf[WIRE_HDR_LEN] = 0x88; /* ttl 5000 */
+    buf[WIRE_HDR_LEN + 1] = 0x13;
+    buf[WIRE_HDR_LEN + 12] = 1; /* reserved flags */
+    buf[WIRE_HDR_LEN + 16] = 2;
+    memcpy(buf + WIRE_HDR_LEN + 18, "fl", 2);
+    cr_assert_eq(h_raw_send(fd, buf, sizeof buf), 0);
+    cr_assert_eq(reply(fd, 4, &code), WIRE_T_ERROR, "nonzero acquire flags accepted");
+    cr_assert_eq(code, DLOCK_EINVAL, "acquire flags: ERROR %d", code);
+    expect_ping_ok(fd, 5);
+    h_raw_close(fd);
+    cr_assert_eq(h_redis_exists(h_key("ttl")) + h_redis_exists(h_key("fl")), 0);
+    victim_check();
+}
+
+ITEST(bad_input, huge_wait_is_forever_not_an_instant_timeout)
+{
+    victim_setup("max_name_len = 32\nretry_fallback_ms = 10000");
+    int fd = h_raw_connect(0);
+    h_raw_hello(fd);
+    send_acquire_tw(fd, 7, "victim", 5000, INT64_MAX);
+    expect_ping_ok(fd, 8); /* no early ERROR(ETIMEDOUT) came before the pong */
+    struct wire_hdr h;
+    uint8_t body[WIRE_MAX_BODY];
+    cr_assert_eq(h_raw_read_frame(fd, 300, &h, body, sizeof body), -1,
+                 "a wait of INT64_MAX ms was answered at once (type 0x%x)", h.type);
+    victim_check();
+    cr_assert_eq(dlock_lease_release(V.l), 0);
+    int code = 0;
+    cr_assert_eq(reply(fd, 7, &code), WIRE_T_GRANTED, "waiter not granted (ERROR %d)", code);
+    h_raw_close(fd);
+}
