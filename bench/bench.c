@@ -353,19 +353,13 @@ static void progress(const char *what)
 static int phase_pairs(const struct opts *o, struct env *e)
 {
     struct pair_result d1, p1, dm, pm;
-    progress("1 client, dlock");
-    if (run_single(&dlock_driver, e, o->pairs, &d1) != 0)
-        return -1;
-    progress("1 client, plain hiredis");
-    if (run_single(&plain_driver, e, o->pairs, &p1) != 0)
+    progress("1 client, dlock and plain hiredis in turns");
+    if (run_single(&dlock_driver, &plain_driver, e, o->pairs, &d1, &p1) != 0)
         return -1;
     report_single(o, &d1, &p1);
     fflush(stdout);
-    progress("many clients, dlock");
-    if (run_multi(&dlock_driver, e, o->clients, o->seconds, &dm) != 0)
-        return -1;
-    progress("many clients, plain hiredis");
-    if (run_multi(&plain_driver, e, o->clients, o->seconds, &pm) != 0)
+    progress("many clients, dlock and plain hiredis in turns");
+    if (run_multi(&dlock_driver, &plain_driver, e, o->clients, o->seconds, &dm, &pm) != 0)
         return -1;
     report_multi(o, &dm, &pm);
     fflush(stdout);

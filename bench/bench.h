@@ -132,11 +132,14 @@ struct pair_result {
     struct cpu_share cpu;
 };
 
-/* N timed pairs on one name, after a short untimed warm-up. */
-int run_single(const struct driver *d, struct env *e, long n, struct pair_result *out);
-/* `clients` threads, each its own client and name, for `seconds`. */
-int run_multi(const struct driver *d, struct env *e, int clients, double seconds,
-              struct pair_result *out);
+/* N timed pairs on one name with each driver, after a short untimed warm-up,
+ * in alternating rounds; then bare round trips the same way. */
+int run_single(const struct driver *a, const struct driver *b, struct env *e, long n,
+               struct pair_result *ra, struct pair_result *rb);
+/* `clients` threads, each its own client and name, for `seconds` with each
+ * driver, in half-length turns a, b, b, a. */
+int run_multi(const struct driver *a, const struct driver *b, struct env *e, int clients,
+              double seconds, struct pair_result *ra, struct pair_result *rb);
 
 /* ---- many leases held (leases.c) ---- */
 

@@ -1,6 +1,7 @@
 /* pairs.c -- timed acquire+release pairs, for dlock and for the plain hiredis
  * baseline alike: one client on one name, or many threads on distinct names
- * for a fixed duration. */
+ * for a fixed duration; the two variants take turns, so that drift in the
+ * machine's speed hits both alike. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "dlock.h"
 
 #define WARMUP_MAX 1000 /* untimed pairs before the single-client run */
+#define ROUNDS     10   /* turns of each variant in the single-client run */
 
 /* ---- the two drivers ---- */
 
@@ -87,10 +89,15 @@ const struct driver plain_driver = {
     .close = plain_close_any,
 };
 
-/* ---- CPU of the three processes ---- */
+/* ---- CPU of the processes involved ---- */
 
 struct cpu_mark {
     struct proc_sample agent, redis, bench, machine;
+};
+
+/* CPU seconds used by each, over `wall` seconds of measurement. */
+struct cpu_acc {
+    double agent, redis, bench, machine, wall;
 };
 
 static void cpu_mark(const struct env *e, struct cpu_mark *m)
@@ -103,14 +110,29 @@ static void cpu_mark(const struct env *e, struct cpu_mark *m)
     machine_sample(&m->machine);
 }
 
-static void cpu_share(const struct cpu_mark *a, const struct cpu_mark *b, struct cpu_share *out)
+static double ticks_s(const struct proc_sample *a, const struct proc_sample *b)
 {
-    out->agent = proc_cpu_pct(&a->agent, &b->agent);
-    out->redis = proc_cpu_pct(&a->redis, &b->redis);
-    out->bench = proc_cpu_pct(&a->bench, &b->bench);
-    out->wall_s = ns_to_s(b->bench.t_ns - a->bench.t_ns);
-    double others = proc_cpu_pct(&a->machine, &b->machine) - out->agent - out->redis - out->bench;
+    return (double)(b->cpu_ticks - a->cpu_ticks) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static void cpu_add(struct cpu_acc *acc, const struct cpu_mark *a, const struct cpu_mark *b)
+{
+    acc->agent += ticks_s(&a->agent, &b->agent);
+    acc->redis += ticks_s(&a->redis, &b->redis);
+    acc->bench += ticks_s(&a->bench, &b->bench);
+    acc->machine += ticks_s(&a->machine, &b->machine);
+    acc->wall += ns_to_s(b->bench.t_ns - a->bench.t_ns);
+}
+
+static void cpu_finish(const struct cpu_acc *acc, struct cpu_share *out)
+{
+    double k = acc->wall > 0 ? 100.0 / acc->wall : 0;
+    out->agent = acc->agent * k;
+    out->redis = acc->redis * k;
+    out->bench = acc->bench * k;
+    double others = (acc->machine - acc->agent - acc->redis - acc->bench) * k;
     out->others = others > 0 ? others : 0;
+    out->wall_s = acc->wall;
 }
 
 static void count_error(struct pair_result *r, int rc)
@@ -121,87 +143,131 @@ static void count_error(struct pair_result *r, int rc)
 
 /* ---- one client ---- */
 
-/* The pairs of a single-client run, whole and split at the acquire's return. */
-struct single_lats {
-    struct lat pair, acquire, release;
+/* One variant of the single-client run and what it gathered. */
+struct single {
+    const struct driver *d;
+    void *client;
+    char name[64];
+    struct lat pair, acquire, release, ping;
+    struct cpu_acc cpu;
+    double ping_wall;
+    struct pair_result *out;
 };
 
-static int single_reserve(struct single_lats *sl, long n)
-{
-    return lat_reserve(&sl->pair, (size_t)n) || lat_reserve(&sl->acquire, (size_t)n) ||
-           lat_reserve(&sl->release, (size_t)n);
-}
-
-static void single_free(struct single_lats *sl)
-{
-    lat_free(&sl->pair);
-    lat_free(&sl->acquire);
-    lat_free(&sl->release);
-}
-
-static void time_pairs(const struct driver *d, void *c, long n, struct single_lats *sl,
+static int single_open(struct single *r, const struct driver *d, struct env *e, long n,
                        struct pair_result *out)
 {
-    const char *name = "bench-single";
+    memset(out, 0, sizeof *out);
+    r->d = d;
+    r->out = out;
+    /* A name per variant: dlock's release is answered before Redis has
+     * deleted the key, so a plain SET NX right behind it may find it taken. */
+    snprintf(r->name, sizeof r->name, "bench-single-%s", d->label);
+    r->client = d->open(e);
+    if (!r->client)
+        return -1;
+    return lat_reserve(&r->pair, (size_t)n) || lat_reserve(&r->acquire, (size_t)n) ||
+                   lat_reserve(&r->release, (size_t)n)
+               ? -1
+               : 0;
+}
+
+static void single_close(struct single *r)
+{
+    if (r->client)
+        r->d->close(r->client);
+    lat_free(&r->pair);
+    lat_free(&r->acquire);
+    lat_free(&r->release);
+    lat_free(&r->ping);
+}
+
+static void single_pairs(struct env *e, struct single *r, long n)
+{
+    struct cpu_mark m0, m1;
+    cpu_mark(e, &m0);
     for (long i = 0; i < n; i++) {
         uint64_t t0 = now_ns(), mid;
-        int rc = d->pair(c, name, &mid);
+        int rc = r->d->pair(r->client, r->name, &mid);
         uint64_t t1 = now_ns();
         if (rc != 0) {
-            count_error(out, rc);
+            count_error(r->out, rc);
             continue;
         }
-        lat_push(&sl->pair, t1 - t0);
-        lat_push(&sl->acquire, mid - t0);
-        lat_push(&sl->release, t1 - mid);
+        lat_push(&r->pair, t1 - t0);
+        lat_push(&r->acquire, mid - t0);
+        lat_push(&r->release, t1 - mid);
     }
+    cpu_mark(e, &m1);
+    cpu_add(&r->cpu, &m0, &m1);
 }
 
 /* Bare round trips to the server the driver talks to: the floor under a pair. */
-static void time_pings(const struct driver *d, void *c, long n, struct summary *out)
+static void single_pings(struct single *r, long n)
 {
-    struct lat lat = {0};
     uint64_t start = now_ns();
     for (long i = 0; i < n; i++) {
         uint64_t t0 = now_ns();
-        if (d->ping(c) == 0)
-            lat_push(&lat, now_ns() - t0);
+        if (r->d->ping(r->client) == 0)
+            lat_push(&r->ping, now_ns() - t0);
     }
-    lat_summarise(&lat, ns_to_s(now_ns() - start), out);
-    lat_free(&lat);
+    r->ping_wall += ns_to_s(now_ns() - start);
 }
 
-int run_single(const struct driver *d, struct env *e, long n, struct pair_result *out)
+static void single_finish(struct single *r)
 {
-    memset(out, 0, sizeof *out);
-    void *c = d->open(e);
-    struct single_lats sl = {0};
-    if (!c || single_reserve(&sl, n) != 0) {
-        if (c)
-            d->close(c);
-        single_free(&sl);
-        return -1;
-    }
-    long warm = n / 10 < WARMUP_MAX ? n / 10 : WARMUP_MAX;
+    struct pair_result *out = r->out;
+    lat_summarise(&r->pair, r->cpu.wall, &out->s);
+    lat_summarise(&r->acquire, r->cpu.wall, &out->acquire);
+    lat_summarise(&r->release, r->cpu.wall, &out->release);
+    lat_summarise(&r->ping, r->ping_wall, &out->ping);
+    cpu_finish(&r->cpu, &out->cpu);
+}
+
+/* The share of n that round i of `rounds` does. */
+static long chunk(long n, int i, int rounds)
+{
+    return n * (i + 1) / rounds - n * i / rounds;
+}
+
+int run_single(const struct driver *a, const struct driver *b, struct env *e, long n,
+               struct pair_result *ra, struct pair_result *rb)
+{
+    struct single r[2] = {{0}};
+    int rc = -1;
+    if (single_open(&r[0], a, e, n, ra) != 0 || single_open(&r[1], b, e, n, rb) != 0)
+        goto out;
+    long warm = n / 10 < WARMUP_MAX ? n / 10 : WARMUP_MAX, pings = n / 2 > 1000 ? n / 2 : 1000;
     uint64_t mid;
-    for (long i = 0; i < warm; i++)
-        d->pair(c, "bench-single", &mid);
-    struct cpu_mark m0, m1;
-    cpu_mark(e, &m0);
-    time_pairs(d, c, n, &sl, out);
-    cpu_mark(e, &m1);
-    double wall = ns_to_s(m1.bench.t_ns - m0.bench.t_ns);
-    lat_summarise(&sl.pair, wall, &out->s);
-    lat_summarise(&sl.acquire, wall, &out->acquire);
-    lat_summarise(&sl.release, wall, &out->release);
-    cpu_share(&m0, &m1, &out->cpu);
-    time_pings(d, c, n / 2 > 1000 ? n / 2 : 1000, &out->ping);
-    single_free(&sl);
-    d->close(c);
-    return 0;
+    for (int k = 0; k < 2; k++)
+        for (long i = 0; i < warm; i++)
+            r[k].d->pair(r[k].client, r[k].name, &mid);
+    int rounds = n < ROUNDS ? (int)n : ROUNDS;
+    for (int i = 0; i < rounds; i++) {
+        /* a b, b a, a b, ...: each variant goes first half of the time. */
+        for (int k = 0; k < 2; k++)
+            single_pairs(e, &r[(i + k) % 2], chunk(n, i, rounds));
+        for (int k = 0; k < 2; k++)
+            single_pings(&r[(i + k) % 2], chunk(pings, i, rounds));
+    }
+    single_finish(&r[0]);
+    single_finish(&r[1]);
+    rc = 0;
+out:
+    single_close(&r[0]);
+    single_close(&r[1]);
+    return rc;
 }
 
 /* ---- many clients ---- */
+
+/* What the turns of one variant gathered. */
+struct multi_acc {
+    struct lat all;
+    double wall;
+    struct cpu_acc cpu;
+    struct pair_result *out;
+};
 
 struct shared {
     const struct driver *d;
@@ -225,7 +291,7 @@ static void *worker_main(void *arg)
     struct worker *w = arg;
     const struct driver *d = w->sh->d;
     char name[64];
-    snprintf(name, sizeof name, "bench-multi-%d", w->index);
+    snprintf(name, sizeof name, "bench-multi-%s-%d", d->label, w->index);
     pthread_barrier_wait(&w->sh->ready);
     pthread_barrier_wait(&w->sh->go);
     uint64_t end = w->sh->end;
@@ -267,28 +333,37 @@ static void close_workers(struct shared *sh, struct worker *ws, int n)
     }
 }
 
-/* Joins every worker and merges their figures into *out. */
-static void collect(struct worker *ws, int n, uint64_t start, struct pair_result *out)
+/* Joins every worker and adds their figures to acc. */
+static void collect(struct worker *ws, int n, uint64_t start, struct multi_acc *acc)
 {
-    struct lat all = {0};
     uint64_t last = start;
     for (int i = 0; i < n; i++) {
         pthread_join(ws[i].tid, NULL);
-        lat_append(&all, &ws[i].lat);
-        if (ws[i].errors && out->errors == 0)
-            out->first_error = ws[i].first_error;
-        out->errors += ws[i].errors;
+        lat_append(&acc->all, &ws[i].lat);
+        if (ws[i].errors && acc->out->errors == 0)
+            acc->out->first_error = ws[i].first_error;
+        acc->out->errors += ws[i].errors;
         if (ws[i].finished > last)
             last = ws[i].finished;
     }
-    lat_summarise(&all, ns_to_s(last - start), &out->s);
-    lat_free(&all);
+    acc->wall += ns_to_s(last - start);
 }
 
-int run_multi(const struct driver *d, struct env *e, int clients, double seconds,
-              struct pair_result *out)
+static void start_workers(struct worker *ws, int n)
 {
-    memset(out, 0, sizeof *out);
+    for (int i = 0; i < n; i++) {
+        if (pthread_create(&ws[i].tid, NULL, worker_main, &ws[i]) != 0) {
+            /* The barriers count on every thread: nothing sensible to do. */
+            fprintf(stderr, "dlock-bench: cannot start %d threads\n", n);
+            exit(1);
+        }
+    }
+}
+
+/* One turn: `clients` threads of d's kind for `seconds`. */
+static int multi_turn(const struct driver *d, struct env *e, int clients, double seconds,
+                      struct multi_acc *acc)
+{
     struct shared sh = {.d = d};
     struct worker *ws = calloc((size_t)clients, sizeof *ws);
     if (!ws || open_workers(e, &sh, ws, clients) != 0) {
@@ -299,27 +374,39 @@ int run_multi(const struct driver *d, struct env *e, int clients, double seconds
     }
     pthread_barrier_init(&sh.ready, NULL, (unsigned)clients + 1);
     pthread_barrier_init(&sh.go, NULL, (unsigned)clients + 1);
-    int started = 0;
-    for (; started < clients; started++)
-        if (pthread_create(&ws[started].tid, NULL, worker_main, &ws[started]) != 0)
-            break;
-    if (started < clients) {
-        /* Cannot happen with sane limits; nothing sensible to measure then. */
-        fprintf(stderr, "dlock-bench: cannot start %d threads\n", clients);
-        exit(1);
-    }
+    start_workers(ws, clients);
     pthread_barrier_wait(&sh.ready);
     struct cpu_mark m0, m1;
     cpu_mark(e, &m0);
     uint64_t start = now_ns();
     sh.end = start + (uint64_t)(seconds * 1e9);
     pthread_barrier_wait(&sh.go);
-    collect(ws, clients, start, out);
+    collect(ws, clients, start, acc);
     cpu_mark(e, &m1);
-    cpu_share(&m0, &m1, &out->cpu);
+    cpu_add(&acc->cpu, &m0, &m1);
     close_workers(&sh, ws, clients);
     pthread_barrier_destroy(&sh.ready);
     pthread_barrier_destroy(&sh.go);
     free(ws);
     return 0;
+}
+
+int run_multi(const struct driver *a, const struct driver *b, struct env *e, int clients,
+              double seconds, struct pair_result *ra, struct pair_result *rb)
+{
+    const struct driver *ds[2] = {a, b};
+    struct multi_acc acc[2] = {{.out = ra}, {.out = rb}};
+    memset(ra, 0, sizeof *ra);
+    memset(rb, 0, sizeof *rb);
+    /* Two half-length turns each, a b b a: a linear drift hits both alike. */
+    static const int order[4] = {0, 1, 1, 0};
+    int rc = 0;
+    for (int i = 0; i < 4 && rc == 0; i++)
+        rc = multi_turn(ds[order[i]], e, clients, seconds / 2, &acc[order[i]]);
+    for (int k = 0; k < 2; k++) {
+        lat_summarise(&acc[k].all, acc[k].wall, &acc[k].out->s);
+        cpu_finish(&acc[k].cpu, &acc[k].out->cpu);
+        lat_free(&acc[k].all);
+    }
+    return rc;
 }
