@@ -166,10 +166,11 @@ static int single_open(struct single *r, const struct driver *d, struct env *e, 
     r->client = d->open(e);
     if (!r->client)
         return -1;
-    return lat_reserve(&r->pair, (size_t)n) || lat_reserve(&r->acquire, (size_t)n) ||
-                   lat_reserve(&r->release, (size_t)n)
-               ? -1
-               : 0;
+    size_t cap = (size_t)n;
+    if (lat_reserve(&r->pair, cap) || lat_reserve(&r->acquire, cap) ||
+        lat_reserve(&r->release, cap))
+        return -1;
+    return 0;
 }
 
 static void single_close(struct single *r)
