@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "idmap.h"
 #include "wire.h"
 
 #define DEFAULT_SOCKET     "/run/dlock/dlock.sock"
@@ -28,7 +30,9 @@
 #define RELEASE_TIMEOUT_MS 10000
 #define ACQUIRE_SLACK_MS   10000 /* beyond wait_ms before a blocking acquire gives up */
 #define FRAME_MAX          (WIRE_HDR_LEN + WIRE_MAX_BODY)
-#define IN_CAP             (2 * FRAME_MAX)
+#define READ_CHUNK         16384
+
+#define container_of(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
 
 enum req_kind { REQ_ACQUIRE, REQ_RELEASE, REQ_PING };
 
@@ -41,7 +45,8 @@ struct waiter {
 
 /* A request sent and not yet answered. */
 struct pending {
-    struct pending *next;
+    struct pending *prev, *next;
+    struct idnode node; /* keyed by id */
     uint32_t id;
     enum req_kind kind;
     dlock_acquire_cb cb; /* acquire; NULL once abandoned */
@@ -53,6 +58,7 @@ struct pending {
 
 struct dlock_lease {
     dlock_lease *prev, *next;
+    struct idnode node; /* keyed by id */
     dlock_client *client;
     uint64_t id;
     uint64_t fence; /* not exposed yet, kept for a future accessor */
@@ -77,9 +83,10 @@ struct dlock_client {
     void *event_arg;
     dlock_lease *leases;
     struct pending *pending;
+    struct idmap leases_by_id, pending_by_id;
     struct wire_buf out;
-    size_t in_len;
-    uint8_t in[IN_CAP];
+    struct wire_buf in; /* bytes read; frames before in_off are handled */
+    size_t in_off;
 };
 
 static int64_t now_ms(void)
@@ -112,20 +119,32 @@ static int64_t deadline_after(int64_t timeout_ms)
 
 static struct pending *pending_find(dlock_client *c, uint32_t id)
 {
-    for (struct pending *p = c->pending; p; p = p->next)
-        if (p->id == id)
-            return p;
-    return NULL;
+    struct idnode *n = idmap_get(&c->pending_by_id, id);
+    return n ? container_of(n, struct pending, node) : NULL;
+}
+
+static int pending_link(dlock_client *c, struct pending *p)
+{
+    p->node.id = p->id;
+    if (idmap_put(&c->pending_by_id, &p->node) != 0)
+        return DLOCK_ENOMEM;
+    p->prev = NULL;
+    p->next = c->pending;
+    if (c->pending)
+        c->pending->prev = p;
+    c->pending = p;
+    return 0;
 }
 
 static void pending_unlink(dlock_client *c, struct pending *p)
 {
-    for (struct pending **pp = &c->pending; *pp; pp = &(*pp)->next) {
-        if (*pp == p) {
-            *pp = p->next;
-            return;
-        }
-    }
+    idmap_del(&c->pending_by_id, &p->node);
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        c->pending = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
 }
 
 /* A fresh request id: never 0, never one still in flight. */
@@ -182,10 +201,8 @@ static void pending_complete(dlock_client *c, struct pending *p, int status, dlo
 
 static dlock_lease *lease_find(dlock_client *c, uint64_t id)
 {
-    for (dlock_lease *l = c->leases; l; l = l->next)
-        if (l->id == id)
-            return l;
-    return NULL;
+    struct idnode *n = idmap_get(&c->leases_by_id, id);
+    return n ? container_of(n, dlock_lease, node) : NULL;
 }
 
 static dlock_lease *lease_new(dlock_client *c, const char *name, const struct wire_granted *g)
@@ -201,6 +218,11 @@ static dlock_lease *lease_new(dlock_client *c, const char *name, const struct wi
     l->deadline_ns = (int64_t)g->deadline_ns;
     l->ttl_ms = g->ttl_ms;
     l->state = DLOCK_STATE_HELD;
+    l->node.id = l->id;
+    if (idmap_put(&c->leases_by_id, &l->node) != 0) {
+        free(l);
+        return NULL;
+    }
     l->next = c->leases;
     if (c->leases)
         c->leases->prev = l;
@@ -211,6 +233,7 @@ static dlock_lease *lease_new(dlock_client *c, const char *name, const struct wi
 static void lease_free(dlock_lease *l)
 {
     dlock_client *c = l->client;
+    idmap_del(&c->leases_by_id, &l->node);
     if (l->prev)
         l->prev->next = l->next;
     else
@@ -236,7 +259,7 @@ static void client_fail(dlock_client *c, int code)
     if (c->err)
         return;
     c->err = code;
-    c->in_len = 0;
+    c->in.len = c->in_off = 0;
     shutdown(c->fd, SHUT_RDWR);
 }
 
@@ -268,16 +291,51 @@ static void notify_broken(dlock_client *c)
     }
     while (c->pending) {
         struct pending *p = c->pending;
-        c->pending = p->next;
+        pending_unlink(c, p);
         pending_complete(c, p, c->err, NULL);
+    }
+}
+
+/* ---- reading ---- */
+
+/* Reads what the socket holds into the input buffer, which grows as needed
+ * (frames are handled later). Returns the bytes read, 0 when the socket would
+ * block, -1 at end of stream or on an error. */
+static ssize_t read_some(dlock_client *c)
+{
+    if (c->in_off) {
+        memmove(c->in.data, c->in.data + c->in_off, c->in.len - c->in_off);
+        c->in.len -= c->in_off;
+        c->in_off = 0;
+    }
+    if (c->in.cap - c->in.len < READ_CHUNK) {
+        size_t cap =
+            c->in.cap * 2 > c->in.len + READ_CHUNK ? c->in.cap * 2 : c->in.len + READ_CHUNK;
+        uint8_t *p = realloc(c->in.data, cap);
+        if (!p)
+            return -1;
+        c->in.data = p;
+        c->in.cap = cap;
+    }
+    for (;;) {
+        ssize_t n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, 0);
+        if (n > 0) {
+            c->in.len += (size_t)n;
+            return n;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
     }
 }
 
 /* ---- writing ---- */
 
 /* Writes the frame encoded in c->out whole. Frames are tiny, so waiting a
- * little for POLLOUT is simpler than an output queue; an agent that does not
- * read for WRITE_TIMEOUT_MS counts as gone. */
+ * little for POLLOUT is simpler than an output queue. While waiting, whatever
+ * the agent sends is read (and handled later): an agent whose replies we did
+ * not read stops reading our requests. An agent that reads nothing for
+ * WRITE_TIMEOUT_MS counts as gone. */
 static int flush_out(dlock_client *c)
 {
     int64_t deadline = deadline_after(WRITE_TIMEOUT_MS);
@@ -292,8 +350,11 @@ static int flush_out(dlock_client *c)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && poll_timeout(deadline) > 0) {
-            struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
-            if (poll(&pfd, 1, poll_timeout(deadline)) >= 0 || errno == EINTR)
+            struct pollfd pfd = {.fd = c->fd, .events = POLLOUT | POLLIN};
+            int r = poll(&pfd, 1, poll_timeout(deadline));
+            if (r > 0 && (pfd.revents & POLLIN) && read_some(c) < 0)
+                r = -1, errno = EPIPE;
+            if (r >= 0 || errno == EINTR)
                 continue;
         }
         /* A partial frame may be on the wire: the stream cannot be trusted. */
@@ -316,9 +377,10 @@ static int pending_send(dlock_client *c, struct pending *p, int rc)
         free(p);
         return rc;
     }
-    p->next = c->pending;
-    c->pending = p;
-    return 0;
+    rc = pending_link(c, p);
+    if (rc != 0)
+        free(p);
+    return rc;
 }
 
 /* Sends a RELEASE or PING whose reply goes to w (NULL: nobody waits). */
@@ -346,7 +408,7 @@ static void release_unwanted(dlock_client *c, uint64_t lease_id)
     (void)send_simple(c, REQ_RELEASE, lease_id, NULL, &id);
 }
 
-/* ---- reading ---- */
+/* ---- handling frames ---- */
 
 static int on_granted(dlock_client *c, const struct wire_hdr *h, const uint8_t *body)
 {
@@ -438,15 +500,17 @@ static int handle_frame(dlock_client *c, const struct wire_hdr *h, const uint8_t
 }
 
 /* Handles every whole frame in the input buffer. Each frame is copied out and
- * dropped from the buffer before it is handled, so a callback that makes a
- * blocking call (which reads and handles later frames itself) finds the buffer
+ * marked handled before it is handled, so a callback that makes a blocking
+ * call (which reads and handles later frames itself) finds the buffer
  * consistent. */
 static void process_input(dlock_client *c)
 {
     uint8_t frame[FRAME_MAX];
     while (!c->err) {
         struct wire_hdr h;
-        int r = wire_hdr_decode(c->in, c->in_len, WIRE_MAX_BODY, &h);
+        const uint8_t *at = c->in.data + c->in_off;
+        size_t avail = c->in.len - c->in_off;
+        int r = wire_hdr_decode(at, avail, WIRE_MAX_BODY, &h);
         if (r == 0)
             return;
         if (r < 0) {
@@ -454,11 +518,10 @@ static void process_input(dlock_client *c)
             return;
         }
         size_t len = WIRE_HDR_LEN + (size_t)h.len;
-        if (c->in_len < len)
+        if (avail < len)
             return;
-        memcpy(frame, c->in, len);
-        memmove(c->in, c->in + len, c->in_len - len);
-        c->in_len -= len;
+        memcpy(frame, at, len);
+        c->in_off += len;
         if (handle_frame(c, &h, frame + WIRE_HDR_LEN) != 0)
             client_fail(c, DLOCK_EPROTO);
     }
@@ -469,18 +532,13 @@ static void read_input(dlock_client *c)
 {
     process_input(c);
     while (!c->err) {
-        /* process_input() leaves less than one frame, so there is always room. */
-        ssize_t n = recv(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len, 0);
-        if (n > 0) {
-            c->in_len += (size_t)n;
-            process_input(c);
-        } else if (n == 0) {
-            client_fail(c, DLOCK_EDISCONNECTED);
-        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        ssize_t n = read_some(c);
+        if (n == 0)
             return;
-        } else if (errno != EINTR) {
+        if (n < 0)
             client_fail(c, DLOCK_EDISCONNECTED);
-        }
+        else
+            process_input(c);
     }
 }
 
@@ -542,22 +600,16 @@ static int connect_socket(const char *path, int *fdp)
 static int read_first_frame(dlock_client *c, struct wire_hdr *h, int64_t deadline)
 {
     for (;;) {
-        int r = wire_hdr_decode(c->in, c->in_len, WIRE_MAX_BODY, h);
+        int r = wire_hdr_decode(c->in.data, c->in.len, WIRE_MAX_BODY, h);
         if (r < 0)
             return DLOCK_EPROTO;
-        if (r > 0 && c->in_len >= WIRE_HDR_LEN + (size_t)h->len)
+        if (r > 0 && c->in.len >= WIRE_HDR_LEN + (size_t)h->len)
             return 0;
-        ssize_t n = recv(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len, 0);
-        if (n > 0) {
-            c->in_len += (size_t)n;
+        ssize_t n = read_some(c);
+        if (n > 0)
             continue;
-        }
-        if (n == 0)
+        if (n < 0)
             return DLOCK_ECONNECT; /* the agent hung up on us */
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return DLOCK_ECONNECT;
         int ms = poll_timeout(deadline);
         if (ms == 0)
             return DLOCK_ECONNECT; /* no answer: not a working agent */
@@ -580,7 +632,7 @@ static int handshake(dlock_client *c)
     rc = read_first_frame(c, &h, deadline_after(HELLO_TIMEOUT_MS));
     if (rc != 0)
         return rc;
-    const uint8_t *body = c->in + WIRE_HDR_LEN;
+    const uint8_t *body = c->in.data + WIRE_HDR_LEN;
     if (h.type == WIRE_T_ERROR) {
         struct wire_error e;
         if (wire_get_error(body, h.len, &e) != 0 || e.code >= 0)
@@ -598,8 +650,7 @@ static int handshake(dlock_client *c)
         c->max_name_len = WIRE_MAX_NAME;
     c->max_leases = ok.max_leases;
     c->default_ttl_ms = ok.default_ttl_ms;
-    c->in_len -= WIRE_HDR_LEN + (size_t)h.len;
-    memmove(c->in, c->in + WIRE_HDR_LEN + h.len, c->in_len);
+    c->in_off = WIRE_HDR_LEN + (size_t)h.len;
     return 0;
 }
 
@@ -618,7 +669,10 @@ static void client_free(dlock_client *c)
         c->pending = p->next;
         free(p);
     }
+    idmap_free(&c->leases_by_id);
+    idmap_free(&c->pending_by_id);
     wire_buf_free(&c->out);
+    wire_buf_free(&c->in);
     free(c);
 }
 
