@@ -141,9 +141,13 @@ DLOCK_EXPORT int dlock_lease_acquire_async(dlock_client *client, const char *nam
                                            const dlock_acquire_options *opts, dlock_acquire_cb cb,
                                            void *arg);
 
-/* Releases the lease and frees its handle, whatever the outcome. Returns 0,
- * DLOCK_ELOST if the lease had already been lost, or DLOCK_EDISCONNECTED if the
- * agent is gone (the agent released it when the connection dropped). */
+/* Releases the lease and frees its handle, whatever the outcome. One round
+ * trip to the agent, which answers once it has given the lease up; the key is
+ * deleted on Redis right behind (see docs/protocol.md). Returns 0,
+ * DLOCK_ELOST if the lease had been lost (even if its event was not yet
+ * dispatched), DLOCK_EDISCONNECTED if the agent is gone (it released the lease
+ * when the connection dropped), or DLOCK_ETIMEDOUT if the agent did not answer
+ * within 10 s. */
 DLOCK_EXPORT int dlock_lease_release(dlock_lease *lease);
 
 /* The lock name (borrowed, NUL-terminated). */
