@@ -268,7 +268,8 @@ static void lease_due(struct agent *a, struct lease *le, uint64_t now)
 
 /* ---- acquiring ---- */
 
-static void grant(struct agent *a, struct lock *l, struct waiter *w, uint64_t deadline)
+static void grant(struct agent *a, struct lock *l, struct waiter *w, uint64_t deadline,
+                  uint64_t fence)
 {
     struct conn *c = w->owner;
     struct lease *le = table_lease_new(&a->table, l, c);
@@ -281,13 +282,14 @@ static void grant(struct agent *a, struct lock *l, struct waiter *w, uint64_t de
     le->ttl_ms = l->acq_ttl_ms;
     le->deadline = deadline;
     le->state = DLOCK_STATE_HELD;
+    le->fence = fence;
     lease_link(c, le);
     timer_set(a, &le->timer, lease_next_renew(l->acq_sent, le->ttl_ms, a->cfg->renew_fraction));
     struct wire_granted g = {
-        .lease_id = le->id, .deadline_ns = deadline, .fence = 0, .ttl_ms = le->ttl_ms};
+        .lease_id = le->id, .deadline_ns = deadline, .fence = fence, .ttl_ms = le->ttl_ms};
     conn_send_granted(c, w->req_id, &g);
-    log_debug("granted %s to pid %d (lease %llx)", l->name, (int)c->pid,
-              (unsigned long long)le->id);
+    log_debug("granted %s to pid %d (lease %llx, fence %llu)", l->name, (int)c->pid,
+              (unsigned long long)le->id, (unsigned long long)fence);
     waiter_finish(a, w, 0);
 }
 
@@ -304,10 +306,10 @@ static void on_acquired(void *arg, int err, long long result)
         /* Sent but unanswered: Redis may have set the key all the same. */
         if (err == DLOCK_EUNAVAIL)
             release_key(a, l, l->acq_token, l->acq_ttl_ms);
-    } else if (result == 1) {
+    } else if (result > 0) {
         uint64_t deadline = lease_deadline(l->acq_sent, l->acq_ttl_ms);
         if (w && !a->shutting_down && now_ns() < deadline) {
-            grant(a, l, w, deadline);
+            grant(a, l, w, deadline, (uint64_t)result);
         } else {
             /* Nobody to give it to (waiter gone, agent stopping), or the reply
              * came too late to leave any validity: hand the key back. */

@@ -13,8 +13,9 @@
 
 struct backend;
 
-/* result: acquire: 1 taken by us, or -(remaining PTTL in ms) (0 if unknown)
- * when held by someone else; renew and release: 1 done, 0 not our token. */
+/* result: acquire: > 0 when taken by us (the grant's fencing token), else
+ * -(remaining PTTL in ms), or 0 if unknown, while someone else holds it;
+ * renew and release: 1 done, 0 not our token. */
 typedef void (*backend_cb)(void *arg, int err, long long result);
 
 /* What the backend tells the agent without being asked. */

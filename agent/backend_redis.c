@@ -13,14 +13,27 @@
 #include <time.h>
 
 #include "dlock.h"
+#include "keys.h"
 #include "log.h"
+#include "wire.h"
 #include "util.h"
 
 enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_COUNT };
 
-/* Acquire: SET NX PX; when taken, the holder's remaining PTTL, negated. */
+/* Acquire: SET NX PX, and on success the fencing token: one more than the
+ * last one of this lock (KEYS[2], kept ARGV[3] ms), but never below the
+ * server's clock in microseconds, so that it keeps rising after the counter
+ * expired or was lost. When taken: the holder's remaining PTTL, negated. The
+ * token goes through string.format: Lua's own number-to-string conversion
+ * keeps only 14 digits. */
 static const char *const script_src[S_COUNT] = {
-    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end "
+    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+    "local t = redis.call('time') "
+    "local fence = tonumber(t[1]) * 1000000 + tonumber(t[2]) "
+    "local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0 "
+    "if last >= fence then fence = last + 1 end "
+    "redis.call('set', KEYS[2], string.format('%d', fence), 'PX', ARGV[3]) "
+    "return fence end "
     "local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end return -t",
     /* Renew: compare-and-pexpire. */
     "if redis.call('get', KEYS[1]) == ARGV[1] then "
@@ -167,10 +180,12 @@ static int cmd_send(struct rb *b, struct rcmd *c)
 {
     if (!b->cmd.connected || b->closing)
         return DLOCK_EUNAVAIL;
-    char ttl[16];
-    const char *argv[7];
-    size_t argvlen[7];
+    char ttl[16], keep[16];
+    char fkey[2 * CONFIG_PREFIX_MAX + WIRE_MAX_NAME + FENCE_KEY_EXTRA + 1];
+    const char *argv[8];
+    size_t argvlen[8];
     int argc = 0;
+    size_t key_len = b->prefix_len + c->name_len;
     const char *sha = b->sha[c->script];
 #define ARG(s, n) (argv[argc] = (s), argvlen[argc++] = (n))
     if (sha[0]) {
@@ -180,14 +195,25 @@ static int cmd_send(struct rb *b, struct rcmd *c)
         ARG("EVAL", 4);
         ARG(script_src[c->script], strlen(script_src[c->script]));
     }
-    ARG("1", 1);
-    ARG(c->key, b->prefix_len + c->name_len);
+    if (c->script == S_ACQUIRE) {
+        ARG("2", 1);
+        ARG(c->key, key_len);
+        ARG(fkey, fence_key(c->key, key_len, b->prefix_len, fkey));
+    } else {
+        ARG("1", 1);
+        ARG(c->key, key_len);
+    }
     ARG(c->token, 32);
     if (c->script == S_RELEASE) {
         ARG(b->channel, strlen(b->channel));
         ARG(c->key + b->prefix_len, c->name_len);
     } else {
         ARG(ttl, (size_t)snprintf(ttl, sizeof ttl, "%u", c->ttl_ms));
+    }
+    if (c->script == S_ACQUIRE) {
+        /* The counter outlives the lock by the retention, at least. */
+        uint64_t keep_ms = (uint64_t)b->cfg->fence_retention_ms + c->ttl_ms;
+        ARG(keep, (size_t)snprintf(keep, sizeof keep, "%llu", (unsigned long long)keep_ms));
     }
 #undef ARG
     if (redisAsyncCommandArgv(b->cmd.ac, on_reply, c, argc, argv, argvlen) != REDIS_OK)

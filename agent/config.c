@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "keys.h"
 #include "log.h"
 
 void config_defaults(struct config *c)
@@ -26,6 +27,7 @@ void config_defaults(struct config *c)
     c->max_waiters_per_conn = 1024;
     c->max_connections = 1024;
     c->shutdown_timeout_ms = 2000;
+    c->fence_retention_ms = 3600000;
     c->log_level = LOG_INFO;
     config_parse_addr("127.0.0.1:6379", &c->redis);
     c->connect_timeout_ms = 1000;
@@ -124,9 +126,9 @@ static const struct u32_key u32_keys[] = {
     U32KEY("agent", max_ttl_ms),           U32KEY("agent", retry_fallback_ms),
     U32KEY("agent", max_name_len),         U32KEY("agent", max_leases_per_conn),
     U32KEY("agent", max_waiters_per_conn), U32KEY("agent", max_connections),
-    U32KEY("agent", shutdown_timeout_ms),  U32KEY("redis", connect_timeout_ms),
-    U32KEY("redis", command_timeout_ms),   U32KEY("redis", reconnect_min_ms),
-    U32KEY("redis", reconnect_max_ms),
+    U32KEY("agent", shutdown_timeout_ms),  U32KEY("agent", fence_retention_ms),
+    U32KEY("redis", connect_timeout_ms),   U32KEY("redis", command_timeout_ms),
+    U32KEY("redis", reconnect_min_ms),     U32KEY("redis", reconnect_max_ms),
 };
 
 static int set_special(struct config *c, const char *section, const char *key, const char *v)
@@ -245,6 +247,17 @@ int config_load_file(struct config *c, const char *path, char *err, size_t errle
     return -1;
 }
 
+/* A prefix takes part in key names: no byte a name may not hold either, and
+ * braces only as a whole Cluster hash tag (see keys.h). */
+static bool prefix_ok(const char *p)
+{
+    size_t len = strlen(p);
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)p[i] <= 0x20 || p[i] == 0x7f)
+            return false;
+    return !strpbrk(p, "{}") || key_has_hash_tag(p, len);
+}
+
 int config_validate(const struct config *c, char *err, size_t errlen)
 {
     const char *why = NULL;
@@ -256,8 +269,9 @@ int config_validate(const struct config *c, char *err, size_t errlen)
         why = "renew_fraction must be within 0.05..0.8";
     else if (c->max_name_len < 1 || c->max_name_len > 1024)
         why = "max_name_len must be within 1..1024";
-    else if (strlen(c->prefix) + c->max_name_len > 2048)
-        why = "prefix too long";
+    else if (!prefix_ok(c->prefix))
+        why = "prefix must not contain spaces or control characters, nor braces outside a "
+              "{hash tag}";
     else if (c->max_connections < 1 || c->max_leases_per_conn < 1)
         why = "max_connections and max_leases_per_conn must be >= 1";
     else if (c->retry_fallback_ms < 1)

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #define CONFIG_DEFAULT_SOCKET "/run/dlock/dlock.sock"
+#define CONFIG_PREFIX_MAX     128
 
 /* A Redis address: TCP host and port, or a unix socket path. */
 struct redis_addr {
@@ -20,7 +21,7 @@ struct config {
     /* [agent] */
     char socket[108];
     unsigned socket_mode;
-    char prefix[128];
+    char prefix[CONFIG_PREFIX_MAX];
     uint32_t default_ttl_ms;
     uint32_t min_ttl_ms;
     uint32_t max_ttl_ms;
@@ -31,6 +32,7 @@ struct config {
     uint32_t max_waiters_per_conn;
     uint32_t max_connections;
     uint32_t shutdown_timeout_ms;
+    uint32_t fence_retention_ms;
     int log_level;
     /* [redis] */
     struct redis_addr redis;

@@ -259,7 +259,7 @@ int lock_name_check(const char *name, size_t len, uint32_t max_len)
         return DLOCK_ENAMETOOLONG;
     for (size_t i = 0; i < len; i++) {
         unsigned char ch = (unsigned char)name[i];
-        if (ch <= 0x20 || ch == 0x7f)
+        if (ch <= 0x20 || ch == 0x7f || ch == '{' || ch == '}')
             return DLOCK_EBADNAME;
     }
     return 0;

@@ -39,6 +39,7 @@ struct lease {
     struct lease *onext, *oprev; /* the owner's list */
     uint64_t deadline;           /* validity end, ns */
     uint64_t renew_sent;         /* send time of the renewal in flight, 0 if none */
+    uint64_t fence;              /* fencing token of the grant */
     uint32_t ttl_ms;
     uint8_t state; /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
     char token[TOKEN_HEX + 1];

@@ -161,6 +161,12 @@ DLOCK_EXPORT dlock_state dlock_lease_state(const dlock_lease *lease);
  * at grant; renewals move the real deadline forward without a message. */
 DLOCK_EXPORT int64_t dlock_lease_deadline_ns(const dlock_lease *lease);
 
+/* The fencing token of the grant: strictly greater than every token granted
+ * before for the same lock name, by any agent on the same Redis (see
+ * docs/fencing.md for the exact guarantee). Hand it to the resource you write
+ * to, so that it can refuse a stale holder. */
+DLOCK_EXPORT uint64_t dlock_lease_fence(const dlock_lease *lease);
+
 /* The lease TTL granted by the agent, in milliseconds. */
 DLOCK_EXPORT uint32_t dlock_lease_ttl_ms(const dlock_lease *lease);
 

@@ -61,7 +61,7 @@ struct dlock_lease {
     struct idnode node; /* keyed by id */
     dlock_client *client;
     uint64_t id;
-    uint64_t fence; /* not exposed yet, kept for a future accessor */
+    uint64_t fence;
     int64_t deadline_ns;
     uint32_t ttl_ms;
     dlock_state state;
@@ -892,6 +892,11 @@ dlock_state dlock_lease_state(const dlock_lease *lease)
 int64_t dlock_lease_deadline_ns(const dlock_lease *lease)
 {
     return lease ? lease->deadline_ns : 0;
+}
+
+uint64_t dlock_lease_fence(const dlock_lease *lease)
+{
+    return lease ? lease->fence : 0;
 }
 
 uint32_t dlock_lease_ttl_ms(const dlock_lease *lease)

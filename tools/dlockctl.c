@@ -440,7 +440,10 @@ static int run(const struct run_opts *o)
         dlock_client_close(c);
         return code;
     }
-    if (setenv("DLOCK_NAME", o->name, 1) != 0 || setup_signals() != 0) {
+    char fence[24];
+    snprintf(fence, sizeof fence, "%llu", (unsigned long long)dlock_lease_fence(st.lease));
+    if (setenv("DLOCK_NAME", o->name, 1) != 0 || setenv("DLOCK_FENCE", fence, 1) != 0 ||
+        setup_signals() != 0) {
         fprintf(stderr, "dlockctl: setup: %s\n", strerror(errno));
         dlock_client_close(c);
         return EXIT_SOFTWARE;
