@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend_redis.h"
+#include "leasepage.h"
 #include "dlock.h"
 #include "log.h"
 #include "util.h"
@@ -29,6 +30,11 @@ static void lock_settle(struct agent *a, struct lock *l);
 static const char *errname(int code)
 {
     return dlock_strerror(code);
+}
+
+static struct conn *owner_of(const struct lease *le)
+{
+    return le->owner;
 }
 
 static void timer_set(struct agent *a, struct tnode *t, uint64_t due)
@@ -187,6 +193,7 @@ static void on_ready(void *arg)
 /* Forgets a lease: out of the heap, the owner's list and the table. */
 static void lease_drop(struct agent *a, struct lease *le)
 {
+    lease_page_free(&owner_of(le)->page, le->slot);
     theap_remove(&a->timers, &le->timer);
     lease_unlink(le->owner, le);
     table_lease_free(&a->table, le);
@@ -208,12 +215,20 @@ static void lease_lose(struct agent *a, struct lease *le, int reason, bool may_o
     lock_settle(a, l);
 }
 
+/* Shows the lease as it is now in the holder's lease page. */
+static void lease_publish(const struct lease *le)
+{
+    lease_page_write(&owner_of(le)->page, le->slot, le->state, le->id, le->fence,
+                     (int64_t)le->deadline);
+}
+
 /* Moves a live lease between HELD and JEOPARDY, telling the holder. */
 static void lease_set_state(struct lease *le, uint8_t state, int reason)
 {
     if (le->state == state)
         return;
     le->state = state;
+    lease_publish(le);
     struct wire_event ev = {
         .lease_id = le->id, .state = state, .reason = reason, .deadline_ns = le->deadline};
     conn_send_event(le->owner, &ev);
@@ -238,6 +253,7 @@ static void on_renewed(void *arg, int err, long long result)
     if (err == 0 && result == 1) {
         le->deadline = lease_deadline(sent, le->ttl_ms);
         timer_set(a, &le->timer, lease_next_renew(sent, le->ttl_ms, a->cfg->renew_fraction));
+        lease_publish(le);
         lease_set_state(le, DLOCK_STATE_HELD, 0);
     } else if (err == 0) {
         lease_lose(a, le, DLOCK_ELOST, false); /* the key is gone or not ours */
@@ -250,12 +266,61 @@ static void on_renewed(void *arg, int err, long long result)
 
 /* A lease's timer fired: renew it, or, if its deadline came with the
  * renewal still unanswered, it is lost. */
+/* Should renewal stop for a bounded hold? 0, DLOCK_EHOLDLIMIT or
+ * DLOCK_ESTALLED. The touch time comes from the client: it is clamped to now
+ * and ignored when older than the grant (a slot's previous lease). */
+static int hold_check(const struct lease *le, uint64_t now)
+{
+    if (le->hold_until && now >= le->hold_until)
+        return DLOCK_EHOLDLIMIT;
+    if (!le->progress_ns)
+        return 0;
+    uint64_t touched = lease_page_touched(&owner_of(le)->page, le->slot);
+    if (touched > now)
+        touched = now;
+    uint64_t last = touched > le->granted_at ? touched : le->granted_at;
+    return now - last > le->progress_ns ? DLOCK_ESTALLED : 0;
+}
+
+/* Renewal stops: the holder is told (JEOPARDY with the reason) and the lease
+ * runs out at its deadline. A stalled holder that touches the lease before
+ * then is renewed again, so its timer keeps looking. */
+static void lease_stop(struct agent *a, struct lease *le, uint64_t now, int why)
+{
+    if (le->stopped != why)
+        log_info("lease on %s held by pid %d: renewal stops: %s", le->lock->name,
+                 (int)owner_of(le)->pid, errname(why));
+    le->stopped = why;
+    le->state = DLOCK_STATE_JEOPARDY;
+    struct wire_event ev = {.lease_id = le->id,
+                            .state = DLOCK_STATE_JEOPARDY,
+                            .reason = why,
+                            .deadline_ns = le->deadline};
+    conn_send_event(le->owner, &ev);
+    lease_publish(le);
+    uint64_t next = le->deadline;
+    if (why == DLOCK_ESTALLED)
+        next = lease_renew_retry(now, le->deadline, le->ttl_ms);
+    timer_set(a, &le->timer, next);
+}
+
 static void lease_due(struct agent *a, struct lease *le, uint64_t now)
 {
     if (le->renew_sent || now >= le->deadline) {
-        lease_lose(a, le, DLOCK_EUNAVAIL, true);
+        lease_lose(a, le, le->stopped ? le->stopped : DLOCK_EUNAVAIL, true);
         return;
     }
+    int why = hold_check(le, now);
+    if (why) {
+        if (why != le->stopped)
+            lease_stop(a, le, now, why);
+        else
+            timer_set(a, &le->timer,
+                      why == DLOCK_ESTALLED ? lease_renew_retry(now, le->deadline, le->ttl_ms)
+                                            : le->deadline);
+        return;
+    }
+    le->stopped = 0;
     int rc = a->backend->ops->renew(a->backend, le->lock->name, le->lock->name_len, le->token,
                                     le->ttl_ms, on_renewed, (void *)(uintptr_t)le->id);
     if (rc) {
@@ -283,10 +348,25 @@ static void grant(struct agent *a, struct lock *l, struct waiter *w, uint64_t de
     le->deadline = deadline;
     le->state = DLOCK_STATE_HELD;
     le->fence = fence;
+    le->slot = lease_page_alloc(&c->page);
+    if (le->slot == UINT32_MAX) {
+        table_lease_free(&a->table, le);
+        release_key(a, l, l->acq_token, l->acq_ttl_ms);
+        waiter_finish(a, w, DLOCK_ELIMIT);
+        return;
+    }
+    le->granted_at = l->acq_sent;
+    if (w->max_hold_ms)
+        le->hold_until = l->acq_sent + (uint64_t)w->max_hold_ms * NS_PER_MS;
+    le->progress_ns = (uint64_t)w->progress_ms * NS_PER_MS;
     lease_link(c, le);
+    lease_publish(le);
     timer_set(a, &le->timer, lease_next_renew(l->acq_sent, le->ttl_ms, a->cfg->renew_fraction));
-    struct wire_granted g = {
-        .lease_id = le->id, .deadline_ns = deadline, .fence = fence, .ttl_ms = le->ttl_ms};
+    struct wire_granted g = {.lease_id = le->id,
+                             .deadline_ns = deadline,
+                             .fence = fence,
+                             .ttl_ms = le->ttl_ms,
+                             .slot = le->slot};
     conn_send_granted(c, w->req_id, &g);
     log_debug("granted %s to pid %d (lease %llx, fence %llu)", l->name, (int)c->pid,
               (unsigned long long)le->id, (unsigned long long)fence);
@@ -360,6 +440,13 @@ static void lock_settle(struct agent *a, struct lock *l)
     table_lock_release_if_idle(&a->table, l);
 }
 
+/* A bound asked for, else the agent's default, capped by its limit. */
+static uint32_t bound(uint32_t asked, uint32_t dflt, uint32_t limit)
+{
+    uint32_t v = asked ? asked : dflt;
+    return limit && (v == 0 || v > limit) ? limit : v;
+}
+
 static int acquire_check(struct agent *a, struct conn *c, const struct wire_acquire *m,
                          uint32_t *ttl)
 {
@@ -405,6 +492,9 @@ void agent_acquire(struct agent *a, struct conn *c, uint32_t id, const struct wi
     w->req_id = id;
     w->ttl_ms = ttl;
     w->try_once = m->wait_ms == 0;
+    const struct config *cfg = a->cfg;
+    w->max_hold_ms = bound(m->max_hold_ms, cfg->default_max_hold_ms, cfg->max_hold_limit_ms);
+    w->progress_ms = bound(m->progress_ms, cfg->default_progress_ms, cfg->progress_limit_ms);
     table_waiter_enqueue(l, w);
     waiter_link(c, w);
     /* Waits beyond a year are taken as forever (and cannot overflow). */

@@ -127,6 +127,8 @@ static const struct u32_key u32_keys[] = {
     U32KEY("agent", max_name_len),         U32KEY("agent", max_leases_per_conn),
     U32KEY("agent", max_waiters_per_conn), U32KEY("agent", max_connections),
     U32KEY("agent", shutdown_timeout_ms),  U32KEY("agent", fence_retention_ms),
+    U32KEY("agent", default_max_hold_ms),  U32KEY("agent", max_hold_limit_ms),
+    U32KEY("agent", default_progress_ms),  U32KEY("agent", progress_limit_ms),
     U32KEY("redis", connect_timeout_ms),   U32KEY("redis", command_timeout_ms),
     U32KEY("redis", reconnect_min_ms),     U32KEY("redis", reconnect_max_ms),
 };

@@ -33,6 +33,10 @@ struct config {
     uint32_t max_connections;
     uint32_t shutdown_timeout_ms;
     uint32_t fence_retention_ms;
+    uint32_t default_max_hold_ms; /* bounded holds: 0 = none */
+    uint32_t max_hold_limit_ms;
+    uint32_t default_progress_ms;
+    uint32_t progress_limit_ms;
     int log_level;
     /* [redis] */
     struct redis_addr redis;

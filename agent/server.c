@@ -133,6 +133,30 @@ static void conn_fail(struct conn *c, uint32_t id, int code, const char *msg)
     c->closing = true;
 }
 
+/* Sends all queued output (just HELLO_OK: nothing is queued before it) with
+ * the two lease-page descriptors attached. A fresh socket takes it whole. */
+static int send_with_fds(struct conn *c, const int fds[2])
+{
+    union {
+        struct cmsghdr hdr;
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+    } u;
+    memset(&u, 0, sizeof u);
+    struct iovec iov = {.iov_base = c->out.data, .iov_len = c->out.len};
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(2 * sizeof(int));
+    memcpy(CMSG_DATA(cm), fds, 2 * sizeof(int));
+    ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 || (size_t)n != c->out.len)
+        return -1;
+    c->out.len = 0;
+    return 0;
+}
+
 static void handle_hello(struct conn *c, const struct wire_hdr *h, const uint8_t *body)
 {
     struct wire_hello m;
@@ -145,12 +169,21 @@ static void handle_hello(struct conn *c, const struct wire_hdr *h, const uint8_t
         return;
     }
     const struct config *cfg = c->srv->cfg;
+    if (lease_page_init(&c->page, cfg->max_leases_per_conn) != 0) {
+        log_error("client pid %d: cannot make its lease page: %s", (int)c->pid, strerror(errno));
+        conn_fail(c, h->id, DLOCK_ENOMEM, "the agent cannot make a lease page");
+        return;
+    }
     struct wire_hello_ok ok = {.version = WIRE_VERSION,
                                .max_name_len = cfg->max_name_len,
                                .max_leases = cfg->max_leases_per_conn,
                                .default_ttl_ms = cfg->default_ttl_ms};
+    if (wire_put_hello_ok(&c->out, h->id, &ok) != 0 || send_with_fds(c, c->page.fds) != 0) {
+        conn_fail(c, h->id, DLOCK_ENOMEM, "cannot send the lease page");
+        return;
+    }
+    lease_page_close_fds(&c->page);
     c->hello = true;
-    queued(c, wire_put_hello_ok(&c->out, h->id, &ok));
 }
 
 /* Handles one whole frame. The connection may be closed on return. */
@@ -274,6 +307,7 @@ static void conn_close(struct conn *c)
         c->next->prev = c->prev;
     s->nconns--;
     log_debug("client pid %d: connection closed", (int)c->pid);
+    lease_page_destroy(&c->page);
     wire_buf_free(&c->in);
     wire_buf_free(&c->out);
     free(c);
@@ -305,6 +339,7 @@ static void conn_new(struct server *s, int fd)
     c->uid = cred.uid;
     c->gid = cred.gid;
     c->serial = ++s->serial;
+    c->page.fds[0] = c->page.fds[1] = -1;
     ev_io_init(&c->rio, on_readable, fd, EV_READ);
     ev_io_init(&c->wio, on_writable, fd, EV_WRITE);
     c->rio.data = c->wio.data = c;

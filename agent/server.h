@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "leasepage.h"
 #include "wire.h"
 
 struct agent;
@@ -29,6 +30,7 @@ struct conn {
     bool reading; /* rio is active */
     bool closing; /* being torn down */
     struct conn *dirty_next;
+    struct lease_page page; /* mapped at hello */
     /* Owned by agent.c: this connection's leases and waiters. */
     struct lease *leases;
     struct waiter *waiters;

@@ -27,6 +27,8 @@ struct waiter {
     void *owner; /* the client connection */
     uint32_t req_id;
     uint32_t ttl_ms;
+    uint32_t max_hold_ms; /* 0 = none */
+    uint32_t progress_ms; /* 0 = none */
     bool try_once;
 };
 
@@ -40,6 +42,11 @@ struct lease {
     uint64_t deadline;           /* validity end, ns */
     uint64_t renew_sent;         /* send time of the renewal in flight, 0 if none */
     uint64_t fence;              /* fencing token of the grant */
+    uint64_t granted_at;         /* send time of the acquire */
+    uint64_t hold_until;         /* renewal stops then (max hold), 0 = never */
+    uint64_t progress_ns;        /* renewal stops without a touch this long, 0 = off */
+    uint32_t slot;               /* in the owner's lease page */
+    int stopped;                 /* why renewal stopped, 0 while it goes on */
     uint32_t ttl_ms;
     uint8_t state; /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
     char token[TOKEN_HEX + 1];

@@ -65,7 +65,9 @@ extern "C" {
 #define DLOCK_ELOADING      (-18) /* Redis is loading its dataset (LOADING) */
 #define DLOCK_EAUTH         (-19) /* Redis refused the agent's credentials */
 #define DLOCK_ESHUTDOWN     (-20) /* the agent is shutting down */
-#define DLOCK_ERRNO_MIN     (-20) /* lowest code in use */
+#define DLOCK_EHOLDLIMIT    (-21) /* the lease reached its maximum hold time */
+#define DLOCK_ESTALLED      (-22) /* the holder did not touch the lease in time */
+#define DLOCK_ERRNO_MIN     (-22) /* lowest code in use */
 
 /* Wait values for dlock_acquire_options.wait_ms. */
 #define DLOCK_WAIT_NONE    0
@@ -89,6 +91,11 @@ typedef struct dlock_acquire_options {
     int64_t wait_ms; /* 0 = try once, > 0 = wait at most this long,
                         DLOCK_WAIT_FOREVER = wait until granted */
     uint32_t flags;  /* reserved, must be 0 */
+    /* Bounded holds, against a hung holder renewed forever. 0 = the agent's
+     * default (none unless configured); the agent's maximum caps both. */
+    uint32_t max_hold_ms; /* renewal stops this long after the grant */
+    uint32_t progress_ms; /* renewal stops when dlock_lease_touch() was not
+                             called for this long */
 } dlock_acquire_options;
 
 /* Called when a lease changes state without being asked (LOST, JEOPARDY, or
@@ -160,6 +167,25 @@ DLOCK_EXPORT dlock_state dlock_lease_state(const dlock_lease *lease);
  * CLOCK_MONOTONIC: the lease is provably held until then. The agent reports it
  * at grant; renewals move the real deadline forward without a message. */
 DLOCK_EXPORT int64_t dlock_lease_deadline_ns(const dlock_lease *lease);
+
+/* Is the lease provably held right now? True while the agent reports it
+ * held (or in jeopardy: renewal failing, deadline not passed) and the
+ * validity deadline has not passed. Reads the connection's shared-memory
+ * lease page and CLOCK_MONOTONIC: no system call besides the vDSO clock, no
+ * message to the agent, some nanoseconds. It turns false by itself when the
+ * deadline passes, even if the agent is stopped or dead. Call it right before
+ * each side effect that needs the lock. Safe from any thread while the handle
+ * lives. */
+DLOCK_EXPORT int dlock_lease_valid(const dlock_lease *lease);
+
+/* Nanoseconds of validity left (0 when not valid). Same cost and rules as
+ * dlock_lease_valid(). */
+DLOCK_EXPORT int64_t dlock_lease_remaining_ns(const dlock_lease *lease);
+
+/* Tells the agent the holder is making progress, for leases acquired with a
+ * progress_ms: one store to shared memory, no system call besides the vDSO
+ * clock. Safe from any thread while the handle lives. */
+DLOCK_EXPORT void dlock_lease_touch(dlock_lease *lease);
 
 /* The fencing token of the grant: strictly greater than every token granted
  * before for the same lock name, by any agent on the same Redis (see

@@ -14,13 +14,16 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "dlock.h"
 #include "idmap.h"
+#include "shm.h"
 #include "wire.h"
 
 #define DEFAULT_SOCKET     "/run/dlock/dlock.sock"
@@ -62,6 +65,8 @@ struct dlock_lease {
     dlock_client *client;
     uint64_t id;
     uint64_t fence;
+    const struct shm_slot *slot; /* in the client's lease page */
+    uint64_t *touch;             /* in the client's touch page */
     int64_t deadline_ns;
     uint32_t ttl_ms;
     dlock_state state;
@@ -87,6 +92,10 @@ struct dlock_client {
     struct wire_buf out;
     struct wire_buf in; /* bytes read; frames before in_off are handled */
     size_t in_off;
+    int rx_fds[2];    /* lease-page descriptors received with HELLO_OK, else -1 */
+    const void *page; /* the lease page, read-only */
+    uint64_t *touch;  /* the touch page */
+    uint32_t nslots;
 };
 
 static int64_t now_ms(void)
@@ -215,6 +224,8 @@ static dlock_lease *lease_new(dlock_client *c, const char *name, const struct wi
     l->client = c;
     l->id = g->lease_id;
     l->fence = g->fence;
+    l->slot = &shm_slots((void *)c->page)[g->slot];
+    l->touch = &c->touch[g->slot];
     l->deadline_ns = (int64_t)g->deadline_ns;
     l->ttl_ms = g->ttl_ms;
     l->state = DLOCK_STATE_HELD;
@@ -298,6 +309,34 @@ static void notify_broken(dlock_client *c)
 
 /* ---- reading ---- */
 
+/* recv() that also takes the descriptors the agent attaches to HELLO_OK;
+ * any others (there should be none) are closed at once. */
+static ssize_t recv_with_fds(dlock_client *c, void *buf, size_t len)
+{
+    union {
+        struct cmsghdr hdr;
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+    } u;
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
+    for (struct cmsghdr *cm = n >= 0 ? CMSG_FIRSTHDR(&msg) : NULL; cm; cm = CMSG_NXTHDR(&msg, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        int fds[2] = {-1, -1};
+        size_t nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        memcpy(fds, CMSG_DATA(cm), (nfds > 2 ? 2 : nfds) * sizeof(int));
+        for (size_t i = 0; i < nfds && i < 2; i++) {
+            if (c->rx_fds[i] < 0 && nfds == 2 && !c->page)
+                c->rx_fds[i] = fds[i];
+            else
+                close(fds[i]);
+        }
+    }
+    return n;
+}
+
 /* Reads what the socket holds into the input buffer, which grows as needed
  * (frames are handled later). Returns the bytes read, 0 when the socket would
  * block, -1 at end of stream or on an error. */
@@ -318,7 +357,7 @@ static ssize_t read_some(dlock_client *c)
         c->in.cap = cap;
     }
     for (;;) {
-        ssize_t n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, 0);
+        ssize_t n = recv_with_fds(c, c->in.data + c->in.len, c->in.cap - c->in.len);
         if (n > 0) {
             c->in.len += (size_t)n;
             return n;
@@ -413,7 +452,7 @@ static void release_unwanted(dlock_client *c, uint64_t lease_id)
 static int on_granted(dlock_client *c, const struct wire_hdr *h, const uint8_t *body)
 {
     struct wire_granted g;
-    if (wire_get_granted(body, h->len, &g) != 0)
+    if (wire_get_granted(body, h->len, &g) != 0 || g.slot >= c->nslots)
         return DLOCK_EPROTO;
     struct pending *p = pending_find(c, h->id);
     if (p && p->kind != REQ_ACQUIRE)
@@ -619,6 +658,41 @@ static int read_first_frame(dlock_client *c, struct wire_hdr *h, int64_t deadlin
     }
 }
 
+/* Maps the lease page (read-only) and the touch page received with HELLO_OK,
+ * after checking that they are what the agent says they are. */
+static int map_pages(dlock_client *c)
+{
+    struct stat st[2];
+    if (c->rx_fds[0] < 0 || c->rx_fds[1] < 0 || fstat(c->rx_fds[0], &st[0]) != 0 ||
+        fstat(c->rx_fds[1], &st[1]) != 0 || (size_t)st[0].st_size < SHM_HDR_SIZE)
+        return DLOCK_EPROTO;
+    void *page = mmap(NULL, (size_t)st[0].st_size, PROT_READ, MAP_SHARED, c->rx_fds[0], 0);
+    if (page == MAP_FAILED)
+        return DLOCK_ENOMEM;
+    const struct shm_hdr *hdr = page;
+    uint32_t n = hdr->nslots;
+    if (hdr->magic != SHM_MAGIC || hdr->version != SHM_VERSION ||
+        hdr->slot_size != sizeof(struct shm_slot) || (size_t)st[0].st_size != shm_page_size(n) ||
+        (size_t)st[1].st_size != shm_touch_size(n) || n == 0) {
+        munmap(page, (size_t)st[0].st_size);
+        return DLOCK_EPROTO;
+    }
+    void *touch =
+        mmap(NULL, shm_touch_size(n), PROT_READ | PROT_WRITE, MAP_SHARED, c->rx_fds[1], 0);
+    if (touch == MAP_FAILED) {
+        munmap(page, shm_page_size(n));
+        return DLOCK_ENOMEM;
+    }
+    c->page = page;
+    c->touch = touch;
+    c->nslots = n;
+    for (int i = 0; i < 2; i++) {
+        close(c->rx_fds[i]);
+        c->rx_fds[i] = -1;
+    }
+    return 0;
+}
+
 /* Sends HELLO and takes the agent's limits from HELLO_OK. */
 static int handshake(dlock_client *c)
 {
@@ -651,7 +725,7 @@ static int handshake(dlock_client *c)
     c->max_leases = ok.max_leases;
     c->default_ttl_ms = ok.default_ttl_ms;
     c->in_off = WIRE_HDR_LEN + (size_t)h.len;
-    return 0;
+    return map_pages(c);
 }
 
 /* Frees the client and everything it owns, without calling anybody. */
@@ -659,6 +733,13 @@ static void client_free(dlock_client *c)
 {
     if (c->fd >= 0)
         close(c->fd);
+    for (int i = 0; i < 2; i++)
+        if (c->rx_fds[i] >= 0)
+            close(c->rx_fds[i]);
+    if (c->page)
+        munmap((void *)c->page, shm_page_size(c->nslots));
+    if (c->touch)
+        munmap(c->touch, shm_touch_size(c->nslots));
     while (c->leases) {
         dlock_lease *l = c->leases;
         c->leases = l->next;
@@ -689,6 +770,7 @@ int dlock_client_open(dlock_client **out, const char *socket_path)
     if (!c)
         return DLOCK_ENOMEM;
     c->fd = -1;
+    c->rx_fds[0] = c->rx_fds[1] = -1;
     c->next_id = 1;
     int rc = connect_socket(socket_path, &c->fd);
     if (rc == 0)
@@ -780,6 +862,8 @@ static int start_acquire(dlock_client *c, const char *name, const dlock_acquire_
     struct wire_acquire m = {.ttl_ms = opts->ttl_ms,
                              .wait_ms = opts->wait_ms,
                              .flags = 0,
+                             .max_hold_ms = opts->max_hold_ms,
+                             .progress_ms = opts->progress_ms,
                              .name = name,
                              .name_len = (uint16_t)len};
     p->cb = cb;
@@ -892,6 +976,46 @@ dlock_state dlock_lease_state(const dlock_lease *lease)
 int64_t dlock_lease_deadline_ns(const dlock_lease *lease)
 {
     return lease ? lease->deadline_ns : 0;
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* What the lease page says of the lease: its deadline while it is held or
+ * in jeopardy, else 0 (a slot taken over by a later lease says nothing of
+ * this one). */
+static int64_t page_deadline(const dlock_lease *lease)
+{
+    struct shm_slot now;
+    if (!lease || shm_slot_read(lease->slot, &now) != 0 || now.lease_id != lease->id)
+        return 0;
+    if (now.state != DLOCK_STATE_HELD && now.state != DLOCK_STATE_JEOPARDY)
+        return 0;
+    return now.deadline_ns;
+}
+
+int64_t dlock_lease_remaining_ns(const dlock_lease *lease)
+{
+    int64_t deadline = page_deadline(lease);
+    if (deadline == 0)
+        return 0;
+    int64_t left = deadline - mono_ns();
+    return left > 0 ? left : 0;
+}
+
+int dlock_lease_valid(const dlock_lease *lease)
+{
+    return dlock_lease_remaining_ns(lease) > 0;
+}
+
+void dlock_lease_touch(dlock_lease *lease)
+{
+    if (lease)
+        __atomic_store_n(lease->touch, (uint64_t)mono_ns(), __ATOMIC_RELAXED);
 }
 
 uint64_t dlock_lease_fence(const dlock_lease *lease)

@@ -24,6 +24,8 @@ static const char *const error_messages[] = {
     "Redis is loading its dataset",                  /* DLOCK_ELOADING */
     "Redis refused the agent's credentials",         /* DLOCK_EAUTH */
     "the dlock agent is shutting down",              /* DLOCK_ESHUTDOWN */
+    "the lease reached its maximum hold time",       /* DLOCK_EHOLDLIMIT */
+    "the holder did not touch the lease in time",    /* DLOCK_ESTALLED */
 };
 
 _Static_assert(sizeof(error_messages) / sizeof(error_messages[0]) == 1 - DLOCK_ERRNO_MIN,

@@ -9,9 +9,9 @@
 /* Fixed body sizes of the message types. */
 #define HELLO_LEN     8
 #define HELLO_OK_LEN  16
-#define ACQUIRE_FIXED 18
+#define ACQUIRE_FIXED 26
 #define RELEASE_LEN   8
-#define GRANTED_LEN   28
+#define GRANTED_LEN   32
 #define ERROR_FIXED   6
 #define EVENT_LEN     24
 
@@ -146,7 +146,9 @@ int wire_put_acquire(struct wire_buf *b, uint32_t id, const struct wire_acquire 
     put32(p, m->ttl_ms);
     put64(p + 4, (uint64_t)m->wait_ms);
     put32(p + 12, m->flags);
-    put16(p + 16, m->name_len);
+    put32(p + 16, m->max_hold_ms);
+    put32(p + 20, m->progress_ms);
+    put16(p + 24, m->name_len);
     if (m->name_len)
         memcpy(p + ACQUIRE_FIXED, m->name, m->name_len);
     return 0;
@@ -175,6 +177,7 @@ int wire_put_granted(struct wire_buf *b, uint32_t id, const struct wire_granted 
     put64(p + 8, m->deadline_ns);
     put64(p + 16, m->fence);
     put32(p + 24, m->ttl_ms);
+    put32(p + 28, m->slot);
     return 0;
 }
 
@@ -229,12 +232,14 @@ int wire_get_acquire(const uint8_t *body, size_t len, struct wire_acquire *m)
 {
     if (len < ACQUIRE_FIXED)
         return DLOCK_EPROTO;
-    uint16_t name_len = get16(body + 16);
+    uint16_t name_len = get16(body + 24);
     if (len != ACQUIRE_FIXED + (size_t)name_len)
         return DLOCK_EPROTO;
     m->ttl_ms = get32(body);
     m->wait_ms = (int64_t)get64(body + 4);
     m->flags = get32(body + 12);
+    m->max_hold_ms = get32(body + 16);
+    m->progress_ms = get32(body + 20);
     m->name_len = name_len;
     m->name = (const char *)body + ACQUIRE_FIXED;
     return 0;
@@ -256,6 +261,7 @@ int wire_get_granted(const uint8_t *body, size_t len, struct wire_granted *m)
     m->deadline_ns = get64(body + 8);
     m->fence = get64(body + 16);
     m->ttl_ms = get32(body + 24);
+    m->slot = get32(body + 28);
     return 0;
 }
 

@@ -62,7 +62,9 @@ struct wire_acquire {
     uint32_t ttl_ms;
     int64_t wait_ms; /* -1 = forever */
     uint32_t flags;
-    const char *name; /* borrowed from the body, not NUL-terminated */
+    uint32_t max_hold_ms; /* 0 = the agent's default */
+    uint32_t progress_ms; /* 0 = the agent's default */
+    const char *name;     /* borrowed from the body, not NUL-terminated */
     uint16_t name_len;
 };
 
@@ -73,8 +75,9 @@ struct wire_release {
 struct wire_granted {
     uint64_t lease_id;
     uint64_t deadline_ns; /* CLOCK_MONOTONIC */
-    uint64_t fence;       /* fencing token; 0 when the backend has none */
+    uint64_t fence;       /* fencing token */
     uint32_t ttl_ms;
+    uint32_t slot; /* the lease's slot in the connection's lease page */
 };
 
 struct wire_error {
