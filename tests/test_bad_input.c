@@ -106,26 +106,42 @@ static void expect_ping_ok(int fd, uint32_t id)
     cr_assert_eq(t, WIRE_T_OK, "PING answered with 0x%x (code %d): connection not usable", t, code);
 }
 
-/* Builds ACQUIRE by hand, so names beyond the encoder's WIRE_MAX_NAME cap can
- * be sent too (the frame stays within WIRE_MAX_BODY). */
-static void send_acquire(int fd, uint32_t id, const char *name, size_t len, int64_t wait_ms)
+/* ACQUIRE body (docs/protocol.md): u32 ttl_ms, i64 wait_ms, u32 flags,
+ * u32 max_hold_ms, u32 progress_ms, u16 name_len, then the name. */
+#define ACQ_FIXED    26
+#define ACQ_FLAGS    12
+#define ACQ_NAME_LEN 24
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Sends ACQUIRE built by hand, with any field values, so names beyond the
+ * encoder's WIRE_MAX_NAME cap can be sent too (the frame stays within
+ * WIRE_MAX_BODY). */
+static void send_acquire_full(int fd, uint32_t id, const char *name, size_t len, uint32_t ttl,
+                              int64_t wait, uint32_t flags, uint32_t max_hold, uint32_t progress)
 {
     static uint8_t buf[WIRE_HDR_LEN + WIRE_MAX_BODY];
-    cr_assert_leq(18 + len, WIRE_MAX_BODY);
-    put_hdr(buf, (uint32_t)(18 + len), WIRE_T_ACQUIRE, 0, id);
+    cr_assert_leq(ACQ_FIXED + len, WIRE_MAX_BODY);
+    put_hdr(buf, (uint32_t)(ACQ_FIXED + len), WIRE_T_ACQUIRE, 0, id);
     uint8_t *p = buf + WIRE_HDR_LEN;
-    uint32_t ttl = 5000;
-    uint64_t wait = (uint64_t)wait_ms;
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(ttl >> (8 * i));
-    for (int i = 0; i < 8; i++)
-        p[4 + i] = (uint8_t)(wait >> (8 * i));
-    memset(p + 12, 0, 4);
-    p[16] = (uint8_t)len;
-    p[17] = (uint8_t)(len >> 8);
+    put_le(p, ttl, 4);
+    put_le(p + 4, (uint64_t)wait, 8);
+    put_le(p + ACQ_FLAGS, flags, 4);
+    put_le(p + 16, max_hold, 4);
+    put_le(p + 20, progress, 4);
+    put_le(p + ACQ_NAME_LEN, len, 2);
     if (len)
-        memcpy(p + 18, name, len);
-    cr_assert_eq(h_raw_send(fd, buf, WIRE_HDR_LEN + 18 + len), 0);
+        memcpy(p + ACQ_FIXED, name, len);
+    cr_assert_eq(h_raw_send(fd, buf, WIRE_HDR_LEN + ACQ_FIXED + len), 0);
+}
+
+static void send_acquire(int fd, uint32_t id, const char *name, size_t len, int64_t wait_ms)
+{
+    send_acquire_full(fd, id, name, len, 5000, wait_ms, 0, 0, 0);
 }
 
 ITEST(bad_input, garbage_before_hello)
@@ -257,13 +273,26 @@ ITEST(bad_input, wrong_body_length)
 
     fd = h_raw_connect(0);
     h_raw_hello(fd);
-    uint8_t acq[WIRE_HDR_LEN + 20] = {0};
-    put_hdr(acq, 20, WIRE_T_ACQUIRE, 0, 6);
-    acq[WIRE_HDR_LEN + 16] = 5; /* declares 5 name bytes, has 2 */
-    acq[WIRE_HDR_LEN + 18] = 'a';
-    acq[WIRE_HDR_LEN + 19] = 'b';
+    uint8_t acq[WIRE_HDR_LEN + ACQ_FIXED + 2] = {0};
+    put_hdr(acq, ACQ_FIXED + 2, WIRE_T_ACQUIRE, 0, 6);
+    acq[WIRE_HDR_LEN + ACQ_NAME_LEN] = 5; /* declares 5 name bytes, has 2 */
+    acq[WIRE_HDR_LEN + ACQ_FIXED] = 'a';
+    acq[WIRE_HDR_LEN + ACQ_FIXED + 1] = 'b';
     h_raw_send(fd, acq, sizeof acq);
     expect_proto_close(fd, 0);
+
+    /* An ACQUIRE in the old 18-byte layout is now too short for its name. */
+    fd = h_raw_connect(0);
+    h_raw_hello(fd);
+    uint8_t old[WIRE_HDR_LEN + 18 + 2] = {0};
+    put_hdr(old, 20, WIRE_T_ACQUIRE, 0, 7);
+    old[WIRE_HDR_LEN] = 0x88; /* ttl 5000 */
+    old[WIRE_HDR_LEN + 1] = 0x13;
+    old[WIRE_HDR_LEN + 16] = 2; /* old name_len offset */
+    memcpy(old + WIRE_HDR_LEN + 18, "ol", 2);
+    h_raw_send(fd, old, sizeof old);
+    expect_proto_close(fd, 0);
+    cr_assert_eq(h_redis_exists(h_key("ol")), 0, "an old-layout acquire took a lock");
     victim_check();
 }
 
@@ -512,20 +541,7 @@ ITEST(bad_input, connection_limit)
 /* Sends ACQUIRE with any ttl and wait, by hand. */
 static void send_acquire_tw(int fd, uint32_t id, const char *name, uint32_t ttl, int64_t wait)
 {
-    uint8_t buf[WIRE_HDR_LEN + 18 + 64];
-    size_t len = strlen(name);
-    cr_assert_leq(len, 64);
-    put_hdr(buf, (uint32_t)(18 + len), WIRE_T_ACQUIRE, 0, id);
-    uint8_t *p = buf + WIRE_HDR_LEN;
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(ttl >> (8 * i));
-    for (int i = 0; i < 8; i++)
-        p[4 + i] = (uint8_t)((uint64_t)wait >> (8 * i));
-    memset(p + 12, 0, 4);
-    p[16] = (uint8_t)len;
-    p[17] = 0;
-    memcpy(p + 18, name, len);
-    cr_assert_eq(h_raw_send(fd, buf, WIRE_HDR_LEN + 18 + len), 0);
+    send_acquire_full(fd, id, name, strlen(name), ttl, wait, 0, 0, 0);
 }
 
 ITEST(bad_input, out_of_range_values_keep_the_connection)
@@ -540,16 +556,15 @@ ITEST(bad_input, out_of_range_values_keep_the_connection)
     send_acquire_tw(fd, 3, "wait", 5000, -5);
     cr_assert_eq(reply(fd, 3, &code), WIRE_T_ERROR, "wait -5 accepted");
     cr_assert_eq(code, DLOCK_EINVAL, "wait -5: ERROR %d", code);
-    uint8_t buf[WIRE_HDR_LEN + 20] = {0};
-    put_hdr(buf, 20, WIRE_T_ACQUIRE, 0, 4);
-    buf[WIRE_HDR_LEN] = 0x88; /* ttl 5000 */
-    buf[WIRE_HDR_LEN + 1] = 0x13;
-    buf[WIRE_HDR_LEN + 12] = 1; /* reserved flags */
-    buf[WIRE_HDR_LEN + 16] = 2;
-    memcpy(buf + WIRE_HDR_LEN + 18, "fl", 2);
-    cr_assert_eq(h_raw_send(fd, buf, sizeof buf), 0);
+    send_acquire_full(fd, 4, "fl", 2, 5000, 0, 1 /* reserved flags */, 0, 0);
     cr_assert_eq(reply(fd, 4, &code), WIRE_T_ERROR, "nonzero acquire flags accepted");
     cr_assert_eq(code, DLOCK_EINVAL, "acquire flags: ERROR %d", code);
+    /* The largest bounded-hold values are a hold without a bound in practice,
+     * or an EINVAL; either way the connection and the agent carry on. */
+    send_acquire_full(fd, 6, "bh", 2, 5000, 0, 0, UINT32_MAX, UINT32_MAX);
+    int t = reply(fd, 6, &code);
+    cr_assert(t == WIRE_T_GRANTED || (t == WIRE_T_ERROR && code == DLOCK_EINVAL),
+              "max_hold/progress of 2^32-1 ms: reply 0x%x (code %d)", t, code);
     expect_ping_ok(fd, 5);
     h_raw_close(fd);
     cr_assert_eq(h_redis_exists(h_key("ttl")) + h_redis_exists(h_key("fl")), 0);

@@ -6,6 +6,11 @@
 #include "dlock.h"
 #include "wire.h"
 
+/* ACQUIRE body: u32 ttl, i64 wait, u32 flags, u32 max_hold, u32 progress,
+ * u16 name_len (at offset 24), then the name (docs/protocol.md). */
+#define ACQ_FIXED    26
+#define ACQ_NAME_LEN 24
+
 /* Decodes the one frame at the start of b, checks its header against type/id
  * and returns a pointer to its body (length in *len). */
 static const uint8_t *frame_body(const struct wire_buf *b, uint16_t type, uint32_t id, size_t *len)
@@ -161,23 +166,28 @@ Test(wire, acquire_round_trip)
     struct wire_acquire in = {.ttl_ms = 30000,
                               .wait_ms = -1,
                               .flags = 0x5a5a5a5au,
+                              .max_hold_ms = 0xdeadbeefu,
+                              .progress_ms = 400,
                               .name = name,
                               .name_len = (uint16_t)strlen(name)},
                         out;
     cr_assert_eq(wire_put_acquire(&b, 3, &in), 0);
     size_t len;
     const uint8_t *body = frame_body(&b, WIRE_T_ACQUIRE, 3, &len);
-    cr_assert_eq(len, 18 + strlen(name));
+    cr_assert_eq(len, ACQ_FIXED + strlen(name));
     cr_assert_eq(wire_get_acquire(body, len, &out), 0);
     cr_assert_eq(out.ttl_ms, 30000);
     cr_assert_eq(out.wait_ms, -1);
     cr_assert_eq(out.flags, 0x5a5a5a5au);
+    cr_assert_eq(out.max_hold_ms, 0xdeadbeefu);
+    cr_assert_eq(out.progress_ms, 400);
     cr_assert_eq(out.name_len, strlen(name));
     cr_assert_arr_eq(out.name, name, strlen(name));
-    cr_assert_eq((const uint8_t *)out.name, body + 18, "name must be borrowed from the body");
+    cr_assert_eq((const uint8_t *)out.name, body + ACQ_FIXED,
+                 "name must be borrowed from the body");
     CHECK_WRONG_LENGTHS(wire_get_acquire, body, len, struct wire_acquire);
     /* shorter than the fixed part */
-    cr_assert_eq(wire_get_acquire(body, 17, &out), DLOCK_EPROTO);
+    cr_assert_eq(wire_get_acquire(body, ACQ_FIXED - 1, &out), DLOCK_EPROTO);
     wire_buf_free(&b);
 }
 
@@ -188,10 +198,12 @@ Test(wire, acquire_large_wait_and_empty_name)
     cr_assert_eq(wire_put_acquire(&b, 9, &in), 0);
     size_t len;
     const uint8_t *body = frame_body(&b, WIRE_T_ACQUIRE, 9, &len);
-    cr_assert_eq(len, 18);
+    cr_assert_eq(len, ACQ_FIXED);
     cr_assert_eq(wire_get_acquire(body, len, &out), 0);
     cr_assert_eq(out.wait_ms, INT64_MAX);
     cr_assert_eq(out.ttl_ms, 0);
+    cr_assert_eq(out.max_hold_ms, 0);
+    cr_assert_eq(out.progress_ms, 0);
     cr_assert_eq(out.name_len, 0);
     wire_buf_free(&b);
 }
@@ -201,15 +213,16 @@ Test(wire, acquire_declared_name_length_must_match_body)
     struct wire_buf b = {0};
     struct wire_acquire in = {.ttl_ms = 1, .wait_ms = 0, .name = "abc", .name_len = 3}, out;
     cr_assert_eq(wire_put_acquire(&b, 1, &in), 0);
-    uint8_t body[32];
-    memcpy(body, b.data + WIRE_HDR_LEN, 21);
-    body[16] = 4; /* says 4 name bytes, body has 3 */
-    cr_assert_eq(wire_get_acquire(body, 21, &out), DLOCK_EPROTO);
-    body[16] = 2; /* says 2, body has 3 */
-    cr_assert_eq(wire_get_acquire(body, 21, &out), DLOCK_EPROTO);
-    body[16] = 0xff; /* a huge declared length */
-    body[17] = 0xff;
-    cr_assert_eq(wire_get_acquire(body, 21, &out), DLOCK_EPROTO);
+    uint8_t body[ACQ_FIXED + 3];
+    memcpy(body, b.data + WIRE_HDR_LEN, sizeof body);
+    cr_assert_eq(wire_get_acquire(body, sizeof body, &out), 0);
+    body[ACQ_NAME_LEN] = 4; /* says 4 name bytes, body has 3 */
+    cr_assert_eq(wire_get_acquire(body, sizeof body, &out), DLOCK_EPROTO);
+    body[ACQ_NAME_LEN] = 2; /* says 2, body has 3 */
+    cr_assert_eq(wire_get_acquire(body, sizeof body, &out), DLOCK_EPROTO);
+    body[ACQ_NAME_LEN] = 0xff; /* a huge declared length */
+    body[ACQ_NAME_LEN + 1] = 0xff;
+    cr_assert_eq(wire_get_acquire(body, sizeof body, &out), DLOCK_EPROTO);
     wire_buf_free(&b);
 }
 
@@ -222,7 +235,7 @@ Test(wire, acquire_name_cap_in_encoder)
     cr_assert_eq(wire_put_acquire(&b, 1, &in), 0, "a name of exactly WIRE_MAX_NAME is allowed");
     size_t len;
     const uint8_t *body = frame_body(&b, WIRE_T_ACQUIRE, 1, &len);
-    cr_assert_eq(len, 18 + WIRE_MAX_NAME);
+    cr_assert_eq(len, ACQ_FIXED + WIRE_MAX_NAME);
     cr_assert_eq(wire_get_acquire(body, len, &out), 0);
     cr_assert_eq(out.name_len, WIRE_MAX_NAME);
 
@@ -273,18 +286,66 @@ Test(wire, granted_round_trip)
     struct wire_granted in = {.lease_id = 0x1122334455667788ull,
                               .deadline_ns = 0xfedcba9876543210ull,
                               .fence = 1ull << 63,
-                              .ttl_ms = 300},
+                              .ttl_ms = 300,
+                              .slot = 0xa0b0c0d0u},
                         out;
     cr_assert_eq(wire_put_granted(&b, 77, &in), 0);
     size_t len;
     const uint8_t *body = frame_body(&b, WIRE_T_GRANTED, 77, &len);
-    cr_assert_eq(len, 28);
+    cr_assert_eq(len, 32);
     cr_assert_eq(wire_get_granted(body, len, &out), 0);
     cr_assert_eq(out.lease_id, in.lease_id);
     cr_assert_eq(out.deadline_ns, in.deadline_ns);
     cr_assert_eq(out.fence, in.fence);
     cr_assert_eq(out.ttl_ms, 300);
+    cr_assert_eq(out.slot, 0xa0b0c0d0u);
     CHECK_WRONG_LENGTHS(wire_get_granted, body, len, struct wire_granted);
+    wire_buf_free(&b);
+}
+
+/* The byte offsets of docs/protocol.md, not just encoder/decoder symmetry. */
+Test(wire, acquire_bytes_follow_the_documented_layout)
+{
+    struct wire_buf b = {0};
+    struct wire_acquire in = {.ttl_ms = 0x11223344u,
+                              .wait_ms = -2,
+                              .flags = 0,
+                              .max_hold_ms = 0x55667788u,
+                              .progress_ms = 0x99aabbccu,
+                              .name = "ab",
+                              .name_len = 2};
+    cr_assert_eq(wire_put_acquire(&b, 1, &in), 0);
+    size_t len;
+    const uint8_t *p = frame_body(&b, WIRE_T_ACQUIRE, 1, &len);
+    const uint8_t want[ACQ_FIXED + 2] = {0x44, 0x33, 0x22, 0x11, /* ttl_ms */
+                                         0xfe, 0xff, 0xff, 0xff,
+                                         0xff, 0xff, 0xff, 0xff, /* wait_ms = -2 */
+                                         0,    0,    0,    0,    /* flags */
+                                         0x88, 0x77, 0x66, 0x55, /* max_hold_ms */
+                                         0xcc, 0xbb, 0xaa, 0x99, /* progress_ms */
+                                         2,    0,                /* name_len */
+                                         'a',  'b'};
+    cr_assert_eq(len, sizeof want);
+    cr_assert_arr_eq(p, want, sizeof want);
+    wire_buf_free(&b);
+}
+
+Test(wire, granted_bytes_follow_the_documented_layout)
+{
+    struct wire_buf b = {0};
+    struct wire_granted in = {.lease_id = 0x0102030405060708ull,
+                              .deadline_ns = 0x1112131415161718ull,
+                              .fence = 0x2122232425262728ull,
+                              .ttl_ms = 0x31323334u,
+                              .slot = 0x41424344u};
+    cr_assert_eq(wire_put_granted(&b, 2, &in), 0);
+    size_t len;
+    const uint8_t *p = frame_body(&b, WIRE_T_GRANTED, 2, &len);
+    const uint8_t want[32] = {0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 0x18, 0x17, 0x16,
+                              0x15, 0x14, 0x13, 0x12, 0x11, 0x28, 0x27, 0x26, 0x25, 0x24, 0x23,
+                              0x22, 0x21, 0x34, 0x33, 0x32, 0x31, 0x44, 0x43, 0x42, 0x41};
+    cr_assert_eq(len, sizeof want);
+    cr_assert_arr_eq(p, want, sizeof want);
     wire_buf_free(&b);
 }
 
@@ -373,7 +434,7 @@ Test(wire, several_frames_in_one_buffer_and_consume)
     cr_assert_eq(wire_put_release(&b, 1, &r), 0);
     cr_assert_eq(wire_put_acquire(&b, 2, &a), 0);
     cr_assert_eq(wire_put_empty(&b, 3, WIRE_T_PING), 0);
-    cr_assert_eq(b.len, (12 + 8) + (12 + 19) + 12);
+    cr_assert_eq(b.len, (12 + 8) + (12 + ACQ_FIXED + 1) + 12);
 
     uint32_t ids[3] = {0};
     for (int i = 0; i < 3; i++) {
@@ -408,7 +469,7 @@ Test(wire, buffer_grows_across_many_frames)
     struct wire_acquire a = {.ttl_ms = 1, .name = name, .name_len = WIRE_MAX_NAME};
     for (int i = 0; i < 100; i++)
         cr_assert_eq(wire_put_acquire(&b, (uint32_t)i, &a), 0);
-    cr_assert_eq(b.len, 100 * (size_t)(12 + 18 + WIRE_MAX_NAME));
+    cr_assert_eq(b.len, 100 * (size_t)(12 + ACQ_FIXED + WIRE_MAX_NAME));
     cr_assert_geq(b.cap, b.len);
     size_t off = 0;
     for (int i = 0; i < 100; i++) {
