@@ -49,7 +49,8 @@ struct rb;
 struct rconn {
     struct rb *rb;
     redisAsyncContext *ac;
-    bool connected;
+    bool connected; /* set up (AUTH, SELECT answered): commands may go */
+    int setup_left; /* set-up replies still to come */
     bool is_sub;
     unsigned attempt; /* failed attempts in a row, for the backoff */
     ev_timer timer;   /* connect timeout, then reconnect backoff */
@@ -81,13 +82,16 @@ struct rb {
     size_t npending;
     size_t prefix_len;
     char channel[160];
-    ev_timer watchdog; /* checks the age of the oldest command */
-    bool unflushed;    /* commands queued since the last flush */
+    ev_timer watchdog;   /* checks the age of the oldest command */
+    bool unflushed;      /* commands queued since the last flush */
+    uint64_t last_reply; /* when the command link last answered */
     bool closing;
 };
 
 static void rconn_connect(struct rconn *rc);
 static void rconn_kill(struct rconn *rc, const char *why);
+static void rconn_drop(struct rconn *rc);
+static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv);
 
 /* ---- command list ---- */
 
@@ -148,6 +152,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
     int err = 0;
     long long result = 0;
     cmd_unlink(b, c);
+    b->last_reply = now_ns();
     if (!rep) {
         b->cmd.connected = false; /* the connection is going away */
         err = DLOCK_EUNAVAIL;
@@ -156,6 +161,8 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
             /* The server lost its script cache (restart, SCRIPT FLUSH): send
              * the script itself, which loads it again. Not a lost lease. */
             b->sha[c->script][0] = '\0';
+            redisAsyncCommand(b->cmd.ac, on_script_loaded, (void *)(intptr_t)c->script,
+                              "SCRIPT LOAD %s", script_src[c->script]);
             c->retried = true;
             if (cmd_send(b, c) == 0)
                 return;
@@ -275,15 +282,27 @@ static size_t rb_pending(const struct backend *be)
 
 /* ---- connection set-up ---- */
 
-/* Replies to AUTH and SELECT: a refusal is logged and the link dropped. */
+/* Replies to AUTH, SELECT and the closing PING. A refusal is logged and the
+ * link dropped; once all have succeeded the link is usable: no command may
+ * run on a link whose AUTH or SELECT failed, it would act on the wrong data. */
 static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     redisReply *rep = r;
     struct rconn *rc = ac->data;
-    if (rep && rep->type == REDIS_REPLY_ERROR) {
+    if (!rep || rc->setup_left <= 0)
+        return;
+    if (rep->type == REDIS_REPLY_ERROR) {
         log_error("redis: %s refused: %s", (const char *)priv, rep->str);
+        rc->setup_left = -1;
         rconn_kill(rc, "setup refused");
+        return;
     }
+    if (--rc->setup_left > 0)
+        return;
+    ev_timer_stop(rc->rb->loop, &rc->timer);
+    rc->connected = true;
+    rc->attempt = 0;
+    rc->rb->ev.on_ready(rc->rb->ev.arg);
 }
 
 static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
@@ -316,20 +335,30 @@ static void send_setup(struct rconn *rc)
 {
     const struct config *cfg = rc->rb->cfg;
     redisAsyncContext *ac = rc->ac;
-    if (cfg->redis_user[0])
+    rc->setup_left = 0;
+    if (cfg->redis_user[0]) {
         redisAsyncCommand(ac, on_setup_reply, "AUTH", "AUTH %s %s", cfg->redis_user,
                           cfg->redis_password);
-    else if (cfg->redis_password[0])
+        rc->setup_left++;
+    } else if (cfg->redis_password[0]) {
         redisAsyncCommand(ac, on_setup_reply, "AUTH", "AUTH %s", cfg->redis_password);
+        rc->setup_left++;
+    }
     if (rc->is_sub) {
+        /* Its readiness is the subscription's confirmation. */
+        rc->connected = true;
         redisAsyncCommand(ac, on_pubsub, NULL, "SUBSCRIBE %s", rc->rb->channel);
         return;
     }
-    if (cfg->redis_db)
+    if (cfg->redis_db) {
         redisAsyncCommand(ac, on_setup_reply, "SELECT", "SELECT %d", cfg->redis_db);
+        rc->setup_left++;
+    }
     for (int s = 0; s < S_COUNT; s++)
         redisAsyncCommand(ac, on_script_loaded, (void *)(intptr_t)s, "SCRIPT LOAD %s",
                           script_src[s]);
+    redisAsyncCommand(ac, on_setup_reply, "PING", "PING");
+    rc->setup_left++;
 }
 
 static const char *rconn_name(const struct rconn *rc)
@@ -358,9 +387,9 @@ static void schedule_reconnect(struct rconn *rc)
 static void on_connect(const redisAsyncContext *ac, int status)
 {
     struct rconn *rc = ac->data;
-    ev_timer_stop(rc->rb->loop, &rc->timer);
     if (status != REDIS_OK) {
         /* hiredis frees the context after this callback. */
+        ev_timer_stop(rc->rb->loop, &rc->timer);
         if (rc->attempt == 0)
             log_warn("redis: %s connection failed: %s", rconn_name(rc), ac->errstr);
         rc->ac = NULL;
@@ -370,11 +399,10 @@ static void on_connect(const redisAsyncContext *ac, int status)
     char addr[300];
     log_info("redis: %s connection up (%s)", rconn_name(rc),
              config_addr_str(&rc->rb->cfg->redis, addr, sizeof addr));
-    rc->connected = true;
-    rc->attempt = 0;
+    if (!rc->rb->cfg->redis.path[0])
+        redisEnableKeepAlive(&((redisAsyncContext *)ac)->c); /* notice a dead peer */
+    /* The connect timer keeps running: it also bounds the set-up. */
     send_setup(rc);
-    if (!rc->is_sub)
-        rc->rb->ev.on_ready(rc->rb->ev.arg);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
@@ -393,15 +421,28 @@ static void on_rconn_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct rconn *rc = w->data;
     if (rc->ac && !rc->connected) {
-        log_warn("redis: %s connection timed out", rconn_name(rc));
-        redisAsyncContext *ac = rc->ac;
-        rc->ac = NULL;
-        redisAsyncFree(ac); /* not connected: no disconnect callback */
-        schedule_reconnect(rc);
+        log_warn("redis: %s connection or set-up timed out", rconn_name(rc));
+        rconn_drop(rc);
         return;
     }
     if (!rc->ac)
         rconn_connect(rc);
+}
+
+/* Frees a link from outside hiredis' callbacks. Pending commands fail with
+ * DLOCK_EUNAVAIL; a link hiredis had connected gets its disconnect callback,
+ * which reconnects; one still connecting does not, so it is done here. */
+static void rconn_drop(struct rconn *rc)
+{
+    redisAsyncContext *ac = rc->ac;
+    if (!ac)
+        return;
+    rc->connected = false;
+    redisAsyncFree(ac);
+    if (rc->ac == ac) {
+        rc->ac = NULL;
+        schedule_reconnect(rc);
+    }
 }
 
 static void rconn_connect(struct rconn *rc)
@@ -432,11 +473,7 @@ static void rconn_connect(struct rconn *rc)
  * with DLOCK_EUNAVAIL, and the disconnect callback schedules a reconnect. */
 static void on_kill(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    struct rconn *rc = w->data;
-    if (rc->ac) {
-        rc->connected = false;
-        redisAsyncFree(rc->ac); /* the disconnect callback reconnects */
-    }
+    rconn_drop(w->data);
 }
 
 static void rconn_kill(struct rconn *rc, const char *why)
@@ -447,21 +484,20 @@ static void rconn_kill(struct rconn *rc, const char *why)
     ev_timer_start(rc->rb->loop, &rc->kill);
 }
 
-/* A Redis that stops answering keeps its socket open: commands older than
- * command_timeout_ms mean the link is dead, whatever TCP thinks. */
+/* A Redis that stops answering keeps its socket open: commands waiting while
+ * nothing came back for command_timeout_ms mean the link is dead, whatever
+ * TCP thinks. (A long pipeline that keeps being answered is alive.) */
 static void on_watchdog(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct rb *b = w->data;
+    if (!b->head || !b->cmd.ac)
+        return;
     uint64_t limit = (uint64_t)b->cfg->command_timeout_ms * 1000000ull;
-    if (b->head && b->cmd.ac && now_ns() - b->head->sent > limit) {
+    uint64_t since = b->last_reply > b->head->sent ? b->last_reply : b->head->sent;
+    if (now_ns() - since > limit) {
         log_warn("redis: no reply within %u ms; reconnecting", b->cfg->command_timeout_ms);
-        redisAsyncContext *cmd = b->cmd.ac, *sub = b->sub.ac;
-        b->cmd.connected = false;
-        redisAsyncFree(cmd);
-        if (sub) {
-            b->sub.connected = false;
-            redisAsyncFree(sub);
-        }
+        rconn_drop(&b->cmd);
+        rconn_drop(&b->sub);
     }
 }
 
