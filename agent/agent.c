@@ -18,6 +18,7 @@
 
 #define container_of(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
 
+#define ORPHAN_RETRY_NS    (1000 * NS_PER_MS)
 #define MAX_FINITE_WAIT_MS (366ll * 24 * 3600 * 1000)
 
 _Static_assert(sizeof(void *) >= sizeof(uint64_t), "lease ids travel as callback pointers");
@@ -124,26 +125,31 @@ struct orphan {
 
 static void send_orphan(struct agent *a, struct orphan *o);
 
+/* Keeps o for another try: when the command link is back, or in a second
+ * (an error reply such as BUSY or LOADING leaves the link up). */
 static void park_orphan(struct agent *a, struct orphan *o)
 {
-    if (a->shutting_down || now_ns() >= o->expires) {
+    uint64_t now = now_ns();
+    if (a->shutting_down || now >= o->expires) {
         free(o);
         return;
     }
     o->next = a->orphans;
     a->orphans = o;
+    if (!tnode_queued(&a->orphan_retry))
+        timer_set(a, &a->orphan_retry, now + ORPHAN_RETRY_NS);
 }
 
 static void on_released(void *arg, int err, long long result)
 {
     struct orphan *o = arg;
-    if (err == DLOCK_EUNAVAIL) {
-        park_orphan(the_agent, o); /* no answer: it may not have happened */
+    if (err) {
+        /* Not done, or not known to be done: compare-and-delete again. */
+        log_debug("release of %s not confirmed (%s); will retry", o->name, errname(err));
+        park_orphan(the_agent, o);
         return;
     }
-    if (err)
-        log_warn("release of %s refused by Redis: %s", o->name, errname(err));
-    else if (result == 0)
+    if (result == 0)
         log_debug("release of %s found the key gone or owned by another", o->name);
     free(o);
 }
@@ -174,10 +180,10 @@ static void release_key(struct agent *a, const struct lock *l, const char *token
     send_orphan(a, o);
 }
 
-/* The command connection is up again: retry the unconfirmed releases. */
-static void on_ready(void *arg)
+/* Sends the unconfirmed releases again. */
+static void retry_orphans(struct agent *a)
 {
-    struct agent *a = arg;
+    theap_remove(&a->timers, &a->orphan_retry);
     struct orphan *list = a->orphans;
     a->orphans = NULL;
     while (list) {
@@ -373,6 +379,23 @@ static void grant(struct agent *a, struct lock *l, struct waiter *w, uint64_t de
     waiter_finish(a, w, 0);
 }
 
+/* Redis is unreachable (err) for waiter w at its turn. A waiter that may
+ * wait rides out an outage of up to outage_wait_ms: the lock retries when
+ * Redis is back or the grace runs out. Returns false when w must fail now. */
+static bool ride_outage(struct agent *a, struct lock *l, struct waiter *w, int err)
+{
+    if (err != DLOCK_EUNAVAIL || w->try_once || a->shutting_down)
+        return false;
+    uint64_t now = now_ns(), grace = (uint64_t)a->cfg->outage_wait_ms * NS_PER_MS;
+    if (!a->down_since)
+        a->down_since = now;
+    if (now - a->down_since >= grace)
+        return false;
+    uint64_t retry = now + (uint64_t)a->cfg->retry_fallback_ms * NS_PER_MS;
+    timer_set(a, &l->retry, retry < a->down_since + grace ? retry : a->down_since + grace);
+    return true;
+}
+
 static void on_acquired(void *arg, int err, long long result)
 {
     struct agent *a = the_agent;
@@ -380,8 +403,10 @@ static void on_acquired(void *arg, int err, long long result)
     struct waiter *w = l->acq_for;
     l->acquiring = false;
     l->acq_for = NULL;
+    if (!err)
+        a->down_since = 0;
     if (err) {
-        if (w)
+        if (w && !ride_outage(a, l, w, err))
             waiter_finish(a, w, err);
         /* Sent but unanswered: Redis may have set the key all the same. */
         if (err == DLOCK_EUNAVAIL)
@@ -429,6 +454,8 @@ static void lock_kick(struct agent *a, struct lock *l)
             l->acq_for = w;
             return;
         }
+        if (ride_outage(a, l, w, rc))
+            return;
         waiter_finish(a, w, rc);
     }
 }
@@ -459,7 +486,9 @@ static int acquire_check(struct agent *a, struct conn *c, const struct wire_acqu
     *ttl = m->ttl_ms ? m->ttl_ms : cfg->default_ttl_ms;
     if (m->flags || m->wait_ms < -1 || *ttl < cfg->min_ttl_ms || *ttl > cfg->max_ttl_ms)
         return DLOCK_EINVAL;
-    if (c->nleases >= cfg->max_leases_per_conn || c->nwaiters >= cfg->max_waiters_per_conn)
+    /* Every waiter may become a lease: both count against the lease limit. */
+    if (c->nleases + c->nwaiters >= cfg->max_leases_per_conn ||
+        c->nwaiters >= cfg->max_waiters_per_conn)
         return DLOCK_ELIMIT;
     return 0;
 }
@@ -554,19 +583,37 @@ static void on_notice(void *arg, const char *name, size_t len)
     lock_settle(a, l);
 }
 
-static void on_subscribed(void *arg)
+/* Every lock with waiters tries again now (an acquire in flight counts as
+ * having missed a notice, so its "taken" answer is retried at once). */
+static void kick_all(struct agent *a)
 {
-    struct agent *a = arg;
-    /* Notices may have been missed while unsubscribed: retry every waiter. */
     for (size_t b = 0; b < a->table.nbuckets; b++) {
         for (struct lock *l = a->table.buckets[b], *next; l; l = next) {
             next = l->hnext;
-            if (l->qhead && !l->holder && !l->acquiring) {
+            if (l->acquiring)
+                l->notice_missed = true;
+            else if (l->qhead && !l->holder) {
                 theap_remove(&a->timers, &l->retry);
                 lock_settle(a, l);
             }
         }
     }
+}
+
+/* Notices may have been missed while unsubscribed. */
+static void on_subscribed(void *arg)
+{
+    kick_all(arg);
+}
+
+/* The command link is up again: unconfirmed releases go out, and waiters
+ * that rode out the outage try at once. */
+static void on_ready(void *arg)
+{
+    struct agent *a = arg;
+    a->down_since = 0;
+    retry_orphans(a);
+    kick_all(a);
 }
 
 /* ---- timers ---- */
@@ -587,6 +634,9 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
             break;
         case TK_LOCK:
             lock_settle(a, container_of(t, struct lock, retry));
+            break;
+        case TK_AGENT:
+            retry_orphans(a);
             break;
         }
     }
@@ -678,6 +728,7 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     a->loop = loop;
     a->cfg = cfg;
     the_agent = a;
+    tnode_init(&a->orphan_retry, TK_AGENT);
     if (table_init(&a->table, random_u64()) != 0)
         return -1;
     if (server_open(&a->server, loop, a, cfg) != 0) {

@@ -28,6 +28,7 @@ void config_defaults(struct config *c)
     c->max_connections = 1024;
     c->shutdown_timeout_ms = 2000;
     c->fence_retention_ms = 3600000;
+    c->outage_wait_ms = 2000;
     c->log_level = LOG_INFO;
     config_parse_addr("127.0.0.1:6379", &c->redis);
     c->connect_timeout_ms = 1000;
@@ -127,10 +128,11 @@ static const struct u32_key u32_keys[] = {
     U32KEY("agent", max_name_len),         U32KEY("agent", max_leases_per_conn),
     U32KEY("agent", max_waiters_per_conn), U32KEY("agent", max_connections),
     U32KEY("agent", shutdown_timeout_ms),  U32KEY("agent", fence_retention_ms),
-    U32KEY("agent", default_max_hold_ms),  U32KEY("agent", max_hold_limit_ms),
-    U32KEY("agent", default_progress_ms),  U32KEY("agent", progress_limit_ms),
-    U32KEY("redis", connect_timeout_ms),   U32KEY("redis", command_timeout_ms),
-    U32KEY("redis", reconnect_min_ms),     U32KEY("redis", reconnect_max_ms),
+    U32KEY("agent", outage_wait_ms),       U32KEY("agent", default_max_hold_ms),
+    U32KEY("agent", max_hold_limit_ms),    U32KEY("agent", default_progress_ms),
+    U32KEY("agent", progress_limit_ms),    U32KEY("redis", connect_timeout_ms),
+    U32KEY("redis", command_timeout_ms),   U32KEY("redis", reconnect_min_ms),
+    U32KEY("redis", reconnect_max_ms),
 };
 
 static int set_special(struct config *c, const char *section, const char *key, const char *v)

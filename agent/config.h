@@ -33,6 +33,7 @@ struct config {
     uint32_t max_connections;
     uint32_t shutdown_timeout_ms;
     uint32_t fence_retention_ms;
+    uint32_t outage_wait_ms;
     uint32_t default_max_hold_ms; /* bounded holds: 0 = none */
     uint32_t max_hold_limit_ms;
     uint32_t default_progress_ms;

@@ -13,7 +13,7 @@
 #define TOKEN_HEX 32 /* 128 random bits as lowercase hex */
 #define NS_PER_MS 1000000ull
 
-enum tkind { TK_LEASE = 1, TK_WAITER = 2, TK_LOCK = 3 };
+enum tkind { TK_LEASE = 1, TK_WAITER = 2, TK_LOCK = 3, TK_AGENT = 4 };
 
 struct lock;
 struct lease;

@@ -73,7 +73,8 @@ extern "C" {
 #define DLOCK_WAIT_NONE    0
 #define DLOCK_WAIT_FOREVER (-1)
 
-/* Lease states. A lease only moves forward: HELD, then LOST or RELEASED. */
+/* Lease states: HELD, JEOPARDY while renewal fails (HELD again if it
+ * recovers), and in the end LOST or RELEASED, after which nothing changes. */
 typedef enum dlock_state {
     DLOCK_STATE_HELD = 1,     /* the agent keeps the lease renewed */
     DLOCK_STATE_JEOPARDY = 2, /* renewal failing, still within its deadline */
