@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -248,8 +249,13 @@ static int spawn(struct run_state *st, char **argv)
     sigset_t all, old;
     sigfillset(&all);
     sigprocmask(SIG_BLOCK, &all, &old); /* no handler of ours may run in the child */
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
+        /* CMD must not outlive dlockctl: the agent releases the lock as soon
+         * as dlockctl's connection closes. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(EXIT_LOST);
         restore_signals();
         sigprocmask(SIG_SETMASK, &old, NULL);
         close(ep[0]);
@@ -336,7 +342,9 @@ static void announce_loss(struct run_state *st, const struct run_opts *o, int re
     if (st->announced)
         return;
     st->announced = true;
-    fprintf(stderr, "dlockctl: lease on %s lost: %s\n", o->name, dlock_strerror(reason));
+    const char *why =
+        reason == DLOCK_ETIMEDOUT ? "the agent did not answer the release" : dlock_strerror(reason);
+    fprintf(stderr, "dlockctl: lease on %s lost: %s\n", o->name, why);
 }
 
 /* Tells CMD to stop after the lease was lost: SIGTERM now, SIGKILL later. */
@@ -358,7 +366,18 @@ static void supervise(dlock_client *c, struct run_state *st, const struct run_op
             stop_child(st, o);
             stopping = true;
         }
-        int timeout = -1;
+        /* The lease page proves the lease until its deadline; past it with no
+         * word from the agent (stopped, wedged), the lock may be someone
+         * else's: that is a loss too. */
+        int64_t left_ns = stopping ? -1 : dlock_lease_remaining_ns(st->lease);
+        if (left_ns == 0 && !st->lost) {
+            st->lost = true;
+            st->lost_reason = DLOCK_EUNAVAIL; /* the agent could not prove it */
+            continue;
+        }
+        int timeout = left_ns < 0 ? -1 : (int)(left_ns / 1000000 + 1);
+        if (left_ns > (int64_t)INT_MAX * 1000000)
+            timeout = INT_MAX;
         if (st->kill_at >= 0) {
             int64_t left = st->kill_at - now_ms();
             if (left <= 0) {
@@ -366,7 +385,8 @@ static void supervise(dlock_client *c, struct run_state *st, const struct run_op
                 st->kill_at = -1;
                 continue;
             }
-            timeout = left > INT_MAX ? INT_MAX : (int)left;
+            if (timeout < 0 || left < timeout)
+                timeout = left > INT_MAX ? INT_MAX : (int)left;
         }
         /* Once lost, the client fd stays readable (EOF): stop watching it. */
         struct pollfd pfd[2] = {{.fd = sig_pipe[0], .events = POLLIN},
@@ -409,13 +429,12 @@ static int finish(struct run_state *st, const struct run_opts *o)
         announce_loss(st, o, st->lost_reason);
         return EXIT_LOST;
     }
-    if (rc == DLOCK_ELOST || rc == DLOCK_EDISCONNECTED) {
-        /* Lost at some moment we cannot place: CMD may have run unprotected. */
+    if (rc != 0) {
+        /* Lost, or no answer, at some moment we cannot place: CMD may have
+         * run unprotected. */
         announce_loss(st, o, rc);
         return EXIT_LOST;
     }
-    if (rc != 0)
-        fprintf(stderr, "dlockctl: releasing %s: %s\n", o->name, dlock_strerror(rc));
     return exit_code_of(st->child_status);
 }
 
