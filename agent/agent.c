@@ -48,43 +48,25 @@ static void timer_set(struct agent *a, struct tnode *t, uint64_t due)
 
 static void lease_link(struct conn *c, struct lease *le)
 {
-    le->oprev = NULL;
-    le->onext = c->leases;
-    if (c->leases)
-        c->leases->oprev = le;
-    c->leases = le;
+    LIST_INSERT_HEAD(&c->leases, le, olink);
     c->nleases++;
 }
 
 static void lease_unlink(struct conn *c, struct lease *le)
 {
-    if (le->oprev)
-        le->oprev->onext = le->onext;
-    else
-        c->leases = le->onext;
-    if (le->onext)
-        le->onext->oprev = le->oprev;
+    LIST_REMOVE(le, olink);
     c->nleases--;
 }
 
 static void waiter_link(struct conn *c, struct waiter *w)
 {
-    w->oprev = NULL;
-    w->onext = c->waiters;
-    if (c->waiters)
-        c->waiters->oprev = w;
-    c->waiters = w;
+    LIST_INSERT_HEAD(&c->waiters, w, olink);
     c->nwaiters++;
 }
 
 static void waiter_unlink(struct conn *c, struct waiter *w)
 {
-    if (w->oprev)
-        w->oprev->onext = w->onext;
-    else
-        c->waiters = w->onext;
-    if (w->onext)
-        w->onext->oprev = w->oprev;
+    LIST_REMOVE(w, olink);
     c->nwaiters--;
 }
 
@@ -548,23 +530,36 @@ void agent_release(struct agent *a, struct conn *c, uint32_t id, uint64_t lease_
     lock_settle(a, l);
 }
 
-void agent_conn_gone(struct agent *a, struct conn *c)
+/* Drops every waiter and releases every lease of c. With a reason (the
+ * agent is stopping), waiters get it as their answer and holders a LOST
+ * event; without one, the connection is gone and nobody is told. */
+static void conn_drop_all(struct agent *a, struct conn *c, int reason)
 {
-    while (c->waiters) {
-        struct waiter *w = c->waiters;
+    while (!LIST_EMPTY(&c->waiters)) {
+        struct waiter *w = LIST_FIRST(&c->waiters);
         struct lock *l = w->lock;
-        waiter_finish(a, w, 0);
+        waiter_finish(a, w, reason);
         lock_settle(a, l);
     }
-    if (c->leases)
-        log_info("client pid %d gone; releasing its %u lease(s)", (int)c->pid, c->nleases);
-    while (c->leases) {
-        struct lease *le = c->leases;
+    while (!LIST_EMPTY(&c->leases)) {
+        struct lease *le = LIST_FIRST(&c->leases);
         struct lock *l = le->lock;
+        if (reason) {
+            struct wire_event ev = {
+                .lease_id = le->id, .state = DLOCK_STATE_LOST, .reason = reason};
+            conn_send_event(c, &ev);
+        }
         release_key(a, l, le->token, le->ttl_ms);
         lease_drop(a, le);
         lock_settle(a, l);
     }
+}
+
+void agent_conn_gone(struct agent *a, struct conn *c)
+{
+    if (c->nleases)
+        log_info("client pid %d gone; releasing its %u lease(s)", (int)c->pid, c->nleases);
+    conn_drop_all(a, c, 0);
 }
 
 /* ---- backend events ---- */
@@ -691,24 +686,8 @@ void agent_shutdown(struct agent *a)
     a->shutting_down = true;
     log_info("shutting down: releasing %zu lease(s)", a->table.nleases);
     server_stop_listening(&a->server);
-    for (struct conn *c = a->server.conns; c; c = c->next) {
-        while (c->waiters) {
-            struct waiter *w = c->waiters;
-            struct lock *l = w->lock;
-            waiter_finish(a, w, DLOCK_ESHUTDOWN);
-            lock_settle(a, l);
-        }
-        while (c->leases) {
-            struct lease *le = c->leases;
-            struct lock *l = le->lock;
-            struct wire_event ev = {
-                .lease_id = le->id, .state = DLOCK_STATE_LOST, .reason = DLOCK_ESHUTDOWN};
-            conn_send_event(c, &ev);
-            release_key(a, l, le->token, le->ttl_ms);
-            lease_drop(a, le);
-            lock_settle(a, l);
-        }
-    }
+    for (struct conn *c = a->server.conns; c; c = c->next)
+        conn_drop_all(a, c, DLOCK_ESHUTDOWN);
     a->shutdown_deadline = ev_now(a->loop) + a->cfg->shutdown_timeout_ms / 1000.0;
     ev_timer_init(&a->shutdown_timer, on_shutdown_timer, 0.0, 0.01);
     a->shutdown_timer.data = a;

@@ -6,6 +6,7 @@
 #include <ev.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/queue.h>
 #include <sys/types.h>
 
 #include "leasepage.h"
@@ -32,8 +33,8 @@ struct conn {
     struct conn *dirty_next;
     struct lease_page page; /* mapped at hello */
     /* Owned by agent.c: this connection's leases and waiters. */
-    struct lease *leases;
-    struct waiter *waiters;
+    LIST_HEAD(, lease) leases;
+    LIST_HEAD(, waiter) waiters;
     uint32_t nleases, nwaiters;
 };
 

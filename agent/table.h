@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 
 #include "theap.h"
 
@@ -22,7 +23,7 @@ struct lease;
 struct waiter {
     struct tnode timer; /* wait deadline; not queued when waiting forever */
     struct waiter *qnext, *qprev;
-    struct waiter *onext, *oprev; /* the owner's list */
+    LIST_ENTRY(waiter) olink; /* the owner's list */
     struct lock *lock;
     void *owner; /* the client connection */
     uint32_t req_id;
@@ -38,15 +39,15 @@ struct lease {
     uint64_t id;        /* slot index and generation, see table_lease_find */
     struct lock *lock;
     void *owner;
-    struct lease *onext, *oprev; /* the owner's list */
-    uint64_t deadline;           /* validity end, ns */
-    uint64_t renew_sent;         /* send time of the renewal in flight, 0 if none */
-    uint64_t fence;              /* fencing token of the grant */
-    uint64_t granted_at;         /* send time of the acquire */
-    uint64_t hold_until;         /* renewal stops then (max hold), 0 = never */
-    uint64_t progress_ns;        /* renewal stops without a touch this long, 0 = off */
-    uint32_t slot;               /* in the owner's lease page */
-    int stopped;                 /* why renewal stopped, 0 while it goes on */
+    LIST_ENTRY(lease) olink; /* the owner's list */
+    uint64_t deadline;       /* validity end, ns */
+    uint64_t renew_sent;     /* send time of the renewal in flight, 0 if none */
+    uint64_t fence;          /* fencing token of the grant */
+    uint64_t granted_at;     /* send time of the acquire */
+    uint64_t hold_until;     /* renewal stops then (max hold), 0 = never */
+    uint64_t progress_ns;    /* renewal stops without a touch this long, 0 = off */
+    uint32_t slot;           /* in the owner's lease page */
+    int stopped;             /* why renewal stopped, 0 while it goes on */
     uint32_t ttl_ms;
     uint8_t state; /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
     char token[TOKEN_HEX + 1];
