@@ -16,6 +16,8 @@
 #define TARGET_THROUGHPUT_RATIO 2.0  /* dlock / plain, many clients, pairs/s */
 #define TARGET_AGENT_CPU        5.0  /* % of one core with the leases held */
 #define TARGET_BYTES_PER_LEASE  512.0
+#define TARGET_VALID_NS         50.0  /* dlock_lease_valid(), ns per call */
+#define TARGET_VALID_VS_PING    500.0 /* agent round trip p50 / valid() */
 
 struct opts {
     long pairs;     /* -n */
@@ -23,7 +25,9 @@ struct opts {
     double seconds; /* -d */
     long leases;    /* -l */
     double window;  /* -w */
-    bool quick;     /* -q */
+    long calls;     /* -k */
+    long round_trips;
+    bool quick; /* -q */
 };
 
 static struct env the_env;
@@ -68,13 +72,15 @@ static void install_signals(void)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: dlock-bench [-q] [-n PAIRS] [-c CLIENTS] [-d SECONDS] [-l LEASES] "
-               "[-w SECONDS]\n"
+               "[-w SECONDS] [-k CALLS]\n"
                "  -n PAIRS    acquire+release pairs of the 1-client run (default 20000)\n"
                "  -c CLIENTS  threads of the many-client run (default 50)\n"
                "  -d SECONDS  duration of the many-client run (default 3)\n"
                "  -l LEASES   leases held at once (default 100000)\n"
                "  -w SECONDS  window over which the held leases are watched (default 30)\n"
-               "  -q          quick run: 2000 pairs, 1 s, 10000 leases, 12 s window\n"
+               "  -k CALLS    calls per timed loop of the lease check (default 10000000)\n"
+               "  -q          quick run: 2000 pairs, 1 s, 10000 leases, 12 s window,\n"
+               "              1000000 calls per loop, 5000 round trips\n"
                "Starts its own redis-server (from PATH) and dlockd; see bench/README.md.\n");
 }
 
@@ -90,11 +96,11 @@ static int parse_num(const char *s, double min, double max, double *out)
 
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-    double v[5] = {-1, -1, -1, -1, -1}; /* n c d l w, -1 = not given */
-    static const char letters[] = "ncdlw";
-    static const double lo[] = {1, 1, 0.1, 1, 1}, hi[] = {1e8, 1000, 3600, 1e7, 3600};
+    double v[6] = {-1, -1, -1, -1, -1, -1}; /* n c d l w k, -1 = not given */
+    static const char letters[] = "ncdlwk";
+    static const double lo[] = {1, 1, 0.1, 1, 1, 1000}, hi[] = {1e8, 1000, 3600, 1e7, 3600, 1e10};
     int ch;
-    while ((ch = getopt(argc, argv, "n:c:d:l:w:qh")) != -1) {
+    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:qh")) != -1) {
         const char *at = strchr(letters, ch);
         if (ch == 'q') {
             o->quick = true;
@@ -116,6 +122,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     o->seconds = v[2] > 0 ? v[2] : o->quick ? 1.0 : 3.0;
     o->leases = v[3] > 0 ? (long)v[3] : o->quick ? 10000 : 100000;
     o->window = v[4] > 0 ? v[4] : o->quick ? 12.0 : 30.0;
+    o->calls = v[5] > 0 ? (long)v[5] : o->quick ? 1000000 : 10000000;
+    o->round_trips = o->quick ? 5000 : 20000;
     return 0;
 }
 
@@ -343,6 +351,66 @@ static void report_leases(const struct lease_result *r)
     lrow("all released after client close", v, "(context: Redis empty again)");
 }
 
+static const char *fmt_cost(const struct loop_cost *c)
+{
+    char *b = buf_next();
+    snprintf(b, 48, "%.1f ns (%.1f-%.1f)", c->median, c->min, c->max);
+    return b;
+}
+
+static void report_check_loops(const struct check_result *r)
+{
+    char v[64], t[80];
+    snprintf(t, sizeof t, "<= %.0f ns  %s", TARGET_VALID_NS,
+             verdict(r->valid.median <= TARGET_VALID_NS));
+    lrow("dlock_lease_valid()", fmt_cost(&r->valid), t);
+    lrow("dlock_lease_remaining_ns()", fmt_cost(&r->remaining), "(context)");
+    lrow("dlock_lease_touch()", fmt_cost(&r->touch), "(context)");
+    lrow("clock_gettime(CLOCK_MONOTONIC)", fmt_cost(&r->clock),
+         "(context: the clock read in each call)");
+    snprintf(t, sizeof t, "(context: %.2fx 1 thread; %s calls/s in all)",
+             r->valid.median > 0 ? r->valid_mt.median / r->valid.median : 0,
+             fmt_count(r->valid_mt.median > 0 ? CHECK_THREADS * 1e9 / r->valid_mt.median : 0));
+    char what[48];
+    snprintf(what, sizeof what, "valid() per thread, %d at once", CHECK_THREADS);
+    lrow(what, fmt_cost(&r->valid_mt), t);
+    snprintf(v, sizeof v, "%.1f %% / %.1f %%", r->oncpu_1t, r->oncpu_mt);
+    lrow("loop threads on CPU (1 / 2 at once)", v, "(context: under 100 % = preempted)");
+    lrow("other processes' CPU, 2 at once", r->mt_wall_s >= 1.0 ? fmt_pct(r->others_mt) : "-",
+         "(noise if well above 0)");
+    snprintf(t, sizeof t, "0  %s", verdict(r->valid_false == 0));
+    lrow("valid() calls that said no", fmt_count((double)r->valid_false), t);
+}
+
+static void report_check(const struct check_result *r)
+{
+    char v[64], t[80];
+    printf("\nlease check cost: one held lease; %s calls per loop, median (min-max) of %d "
+           "loops;\nround trips p50 of %s each (clocksource %s)\n",
+           fmt_count((double)r->calls), CHECK_RUNS, fmt_count((double)r->round_trips),
+           r->clocksource);
+    lrow("figure", "value", "target");
+    report_check_loops(r);
+    lrow("agent round trip p50 (ping)", fmt_us(r->ping.p50_us), "(context)");
+    lrow("Redis GET of the key p50 (hiredis)", fmt_us(r->get.p50_us),
+         "(context: same Unix socket as the agent's)");
+    double valid = r->valid.median, ratio = valid > 0 ? r->ping.p50_us * 1e3 / valid : 0;
+    snprintf(v, sizeof v, "%sx", fmt_count(ratio));
+    snprintf(t, sizeof t, ">= %sx  %s", fmt_count(TARGET_VALID_VS_PING),
+             verdict(ratio >= TARGET_VALID_VS_PING));
+    lrow("agent round trip / valid()", v, t);
+    snprintf(v, sizeof v, "%sx", fmt_count(valid > 0 ? r->get.p50_us * 1e3 / valid : 0));
+    lrow("Redis GET / valid()", v, "(context)");
+    if (r->ping_errors || r->get_errors) {
+        snprintf(v, sizeof v, "%s / %s", fmt_count((double)r->ping_errors),
+                 fmt_count((double)r->get_errors));
+        snprintf(t, sizeof t, "0 (first: %s / %s)",
+                 r->ping_errors ? dlock_strerror(r->first_ping_error) : "-",
+                 r->get_errors ? plain_strerror(r->first_get_error) : "-");
+        lrow("failed pings / GETs", v, t);
+    }
+}
+
 /* ---- the run ---- */
 
 static void progress(const char *what)
@@ -362,6 +430,17 @@ static int phase_pairs(const struct opts *o, struct env *e)
     if (run_multi(&dlock_driver, &plain_driver, e, o->clients, o->seconds, &dm, &pm) != 0)
         return -1;
     report_multi(o, &dm, &pm);
+    fflush(stdout);
+    return 0;
+}
+
+static int phase_check(const struct opts *o, struct env *e)
+{
+    struct check_result r;
+    progress("lease check cost: valid(), remaining_ns(), touch() against round trips");
+    if (run_check(e, o->calls, o->round_trips, &r) != 0)
+        return -1;
+    report_check(&r);
     fflush(stdout);
     return 0;
 }
@@ -403,6 +482,8 @@ int main(int argc, char **argv)
     printf("dlock-bench: %ld cores, redis-server %s, dlockd %s\n", sysconf(_SC_NPROCESSORS_ONLN),
            e->redis_version, DLOCKD_PATH);
     int rc = phase_pairs(&o, e);
+    if (rc == 0)
+        rc = phase_check(&o, e);
     if (rc == 0)
         rc = phase_leases(&o, e);
     const char *who;

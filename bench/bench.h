@@ -93,6 +93,9 @@ void plain_close(struct plain *p);
 /* SET key token NX PX ttl, then EVALSHA compare-and-delete. */
 int plain_pair(struct plain *p, const char *name, uint64_t *mid);
 int plain_ping(struct plain *p);
+/* GET of the lock key of `name`: 0 when it holds a string, PLAIN_EREPLY when
+ * it is missing. */
+int plain_get(struct plain *p, const char *name);
 const char *plain_strerror(int err);
 
 /* Inspection of the private Redis, for the lease phase. Each returns -1 on
@@ -161,5 +164,36 @@ struct lease_result {
 };
 
 int run_leases(struct env *e, long leases, double window_s, struct lease_result *out);
+
+/* ---- the cost of checking a held lease (check.c) ---- */
+
+#define CHECK_RUNS    5 /* timed loops of each kind; the median is reported */
+#define CHECK_THREADS 2 /* threads of the concurrent dlock_lease_valid() loop */
+
+/* ns per call over CHECK_RUNS loops. */
+struct loop_cost {
+    double median, min, max;
+};
+
+struct check_result {
+    long calls;       /* per loop and per thread */
+    long round_trips; /* of each kind */
+    char clocksource[32];
+    struct loop_cost valid, remaining, touch, clock;
+    struct loop_cost valid_mt; /* per thread, CHECK_THREADS threads at once */
+    long long valid_false;     /* calls of valid() that said no, all loops */
+    /* The CPU time the looping threads got, in percent of their loops' wall
+     * time: under 100 means they were preempted (and the ns figures hold
+     * time spent off the CPU). One thread's loops; the concurrent ones. */
+    double oncpu_1t, oncpu_mt;
+    double others_mt;         /* other processes' CPU during the concurrent loops */
+    double mt_wall_s;         /* their wall time together: "-" for others_mt if < 1 s */
+    struct summary ping, get; /* dlock_client_ping; hiredis GET of the key */
+    long ping_errors, get_errors;
+    int first_ping_error, first_get_error;
+};
+
+/* One held lease; `calls` per timed loop, `round_trips` of each kind. */
+int run_check(struct env *e, long calls, long round_trips, struct check_result *out);
 
 #endif

@@ -138,6 +138,20 @@ int plain_ping(struct plain *p)
     return rc;
 }
 
+int plain_get(struct plain *p, const char *name)
+{
+    char key[256];
+    int klen = snprintf(key, sizeof key, "%s%s", BENCH_PREFIX, name);
+    const char *argv[] = {"GET", key};
+    size_t lens[] = {3, (size_t)klen};
+    redisReply *r = command(p, 2, argv, lens);
+    if (!r)
+        return PLAIN_EIO;
+    int rc = r->type == REDIS_REPLY_STRING ? 0 : PLAIN_EREPLY;
+    freeReplyObject(r);
+    return rc;
+}
+
 const char *plain_strerror(int err)
 {
     switch (err) {
