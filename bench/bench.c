@@ -317,7 +317,7 @@ static void report_leases_renewals(const struct lease_result *r)
              fmt_count((double)r->held * r->window_s / period_s), r->window_s / period_s);
     lrow("renewals seen by Redis (EVALSHA)", fmt_count((double)r->renew_calls), t);
     snprintf(t, sizeof t, "%s  %s", fmt_count((double)r->held), verdict(r->keys_at_end == r->held));
-    lrow("keys on Redis at the end", fmt_count((double)r->keys_at_end), t);
+    lrow("lease keys on Redis at the end", fmt_count((double)r->keys_at_end), t);
     snprintf(v, sizeof v, "%s ms", fmt_count((double)r->min_pttl_ms));
     snprintf(t, sizeof t, "about %s ms when renewed in time",
              fmt_count(BENCH_TTL_MS - BENCH_TTL_MS / 3.0));
@@ -348,7 +348,7 @@ static void report_leases(const struct lease_result *r)
         snprintf(v, sizeof v, "%.2f s", r->release_s);
     else
         snprintf(v, sizeof v, "not within 60 s");
-    lrow("all released after client close", v, "(context: Redis empty again)");
+    lrow("all released after client close", v, "(context: no lease key left)");
 }
 
 static const char *fmt_cost(const struct loop_cost *c)
