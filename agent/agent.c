@@ -275,37 +275,40 @@ static int hold_check(const struct lease *le, uint64_t now)
  * then is renewed again, so its timer keeps looking. */
 static void lease_stop(struct agent *a, struct lease *le, uint64_t now, int why)
 {
-    if (le->stopped != why)
+    if (le->stopped != why) {
         log_info("lease on %s held by pid %d: renewal stops: %s", le->lock->name,
                  (int)owner_of(le)->pid, errname(why));
-    le->stopped = why;
-    le->state = DLOCK_STATE_JEOPARDY;
-    struct wire_event ev = {.lease_id = le->id,
-                            .state = DLOCK_STATE_JEOPARDY,
-                            .reason = why,
-                            .deadline_ns = le->deadline};
-    conn_send_event(le->owner, &ev);
-    lease_publish(le);
-    uint64_t next = le->deadline;
-    if (why == DLOCK_ESTALLED)
-        next = lease_renew_retry(now, le->deadline, le->ttl_ms);
-    timer_set(a, &le->timer, next);
+        le->stopped = why;
+        le->state = DLOCK_STATE_JEOPARDY;
+        struct wire_event ev = {.lease_id = le->id,
+                                .state = DLOCK_STATE_JEOPARDY,
+                                .reason = why,
+                                .deadline_ns = le->deadline};
+        conn_send_event(le->owner, &ev);
+        lease_publish(le);
+    }
+    timer_set(a, &le->timer,
+              why == DLOCK_ESTALLED ? lease_renew_retry(now, le->deadline, le->ttl_ms)
+                                    : le->deadline);
 }
 
+/* A lease's timer fired: renew it, or stop renewing a bounded hold. With a
+ * renewal in flight the timer marks the point where it is overdue (the lease
+ * is in jeopardy), then the deadline (the lease is lost). */
 static void lease_due(struct agent *a, struct lease *le, uint64_t now)
 {
-    if (le->renew_sent || now >= le->deadline) {
+    if (now >= le->deadline) {
         lease_lose(a, le, le->stopped ? le->stopped : DLOCK_EUNAVAIL, true);
+        return;
+    }
+    if (le->renew_sent) {
+        lease_set_state(le, DLOCK_STATE_JEOPARDY, DLOCK_EUNAVAIL);
+        timer_set(a, &le->timer, le->deadline);
         return;
     }
     int why = hold_check(le, now);
     if (why) {
-        if (why != le->stopped)
-            lease_stop(a, le, now, why);
-        else
-            timer_set(a, &le->timer,
-                      why == DLOCK_ESTALLED ? lease_renew_retry(now, le->deadline, le->ttl_ms)
-                                            : le->deadline);
+        lease_stop(a, le, now, why);
         return;
     }
     le->stopped = 0;
@@ -316,7 +319,8 @@ static void lease_due(struct agent *a, struct lease *le, uint64_t now)
         return;
     }
     le->renew_sent = now;
-    timer_set(a, &le->timer, le->deadline);
+    /* Overdue when unanswered for half of the validity left. */
+    timer_set(a, &le->timer, now + (le->deadline - now) / 2);
 }
 
 /* ---- acquiring ---- */
