@@ -1012,9 +1012,12 @@ int dlock_lease_valid(const dlock_lease *lease)
     return dlock_lease_remaining_ns(lease) > 0;
 }
 
+/* Only while the slot still holds this lease: after a loss the agent may
+ * give the slot to a later lease, whose progress this is not. (A slot handed
+ * over between the check and the store takes one stale touch at most.) */
 void dlock_lease_touch(dlock_lease *lease)
 {
-    if (lease)
+    if (page_deadline(lease) != 0)
         __atomic_store_n(lease->touch, (uint64_t)mono_ns(), __ATOMIC_RELAXED);
 }
 

@@ -366,15 +366,12 @@ ITEST(states, progress_default_and_cap_of_the_agent)
  * lease. After a LOST event the agent frees the slot and hands it to the
  * client's next lease, so touches through the lost lease's handle (which
  * stays valid until released) count as progress of the new lease: a hung
- * holder of the new lease is renewed on. Skipped unless DLOCK_TEST_KNOWN_BUGS
- * is set, until that is fixed. */
+ * holder of the new lease would be renewed on. */
 ITEST(states, touching_a_lost_lease_is_no_progress_for_another)
 {
     /* A lost lease's handle lives until released, and its slot may go to a
      * later lease of the same client. Touching the stale handle must not
      * count as progress of the lease now in that slot. */
-    if (!getenv("DLOCK_TEST_KNOWN_BUGS"))
-        h_skip("known bug in dlock_lease_touch(); run with DLOCK_TEST_KNOWN_BUGS=1");
     h_start(NULL);
     struct h_cl *a = h_client();
     dlock_lease *old = h_must_acquire(a, "old", 600);
