@@ -690,8 +690,9 @@ void agent_shutdown(struct agent *a)
     a->shutting_down = true;
     log_info("shutting down: releasing %zu lease(s)", a->table.nleases);
     server_stop_listening(&a->server);
-    for (struct conn *c = a->server.conns; c; c = c->next)
-        conn_drop_all(a, c, DLOCK_ESHUTDOWN);
+    struct conn *c;
+    LIST_FOREACH(c, &a->server.conns, link)
+    conn_drop_all(a, c, DLOCK_ESHUTDOWN);
     a->shutdown_deadline = ev_now(a->loop) + a->cfg->shutdown_timeout_ms / 1000.0;
     ev_timer_init(&a->shutdown_timer, on_shutdown_timer, 0.0, 0.01);
     a->shutdown_timer.data = a;

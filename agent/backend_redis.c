@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <time.h>
 
 #include "dlock.h"
@@ -59,7 +60,7 @@ struct rconn {
 
 /* A command in flight on the command connection. */
 struct rcmd {
-    struct rcmd *prev, *next; /* send order */
+    TAILQ_ENTRY(rcmd) link; /* in flight, in send order */
     backend_cb cb;
     void *arg;
     uint64_t sent; /* for the command timeout */
@@ -77,8 +78,8 @@ struct rb {
     const struct config *cfg;
     struct backend_events ev;
     struct rconn cmd, sub;
-    char sha[S_COUNT][41]; /* empty until SCRIPT LOAD answered */
-    struct rcmd *head, *tail;
+    char sha[S_COUNT][41];       /* empty until SCRIPT LOAD answered */
+    TAILQ_HEAD(, rcmd) inflight; /* in send order */
     size_t npending;
     size_t prefix_len;
     char channel[160];
@@ -97,26 +98,13 @@ static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv);
 
 static void cmd_link(struct rb *b, struct rcmd *c)
 {
-    c->next = NULL;
-    c->prev = b->tail;
-    if (b->tail)
-        b->tail->next = c;
-    else
-        b->head = c;
-    b->tail = c;
+    TAILQ_INSERT_TAIL(&b->inflight, c, link);
     b->npending++;
 }
 
 static void cmd_unlink(struct rb *b, struct rcmd *c)
 {
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        b->head = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    else
-        b->tail = c->prev;
+    TAILQ_REMOVE(&b->inflight, c, link);
     b->npending--;
 }
 
@@ -490,10 +478,11 @@ static void rconn_kill(struct rconn *rc, const char *why)
 static void on_watchdog(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct rb *b = w->data;
-    if (!b->head || !b->cmd.ac)
+    const struct rcmd *oldest = TAILQ_FIRST(&b->inflight);
+    if (!oldest || !b->cmd.ac)
         return;
     uint64_t limit = (uint64_t)b->cfg->command_timeout_ms * 1000000ull;
-    uint64_t since = b->last_reply > b->head->sent ? b->last_reply : b->head->sent;
+    uint64_t since = b->last_reply > oldest->sent ? b->last_reply : oldest->sent;
     if (now_ns() - since > limit) {
         log_warn("redis: no reply within %u ms; reconnecting", b->cfg->command_timeout_ms);
         rconn_drop(&b->cmd);
@@ -556,6 +545,7 @@ struct backend *backend_redis_new(struct ev_loop *loop, const struct config *cfg
     if (!b)
         return NULL;
     b->base.ops = &rb_ops;
+    TAILQ_INIT(&b->inflight);
     b->loop = loop;
     b->cfg = cfg;
     b->ev = *events;

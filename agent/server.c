@@ -299,12 +299,7 @@ static void conn_close(struct conn *c)
             p = &(*p)->dirty_next;
         *p = c->dirty_next;
     }
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    LIST_REMOVE(c, link);
     s->nconns--;
     log_debug("client pid %d: connection closed", (int)c->pid);
     lease_page_destroy(&c->page);
@@ -343,10 +338,7 @@ static void conn_new(struct server *s, int fd)
     ev_io_init(&c->rio, on_readable, fd, EV_READ);
     ev_io_init(&c->wio, on_writable, fd, EV_WRITE);
     c->rio.data = c->wio.data = c;
-    c->next = s->conns;
-    if (s->conns)
-        s->conns->prev = c;
-    s->conns = c;
+    LIST_INSERT_HEAD(&s->conns, c, link);
     s->nconns++;
     conn_update_reading(c);
     log_debug("client pid %d uid %d gid %d connected", (int)c->pid, (int)c->uid, (int)c->gid);
@@ -438,8 +430,8 @@ void server_stop_listening(struct server *s)
 
 void server_close_all(struct server *s)
 {
-    while (s->conns) {
-        struct conn *c = s->conns;
+    while (!LIST_EMPTY(&s->conns)) {
+        struct conn *c = LIST_FIRST(&s->conns);
         conn_flush(c);
         conn_close(c);
     }

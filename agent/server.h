@@ -17,7 +17,7 @@ struct lease;
 struct waiter;
 
 struct conn {
-    struct conn *next, *prev;
+    LIST_ENTRY(conn) link; /* the server's connections */
     struct server *srv;
     int fd;
     ev_io rio, wio;
@@ -44,7 +44,7 @@ struct server {
     const struct config *cfg;
     int lfd;
     ev_io lio;
-    struct conn *conns;
+    LIST_HEAD(, conn) conns;
     struct conn *dirty;
     uint32_t nconns;
     uint64_t serial;

@@ -100,6 +100,7 @@ const char *plain_strerror(int err);
 
 /* Inspection of the private Redis, for the lease phase. Each returns -1 on
  * failure. */
+long long redis_dbsize(struct plain *p);
 /* Keys matching a KEYS pattern (the lease keys; fencing counters stay). */
 long long redis_count_keys(struct plain *p, const char *pattern);
 long long redis_evalsha_calls(struct plain *p);

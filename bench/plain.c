@@ -184,6 +184,12 @@ static long long int_reply(struct plain *p, int argc, const char **argv)
     return v;
 }
 
+long long redis_dbsize(struct plain *p)
+{
+    const char *argv[] = {"DBSIZE"};
+    return int_reply(p, 1, argv);
+}
+
 long long redis_count_keys(struct plain *p, const char *pattern)
 {
     const char *argv[] = {"EVAL", "return #redis.call('keys', ARGV[1])", "0", pattern};

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -48,7 +49,7 @@ struct waiter {
 
 /* A request sent and not yet answered. */
 struct pending {
-    struct pending *prev, *next;
+    LIST_ENTRY(pending) link;
     struct idnode node; /* keyed by id */
     uint32_t id;
     enum req_kind kind;
@@ -60,7 +61,7 @@ struct pending {
 };
 
 struct dlock_lease {
-    dlock_lease *prev, *next;
+    LIST_ENTRY(dlock_lease) link;
     struct idnode node; /* keyed by id */
     dlock_client *client;
     uint64_t id;
@@ -72,7 +73,6 @@ struct dlock_lease {
     dlock_state state;
     int lost_reason;
     bool releasing; /* inside dlock_lease_release(): no events, no second release */
-    bool notify;    /* disconnect: its LOST event is still to be delivered */
     char name[];
 };
 
@@ -86,8 +86,8 @@ struct dlock_client {
     uint32_t default_ttl_ms;
     dlock_event_cb event_cb;
     void *event_arg;
-    dlock_lease *leases;
-    struct pending *pending;
+    LIST_HEAD(, dlock_lease) leases;
+    LIST_HEAD(, pending) pending;
     struct idmap leases_by_id, pending_by_id;
     struct wire_buf out;
     struct wire_buf in; /* bytes read; frames before in_off are handled */
@@ -137,23 +137,14 @@ static int pending_link(dlock_client *c, struct pending *p)
     p->node.id = p->id;
     if (idmap_put(&c->pending_by_id, &p->node) != 0)
         return DLOCK_ENOMEM;
-    p->prev = NULL;
-    p->next = c->pending;
-    if (c->pending)
-        c->pending->prev = p;
-    c->pending = p;
+    LIST_INSERT_HEAD(&c->pending, p, link);
     return 0;
 }
 
 static void pending_unlink(dlock_client *c, struct pending *p)
 {
     idmap_del(&c->pending_by_id, &p->node);
-    if (p->prev)
-        p->prev->next = p->next;
-    else
-        c->pending = p->next;
-    if (p->next)
-        p->next->prev = p->prev;
+    LIST_REMOVE(p, link);
 }
 
 /* A fresh request id: never 0, never one still in flight. */
@@ -234,10 +225,7 @@ static dlock_lease *lease_new(dlock_client *c, const char *name, const struct wi
         free(l);
         return NULL;
     }
-    l->next = c->leases;
-    if (c->leases)
-        c->leases->prev = l;
-    c->leases = l;
+    LIST_INSERT_HEAD(&c->leases, l, link);
     return l;
 }
 
@@ -245,12 +233,7 @@ static void lease_free(dlock_lease *l)
 {
     dlock_client *c = l->client;
     idmap_del(&c->leases_by_id, &l->node);
-    if (l->prev)
-        l->prev->next = l->next;
-    else
-        c->leases = l->next;
-    if (l->next)
-        l->next->prev = l->prev;
+    LIST_REMOVE(l, link);
     free(l);
 }
 
@@ -282,26 +265,31 @@ static void notify_broken(dlock_client *c)
     if (!c->err || c->notified)
         return;
     c->notified = true;
-    for (dlock_lease *l = c->leases; l; l = l->next) {
+    /* The leases to tell wait on a list of their own; each goes back to the
+     * client's list before its callback, which may release it or others
+     * (LIST_REMOVE works on whichever list a lease is on). */
+    LIST_HEAD(, dlock_lease) tell = LIST_HEAD_INITIALIZER(tell);
+    dlock_lease *l, *next;
+    for (l = LIST_FIRST(&c->leases); l; l = next) {
+        next = LIST_NEXT(l, link);
         if (state_is_final(l->state))
             continue;
         l->state = DLOCK_STATE_LOST;
         l->lost_reason = c->err;
         l->deadline_ns = 0;
-        l->notify = !l->releasing;
+        if (!l->releasing) {
+            LIST_REMOVE(l, link);
+            LIST_INSERT_HEAD(&tell, l, link);
+        }
     }
-    for (;;) {
-        dlock_lease *l = c->leases;
-        while (l && !l->notify)
-            l = l->next;
-        if (!l)
-            break;
-        l->notify = false;
+    while ((l = LIST_FIRST(&tell)) != NULL) {
+        LIST_REMOVE(l, link);
+        LIST_INSERT_HEAD(&c->leases, l, link);
         if (c->event_cb)
             c->event_cb(c, l, DLOCK_STATE_LOST, c->err, c->event_arg);
     }
-    while (c->pending) {
-        struct pending *p = c->pending;
+    struct pending *p;
+    while ((p = LIST_FIRST(&c->pending)) != NULL) {
         pending_unlink(c, p);
         pending_complete(c, p, c->err, NULL);
     }
@@ -740,14 +728,14 @@ static void client_free(dlock_client *c)
         munmap((void *)c->page, shm_page_size(c->nslots));
     if (c->touch)
         munmap(c->touch, shm_touch_size(c->nslots));
-    while (c->leases) {
-        dlock_lease *l = c->leases;
-        c->leases = l->next;
+    dlock_lease *l;
+    while ((l = LIST_FIRST(&c->leases)) != NULL) {
+        LIST_REMOVE(l, link);
         free(l);
     }
-    while (c->pending) {
-        struct pending *p = c->pending;
-        c->pending = p->next;
+    struct pending *p;
+    while ((p = LIST_FIRST(&c->pending)) != NULL) {
+        LIST_REMOVE(p, link);
         free(p);
     }
     idmap_free(&c->leases_by_id);
