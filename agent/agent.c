@@ -210,16 +210,21 @@ static void lease_publish(const struct lease *le)
                      (int64_t)le->deadline);
 }
 
-/* Moves a live lease between HELD and JEOPARDY, telling the holder. */
-static void lease_set_state(struct lease *le, uint8_t state, int reason)
+/* Sets the state of a live lease (HELD or JEOPARDY), shows it in the lease
+ * page and tells the holder why. */
+static void lease_report(struct lease *le, uint8_t state, int reason)
 {
-    if (le->state == state)
-        return;
     le->state = state;
     lease_publish(le);
     struct wire_event ev = {
         .lease_id = le->id, .state = state, .reason = reason, .deadline_ns = le->deadline};
     conn_send_event(le->owner, &ev);
+}
+
+static void lease_set_state(struct lease *le, uint8_t state, int reason)
+{
+    if (le->state != state)
+        lease_report(le, state, reason);
 }
 
 /* A renewal failed without proof of loss: retry until the deadline. */
@@ -252,8 +257,6 @@ static void on_renewed(void *arg, int err, long long result)
     }
 }
 
-/* A lease's timer fired: renew it, or, if its deadline came with the
- * renewal still unanswered, it is lost. */
 /* Should renewal stop for a bounded hold? 0, DLOCK_EHOLDLIMIT or
  * DLOCK_ESTALLED. The touch time comes from the client: it is clamped to now
  * and ignored when older than the grant (a slot's previous lease). */
@@ -279,13 +282,7 @@ static void lease_stop(struct agent *a, struct lease *le, uint64_t now, int why)
         log_info("lease on %s held by pid %d: renewal stops: %s", le->lock->name,
                  (int)owner_of(le)->pid, errname(why));
         le->stopped = why;
-        le->state = DLOCK_STATE_JEOPARDY;
-        struct wire_event ev = {.lease_id = le->id,
-                                .state = DLOCK_STATE_JEOPARDY,
-                                .reason = why,
-                                .deadline_ns = le->deadline};
-        conn_send_event(le->owner, &ev);
-        lease_publish(le);
+        lease_report(le, DLOCK_STATE_JEOPARDY, why);
     }
     timer_set(a, &le->timer,
               why == DLOCK_ESTALLED ? lease_renew_retry(now, le->deadline, le->ttl_ms)
