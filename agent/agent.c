@@ -386,8 +386,6 @@ static void on_acquired(void *arg, int err, long long result)
     struct waiter *w = l->acq_for;
     l->acquiring = false;
     l->acq_for = NULL;
-    if (!err)
-        a->down_since = 0;
     if (err) {
         if (w && !ride_outage(a, l, w, err))
             waiter_finish(a, w, err);
@@ -395,6 +393,7 @@ static void on_acquired(void *arg, int err, long long result)
         if (err == DLOCK_EUNAVAIL)
             release_key(a, l, l->acq_token, l->acq_ttl_ms);
     } else if (result > 0) {
+        a->down_since = 0;
         uint64_t deadline = lease_deadline(l->acq_sent, l->acq_ttl_ms);
         if (w && !a->shutting_down && now_ns() < deadline) {
             grant(a, l, w, deadline, (uint64_t)result);
@@ -404,6 +403,7 @@ static void on_acquired(void *arg, int err, long long result)
             release_key(a, l, l->acq_token, l->acq_ttl_ms);
         }
     } else {
+        a->down_since = 0;
         if (w && w->try_once)
             waiter_finish(a, w, DLOCK_EBUSY);
         if (l->qhead && !l->notice_missed) {
