@@ -610,6 +610,10 @@ static void on_ready(void *arg)
     a->down_since = 0;
     retry_orphans(a);
     kick_all(a);
+    if (a->ready_hook) {
+        a->ready_hook(a->ready_arg);
+        a->ready_hook = NULL;
+    }
 }
 
 /* ---- timers ---- */

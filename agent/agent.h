@@ -25,9 +25,11 @@ struct agent {
     ev_signal sigterm, sigint;
     ev_timer shutdown_timer;
     double shutdown_deadline;
-    struct orphan *orphans;    /* releases to retry when Redis is back */
-    struct tnode orphan_retry; /* TK_AGENT: retry them while the link is up */
-    uint64_t down_since;       /* Redis unreachable since, 0 while it answers */
+    struct orphan *orphans;        /* releases to retry when Redis is back */
+    struct tnode orphan_retry;     /* TK_AGENT: retry them while the link is up */
+    uint64_t down_since;           /* Redis unreachable since, 0 while it answers */
+    void (*ready_hook)(void *arg); /* called once, when Redis first answers */
+    void *ready_arg;
     bool shutting_down;
     int exit_code;
 };

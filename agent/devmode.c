@@ -109,8 +109,9 @@ int devmode_start(struct ev_loop *loop, struct config *cfg, bool keep_socket)
     return 0;
 }
 
-void devmode_banner(const struct config *cfg)
+void devmode_banner(void *arg)
 {
+    const struct config *cfg = arg;
     printf("export DLOCK_SOCKET=%s\n", cfg->socket);
     printf("try: DLOCK_SOCKET=%s dlockctl run demo -- sh -c 'echo holding demo; sleep 1'\n",
            cfg->socket);

@@ -13,7 +13,7 @@
  * 0, or -1 with the reason logged. */
 int devmode_start(struct ev_loop *loop, struct config *cfg, bool keep_socket);
 /* Prints the export line and a command to try. */
-void devmode_banner(const struct config *cfg);
+void devmode_banner(void *cfg); /* a struct config */
 /* Stops redis-server and removes the directory. Safe to call twice. */
 void devmode_stop(void);
 

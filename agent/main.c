@@ -150,8 +150,11 @@ int main(int argc, char **argv)
     char addr[300];
     log_info("dlockd %s started; Redis at %s, key prefix '%s'", DLOCK_VERSION,
              config_addr_str(&cfg.redis, addr, sizeof addr), cfg.prefix);
-    if (f.dev)
-        devmode_banner(&cfg);
+    if (f.dev) {
+        /* Only once Redis answers: the try-it command must work. */
+        agent.ready_hook = devmode_banner;
+        agent.ready_arg = &cfg;
+    }
     ev_run(loop, 0);
     agent_free(&agent);
     devmode_stop();
