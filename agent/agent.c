@@ -389,9 +389,9 @@ static void on_acquired(void *arg, int err, long long result)
     if (err) {
         if (w && !ride_outage(a, l, w, err))
             waiter_finish(a, w, err);
-        /* Sent but unanswered: Redis may have set the key all the same. */
-        if (err == DLOCK_EUNAVAIL)
-            release_key(a, l, l->acq_token, l->acq_ttl_ms);
+        /* Unanswered, or failed halfway: Redis may have set the key all
+         * the same. Compare-and-delete is harmless if it did not. */
+        release_key(a, l, l->acq_token, l->acq_ttl_ms);
     } else if (result > 0) {
         a->down_since = 0;
         uint64_t deadline = lease_deadline(l->acq_sent, l->acq_ttl_ms);

@@ -24,14 +24,17 @@ enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_COUNT };
 /* Acquire: SET NX PX, and on success the fencing token: one more than the
  * last one of this lock (KEYS[2], kept ARGV[3] ms), but never below the
  * server's clock in microseconds, so that it keeps rising after the counter
- * expired or was lost. When taken: the holder's remaining PTTL, negated. The
- * token goes through string.format: Lua's own number-to-string conversion
- * keeps only 14 digits. */
+ * expired or was lost. The counter is read with pcall: a foreign value of
+ * another type must not abort the script after SET NX took the lock. When
+ * taken: the holder's remaining PTTL, negated. The token goes through
+ * string.format: Lua's own number-to-string conversion keeps only 14
+ * digits. */
 static const char *const script_src[S_COUNT] = {
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
     "local t = redis.call('time') "
     "local fence = tonumber(t[1]) * 1000000 + tonumber(t[2]) "
-    "local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0 "
+    "local v = redis.pcall('get', KEYS[2]) "
+    "local last = (type(v) == 'string' and tonumber(v)) or 0 "
     "if last >= fence then fence = last + 1 end "
     "redis.call('set', KEYS[2], string.format('%d', fence), 'PX', ARGV[3]) "
     "return fence end "
@@ -285,7 +288,8 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
         rconn_kill(rc, "setup refused");
         return;
     }
-    if (--rc->setup_left > 0)
+    /* The pub/sub link is ready when its subscription is confirmed. */
+    if (--rc->setup_left > 0 || rc->is_sub)
         return;
     ev_timer_stop(rc->rb->loop, &rc->timer);
     rc->connected = true;
@@ -315,6 +319,8 @@ static void on_pubsub(redisAsyncContext *ac, void *r, void *priv)
         b->ev.on_notice(b->ev.arg, payload->str, payload->len);
     else if (strcmp(kind->str, "subscribe") == 0) {
         log_info("redis: subscribed to %s", b->channel);
+        ev_timer_stop(b->loop, &b->sub.timer);
+        b->sub.attempt = 0;
         b->ev.on_subscribed(b->ev.arg);
     }
 }

@@ -74,11 +74,16 @@ void lease_page_destroy(struct lease_page *p)
 
 uint32_t lease_page_alloc(struct lease_page *p)
 {
+    uint32_t i;
     if (p->nfree)
-        return p->free_slots[--p->nfree];
-    if (p->next >= p->nslots)
+        i = p->free_slots[--p->nfree];
+    else if (p->next < p->nslots)
+        i = p->next++;
+    else
         return UINT32_MAX;
-    return p->next++;
+    /* The previous lease's last touch is no progress of the next one. */
+    __atomic_store_n(&p->touch[i], 0, __ATOMIC_RELAXED);
+    return i;
 }
 
 void lease_page_free(struct lease_page *p, uint32_t i)

@@ -14,6 +14,7 @@
 #include "agent.h"
 #include "dlock.h"
 #include "log.h"
+#include "util.h"
 
 #define READ_CHUNK     16384
 #define OUT_HIGH_WATER (1u << 20) /* stop reading a client that does not read */
@@ -177,8 +178,10 @@ static void handle_hello(struct conn *c, const struct wire_hdr *h, const uint8_t
     struct wire_hello_ok ok = {.version = WIRE_VERSION,
                                .max_name_len = cfg->max_name_len,
                                .max_leases = cfg->max_leases_per_conn,
-                               .default_ttl_ms = cfg->default_ttl_ms};
+                               .default_ttl_ms = cfg->default_ttl_ms,
+                               .clock_ns = now_ns()};
     if (wire_put_hello_ok(&c->out, h->id, &ok) != 0 || send_with_fds(c, c->page.fds) != 0) {
+        c->out.len = 0; /* never a part of HELLO_OK twice */
         conn_fail(c, h->id, DLOCK_ENOMEM, "cannot send the lease page");
         return;
     }

@@ -67,7 +67,8 @@ extern "C" {
 #define DLOCK_ESHUTDOWN     (-20) /* the agent is shutting down */
 #define DLOCK_EHOLDLIMIT    (-21) /* the lease reached its maximum hold time */
 #define DLOCK_ESTALLED      (-22) /* the holder did not touch the lease in time */
-#define DLOCK_ERRNO_MIN     (-22) /* lowest code in use */
+#define DLOCK_ECLOCK        (-23) /* the agent's monotonic clock is not ours */
+#define DLOCK_ERRNO_MIN     (-23) /* lowest code in use */
 
 /* Wait values for dlock_acquire_options.wait_ms. */
 #define DLOCK_WAIT_NONE    0
@@ -110,7 +111,9 @@ typedef void (*dlock_event_cb)(dlock_client *client, dlock_lease *lease, dlock_s
 typedef void (*dlock_acquire_cb)(dlock_client *client, int status, dlock_lease *lease, void *arg);
 
 /* Connects to the agent at socket_path, or, if NULL, at $DLOCK_SOCKET, or at
- * /run/dlock/dlock.sock. Blocks for the protocol handshake. */
+ * /run/dlock/dlock.sock. Blocks for the protocol handshake. DLOCK_ECLOCK: the
+ * caller's CLOCK_MONOTONIC is not the agent's (another time namespace), so
+ * lease deadlines would mean nothing here. */
 DLOCK_EXPORT int dlock_client_open(dlock_client **out, const char *socket_path);
 
 /* Closes the connection; the agent releases every lease of this client.
@@ -164,9 +167,9 @@ DLOCK_EXPORT const char *dlock_lease_name(const dlock_lease *lease);
 /* The lease state as last reported by the agent. */
 DLOCK_EXPORT dlock_state dlock_lease_state(const dlock_lease *lease);
 
-/* The validity deadline as last reported by the agent, in nanoseconds on
- * CLOCK_MONOTONIC: the lease is provably held until then. The agent reports it
- * at grant; renewals move the real deadline forward without a message. */
+/* The validity deadline in nanoseconds on CLOCK_MONOTONIC: the lease is
+ * provably held until then. Read from the lease page, so every renewal moves
+ * it; 0 once the lease is lost. Same cost and rules as dlock_lease_valid(). */
 DLOCK_EXPORT int64_t dlock_lease_deadline_ns(const dlock_lease *lease);
 
 /* Is the lease provably held right now? True while the agent reports it

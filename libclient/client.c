@@ -68,7 +68,7 @@ struct dlock_lease {
     uint64_t fence;
     const struct shm_slot *slot; /* in the client's lease page */
     uint64_t *touch;             /* in the client's touch page */
-    int64_t deadline_ns;
+    uint8_t gone;                /* reported LOST: read atomically by checks from any thread */
     uint32_t ttl_ms;
     dlock_state state;
     int lost_reason;
@@ -97,6 +97,13 @@ struct dlock_client {
     uint64_t *touch;  /* the touch page */
     uint32_t nslots;
 };
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static int64_t now_ms(void)
 {
@@ -217,7 +224,6 @@ static dlock_lease *lease_new(dlock_client *c, const char *name, const struct wi
     l->fence = g->fence;
     l->slot = &shm_slots((void *)c->page)[g->slot];
     l->touch = &c->touch[g->slot];
-    l->deadline_ns = (int64_t)g->deadline_ns;
     l->ttl_ms = g->ttl_ms;
     l->state = DLOCK_STATE_HELD;
     l->node.id = l->id;
@@ -275,8 +281,8 @@ static void notify_broken(dlock_client *c)
         if (state_is_final(l->state))
             continue;
         l->state = DLOCK_STATE_LOST;
+        __atomic_store_n(&l->gone, 1, __ATOMIC_RELEASE);
         l->lost_reason = c->err;
-        l->deadline_ns = 0;
         if (!l->releasing) {
             LIST_REMOVE(l, link);
             LIST_INSERT_HEAD(&tell, l, link);
@@ -502,9 +508,10 @@ static int on_event(dlock_client *c, const struct wire_hdr *h, const uint8_t *bo
     if (!l || state_is_final(l->state))
         return 0; /* released meanwhile, or already over: a lease never comes back */
     l->state = (dlock_state)ev.state;
-    l->deadline_ns = (int64_t)ev.deadline_ns;
-    if (ev.state == DLOCK_STATE_LOST)
+    if (ev.state == DLOCK_STATE_LOST) {
+        __atomic_store_n(&l->gone, 1, __ATOMIC_RELEASE);
         l->lost_reason = ev.reason ? ev.reason : DLOCK_ELOST;
+    }
     if (!l->releasing && c->event_cb)
         c->event_cb(c, l, l->state, ev.reason, c->event_arg);
     return 0;
@@ -688,10 +695,12 @@ static int handshake(dlock_client *c)
     int rc = wire_put_hello(&c->out, new_id(c), &hello);
     if (rc != 0)
         return rc;
+    int64_t sent = mono_ns();
     if (flush_out(c) != 0)
         return DLOCK_ECONNECT;
     struct wire_hdr h;
     rc = read_first_frame(c, &h, deadline_after(HELLO_TIMEOUT_MS));
+    int64_t received = mono_ns();
     if (rc != 0)
         return rc;
     const uint8_t *body = c->in.data + WIRE_HDR_LEN;
@@ -706,6 +715,11 @@ static int handshake(dlock_client *c)
         return DLOCK_EPROTO;
     if (ok.version != WIRE_VERSION)
         return DLOCK_EVERSION;
+    /* The lease page holds deadlines on the agent's CLOCK_MONOTONIC: if its
+     * reading does not fall between our own two, our clock is another one
+     * (a time namespace) and every validity check would be wrong. */
+    if ((int64_t)ok.clock_ns < sent || (int64_t)ok.clock_ns > received)
+        return DLOCK_ECLOCK;
     /* Our encoder cannot send more than WIRE_MAX_NAME whatever the agent allows. */
     c->max_name_len = ok.max_name_len;
     if (c->max_name_len == 0 || c->max_name_len > WIRE_MAX_NAME)
@@ -961,29 +975,24 @@ dlock_state dlock_lease_state(const dlock_lease *lease)
     return lease ? lease->state : DLOCK_STATE_LOST;
 }
 
-int64_t dlock_lease_deadline_ns(const dlock_lease *lease)
-{
-    return lease ? lease->deadline_ns : 0;
-}
-
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* What the lease page says of the lease: its deadline while it is held or
  * in jeopardy, else 0 (a slot taken over by a later lease says nothing of
- * this one). */
+ * this one). A lease the library already reported lost (the connection
+ * broke) is not valid either, whatever the page still says. */
 static int64_t page_deadline(const dlock_lease *lease)
 {
     struct shm_slot now;
-    if (!lease || shm_slot_read(lease->slot, &now) != 0 || now.lease_id != lease->id)
+    if (!lease || __atomic_load_n(&lease->gone, __ATOMIC_ACQUIRE) ||
+        shm_slot_read(lease->slot, &now) != 0 || now.lease_id != lease->id)
         return 0;
     if (now.state != DLOCK_STATE_HELD && now.state != DLOCK_STATE_JEOPARDY)
         return 0;
     return now.deadline_ns;
+}
+
+int64_t dlock_lease_deadline_ns(const dlock_lease *lease)
+{
+    return page_deadline(lease);
 }
 
 int64_t dlock_lease_remaining_ns(const dlock_lease *lease)

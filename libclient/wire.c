@@ -8,7 +8,7 @@
 
 /* Fixed body sizes of the message types. */
 #define HELLO_LEN     8
-#define HELLO_OK_LEN  16
+#define HELLO_OK_LEN  24
 #define ACQUIRE_FIXED 26
 #define RELEASE_LEN   8
 #define GRANTED_LEN   32
@@ -133,6 +133,7 @@ int wire_put_hello_ok(struct wire_buf *b, uint32_t id, const struct wire_hello_o
     put32(p + 4, m->max_name_len);
     put32(p + 8, m->max_leases);
     put32(p + 12, m->default_ttl_ms);
+    put64(p + 16, m->clock_ns);
     return 0;
 }
 
@@ -225,6 +226,7 @@ int wire_get_hello_ok(const uint8_t *body, size_t len, struct wire_hello_ok *m)
     m->max_name_len = get32(body + 4);
     m->max_leases = get32(body + 8);
     m->default_ttl_ms = get32(body + 12);
+    m->clock_ns = get64(body + 16);
     return 0;
 }
 

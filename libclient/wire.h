@@ -56,6 +56,7 @@ struct wire_hello_ok {
     uint32_t max_name_len;
     uint32_t max_leases;
     uint32_t default_ttl_ms;
+    uint64_t clock_ns; /* the agent's CLOCK_MONOTONIC when it answered */
 };
 
 struct wire_acquire {

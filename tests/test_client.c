@@ -1,7 +1,10 @@
 /* test_client.c -- the client library under load: bursts of requests sent
  * without reading replies, and many events at once. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -65,4 +68,45 @@ ITEST(client, many_lost_events_at_once)
     freeReplyObject(h_redis_cmd("FLUSHALL"));
     H_WAIT_UNTIL(20000, count_lost(acq, N) == N);
     free(acq);
+}
+
+/* In a grandchild living in a new time namespace whose CLOCK_MONOTONIC runs
+ * 50 s behind the agent's: opening a client must fail with DLOCK_ECLOCK, or
+ * every validity check would be 50 s too generous. Exit codes: 0 refused as
+ * expected, 1 opened, 2 another error, 77 no time namespaces here. */
+static int open_in_shifted_time_ns(const char *sock)
+{
+    if (unshare(CLONE_NEWTIME) != 0)
+        return 77;
+    FILE *f = fopen("/proc/self/timens_offsets", "w");
+    if (!f || fprintf(f, "monotonic -50 0\n") < 0 || fclose(f) != 0)
+        return 77;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dlock_client *c = NULL;
+        int rc = dlock_client_open(&c, sock);
+        dlock_client_close(c);
+        _exit(rc == DLOCK_ECLOCK ? 0 : rc == 0 ? 1 : 2);
+    }
+    int st;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+        return 2;
+    return WEXITSTATUS(st);
+}
+
+ITEST(client, another_monotonic_clock_is_refused)
+{
+    h_start(NULL);
+    pid_t pid = h_fork();
+    if (pid == 0)
+        _exit(open_in_shifted_time_ns(H.agent[0].sock));
+    int st = h_wait_child(pid, 10000);
+    if (st == 77)
+        h_skip("no time namespaces here (needs Linux 5.6 and CAP_SYS_ADMIN)");
+    cr_assert_eq(st, 0, "a client with a shifted clock: %s",
+                 st == 1 ? "accepted" : "failed otherwise");
+    /* A client in the agent's own time namespace still works. */
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "same-clock", 30000);
+    cr_assert(dlock_lease_valid(l));
 }

@@ -155,12 +155,12 @@ static int hello_fds(int fd, int fds[2], struct wire_hello_ok *ok)
     wire_buf_free(&b);
     if (w != (ssize_t)len)
         return -2;
-    uint8_t frame[WIRE_HDR_LEN + 16];
+    uint8_t frame[WIRE_HDR_LEN + 24];
     if (recv_fds(fd, frame, sizeof frame, fds) != 0)
         return -3;
     struct wire_hdr h;
     if (wire_hdr_decode(frame, WIRE_HDR_LEN, WIRE_MAX_BODY, &h) != 1 || h.type != WIRE_T_HELLO_OK ||
-        h.len != 16 || wire_get_hello_ok(frame + WIRE_HDR_LEN, 16, ok) != 0)
+        h.len != 24 || wire_get_hello_ok(frame + WIRE_HDR_LEN, 24, ok) != 0)
         return -4;
     if (fds[0] < 0 || fds[1] < 0)
         return -5;

@@ -144,17 +144,19 @@ Test(wire, hello_ok_round_trip)
     struct wire_hello_ok in = {.version = 1,
                                .max_name_len = 200,
                                .max_leases = 100000,
-                               .default_ttl_ms = UINT32_MAX},
+                               .default_ttl_ms = UINT32_MAX,
+                               .clock_ns = 0x0123456789abcdefull},
                          out;
     cr_assert_eq(wire_put_hello_ok(&b, 0xffffffffu, &in), 0);
     size_t len;
     const uint8_t *body = frame_body(&b, WIRE_T_HELLO_OK, 0xffffffffu, &len);
-    cr_assert_eq(len, 16);
+    cr_assert_eq(len, 24);
     cr_assert_eq(wire_get_hello_ok(body, len, &out), 0);
     cr_assert_eq(out.version, 1);
     cr_assert_eq(out.max_name_len, 200);
     cr_assert_eq(out.max_leases, 100000);
     cr_assert_eq(out.default_ttl_ms, UINT32_MAX);
+    cr_assert_eq(out.clock_ns, 0x0123456789abcdefull);
     CHECK_WRONG_LENGTHS(wire_get_hello_ok, body, len, struct wire_hello_ok);
     wire_buf_free(&b);
 }

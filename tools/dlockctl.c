@@ -357,6 +357,20 @@ static void stop_child(struct run_state *st, const struct run_opts *o)
     st->kill_at = now_ms() + o->kill_ms;
 }
 
+/* The lease's validity left, in ns. A check can also say 0 when it met the
+ * agent in the middle of writing the slot (the agent may have been preempted
+ * there): only a 0 that lasts a few milliseconds is a loss. */
+static int64_t lease_left_ns(const dlock_lease *lease)
+{
+    for (int i = 0; i < 3; i++) {
+        int64_t left = dlock_lease_remaining_ns(lease);
+        if (left > 0)
+            return left;
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    }
+    return 0;
+}
+
 /* Waits for CMD to exit while watching the lease. */
 static void supervise(dlock_client *c, struct run_state *st, const struct run_opts *o)
 {
@@ -369,7 +383,7 @@ static void supervise(dlock_client *c, struct run_state *st, const struct run_op
         /* The lease page proves the lease until its deadline; past it with no
          * word from the agent (stopped, wedged), the lock may be someone
          * else's: that is a loss too. */
-        int64_t left_ns = stopping ? -1 : dlock_lease_remaining_ns(st->lease);
+        int64_t left_ns = stopping ? -1 : lease_left_ns(st->lease);
         if (left_ns == 0 && !st->lost) {
             st->lost = true;
             st->lost_reason = DLOCK_EUNAVAIL; /* the agent could not prove it */
