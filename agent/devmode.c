@@ -67,7 +67,15 @@ static pid_t spawn_redis(const char *sock)
 int devmode_start(struct ev_loop *loop, struct config *cfg, bool keep_socket)
 {
     const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/dlock-dev.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    /* mkdtemp() replaces the six trailing 'X' of its template. */
+    int n = snprintf(dir, sizeof dir, "%s/dlock-dev.", tmp && *tmp ? tmp : "/tmp");
+    if (n < 0 || (size_t)n + 7 > sizeof dir) {
+        log_error("dev mode: TMPDIR too long");
+        dir[0] = '\0';
+        return -1;
+    }
+    memset(dir + n, 'X', 6);
+    dir[n + 6] = '\0';
     if (!mkdtemp(dir)) {
         log_error("dev mode: mkdtemp: %s", strerror(errno));
         dir[0] = '\0';
