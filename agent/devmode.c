@@ -68,14 +68,14 @@ int devmode_start(struct ev_loop *loop, struct config *cfg, bool keep_socket)
 {
     const char *tmp = getenv("TMPDIR");
     /* mkdtemp() replaces the six trailing 'X' of its template. */
-    int n = snprintf(dir, sizeof dir, "%s/dlock-dev.", tmp && *tmp ? tmp : "/tmp");
-    if (n < 0 || (size_t)n + 7 > sizeof dir) {
+    int stem = snprintf(dir, sizeof dir, "%s/dlock-dev.", tmp && *tmp ? tmp : "/tmp");
+    if (stem < 0 || (size_t)stem + 7 > sizeof dir) {
         log_error("dev mode: TMPDIR too long");
         dir[0] = '\0';
         return -1;
     }
-    memset(dir + n, 'X', 6);
-    dir[n + 6] = '\0';
+    memset(dir + stem, 'X', 6);
+    dir[stem + 6] = '\0';
     if (!mkdtemp(dir)) {
         log_error("dev mode: mkdtemp: %s", strerror(errno));
         dir[0] = '\0';
