@@ -642,6 +642,15 @@ void h_start(const char *agent_ini)
     h_agent_start_n(0);
 }
 
+void h_start_two(const char *agent_ini)
+{
+    h_redis_start();
+    for (int i = 0; i < 2; i++)
+        h_agent_config(i, agent_ini, NULL);
+    for (int i = 0; i < 2; i++)
+        h_agent_start_n(i);
+}
+
 int h_agent_stop(int i)
 {
     struct h_agent *a = agent_at(i);

@@ -196,6 +196,9 @@ void h_agent_config(int i, const char *agent_ini, const char *redis_ini);
 void h_agent_start_n(int i);
 /* h_redis_start() + h_agent_config(0, agent_ini, NULL) + h_agent_start_n(0). */
 void h_start(const char *agent_ini);
+/* Two agents on one Redis, standing for two hosts: h_redis_start(), then
+ * agents 0 and 1 configured with agent_ini (may be NULL) and started. */
+void h_start_two(const char *agent_ini);
 /* SIGTERM agent i, wait; returns the exit status (128+sig if killed). */
 int h_agent_stop(int i);
 void h_agent_kill(int i); /* SIGKILL + waitpid */

@@ -79,11 +79,7 @@ ITEST(exclusion, forked_process_waits_for_forked_holder)
 ITEST(exclusion, waiter_on_another_agent_woken_by_release_notice)
 {
     /* Two agents on one Redis stand for two hosts. */
-    h_redis_start();
-    h_agent_config(0, SLOW_FALLBACK, NULL);
-    h_agent_config(1, SLOW_FALLBACK, NULL);
-    h_agent_start_n(0);
-    h_agent_start_n(1);
+    h_start_two(SLOW_FALLBACK);
     struct h_cl *a = h_client_at(0), *b = h_client_at(1);
     dlock_lease *la = h_must_acquire(a, "xhost", 30000);
 
@@ -147,9 +143,7 @@ static int worker(int agent, struct shared *sh, int rounds)
 
 ITEST(exclusion, processes_on_two_agents_never_overlap)
 {
-    h_redis_start();
-    h_agent_start_n(0);
-    h_agent_start_n(1);
+    h_start_two(NULL);
     struct shared *sh =
         mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert_neq(sh, MAP_FAILED);

@@ -84,11 +84,7 @@ ITEST(fencing, strictly_increasing_over_1000_cycles)
 
 ITEST(fencing, strictly_increasing_across_two_agents)
 {
-    h_redis_start();
-    h_agent_config(0, NULL, NULL);
-    h_agent_config(1, NULL, NULL);
-    h_agent_start_n(0);
-    h_agent_start_n(1);
+    h_start_two(NULL);
     struct h_cl *cl[2] = {h_client_at(0), h_client_at(1)};
     uint64_t prev = 0;
     for (int i = 0; i < 200; i++) {

@@ -145,9 +145,7 @@ ITEST(lost, paused_agent_never_touches_the_next_owner_key)
     /* Agent 0 is frozen past its lease's TTL; the key expires and a holder on
      * agent 1 takes it. When agent 0 wakes up, its holder is told LOST and the
      * new owner's key is left alone (no renewal, no delete). */
-    h_redis_start();
-    h_agent_start_n(0);
-    h_agent_start_n(1);
+    h_start_two(NULL);
     struct h_cl *a = h_client_at(0), *b = h_client_at(1);
     dlock_lease *la = h_must_acquire(a, "frozen", 600);
     cr_assert_eq(kill(H.agent[0].pid, SIGSTOP), 0);

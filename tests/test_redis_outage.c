@@ -260,11 +260,7 @@ ITEST(redis_outage, release_notices_resume_after_restart)
 {
     /* The agent must subscribe again after Redis comes back: a waiter on one
      * agent is still woken by a release on another, without the fallback. */
-    h_redis_start();
-    h_agent_config(0, "retry_fallback_ms = 10000", NULL);
-    h_agent_config(1, "retry_fallback_ms = 10000", NULL);
-    h_agent_start_n(0);
-    h_agent_start_n(1);
+    h_start_two("retry_fallback_ms = 10000");
     struct h_cl *a = h_client_at(0), *b = h_client_at(1);
     h_redis_restart();
     dlock_lease *la = acquire_eventually(a, "sub", 5000);

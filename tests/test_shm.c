@@ -373,11 +373,7 @@ ITEST(shm, loss_of_one_lease_leaves_the_other_valid)
  * holder's lease in *lb (its fence written to the resource). */
 static struct shared *paused_holder_setup(pid_t *child, struct h_cl **bout, dlock_lease **lb)
 {
-    h_redis_start();
-    h_agent_config(0, NULL, NULL);
-    h_agent_config(1, NULL, NULL);
-    h_agent_start_n(0);
-    h_agent_start_n(1);
+    h_start_two(NULL);
     struct shared *s = shared_new();
     char sock[sizeof H.agent[0].sock];
     memcpy(sock, H.agent[0].sock, sizeof sock);
@@ -521,11 +517,7 @@ ITEST(shm, agent_shutdown_invalidates_at_once)
 {
     /* SIGTERM releases every lease: the holder's page must say so before
      * anyone else can take the lock (long TTL: the deadline is far away). */
-    h_redis_start();
-    h_agent_config(0, NULL, NULL);
-    h_agent_config(1, NULL, NULL);
-    h_agent_start_n(0);
-    h_agent_start_n(1);
+    h_start_two(NULL);
     struct h_cl *a = h_client_at(0), *b = h_client_at(1);
     dlock_lease *la = h_must_acquire(a, "sd", 30000);
     cr_assert(dlock_lease_valid(la));
@@ -544,11 +536,7 @@ ITEST(shm, killed_agent_lease_invalid_before_another_agent_grants)
 {
     /* kill -9: the key runs out by its TTL; by the time another agent is
      * granted the lock, the old holder's page deadline has passed. */
-    h_redis_start();
-    h_agent_config(0, NULL, NULL);
-    h_agent_config(1, NULL, NULL);
-    h_agent_start_n(0);
-    h_agent_start_n(1);
+    h_start_two(NULL);
     struct h_cl *a = h_client_at(0), *b = h_client_at(1);
     dlock_lease *la = h_must_acquire(a, "kx", 400);
     struct h_acq w;
