@@ -107,9 +107,7 @@ static int64_t mono_ns(void)
 
 static int64_t now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return mono_ns() / 1000000;
 }
 
 /* Milliseconds left until deadline (-1 = none) as a poll() timeout; 0 once passed. */
