@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_quorum.h"
 #include "backend_redis.h"
 #include "leasepage.h"
 #include "dlock.h"
@@ -367,7 +368,7 @@ static void grant(struct agent *a, struct lock *l, struct waiter *w, uint64_t de
  * Redis is back or the grace runs out. Returns false when w must fail now. */
 static bool ride_outage(struct agent *a, struct lock *l, struct waiter *w, int err)
 {
-    if (err != DLOCK_EUNAVAIL || w->try_once || a->shutting_down)
+    if ((err != DLOCK_EUNAVAIL && err != DLOCK_ENOQUORUM) || w->try_once || a->shutting_down)
         return false;
     uint64_t now = now_ns(), grace = (uint64_t)a->cfg->outage_wait_ms * NS_PER_MS;
     if (!a->down_since)
@@ -404,6 +405,9 @@ static void on_acquired(void *arg, int err, long long result)
         }
     } else {
         a->down_since = 0;
+        /* Quorum mode: some nodes may have taken the key for us. */
+        if (a->backend->release_after_miss)
+            release_key(a, l, l->acq_token, l->acq_ttl_ms);
         if (w && w->try_once)
             waiter_finish(a, w, DLOCK_EBUSY);
         if (l->qhead && !l->notice_missed) {
@@ -722,7 +726,8 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     }
     struct backend_events ev = {
         .arg = a, .on_notice = on_notice, .on_subscribed = on_subscribed, .on_ready = on_ready};
-    a->backend = backend_redis_new(loop, cfg, &ev);
+    a->backend = config_quorum(cfg) ? backend_quorum_new(loop, cfg, &ev)
+                                    : backend_redis_new(loop, cfg, &cfg->nodes[0], &ev);
     if (!a->backend) {
         server_stop_listening(&a->server);
         table_free(&a->table);

@@ -1,5 +1,5 @@
 /* backend.h -- the interface between the agent and a lock store. The Redis
- * single-node backend implements it; quorum mode will be another backend.
+ * single-node backend implements it, and the quorum backend on top of it.
  *
  * Every operation either returns an error at once (and never calls its
  * callback) or returns 0 and calls its callback exactly once later, from the
@@ -8,6 +8,7 @@
 #ifndef DLOCKD_BACKEND_H
 #define DLOCKD_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,6 +31,18 @@ struct backend_events {
     void (*on_ready)(void *arg);
 };
 
+/* The health of one Redis node, for operators. */
+struct backend_node {
+    char addr[300];
+    bool connected;            /* the command link is set up */
+    bool subscribed;           /* the release notices arrive */
+    uint64_t last_rtt_ns;      /* of the last command answered */
+    int last_error;            /* DLOCK_E* code of the last failure, 0 if none */
+    char last_error_text[160]; /* what Redis or the connection said */
+    uint64_t excluded_until;   /* CLOCK_MONOTONIC ns: no quorum counts it before */
+    char run_id[41];           /* the server's run id, empty before the first INFO */
+};
+
 struct backend_ops {
     int (*acquire)(struct backend *b, const char *name, size_t len, const char *token,
                    uint32_t ttl_ms, backend_cb cb, void *arg);
@@ -43,11 +56,18 @@ struct backend_ops {
     void (*flush)(struct backend *b);
     /* Commands sent and not yet answered (for a clean shutdown). */
     size_t (*pending)(const struct backend *b);
+    /* Fills up to max entries with the health of each node; returns the
+     * number of nodes. */
+    size_t (*nodes)(const struct backend *b, struct backend_node *out, size_t max);
     void (*destroy)(struct backend *b);
 };
 
 struct backend {
     const struct backend_ops *ops;
+    /* An acquire that did not grant may still have set the key on some
+     * nodes: the agent releases after every such acquire, not only after
+     * unanswered ones. */
+    bool release_after_miss;
 };
 
 #endif

@@ -1,6 +1,8 @@
 /* backend_redis.c -- single-node Redis backend: one pipelined command
  * connection and one pub/sub connection, Lua scripts called with EVALSHA,
- * command timeouts, and reconnection with exponential backoff and jitter. */
+ * command timeouts, reconnection with exponential backoff and jitter, and
+ * the node's health: its run id, the exclusion after a restart (quorum mode),
+ * round-trip time and last error. */
 #include "backend_redis.h"
 
 #include <hiredis/adapters/libev.h>
@@ -19,20 +21,22 @@
 #include "wire.h"
 #include "util.h"
 
-enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_COUNT };
+enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_COUNT };
 
 /* Acquire: SET NX PX, and on success the fencing token: one more than the
  * last one of this lock (KEYS[2], kept ARGV[3] ms), but never below the
  * server's clock in microseconds, so that it keeps rising after the counter
- * expired or was lost. The counter is read with pcall: a foreign value of
- * another type must not abort the script after SET NX took the lock. When
- * taken: the holder's remaining PTTL, negated. The token goes through
- * string.format: Lua's own number-to-string conversion keeps only 14
- * digits. */
+ * expired or was lost. In quorum mode the floor is the agent's clock
+ * (ARGV[4]) rather than the server's, so that the nodes usually agree on the
+ * token. The counter is read with pcall: a foreign value of another type
+ * must not abort the script after SET NX took the lock. When taken: the
+ * holder's remaining PTTL, negated. The token goes through string.format:
+ * Lua's own number-to-string conversion keeps only 14 digits. */
 static const char *const script_src[S_COUNT] = {
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
-    "local t = redis.call('time') "
-    "local fence = tonumber(t[1]) * 1000000 + tonumber(t[2]) "
+    "local fence = tonumber(ARGV[4]) "
+    "if not fence then local t = redis.call('time') "
+    "fence = tonumber(t[1]) * 1000000 + tonumber(t[2]) end "
     "local v = redis.pcall('get', KEYS[2]) "
     "local last = (type(v) == 'string' and tonumber(v)) or 0 "
     "if last >= fence then fence = last + 1 end "
@@ -45,6 +49,13 @@ static const char *const script_src[S_COUNT] = {
     /* Release: compare-and-delete, then tell the waiting agents. */
     "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) "
     "redis.call('publish', ARGV[2], ARGV[3]) return 1 end return 0",
+    /* Fence (quorum mode): while the key is ours, raise the counter to the
+     * grant's token. */
+    "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end "
+    "local v = redis.pcall('get', KEYS[2]) "
+    "local last = (type(v) == 'string' and tonumber(v)) or 0 "
+    "if last < tonumber(ARGV[2]) then "
+    "redis.call('set', KEYS[2], ARGV[2], 'PX', ARGV[3]) end return 1",
 };
 
 struct rb;
@@ -70,6 +81,7 @@ struct rcmd {
     uint8_t script;
     bool retried; /* already re-sent with EVAL after NOSCRIPT */
     uint32_t ttl_ms;
+    uint64_t num; /* acquire: the token's floor (0: the server's clock); fence: the token */
     uint16_t name_len;
     char token[33];
     char key[]; /* prefix + name, NUL-terminated; name is key + prefix_len */
@@ -79,6 +91,8 @@ struct rb {
     struct backend base;
     struct ev_loop *loop;
     const struct config *cfg;
+    const struct redis_addr *addr;
+    char label[320]; /* "redis" or, in quorum mode, "redis ADDR", for logs */
     struct backend_events ev;
     struct rconn cmd, sub;
     char sha[S_COUNT][41];       /* empty until SCRIPT LOAD answered */
@@ -90,12 +104,19 @@ struct rb {
     bool unflushed;      /* commands queued since the last flush */
     uint64_t last_reply; /* when the command link last answered */
     bool closing;
+    bool subscribed;
+    uint64_t last_rtt;
+    int last_error;
+    char last_error_text[160];
+    uint64_t excluded_until;
+    char run_id[41];
 };
 
 static void rconn_connect(struct rconn *rc);
 static void rconn_kill(struct rconn *rc, const char *why);
 static void rconn_drop(struct rconn *rc);
 static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv);
+static void note_server(struct rb *b, const redisReply *rep);
 
 /* ---- command list ---- */
 
@@ -135,6 +156,12 @@ static int map_error(const char *msg)
 
 static int cmd_send(struct rb *b, struct rcmd *c);
 
+static void note_error(struct rb *b, int code, const char *text)
+{
+    b->last_error = code;
+    snprintf(b->last_error_text, sizeof b->last_error_text, "%s", text);
+}
+
 static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     struct rb *b = ((struct rconn *)ac->data)->rb;
@@ -144,6 +171,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
     long long result = 0;
     cmd_unlink(b, c);
     b->last_reply = now_ns();
+    b->last_rtt = b->last_reply - c->sent;
     if (!rep) {
         b->cmd.connected = false; /* the connection is going away */
         err = DLOCK_EUNAVAIL;
@@ -160,13 +188,15 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
             err = DLOCK_EUNAVAIL;
         } else {
             err = map_error(rep->str);
-            log_warn("redis: %s", rep->str);
+            note_error(b, err, rep->str);
+            log_warn("%s: %s", b->label, rep->str);
         }
     } else if (rep->type == REDIS_REPLY_INTEGER) {
         result = rep->integer;
     } else {
         err = DLOCK_EBACKEND;
-        log_warn("redis: unexpected reply type %d", rep->type);
+        note_error(b, err, "unexpected reply type");
+        log_warn("%s: unexpected reply type %d", b->label, rep->type);
     }
     if (c->cb)
         c->cb(c->arg, err, result);
@@ -178,10 +208,10 @@ static int cmd_send(struct rb *b, struct rcmd *c)
 {
     if (!b->cmd.connected || b->closing)
         return DLOCK_EUNAVAIL;
-    char ttl[16], keep[16];
+    char ttl[16], keep[24], num[24];
     char fkey[2 * CONFIG_PREFIX_MAX + WIRE_MAX_NAME + FENCE_KEY_EXTRA + 1];
-    const char *argv[8];
-    size_t argvlen[8];
+    const char *argv[12];
+    size_t argvlen[12];
     int argc = 0;
     size_t key_len = b->prefix_len + c->name_len;
     const char *sha = b->sha[c->script];
@@ -193,7 +223,10 @@ static int cmd_send(struct rb *b, struct rcmd *c)
         ARG("EVAL", 4);
         ARG(script_src[c->script], strlen(script_src[c->script]));
     }
-    if (c->script == S_ACQUIRE) {
+    bool fenced = c->script == S_ACQUIRE || c->script == S_FENCE;
+    /* The counter outlives the lock by the retention, at least. */
+    uint64_t keep_ms = (uint64_t)b->cfg->fence_retention_ms + c->ttl_ms;
+    if (fenced) {
         ARG("2", 1);
         ARG(c->key, key_len);
         ARG(fkey, fence_key(c->key, key_len, b->prefix_len, fkey));
@@ -202,16 +235,24 @@ static int cmd_send(struct rb *b, struct rcmd *c)
         ARG(c->key, key_len);
     }
     ARG(c->token, 32);
-    if (c->script == S_RELEASE) {
+    switch (c->script) {
+    case S_ACQUIRE:
+        ARG(ttl, (size_t)snprintf(ttl, sizeof ttl, "%u", c->ttl_ms));
+        ARG(keep, (size_t)snprintf(keep, sizeof keep, "%llu", (unsigned long long)keep_ms));
+        if (c->num)
+            ARG(num, (size_t)snprintf(num, sizeof num, "%llu", (unsigned long long)c->num));
+        break;
+    case S_RENEW:
+        ARG(ttl, (size_t)snprintf(ttl, sizeof ttl, "%u", c->ttl_ms));
+        break;
+    case S_RELEASE:
         ARG(b->channel, strlen(b->channel));
         ARG(c->key + b->prefix_len, c->name_len);
-    } else {
-        ARG(ttl, (size_t)snprintf(ttl, sizeof ttl, "%u", c->ttl_ms));
-    }
-    if (c->script == S_ACQUIRE) {
-        /* The counter outlives the lock by the retention, at least. */
-        uint64_t keep_ms = (uint64_t)b->cfg->fence_retention_ms + c->ttl_ms;
+        break;
+    case S_FENCE:
+        ARG(num, (size_t)snprintf(num, sizeof num, "%llu", (unsigned long long)c->num));
         ARG(keep, (size_t)snprintf(keep, sizeof keep, "%llu", (unsigned long long)keep_ms));
+        break;
     }
 #undef ARG
     if (redisAsyncCommandArgv(b->cmd.ac, on_reply, c, argc, argv, argvlen) != REDIS_OK)
@@ -223,7 +264,7 @@ static int cmd_send(struct rb *b, struct rcmd *c)
 }
 
 static int submit(struct backend *be, enum script s, const char *name, size_t len,
-                  const char *token, uint32_t ttl_ms, backend_cb cb, void *arg)
+                  const char *token, uint32_t ttl_ms, uint64_t num, backend_cb cb, void *arg)
 {
     struct rb *b = (struct rb *)be;
     if (!b->cmd.connected || b->closing)
@@ -236,6 +277,7 @@ static int submit(struct backend *be, enum script s, const char *name, size_t le
     c->script = (uint8_t)s;
     c->retried = false;
     c->ttl_ms = ttl_ms;
+    c->num = num;
     c->name_len = (uint16_t)len;
     memcpy(c->token, token, 32);
     c->token[32] = '\0';
@@ -251,24 +293,59 @@ static int submit(struct backend *be, enum script s, const char *name, size_t le
 static int rb_acquire(struct backend *be, const char *name, size_t len, const char *token,
                       uint32_t ttl_ms, backend_cb cb, void *arg)
 {
-    return submit(be, S_ACQUIRE, name, len, token, ttl_ms, cb, arg);
+    return submit(be, S_ACQUIRE, name, len, token, ttl_ms, 0, cb, arg);
+}
+
+int backend_redis_acquire_floor(struct backend *be, const char *name, size_t len, const char *token,
+                                uint32_t ttl_ms, uint64_t floor_us, backend_cb cb, void *arg)
+{
+    return submit(be, S_ACQUIRE, name, len, token, ttl_ms, floor_us, cb, arg);
+}
+
+int backend_redis_fence(struct backend *be, const char *name, size_t len, const char *token,
+                        uint32_t ttl_ms, uint64_t fence, backend_cb cb, void *arg)
+{
+    return submit(be, S_FENCE, name, len, token, ttl_ms, fence, cb, arg);
+}
+
+bool backend_redis_counts(const struct backend *be, uint64_t now)
+{
+    const struct rb *b = (const struct rb *)be;
+    return now >= b->excluded_until;
 }
 
 static int rb_renew(struct backend *be, const char *name, size_t len, const char *token,
                     uint32_t ttl_ms, backend_cb cb, void *arg)
 {
-    return submit(be, S_RENEW, name, len, token, ttl_ms, cb, arg);
+    return submit(be, S_RENEW, name, len, token, ttl_ms, 0, cb, arg);
 }
 
 static int rb_release(struct backend *be, const char *name, size_t len, const char *token,
                       backend_cb cb, void *arg)
 {
-    return submit(be, S_RELEASE, name, len, token, 0, cb, arg);
+    return submit(be, S_RELEASE, name, len, token, 0, 0, cb, arg);
 }
 
 static size_t rb_pending(const struct backend *be)
 {
     return ((const struct rb *)be)->npending;
+}
+
+static size_t rb_nodes(const struct backend *be, struct backend_node *out, size_t max)
+{
+    const struct rb *b = (const struct rb *)be;
+    if (max == 0)
+        return 1;
+    memset(out, 0, sizeof *out);
+    config_addr_str(b->addr, out->addr, sizeof out->addr);
+    out->connected = b->cmd.connected;
+    out->subscribed = b->subscribed;
+    out->last_rtt_ns = b->last_rtt;
+    out->last_error = b->last_error;
+    memcpy(out->last_error_text, b->last_error_text, sizeof out->last_error_text);
+    out->excluded_until = b->excluded_until;
+    memcpy(out->run_id, b->run_id, sizeof out->run_id);
+    return 1;
 }
 
 /* ---- connection set-up ---- */
@@ -283,11 +360,14 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
     if (!rep || rc->setup_left <= 0)
         return;
     if (rep->type == REDIS_REPLY_ERROR) {
-        log_error("redis: %s refused: %s", (const char *)priv, rep->str);
+        log_error("%s: %s refused: %s", rc->rb->label, (const char *)priv, rep->str);
+        note_error(rc->rb, map_error(rep->str), rep->str);
         rc->setup_left = -1;
         rconn_kill(rc, "setup refused");
         return;
     }
+    if (strcmp(priv, "INFO") == 0)
+        note_server(rc->rb, rep);
     /* The pub/sub link is ready when its subscription is confirmed. */
     if (--rc->setup_left > 0 || rc->is_sub)
         return;
@@ -295,6 +375,55 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
     rc->connected = true;
     rc->attempt = 0;
     rc->rb->ev.on_ready(rc->rb->ev.arg);
+}
+
+/* The value of "field:" in an INFO reply, copied into out (empty if none). */
+static void info_field(const char *info, const char *field, char *out, size_t cap)
+{
+    out[0] = '\0';
+    size_t flen = strlen(field);
+    for (const char *p = info; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (strncmp(p, field, flen) != 0 || p[flen] != ':')
+            continue;
+        p += flen + 1;
+        size_t n = strcspn(p, "\r\n");
+        if (n >= cap)
+            n = cap - 1;
+        memcpy(out, p, n);
+        out[n] = '\0';
+        return;
+    }
+}
+
+/* INFO server, on every new command link: a node that restarted (new run
+ * id), or that was started less than max_ttl_ms ago when first seen, may
+ * have lost keys of leases that are still valid; in quorum mode it counts
+ * toward no quorum until max_ttl_ms after its start. */
+static void note_server(struct rb *b, const redisReply *rep)
+{
+    if (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_STATUS)
+        return;
+    char run_id[41], uptime[24];
+    info_field(rep->str, "run_id", run_id, sizeof run_id);
+    info_field(rep->str, "uptime_in_seconds", uptime, sizeof uptime);
+    bool restarted = b->run_id[0] && strcmp(run_id, b->run_id) != 0;
+    bool first = !b->run_id[0];
+    memcpy(b->run_id, run_id, sizeof run_id);
+    if (restarted)
+        log_warn("%s: restarted (run id %s, up %s s)", b->label, run_id, uptime);
+    if (!config_quorum(b->cfg) || !(first || restarted))
+        return;
+    /* The uptime is truncated to seconds: the start is taken as late as it
+     * can have been. */
+    uint64_t up_ns = strtoull(uptime, NULL, 10) * NS_PER_SEC;
+    uint64_t excl_ns = (uint64_t)b->cfg->max_ttl_ms * NS_PER_MS;
+    if (up_ns >= excl_ns)
+        return;
+    uint64_t now = now_ns(), until = now + (excl_ns - up_ns);
+    if (until > b->excluded_until)
+        b->excluded_until = until;
+    log_warn("%s: up for only %s s; excluded from quorums for %llu ms (max_ttl_ms after its start)",
+             b->label, uptime, (unsigned long long)((until - now) / NS_PER_MS));
 }
 
 static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
@@ -318,9 +447,10 @@ static void on_pubsub(redisAsyncContext *ac, void *r, void *priv)
     if (strcmp(kind->str, "message") == 0 && payload->type == REDIS_REPLY_STRING)
         b->ev.on_notice(b->ev.arg, payload->str, payload->len);
     else if (strcmp(kind->str, "subscribe") == 0) {
-        log_info("redis: subscribed to %s", b->channel);
+        log_info("%s: subscribed to %s", b->label, b->channel);
         ev_timer_stop(b->loop, &b->sub.timer);
         b->sub.attempt = 0;
+        b->subscribed = true;
         b->ev.on_subscribed(b->ev.arg);
     }
 }
@@ -348,6 +478,8 @@ static void send_setup(struct rconn *rc)
         redisAsyncCommand(ac, on_setup_reply, "SELECT", "SELECT %d", cfg->redis_db);
         rc->setup_left++;
     }
+    redisAsyncCommand(ac, on_setup_reply, "INFO", "INFO server");
+    rc->setup_left++;
     for (int s = 0; s < S_COUNT; s++)
         redisAsyncCommand(ac, on_script_loaded, (void *)(intptr_t)s, "SCRIPT LOAD %s",
                           script_src[s]);
@@ -385,15 +517,16 @@ static void on_connect(const redisAsyncContext *ac, int status)
         /* hiredis frees the context after this callback. */
         ev_timer_stop(rc->rb->loop, &rc->timer);
         if (rc->attempt == 0)
-            log_warn("redis: %s connection failed: %s", rconn_name(rc), ac->errstr);
+            log_warn("%s: %s connection failed: %s", rc->rb->label, rconn_name(rc), ac->errstr);
+        note_error(rc->rb, DLOCK_EUNAVAIL, ac->errstr);
         rc->ac = NULL;
         schedule_reconnect(rc);
         return;
     }
     char addr[300];
-    log_info("redis: %s connection up (%s)", rconn_name(rc),
-             config_addr_str(&rc->rb->cfg->redis, addr, sizeof addr));
-    if (!rc->rb->cfg->redis.path[0])
+    log_info("%s: %s connection up (%s)", rc->rb->label, rconn_name(rc),
+             config_addr_str(rc->rb->addr, addr, sizeof addr));
+    if (!rc->rb->addr->path[0])
         redisEnableKeepAlive(&((redisAsyncContext *)ac)->c); /* notice a dead peer */
     /* The connect timer keeps running: it also bounds the set-up. */
     send_setup(rc);
@@ -404,10 +537,13 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     struct rconn *rc = ac->data;
     rc->ac = NULL;
     rc->connected = false;
+    if (rc->is_sub)
+        rc->rb->subscribed = false;
     if (rc->rb->closing)
         return;
-    log_warn("redis: %s connection lost%s%s", rconn_name(rc), status == REDIS_OK ? "" : ": ",
-             status == REDIS_OK ? "" : ac->errstr);
+    log_warn("%s: %s connection lost%s%s", rc->rb->label, rconn_name(rc),
+             status == REDIS_OK ? "" : ": ", status == REDIS_OK ? "" : ac->errstr);
+    note_error(rc->rb, DLOCK_EUNAVAIL, status == REDIS_OK ? "connection lost" : ac->errstr);
     schedule_reconnect(rc);
 }
 
@@ -415,7 +551,8 @@ static void on_rconn_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct rconn *rc = w->data;
     if (rc->ac && !rc->connected) {
-        log_warn("redis: %s connection or set-up timed out", rconn_name(rc));
+        log_warn("%s: %s connection or set-up timed out", rc->rb->label, rconn_name(rc));
+        note_error(rc->rb, DLOCK_EUNAVAIL, "connection or set-up timed out");
         rconn_drop(rc);
         return;
     }
@@ -442,12 +579,12 @@ static void rconn_drop(struct rconn *rc)
 static void rconn_connect(struct rconn *rc)
 {
     const struct config *cfg = rc->rb->cfg;
-    redisAsyncContext *ac = cfg->redis.path[0]
-                                ? redisAsyncConnectUnix(cfg->redis.path)
-                                : redisAsyncConnect(cfg->redis.host, cfg->redis.port);
+    const struct redis_addr *addr = rc->rb->addr;
+    redisAsyncContext *ac = addr->path[0] ? redisAsyncConnectUnix(addr->path)
+                                          : redisAsyncConnect(addr->host, addr->port);
     if (!ac || ac->err) {
         if (rc->attempt == 0)
-            log_warn("redis: cannot connect: %s", ac ? ac->errstr : "out of memory");
+            log_warn("%s: cannot connect: %s", rc->rb->label, ac ? ac->errstr : "out of memory");
         if (ac)
             redisAsyncFree(ac);
         schedule_reconnect(rc);
@@ -472,7 +609,7 @@ static void on_kill(struct ev_loop *loop, ev_timer *w, int revents)
 
 static void rconn_kill(struct rconn *rc, const char *why)
 {
-    log_warn("redis: dropping %s connection: %s", rconn_name(rc), why);
+    log_warn("%s: dropping %s connection: %s", rc->rb->label, rconn_name(rc), why);
     rc->connected = false;
     /* Possibly inside a hiredis callback: free from the loop instead. */
     ev_timer_start(rc->rb->loop, &rc->kill);
@@ -490,7 +627,8 @@ static void on_watchdog(struct ev_loop *loop, ev_timer *w, int revents)
     uint64_t limit = (uint64_t)b->cfg->command_timeout_ms * 1000000ull;
     uint64_t since = b->last_reply > oldest->sent ? b->last_reply : oldest->sent;
     if (now_ns() - since > limit) {
-        log_warn("redis: no reply within %u ms; reconnecting", b->cfg->command_timeout_ms);
+        log_warn("%s: no reply within %u ms; reconnecting", b->label, b->cfg->command_timeout_ms);
+        note_error(b, DLOCK_EUNAVAIL, "no reply within command_timeout_ms");
         rconn_drop(&b->cmd);
         rconn_drop(&b->sub);
     }
@@ -531,6 +669,7 @@ static const struct backend_ops rb_ops = {
     .release = rb_release,
     .flush = rb_flush,
     .pending = rb_pending,
+    .nodes = rb_nodes,
     .destroy = rb_destroy,
 };
 
@@ -545,6 +684,7 @@ static void rconn_init(struct rb *b, struct rconn *rc, bool is_sub)
 }
 
 struct backend *backend_redis_new(struct ev_loop *loop, const struct config *cfg,
+                                  const struct redis_addr *addr,
                                   const struct backend_events *events)
 {
     struct rb *b = calloc(1, sizeof *b);
@@ -554,7 +694,14 @@ struct backend *backend_redis_new(struct ev_loop *loop, const struct config *cfg
     TAILQ_INIT(&b->inflight);
     b->loop = loop;
     b->cfg = cfg;
+    b->addr = addr;
     b->ev = *events;
+    if (config_quorum(cfg)) {
+        char a[300];
+        snprintf(b->label, sizeof b->label, "redis %s", config_addr_str(addr, a, sizeof a));
+    } else {
+        snprintf(b->label, sizeof b->label, "redis");
+    }
     b->prefix_len = strlen(cfg->prefix);
     snprintf(b->channel, sizeof b->channel, "%s@released", cfg->prefix);
     rconn_init(b, &b->cmd, false);

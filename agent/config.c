@@ -30,11 +30,13 @@ void config_defaults(struct config *c)
     c->fence_retention_ms = 3600000;
     c->outage_wait_ms = 2000;
     c->log_level = LOG_INFO;
-    config_parse_addr("127.0.0.1:6379", &c->redis);
+    config_parse_addr("127.0.0.1:6379", &c->nodes[0]);
+    c->nnodes = 1;
     c->connect_timeout_ms = 1000;
     c->command_timeout_ms = 2000;
     c->reconnect_min_ms = 50;
     c->reconnect_max_ms = 2000;
+    c->node_timeout_ms = 20;
 }
 
 int config_parse_addr(const char *text, struct redis_addr *out)
@@ -68,6 +70,32 @@ int config_parse_addr(const char *text, struct redis_addr *out)
     a.host[hlen] = '\0';
     a.port = (int)port;
     *out = a;
+    return 0;
+}
+
+int config_parse_nodes(struct config *c, const char *text)
+{
+    struct redis_addr nodes[CONFIG_MAX_NODES];
+    unsigned n = 0;
+    const char *p = text;
+    for (;;) {
+        p += strspn(p, ", \t");
+        size_t len = strcspn(p, ", \t");
+        if (len == 0)
+            break;
+        char one[400];
+        if (n == CONFIG_MAX_NODES || len >= sizeof one)
+            return -1;
+        memcpy(one, p, len);
+        one[len] = '\0';
+        if (config_parse_addr(one, &nodes[n++]) != 0)
+            return -1;
+        p += len;
+    }
+    if (n == 0)
+        return -1;
+    memcpy(c->nodes, nodes, n * sizeof nodes[0]);
+    c->nnodes = n;
     return 0;
 }
 
@@ -132,7 +160,7 @@ static const struct u32_key u32_keys[] = {
     U32KEY("agent", max_hold_limit_ms),    U32KEY("agent", default_progress_ms),
     U32KEY("agent", progress_limit_ms),    U32KEY("redis", connect_timeout_ms),
     U32KEY("redis", command_timeout_ms),   U32KEY("redis", reconnect_min_ms),
-    U32KEY("redis", reconnect_max_ms),
+    U32KEY("redis", reconnect_max_ms),     U32KEY("redis", node_timeout_ms),
 };
 
 static int set_special(struct config *c, const char *section, const char *key, const char *v)
@@ -157,7 +185,7 @@ static int set_special(struct config *c, const char *section, const char *key, c
     if (agent && strcmp(key, "log_level") == 0)
         return parse_level(v, &c->log_level);
     if (redis && strcmp(key, "address") == 0)
-        return config_parse_addr(v, &c->redis);
+        return config_parse_nodes(c, v);
     if (redis && strcmp(key, "user") == 0)
         return copy_str(c->redis_user, sizeof c->redis_user, v);
     if (redis && strcmp(key, "password") == 0)
@@ -286,6 +314,10 @@ int config_validate(const struct config *c, char *err, size_t errlen)
         why = "reconnect_min_ms must be >= 1 and <= reconnect_max_ms";
     else if (c->socket[0] == '\0')
         why = "socket path is empty";
+    else if (c->nnodes != 1 && (c->nnodes < 3 || c->nnodes % 2 == 0))
+        why = "quorum mode needs an odd number of Redis nodes, 3 to 9 (or one node)";
+    else if (config_quorum(c) && (c->node_timeout_ms < 1 || c->node_timeout_ms >= c->min_ttl_ms))
+        why = "node_timeout_ms must be >= 1 and below min_ttl_ms";
     if (!why)
         return 0;
     snprintf(err, errlen, "%s", why);

@@ -9,6 +9,7 @@
 
 #define CONFIG_DEFAULT_SOCKET "/run/dlock/dlock.sock"
 #define CONFIG_PREFIX_MAX     128
+#define CONFIG_MAX_NODES      9 /* Redis nodes in quorum mode */
 
 /* A Redis address: TCP host and port, or a unix socket path. */
 struct redis_addr {
@@ -40,7 +41,8 @@ struct config {
     uint32_t progress_limit_ms;
     int log_level;
     /* [redis] */
-    struct redis_addr redis;
+    struct redis_addr nodes[CONFIG_MAX_NODES]; /* one: single-node mode; 3, 5, 7, 9: quorum */
+    unsigned nnodes;
     char redis_user[128];
     char redis_password[256];
     int redis_db;
@@ -48,6 +50,7 @@ struct config {
     uint32_t command_timeout_ms;
     uint32_t reconnect_min_ms;
     uint32_t reconnect_max_ms;
+    uint32_t node_timeout_ms; /* quorum: how long an acquire waits for a node */
 };
 
 /* Fills c with the built-in defaults. */
@@ -63,6 +66,16 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 
 /* Parses "host:port", "[v6addr]:port" or "unix:/path". */
 int config_parse_addr(const char *text, struct redis_addr *out);
+
+/* Parses a list of addresses separated by commas and/or blanks into
+ * c->nodes (replacing it). -1 when empty, malformed or too long. */
+int config_parse_nodes(struct config *c, const char *text);
+
+/* Quorum mode: more than one Redis node. */
+static inline bool config_quorum(const struct config *c)
+{
+    return c->nnodes > 1;
+}
 
 /* Checks cross-field rules (ranges, min <= max). 0 or -1 with a message. */
 int config_validate(const struct config *c, char *err, size_t errlen);

@@ -83,7 +83,7 @@ int devmode_start(struct ev_loop *loop, struct config *cfg, bool keep_socket)
     }
     char sock[300];
     snprintf(sock, sizeof sock, "%s/redis.sock", dir);
-    if (strlen(sock) >= sizeof cfg->redis.path) {
+    if (strlen(sock) >= sizeof cfg->nodes[0].path) {
         log_error("dev mode: temp path too long: %s", sock);
         return -1;
     }
@@ -103,8 +103,9 @@ int devmode_start(struct ev_loop *loop, struct config *cfg, bool keep_socket)
         }
         nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
     }
-    memcpy(cfg->redis.path, sock, strlen(sock) + 1);
-    cfg->redis.host[0] = '\0';
+    memcpy(cfg->nodes[0].path, sock, strlen(sock) + 1);
+    cfg->nodes[0].host[0] = '\0';
+    cfg->nnodes = 1;
     if (!keep_socket) {
         /* dlock.sock is no longer than redis.sock, checked above. */
         char path[300];

@@ -16,11 +16,12 @@ enum { OPT_PREFIX = 256, OPT_TTL, OPT_DEV };
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: dlockd [-c FILE] [-s SOCKET] [-r ADDR] [--prefix STR] [--default-ttl MS]\n"
+            "usage: dlockd [-c FILE] [-s SOCKET] [-r ADDR]... [--prefix STR] [--default-ttl MS]\n"
             "              [-n] [-v] [--dev]\n"
             "  -c, --config FILE    read settings from an INI file\n"
             "  -s, --socket PATH    client socket (default $DLOCK_SOCKET, else %s)\n"
-            "  -r, --redis ADDR     Redis at host:port or unix:/path\n"
+            "  -r, --redis ADDR     Redis at host:port or unix:/path; repeat for quorum\n"
+            "                       mode over 3, 5, 7 or 9 independent nodes\n"
             "      --prefix STR     key prefix (default dlock:)\n"
             "      --default-ttl MS lease TTL when a client asks for none (default 30000)\n"
             "  -n, --check          check the configuration, print \"configuration OK\", exit\n"
@@ -32,7 +33,9 @@ static void usage(FILE *f)
 
 /* Command-line settings, applied over the file. */
 struct flags {
-    const char *config, *socket, *redis, *prefix, *ttl;
+    const char *config, *socket, *prefix, *ttl;
+    char redis[CONFIG_MAX_NODES * 400]; /* the -r addresses, comma-separated */
+    unsigned nredis;
     int verbose;
     bool check, dev;
 };
@@ -59,9 +62,16 @@ static int parse_flags(int argc, char **argv, struct flags *f)
         case 's':
             f->socket = optarg;
             break;
-        case 'r':
-            f->redis = optarg;
+        case 'r': {
+            size_t used = strlen(f->redis);
+            if (f->nredis == CONFIG_MAX_NODES || used + strlen(optarg) + 2 > sizeof f->redis) {
+                fprintf(stderr, "dlockd: at most %d Redis nodes\n", CONFIG_MAX_NODES);
+                return -1;
+            }
+            snprintf(f->redis + used, sizeof f->redis - used, "%s%s", used ? "," : "", optarg);
+            f->nredis++;
             break;
+        }
         case OPT_PREFIX:
             f->prefix = optarg;
             break;
@@ -108,7 +118,7 @@ static int build_config(struct config *cfg, const struct flags *f)
     const struct {
         const char *section, *key, *value;
     } over[] = {{"agent", "socket", f->socket},
-                {"redis", "address", f->redis},
+                {"redis", "address", f->nredis ? f->redis : NULL},
                 {"agent", "prefix", f->prefix},
                 {"agent", "default_ttl_ms", f->ttl}};
     for (size_t i = 0; i < sizeof over / sizeof over[0]; i++)
@@ -148,8 +158,12 @@ int main(int argc, char **argv)
         return 1;
     }
     char addr[300];
-    log_info("dlockd %s started; Redis at %s, key prefix '%s'", DLOCK_VERSION,
-             config_addr_str(&cfg.redis, addr, sizeof addr), cfg.prefix);
+    if (config_quorum(&cfg))
+        log_info("dlockd %s started; quorum mode over %u Redis nodes, key prefix '%s'",
+                 DLOCK_VERSION, cfg.nnodes, cfg.prefix);
+    else
+        log_info("dlockd %s started; Redis at %s, key prefix '%s'", DLOCK_VERSION,
+                 config_addr_str(&cfg.nodes[0], addr, sizeof addr), cfg.prefix);
     if (f.dev) {
         /* Only once Redis answers: the try-it command must work. */
         agent.ready_hook = devmode_banner;

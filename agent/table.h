@@ -10,9 +10,9 @@
 #include <sys/queue.h>
 
 #include "theap.h"
+#include "util.h"
 
 #define TOKEN_HEX 32 /* 128 random bits as lowercase hex */
-#define NS_PER_MS 1000000ull
 
 enum tkind { TK_LEASE = 1, TK_WAITER = 2, TK_LOCK = 3, TK_AGENT = 4 };
 

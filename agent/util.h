@@ -4,8 +4,13 @@
 
 #include <stdint.h>
 
+#define NS_PER_MS  1000000ull
+#define NS_PER_SEC 1000000000ull
+
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t now_ns(void);
+/* CLOCK_REALTIME in microseconds since the epoch. */
+uint64_t realtime_us(void);
 /* A uniform double in [0, 1), not for secrets. */
 double random_unit(void);
 /* 128 bits from the kernel's CSPRNG as 32 lowercase hex characters plus NUL.

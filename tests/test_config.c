@@ -76,9 +76,9 @@ Test(defaults, documented_values)
     cr_assert_eq(c.max_connections, 1024);
     cr_assert_eq(c.shutdown_timeout_ms, 2000);
     cr_assert_eq(c.log_level, LOG_INFO);
-    cr_assert_str_eq(c.redis.host, "127.0.0.1");
-    cr_assert_eq(c.redis.port, 6379);
-    cr_assert_str_eq(c.redis.path, "");
+    cr_assert_str_eq(c.nodes[0].host, "127.0.0.1");
+    cr_assert_eq(c.nodes[0].port, 6379);
+    cr_assert_str_eq(c.nodes[0].path, "");
     cr_assert_str_eq(c.redis_user, "");
     cr_assert_str_eq(c.redis_password, "");
     cr_assert_eq(c.redis_db, 0);
@@ -145,9 +145,9 @@ Test(file, every_documented_key_lands_in_the_struct)
     cr_assert_eq(c.max_connections, 99);
     cr_assert_eq(c.shutdown_timeout_ms, 4500);
     cr_assert_eq(c.log_level, LOG_DEBUG);
-    cr_assert_str_eq(c.redis.host, "redis.example.net");
-    cr_assert_eq(c.redis.port, 7000);
-    cr_assert_str_eq(c.redis.path, "");
+    cr_assert_str_eq(c.nodes[0].host, "redis.example.net");
+    cr_assert_eq(c.nodes[0].port, 7000);
+    cr_assert_str_eq(c.nodes[0].path, "");
     cr_assert_str_eq(c.redis_user, "locker");
     cr_assert_str_eq(c.redis_password, "s3cret!pw");
     cr_assert_eq(c.redis_db, 5);
@@ -193,8 +193,8 @@ Test(file, unix_address_and_unix_socket_path)
     cr_assert_eq(load_text(&c, "[redis]\naddress = unix:/var/run/redis/redis.sock\n", path,
                            sizeof path, err, sizeof err),
                  0, "%s", err);
-    cr_assert_str_eq(c.redis.path, "/var/run/redis/redis.sock");
-    cr_assert_str_eq(c.redis.host, "");
+    cr_assert_str_eq(c.nodes[0].path, "/var/run/redis/redis.sock");
+    cr_assert_str_eq(c.nodes[0].host, "");
 }
 
 /* The source tree: from the build (unit.cmake), else from this file's path. */
@@ -225,7 +225,7 @@ Test(file, packaged_dlockd_conf_matches_defaults)
     c.default_ttl_ms = 1;
     c.socket_mode = 0;
     c.renew_fraction = 0;
-    c.redis.port = 1;
+    c.nodes[0].port = 1;
     char err[512] = "";
     cr_assert_eq(config_load_file(&c, path, err, sizeof err), 0, "%s", err);
     cr_assert_float_eq(c.renew_fraction, d.renew_fraction, 1e-4);
@@ -559,15 +559,15 @@ Test(set, address)
     struct config c;
     config_defaults(&c);
     expect_good(&c, "redis", "address", "10.1.2.3:6380");
-    cr_assert_str_eq(c.redis.host, "10.1.2.3");
-    cr_assert_eq(c.redis.port, 6380);
+    cr_assert_str_eq(c.nodes[0].host, "10.1.2.3");
+    cr_assert_eq(c.nodes[0].port, 6380);
     expect_good(&c, "redis", "address", "unix:/tmp/redis.sock");
-    cr_assert_str_eq(c.redis.path, "/tmp/redis.sock");
-    cr_assert_str_eq(c.redis.host, "");
+    cr_assert_str_eq(c.nodes[0].path, "/tmp/redis.sock");
+    cr_assert_str_eq(c.nodes[0].host, "");
     /* Back to TCP: the old unix path must not linger. */
     expect_good(&c, "redis", "address", "localhost:6379");
-    cr_assert_str_eq(c.redis.path, "");
-    cr_assert_str_eq(c.redis.host, "localhost");
+    cr_assert_str_eq(c.nodes[0].path, "");
+    cr_assert_str_eq(c.nodes[0].host, "localhost");
     static const char *const bad[] = {"localhost",  "localhost:", ":6379", "host:0",
                                       "host:70000", "unix:",      "",      "host:x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -575,8 +575,8 @@ Test(set, address)
     /* A refused address leaves the previous one. */
     char err[256];
     cr_assert_eq(config_set(&c, "redis", "address", "host:0", err, sizeof err), -1);
-    cr_assert_str_eq(c.redis.host, "localhost");
-    cr_assert_eq(c.redis.port, 6379);
+    cr_assert_str_eq(c.nodes[0].host, "localhost");
+    cr_assert_eq(c.nodes[0].port, 6379);
 }
 
 Test(set, unknown_keys_and_sections)

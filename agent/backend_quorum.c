@@ -1,0 +1,472 @@
+/* backend_quorum.c -- quorum mode: the lock lives on N independent Redis
+ * nodes (N odd), each driven by its own single-node backend, and an
+ * operation succeeds only on a majority of the nodes that count.
+ *
+ * Acquire goes to every node at once. A node that has not answered within
+ * node_timeout_ms is decided without. Once a majority took the key, the
+ * fencing token is the highest of the tokens those nodes proposed; every
+ * node whose proposal was lower gets it written back (only while it still
+ * holds our key), and the grant needs a majority holding a counter at least
+ * that high (docs/fencing.md has the proof). Renewal needs a majority too;
+ * release goes to every node. Nodes that restarted recently count toward no
+ * quorum (backend_redis_counts). */
+#include "backend_quorum.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include "backend_redis.h"
+#include "dlock.h"
+#include "log.h"
+#include "quorum.h"
+#include "util.h"
+
+#define QMAX CONFIG_MAX_NODES
+
+enum qkind { Q_ACQUIRE, Q_RENEW, Q_RELEASE };
+
+/* What a node said in the current phase of an operation. */
+enum qanswer { A_NONE, A_OPEN, A_OK, A_NO, A_FAILED };
+
+struct qop;
+
+/* The callback argument of one node's command: the operation, the node and
+ * the phase it was sent in (late answers of a finished phase are ignored). */
+struct qsub {
+    struct qop *op;
+    uint8_t node;
+    uint8_t phase;
+};
+
+struct qop {
+    TAILQ_ENTRY(qop) tlink; /* in qb.timed while an acquire phase is open */
+    struct qb *qb;
+    uint8_t kind;
+    uint8_t phase;   /* acquire: 1 taking the key, 2 writing the token back */
+    bool decided;    /* cb has been called */
+    unsigned refs;   /* node callbacks still to come */
+    uint64_t expires; /* end of the open acquire phase */
+    backend_cb cb;
+    void *arg;
+    uint32_t ttl_ms;
+    long long min_pttl; /* acquire: the shortest PTTL of another holder seen */
+    uint64_t fence;     /* acquire: the grant's token, from phase 1 */
+    bool released;      /* release: some node deleted the key */
+    int err;            /* the first error a node gave */
+    uint8_t answer[QMAX];
+    uint64_t proposed[QMAX]; /* acquire: each node's token */
+    struct qsub sub[2][QMAX];
+    char token[33];
+    uint16_t name_len;
+    char name[];
+};
+
+struct qnode {
+    struct qb *qb;
+    struct backend *be;
+};
+
+struct qb {
+    struct backend base;
+    struct ev_loop *loop;
+    const struct config *cfg;
+    struct backend_events ev;
+    unsigned n;
+    struct qnode node[QMAX];
+    TAILQ_HEAD(, qop) timed; /* open acquire phases, by expiry */
+    ev_timer timer;
+    bool closing;
+};
+
+static void on_node_reply(void *arg, int err, long long result);
+
+/* ---- operations ---- */
+
+static struct qop *op_new(struct qb *q, enum qkind kind, const char *name, size_t len,
+                          const char *token, uint32_t ttl_ms, backend_cb cb, void *arg)
+{
+    struct qop *op = calloc(1, sizeof *op + len + 1);
+    if (!op)
+        return NULL;
+    op->qb = q;
+    op->kind = (uint8_t)kind;
+    op->phase = 1;
+    op->cb = cb;
+    op->arg = arg;
+    op->ttl_ms = ttl_ms;
+    op->min_pttl = -1;
+    memcpy(op->token, token, 32);
+    op->name_len = (uint16_t)len;
+    memcpy(op->name, name, len);
+    for (int p = 0; p < 2; p++)
+        for (unsigned i = 0; i < QMAX; i++)
+            op->sub[p][i] = (struct qsub){.op = op, .node = (uint8_t)i, .phase = (uint8_t)(p + 1)};
+    return op;
+}
+
+static void op_untime(struct qop *op)
+{
+    if (op->expires) {
+        TAILQ_REMOVE(&op->qb->timed, op, tlink);
+        op->expires = 0;
+    }
+}
+
+/* An acquire phase is decided without the nodes still silent at expiry. */
+static void op_time(struct qop *op)
+{
+    struct qb *q = op->qb;
+    op_untime(op);
+    op->expires = now_ns() + (uint64_t)q->cfg->node_timeout_ms * NS_PER_MS;
+    TAILQ_INSERT_TAIL(&q->timed, op, tlink);
+    if (!ev_is_active(&q->timer)) {
+        ev_timer_set(&q->timer, q->cfg->node_timeout_ms / 1000.0, 0.0);
+        ev_timer_start(q->loop, &q->timer);
+    }
+}
+
+static void op_finish(struct qop *op, int err, long long result)
+{
+    op->decided = true;
+    op_untime(op);
+    if (op->cb)
+        op->cb(op->arg, err, result);
+}
+
+static void op_maybe_free(struct qop *op)
+{
+    if (op->decided && op->refs == 0)
+        free(op);
+}
+
+/* Sends the operation's command to node i for the current phase; a node
+ * that cannot take it now counts as failed. */
+static void op_send(struct qop *op, unsigned i)
+{
+    struct qb *q = op->qb;
+    struct backend *be = q->node[i].be;
+    void *arg = &op->sub[op->phase - 1][i];
+    int rc;
+    switch (op->kind) {
+    case Q_ACQUIRE:
+        rc = op->phase == 1 ? backend_redis_acquire_floor(be, op->name, op->name_len, op->token,
+                                                          op->ttl_ms, op->fence, on_node_reply, arg)
+                            : backend_redis_fence(be, op->name, op->name_len, op->token,
+                                                  op->ttl_ms, op->fence, on_node_reply, arg);
+        break;
+    case Q_RENEW:
+        rc = be->ops->renew(be, op->name, op->name_len, op->token, op->ttl_ms, on_node_reply, arg);
+        break;
+    default:
+        rc = be->ops->release(be, op->name, op->name_len, op->token, on_node_reply, arg);
+        break;
+    }
+    if (rc == 0) {
+        op->answer[i] = A_OPEN;
+        op->refs++;
+    } else {
+        op->answer[i] = A_FAILED;
+        if (!op->err)
+            op->err = rc;
+    }
+}
+
+/* Counts the answers of the nodes that count now and weighs them. */
+static enum quorum_verdict op_verdict(const struct qop *op, bool any_no_taken)
+{
+    const struct qb *q = op->qb;
+    uint64_t now = now_ns();
+    unsigned ok = 0, no = 0, open = 0;
+    for (unsigned i = 0; i < q->n; i++) {
+        if (!backend_redis_counts(q->node[i].be, now))
+            continue;
+        ok += op->answer[i] == A_OK;
+        no += op->answer[i] == A_NO;
+        open += op->answer[i] == A_OPEN;
+    }
+    return quorum_verdict(q->n, ok, no, open, any_no_taken);
+}
+
+/* Phase 1 won: the token is the highest proposal. Nodes that proposed it
+ * already hold it as their counter; the others get it written back. */
+static void acquire_fence(struct qop *op)
+{
+    struct qb *q = op->qb;
+    uint64_t fence = 0;
+    for (unsigned i = 0; i < q->n; i++)
+        if (op->answer[i] == A_OK && op->proposed[i] > fence)
+            fence = op->proposed[i];
+    op->fence = fence;
+    op->phase = 2;
+    unsigned sent = 0;
+    for (unsigned i = 0; i < q->n; i++) {
+        if (op->answer[i] != A_OK) {
+            op->answer[i] = A_NONE;
+        } else if (op->proposed[i] < fence) {
+            op_send(op, i);
+            sent++;
+        }
+    }
+    if (sent)
+        op_time(op);
+}
+
+static void acquire_decide(struct qop *op)
+{
+    switch (op_verdict(op, op->phase == 1)) {
+    case QV_OPEN:
+        return;
+    case QV_WON:
+        if (op->phase == 1) {
+            acquire_fence(op);
+            acquire_decide(op); /* phase 2 may be won already */
+        } else {
+            op_finish(op, 0, (long long)op->fence);
+        }
+        return;
+    case QV_TAKEN:
+        if (op->phase == 1) {
+            op_finish(op, 0, op->min_pttl > 0 ? -op->min_pttl : 0);
+            return;
+        }
+        break;
+    case QV_NO_QUORUM:
+        break;
+    }
+    log_debug("quorum: acquire of %s: no majority%s", op->name,
+              op->phase == 2 ? " confirmed the fencing token" : "");
+    op_finish(op, DLOCK_ENOQUORUM, 0);
+}
+
+static void decide(struct qop *op)
+{
+    if (op->decided)
+        return;
+    switch (op->kind) {
+    case Q_ACQUIRE:
+        acquire_decide(op);
+        break;
+    case Q_RENEW:
+        switch (op_verdict(op, false)) {
+        case QV_OPEN:
+            break;
+        case QV_WON:
+            op_finish(op, 0, 1);
+            break;
+        case QV_TAKEN:
+            op_finish(op, 0, 0);
+            break;
+        case QV_NO_QUORUM:
+            op_finish(op, DLOCK_ENOQUORUM, 0);
+            break;
+        }
+        break;
+    default:
+        /* Done only when every node has answered: a node that did not
+         * may still hold the key, and the agent will ask again. */
+        if (op->refs == 0)
+            op_finish(op, op->err, op->released);
+        break;
+    }
+}
+
+static void on_node_reply(void *arg, int err, long long result)
+{
+    struct qsub *sub = arg;
+    struct qop *op = sub->op;
+    unsigned i = sub->node;
+    op->refs--;
+    if (op->qb->closing)
+        op->decided = true; /* nobody is told any more */
+    if (!op->decided && sub->phase == op->phase) {
+        if (err) {
+            op->answer[i] = A_FAILED;
+            if (!op->err)
+                op->err = err;
+        } else if (op->kind == Q_ACQUIRE && op->phase == 1) {
+            if (result > 0) {
+                op->answer[i] = A_OK;
+                op->proposed[i] = (uint64_t)result;
+            } else {
+                op->answer[i] = A_NO;
+                if (op->min_pttl < 0 || -result < op->min_pttl)
+                    op->min_pttl = -result;
+            }
+        } else {
+            op->answer[i] = result == 1 ? A_OK : A_NO;
+            op->released |= op->kind == Q_RELEASE && result == 1;
+        }
+        decide(op);
+    }
+    op_maybe_free(op);
+}
+
+/* Expired acquire phases: the nodes still silent count as failed. */
+static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct qb *q = w->data;
+    uint64_t now = now_ns();
+    struct qop *op;
+    while ((op = TAILQ_FIRST(&q->timed)) && op->expires <= now) {
+        op_untime(op);
+        for (unsigned i = 0; i < q->n; i++)
+            if (op->answer[i] == A_OPEN)
+                op->answer[i] = A_FAILED;
+        decide(op);
+        op_maybe_free(op);
+    }
+    if (op) {
+        ev_timer_set(w, (double)(op->expires - now) / 1e9, 0.0);
+        ev_timer_start(loop, w);
+    }
+}
+
+/* Sends op to every node; an error at once only when no node took it. */
+static int op_start(struct qop *op)
+{
+    struct qb *q = op->qb;
+    if (q->closing) {
+        free(op);
+        return DLOCK_EUNAVAIL;
+    }
+    for (unsigned i = 0; i < q->n; i++)
+        op_send(op, i);
+    if (op->refs == 0) {
+        int err = op->kind == Q_RELEASE ? op->err : DLOCK_ENOQUORUM;
+        free(op);
+        return err;
+    }
+    if (op->kind == Q_ACQUIRE)
+        op_time(op);
+    return 0;
+}
+
+static int q_acquire(struct backend *be, const char *name, size_t len, const char *token,
+                     uint32_t ttl_ms, backend_cb cb, void *arg)
+{
+    struct qop *op = op_new((struct qb *)be, Q_ACQUIRE, name, len, token, ttl_ms, cb, arg);
+    if (!op)
+        return DLOCK_ENOMEM;
+    /* One floor for all nodes, so that they usually propose the same token
+     * and no write-back is needed. */
+    op->fence = realtime_us();
+    return op_start(op);
+}
+
+static int q_renew(struct backend *be, const char *name, size_t len, const char *token,
+                   uint32_t ttl_ms, backend_cb cb, void *arg)
+{
+    struct qop *op = op_new((struct qb *)be, Q_RENEW, name, len, token, ttl_ms, cb, arg);
+    return op ? op_start(op) : DLOCK_ENOMEM;
+}
+
+static int q_release(struct backend *be, const char *name, size_t len, const char *token,
+                     backend_cb cb, void *arg)
+{
+    struct qop *op = op_new((struct qb *)be, Q_RELEASE, name, len, token, 0, cb, arg);
+    return op ? op_start(op) : DLOCK_ENOMEM;
+}
+
+static void q_flush(struct backend *be)
+{
+    struct qb *q = (struct qb *)be;
+    for (unsigned i = 0; i < q->n; i++)
+        q->node[i].be->ops->flush(q->node[i].be);
+}
+
+static size_t q_pending(const struct backend *be)
+{
+    const struct qb *q = (const struct qb *)be;
+    size_t n = 0;
+    for (unsigned i = 0; i < q->n; i++)
+        n += q->node[i].be->ops->pending(q->node[i].be);
+    return n;
+}
+
+static size_t q_nodes(const struct backend *be, struct backend_node *out, size_t max)
+{
+    const struct qb *q = (const struct qb *)be;
+    for (unsigned i = 0; i < q->n && i < max; i++)
+        q->node[i].be->ops->nodes(q->node[i].be, &out[i], 1);
+    return q->n;
+}
+
+static void q_destroy(struct backend *be)
+{
+    struct qb *q = (struct qb *)be;
+    q->closing = true;
+    ev_timer_stop(q->loop, &q->timer);
+    /* Operations still open are decided now, without telling anyone; each
+     * is freed when its last node callback runs. */
+    struct qop *op;
+    while ((op = TAILQ_FIRST(&q->timed))) {
+        op_untime(op);
+        op->decided = true;
+    }
+    for (unsigned i = 0; i < q->n; i++)
+        if (q->node[i].be)
+            q->node[i].be->ops->destroy(q->node[i].be);
+    free(q);
+}
+
+static const struct backend_ops q_ops = {
+    .acquire = q_acquire,
+    .renew = q_renew,
+    .release = q_release,
+    .flush = q_flush,
+    .pending = q_pending,
+    .nodes = q_nodes,
+    .destroy = q_destroy,
+};
+
+/* ---- node events, passed on ---- */
+
+static void on_node_notice(void *arg, const char *name, size_t len)
+{
+    struct qb *q = ((struct qnode *)arg)->qb;
+    q->ev.on_notice(q->ev.arg, name, len);
+}
+
+static void on_node_subscribed(void *arg)
+{
+    struct qb *q = ((struct qnode *)arg)->qb;
+    q->ev.on_subscribed(q->ev.arg);
+}
+
+static void on_node_ready(void *arg)
+{
+    struct qb *q = ((struct qnode *)arg)->qb;
+    q->ev.on_ready(q->ev.arg);
+}
+
+struct backend *backend_quorum_new(struct ev_loop *loop, const struct config *cfg,
+                                   const struct backend_events *events)
+{
+    struct qb *q = calloc(1, sizeof *q);
+    if (!q)
+        return NULL;
+    q->base.ops = &q_ops;
+    q->base.release_after_miss = true;
+    q->loop = loop;
+    q->cfg = cfg;
+    q->ev = *events;
+    q->n = cfg->nnodes;
+    TAILQ_INIT(&q->timed);
+    ev_timer_init(&q->timer, on_timer, 0.0, 0.0);
+    q->timer.data = q;
+    for (unsigned i = 0; i < q->n; i++) {
+        struct qnode *node = &q->node[i];
+        node->qb = q;
+        struct backend_events ev = {.arg = node,
+                                    .on_notice = on_node_notice,
+                                    .on_subscribed = on_node_subscribed,
+                                    .on_ready = on_node_ready};
+        node->be = backend_redis_new(loop, cfg, &cfg->nodes[i], &ev);
+        if (!node->be) {
+            q_destroy(&q->base);
+            return NULL;
+        }
+    }
+    return &q->base;
+}
