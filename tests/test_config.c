@@ -86,6 +86,9 @@ Test(defaults, documented_values)
     cr_assert_eq(c.command_timeout_ms, 2000);
     cr_assert_eq(c.reconnect_min_ms, 50);
     cr_assert_eq(c.reconnect_max_ms, 2000);
+    cr_assert_eq(c.nnodes, 1);
+    cr_assert_eq(c.node_timeout_ms, 20);
+    cr_assert_not(config_quorum(&c));
 }
 
 Test(defaults, pass_validation)
@@ -125,7 +128,8 @@ Test(file, every_documented_key_lands_in_the_struct)
                                "connect_timeout_ms = 1500\n"
                                "command_timeout_ms = 2500\n"
                                "reconnect_min_ms = 20\n"
-                               "reconnect_max_ms = 9000\n";
+                               "reconnect_max_ms = 9000\n"
+                               "node_timeout_ms = 15\n";
     struct config c;
     config_defaults(&c);
     char path[256], err[512];
@@ -155,6 +159,7 @@ Test(file, every_documented_key_lands_in_the_struct)
     cr_assert_eq(c.command_timeout_ms, 2500);
     cr_assert_eq(c.reconnect_min_ms, 20);
     cr_assert_eq(c.reconnect_max_ms, 9000);
+    cr_assert_eq(c.node_timeout_ms, 15);
     cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
 }
 
@@ -579,6 +584,40 @@ Test(set, address)
     cr_assert_eq(c.nodes[0].port, 6379);
 }
 
+Test(set, address_list)
+{
+    struct config c;
+    config_defaults(&c);
+    expect_good(&c, "redis", "address", "unix:/r/a.sock, 10.0.0.2:6379,\t[::1]:7000");
+    cr_assert_eq(c.nnodes, 3);
+    cr_assert(config_quorum(&c));
+    cr_assert_str_eq(c.nodes[0].path, "/r/a.sock");
+    cr_assert_str_eq(c.nodes[1].host, "10.0.0.2");
+    cr_assert_eq(c.nodes[1].port, 6379);
+    cr_assert_str_eq(c.nodes[2].host, "::1");
+    cr_assert_eq(c.nodes[2].port, 7000);
+    /* Separators: commas, blanks, or both, leading and trailing too. */
+    expect_good(&c, "redis", "address", " a:1 b:2,c:3,, d:4 e:5 ,");
+    cr_assert_eq(c.nnodes, 5);
+    cr_assert_str_eq(c.nodes[4].host, "e");
+    expect_good(&c, "redis", "address", "a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9");
+    cr_assert_eq(c.nnodes, CONFIG_MAX_NODES);
+    /* One address again: single-node mode. */
+    expect_good(&c, "redis", "address", "solo:6379");
+    cr_assert_eq(c.nnodes, 1);
+    cr_assert_not(config_quorum(&c));
+    /* Too many, empty, or one bad entry: refused, the list left alone. */
+    static const char *const bad[] = {"a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9,j:10", ",", " , ",
+                                      "a:1, b, c:3", "a:1,,host:0"};
+    char err[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(config_set(&c, "redis", "address", bad[i], err, sizeof err), -1, "took '%s'",
+                     bad[i]);
+        cr_assert_eq(c.nnodes, 1);
+        cr_assert_str_eq(c.nodes[0].host, "solo");
+    }
+}
+
 Test(set, unknown_keys_and_sections)
 {
     struct config c, d;
@@ -750,6 +789,27 @@ Test(validate, ttl_ranges)
     EXPECT_VALID(c_.default_ttl_ms = c_.min_ttl_ms);
     EXPECT_VALID(c_.default_ttl_ms = c_.max_ttl_ms);
     EXPECT_VALID(c_.max_ttl_ms = UINT32_MAX);
+}
+
+Test(validate, quorum_node_count_is_odd_3_to_9)
+{
+    EXPECT_INVALID("odd number", c_.nnodes = 2);
+    EXPECT_INVALID("odd number", c_.nnodes = 4);
+    EXPECT_INVALID("odd number", c_.nnodes = 8);
+    EXPECT_INVALID("odd number", c_.nnodes = 0);
+    EXPECT_VALID(c_.nnodes = 3);
+    EXPECT_VALID(c_.nnodes = 5);
+    EXPECT_VALID(c_.nnodes = 9);
+}
+
+Test(validate, node_timeout_below_min_ttl_in_quorum_mode)
+{
+    EXPECT_INVALID("node_timeout_ms", c_.nnodes = 3, c_.node_timeout_ms = 30);
+    EXPECT_INVALID("node_timeout_ms", c_.nnodes = 3, c_.node_timeout_ms = 0);
+    EXPECT_VALID(c_.nnodes = 3, c_.node_timeout_ms = 29);
+    EXPECT_VALID(c_.nnodes = 3, c_.node_timeout_ms = 300, c_.min_ttl_ms = 400);
+    /* Single-node mode does not use it. */
+    EXPECT_VALID(c_.node_timeout_ms = 30);
 }
 
 Test(validate, renew_fraction_range)
