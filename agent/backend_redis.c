@@ -359,15 +359,20 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
     struct rconn *rc = ac->data;
     if (!rep || rc->setup_left <= 0)
         return;
-    if (rep->type == REDIS_REPLY_ERROR) {
+    bool info = strcmp(priv, "INFO") == 0;
+    if (rep->type == REDIS_REPLY_ERROR && info && !config_quorum(rc->rb->cfg)) {
+        /* Only quorum mode needs the run id; a single node may keep INFO
+         * to itself. */
+        log_warn("%s: INFO refused (%s); its restarts go unnoticed", rc->rb->label, rep->str);
+    } else if (rep->type == REDIS_REPLY_ERROR) {
         log_error("%s: %s refused: %s", rc->rb->label, (const char *)priv, rep->str);
         note_error(rc->rb, map_error(rep->str), rep->str);
         rc->setup_left = -1;
         rconn_kill(rc, "setup refused");
         return;
-    }
-    if (strcmp(priv, "INFO") == 0)
+    } else if (info) {
         note_server(rc->rb, rep);
+    }
     /* The pub/sub link is ready when its subscription is confirmed. */
     if (--rc->setup_left > 0 || rc->is_sub)
         return;
