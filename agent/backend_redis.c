@@ -418,9 +418,11 @@ static void note_server(struct rb *b, const redisReply *rep)
         log_warn("%s: restarted (run id %s, up %s s)", b->label, run_id, uptime);
     if (!config_quorum(b->cfg) || !(first || restarted))
         return;
-    /* The uptime is truncated to seconds: the start is taken as late as it
-     * can have been. */
-    uint64_t up_ns = strtoull(uptime, NULL, 10) * NS_PER_SEC;
+    /* The uptime is the difference of two whole-second wall-clock stamps,
+     * so the server may have been up a second less: the start is taken as
+     * late as it can have been. */
+    uint64_t up_s = strtoull(uptime, NULL, 10);
+    uint64_t up_ns = (up_s > 0 ? up_s - 1 : 0) * NS_PER_SEC;
     uint64_t excl_ns = (uint64_t)b->cfg->max_ttl_ms * NS_PER_MS;
     if (up_ns >= excl_ns)
         return;
