@@ -27,7 +27,9 @@ struct opts {
     double window;  /* -w */
     long calls;     /* -k */
     long round_trips;
-    bool quick; /* -q */
+    long quorum_pairs; /* -m, 0 = no quorum part */
+    bool quick;        /* -q */
+    bool keep;         /* -K */
 };
 
 static struct env the_env;
@@ -44,6 +46,7 @@ static void at_exit(void)
 static void on_signal(int sig)
 {
     struct env *e = &the_env;
+    quorum_kill();
     if (e->agent_pid > 0)
         kill(e->agent_pid, SIGKILL);
     if (e->redis_pid > 0)
@@ -71,16 +74,19 @@ static void install_signals(void)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dlock-bench [-q] [-n PAIRS] [-c CLIENTS] [-d SECONDS] [-l LEASES] "
-               "[-w SECONDS] [-k CALLS]\n"
+    fprintf(f, "usage: dlock-bench [-qK] [-n PAIRS] [-c CLIENTS] [-d SECONDS] [-l LEASES] "
+               "[-w SECONDS] [-k CALLS] [-m PAIRS]\n"
                "  -n PAIRS    acquire+release pairs of the 1-client run (default 20000)\n"
                "  -c CLIENTS  threads of the many-client run (default 50)\n"
                "  -d SECONDS  duration of the many-client run (default 3)\n"
                "  -l LEASES   leases held at once (default 100000)\n"
                "  -w SECONDS  window over which the held leases are watched (default 30)\n"
                "  -k CALLS    calls per timed loop of the lease check (default 10000000)\n"
+               "  -m PAIRS    pairs per configuration of the single/quorum mode run\n"
+               "              (default 10000; 0 skips it)\n"
                "  -q          quick run: 2000 pairs, 1 s, 10000 leases, 12 s window,\n"
-               "              1000000 calls per loop, 5000 round trips\n"
+               "              1000000 calls per loop, 5000 round trips, 1000 quorum pairs\n"
+               "  -K          keep the temp dir (logs, configurations) at the end\n"
                "Starts its own redis-server (from PATH) and dlockd; see bench/README.md.\n");
 }
 
@@ -96,14 +102,17 @@ static int parse_num(const char *s, double min, double max, double *out)
 
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-    double v[6] = {-1, -1, -1, -1, -1, -1}; /* n c d l w k, -1 = not given */
-    static const char letters[] = "ncdlwk";
-    static const double lo[] = {1, 1, 0.1, 1, 1, 1000}, hi[] = {1e8, 1000, 3600, 1e7, 3600, 1e10};
+    double v[7] = {-1, -1, -1, -1, -1, -1, -1}; /* n c d l w k m, -1 = not given */
+    static const char letters[] = "ncdlwkm";
+    static const double lo[] = {1, 1, 0.1, 1, 1, 1000, 0},
+                        hi[] = {1e8, 1000, 3600, 1e7, 3600, 1e10, 1e8};
     int ch;
-    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:qh")) != -1) {
+    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:qKh")) != -1) {
         const char *at = strchr(letters, ch);
         if (ch == 'q') {
             o->quick = true;
+        } else if (ch == 'K') {
+            o->keep = true;
         } else if (ch == 'h') {
             usage(stdout);
             exit(0);
@@ -124,6 +133,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     o->window = v[4] > 0 ? v[4] : o->quick ? 12.0 : 30.0;
     o->calls = v[5] > 0 ? (long)v[5] : o->quick ? 1000000 : 10000000;
     o->round_trips = o->quick ? 5000 : 20000;
+    o->quorum_pairs = v[6] >= 0 ? (long)v[6] : o->quick ? 1000 : 10000;
     return 0;
 }
 
@@ -351,6 +361,92 @@ static void report_leases(const struct lease_result *r)
     lrow("all released after client close", v, "(context: no lease key left)");
 }
 
+/* A row of the quorum table. */
+static void qrow(const char *what, const char *p50, const char *p90, const char *p99,
+                 const char *rate, const char *ratio)
+{
+    printf("  %-28s %11s %11s %11s %9s %12s\n", what, p50, p90, p99, rate, ratio);
+}
+
+static const char *quorum_label(const struct quorum_row *r)
+{
+    char *b = buf_next();
+    if (r->plain)
+        snprintf(b, 48, "plain hiredis, 1 node");
+    else if (r->nodes == 1)
+        snprintf(b, 48, "dlockd, 1 node (single)");
+    else
+        snprintf(b, 48, "dlockd, %d nodes (quorum %d)", r->nodes, r->nodes / 2 + 1);
+    return b;
+}
+
+/* A row of the quorum checks. */
+static void crow(const char *what, const char *ready, const char *held, const char *left,
+                 const char *scripts, const char *lines, const char *exit)
+{
+    printf("  %-28s %11s %11s %11s %9s %9s %5s\n", what, ready, held, left, scripts, lines, exit);
+}
+
+/* Per agent: how it came up, where the key went, how it went down. */
+static void report_quorum_checks(const struct quorum_result *q)
+{
+    crow("checked on the way", "ready after", "key held on", "released on", "scripts", "log lines",
+         "exit");
+    for (int i = 0; i < QUORUM_ROWS; i++) {
+        const struct quorum_row *r = &q->row[i];
+        if (r->plain)
+            continue;
+        char ready[48], held[16], left[16], scripts[16], lines[16], exit[16];
+        snprintf(ready, sizeof ready, "%s ms", fmt_count(r->ready_ms));
+        snprintf(held, sizeof held, "%d of %d", r->key_nodes, r->nodes);
+        snprintf(left, sizeof left, "%d of %d", r->key_left, r->nodes);
+        if (r->scripts_per_pair >= 0)
+            snprintf(scripts, sizeof scripts, "%.2f", r->scripts_per_pair);
+        else
+            snprintf(scripts, sizeof scripts, "-");
+        snprintf(lines, sizeof lines, "%d", r->log_lines);
+        snprintf(exit, sizeof exit, "%d", r->agent_exit);
+        crow(quorum_label(r), ready, held, left, scripts, lines, exit);
+    }
+    for (int i = 0; i < QUORUM_ROWS; i++) {
+        const struct quorum_row *r = &q->row[i];
+        if (!r->plain && r->key_nodes < r->nodes / 2 + 1)
+            printf("    %s: the lock key was on fewer nodes than a majority: not quorum mode\n",
+                   quorum_label(r));
+    }
+    for (int i = 0; i < QUORUM_ROWS; i++) {
+        const struct quorum_row *r = &q->row[i];
+        if (!r->plain && r->before_ready)
+            printf("    %s, before it was usable: %s\n", quorum_label(r),
+                   dlock_strerror(r->before_ready));
+    }
+    if (q->rounds_s >= 1.0)
+        printf("  other processes' CPU during the timed rounds: %.1f %% (noise if well above 0)\n",
+               q->cpu_others);
+    for (int i = 0; i < QUORUM_ROWS; i++) {
+        const struct quorum_row *r = &q->row[i];
+        if (r->errors)
+            printf("    %s: %s failed pairs, first: %s\n", quorum_label(r),
+                   fmt_count((double)r->errors),
+                   r->plain ? plain_strerror(r->first_error) : dlock_strerror(r->first_error));
+    }
+}
+
+static void report_quorum(const struct quorum_result *q)
+{
+    printf("\nsingle and quorum mode: 1 client, %s acquire+release pairs per row on one name "
+           "(try-once, TTL %d ms; %.1f s in all)\n",
+           fmt_count((double)q->pairs), QUORUM_TTL_MS, q->wall_s);
+    qrow("configuration", "p50", "p90", "p99", "pairs/s", "p50 / single");
+    double single = q->row[1].s.p50_us;
+    for (int i = 0; i < QUORUM_ROWS; i++) {
+        const struct quorum_row *r = &q->row[i];
+        qrow(quorum_label(r), fmt_us(r->s.p50_us), fmt_us(r->s.p90_us), fmt_us(r->s.p99_us),
+             fmt_count(r->s.per_s), fmt_ratio(r->s.p50_us, single));
+    }
+    report_quorum_checks(q);
+}
+
 static const char *fmt_cost(const struct loop_cost *c)
 {
     char *b = buf_next();
@@ -434,6 +530,19 @@ static int phase_pairs(const struct opts *o, struct env *e)
     return 0;
 }
 
+static int phase_quorum(const struct opts *o, struct env *e)
+{
+    struct quorum_result r;
+    if (o->quorum_pairs == 0)
+        return 0;
+    progress("single and quorum mode: agents on 1, 3 and 5 nodes of their own");
+    if (run_quorum(e->dir, o->quorum_pairs, &r) != 0)
+        return -1;
+    report_quorum(&r);
+    fflush(stdout);
+    return 0;
+}
+
 static int phase_check(const struct opts *o, struct env *e)
 {
     struct check_result r;
@@ -475,6 +584,7 @@ int main(int argc, char **argv)
     install_signals();
     atexit(at_exit);
     struct env *e = &the_env;
+    e->keep = o.keep;
     if (env_start(e) != 0)
         return 1;
     fprintf(stderr, "dlock-bench: redis-server pid %d, dlockd pid %d, in %s\n", (int)e->redis_pid,
@@ -482,6 +592,8 @@ int main(int argc, char **argv)
     printf("dlock-bench: %ld cores, redis-server %s, dlockd %s\n", sysconf(_SC_NPROCESSORS_ONLN),
            e->redis_version, DLOCKD_PATH);
     int rc = phase_pairs(&o, e);
+    if (rc == 0)
+        rc = phase_quorum(&o, e);
     if (rc == 0)
         rc = phase_check(&o, e);
     if (rc == 0)

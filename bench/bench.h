@@ -28,6 +28,7 @@ struct env {
     pid_t redis_pid, agent_pid;
     int agent_exit; /* status after SIGTERM: exit code, 128+signal, -1 unknown */
     char redis_version[32];
+    bool keep; /* env_stop leaves the temp dir (logs, configs) in place */
 };
 
 /* Makes the temp dir, starts redis-server and dlockd and waits until both
@@ -42,6 +43,20 @@ int env_check(struct env *e, const char **who);
 void env_print_log(const char *path, int max_lines);
 /* Counts the lines of a log file (0 when missing). */
 int env_log_lines(const char *path);
+
+/* Other children of a run (the quorum part's). env_spawn forks and execs argv
+ * with stdout and stderr going to log; the child dies with us, even if we are
+ * killed with SIGKILL. */
+pid_t env_spawn(char *const argv[], const char *log);
+/* redis-server on a unix socket only, without persistence, as env_start does;
+ * does not wait for it. */
+pid_t env_spawn_redis(const char *dir, const char *sock, const char *log);
+/* Does a redis-server answer PING on sock? */
+bool env_redis_answers(const char *sock);
+/* SIGTERM, then SIGKILL if it lingers; its status code (as agent_exit). */
+int env_stop_child(pid_t *pid);
+/* Has the child exited already? Reaps it if so (and zeroes *pid). */
+bool env_child_dead(pid_t *pid);
 
 /* ---- /proc (env.c) ---- */
 
@@ -67,7 +82,7 @@ struct lat {
 
 struct summary {
     size_t n;
-    double p50_us, p99_us, mean_us, max_us;
+    double p50_us, p90_us, p99_us, mean_us, max_us;
     double per_s; /* n over the wall time given */
 };
 
@@ -145,6 +160,47 @@ int run_single(const struct driver *a, const struct driver *b, struct env *e, lo
  * driver, in half-length turns a, b, b, a. */
 int run_multi(const struct driver *a, const struct driver *b, struct env *e, int clients,
               double seconds, struct pair_result *ra, struct pair_result *rb);
+
+/* ---- single mode against quorum mode (quorum.c) ---- */
+
+#define QUORUM_TTL_MS  1000                 /* the lock TTL, and the agents' max_ttl_ms */
+#define QUORUM_CONFIGS 3                    /* agents: on 1, 3 and 5 Redis nodes */
+#define QUORUM_ROWS    (QUORUM_CONFIGS + 1) /* and plain hiredis on the 1-node Redis */
+
+/* One row: plain hiredis (row 0) or one agent with its nodes. */
+struct quorum_row {
+    bool plain;
+    int nodes;
+    struct summary s;
+    long errors;
+    int first_error;
+    /* Agents only. */
+    double ready_ms;  /* from its start until a try-once acquire succeeded */
+    int before_ready; /* the last error a try-once acquire gave before that */
+    int key_nodes;    /* nodes that had the lock key while a lease was held */
+    int key_left;     /* nodes that still had it 1 s after the release */
+    /* Scripts (EVALSHA) a node ran per timed pair, the mean over its nodes:
+     * 2 (acquire, release) unless acquires take a second round; -1 unknown. */
+    double scripts_per_pair;
+    int log_lines;  /* agent log lines (level warn and up) */
+    int agent_exit; /* status after SIGTERM */
+};
+
+struct quorum_result {
+    long pairs;        /* timed pairs per row */
+    double wall_s;     /* of the whole part, start to stop */
+    double rounds_s;   /* of the timed rounds together */
+    double cpu_others; /* other processes' CPU during them, % of one core */
+    struct quorum_row row[QUORUM_ROWS];
+};
+
+/* Starts QUORUM_CONFIGS agents, each on its own redis-servers in dir, waits
+ * until each is usable, times `pairs` pairs per row in alternating rounds,
+ * checks where the lock key lands, and stops them all. 0, or -1 after
+ * printing why (logs included). */
+int run_quorum(const char *dir, long pairs, struct quorum_result *out);
+/* SIGKILLs the part's children and unlinks its files: async-signal-safe. */
+void quorum_kill(void);
 
 /* ---- many leases held (leases.c) ---- */
 

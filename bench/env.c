@@ -46,9 +46,7 @@ double ns_to_s(uint64_t ns)
 
 /* ---- child processes ---- */
 
-/* Forks and execs argv with stdout and stderr going to log. The child dies
- * with us, even if we are killed with SIGKILL. */
-static pid_t spawn(char *const argv[], const char *log)
+pid_t env_spawn(char *const argv[], const char *log)
 {
     pid_t parent = getpid();
     fflush(NULL);
@@ -95,8 +93,7 @@ static int wait_exit(pid_t pid, int ms)
     }
 }
 
-/* SIGTERM, then SIGKILL if it lingers. Returns its status code. */
-static int stop_child(pid_t *pid)
+int env_stop_child(pid_t *pid)
 {
     if (*pid <= 0)
         return -1;
@@ -110,8 +107,7 @@ static int stop_child(pid_t *pid)
     return st;
 }
 
-/* Has the child exited already? Reaps it if so. */
-static bool child_dead(pid_t *pid)
+bool env_child_dead(pid_t *pid)
 {
     int st;
     if (*pid > 0 && waitpid(*pid, &st, WNOHANG) == *pid) {
@@ -185,12 +181,27 @@ static bool redis_ready(struct env *e)
     return rc == 0;
 }
 
-static int start_redis(struct env *e)
+pid_t env_spawn_redis(const char *dir, const char *sock, const char *log)
 {
     char *argv[] = {
-        "redis-server", "--port", "0",           "--unixsocket", e->redis_sock, "--save", "",
-        "--appendonly", "no",     "--daemonize", "no",           "--dir",       e->dir,   NULL};
-    e->redis_pid = spawn(argv, e->redis_log);
+        "redis-server", "--port", "0",           "--unixsocket", (char *)sock, "--save",    "",
+        "--appendonly", "no",     "--daemonize", "no",           "--dir",      (char *)dir, NULL};
+    return env_spawn(argv, log);
+}
+
+bool env_redis_answers(const char *sock)
+{
+    struct plain *p = plain_open(sock);
+    if (!p)
+        return false;
+    int rc = plain_ping(p);
+    plain_close(p);
+    return rc == 0;
+}
+
+static int start_redis(struct env *e)
+{
+    e->redis_pid = env_spawn_redis(e->dir, e->redis_sock, e->redis_log);
     if (e->redis_pid < 0) {
         fprintf(stderr, "dlock-bench: fork: %s\n", strerror(errno));
         e->redis_pid = 0;
@@ -198,7 +209,7 @@ static int start_redis(struct env *e)
     }
     uint64_t end = now_ns() + START_MS * 1000000ull;
     while (now_ns() < end) {
-        if (child_dead(&e->redis_pid)) {
+        if (env_child_dead(&e->redis_pid)) {
             fprintf(stderr, "dlock-bench: redis-server exited at start (is it on PATH?)\n");
             env_print_log(e->redis_log, 20);
             return -1;
@@ -234,7 +245,7 @@ static int start_agent(struct env *e)
     char redis_addr[BENCH_PATH + 8];
     snprintf(redis_addr, sizeof redis_addr, "unix:%s", e->redis_sock);
     char *argv[] = {DLOCKD_PATH, "-s", e->agent_sock, "-r", redis_addr, "-c", e->conf, NULL};
-    e->agent_pid = spawn(argv, e->agent_log);
+    e->agent_pid = env_spawn(argv, e->agent_log);
     if (e->agent_pid < 0) {
         fprintf(stderr, "dlock-bench: fork: %s\n", strerror(errno));
         e->agent_pid = 0;
@@ -243,7 +254,7 @@ static int start_agent(struct env *e)
     uint64_t end = now_ns() + START_MS * 1000000ull;
     int last = 0;
     while (now_ns() < end) {
-        if (child_dead(&e->agent_pid)) {
+        if (env_child_dead(&e->agent_pid)) {
             fprintf(stderr, "dlock-bench: dlockd (%s) exited at start\n", DLOCKD_PATH);
             env_print_log(e->agent_log, 20);
             return -1;
@@ -260,7 +271,9 @@ static int start_agent(struct env *e)
 
 int env_start(struct env *e)
 {
+    bool keep = e->keep;
     memset(e, 0, sizeof *e);
+    e->keep = keep;
     e->agent_exit = -1;
     snprintf(e->dir, sizeof e->dir, "/tmp/dlock-bench.XXXXXX");
     if (!mkdtemp(e->dir)) {
@@ -301,22 +314,23 @@ void env_stop(struct env *e)
 {
     /* The agent first: on SIGTERM it releases its leases on Redis. */
     if (e->agent_pid > 0)
-        e->agent_exit = stop_child(&e->agent_pid);
+        e->agent_exit = env_stop_child(&e->agent_pid);
     if (e->redis_pid > 0)
-        stop_child(&e->redis_pid);
-    if (e->dir[0]) {
+        env_stop_child(&e->redis_pid);
+    if (e->dir[0] && e->keep)
+        fprintf(stderr, "dlock-bench: kept %s\n", e->dir);
+    else if (e->dir[0])
         remove_dir(e->dir);
-        e->dir[0] = '\0';
-    }
+    e->dir[0] = '\0';
 }
 
 int env_check(struct env *e, const char **who)
 {
-    if (child_dead(&e->agent_pid)) {
+    if (env_child_dead(&e->agent_pid)) {
         *who = "dlockd";
         return -1;
     }
-    if (child_dead(&e->redis_pid)) {
+    if (env_child_dead(&e->redis_pid)) {
         *who = "redis-server";
         return -1;
     }

@@ -71,6 +71,7 @@ void lat_summarise(struct lat *l, double wall_s, struct summary *out)
         sum += (double)l->v[i];
     out->mean_us = sum / (double)l->n / 1e3;
     out->p50_us = percentile_us(l, 0.50);
+    out->p90_us = percentile_us(l, 0.90);
     out->p99_us = percentile_us(l, 0.99);
     out->max_us = (double)l->v[l->n - 1] / 1e3;
     out->per_s = wall_s > 0 ? (double)l->n / wall_s : 0.0;
