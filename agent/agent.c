@@ -101,6 +101,7 @@ static void waiter_expired(struct agent *a, struct waiter *w)
 struct orphan {
     struct orphan *next;
     uint64_t expires;
+    unsigned ready_seq; /* agent.ready_seq when sent */
     uint16_t name_len;
     char token[TOKEN_HEX + 1];
     char name[];
@@ -126,10 +127,17 @@ static void park_orphan(struct agent *a, struct orphan *o)
 static void on_released(void *arg, int err, long long result)
 {
     struct orphan *o = arg;
+    struct agent *a = the_agent;
+    if (err && o->ready_seq != a->ready_seq && !a->shutting_down) {
+        /* A link came back while this was in flight (in quorum mode, a node
+         * it could not reach): try again now rather than in a second. */
+        send_orphan(a, o);
+        return;
+    }
     if (err) {
         /* Not done, or not known to be done: compare-and-delete again. */
         log_debug("release of %s not confirmed (%s); will retry", o->name, errname(err));
-        park_orphan(the_agent, o);
+        park_orphan(a, o);
         return;
     }
     if (result == 0)
@@ -139,6 +147,7 @@ static void on_released(void *arg, int err, long long result)
 
 static void send_orphan(struct agent *a, struct orphan *o)
 {
+    o->ready_seq = a->ready_seq;
     int rc = a->backend->ops->release(a->backend, o->name, o->name_len, o->token, on_released, o);
     if (rc) {
         log_debug("cannot release %s now (%s); will retry when Redis is back", o->name,
@@ -612,6 +621,7 @@ static void on_ready(void *arg)
 {
     struct agent *a = arg;
     a->down_since = 0;
+    a->ready_seq++;
     retry_orphans(a);
     kick_all(a);
     if (a->ready_hook) {

@@ -26,6 +26,7 @@ struct agent {
     ev_timer shutdown_timer;
     double shutdown_deadline;
     struct orphan *orphans;        /* releases to retry when Redis is back */
+    unsigned ready_seq;            /* counts the times a Redis link came back */
     struct tnode orphan_retry;     /* TK_AGENT: retry them while the link is up */
     uint64_t down_since;           /* Redis unreachable since, 0 while it answers */
     void (*ready_hook)(void *arg); /* called once, when Redis first answers */

@@ -73,10 +73,14 @@ int config_parse_addr(const char *text, struct redis_addr *out)
     return 0;
 }
 
-int config_parse_nodes(struct config *c, const char *text)
+int config_parse_nodes(struct config *c, const char *text, bool append)
 {
     struct redis_addr nodes[CONFIG_MAX_NODES];
     unsigned n = 0;
+    if (append) {
+        memcpy(nodes, c->nodes, c->nnodes * sizeof nodes[0]);
+        n = c->nnodes;
+    }
     const char *p = text;
     for (;;) {
         p += strspn(p, ", \t");
@@ -92,7 +96,7 @@ int config_parse_nodes(struct config *c, const char *text)
             return -1;
         p += len;
     }
-    if (n == 0)
+    if (n == 0 || n == (append ? c->nnodes : 0))
         return -1;
     memcpy(c->nodes, nodes, n * sizeof nodes[0]);
     c->nnodes = n;
@@ -185,7 +189,7 @@ static int set_special(struct config *c, const char *section, const char *key, c
     if (agent && strcmp(key, "log_level") == 0)
         return parse_level(v, &c->log_level);
     if (redis && strcmp(key, "address") == 0)
-        return config_parse_nodes(c, v);
+        return config_parse_nodes(c, v, false);
     if (redis && strcmp(key, "user") == 0)
         return copy_str(c->redis_user, sizeof c->redis_user, v);
     if (redis && strcmp(key, "password") == 0)
@@ -228,8 +232,11 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 struct load_ctx {
     struct config *c;
     FILE *f;
-    int line;     /* lines read so far */
-    int err_line; /* line of the first refused setting, 0 if none */
+    int line;      /* lines read so far */
+    int err_line;  /* line of the first refused setting, 0 if none */
+    int long_line; /* a line longer than the parser takes, 0 if none */
+    int max_line;
+    bool nodes_seen; /* an address line was read: more of them add nodes */
     char msg[512];
 };
 
@@ -237,8 +244,15 @@ static char *read_line(char *str, int num, void *stream)
 {
     struct load_ctx *ctx = stream;
     char *s = fgets(str, num, ctx->f);
-    if (s)
-        ctx->line++;
+    if (!s)
+        return NULL;
+    ctx->line++;
+    if (!strchr(s, '\n') && !feof(ctx->f)) {
+        /* The parser would take the rest for a line of its own. */
+        ctx->long_line = ctx->line;
+        ctx->max_line = num - 1;
+        return NULL;
+    }
     return s;
 }
 
@@ -247,8 +261,19 @@ static int on_ini_line(void *user, const char *section, const char *name, const 
     struct load_ctx *ctx = user;
     if (ctx->err_line)
         return 1; /* report the first error only */
-    if (config_set(ctx->c, section, name, value, ctx->msg, sizeof ctx->msg) == 0)
+    if (strcmp(section, "redis") == 0 && strcmp(name, "address") == 0) {
+        /* Repeated (or continued on indented lines), the list grows. */
+        if (config_parse_nodes(ctx->c, value, ctx->nodes_seen) == 0) {
+            ctx->nodes_seen = true;
+            return 1;
+        }
+        snprintf(ctx->msg, sizeof ctx->msg,
+                 "[redis] address: invalid value '%s' (an address is host:port or unix:/path; "
+                 "at most %d nodes)",
+                 value, CONFIG_MAX_NODES);
+    } else if (config_set(ctx->c, section, name, value, ctx->msg, sizeof ctx->msg) == 0) {
         return 1;
+    }
     ctx->err_line = ctx->line;
     return 0;
 }
@@ -268,6 +293,13 @@ int config_load_file(struct config *c, const char *path, char *err, size_t errle
     fclose(ctx.f);
     if (read_failed) {
         snprintf(err, errlen, "%s: cannot read: %s", path, strerror(read_errno));
+        return -1;
+    }
+    if (ctx.long_line && rc == 0) {
+        snprintf(err, errlen,
+                 "%s:%d: line longer than %d bytes (split a long address list over "
+                 "several address lines)",
+                 path, ctx.long_line, ctx.max_line);
         return -1;
     }
     if (rc == 0)

@@ -68,8 +68,9 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 int config_parse_addr(const char *text, struct redis_addr *out);
 
 /* Parses a list of addresses separated by commas and/or blanks into
- * c->nodes (replacing it). -1 when empty, malformed or too long. */
-int config_parse_nodes(struct config *c, const char *text);
+ * c->nodes, replacing the list or appended to it. -1 (c unchanged) when
+ * empty, malformed or more than CONFIG_MAX_NODES in all. */
+int config_parse_nodes(struct config *c, const char *text, bool append);
 
 /* Quorum mode: more than one Redis node. */
 static inline bool config_quorum(const struct config *c)

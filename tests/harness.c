@@ -222,10 +222,16 @@ int h_is_token(const char *s)
     return 1;
 }
 
-static redisContext *redis_connect(int timeout_ms)
+static struct h_node *node_at(int i)
+{
+    cr_assert(i >= 0 && i < H_MAX_NODES, "no Redis node slot %d", i);
+    return &H.node[i];
+}
+
+static redisContext *node_connect(const struct h_node *n, int timeout_ms)
 {
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    redisContext *c = redisConnectUnixWithTimeout(H.redis_sock, tv);
+    redisContext *c = redisConnectUnixWithTimeout(n->sock, tv);
     if (!c)
         return NULL;
     if (c->err) {
@@ -237,22 +243,32 @@ static redisContext *redis_connect(int timeout_ms)
     return c;
 }
 
-static void redis_log_tail(void)
+static void node_log_tail(const struct h_node *n)
 {
-    const char *log = h_read_file(H.redis_log);
+    const char *log = h_read_file(n->log);
     if (log)
-        fprintf(stderr, "---- %s ----\n%s\n", H.redis_log, log);
+        fprintf(stderr, "---- %s ----\n%s\n", n->log, log);
 }
 
-void h_redis_start(void)
+static void node_drop_conn(struct h_node *n)
 {
-    cr_assert_eq(H.redis_pid, 0, "redis-server already running");
-    unlink(H.redis_sock);
+    if (n->conn) {
+        redisFree(n->conn);
+        n->conn = NULL;
+    }
+}
+
+/* Forks a redis-server for node i, without waiting for it. */
+static void node_spawn(int i)
+{
+    struct h_node *n = node_at(i);
+    cr_assert_eq(n->pid, 0, "redis-server %d already running", i);
+    unlink(n->sock);
     char *argv[] = {"redis-server",
                     "--port",
                     "0",
                     "--unixsocket",
-                    H.redis_sock,
+                    n->sock,
                     "--unixsocketperm",
                     "700",
                     "--save",
@@ -264,106 +280,182 @@ void h_redis_start(void)
                     "--dir",
                     H.dir,
                     NULL};
-    H.redis_pid = spawn(argv, H.redis_log, 0);
+    n->pid = spawn(argv, n->log, 0);
+    n->paused = 0;
+    if (i >= H.nnodes)
+        H.nnodes = i + 1;
+}
+
+/* Waits until node i answers PING; keeps that connection. */
+static void node_wait_ready(int i)
+{
+    struct h_node *n = node_at(i);
     int64_t end = h_now_ms() + H_START_MS;
     for (;;) {
         int st;
-        if (waitpid(H.redis_pid, &st, WNOHANG) == H.redis_pid) {
-            H.redis_pid = 0;
-            redis_log_tail();
-            cr_assert_fail("redis-server exited at start (status %d); is it on PATH?",
+        if (waitpid(n->pid, &st, WNOHANG) == n->pid) {
+            n->pid = 0;
+            node_log_tail(n);
+            cr_assert_fail("redis-server %d exited at start (status %d); is it on PATH?", i,
                            status_code(st));
         }
-        redisContext *c = redis_connect(200);
+        redisContext *c = node_connect(n, 200);
         if (c) {
             redisReply *r = redisCommand(c, "PING");
             int ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
             if (r)
                 freeReplyObject(r);
             if (ok) {
-                if (H.redis)
-                    redisFree(H.redis);
-                H.redis = c;
+                node_drop_conn(n);
+                n->conn = c;
                 return;
             }
             redisFree(c);
         }
         if (h_now_ms() > end) {
-            redis_log_tail();
-            cr_assert_fail("redis-server did not answer PING within %d ms", H_START_MS);
+            node_log_tail(n);
+            cr_assert_fail("redis-server %d did not answer PING within %d ms", i, H_START_MS);
         }
         h_sleep_ms(5);
     }
 }
 
-static void redis_drop_conn(void)
+void h_node_start(int i)
 {
-    if (H.redis) {
-        redisFree(H.redis);
-        H.redis = NULL;
+    node_spawn(i);
+    node_wait_ready(i);
+}
+
+void h_nodes_start(int n)
+{
+    cr_assert(n >= 1 && n <= H_MAX_NODES, "cannot start %d Redis nodes", n);
+    int started[H_MAX_NODES] = {0};
+    for (int i = 0; i < n; i++)
+        if (!H.node[i].pid) {
+            node_spawn(i);
+            started[i] = 1;
+        }
+    for (int i = 0; i < n; i++)
+        if (started[i])
+            node_wait_ready(i);
+    H.nnodes = n;
+}
+
+void h_node_resume(int i)
+{
+    struct h_node *n = node_at(i);
+    if (n->pid > 0 && n->paused) {
+        kill(n->pid, SIGCONT);
+        n->paused = 0;
     }
 }
 
-void h_redis_stop(void)
+void h_node_stop(int i)
 {
-    if (!H.redis_pid)
+    struct h_node *n = node_at(i);
+    if (!n->pid)
         return;
-    redis_drop_conn();
-    if (H.redis_stopped)
-        h_redis_resume();
-    kill(H.redis_pid, SIGTERM);
-    if (h_wait_child(H.redis_pid, H_STOP_MS) < 0)
-        kill_reap(H.redis_pid);
-    H.redis_pid = 0;
+    node_drop_conn(n);
+    h_node_resume(i);
+    kill(n->pid, SIGTERM);
+    if (h_wait_child(n->pid, H_STOP_MS) < 0)
+        kill_reap(n->pid);
+    n->pid = 0;
 }
 
-void h_redis_kill(void)
+void h_node_kill(int i)
 {
-    if (!H.redis_pid)
+    struct h_node *n = node_at(i);
+    if (!n->pid)
         return;
-    redis_drop_conn();
-    kill_reap(H.redis_pid);
-    H.redis_pid = 0;
-    H.redis_stopped = 0;
+    node_drop_conn(n);
+    kill_reap(n->pid);
+    n->pid = 0;
+    n->paused = 0;
 }
 
-void h_redis_pause(void)
+void h_node_pause(int i)
 {
-    cr_assert(H.redis_pid > 0);
-    cr_assert_eq(kill(H.redis_pid, SIGSTOP), 0);
-    H.redis_stopped = 1;
+    struct h_node *n = node_at(i);
+    cr_assert(n->pid > 0, "redis-server %d is not running", i);
+    cr_assert_eq(kill(n->pid, SIGSTOP), 0);
+    n->paused = 1;
     /* Our own connection would block on the next command until resumed. */
-    redis_drop_conn();
+    node_drop_conn(n);
 }
 
-void h_redis_resume(void)
+void h_node_restart(int i)
 {
-    if (H.redis_pid > 0 && H.redis_stopped) {
-        kill(H.redis_pid, SIGCONT);
-        H.redis_stopped = 0;
-    }
+    h_node_kill(i);
+    h_node_start(i);
 }
 
-void h_redis_restart(void)
+int h_node_running(int i)
 {
-    h_redis_kill();
-    h_redis_start();
+    const struct h_node *n = node_at(i);
+    return n->pid > 0 && !n->paused;
+}
+
+static redisReply *node_vcmd(int i, const char *fmt, va_list ap)
+{
+    struct h_node *n = node_at(i);
+    cr_assert(n->pid > 0 && !n->paused, "redis-server %d is not running", i);
+    if (n->conn && n->conn->err)
+        node_drop_conn(n);
+    if (!n->conn)
+        n->conn = node_connect(n, 1000);
+    cr_assert_not_null(n->conn, "cannot connect to the test's redis-server %d", i);
+    redisReply *r = redisvCommand(n->conn, fmt, ap);
+    cr_assert_not_null(r, "redis command '%s' on node %d failed: %s", fmt, i, n->conn->errstr);
+    return r;
+}
+
+redisReply *h_node_cmd(int i, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = node_vcmd(i, fmt, ap);
+    va_end(ap);
+    return r;
 }
 
 redisReply *h_redis_cmd(const char *fmt, ...)
 {
-    cr_assert(H.redis_pid > 0 && !H.redis_stopped, "redis-server is not running");
-    if (H.redis && H.redis->err)
-        redis_drop_conn();
-    if (!H.redis)
-        H.redis = redis_connect(1000);
-    cr_assert_not_null(H.redis, "cannot connect to the test's redis-server");
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(H.redis, fmt, ap);
+    redisReply *r = node_vcmd(0, fmt, ap);
     va_end(ap);
-    cr_assert_not_null(r, "redis command '%s' failed: %s", fmt, H.redis->errstr);
     return r;
+}
+
+void h_redis_start(void)
+{
+    h_node_start(0);
+}
+
+void h_redis_stop(void)
+{
+    h_node_stop(0);
+}
+
+void h_redis_kill(void)
+{
+    h_node_kill(0);
+}
+
+void h_redis_pause(void)
+{
+    h_node_pause(0);
+}
+
+void h_redis_resume(void)
+{
+    h_node_resume(0);
+}
+
+void h_redis_restart(void)
+{
+    h_node_restart(0);
 }
 
 /* Keeps s until teardown. */
@@ -391,34 +483,84 @@ static void free_strings(void)
     H.nstrs = H.capstrs = 0;
 }
 
-char *h_redis_get(const char *key)
+char *h_node_get(int i, const char *key)
 {
-    redisReply *r = h_redis_cmd("GET %s", key);
+    redisReply *r = h_node_cmd(i, "GET %s", key);
     char *v = NULL;
     if (r->type == REDIS_REPLY_STRING)
         v = keep_string(r->str);
     else
-        cr_assert_eq(r->type, REDIS_REPLY_NIL, "GET %s: unexpected reply type %d", key, r->type);
+        cr_assert_eq(r->type, REDIS_REPLY_NIL, "GET %s on node %d: unexpected reply type %d", key,
+                     i, r->type);
     freeReplyObject(r);
     return v;
 }
 
-int h_redis_exists(const char *key)
+int h_node_exists(int i, const char *key)
 {
-    redisReply *r = h_redis_cmd("EXISTS %s", key);
+    redisReply *r = h_node_cmd(i, "EXISTS %s", key);
     cr_assert_eq(r->type, REDIS_REPLY_INTEGER);
     int v = (int)r->integer;
     freeReplyObject(r);
     return v;
 }
 
-long long h_redis_pttl(const char *key)
+long long h_node_pttl(int i, const char *key)
 {
-    redisReply *r = h_redis_cmd("PTTL %s", key);
+    redisReply *r = h_node_cmd(i, "PTTL %s", key);
     cr_assert_eq(r->type, REDIS_REPLY_INTEGER);
     long long v = r->integer;
     freeReplyObject(r);
     return v;
+}
+
+void h_node_del(int i, const char *key)
+{
+    freeReplyObject(h_node_cmd(i, "DEL %s", key));
+}
+
+void h_node_set_px(int i, const char *key, const char *val, long long px)
+{
+    redisReply *r = h_node_cmd(i, "SET %s %s PX %lld", key, val, px);
+    cr_assert_eq(r->type, REDIS_REPLY_STATUS, "SET %s on node %d failed", key, i);
+    freeReplyObject(r);
+}
+
+long long h_node_subscribers(int i, const char *channel)
+{
+    redisReply *r = h_node_cmd(i, "PUBSUB NUMSUB %s", channel);
+    long long n = 0;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER)
+        n = r->element[1]->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+long long h_node_uptime_s(int i)
+{
+    redisReply *r = h_node_cmd(i, "INFO server");
+    cr_assert_eq(r->type, REDIS_REPLY_STRING, "INFO on node %d: reply type %d", i, r->type);
+    const char *p = strstr(r->str, "uptime_in_seconds:");
+    long long v = p ? strtoll(p + strlen("uptime_in_seconds:"), NULL, 10) : -1;
+    freeReplyObject(r);
+    cr_assert_geq(v, 0, "no uptime_in_seconds in INFO of node %d", i);
+    return v;
+}
+
+char *h_redis_get(const char *key)
+{
+    return h_node_get(0, key);
+}
+
+int h_redis_exists(const char *key)
+{
+    return h_node_exists(0, key);
+}
+
+long long h_redis_pttl(const char *key)
+{
+    return h_node_pttl(0, key);
 }
 
 long long h_redis_count_keys(const char *pattern)
@@ -432,14 +574,12 @@ long long h_redis_count_keys(const char *pattern)
 
 void h_redis_del(const char *key)
 {
-    freeReplyObject(h_redis_cmd("DEL %s", key));
+    h_node_del(0, key);
 }
 
 void h_redis_set_px(const char *key, const char *val, long long px)
 {
-    redisReply *r = h_redis_cmd("SET %s %s PX %lld", key, val, px);
-    cr_assert_eq(r->type, REDIS_REPLY_STATUS, "SET %s failed", key);
-    freeReplyObject(r);
+    h_node_set_px(0, key, val, px);
 }
 
 int h_redis_set_nx_px(const char *key, const char *val, long long px)
@@ -461,6 +601,15 @@ const char *h_key(const char *name)
     return b;
 }
 
+const char *h_fence_key(const char *name)
+{
+    static char bufs[8][512];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, sizeof bufs[0], "dlock:{dlock:%s} fence", name);
+    return b;
+}
+
 /* ---- dlockd ---- */
 
 static struct h_agent *agent_at(int i)
@@ -468,6 +617,10 @@ static struct h_agent *agent_at(int i)
     cr_assert(i >= 0 && i < H_MAX_AGENTS, "no agent slot %d", i);
     return &H.agent[i];
 }
+
+/* Longest config file line dlockd reads (inih's INI_MAX_LINE, 200 bytes
+ * including the newline and the terminating NUL). */
+#define INI_LINE_MAX 199
 
 /* Appends "key = value" to f unless `given` already sets key. */
 static void default_key(FILE *f, const char *given, const char *key, const char *value)
@@ -486,7 +639,18 @@ void h_agent_config(int i, const char *agent_ini, const char *redis_ini)
     default_key(f, agent_ini, "log_level", "debug");
     if (agent_ini)
         fprintf(f, "%s\n", agent_ini);
-    fprintf(f, "\n[redis]\naddress = %s\n", H.redis_addr);
+    char addr[INI_LINE_MAX + 1] = "";
+    if (H.nnodes > 1)
+        for (int n = 0; n < H.nnodes; n++) {
+            size_t used = strlen(addr);
+            snprintf(addr + used, sizeof addr - used, "%s%s", n ? ", " : "", H.node[n].addr);
+        }
+    else
+        snprintf(addr, sizeof addr, "%s", H.redis_addr);
+    /* The agent reads lines of up to INI_LINE_MAX bytes, newline included. */
+    cr_assert_leq(strlen("address = \n") + strlen(addr), INI_LINE_MAX,
+                  "the address line is too long for the agent's config file");
+    fprintf(f, "\n[redis]\naddress = %s\n", addr);
     default_key(f, redis_ini, "connect_timeout_ms", "500");
     default_key(f, redis_ini, "reconnect_min_ms", "20");
     default_key(f, redis_ini, "reconnect_max_ms", "250");
@@ -527,67 +691,124 @@ int h_client_try_open(int agent, dlock_client **out)
     return dlock_client_open(out, agent_at(agent)->sock);
 }
 
-/* The release channel of agent i: "<prefix>@released", the prefix read from
- * its config file (the agent's default when absent). */
-static void agent_channel(int i, char *out, size_t len)
+/* The value of `key` in agent i's config file (its last setting, in any
+ * section) copied into out; 0 when the file does not set it. */
+static int conf_value(int i, const char *key, char *out, size_t len)
 {
-    char prefix[128] = "dlock:";
+    int found = 0;
+    size_t klen = strlen(key);
     FILE *f = fopen(H.agent[i].conf, "r");
-    char line[512];
+    char line[1024];
     while (f && fgets(line, sizeof line, f)) {
         char *p = line;
         while (*p == ' ' || *p == '\t')
             p++;
-        if (strncmp(p, "prefix", 6) != 0)
+        if (strncmp(p, key, klen) != 0)
             continue;
-        p = strchr(p, '=');
-        if (!p)
+        p += klen;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p != '=')
             continue;
         p++;
         while (*p == ' ' || *p == '\t')
             p++;
         size_t n = strcspn(p, " \t\r\n;");
-        if (n < sizeof prefix) {
-            memcpy(prefix, p, n);
-            prefix[n] = '\0';
+        if (n < len) {
+            memcpy(out, p, n);
+            out[n] = '\0';
+            found = 1;
         }
     }
     if (f)
         fclose(f);
+    return found;
+}
+
+/* A numeric setting of agent i's config file, or dflt. */
+static long long conf_number(int i, const char *key, long long dflt)
+{
+    char v[64];
+    return conf_value(i, key, v, sizeof v) ? strtoll(v, NULL, 10) : dflt;
+}
+
+/* The release channel of agent i: "<prefix>@released", the prefix read from
+ * its config file (the agent's default when absent). */
+static void agent_channel(int i, char *out, size_t len)
+{
+    char prefix[128] = "dlock:";
+    conf_value(i, "prefix", prefix, sizeof prefix);
     snprintf(out, len, "%s@released", prefix);
 }
 
-static long long channel_subscribers(const char *channel)
+/* Nodes of 0..H.nnodes-1 that run and are not paused. */
+static int nodes_up(void)
 {
-    redisReply *r = h_redis_cmd("PUBSUB NUMSUB %s", channel);
-    long long n = 0;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[1]->type == REDIS_REPLY_INTEGER)
-        n = r->element[1]->integer;
-    freeReplyObject(r);
-    return n;
+    int up = 0;
+    for (int n = 0; n < H.nnodes; n++)
+        up += h_node_running(n);
+    return up;
+}
+
+/* Quorum mode: whether every node of 0..H.nnodes-1 that runs holds key. */
+static int on_every_running_node(const char *key)
+{
+    for (int n = 0; n < H.nnodes; n++)
+        if (h_node_running(n) && !h_node_exists(n, key))
+            return 0;
+    return 1;
 }
 
 /* A fresh agent accepts clients before its Redis links are up. So that tests
  * do not race that start-up, take and give back a probe lock until Redis
  * answers (any answer but EUNAVAIL ends the probe: a test may configure a
  * Redis the agent cannot use), then wait for the release-channel
- * subscription. Neither wait fails the test: the test itself will. */
+ * subscription. Neither wait fails the test: the test itself will.
+ *
+ * In quorum mode a grant needs only a majority, so the probe goes on until a
+ * grant has put the probe key on every node that runs (all the agent's links
+ * are up), and the subscription is awaited on every such node. Nodes excluded
+ * from quorums after their start make the probe fail with ENOQUORUM for up
+ * to max_ttl_ms, so the probe may take that long. */
 static void agent_settle(int i, dlock_client *c)
 {
-    if (!H.redis_pid || H.redis_stopped)
+    int quorum = H.nnodes > 1;
+    if (quorum ? nodes_up() <= H.nnodes / 2 : !h_node_running(0))
         return;
-    int64_t end = h_now_ms() + 2000;
+    long long min_ttl = conf_number(i, "min_ttl_ms", 30);
+    long long max_ttl = conf_number(i, "max_ttl_ms", 24LL * 3600 * 1000);
+    long long wait = 2000;
+    if (quorum)
+        wait = max_ttl + 3000 < 25000 ? max_ttl + 3000 : 25000;
+    int64_t end = h_now_ms() + wait;
+    uint32_t ttl = 1000;
+    if (ttl < min_ttl)
+        ttl = (uint32_t)min_ttl;
+    if (ttl > max_ttl)
+        ttl = (uint32_t)max_ttl;
+    char prefix[128] = "dlock:", probe_key[256];
+    conf_value(i, "prefix", prefix, sizeof prefix);
+    snprintf(probe_key, sizeof probe_key, "%s__harness_probe__", prefix);
     int rc;
     for (;;) {
         dlock_lease *l = NULL;
-        dlock_acquire_options o = {.ttl_ms = 1000, .wait_ms = 0};
+        dlock_acquire_options o = {.ttl_ms = ttl, .wait_ms = 0};
         rc = dlock_lease_acquire(c, "__harness_probe__", &o, &l);
+        int everywhere = 1;
+        if (rc == 0 && quorum) {
+            /* The nodes beyond the majority may answer a moment later. */
+            int64_t t = h_now_ms() + 200;
+            while (!(everywhere = on_every_running_node(probe_key)) && h_now_ms() < t)
+                h_sleep_ms(5);
+        }
         if (rc == 0)
             dlock_lease_release(l);
-        if (rc != DLOCK_EUNAVAIL || h_now_ms() > end)
+        int again = rc == DLOCK_EUNAVAIL;
+        if (quorum)
+            again = rc == DLOCK_ENOQUORUM || rc == DLOCK_EBUSY || (rc == 0 && !everywhere);
+        if (!again || h_now_ms() > end)
             break;
-        h_sleep_ms(5);
+        h_sleep_ms(rc == DLOCK_EBUSY ? 20 : 5);
     }
     if (rc != 0 && rc != DLOCK_EBUSY)
         return;
@@ -601,8 +822,9 @@ static void agent_settle(int i, dlock_client *c)
         if (strcmp(mine, other) == 0)
             want++;
     }
-    while (channel_subscribers(mine) < want && h_now_ms() < end)
-        h_sleep_ms(5);
+    for (int n = 0; n < (quorum ? H.nnodes : 1); n++)
+        while (h_node_running(n) && h_node_subscribers(n, mine) < want && h_now_ms() < end)
+            h_sleep_ms(5);
 }
 
 void h_agent_start_n(int i)
@@ -611,8 +833,11 @@ void h_agent_start_n(int i)
     cr_assert_eq(a->pid, 0, "agent %d already running", i);
     if (access(a->conf, F_OK) != 0)
         h_agent_config(i, NULL, NULL);
-    char *argv[] = {DLOCKD_PATH, "-c", a->conf, "-s", a->sock, "-r", H.redis_addr, "-v", NULL};
+    char *argv[] = {DLOCKD_PATH, "-c", a->conf, "-s", a->sock, "-v", "-r", H.redis_addr, NULL};
+    if (H.nnodes > 1)
+        argv[6] = NULL; /* quorum mode: the node list of the config file */
     a->pid = spawn(argv, a->log, 0);
+    a->paused = 0;
     int64_t end = h_now_ms() + H_START_MS;
     int rc = 0;
     for (;;) {
@@ -651,11 +876,51 @@ void h_start_two(const char *agent_ini)
         h_agent_start_n(i);
 }
 
+/* Appends "key = value" to buf unless `given` already sets key. */
+static void default_line(char *buf, size_t cap, const char *given, const char *key,
+                         const char *value)
+{
+    if (given && strstr(given, key))
+        return;
+    size_t used = strlen(buf);
+    snprintf(buf + used, cap - used, "%s = %s\n", key, value);
+}
+
+void h_quorum_start(int nnodes, int nagents, const char *agent_ini, const char *redis_ini)
+{
+    cr_assert(nnodes >= 3 && nnodes % 2 == 1 && nnodes <= H_MAX_NODES, "quorum mode over %d nodes",
+              nnodes);
+    cr_assert(nagents >= 1 && nagents <= H_MAX_AGENTS, "%d agents", nagents);
+    char aini[2048] = "", rini[2048] = "";
+    default_line(aini, sizeof aini, agent_ini, "max_ttl_ms", "2000");
+    default_line(aini, sizeof aini, agent_ini, "default_ttl_ms", "1500");
+    default_line(aini, sizeof aini, agent_ini, "min_ttl_ms", "400");
+    default_line(rini, sizeof rini, redis_ini, "node_timeout_ms", "300");
+    size_t used = strlen(aini);
+    snprintf(aini + used, sizeof aini - used, "%s", agent_ini ? agent_ini : "");
+    used = strlen(rini);
+    snprintf(rini + used, sizeof rini - used, "%s", redis_ini ? redis_ini : "");
+    h_nodes_start(nnodes);
+    for (int i = 0; i < nagents; i++)
+        h_agent_config(i, aini, rini);
+    /* A node first seen with an uptime below max_ttl_ms does not count until
+     * it has been up that long: wait for that here, once for all agents, on
+     * the nodes' own uptime. Redis counts it in whole seconds of wall clock,
+     * possibly one too many, and the agent takes it as one less. */
+    long long max_ttl = conf_number(0, "max_ttl_ms", 2000);
+    cr_assert_leq(max_ttl, 20000, "max_ttl_ms %lld: the nodes would be excluded too long", max_ttl);
+    for (int n = 0; n < nnodes; n++)
+        H_WAIT_UNTIL(max_ttl + 4000, (h_node_uptime_s(n) - 1) * 1000 >= max_ttl);
+    for (int i = 0; i < nagents; i++)
+        h_agent_start_n(i);
+}
+
 int h_agent_stop(int i)
 {
     struct h_agent *a = agent_at(i);
     if (!a->pid)
         return -1;
+    h_agent_resume(i);
     kill(a->pid, SIGTERM);
     int st = h_wait_child(a->pid, H_STOP_MS);
     if (st == -1) {
@@ -673,6 +938,24 @@ void h_agent_kill(int i)
     struct h_agent *a = agent_at(i);
     kill_reap(a->pid);
     a->pid = 0;
+    a->paused = 0;
+}
+
+void h_agent_pause(int i)
+{
+    struct h_agent *a = agent_at(i);
+    cr_assert(a->pid > 0, "agent %d is not running", i);
+    cr_assert_eq(kill(a->pid, SIGSTOP), 0);
+    a->paused = 1;
+}
+
+void h_agent_resume(int i)
+{
+    struct h_agent *a = agent_at(i);
+    if (a->pid > 0 && a->paused) {
+        kill(a->pid, SIGCONT);
+        a->paused = 0;
+    }
 }
 
 /* ---- clients ---- */
@@ -1125,13 +1408,26 @@ void h_setup(void)
     for (int i = 0; i < H_MAX_FDS; i++)
         H.fds[i] = -1;
     unsetenv("DLOCK_SOCKET");
-    snprintf(H.dir, sizeof H.dir, "/tmp/dlock-test-XXXXXX");
+    /* Short: in quorum mode every node's socket path goes on one line of the
+     * agent's config file (see h_agent_config()). */
+    snprintf(H.dir, sizeof H.dir, "/tmp/dlock-XXXXXX");
     cr_assert_not_null(mkdtemp(H.dir), "mkdtemp: %s", strerror(errno));
-    snprintf(H.redis_sock, sizeof H.redis_sock, "%s/redis.sock", H.dir);
-    snprintf(H.redis_log, sizeof H.redis_log, "%s/redis.log", H.dir);
-    snprintf(H.redis_addr, sizeof H.redis_addr, "unix:%s/redis.sock", H.dir);
+    for (int i = 0; i < H_MAX_NODES; i++) {
+        struct h_node *n = &H.node[i];
+        char suffix[16] = "";
+        if (i > 0)
+            snprintf(suffix, sizeof suffix, "%d", i);
+        snprintf(n->sock, sizeof n->sock, "%s/redis%s.sock", H.dir, suffix);
+        snprintf(n->log, sizeof n->log, "%s/redis%s.log", H.dir, suffix);
+        snprintf(n->addr, sizeof n->addr, "unix:%s/redis%s.sock", H.dir, suffix);
+    }
+    memcpy(H.redis_sock, H.node[0].sock, sizeof H.redis_sock);
+    memcpy(H.redis_log, H.node[0].log, sizeof H.redis_log);
+    memcpy(H.redis_addr, H.node[0].addr, sizeof H.redis_addr);
     for (int i = 0; i < H_MAX_AGENTS; i++) {
-        const char *suffix = i == 0 ? "" : "2";
+        char suffix[16] = "";
+        if (i > 0)
+            snprintf(suffix, sizeof suffix, "%d", i + 1);
         snprintf(H.agent[i].sock, sizeof H.agent[i].sock, "%s/dlock%s.sock", H.dir, suffix);
         snprintf(H.agent[i].conf, sizeof H.agent[i].conf, "%s/dlockd%s.conf", H.dir, suffix);
         snprintf(H.agent[i].log, sizeof H.agent[i].log, "%s/dlockd%s.log", H.dir, suffix);
@@ -1143,10 +1439,12 @@ void h_finish(void)
     for (int i = 0; i < H_MAX_CLIENTS; i++)
         if (H.clients[i])
             h_client_close(H.clients[i]);
-    h_redis_resume();
+    for (int n = 0; n < H_MAX_NODES; n++)
+        h_node_resume(n);
     for (int i = 0; i < H_MAX_AGENTS; i++) {
         if (!H.agent[i].pid)
             continue;
+        h_agent_resume(i);
         cr_assert(h_agent_alive(i), "dlockd %d died during the test", i);
         int st = h_agent_stop(i);
         if (st != 0)
@@ -1188,9 +1486,11 @@ void h_teardown(void)
         kill_reap(H.agent[i].pid);
         H.agent[i].pid = 0;
     }
-    kill_reap(H.redis_pid);
-    H.redis_pid = 0;
-    redis_drop_conn();
+    for (int n = 0; n < H_MAX_NODES; n++) {
+        kill_reap(H.node[n].pid);
+        H.node[n].pid = 0;
+        node_drop_conn(&H.node[n]);
+    }
     free_strings();
     if (!H.dir[0])
         return;

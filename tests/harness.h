@@ -1,6 +1,7 @@
-/* harness.h -- helpers for the integration tests: a private redis-server and
- * dlockd per test, clients that record their events, forked lock holders,
- * raw protocol sockets, dlockctl runs, and deadline-bounded waits.
+/* harness.h -- helpers for the integration tests: private redis-servers (one,
+ * or several independent nodes for quorum mode) and dlockd agents per test,
+ * clients that record their events, forked lock holders, raw protocol
+ * sockets, dlockctl runs, and deadline-bounded waits.
  *
  * Criterion runs each test in its own forked worker, in parallel. Every test
  * gets a fresh temporary directory holding its Redis socket, agent socket,
@@ -14,8 +15,17 @@
  *       ...
  *   }
  *
- * When the body returns, the harness closes the clients and stops every agent
- * with SIGTERM, and the test fails unless each exits with status 0 (so a
+ * Quorum-mode tests start several nodes and agents at once, and act on one
+ * node at a time:
+ *
+ *   h_quorum_start(3, 2, NULL, NULL);   // 3 redis-servers, agents 0 and 1
+ *   h_node_restart(1);                  // node 1 comes back empty
+ *
+ * Agents can be frozen (h_agent_pause()) like nodes (h_node_pause()).
+ *
+ * When the body returns, the harness closes the clients, resumes frozen nodes
+ * and agents, and stops every agent with SIGTERM, and the test fails unless
+ * each exits with status 0 (so a
  * sanitizer report or crash in the agent fails the test that caused it).
  * The teardown kills whatever is left and removes the directory, also after a
  * failed assertion; when a test fails it prints the tail of the agent logs.
@@ -33,7 +43,8 @@
 #include "dlock.h"
 #include "wire.h"
 
-#define H_MAX_AGENTS   2
+#define H_MAX_AGENTS   3
+#define H_MAX_NODES    5 /* redis-servers: one, or 3 or 5 for quorum mode */
 #define H_MAX_CLIENTS  16
 #define H_MAX_EVENTS   64
 #define H_MAX_CHILDREN 16
@@ -46,6 +57,7 @@
 
 struct h_agent {
     pid_t pid;      /* 0 when not running */
+    int paused;     /* SIGSTOPped by h_agent_pause() */
     char sock[108]; /* fits sockaddr_un.sun_path */
     char conf[H_PATH];
     char log[H_PATH];
@@ -85,14 +97,26 @@ struct h_holder {
     int have_rc;
 };
 
+/* One redis-server. Node 0 is the Redis of the single-node tests. */
+struct h_node {
+    pid_t pid;         /* 0 when not running */
+    int paused;        /* SIGSTOPped */
+    char sock[H_PATH]; /* DIR/redis.sock for node 0, DIR/redis<i>.sock for the others */
+    char log[H_PATH];
+    char addr[H_PATH];  /* "unix:<sock>" */
+    redisContext *conn; /* the harness's own connection (NULL until needed) */
+};
+
 struct h_env {
     char dir[64];
+    /* Node 0's paths (the same strings as node[0]), for single-node tests. */
     char redis_sock[H_PATH];
     char redis_log[H_PATH];
     char redis_addr[H_PATH]; /* "unix:<redis_sock>" */
-    pid_t redis_pid;
-    int redis_stopped; /* SIGSTOPped */
-    redisContext *redis;
+    struct h_node node[H_MAX_NODES];
+    /* The nodes agents are configured with: 0..nnodes-1. 0 or 1 is
+     * single-node mode (node 0), 3 or 5 quorum mode. */
+    int nnodes;
     struct h_agent agent[H_MAX_AGENTS];
     struct h_cl *clients[H_MAX_CLIENTS];
     pid_t children[H_MAX_CHILDREN]; /* holders, dlockctl runs: killed at teardown */
@@ -158,20 +182,53 @@ void h_sleep_ms(int ms);
  * rather than before dlock_lease_release() returns. */
 #define H_KEY_GONE(key) H_WAIT_UNTIL(500, !h_redis_exists(key))
 
-/* ---- redis-server ---- */
+/* ---- redis-server nodes ----
+ *
+ * Every node is a redis-server on its own Unix socket in DIR, without
+ * persistence, so a node started again after a kill is empty. The h_node_*
+ * functions take the node index; the h_redis_* ones act on node 0, the Redis
+ * of single-node tests. */
 
-void h_redis_start(void);   /* fresh or again on the same socket; connects H.redis */
-void h_redis_stop(void);    /* SIGTERM + waitpid */
-void h_redis_kill(void);    /* SIGKILL + waitpid */
-void h_redis_pause(void);   /* SIGSTOP */
-void h_redis_resume(void);  /* SIGCONT */
-void h_redis_restart(void); /* kill -9, then start on the same socket (empty) */
+/* Starts nodes 0..n-1 (those not running yet; 1 <= n <= H_MAX_NODES) and sets
+ * H.nnodes to n: agents configured afterwards use all of them (quorum mode
+ * for 3 or 5). Fails the test unless each answers PING within H_START_MS. */
+void h_nodes_start(int n);
+/* Starts node i, fresh or again on the same socket (empty), and waits for its
+ * PING; raises H.nnodes to i+1 when it was lower. */
+void h_node_start(int i);
+void h_node_stop(int i);    /* SIGTERM (SIGCONT first if paused) + waitpid */
+void h_node_kill(int i);    /* SIGKILL + waitpid */
+void h_node_pause(int i);   /* SIGSTOP: the node keeps its connections and data */
+void h_node_resume(int i);  /* SIGCONT */
+void h_node_restart(int i); /* kill -9, then start on the same socket (empty, new run id) */
+int h_node_running(int i);  /* running and not paused */
 
-/* Runs a command on H.redis (reconnecting if needed); fails the test when
- * there is no reply. The caller frees the reply with freeReplyObject(). */
+/* Runs a command on node i (reconnecting if needed); fails the test when
+ * there is no reply or the node is not running or paused. The caller frees
+ * the reply with freeReplyObject(). */
+redisReply *h_node_cmd(int i, const char *fmt, ...);
+/* GET on node i: the value, or NULL when the key does not exist. The string
+ * belongs to the harness (freed at teardown, so a failed assertion leaks
+ * nothing). */
+char *h_node_get(int i, const char *key);
+int h_node_exists(int i, const char *key);
+long long h_node_pttl(int i, const char *key); /* -2 no key, -1 no TTL */
+void h_node_set_px(int i, const char *key, const char *val, long long px);
+void h_node_del(int i, const char *key);
+/* PUBSUB NUMSUB channel on node i. */
+long long h_node_subscribers(int i, const char *channel);
+/* INFO server uptime_in_seconds of node i. */
+long long h_node_uptime_s(int i);
+
+void h_redis_start(void);   /* h_node_start(0) */
+void h_redis_stop(void);    /* h_node_stop(0) */
+void h_redis_kill(void);    /* h_node_kill(0) */
+void h_redis_pause(void);   /* h_node_pause(0) */
+void h_redis_resume(void);  /* h_node_resume(0) */
+void h_redis_restart(void); /* h_node_restart(0) */
+
+/* The h_node_* functions on node 0. */
 redisReply *h_redis_cmd(const char *fmt, ...);
-/* GET: the value, or NULL when the key does not exist. The string belongs to
- * the harness (freed at teardown, so a failed assertion leaks nothing). */
 char *h_redis_get(const char *key);
 int h_redis_exists(const char *key);
 long long h_redis_pttl(const char *key); /* -2 no key, -1 no TTL */
@@ -186,22 +243,42 @@ int h_is_token(const char *s);
 /* ---- dlockd ---- */
 
 /* Writes agent i's config file: `agent_ini` goes under [agent] (may be NULL),
- * `redis_ini` under [redis] after the address line (may be NULL). */
+ * `redis_ini` under [redis] after the address line (may be NULL). The
+ * address line names node 0, or, when H.nnodes > 1, nodes 0..H.nnodes-1
+ * separated by commas (quorum mode); it must fit in the 199 bytes of a line
+ * dlockd reads, which the socket paths in DIR do for H_MAX_NODES nodes. */
 void h_agent_config(int i, const char *agent_ini, const char *redis_ini);
 /* Starts agent i with its config (written with defaults unless
  * h_agent_config() was called) and waits until a client can open and, when
- * Redis is up, until the agent has reached it (a probe lock
- * "__harness_probe__" is taken and given back) and subscribed to its release
- * channel. */
+ * Redis is up (in quorum mode: a majority of the nodes), until the agent has
+ * reached it (a probe lock "__harness_probe__" is taken and given back) and
+ * subscribed to its release channel (on every node that runs). In
+ * single-node mode node 0 is given with -r; in quorum mode the nodes come
+ * from the config file, and the probe goes on until a grant has put its key
+ * on every node that runs (so all the agent's links are up), also while the
+ * nodes are excluded from quorums after their start (up to the agent's
+ * max_ttl_ms, read from its config file, plus 3 s; at most 25 s). */
 void h_agent_start_n(int i);
 /* h_redis_start() + h_agent_config(0, agent_ini, NULL) + h_agent_start_n(0). */
 void h_start(const char *agent_ini);
 /* Two agents on one Redis, standing for two hosts: h_redis_start(), then
  * agents 0 and 1 configured with agent_ini (may be NULL) and started. */
 void h_start_two(const char *agent_ini);
-/* SIGTERM agent i, wait; returns the exit status (128+sig if killed). */
+/* Quorum mode: starts nnodes nodes (h_nodes_start()), configures agents
+ * 0..nagents-1 with agent_ini and redis_ini (either may be NULL), waits until
+ * every node has been up for the agents' max_ttl_ms (by its INFO uptime, less
+ * the second Redis may count too many, as the agent does), so that no node is
+ * excluded from quorums as freshly started when the agents first see it,
+ * then starts the agents. Settings missing from agent_ini / redis_ini get
+ * quorum-friendly values: max_ttl_ms = 2000, default_ttl_ms = 1500,
+ * min_ttl_ms = 400, node_timeout_ms = 300. */
+void h_quorum_start(int nnodes, int nagents, const char *agent_ini, const char *redis_ini);
+/* SIGTERM agent i (SIGCONT first if paused), wait; returns the exit status
+ * (128+sig if killed). */
 int h_agent_stop(int i);
-void h_agent_kill(int i); /* SIGKILL + waitpid */
+void h_agent_kill(int i);   /* SIGKILL + waitpid */
+void h_agent_pause(int i);  /* SIGSTOP; the teardown resumes it before stopping it */
+void h_agent_resume(int i); /* SIGCONT */
 int h_agent_alive(int i);
 /* Prints the last `lines` lines of agent i's log to stderr. */
 void h_agent_log_tail(int i, int lines);
@@ -228,6 +305,9 @@ void h_acquire_async(struct h_cl *cl, const char *name, uint32_t ttl_ms, int64_t
                      struct h_acq *acq);
 /* The Redis key of lock name under the default prefix. */
 const char *h_key(const char *name);
+/* The fencing counter key of lock name under the default prefix,
+ * "dlock:{dlock:NAME} fence" (docs/fencing.md). */
+const char *h_fence_key(const char *name);
 
 /* ---- forked holder processes ---- */
 

@@ -618,6 +618,51 @@ Test(set, address_list)
     }
 }
 
+Test(file, address_lines_add_up_to_nine_nodes)
+{
+    /* Repeated address lines, and indented continuation lines, add nodes:
+     * a list of 9 long host names does not fit on one parser line. */
+    static const char text[] = "[redis]\n"
+                               "address = redis-a.example.net:6379, redis-b.example.net:6379\n"
+                               "address = redis-c.example.net:6379\n"
+                               "  redis-d.example.net:6379, redis-e.example.net:6379\n";
+    struct config c;
+    config_defaults(&c);
+    char path[256], err[512];
+    cr_assert_eq(load_text(&c, text, path, sizeof path, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.nnodes, 5);
+    cr_assert_str_eq(c.nodes[0].host, "redis-a.example.net");
+    cr_assert_str_eq(c.nodes[2].host, "redis-c.example.net");
+    cr_assert_str_eq(c.nodes[4].host, "redis-e.example.net");
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+    /* A second file starts a new list. */
+    cr_assert_eq(load_text(&c, "[redis]\naddress = solo:1\n", path, sizeof path, err, sizeof err),
+                 0, "%s", err);
+    cr_assert_eq(c.nnodes, 1);
+    /* A tenth node is refused, naming the line. */
+    static const char ten[] = "[redis]\n"
+                              "address = a:1, b:2, c:3, d:4, e:5\n"
+                              "address = f:6, g:7, h:8, i:9\n"
+                              "address = j:10\n";
+    cr_assert_eq(load_text(&c, ten, path, sizeof path, err, sizeof err), -1);
+    cr_assert(strstr(err, ":4: [redis] address") && strstr(err, "at most 9"), "%s", err);
+}
+
+Test(file, overlong_line_is_named)
+{
+    char text[600];
+    int n = snprintf(text, sizeof text, "[redis]\naddress = ");
+    for (int i = 0; i < 9; i++)
+        n += snprintf(text + n, sizeof text - (size_t)n, "%sredis-%c.example.net:6379",
+                      i ? ", " : "", 'a' + i);
+    snprintf(text + n, sizeof text - (size_t)n, "\n");
+    struct config c;
+    config_defaults(&c);
+    char path[256], err[512];
+    cr_assert_eq(load_text(&c, text, path, sizeof path, err, sizeof err), -1);
+    cr_assert(strstr(err, ":2: line longer than"), "%s", err);
+}
+
 Test(set, unknown_keys_and_sections)
 {
     struct config c, d;
