@@ -43,9 +43,9 @@ struct qop {
     TAILQ_ENTRY(qop) tlink; /* in qb.timed while an acquire phase is open */
     struct qb *qb;
     uint8_t kind;
-    uint8_t phase;   /* acquire: 1 taking the key, 2 writing the token back */
-    bool decided;    /* cb has been called */
-    unsigned refs;   /* node callbacks still to come */
+    uint8_t phase;    /* acquire: 1 taking the key, 2 writing the token back */
+    bool decided;     /* cb has been called */
+    unsigned refs;    /* node callbacks still to come */
     uint64_t expires; /* end of the open acquire phase */
     backend_cb cb;
     void *arg;
@@ -152,8 +152,8 @@ static void op_send(struct qop *op, unsigned i)
     case Q_ACQUIRE:
         rc = op->phase == 1 ? backend_redis_acquire_floor(be, op->name, op->name_len, op->token,
                                                           op->ttl_ms, op->fence, on_node_reply, arg)
-                            : backend_redis_fence(be, op->name, op->name_len, op->token,
-                                                  op->ttl_ms, op->fence, on_node_reply, arg);
+                            : backend_redis_fence(be, op->name, op->name_len, op->token, op->ttl_ms,
+                                                  op->fence, on_node_reply, arg);
         break;
     case Q_RENEW:
         rc = be->ops->renew(be, op->name, op->name_len, op->token, op->ttl_ms, on_node_reply, arg);
