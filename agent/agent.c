@@ -101,6 +101,7 @@ static void waiter_expired(struct agent *a, struct waiter *w)
 struct orphan {
     struct orphan *next;
     uint64_t expires;
+    bool notify;        /* publish the release notice (not for a missed acquire) */
     unsigned ready_seq; /* agent.ready_seq when sent */
     uint16_t name_len;
     char token[TOKEN_HEX + 1];
@@ -148,7 +149,8 @@ static void on_released(void *arg, int err, long long result)
 static void send_orphan(struct agent *a, struct orphan *o)
 {
     o->ready_seq = a->ready_seq;
-    int rc = a->backend->ops->release(a->backend, o->name, o->name_len, o->token, on_released, o);
+    int rc = a->backend->ops->release(a->backend, o->name, o->name_len, o->token, o->notify,
+                                      on_released, o);
     if (rc) {
         log_debug("cannot release %s now (%s); will retry when Redis is back", o->name,
                   errname(rc));
@@ -157,8 +159,12 @@ static void send_orphan(struct agent *a, struct orphan *o)
 }
 
 /* Compare-and-delete of a key we hold, or may hold, with a TTL of ttl_ms
- * counted from now at the latest. */
-static void release_key(struct agent *a, const struct lock *l, const char *token, uint32_t ttl_ms)
+ * counted from now at the latest. The release notice wakes the waiters; it
+ * is left out after an acquire that missed (the key was never granted): in
+ * quorum mode such clean-ups are routine, and waking every waiter for each
+ * would make them retry in a loop while the lock is held. */
+static void drop_key(struct agent *a, const struct lock *l, const char *token, uint32_t ttl_ms,
+                     bool notify)
 {
     struct orphan *o = malloc(sizeof *o + l->name_len + 1);
     if (!o) {
@@ -166,10 +172,22 @@ static void release_key(struct agent *a, const struct lock *l, const char *token
         return;
     }
     o->expires = now_ns() + (uint64_t)ttl_ms * NS_PER_MS;
+    o->notify = notify;
     o->name_len = l->name_len;
     memcpy(o->token, token, sizeof o->token);
     memcpy(o->name, l->name, (size_t)l->name_len + 1);
     send_orphan(a, o);
+}
+
+static void release_key(struct agent *a, const struct lock *l, const char *token, uint32_t ttl_ms)
+{
+    drop_key(a, l, token, ttl_ms, true);
+}
+
+/* After an acquire that did not take the lock, or whose answer is unknown. */
+static void withdraw_key(struct agent *a, const struct lock *l)
+{
+    drop_key(a, l, l->acq_token, l->acq_ttl_ms, false);
 }
 
 /* Sends the unconfirmed releases again. */
@@ -259,7 +277,9 @@ static void on_renewed(void *arg, int err, long long result)
         lease_publish(le);
         lease_set_state(le, DLOCK_STATE_HELD, 0);
     } else if (err == 0) {
-        lease_lose(a, le, DLOCK_ELOST, false); /* the key is gone or not ours */
+        /* The key is gone or not ours; in quorum mode, on a majority: the
+         * nodes that renewed it must let it go. */
+        lease_lose(a, le, DLOCK_ELOST, a->backend->release_after_miss);
     } else if (now >= le->deadline) {
         lease_lose(a, le, err, true);
     } else {
@@ -401,7 +421,7 @@ static void on_acquired(void *arg, int err, long long result)
             waiter_finish(a, w, err);
         /* Unanswered, or failed halfway: Redis may have set the key all
          * the same. Compare-and-delete is harmless if it did not. */
-        release_key(a, l, l->acq_token, l->acq_ttl_ms);
+        withdraw_key(a, l);
     } else if (result > 0) {
         a->down_since = 0;
         uint64_t deadline = lease_deadline(l->acq_sent, l->acq_ttl_ms);
@@ -416,7 +436,7 @@ static void on_acquired(void *arg, int err, long long result)
         a->down_since = 0;
         /* Quorum mode: some nodes may have taken the key for us. */
         if (a->backend->release_after_miss)
-            release_key(a, l, l->acq_token, l->acq_ttl_ms);
+            withdraw_key(a, l);
         if (w && w->try_once)
             waiter_finish(a, w, DLOCK_EBUSY);
         if (l->qhead && !l->notice_missed) {

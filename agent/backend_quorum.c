@@ -53,6 +53,7 @@ struct qop {
     long long min_pttl; /* acquire: the shortest PTTL of another holder seen */
     uint64_t fence;     /* acquire: the grant's token, from phase 1 */
     bool released;      /* release: some node deleted the key */
+    bool notify;        /* release: publish the notice */
     int err;            /* the first error a node gave */
     uint8_t answer[QMAX];
     uint64_t proposed[QMAX]; /* acquire: each node's token */
@@ -159,7 +160,8 @@ static void op_send(struct qop *op, unsigned i)
         rc = be->ops->renew(be, op->name, op->name_len, op->token, op->ttl_ms, on_node_reply, arg);
         break;
     default:
-        rc = be->ops->release(be, op->name, op->name_len, op->token, on_node_reply, arg);
+        rc =
+            be->ops->release(be, op->name, op->name_len, op->token, op->notify, on_node_reply, arg);
         break;
     }
     if (rc == 0) {
@@ -277,8 +279,8 @@ static void on_node_reply(void *arg, int err, long long result)
     struct qop *op = sub->op;
     unsigned i = sub->node;
     op->refs--;
-    if (op->qb->closing)
-        op->decided = true; /* nobody is told any more */
+    if (op->qb->closing && !op->decided)
+        op_finish(op, DLOCK_EUNAVAIL, 0); /* as a single node does */
     if (!op->decided && sub->phase == op->phase) {
         if (err) {
             op->answer[i] = A_FAILED;
@@ -316,6 +318,8 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
         decide(op);
         op_maybe_free(op);
     }
+    /* decide() may have started the timer again, for a new phase. */
+    ev_timer_stop(loop, w);
     if (op) {
         ev_timer_set(w, (double)(op->expires - now) / 1e9, 0.0);
         ev_timer_start(loop, w);
@@ -362,10 +366,13 @@ static int q_renew(struct backend *be, const char *name, size_t len, const char 
 }
 
 static int q_release(struct backend *be, const char *name, size_t len, const char *token,
-                     backend_cb cb, void *arg)
+                     bool notify, backend_cb cb, void *arg)
 {
     struct qop *op = op_new((struct qb *)be, Q_RELEASE, name, len, token, 0, cb, arg);
-    return op ? op_start(op) : DLOCK_ENOMEM;
+    if (!op)
+        return DLOCK_ENOMEM;
+    op->notify = notify;
+    return op_start(op);
 }
 
 static void q_flush(struct backend *be)
@@ -397,13 +404,8 @@ static void q_destroy(struct backend *be)
     struct qb *q = (struct qb *)be;
     q->closing = true;
     ev_timer_stop(q->loop, &q->timer);
-    /* Operations still open are decided now, without telling anyone; each
-     * is freed when its last node callback runs. */
-    struct qop *op;
-    while ((op = TAILQ_FIRST(&q->timed))) {
-        op_untime(op);
-        op->decided = true;
-    }
+    /* Every open operation has a command on some node: freeing the nodes
+     * answers it with DLOCK_EUNAVAIL, and its last answer frees it. */
     for (unsigned i = 0; i < q->n; i++)
         if (q->node[i].be)
             q->node[i].be->ops->destroy(q->node[i].be);

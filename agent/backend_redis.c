@@ -46,9 +46,11 @@ static const char *const script_src[S_COUNT] = {
     /* Renew: compare-and-pexpire. */
     "if redis.call('get', KEYS[1]) == ARGV[1] then "
     "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0",
-    /* Release: compare-and-delete, then tell the waiting agents. */
+    /* Release: compare-and-delete, then tell the waiting agents (unless
+     * there is no channel: the clean-up after an acquire that missed). */
     "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) "
-    "redis.call('publish', ARGV[2], ARGV[3]) return 1 end return 0",
+    "if ARGV[2] ~= '' then redis.call('publish', ARGV[2], ARGV[3]) end "
+    "return 1 end return 0",
     /* Fence (quorum mode): while the key is ours, raise the counter to the
      * grant's token. */
     "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end "
@@ -81,7 +83,9 @@ struct rcmd {
     uint8_t script;
     bool retried; /* already re-sent with EVAL after NOSCRIPT */
     uint32_t ttl_ms;
-    uint64_t num; /* acquire: the token's floor (0: the server's clock); fence: the token */
+    /* acquire: the token's floor (0: the server's clock); fence: the token;
+     * release: nonzero to publish the notice */
+    uint64_t num;
     uint16_t name_len;
     char token[33];
     char key[]; /* prefix + name, NUL-terminated; name is key + prefix_len */
@@ -246,7 +250,7 @@ static int cmd_send(struct rb *b, struct rcmd *c)
         ARG(ttl, (size_t)snprintf(ttl, sizeof ttl, "%u", c->ttl_ms));
         break;
     case S_RELEASE:
-        ARG(b->channel, strlen(b->channel));
+        ARG(b->channel, c->num ? strlen(b->channel) : 0);
         ARG(c->key + b->prefix_len, c->name_len);
         break;
     case S_FENCE:
@@ -321,9 +325,9 @@ static int rb_renew(struct backend *be, const char *name, size_t len, const char
 }
 
 static int rb_release(struct backend *be, const char *name, size_t len, const char *token,
-                      backend_cb cb, void *arg)
+                      bool notify, backend_cb cb, void *arg)
 {
-    return submit(be, S_RELEASE, name, len, token, 0, 0, cb, arg);
+    return submit(be, S_RELEASE, name, len, token, 0, notify, cb, arg);
 }
 
 static size_t rb_pending(const struct backend *be)
@@ -400,10 +404,11 @@ static void info_field(const char *info, const char *field, char *out, size_t ca
     }
 }
 
-/* INFO server, on every new command link: a node that restarted (new run
- * id), or that was started less than max_ttl_ms ago when first seen, may
- * have lost keys of leases that are still valid; in quorum mode it counts
- * toward no quorum until max_ttl_ms after its start. */
+/* INFO server, on every new command link: a node that restarted, or that
+ * was started less than max_ttl_ms ago when first seen, may have lost keys
+ * of leases that are still valid; in quorum mode it counts toward no quorum
+ * until max_ttl_ms after its start. A new run id counts as a start now: the
+ * node may as well be another server, up for long, put in its place. */
 static void note_server(struct rb *b, const redisReply *rep)
 {
     if (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_STATUS)
@@ -415,22 +420,22 @@ static void note_server(struct rb *b, const redisReply *rep)
     bool first = !b->run_id[0];
     memcpy(b->run_id, run_id, sizeof run_id);
     if (restarted)
-        log_warn("%s: restarted (run id %s, up %s s)", b->label, run_id, uptime);
+        log_warn("%s: restarted or replaced (run id %s, up %s s)", b->label, run_id, uptime);
     if (!config_quorum(b->cfg) || !(first || restarted))
         return;
     /* The uptime is the difference of two whole-second wall-clock stamps,
      * so the server may have been up a second less: the start is taken as
      * late as it can have been. */
     uint64_t up_s = strtoull(uptime, NULL, 10);
-    uint64_t up_ns = (up_s > 0 ? up_s - 1 : 0) * NS_PER_SEC;
+    uint64_t up_ns = restarted || up_s == 0 ? 0 : (up_s - 1) * NS_PER_SEC;
     uint64_t excl_ns = (uint64_t)b->cfg->max_ttl_ms * NS_PER_MS;
     if (up_ns >= excl_ns)
         return;
     uint64_t now = now_ns(), until = now + (excl_ns - up_ns);
     if (until > b->excluded_until)
         b->excluded_until = until;
-    log_warn("%s: up for only %s s; excluded from quorums for %llu ms (max_ttl_ms after its start)",
-             b->label, uptime, (unsigned long long)((until - now) / NS_PER_MS));
+    log_warn("%s: excluded from quorums for %llu ms (max_ttl_ms after its start)", b->label,
+             (unsigned long long)((until - now) / NS_PER_MS));
 }
 
 static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)

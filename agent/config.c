@@ -247,11 +247,15 @@ static char *read_line(char *str, int num, void *stream)
     if (!s)
         return NULL;
     ctx->line++;
-    if (!strchr(s, '\n') && !feof(ctx->f)) {
-        /* The parser would take the rest for a line of its own. */
-        ctx->long_line = ctx->line;
-        ctx->max_line = num - 1;
-        return NULL;
+    if (!strchr(s, '\n')) {
+        /* A full buffer: the line fits if its end comes next. Otherwise the
+         * parser would take the rest for a line of its own. */
+        int next = getc(ctx->f);
+        if (next != '\n' && next != EOF) {
+            ctx->long_line = ctx->line;
+            ctx->max_line = num - 1;
+            return NULL;
+        }
     }
     return s;
 }
@@ -322,6 +326,18 @@ static bool prefix_ok(const char *p)
     return !strpbrk(p, "{}") || key_has_hash_tag(p, len);
 }
 
+/* Whether two entries of the node list name the same address. */
+static bool nodes_repeat(const struct config *c)
+{
+    for (unsigned i = 0; i < c->nnodes; i++)
+        for (unsigned j = i + 1; j < c->nnodes; j++)
+            if (c->nodes[i].port == c->nodes[j].port &&
+                strcmp(c->nodes[i].host, c->nodes[j].host) == 0 &&
+                strcmp(c->nodes[i].path, c->nodes[j].path) == 0)
+                return true;
+    return false;
+}
+
 int config_validate(const struct config *c, char *err, size_t errlen)
 {
     const char *why = NULL;
@@ -350,6 +366,8 @@ int config_validate(const struct config *c, char *err, size_t errlen)
         why = "quorum mode needs an odd number of Redis nodes, 3 to 9 (or one node)";
     else if (config_quorum(c) && (c->node_timeout_ms < 1 || c->node_timeout_ms >= c->min_ttl_ms))
         why = "node_timeout_ms must be >= 1 and below min_ttl_ms";
+    else if (nodes_repeat(c))
+        why = "the same Redis node is listed twice";
     if (!why)
         return 0;
     snprintf(err, errlen, "%s", why);

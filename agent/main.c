@@ -158,10 +158,14 @@ int main(int argc, char **argv)
         return 1;
     }
     char addr[300];
-    if (config_quorum(&cfg))
+    if (config_quorum(&cfg)) {
         log_info("dlockd %s started; quorum mode over %u Redis nodes, key prefix '%s'",
                  DLOCK_VERSION, cfg.nnodes, cfg.prefix);
-    else
+        if (cfg.max_ttl_ms > 3600000)
+            log_warn("max_ttl_ms is %u: a node that restarts is left out of quorums that long; "
+                     "set it to the longest TTL clients use",
+                     cfg.max_ttl_ms);
+    } else
         log_info("dlockd %s started; Redis at %s, key prefix '%s'", DLOCK_VERSION,
                  config_addr_str(&cfg.nodes[0], addr, sizeof addr), cfg.prefix);
     if (f.dev) {

@@ -661,6 +661,15 @@ Test(file, overlong_line_is_named)
     char path[256], err[512];
     cr_assert_eq(load_text(&c, text, path, sizeof path, err, sizeof err), -1);
     cr_assert(strstr(err, ":2: line longer than"), "%s", err);
+    /* A line that just fills the parser's buffer is whole. */
+    int max = 0;
+    cr_assert_eq(sscanf(strstr(err, "longer than ") + 12, "%d", &max), 1, "%s", err);
+    n = snprintf(text, sizeof text, "; ");
+    while (n < max)
+        text[n++] = 'x';
+    snprintf(text + n, sizeof text - (size_t)n, "\n[redis]\naddress = unix:/r.sock\n");
+    cr_assert_eq(load_text(&c, text, path, sizeof path, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(c.nodes[0].path, "/r.sock");
 }
 
 Test(set, unknown_keys_and_sections)
@@ -836,23 +845,50 @@ Test(validate, ttl_ranges)
     EXPECT_VALID(c_.max_ttl_ms = UINT32_MAX);
 }
 
+/* n distinct nodes (same host, ports 7000 + i). */
+static void nodes_n(struct config *c, unsigned n)
+{
+    for (unsigned i = 0; i < n && i < CONFIG_MAX_NODES; i++) {
+        config_parse_addr("10.0.0.1:7000", &c->nodes[i]);
+        c->nodes[i].port += (int)i;
+    }
+    c->nnodes = n;
+}
+
 Test(validate, quorum_node_count_is_odd_3_to_9)
 {
-    EXPECT_INVALID("odd number", c_.nnodes = 2);
-    EXPECT_INVALID("odd number", c_.nnodes = 4);
-    EXPECT_INVALID("odd number", c_.nnodes = 8);
-    EXPECT_INVALID("odd number", c_.nnodes = 0);
-    EXPECT_VALID(c_.nnodes = 3);
-    EXPECT_VALID(c_.nnodes = 5);
-    EXPECT_VALID(c_.nnodes = 9);
+    EXPECT_INVALID("odd number", nodes_n(&c_, 2));
+    EXPECT_INVALID("odd number", nodes_n(&c_, 4));
+    EXPECT_INVALID("odd number", nodes_n(&c_, 8));
+    EXPECT_INVALID("odd number", nodes_n(&c_, 0));
+    EXPECT_VALID(nodes_n(&c_, 3));
+    EXPECT_VALID(nodes_n(&c_, 5));
+    EXPECT_VALID(nodes_n(&c_, 9));
+}
+
+Test(validate, a_node_listed_twice)
+{
+    struct config c;
+    config_defaults(&c);
+    char err[256] = "";
+    cr_assert_eq(config_parse_nodes(&c, "a:1, unix:/x, b:2", false), 0);
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(config_parse_nodes(&c, "a:1, unix:/x, a:1", false), 0);
+    cr_assert_eq(config_validate(&c, err, sizeof err), -1);
+    cr_assert(strstr(err, "twice"), "%s", err);
+    cr_assert_eq(config_parse_nodes(&c, "unix:/x, a:1, unix:/x", false), 0);
+    cr_assert_eq(config_validate(&c, err, sizeof err), -1);
+    /* Same host, other port: two nodes. */
+    cr_assert_eq(config_parse_nodes(&c, "a:1, a:2, a:3", false), 0);
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
 }
 
 Test(validate, node_timeout_below_min_ttl_in_quorum_mode)
 {
-    EXPECT_INVALID("node_timeout_ms", c_.nnodes = 3, c_.node_timeout_ms = 30);
-    EXPECT_INVALID("node_timeout_ms", c_.nnodes = 3, c_.node_timeout_ms = 0);
-    EXPECT_VALID(c_.nnodes = 3, c_.node_timeout_ms = 29);
-    EXPECT_VALID(c_.nnodes = 3, c_.node_timeout_ms = 300, c_.min_ttl_ms = 400);
+    EXPECT_INVALID("node_timeout_ms", nodes_n(&c_, 3), c_.node_timeout_ms = 30);
+    EXPECT_INVALID("node_timeout_ms", nodes_n(&c_, 3), c_.node_timeout_ms = 0);
+    EXPECT_VALID(nodes_n(&c_, 3), c_.node_timeout_ms = 29);
+    EXPECT_VALID(nodes_n(&c_, 3), c_.node_timeout_ms = 300, c_.min_ttl_ms = 400);
     /* Single-node mode does not use it. */
     EXPECT_VALID(c_.node_timeout_ms = 30);
 }

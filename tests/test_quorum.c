@@ -782,3 +782,131 @@ ITEST(quorum, fences_increase_across_agents_and_node_replacements)
         at_fence += node_counter(n, "fx") == prev;
     cr_assert_geq(at_fence, 2, "the last fence is on %d node(s)", at_fence);
 }
+
+/* ---- found in review ---- */
+
+/* The calls of a command on node i so far (INFO commandstats). */
+static long long node_calls(int i, const char *cmd)
+{
+    redisReply *r = h_node_cmd(i, "INFO commandstats");
+    cr_assert_eq(r->type, REDIS_REPLY_STRING);
+    char field[64];
+    snprintf(field, sizeof field, "cmdstat_%s:calls=", cmd);
+    const char *p = strstr(r->str, field);
+    long long n = p ? strtoll(p + strlen(field), NULL, 10) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+ITEST(quorum, waiters_do_not_spin_while_a_minority_lacks_the_key)
+{
+    /* The lock is held on nodes 0 and 1 only. Each attempt of the waiter on
+     * the other agent takes node 2 and must give it back; that clean-up must
+     * not publish a release notice, or every waiter would retry at once, in
+     * a loop, for as long as the lock is held. */
+    h_quorum_start(3, 2, NULL, NULL);
+    struct h_cl *c1 = h_client_at(0), *c2 = h_client_at(1);
+    dlock_lease *l1 = h_must_acquire(c1, "spin", 1500);
+    ALL_NODES_HOLD(h_key("spin"), any_value(h_key("spin")), 3);
+    h_node_del(2, h_key("spin"));
+    long long before = node_calls(0, "evalsha");
+    dlock_lease *l2 = NULL;
+    int rc = h_acquire(c2, "spin", 1500, 1500, &l2);
+    cr_assert_eq(rc, DLOCK_ETIMEDOUT, "%s (%d)", dlock_strerror(rc), rc);
+    long long calls = node_calls(0, "evalsha") - before;
+    /* About 12 tries (fallback 100-150 ms) and their clean-ups, plus a few
+     * renewals of client 1; a spinning waiter makes thousands. */
+    cr_log_info("node 0 ran %lld scripts while the waiter waited 1.5 s", calls);
+    cr_assert_lt(calls, 300, "the waiter spun: %lld scripts on node 0 in 1.5 s", calls);
+    cr_assert(dlock_lease_valid(l1));
+    cr_assert_eq(dlock_lease_release(l1), 0);
+}
+
+ITEST(quorum, lease_lost_by_renewal_leaves_no_key_on_the_minority)
+{
+    /* The key vanishes from nodes 0 and 1: the next renewal proves the lease
+     * lost. Node 2 renewed it meanwhile and must let it go at once rather
+     * than hold it for another TTL. */
+    h_quorum_start(3, 1, "max_ttl_ms = 3000\ndefault_ttl_ms = 3000", NULL);
+    struct h_cl *c = h_client();
+    const char *key = h_key("renew-lost");
+    dlock_lease *l = h_must_acquire(c, "renew-lost", 3000);
+    char *tok = any_value(key);
+    ALL_NODES_HOLD(key, tok, 3);
+    h_node_del(0, key);
+    h_node_del(1, key);
+    H_WAIT_UNTIL(2500, h_events(c, l, DLOCK_STATE_LOST) > 0);
+    cr_assert_not(dlock_lease_valid(l));
+    H_WAIT_UNTIL(1000, !h_node_exists(2, key));
+    cr_assert_eq(dlock_lease_release(l), DLOCK_ELOST);
+}
+
+ITEST(quorum, shutdown_with_a_node_hung_exits_cleanly)
+{
+    /* Releases still unanswered by a hung node at shutdown are answered (as
+     * unavailable) when the agent lets go of its links: nothing leaks (the
+     * sanitizer build fails a leak at exit) and the exit status is 0. */
+    h_quorum_start(3, 1, "shutdown_timeout_ms = 300", NULL);
+    struct h_cl *c = h_client();
+    dlock_lease *l = h_must_acquire(c, "hung", 1500);
+    ALL_NODES_HOLD(h_key("hung"), any_value(h_key("hung")), 3);
+    h_node_pause(2);
+    cr_assert_eq(dlock_lease_release(l), 0);
+    dlock_lease *l2 = NULL;
+    cr_assert_eq(h_acquire(c, "hung-2", 1500, 0, &l2), 0);
+    cr_assert_eq(h_agent_stop(0), 0);
+    h_node_resume(2);
+}
+
+/* A redis-server outside the harness' nodes, at DIR/name; returns its pid. */
+static pid_t spare_start(const char *name)
+{
+    const char *sock = h_path(name);
+    char path[H_PATH];
+    snprintf(path, sizeof path, "%s", sock);
+    char *argv[] = {"redis-server", "--port", "0",     "--unixsocket", path, "--save", "",
+                    "--appendonly", "no",     "--dir", H.dir,          NULL};
+    pid_t pid = h_spawn(argv, h_path("spare.log"));
+    int64_t end = h_now_ms() + H_START_MS;
+    for (;;) {
+        redisContext *rc = redisConnectUnix(path);
+        bool up = rc && !rc->err;
+        if (rc)
+            redisFree(rc);
+        if (up)
+            return pid;
+        cr_assert_lt(h_now_ms(), end, "spare redis-server did not come up");
+        h_sleep_ms(10);
+    }
+}
+
+ITEST(quorum, node_replaced_by_another_server_does_not_count)
+{
+    /* Node 2 is replaced, at the same address, by a server that has been up
+     * for longer than max_ttl_ms but holds none of the keys: a new run id.
+     * Its uptime says nothing about what it lost; it must be excluded from
+     * the moment it is seen, or client 2 could take nodes 1 and 2 while
+     * client 1 holds the lock on nodes 0 and 2. */
+    const uint32_t ttl = 3000;
+    spare_start("spare.sock");
+    h_quorum_start(3, 2, "max_ttl_ms = 3000\ndefault_ttl_ms = 3000", NULL);
+    struct h_cl *c1 = h_client_at(0), *c2 = h_client_at(1);
+    const char *key = h_key("replaced");
+    h_node_set_px(1, key, "foreign", 60000);
+    dlock_lease *l1 = h_must_acquire(c1, "replaced", ttl);
+    char *tok = any_value(key);
+    H_WAIT_UNTIL(1000, nodes_holding(key, tok) == 2 && h_node_exists(2, key));
+    h_node_del(1, key);
+    /* Right after a renewal, so that client 1 stays valid for a while. */
+    H_WAIT_UNTIL(3000, h_node_pttl(0, key) > (long long)ttl - 150);
+    char node2[H_PATH];
+    snprintf(node2, sizeof node2, "%s", H.node[2].sock);
+    h_node_kill(2);
+    cr_assert_eq(rename(h_path("spare.sock"), node2), 0, "rename: %s", strerror(errno));
+    H_WAIT_UNTIL(3000, log_lines_with(1, EXCLUDED, node2) > 0);
+    dlock_lease *l2 = NULL;
+    int rc = h_acquire(c2, "replaced", ttl, 0, &l2);
+    cr_assert(dlock_lease_valid(l1), "client 1's lease was lost first: the scenario is void");
+    cr_assert_neq(rc, 0, "client 2 granted while client 1 holds");
+    cr_assert(rc == DLOCK_EBUSY || rc == DLOCK_ENOQUORUM, "%s (%d)", dlock_strerror(rc), rc);
+}
