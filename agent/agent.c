@@ -88,6 +88,7 @@ static void waiter_finish(struct agent *a, struct waiter *w, int err)
 static void waiter_expired(struct agent *a, struct waiter *w)
 {
     struct lock *l = w->lock;
+    a->stats.timeouts++;
     waiter_finish(a, w, DLOCK_ETIMEDOUT);
     lock_settle(a, l);
 }
@@ -225,6 +226,7 @@ static void lease_lose(struct agent *a, struct lease *le, int reason, bool may_o
     struct wire_event ev = {.lease_id = le->id, .state = DLOCK_STATE_LOST, .reason = reason};
     conn_send_event(c, &ev);
     log_info("lease on %s held by pid %d lost: %s", l->name, (int)c->pid, errname(reason));
+    a->stats.losses++;
     if (may_own)
         release_key(a, l, le->token, le->ttl_ms);
     lease_drop(a, le);
@@ -259,6 +261,7 @@ static void lease_set_state(struct lease *le, uint8_t state, int reason)
 static void lease_renew_failed(struct agent *a, struct lease *le, uint64_t now, int err)
 {
     log_debug("renewal of %s failed (%s); retrying", le->lock->name, errname(err));
+    a->stats.renewal_failures++;
     lease_set_state(le, DLOCK_STATE_JEOPARDY, err);
     timer_set(a, &le->timer, lease_renew_retry(now, le->deadline, le->ttl_ms));
 }
@@ -271,7 +274,11 @@ static void on_renewed(void *arg, int err, long long result)
         return; /* released or lost meanwhile */
     uint64_t sent = le->renew_sent, now = now_ns();
     le->renew_sent = 0;
+    if (err == 0)
+        histo_add(&a->stats.renew, now - sent);
     if (err == 0 && result == 1) {
+        a->stats.renewals++;
+        le->renewals++;
         le->deadline = lease_deadline(sent, le->ttl_ms);
         timer_set(a, &le->timer, lease_next_renew(sent, le->ttl_ms, a->cfg->renew_fraction));
         lease_publish(le);
@@ -387,6 +394,8 @@ static void grant(struct agent *a, struct lock *l, struct waiter *w, uint64_t de
                              .ttl_ms = le->ttl_ms,
                              .slot = le->slot};
     conn_send_granted(c, w->req_id, &g);
+    a->stats.grants++;
+    histo_add(&a->stats.acquire, now_ns() - l->acq_sent);
     log_debug("granted %s to pid %d (lease %llx, fence %llu)", l->name, (int)c->pid,
               (unsigned long long)le->id, (unsigned long long)fence);
     waiter_finish(a, w, 0);
@@ -514,6 +523,7 @@ void agent_acquire(struct agent *a, struct conn *c, uint32_t id, const struct wi
     uint32_t ttl = 0;
     int rc = acquire_check(a, c, m, &ttl);
     if (rc) {
+        a->stats.refused++;
         conn_send_error(c, id, rc, errname(rc));
         return;
     }
@@ -559,6 +569,7 @@ void agent_release(struct agent *a, struct conn *c, uint32_t id, uint64_t lease_
     release_key(a, l, le->token, le->ttl_ms);
     lease_drop(a, le);
     conn_send_ok(c, id);
+    a->stats.releases++;
     /* The next local waiter's acquire goes out right behind the release on
      * the same pipeline, so Redis sees them in that order. */
     lock_settle(a, l);
@@ -750,15 +761,20 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     tnode_init(&a->orphan_retry, TK_AGENT);
     if (table_init(&a->table, random_u64()) != 0)
         return -1;
+    a->started = now_ns();
     if (server_open(&a->server, loop, a, cfg) != 0) {
         table_free(&a->table);
         return -1;
     }
+    /* Locks matter more than their status: the agent runs without it. */
+    if (status_open(&a->status, loop, a, cfg->status_socket, cfg->status_socket_mode) != 0)
+        log_warn("running without a status socket");
     struct backend_events ev = {
         .arg = a, .on_notice = on_notice, .on_subscribed = on_subscribed, .on_ready = on_ready};
     a->backend = config_quorum(cfg) ? backend_quorum_new(loop, cfg, &ev)
                                     : backend_redis_new(loop, cfg, &cfg->nodes[0], &ev);
     if (!a->backend) {
+        status_close(&a->status);
         server_stop_listening(&a->server);
         table_free(&a->table);
         return -1;
@@ -778,6 +794,7 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
 
 void agent_free(struct agent *a)
 {
+    status_close(&a->status);
     server_stop_listening(&a->server);
     server_close_all(&a->server);
     if (a->backend)

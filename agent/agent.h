@@ -9,6 +9,8 @@
 #include "backend.h"
 #include "config.h"
 #include "server.h"
+#include "stats.h"
+#include "status.h"
 #include "table.h"
 
 struct orphan;
@@ -18,6 +20,9 @@ struct agent {
     const struct config *cfg;
     struct backend *backend;
     struct server server;
+    struct status status;
+    struct agent_stats stats;
+    uint64_t started;
     struct table table;
     struct theap timers;
     ev_timer tick;      /* armed at the earliest node of `timers` */

@@ -50,8 +50,8 @@ struct backend_ops {
                  uint32_t ttl_ms, backend_cb cb, void *arg);
     /* Compare-and-delete, then (with notify) publish a release notice for
      * the waiters. cb may be NULL. */
-    int (*release)(struct backend *b, const char *name, size_t len, const char *token,
-                   bool notify, backend_cb cb, void *arg);
+    int (*release)(struct backend *b, const char *name, size_t len, const char *token, bool notify,
+                   backend_cb cb, void *arg);
     /* Writes what the operations of this loop turn queued (called once per
      * turn, before the loop blocks; may run callbacks on a broken link). */
     void (*flush)(struct backend *b);

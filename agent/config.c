@@ -16,6 +16,8 @@ void config_defaults(struct config *c)
     memset(c, 0, sizeof *c);
     snprintf(c->socket, sizeof c->socket, "%s", CONFIG_DEFAULT_SOCKET);
     c->socket_mode = 0660;
+    snprintf(c->status_socket, sizeof c->status_socket, "%s", CONFIG_DEFAULT_STATUS);
+    c->status_socket_mode = 0660;
     snprintf(c->prefix, sizeof c->prefix, "dlock:");
     c->default_ttl_ms = 30000;
     c->min_ttl_ms = 30;
@@ -174,11 +176,13 @@ static int set_special(struct config *c, const char *section, const char *key, c
         return copy_str(c->socket, sizeof c->socket, v);
     if (agent && strcmp(key, "prefix") == 0)
         return v[0] ? copy_str(c->prefix, sizeof c->prefix, v) : -1;
-    if (agent && strcmp(key, "socket_mode") == 0) {
+    if (agent && strcmp(key, "status_socket") == 0)
+        return copy_str(c->status_socket, sizeof c->status_socket, v);
+    if (agent && (strcmp(key, "socket_mode") == 0 || strcmp(key, "status_socket_mode") == 0)) {
         uint32_t m;
         if (parse_u32(v, &m, 8) || m > 0777)
             return -1;
-        c->socket_mode = m;
+        *(strcmp(key, "socket_mode") == 0 ? &c->socket_mode : &c->status_socket_mode) = m;
         return 0;
     }
     if (agent && strcmp(key, "renew_fraction") == 0) {

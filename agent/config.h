@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #define CONFIG_DEFAULT_SOCKET "/run/dlock/dlock.sock"
+#define CONFIG_DEFAULT_STATUS "/run/dlock/status.sock"
 #define CONFIG_PREFIX_MAX     128
 #define CONFIG_MAX_NODES      9 /* Redis nodes in quorum mode */
 
@@ -22,6 +23,8 @@ struct config {
     /* [agent] */
     char socket[108];
     unsigned socket_mode;
+    char status_socket[108]; /* read-only queries; empty: none */
+    unsigned status_socket_mode;
     char prefix[CONFIG_PREFIX_MAX];
     uint32_t default_ttl_ms;
     uint32_t min_ttl_ms;

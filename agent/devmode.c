@@ -112,6 +112,10 @@ int devmode_start(struct ev_loop *loop, struct config *cfg, bool keep_socket)
         int n = snprintf(path, sizeof path, "%s/dlock.sock", dir);
         memcpy(cfg->socket, path, (size_t)n + 1);
     }
+    /* The status socket too goes with the private Redis. */
+    if (snprintf(cfg->status_socket, sizeof cfg->status_socket, "%s/status.sock", dir) >=
+        (int)sizeof cfg->status_socket)
+        cfg->status_socket[0] = '\0'; /* too long a path: none */
     ev_child_init(&child_watcher, on_redis_exit, redis_pid, 0);
     ev_child_start(loop, &child_watcher);
     log_info("dev mode: private redis-server pid %d in %s", (int)redis_pid, dir);
@@ -122,6 +126,8 @@ void devmode_banner(void *arg)
 {
     const struct config *cfg = arg;
     printf("export DLOCK_SOCKET=%s\n", cfg->socket);
+    if (cfg->status_socket[0])
+        printf("export DLOCK_STATUS_SOCKET=%s\n", cfg->status_socket);
     printf("try: DLOCK_SOCKET=%s dlockctl run demo -- sh -c 'echo holding demo; sleep 1'\n",
            cfg->socket);
     fflush(stdout);

@@ -361,34 +361,6 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
     }
 }
 
-/* Is something already serving on path? A stale file refuses connections. */
-static int socket_in_use(const struct sockaddr_un *sa)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    int live = connect(fd, (const struct sockaddr *)sa, sizeof *sa) == 0;
-    close(fd);
-    return live;
-}
-
-static int prepare_path(const struct sockaddr_un *sa)
-{
-    struct stat st;
-    if (lstat(sa->sun_path, &st) != 0)
-        return 0;
-    if (!S_ISSOCK(st.st_mode)) {
-        log_error("%s exists and is not a socket; not touching it", sa->sun_path);
-        return -1;
-    }
-    if (socket_in_use(sa) == 1) {
-        log_error("%s is in use by a running agent", sa->sun_path);
-        return -1;
-    }
-    log_info("removing stale socket %s", sa->sun_path);
-    return unlink(sa->sun_path);
-}
-
 int server_open(struct server *s, struct ev_loop *loop, struct agent *a, const struct config *cfg)
 {
     memset(s, 0, sizeof *s);
@@ -396,24 +368,10 @@ int server_open(struct server *s, struct ev_loop *loop, struct agent *a, const s
     s->agent = a;
     s->cfg = cfg;
     s->lfd = -1;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(cfg->socket) >= sizeof sa.sun_path) {
-        log_error("socket path too long: %s", cfg->socket);
+    s->lfd = unix_listen(cfg->socket, cfg->socket_mode);
+    if (s->lfd < 0)
         return -1;
-    }
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", cfg->socket);
-    if (prepare_path(&sa) != 0)
-        return -1;
-    s->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-        chmod(sa.sun_path, cfg->socket_mode) != 0 || listen(s->lfd, 128) != 0) {
-        log_error("cannot listen on %s: %s", sa.sun_path, strerror(errno));
-        if (s->lfd >= 0)
-            close(s->lfd);
-        s->lfd = -1;
-        return -1;
-    }
-    snprintf(s->path, sizeof s->path, "%s", sa.sun_path);
+    snprintf(s->path, sizeof s->path, "%s", cfg->socket);
     ev_io_init(&s->lio, on_accept, s->lfd, EV_READ);
     s->lio.data = s;
     ev_io_start(loop, &s->lio);

@@ -49,7 +49,8 @@ struct lease {
     uint32_t slot;           /* in the owner's lease page */
     int stopped;             /* why renewal stopped, 0 while it goes on */
     uint32_t ttl_ms;
-    uint8_t state; /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
+    uint32_t renewals; /* that succeeded */
+    uint8_t state;     /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
     char token[TOKEN_HEX + 1];
 };
 

@@ -1,10 +1,19 @@
-/* util.c -- monotonic time and random tokens for the agent. */
+/* util.c -- monotonic time, random tokens and listening sockets for the
+ * agent. */
 #include "util.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
+#include <unistd.h>
+
+#include "log.h"
 
 uint64_t now_ns(void)
 {
@@ -76,4 +85,53 @@ double random_unit(void)
     s ^= s << 25;
     s ^= s >> 27;
     return (double)((s * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
+}
+
+/* Is something already serving on path? A stale file refuses connections. */
+static int socket_in_use(const struct sockaddr_un *sa)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    int live = connect(fd, (const struct sockaddr *)sa, sizeof *sa) == 0;
+    close(fd);
+    return live;
+}
+
+static int prepare_path(const struct sockaddr_un *sa)
+{
+    struct stat st;
+    if (lstat(sa->sun_path, &st) != 0)
+        return 0;
+    if (!S_ISSOCK(st.st_mode)) {
+        log_error("%s exists and is not a socket; not touching it", sa->sun_path);
+        return -1;
+    }
+    if (socket_in_use(sa) == 1) {
+        log_error("%s is in use by a running agent", sa->sun_path);
+        return -1;
+    }
+    log_info("removing stale socket %s", sa->sun_path);
+    return unlink(sa->sun_path);
+}
+
+int unix_listen(const char *path, unsigned mode)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path) {
+        log_error("socket path too long: %s", path);
+        return -1;
+    }
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    if (prepare_path(&sa) != 0)
+        return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        chmod(sa.sun_path, mode) != 0 || listen(fd, 128) != 0) {
+        log_error("cannot listen on %s: %s", sa.sun_path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
 }

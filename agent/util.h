@@ -18,5 +18,9 @@ double random_unit(void);
 int random_token(char out[33]);
 /* 64 random bits from the kernel (for hash seeds). */
 uint64_t random_u64(void);
+/* A non-blocking listening unix socket at path with the given mode; a stale
+ * socket file is replaced, a live one or another file is not. The fd, or -1
+ * (logged). */
+int unix_listen(const char *path, unsigned mode);
 
 #endif

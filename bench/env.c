@@ -157,7 +157,7 @@ static int write_conf(const struct env *e)
     FILE *f = fopen(e->conf, "w");
     if (!f)
         return -1;
-    fprintf(f, "[agent]\nmax_leases_per_conn = 200000\nlog_level = warn\n");
+    fprintf(f, "[agent]\nmax_leases_per_conn = 200000\nlog_level = warn\nstatus_socket =\n");
     return fclose(f);
 }
 

@@ -637,6 +637,10 @@ void h_agent_config(int i, const char *agent_ini, const char *redis_ini)
     cr_assert_not_null(f, "cannot write %s", a->conf);
     fprintf(f, "[agent]\n");
     default_key(f, agent_ini, "log_level", "debug");
+    /* Never the system's status socket. */
+    char status[H_PATH];
+    snprintf(status, sizeof status, "%s/status%d.sock", H.dir, i);
+    default_key(f, agent_ini, "status_socket", status);
     if (agent_ini)
         fprintf(f, "%s\n", agent_ini);
     char addr[INI_LINE_MAX + 1] = "";

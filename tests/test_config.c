@@ -64,6 +64,8 @@ Test(defaults, documented_values)
     cr_assert_str_eq(c.socket, CONFIG_DEFAULT_SOCKET);
     cr_assert_str_eq(c.socket, "/run/dlock/dlock.sock");
     cr_assert_eq(c.socket_mode, 0660);
+    cr_assert_str_eq(c.status_socket, "/run/dlock/status.sock");
+    cr_assert_eq(c.status_socket_mode, 0660);
     cr_assert_str_eq(c.prefix, "dlock:");
     cr_assert_eq(c.default_ttl_ms, 30000);
     cr_assert_eq(c.min_ttl_ms, 30);
@@ -107,6 +109,8 @@ Test(file, every_documented_key_lands_in_the_struct)
                                "[agent]\n"
                                "socket = /tmp/dl/agent.sock\n"
                                "socket_mode = 0600\n"
+                               "status_socket = /tmp/dl/status.sock\n"
+                               "status_socket_mode = 0640\n"
                                "prefix = myapp:locks:\n"
                                "default_ttl_ms = 15000\n"
                                "min_ttl_ms = 20\n"
@@ -137,6 +141,8 @@ Test(file, every_documented_key_lands_in_the_struct)
                  err);
     cr_assert_str_eq(c.socket, "/tmp/dl/agent.sock");
     cr_assert_eq(c.socket_mode, 0600);
+    cr_assert_str_eq(c.status_socket, "/tmp/dl/status.sock");
+    cr_assert_eq(c.status_socket_mode, 0640);
     cr_assert_str_eq(c.prefix, "myapp:locks:");
     cr_assert_eq(c.default_ttl_ms, 15000);
     cr_assert_eq(c.min_ttl_ms, 20);

@@ -1,0 +1,32 @@
+/* stats.h -- the agent's counters and latency histograms, for the status
+ * socket and its Prometheus metrics. Pure. */
+#ifndef DLOCKD_STATS_H
+#define DLOCKD_STATS_H
+
+#include <stdint.h>
+
+/* Upper bounds of the histogram buckets, in seconds (then +Inf). */
+#define STATS_BUCKETS 14
+extern const double stats_bucket_le[STATS_BUCKETS];
+
+struct histo {
+    uint64_t bucket[STATS_BUCKETS + 1]; /* not cumulative; the last is +Inf */
+    uint64_t count;
+    double sum; /* seconds */
+};
+
+struct agent_stats {
+    uint64_t grants;           /* leases granted */
+    uint64_t releases;         /* leases released by their holder */
+    uint64_t renewals;         /* renewals that succeeded */
+    uint64_t renewal_failures; /* renewals that failed without proof of loss */
+    uint64_t losses;           /* leases lost */
+    uint64_t timeouts;         /* waits that ran out */
+    uint64_t refused;          /* acquires refused before reaching Redis */
+    struct histo acquire;      /* acquire sent to Redis -> granted */
+    struct histo renew;        /* renewal sent -> answered */
+};
+
+void histo_add(struct histo *h, uint64_t ns);
+
+#endif

@@ -1,0 +1,539 @@
+/* status.c -- the read-only status socket: one request line in, the whole
+ * answer out, then the agent closes. Requests (docs/status.md):
+ *
+ *   status | status-json | leases [PATTERN] | leases-json [PATTERN] | metrics
+ *
+ * Answers are built in memory at once, from the agent's state as it is in
+ * that loop turn, and written without blocking the loop. */
+#include "status.h"
+
+#include <errno.h>
+#include <fnmatch.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "dlock.h"
+#include "log.h"
+#include "util.h"
+
+#define REQ_MAX      256
+#define STATUS_CONNS 16 /* at once; more are turned away */
+#define DEADLINE_S   5.0
+
+/* ---- growable text ---- */
+
+struct sbuf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+};
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+    for (;;) {
+        if (b->oom)
+            return;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = true;
+            return;
+        }
+        if (b->p && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap <= b->len + (size_t)n)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+/* A JSON string, quoted and escaped. */
+static void sb_json_str(struct sbuf *b, const char *s)
+{
+    sb_printf(b, "\"");
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            sb_printf(b, "\\%c", ch);
+        else if (ch < 0x20 || ch == 0x7f)
+            sb_printf(b, "\\u%04x", ch);
+        else
+            sb_printf(b, "%c", ch);
+    }
+    sb_printf(b, "\"");
+}
+
+/* A Prometheus label value: backslash, quote and newline escaped. */
+static void sb_label(struct sbuf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"')
+            sb_printf(b, "\\%c", *s);
+        else if (*s == '\n')
+            sb_printf(b, "\\n");
+        else
+            sb_printf(b, "%c", *s);
+    }
+}
+
+/* ---- what is reported ---- */
+
+struct lease_row {
+    const char *name;
+    const char *state;
+    uint64_t fence;
+    int pid;
+    unsigned uid;
+    char comm[32];
+    uint64_t age_ms, ttl_ms, valid_ms;
+    uint32_t renewals, waiters;
+};
+
+/* The command name of pid, from /proc ("?" when gone or unreadable). */
+static void proc_comm(int pid, char *out, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/comm", pid);
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(out, (int)cap, f))
+        snprintf(out, cap, "?");
+    if (f)
+        fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+}
+
+static void lease_row(const struct lease *le, uint64_t now, struct lease_row *r)
+{
+    const struct conn *c = le->owner;
+    r->name = le->lock->name;
+    r->state = dlock_state_name(le->state);
+    r->fence = le->fence;
+    r->pid = (int)c->pid;
+    r->uid = (unsigned)c->uid;
+    proc_comm(r->pid, r->comm, sizeof r->comm);
+    r->age_ms = now > le->granted_at ? (now - le->granted_at) / NS_PER_MS : 0;
+    r->ttl_ms = le->ttl_ms;
+    r->valid_ms = le->deadline > now ? (le->deadline - now) / NS_PER_MS : 0;
+    r->renewals = le->renewals;
+    r->waiters = 0;
+    for (const struct waiter *w = le->lock->qhead; w; w = w->qnext)
+        r->waiters++;
+}
+
+/* Calls fn for every lease whose name matches pattern (NULL: all). */
+static void each_lease(struct agent *a, const char *pattern,
+                       void (*fn)(struct sbuf *, const struct lease_row *, bool first),
+                       struct sbuf *b)
+{
+    uint64_t now = now_ns();
+    bool first = true;
+    for (size_t i = 0; i < a->table.nbuckets; i++) {
+        for (const struct lock *l = a->table.buckets[i]; l; l = l->hnext) {
+            if (!l->holder || (pattern && fnmatch(pattern, l->name, 0) != 0))
+                continue;
+            struct lease_row r;
+            lease_row(l->holder, now, &r);
+            fn(b, &r, first);
+            first = false;
+        }
+    }
+}
+
+static void lease_json(struct sbuf *b, const struct lease_row *r, bool first)
+{
+    sb_printf(b, "%s{\"name\":", first ? "" : ",");
+    sb_json_str(b, r->name);
+    sb_printf(b, ",\"state\":\"%s\",\"fence\":%llu,\"pid\":%d,\"uid\":%u,\"comm\":", r->state,
+              (unsigned long long)r->fence, r->pid, r->uid);
+    sb_json_str(b, r->comm);
+    sb_printf(b,
+              ",\"age_ms\":%llu,\"ttl_ms\":%llu,\"valid_ms\":%llu,\"renewals\":%u,"
+              "\"waiters\":%u}",
+              (unsigned long long)r->age_ms, (unsigned long long)r->ttl_ms,
+              (unsigned long long)r->valid_ms, r->renewals, r->waiters);
+}
+
+static void lease_text(struct sbuf *b, const struct lease_row *r, bool first)
+{
+    (void)first;
+    sb_printf(b, "%-32s %-8s %20llu %7d %5u %-15s %9llu %8llu %9llu %8u %7u\n", r->name, r->state,
+              (unsigned long long)r->fence, r->pid, r->uid, r->comm, (unsigned long long)r->age_ms,
+              (unsigned long long)r->ttl_ms, (unsigned long long)r->valid_ms, r->renewals,
+              r->waiters);
+}
+
+static const char lease_header[] = "%-32s %-8s %20s %7s %5s %-15s %9s %8s %9s %8s %7s\n";
+
+static void leases_text(struct agent *a, const char *pattern, struct sbuf *b)
+{
+    sb_printf(b, lease_header, "NAME", "STATE", "FENCE", "PID", "UID", "COMMAND", "AGE_MS",
+              "TTL_MS", "VALID_MS", "RENEWALS", "WAITERS");
+    each_lease(a, pattern, lease_text, b);
+}
+
+static size_t nodes_of(struct agent *a, struct backend_node *nodes)
+{
+    size_t n = a->backend->ops->nodes(a->backend, nodes, CONFIG_MAX_NODES);
+    return n < CONFIG_MAX_NODES ? n : CONFIG_MAX_NODES;
+}
+
+static uint64_t excluded_ms(const struct backend_node *n, uint64_t now)
+{
+    return n->excluded_until > now ? (n->excluded_until - now) / NS_PER_MS : 0;
+}
+
+static const char *mode_of(const struct agent *a)
+{
+    return config_quorum(a->cfg) ? "quorum" : "single";
+}
+
+static void status_json(struct agent *a, struct sbuf *b)
+{
+    uint64_t now = now_ns();
+    const struct agent_stats *s = &a->stats;
+    sb_printf(b, "{\"agent\":{\"version\":\"%s\",\"pid\":%d,\"mode\":\"%s\",\"prefix\":",
+              DLOCK_VERSION, (int)getpid(), mode_of(a));
+    sb_json_str(b, a->cfg->prefix);
+    sb_printf(b, ",\"uptime_ms\":%llu,\"connections\":%u},\"nodes\":[",
+              (unsigned long long)((now - a->started) / NS_PER_MS), a->server.nconns);
+    struct backend_node nodes[CONFIG_MAX_NODES];
+    size_t nn = nodes_of(a, nodes);
+    for (size_t i = 0; i < nn; i++) {
+        const struct backend_node *n = &nodes[i];
+        sb_printf(b, "%s{\"addr\":", i ? "," : "");
+        sb_json_str(b, n->addr);
+        sb_printf(b, ",\"connected\":%s,\"subscribed\":%s,\"rtt_us\":%llu,\"last_error\":",
+                  n->connected ? "true" : "false", n->subscribed ? "true" : "false",
+                  (unsigned long long)(n->last_rtt_ns / 1000));
+        sb_json_str(b, n->last_error_text);
+        sb_printf(b,
+                  ",\"excluded_for_ms\":%llu,\"run_id\":", (unsigned long long)excluded_ms(n, now));
+        sb_json_str(b, n->run_id);
+        sb_printf(b, "}");
+    }
+    sb_printf(b,
+              "],\"counters\":{\"grants\":%llu,\"releases\":%llu,\"renewals\":%llu,"
+              "\"renewal_failures\":%llu,\"losses\":%llu,\"timeouts\":%llu,\"refused\":%llu},"
+              "\"leases\":[",
+              (unsigned long long)s->grants, (unsigned long long)s->releases,
+              (unsigned long long)s->renewals, (unsigned long long)s->renewal_failures,
+              (unsigned long long)s->losses, (unsigned long long)s->timeouts,
+              (unsigned long long)s->refused);
+    each_lease(a, NULL, lease_json, b);
+    sb_printf(b, "]}\n");
+}
+
+static void status_text(struct agent *a, struct sbuf *b)
+{
+    uint64_t now = now_ns();
+    const struct agent_stats *s = &a->stats;
+    sb_printf(b, "dlockd %s, pid %d, %s mode, prefix '%s', up %llu s, %u connection(s)\n\n",
+              DLOCK_VERSION, (int)getpid(), mode_of(a), a->cfg->prefix,
+              (unsigned long long)((now - a->started) / NS_PER_SEC), a->server.nconns);
+    sb_printf(b, "%-40s %-9s %-10s %8s %12s  %s\n", "NODE", "CONNECTED", "SUBSCRIBED", "RTT_US",
+              "EXCLUDED_MS", "LAST_ERROR");
+    struct backend_node nodes[CONFIG_MAX_NODES];
+    size_t nn = nodes_of(a, nodes);
+    for (size_t i = 0; i < nn; i++) {
+        const struct backend_node *n = &nodes[i];
+        sb_printf(b, "%-40s %-9s %-10s %8llu %12llu  %s\n", n->addr, n->connected ? "yes" : "no",
+                  n->subscribed ? "yes" : "no", (unsigned long long)(n->last_rtt_ns / 1000),
+                  (unsigned long long)excluded_ms(n, now),
+                  n->last_error_text[0] ? n->last_error_text : "-");
+    }
+    sb_printf(b,
+              "\ngrants %llu, releases %llu, renewals %llu, renewal failures %llu, losses %llu, "
+              "timeouts %llu, refused %llu\n\n",
+              (unsigned long long)s->grants, (unsigned long long)s->releases,
+              (unsigned long long)s->renewals, (unsigned long long)s->renewal_failures,
+              (unsigned long long)s->losses, (unsigned long long)s->timeouts,
+              (unsigned long long)s->refused);
+    leases_text(a, NULL, b);
+}
+
+static void metric(struct sbuf *b, const char *name, const char *type, const char *help)
+{
+    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void counter(struct sbuf *b, const char *name, const char *help, uint64_t v)
+{
+    metric(b, name, "counter", help);
+    sb_printf(b, "%s %llu\n", name, (unsigned long long)v);
+}
+
+static void gauge(struct sbuf *b, const char *name, const char *help, double v)
+{
+    metric(b, name, "gauge", help);
+    sb_printf(b, "%s %.17g\n", name, v);
+}
+
+static void histogram(struct sbuf *b, const char *name, const char *help, const struct histo *h)
+{
+    metric(b, name, "histogram", help);
+    uint64_t cum = 0;
+    for (int i = 0; i < STATS_BUCKETS; i++) {
+        cum += h->bucket[i];
+        sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, stats_bucket_le[i],
+                  (unsigned long long)cum);
+    }
+    sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->count);
+    sb_printf(b, "%s_sum %.17g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
+}
+
+/* One gauge per node, labelled with its address. */
+static void node_gauge(struct sbuf *b, const char *name, const char *help,
+                       const struct backend_node *nodes, size_t nn,
+                       double (*value)(const struct backend_node *, uint64_t now))
+{
+    uint64_t now = now_ns();
+    metric(b, name, "gauge", help);
+    for (size_t i = 0; i < nn; i++) {
+        sb_printf(b, "%s{node=\"", name);
+        sb_label(b, nodes[i].addr);
+        sb_printf(b, "\"} %.17g\n", value(&nodes[i], now));
+    }
+}
+
+static double node_up(const struct backend_node *n, uint64_t now)
+{
+    (void)now;
+    return n->connected;
+}
+
+static double node_excluded(const struct backend_node *n, uint64_t now)
+{
+    return n->excluded_until > now;
+}
+
+static double node_rtt(const struct backend_node *n, uint64_t now)
+{
+    (void)now;
+    return (double)n->last_rtt_ns / 1e9;
+}
+
+static void metrics(struct agent *a, struct sbuf *b)
+{
+    const struct agent_stats *s = &a->stats;
+    counter(b, "dlock_grants_total", "Leases granted.", s->grants);
+    counter(b, "dlock_releases_total", "Leases released by their holder.", s->releases);
+    counter(b, "dlock_renewals_total", "Lease renewals that succeeded.", s->renewals);
+    counter(b, "dlock_renewal_failures_total", "Lease renewals that failed without proof of loss.",
+            s->renewal_failures);
+    counter(b, "dlock_losses_total", "Leases lost.", s->losses);
+    counter(b, "dlock_timeouts_total", "Acquire waits that ran out.", s->timeouts);
+    counter(b, "dlock_refused_total", "Acquire requests refused before reaching Redis.",
+            s->refused);
+    gauge(b, "dlock_leases", "Leases held now.", (double)a->table.nleases);
+    gauge(b, "dlock_connections", "Client connections now.", (double)a->server.nconns);
+    gauge(b, "dlock_uptime_seconds", "Time since the agent started.",
+          (double)(now_ns() - a->started) / 1e9);
+    histogram(b, "dlock_acquire_seconds", "From sending an acquire to Redis to its grant.",
+              &s->acquire);
+    histogram(b, "dlock_renew_seconds", "Round trip of lease renewals.", &s->renew);
+    struct backend_node nodes[CONFIG_MAX_NODES];
+    size_t nn = nodes_of(a, nodes);
+    node_gauge(b, "dlock_node_up", "1 when the command link to the Redis node is set up.", nodes,
+               nn, node_up);
+    node_gauge(b, "dlock_node_excluded", "1 while a restarted node counts toward no quorum.", nodes,
+               nn, node_excluded);
+    node_gauge(b, "dlock_node_rtt_seconds", "Round trip of the node's last answer.", nodes, nn,
+               node_rtt);
+}
+
+/* The answer to one request line (without its newline). */
+static void answer(struct agent *a, const char *req, struct sbuf *b)
+{
+    char cmd[32] = "", arg[REQ_MAX] = "", extra[2] = "";
+    int n = sscanf(req, "%31s %255s %1s", cmd, arg, extra);
+    bool one = n == 1, upto2 = n == 1 || n == 2;
+    if (one && strcmp(cmd, "status") == 0)
+        status_text(a, b);
+    else if (one && strcmp(cmd, "status-json") == 0)
+        status_json(a, b);
+    else if (upto2 && strcmp(cmd, "leases") == 0)
+        leases_text(a, n == 2 ? arg : NULL, b);
+    else if (upto2 && strcmp(cmd, "leases-json") == 0) {
+        sb_printf(b, "{\"leases\":[");
+        each_lease(a, n == 2 ? arg : NULL, lease_json, b);
+        sb_printf(b, "]}\n");
+    } else if (one && strcmp(cmd, "metrics") == 0)
+        metrics(a, b);
+    else
+        sb_printf(b, "error: unknown request; try status, status-json, leases [PATTERN], "
+                     "leases-json [PATTERN] or metrics\n");
+}
+
+/* ---- connections ---- */
+
+struct sconn {
+    LIST_ENTRY(sconn) link;
+    struct status *st;
+    int fd;
+    ev_io io;
+    ev_timer timer;
+    char req[REQ_MAX + 1];
+    size_t reqlen;
+    struct sbuf out;
+    size_t sent;
+};
+
+static void sconn_close(struct sconn *c)
+{
+    struct status *st = c->st;
+    ev_io_stop(st->loop, &c->io);
+    ev_timer_stop(st->loop, &c->timer);
+    close(c->fd);
+    LIST_REMOVE(c, link);
+    st->nconns--;
+    free(c->out.p);
+    free(c);
+}
+
+static void on_write(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct sconn *c = w->data;
+    while (c->sent < c->out.len) {
+        ssize_t n = send(c->fd, c->out.p + c->sent, c->out.len - c->sent, MSG_NOSIGNAL);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        c->sent += (size_t)n;
+    }
+    /* Unread input at close would reset the connection, and the client
+     * might lose the answer (an over-long request): read it away. */
+    shutdown(c->fd, SHUT_WR);
+    char sink[512];
+    while (recv(c->fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
+        ;
+    sconn_close(c);
+}
+
+static void respond(struct sconn *c)
+{
+    struct status *st = c->st;
+    c->req[c->reqlen] = '\0';
+    c->req[strcspn(c->req, "\r\n")] = '\0';
+    answer(st->agent, c->req, &c->out);
+    if (c->out.oom) {
+        free(c->out.p);
+        c->out = (struct sbuf){0};
+        sb_printf(&c->out, "error: out of memory\n");
+    }
+    ev_io_stop(st->loop, &c->io);
+    ev_io_init(&c->io, on_write, c->fd, EV_WRITE);
+    c->io.data = c;
+    ev_io_start(st->loop, &c->io);
+}
+
+static void on_read(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct sconn *c = w->data;
+    ssize_t n = recv(c->fd, c->req + c->reqlen, REQ_MAX - c->reqlen, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n <= 0) {
+        sconn_close(c); /* gone before asking */
+        return;
+    }
+    c->reqlen += (size_t)n;
+    if (memchr(c->req, '\n', c->reqlen)) {
+        respond(c);
+    } else if (c->reqlen == REQ_MAX) {
+        sb_printf(&c->out, "error: request longer than %d bytes\n", REQ_MAX);
+        c->reqlen = 0;
+        c->req[0] = '\0';
+        ev_io_stop(loop, &c->io);
+        ev_io_init(&c->io, on_write, c->fd, EV_WRITE);
+        c->io.data = c;
+        ev_io_start(loop, &c->io);
+    }
+}
+
+static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    sconn_close(w->data);
+}
+
+static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct status *st = w->data;
+    for (;;) {
+        int fd = accept4(st->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+                log_warn("status socket: accept: %s", strerror(errno));
+            return;
+        }
+        struct sconn *c = st->nconns < STATUS_CONNS ? calloc(1, sizeof *c) : NULL;
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        c->st = st;
+        c->fd = fd;
+        ev_io_init(&c->io, on_read, fd, EV_READ);
+        c->io.data = c;
+        ev_io_start(loop, &c->io);
+        ev_timer_init(&c->timer, on_deadline, DEADLINE_S, 0.0);
+        c->timer.data = c;
+        ev_timer_start(loop, &c->timer);
+        LIST_INSERT_HEAD(&st->conns, c, link);
+        st->nconns++;
+    }
+}
+
+int status_open(struct status *st, struct ev_loop *loop, struct agent *a, const char *path,
+                unsigned mode)
+{
+    memset(st, 0, sizeof *st);
+    st->loop = loop;
+    st->agent = a;
+    st->lfd = -1;
+    LIST_INIT(&st->conns);
+    if (!path[0])
+        return 0;
+    snprintf(st->path, sizeof st->path, "%s", path);
+    st->lfd = unix_listen(path, mode);
+    if (st->lfd < 0)
+        return -1;
+    snprintf(st->path, sizeof st->path, "%s", path);
+    ev_io_init(&st->lio, on_accept, st->lfd, EV_READ);
+    st->lio.data = st;
+    ev_io_start(loop, &st->lio);
+    log_info("status socket on %s (mode %04o)", path, mode);
+    return 0;
+}
+
+void status_close(struct status *st)
+{
+    if (st->lfd >= 0) {
+        ev_io_stop(st->loop, &st->lio);
+        close(st->lfd);
+        unlink(st->path);
+        st->lfd = -1;
+    }
+    while (!LIST_EMPTY(&st->conns))
+        sconn_close(LIST_FIRST(&st->conns));
+}

@@ -1,0 +1,28 @@
+/* status.h -- the agent's read-only status socket for operators: leases,
+ * Redis nodes, counters and Prometheus metrics (docs/status.md). */
+#ifndef DLOCKD_STATUS_H
+#define DLOCKD_STATUS_H
+
+#include <ev.h>
+#include <sys/queue.h>
+
+struct agent;
+struct sconn;
+
+struct status {
+    struct ev_loop *loop;
+    struct agent *agent;
+    int lfd; /* -1 when there is no status socket */
+    ev_io lio;
+    LIST_HEAD(, sconn) conns;
+    unsigned nconns;
+    char path[108];
+};
+
+/* Listens on path (nothing when path is empty). 0, or -1 (logged). */
+int status_open(struct status *st, struct ev_loop *loop, struct agent *a, const char *path,
+                unsigned mode);
+/* Stops listening, removes the socket file, drops open queries. */
+void status_close(struct status *st);
+
+#endif
