@@ -5,6 +5,7 @@
 #include "agent.h"
 
 #include <signal.h>
+#include <systemd/sd-daemon.h>
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -655,9 +656,12 @@ static void on_ready(void *arg)
     a->ready_seq++;
     retry_orphans(a);
     kick_all(a);
-    if (a->ready_hook) {
-        a->ready_hook(a->ready_arg);
-        a->ready_hook = NULL;
+    if (!a->ready) {
+        /* Sockets listening, Redis answering: ready (Type=notify). */
+        a->ready = true;
+        sd_notify(0, "READY=1");
+        if (a->ready_hook)
+            a->ready_hook(a->ready_arg);
     }
 }
 
@@ -734,6 +738,7 @@ void agent_shutdown(struct agent *a)
     if (a->shutting_down)
         return;
     a->shutting_down = true;
+    sd_notify(0, "STOPPING=1");
     log_info("shutting down: releasing %zu lease(s)", a->table.nleases);
     server_stop_listening(&a->server);
     struct conn *c;

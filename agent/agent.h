@@ -36,6 +36,7 @@ struct agent {
     uint64_t down_since;           /* Redis unreachable since, 0 while it answers */
     void (*ready_hook)(void *arg); /* called once, when Redis first answers */
     void *ready_arg;
+    bool ready; /* Redis answered once: readiness was signalled */
     bool shutting_down;
     int exit_code;
 };

@@ -368,7 +368,7 @@ int server_open(struct server *s, struct ev_loop *loop, struct agent *a, const s
     s->agent = a;
     s->cfg = cfg;
     s->lfd = -1;
-    s->lfd = unix_listen(cfg->socket, cfg->socket_mode);
+    s->lfd = unix_listen(cfg->socket, cfg->socket_mode, &s->inherited);
     if (s->lfd < 0)
         return -1;
     snprintf(s->path, sizeof s->path, "%s", cfg->socket);
@@ -386,7 +386,8 @@ void server_stop_listening(struct server *s)
     ev_io_stop(s->loop, &s->lio);
     close(s->lfd);
     s->lfd = -1;
-    unlink(s->path);
+    if (!s->inherited)
+        unlink(s->path);
 }
 
 void server_close_all(struct server *s)

@@ -49,9 +49,11 @@ struct server {
     uint32_t nconns;
     uint64_t serial;
     char path[108];
+    bool inherited; /* passed by the service manager, which owns the file */
 };
 
-/* Binds the socket (removing a stale file, refusing a live one). 0 or -1. */
+/* Binds the socket (or takes the one passed by the service manager) (removing a stale file,
+ * refusing a live one). 0 or -1. */
 int server_open(struct server *s, struct ev_loop *loop, struct agent *a, const struct config *cfg);
 /* Stops accepting and removes the socket file. */
 void server_stop_listening(struct server *s);

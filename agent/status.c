@@ -515,7 +515,7 @@ int status_open(struct status *st, struct ev_loop *loop, struct agent *a, const 
     if (!path[0])
         return 0;
     snprintf(st->path, sizeof st->path, "%s", path);
-    st->lfd = unix_listen(path, mode);
+    st->lfd = unix_listen(path, mode, &st->inherited);
     if (st->lfd < 0)
         return -1;
     snprintf(st->path, sizeof st->path, "%s", path);
@@ -531,7 +531,8 @@ void status_close(struct status *st)
     if (st->lfd >= 0) {
         ev_io_stop(st->loop, &st->lio);
         close(st->lfd);
-        unlink(st->path);
+        if (!st->inherited)
+            unlink(st->path);
         st->lfd = -1;
     }
     while (!LIST_EMPTY(&st->conns))

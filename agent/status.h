@@ -4,6 +4,7 @@
 #define DLOCKD_STATUS_H
 
 #include <ev.h>
+#include <stdbool.h>
 #include <sys/queue.h>
 
 struct agent;
@@ -17,6 +18,7 @@ struct status {
     LIST_HEAD(, sconn) conns;
     unsigned nconns;
     char path[108];
+    bool inherited; /* passed by the service manager */
 };
 
 /* Listens on path (nothing when path is empty). 0, or -1 (logged). */

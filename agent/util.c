@@ -10,8 +10,10 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
+#include <fcntl.h>
 
 #include "log.h"
 
@@ -115,8 +117,32 @@ static int prepare_path(const struct sockaddr_un *sa)
     return unlink(sa->sun_path);
 }
 
-int unix_listen(const char *path, unsigned mode)
+/* The listening socket for path that the service manager passed (socket
+ * activation: LISTEN_FDS), or -1. */
+static int inherited_socket(const char *path)
 {
+    int n = sd_listen_fds(0);
+    for (int i = 0; i < n; i++) {
+        int fd = SD_LISTEN_FDS_START + i;
+        if (sd_is_socket_unix(fd, SOCK_STREAM, 1, path, 0) > 0)
+            return fd;
+    }
+    return -1;
+}
+
+int unix_listen(const char *path, unsigned mode, bool *inherited)
+{
+    int fd = inherited_socket(path);
+    *inherited = fd >= 0;
+    if (fd >= 0) {
+        if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0 ||
+            fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
+            log_error("%s: passed socket: %s", path, strerror(errno));
+            return -1;
+        }
+        log_info("using the socket passed for %s", path);
+        return fd;
+    }
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof sa.sun_path) {
         log_error("socket path too long: %s", path);
@@ -125,7 +151,7 @@ int unix_listen(const char *path, unsigned mode)
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
     if (prepare_path(&sa) != 0)
         return -1;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
         chmod(sa.sun_path, mode) != 0 || listen(fd, 128) != 0) {
         log_error("cannot listen on %s: %s", sa.sun_path, strerror(errno));

@@ -2,6 +2,7 @@
 #ifndef DLOCKD_UTIL_H
 #define DLOCKD_UTIL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define NS_PER_MS  1000000ull
@@ -18,9 +19,10 @@ double random_unit(void);
 int random_token(char out[33]);
 /* 64 random bits from the kernel (for hash seeds). */
 uint64_t random_u64(void);
-/* A non-blocking listening unix socket at path with the given mode; a stale
- * socket file is replaced, a live one or another file is not. The fd, or -1
- * (logged). */
-int unix_listen(const char *path, unsigned mode);
+/* A non-blocking listening unix socket at path: the one the service manager
+ * passed for that path (socket activation; *inherited set: the file is
+ * not ours to remove), else a new one with the given mode, replacing a stale
+ * socket file but not a live one or another file. The fd, or -1 (logged). */
+int unix_listen(const char *path, unsigned mode, bool *inherited);
 
 #endif

@@ -1,6 +1,9 @@
 /* test_agent_cli.c -- dlockd as a program: configuration check, dev mode,
- * socket file handling (stale replaced, live refused, mode). */
+ * socket file handling (stale replaced, live refused, mode), sockets passed
+ * by the service manager and readiness notification. */
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -178,4 +181,84 @@ ITEST(agent_cli, wrong_redis_password_is_a_typed_error)
     cr_assert(rc == DLOCK_EAUTH || rc == DLOCK_EUNAVAIL, "got %s", dlock_strerror(rc));
     cr_assert_lt(h_now_ms() - t0, 3000);
     H_WAIT_UNTIL(3000, strstr(h_read_file(H.agent[0].log), "refused") != NULL);
+}
+
+/* A listening unix socket at path, as a service manager makes it. */
+static int listen_at(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path)
+        return -1;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 16) != 0)
+        return -1;
+    return fd;
+}
+
+ITEST(agent_cli, serves_sockets_passed_by_the_service_manager)
+{
+    /* Socket activation as systemd does it: the client and status sockets
+     * exist before the agent runs and come as fds 3 and 4 with LISTEN_FDS
+     * and LISTEN_PID. The agent serves them, reports READY=1 on
+     * NOTIFY_SOCKET once Redis answers, and leaves the socket files (they
+     * belong to the service manager) when it stops. */
+    h_redis_start();
+    char sock[H_PATH], status[H_PATH], notify[H_PATH], conf[H_PATH];
+    snprintf(sock, sizeof sock, "%s", h_path("passed.sock"));
+    snprintf(status, sizeof status, "%s", h_path("passed-status.sock"));
+    snprintf(notify, sizeof notify, "%s", h_path("notify.sock"));
+    snprintf(conf, sizeof conf, "%s", h_path("passed.conf"));
+    char text[1024];
+    snprintf(text, sizeof text,
+             "[agent]\nsocket = %s\nstatus_socket = %s\nlog_level = debug\n"
+             "[redis]\naddress = %s\n",
+             sock, status, H.redis_addr);
+    write_file(conf, text);
+    int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un na = {.sun_family = AF_UNIX};
+    cr_assert_lt(strlen(notify), sizeof na.sun_path);
+    memcpy(na.sun_path, notify, strlen(notify) + 1);
+    cr_assert(nfd >= 0 && bind(nfd, (struct sockaddr *)&na, sizeof na) == 0);
+
+    pid_t pid = h_fork();
+    if (pid == 0) {
+        int a = listen_at(sock), b = listen_at(status);
+        if (a < 0 || b < 0 || dup2(a, 3) != 3 || dup2(b, 4) != 4)
+            _exit(120);
+        char n[16];
+        snprintf(n, sizeof n, "%d", (int)getpid());
+        setenv("LISTEN_PID", n, 1);
+        setenv("LISTEN_FDS", "2", 1);
+        setenv("NOTIFY_SOCKET", notify, 1);
+        int out = open(h_path("passed.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(out, 2);
+        execl(DLOCKD_PATH, DLOCKD_PATH, "-c", conf, (char *)NULL);
+        _exit(127);
+    }
+    /* READY=1 comes once Redis has answered. */
+    char msg[256] = "";
+    int64_t end = h_now_ms() + H_START_MS;
+    while (!strstr(msg, "READY=1")) {
+        cr_assert_lt(h_now_ms(), end, "no READY=1 on NOTIFY_SOCKET");
+        ssize_t n = recv(nfd, msg, sizeof msg - 1, MSG_DONTWAIT);
+        msg[n > 0 ? n : 0] = '\0';
+        if (n <= 0)
+            h_sleep_ms(10);
+    }
+    dlock_client *c = NULL;
+    cr_assert_eq(dlock_client_open(&c, sock), 0);
+    dlock_lease *l = NULL;
+    cr_assert_eq(dlock_lease_acquire(c, "passed", NULL, &l), 0);
+    cr_assert(h_redis_exists(h_key("passed")));
+    cr_assert_eq(dlock_lease_release(l), 0);
+    dlock_client_close(c);
+    const char *log = h_read_file(h_path("passed.out"));
+    cr_assert(log && strstr(log, "using the socket passed for"), "%s", log ? log : "");
+    kill(pid, SIGTERM);
+    cr_assert_eq(h_wait_child(pid, H_STOP_MS), 0);
+    struct stat st;
+    cr_assert_eq(stat(sock, &st), 0, "the passed socket's file was removed");
+    cr_assert_eq(stat(status, &st), 0, "the passed status socket's file was removed");
+    close(nfd);
 }
