@@ -516,6 +516,26 @@ static int acquire_check(struct agent *a, struct conn *c, const struct wire_acqu
     if (c->nleases + c->nwaiters >= cfg->max_leases_per_conn ||
         c->nwaiters >= cfg->max_waiters_per_conn)
         return DLOCK_ELIMIT;
+    const struct policy *pol = &cfg->policy;
+    char name[WIRE_MAX_NAME + 1];
+    memcpy(name, m->name, m->name_len);
+    name[m->name_len] = '\0';
+    if (!policy_allows(pol, c->uid, c->gids, c->ngids, name)) {
+        log_info("denied: pid %d uid %u may not use lock %s", (int)c->pid, (unsigned)c->uid, name);
+        return DLOCK_EDENIED;
+    }
+    if (pol->max_leases_per_uid || pol->max_waiters_per_uid) {
+        uint64_t held = 0, waiting = 0;
+        const struct conn *o;
+        LIST_FOREACH(o, &a->server.conns, link)
+        if (o->uid == c->uid) {
+            held += o->nleases + o->nwaiters;
+            waiting += o->nwaiters;
+        }
+        if ((pol->max_leases_per_uid && held >= pol->max_leases_per_uid) ||
+            (pol->max_waiters_per_uid && waiting >= pol->max_waiters_per_uid))
+            return DLOCK_ELIMIT;
+    }
     return 0;
 }
 
@@ -524,7 +544,10 @@ void agent_acquire(struct agent *a, struct conn *c, uint32_t id, const struct wi
     uint32_t ttl = 0;
     int rc = acquire_check(a, c, m, &ttl);
     if (rc) {
-        a->stats.refused++;
+        if (rc == DLOCK_EDENIED)
+            a->stats.denied++;
+        else
+            a->stats.refused++;
         conn_send_error(c, id, rc, errname(rc));
         return;
     }

@@ -2,7 +2,10 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fnmatch.h>
+#include <grp.h>
 #include <ini.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,20 +160,161 @@ struct u32_key {
         s, #k, offsetof(struct config, k)                                                          \
     }
 static const struct u32_key u32_keys[] = {
-    U32KEY("agent", default_ttl_ms),       U32KEY("agent", min_ttl_ms),
-    U32KEY("agent", max_ttl_ms),           U32KEY("agent", retry_fallback_ms),
-    U32KEY("agent", max_name_len),         U32KEY("agent", max_leases_per_conn),
-    U32KEY("agent", max_waiters_per_conn), U32KEY("agent", max_connections),
-    U32KEY("agent", shutdown_timeout_ms),  U32KEY("agent", fence_retention_ms),
-    U32KEY("agent", outage_wait_ms),       U32KEY("agent", default_max_hold_ms),
-    U32KEY("agent", max_hold_limit_ms),    U32KEY("agent", default_progress_ms),
-    U32KEY("agent", progress_limit_ms),    U32KEY("redis", connect_timeout_ms),
-    U32KEY("redis", command_timeout_ms),   U32KEY("redis", reconnect_min_ms),
-    U32KEY("redis", reconnect_max_ms),     U32KEY("redis", node_timeout_ms),
+    U32KEY("agent", default_ttl_ms),
+    U32KEY("agent", min_ttl_ms),
+    U32KEY("agent", max_ttl_ms),
+    U32KEY("agent", retry_fallback_ms),
+    U32KEY("agent", max_name_len),
+    U32KEY("agent", max_leases_per_conn),
+    U32KEY("agent", max_waiters_per_conn),
+    U32KEY("agent", max_connections),
+    U32KEY("agent", shutdown_timeout_ms),
+    U32KEY("agent", fence_retention_ms),
+    U32KEY("agent", outage_wait_ms),
+    U32KEY("agent", default_max_hold_ms),
+    U32KEY("agent", max_hold_limit_ms),
+    U32KEY("agent", default_progress_ms),
+    U32KEY("agent", progress_limit_ms),
+    U32KEY("redis", connect_timeout_ms),
+    U32KEY("redis", command_timeout_ms),
+    U32KEY("redis", reconnect_min_ms),
+    U32KEY("redis", reconnect_max_ms),
+    U32KEY("redis", node_timeout_ms),
+    {"policy", "max_leases_per_uid", offsetof(struct config, policy.max_leases_per_uid)},
+    {"policy", "max_waiters_per_uid", offsetof(struct config, policy.max_waiters_per_uid)},
+    {"policy", "max_connections_per_uid", offsetof(struct config, policy.max_connections_per_uid)},
 };
+
+/* "*", "user" or uid, "@group" or "@gid". */
+static int parse_who(const char *s, struct policy_who *out)
+{
+    char *end;
+    if (strcmp(s, "*") == 0) {
+        *out = (struct policy_who){.kind = POLICY_ANY};
+        return 0;
+    }
+    bool group = s[0] == '@';
+    const char *name = s + group;
+    if (!name[0])
+        return -1;
+    unsigned long id = strtoul(name, &end, 10);
+    if (*end == '\0' && name[0] >= '0' && name[0] <= '9' && id <= UINT32_MAX) {
+        *out = (struct policy_who){.kind = group ? POLICY_GID : POLICY_UID, .id = (uint32_t)id};
+        return 0;
+    }
+    if (group) {
+        const struct group *g = getgrnam(name);
+        if (!g)
+            return -1;
+        *out = (struct policy_who){.kind = POLICY_GID, .id = (uint32_t)g->gr_gid};
+    } else {
+        const struct passwd *pw = getpwnam(name);
+        if (!pw)
+            return -1;
+        *out = (struct policy_who){.kind = POLICY_UID, .id = (uint32_t)pw->pw_uid};
+    }
+    return 0;
+}
+
+/* The next blank- or comma-separated word of *p into out; 0 at the end,
+ * -1 when too long. */
+static int next_word(const char **p, char *out, size_t cap)
+{
+    *p += strspn(*p, ", \t");
+    size_t n = strcspn(*p, ", \t");
+    if (n == 0)
+        return 0;
+    if (n >= cap)
+        return -1;
+    memcpy(out, *p, n);
+    out[n] = '\0';
+    *p += n;
+    return 1;
+}
+
+/* "allow = WHO PATTERN...": one rule per pattern, added to the list. */
+static int parse_allow(struct policy *pol, const char *v)
+{
+    char word[POLICY_PATTERN_MAX];
+    struct policy_who who;
+    if (next_word(&v, word, sizeof word) != 1 || parse_who(word, &who) != 0)
+        return -1;
+    unsigned n = pol->nrules;
+    int rc;
+    while ((rc = next_word(&v, word, sizeof word)) == 1) {
+        if (n == POLICY_MAX_RULES)
+            return -1;
+        pol->rules[n].who = who;
+        memcpy(pol->rules[n].pattern, word, strlen(word) + 1);
+        n++;
+    }
+    if (rc < 0 || n == pol->nrules)
+        return -1; /* no pattern */
+    pol->nrules = n;
+    return 0;
+}
+
+/* "see_all = WHO...": replaces the list. */
+static int parse_see_all(struct policy *pol, const char *v)
+{
+    struct policy_who who[POLICY_MAX_WHO];
+    unsigned n = 0;
+    char word[64];
+    int rc;
+    while ((rc = next_word(&v, word, sizeof word)) == 1) {
+        if (n == POLICY_MAX_WHO || parse_who(word, &who[n]) != 0)
+            return -1;
+        n++;
+    }
+    if (rc < 0)
+        return -1;
+    memcpy(pol->see_all, who, n * sizeof who[0]);
+    pol->nsee_all = n;
+    pol->see_all_set = true;
+    return 0;
+}
+
+static bool who_matches(const struct policy_who *w, uint32_t uid, const uint32_t *gids,
+                        size_t ngids)
+{
+    if (w->kind == POLICY_ANY)
+        return true;
+    if (w->kind == POLICY_UID)
+        return w->id == uid;
+    for (size_t i = 0; i < ngids; i++)
+        if (gids[i] == w->id)
+            return true;
+    return false;
+}
+
+bool policy_allows(const struct policy *p, uint32_t uid, const uint32_t *gids, size_t ngids,
+                   const char *name)
+{
+    if (p->nrules == 0)
+        return true;
+    for (unsigned i = 0; i < p->nrules; i++)
+        if (who_matches(&p->rules[i].who, uid, gids, ngids) &&
+            fnmatch(p->rules[i].pattern, name, 0) == 0)
+            return true;
+    return false;
+}
+
+bool policy_sees_all(const struct policy *p, uint32_t uid, const uint32_t *gids, size_t ngids)
+{
+    if (!p->see_all_set)
+        return true;
+    for (unsigned i = 0; i < p->nsee_all; i++)
+        if (who_matches(&p->see_all[i], uid, gids, ngids))
+            return true;
+    return false;
+}
 
 static int set_special(struct config *c, const char *section, const char *key, const char *v)
 {
+    if (strcmp(section, "policy") == 0 && strcmp(key, "allow") == 0)
+        return parse_allow(&c->policy, v);
+    if (strcmp(section, "policy") == 0 && strcmp(key, "see_all") == 0)
+        return parse_see_all(&c->policy, v);
     bool agent = strcmp(section, "agent") == 0, redis = strcmp(section, "redis") == 0;
     if (agent && strcmp(key, "socket") == 0)
         return copy_str(c->socket, sizeof c->socket, v);

@@ -12,6 +12,39 @@
 #define CONFIG_PREFIX_MAX     128
 #define CONFIG_MAX_NODES      9 /* Redis nodes in quorum mode */
 
+#define POLICY_MAX_RULES   64
+#define POLICY_MAX_WHO     16
+#define POLICY_PATTERN_MAX 256
+
+/* Who a policy line speaks of: anyone, a uid, or a gid. */
+struct policy_who {
+    uint8_t kind; /* POLICY_ANY, POLICY_UID, POLICY_GID */
+    uint32_t id;
+};
+enum { POLICY_ANY = 1, POLICY_UID = 2, POLICY_GID = 3 };
+
+/* "allow = WHO PATTERN...": who may use the lock names matching an
+ * fnmatch(3) pattern (one rule per pattern). */
+struct policy_rule {
+    struct policy_who who;
+    char pattern[POLICY_PATTERN_MAX];
+};
+
+/* [policy]: without any allow line everyone may use every name (under the
+ * prefix, which no name can leave); with some, only what they allow. */
+struct policy {
+    struct policy_rule rules[POLICY_MAX_RULES];
+    unsigned nrules;
+    /* "see_all = WHO...": who sees every lease on the status socket; the
+     * others see their own only. Without the line, everyone sees all. */
+    struct policy_who see_all[POLICY_MAX_WHO];
+    unsigned nsee_all;
+    bool see_all_set;
+    uint32_t max_leases_per_uid; /* leases and waiters together; 0 = no limit */
+    uint32_t max_waiters_per_uid;
+    uint32_t max_connections_per_uid;
+};
+
 /* A Redis address: TCP host and port, or a unix socket path. */
 struct redis_addr {
     char host[256]; /* empty for unix sockets */
@@ -54,7 +87,15 @@ struct config {
     uint32_t reconnect_min_ms;
     uint32_t reconnect_max_ms;
     uint32_t node_timeout_ms; /* quorum: how long an acquire waits for a node */
+    /* [policy] */
+    struct policy policy;
 };
+
+/* Whether the peer (uid and its groups) may use lock name under p. */
+bool policy_allows(const struct policy *p, uint32_t uid, const uint32_t *gids, size_t ngids,
+                   const char *name);
+/* Whether the peer sees every lease on the status socket. */
+bool policy_sees_all(const struct policy *p, uint32_t uid, const uint32_t *gids, size_t ngids);
 
 /* Fills c with the built-in defaults. */
 void config_defaults(struct config *c);

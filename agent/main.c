@@ -135,6 +135,28 @@ bad:
     return -1;
 }
 
+/* SIGHUP: the file is read again; the access policy and the log level
+ * take effect at once, leases and connections stay. Other settings need a
+ * restart. */
+static struct flags hup_flags;
+static struct config *hup_cfg;
+
+static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    static struct config fresh;
+    log_info("got SIGHUP: reading the configuration again");
+    if (build_config(&fresh, &hup_flags) != 0) {
+        log_error("configuration not reloaded; the old one stays");
+        return;
+    }
+    hup_cfg->policy = fresh.policy;
+    hup_cfg->log_level = fresh.log_level;
+    log_set_level((enum log_level)fresh.log_level);
+    log_info("reloaded: %u policy rule(s), log level %d", fresh.policy.nrules, fresh.log_level);
+    if (!hup_flags.dev && memcmp(hup_cfg, &fresh, sizeof fresh) != 0)
+        log_warn("other changed settings take effect at the next start");
+}
+
 int main(int argc, char **argv)
 {
     struct flags f = {0};
@@ -168,12 +190,18 @@ int main(int argc, char **argv)
     } else
         log_info("dlockd %s started; Redis at %s, key prefix '%s'", DLOCK_VERSION,
                  config_addr_str(&cfg.nodes[0], addr, sizeof addr), cfg.prefix);
+    hup_flags = f;
+    hup_cfg = &cfg;
+    ev_signal hup;
+    ev_signal_init(&hup, on_hup, SIGHUP);
+    ev_signal_start(loop, &hup);
     if (f.dev) {
         /* Only once Redis answers: the try-it command must work. */
         agent.ready_hook = devmode_banner;
         agent.ready_arg = &cfg;
     }
     ev_run(loop, 0);
+    ev_signal_stop(loop, &hup);
     agent_free(&agent);
     devmode_stop();
     return agent.exit_code;

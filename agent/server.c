@@ -326,6 +326,14 @@ static void conn_new(struct server *s, int fd)
         close(fd);
         return;
     }
+    uint32_t per_uid = s->cfg->policy.max_connections_per_uid;
+    if (per_uid && server_conns_of(s, cred.uid) >= per_uid) {
+        log_warn("uid %u has %u connection(s), its limit; refusing pid %d", (unsigned)cred.uid,
+                 per_uid, (int)cred.pid);
+        s->agent->stats.refused++;
+        close(fd);
+        return;
+    }
     struct conn *c = calloc(1, sizeof *c);
     if (!c) {
         close(fd);
@@ -336,6 +344,7 @@ static void conn_new(struct server *s, int fd)
     c->pid = cred.pid;
     c->uid = cred.uid;
     c->gid = cred.gid;
+    c->ngids = peer_groups(fd, cred.gid, c->gids, PEER_GROUPS_MAX);
     c->serial = ++s->serial;
     c->page.fds[0] = c->page.fds[1] = -1;
     ev_io_init(&c->rio, on_readable, fd, EV_READ);
@@ -345,6 +354,15 @@ static void conn_new(struct server *s, int fd)
     s->nconns++;
     conn_update_reading(c);
     log_debug("client pid %d uid %d gid %d connected", (int)c->pid, (int)c->uid, (int)c->gid);
+}
+
+unsigned server_conns_of(const struct server *s, uid_t uid)
+{
+    unsigned n = 0;
+    const struct conn *c;
+    LIST_FOREACH(c, &s->conns, link)
+    n += c->uid == uid;
+    return n;
 }
 
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents)

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "leasepage.h"
+#include "util.h"
 #include "wire.h"
 
 struct agent;
@@ -25,6 +26,8 @@ struct conn {
     pid_t pid;
     uid_t uid;
     gid_t gid;
+    uint32_t gids[PEER_GROUPS_MAX]; /* gid and supplementary groups, for the policy */
+    size_t ngids;
     uint64_t serial;
     bool hello;
     bool dirty;   /* has output waiting for the next flush */
@@ -61,6 +64,8 @@ void server_stop_listening(struct server *s);
 void server_flush(struct server *s);
 /* Flushes and closes every connection (agent_conn_gone is called for each). */
 void server_close_all(struct server *s);
+/* Connections of a uid. */
+unsigned server_conns_of(const struct server *s, uid_t uid);
 
 /* Replies and events; they queue output, written when the loop turns. */
 void conn_send_granted(struct conn *c, uint32_t id, const struct wire_granted *m);

@@ -23,6 +23,7 @@ struct agent_stats {
     uint64_t losses;           /* leases lost */
     uint64_t timeouts;         /* waits that ran out */
     uint64_t refused;          /* acquires refused before reaching Redis */
+    uint64_t denied;           /* acquires the policy did not allow */
     struct histo acquire;      /* acquire sent to Redis -> granted */
     struct histo renew;        /* renewal sent -> answered */
 };

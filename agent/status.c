@@ -138,8 +138,15 @@ static void lease_row(const struct lease *le, uint64_t now, struct lease_row *r)
         r->waiters++;
 }
 
-/* Calls fn for every lease whose name matches pattern (NULL: all). */
-static void each_lease(struct agent *a, const char *pattern,
+/* Who asks: a peer that may not see all leases sees its own uid's only. */
+struct asker {
+    bool all;
+    uint32_t uid;
+};
+
+/* Calls fn for every lease the asker may see whose name matches pattern
+ * (NULL: all). */
+static void each_lease(struct agent *a, const struct asker *who, const char *pattern,
                        void (*fn)(struct sbuf *, const struct lease_row *, bool first),
                        struct sbuf *b)
 {
@@ -148,6 +155,8 @@ static void each_lease(struct agent *a, const char *pattern,
     for (size_t i = 0; i < a->table.nbuckets; i++) {
         for (const struct lock *l = a->table.buckets[i]; l; l = l->hnext) {
             if (!l->holder || (pattern && fnmatch(pattern, l->name, 0) != 0))
+                continue;
+            if (!who->all && ((const struct conn *)l->holder->owner)->uid != who->uid)
                 continue;
             struct lease_row r;
             lease_row(l->holder, now, &r);
@@ -182,11 +191,12 @@ static void lease_text(struct sbuf *b, const struct lease_row *r, bool first)
 
 static const char lease_header[] = "%-32s %-8s %20s %7s %5s %-15s %9s %8s %9s %8s %7s\n";
 
-static void leases_text(struct agent *a, const char *pattern, struct sbuf *b)
+static void leases_text(struct agent *a, const struct asker *who, const char *pattern,
+                        struct sbuf *b)
 {
     sb_printf(b, lease_header, "NAME", "STATE", "FENCE", "PID", "UID", "COMMAND", "AGE_MS",
               "TTL_MS", "VALID_MS", "RENEWALS", "WAITERS");
-    each_lease(a, pattern, lease_text, b);
+    each_lease(a, who, pattern, lease_text, b);
 }
 
 static size_t nodes_of(struct agent *a, struct backend_node *nodes)
@@ -205,7 +215,7 @@ static const char *mode_of(const struct agent *a)
     return config_quorum(a->cfg) ? "quorum" : "single";
 }
 
-static void status_json(struct agent *a, struct sbuf *b)
+static void status_json(struct agent *a, const struct asker *who, struct sbuf *b)
 {
     uint64_t now = now_ns();
     const struct agent_stats *s = &a->stats;
@@ -231,17 +241,17 @@ static void status_json(struct agent *a, struct sbuf *b)
     }
     sb_printf(b,
               "],\"counters\":{\"grants\":%llu,\"releases\":%llu,\"renewals\":%llu,"
-              "\"renewal_failures\":%llu,\"losses\":%llu,\"timeouts\":%llu,\"refused\":%llu},"
-              "\"leases\":[",
+              "\"renewal_failures\":%llu,\"losses\":%llu,\"timeouts\":%llu,\"refused\":%llu,"
+              "\"denied\":%llu},\"leases\":[",
               (unsigned long long)s->grants, (unsigned long long)s->releases,
               (unsigned long long)s->renewals, (unsigned long long)s->renewal_failures,
               (unsigned long long)s->losses, (unsigned long long)s->timeouts,
-              (unsigned long long)s->refused);
-    each_lease(a, NULL, lease_json, b);
+              (unsigned long long)s->refused, (unsigned long long)s->denied);
+    each_lease(a, who, NULL, lease_json, b);
     sb_printf(b, "]}\n");
 }
 
-static void status_text(struct agent *a, struct sbuf *b)
+static void status_text(struct agent *a, const struct asker *who, struct sbuf *b)
 {
     uint64_t now = now_ns();
     const struct agent_stats *s = &a->stats;
@@ -261,12 +271,12 @@ static void status_text(struct agent *a, struct sbuf *b)
     }
     sb_printf(b,
               "\ngrants %llu, releases %llu, renewals %llu, renewal failures %llu, losses %llu, "
-              "timeouts %llu, refused %llu\n\n",
+              "timeouts %llu, refused %llu, denied %llu\n\n",
               (unsigned long long)s->grants, (unsigned long long)s->releases,
               (unsigned long long)s->renewals, (unsigned long long)s->renewal_failures,
               (unsigned long long)s->losses, (unsigned long long)s->timeouts,
-              (unsigned long long)s->refused);
-    leases_text(a, NULL, b);
+              (unsigned long long)s->refused, (unsigned long long)s->denied);
+    leases_text(a, who, NULL, b);
 }
 
 static void metric(struct sbuf *b, const char *name, const char *type, const char *help)
@@ -342,6 +352,8 @@ static void metrics(struct agent *a, struct sbuf *b)
     counter(b, "dlock_timeouts_total", "Acquire waits that ran out.", s->timeouts);
     counter(b, "dlock_refused_total", "Acquire requests refused before reaching Redis.",
             s->refused);
+    counter(b, "dlock_denied_total", "Acquire requests the access policy did not allow.",
+            s->denied);
     gauge(b, "dlock_leases", "Leases held now.", (double)a->table.nleases);
     gauge(b, "dlock_connections", "Client connections now.", (double)a->server.nconns);
     gauge(b, "dlock_uptime_seconds", "Time since the agent started.",
@@ -360,20 +372,20 @@ static void metrics(struct agent *a, struct sbuf *b)
 }
 
 /* The answer to one request line (without its newline). */
-static void answer(struct agent *a, const char *req, struct sbuf *b)
+static void answer(struct agent *a, const struct asker *who, const char *req, struct sbuf *b)
 {
     char cmd[32] = "", arg[REQ_MAX] = "", extra[2] = "";
     int n = sscanf(req, "%31s %255s %1s", cmd, arg, extra);
     bool one = n == 1, upto2 = n == 1 || n == 2;
     if (one && strcmp(cmd, "status") == 0)
-        status_text(a, b);
+        status_text(a, who, b);
     else if (one && strcmp(cmd, "status-json") == 0)
-        status_json(a, b);
+        status_json(a, who, b);
     else if (upto2 && strcmp(cmd, "leases") == 0)
-        leases_text(a, n == 2 ? arg : NULL, b);
+        leases_text(a, who, n == 2 ? arg : NULL, b);
     else if (upto2 && strcmp(cmd, "leases-json") == 0) {
         sb_printf(b, "{\"leases\":[");
-        each_lease(a, n == 2 ? arg : NULL, lease_json, b);
+        each_lease(a, who, n == 2 ? arg : NULL, lease_json, b);
         sb_printf(b, "]}\n");
     } else if (one && strcmp(cmd, "metrics") == 0)
         metrics(a, b);
@@ -394,6 +406,7 @@ struct sconn {
     size_t reqlen;
     struct sbuf out;
     size_t sent;
+    struct asker who;
 };
 
 static void sconn_close(struct sconn *c)
@@ -435,7 +448,7 @@ static void respond(struct sconn *c)
     struct status *st = c->st;
     c->req[c->reqlen] = '\0';
     c->req[strcspn(c->req, "\r\n")] = '\0';
-    answer(st->agent, c->req, &c->out);
+    answer(st->agent, &c->who, c->req, &c->out);
     if (c->out.oom) {
         free(c->out.p);
         c->out = (struct sbuf){0};
@@ -493,6 +506,14 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
         }
         c->st = st;
         c->fd = fd;
+        struct ucred cred;
+        socklen_t len = sizeof cred;
+        uint32_t gids[PEER_GROUPS_MAX];
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+            size_t ngids = peer_groups(fd, cred.gid, gids, PEER_GROUPS_MAX);
+            c->who.uid = cred.uid;
+            c->who.all = policy_sees_all(&st->agent->cfg->policy, cred.uid, gids, ngids);
+        }
         ev_io_init(&c->io, on_read, fd, EV_READ);
         c->io.data = c;
         ev_io_start(loop, &c->io);

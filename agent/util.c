@@ -161,3 +161,18 @@ int unix_listen(const char *path, unsigned mode, bool *inherited)
     }
     return fd;
 }
+
+size_t peer_groups(int fd, uint32_t primary, uint32_t *out, size_t max)
+{
+    gid_t groups[PEER_GROUPS_MAX];
+    socklen_t len = sizeof groups;
+    size_t n = 0;
+    if (max)
+        out[n++] = primary;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0)
+        return n; /* too many, or unknown: the primary gid alone */
+    for (size_t i = 0; i < len / sizeof groups[0] && n < max; i++)
+        if (groups[i] != primary)
+            out[n++] = (uint32_t)groups[i];
+    return n;
+}

@@ -3,6 +3,7 @@
 #define DLOCKD_UTIL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define NS_PER_MS  1000000ull
@@ -24,5 +25,10 @@ uint64_t random_u64(void);
  * not ours to remove), else a new one with the given mode, replacing a stale
  * socket file but not a live one or another file. The fd, or -1 (logged). */
 int unix_listen(const char *path, unsigned mode, bool *inherited);
+
+#define PEER_GROUPS_MAX 32
+/* The groups of a unix socket's peer, its primary gid first, at most max
+ * (SO_PEERGROUPS). Returns how many. */
+size_t peer_groups(int fd, uint32_t primary, uint32_t *out, size_t max);
 
 #endif

@@ -69,7 +69,8 @@ extern "C" {
 #define DLOCK_ESTALLED      (-22) /* the holder did not touch the lease in time */
 #define DLOCK_ECLOCK        (-23) /* the agent's monotonic clock is not ours */
 #define DLOCK_ENOQUORUM     (-24) /* quorum mode: no majority of Redis nodes usable */
-#define DLOCK_ERRNO_MIN     (-24) /* lowest code in use */
+#define DLOCK_EDENIED       (-25) /* the agent's policy does not let this user use the name */
+#define DLOCK_ERRNO_MIN     (-25) /* lowest code in use */
 
 /* Wait values for dlock_acquire_options.wait_ms. */
 #define DLOCK_WAIT_NONE    0

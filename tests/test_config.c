@@ -952,3 +952,45 @@ Test(validate, message_is_truncated_safely)
     cr_assert_eq(config_validate(&c, err, sizeof err), -1);
     cr_assert_eq(strlen(err), sizeof err - 1);
 }
+
+/* ---- access policy ---- */
+
+Test(policy, rules_parse_and_match)
+{
+    struct config c;
+    config_defaults(&c);
+    uint32_t root_groups[] = {0}, app_groups[] = {1000, 27};
+    /* Without rules everyone may use every name. */
+    cr_assert(policy_allows(&c.policy, 1000, app_groups, 2, "anything"));
+    cr_assert(policy_sees_all(&c.policy, 1000, app_groups, 2));
+    expect_good(&c, "policy", "allow", "0 *");
+    expect_good(&c, "policy", "allow", "@27 shared-*, tmp-?");
+    expect_good(&c, "policy", "allow", "root admin-*");
+    cr_assert_eq(c.policy.nrules, 4);
+    cr_assert(policy_allows(&c.policy, 0, root_groups, 1, "x"));
+    cr_assert(policy_allows(&c.policy, 1000, app_groups, 2, "shared-a"));
+    cr_assert(policy_allows(&c.policy, 1000, app_groups, 2, "tmp-1"));
+    cr_assert_not(policy_allows(&c.policy, 1000, app_groups, 2, "tmp-12"));
+    cr_assert_not(policy_allows(&c.policy, 1000, app_groups, 1, "shared-a")); /* not in 27 */
+    cr_assert_not(policy_allows(&c.policy, 1000, app_groups, 2, "admin-x"));
+    expect_good(&c, "policy", "see_all", "0 @27");
+    cr_assert(policy_sees_all(&c.policy, 0, root_groups, 1));
+    cr_assert(policy_sees_all(&c.policy, 1000, app_groups, 2));
+    cr_assert_not(policy_sees_all(&c.policy, 1000, app_groups, 1));
+    /* An empty see_all: nobody sees others' leases. */
+    expect_good(&c, "policy", "see_all", "");
+    cr_assert_not(policy_sees_all(&c.policy, 0, root_groups, 1));
+}
+
+Test(policy, bad_lines)
+{
+    static const char *const bad[] = {"", "*", "no-such-user-zz x", "@no-such-group-zz x", "@ x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_bad("policy", "allow", bad[i]);
+    expect_bad("policy", "see_all", "no-such-user-zz");
+    expect_bad("policy", "max_leases_per_uid", "-1");
+    struct config c;
+    config_defaults(&c);
+    expect_good(&c, "policy", "max_leases_per_uid", "10");
+    cr_assert_eq(c.policy.max_leases_per_uid, 10);
+}

@@ -1,0 +1,218 @@
+/* test_policy.c -- the access policy: lock names by uid/gid, what the status
+ * socket shows to whom, per-uid limits, and SIGHUP applying a changed policy
+ * while leases keep being renewed. A second uid comes from a forked child
+ * that drops to "nobody" (65534), so those tests need root. */
+#include <grp.h>
+#include <stdbool.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define NOBODY 65534
+
+static void need_root(void)
+{
+    if (geteuid() != 0)
+        h_skip("needs root to run a client under a second uid");
+}
+
+/* The agent's sockets must be reachable by nobody. */
+static const char *open_ini(const char *policy)
+{
+    static char ini[1024];
+    snprintf(ini, sizeof ini, "socket_mode = 0666\n[policy]\n%s", policy);
+    return ini;
+}
+
+static const char *status_path(void)
+{
+    static char path[H_PATH];
+    snprintf(path, sizeof path, "%s/status0.sock", H.dir);
+    return path;
+}
+
+/* Sends one request to the status socket and returns the whole answer (in
+ * a static buffer). */
+static const char *status_query(const char *req)
+{
+    static char out[65536];
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    const char *path = status_path();
+    if (fd < 0 || strlen(path) >= sizeof sa.sun_path)
+        return NULL;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
+        close(fd);
+        return NULL;
+    }
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof out - 1 && (r = read(fd, out + n, sizeof out - 1 - n)) > 0)
+        n += (size_t)r;
+    out[n] = '\0';
+    close(fd);
+    return out;
+}
+
+static void become_nobody(void)
+{
+    if (setgroups(0, NULL) != 0 || setgid(NOBODY) != 0 || setuid(NOBODY) != 0)
+        _exit(100);
+}
+
+/* As nobody: acquire name (try-once) and release it. Returns the acquire's
+ * result (0 or a DLOCK_E* code). */
+static int acquire_as_nobody(const char *name)
+{
+    pid_t pid = h_fork();
+    if (pid == 0) {
+        become_nobody();
+        dlock_client *c = NULL;
+        int rc = dlock_client_open(&c, H.agent[0].sock);
+        if (rc != 0)
+            _exit(101);
+        dlock_lease *l = NULL;
+        dlock_acquire_options o = {.wait_ms = 0};
+        rc = dlock_lease_acquire(c, name, &o, &l);
+        if (rc == 0)
+            dlock_lease_release(l);
+        dlock_client_close(c);
+        _exit(-rc);
+    }
+    int st = h_wait_child(pid, 5000);
+    cr_assert(st >= 0 && st < 100, "nobody's client failed (status %d)", st);
+    return -st;
+}
+
+/* As nobody: does status-json show name? 1 yes, 0 no. */
+static int nobody_sees(const char *name)
+{
+    pid_t pid = h_fork();
+    if (pid == 0) {
+        become_nobody();
+        const char *out = status_query("status-json\n");
+        if (!out || !strstr(out, "\"leases\":["))
+            _exit(102);
+        char needle[256];
+        snprintf(needle, sizeof needle, "\"name\":\"%s\"", name);
+        _exit(strstr(out, needle) ? 1 : 0);
+    }
+    int st = h_wait_child(pid, 5000);
+    cr_assert(st == 0 || st == 1, "nobody's status query failed (status %d)", st);
+    return st;
+}
+
+static long long metric(const char *name)
+{
+    const char *out = status_query("metrics\n");
+    cr_assert_not_null(out, "no metrics");
+    char needle[128];
+    snprintf(needle, sizeof needle, "\n%s ", name);
+    const char *p = strstr(out, needle);
+    cr_assert_not_null(p, "no %s in metrics", name);
+    return strtoll(p + strlen(needle), NULL, 10);
+}
+
+static void open_dir(void)
+{
+    cr_assert_eq(chmod(H.dir, 0755), 0);
+    cr_assert_eq(chmod(status_path(), 0666), 0);
+}
+
+static bool log_has(const char *text)
+{
+    const char *log = h_read_file(H.agent[0].log);
+    return log && strstr(log, text);
+}
+
+ITEST(policy, other_uid_denied_counted_logged_and_blind)
+{
+    need_root();
+    h_start(open_ini("allow = 0 *\nsee_all = 0\n"));
+    open_dir();
+    struct h_cl *root = h_client();
+    dlock_lease *l = h_must_acquire(root, "root-secret", 30000);
+    cr_assert_eq(acquire_as_nobody("anything"), DLOCK_EDENIED);
+    cr_assert_eq(metric("dlock_denied_total"), 1);
+    cr_assert(log_has("denied: pid") && log_has("uid 65534"), "not logged");
+    /* Root sees the lease on the status socket; nobody does not. */
+    cr_assert_not_null(strstr(status_query("status-json\n"), "\"name\":\"root-secret\""));
+    cr_assert_eq(nobody_sees("root-secret"), 0, "nobody learnt root's lock name");
+    cr_assert_eq(dlock_lease_release(l), 0);
+}
+
+ITEST(policy, group_rules_and_patterns)
+{
+    need_root();
+    h_start(open_ini("allow = @65534 shared-* tmp-?\nallow = 0 *\n"));
+    open_dir();
+    /* nobody's primary group is 65534 (nogroup): its rule applies. */
+    cr_assert_eq(acquire_as_nobody("shared-x"), 0);
+    cr_assert_eq(acquire_as_nobody("tmp-1"), 0);
+    cr_assert_eq(acquire_as_nobody("tmp-12"), DLOCK_EDENIED);
+    cr_assert_eq(acquire_as_nobody("private"), DLOCK_EDENIED);
+    /* Without see_all, everyone who can open the status socket sees all. */
+    struct h_cl *root = h_client();
+    dlock_lease *l = h_must_acquire(root, "visible", 30000);
+    cr_assert_eq(nobody_sees("visible"), 1);
+    cr_assert_eq(dlock_lease_release(l), 0);
+}
+
+ITEST(policy, sighup_applies_a_changed_policy_and_keeps_leases)
+{
+    need_root();
+    h_start(open_ini("allow = 0 *\n"));
+    open_dir();
+    struct h_cl *root = h_client();
+    dlock_lease *l = h_must_acquire(root, "kept", 600);
+    cr_assert_eq(acquire_as_nobody("pub-1"), DLOCK_EDENIED);
+
+    h_agent_config(0, open_ini("allow = 0 *\nallow = nobody pub-*\n"), NULL);
+    cr_assert_eq(kill(H.agent[0].pid, SIGHUP), 0);
+    H_WAIT_UNTIL(3000, log_has("reloaded: 2 policy rule(s)"));
+    cr_assert_eq(acquire_as_nobody("pub-1"), 0);
+    cr_assert_eq(acquire_as_nobody("priv"), DLOCK_EDENIED);
+    /* The lease (TTL 600 ms) lives on through the reload: it is renewed. */
+    H_HOLDS_FOR(1500, dlock_lease_valid(l));
+    cr_assert_eq(h_events(root, l, DLOCK_STATE_LOST), 0);
+    cr_assert_eq(dlock_lease_release(l), 0);
+
+    /* A policy that does not parse leaves the old one in force. */
+    h_agent_config(0, open_ini("allow = no-such-user-here x\n"), NULL);
+    cr_assert_eq(kill(H.agent[0].pid, SIGHUP), 0);
+    H_WAIT_UNTIL(3000, log_has("not reloaded"));
+    cr_assert_eq(acquire_as_nobody("pub-2"), 0);
+}
+
+ITEST(policy, per_uid_limits)
+{
+    h_start("[policy]\nmax_leases_per_uid = 2\nmax_waiters_per_uid = 1\n"
+            "max_connections_per_uid = 3\n");
+    struct h_cl *a = h_client(), *b = h_client();
+    dlock_lease *l1 = h_must_acquire(a, "u1", 30000);
+    /* A waiter counts as a lease to come. */
+    struct h_acq w;
+    h_acquire_async(b, "u1", 30000, 10000, &w);
+    H_WAIT_UNTIL(2000, strstr(status_query("leases-json u1\n"), "\"waiters\":1"));
+    dlock_lease *l2 = NULL;
+    cr_assert_eq(h_acquire(a, "u2", 30000, 0, &l2), DLOCK_ELIMIT);
+    cr_assert_eq(metric("dlock_refused_total"), 1);
+    /* Connections: a, b and one more; a fourth is turned away. */
+    dlock_client *c3 = NULL, *c4 = NULL;
+    cr_assert_eq(h_client_try_open(0, &c3), 0);
+    cr_assert_neq(h_client_try_open(0, &c4), 0, "a fourth connection of one uid was served");
+    dlock_client_close(c3);
+    cr_assert_eq(dlock_lease_release(l1), 0);
+    H_WAIT_UNTIL(3000, w.done);
+    cr_assert_eq(w.status, 0);
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+}
