@@ -118,6 +118,11 @@ static void proc_comm(int pid, char *out, size_t cap)
     if (f)
         fclose(f);
     out[strcspn(out, "\n")] = '\0';
+    /* A process names itself: nothing that could break a column or reach
+     * the operator's terminal as a control sequence. */
+    for (char *p = out; *p; p++)
+        if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+            *p = '?';
 }
 
 static void lease_row(const struct lease *le, uint64_t now, struct lease_row *r)

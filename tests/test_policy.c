@@ -216,3 +216,12 @@ ITEST(policy, per_uid_limits)
     cr_assert_eq(w.status, 0);
     cr_assert_eq(dlock_lease_release(w.lease), 0);
 }
+
+ITEST(policy, dlockctl_run_exits_77_when_denied)
+{
+    /* Root may take only the harness' probe lock here. */
+    h_start("[policy]\nallow = 0 __harness_probe__\nallow = 65534 *\n");
+    int st = h_ctl(5000, "-s", H.agent[0].sock, "run", "-n", "job", "--", "true", NULL);
+    cr_assert_eq(st, 77, "dlockctl run exit status %d", st);
+    cr_assert_eq(metric("dlock_denied_total"), 1);
+}

@@ -1,4 +1,5 @@
-/* dlockctl.c -- runs a command while holding a dlock lease, as flock(1) does with a file. */
+/* dlockctl.c -- runs a command while holding a dlock lease, as flock(1) does with a file;
+ * shows the agent's status, leases and metrics from its status socket. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -10,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,14 +24,27 @@
 #define EXIT_UNAVAILABLE 69 /* EX_UNAVAILABLE: agent unreachable, backend error */
 #define EXIT_SOFTWARE    70 /* EX_SOFTWARE: internal error */
 #define EXIT_TEMPFAIL    75 /* EX_TEMPFAIL: default for -E */
+#define EXIT_NOPERM      77 /* EX_NOPERM: the agent's policy refused the name */
 #define EXIT_LOST        79 /* the lease was lost while CMD ran */
 #define EXIT_NOEXEC      126
 #define EXIT_NOTFOUND    127
 
 #define DEFAULT_KILL_MS 10000
 
+/* The status socket: -S, else $DLOCK_STATUS_SOCKET, else this. */
+#define DEFAULT_STATUS_SOCKET "/run/dlock/status.sock"
+#define STATUS_REQUEST_MAX    256        /* a request line, newline included */
+#define STATUS_TIMEOUT_MS     5000       /* for the whole answer */
+#define STATUS_RESPONSE_MAX   (64 << 20) /* a bigger answer is refused */
+
+enum command { CMD_RUN, CMD_STATUS, CMD_LEASES, CMD_METRICS };
+
 struct run_opts {
-    const char *socket; /* NULL = the library default */
+    enum command command;
+    const char *socket;        /* NULL = the library default */
+    const char *status_socket; /* NULL = $DLOCK_STATUS_SOCKET or the default */
+    bool json;                 /* status, leases: --json */
+    const char *pattern;       /* leases: NULL = every lease */
     const char *name;
     char **argv;
     int64_t wait_ms;
@@ -57,6 +73,9 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: dlockctl [-s SOCKET] run [-w MS | -n] [-t TTL_MS] [-E CODE] [-k MS] NAME "
                "[--] CMD [ARG...]\n"
+               "       dlockctl [-S PATH] status [--json]\n"
+               "       dlockctl [-S PATH] leases [--json] [PATTERN]\n"
+               "       dlockctl [-S PATH] metrics\n"
                "       dlockctl -h | --help\n"
                "       dlockctl -V | --version\n");
 }
@@ -153,19 +172,78 @@ static int parse_run(int argc, char **argv, struct run_opts *o)
     return 0;
 }
 
+/* A pattern the request line can carry: not empty, no space or control
+ * character (no lock name has one), and short enough for the line. */
+static const char *pattern_problem(const char *p)
+{
+    if (*p == '\0')
+        return "empty pattern";
+    for (const unsigned char *c = (const unsigned char *)p; *c; c++)
+        if (*c <= ' ' || *c == 0x7f)
+            return "pattern with a space or control character";
+    if (strlen("leases-json \n") + strlen(p) > STATUS_REQUEST_MAX)
+        return "pattern too long";
+    return NULL;
+}
+
+/* Parses the options and arguments of `status`, `leases` and `metrics`
+ * (argv[0] is the sub-command). Options may follow the pattern. */
+static int parse_query(int argc, char **argv, struct run_opts *o)
+{
+    enum { OPT_JSON = 0x100 };
+    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
+                                             {"json", no_argument, NULL, OPT_JSON},
+                                             {"status-socket", required_argument, NULL, 'S'},
+                                             {NULL, 0, NULL, 0}};
+    int ch;
+    optind = 0; /* restart getopt on the sub-command */
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, ":S:h", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'S':
+            o->status_socket = optarg;
+            break;
+        case OPT_JSON:
+            if (o->command == CMD_METRICS)
+                return usage_error("unknown option", "--json");
+            o->json = true;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            return option_error(ch, argv[optind - 1]);
+        }
+    }
+    if (o->command == CMD_LEASES && optind < argc) {
+        o->pattern = argv[optind++];
+        const char *problem = pattern_problem(o->pattern);
+        if (problem) /* an empty or very long pattern is not worth printing */
+            return usage_error(problem,
+                               *o->pattern && !strstr(problem, "long") ? o->pattern : NULL);
+    }
+    if (optind < argc)
+        return usage_error("unexpected argument", argv[optind]);
+    return 0;
+}
+
 /* Parses the global options and the sub-command. */
 static int parse_args(int argc, char **argv, struct run_opts *o)
 {
     static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
                                              {"version", no_argument, NULL, 'V'},
                                              {"socket", required_argument, NULL, 's'},
+                                             {"status-socket", required_argument, NULL, 'S'},
                                              {NULL, 0, NULL, 0}};
     int ch;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "+:s:hV", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "+:s:S:hV", longopts, NULL)) != -1) {
         switch (ch) {
         case 's':
             o->socket = optarg;
+            break;
+        case 'S':
+            o->status_socket = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -179,10 +257,21 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         }
     }
     if (optind >= argc)
-        return usage_error("missing command (try 'run')", NULL);
-    if (strcmp(argv[optind], "run") != 0)
-        return usage_error("unknown command", argv[optind]);
-    return parse_run(argc - optind, argv + optind, o);
+        return usage_error("missing command (run, status, leases or metrics)", NULL);
+    const char *cmd = argv[optind];
+    if (strcmp(cmd, "run") == 0)
+        o->command = CMD_RUN;
+    else if (strcmp(cmd, "status") == 0)
+        o->command = CMD_STATUS;
+    else if (strcmp(cmd, "leases") == 0)
+        o->command = CMD_LEASES;
+    else if (strcmp(cmd, "metrics") == 0)
+        o->command = CMD_METRICS;
+    else
+        return usage_error("unknown command", cmd);
+    if (o->command == CMD_RUN)
+        return parse_run(argc - optind, argv + optind, o);
+    return parse_query(argc - optind, argv + optind, o);
 }
 
 /* ---- signals ---- */
@@ -430,6 +519,8 @@ static int acquire_exit_code(int rc)
         return EXIT_USAGE;
     case DLOCK_ENOMEM:
         return EXIT_SOFTWARE;
+    case DLOCK_EDENIED:
+        return EXIT_NOPERM;
     default:
         return EXIT_UNAVAILABLE;
     }
@@ -490,6 +581,175 @@ static int run(const struct run_opts *o)
     return code;
 }
 
+/* ---- status, leases, metrics ---- */
+
+static const char *status_socket_path(const struct run_opts *o)
+{
+    if (o->status_socket)
+        return o->status_socket;
+    const char *env = getenv("DLOCK_STATUS_SOCKET");
+    return env && *env ? env : DEFAULT_STATUS_SOCKET;
+}
+
+/* Waits until fd is ready for `events` or the deadline (now_ms()) passes;
+ * 0 when ready, else -1 with errno set (ETIMEDOUT at the deadline). */
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        if (left <= 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        struct pollfd pfd = {.fd = fd, .events = events};
+        int n = poll(&pfd, 1, left > INT_MAX ? INT_MAX : (int)left);
+        if (n > 0)
+            return 0;
+        if (n < 0 && errno != EINTR)
+            return -1;
+    }
+}
+
+/* Connects to the status socket at path; the connect itself is bounded by the
+ * deadline too (a full listen backlog makes it wait). Returns the socket, or
+ * -1 after reporting the failure; *code gets the exit code. */
+static int status_connect(const char *path, int64_t deadline, int *code)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path) {
+        fprintf(stderr, "dlockctl: status socket path too long: %s\n", path);
+        *code = EXIT_USAGE;
+        return -1;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        fprintf(stderr, "dlockctl: socket: %s\n", strerror(errno));
+        *code = EXIT_SOFTWARE;
+        return -1;
+    }
+    int64_t left = deadline - now_ms();
+    struct timeval tv = {.tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000};
+    int rc;
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0)
+        rc = -1;
+    else
+        while ((rc = connect(fd, (struct sockaddr *)&sa, sizeof sa)) != 0 && errno == EINTR)
+            ;
+    if (rc != 0) {
+        int e = errno == EAGAIN ? ETIMEDOUT : errno;
+        fprintf(stderr, "dlockctl: cannot reach the agent at %s: %s\n", path, strerror(e));
+        close(fd);
+        *code = EXIT_UNAVAILABLE;
+        return -1;
+    }
+    return fd;
+}
+
+static int send_all(int fd, const char *p, size_t n, int64_t deadline)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+        } else if (w < 0 && errno == EAGAIN) {
+            if (wait_fd(fd, POLLOUT, deadline) != 0)
+                return -1;
+        } else if (w < 0 && errno != EINTR) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+struct buf {
+    char *data;
+    size_t len, cap;
+};
+
+/* Reads until EOF into b. Returns 0, or -1 with errno set (EFBIG when the
+ * answer is larger than STATUS_RESPONSE_MAX). */
+static int recv_all(int fd, struct buf *b, int64_t deadline)
+{
+    for (;;) {
+        if (b->cap - b->len < 4096) {
+            size_t cap = b->cap ? b->cap * 2 : 16384;
+            if (cap > STATUS_RESPONSE_MAX + 4096) {
+                errno = EFBIG;
+                return -1;
+            }
+            char *d = realloc(b->data, cap);
+            if (!d)
+                return -1;
+            b->data = d;
+            b->cap = cap;
+        }
+        ssize_t r = recv(fd, b->data + b->len, b->cap - b->len, MSG_DONTWAIT);
+        if (r > 0)
+            b->len += (size_t)r;
+        else if (r == 0)
+            return 0;
+        else if (errno == EAGAIN) {
+            if (wait_fd(fd, POLLIN, deadline) != 0)
+                return -1;
+        } else if (errno != EINTR) {
+            return -1;
+        }
+    }
+}
+
+/* Sends one request line to the status socket, copies the answer to stdout. */
+static int query(const struct run_opts *o)
+{
+    char req[STATUS_REQUEST_MAX + 1];
+    const char *what = o->command == CMD_STATUS   ? (o->json ? "status-json" : "status")
+                       : o->command == CMD_LEASES ? (o->json ? "leases-json" : "leases")
+                                                  : "metrics";
+    int n = snprintf(req, sizeof req, "%s%s%s\n", what, o->pattern ? " " : "",
+                     o->pattern ? o->pattern : "");
+    if (n < 0 || n > STATUS_REQUEST_MAX) /* parse_query() checked the length */
+        return EXIT_SOFTWARE;
+
+    const char *path = status_socket_path(o);
+    int64_t deadline = now_ms() + STATUS_TIMEOUT_MS;
+    int code;
+    int fd = status_connect(path, deadline, &code);
+    if (fd < 0)
+        return code;
+    struct buf b = {0};
+    if (send_all(fd, req, (size_t)n, deadline) != 0) {
+        fprintf(stderr, "dlockctl: cannot send the request to %s: %s\n", path, strerror(errno));
+        close(fd);
+        return EXIT_UNAVAILABLE;
+    }
+    if (recv_all(fd, &b, deadline) != 0) {
+        int e = errno;
+        fprintf(stderr, "dlockctl: no complete answer from %s: %s\n", path,
+                e == ETIMEDOUT ? "timed out" : strerror(e));
+        close(fd);
+        free(b.data);
+        return e == ENOMEM || e == EFBIG ? EXIT_SOFTWARE : EXIT_UNAVAILABLE;
+    }
+    close(fd);
+
+    if (b.len == 0) {
+        fprintf(stderr, "dlockctl: %s closed the connection without an answer\n", path);
+        code = EXIT_UNAVAILABLE;
+    } else if (b.len >= 7 && memcmp(b.data, "error: ", 7) == 0) {
+        bool nl = b.data[b.len - 1] == '\n';
+        fprintf(stderr, "dlockctl: %.*s%s", (int)b.len, b.data, nl ? "" : "\n");
+        code = EXIT_SOFTWARE;
+    } else if (fwrite(b.data, 1, b.len, stdout) != b.len || fflush(stdout) != 0) {
+        fprintf(stderr, "dlockctl: cannot write the answer: %s\n", strerror(errno));
+        code = EXIT_SOFTWARE;
+    } else {
+        code = 0;
+    }
+    free(b.data);
+    return code;
+}
+
 int main(int argc, char **argv)
 {
     struct run_opts o = {
@@ -497,5 +757,5 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc != 0)
         return rc;
-    return run(&o);
+    return o.command == CMD_RUN ? run(&o) : query(&o);
 }

@@ -1,0 +1,1349 @@
+/* test_status.c -- the agent's read-only status socket, read through
+ * `dlockctl status`, `dlockctl leases` and `dlockctl metrics`: a lease held by
+ * this process is listed with its name, pid, fencing token and a validity
+ * that runs down; globs filter the leases; the metrics are valid Prometheus
+ * text exposition and follow the grants; malformed requests are answered
+ * with an error and cost only their connection; no agent means exit 69.
+ *
+ * The JSON and the exposition format are checked by small strict parsers
+ * below, not by a library. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define CTL_MS 5000 /* a dlockctl query to exit */
+
+/* ---- dlockctl with stdout and stderr kept apart ---- */
+
+static struct {
+    char out[1 << 18];
+    char err[4096];
+} R;
+
+/* Reads path into dst (NUL-terminated); fails the test if it does not fit. */
+static void slurp(const char *path, char *dst, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "cannot open %s", path);
+    size_t n = fread(dst, 1, cap, f);
+    fclose(f);
+    cr_assert_lt(n, cap, "%s is larger than the test's buffer", path);
+    dst[n] = '\0';
+}
+
+/* Runs dlockctl with args (NULL-terminated, without argv[0]); its stdout goes
+ * to R.out and its stderr to R.err. Returns its exit status; fails the test
+ * if it runs longer than CTL_MS. */
+static int ctlv(const char *const *args)
+{
+    char *argv[32];
+    int n = 0;
+    argv[n++] = DLOCKCTL_PATH;
+    for (int i = 0; args[i]; i++) {
+        cr_assert_lt(n, 31);
+        argv[n++] = (char *)args[i];
+    }
+    argv[n] = NULL;
+    char out[H_PATH + 64], err[H_PATH + 64];
+    snprintf(out, sizeof out, "%s", h_path("ctl.stdout"));
+    snprintf(err, sizeof err, "%s", h_path("ctl.stderr"));
+    pid_t pid = h_fork();
+    if (pid == 0) {
+        int in = open("/dev/null", O_RDONLY);
+        int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (in < 0 || o < 0 || e < 0 || dup2(in, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+            _exit(126);
+        close(in);
+        close(o);
+        close(e);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int st = h_wait_child(pid, CTL_MS);
+    cr_assert_neq(st, -1, "dlockctl %s did not exit within %d ms", args[0], CTL_MS);
+    slurp(out, R.out, sizeof R.out);
+    slurp(err, R.err, sizeof R.err);
+    return st;
+}
+
+#define CTL(...) ctlv((const char *const[]){__VA_ARGS__, NULL})
+
+/* The status socket of agent 0, as the tests configure it. */
+static const char *status_sock(void)
+{
+    static char path[H_PATH + 64];
+    snprintf(path, sizeof path, "%s", h_path("status.sock"));
+    return path;
+}
+
+/* Starts Redis and agent 0 with its status socket at status_sock(). */
+static void start_agent(void)
+{
+    char ini[H_PATH + 128];
+    snprintf(ini, sizeof ini, "status_socket = %s", status_sock());
+    h_start(ini);
+}
+
+/* Runs a query that must succeed (exit 0, nothing on stderr); the answer is
+ * in R.out. */
+#define QUERY(...)                                                                                 \
+    do {                                                                                           \
+        int q_st_ = CTL("-S", status_sock(), __VA_ARGS__);                                         \
+        cr_assert_eq(q_st_, 0, "dlockctl %s: exit %d, stderr: %s", #__VA_ARGS__, q_st_, R.err);    \
+        cr_assert_str_empty(R.err, "dlockctl %s wrote on stderr: %s", #__VA_ARGS__, R.err);        \
+    } while (0)
+
+/* ---- a small strict JSON reader ----
+ *
+ * Values are read in place: a value is a pointer to its first character in
+ * the document. j_skip() checks the JSON grammar (RFC 8259) as it goes. */
+
+static const char *j_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    return p;
+}
+
+static int is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static int is_hex(char c)
+{
+    return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+static const char *j_skip_string(const char *p)
+{
+    if (*p++ != '"')
+        return NULL;
+    while (*p != '"') {
+        if ((unsigned char)*p < 0x20) /* also the end of the text */
+            return NULL;
+        if (*p == '\\') {
+            p++;
+            if (*p == 'u') {
+                for (int i = 1; i <= 4; i++)
+                    if (!is_hex(p[i]))
+                        return NULL;
+                p += 4;
+            } else if (*p == '\0' || !strchr("\"\\/bfnrt", *p)) {
+                return NULL;
+            }
+        }
+        p++;
+    }
+    return p + 1;
+}
+
+static const char *j_skip_number(const char *p)
+{
+    if (*p == '-')
+        p++;
+    if (*p == '0')
+        p++;
+    else if (*p >= '1' && *p <= '9')
+        while (is_digit(*p))
+            p++;
+    else
+        return NULL;
+    if (*p == '.') {
+        if (!is_digit(*++p))
+            return NULL;
+        while (is_digit(*p))
+            p++;
+    }
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-')
+            p++;
+        if (!is_digit(*p))
+            return NULL;
+        while (is_digit(*p))
+            p++;
+    }
+    return p;
+}
+
+/* Skips the value at p (no leading blanks); the end of it, or NULL when it is
+ * not valid JSON. */
+static const char *j_skip(const char *p, int depth)
+{
+    if (depth > 32)
+        return NULL;
+    switch (*p) {
+    case '"':
+        return j_skip_string(p);
+    case '{':
+    case '[': {
+        char close = *p == '{' ? '}' : ']';
+        p = j_ws(p + 1);
+        if (*p == close)
+            return p + 1;
+        for (;;) {
+            if (close == '}') {
+                p = j_skip_string(p);
+                if (!p)
+                    return NULL;
+                p = j_ws(p);
+                if (*p++ != ':')
+                    return NULL;
+                p = j_ws(p);
+            }
+            p = j_skip(p, depth + 1);
+            if (!p)
+                return NULL;
+            p = j_ws(p);
+            if (*p == close)
+                return p + 1;
+            if (*p++ != ',')
+                return NULL;
+            p = j_ws(p);
+        }
+    }
+    case 't':
+        return strncmp(p, "true", 4) == 0 ? p + 4 : NULL;
+    case 'f':
+        return strncmp(p, "false", 5) == 0 ? p + 5 : NULL;
+    case 'n':
+        return strncmp(p, "null", 4) == 0 ? p + 4 : NULL;
+    default:
+        return j_skip_number(p);
+    }
+}
+
+/* The document in text, which must be exactly one JSON object. */
+static const char *j_doc(const char *text)
+{
+    const char *p = j_ws(text);
+    cr_assert_eq(*p, '{', "not a JSON object: %.200s", text);
+    const char *end = j_skip(p, 0);
+    cr_assert_not_null(end, "invalid JSON: %.2000s", text);
+    cr_assert_eq(*j_ws(end), '\0', "text after the JSON object: %.200s", end);
+    return p;
+}
+
+/* 1 when the string value v is exactly s (s holds nothing to escape). */
+static int j_is(const char *v, const char *s)
+{
+    size_t n = strlen(s);
+    return v && v[0] == '"' && strncmp(v + 1, s, n) == 0 && v[n + 1] == '"';
+}
+
+/* The value of member key of the object obj, or NULL. Members must not be
+ * repeated. */
+static const char *j_get(const char *obj, const char *key)
+{
+    cr_assert_eq(*obj, '{', "not an object: %.80s", obj);
+    const char *found = NULL;
+    const char *p = j_ws(obj + 1);
+    if (*p == '}')
+        return NULL;
+    for (;;) {
+        const char *k = p;
+        p = j_ws(j_skip_string(k)) + 1; /* the document was checked: ':' */
+        p = j_ws(p);
+        if (j_is(k, key)) {
+            cr_assert_null(found, "member \"%s\" given twice", key);
+            found = p;
+        }
+        p = j_ws(j_skip(p, 1));
+        if (*p == '}')
+            return found;
+        p = j_ws(p + 1);
+    }
+}
+
+static const char *j_must(const char *obj, const char *key)
+{
+    const char *v = j_get(obj, key);
+    cr_assert_not_null(v, "no member \"%s\" in %.300s", key, obj);
+    return v;
+}
+
+/* Element i of the array arr, or NULL past its end. */
+static const char *j_elem(const char *arr, int i)
+{
+    cr_assert_eq(*arr, '[', "not an array: %.80s", arr);
+    const char *p = j_ws(arr + 1);
+    if (*p == ']')
+        return NULL;
+    for (int k = 0;; k++) {
+        if (k == i)
+            return p;
+        p = j_ws(j_skip(p, 1));
+        if (*p == ']')
+            return NULL;
+        p = j_ws(p + 1);
+    }
+}
+
+static int j_len(const char *arr)
+{
+    int n = 0;
+    while (j_elem(arr, n))
+        n++;
+    return n;
+}
+
+/* An integer member (a JSON number without fraction or exponent). */
+static long long j_int(const char *obj, const char *key)
+{
+    const char *v = j_must(obj, key);
+    const char *end = j_skip_number(v);
+    cr_assert(end != NULL, "\"%s\" is not a number: %.40s", key, v);
+    for (const char *c = v; c < end; c++)
+        cr_assert(is_digit(*c) || (c == v && *c == '-'), "\"%s\" is not an integer: %.40s", key, v);
+    errno = 0;
+    long long x = strtoll(v, NULL, 10);
+    cr_assert_eq(errno, 0, "\"%s\" out of range: %.40s", key, v);
+    return x;
+}
+
+/* A non-negative integer member that may use all 64 bits (fencing tokens). */
+static unsigned long long j_u64(const char *obj, const char *key)
+{
+    const char *v = j_must(obj, key);
+    const char *end = j_skip_number(v);
+    cr_assert(end != NULL && end > v, "\"%s\" is not a number: %.40s", key, v);
+    for (const char *c = v; c < end; c++)
+        cr_assert(is_digit(*c), "\"%s\" is not a non-negative integer: %.40s", key, v);
+    errno = 0;
+    unsigned long long x = strtoull(v, NULL, 10);
+    cr_assert_eq(errno, 0, "\"%s\" out of range: %.40s", key, v);
+    return x;
+}
+
+static int j_bool(const char *obj, const char *key)
+{
+    const char *v = j_must(obj, key);
+    cr_assert(strncmp(v, "true", 4) == 0 || strncmp(v, "false", 5) == 0,
+              "\"%s\" is not a boolean: %.40s", key, v);
+    return v[0] == 't';
+}
+
+/* Copies a string member without escapes into out. */
+static const char *j_str(const char *obj, const char *key, char *out, size_t cap)
+{
+    const char *v = j_must(obj, key);
+    cr_assert_eq(*v, '"', "\"%s\" is not a string: %.40s", key, v);
+    const char *end = j_skip_string(v);
+    size_t n = (size_t)(end - v) - 2;
+    cr_assert_lt(n, cap);
+    memcpy(out, v + 1, n);
+    out[n] = '\0';
+    cr_assert_null(strchr(out, '\\'), "\"%s\" has escapes: %s", key, out);
+    return out;
+}
+
+/* The array of leases in the answer doc ({"leases":[...], ...}). */
+static const char *j_leases(const char *doc)
+{
+    const char *arr = j_must(doc, "leases");
+    cr_assert_eq(*arr, '[', "\"leases\" is not an array");
+    for (int i = 0; j_elem(arr, i); i++)
+        cr_assert_eq(*j_elem(arr, i), '{', "lease %d is not an object", i);
+    return arr;
+}
+
+/* The lease object named name in the leases array arr, or NULL; a name listed
+ * twice fails the test. */
+static const char *j_lease(const char *arr, const char *name)
+{
+    const char *found = NULL;
+    for (int i = 0; j_elem(arr, i); i++) {
+        const char *l = j_elem(arr, i);
+        if (j_is(j_must(l, "name"), name)) {
+            cr_assert_null(found, "lease %s listed twice", name);
+            found = l;
+        }
+    }
+    return found;
+}
+
+/* Runs `dlockctl leases --json` and returns the valid_ms of lease name. */
+static long long valid_ms_now(const char *name)
+{
+    QUERY("leases", "--json");
+    const char *l = j_lease(j_leases(j_doc(R.out)), name);
+    cr_assert_not_null(l, "lease %s not listed: %s", name, R.out);
+    return j_int(l, "valid_ms");
+}
+
+/* ---- text tables ---- */
+
+/* The line after the one at p. */
+static const char *next_line(const char *p)
+{
+    const char *nl = strchr(p, '\n');
+    return nl ? nl + 1 : p + strlen(p);
+}
+
+static int cmp_names(const void *x, const void *y)
+{
+    return strcmp(x, y);
+}
+
+#define MAX_WORDS 32
+
+/* Splits the line at p (up to '\n') into blank-separated words; returns the
+ * number of words. */
+static int words(const char *p, char w[][128])
+{
+    int n = 0;
+    while (*p && *p != '\n') {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!*p || *p == '\n')
+            break;
+        size_t k = 0;
+        while (*p && *p != '\n' && *p != ' ' && *p != '\t') {
+            if (k < 127)
+                w[n][k++] = *p;
+            p++;
+        }
+        w[n][k] = '\0';
+        if (++n == MAX_WORDS)
+            break;
+    }
+    return n;
+}
+
+/* The line of text whose first word is first, or NULL; a second such line
+ * fails the test. */
+static const char *line_of(const char *text, const char *first)
+{
+    const char *found = NULL;
+    for (const char *p = text; *p; p = next_line(p)) {
+        char w[MAX_WORDS][128];
+        if (words(p, w) > 0 && strcmp(w[0], first) == 0) {
+            cr_assert_null(found, "two lines start with %s:\n%s", first, text);
+            found = p;
+        }
+    }
+    return found;
+}
+
+static int has_word(const char *line, const char *word)
+{
+    char w[MAX_WORDS][128];
+    int n = words(line, w);
+    for (int i = 0; i < n; i++)
+        if (strcmp(w[i], word) == 0)
+            return 1;
+    return 0;
+}
+
+/* Index of the column of the header line named col, or with a name that
+ * starts with col ("AGE_MS" for "AGE"); -1 when there is none. Two columns
+ * that could be meant fail the test. */
+static int column(const char *header, const char *col)
+{
+    char w[MAX_WORDS][128];
+    int n = words(header, w), found = -1;
+    for (int i = 0; i < n; i++)
+        if (strcmp(w[i], col) == 0)
+            return i;
+    for (int i = 0; i < n; i++)
+        if (strncmp(w[i], col, strlen(col)) == 0) {
+            cr_assert_eq(found, -1, "columns %s and %s could both be %s", w[found], w[i], col);
+            found = i;
+        }
+    return found;
+}
+
+/* Number of lines of text (each must end in '\n'). */
+static int count_lines(const char *text)
+{
+    int n = 0;
+    for (const char *p = text; *p; p++)
+        n += *p == '\n';
+    cr_assert(*text == '\0' || text[strlen(text) - 1] == '\n', "last line unterminated: %s", text);
+    return n;
+}
+
+/* ---- a Prometheus text exposition (0.0.4) checker ---- */
+
+#define MAX_LABELS   8
+#define MAX_FAMILIES 128
+#define MAX_SERIES   512
+#define MAX_HSERIES  64
+
+struct label {
+    char name[64];
+    char value[256]; /* unescaped */
+};
+
+struct sample {
+    char name[128];
+    int nlabels;
+    struct label labels[MAX_LABELS];
+    double value;
+};
+
+struct family {
+    char name[128];
+    char type[32]; /* "" until TYPEd */
+    int helped;
+    int seen;   /* samples seen */
+    int closed; /* samples of another family came after them */
+};
+
+/* One histogram series: the buckets of one label set (without le). */
+struct hseries {
+    char key[512];
+    int buckets;
+    double last_le, last_count;
+    int inf;          /* the +Inf bucket was seen */
+    double inf_count; /* its value */
+    int have_sum, have_count;
+    double count;
+};
+
+static struct {
+    struct family fam[MAX_FAMILIES];
+    int nfam;
+    char series[MAX_SERIES][512];
+    int nseries;
+    struct hseries hs[MAX_HSERIES];
+    int nhs;
+} P;
+
+static int name_start(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
+}
+
+static int name_char(char c)
+{
+    return name_start(c) || is_digit(c);
+}
+
+static int label_start(char c)
+{
+    return name_start(c) && c != ':';
+}
+
+static int label_char(char c)
+{
+    return label_start(c) || is_digit(c);
+}
+
+/* Reads a metric name at *p into out; 0 when there is none. */
+static int read_name(const char **p, char *out, size_t cap)
+{
+    const char *s = *p;
+    if (!name_start(*s))
+        return 0;
+    size_t n = 0;
+    while (name_char(*s)) {
+        if (n + 1 < cap)
+            out[n++] = *s;
+        s++;
+    }
+    out[n] = '\0';
+    *p = s;
+    return 1;
+}
+
+/* A float as Go's strconv.ParseFloat reads it in the exposition format:
+ * decimal with optional exponent, or [+-]Inf, NaN. */
+static int parse_value(const char *s, double *out)
+{
+    if (strcmp(s, "+Inf") == 0 || strcmp(s, "Inf") == 0) {
+        *out = INFINITY;
+        return 1;
+    }
+    if (strcmp(s, "-Inf") == 0) {
+        *out = -INFINITY;
+        return 1;
+    }
+    if (strcmp(s, "NaN") == 0) {
+        *out = NAN;
+        return 1;
+    }
+    const char *p = s;
+    if (*p == '+' || *p == '-')
+        p++;
+    int digits = 0;
+    while (is_digit(*p))
+        p++, digits++;
+    if (*p == '.')
+        for (p++; is_digit(*p); p++)
+            digits++;
+    if (!digits)
+        return 0;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-')
+            p++;
+        if (!is_digit(*p))
+            return 0;
+        while (is_digit(*p))
+            p++;
+    }
+    if (*p)
+        return 0;
+    *out = strtod(s, NULL);
+    return 1;
+}
+
+static struct family *family_named(const char *name)
+{
+    for (int i = 0; i < P.nfam; i++)
+        if (strcmp(P.fam[i].name, name) == 0)
+            return &P.fam[i];
+    return NULL;
+}
+
+static struct family *family_add(const char *name, int lineno)
+{
+    struct family *f = family_named(name);
+    if (f)
+        return f;
+    cr_assert_lt(P.nfam, MAX_FAMILIES, "line %d: too many metric families", lineno);
+    f = &P.fam[P.nfam++];
+    memset(f, 0, sizeof *f);
+    snprintf(f->name, sizeof f->name, "%s", name);
+    return f;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* The TYPEd family a sample name belongs to, or NULL. */
+static struct family *family_of(const char *sample)
+{
+    for (int i = 0; i < P.nfam; i++) {
+        struct family *f = &P.fam[i];
+        size_t n = strlen(f->name);
+        if (!f->type[0] || strncmp(sample, f->name, n) != 0)
+            continue;
+        const char *suffix = sample + n;
+        if (*suffix == '\0' && strcmp(f->type, "histogram") != 0)
+            return f;
+        if (strcmp(f->type, "histogram") == 0 &&
+            (strcmp(suffix, "_bucket") == 0 || strcmp(suffix, "_sum") == 0 ||
+             strcmp(suffix, "_count") == 0))
+            return f;
+        if (strcmp(f->type, "summary") == 0 &&
+            (strcmp(suffix, "_sum") == 0 || strcmp(suffix, "_count") == 0))
+            return f;
+    }
+    return NULL;
+}
+
+/* Parses one sample line into *s (the whole line must be valid). */
+static void parse_sample(const char *line, int lineno, struct sample *s, long long *ts, int *has_ts)
+{
+    const char *p = line;
+    memset(s, 0, sizeof *s);
+    cr_assert(read_name(&p, s->name, sizeof s->name), "line %d: no metric name: %s", lineno, line);
+    if (*p == '{') {
+        p++;
+        while (*p != '}') {
+            cr_assert_lt(s->nlabels, MAX_LABELS, "line %d: too many labels", lineno);
+            struct label *l = &s->labels[s->nlabels++];
+            size_t n = 0;
+            cr_assert(label_start(*p), "line %d: bad label name at '%s'", lineno, p);
+            while (label_char(*p)) {
+                cr_assert_lt(n + 1, sizeof l->name);
+                l->name[n++] = *p++;
+            }
+            cr_assert(strncmp(l->name, "__", 2) != 0, "line %d: reserved label name %s", lineno,
+                      l->name);
+            for (int i = 0; i < s->nlabels - 1; i++)
+                cr_assert_str_neq(s->labels[i].name, l->name, "line %d: label %s twice", lineno,
+                                  l->name);
+            cr_assert_eq(*p, '=', "line %d: no '=' after label %s", lineno, l->name);
+            cr_assert_eq(*++p, '"', "line %d: label %s value not quoted", lineno, l->name);
+            p++;
+            n = 0;
+            while (*p != '"') {
+                cr_assert(*p != '\0', "line %d: unterminated label value", lineno);
+                char c = *p++;
+                if (c == '\\') {
+                    c = *p++;
+                    cr_assert(c == '\\' || c == '"' || c == 'n',
+                              "line %d: bad escape \\%c in label %s", lineno, c, l->name);
+                    c = c == 'n' ? '\n' : c;
+                }
+                cr_assert_lt(n + 1, sizeof l->value);
+                l->value[n++] = c;
+            }
+            p++;
+            if (*p == ',')
+                p++;
+            else
+                cr_assert_eq(*p, '}', "line %d: expected ',' or '}' at '%s'", lineno, p);
+        }
+        p++;
+    }
+    cr_assert(*p == ' ' || *p == '\t', "line %d: no blank before the value: %s", lineno, line);
+    while (*p == ' ' || *p == '\t')
+        p++;
+    char tok[64];
+    size_t n = strcspn(p, " \t");
+    cr_assert(n > 0 && n < sizeof tok, "line %d: no value", lineno);
+    memcpy(tok, p, n);
+    tok[n] = '\0';
+    cr_assert(parse_value(tok, &s->value), "line %d: bad value '%s'", lineno, tok);
+    p += n;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    *has_ts = 0;
+    if (*p) {
+        const char *t = p;
+        if (*t == '-')
+            t++;
+        cr_assert(is_digit(*t), "line %d: bad timestamp '%s'", lineno, p);
+        while (is_digit(*t))
+            t++;
+        while (*t == ' ' || *t == '\t')
+            t++;
+        cr_assert_eq(*t, '\0', "line %d: text after the timestamp: '%s'", lineno, p);
+        *ts = strtoll(p, NULL, 10);
+        *has_ts = 1;
+    }
+}
+
+static const char *label_value(const struct sample *s, const char *name)
+{
+    for (int i = 0; i < s->nlabels; i++)
+        if (strcmp(s->labels[i].name, name) == 0)
+            return s->labels[i].value;
+    return NULL;
+}
+
+/* A key for the sample's series: name and labels (without `skip`). */
+static void series_key(const struct sample *s, const char *skip, char *out, size_t cap)
+{
+    size_t n = (size_t)snprintf(out, cap, "%s", s->name);
+    for (int i = 0; i < s->nlabels && n < cap; i++)
+        if (!skip || strcmp(s->labels[i].name, skip) != 0)
+            n +=
+                (size_t)snprintf(out + n, cap - n, "|%s=%s", s->labels[i].name, s->labels[i].value);
+}
+
+static struct hseries *hseries_of(const char *key, int lineno)
+{
+    for (int i = 0; i < P.nhs; i++)
+        if (strcmp(P.hs[i].key, key) == 0)
+            return &P.hs[i];
+    cr_assert_lt(P.nhs, MAX_HSERIES, "line %d: too many histogram series", lineno);
+    struct hseries *h = &P.hs[P.nhs++];
+    memset(h, 0, sizeof *h);
+    snprintf(h->key, sizeof h->key, "%s", key);
+    return h;
+}
+
+static void histogram_sample(const struct family *f, const struct sample *s, int lineno)
+{
+    const char *suffix = s->name + strlen(f->name);
+    const char *le = label_value(s, "le");
+    char key[512];
+    /* The series is the family plus the labels other than le. */
+    struct sample base = *s;
+    snprintf(base.name, sizeof base.name, "%s", f->name);
+    series_key(&base, "le", key, sizeof key);
+    struct hseries *h = hseries_of(key, lineno);
+    if (strcmp(suffix, "_bucket") == 0) {
+        double bound;
+        cr_assert_not_null(le, "line %d: bucket without le", lineno);
+        cr_assert(parse_value(le, &bound) && !isnan(bound), "line %d: bad le \"%s\"", lineno, le);
+        cr_assert(!h->inf, "line %d: bucket after the +Inf bucket", lineno);
+        cr_assert(h->buckets == 0 || bound > h->last_le, "line %d: le %s not above the last one",
+                  lineno, le);
+        cr_assert(s->value >= 0 && s->value < 9e15 && s->value == (double)(long long)s->value,
+                  "line %d: bucket count %g is not a count", lineno, s->value);
+        cr_assert(h->buckets == 0 || s->value >= h->last_count,
+                  "line %d: bucket count %g below the previous bucket's %g", lineno, s->value,
+                  h->last_count);
+        h->buckets++;
+        h->last_le = bound;
+        h->last_count = s->value;
+        if (isinf(bound) && bound > 0) {
+            h->inf = 1;
+            h->inf_count = s->value;
+        }
+    } else {
+        cr_assert_null(le, "line %d: le on %s", lineno, s->name);
+        if (strcmp(suffix, "_count") == 0) {
+            cr_assert(!h->have_count, "line %d: second _count", lineno);
+            h->have_count = 1;
+            h->count = s->value;
+        } else {
+            cr_assert(!h->have_sum, "line %d: second _sum", lineno);
+            h->have_sum = 1;
+        }
+    }
+}
+
+/* Checks that text is a valid exposition: every line, the TYPE before the
+ * samples of each family, families in one group each, counters named
+ * *_total, and the buckets of every histogram. */
+static void check_exposition(const char *text)
+{
+    memset(&P, 0, sizeof P);
+    cr_assert(*text, "empty exposition");
+    cr_assert_eq(text[strlen(text) - 1], '\n', "the last line is not terminated");
+    struct family *current = NULL;
+    int lineno = 0, nsamples = 0;
+    const char *p = text;
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        char line[1024];
+        size_t len = (size_t)(nl - p);
+        lineno++;
+        cr_assert_lt(len, sizeof line, "line %d is too long", lineno);
+        memcpy(line, p, len);
+        line[len] = '\0';
+        p = nl + 1;
+        for (size_t i = 0; i < len; i++)
+            cr_assert((unsigned char)line[i] >= 0x20 || line[i] == '\t',
+                      "line %d: control character", lineno);
+        const char *q = line;
+        while (*q == ' ' || *q == '\t')
+            q++;
+        if (*q == '\0')
+            continue; /* blank lines are allowed */
+        if (*q == '#') {
+            q++;
+            while (*q == ' ' || *q == '\t')
+                q++;
+            int help = strncmp(q, "HELP", 4) == 0 && (q[4] == ' ' || q[4] == '\t');
+            int type = strncmp(q, "TYPE", 4) == 0 && (q[4] == ' ' || q[4] == '\t');
+            if (!help && !type)
+                continue; /* a comment */
+            q += 4;
+            while (*q == ' ' || *q == '\t')
+                q++;
+            char name[128];
+            cr_assert(read_name(&q, name, sizeof name), "line %d: bad metric name: %s", lineno,
+                      line);
+            cr_assert(*q == '\0' || *q == ' ' || *q == '\t', "line %d: bad metric name: %s", lineno,
+                      line);
+            struct family *f = family_add(name, lineno);
+            cr_assert(!f->seen, "line %d: %s after samples of %s", lineno, help ? "HELP" : "TYPE",
+                      name);
+            while (*q == ' ' || *q == '\t')
+                q++;
+            if (help) {
+                cr_assert(!f->helped, "line %d: second HELP for %s", lineno, name);
+                f->helped = 1;
+                for (const char *c = q; *c; c++)
+                    if (*c == '\\') {
+                        c++;
+                        cr_assert(*c == '\\' || *c == 'n', "line %d: bad escape in HELP", lineno);
+                    }
+            } else {
+                cr_assert(!f->type[0], "line %d: second TYPE for %s", lineno, name);
+                char t[32] = "";
+                size_t n = strcspn(q, " \t");
+                cr_assert_lt(n, sizeof t, "line %d: bad type", lineno);
+                memcpy(t, q, n);
+                t[n] = '\0';
+                const char *rest = q + n;
+                while (*rest == ' ' || *rest == '\t')
+                    rest++;
+                cr_assert_eq(*rest, '\0', "line %d: text after the type", lineno);
+                cr_assert(strcmp(t, "counter") == 0 || strcmp(t, "gauge") == 0 ||
+                              strcmp(t, "histogram") == 0 || strcmp(t, "summary") == 0 ||
+                              strcmp(t, "untyped") == 0,
+                          "line %d: unknown type '%s'", lineno, t);
+                if (strcmp(t, "counter") == 0)
+                    cr_assert(ends_with(name, "_total"), "line %d: counter %s is not *_total",
+                              lineno, name);
+                snprintf(f->type, sizeof f->type, "%s", t);
+            }
+            continue;
+        }
+        struct sample s;
+        long long ts;
+        int has_ts;
+        parse_sample(q, lineno, &s, &ts, &has_ts);
+        nsamples++;
+        struct family *f = family_of(s.name);
+        cr_assert_not_null(f, "line %d: sample %s of no family TYPEd before", lineno, s.name);
+        if (f != current) {
+            cr_assert(!f->closed, "line %d: samples of %s are not grouped together", lineno,
+                      f->name);
+            if (current)
+                current->closed = 1;
+            current = f;
+        }
+        f->seen = 1;
+        char key[512];
+        series_key(&s, NULL, key, sizeof key);
+        for (int i = 0; i < P.nseries; i++)
+            cr_assert_str_neq(P.series[i], key, "line %d: series %s given twice", lineno, key);
+        cr_assert_lt(P.nseries, MAX_SERIES);
+        snprintf(P.series[P.nseries++], sizeof P.series[0], "%s", key);
+        if (strcmp(f->type, "counter") == 0)
+            cr_assert(s.value >= 0, "line %d: counter %s is %g", lineno, s.name, s.value);
+        if (strcmp(f->type, "histogram") == 0)
+            histogram_sample(f, &s, lineno);
+        else
+            cr_assert_null(label_value(&s, "le"), "line %d: le outside a histogram", lineno);
+    }
+    cr_assert_gt(nsamples, 0, "no samples");
+    for (int i = 0; i < P.nhs; i++) {
+        struct hseries *h = &P.hs[i];
+        cr_assert(h->inf, "histogram %s has no +Inf bucket", h->key);
+        cr_assert(h->have_count && h->have_sum, "histogram %s lacks _count or _sum", h->key);
+        cr_assert(h->count == h->inf_count, "histogram %s: _count %g, +Inf bucket %g", h->key,
+                  h->count, h->inf_count);
+    }
+    for (int i = 0; i < P.nfam; i++)
+        cr_assert(P.fam[i].type[0], "HELP for %s without a TYPE", P.fam[i].name);
+}
+
+/* The value of the sample named name whose label `label` (when not NULL) is
+ * `value` in the exposition text; fails the test if there is none or more
+ * than one. */
+static double metric(const char *text, const char *name, const char *label, const char *value)
+{
+    int found = 0;
+    double v = 0;
+    for (const char *p = text; *p; p = next_line(p)) {
+        if (*p == '#' || *p == '\n')
+            continue;
+        char line[1024];
+        size_t len = strcspn(p, "\n");
+        snprintf(line, sizeof line, "%.*s", (int)len, p);
+        struct sample s;
+        long long ts;
+        int has_ts;
+        parse_sample(line, 0, &s, &ts, &has_ts);
+        if (strcmp(s.name, name) != 0)
+            continue;
+        const char *lv = label ? label_value(&s, label) : NULL;
+        if (label && (!lv || strcmp(lv, value) != 0))
+            continue;
+        found++;
+        v = s.value;
+    }
+    cr_assert_eq(found, 1, "%d samples %s%s%s%s%s in:\n%s", found, name, label ? "{" : "",
+                 label ? label : "", label ? "=" : "", label ? value : "", text);
+    return v;
+}
+
+/* ---- raw status connections ---- */
+
+static int status_connect(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    cr_assert_lt(strlen(path), sizeof sa.sun_path);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0, "connect %s: %s", path,
+                 strerror(errno));
+    for (int i = 0; i < H_MAX_FDS; i++)
+        if (H.fds[i] < 0) {
+            H.fds[i] = fd; /* closed at teardown */
+            break;
+        }
+    return fd;
+}
+
+/* Reads until the agent closes fd (EOF, or a reset after the answer when it
+ * did not read everything sent), within timeout_ms; returns the answer. */
+static const char *read_to_close(int fd, int timeout_ms)
+{
+    static char buf[1 << 16];
+    size_t n = 0;
+    int64_t end = h_now_ms() + timeout_ms;
+    for (;;) {
+        int64_t left = end - h_now_ms();
+        cr_assert_gt(left, 0, "the agent did not close within %d ms; got: %.*s", timeout_ms, (int)n,
+                     buf);
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, (int)left) <= 0)
+            continue;
+        ssize_t r = read(fd, buf + n, sizeof buf - 1 - n);
+        if (r == 0 || (r < 0 && errno == ECONNRESET))
+            break;
+        cr_assert_gt(r, 0, "read: %s", strerror(errno));
+        n += (size_t)r;
+        cr_assert_lt(n, sizeof buf - 1, "answer too long");
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Sends req (len bytes) on a new connection and returns the whole answer. */
+static const char *raw_query(const void *req, size_t len)
+{
+    int fd = status_connect(status_sock());
+    cr_assert_eq(h_raw_send(fd, req, len), 0);
+    const char *a = read_to_close(fd, 3000);
+    h_raw_close(fd);
+    return a;
+}
+
+/* The answer is exactly one line starting with "error: ". */
+static void assert_error_line(const char *a, const char *what)
+{
+    cr_assert(strncmp(a, "error: ", 7) == 0, "%s: answer is not an error: %s", what, a);
+    const char *nl = strchr(a, '\n');
+    cr_assert(nl && nl[1] == '\0', "%s: not one line: %s", what, a);
+}
+
+/* ---- tests ---- */
+
+ITEST(status, lists_a_held_lease_with_pid_fence_and_validity)
+{
+    start_agent();
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "stat-one", 30000);
+    unsigned long long fence = dlock_lease_fence(l);
+
+    QUERY("status", "--json");
+    const char *doc = j_doc(R.out);
+    const char *agent = j_must(doc, "agent");
+    char s[256];
+    cr_assert_str_eq(j_str(agent, "version", s, sizeof s), "0.1.0");
+    cr_assert_eq(j_int(agent, "pid"), H.agent[0].pid);
+    cr_assert_str_eq(j_str(agent, "mode", s, sizeof s), "single");
+    cr_assert_str_eq(j_str(agent, "prefix", s, sizeof s), "dlock:");
+    cr_assert_geq(j_int(agent, "uptime_ms"), 0);
+    cr_assert_geq(j_int(agent, "connections"), 1, "this test's client is connected");
+
+    const char *nodes = j_must(doc, "nodes");
+    cr_assert_eq(j_len(nodes), 1, "single-node mode lists %d nodes", j_len(nodes));
+    const char *node = j_elem(nodes, 0);
+    cr_assert_str_eq(j_str(node, "addr", s, sizeof s), H.redis_addr);
+    cr_assert(j_bool(node, "connected"));
+    cr_assert(j_bool(node, "subscribed"));
+    cr_assert_geq(j_int(node, "rtt_us"), 0);
+    cr_assert_eq(j_int(node, "excluded_for_ms"), 0);
+    j_str(node, "last_error", s, sizeof s);
+    j_str(node, "run_id", s, sizeof s);
+
+    const char *counters = j_must(doc, "counters");
+    cr_assert_geq(j_int(counters, "grants"), 1, "stat-one was granted");
+    const char *names[] = {"releases", "renewals", "renewal_failures",
+                           "losses",   "timeouts", "refused"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        cr_assert_geq(j_int(counters, names[i]), 0);
+
+    const char *lease = j_lease(j_leases(doc), "stat-one");
+    cr_assert_not_null(lease, "the held lease is not listed: %s", R.out);
+    cr_assert_eq(j_len(j_leases(doc)), 1, "only stat-one is held: %s", R.out);
+    cr_assert_str_eq(j_str(lease, "state", s, sizeof s), "held");
+    cr_assert_eq(j_u64(lease, "fence"), fence);
+    cr_assert_eq(j_int(lease, "pid"), getpid(), "the test process holds the lease");
+    cr_assert_eq(j_int(lease, "uid"), getuid());
+    cr_assert_str_eq(j_str(lease, "comm", s, sizeof s), "test_status");
+    cr_assert_eq(j_int(lease, "ttl_ms"), 30000);
+    long long age = j_int(lease, "age_ms");
+    long long valid = j_int(lease, "valid_ms");
+    cr_assert(age >= 0 && age < 5000, "age_ms %lld", age);
+    cr_assert(valid > 25000 && valid < 30000, "valid_ms %lld of a 30 s lease", valid);
+    cr_assert_eq(j_int(lease, "renewals"), 0);
+    cr_assert_eq(j_int(lease, "waiters"), 0);
+
+    /* The validity runs down between two queries. */
+    long long later = valid;
+    H_WAIT_UNTIL(3000, (later = valid_ms_now("stat-one")) < valid);
+    cr_assert_gt(later, 25000);
+
+    /* A waiter in another client is counted on the lease. */
+    struct h_cl *b = h_client();
+    struct h_acq acq = {0};
+    h_acquire_async(b, "stat-one", 30000, 20000, &acq);
+    int64_t end = h_now_ms() + 3000;
+    for (;;) {
+        QUERY("leases", "--json");
+        const char *w = j_lease(j_leases(j_doc(R.out)), "stat-one");
+        cr_assert_not_null(w);
+        if (j_int(w, "waiters") == 1)
+            break;
+        cr_assert_lt(h_now_ms(), end, "the waiter is not counted: %s", R.out);
+        h_pump_all(5);
+    }
+    cr_assert(!acq.done);
+
+    /* The text tables name the same lease, holder and token. */
+    char pid[24], fence_s[24];
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    snprintf(fence_s, sizeof fence_s, "%llu", fence);
+    QUERY("status");
+    const char *line = line_of(R.out, "stat-one");
+    cr_assert_not_null(line, "stat-one not in `dlockctl status`:\n%s", R.out);
+    cr_assert(has_word(line, pid), "pid %s not on the line: %.300s", pid, line);
+    cr_assert(has_word(line, fence_s), "fence %s not on the line: %.300s", fence_s, line);
+
+    QUERY("leases");
+    const char *header = R.out;
+    const char *cols[] = {"NAME", "STATE", "FENCE", "PID", "COMM", "AGE", "TTL", "VALID"};
+    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
+        cr_assert_geq(column(header, cols[i]), 0, "no %s column: %.300s", cols[i], header);
+    line = line_of(R.out, "stat-one");
+    cr_assert_not_null(line, "stat-one not in `dlockctl leases`:\n%s", R.out);
+    char w[MAX_WORDS][128];
+    int nw = words(line, w);
+    cr_assert_gt(nw, column(header, "VALID"));
+    cr_assert_str_eq(w[column(header, "NAME")], "stat-one");
+    cr_assert_str_eq(w[column(header, "STATE")], "held");
+    cr_assert_str_eq(w[column(header, "FENCE")], fence_s);
+    cr_assert_str_eq(w[column(header, "PID")], pid);
+    cr_assert_str_eq(w[column(header, "COMM")], "test_status");
+    cr_assert_str_eq(w[column(header, "TTL")], "30000");
+    long long valid_col = atoll(w[column(header, "VALID")]);
+    cr_assert(valid_col > 25000 && valid_col < 30000, "VALID column: %s",
+              w[column(header, "VALID")]);
+
+    cr_assert_eq(dlock_lease_release(l), 0);
+    H_WAIT_UNTIL(3000, acq.done);
+    cr_assert_eq(acq.status, 0);
+    cr_assert_eq(dlock_lease_release(acq.lease), 0);
+}
+
+/* The first words of the lines after the header, sorted into one string. */
+static const char *listed_names(const char *text)
+{
+    static char out[1024];
+    char names[16][128];
+    int n = 0;
+    const char *p = strchr(text, '\n');
+    cr_assert_not_null(p, "no header line: %s", text);
+    for (p++; *p; p = next_line(p)) {
+        char w[MAX_WORDS][128];
+        if (words(p, w) == 0)
+            continue;
+        cr_assert_lt(n, 16);
+        snprintf(names[n++], sizeof names[0], "%s", w[0]);
+    }
+    qsort(names, (size_t)n, sizeof names[0], cmp_names);
+    out[0] = '\0';
+    for (int i = 0; i < n; i++)
+        snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", i ? " " : "", names[i]);
+    return out;
+}
+
+/* The names in a leases-json answer, sorted into one string. */
+static const char *listed_json_names(const char *text)
+{
+    static char out[1024];
+    char names[16][128];
+    const char *arr = j_leases(j_doc(text));
+    int n = j_len(arr);
+    cr_assert_leq(n, 16);
+    for (int i = 0; i < n; i++)
+        j_str(j_elem(arr, i), "name", names[i], sizeof names[i]);
+    qsort(names, (size_t)n, sizeof names[0], cmp_names);
+    out[0] = '\0';
+    for (int i = 0; i < n; i++)
+        snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", i ? " " : "", names[i]);
+    return out;
+}
+
+ITEST(status, leases_filtered_by_glob_text_and_json)
+{
+    start_agent();
+    struct h_cl *a = h_client();
+    h_must_acquire(a, "pat-a", 30000);
+    h_must_acquire(a, "pat-b", 30000);
+    h_must_acquire(a, "other", 30000);
+
+    QUERY("leases", "pat*");
+    cr_assert_eq(count_lines(R.out), 3, "a header and two leases:\n%s", R.out);
+    cr_assert_str_eq(listed_names(R.out), "pat-a pat-b");
+    QUERY("leases");
+    cr_assert_str_eq(listed_names(R.out), "other pat-a pat-b");
+    QUERY("leases", "*-[b]");
+    cr_assert_str_eq(listed_names(R.out), "pat-b");
+    QUERY("leases", "?ther");
+    cr_assert_str_eq(listed_names(R.out), "other");
+    QUERY("leases", "nomatch*");
+    cr_assert_str_eq(listed_names(R.out), "");
+
+    QUERY("leases", "--json", "pat*");
+    cr_assert_str_eq(listed_json_names(R.out), "pat-a pat-b");
+    QUERY("leases", "pat*", "--json"); /* options may follow the pattern */
+    cr_assert_str_eq(listed_json_names(R.out), "pat-a pat-b");
+    QUERY("leases", "--json", "nomatch*");
+    cr_assert_eq(j_len(j_leases(j_doc(R.out))), 0);
+    const char *only = j_doc(R.out);
+    cr_assert_null(j_get(only, "agent"), "leases-json is {\"leases\":[...]} only");
+
+    /* leases --json gives the objects of status --json. */
+    QUERY("leases", "--json");
+    static char leases[sizeof R.out];
+    memcpy(leases, R.out, sizeof leases);
+    cr_assert_str_eq(listed_json_names(leases), "other pat-a pat-b");
+    QUERY("status", "--json");
+    const char *from_status = j_leases(j_doc(R.out));
+    const char *from_leases = j_leases(j_doc(leases));
+    cr_assert_eq(j_len(from_status), 3);
+    const char *same[] = {"state", "comm"};
+    const char *same_int[] = {"pid", "uid", "ttl_ms", "renewals", "waiters"};
+    const char *lock_names[] = {"pat-a", "pat-b", "other"};
+    for (int i = 0; i < 3; i++) {
+        const char *x = j_lease(from_status, lock_names[i]);
+        const char *y = j_lease(from_leases, lock_names[i]);
+        cr_assert(x && y, "%s missing", lock_names[i]);
+        char sx[256], sy[256];
+        for (size_t k = 0; k < sizeof same / sizeof same[0]; k++)
+            cr_assert_str_eq(j_str(x, same[k], sx, sizeof sx), j_str(y, same[k], sy, sizeof sy));
+        for (size_t k = 0; k < sizeof same_int / sizeof same_int[0]; k++)
+            cr_assert_eq(j_int(x, same_int[k]), j_int(y, same_int[k]), "%s of %s", same_int[k],
+                         lock_names[i]);
+        cr_assert_eq(j_u64(x, "fence"), j_u64(y, "fence"));
+        /* A later query sees an older lease with less validity left. */
+        cr_assert_geq(j_int(x, "age_ms"), j_int(y, "age_ms"));
+        cr_assert_leq(j_int(x, "valid_ms"), j_int(y, "valid_ms"));
+    }
+}
+
+ITEST(status, metrics_are_valid_prometheus_text)
+{
+    start_agent();
+    QUERY("metrics");
+    check_exposition(R.out);
+    double grants = metric(R.out, "dlock_grants_total", NULL, NULL);
+    cr_assert_geq(grants, 0);
+    cr_assert_eq(metric(R.out, "dlock_node_up", "node", H.redis_addr), 1);
+    struct family *f = family_named("dlock_acquire_seconds");
+    cr_assert(f && strcmp(f->type, "histogram") == 0, "no histogram dlock_acquire_seconds");
+    f = family_named("dlock_renew_seconds");
+    cr_assert(f && strcmp(f->type, "histogram") == 0, "no histogram dlock_renew_seconds");
+    double acquires = metric(R.out, "dlock_acquire_seconds_count", NULL, NULL);
+
+    /* A grant shows in the counter and the acquire histogram. */
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "metered", 30000);
+    QUERY("metrics");
+    check_exposition(R.out);
+    cr_assert_eq(metric(R.out, "dlock_grants_total", NULL, NULL), grants + 1);
+    cr_assert_eq(metric(R.out, "dlock_acquire_seconds_count", NULL, NULL), acquires + 1);
+
+    /* Renewals of a short lease show in the renewal histogram. */
+    dlock_lease *s = h_must_acquire(a, "renewed", 1000);
+    int64_t end = h_now_ms() + 3000;
+    for (;;) {
+        QUERY("leases", "--json", "renewed");
+        const char *r = j_lease(j_leases(j_doc(R.out)), "renewed");
+        cr_assert_not_null(r);
+        if (j_int(r, "renewals") >= 1)
+            break;
+        cr_assert_lt(h_now_ms(), end, "no renewal within 3 s: %s", R.out);
+        h_pump_all(20);
+    }
+    QUERY("metrics");
+    check_exposition(R.out);
+    cr_assert_geq(metric(R.out, "dlock_renew_seconds_count", NULL, NULL), 1);
+    cr_assert_geq(metric(R.out, "dlock_renewals_total", NULL, NULL), 1);
+    cr_assert_eq(metric(R.out, "dlock_node_up", "node", H.redis_addr), 1);
+    cr_assert_eq(dlock_lease_release(s), 0);
+    cr_assert_eq(dlock_lease_release(l), 0);
+}
+
+ITEST(status, malformed_requests_get_an_error_and_the_agent_keeps_serving)
+{
+    start_agent();
+    struct h_cl *a = h_client();
+    h_must_acquire(a, "still", 30000);
+
+    /* A client that connects and says nothing holds up no one. */
+    int silent = status_connect(status_sock());
+
+    assert_error_line(raw_query("bogus\n", 6), "bogus");
+    assert_error_line(raw_query("\n", 1), "empty line");
+    assert_error_line(raw_query("status-json now\n", 16), "status-json with an argument");
+    assert_error_line(raw_query("metrics now\n", 12), "metrics with an argument");
+    assert_error_line(raw_query("stat\0us\n", 8), "a NUL byte");
+    char longreq[400];
+    memset(longreq, 'a', sizeof longreq);
+    assert_error_line(raw_query(longreq, sizeof longreq), "an over-long line");
+    memcpy(longreq, "leases ", 7);
+    longreq[sizeof longreq - 1] = '\n';
+    assert_error_line(raw_query(longreq, sizeof longreq), "an over-long pattern");
+
+    /* The agent still answers, on the socket and through dlockctl. */
+    const char *ans = raw_query("leases-json\n", 12);
+    cr_assert(strncmp(ans, "error: ", 7) != 0, "leases-json refused: %s", ans);
+    cr_assert_not_null(j_lease(j_leases(j_doc(ans)), "still"));
+    QUERY("status");
+    cr_assert_not_null(line_of(R.out, "still"), "`dlockctl status`:\n%s", R.out);
+    h_raw_close(silent);
+    QUERY("status", "--json");
+    cr_assert_not_null(j_lease(j_leases(j_doc(R.out)), "still"));
+}
+
+ITEST(status, no_agent_exits_69_and_usage_errors_64)
+{
+    start_agent();
+    const char *none = h_path("none.sock");
+    int st = CTL("-S", none, "status");
+    cr_assert_eq(st, 69, "no agent: exit %d", st);
+    cr_assert(strstr(R.err, none), "stderr does not name the socket: %s", R.err);
+    cr_assert_str_empty(R.out);
+    st = CTL("--status-socket", none, "leases", "--json");
+    cr_assert_eq(st, 69, "no agent: exit %d", st);
+    st = CTL("metrics", "-S", none);
+    cr_assert_eq(st, 69, "no agent: exit %d", st);
+
+    /* Not a socket. */
+    FILE *f = fopen(h_path("plain"), "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    st = CTL("-S", h_path("plain"), "status");
+    cr_assert_eq(st, 69, "a plain file: exit %d", st);
+
+    /* $DLOCK_STATUS_SOCKET when there is no -S; -S wins. */
+    cr_assert_eq(setenv("DLOCK_STATUS_SOCKET", status_sock(), 1), 0);
+    st = CTL("status", "--json");
+    cr_assert_eq(st, 0, "with $DLOCK_STATUS_SOCKET: exit %d: %s", st, R.err);
+    j_doc(R.out);
+    st = CTL("-S", none, "status");
+    cr_assert_eq(st, 69, "-S over $DLOCK_STATUS_SOCKET: exit %d", st);
+    cr_assert_eq(setenv("DLOCK_STATUS_SOCKET", none, 1), 0);
+    st = CTL("status");
+    cr_assert_eq(st, 69, "$DLOCK_STATUS_SOCKET without an agent: exit %d", st);
+    st = CTL("-S", status_sock(), "metrics");
+    cr_assert_eq(st, 0, "-S over $DLOCK_STATUS_SOCKET: exit %d: %s", st, R.err);
+    unsetenv("DLOCK_STATUS_SOCKET");
+
+    const char *sock = status_sock();
+    cr_assert_eq(CTL("-S", sock, "status", "extra"), 64);
+    cr_assert_eq(CTL("-S", sock, "leases", "a*", "b*"), 64);
+    cr_assert_eq(CTL("-S", sock, "leases", ""), 64);
+    cr_assert_eq(CTL("-S", sock, "leases", "a b"), 64);
+    cr_assert_eq(CTL("-S", sock, "metrics", "--json"), 64);
+    cr_assert_eq(CTL("-S", sock, "status", "--jason"), 64);
+    cr_assert_eq(CTL("status", "-S"), 64);
+    cr_assert_eq(CTL("-S", sock, "state"), 64);
+    cr_assert_str_empty(R.out);
+    /* The longest pattern makes a request line of exactly 256 bytes,
+     * "leases-json PATTERN\n", which the agent takes; one more is refused. */
+    char pat[245];
+    memset(pat, 'x', 243);
+    pat[242] = '*';
+    pat[243] = '\0';
+    cr_assert_eq(CTL("-S", sock, "leases", "--json", pat), 0, "a 243-byte pattern: %s", R.err);
+    cr_assert_eq(j_len(j_leases(j_doc(R.out))), 0);
+    cr_assert_eq(CTL("-S", sock, "leases", pat), 0, "a 243-byte pattern: %s", R.err);
+    strcat(pat, "x");
+    cr_assert_eq(CTL("-S", sock, "leases", "--json", pat), 64);
+    cr_assert_eq(CTL("-S", sock, "leases", "--help"), 0);
+    cr_assert(strstr(R.out, "leases [--json] [PATTERN]"), "usage: %s", R.out);
+}
