@@ -797,6 +797,8 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     /* Locks matter more than their status: the agent runs without it. */
     if (status_open(&a->status, loop, a, cfg->status_socket, cfg->status_socket_mode) != 0)
         log_warn("running without a status socket");
+    if (status_open_http(&a->status, cfg->metrics_listen) != 0)
+        log_warn("running without the HTTP metrics endpoint");
     struct backend_events ev = {
         .arg = a, .on_notice = on_notice, .on_subscribed = on_subscribed, .on_ready = on_ready};
     a->backend = config_quorum(cfg) ? backend_quorum_new(loop, cfg, &ev)

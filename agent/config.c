@@ -322,6 +322,12 @@ static int set_special(struct config *c, const char *section, const char *key, c
         return v[0] ? copy_str(c->prefix, sizeof c->prefix, v) : -1;
     if (agent && strcmp(key, "status_socket") == 0)
         return copy_str(c->status_socket, sizeof c->status_socket, v);
+    if (agent && strcmp(key, "metrics_listen") == 0) {
+        struct redis_addr a;
+        if (v[0] && (config_parse_addr(v, &a) != 0 || a.path[0]))
+            return -1;
+        return copy_str(c->metrics_listen, sizeof c->metrics_listen, v);
+    }
     if (agent && (strcmp(key, "socket_mode") == 0 || strcmp(key, "status_socket_mode") == 0)) {
         uint32_t m;
         if (parse_u32(v, &m, 8) || m > 0777)

@@ -58,6 +58,7 @@ struct config {
     unsigned socket_mode;
     char status_socket[108]; /* read-only queries; empty: none */
     unsigned status_socket_mode;
+    char metrics_listen[300]; /* host:port for GET /metrics; empty: off */
     char prefix[CONFIG_PREFIX_MAX];
     uint32_t default_ttl_ms;
     uint32_t min_ttl_ms;

@@ -3,12 +3,15 @@
  *
  *   status | status-json | leases [PATTERN] | leases-json [PATTERN] | metrics
  *
- * Answers are built in memory at once, from the agent's state as it is in
- * that loop turn, and written without blocking the loop. */
+ * and, when configured, the same metrics over HTTP (GET /metrics) for
+ * Prometheus to scrape. Answers are built in memory at once, from the
+ * agent's state as it is in that loop turn, and written without blocking
+ * the loop. */
 #include "status.h"
 
 #include <errno.h>
 #include <fnmatch.h>
+#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +25,8 @@
 #include "util.h"
 
 #define REQ_MAX      256
-#define STATUS_CONNS 16 /* at once; more are turned away */
+#define HTTP_REQ_MAX 8192 /* request line and headers */
+#define STATUS_CONNS 16   /* at once; more are turned away */
 #define DEADLINE_S   5.0
 
 /* ---- growable text ---- */
@@ -405,9 +409,10 @@ struct sconn {
     LIST_ENTRY(sconn) link;
     struct status *st;
     int fd;
+    bool http;
     ev_io io;
     ev_timer timer;
-    char req[REQ_MAX + 1];
+    char req[HTTP_REQ_MAX + 1];
     size_t reqlen;
     struct sbuf out;
     size_t sent;
@@ -448,27 +453,87 @@ static void on_write(struct ev_loop *loop, ev_io *w, int revents)
     sconn_close(c);
 }
 
+static void start_writing(struct sconn *c)
+{
+    struct ev_loop *loop = c->st->loop;
+    ev_io_stop(loop, &c->io);
+    ev_io_init(&c->io, on_write, c->fd, EV_WRITE);
+    c->io.data = c;
+    ev_io_start(loop, &c->io);
+}
+
+/* An HTTP/1.0 answer with a body (closed after it). */
+static void http_reply(struct sconn *c, const char *status, const char *type, const char *body,
+                       size_t len)
+{
+    sb_printf(&c->out,
+              "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+              "Connection: close\r\n\r\n",
+              status, type, len);
+    sb_printf(&c->out, "%.*s", (int)len, body);
+}
+
+static void http_text(struct sconn *c, const char *status, const char *text)
+{
+    http_reply(c, status, "text/plain", text, strlen(text));
+}
+
+/* GET (or HEAD) /metrics; nothing else. */
+static void http_answer(struct sconn *c)
+{
+    char method[16] = "", target[256] = "";
+    sscanf(c->req, "%15s %255s", method, target);
+    bool get = strcmp(method, "GET") == 0, head = strcmp(method, "HEAD") == 0;
+    if (!get && !head) {
+        http_text(c, "405 Method Not Allowed", "only GET /metrics\n");
+        return;
+    }
+    if (strcmp(target, "/metrics") != 0 && strncmp(target, "/metrics?", 9) != 0) {
+        http_text(c, "404 Not Found", "try /metrics\n");
+        return;
+    }
+    struct sbuf body = {0};
+    metrics(c->st->agent, &body);
+    if (body.oom) {
+        http_text(c, "500 Internal Server Error", "out of memory\n");
+    } else {
+        http_reply(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body.p, body.len);
+        if (head) /* the same headers, no body */
+            c->out.len -= body.len;
+    }
+    free(body.p);
+}
+
 static void respond(struct sconn *c)
 {
-    struct status *st = c->st;
     c->req[c->reqlen] = '\0';
-    c->req[strcspn(c->req, "\r\n")] = '\0';
-    answer(st->agent, &c->who, c->req, &c->out);
+    if (c->http) {
+        http_answer(c);
+    } else {
+        c->req[strcspn(c->req, "\r\n")] = '\0';
+        answer(c->st->agent, &c->who, c->req, &c->out);
+    }
     if (c->out.oom) {
         free(c->out.p);
         c->out = (struct sbuf){0};
         sb_printf(&c->out, "error: out of memory\n");
     }
-    ev_io_stop(st->loop, &c->io);
-    ev_io_init(&c->io, on_write, c->fd, EV_WRITE);
-    c->io.data = c;
-    ev_io_start(st->loop, &c->io);
+    start_writing(c);
+}
+
+/* Whether the request is complete: a line, or HTTP headers. */
+static bool request_done(const struct sconn *c)
+{
+    if (!c->http)
+        return memchr(c->req, '\n', c->reqlen) != NULL;
+    return memmem(c->req, c->reqlen, "\r\n\r\n", 4) || memmem(c->req, c->reqlen, "\n\n", 2);
 }
 
 static void on_read(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct sconn *c = w->data;
-    ssize_t n = recv(c->fd, c->req + c->reqlen, REQ_MAX - c->reqlen, 0);
+    size_t max = c->http ? HTTP_REQ_MAX : REQ_MAX;
+    ssize_t n = recv(c->fd, c->req + c->reqlen, max - c->reqlen, 0);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return;
     if (n <= 0) {
@@ -476,16 +541,14 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents)
         return;
     }
     c->reqlen += (size_t)n;
-    if (memchr(c->req, '\n', c->reqlen)) {
+    if (request_done(c)) {
         respond(c);
-    } else if (c->reqlen == REQ_MAX) {
-        sb_printf(&c->out, "error: request longer than %d bytes\n", REQ_MAX);
-        c->reqlen = 0;
-        c->req[0] = '\0';
-        ev_io_stop(loop, &c->io);
-        ev_io_init(&c->io, on_write, c->fd, EV_WRITE);
-        c->io.data = c;
-        ev_io_start(loop, &c->io);
+    } else if (c->reqlen == max) {
+        if (c->http)
+            http_text(c, "431 Request Header Fields Too Large", "too large\n");
+        else
+            sb_printf(&c->out, "error: request longer than %d bytes\n", REQ_MAX);
+        start_writing(c);
     }
 }
 
@@ -497,8 +560,9 @@ static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct status *st = w->data;
+    bool http = w == &st->hio;
     for (;;) {
-        int fd = accept4(st->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(w->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
                 log_warn("status socket: accept: %s", strerror(errno));
@@ -511,10 +575,11 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
         }
         c->st = st;
         c->fd = fd;
+        c->http = http;
         struct ucred cred;
         socklen_t len = sizeof cred;
         uint32_t gids[PEER_GROUPS_MAX];
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+        if (!http && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
             size_t ngids = peer_groups(fd, cred.gid, gids, PEER_GROUPS_MAX);
             c->who.uid = cred.uid;
             c->who.all = policy_sees_all(&st->agent->cfg->policy, cred.uid, gids, ngids);
@@ -537,6 +602,7 @@ int status_open(struct status *st, struct ev_loop *loop, struct agent *a, const 
     st->loop = loop;
     st->agent = a;
     st->lfd = -1;
+    st->hfd = -1;
     LIST_INIT(&st->conns);
     if (!path[0])
         return 0;
@@ -552,8 +618,57 @@ int status_open(struct status *st, struct ev_loop *loop, struct agent *a, const 
     return 0;
 }
 
+/* A TCP listener at "host:port" for GET /metrics. */
+static int http_listen(const char *addr)
+{
+    struct redis_addr a;
+    if (config_parse_addr(addr, &a) != 0 || a.path[0]) {
+        log_error("metrics_listen: not host:port: %s", addr);
+        return -1;
+    }
+    char port[8];
+    snprintf(port, sizeof port, "%d", a.port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *ai;
+    int rc = getaddrinfo(a.host, port, &hints, &ai);
+    if (rc != 0) {
+        log_error("metrics_listen %s: %s", addr, gai_strerror(rc));
+        return -1;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int on = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
+        bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 16) != 0) {
+        log_error("metrics_listen %s: %s", addr, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(ai);
+    return fd;
+}
+
+int status_open_http(struct status *st, const char *addr)
+{
+    st->hfd = -1;
+    if (!addr[0])
+        return 0;
+    st->hfd = http_listen(addr);
+    if (st->hfd < 0)
+        return -1;
+    ev_io_init(&st->hio, on_accept, st->hfd, EV_READ);
+    st->hio.data = st;
+    ev_io_start(st->loop, &st->hio);
+    log_info("metrics over HTTP on %s/metrics", addr);
+    return 0;
+}
+
 void status_close(struct status *st)
 {
+    if (st->hfd >= 0) {
+        ev_io_stop(st->loop, &st->hio);
+        close(st->hfd);
+        st->hfd = -1;
+    }
     if (st->lfd >= 0) {
         ev_io_stop(st->loop, &st->lio);
         close(st->lfd);

@@ -19,11 +19,16 @@ struct status {
     unsigned nconns;
     char path[108];
     bool inherited; /* passed by the service manager */
+    int hfd;        /* the HTTP metrics listener, -1 when off */
+    ev_io hio;
 };
 
 /* Listens on path (nothing when path is empty). 0, or -1 (logged). */
 int status_open(struct status *st, struct ev_loop *loop, struct agent *a, const char *path,
                 unsigned mode);
+/* Also serves GET /metrics over HTTP at "host:port" (nothing when addr is
+ * empty). Call after status_open. 0, or -1 (logged). */
+int status_open_http(struct status *st, const char *addr);
 /* Stops listening, removes the socket file, drops open queries. */
 void status_close(struct status *st);
 

@@ -8,8 +8,10 @@
  * The JSON and the exposition format are checked by small strict parsers
  * below, not by a library. */
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1346,4 +1348,67 @@ ITEST(status, no_agent_exits_69_and_usage_errors_64)
     cr_assert_eq(CTL("-S", sock, "leases", "--json", pat), 64);
     cr_assert_eq(CTL("-S", sock, "leases", "--help"), 0);
     cr_assert(strstr(R.out, "leases [--json] [PATTERN]"), "usage: %s", R.out);
+}
+
+/* ---- the HTTP metrics endpoint ---- */
+
+/* A loopback TCP port free right now. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+              getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+/* Sends req to 127.0.0.1:port and returns the whole answer (static). */
+static const char *http_get(int port, const char *req)
+{
+    static char out[1 << 18];
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert(fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0, "connect: %s",
+              strerror(errno));
+    cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof out - 1 && (r = read(fd, out + n, sizeof out - 1 - n)) > 0)
+        n += (size_t)r;
+    out[n] = '\0';
+    close(fd);
+    return out;
+}
+
+ITEST(status, metrics_over_http_when_configured)
+{
+    int port = free_port();
+    char ini[H_PATH + 256];
+    snprintf(ini, sizeof ini, "status_socket = %s\nmetrics_listen = 127.0.0.1:%d", status_sock(),
+             port);
+    h_start(ini);
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "scraped", 30000);
+    const char *out = http_get(port, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n"
+                                     "User-Agent: Prometheus/2.45.0\r\nAccept: text/plain\r\n\r\n");
+    cr_assert(strncmp(out, "HTTP/1.0 200 OK\r\n", 17) == 0, "answer: %.80s", out);
+    cr_assert_not_null(strstr(out, "Content-Type: text/plain; version=0.0.4"));
+    const char *body = strstr(out, "\r\n\r\n");
+    cr_assert_not_null(body);
+    body += 4;
+    long long clen = atoll(strstr(out, "Content-Length: ") + 16);
+    cr_assert_eq(clen, (long long)strlen(body), "Content-Length %lld, body %zu bytes", clen,
+                 strlen(body));
+    check_exposition(body);
+    cr_assert_geq(metric(body, "dlock_grants_total", NULL, NULL), 1.0);
+    cr_assert(strncmp(http_get(port, "GET /other HTTP/1.0\r\n\r\n"), "HTTP/1.0 404", 12) == 0);
+    cr_assert(strncmp(http_get(port, "POST /metrics HTTP/1.0\r\n\r\n"), "HTTP/1.0 405", 12) == 0);
+    const char *head = http_get(port, "HEAD /metrics HTTP/1.0\r\n\r\n");
+    cr_assert(strncmp(head, "HTTP/1.0 200", 12) == 0);
+    cr_assert_str_empty(strstr(head, "\r\n\r\n") + 4, "HEAD answered with a body");
+    cr_assert_eq(dlock_lease_release(l), 0);
 }
