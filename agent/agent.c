@@ -8,8 +8,10 @@
 #include <systemd/sd-daemon.h>
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend_quorum.h"
 #include "backend_redis.h"
@@ -473,8 +475,13 @@ static void lock_kick(struct agent *a, struct lock *l)
         l->acq_sent = now_ns();
         l->acq_ttl_ms = w->ttl_ms;
         l->notice_missed = false;
-        int rc = a->backend->ops->acquire(a->backend, l->name, l->name_len, l->acq_token, w->ttl_ms,
-                                          on_acquired, l);
+        /* Who holds it, for operators looking from any host. */
+        char holder[BACKEND_RECORD_MAX];
+        const struct conn *c = w->owner;
+        snprintf(holder, sizeof holder, "%s %s %d %u %s", l->acq_token, a->host, (int)c->pid,
+                 (unsigned)c->uid, c->comm);
+        int rc = a->backend->ops->acquire(a->backend, l->name, l->name_len, l->acq_token, holder,
+                                          w->ttl_ms, on_acquired, l);
         if (rc == 0) {
             l->acquiring = true;
             l->acq_for = w;
@@ -790,6 +797,12 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     if (table_init(&a->table, random_u64()) != 0)
         return -1;
     a->started = now_ns();
+    if (gethostname(a->host, sizeof a->host) != 0 || !a->host[0])
+        snprintf(a->host, sizeof a->host, "?");
+    a->host[sizeof a->host - 1] = '\0';
+    for (char *p = a->host; *p; p++)
+        if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+            *p = '?';
     if (server_open(&a->server, loop, a, cfg) != 0) {
         table_free(&a->table);
         return -1;

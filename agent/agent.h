@@ -23,6 +23,7 @@ struct agent {
     struct status status;
     struct agent_stats stats;
     uint64_t started;
+    char host[64]; /* for holder records */
     struct table table;
     struct theap timers;
     ev_timer tick;      /* armed at the earliest node of `timers` */

@@ -43,15 +43,31 @@ struct backend_node {
     char run_id[41];           /* the server's run id, empty before the first INFO */
 };
 
+/* What the store holds for a lock name right now: the lock key's value (a
+ * dlock token, or whatever another client stored), dlock's holder record
+ * ("TOKEN HOST PID UID COMMAND", empty when none), the key's PTTL, and on
+ * how many of how many nodes that value is. value is empty when free. */
+#define BACKEND_RECORD_MAX 256
+struct backend_holder {
+    char value[BACKEND_RECORD_MAX];
+    char record[BACKEND_RECORD_MAX];
+    long long pttl;
+    unsigned nodes_holding, nodes;
+};
+typedef void (*backend_lookup_cb)(void *arg, int err, const struct backend_holder *h);
+
 struct backend_ops {
+    /* holder: the holder record stored beside the key while it is held. */
     int (*acquire)(struct backend *b, const char *name, size_t len, const char *token,
-                   uint32_t ttl_ms, backend_cb cb, void *arg);
+                   const char *holder, uint32_t ttl_ms, backend_cb cb, void *arg);
     int (*renew)(struct backend *b, const char *name, size_t len, const char *token,
                  uint32_t ttl_ms, backend_cb cb, void *arg);
     /* Compare-and-delete, then (with notify) publish a release notice for
      * the waiters. cb may be NULL. */
     int (*release)(struct backend *b, const char *name, size_t len, const char *token, bool notify,
                    backend_cb cb, void *arg);
+    /* Reads the lock key and its holder record. */
+    int (*lookup)(struct backend *b, const char *name, size_t len, backend_lookup_cb cb, void *arg);
     /* Writes what the operations of this loop turn queued (called once per
      * turn, before the loop blocks; may run callbacks on a broken link). */
     void (*flush)(struct backend *b);

@@ -59,6 +59,7 @@ struct qop {
     uint64_t proposed[QMAX]; /* acquire: each node's token */
     struct qsub sub[2][QMAX];
     char token[33];
+    char *holder; /* acquire: the holder record, after the name */
     uint16_t name_len;
     char name[];
 };
@@ -85,11 +86,15 @@ static void on_node_reply(void *arg, int err, long long result);
 /* ---- operations ---- */
 
 static struct qop *op_new(struct qb *q, enum qkind kind, const char *name, size_t len,
-                          const char *token, uint32_t ttl_ms, backend_cb cb, void *arg)
+                          const char *token, const char *holder, uint32_t ttl_ms, backend_cb cb,
+                          void *arg)
 {
-    struct qop *op = calloc(1, sizeof *op + len + 1);
+    size_t hlen = holder ? strlen(holder) : 0;
+    struct qop *op = calloc(1, sizeof *op + len + 1 + hlen + 1);
     if (!op)
         return NULL;
+    op->holder = op->name + len + 1;
+    memcpy(op->holder, holder ? holder : "", hlen + 1);
     op->qb = q;
     op->kind = (uint8_t)kind;
     op->phase = 1;
@@ -151,10 +156,11 @@ static void op_send(struct qop *op, unsigned i)
     int rc;
     switch (op->kind) {
     case Q_ACQUIRE:
-        rc = op->phase == 1 ? backend_redis_acquire_floor(be, op->name, op->name_len, op->token,
-                                                          op->ttl_ms, op->fence, on_node_reply, arg)
-                            : backend_redis_fence(be, op->name, op->name_len, op->token, op->ttl_ms,
-                                                  op->fence, on_node_reply, arg);
+        rc = op->phase == 1
+                 ? backend_redis_acquire_floor(be, op->name, op->name_len, op->token, op->holder,
+                                               op->ttl_ms, op->fence, on_node_reply, arg)
+                 : backend_redis_fence(be, op->name, op->name_len, op->token, op->ttl_ms, op->fence,
+                                       on_node_reply, arg);
         break;
     case Q_RENEW:
         rc = be->ops->renew(be, op->name, op->name_len, op->token, op->ttl_ms, on_node_reply, arg);
@@ -347,9 +353,9 @@ static int op_start(struct qop *op)
 }
 
 static int q_acquire(struct backend *be, const char *name, size_t len, const char *token,
-                     uint32_t ttl_ms, backend_cb cb, void *arg)
+                     const char *holder, uint32_t ttl_ms, backend_cb cb, void *arg)
 {
-    struct qop *op = op_new((struct qb *)be, Q_ACQUIRE, name, len, token, ttl_ms, cb, arg);
+    struct qop *op = op_new((struct qb *)be, Q_ACQUIRE, name, len, token, holder, ttl_ms, cb, arg);
     if (!op)
         return DLOCK_ENOMEM;
     /* One floor for all nodes, so that they usually propose the same token
@@ -361,18 +367,96 @@ static int q_acquire(struct backend *be, const char *name, size_t len, const cha
 static int q_renew(struct backend *be, const char *name, size_t len, const char *token,
                    uint32_t ttl_ms, backend_cb cb, void *arg)
 {
-    struct qop *op = op_new((struct qb *)be, Q_RENEW, name, len, token, ttl_ms, cb, arg);
+    struct qop *op = op_new((struct qb *)be, Q_RENEW, name, len, token, NULL, ttl_ms, cb, arg);
     return op ? op_start(op) : DLOCK_ENOMEM;
 }
 
 static int q_release(struct backend *be, const char *name, size_t len, const char *token,
                      bool notify, backend_cb cb, void *arg)
 {
-    struct qop *op = op_new((struct qb *)be, Q_RELEASE, name, len, token, 0, cb, arg);
+    struct qop *op = op_new((struct qb *)be, Q_RELEASE, name, len, token, NULL, 0, cb, arg);
     if (!op)
         return DLOCK_ENOMEM;
     op->notify = notify;
     return op_start(op);
+}
+
+/* ---- lookup: every node's view, the most common value reported ---- */
+
+struct qlookup;
+struct qlsub {
+    struct qlookup *op;
+    uint8_t node;
+};
+
+struct qlookup {
+    backend_lookup_cb cb;
+    void *arg;
+    unsigned n, refs;
+    bool answered[QMAX];
+    struct backend_holder seen[QMAX];
+    struct qlsub sub[QMAX];
+};
+
+static void lookup_done(struct qlookup *op)
+{
+    int best = -1;
+    unsigned best_count = 0;
+    for (unsigned i = 0; i < op->n; i++) {
+        if (!op->answered[i])
+            continue;
+        unsigned count = 0;
+        for (unsigned j = 0; j < op->n; j++)
+            count += op->answered[j] && strcmp(op->seen[j].value, op->seen[i].value) == 0;
+        if (best < 0 || count > best_count) {
+            best = (int)i;
+            best_count = count;
+        }
+    }
+    if (best < 0) {
+        op->cb(op->arg, DLOCK_ENOQUORUM, NULL);
+    } else {
+        struct backend_holder h = op->seen[best];
+        h.nodes = op->n;
+        h.nodes_holding = h.value[0] ? best_count : 0;
+        op->cb(op->arg, 0, &h);
+    }
+    free(op);
+}
+
+static void on_node_lookup(void *arg, int err, const struct backend_holder *h)
+{
+    struct qlsub *sub = arg;
+    struct qlookup *op = sub->op;
+    if (!err && h) {
+        op->answered[sub->node] = true;
+        op->seen[sub->node] = *h;
+    }
+    if (--op->refs == 0)
+        lookup_done(op);
+}
+
+static int q_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
+                    void *arg)
+{
+    struct qb *q = (struct qb *)be;
+    struct qlookup *op = calloc(1, sizeof *op);
+    if (!op)
+        return DLOCK_ENOMEM;
+    op->cb = cb;
+    op->arg = arg;
+    op->n = q->n;
+    for (unsigned i = 0; i < q->n; i++) {
+        op->sub[i] = (struct qlsub){.op = op, .node = (uint8_t)i};
+        struct backend *nb = q->node[i].be;
+        if (nb->ops->lookup(nb, name, len, on_node_lookup, &op->sub[i]) == 0)
+            op->refs++;
+    }
+    if (op->refs == 0) {
+        free(op);
+        return DLOCK_ENOQUORUM;
+    }
+    return 0;
 }
 
 static void q_flush(struct backend *be)
@@ -416,6 +500,7 @@ static const struct backend_ops q_ops = {
     .acquire = q_acquire,
     .renew = q_renew,
     .release = q_release,
+    .lookup = q_lookup,
     .flush = q_flush,
     .pending = q_pending,
     .nodes = q_nodes,

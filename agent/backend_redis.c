@@ -21,7 +21,7 @@
 #include "wire.h"
 #include "util.h"
 
-enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_COUNT };
+enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_COUNT };
 
 /* Acquire: SET NX PX, and on success the fencing token: one more than the
  * last one of this lock (KEYS[2], kept ARGV[3] ms), but never below the
@@ -41,14 +41,15 @@ static const char *const script_src[S_COUNT] = {
     "local last = (type(v) == 'string' and tonumber(v)) or 0 "
     "if last >= fence then fence = last + 1 end "
     "redis.call('set', KEYS[2], string.format('%d', fence), 'PX', ARGV[3]) "
+    "redis.call('set', KEYS[3], ARGV[5], 'PX', ARGV[2]) "
     "return fence end "
     "local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end return -t",
-    /* Renew: compare-and-pexpire. */
-    "if redis.call('get', KEYS[1]) == ARGV[1] then "
+    /* Renew: compare-and-pexpire, the holder record too. */
+    "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[2], ARGV[2]) "
     "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0",
     /* Release: compare-and-delete, then tell the waiting agents (unless
      * there is no channel: the clean-up after an acquire that missed). */
-    "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) "
+    "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1], KEYS[2]) "
     "if ARGV[2] ~= '' then redis.call('publish', ARGV[2], ARGV[3]) end "
     "return 1 end return 0",
     /* Fence (quorum mode): while the key is ours, raise the counter to the
@@ -58,6 +59,11 @@ static const char *const script_src[S_COUNT] = {
     "local last = (type(v) == 'string' and tonumber(v)) or 0 "
     "if last < tonumber(ARGV[2]) then "
     "redis.call('set', KEYS[2], ARGV[2], 'PX', ARGV[3]) end return 1",
+    /* Lookup (for operators): the value, the holder record, the PTTL. A
+     * value of another type than string reads as empty. */
+    "local v = redis.pcall('get', KEYS[1]) local h = redis.pcall('get', KEYS[2]) "
+    "if type(v) ~= 'string' then v = '' end if type(h) ~= 'string' then h = '' end "
+    "return {v, h, redis.call('pttl', KEYS[1])}",
 };
 
 struct rb;
@@ -78,6 +84,7 @@ struct rconn {
 struct rcmd {
     TAILQ_ENTRY(rcmd) link; /* in flight, in send order */
     backend_cb cb;
+    backend_lookup_cb lookup_cb; /* instead of cb, for S_LOOKUP */
     void *arg;
     uint64_t sent; /* for the command timeout */
     uint8_t script;
@@ -87,8 +94,11 @@ struct rcmd {
      * release: nonzero to publish the notice */
     uint64_t num;
     uint16_t name_len;
+    uint16_t holder_len;
     char token[33];
-    char key[]; /* prefix + name, NUL-terminated; name is key + prefix_len */
+    /* prefix + name, NUL-terminated (name is key + prefix_len), then the
+     * holder record (acquire) */
+    char key[];
 };
 
 struct rb {
@@ -197,12 +207,23 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
         }
     } else if (rep->type == REDIS_REPLY_INTEGER) {
         result = rep->integer;
+    } else if (c->script == S_LOOKUP && rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
+               rep->element[2]->type == REDIS_REPLY_INTEGER) {
+        struct backend_holder h = {.pttl = rep->element[2]->integer, .nodes = 1};
+        snprintf(h.value, sizeof h.value, "%s", rep->element[0]->str ? rep->element[0]->str : "");
+        snprintf(h.record, sizeof h.record, "%s", rep->element[1]->str ? rep->element[1]->str : "");
+        h.nodes_holding = h.value[0] != '\0';
+        c->lookup_cb(c->arg, 0, &h);
+        free(c);
+        return;
     } else {
         err = DLOCK_EBACKEND;
         note_error(b, err, "unexpected reply type");
         log_warn("%s: unexpected reply type %d", b->label, rep->type);
     }
-    if (c->cb)
+    if (c->script == S_LOOKUP)
+        c->lookup_cb(c->arg, err ? err : DLOCK_EBACKEND, NULL);
+    else if (c->cb)
         c->cb(c->arg, err, result);
     free(c);
 }
@@ -214,6 +235,7 @@ static int cmd_send(struct rb *b, struct rcmd *c)
         return DLOCK_EUNAVAIL;
     char ttl[16], keep[24], num[24];
     char fkey[2 * CONFIG_PREFIX_MAX + WIRE_MAX_NAME + FENCE_KEY_EXTRA + 1];
+    char hkey[sizeof fkey];
     const char *argv[12];
     size_t argvlen[12];
     int argc = 0;
@@ -227,24 +249,30 @@ static int cmd_send(struct rb *b, struct rcmd *c)
         ARG("EVAL", 4);
         ARG(script_src[c->script], strlen(script_src[c->script]));
     }
-    bool fenced = c->script == S_ACQUIRE || c->script == S_FENCE;
     /* The counter outlives the lock by the retention, at least. */
     uint64_t keep_ms = (uint64_t)b->cfg->fence_retention_ms + c->ttl_ms;
-    if (fenced) {
-        ARG("2", 1);
-        ARG(c->key, key_len);
-        ARG(fkey, fence_key(c->key, key_len, b->prefix_len, fkey));
-    } else {
-        ARG("1", 1);
-        ARG(c->key, key_len);
-    }
-    ARG(c->token, 32);
+    size_t flen = fence_key(c->key, key_len, b->prefix_len, fkey);
+    size_t hlen = holder_key(c->key, key_len, b->prefix_len, hkey);
+    /* KEYS: the lock, then the counter and/or the holder record. */
+    ARG(c->script == S_ACQUIRE ? "3" : "2", 1);
+    ARG(c->key, key_len);
+    if (c->script == S_ACQUIRE || c->script == S_FENCE)
+        ARG(fkey, flen);
+    if (c->script != S_FENCE)
+        ARG(hkey, hlen);
+    if (c->script != S_LOOKUP)
+        ARG(c->token, 32);
     switch (c->script) {
     case S_ACQUIRE:
         ARG(ttl, (size_t)snprintf(ttl, sizeof ttl, "%u", c->ttl_ms));
         ARG(keep, (size_t)snprintf(keep, sizeof keep, "%llu", (unsigned long long)keep_ms));
         if (c->num)
             ARG(num, (size_t)snprintf(num, sizeof num, "%llu", (unsigned long long)c->num));
+        else
+            ARG("", 0);
+        ARG(c->key + key_len + 1, c->holder_len);
+        break;
+    case S_LOOKUP:
         break;
     case S_RENEW:
         ARG(ttl, (size_t)snprintf(ttl, sizeof ttl, "%u", c->ttl_ms));
@@ -267,43 +295,61 @@ static int cmd_send(struct rb *b, struct rcmd *c)
     return 0;
 }
 
-static int submit(struct backend *be, enum script s, const char *name, size_t len,
-                  const char *token, uint32_t ttl_ms, uint64_t num, backend_cb cb, void *arg)
+static int submit_with(struct backend *be, enum script s, const char *name, size_t len,
+                       const char *token, const char *holder, uint32_t ttl_ms, uint64_t num,
+                       backend_cb cb, backend_lookup_cb lookup_cb, void *arg)
 {
     struct rb *b = (struct rb *)be;
     if (!b->cmd.connected || b->closing)
         return DLOCK_EUNAVAIL;
-    struct rcmd *c = malloc(sizeof *c + b->prefix_len + len + 1);
+    size_t hlen = holder ? strlen(holder) : 0;
+    struct rcmd *c = malloc(sizeof *c + b->prefix_len + len + 1 + hlen + 1);
     if (!c)
         return DLOCK_ENOMEM;
     c->cb = cb;
+    c->lookup_cb = lookup_cb;
+    c->holder_len = (uint16_t)hlen;
     c->arg = arg;
     c->script = (uint8_t)s;
     c->retried = false;
     c->ttl_ms = ttl_ms;
     c->num = num;
     c->name_len = (uint16_t)len;
-    memcpy(c->token, token, 32);
+    memcpy(c->token, token ? token : "", token ? 32 : 1);
     c->token[32] = '\0';
     memcpy(c->key, b->cfg->prefix, b->prefix_len);
     memcpy(c->key + b->prefix_len, name, len);
     c->key[b->prefix_len + len] = '\0';
+    memcpy(c->key + b->prefix_len + len + 1, holder ? holder : "", hlen + 1);
     int rc = cmd_send(b, c);
     if (rc)
         free(c);
     return rc;
 }
 
-static int rb_acquire(struct backend *be, const char *name, size_t len, const char *token,
-                      uint32_t ttl_ms, backend_cb cb, void *arg)
+static int submit(struct backend *be, enum script s, const char *name, size_t len,
+                  const char *token, uint32_t ttl_ms, uint64_t num, backend_cb cb, void *arg)
 {
-    return submit(be, S_ACQUIRE, name, len, token, ttl_ms, 0, cb, arg);
+    return submit_with(be, s, name, len, token, NULL, ttl_ms, num, cb, NULL, arg);
+}
+
+static int rb_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
+                     void *arg)
+{
+    return submit_with(be, S_LOOKUP, name, len, NULL, NULL, 0, 0, NULL, cb, arg);
+}
+
+static int rb_acquire(struct backend *be, const char *name, size_t len, const char *token,
+                      const char *holder, uint32_t ttl_ms, backend_cb cb, void *arg)
+{
+    return submit_with(be, S_ACQUIRE, name, len, token, holder, ttl_ms, 0, cb, NULL, arg);
 }
 
 int backend_redis_acquire_floor(struct backend *be, const char *name, size_t len, const char *token,
-                                uint32_t ttl_ms, uint64_t floor_us, backend_cb cb, void *arg)
+                                const char *holder, uint32_t ttl_ms, uint64_t floor_us,
+                                backend_cb cb, void *arg)
 {
-    return submit(be, S_ACQUIRE, name, len, token, ttl_ms, floor_us, cb, arg);
+    return submit_with(be, S_ACQUIRE, name, len, token, holder, ttl_ms, floor_us, cb, NULL, arg);
 }
 
 int backend_redis_fence(struct backend *be, const char *name, size_t len, const char *token,
@@ -680,6 +726,7 @@ static const struct backend_ops rb_ops = {
     .renew = rb_renew,
     .release = rb_release,
     .flush = rb_flush,
+    .lookup = rb_lookup,
     .pending = rb_pending,
     .nodes = rb_nodes,
     .destroy = rb_destroy,

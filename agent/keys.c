@@ -13,7 +13,8 @@ bool key_has_hash_tag(const char *key, size_t len)
     return close && close > open + 1;
 }
 
-size_t fence_key(const char *key, size_t len, size_t prefix_len, char *out)
+static size_t side_key(const char *key, size_t len, size_t prefix_len, const char *suffix,
+                       char *out)
 {
     size_t n = 0;
     bool tagged = key_has_hash_tag(key, len);
@@ -26,8 +27,19 @@ size_t fence_key(const char *key, size_t len, size_t prefix_len, char *out)
     n += len;
     if (!tagged)
         out[n++] = '}';
-    memcpy(out + n, FENCE_SUFFIX, sizeof FENCE_SUFFIX - 1);
-    n += sizeof FENCE_SUFFIX - 1;
+    size_t slen = strlen(suffix);
+    memcpy(out + n, suffix, slen);
+    n += slen;
     out[n] = '\0';
     return n;
+}
+
+size_t fence_key(const char *key, size_t len, size_t prefix_len, char *out)
+{
+    return side_key(key, len, prefix_len, FENCE_SUFFIX, out);
+}
+
+size_t holder_key(const char *key, size_t len, size_t prefix_len, char *out)
+{
+    return side_key(key, len, prefix_len, HOLDER_SUFFIX, out);
 }

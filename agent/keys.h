@@ -8,8 +8,11 @@
 /* The suffix of a lock's fencing counter key. It starts with a space, which
  * no lock name may contain, so no lock key can ever equal a counter key. */
 #define FENCE_SUFFIX " fence"
-/* The most a counter key adds to its lock key (besides the prefix again). */
-#define FENCE_KEY_EXTRA (sizeof "{}" - 1 + sizeof FENCE_SUFFIX - 1)
+/* The suffix of a lock's holder record: who holds it, for operators. */
+#define HOLDER_SUFFIX " holder"
+/* The most a counter or holder key adds to its lock key (besides the prefix
+ * again). */
+#define FENCE_KEY_EXTRA (sizeof "{}" - 1 + sizeof HOLDER_SUFFIX - 1)
 
 /* Does key carry a Redis Cluster hash tag (a non-empty "{...}")? */
 bool key_has_hash_tag(const char *key, size_t len);
@@ -22,5 +25,7 @@ bool key_has_hash_tag(const char *key, size_t len);
  * key becomes the tag ("prefix{key} fence"). The prefix holds no brace
  * unless it has a hash tag (config_validate sees to it). */
 size_t fence_key(const char *key, size_t len, size_t prefix_len, char *out);
+/* The same with HOLDER_SUFFIX: the key of the lock's holder record. */
+size_t holder_key(const char *key, size_t len, size_t prefix_len, char *out);
 
 #endif

@@ -345,6 +345,7 @@ static void conn_new(struct server *s, int fd)
     c->uid = cred.uid;
     c->gid = cred.gid;
     c->ngids = peer_groups(fd, cred.gid, c->gids, PEER_GROUPS_MAX);
+    proc_comm((int)cred.pid, c->comm, sizeof c->comm);
     c->serial = ++s->serial;
     c->page.fds[0] = c->page.fds[1] = -1;
     ev_io_init(&c->rio, on_readable, fd, EV_READ);

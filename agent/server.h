@@ -28,6 +28,7 @@ struct conn {
     gid_t gid;
     uint32_t gids[PEER_GROUPS_MAX]; /* gid and supplementary groups, for the policy */
     size_t ngids;
+    char comm[16]; /* the peer's command name at connect, for holder records */
     uint64_t serial;
     bool hello;
     bool dirty;   /* has output waiting for the next flush */

@@ -111,24 +111,6 @@ struct lease_row {
     uint32_t renewals, waiters;
 };
 
-/* The command name of pid, from /proc ("?" when gone or unreadable). */
-static void proc_comm(int pid, char *out, size_t cap)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/comm", pid);
-    FILE *f = fopen(path, "r");
-    if (!f || !fgets(out, (int)cap, f))
-        snprintf(out, cap, "?");
-    if (f)
-        fclose(f);
-    out[strcspn(out, "\n")] = '\0';
-    /* A process names itself: nothing that could break a column or reach
-     * the operator's terminal as a control sequence. */
-    for (char *p = out; *p; p++)
-        if ((unsigned char)*p <= 0x20 || *p == 0x7f)
-            *p = '?';
-}
-
 static void lease_row(const struct lease *le, uint64_t now, struct lease_row *r)
 {
     const struct conn *c = le->owner;
@@ -400,7 +382,7 @@ static void answer(struct agent *a, const struct asker *who, const char *req, st
         metrics(a, b);
     else
         sb_printf(b, "error: unknown request; try status, status-json, leases [PATTERN], "
-                     "leases-json [PATTERN] or metrics\n");
+                     "leases-json [PATTERN], metrics or holder[-json] NAME\n");
 }
 
 /* ---- connections ---- */
@@ -408,6 +390,7 @@ static void answer(struct agent *a, const struct asker *who, const char *req, st
 struct sconn {
     LIST_ENTRY(sconn) link;
     struct status *st;
+    uint64_t serial; /* names it to a lookup's answer */
     int fd;
     bool http;
     ev_io io;
@@ -504,10 +487,104 @@ static void http_answer(struct sconn *c)
     free(body.p);
 }
 
+/* The one status server: lookup answers find their query by serial. */
+static struct status *the_status;
+
+static struct sconn *sconn_by_serial(uint64_t serial)
+{
+    struct sconn *c;
+    LIST_FOREACH(c, &the_status->conns, link)
+    if (c->serial == serial)
+        return c;
+    return NULL;
+}
+
+/* The answer to "holder NAME": what Redis holds for the name. */
+static void on_holder(void *arg, int err, const struct backend_holder *h)
+{
+    struct sconn *c = the_status ? sconn_by_serial((uint64_t)(uintptr_t)arg) : NULL;
+    if (!c)
+        return; /* the query went away meanwhile */
+    struct sbuf *b = &c->out;
+    bool json = strncmp(c->req, "holder-json", 11) == 0;
+    const char *name = c->req + (json ? 12 : 7);
+    if (err) {
+        sb_printf(b, "error: cannot read %s from Redis: %s\n", name, dlock_strerror(err));
+        start_writing(c);
+        return;
+    }
+    /* A dlock holder record starts with the token the key holds. */
+    char host[64] = "", comm[32] = "";
+    int pid = 0;
+    unsigned uid = 0;
+    size_t vlen = strlen(h->value);
+    bool ours = vlen && strncmp(h->record, h->value, vlen) == 0 && h->record[vlen] == ' ' &&
+                sscanf(h->record + vlen + 1, "%63s %d %u %31s", host, &pid, &uid, comm) == 4;
+    if (json) {
+        sb_printf(b, "{\"name\":");
+        sb_json_str(b, name);
+        sb_printf(b, ",\"held\":%s,\"dlock\":%s,\"value\":", vlen ? "true" : "false",
+                  ours ? "true" : "false");
+        sb_json_str(b, h->value);
+        sb_printf(b, ",\"host\":");
+        sb_json_str(b, host);
+        sb_printf(b, ",\"pid\":%d,\"uid\":%u,\"comm\":", pid, uid);
+        sb_json_str(b, comm);
+        sb_printf(b, ",\"pttl_ms\":%lld,\"nodes_holding\":%u,\"nodes\":%u}\n", vlen ? h->pttl : 0,
+                  h->nodes_holding, h->nodes);
+    } else if (!vlen) {
+        sb_printf(b, "%s: free\n", name);
+    } else {
+        if (ours)
+            sb_printf(b, "%s: held by pid %d (%s), uid %u, on host %s; token %s", name, pid, comm,
+                      uid, host, h->value);
+        else
+            sb_printf(b, "%s: held by a client outside dlock (value '%s')", name, h->value);
+        sb_printf(b, "; %lld ms left", h->pttl);
+        if (h->nodes > 1)
+            sb_printf(b, "; on %u of %u nodes", h->nodes_holding, h->nodes);
+        sb_printf(b, "\n");
+    }
+    start_writing(c);
+}
+
+/* "holder NAME" / "holder-json NAME": asks Redis; the answer comes later.
+ * Returns false when it was answered at once (with an error). */
+static bool holder_query(struct sconn *c)
+{
+    struct agent *a = c->st->agent;
+    char cmd[16], name[REQ_MAX], extra[2];
+    if (sscanf(c->req, "%15s %255s %1s", cmd, name, extra) != 2) {
+        sb_printf(&c->out, "error: usage: holder NAME\n");
+        return false;
+    }
+    if (!c->who.all) {
+        sb_printf(&c->out, "error: the policy (see_all) does not let you look up holders\n");
+        return false;
+    }
+    int rc = lock_name_check(name, strlen(name), a->cfg->max_name_len);
+    if (rc == 0)
+        rc = a->backend->ops->lookup(a->backend, name, strlen(name), on_holder,
+                                     (void *)(uintptr_t)c->serial);
+    if (rc != 0) {
+        sb_printf(&c->out, "error: %s: %s\n", name, dlock_strerror(rc));
+        return false;
+    }
+    /* The request line now reads "holder[-json] NAME" for the answer. */
+    snprintf(c->req, sizeof c->req, "%s %s", cmd, name);
+    ev_io_stop(c->st->loop, &c->io);
+    return true;
+}
+
 static void respond(struct sconn *c)
 {
     c->req[c->reqlen] = '\0';
-    if (c->http) {
+    if (!c->http &&
+        (strncmp(c->req, "holder ", 7) == 0 || strncmp(c->req, "holder-json ", 12) == 0)) {
+        c->req[strcspn(c->req, "\r\n")] = '\0';
+        if (holder_query(c))
+            return;
+    } else if (c->http) {
         http_answer(c);
     } else {
         c->req[strcspn(c->req, "\r\n")] = '\0';
@@ -574,6 +651,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
             continue;
         }
         c->st = st;
+        c->serial = ++st->serial;
         c->fd = fd;
         c->http = http;
         struct ucred cred;
@@ -604,6 +682,7 @@ int status_open(struct status *st, struct ev_loop *loop, struct agent *a, const 
     st->lfd = -1;
     st->hfd = -1;
     LIST_INIT(&st->conns);
+    the_status = st;
     if (!path[0])
         return 0;
     snprintf(st->path, sizeof st->path, "%s", path);

@@ -5,6 +5,7 @@
 
 #include <ev.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/queue.h>
 
 struct agent;
@@ -20,6 +21,7 @@ struct status {
     char path[108];
     bool inherited; /* passed by the service manager */
     int hfd;        /* the HTTP metrics listener, -1 when off */
+    uint64_t serial;
     ev_io hio;
 };
 

@@ -176,3 +176,21 @@ size_t peer_groups(int fd, uint32_t primary, uint32_t *out, size_t max)
             out[n++] = (uint32_t)groups[i];
     return n;
 }
+
+/* The command name of pid, from /proc ("?" when gone or unreadable). */
+void proc_comm(int pid, char *out, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/comm", pid);
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(out, (int)cap, f))
+        snprintf(out, cap, "?");
+    if (f)
+        fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+    /* A process names itself: nothing that could break a column or reach
+     * the operator's terminal as a control sequence. */
+    for (char *p = out; *p; p++)
+        if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+            *p = '?';
+}

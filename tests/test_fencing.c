@@ -148,8 +148,8 @@ ITEST(fencing, counter_key_holds_the_last_fence_with_a_ttl)
     cr_assert_eq(counter_value("ctr"), f1, "the counter differs from the granted fence");
     long long pttl = h_redis_pttl(fence_key("ctr"));
     cr_assert(pttl > 200 && pttl <= 200 + 100, "counter PTTL %lld, expected (200, 300]", pttl);
-    /* The lock key and its counter, nothing else. */
-    cr_assert_eq(h_redis_count_keys("dlock:*ctr*"), 2);
+    /* The lock key, its counter and its holder record, nothing else. */
+    cr_assert_eq(h_redis_count_keys("dlock:*ctr*"), 3);
     cr_assert_eq(dlock_lease_release(l), 0);
     H_KEY_GONE(h_key("ctr"));
 }

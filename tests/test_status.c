@@ -1412,3 +1412,42 @@ ITEST(status, metrics_over_http_when_configured)
     cr_assert_str_empty(strstr(head, "\r\n\r\n") + 4, "HEAD answered with a body");
     cr_assert_eq(dlock_lease_release(l), 0);
 }
+
+/* ---- who holds a name in Redis ---- */
+
+ITEST(status, holder_names_a_lock_taken_through_another_agent)
+{
+    /* Two agents on one Redis stand for two hosts; the lock is taken
+     * through agent 1 and looked up through agent 0's status socket. */
+    h_start_two(NULL);
+    char sock0[H_PATH];
+    snprintf(sock0, sizeof sock0, "%s/status0.sock", H.dir);
+    struct h_cl *other = h_client_at(1);
+    dlock_lease *l = h_must_acquire(other, "shared", 30000);
+    char host[64] = "";
+    gethostname(host, sizeof host);
+    int st = CTL("-S", sock0, "holder", "shared");
+    cr_assert_eq(st, 0, "exit %d: %s", st, R.err);
+    char want[256];
+    snprintf(want, sizeof want, "shared: held by pid %d (test_status), uid %u, on host %s; token %s",
+             (int)getpid(), (unsigned)getuid(), host, h_redis_get(h_key("shared")));
+    cr_assert(strncmp(R.out, want, strlen(want)) == 0, "got: %s\nwant: %s", R.out, want);
+    st = CTL("-S", sock0, "holder", "--json", "shared");
+    cr_assert_eq(st, 0);
+    const char *doc = j_doc(R.out);
+    cr_assert_eq(j_bool(doc, "held"), 1);
+    cr_assert_eq(j_bool(doc, "dlock"), 1);
+    cr_assert_eq(j_int(doc, "pid"), getpid());
+    cr_assert(j_int(doc, "pttl_ms") > 25000);
+    cr_assert_eq(dlock_lease_release(l), 0);
+    /* Free once released (the key goes one round trip later). */
+    H_KEY_GONE(h_key("shared"));
+    cr_assert_eq(CTL("-S", sock0, "holder", "shared"), 0);
+    cr_assert_str_eq(R.out, "shared: free\n");
+    /* A value written by another kind of client is shown as such. */
+    h_redis_set_px(h_key("plain"), "someone-else", 10000);
+    cr_assert_eq(CTL("-S", sock0, "holder", "plain"), 0);
+    cr_assert(strstr(R.out, "held by a client outside dlock (value 'someone-else')"), "%s", R.out);
+    /* A name no lock can have is refused. */
+    cr_assert_eq(CTL("-S", sock0, "holder", "{x}"), 70);
+}

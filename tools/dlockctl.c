@@ -37,7 +37,7 @@
 #define STATUS_TIMEOUT_MS     5000       /* for the whole answer */
 #define STATUS_RESPONSE_MAX   (64 << 20) /* a bigger answer is refused */
 
-enum command { CMD_RUN, CMD_STATUS, CMD_LEASES, CMD_METRICS };
+enum command { CMD_RUN, CMD_STATUS, CMD_LEASES, CMD_METRICS, CMD_HOLDER };
 
 struct run_opts {
     enum command command;
@@ -76,6 +76,7 @@ static void usage(FILE *f)
                "       dlockctl [-S PATH] status [--json]\n"
                "       dlockctl [-S PATH] leases [--json] [PATTERN]\n"
                "       dlockctl [-S PATH] metrics\n"
+               "       dlockctl [-S PATH] holder [--json] NAME\n"
                "       dlockctl -h | --help\n"
                "       dlockctl -V | --version\n");
 }
@@ -215,7 +216,14 @@ static int parse_query(int argc, char **argv, struct run_opts *o)
             return option_error(ch, argv[optind - 1]);
         }
     }
-    if (o->command == CMD_LEASES && optind < argc) {
+    if (o->command == CMD_HOLDER) {
+        if (optind >= argc)
+            return usage_error("missing lock name", NULL);
+        o->pattern = argv[optind++];
+        const char *problem = pattern_problem(o->pattern);
+        if (problem)
+            return usage_error("invalid lock name", *o->pattern ? o->pattern : NULL);
+    } else if (o->command == CMD_LEASES && optind < argc) {
         o->pattern = argv[optind++];
         const char *problem = pattern_problem(o->pattern);
         if (problem) /* an empty or very long pattern is not worth printing */
@@ -257,7 +265,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         }
     }
     if (optind >= argc)
-        return usage_error("missing command (run, status, leases or metrics)", NULL);
+        return usage_error("missing command (run, status, leases, metrics or holder)", NULL);
     const char *cmd = argv[optind];
     if (strcmp(cmd, "run") == 0)
         o->command = CMD_RUN;
@@ -267,6 +275,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         o->command = CMD_LEASES;
     else if (strcmp(cmd, "metrics") == 0)
         o->command = CMD_METRICS;
+    else if (strcmp(cmd, "holder") == 0)
+        o->command = CMD_HOLDER;
     else
         return usage_error("unknown command", cmd);
     if (o->command == CMD_RUN)
@@ -705,6 +715,7 @@ static int query(const struct run_opts *o)
     char req[STATUS_REQUEST_MAX + 1];
     const char *what = o->command == CMD_STATUS   ? (o->json ? "status-json" : "status")
                        : o->command == CMD_LEASES ? (o->json ? "leases-json" : "leases")
+                       : o->command == CMD_HOLDER ? (o->json ? "holder-json" : "holder")
                                                   : "metrics";
     int n = snprintf(req, sizeof req, "%s%s%s\n", what, o->pattern ? " " : "",
                      o->pattern ? o->pattern : "");
