@@ -519,10 +519,6 @@ static int acquire_check(struct agent *a, struct conn *c, const struct wire_acqu
     *ttl = m->ttl_ms ? m->ttl_ms : cfg->default_ttl_ms;
     if (m->flags || m->wait_ms < -1 || *ttl < cfg->min_ttl_ms || *ttl > cfg->max_ttl_ms)
         return DLOCK_EINVAL;
-    /* Every waiter may become a lease: both count against the lease limit. */
-    if (c->nleases + c->nwaiters >= cfg->max_leases_per_conn ||
-        c->nwaiters >= cfg->max_waiters_per_conn)
-        return DLOCK_ELIMIT;
     const struct policy *pol = &cfg->policy;
     char name[WIRE_MAX_NAME + 1];
     memcpy(name, m->name, m->name_len);
@@ -531,6 +527,10 @@ static int acquire_check(struct agent *a, struct conn *c, const struct wire_acqu
         log_info("denied: pid %d uid %u may not use lock %s", (int)c->pid, (unsigned)c->uid, name);
         return DLOCK_EDENIED;
     }
+    /* Every waiter may become a lease: both count against the lease limit. */
+    if (c->nleases + c->nwaiters >= cfg->max_leases_per_conn ||
+        c->nwaiters >= cfg->max_waiters_per_conn)
+        return DLOCK_ELIMIT;
     if (pol->max_leases_per_uid || pol->max_waiters_per_uid) {
         uint64_t held = 0, waiting = 0;
         const struct conn *o;
@@ -628,6 +628,26 @@ static void conn_drop_all(struct agent *a, struct conn *c, int reason)
         release_key(a, l, le->token, le->ttl_ms);
         lease_drop(a, le);
         lock_settle(a, l);
+    }
+}
+
+void agent_policy_changed(struct agent *a)
+{
+    struct conn *c;
+    LIST_FOREACH(c, &a->server.conns, link)
+    {
+        struct waiter *w = LIST_FIRST(&c->waiters), *next;
+        for (; w; w = next) {
+            next = LIST_NEXT(w, olink);
+            struct lock *l = w->lock;
+            if (policy_allows(&a->cfg->policy, c->uid, c->gids, c->ngids, l->name))
+                continue;
+            log_info("denied: pid %d uid %u may no longer wait for lock %s", (int)c->pid,
+                     (unsigned)c->uid, l->name);
+            a->stats.denied++;
+            waiter_finish(a, w, DLOCK_EDENIED);
+            lock_settle(a, l);
+        }
     }
 }
 

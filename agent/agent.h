@@ -53,5 +53,8 @@ void agent_shutdown(struct agent *a);
 void agent_acquire(struct agent *a, struct conn *c, uint32_t id, const struct wire_acquire *m);
 void agent_release(struct agent *a, struct conn *c, uint32_t id, uint64_t lease_id);
 void agent_conn_gone(struct agent *a, struct conn *c);
+/* After a reload: waiters the policy no longer allows fail with
+ * DLOCK_EDENIED (leases stay until released). */
+void agent_policy_changed(struct agent *a);
 
 #endif

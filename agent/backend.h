@@ -53,6 +53,7 @@ struct backend_holder {
     char record[BACKEND_RECORD_MAX];
     long long pttl;
     unsigned nodes_holding, nodes;
+    bool undetermined; /* quorum mode: no value (or absence) on a majority */
 };
 typedef void (*backend_lookup_cb)(void *arg, int err, const struct backend_holder *h);
 

@@ -415,6 +415,9 @@ static void lookup_done(struct qlookup *op)
     }
     if (best < 0) {
         op->cb(op->arg, DLOCK_ENOQUORUM, NULL);
+    } else if (best_count <= op->n / 2) {
+        struct backend_holder h = {.nodes = op->n, .undetermined = true};
+        op->cb(op->arg, 0, &h);
     } else {
         struct backend_holder h = op->seen[best];
         h.nodes = op->n;

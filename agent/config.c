@@ -186,7 +186,7 @@ static const struct u32_key u32_keys[] = {
 };
 
 /* "*", "user" or uid, "@group" or "@gid". */
-static int parse_who(const char *s, struct policy_who *out)
+int config_parse_who(const char *s, struct policy_who *out)
 {
     char *end;
     if (strcmp(s, "*") == 0) {
@@ -237,7 +237,7 @@ static int parse_allow(struct policy *pol, const char *v)
 {
     char word[POLICY_PATTERN_MAX];
     struct policy_who who;
-    if (next_word(&v, word, sizeof word) != 1 || parse_who(word, &who) != 0)
+    if (next_word(&v, word, sizeof word) != 1 || config_parse_who(word, &who) != 0)
         return -1;
     unsigned n = pol->nrules;
     int rc;
@@ -262,7 +262,7 @@ static int parse_see_all(struct policy *pol, const char *v)
     char word[64];
     int rc;
     while ((rc = next_word(&v, word, sizeof word)) == 1) {
-        if (n == POLICY_MAX_WHO || parse_who(word, &who[n]) != 0)
+        if (n == POLICY_MAX_WHO || config_parse_who(word, &who[n]) != 0)
             return -1;
         n++;
     }
@@ -322,6 +322,14 @@ static int set_special(struct config *c, const char *section, const char *key, c
         return v[0] ? copy_str(c->prefix, sizeof c->prefix, v) : -1;
     if (agent && strcmp(key, "status_socket") == 0)
         return copy_str(c->status_socket, sizeof c->status_socket, v);
+    if (agent && strcmp(key, "status_socket_group") == 0) {
+        struct policy_who who;
+        char g[80];
+        if (v[0] &&
+            (snprintf(g, sizeof g, "@%s", v) >= (int)sizeof g || config_parse_who(g, &who) != 0))
+            return -1; /* an unknown group */
+        return copy_str(c->status_socket_group, sizeof c->status_socket_group, v);
+    }
     if (agent && strcmp(key, "metrics_listen") == 0) {
         struct redis_addr a;
         if (v[0] && (config_parse_addr(v, &a) != 0 || a.path[0]))
@@ -522,6 +530,8 @@ int config_validate(const struct config *c, char *err, size_t errlen)
         why = "node_timeout_ms must be >= 1 and below min_ttl_ms";
     else if (nodes_repeat(c))
         why = "the same Redis node is listed twice";
+    else if (strcmp(c->socket, c->status_socket) == 0)
+        why = "socket and status_socket must differ";
     if (!why)
         return 0;
     snprintf(err, errlen, "%s", why);

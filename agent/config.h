@@ -58,7 +58,8 @@ struct config {
     unsigned socket_mode;
     char status_socket[108]; /* read-only queries; empty: none */
     unsigned status_socket_mode;
-    char metrics_listen[300]; /* host:port for GET /metrics; empty: off */
+    char status_socket_group[64]; /* group owning the status socket; empty: ours */
+    char metrics_listen[300];     /* host:port for GET /metrics; empty: off */
     char prefix[CONFIG_PREFIX_MAX];
     uint32_t default_ttl_ms;
     uint32_t min_ttl_ms;
@@ -91,6 +92,9 @@ struct config {
     /* [policy] */
     struct policy policy;
 };
+
+/* "*", a user name or uid, "@group" or "@gid". 0, or -1 when unknown. */
+int config_parse_who(const char *s, struct policy_who *out);
 
 /* Whether the peer (uid and its groups) may use lock name under p. */
 bool policy_allows(const struct policy *p, uint32_t uid, const uint32_t *gids, size_t ngids,

@@ -140,6 +140,7 @@ bad:
  * restart. */
 static struct flags hup_flags;
 static struct config *hup_cfg;
+static struct agent *hup_agent;
 
 static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
 {
@@ -153,6 +154,7 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
     hup_cfg->log_level = fresh.log_level;
     log_set_level((enum log_level)fresh.log_level);
     log_info("reloaded: %u policy rule(s), log level %d", fresh.policy.nrules, fresh.log_level);
+    agent_policy_changed(hup_agent);
     if (!hup_flags.dev && memcmp(hup_cfg, &fresh, sizeof fresh) != 0)
         log_warn("other changed settings take effect at the next start");
 }
@@ -192,6 +194,7 @@ int main(int argc, char **argv)
                  config_addr_str(&cfg.nodes[0], addr, sizeof addr), cfg.prefix);
     hup_flags = f;
     hup_cfg = &cfg;
+    hup_agent = &agent;
     ev_signal hup;
     ev_signal_init(&hup, on_hup, SIGHUP);
     ev_signal_start(loop, &hup);

@@ -26,8 +26,10 @@
 
 #define REQ_MAX      256
 #define HTTP_REQ_MAX 8192 /* request line and headers */
-#define STATUS_CONNS 16   /* at once; more are turned away */
-#define DEADLINE_S   5.0
+#define STATUS_CONNS 16   /* at once, per listener; more are turned away */
+/* How long a query may take: an HTTP peer (anyone who reaches the port)
+ * holds a slot for less time. */
+static const double deadline_s[2] = {5.0, 2.0};
 
 /* ---- growable text ---- */
 
@@ -119,7 +121,7 @@ static void lease_row(const struct lease *le, uint64_t now, struct lease_row *r)
     r->fence = le->fence;
     r->pid = (int)c->pid;
     r->uid = (unsigned)c->uid;
-    proc_comm(r->pid, r->comm, sizeof r->comm);
+    snprintf(r->comm, sizeof r->comm, "%s", c->comm); /* read at connect: no file I/O here */
     r->age_ms = now > le->granted_at ? (now - le->granted_at) / NS_PER_MS : 0;
     r->ttl_ms = le->ttl_ms;
     r->valid_ms = le->deadline > now ? (le->deadline - now) / NS_PER_MS : 0;
@@ -409,7 +411,7 @@ static void sconn_close(struct sconn *c)
     ev_timer_stop(st->loop, &c->timer);
     close(c->fd);
     LIST_REMOVE(c, link);
-    st->nconns--;
+    st->nconns[c->http]--;
     free(c->out.p);
     free(c);
 }
@@ -499,6 +501,14 @@ static struct sconn *sconn_by_serial(uint64_t serial)
     return NULL;
 }
 
+/* Replaces control and non-ASCII bytes with '?'. */
+static void printable(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
+            *s = '?';
+}
+
 /* The answer to "holder NAME": what Redis holds for the name. */
 static void on_holder(void *arg, int err, const struct backend_holder *h)
 {
@@ -513,19 +523,37 @@ static void on_holder(void *arg, int err, const struct backend_holder *h)
         start_writing(c);
         return;
     }
-    /* A dlock holder record starts with the token the key holds. */
-    char host[64] = "", comm[32] = "";
+    if (h->undetermined) {
+        if (json) {
+            sb_printf(b, "{\"name\":");
+            sb_json_str(b, name);
+            sb_printf(b, ",\"undetermined\":true,\"nodes\":%u}\n", h->nodes);
+        } else {
+            sb_printf(b, "%s: undetermined: no value is on a majority of the %u nodes\n", name,
+                      h->nodes);
+        }
+        start_writing(c);
+        return;
+    }
+    /* A dlock holder record starts with the token the key holds. Values
+     * come from anyone who can write to Redis: shown without control or
+     * non-ASCII bytes, which could reach a terminal or break JSON. */
+    char value[BACKEND_RECORD_MAX], host[64] = "", comm[32] = "";
     int pid = 0;
     unsigned uid = 0;
     size_t vlen = strlen(h->value);
     bool ours = vlen && strncmp(h->record, h->value, vlen) == 0 && h->record[vlen] == ' ' &&
                 sscanf(h->record + vlen + 1, "%63s %d %u %31s", host, &pid, &uid, comm) == 4;
+    snprintf(value, sizeof value, "%s", h->value);
+    printable(value);
+    printable(host);
+    printable(comm);
     if (json) {
         sb_printf(b, "{\"name\":");
         sb_json_str(b, name);
         sb_printf(b, ",\"held\":%s,\"dlock\":%s,\"value\":", vlen ? "true" : "false",
                   ours ? "true" : "false");
-        sb_json_str(b, h->value);
+        sb_json_str(b, value);
         sb_printf(b, ",\"host\":");
         sb_json_str(b, host);
         sb_printf(b, ",\"pid\":%d,\"uid\":%u,\"comm\":", pid, uid);
@@ -537,10 +565,13 @@ static void on_holder(void *arg, int err, const struct backend_holder *h)
     } else {
         if (ours)
             sb_printf(b, "%s: held by pid %d (%s), uid %u, on host %s; token %s", name, pid, comm,
-                      uid, host, h->value);
+                      uid, host, value);
         else
-            sb_printf(b, "%s: held by a client outside dlock (value '%s')", name, h->value);
-        sb_printf(b, "; %lld ms left", h->pttl);
+            sb_printf(b, "%s: held by a client outside dlock (value '%s')", name, value);
+        if (h->pttl >= 0)
+            sb_printf(b, "; %lld ms left", h->pttl);
+        else
+            sb_printf(b, "; no expiry");
         if (h->nodes > 1)
             sb_printf(b, "; on %u of %u nodes", h->nodes_holding, h->nodes);
         sb_printf(b, "\n");
@@ -645,7 +676,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
                 log_warn("status socket: accept: %s", strerror(errno));
             return;
         }
-        struct sconn *c = st->nconns < STATUS_CONNS ? calloc(1, sizeof *c) : NULL;
+        struct sconn *c = st->nconns[http] < STATUS_CONNS ? calloc(1, sizeof *c) : NULL;
         if (!c) {
             close(fd);
             continue;
@@ -665,11 +696,11 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
         ev_io_init(&c->io, on_read, fd, EV_READ);
         c->io.data = c;
         ev_io_start(loop, &c->io);
-        ev_timer_init(&c->timer, on_deadline, DEADLINE_S, 0.0);
+        ev_timer_init(&c->timer, on_deadline, deadline_s[http], 0.0);
         c->timer.data = c;
         ev_timer_start(loop, &c->timer);
         LIST_INSERT_HEAD(&st->conns, c, link);
-        st->nconns++;
+        st->nconns[http]++;
     }
 }
 
@@ -689,11 +720,18 @@ int status_open(struct status *st, struct ev_loop *loop, struct agent *a, const 
     st->lfd = unix_listen(path, mode, &st->inherited);
     if (st->lfd < 0)
         return -1;
+    const char *group = a->cfg->status_socket_group;
+    struct policy_who g;
+    char who[80];
+    snprintf(who, sizeof who, "@%s", group);
+    if (group[0] && !st->inherited &&
+        (config_parse_who(who, &g) != 0 || chown(path, (uid_t)-1, (gid_t)g.id) != 0))
+        log_warn("status socket %s: cannot give it to group %s: %s", path, group, strerror(errno));
     snprintf(st->path, sizeof st->path, "%s", path);
     ev_io_init(&st->lio, on_accept, st->lfd, EV_READ);
     st->lio.data = st;
     ev_io_start(loop, &st->lio);
-    log_info("status socket on %s (mode %04o)", path, mode);
+    log_info("status socket on %s (mode %04o%s%s)", path, mode, group[0] ? ", group " : "", group);
     return 0;
 }
 

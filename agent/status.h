@@ -17,7 +17,7 @@ struct status {
     int lfd; /* -1 when there is no status socket */
     ev_io lio;
     LIST_HEAD(, sconn) conns;
-    unsigned nconns;
+    unsigned nconns[2]; /* open queries: [0] status socket, [1] HTTP */
     char path[108];
     bool inherited; /* passed by the service manager */
     int hfd;        /* the HTTP metrics listener, -1 when off */

@@ -623,9 +623,21 @@ static struct h_agent *agent_at(int i)
 #define INI_LINE_MAX 199
 
 /* Appends "key = value" to f unless `given` already sets key. */
+/* Does the INI text set key (at the start of a line, then blanks or '=')? */
+static int sets_key(const char *ini, const char *key)
+{
+    size_t n = strlen(key);
+    for (const char *p = ini; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        p += strspn(p, " \t");
+        if (strncmp(p, key, n) == 0 && (p[n] == ' ' || p[n] == '\t' || p[n] == '='))
+            return 1;
+    }
+    return 0;
+}
+
 static void default_key(FILE *f, const char *given, const char *key, const char *value)
 {
-    if (given && strstr(given, key))
+    if (given && sets_key(given, key))
         return;
     fprintf(f, "%s = %s\n", key, value);
 }

@@ -112,6 +112,7 @@ Test(file, every_documented_key_lands_in_the_struct)
                                "status_socket = /tmp/dl/status.sock\n"
                                "status_socket_mode = 0640\n"
                                "metrics_listen = 127.0.0.1:9464\n"
+                               "status_socket_group = 0\n"
                                "prefix = myapp:locks:\n"
                                "default_ttl_ms = 15000\n"
                                "min_ttl_ms = 20\n"
@@ -145,6 +146,7 @@ Test(file, every_documented_key_lands_in_the_struct)
     cr_assert_str_eq(c.status_socket, "/tmp/dl/status.sock");
     cr_assert_eq(c.status_socket_mode, 0640);
     cr_assert_str_eq(c.metrics_listen, "127.0.0.1:9464");
+    cr_assert_str_eq(c.status_socket_group, "0");
     cr_assert_str_eq(c.prefix, "myapp:locks:");
     cr_assert_eq(c.default_ttl_ms, 15000);
     cr_assert_eq(c.min_ttl_ms, 20);

@@ -225,3 +225,40 @@ ITEST(policy, dlockctl_run_exits_77_when_denied)
     cr_assert_eq(st, 77, "dlockctl run exit status %d", st);
     cr_assert_eq(metric("dlock_denied_total"), 1);
 }
+
+ITEST(policy, status_socket_belongs_to_its_group)
+{
+    need_root();
+    h_start("status_socket_group = 65534\n");
+    struct stat st;
+    cr_assert_eq(stat(status_path(), &st), 0);
+    cr_assert_eq(st.st_gid, 65534u, "status socket group %u", (unsigned)st.st_gid);
+    cr_assert_eq(st.st_mode & 0777, 0660);
+}
+
+ITEST(policy, sighup_fails_waiters_no_longer_allowed)
+{
+    /* A waiter queued under the old policy does not keep a right the new
+     * one took away: it fails with DLOCK_EDENIED at the reload. */
+    need_root();
+    h_start(open_ini("allow = 0 *\nallow = nobody pub-*\n"));
+    open_dir();
+    struct h_cl *root = h_client();
+    dlock_lease *l = h_must_acquire(root, "pub-w", 30000);
+    pid_t pid = h_fork();
+    if (pid == 0) {
+        become_nobody();
+        dlock_client *c = NULL;
+        if (dlock_client_open(&c, H.agent[0].sock) != 0)
+            _exit(101);
+        dlock_lease *wl = NULL;
+        dlock_acquire_options o = {.wait_ms = 20000};
+        _exit(-dlock_lease_acquire(c, "pub-w", &o, &wl));
+    }
+    H_WAIT_UNTIL(3000, strstr(status_query("leases-json pub-w\n"), "\"waiters\":1"));
+    h_agent_config(0, open_ini("allow = 0 *\n"), NULL);
+    cr_assert_eq(kill(H.agent[0].pid, SIGHUP), 0);
+    cr_assert_eq(h_wait_child(pid, 5000), -DLOCK_EDENIED, "the waiter was not failed");
+    cr_assert(dlock_lease_valid(l));
+    cr_assert_eq(dlock_lease_release(l), 0);
+}

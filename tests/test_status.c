@@ -1410,6 +1410,18 @@ ITEST(status, metrics_over_http_when_configured)
     const char *head = http_get(port, "HEAD /metrics HTTP/1.0\r\n\r\n");
     cr_assert(strncmp(head, "HTTP/1.0 200", 12) == 0);
     cr_assert_str_empty(strstr(head, "\r\n\r\n") + 4, "HEAD answered with a body");
+    /* Idle HTTP peers cannot take the operators' status socket away. */
+    int idle[20];
+    for (int i = 0; i < 20; i++) {
+        idle[i] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        cr_assert_eq(connect(idle[i], (struct sockaddr *)&sa, sizeof sa), 0);
+    }
+    QUERY("status");
+    for (int i = 0; i < 20; i++)
+        close(idle[i]);
     cr_assert_eq(dlock_lease_release(l), 0);
 }
 
@@ -1448,6 +1460,13 @@ ITEST(status, holder_names_a_lock_taken_through_another_agent)
     h_redis_set_px(h_key("plain"), "someone-else", 10000);
     cr_assert_eq(CTL("-S", sock0, "holder", "plain"), 0);
     cr_assert(strstr(R.out, "held by a client outside dlock (value 'someone-else')"), "%s", R.out);
+    /* Control bytes in a stored value never reach the terminal. */
+    h_redis_set_px(h_key("esc"), "tok\033]0;x\007\nforged: free", 10000);
+    cr_assert_eq(CTL("-S", sock0, "holder", "esc"), 0);
+    cr_assert_null(strpbrk(R.out, "\033\007"), "raw control bytes: %s", R.out);
+    cr_assert_eq(count_lines(R.out), 1, "a forged line: %s", R.out);
+    cr_assert_eq(CTL("-S", sock0, "holder", "--json", "esc"), 0);
+    cr_assert_not_null(j_doc(R.out));
     /* A name no lock can have is refused. */
     cr_assert_eq(CTL("-S", sock0, "holder", "{x}"), 70);
 }
