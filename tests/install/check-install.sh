@@ -391,7 +391,9 @@ units=$(dirname "$(find "$pkg" -name dlockd.service | head -n 1)")
 [ -f "$units/dlockd.service" ] || fail "no dlockd.service under PKG"
 mkdir "$tmp/units"
 for f in dlockd.service dlockd.socket; do
-    sed -E "/^Exec/ s#(=[-@:+!]*|[[:space:]])/#\1$pkg/#g" "$units/$f" >"$tmp/units/$f"
+    # Only what the package installs moves into the staging tree; system
+    # commands (ExecReload's kill) stay where they are.
+    sed -E "/^Exec/ s#(/usr/sbin/dlockd|/etc/dlock/)#$pkg\1#g" "$units/$f" >"$tmp/units/$f"
 done
 pre=$(sed -n 's/^ExecStartPre=//p' "$tmp/units/dlockd.service")
 [ -n "$pre" ] || fail "dlockd.service has no ExecStartPre"
