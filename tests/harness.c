@@ -1523,3 +1523,28 @@ void h_skip(const char *why)
     h_teardown(); /* Criterion runs no .fini for a skipped test */
     cr_skip_test("%s", why);
 }
+
+const char *h_status_ask(int agent, const char *req)
+{
+    static char out[1 << 16];
+    char path[H_PATH];
+    snprintf(path, sizeof path, "%s/status%d.sock", H.dir, agent);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path)
+        return NULL;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof out - 1 && (r = read(fd, out + n, sizeof out - 1 - n)) > 0)
+        n += (size_t)r;
+    out[n] = '\0';
+    close(fd);
+    return out;
+}

@@ -345,6 +345,13 @@ const char *h_read_file(const char *path);
 /* DIR/name in a static rotating buffer. */
 const char *h_path(const char *name);
 
+/* ---- the status socket ---- */
+
+/* Sends one request line to agent i's status socket (DIR/status<i>.sock
+ * unless the test configured another) and returns the whole answer, in a
+ * static buffer; NULL when the socket cannot be reached. */
+const char *h_status_ask(int agent, const char *req);
+
 /* ---- raw protocol sockets ---- */
 
 int h_raw_connect(int agent); /* a plain connected socket, closed at teardown */

@@ -38,31 +38,6 @@ static const char *status_path(void)
     return path;
 }
 
-/* Sends one request to the status socket and returns the whole answer (in
- * a static buffer). */
-static const char *status_query(const char *req)
-{
-    static char out[65536];
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    const char *path = status_path();
-    if (fd < 0 || strlen(path) >= sizeof sa.sun_path)
-        return NULL;
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-        write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
-        close(fd);
-        return NULL;
-    }
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof out - 1 && (r = read(fd, out + n, sizeof out - 1 - n)) > 0)
-        n += (size_t)r;
-    out[n] = '\0';
-    close(fd);
-    return out;
-}
-
 static void become_nobody(void)
 {
     if (setgroups(0, NULL) != 0 || setgid(NOBODY) != 0 || setuid(NOBODY) != 0)
@@ -99,7 +74,7 @@ static int nobody_sees(const char *name)
     pid_t pid = h_fork();
     if (pid == 0) {
         become_nobody();
-        const char *out = status_query("status-json\n");
+        const char *out = h_status_ask(0, "status-json\n");
         if (!out || !strstr(out, "\"leases\":["))
             _exit(102);
         char needle[256];
@@ -113,7 +88,7 @@ static int nobody_sees(const char *name)
 
 static long long metric(const char *name)
 {
-    const char *out = status_query("metrics\n");
+    const char *out = h_status_ask(0, "metrics\n");
     cr_assert_not_null(out, "no metrics");
     char needle[128];
     snprintf(needle, sizeof needle, "\n%s ", name);
@@ -145,7 +120,7 @@ ITEST(policy, other_uid_denied_counted_logged_and_blind)
     cr_assert_eq(metric("dlock_denied_total"), 1);
     cr_assert(log_has("denied: pid") && log_has("uid 65534"), "not logged");
     /* Root sees the lease on the status socket; nobody does not. */
-    cr_assert_not_null(strstr(status_query("status-json\n"), "\"name\":\"root-secret\""));
+    cr_assert_not_null(strstr(h_status_ask(0, "status-json\n"), "\"name\":\"root-secret\""));
     cr_assert_eq(nobody_sees("root-secret"), 0, "nobody learnt root's lock name");
     cr_assert_eq(dlock_lease_release(l), 0);
 }
@@ -202,7 +177,7 @@ ITEST(policy, per_uid_limits)
     /* A waiter counts as a lease to come. */
     struct h_acq w;
     h_acquire_async(b, "u1", 30000, 10000, &w);
-    H_WAIT_UNTIL(2000, strstr(status_query("leases-json u1\n"), "\"waiters\":1"));
+    H_WAIT_UNTIL(2000, strstr(h_status_ask(0, "leases-json u1\n"), "\"waiters\":1"));
     dlock_lease *l2 = NULL;
     cr_assert_eq(h_acquire(a, "u2", 30000, 0, &l2), DLOCK_ELIMIT);
     cr_assert_eq(metric("dlock_refused_total"), 1);
@@ -255,7 +230,7 @@ ITEST(policy, sighup_fails_waiters_no_longer_allowed)
         dlock_acquire_options o = {.wait_ms = 20000};
         _exit(-dlock_lease_acquire(c, "pub-w", &o, &wl));
     }
-    H_WAIT_UNTIL(3000, strstr(status_query("leases-json pub-w\n"), "\"waiters\":1"));
+    H_WAIT_UNTIL(3000, strstr(h_status_ask(0, "leases-json pub-w\n"), "\"waiters\":1"));
     h_agent_config(0, open_ini("allow = 0 *\n"), NULL);
     cr_assert_eq(kill(H.agent[0].pid, SIGHUP), 0);
     cr_assert_eq(h_wait_child(pid, 5000), -DLOCK_EDENIED, "the waiter was not failed");

@@ -913,40 +913,19 @@ ITEST(quorum, node_replaced_by_another_server_does_not_count)
     cr_assert(rc == DLOCK_EBUSY || rc == DLOCK_ENOQUORUM, "%s (%d)", dlock_strerror(rc), rc);
 }
 
-/* One request to agent 0's status socket; the answer (static). */
-static const char *status_ask(const char *req)
-{
-    static char out[4096];
-    char path[H_PATH];
-    snprintf(path, sizeof path, "%s/status0.sock", H.dir);
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    cr_assert(fd >= 0 && strlen(path) < sizeof sa.sun_path);
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof out - 1 && (r = read(fd, out + n, sizeof out - 1 - n)) > 0)
-        n += (size_t)r;
-    out[n] = '\0';
-    close(fd);
-    return out;
-}
-
 ITEST(quorum, holder_is_read_from_a_majority)
 {
     h_quorum_start(3, 1, NULL, NULL);
     struct h_cl *c = h_client();
     dlock_lease *l = h_must_acquire(c, "seen", 1500);
     ALL_NODES_HOLD(h_key("seen"), any_value(h_key("seen")), 3);
-    cr_assert_not_null(strstr(status_ask("holder seen\n"), "on 3 of 3 nodes"));
+    cr_assert_not_null(strstr(h_status_ask(0, "holder seen\n"), "on 3 of 3 nodes"));
     cr_assert_eq(dlock_lease_release(l), 0);
     /* Node 2 silent, a foreign value on node 1, node 0 free: no value (nor
      * its absence) is on a majority, so nobody can say. */
     h_node_set_px(1, h_key("split"), "foreign", 60000);
     h_node_pause(2);
-    cr_assert_not_null(strstr(status_ask("holder split\n"), "split: undetermined"), "%s",
-                       status_ask("holder split\n"));
+    cr_assert_not_null(strstr(h_status_ask(0, "holder split\n"), "split: undetermined"), "%s",
+                       h_status_ask(0, "holder split\n"));
     h_node_resume(2);
 }
