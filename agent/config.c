@@ -216,12 +216,12 @@ int config_parse_who(const char *s, struct policy_who *out)
     return 0;
 }
 
-/* The next blank- or comma-separated word of *p into out; 0 at the end,
+/* The next word of *p, separated by any of seps, into out; 0 at the end,
  * -1 when too long. */
-static int next_word(const char **p, char *out, size_t cap)
+static int next_word(const char **p, char *out, size_t cap, const char *seps)
 {
-    *p += strspn(*p, ", \t");
-    size_t n = strcspn(*p, ", \t");
+    *p += strspn(*p, seps);
+    size_t n = strcspn(*p, seps);
     if (n == 0)
         return 0;
     if (n >= cap)
@@ -232,16 +232,17 @@ static int next_word(const char **p, char *out, size_t cap)
     return 1;
 }
 
-/* "allow = WHO PATTERN...": one rule per pattern, added to the list. */
+/* "allow = WHO PATTERN...": one rule per pattern, added to the list. The
+ * words are separated by blanks only: a glob may hold a comma ("[a,b]*"). */
 static int parse_allow(struct policy *pol, const char *v)
 {
     char word[POLICY_PATTERN_MAX];
     struct policy_who who;
-    if (next_word(&v, word, sizeof word) != 1 || config_parse_who(word, &who) != 0)
+    if (next_word(&v, word, sizeof word, " \t") != 1 || config_parse_who(word, &who) != 0)
         return -1;
     unsigned n = pol->nrules;
     int rc;
-    while ((rc = next_word(&v, word, sizeof word)) == 1) {
+    while ((rc = next_word(&v, word, sizeof word, " \t")) == 1) {
         if (n == POLICY_MAX_RULES)
             return -1;
         pol->rules[n].who = who;
@@ -261,7 +262,7 @@ static int parse_see_all(struct policy *pol, const char *v)
     unsigned n = 0;
     char word[64];
     int rc;
-    while ((rc = next_word(&v, word, sizeof word)) == 1) {
+    while ((rc = next_word(&v, word, sizeof word, ", \t")) == 1) {
         if (n == POLICY_MAX_WHO || config_parse_who(word, &who[n]) != 0)
             return -1;
         n++;

@@ -968,7 +968,7 @@ Test(policy, rules_parse_and_match)
     cr_assert(policy_allows(&c.policy, 1000, app_groups, 2, "anything"));
     cr_assert(policy_sees_all(&c.policy, 1000, app_groups, 2));
     expect_good(&c, "policy", "allow", "0 *");
-    expect_good(&c, "policy", "allow", "@27 shared-*, tmp-?");
+    expect_good(&c, "policy", "allow", "@27 shared-*  tmp-?");
     expect_good(&c, "policy", "allow", "root admin-*");
     cr_assert_eq(c.policy.nrules, 4);
     cr_assert(policy_allows(&c.policy, 0, root_groups, 1, "x"));
@@ -977,6 +977,11 @@ Test(policy, rules_parse_and_match)
     cr_assert_not(policy_allows(&c.policy, 1000, app_groups, 2, "tmp-12"));
     cr_assert_not(policy_allows(&c.policy, 1000, app_groups, 1, "shared-a")); /* not in 27 */
     cr_assert_not(policy_allows(&c.policy, 1000, app_groups, 2, "admin-x"));
+    /* Patterns are separated by blanks: a bracket may hold a comma. */
+    expect_good(&c, "policy", "allow", "1000 [a,b]-*");
+    cr_assert(policy_allows(&c.policy, 1000, app_groups, 2, "b-1"));
+    cr_assert(policy_allows(&c.policy, 1000, app_groups, 2, ",-1"));
+    cr_assert_not(policy_allows(&c.policy, 1000, app_groups, 2, "c-1"));
     expect_good(&c, "policy", "see_all", "0 @27");
     cr_assert(policy_sees_all(&c.policy, 0, root_groups, 1));
     cr_assert(policy_sees_all(&c.policy, 1000, app_groups, 2));
