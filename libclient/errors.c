@@ -27,8 +27,8 @@ static const char *const error_messages[] = {
     "the lease reached its maximum hold time",       /* DLOCK_EHOLDLIMIT */
     "the holder did not touch the lease in time",    /* DLOCK_ESTALLED */
     "the agent's monotonic clock differs from ours (another time namespace?)", /* ECLOCK */
-    "no majority of the Redis nodes is reachable and counting", /* DLOCK_ENOQUORUM */
-    "the agent's policy does not allow this lock name for this user", /* DLOCK_EDENIED */
+    "no majority of the Redis nodes is reachable and counting",                /* DLOCK_ENOQUORUM */
+    "the agent's policy does not allow this lock name for this user",          /* DLOCK_EDENIED */
 };
 
 _Static_assert(sizeof(error_messages) / sizeof(error_messages[0]) == 1 - DLOCK_ERRNO_MIN,

@@ -8,8 +8,7 @@ Test(majority, of_odd_and_even_counts)
 {
     static const unsigned expect[][2] = {{1, 1}, {2, 2}, {3, 2}, {4, 3}, {5, 3}, {7, 4}, {9, 5}};
     for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++)
-        cr_assert_eq(quorum_majority(expect[i][0]), expect[i][1], "majority of %u",
-                     expect[i][0]);
+        cr_assert_eq(quorum_majority(expect[i][0]), expect[i][1], "majority of %u", expect[i][0]);
 }
 
 /* Every split of n nodes into ok, no, open and failed, for both rules,
@@ -33,8 +32,7 @@ static void check_all(unsigned n)
                     else
                         want = QV_NO_QUORUM;
                     cr_assert_eq(quorum_verdict(n, ok, no, open, rule), want,
-                                 "n=%u ok=%u no=%u open=%u any_no_taken=%d", n, ok, no, open,
-                                 rule);
+                                 "n=%u ok=%u no=%u open=%u any_no_taken=%d", n, ok, no, open, rule);
                 }
 }
 
