@@ -13,6 +13,7 @@
 #include <fnmatch.h>
 #include <netdb.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,10 +209,37 @@ static const char *mode_of(const struct agent *a)
     return config_quorum(a->cfg) ? "quorum" : "single";
 }
 
+/* The agent's counters, by name: "renewal_failures" is the JSON member,
+ * "renewal failures" in the text and dlock_renewal_failures_total in the
+ * metrics. */
+static const struct {
+    const char *name, *help;
+    size_t offset;
+} counters[] = {
+#define COUNTER(f, h)                                                                              \
+    {                                                                                              \
+#f, h, offsetof(struct agent_stats, f)                                                     \
+    }
+    COUNTER(grants, "Leases granted."),
+    COUNTER(releases, "Leases released by their holder."),
+    COUNTER(renewals, "Lease renewals that succeeded."),
+    COUNTER(renewal_failures, "Lease renewals that failed without proof of loss."),
+    COUNTER(losses, "Leases lost."),
+    COUNTER(timeouts, "Acquire waits that ran out."),
+    COUNTER(refused, "Acquire requests refused before reaching Redis."),
+    COUNTER(denied, "Acquire requests the access policy did not allow."),
+#undef COUNTER
+};
+#define NCOUNTERS (sizeof counters / sizeof counters[0])
+
+static unsigned long long counter_value(const struct agent *a, size_t i)
+{
+    return *(const uint64_t *)((const char *)&a->stats + counters[i].offset);
+}
+
 static void status_json(struct agent *a, const struct asker *who, struct sbuf *b)
 {
     uint64_t now = now_ns();
-    const struct agent_stats *s = &a->stats;
     sb_printf(b, "{\"agent\":{\"version\":\"%s\",\"pid\":%d,\"mode\":\"%s\",\"prefix\":",
               DLOCK_VERSION, (int)getpid(), mode_of(a));
     sb_json_str(b, a->cfg->prefix);
@@ -232,14 +260,10 @@ static void status_json(struct agent *a, const struct asker *who, struct sbuf *b
         sb_json_str(b, n->run_id);
         sb_printf(b, "}");
     }
-    sb_printf(b,
-              "],\"counters\":{\"grants\":%llu,\"releases\":%llu,\"renewals\":%llu,"
-              "\"renewal_failures\":%llu,\"losses\":%llu,\"timeouts\":%llu,\"refused\":%llu,"
-              "\"denied\":%llu},\"leases\":[",
-              (unsigned long long)s->grants, (unsigned long long)s->releases,
-              (unsigned long long)s->renewals, (unsigned long long)s->renewal_failures,
-              (unsigned long long)s->losses, (unsigned long long)s->timeouts,
-              (unsigned long long)s->refused, (unsigned long long)s->denied);
+    sb_printf(b, "],\"counters\":{");
+    for (size_t i = 0; i < NCOUNTERS; i++)
+        sb_printf(b, "%s\"%s\":%llu", i ? "," : "", counters[i].name, counter_value(a, i));
+    sb_printf(b, "},\"leases\":[");
     each_lease(a, who, NULL, lease_json, b);
     sb_printf(b, "]}\n");
 }
@@ -247,7 +271,6 @@ static void status_json(struct agent *a, const struct asker *who, struct sbuf *b
 static void status_text(struct agent *a, const struct asker *who, struct sbuf *b)
 {
     uint64_t now = now_ns();
-    const struct agent_stats *s = &a->stats;
     sb_printf(b, "dlockd %s, pid %d, %s mode, prefix '%s', up %llu s, %u connection(s)\n\n",
               DLOCK_VERSION, (int)getpid(), mode_of(a), a->cfg->prefix,
               (unsigned long long)((now - a->started) / NS_PER_SEC), a->server.nconns);
@@ -262,25 +285,22 @@ static void status_text(struct agent *a, const struct asker *who, struct sbuf *b
                   (unsigned long long)excluded_ms(n, now),
                   n->last_error_text[0] ? n->last_error_text : "-");
     }
-    sb_printf(b,
-              "\ngrants %llu, releases %llu, renewals %llu, renewal failures %llu, losses %llu, "
-              "timeouts %llu, refused %llu, denied %llu\n\n",
-              (unsigned long long)s->grants, (unsigned long long)s->releases,
-              (unsigned long long)s->renewals, (unsigned long long)s->renewal_failures,
-              (unsigned long long)s->losses, (unsigned long long)s->timeouts,
-              (unsigned long long)s->refused, (unsigned long long)s->denied);
+    sb_printf(b, "\n");
+    for (size_t i = 0; i < NCOUNTERS; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "%s", counters[i].name);
+        for (char *p = name; *p; p++)
+            if (*p == '_')
+                *p = ' ';
+        sb_printf(b, "%s%s %llu", i ? ", " : "", name, counter_value(a, i));
+    }
+    sb_printf(b, "\n\n");
     leases_text(a, who, NULL, b);
 }
 
 static void metric(struct sbuf *b, const char *name, const char *type, const char *help)
 {
     sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-static void counter(struct sbuf *b, const char *name, const char *help, uint64_t v)
-{
-    metric(b, name, "counter", help);
-    sb_printf(b, "%s %llu\n", name, (unsigned long long)v);
 }
 
 static void gauge(struct sbuf *b, const char *name, const char *help, double v)
@@ -336,17 +356,12 @@ static double node_rtt(const struct backend_node *n, uint64_t now)
 static void metrics(struct agent *a, struct sbuf *b)
 {
     const struct agent_stats *s = &a->stats;
-    counter(b, "dlock_grants_total", "Leases granted.", s->grants);
-    counter(b, "dlock_releases_total", "Leases released by their holder.", s->releases);
-    counter(b, "dlock_renewals_total", "Lease renewals that succeeded.", s->renewals);
-    counter(b, "dlock_renewal_failures_total", "Lease renewals that failed without proof of loss.",
-            s->renewal_failures);
-    counter(b, "dlock_losses_total", "Leases lost.", s->losses);
-    counter(b, "dlock_timeouts_total", "Acquire waits that ran out.", s->timeouts);
-    counter(b, "dlock_refused_total", "Acquire requests refused before reaching Redis.",
-            s->refused);
-    counter(b, "dlock_denied_total", "Acquire requests the access policy did not allow.",
-            s->denied);
+    for (size_t i = 0; i < NCOUNTERS; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "dlock_%s_total", counters[i].name);
+        metric(b, name, "counter", counters[i].help);
+        sb_printf(b, "%s %llu\n", name, counter_value(a, i));
+    }
     gauge(b, "dlock_leases", "Leases held now.", (double)a->table.nleases);
     gauge(b, "dlock_connections", "Client connections now.", (double)a->server.nconns);
     gauge(b, "dlock_uptime_seconds", "Time since the agent started.",
