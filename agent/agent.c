@@ -820,9 +820,7 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     if (gethostname(a->host, sizeof a->host) != 0 || !a->host[0])
         snprintf(a->host, sizeof a->host, "?");
     a->host[sizeof a->host - 1] = '\0';
-    for (char *p = a->host; *p; p++)
-        if ((unsigned char)*p <= 0x20 || *p == 0x7f)
-            *p = '?';
+    one_word(a->host);
     if (server_open(&a->server, loop, a, cfg) != 0) {
         table_free(&a->table);
         return -1;

@@ -188,9 +188,12 @@ void proc_comm(int pid, char *out, size_t cap)
     if (f)
         fclose(f);
     out[strcspn(out, "\n")] = '\0';
-    /* A process names itself: nothing that could break a column or reach
-     * the operator's terminal as a control sequence. */
-    for (char *p = out; *p; p++)
-        if ((unsigned char)*p <= 0x20 || *p == 0x7f)
-            *p = '?';
+    one_word(out); /* a process names itself */
+}
+
+void one_word(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s <= 0x20 || *s == 0x7f)
+            *s = '?';
 }

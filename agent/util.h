@@ -26,9 +26,13 @@ uint64_t random_u64(void);
  * socket file but not a live one or another file. The fd, or -1 (logged). */
 int unix_listen(const char *path, unsigned mode, bool *inherited);
 
-/* The command name of pid, from /proc ("?" when gone or unreadable), with
- * blanks and control characters as '?'. */
+/* The command name of pid, from /proc ("?" when gone or unreadable), made
+ * one word. */
 void proc_comm(int pid, char *out, size_t cap);
+/* Replaces blanks and control characters with '?': a word that can neither
+ * break a column or a space-separated record nor reach a terminal as a
+ * control sequence. */
+void one_word(char *s);
 
 #define PEER_GROUPS_MAX 32
 /* The groups of a unix socket's peer, its primary gid first, at most max
