@@ -4,7 +4,9 @@
  * detection with the holder told at once. */
 #include "agent.h"
 
+#include <errno.h>
 #include <signal.h>
+#include <sys/timerfd.h>
 #include <systemd/sd-daemon.h>
 
 #include <stddef.h>
@@ -717,9 +719,13 @@ static void on_ready(void *arg)
 
 /* ---- timers ---- */
 
-static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
+static void on_tick(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct agent *a = w->data;
+    uint64_t expirations;
+    if (read(a->tick_fd, &expirations, sizeof expirations) < 0 && errno != EAGAIN)
+        log_warn("timerfd: %s", strerror(errno));
+    a->tick_due = 0; /* disarmed: a one-shot timer that fired */
     uint64_t now = now_ns();
     struct tnode *t;
     while ((t = theap_top(&a->timers)) && t->due <= now) {
@@ -741,9 +747,28 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
     }
 }
 
+/* Points the timerfd at `due` (0: disarmed). The timerfd runs on
+ * CLOCK_BOOTTIME, the clock of every deadline, so a timer due during a
+ * suspend of the host fires at the resume, not as much later as the host
+ * slept (libev's timers run on CLOCK_MONOTONIC). It is set only when the
+ * earliest due time changed: no system call in most loop turns. */
+static void arm_tick(struct agent *a, uint64_t due)
+{
+    if (due == a->tick_due)
+        return;
+    struct itimerspec its = {0};
+    if (due) {
+        its.it_value.tv_sec = (time_t)(due / NS_PER_SEC);
+        its.it_value.tv_nsec = (long)(due % NS_PER_SEC);
+    }
+    if (timerfd_settime(a->tick_fd, TFD_TIMER_ABSTIME, &its, NULL) != 0)
+        fatal("timerfd_settime: %s", strerror(errno));
+    a->tick_due = due;
+}
+
 /* Before the loop blocks: replies to clients go out first (they wait on
  * them), then the batch of Redis commands; a broken Redis link can queue
- * more replies, hence the second client flush. Last, the one libev timer is
+ * more replies, hence the second client flush. Last, the one timer is
  * pointed at the earliest node of the heap. */
 static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 {
@@ -752,13 +777,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
     a->backend->ops->flush(a->backend);
     server_flush(&a->server);
     struct tnode *t = theap_top(&a->timers);
-    ev_timer_stop(loop, &a->tick);
-    if (!t)
-        return;
-    uint64_t now = now_ns();
-    double delay = t->due > now ? (double)(t->due - now) / 1e9 : 0.0;
-    ev_timer_set(&a->tick, delay, 0.0);
-    ev_timer_start(loop, &a->tick);
+    arm_tick(a, t ? t->due : 0);
 }
 
 /* ---- shutdown ---- */
@@ -814,17 +833,20 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     a->cfg = cfg;
     the_agent = a;
     tnode_init(&a->orphan_retry, TK_AGENT);
-    if (table_init(&a->table, random_u64()) != 0)
+    a->tick_fd = timerfd_create(CLOCK_BOOTTIME, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (a->tick_fd < 0) {
+        log_error("timerfd_create(CLOCK_BOOTTIME): %s", strerror(errno));
         return -1;
+    }
+    if (table_init(&a->table, random_u64()) != 0)
+        goto fail_table;
     a->started = now_ns();
     if (gethostname(a->host, sizeof a->host) != 0 || !a->host[0])
         snprintf(a->host, sizeof a->host, "?");
     a->host[sizeof a->host - 1] = '\0';
     one_word(a->host);
-    if (server_open(&a->server, loop, a, cfg) != 0) {
-        table_free(&a->table);
-        return -1;
-    }
+    if (server_open(&a->server, loop, a, cfg) != 0)
+        goto fail_server;
     /* Locks matter more than their status: the agent runs without it. */
     if (status_open(&a->status, loop, a, cfg->status_socket, cfg->status_socket_mode) != 0)
         log_warn("running without a status socket");
@@ -834,14 +856,11 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
         .arg = a, .on_notice = on_notice, .on_subscribed = on_subscribed, .on_ready = on_ready};
     a->backend = config_quorum(cfg) ? backend_quorum_new(loop, cfg, &ev)
                                     : backend_redis_new(loop, cfg, &cfg->nodes[0], &ev);
-    if (!a->backend) {
-        status_close(&a->status);
-        server_stop_listening(&a->server);
-        table_free(&a->table);
-        return -1;
-    }
-    ev_timer_init(&a->tick, on_tick, 0.0, 0.0);
+    if (!a->backend)
+        goto fail_backend;
+    ev_io_init(&a->tick, on_tick, a->tick_fd, EV_READ);
     a->tick.data = a;
+    ev_io_start(loop, &a->tick);
     ev_prepare_init(&a->prepare, on_prepare);
     a->prepare.data = a;
     ev_prepare_start(loop, &a->prepare);
@@ -851,6 +870,14 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     ev_signal_start(loop, &a->sigterm);
     ev_signal_start(loop, &a->sigint);
     return 0;
+fail_backend:
+    status_close(&a->status);
+    server_stop_listening(&a->server);
+fail_server:
+    table_free(&a->table);
+fail_table:
+    close(a->tick_fd);
+    return -1;
 }
 
 void agent_free(struct agent *a)
@@ -860,7 +887,10 @@ void agent_free(struct agent *a)
     server_close_all(&a->server);
     if (a->backend)
         a->backend->ops->destroy(a->backend);
-    ev_timer_stop(a->loop, &a->tick);
+    ev_io_stop(a->loop, &a->tick);
+    if (a->tick_fd >= 0)
+        close(a->tick_fd);
+    a->tick_fd = -1;
     ev_prepare_stop(a->loop, &a->prepare);
     ev_signal_stop(a->loop, &a->sigterm);
     ev_signal_stop(a->loop, &a->sigint);

@@ -26,7 +26,9 @@ struct agent {
     char host[64]; /* for holder records */
     struct table table;
     struct theap timers;
-    ev_timer tick;      /* armed at the earliest node of `timers` */
+    int tick_fd;        /* timerfd on CLOCK_BOOTTIME, armed at the earliest node of `timers` */
+    uint64_t tick_due;  /* what tick_fd is armed at, 0 = disarmed */
+    ev_io tick;         /* tick_fd readable: timers are due */
     ev_prepare prepare; /* flushes output, re-arms `tick` */
     ev_signal sigterm, sigint;
     ev_timer shutdown_timer;

@@ -31,7 +31,7 @@ uint32_t lease_page_alloc(struct lease_page *p);
 void lease_page_free(struct lease_page *p, uint32_t i);
 void lease_page_write(struct lease_page *p, uint32_t i, uint32_t state, uint64_t lease_id,
                       uint64_t fence, int64_t deadline_ns);
-/* The client's last touch of slot i (CLOCK_MONOTONIC ns; untrusted). */
+/* The client's last touch of slot i (CLOCK_BOOTTIME ns; untrusted). */
 uint64_t lease_page_touched(const struct lease_page *p, uint32_t i);
 
 #endif

@@ -1,6 +1,6 @@
 /* table.h -- the agent's lease table: locks by name, leases by id, FIFO
  * waiter queues, and the validity arithmetic of DESIGN.md 3.2.
- * Pure: no I/O; times are CLOCK_MONOTONIC nanoseconds passed in. */
+ * Pure: no I/O; times are CLOCK_BOOTTIME nanoseconds passed in. */
 #ifndef DLOCKD_TABLE_H
 #define DLOCKD_TABLE_H
 

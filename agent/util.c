@@ -1,4 +1,4 @@
-/* util.c -- monotonic time, random tokens and listening sockets for the
+/* util.c -- the agent's clock, random tokens and listening sockets for the
  * agent. */
 #include "util.h"
 
@@ -20,7 +20,7 @@
 uint64_t now_ns(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_BOOTTIME, &ts);
     return (uint64_t)ts.tv_sec * NS_PER_SEC + (uint64_t)ts.tv_nsec;
 }
 

@@ -1,4 +1,4 @@
-/* util.h -- small helpers of the agent: monotonic time and randomness. */
+/* util.h -- small helpers of the agent: its clock and randomness. */
 #ifndef DLOCKD_UTIL_H
 #define DLOCKD_UTIL_H
 
@@ -9,7 +9,10 @@
 #define NS_PER_MS  1000000ull
 #define NS_PER_SEC 1000000000ull
 
-/* CLOCK_MONOTONIC in nanoseconds. */
+/* CLOCK_BOOTTIME in nanoseconds: dlock's one clock for deadlines. Unlike
+ * CLOCK_MONOTONIC it keeps counting while the host is suspended, as the
+ * Redis TTLs on the other side do, so a lease never looks valid after a
+ * resume when its key has expired meanwhile. */
 uint64_t now_ns(void);
 /* CLOCK_REALTIME in microseconds since the epoch. */
 uint64_t realtime_us(void);

@@ -462,7 +462,7 @@ static void report_check_loops(const struct check_result *r)
     lrow("dlock_lease_valid()", fmt_cost(&r->valid), t);
     lrow("dlock_lease_remaining_ns()", fmt_cost(&r->remaining), "(context)");
     lrow("dlock_lease_touch()", fmt_cost(&r->touch), "(context)");
-    lrow("clock_gettime(CLOCK_MONOTONIC)", fmt_cost(&r->clock),
+    lrow("clock_gettime(CLOCK_BOOTTIME)", fmt_cost(&r->clock),
          "(context: the clock read in each call)");
     snprintf(t, sizeof t, "(context: %.2fx 1 thread; %s calls/s in all)",
              r->valid.median > 0 ? r->valid_mt.median / r->valid.median : 0,

@@ -61,7 +61,7 @@ bool env_child_dead(pid_t *pid);
 /* ---- /proc (env.c) ---- */
 
 struct proc_sample {
-    uint64_t t_ns;      /* CLOCK_MONOTONIC when taken */
+    uint64_t t_ns;      /* CLOCK_BOOTTIME when taken */
     uint64_t cpu_ticks; /* utime + stime, in clock ticks */
     long rss_kb;        /* VmRSS */
 };

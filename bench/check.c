@@ -52,7 +52,7 @@ static uint64_t loop_clock(dlock_lease *l, long n)
     uint64_t acc = 0;
     struct timespec ts;
     for (long i = 0; i < n; i++) {
-        clock_gettime(CLOCK_MONOTONIC, &ts);
+        clock_gettime(CLOCK_BOOTTIME, &ts);
         acc += (uint64_t)ts.tv_nsec;
     }
     return acc;

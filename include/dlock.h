@@ -67,7 +67,7 @@ extern "C" {
 #define DLOCK_ESHUTDOWN     (-20) /* the agent is shutting down */
 #define DLOCK_EHOLDLIMIT    (-21) /* the lease reached its maximum hold time */
 #define DLOCK_ESTALLED      (-22) /* the holder did not touch the lease in time */
-#define DLOCK_ECLOCK        (-23) /* the agent's monotonic clock is not ours */
+#define DLOCK_ECLOCK        (-23) /* the agent's clock (CLOCK_BOOTTIME) is not ours */
 #define DLOCK_ENOQUORUM     (-24) /* quorum mode: no majority of Redis nodes usable */
 #define DLOCK_EDENIED       (-25) /* the agent's policy does not let this user use the name */
 #define DLOCK_ERRNO_MIN     (-25) /* lowest code in use */
@@ -114,8 +114,8 @@ typedef void (*dlock_acquire_cb)(dlock_client *client, int status, dlock_lease *
 
 /* Connects to the agent at socket_path, or, if NULL, at $DLOCK_SOCKET, or at
  * /run/dlock/dlock.sock. Blocks for the protocol handshake. DLOCK_ECLOCK: the
- * caller's CLOCK_MONOTONIC is not the agent's (another time namespace), so
- * lease deadlines would mean nothing here. */
+ * caller's CLOCK_BOOTTIME is not the agent's (a time namespace with a
+ * boottime offset), so lease deadlines would mean nothing here. */
 DLOCK_EXPORT int dlock_client_open(dlock_client **out, const char *socket_path);
 
 /* Closes the connection; the agent releases every lease of this client.
@@ -169,7 +169,9 @@ DLOCK_EXPORT const char *dlock_lease_name(const dlock_lease *lease);
 /* The lease state as last reported by the agent. */
 DLOCK_EXPORT dlock_state dlock_lease_state(const dlock_lease *lease);
 
-/* The validity deadline in nanoseconds on CLOCK_MONOTONIC: the lease is
+/* The validity deadline in nanoseconds on CLOCK_BOOTTIME (which, unlike
+ * CLOCK_MONOTONIC, keeps counting while the host is suspended, as the lock's
+ * Redis TTL does): the lease is
  * provably held until then. Read from the lease page, so every renewal moves
  * it; 0 once the lease is lost. Same cost and rules as dlock_lease_valid(). */
 DLOCK_EXPORT int64_t dlock_lease_deadline_ns(const dlock_lease *lease);
@@ -177,7 +179,7 @@ DLOCK_EXPORT int64_t dlock_lease_deadline_ns(const dlock_lease *lease);
 /* Is the lease provably held right now? True while the agent reports it
  * held (or in jeopardy: renewal failing, deadline not passed) and the
  * validity deadline has not passed. Reads the connection's shared-memory
- * lease page and CLOCK_MONOTONIC: no system call besides the vDSO clock, no
+ * lease page and CLOCK_BOOTTIME: no system call besides the vDSO clock, no
  * message to the agent, some nanoseconds. It turns false by itself when the
  * deadline passes, even if the agent is stopped or dead. Call it right before
  * each side effect that needs the lock. Safe from any thread while the handle

@@ -98,16 +98,19 @@ struct dlock_client {
     uint32_t nslots;
 };
 
-static int64_t mono_ns(void)
+/* The one clock of dlock: CLOCK_BOOTTIME, which keeps counting while the
+ * host is suspended, as the Redis TTL of a lease does. Deadlines in the
+ * lease page, timeouts and touch times are all on it. */
+static int64_t boot_ns(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_BOOTTIME, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 static int64_t now_ms(void)
 {
-    return mono_ns() / 1000000;
+    return boot_ns() / 1000000;
 }
 
 /* Milliseconds left until deadline (-1 = none) as a poll() timeout; 0 once passed. */
@@ -693,12 +696,12 @@ static int handshake(dlock_client *c)
     int rc = wire_put_hello(&c->out, new_id(c), &hello);
     if (rc != 0)
         return rc;
-    int64_t sent = mono_ns();
+    int64_t sent = boot_ns();
     if (flush_out(c) != 0)
         return DLOCK_ECONNECT;
     struct wire_hdr h;
     rc = read_first_frame(c, &h, deadline_after(HELLO_TIMEOUT_MS));
-    int64_t received = mono_ns();
+    int64_t received = boot_ns();
     if (rc != 0)
         return rc;
     const uint8_t *body = c->in.data + WIRE_HDR_LEN;
@@ -713,9 +716,10 @@ static int handshake(dlock_client *c)
         return DLOCK_EPROTO;
     if (ok.version != WIRE_VERSION)
         return DLOCK_EVERSION;
-    /* The lease page holds deadlines on the agent's CLOCK_MONOTONIC: if its
+    /* The lease page holds deadlines on the agent's CLOCK_BOOTTIME: if its
      * reading does not fall between our own two, our clock is another one
-     * (a time namespace) and every validity check would be wrong. */
+     * (a time namespace with a boottime offset) and every validity check
+     * would be wrong. */
     if ((int64_t)ok.clock_ns < sent || (int64_t)ok.clock_ns > received)
         return DLOCK_ECLOCK;
     /* Our encoder cannot send more than WIRE_MAX_NAME whatever the agent allows. */
@@ -998,7 +1002,7 @@ int64_t dlock_lease_remaining_ns(const dlock_lease *lease)
     int64_t deadline = page_deadline(lease);
     if (deadline == 0)
         return 0;
-    int64_t left = deadline - mono_ns();
+    int64_t left = deadline - boot_ns();
     return left > 0 ? left : 0;
 }
 
@@ -1013,7 +1017,7 @@ int dlock_lease_valid(const dlock_lease *lease)
 void dlock_lease_touch(dlock_lease *lease)
 {
     if (page_deadline(lease) != 0)
-        __atomic_store_n(lease->touch, (uint64_t)mono_ns(), __ATOMIC_RELAXED);
+        __atomic_store_n(lease->touch, (uint64_t)boot_ns(), __ATOMIC_RELAXED);
 }
 
 uint64_t dlock_lease_fence(const dlock_lease *lease)

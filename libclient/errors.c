@@ -26,7 +26,7 @@ static const char *const error_messages[] = {
     "the dlock agent is shutting down",              /* DLOCK_ESHUTDOWN */
     "the lease reached its maximum hold time",       /* DLOCK_EHOLDLIMIT */
     "the holder did not touch the lease in time",    /* DLOCK_ESTALLED */
-    "the agent's monotonic clock differs from ours (another time namespace?)", /* ECLOCK */
+    "the agent's boot-time clock differs from ours (another time namespace?)", /* ECLOCK */
     "no majority of the Redis nodes is reachable and counting",                /* DLOCK_ENOQUORUM */
     "the agent's policy does not allow this lock name for this user",          /* DLOCK_EDENIED */
 };

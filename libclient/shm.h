@@ -31,7 +31,7 @@ struct shm_slot {
     uint32_t state;      /* 0 free, else a dlock_state */
     uint64_t lease_id;   /* the lease the slot holds now */
     uint64_t fence;      /* its fencing token */
-    int64_t deadline_ns; /* validity deadline, CLOCK_MONOTONIC */
+    int64_t deadline_ns; /* validity deadline, CLOCK_BOOTTIME */
 };
 
 static inline size_t shm_page_size(uint32_t nslots)

@@ -56,7 +56,7 @@ struct wire_hello_ok {
     uint32_t max_name_len;
     uint32_t max_leases;
     uint32_t default_ttl_ms;
-    uint64_t clock_ns; /* the agent's CLOCK_MONOTONIC when it answered */
+    uint64_t clock_ns; /* the agent's CLOCK_BOOTTIME when it answered */
 };
 
 struct wire_acquire {
@@ -75,7 +75,7 @@ struct wire_release {
 
 struct wire_granted {
     uint64_t lease_id;
-    uint64_t deadline_ns; /* CLOCK_MONOTONIC */
+    uint64_t deadline_ns; /* CLOCK_BOOTTIME */
     uint64_t fence;       /* fencing token */
     uint32_t ttl_ms;
     uint32_t slot; /* the lease's slot in the connection's lease page */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -70,23 +71,28 @@ ITEST(client, many_lost_events_at_once)
     free(acq);
 }
 
-/* In a grandchild living in a new time namespace whose CLOCK_MONOTONIC runs
- * 50 s behind the agent's: opening a client must fail with DLOCK_ECLOCK, or
- * every validity check would be 50 s too generous. Exit codes: 0 refused as
- * expected, 1 opened, 2 another error, 77 no time namespaces here. */
-static int open_in_shifted_time_ns(const char *sock)
+/* In a grandchild living in a new time namespace whose clock `which`
+ * ("boottime" or "monotonic") runs 50 s behind the agent's, opens a client
+ * and, when that works, takes a lease. Exit codes: 0 refused with
+ * DLOCK_ECLOCK, 1 opened and the lease is valid, 2 another error, 77 no
+ * time namespaces here. */
+static int open_in_shifted_time_ns(const char *sock, const char *which)
 {
     if (unshare(CLONE_NEWTIME) != 0)
         return 77;
     FILE *f = fopen("/proc/self/timens_offsets", "w");
-    if (!f || fprintf(f, "monotonic -50 0\n") < 0 || fclose(f) != 0)
+    if (!f || fprintf(f, "%s -50 0\n", which) < 0 || fclose(f) != 0)
         return 77;
     pid_t pid = fork();
     if (pid == 0) {
         dlock_client *c = NULL;
+        dlock_lease *l = NULL;
         int rc = dlock_client_open(&c, sock);
+        if (rc == 0)
+            rc = dlock_lease_acquire(c, which, &(dlock_acquire_options){.ttl_ms = 30000}, &l);
+        int valid = rc == 0 && dlock_lease_valid(l);
         dlock_client_close(c);
-        _exit(rc == DLOCK_ECLOCK ? 0 : rc == 0 ? 1 : 2);
+        _exit(rc == DLOCK_ECLOCK ? 0 : valid ? 1 : 2);
     }
     int st;
     if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
@@ -94,19 +100,54 @@ static int open_in_shifted_time_ns(const char *sock)
     return WEXITSTATUS(st);
 }
 
-ITEST(client, another_monotonic_clock_is_refused)
+static int shifted_client(const char *which)
 {
-    h_start(NULL);
     pid_t pid = h_fork();
     if (pid == 0)
-        _exit(open_in_shifted_time_ns(H.agent[0].sock));
+        _exit(open_in_shifted_time_ns(H.agent[0].sock, which));
     int st = h_wait_child(pid, 10000);
     if (st == 77)
         h_skip("no time namespaces here (needs Linux 5.6 and CAP_SYS_ADMIN)");
-    cr_assert_eq(st, 0, "a client with a shifted clock: %s",
+    return st;
+}
+
+/* Deadlines are on CLOCK_BOOTTIME, which keeps counting through a suspend as
+ * the Redis TTLs do: a client whose boottime clock is not the agent's must
+ * be refused, or every validity check would be 50 s too generous. */
+ITEST(client, another_boottime_clock_is_refused)
+{
+    h_start(NULL);
+    int st = shifted_client("boottime");
+    cr_assert_eq(st, 0, "a client with a shifted boottime clock: %s",
                  st == 1 ? "accepted" : "failed otherwise");
     /* A client in the agent's own time namespace still works. */
     struct h_cl *a = h_client();
     dlock_lease *l = h_must_acquire(a, "same-clock", 30000);
     cr_assert(dlock_lease_valid(l));
+}
+
+/* The library and the agent use the one boottime clock, not the monotonic
+ * one: a client whose CLOCK_MONOTONIC alone is shifted is served, and its
+ * lease checks out valid. */
+ITEST(client, only_the_boottime_clock_matters)
+{
+    h_start(NULL);
+    int st = shifted_client("monotonic");
+    cr_assert_eq(st, 1, "a client with a shifted monotonic clock: %s",
+                 st == 0 ? "refused" : "failed");
+}
+
+/* The deadline the library reports is on CLOCK_BOOTTIME: a 30 s lease ends
+ * between now and now + 30 s on that clock. */
+ITEST(client, deadlines_are_on_the_boottime_clock)
+{
+    h_start(NULL);
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    int64_t before = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "boottime", 30000);
+    int64_t deadline = dlock_lease_deadline_ns(l);
+    cr_assert_gt(deadline, before);
+    cr_assert_leq(deadline, before + 30000 * (int64_t)1000000);
 }

@@ -110,10 +110,11 @@ static bool parse_num(const char *s, int64_t min, int64_t max, int64_t *out)
     return true;
 }
 
+/* On CLOCK_BOOTTIME, the clock of the lease page's deadlines. */
 static int64_t now_ms(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_BOOTTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
