@@ -24,41 +24,47 @@
 enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_COUNT };
 
 /* Acquire: SET NX PX, and on success the fencing token: one more than the
- * last one of this lock (KEYS[2], kept ARGV[3] ms), but never below the
- * server's clock in microseconds, so that it keeps rising after the counter
- * expired or was lost. In quorum mode the floor is the agent's clock
- * (ARGV[4]) rather than the server's, so that the nodes usually agree on the
- * token. The counter is read with pcall: a foreign value of another type
+ * high-water mark of the lock key's hash slot (KEYS[2], shared by every name
+ * of the slot, kept without expiry), but never below the server's clock in
+ * microseconds, so that it keeps rising after the mark was lost. In quorum
+ * mode the floor is the agent's clock (ARGV[3]) rather than the server's, so
+ * that the nodes usually agree on the token. The per-name counter of earlier
+ * versions (KEYS[4]) counts too, and is deleted: the mark, now above it,
+ * carries it on. Both are read with pcall: a foreign value of another type
  * must not abort the script after SET NX took the lock. When taken: the
  * holder's remaining PTTL, negated. The token goes through string.format:
  * Lua's own number-to-string conversion keeps only 14 digits. */
 static const char *const script_src[S_COUNT] = {
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
-    "local fence = tonumber(ARGV[4]) "
+    "local fence = tonumber(ARGV[3]) "
     "if not fence then local t = redis.call('time') "
     "fence = tonumber(t[1]) * 1000000 + tonumber(t[2]) end "
-    "local v = redis.pcall('get', KEYS[2]) "
+    "for _, k in ipairs({KEYS[2], KEYS[4]}) do local v = redis.pcall('get', k) "
     "local last = (type(v) == 'string' and tonumber(v)) or 0 "
-    "if last >= fence then fence = last + 1 end "
-    "redis.call('set', KEYS[2], string.format('%d', fence), 'PX', ARGV[3]) "
-    "redis.call('set', KEYS[3], ARGV[5], 'PX', ARGV[2]) "
+    "if last >= fence then fence = last + 1 end end "
+    "redis.call('set', KEYS[2], string.format('%d', fence)) "
+    "redis.call('del', KEYS[4]) "
+    "redis.call('set', KEYS[3], ARGV[4], 'PX', ARGV[2]) "
     "return fence end "
     "local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end return -t",
     /* Renew: compare-and-pexpire, the holder record too. */
     "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[2], ARGV[2]) "
     "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0",
-    /* Release: compare-and-delete, then tell the waiting agents (unless
-     * there is no channel: the clean-up after an acquire that missed). */
+    /* Release: compare-and-delete of the lock and its holder record, then
+     * tell the waiting agents (unless there is no channel: the clean-up
+     * after an acquire that missed). The slot's high-water mark stays. The
+     * legacy counter needs no delete: our grant deleted it, and no other
+     * grant of the name can come before our release. */
     "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1], KEYS[2]) "
     "if ARGV[2] ~= '' then redis.call('publish', ARGV[2], ARGV[3]) end "
     "return 1 end return 0",
-    /* Fence (quorum mode): while the key is ours, raise the counter to the
-     * grant's token. */
+    /* Fence (quorum mode): while the key is ours, raise the slot's
+     * high-water mark to the grant's token. */
     "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end "
     "local v = redis.pcall('get', KEYS[2]) "
     "local last = (type(v) == 'string' and tonumber(v)) or 0 "
     "if last < tonumber(ARGV[2]) then "
-    "redis.call('set', KEYS[2], ARGV[2], 'PX', ARGV[3]) end return 1",
+    "redis.call('set', KEYS[2], ARGV[2]) end return 1",
     /* Lookup (for operators): the value, the holder record, the PTTL. A
      * value of another type than string reads as empty. */
     "local v = redis.pcall('get', KEYS[1]) local h = redis.pcall('get', KEYS[2]) "
@@ -228,66 +234,96 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
     free(c);
 }
 
+/* The arguments of one command, for redisAsyncCommandArgv, and room for
+ * the numbers among them. */
+struct args {
+    int n;
+    const char *v[12];
+    size_t len[12];
+    char ttl[16], num[24];
+};
+
+static void arg(struct args *a, const char *s, size_t len)
+{
+    a->v[a->n] = s;
+    a->len[a->n++] = len;
+}
+
+/* Room for any key the scripts touch besides the lock key. */
+#define SIDE_KEY_MAX (2 * CONFIG_PREFIX_MAX + WIRE_MAX_NAME + SIDE_KEY_EXTRA + 1)
+
+/* The keys besides the lock key, written by add_keys() and referred to by
+ * the arguments until the command is sent. */
+struct side_keys {
+    char hw[CONFIG_PREFIX_MAX + FENCE_HW_EXTRA + 1];
+    char holder[SIDE_KEY_MAX];
+    char legacy[SIDE_KEY_MAX];
+};
+
+static struct slot_tags slot_tags; /* built once, by the first backend */
+static bool slot_tags_ready;
+
+/* KEYS: the lock; acquire: the slot's high-water mark, the holder record,
+ * the legacy counter; fence: the high-water mark; the others: the holder
+ * record. */
+static void add_keys(const struct rb *b, const struct rcmd *c, struct args *a, struct side_keys *k)
+{
+    size_t key_len = b->prefix_len + c->name_len;
+    bool acquire = c->script == S_ACQUIRE, fence = c->script == S_FENCE;
+    arg(a, acquire ? "4" : "2", 1);
+    arg(a, c->key, key_len);
+    if (acquire || fence)
+        arg(a, k->hw, fence_hw_key(&slot_tags, c->key, key_len, b->prefix_len, k->hw));
+    if (!fence)
+        arg(a, k->holder, holder_key(c->key, key_len, b->prefix_len, k->holder));
+    if (acquire)
+        arg(a, k->legacy, legacy_fence_key(c->key, key_len, b->prefix_len, k->legacy));
+}
+
+/* ARGV: the token (but for lookup), then each script's own. */
+static void add_argv(const struct rb *b, const struct rcmd *c, struct args *a)
+{
+    unsigned long long num = c->num;
+    if (c->script != S_LOOKUP)
+        arg(a, c->token, 32);
+    if (c->script == S_ACQUIRE || c->script == S_RENEW)
+        arg(a, a->ttl, (size_t)snprintf(a->ttl, sizeof a->ttl, "%u", c->ttl_ms));
+    switch (c->script) {
+    case S_ACQUIRE:
+        /* The floor, or empty for the server's clock. */
+        arg(a, a->num, num ? (size_t)snprintf(a->num, sizeof a->num, "%llu", num) : 0);
+        arg(a, c->key + b->prefix_len + c->name_len + 1, c->holder_len);
+        break;
+    case S_RELEASE:
+        arg(a, b->channel, c->num ? strlen(b->channel) : 0);
+        arg(a, c->key + b->prefix_len, c->name_len);
+        break;
+    case S_FENCE:
+        arg(a, a->num, (size_t)snprintf(a->num, sizeof a->num, "%llu", num));
+        break;
+    default:
+        break;
+    }
+}
+
 /* Sends c with EVALSHA when the script's digest is known, else with EVAL. */
 static int cmd_send(struct rb *b, struct rcmd *c)
 {
     if (!b->cmd.connected || b->closing)
         return DLOCK_EUNAVAIL;
-    char ttl[16], keep[24], num[24];
-    char fkey[2 * CONFIG_PREFIX_MAX + WIRE_MAX_NAME + FENCE_KEY_EXTRA + 1];
-    char hkey[sizeof fkey];
-    const char *argv[12];
-    size_t argvlen[12];
-    int argc = 0;
-    size_t key_len = b->prefix_len + c->name_len;
+    struct side_keys keys;
+    struct args a = {0};
     const char *sha = b->sha[c->script];
-#define ARG(s, n) (argv[argc] = (s), argvlen[argc++] = (n))
     if (sha[0]) {
-        ARG("EVALSHA", 7);
-        ARG(sha, 40);
+        arg(&a, "EVALSHA", 7);
+        arg(&a, sha, 40);
     } else {
-        ARG("EVAL", 4);
-        ARG(script_src[c->script], strlen(script_src[c->script]));
+        arg(&a, "EVAL", 4);
+        arg(&a, script_src[c->script], strlen(script_src[c->script]));
     }
-    /* The counter outlives the lock by the retention, at least. */
-    uint64_t keep_ms = (uint64_t)b->cfg->fence_retention_ms + c->ttl_ms;
-    size_t flen = fence_key(c->key, key_len, b->prefix_len, fkey);
-    size_t hlen = holder_key(c->key, key_len, b->prefix_len, hkey);
-    /* KEYS: the lock, then the counter and/or the holder record. */
-    ARG(c->script == S_ACQUIRE ? "3" : "2", 1);
-    ARG(c->key, key_len);
-    if (c->script == S_ACQUIRE || c->script == S_FENCE)
-        ARG(fkey, flen);
-    if (c->script != S_FENCE)
-        ARG(hkey, hlen);
-    if (c->script != S_LOOKUP)
-        ARG(c->token, 32);
-    switch (c->script) {
-    case S_ACQUIRE:
-        ARG(ttl, (size_t)snprintf(ttl, sizeof ttl, "%u", c->ttl_ms));
-        ARG(keep, (size_t)snprintf(keep, sizeof keep, "%llu", (unsigned long long)keep_ms));
-        if (c->num)
-            ARG(num, (size_t)snprintf(num, sizeof num, "%llu", (unsigned long long)c->num));
-        else
-            ARG("", 0);
-        ARG(c->key + key_len + 1, c->holder_len);
-        break;
-    case S_LOOKUP:
-        break;
-    case S_RENEW:
-        ARG(ttl, (size_t)snprintf(ttl, sizeof ttl, "%u", c->ttl_ms));
-        break;
-    case S_RELEASE:
-        ARG(b->channel, c->num ? strlen(b->channel) : 0);
-        ARG(c->key + b->prefix_len, c->name_len);
-        break;
-    case S_FENCE:
-        ARG(num, (size_t)snprintf(num, sizeof num, "%llu", (unsigned long long)c->num));
-        ARG(keep, (size_t)snprintf(keep, sizeof keep, "%llu", (unsigned long long)keep_ms));
-        break;
-    }
-#undef ARG
-    if (redisAsyncCommandArgv(b->cmd.ac, on_reply, c, argc, argv, argvlen) != REDIS_OK)
+    add_keys(b, c, &a, &keys);
+    add_argv(b, c, &a);
+    if (redisAsyncCommandArgv(b->cmd.ac, on_reply, c, a.n, a.v, a.len) != REDIS_OK)
         return DLOCK_EUNAVAIL;
     c->sent = now_ns();
     cmd_link(b, c);
@@ -762,6 +798,10 @@ struct backend *backend_redis_new(struct ev_loop *loop, const struct config *cfg
         snprintf(b->label, sizeof b->label, "redis");
     }
     b->prefix_len = strlen(cfg->prefix);
+    if (!slot_tags_ready) {
+        slot_tags_build(&slot_tags);
+        slot_tags_ready = true;
+    }
     snprintf(b->channel, sizeof b->channel, "%s@released", cfg->prefix);
     rconn_init(b, &b->cmd, false);
     rconn_init(b, &b->sub, true);

@@ -32,7 +32,6 @@ void config_defaults(struct config *c)
     c->max_waiters_per_conn = 1024;
     c->max_connections = 1024;
     c->shutdown_timeout_ms = 2000;
-    c->fence_retention_ms = 3600000;
     c->outage_wait_ms = 2000;
     c->log_level = LOG_INFO;
     config_parse_addr("127.0.0.1:6379", &c->nodes[0]);
@@ -169,7 +168,6 @@ static const struct u32_key u32_keys[] = {
     U32KEY("agent", max_waiters_per_conn),
     U32KEY("agent", max_connections),
     U32KEY("agent", shutdown_timeout_ms),
-    U32KEY("agent", fence_retention_ms),
     U32KEY("agent", outage_wait_ms),
     U32KEY("agent", default_max_hold_ms),
     U32KEY("agent", max_hold_limit_ms),
@@ -357,6 +355,15 @@ static int set_special(struct config *c, const char *section, const char *key, c
         return copy_str(c->redis_user, sizeof c->redis_user, v);
     if (redis && strcmp(key, "password") == 0)
         return copy_str(c->redis_password, sizeof c->redis_password, v);
+    if (agent && strcmp(key, "fence_retention_ms") == 0) {
+        /* Fencing keeps one mark per hash slot, without expiry: nothing is
+         * retained per name any more. Files of earlier versions still load. */
+        uint32_t ms;
+        if (parse_u32(v, &ms, 10))
+            return -1;
+        log_warn("fence_retention_ms is obsolete and ignored");
+        return 0;
+    }
     if (redis && strcmp(key, "database") == 0) {
         uint32_t db;
         if (parse_u32(v, &db, 10) || db > 1000000)

@@ -71,7 +71,6 @@ struct config {
     uint32_t max_waiters_per_conn;
     uint32_t max_connections;
     uint32_t shutdown_timeout_ms;
-    uint32_t fence_retention_ms;
     uint32_t outage_wait_ms;
     uint32_t default_max_hold_ms; /* bounded holds: 0 = none */
     uint32_t max_hold_limit_ms;

@@ -1,31 +1,73 @@
-/* keys.h -- the Redis keys of a lock besides the lock key itself. Pure. */
+/* keys.h -- the Redis keys of a lock besides the lock key itself, and the
+ * Redis Cluster hash slots they live in. Pure. */
 #ifndef DLOCKD_KEYS_H
 #define DLOCKD_KEYS_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
-/* The suffix of a lock's fencing counter key. It starts with a space, which
- * no lock name may contain, so no lock key can ever equal a counter key. */
-#define FENCE_SUFFIX " fence"
+/* Redis Cluster's hash slots. */
+#define KEY_SLOTS 16384
+
+/* The suffix of a slot's fencing high-water mark key. It holds a space,
+ * which no lock name may contain, so no lock key can ever equal it; and it
+ * differs from the holder and legacy counter suffixes. */
+#define FENCE_HW_SUFFIX " fence-hw"
 /* The suffix of a lock's holder record: who holds it, for operators. */
 #define HOLDER_SUFFIX " holder"
-/* The most a counter or holder key adds to its lock key (besides the prefix
- * again). */
-#define FENCE_KEY_EXTRA (sizeof "{}" - 1 + sizeof HOLDER_SUFFIX - 1)
+/* The suffix of the per-name fencing counter of earlier versions, still
+ * read (and then deleted) so that tokens keep rising across an upgrade. */
+#define LEGACY_FENCE_SUFFIX " fence"
+/* The most a holder or legacy counter key adds to its lock key (besides the
+ * prefix again). */
+#define SIDE_KEY_EXTRA (sizeof "{}" - 1 + sizeof HOLDER_SUFFIX - 1)
 
-/* Does key carry a Redis Cluster hash tag (a non-empty "{...}")? */
+/* The longest slot tag: the tags are decimal numbers below 10^6. */
+#define SLOT_TAG_MAX 6
+/* The most a high-water mark key adds to the prefix. */
+#define FENCE_HW_EXTRA (sizeof "{}" - 1 + SLOT_TAG_MAX + sizeof FENCE_HW_SUFFIX - 1)
+
+/* For every hash slot s, a hash tag that Redis Cluster maps to s: the
+ * decimal digits (no leading zero) of the smallest integer i >= 0 whose
+ * string maps to s. Built by trying i = 0, 1, 2, ... in turn, which fills
+ * all slots by i = 109757. The same in every agent and every version: it
+ * names keys that all agents share. */
+struct slot_tags {
+    char tag[KEY_SLOTS][SLOT_TAG_MAX + 1];
+};
+
+/* CRC16/XMODEM (polynomial 0x1021, initial value 0), as Redis Cluster uses. */
+uint16_t key_crc16(const char *buf, size_t len);
+
+/* Does key carry a Redis Cluster hash tag (a non-empty "{...}" after the
+ * first "{")? */
 bool key_has_hash_tag(const char *key, size_t len);
 
-/* Writes the fencing counter key of lock key `key`, whose first prefix_len
- * bytes are the agent's prefix, into out (room for prefix_len + len +
- * FENCE_KEY_EXTRA + 1 bytes) and returns its length. The counter starts with
- * the prefix too (ACL key patterns cover both) and lands in the lock key's
- * Cluster hash slot: a key with a hash tag keeps it ("key fence"); any other
- * key becomes the tag ("prefix{key} fence"). The prefix holds no brace
- * unless it has a hash tag (config_validate sees to it). */
-size_t fence_key(const char *key, size_t len, size_t prefix_len, char *out);
-/* The same with HOLDER_SUFFIX: the key of the lock's holder record. */
+/* The Redis Cluster hash slot of key: CRC16 of its hash tag when it has
+ * one, else of the whole key, modulo KEY_SLOTS. */
+unsigned key_slot(const char *key, size_t len);
+
+/* Fills t (about 1.1e5 CRCs of short strings); returns how many integers it
+ * tried. */
+unsigned slot_tags_build(struct slot_tags *t);
+
+/* Writes the fencing high-water mark key of lock key `key` (whose first
+ * prefix_len bytes are the agent's prefix) into out (room for prefix_len +
+ * FENCE_HW_EXTRA + 1 bytes) and returns its length: prefix "{" TAG "}"
+ * FENCE_HW_SUFFIX, TAG the tag of the lock key's slot. It starts with the
+ * prefix (ACL key patterns cover it) and lies in the lock key's slot: the
+ * prefix holds no brace unless it has a hash tag (config_validate sees to
+ * it), and then both keys hash that tag. */
+size_t fence_hw_key(const struct slot_tags *t, const char *key, size_t len, size_t prefix_len,
+                    char *out);
+
+/* Writes the holder record key of lock key `key` into out (room for
+ * prefix_len + len + SIDE_KEY_EXTRA + 1 bytes) and returns its length. It
+ * lands in the lock key's slot: a key with a hash tag keeps it ("key
+ * holder"); any other key becomes the tag ("prefix{key} holder"). */
 size_t holder_key(const char *key, size_t len, size_t prefix_len, char *out);
+/* The same with LEGACY_FENCE_SUFFIX: the earlier per-name counter. */
+size_t legacy_fence_key(const char *key, size_t len, size_t prefix_len, char *out);
 
 #endif

@@ -601,15 +601,6 @@ const char *h_key(const char *name)
     return b;
 }
 
-const char *h_fence_key(const char *name)
-{
-    static char bufs[8][512];
-    static int next;
-    char *b = bufs[next++ % 8];
-    snprintf(b, sizeof bufs[0], "dlock:{dlock:%s} fence", name);
-    return b;
-}
-
 /* ---- dlockd ---- */
 
 static struct h_agent *agent_at(int i)

@@ -305,9 +305,6 @@ void h_acquire_async(struct h_cl *cl, const char *name, uint32_t ttl_ms, int64_t
                      struct h_acq *acq);
 /* The Redis key of lock name under the default prefix. */
 const char *h_key(const char *name);
-/* The fencing counter key of lock name under the default prefix,
- * "dlock:{dlock:NAME} fence" (docs/fencing.md). */
-const char *h_fence_key(const char *name);
 
 /* ---- forked holder processes ---- */
 

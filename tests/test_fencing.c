@@ -1,7 +1,9 @@
 /* test_fencing.c -- fencing tokens (docs/fencing.md): strictly increasing per
  * lock name over many cycles, across two agents on one Redis, across an agent
- * restart, after the counter expired or was wiped, equal to the counter kept
- * in Redis, and handed to `dlockctl run` as DLOCK_FENCE. */
+ * restart, after the high-water mark was deleted or wiped, equal to the mark
+ * kept without expiry for the lock key's hash slot and shared by the names of
+ * the slot, carrying on a counter of the earlier per-name scheme, and handed
+ * to `dlockctl run` as DLOCK_FENCE. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -9,15 +11,43 @@
 #include <string.h>
 
 #include "harness.h"
+#include "keys.h"
 
-/* The counter key of lock NAME under the default prefix. */
-static const char *fence_key(const char *name)
+/* The high-water mark key of the hash slot of lock NAME under prefix. */
+static const char *hw_key_in(const char *prefix, const char *name)
 {
+    static struct slot_tags *tags;
     static char bufs[4][512];
     static int next;
+    if (!tags) {
+        tags = malloc(sizeof *tags);
+        cr_assert_not_null(tags);
+        slot_tags_build(tags);
+    }
+    char key[256];
+    int n = snprintf(key, sizeof key, "%s%s", prefix, name);
     char *b = bufs[next++ % 4];
-    snprintf(b, sizeof bufs[0], "dlock:{dlock:%s} fence", name);
+    fence_hw_key(tags, key, (size_t)n, strlen(prefix), b);
     return b;
+}
+
+/* The same under the default prefix. */
+static const char *hw_key(const char *name)
+{
+    return hw_key_in("dlock:", name);
+}
+
+/* Writes into out a name "base-N" whose lock key lies in the slot of
+ * "base", so that the two share a high-water mark. */
+static void slot_mate(const char *base, char *out, size_t cap)
+{
+    char want[512];
+    snprintf(want, sizeof want, "%s", hw_key(base));
+    for (unsigned i = 0;; i++) {
+        snprintf(out, cap, "%s-%u", base, i);
+        if (strcmp(hw_key(out), want) == 0)
+            return;
+    }
 }
 
 /* A decimal u64 from Redis or a file; fails the test on anything else. */
@@ -33,9 +63,9 @@ static uint64_t parse_u64(const char *s, const char *what)
     return (uint64_t)v;
 }
 
-static uint64_t counter_value(const char *name)
+static uint64_t mark_value(const char *name)
 {
-    return parse_u64(h_redis_get(fence_key(name)), "fence counter");
+    return parse_u64(h_redis_get(hw_key(name)), "fencing high-water mark");
 }
 
 /* The Redis server's clock in microseconds since the epoch. */
@@ -76,7 +106,7 @@ ITEST(fencing, strictly_increasing_over_1000_cycles)
         uint64_t f = take(a, "cycle", 5000, &l);
         cr_assert_gt(f, prev, "cycle %d: fence %" PRIu64 " after %" PRIu64, i, f, prev);
         if (i % 100 == 0)
-            cr_assert_eq(counter_value("cycle"), f, "cycle %d: counter differs from the fence", i);
+            cr_assert_eq(mark_value("cycle"), f, "cycle %d: the mark differs from the fence", i);
         cr_assert_eq(dlock_lease_release(l), 0);
         prev = f;
     }
@@ -137,40 +167,45 @@ ITEST(fencing, greater_after_agent_restart)
     cr_assert_gt(f4, f3, "after kill -9: %" PRIu64 " after %" PRIu64, f4, f3);
 }
 
-ITEST(fencing, counter_key_holds_the_last_fence_with_a_ttl)
+ITEST(fencing, mark_holds_the_last_fence_without_expiry_and_no_name_key_stays)
 {
+    /* The retention of earlier versions is still accepted, and ignored. */
     h_start("fence_retention_ms = 200");
+    const char *log = h_read_file(H.agent[0].log);
+    cr_assert(log && strstr(log, "fence_retention_ms is obsolete and ignored"),
+              "no warning about fence_retention_ms in the agent's log");
     struct h_cl *a = h_client();
     dlock_lease *l = NULL;
     uint64_t f1 = take(a, "ctr", 100, &l);
-    cr_assert_eq(h_redis_exists(fence_key("ctr")), 1, "no counter key '%s' after a grant",
-                 fence_key("ctr"));
-    cr_assert_eq(counter_value("ctr"), f1, "the counter differs from the granted fence");
-    long long pttl = h_redis_pttl(fence_key("ctr"));
-    cr_assert(pttl > 200 && pttl <= 200 + 100, "counter PTTL %lld, expected (200, 300]", pttl);
-    /* The lock key, its counter and its holder record, nothing else. */
-    cr_assert_eq(h_redis_count_keys("dlock:*ctr*"), 3);
+    cr_assert_eq(h_redis_exists(hw_key("ctr")), 1, "no high-water mark '%s' after a grant",
+                 hw_key("ctr"));
+    cr_assert_eq(mark_value("ctr"), f1, "the mark differs from the granted fence");
+    cr_assert_eq(h_redis_pttl(hw_key("ctr")), -1, "the mark has an expiry");
+    /* The lock key and its holder record, nothing else bears the name. */
+    cr_assert_eq(h_redis_count_keys("*ctr*"), 2);
     cr_assert_eq(dlock_lease_release(l), 0);
     H_KEY_GONE(h_key("ctr"));
+    cr_assert_eq(h_redis_count_keys("*ctr*"), 0, "a key of the name outlived its release");
+    cr_assert_eq(mark_value("ctr"), f1);
 }
 
-ITEST(fencing, greater_after_the_counter_expired)
+ITEST(fencing, greater_after_the_mark_was_deleted)
 {
-    h_start("fence_retention_ms = 200");
+    h_start(NULL);
     struct h_cl *a = h_client();
     uint64_t f1 = take(a, "idle", 100, NULL);
-    cr_assert_eq(h_redis_exists(fence_key("idle")), 1);
-    H_WAIT_UNTIL(3000, !h_redis_exists(fence_key("idle")));
-    /* Without a counter the token is the server's clock in microseconds. */
+    cr_assert_eq(h_redis_exists(hw_key("idle")), 1);
+    h_redis_del(hw_key("idle"));
+    /* Without a mark the token is the server's clock in microseconds. */
     uint64_t before = redis_time_us();
     dlock_lease *l = NULL;
     uint64_t f2 = take(a, "idle", 100, &l);
     uint64_t after = redis_time_us();
-    cr_assert_gt(f2, f1, "after expiry of the counter: %" PRIu64 " after %" PRIu64, f2, f1);
+    cr_assert_gt(f2, f1, "after the mark was deleted: %" PRIu64 " after %" PRIu64, f2, f1);
     cr_assert(f2 >= before && f2 <= after,
               "fence %" PRIu64 " is not the server clock (%" PRIu64 "..%" PRIu64 " us)", f2, before,
               after);
-    cr_assert_eq(counter_value("idle"), f2);
+    cr_assert_eq(mark_value("idle"), f2);
     cr_assert_eq(dlock_lease_release(l), 0);
 }
 
@@ -181,7 +216,7 @@ ITEST(fencing, greater_after_redis_lost_its_data)
     uint64_t f1 = take(a, "flush", 5000, NULL);
     H_KEY_GONE(h_key("flush"));
     freeReplyObject(h_redis_cmd("FLUSHALL"));
-    cr_assert_eq(h_redis_exists(fence_key("flush")), 0);
+    cr_assert_eq(h_redis_exists(hw_key("flush")), 0);
     uint64_t f2 = take(a, "flush", 5000, NULL);
     cr_assert_gt(f2, f1, "after FLUSHALL: %" PRIu64 " after %" PRIu64, f2, f1);
 
@@ -196,48 +231,93 @@ ITEST(fencing, greater_after_redis_lost_its_data)
     cr_assert_eq(dlock_lease_release(l), DLOCK_ELOST);
 }
 
-ITEST(fencing, counter_ahead_of_the_clock_still_grows)
+ITEST(fencing, mark_ahead_of_the_clock_still_grows_for_every_name_of_the_slot)
 {
-    /* A counter beyond the server's clock (say, tokens taken on a server
-     * whose clock ran ahead): the next token is one more, not the clock. */
+    /* A mark beyond the server's clock (say, tokens taken on a server whose
+     * clock ran ahead): the next token is one more, not the clock, for any
+     * name of the slot. */
     h_start(NULL);
     struct h_cl *a = h_client();
+    char mate[64];
+    slot_mate("ahead", mate, sizeof mate);
     uint64_t ahead = redis_time_us() + 3600ull * 1000000ull;
     char v[32];
     snprintf(v, sizeof v, "%" PRIu64, ahead);
-    h_redis_set_px(fence_key("ahead"), v, 60000);
+    freeReplyObject(h_redis_cmd("SET %s %s", hw_key("ahead"), v));
     uint64_t f1 = take(a, "ahead", 5000, NULL);
     cr_assert_eq(f1, ahead + 1, "fence %" PRIu64 ", expected %" PRIu64, f1, ahead + 1);
-    uint64_t f2 = take(a, "ahead", 5000, NULL);
-    cr_assert_eq(f2, ahead + 2);
+    uint64_t f2 = take(a, mate, 5000, NULL);
+    cr_assert_eq(f2, ahead + 2, "%s: fence %" PRIu64 ", expected %" PRIu64, mate, f2, ahead + 2);
+    uint64_t f3 = take(a, "ahead", 5000, NULL);
+    cr_assert_eq(f3, ahead + 3);
+    cr_assert_eq(mark_value(mate), ahead + 3);
 }
 
-ITEST(fencing, names_have_unrelated_counters)
+ITEST(fencing, names_share_the_mark_of_their_slot_only)
 {
     h_start(NULL);
     struct h_cl *a = h_client();
+    /* "x" and "y" lie in different slots, each with its own mark. */
+    cr_assert_str_neq(hw_key("x"), hw_key("y"));
     dlock_lease *x = NULL, *y = NULL;
     uint64_t fx = take(a, "x", 5000, &x);
     uint64_t fy = take(a, "y", 5000, &y);
-    cr_assert_eq(counter_value("x"), fx);
-    cr_assert_eq(counter_value("y"), fy);
+    cr_assert_eq(mark_value("x"), fx);
+    cr_assert_eq(mark_value("y"), fy);
+    cr_assert_eq(dlock_lease_release(x), 0);
+    cr_assert_eq(dlock_lease_release(y), 0);
+    /* Two names of one slot, held at once: one mark, the later grant's. */
+    char mate[64];
+    slot_mate("one", mate, sizeof mate);
+    uint64_t f1 = take(a, "one", 5000, &x);
+    uint64_t f2 = take(a, mate, 5000, &y);
+    cr_assert_gt(f2, f1);
+    cr_assert_eq(mark_value("one"), f2);
     cr_assert_eq(dlock_lease_release(x), 0);
     cr_assert_eq(dlock_lease_release(y), 0);
 }
 
-ITEST(fencing, counter_key_with_a_hash_tag_prefix)
+ITEST(fencing, counter_of_the_per_name_scheme_is_carried_on_and_deleted)
 {
-    /* docs/fencing.md: with a prefix that has a hash tag of its own, the
-     * counter is the lock key followed by " fence". */
+    /* A counter left by a version that kept one per name, above the mark
+     * and the clock: the next token is above it, and it goes. */
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    const char *old = "dlock:{dlock:upgraded} fence";
+    uint64_t ahead = redis_time_us() + 3600ull * 1000000ull;
+    char v[32];
+    snprintf(v, sizeof v, "%" PRIu64, ahead);
+    h_redis_set_px(old, v, 3600000);
+    dlock_lease *l = NULL;
+    uint64_t f1 = take(a, "upgraded", 5000, &l);
+    cr_assert_eq(f1, ahead + 1, "fence %" PRIu64 ", expected %" PRIu64, f1, ahead + 1);
+    cr_assert_eq(h_redis_exists(old), 0, "the per-name counter stayed");
+    cr_assert_eq(mark_value("upgraded"), f1);
+    cr_assert_eq(dlock_lease_release(l), 0);
+    H_KEY_GONE(h_key("upgraded"));
+    cr_assert_eq(h_redis_count_keys("*upgraded*"), 0);
+    uint64_t f2 = take(a, "upgraded", 5000, NULL);
+    cr_assert_eq(f2, ahead + 2);
+}
+
+ITEST(fencing, mark_with_a_hash_tag_prefix)
+{
+    /* docs/fencing.md: with a prefix that has a hash tag of its own, every
+     * lock is in that tag's slot, and so is the one mark they share. */
     h_start("prefix = {locks}:");
     struct h_cl *a = h_client();
     dlock_lease *l = NULL;
     uint64_t f = take(a, "tagged", 5000, &l);
     cr_assert_eq(h_redis_exists("{locks}:tagged"), 1);
-    char *v = h_redis_get("{locks}:tagged fence");
-    cr_assert_not_null(v, "no counter '{locks}:tagged fence'");
-    cr_assert_eq(parse_u64(v, "counter"), f);
+    const char *mark = hw_key_in("{locks}:", "tagged");
+    cr_assert_str_eq(mark, hw_key_in("{locks}:", "other"));
+    char *v = h_redis_get(mark);
+    cr_assert_not_null(v, "no mark '%s'", mark);
+    cr_assert_eq(parse_u64(v, "mark"), f);
+    cr_assert_eq(h_redis_exists("{locks}:tagged fence"), 0);
     cr_assert_eq(dlock_lease_release(l), 0);
+    H_KEY_GONE("{locks}:tagged");
+    cr_assert_eq(h_redis_count_keys("*tagged*"), 0);
 }
 
 ITEST(fencing, dlockctl_run_passes_the_fence)
@@ -250,7 +330,7 @@ ITEST(fencing, dlockctl_run_passes_the_fence)
     const char *s = h_read_file(h_path("fence"));
     uint64_t f = parse_u64(s, "DLOCK_FENCE");
     cr_assert_gt(f, 0);
-    cr_assert_eq(counter_value("job"), f, "DLOCK_FENCE is not the fence of the grant");
+    cr_assert_eq(mark_value("job"), f, "DLOCK_FENCE is not the fence of the grant");
     struct h_cl *a = h_client();
     uint64_t next = take(a, "job", 5000, NULL);
     cr_assert_gt(next, f);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "keys.h"
 
 /* ---- helpers ---- */
 
@@ -41,10 +42,26 @@ static uint64_t parse_u64(const char *s, const char *what)
     return (uint64_t)v;
 }
 
-/* The fencing counter of name on node i, 0 when it has none. */
+/* The fencing high-water mark key of the hash slot of lock name under the
+ * default prefix (docs/fencing.md). */
+static const char *hw_key(const char *name)
+{
+    static struct slot_tags *tags;
+    static char buf[512];
+    if (!tags) {
+        tags = malloc(sizeof *tags);
+        cr_assert_not_null(tags);
+        slot_tags_build(tags);
+    }
+    const char *key = h_key(name);
+    fence_hw_key(tags, key, strlen(key), strlen("dlock:"), buf);
+    return buf;
+}
+
+/* The fencing high-water mark of name's slot on node i, 0 when it has none. */
 static uint64_t node_counter(int i, const char *name)
 {
-    char *v = h_node_get(i, h_fence_key(name));
+    char *v = h_node_get(i, hw_key(name));
     return v ? parse_u64(v, "fence counter") : 0;
 }
 
@@ -749,12 +766,12 @@ ITEST(quorum, fences_increase_across_agents_and_node_replacements)
 {
     h_quorum_start(3, 3, NULL, NULL);
     struct h_cl *cl[3] = {h_client_at(0), h_client_at(1), h_client_at(2)};
-    /* Counters far ahead of every clock: tokens must come from them. */
+    /* Marks far ahead of every clock: tokens must come from them. */
     uint64_t big = (uint64_t)realtime_us() + 1000000000000ull;
     char v[32];
     snprintf(v, sizeof v, "%" PRIu64, big);
     for (int n = 0; n < 3; n++)
-        h_node_set_px(n, h_fence_key("fx"), v, 600000);
+        freeReplyObject(h_node_cmd(n, "SET %s %s", hw_key("fx"), v));
     uint64_t prev = fenced_cycle(cl[0], "fx", big, big, "first grant");
     cr_assert_eq(prev, big + 1, "first fence %" PRIu64 ", expected %" PRIu64, prev, big + 1);
     for (int i = 1; i < 30; i++)
@@ -765,7 +782,7 @@ ITEST(quorum, fences_increase_across_agents_and_node_replacements)
     int k = 0;
     for (int r = 0; r < 2; r++) {
         h_node_restart(victims[r]);
-        cr_assert_eq(h_node_exists(victims[r], h_fence_key("fx")), 0);
+        cr_assert_eq(h_node_exists(victims[r], hw_key("fx")), 0);
         char when[64];
         snprintf(when, sizeof when, "after node %d restarted", victims[r]);
         int64_t until = h_now_ms() + 2000 + 1500; /* max_ttl_ms + slack */
