@@ -509,8 +509,47 @@ static uint32_t bound(uint32_t asked, uint32_t dflt, uint32_t limit)
     return limit && (v == 0 || v > limit) ? limit : v;
 }
 
+/* Is a limit in the way of one more waiter on c? 0, or DLOCK_ELIMIT with the
+ * limit hit named in why (per connection or per uid, leases or waiters): the
+ * code alone cannot tell a holder which one to look at. */
+static int limit_check(const struct agent *a, const struct conn *c, char *why, size_t len)
+{
+    const struct config *cfg = a->cfg;
+    const struct policy *pol = &cfg->policy;
+    /* Every waiter may become a lease: both count against the lease limit. */
+    if (c->nleases + c->nwaiters >= cfg->max_leases_per_conn) {
+        snprintf(why, len, "per-connection lease limit (%u) reached", cfg->max_leases_per_conn);
+        return DLOCK_ELIMIT;
+    }
+    if (c->nwaiters >= cfg->max_waiters_per_conn) {
+        snprintf(why, len, "per-connection waiter limit (%u) reached", cfg->max_waiters_per_conn);
+        return DLOCK_ELIMIT;
+    }
+    if (!pol->max_leases_per_uid && !pol->max_waiters_per_uid)
+        return 0;
+    uint64_t held = 0, waiting = 0;
+    const struct conn *o;
+    LIST_FOREACH(o, &c->uu->conns, ulink)
+    {
+        held += o->nleases + o->nwaiters;
+        waiting += o->nwaiters;
+    }
+    if (pol->max_leases_per_uid && held >= pol->max_leases_per_uid) {
+        snprintf(why, len, "per-uid lease limit (%u) reached for uid %u", pol->max_leases_per_uid,
+                 (unsigned)c->uid);
+        return DLOCK_ELIMIT;
+    }
+    if (pol->max_waiters_per_uid && waiting >= pol->max_waiters_per_uid) {
+        snprintf(why, len, "per-uid waiter limit (%u) reached for uid %u", pol->max_waiters_per_uid,
+                 (unsigned)c->uid);
+        return DLOCK_ELIMIT;
+    }
+    return 0;
+}
+
+/* 0, or the error to answer an acquire with; for a limit, why says which. */
 static int acquire_check(struct agent *a, struct conn *c, const struct wire_acquire *m,
-                         uint32_t *ttl)
+                         uint32_t *ttl, char *why, size_t len)
 {
     const struct config *cfg = a->cfg;
     if (a->shutting_down)
@@ -529,35 +568,20 @@ static int acquire_check(struct agent *a, struct conn *c, const struct wire_acqu
         log_info("denied: pid %d uid %u may not use lock %s", (int)c->pid, (unsigned)c->uid, name);
         return DLOCK_EDENIED;
     }
-    /* Every waiter may become a lease: both count against the lease limit. */
-    if (c->nleases + c->nwaiters >= cfg->max_leases_per_conn ||
-        c->nwaiters >= cfg->max_waiters_per_conn)
-        return DLOCK_ELIMIT;
-    if (pol->max_leases_per_uid || pol->max_waiters_per_uid) {
-        uint64_t held = 0, waiting = 0;
-        const struct conn *o;
-        LIST_FOREACH(o, &a->server.conns, link)
-        if (o->uid == c->uid) {
-            held += o->nleases + o->nwaiters;
-            waiting += o->nwaiters;
-        }
-        if ((pol->max_leases_per_uid && held >= pol->max_leases_per_uid) ||
-            (pol->max_waiters_per_uid && waiting >= pol->max_waiters_per_uid))
-            return DLOCK_ELIMIT;
-    }
-    return 0;
+    return limit_check(a, c, why, len);
 }
 
 void agent_acquire(struct agent *a, struct conn *c, uint32_t id, const struct wire_acquire *m)
 {
     uint32_t ttl = 0;
-    int rc = acquire_check(a, c, m, &ttl);
+    char why[128] = "";
+    int rc = acquire_check(a, c, m, &ttl, why, sizeof why);
     if (rc) {
         if (rc == DLOCK_EDENIED)
             a->stats.denied++;
         else
             a->stats.refused++;
-        conn_send_error(c, id, rc, errname(rc));
+        conn_send_error(c, id, rc, why[0] ? why : errname(rc));
         return;
     }
     struct lock *l = table_lock_get(&a->table, m->name, m->name_len);
@@ -773,6 +797,7 @@ static void arm_tick(struct agent *a, uint64_t due)
 static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 {
     struct agent *a = w->data;
+    log_flush_suppressed();
     server_flush(&a->server);
     a->backend->ops->flush(a->backend);
     server_flush(&a->server);

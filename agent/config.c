@@ -31,6 +31,10 @@ void config_defaults(struct config *c)
     c->max_leases_per_conn = 100000;
     c->max_waiters_per_conn = 1024;
     c->max_connections = 1024;
+    c->handshake_timeout_ms = 10000;
+    /* One uid cannot take every connection or pin much memory. */
+    c->policy.max_connections_per_uid = 256;
+    c->policy.max_output_per_uid = 16u << 20;
     c->shutdown_timeout_ms = 2000;
     c->outage_wait_ms = 2000;
     c->log_level = LOG_INFO;
@@ -167,6 +171,7 @@ static const struct u32_key u32_keys[] = {
     U32KEY("agent", max_leases_per_conn),
     U32KEY("agent", max_waiters_per_conn),
     U32KEY("agent", max_connections),
+    U32KEY("agent", handshake_timeout_ms),
     U32KEY("agent", shutdown_timeout_ms),
     U32KEY("agent", outage_wait_ms),
     U32KEY("agent", default_max_hold_ms),
@@ -181,6 +186,7 @@ static const struct u32_key u32_keys[] = {
     {"policy", "max_leases_per_uid", offsetof(struct config, policy.max_leases_per_uid)},
     {"policy", "max_waiters_per_uid", offsetof(struct config, policy.max_waiters_per_uid)},
     {"policy", "max_connections_per_uid", offsetof(struct config, policy.max_connections_per_uid)},
+    {"policy", "max_output_per_uid", offsetof(struct config, policy.max_output_per_uid)},
 };
 
 /* "*", "user" or uid, "@group" or "@gid". */
@@ -349,12 +355,6 @@ static int set_special(struct config *c, const char *section, const char *key, c
     }
     if (agent && strcmp(key, "log_level") == 0)
         return parse_level(v, &c->log_level);
-    if (redis && strcmp(key, "address") == 0)
-        return config_parse_nodes(c, v, false);
-    if (redis && strcmp(key, "user") == 0)
-        return copy_str(c->redis_user, sizeof c->redis_user, v);
-    if (redis && strcmp(key, "password") == 0)
-        return copy_str(c->redis_password, sizeof c->redis_password, v);
     if (agent && strcmp(key, "fence_retention_ms") == 0) {
         /* Fencing keeps one mark per hash slot, without expiry: nothing is
          * retained per name any more. Files of earlier versions still load. */
@@ -364,6 +364,12 @@ static int set_special(struct config *c, const char *section, const char *key, c
         log_warn("fence_retention_ms is obsolete and ignored");
         return 0;
     }
+    if (redis && strcmp(key, "address") == 0)
+        return config_parse_nodes(c, v, false);
+    if (redis && strcmp(key, "user") == 0)
+        return copy_str(c->redis_user, sizeof c->redis_user, v);
+    if (redis && strcmp(key, "password") == 0)
+        return copy_str(c->redis_password, sizeof c->redis_password, v);
     if (redis && strcmp(key, "database") == 0) {
         uint32_t db;
         if (parse_u32(v, &db, 10) || db > 1000000)
@@ -374,6 +380,19 @@ static int set_special(struct config *c, const char *section, const char *key, c
     return 1; /* not a special key */
 }
 
+/* The range of a numeric setting parsed by set_special(), for its error
+ * message; "" for the others. */
+static const char *special_range(const char *key)
+{
+    if (strcmp(key, "database") == 0)
+        return " (must be between 0 and 1000000)";
+    if (strcmp(key, "socket_mode") == 0 || strcmp(key, "status_socket_mode") == 0)
+        return " (an octal mode between 0 and 0777)";
+    if (strcmp(key, "renew_fraction") == 0)
+        return " (a decimal number between 0.05 and 0.8)";
+    return "";
+}
+
 int config_set(struct config *c, const char *section, const char *key, const char *value, char *err,
                size_t errlen)
 {
@@ -381,7 +400,8 @@ int config_set(struct config *c, const char *section, const char *key, const cha
     if (rc == 0)
         return 0;
     if (rc < 0) {
-        snprintf(err, errlen, "[%s] %s: invalid value '%s'", section, key, value);
+        snprintf(err, errlen, "[%s] %s: invalid value '%s'%s", section, key, value,
+                 special_range(key));
         return -1;
     }
     for (size_t i = 0; i < sizeof u32_keys / sizeof u32_keys[0]; i++) {
@@ -508,34 +528,149 @@ static bool nodes_repeat(const struct config *c)
     return false;
 }
 
+/* ---- ranges ---- */
+
+#define DAY_MS (24u * 3600 * 1000)
+
+/* The values a u32 setting may take: lo to hi. zero, when set, says what 0
+ * does (lo is 0 then); why, when set, says what the bounds protect. Every
+ * setting of u32_keys belongs here: a value that parses may still make the
+ * agent useless (no acquire can wait) or costly (gigabytes mapped per
+ * connection). */
+struct u32_range {
+    const char *section, *key;
+    size_t offset;
+    uint32_t lo, hi;
+    const char *zero, *why;
+};
+
+#define RANGE(s, k, lo, hi, zero, why)                                                             \
+    {                                                                                              \
+        s, #k, offsetof(struct config, k), lo, hi, zero, why                                       \
+    }
+#define POLICY_RANGE(k, hi)                                                                        \
+    {                                                                                              \
+        "policy", #k, offsetof(struct config, policy.k), 0, hi, "no limit", NULL                   \
+    }
+static const struct u32_range u32_ranges[] = {
+    RANGE("agent", default_ttl_ms, 10, 7 * DAY_MS, NULL, NULL),
+    RANGE("agent", min_ttl_ms, 10, 7 * DAY_MS, NULL, NULL),
+    RANGE("agent", max_ttl_ms, 10, 7 * DAY_MS, NULL,
+          "a crashed agent's locks stay taken for up to a TTL"),
+    RANGE("agent", retry_fallback_ms, 10, 60000, NULL,
+          "every waiting lock asks Redis this often when no release notice comes"),
+    RANGE("agent", max_name_len, 1, 1024, NULL, "the protocol's limit"),
+    RANGE("agent", max_leases_per_conn, 1, 1000000, NULL,
+          "each connection maps a lease page of 40 bytes per lease"),
+    RANGE("agent", max_waiters_per_conn, 1, 1000000, NULL, NULL),
+    RANGE("agent", max_connections, 1, 65536, NULL, "each connection takes a file descriptor"),
+    RANGE("agent", handshake_timeout_ms, 100, 600000, NULL,
+          "a connection that has not said HELLO by then is closed"),
+    RANGE("agent", shutdown_timeout_ms, 0, 60000, "do not wait", NULL),
+    RANGE("agent", outage_wait_ms, 0, 3600000, "fail at once", NULL),
+    RANGE("agent", default_max_hold_ms, 0, 7 * DAY_MS, "none", NULL),
+    RANGE("agent", max_hold_limit_ms, 0, 7 * DAY_MS, "none", NULL),
+    RANGE("agent", default_progress_ms, 0, 7 * DAY_MS, "none", NULL),
+    RANGE("agent", progress_limit_ms, 0, 7 * DAY_MS, "none", NULL),
+    RANGE("redis", connect_timeout_ms, 100, 60000, NULL, NULL),
+    RANGE("redis", command_timeout_ms, 100, 60000, NULL,
+          "a shorter one takes a busy Redis for a dead one"),
+    RANGE("redis", reconnect_min_ms, 10, 60000, NULL, NULL),
+    RANGE("redis", reconnect_max_ms, 10, 60000, NULL, NULL),
+    RANGE("redis", node_timeout_ms, 1, 60000, NULL, NULL),
+    POLICY_RANGE(max_leases_per_uid, 100000000),
+    POLICY_RANGE(max_waiters_per_uid, 100000000),
+    POLICY_RANGE(max_connections_per_uid, 65536),
+    {"policy", "max_output_per_uid", offsetof(struct config, policy.max_output_per_uid), 65536,
+     1u << 30, NULL, "bytes of unread replies one uid may pin; its connections wait past it"},
+};
+
+/* "[section] key = value: must be between lo and hi (0: zero | why)". */
+static void range_error(const struct u32_range *r, uint32_t v, char *err, size_t errlen)
+{
+    char note[128] = "";
+    if (r->zero)
+        snprintf(note, sizeof note, " (0: %s)", r->zero);
+    else if (r->why)
+        snprintf(note, sizeof note, " (%s)", r->why);
+    snprintf(err, errlen, "[%s] %s = %u: must be between %u and %u%s", r->section, r->key,
+             (unsigned)v, (unsigned)r->lo, (unsigned)r->hi, note);
+}
+
+/* Each numeric setting on its own. */
+static int check_ranges(const struct config *c, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < sizeof u32_ranges / sizeof u32_ranges[0]; i++) {
+        const struct u32_range *r = &u32_ranges[i];
+        uint32_t v = *(const uint32_t *)((const char *)c + r->offset);
+        if (v < r->lo || v > r->hi) {
+            range_error(r, v, err, errlen);
+            return -1;
+        }
+    }
+    /* Written so that NaN fails too. */
+    if (!(c->renew_fraction >= 0.05 && c->renew_fraction <= 0.8)) {
+        snprintf(err, errlen, "[agent] renew_fraction = %g: must be between 0.05 and 0.8",
+                 c->renew_fraction);
+        return -1;
+    }
+    return 0;
+}
+
+/* "[section] key = value: must not exceed other (its value)[ why]". */
+static int above(const char *section, const char *key, uint32_t v, const char *other,
+                 uint32_t limit, const char *why, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "[%s] %s = %u: must not exceed %s (%u)%s", section, key, (unsigned)v,
+             other, (unsigned)limit, why);
+    return -1;
+}
+
+/* Settings bounded by other settings. */
+static int check_relations(const struct config *c, char *err, size_t errlen)
+{
+    if (c->min_ttl_ms > c->max_ttl_ms)
+        return above("agent", "min_ttl_ms", c->min_ttl_ms, "max_ttl_ms", c->max_ttl_ms, "", err,
+                     errlen);
+    if (c->default_ttl_ms < c->min_ttl_ms || c->default_ttl_ms > c->max_ttl_ms) {
+        snprintf(err, errlen,
+                 "[agent] default_ttl_ms = %u: must be between %u and %u (min_ttl_ms and "
+                 "max_ttl_ms)",
+                 (unsigned)c->default_ttl_ms, (unsigned)c->min_ttl_ms, (unsigned)c->max_ttl_ms);
+        return -1;
+    }
+    /* A default above its limit would silently be the limit. */
+    if (c->max_hold_limit_ms && c->default_max_hold_ms > c->max_hold_limit_ms)
+        return above("agent", "default_max_hold_ms", c->default_max_hold_ms, "max_hold_limit_ms",
+                     c->max_hold_limit_ms, ", which caps it", err, errlen);
+    if (c->progress_limit_ms && c->default_progress_ms > c->progress_limit_ms)
+        return above("agent", "default_progress_ms", c->default_progress_ms, "progress_limit_ms",
+                     c->progress_limit_ms, ", which caps it", err, errlen);
+    if (c->reconnect_min_ms > c->reconnect_max_ms)
+        return above("redis", "reconnect_min_ms", c->reconnect_min_ms, "reconnect_max_ms",
+                     c->reconnect_max_ms, "", err, errlen);
+    if (config_quorum(c) && c->node_timeout_ms >= c->min_ttl_ms) {
+        snprintf(err, errlen,
+                 "[redis] node_timeout_ms = %u: must be between 1 and %u in quorum mode (below "
+                 "min_ttl_ms)",
+                 (unsigned)c->node_timeout_ms, (unsigned)c->min_ttl_ms - 1);
+        return -1;
+    }
+    return 0;
+}
+
 int config_validate(const struct config *c, char *err, size_t errlen)
 {
+    if (check_ranges(c, err, errlen) != 0 || check_relations(c, err, errlen) != 0)
+        return -1;
     const char *why = NULL;
-    if (c->min_ttl_ms < 10 || c->min_ttl_ms > c->max_ttl_ms)
-        why = "min_ttl_ms must be >= 10 and <= max_ttl_ms";
-    else if (c->default_ttl_ms < c->min_ttl_ms || c->default_ttl_ms > c->max_ttl_ms)
-        why = "default_ttl_ms must lie within min_ttl_ms..max_ttl_ms";
-    else if (!(c->renew_fraction >= 0.05 && c->renew_fraction <= 0.8))
-        why = "renew_fraction must be within 0.05..0.8";
-    else if (c->max_name_len < 1 || c->max_name_len > 1024)
-        why = "max_name_len must be within 1..1024";
-    else if (!prefix_ok(c->prefix))
+    if (!prefix_ok(c->prefix))
         why = "prefix must not contain spaces or control characters, nor braces outside a "
               "{hash tag}";
-    else if (c->max_connections < 1 || c->max_leases_per_conn < 1)
-        why = "max_connections and max_leases_per_conn must be >= 1";
-    else if (c->retry_fallback_ms < 1)
-        why = "retry_fallback_ms must be >= 1";
-    else if (c->connect_timeout_ms < 1 || c->command_timeout_ms < 1)
-        why = "timeouts must be >= 1 ms";
-    else if (c->reconnect_min_ms < 1 || c->reconnect_min_ms > c->reconnect_max_ms)
-        why = "reconnect_min_ms must be >= 1 and <= reconnect_max_ms";
     else if (c->socket[0] == '\0')
         why = "socket path is empty";
     else if (c->nnodes != 1 && (c->nnodes < 3 || c->nnodes % 2 == 0))
         why = "quorum mode needs an odd number of Redis nodes, 3 to 9 (or one node)";
-    else if (config_quorum(c) && (c->node_timeout_ms < 1 || c->node_timeout_ms >= c->min_ttl_ms))
-        why = "node_timeout_ms must be >= 1 and below min_ttl_ms";
     else if (nodes_repeat(c))
         why = "the same Redis node is listed twice";
     else if (strcmp(c->socket, c->status_socket) == 0)

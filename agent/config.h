@@ -42,7 +42,8 @@ struct policy {
     bool see_all_set;
     uint32_t max_leases_per_uid; /* leases and waiters together; 0 = no limit */
     uint32_t max_waiters_per_uid;
-    uint32_t max_connections_per_uid;
+    uint32_t max_connections_per_uid; /* 0 = no limit */
+    uint32_t max_output_per_uid;      /* bytes of replies queued for one uid */
 };
 
 /* A Redis address: TCP host and port, or a unix socket path. */
@@ -70,6 +71,7 @@ struct config {
     uint32_t max_leases_per_conn;
     uint32_t max_waiters_per_conn;
     uint32_t max_connections;
+    uint32_t handshake_timeout_ms; /* a new connection must say HELLO by then */
     uint32_t shutdown_timeout_ms;
     uint32_t outage_wait_ms;
     uint32_t default_max_hold_ms; /* bounded holds: 0 = none */
@@ -126,7 +128,8 @@ static inline bool config_quorum(const struct config *c)
     return c->nnodes > 1;
 }
 
-/* Checks cross-field rules (ranges, min <= max). 0 or -1 with a message. */
+/* Checks each numeric setting's range and the rules between settings (min <=
+ * max). 0, or -1 with a message naming the setting, its value and the range. */
 int config_validate(const struct config *c, char *err, size_t errlen);
 
 /* Formats an address for logs. */

@@ -1,13 +1,23 @@
-/* log.h -- leveled logging to stderr for dlockd. */
+/* log.h -- leveled, rate-limited logging to stderr for dlockd. */
 #ifndef DLOCKD_LOG_H
 #define DLOCKD_LOG_H
+
+#include <stdint.h>
 
 enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
 
 void log_set_level(enum log_level level);
 enum log_level log_get_level(void);
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Logs at error level and exits with status 1. */
+/* Lines of one kind (one format string) logged per second at most; the
+ * rest of a burst is counted and summed up in one "suppressed N" line. */
+#define LOG_BURST 10
+/* Logs the summaries of bursts whose second is over: called once per loop
+ * turn, so a summary does not wait for the kind's next message. */
+void log_flush_suppressed(void);
+/* The rate limit's clock, in ns (NULL: CLOCK_MONOTONIC), for tests. */
+void log_set_clock(uint64_t (*fn)(void));
+/* Logs at error level (never suppressed) and exits with status 1. */
 void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)

@@ -1,6 +1,8 @@
 /* main.c -- dlockd entry point: options, configuration, dev mode, the loop. */
 #include <ev.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 #include "agent.h"
 #include "config.h"
 #include "devmode.h"
+#include "listener.h"
 #include "log.h"
 
 enum { OPT_PREFIX = 256, OPT_TTL, OPT_DEV };
@@ -135,28 +138,80 @@ bad:
     return -1;
 }
 
+/* Descriptors the agent may hold at once: one per client connection, the
+ * status and HTTP pools, two links per Redis node, and a margin for the
+ * listeners, the loop, the timer, the log and short-lived files. */
+static unsigned long descriptors_needed(const struct config *cfg)
+{
+    return (unsigned long)cfg->max_connections + 2 * STATUS_CONNS + 2 * cfg->nnodes + 64;
+}
+
 /* SIGHUP: the file is read again; the access policy and the log level
  * take effect at once, leases and connections stay. Other settings need a
- * restart. */
-static struct flags hup_flags;
-static struct config *hup_cfg;
-static struct agent *hup_agent;
+ * restart. The file is read and its user and group names resolved on a
+ * thread of its own: a name service (NSS: LDAP, NIS...) may take seconds
+ * to answer, and the loop renews leases meanwhile. The loop only swaps the
+ * result in. */
+static struct {
+    struct flags flags;
+    struct config *cfg; /* in force, the loop's */
+    struct agent *agent;
+    struct ev_loop *loop;
+    ev_async done;
+    pthread_t thread;
+    bool running; /* a reading is under way */
+    bool again;   /* another SIGHUP came meanwhile */
+    int rc;
+    struct config fresh; /* written by the thread, read by the loop after done */
+} hup;
+
+static void *reload_thread(void *arg)
+{
+    hup.rc = build_config(&hup.fresh, &hup.flags);
+    ev_async_send(hup.loop, &hup.done);
+    return NULL;
+}
+
+static void reload_start(void)
+{
+    if (hup.running) {
+        hup.again = true;
+        return;
+    }
+    log_info("got SIGHUP: reading the configuration again");
+    if (pthread_create(&hup.thread, NULL, reload_thread, NULL) != 0) {
+        log_error("configuration not reloaded: cannot start a thread to read it");
+        return;
+    }
+    hup.running = true;
+}
+
+static void on_reload_done(struct ev_loop *loop, ev_async *w, int revents)
+{
+    pthread_join(hup.thread, NULL);
+    hup.running = false;
+    struct config *fresh = &hup.fresh;
+    if (hup.rc != 0) {
+        log_error("configuration not reloaded; the old one stays");
+    } else {
+        hup.cfg->policy = fresh->policy;
+        hup.cfg->log_level = fresh->log_level;
+        log_set_level((enum log_level)fresh->log_level);
+        log_info("reloaded: %u policy rule(s), log level %d", fresh->policy.nrules,
+                 fresh->log_level);
+        agent_policy_changed(hup.agent);
+        if (!hup.flags.dev && memcmp(hup.cfg, fresh, sizeof *fresh) != 0)
+            log_warn("other changed settings take effect at the next start");
+    }
+    if (hup.again) {
+        hup.again = false;
+        reload_start();
+    }
+}
 
 static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
 {
-    static struct config fresh;
-    log_info("got SIGHUP: reading the configuration again");
-    if (build_config(&fresh, &hup_flags) != 0) {
-        log_error("configuration not reloaded; the old one stays");
-        return;
-    }
-    hup_cfg->policy = fresh.policy;
-    hup_cfg->log_level = fresh.log_level;
-    log_set_level((enum log_level)fresh.log_level);
-    log_info("reloaded: %u policy rule(s), log level %d", fresh.policy.nrules, fresh.log_level);
-    agent_policy_changed(hup_agent);
-    if (!hup_flags.dev && memcmp(hup_cfg, &fresh, sizeof fresh) != 0)
-        log_warn("other changed settings take effect at the next start");
+    reload_start();
 }
 
 int main(int argc, char **argv)
@@ -165,11 +220,12 @@ int main(int argc, char **argv)
     static struct config cfg;
     if (parse_flags(argc, argv, &f) != 0 || build_config(&cfg, &f) != 0)
         return 2;
+    log_set_level((enum log_level)cfg.log_level);
+    listener_fit_nofile(descriptors_needed(&cfg));
     if (f.check) {
         printf("configuration OK\n");
         return 0;
     }
-    log_set_level((enum log_level)cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
     struct ev_loop *loop = EV_DEFAULT;
     if (f.dev && devmode_start(loop, &cfg, f.socket != NULL) != 0) {
@@ -192,19 +248,25 @@ int main(int argc, char **argv)
     } else
         log_info("dlockd %s started; Redis at %s, key prefix '%s'", DLOCK_VERSION,
                  config_addr_str(&cfg.nodes[0], addr, sizeof addr), cfg.prefix);
-    hup_flags = f;
-    hup_cfg = &cfg;
-    hup_agent = &agent;
-    ev_signal hup;
-    ev_signal_init(&hup, on_hup, SIGHUP);
-    ev_signal_start(loop, &hup);
+    hup.flags = f;
+    hup.cfg = &cfg;
+    hup.agent = &agent;
+    hup.loop = loop;
+    ev_async_init(&hup.done, on_reload_done);
+    ev_async_start(loop, &hup.done);
+    ev_signal sighup;
+    ev_signal_init(&sighup, on_hup, SIGHUP);
+    ev_signal_start(loop, &sighup);
     if (f.dev) {
         /* Only once Redis answers: the try-it command must work. */
         agent.ready_hook = devmode_banner;
         agent.ready_arg = &cfg;
     }
     ev_run(loop, 0);
-    ev_signal_stop(loop, &hup);
+    ev_signal_stop(loop, &sighup);
+    if (hup.running)
+        pthread_join(hup.thread, NULL);
+    ev_async_stop(loop, &hup.done);
     agent_free(&agent);
     devmode_stop();
     return agent.exit_code;

@@ -32,9 +32,36 @@ static void mark_dirty(struct conn *c)
     c->srv->dirty = c;
 }
 
+/* Whether c may queue more replies: its own output is under the high-water
+ * mark and its uid's, over all its connections, under the per-uid cap. A
+ * client that does not read its replies stops being read; one uid's many
+ * connections together pin no more output memory than the cap. */
+static bool conn_has_room(const struct conn *c)
+{
+    return c->out.len < OUT_HIGH_WATER && c->uu->out_bytes < c->srv->cfg->policy.max_output_per_uid;
+}
+
+/* Brings the uid's count of output bytes up to date with c's buffer. When
+ * the uid drops back under its cap, its connections that stopped reading
+ * get a turn to go on (in the next flush). */
+static void conn_account(struct conn *c)
+{
+    struct uid_use *u = c->uu;
+    size_t cap = c->srv->cfg->policy.max_output_per_uid;
+    bool was_over = u->out_bytes >= cap;
+    u->out_bytes = u->out_bytes - c->out_counted + c->out.len;
+    c->out_counted = c->out.len;
+    if (was_over && u->out_bytes < cap) {
+        struct conn *o;
+        LIST_FOREACH(o, &u->conns, ulink)
+        if (o != c && !o->reading && !o->closing)
+            mark_dirty(o);
+    }
+}
+
 static void conn_update_reading(struct conn *c)
 {
-    bool want = !c->closing && c->out.len < OUT_HIGH_WATER;
+    bool want = !c->closing && conn_has_room(c);
     if (want && !c->reading)
         ev_io_start(c->srv->loop, &c->rio);
     else if (!want && c->reading)
@@ -55,6 +82,7 @@ static int conn_flush(struct conn *c)
             return -1;
         wire_buf_consume(&c->out, (size_t)n);
     }
+    conn_account(c);
     if (c->out.len)
         ev_io_start(c->srv->loop, &c->wio);
     else
@@ -73,7 +101,7 @@ static void conn_write(struct conn *c)
         conn_close(c);
         return;
     }
-    if (c->out.len < OUT_HIGH_WATER && c->in.len >= WIRE_HDR_LEN && process_input(c) == 0)
+    if (conn_has_room(c) && c->in.len >= WIRE_HDR_LEN && process_input(c) == 0)
         conn_update_reading(c);
 }
 
@@ -98,6 +126,7 @@ static void queued(struct conn *c, int rc)
         log_error("client pid %d: out of memory for output; closing", (int)c->pid);
         c->closing = true; /* closed by the next flush */
     }
+    conn_account(c);
     mark_dirty(c);
 }
 
@@ -187,6 +216,7 @@ static void handle_hello(struct conn *c, const struct wire_hdr *h, const uint8_t
     }
     lease_page_close_fds(&c->page);
     c->hello = true;
+    ev_timer_stop(c->srv->loop, &c->handshake);
 }
 
 /* Handles one whole frame. The connection may be closed on return. */
@@ -233,7 +263,8 @@ static void handle_frame(struct conn *c, const struct wire_hdr *h, const uint8_t
 static int process_input(struct conn *c)
 {
     size_t off = 0;
-    while (!c->closing) {
+    /* Each frame may queue a reply: none is taken while c has no room. */
+    while (!c->closing && conn_has_room(c)) {
         struct wire_hdr h;
         int got = wire_hdr_decode(c->in.data + off, c->in.len - off, WIRE_MAX_BODY, &h);
         if (got < 0) {
@@ -244,8 +275,6 @@ static int process_input(struct conn *c)
             break;
         handle_frame(c, &h, c->in.data + off + WIRE_HDR_LEN);
         off += WIRE_HDR_LEN + h.len;
-        if (c->out.len >= OUT_HIGH_WATER)
-            break; /* the rest waits until the client reads its replies */
     }
     if (c->closing) {
         conn_close(c);
@@ -285,6 +314,30 @@ static void on_readable(struct ev_loop *loop, ev_io *w, int revents)
 
 /* ---- connections ---- */
 
+/* The use record of a uid, made on its first connection. */
+static struct uid_use *uid_get(struct server *s, uid_t uid)
+{
+    struct uid_use *u;
+    LIST_FOREACH(u, &s->uids, link)
+    if (u->uid == uid)
+        return u;
+    u = calloc(1, sizeof *u);
+    if (!u)
+        return NULL;
+    u->uid = uid;
+    LIST_INIT(&u->conns);
+    LIST_INSERT_HEAD(&s->uids, u, link);
+    return u;
+}
+
+static void uid_put(struct uid_use *u)
+{
+    if (u->nconns)
+        return;
+    LIST_REMOVE(u, link);
+    free(u);
+}
+
 static void conn_close(struct conn *c)
 {
     struct server *s = c->srv;
@@ -294,6 +347,7 @@ static void conn_close(struct conn *c)
     agent_conn_gone(s->agent, c);
     ev_io_stop(s->loop, &c->rio);
     ev_io_stop(s->loop, &c->wio);
+    ev_timer_stop(s->loop, &c->handshake);
     close(c->fd);
     c->fd = -1;
     if (c->dirty) {
@@ -304,15 +358,48 @@ static void conn_close(struct conn *c)
     }
     LIST_REMOVE(c, link);
     s->nconns--;
+    wire_buf_free(&c->out);
+    conn_account(c); /* its output no longer counts for its uid */
+    LIST_REMOVE(c, ulink);
+    c->uu->nconns--;
+    uid_put(c->uu);
     log_debug("client pid %d: connection closed", (int)c->pid);
     lease_page_destroy(&c->page);
     wire_buf_free(&c->in);
-    wire_buf_free(&c->out);
     free(c);
 }
 
-static void conn_new(struct server *s, int fd)
+/* A peer that connects and never says HELLO would hold a connection slot
+ * (and, counted per uid, its user's share) for ever. */
+static void on_handshake_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 {
+    struct conn *c = w->data;
+    log_warn("client pid %d uid %d: no hello within %u ms; closing its connection", (int)c->pid,
+             (int)c->uid, c->srv->cfg->handshake_timeout_ms);
+    conn_close(c);
+}
+
+/* Whether the server takes one more connection from this peer. */
+static bool conn_admitted(struct server *s, const struct ucred *cred, struct uid_use *u)
+{
+    if (s->nconns >= s->cfg->max_connections) {
+        log_warn("connection limit (%u) reached; refusing pid %d", s->cfg->max_connections,
+                 (int)cred->pid);
+        return false;
+    }
+    uint32_t per_uid = s->cfg->policy.max_connections_per_uid;
+    if (per_uid && u->nconns >= per_uid) {
+        log_warn("uid %u has %u connection(s), its limit; refusing pid %d", (unsigned)cred->uid,
+                 per_uid, (int)cred->pid);
+        s->agent->stats.refused++;
+        return false;
+    }
+    return true;
+}
+
+static void conn_new(void *arg, int fd)
+{
+    struct server *s = arg;
     struct ucred cred;
     socklen_t len = sizeof cred;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
@@ -320,22 +407,11 @@ static void conn_new(struct server *s, int fd)
         close(fd);
         return;
     }
-    if (s->nconns >= s->cfg->max_connections) {
-        log_warn("connection limit (%u) reached; refusing pid %d", s->cfg->max_connections,
-                 (int)cred.pid);
-        close(fd);
-        return;
-    }
-    uint32_t per_uid = s->cfg->policy.max_connections_per_uid;
-    if (per_uid && server_conns_of(s, cred.uid) >= per_uid) {
-        log_warn("uid %u has %u connection(s), its limit; refusing pid %d", (unsigned)cred.uid,
-                 per_uid, (int)cred.pid);
-        s->agent->stats.refused++;
-        close(fd);
-        return;
-    }
-    struct conn *c = calloc(1, sizeof *c);
+    struct uid_use *u = uid_get(s, cred.uid);
+    struct conn *c = u && conn_admitted(s, &cred, u) ? calloc(1, sizeof *c) : NULL;
     if (!c) {
+        if (u)
+            uid_put(u);
         close(fd);
         return;
     }
@@ -350,34 +426,16 @@ static void conn_new(struct server *s, int fd)
     c->page.fds[0] = c->page.fds[1] = -1;
     ev_io_init(&c->rio, on_readable, fd, EV_READ);
     ev_io_init(&c->wio, on_writable, fd, EV_WRITE);
-    c->rio.data = c->wio.data = c;
+    ev_timer_init(&c->handshake, on_handshake_timeout, s->cfg->handshake_timeout_ms / 1000.0, 0.0);
+    c->rio.data = c->wio.data = c->handshake.data = c;
+    ev_timer_start(s->loop, &c->handshake);
     LIST_INSERT_HEAD(&s->conns, c, link);
     s->nconns++;
+    c->uu = u;
+    LIST_INSERT_HEAD(&u->conns, c, ulink);
+    u->nconns++;
     conn_update_reading(c);
     log_debug("client pid %d uid %d gid %d connected", (int)c->pid, (int)c->uid, (int)c->gid);
-}
-
-unsigned server_conns_of(const struct server *s, uid_t uid)
-{
-    unsigned n = 0;
-    const struct conn *c;
-    LIST_FOREACH(c, &s->conns, link)
-    n += c->uid == uid;
-    return n;
-}
-
-static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
-{
-    struct server *s = w->data;
-    for (int i = 0; i < 64; i++) {
-        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
-                log_warn("accept: %s", strerror(errno));
-            return;
-        }
-        conn_new(s, fd);
-    }
 }
 
 int server_open(struct server *s, struct ev_loop *loop, struct agent *a, const struct config *cfg)
@@ -391,9 +449,9 @@ int server_open(struct server *s, struct ev_loop *loop, struct agent *a, const s
     if (s->lfd < 0)
         return -1;
     snprintf(s->path, sizeof s->path, "%s", cfg->socket);
-    ev_io_init(&s->lio, on_accept, s->lfd, EV_READ);
-    s->lio.data = s;
-    ev_io_start(loop, &s->lio);
+    LIST_INIT(&s->conns);
+    LIST_INIT(&s->uids);
+    listener_start(&s->lst, loop, s->lfd, "client socket", conn_new, s);
     log_info("listening on %s (mode %04o)", s->path, cfg->socket_mode);
     return 0;
 }
@@ -402,7 +460,7 @@ void server_stop_listening(struct server *s)
 {
     if (s->lfd < 0)
         return;
-    ev_io_stop(s->loop, &s->lio);
+    listener_stop(&s->lst);
     close(s->lfd);
     s->lfd = -1;
     if (!s->inherited)

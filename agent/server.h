@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "leasepage.h"
+#include "listener.h"
 #include "util.h"
 #include "wire.h"
 
@@ -17,12 +18,25 @@ struct agent;
 struct lease;
 struct waiter;
 
+/* What the connections of one uid use together, against the per-uid caps. */
+struct uid_use {
+    LIST_ENTRY(uid_use) link;
+    LIST_HEAD(, conn) conns;
+    uid_t uid;
+    unsigned nconns;
+    size_t out_bytes; /* output queued on all its connections */
+};
+
 struct conn {
-    LIST_ENTRY(conn) link; /* the server's connections */
+    LIST_ENTRY(conn) link;  /* the server's connections */
+    LIST_ENTRY(conn) ulink; /* its uid's connections */
     struct server *srv;
+    struct uid_use *uu;
     int fd;
     ev_io rio, wio;
+    ev_timer handshake; /* closes a peer that does not say HELLO in time */
     struct wire_buf in, out;
+    size_t out_counted; /* the part of out.len counted in uu->out_bytes */
     pid_t pid;
     uid_t uid;
     gid_t gid;
@@ -47,8 +61,9 @@ struct server {
     struct agent *agent;
     const struct config *cfg;
     int lfd;
-    ev_io lio;
+    struct listener lst;
     LIST_HEAD(, conn) conns;
+    LIST_HEAD(, uid_use) uids;
     struct conn *dirty;
     uint32_t nconns;
     uint64_t serial;
@@ -65,8 +80,6 @@ void server_stop_listening(struct server *s);
 void server_flush(struct server *s);
 /* Flushes and closes every connection (agent_conn_gone is called for each). */
 void server_close_all(struct server *s);
-/* Connections of a uid. */
-unsigned server_conns_of(const struct server *s, uid_t uid);
 
 /* Replies and events; they queue output, written when the loop turns. */
 void conn_send_granted(struct conn *c, uint32_t id, const struct wire_granted *m);

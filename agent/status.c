@@ -23,11 +23,14 @@
 #include "agent.h"
 #include "dlock.h"
 #include "log.h"
+#include "text.h"
 #include "util.h"
+#include "wire.h"
 
 #define REQ_MAX      256
-#define HTTP_REQ_MAX 8192 /* request line and headers */
-#define STATUS_CONNS 16   /* at once, per listener; more are turned away */
+#define HTTP_REQ_MAX 8192        /* request line and headers */
+#define DRAIN_READ   16384       /* input past a request, read away per callback */
+#define DRAIN_MAX    (64 * 1024) /* ... and in all, before the agent closes */
 /* How long a query may take: an HTTP peer (anyone who reaches the port)
  * holds a slot for less time. */
 static const double deadline_s[2] = {5.0, 2.0};
@@ -72,32 +75,48 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...)
     }
 }
 
-/* A JSON string, quoted and escaped. */
+/* A JSON string, quoted and escaped. Names and command names may hold any
+ * byte, and JSON must be UTF-8: control characters (C1 too, which
+ * terminals obey) are escaped, and every byte outside a well-formed UTF-8
+ * sequence is written as U+FFFD. */
 static void sb_json_str(struct sbuf *b, const char *s)
 {
+    size_t len = strlen(s);
     sb_printf(b, "\"");
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            sb_printf(b, "\\%c", ch);
-        else if (ch < 0x20 || ch == 0x7f)
-            sb_printf(b, "\\u%04x", ch);
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        size_t n = utf8_seq(s + i, len - i, &cp);
+        if (n == 0)
+            sb_printf(b, "\\ufffd");
+        else if (cp == '"' || cp == '\\')
+            sb_printf(b, "\\%c", (char)cp);
+        else if (text_is_control(cp))
+            sb_printf(b, "\\u%04x", (unsigned)cp);
         else
-            sb_printf(b, "%c", ch);
+            sb_printf(b, "%.*s", (int)n, s + i);
+        i += n ? n : 1;
     }
     sb_printf(b, "\"");
 }
 
-/* A Prometheus label value: backslash, quote and newline escaped. */
+/* A Prometheus label value, which must be UTF-8: backslash, quote and
+ * newline escaped; as the format has no other escapes, other control
+ * characters and bytes outside well-formed UTF-8 are shown as '?'. */
 static void sb_label(struct sbuf *b, const char *s)
 {
-    for (; *s; s++) {
-        if (*s == '\\' || *s == '"')
-            sb_printf(b, "\\%c", *s);
-        else if (*s == '\n')
+    size_t len = strlen(s);
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        size_t n = utf8_seq(s + i, len - i, &cp);
+        if (n && (cp == '\\' || cp == '"'))
+            sb_printf(b, "\\%c", (char)cp);
+        else if (n && cp == '\n')
             sb_printf(b, "\\n");
+        else if (n == 0 || text_is_control(cp))
+            sb_printf(b, "?");
         else
-            sb_printf(b, "%c", *s);
+            sb_printf(b, "%.*s", (int)n, s + i);
+        i += n ? n : 1;
     }
 }
 
@@ -177,8 +196,13 @@ static void lease_json(struct sbuf *b, const struct lease_row *r, bool first)
 static void lease_text(struct sbuf *b, const struct lease_row *r, bool first)
 {
     (void)first;
-    sb_printf(b, "%-32s %-8s %20llu %7d %5u %-15s %9llu %8llu %9llu %8u %7u\n", r->name, r->state,
-              (unsigned long long)r->fence, r->pid, r->uid, r->comm, (unsigned long long)r->age_ms,
+    /* Clients choose the names and their own command names: shown without
+     * control characters, which a terminal would obey. */
+    char name[WIRE_MAX_NAME + 1], comm[sizeof r->comm];
+    text_printable(name, sizeof name, r->name);
+    text_printable(comm, sizeof comm, r->comm);
+    sb_printf(b, "%-32s %-8s %20llu %7d %5u %-15s %9llu %8llu %9llu %8u %7u\n", name, r->state,
+              (unsigned long long)r->fence, r->pid, r->uid, comm, (unsigned long long)r->age_ms,
               (unsigned long long)r->ttl_ms, (unsigned long long)r->valid_ms, r->renewals,
               r->waiters);
 }
@@ -271,8 +295,10 @@ static void status_json(struct agent *a, const struct asker *who, struct sbuf *b
 static void status_text(struct agent *a, const struct asker *who, struct sbuf *b)
 {
     uint64_t now = now_ns();
+    char prefix[sizeof a->cfg->prefix];
+    text_printable(prefix, sizeof prefix, a->cfg->prefix);
     sb_printf(b, "dlockd %s, pid %d, %s mode, prefix '%s', up %llu s, %u connection(s)\n\n",
-              DLOCK_VERSION, (int)getpid(), mode_of(a), a->cfg->prefix,
+              DLOCK_VERSION, (int)getpid(), mode_of(a), prefix,
               (unsigned long long)((now - a->started) / NS_PER_SEC), a->server.nconns);
     sb_printf(b, "%-40s %-9s %-10s %8s %12s  %s\n", "NODE", "CONNECTED", "SUBSCRIBED", "RTT_US",
               "EXCLUDED_MS", "LAST_ERROR");
@@ -280,10 +306,13 @@ static void status_text(struct agent *a, const struct asker *who, struct sbuf *b
     size_t nn = nodes_of(a, nodes);
     for (size_t i = 0; i < nn; i++) {
         const struct backend_node *n = &nodes[i];
-        sb_printf(b, "%-40s %-9s %-10s %8llu %12llu  %s\n", n->addr, n->connected ? "yes" : "no",
+        /* Error texts come from Redis or the system, as they are. */
+        char addr[sizeof n->addr], error[sizeof n->last_error_text];
+        text_printable(addr, sizeof addr, n->addr);
+        text_printable(error, sizeof error, n->last_error_text[0] ? n->last_error_text : "-");
+        sb_printf(b, "%-40s %-9s %-10s %8llu %12llu  %s\n", addr, n->connected ? "yes" : "no",
                   n->subscribed ? "yes" : "no", (unsigned long long)(n->last_rtt_ns / 1000),
-                  (unsigned long long)excluded_ms(n, now),
-                  n->last_error_text[0] ? n->last_error_text : "-");
+                  (unsigned long long)excluded_ms(n, now), error);
     }
     sb_printf(b, "\n");
     for (size_t i = 0; i < NCOUNTERS; i++) {
@@ -416,6 +445,7 @@ struct sconn {
     size_t reqlen;
     struct sbuf out;
     size_t sent;
+    size_t drained; /* input read away after the answer */
     struct asker who;
 };
 
@@ -431,6 +461,35 @@ static void sconn_close(struct sconn *c)
     free(c);
 }
 
+/* Makes cb the connection's one I/O watcher. The deadline set at accept
+ * runs on whatever the connection waits for, until it is closed. */
+static void sconn_watch(struct sconn *c, void (*cb)(struct ev_loop *, ev_io *, int), int events)
+{
+    struct ev_loop *loop = c->st->loop;
+    ev_io_stop(loop, &c->io);
+    ev_io_init(&c->io, cb, c->fd, events);
+    c->io.data = c;
+    ev_io_start(loop, &c->io);
+}
+
+/* After the answer: unread input at close would reset the connection, and
+ * the client might lose the answer (an over-long request), so it is read
+ * away until the client closes. One bounded read per callback and
+ * DRAIN_MAX in all: a peer that keeps writing holds up neither the loop
+ * nor, for long, its slot. */
+static void on_drain(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct sconn *c = w->data;
+    static char sink[DRAIN_READ]; /* one loop, one reader at a time */
+    ssize_t n = recv(c->fd, sink, sizeof sink, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n > 0 && (c->drained += (size_t)n) < DRAIN_MAX)
+        return;
+    sconn_close(c); /* the client closed, failed, or sent too much */
+}
+
+/* Sends what the socket takes; the answer's size bounds the loop. */
 static void on_write(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct sconn *c = w->data;
@@ -440,26 +499,19 @@ static void on_write(struct ev_loop *loop, ev_io *w, int revents)
             return;
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
-            break;
+        if (n <= 0) {
+            sconn_close(c); /* the client is gone: nothing to keep */
+            return;
+        }
         c->sent += (size_t)n;
     }
-    /* Unread input at close would reset the connection, and the client
-     * might lose the answer (an over-long request): read it away. */
     shutdown(c->fd, SHUT_WR);
-    char sink[512];
-    while (recv(c->fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
-        ;
-    sconn_close(c);
+    sconn_watch(c, on_drain, EV_READ);
 }
 
 static void start_writing(struct sconn *c)
 {
-    struct ev_loop *loop = c->st->loop;
-    ev_io_stop(loop, &c->io);
-    ev_io_init(&c->io, on_write, c->fd, EV_WRITE);
-    c->io.data = c;
-    ev_io_start(loop, &c->io);
+    sconn_watch(c, on_write, EV_WRITE);
 }
 
 /* An HTTP/1.0 answer with a body (closed after it). */
@@ -516,12 +568,68 @@ static struct sconn *sconn_by_serial(uint64_t serial)
     return NULL;
 }
 
-/* Replaces control and non-ASCII bytes with '?'. */
-static void printable(char *s)
+/* Who Redis says holds a name: the key's value and, when the holder record
+ * beside it starts with that token, dlock's record of the holder. Values
+ * come from anyone who can write to Redis. */
+struct holder_rec {
+    bool ours; /* a dlock record of this token */
+    char host[64], comm[32];
+    int pid;
+    unsigned uid;
+};
+
+static void holder_rec(const struct backend_holder *h, struct holder_rec *r)
 {
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
-            *s = '?';
+    memset(r, 0, sizeof *r);
+    size_t vlen = strlen(h->value);
+    r->ours =
+        vlen && strncmp(h->record, h->value, vlen) == 0 && h->record[vlen] == ' ' &&
+        sscanf(h->record + vlen + 1, "%63s %d %u %31s", r->host, &r->pid, &r->uid, r->comm) == 4;
+}
+
+static void holder_json(struct sbuf *b, const char *name, const struct backend_holder *h)
+{
+    struct holder_rec r;
+    holder_rec(h, &r);
+    bool held = h->value[0] != '\0';
+    sb_printf(b, "{\"name\":");
+    sb_json_str(b, name);
+    sb_printf(b, ",\"held\":%s,\"dlock\":%s,\"value\":", held ? "true" : "false",
+              r.ours ? "true" : "false");
+    sb_json_str(b, h->value);
+    sb_printf(b, ",\"host\":");
+    sb_json_str(b, r.host);
+    sb_printf(b, ",\"pid\":%d,\"uid\":%u,\"comm\":", r.pid, r.uid);
+    sb_json_str(b, r.comm);
+    sb_printf(b, ",\"pttl_ms\":%lld,\"nodes_holding\":%u,\"nodes\":%u}\n", held ? h->pttl : 0,
+              h->nodes_holding, h->nodes);
+}
+
+/* One line, without control characters, which a terminal would obey. */
+static void holder_text(struct sbuf *b, const char *name, const struct backend_holder *h)
+{
+    struct holder_rec r;
+    holder_rec(h, &r);
+    char value[BACKEND_RECORD_MAX], host[sizeof r.host], comm[sizeof r.comm];
+    text_printable(value, sizeof value, h->value);
+    text_printable(host, sizeof host, r.host);
+    text_printable(comm, sizeof comm, r.comm);
+    if (!h->value[0]) {
+        sb_printf(b, "%s: free\n", name);
+        return;
+    }
+    if (r.ours)
+        sb_printf(b, "%s: held by pid %d (%s), uid %u, on host %s; token %s", name, r.pid, comm,
+                  r.uid, host, value);
+    else
+        sb_printf(b, "%s: held by a client outside dlock (value '%s')", name, value);
+    if (h->pttl >= 0)
+        sb_printf(b, "; %lld ms left", h->pttl);
+    else
+        sb_printf(b, "; no expiry");
+    if (h->nodes > 1)
+        sb_printf(b, "; on %u of %u nodes", h->nodes_holding, h->nodes);
+    sb_printf(b, "\n");
 }
 
 /* The answer to "holder NAME": what Redis holds for the name. */
@@ -533,63 +641,21 @@ static void on_holder(void *arg, int err, const struct backend_holder *h)
     struct sbuf *b = &c->out;
     bool json = strncmp(c->req, "holder-json", 11) == 0;
     const char *name = c->req + (json ? 12 : 7);
+    char shown[REQ_MAX]; /* the name in text */
+    text_printable(shown, sizeof shown, name);
     if (err) {
-        sb_printf(b, "error: cannot read %s from Redis: %s\n", name, dlock_strerror(err));
-        start_writing(c);
-        return;
-    }
-    if (h->undetermined) {
-        if (json) {
-            sb_printf(b, "{\"name\":");
-            sb_json_str(b, name);
-            sb_printf(b, ",\"undetermined\":true,\"nodes\":%u}\n", h->nodes);
-        } else {
-            sb_printf(b, "%s: undetermined: no value is on a majority of the %u nodes\n", name,
-                      h->nodes);
-        }
-        start_writing(c);
-        return;
-    }
-    /* A dlock holder record starts with the token the key holds. Values
-     * come from anyone who can write to Redis: shown without control or
-     * non-ASCII bytes, which could reach a terminal or break JSON. */
-    char value[BACKEND_RECORD_MAX], host[64] = "", comm[32] = "";
-    int pid = 0;
-    unsigned uid = 0;
-    size_t vlen = strlen(h->value);
-    bool ours = vlen && strncmp(h->record, h->value, vlen) == 0 && h->record[vlen] == ' ' &&
-                sscanf(h->record + vlen + 1, "%63s %d %u %31s", host, &pid, &uid, comm) == 4;
-    snprintf(value, sizeof value, "%s", h->value);
-    printable(value);
-    printable(host);
-    printable(comm);
-    if (json) {
+        sb_printf(b, "error: cannot read %s from Redis: %s\n", shown, dlock_strerror(err));
+    } else if (h->undetermined && json) {
         sb_printf(b, "{\"name\":");
         sb_json_str(b, name);
-        sb_printf(b, ",\"held\":%s,\"dlock\":%s,\"value\":", vlen ? "true" : "false",
-                  ours ? "true" : "false");
-        sb_json_str(b, value);
-        sb_printf(b, ",\"host\":");
-        sb_json_str(b, host);
-        sb_printf(b, ",\"pid\":%d,\"uid\":%u,\"comm\":", pid, uid);
-        sb_json_str(b, comm);
-        sb_printf(b, ",\"pttl_ms\":%lld,\"nodes_holding\":%u,\"nodes\":%u}\n", vlen ? h->pttl : 0,
-                  h->nodes_holding, h->nodes);
-    } else if (!vlen) {
-        sb_printf(b, "%s: free\n", name);
+        sb_printf(b, ",\"undetermined\":true,\"nodes\":%u}\n", h->nodes);
+    } else if (h->undetermined) {
+        sb_printf(b, "%s: undetermined: no value is on a majority of the %u nodes\n", shown,
+                  h->nodes);
+    } else if (json) {
+        holder_json(b, name, h);
     } else {
-        if (ours)
-            sb_printf(b, "%s: held by pid %d (%s), uid %u, on host %s; token %s", name, pid, comm,
-                      uid, host, value);
-        else
-            sb_printf(b, "%s: held by a client outside dlock (value '%s')", name, value);
-        if (h->pttl >= 0)
-            sb_printf(b, "; %lld ms left", h->pttl);
-        else
-            sb_printf(b, "; no expiry");
-        if (h->nodes > 1)
-            sb_printf(b, "; on %u of %u nodes", h->nodes_holding, h->nodes);
-        sb_printf(b, "\n");
+        holder_text(b, shown, h);
     }
     start_writing(c);
 }
@@ -613,7 +679,9 @@ static bool holder_query(struct sconn *c)
         rc = a->backend->ops->lookup(a->backend, name, strlen(name), on_holder,
                                      (void *)(uintptr_t)c->serial);
     if (rc != 0) {
-        sb_printf(&c->out, "error: %s: %s\n", name, dlock_strerror(rc));
+        char shown[REQ_MAX];
+        text_printable(shown, sizeof shown, name);
+        sb_printf(&c->out, "error: %s: %s\n", shown, dlock_strerror(rc));
         return false;
     }
     /* The request line now reads "holder[-json] NAME" for the answer. */
@@ -680,43 +748,44 @@ static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
     sconn_close(w->data);
 }
 
-static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
+/* A new query, from the status socket or (http) the HTTP listener. */
+static void sconn_new(struct status *st, int fd, bool http)
 {
-    struct status *st = w->data;
-    bool http = w == &st->hio;
-    for (;;) {
-        int fd = accept4(w->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
-                log_warn("status socket: accept: %s", strerror(errno));
-            return;
-        }
-        struct sconn *c = st->nconns[http] < STATUS_CONNS ? calloc(1, sizeof *c) : NULL;
-        if (!c) {
-            close(fd);
-            continue;
-        }
-        c->st = st;
-        c->serial = ++st->serial;
-        c->fd = fd;
-        c->http = http;
-        struct ucred cred;
-        socklen_t len = sizeof cred;
-        uint32_t gids[PEER_GROUPS_MAX];
-        if (!http && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-            size_t ngids = peer_groups(fd, cred.gid, gids, PEER_GROUPS_MAX);
-            c->who.uid = cred.uid;
-            c->who.all = policy_sees_all(&st->agent->cfg->policy, cred.uid, gids, ngids);
-        }
-        ev_io_init(&c->io, on_read, fd, EV_READ);
-        c->io.data = c;
-        ev_io_start(loop, &c->io);
-        ev_timer_init(&c->timer, on_deadline, deadline_s[http], 0.0);
-        c->timer.data = c;
-        ev_timer_start(loop, &c->timer);
-        LIST_INSERT_HEAD(&st->conns, c, link);
-        st->nconns[http]++;
+    struct sconn *c = st->nconns[http] < STATUS_CONNS ? calloc(1, sizeof *c) : NULL;
+    if (!c) {
+        close(fd);
+        return;
     }
+    c->st = st;
+    c->serial = ++st->serial;
+    c->fd = fd;
+    c->http = http;
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    uint32_t gids[PEER_GROUPS_MAX];
+    if (!http && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+        size_t ngids = peer_groups(fd, cred.gid, gids, PEER_GROUPS_MAX);
+        c->who.uid = cred.uid;
+        c->who.all = policy_sees_all(&st->agent->cfg->policy, cred.uid, gids, ngids);
+    }
+    ev_io_init(&c->io, on_read, fd, EV_READ);
+    c->io.data = c;
+    ev_io_start(st->loop, &c->io);
+    ev_timer_init(&c->timer, on_deadline, deadline_s[http], 0.0);
+    c->timer.data = c;
+    ev_timer_start(st->loop, &c->timer);
+    LIST_INSERT_HEAD(&st->conns, c, link);
+    st->nconns[http]++;
+}
+
+static void on_status_conn(void *arg, int fd)
+{
+    sconn_new(arg, fd, false);
+}
+
+static void on_http_conn(void *arg, int fd)
+{
+    sconn_new(arg, fd, true);
 }
 
 int status_open(struct status *st, struct ev_loop *loop, struct agent *a, const char *path,
@@ -743,9 +812,7 @@ int status_open(struct status *st, struct ev_loop *loop, struct agent *a, const 
         (config_parse_who(who, &g) != 0 || chown(path, (uid_t)-1, (gid_t)g.id) != 0))
         log_warn("status socket %s: cannot give it to group %s: %s", path, group, strerror(errno));
     snprintf(st->path, sizeof st->path, "%s", path);
-    ev_io_init(&st->lio, on_accept, st->lfd, EV_READ);
-    st->lio.data = st;
-    ev_io_start(loop, &st->lio);
+    listener_start(&st->lst, loop, st->lfd, "status socket", on_status_conn, st);
     log_info("status socket on %s (mode %04o%s%s)", path, mode, group[0] ? ", group " : "", group);
     return 0;
 }
@@ -787,9 +854,7 @@ int status_open_http(struct status *st, const char *addr)
     st->hfd = http_listen(addr);
     if (st->hfd < 0)
         return -1;
-    ev_io_init(&st->hio, on_accept, st->hfd, EV_READ);
-    st->hio.data = st;
-    ev_io_start(st->loop, &st->hio);
+    listener_start(&st->hlst, st->loop, st->hfd, "metrics endpoint", on_http_conn, st);
     log_info("metrics over HTTP on %s/metrics", addr);
     return 0;
 }
@@ -797,12 +862,12 @@ int status_open_http(struct status *st, const char *addr)
 void status_close(struct status *st)
 {
     if (st->hfd >= 0) {
-        ev_io_stop(st->loop, &st->hio);
+        listener_stop(&st->hlst);
         close(st->hfd);
         st->hfd = -1;
     }
     if (st->lfd >= 0) {
-        ev_io_stop(st->loop, &st->lio);
+        listener_stop(&st->lst);
         close(st->lfd);
         if (!st->inherited)
             unlink(st->path);

@@ -8,21 +8,25 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
+#include "listener.h"
+
 struct agent;
 struct sconn;
+
+#define STATUS_CONNS 16 /* queries at once, per listener; more are turned away */
 
 struct status {
     struct ev_loop *loop;
     struct agent *agent;
     int lfd; /* -1 when there is no status socket */
-    ev_io lio;
+    struct listener lst;
     LIST_HEAD(, sconn) conns;
     unsigned nconns[2]; /* open queries: [0] status socket, [1] HTTP */
     char path[108];
     bool inherited; /* passed by the service manager */
     int hfd;        /* the HTTP metrics listener, -1 when off */
     uint64_t serial;
-    ev_io hio;
+    struct listener hlst;
 };
 
 /* Listens on path (nothing when path is empty). 0, or -1 (logged). */

@@ -3,7 +3,10 @@
  * this process is listed with its name, pid, fencing token and a validity
  * that runs down; globs filter the leases; the metrics are valid Prometheus
  * text exposition and follow the grants; malformed requests are answered
- * with an error and cost only their connection; no agent means exit 69.
+ * with an error and cost only their connection; a peer that keeps writing
+ * holds up no one, on the socket or over HTTP; names and command names with
+ * any bytes give valid UTF-8 JSON and text without control characters; no
+ * agent means exit 69.
  *
  * The JSON and the exposition format are checked by small strict parsers
  * below, not by a library. */
@@ -17,8 +20,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -990,14 +1001,20 @@ static const char *read_to_close(int fd, int timeout_ms)
     return buf;
 }
 
-/* Sends req (len bytes) on a new connection and returns the whole answer. */
-static const char *raw_query(const void *req, size_t len)
+/* Sends req (len bytes) on a new connection and returns the whole answer,
+ * which must come within timeout_ms. */
+static const char *raw_query_within(const void *req, size_t len, int timeout_ms)
 {
     int fd = status_connect(status_sock());
     cr_assert_eq(h_raw_send(fd, req, len), 0);
-    const char *a = read_to_close(fd, 3000);
+    const char *a = read_to_close(fd, timeout_ms);
     h_raw_close(fd);
     return a;
+}
+
+static const char *raw_query(const void *req, size_t len)
+{
+    return raw_query_within(req, len, 3000);
 }
 
 /* The answer is exactly one line starting with "error: ". */
@@ -1364,10 +1381,10 @@ static int free_port(void)
     return ntohs(sa.sin_port);
 }
 
-/* Sends req to 127.0.0.1:port and returns the whole answer (static). */
+/* Sends req to 127.0.0.1:port and returns the whole answer (static), which
+ * must come within 10 s. */
 static const char *http_get(int port, const char *req)
 {
-    static char out[1 << 18];
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET,
                              .sin_port = htons((uint16_t)port),
@@ -1375,11 +1392,7 @@ static const char *http_get(int port, const char *req)
     cr_assert(fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0, "connect: %s",
               strerror(errno));
     cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof out - 1 && (r = read(fd, out + n, sizeof out - 1 - n)) > 0)
-        n += (size_t)r;
-    out[n] = '\0';
+    const char *out = read_to_close(fd, 10000);
     close(fd);
     return out;
 }
@@ -1470,4 +1483,354 @@ ITEST(status, holder_names_a_lock_taken_through_another_agent)
     cr_assert_not_null(j_doc(R.out));
     /* A name no lock can have is refused. */
     cr_assert_eq(CTL("-S", sock0, "holder", "{x}"), 70);
+}
+
+/* ---- peers that keep writing ----
+ *
+ * A child process connects, sends a valid request and then writes without
+ * end, connecting again whenever the agent closes; meanwhile the test checks
+ * that the agent goes on serving everyone else. */
+
+#define FLOOD_BLOCK  (64 * 1024)
+#define FLOOD_SNDBUF (256 * 1024) /* the flooder's send buffer, kept small */
+/* What one connection may take after its request: the agent reads away
+ * 64 KiB at most, the rest fills the socket buffers. A peer that can send
+ * more is read from without end. */
+#define FLOOD_CONN_MAX (16 * 1024 * 1024)
+#define FLOOD_MAX_MS   30000 /* the flooder's own limit, should the test be gone */
+#define FLOOD_RUN_MS   3000  /* how long the test keeps querying under the flood */
+#define WAIT_MS        10000 /* for any one answer while flooded */
+
+/* In a page shared with the flooding child: the fork closes every
+ * descriptor, but a shared mapping stays. */
+struct flood {
+    pid_t pid;
+    atomic_int stop;    /* set by the test */
+    atomic_llong bytes; /* written past the request, over all connections */
+    atomic_llong most;  /* ... on the one connection that took the most */
+};
+
+/* A connection to the status socket (port 0) or to 127.0.0.1:port, or -1;
+ * for the child, which must not use the test's assertions. */
+static int peer_connect(const char *sock, int port)
+{
+    struct sockaddr_un un = {.sun_family = AF_UNIX};
+    struct sockaddr_in in = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (strlen(sock) >= sizeof un.sun_path)
+        return -1;
+    memcpy(un.sun_path, sock, strlen(sock) + 1);
+    int fd = socket(port ? AF_INET : AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int rc = port ? connect(fd, (struct sockaddr *)&in, sizeof in)
+                  : connect(fd, (struct sockaddr *)&un, sizeof un);
+    if (fd >= 0 && rc != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* Writes blocks on fd after the request req until the agent closes, the
+ * test says stop, or end; counts them in f. */
+static void flood_conn(struct flood *f, int fd, const char *req, int64_t end)
+{
+    static char block[FLOOD_BLOCK];
+    memset(block, 'x', sizeof block);
+    /* Sends time out, so that the stop flag is seen also when the agent
+     * reads nothing. */
+    struct timeval tv = {.tv_usec = 100000};
+    int sndbuf = FLOOD_SNDBUF;
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+    if (send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req))
+        return;
+    long long mine = 0;
+    while (!atomic_load(&f->stop) && h_now_ms() < end) {
+        ssize_t n = send(fd, block, sizeof block, MSG_NOSIGNAL);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            return; /* closed by the agent */
+        if (n < 0)
+            continue;
+        mine += n;
+        atomic_fetch_add(&f->bytes, n);
+        if (mine > atomic_load(&f->most))
+            atomic_store(&f->most, mine); /* the only writer */
+    }
+}
+
+/* The child: floods, on a new connection whenever the agent closes one,
+ * until told to stop or FLOOD_MAX_MS pass. */
+static void flood_main(struct flood *f, const char *sock, int port, const char *req)
+{
+    int64_t end = h_now_ms() + FLOOD_MAX_MS;
+    while (!atomic_load(&f->stop) && h_now_ms() < end) {
+        int fd = peer_connect(sock, port);
+        if (fd >= 0) {
+            flood_conn(f, fd, req, end);
+            close(fd);
+        }
+    }
+    _exit(0);
+}
+
+/* Starts a flood of the status socket (port 0) or the HTTP endpoint at port,
+ * each connection opening with req, and waits until it is under way. */
+static struct flood *flood_start(int port, const char *req)
+{
+    struct flood *f =
+        mmap(NULL, sizeof *f, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(f, MAP_FAILED);
+    atomic_init(&f->stop, 0);
+    atomic_init(&f->bytes, 0);
+    atomic_init(&f->most, 0);
+    pid_t pid = h_fork();
+    if (pid == 0)
+        flood_main(f, status_sock(), port, req);
+    f->pid = pid; /* not in the child: the page is shared */
+    H_WAIT_UNTIL(WAIT_MS, atomic_load(&f->bytes) >= 4 * FLOOD_BLOCK);
+    return f;
+}
+
+static void flood_stop(struct flood *f)
+{
+    atomic_store(&f->stop, 1);
+    int st = h_wait_child(f->pid, WAIT_MS);
+    cr_assert_eq(st, 0, "the flooder ended with %d", st);
+    munmap(f, sizeof *f);
+}
+
+/* One round of service checks on a flooded agent: a status query, a metrics
+ * scrape over HTTP (port != 0) and a ping, each answered. */
+static void served_under_flood(struct h_cl *cl, int port)
+{
+    const char *ans = raw_query_within("leases-json\n", 12, WAIT_MS);
+    cr_assert_not_null(j_lease(j_leases(j_doc(ans)), "flooded"), "not listed: %s", ans);
+    if (port) {
+        const char *out = http_get(port, "GET /metrics HTTP/1.0\r\n\r\n");
+        cr_assert(strncmp(out, "HTTP/1.0 200 OK\r\n", 17) == 0, "answer: %.80s", out);
+    }
+    cr_assert_eq(dlock_client_ping(cl->c), 0);
+}
+
+/* Floods with req (on the HTTP endpoint when http) and checks that, while the
+ * flood goes on, the agent answers others and keeps a short lease renewed. */
+static void flood_and_check(bool http, const char *req)
+{
+    int port = http ? free_port() : 0;
+    char ini[H_PATH + 256];
+    snprintf(ini, sizeof ini, "status_socket = %s%s", status_sock(),
+             http ? "\nmetrics_listen = 127.0.0.1:" : "");
+    if (http)
+        snprintf(ini + strlen(ini), sizeof ini - strlen(ini), "%d", port);
+    h_start(ini);
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "flooded", 1500);
+
+    struct flood *f = flood_start(port, req);
+    int rounds = 0;
+    int64_t end = h_now_ms() + FLOOD_RUN_MS; /* twice the lease's TTL */
+    while (rounds < 3 || h_now_ms() < end) {
+        long long before = atomic_load(&f->bytes);
+        served_under_flood(a, port);
+        h_pump_all(5);
+        rounds++;
+        /* In order: the flooder was still writing after this round. */
+        H_WAIT_UNTIL(WAIT_MS, atomic_load(&f->bytes) > before);
+    }
+    cr_assert_eq(waitpid(f->pid, NULL, WNOHANG), 0, "the flooder stopped by itself");
+    long long most = atomic_load(&f->most);
+    flood_stop(f);
+    cr_assert_lt(most, FLOOD_CONN_MAX, "the agent read %lld bytes from one peer", most);
+
+    served_under_flood(a, port);
+    h_pump_all(5);
+    cr_assert_eq(h_events(a, l, DLOCK_STATE_JEOPARDY), 0, "the lease was in jeopardy");
+    cr_assert_eq(h_events(a, l, DLOCK_STATE_LOST), 0, "the lease was lost");
+    cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_HELD);
+    cr_assert_eq(dlock_lease_release(l), 0);
+}
+
+ITEST(status, a_peer_that_keeps_writing_holds_up_no_one)
+{
+    flood_and_check(false, "status\n");
+}
+
+ITEST(status, an_http_peer_that_keeps_writing_holds_up_no_one)
+{
+    flood_and_check(true, "GET /metrics HTTP/1.0\r\n\r\n");
+}
+
+/* An over-long request still gets its error line when the client reads it
+ * only after sending everything. */
+ITEST(status, an_over_long_request_is_answered_before_the_close)
+{
+    start_agent();
+    static char longreq[8 * 1024];
+    memset(longreq, 'a', sizeof longreq);
+    longreq[sizeof longreq - 1] = '\n';
+    assert_error_line(raw_query(longreq, sizeof longreq), "an 8 KiB line");
+}
+
+/* ---- names and command names that are not plain ASCII ---- */
+
+/* The length of the well-formed UTF-8 sequence at s (the Unicode standard's
+ * table 3-7), its code point in *cp; 0 when there is none. */
+static int utf8_len(const unsigned char *s, uint32_t *cp)
+{
+    static const struct {
+        unsigned char lo, hi, lo2, hi2; /* the first byte, the second */
+        int n;
+    } seqs[] = {
+        {0xc2, 0xdf, 0x80, 0xbf, 2}, {0xe0, 0xe0, 0xa0, 0xbf, 3}, {0xe1, 0xec, 0x80, 0xbf, 3},
+        {0xed, 0xed, 0x80, 0x9f, 3}, {0xee, 0xef, 0x80, 0xbf, 3}, {0xf0, 0xf0, 0x90, 0xbf, 4},
+        {0xf1, 0xf3, 0x80, 0xbf, 4}, {0xf4, 0xf4, 0x80, 0x8f, 4},
+    };
+    if (s[0] < 0x80) {
+        *cp = s[0];
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof seqs / sizeof seqs[0]; i++) {
+        if (s[0] < seqs[i].lo || s[0] > seqs[i].hi)
+            continue;
+        if (s[1] < seqs[i].lo2 || s[1] > seqs[i].hi2)
+            return 0;
+        *cp = s[0] & (0x7f >> seqs[i].n);
+        for (int k = 1; k < seqs[i].n; k++) {
+            if ((s[k] & 0xc0) != 0x80)
+                return 0;
+            *cp = *cp << 6 | (s[k] & 0x3f);
+        }
+        return seqs[i].n;
+    }
+    return 0;
+}
+
+/* text is valid UTF-8 and holds no control character (C0, DEL, C1) but
+ * line ends. */
+static void assert_clean_utf8(const char *text, const char *what)
+{
+    for (const unsigned char *p = (const unsigned char *)text; *p;) {
+        uint32_t cp;
+        int n = utf8_len(p, &cp);
+        cr_assert_gt(n, 0, "%s: not UTF-8 at byte %td: %.40s", what, (const char *)p - text,
+                     (const char *)p);
+        cr_assert(cp >= 0x20 || cp == '\n', "%s: control U+%04X at byte %td", what, cp,
+                  (const char *)p - text);
+        cr_assert(cp < 0x7f || cp > 0x9f, "%s: control U+%04X at byte %td", what, cp,
+                  (const char *)p - text);
+        p += n;
+    }
+}
+
+/* A JSON document in valid UTF-8, without escaped surrogates. */
+static const char *clean_json(const char *text, const char *what)
+{
+    assert_clean_utf8(text, what);
+    for (const char *p = strstr(text, "\\u"); p; p = strstr(p + 1, "\\u"))
+        cr_assert(strncasecmp(p + 2, "d8", 2) < 0 || strncasecmp(p + 2, "df", 2) > 0,
+                  "%s: an escaped surrogate: %.12s", what, p);
+    return j_doc(text);
+}
+
+/* Lock names as acquired, as JSON shows them and as text shows them. */
+static const struct {
+    const char *raw, *json, *text;
+} odd_names[] = {
+    {"cyr-\xd0\x91\xd0\xbe\xd0\xb1", "cyr-\xd0\x91\xd0\xbe\xd0\xb1",
+     "cyr-\xd0\x91\xd0\xbe\xd0\xb1"},
+    {"euro-\xe2\x82\xac", "euro-\xe2\x82\xac", "euro-\xe2\x82\xac"},
+    {"lock-\xf0\x9f\x94\x92", "lock-\xf0\x9f\x94\x92", "lock-\xf0\x9f\x94\x92"},
+    {"max-\xf4\x8f\xbf\xbf", "max-\xf4\x8f\xbf\xbf", "max-\xf4\x8f\xbf\xbf"},
+    {"ff-\xff\xfe", "ff-\\ufffd\\ufffd", "ff-??"},
+    {"lone-\x80", "lone-\\ufffd", "lone-?"},
+    {"overlong-\xc0\xaf", "overlong-\\ufffd\\ufffd", "overlong-??"},
+    {"nel-\xc2\x85", "nel-\\u0085", "nel-?"},
+    {"csi-\xc2\x9bm", "csi-\\u009bm", "csi-?m"},
+    {"surrogate-\xed\xa0\x80", "surrogate-\\ufffd\\ufffd\\ufffd", "surrogate-???"},
+    {"big-\xf4\x90\x80\x80", "big-\\ufffd\\ufffd\\ufffd\\ufffd", "big-????"},
+    {"cut-\xe2\x82", "cut-\\ufffd\\ufffd", "cut-??"},
+    {"quote-\"\\", "quote-\\\"\\\\", "quote-\"\\"},
+};
+#define NODD (sizeof odd_names / sizeof odd_names[0])
+
+/* A command name with C1 and C0 controls (ESC c resets a terminal), an
+ * invalid byte and a Cyrillic letter, as JSON and text show it (the agent
+ * turns C0 into '?' first). */
+#define ODD_COMM      "t\xc2\x85\xff\033c\xd0\x96"
+#define ODD_COMM_JSON "t\\u0085\\ufffd?c\xd0\x96"
+#define ODD_COMM_TEXT "t???c\xd0\x96"
+
+/* Starts a holder of name whose process is called ODD_COMM. */
+static void odd_comm_holder(struct h_holder *h, const char *name)
+{
+    char saved[16] = "";
+    cr_assert_eq(prctl(PR_GET_NAME, saved), 0);
+    cr_assert_eq(prctl(PR_SET_NAME, ODD_COMM), 0); /* the child inherits it */
+    h_holder_start(h, name, 30000);
+    cr_assert_eq(prctl(PR_SET_NAME, saved), 0);
+}
+
+/* The lease lines of a text table hold each odd name, as text shows it. */
+static void assert_text_names(const char *text, const char *what)
+{
+    assert_clean_utf8(text, what);
+    for (size_t i = 0; i < NODD; i++)
+        cr_assert_not_null(line_of(text, odd_names[i].text), "%s: no line for %s:\n%s", what,
+                           odd_names[i].text, text);
+    const char *line = line_of(text, "odd-comm");
+    cr_assert_not_null(line, "%s: no line for odd-comm:\n%s", what, text);
+    cr_assert(has_word(line, ODD_COMM_TEXT), "%s: command name not shown as %s: %.200s", what,
+              ODD_COMM_TEXT, line);
+}
+
+static void assert_json_names(const char *text, const char *what)
+{
+    const char *arr = j_leases(clean_json(text, what));
+    for (size_t i = 0; i < NODD; i++)
+        cr_assert_not_null(j_lease(arr, odd_names[i].json), "%s: %s not listed: %s", what,
+                           odd_names[i].json, text);
+    const char *l = j_lease(arr, "odd-comm");
+    cr_assert_not_null(l, "%s: odd-comm not listed", what);
+    cr_assert(j_is(j_must(l, "comm"), ODD_COMM_JSON), "%s: comm %.40s", what, j_must(l, "comm"));
+}
+
+ITEST(status, odd_bytes_in_names_give_valid_utf8_without_controls)
+{
+    start_agent();
+    struct h_cl *a = h_client();
+    for (size_t i = 0; i < NODD; i++)
+        h_must_acquire(a, odd_names[i].raw, 30000);
+    struct h_holder h;
+    odd_comm_holder(&h, "odd-comm");
+
+    QUERY("status", "--json");
+    assert_json_names(R.out, "status-json");
+    QUERY("leases", "--json");
+    assert_json_names(R.out, "leases-json");
+    QUERY("status");
+    assert_text_names(R.out, "status");
+    QUERY("leases");
+    assert_text_names(R.out, "leases");
+
+    /* What Redis holds, named by odd names, in text and JSON. */
+    char req[128], want[128];
+    for (size_t i = 0; i < NODD; i++) {
+        snprintf(req, sizeof req, "holder %s\n", odd_names[i].raw);
+        const char *ans = raw_query(req, strlen(req));
+        assert_clean_utf8(ans, req);
+        snprintf(want, sizeof want, "%s: held by pid %d (test_status)", odd_names[i].text,
+                 (int)getpid());
+        cr_assert(strncmp(ans, want, strlen(want)) == 0, "got: %s\nwant: %s", ans, want);
+        snprintf(req, sizeof req, "holder-json %s\n", odd_names[i].raw);
+        ans = raw_query(req, strlen(req));
+        cr_assert(j_is(j_must(clean_json(ans, req), "name"), odd_names[i].json), "%s", ans);
+    }
+    const char *ans = raw_query("holder odd-comm\n", 16);
+    assert_clean_utf8(ans, "holder odd-comm");
+    snprintf(want, sizeof want, "odd-comm: held by pid %d (%s)", (int)h.pid, ODD_COMM_TEXT);
+    cr_assert(strncmp(ans, want, strlen(want)) == 0, "got: %s\nwant: %s", ans, want);
+    ans = raw_query("holder-json odd-comm\n", 21);
+    cr_assert(j_is(j_must(clean_json(ans, "holder-json"), "comm"), ODD_COMM_JSON), "%s", ans);
+    cr_assert_eq(h_holder_release(&h), 0);
 }
