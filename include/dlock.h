@@ -55,7 +55,7 @@ extern "C" {
 #define DLOCK_ETIMEDOUT     (-8)  /* the wait ran out before the lock was free */
 #define DLOCK_ENAMETOOLONG  (-9)  /* lock name longer than the agent allows */
 #define DLOCK_EBADNAME      (-10) /* lock name empty or with forbidden bytes */
-#define DLOCK_ELIMIT        (-11) /* per-connection lease or waiter limit hit */
+#define DLOCK_ELIMIT        (-11) /* lease or waiter limit hit, per connection or per uid */
 #define DLOCK_ENOTFOUND     (-12) /* no such lease on this connection */
 #define DLOCK_ELOST         (-13) /* the lease was lost before it was released */
 #define DLOCK_EUNAVAIL      (-14) /* Redis is unreachable from the agent */
@@ -209,6 +209,13 @@ DLOCK_EXPORT dlock_client *dlock_lease_client(const dlock_lease *lease);
 
 /* A static English description of a DLOCK_E* code (or "unknown error"). */
 DLOCK_EXPORT const char *dlock_strerror(int err);
+
+/* Like dlock_strerror(), but in the agent's own words when the client's last
+ * request was refused by the agent with err: they may say more, such as which
+ * limit was hit ("per-uid lease limit (64) reached for uid 1000"). Call it
+ * right after the failed call, or in the acquire callback that got err.
+ * Borrowed: valid until the next call on the client. */
+DLOCK_EXPORT const char *dlock_client_strerror(const dlock_client *client, int err);
 
 /* The name of a state ("held", "jeopardy", "lost", "released"). */
 DLOCK_EXPORT const char *dlock_state_name(dlock_state state);

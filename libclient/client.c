@@ -35,6 +35,7 @@
 #define ACQUIRE_SLACK_MS   10000 /* beyond wait_ms before a blocking acquire gives up */
 #define FRAME_MAX          (WIRE_HDR_LEN + WIRE_MAX_BODY)
 #define READ_CHUNK         16384
+#define AGENT_MSG_MAX      256 /* an agent's error message kept, with its NUL */
 
 #define container_of(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
 
@@ -86,6 +87,10 @@ struct dlock_client {
     uint32_t default_ttl_ms;
     dlock_event_cb event_cb;
     void *event_arg;
+    /* The agent's message with the last error it answered a request of ours
+     * with, and that error; 0 once another request starts. */
+    int agent_err;
+    char agent_msg[AGENT_MSG_MAX];
     LIST_HEAD(, dlock_lease) leases;
     LIST_HEAD(, pending) pending;
     struct idmap leases_by_id, pending_by_id;
@@ -423,6 +428,8 @@ static int send_simple(dlock_client *c, enum req_kind kind, uint64_t lease_id, s
 {
     if (c->err)
         return DLOCK_EDISCONNECTED;
+    if (w)
+        c->agent_err = 0; /* a caller's request: older messages are not its */
     struct pending *p = pending_new(c, kind, NULL, 0);
     if (!p)
         return DLOCK_ENOMEM;
@@ -483,6 +490,19 @@ static int on_ok(dlock_client *c, const struct wire_hdr *h)
     return 0;
 }
 
+/* Keeps the agent's message for dlock_client_strerror(), truncated, with
+ * anything unprintable replaced: it may end up on a terminal. */
+static void keep_agent_msg(dlock_client *c, const struct wire_error *e)
+{
+    size_t n = e->msg_len < AGENT_MSG_MAX - 1 ? e->msg_len : AGENT_MSG_MAX - 1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)e->msg[i];
+        c->agent_msg[i] = ch < 0x20 || ch >= 0x7f ? '?' : (char)ch;
+    }
+    c->agent_msg[n] = '\0';
+    c->agent_err = n ? e->code : 0;
+}
+
 static int on_error(dlock_client *c, const struct wire_hdr *h, const uint8_t *body)
 {
     struct wire_error e;
@@ -494,6 +514,8 @@ static int on_error(dlock_client *c, const struct wire_hdr *h, const uint8_t *bo
     if (!p)
         return 0;
     pending_unlink(c, p);
+    if (!p->abandoned && e.code < 0)
+        keep_agent_msg(c, &e);
     pending_complete(c, p, e.code < 0 ? e.code : DLOCK_EPROTO, NULL);
     return 0;
 }
@@ -856,6 +878,8 @@ static int start_acquire(dlock_client *c, const char *name, const dlock_acquire_
     static const dlock_acquire_options defaults;
     if (!opts)
         opts = &defaults;
+    if (c)
+        c->agent_err = 0; /* an older message says nothing of this request */
     int rc = check_acquire(c, name, opts);
     if (rc != 0)
         return rc;
@@ -1033,4 +1057,11 @@ uint32_t dlock_lease_ttl_ms(const dlock_lease *lease)
 dlock_client *dlock_lease_client(const dlock_lease *lease)
 {
     return lease ? lease->client : NULL;
+}
+
+const char *dlock_client_strerror(const dlock_client *client, int err)
+{
+    if (client && err != 0 && client->agent_err == err)
+        return client->agent_msg;
+    return dlock_strerror(err);
 }

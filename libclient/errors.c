@@ -3,29 +3,29 @@
 
 /* Indexed by -code; the wire carries the same numbers, so keep the order. */
 static const char *const error_messages[] = {
-    "success",                                       /* DLOCK_OK */
-    "invalid argument",                              /* DLOCK_EINVAL */
-    "out of memory",                                 /* DLOCK_ENOMEM */
-    "cannot connect to the dlock agent",             /* DLOCK_ECONNECT */
-    "connection to the dlock agent lost",            /* DLOCK_EDISCONNECTED */
-    "protocol error",                                /* DLOCK_EPROTO */
-    "no common protocol version with the agent",     /* DLOCK_EVERSION */
-    "lock is held elsewhere",                        /* DLOCK_EBUSY */
-    "timed out waiting for the lock",                /* DLOCK_ETIMEDOUT */
-    "lock name too long",                            /* DLOCK_ENAMETOOLONG */
-    "invalid lock name",                             /* DLOCK_EBADNAME */
-    "too many leases or waiters on this connection", /* DLOCK_ELIMIT */
-    "no such lease",                                 /* DLOCK_ENOTFOUND */
-    "lease lost",                                    /* DLOCK_ELOST */
-    "Redis is unreachable",                          /* DLOCK_EUNAVAIL */
-    "unexpected error from Redis",                   /* DLOCK_EBACKEND */
-    "Redis is out of memory",                        /* DLOCK_EOOM */
-    "Redis is a read-only replica",                  /* DLOCK_EREADONLY */
-    "Redis is loading its dataset",                  /* DLOCK_ELOADING */
-    "Redis refused the agent's credentials",         /* DLOCK_EAUTH */
-    "the dlock agent is shutting down",              /* DLOCK_ESHUTDOWN */
-    "the lease reached its maximum hold time",       /* DLOCK_EHOLDLIMIT */
-    "the holder did not touch the lease in time",    /* DLOCK_ESTALLED */
+    "success",                                    /* DLOCK_OK */
+    "invalid argument",                           /* DLOCK_EINVAL */
+    "out of memory",                              /* DLOCK_ENOMEM */
+    "cannot connect to the dlock agent",          /* DLOCK_ECONNECT */
+    "connection to the dlock agent lost",         /* DLOCK_EDISCONNECTED */
+    "protocol error",                             /* DLOCK_EPROTO */
+    "no common protocol version with the agent",  /* DLOCK_EVERSION */
+    "lock is held elsewhere",                     /* DLOCK_EBUSY */
+    "timed out waiting for the lock",             /* DLOCK_ETIMEDOUT */
+    "lock name too long",                         /* DLOCK_ENAMETOOLONG */
+    "invalid lock name",                          /* DLOCK_EBADNAME */
+    "lease or waiter limit reached",              /* DLOCK_ELIMIT */
+    "no such lease",                              /* DLOCK_ENOTFOUND */
+    "lease lost",                                 /* DLOCK_ELOST */
+    "Redis is unreachable",                       /* DLOCK_EUNAVAIL */
+    "unexpected error from Redis",                /* DLOCK_EBACKEND */
+    "Redis is out of memory",                     /* DLOCK_EOOM */
+    "Redis is a read-only replica",               /* DLOCK_EREADONLY */
+    "Redis is loading its dataset",               /* DLOCK_ELOADING */
+    "Redis refused the agent's credentials",      /* DLOCK_EAUTH */
+    "the dlock agent is shutting down",           /* DLOCK_ESHUTDOWN */
+    "the lease reached its maximum hold time",    /* DLOCK_EHOLDLIMIT */
+    "the holder did not touch the lease in time", /* DLOCK_ESTALLED */
     "the agent's boot-time clock differs from ours (another time namespace?)", /* ECLOCK */
     "no majority of the Redis nodes is reachable and counting",                /* DLOCK_ENOQUORUM */
     "the agent's policy does not allow this lock name for this user",          /* DLOCK_EDENIED */

@@ -56,6 +56,39 @@ ITEST(agent_cli, check_rejects_bad_config)
     cr_assert_eq(run_agent(argv3, h_path("bad3.out")), 2);
 }
 
+ITEST(agent_cli, check_rejects_out_of_range_values_naming_the_range)
+{
+    /* Values that parse but would break the agent: no acquire could ever
+     * wait, or each connection would map gigabytes for its lease page. */
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"[agent]\nmax_waiters_per_conn = 0\n",
+         "max_waiters_per_conn = 0: must be between 1 and 1000000"},
+        {"[agent]\nmax_leases_per_conn = 4294967295\n",
+         "max_leases_per_conn = 4294967295: must be between 1 and 1000000"},
+        {"[redis]\ncommand_timeout_ms = 99\n", "command_timeout_ms = 99: must be between 100"},
+        {"[policy]\nmax_leases_per_uid = 100000001\n", "between 0 and 100000000 (0: no limit)"},
+    };
+    char conf[H_PATH + 64]; /* h_path()'s buffers are reused */
+    snprintf(conf, sizeof conf, "%s", h_path("range.conf"));
+    char *argv[] = {DLOCKD_PATH, "-n", "-c", conf, NULL};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_file(conf, bad[i].text);
+        char out[64];
+        snprintf(out, sizeof out, "range%zu.out", i);
+        cr_assert_eq(run_agent(argv, h_path(out)), 2, "accepted: %s", bad[i].text);
+        const char *text = h_read_file(h_path(out));
+        cr_assert(text && strstr(text, bad[i].want), "for %s: '%s' lacks '%s'", bad[i].text,
+                  text ? text : "", bad[i].want);
+    }
+    /* The bounds themselves pass. */
+    write_file(conf, "[agent]\nmax_waiters_per_conn = 1\nmax_leases_per_conn = 1000000\n"
+                     "[redis]\ncommand_timeout_ms = 100\n");
+    cr_assert_eq(run_agent(argv, h_path("range-ok.out")), 0, "%s",
+                 h_read_file(h_path("range-ok.out")));
+}
+
 /* Reads the socket path from the agent's "export DLOCK_SOCKET=" line. */
 static int dev_socket(const char *out, char *sock, size_t cap)
 {

@@ -852,7 +852,13 @@ Test(validate, ttl_ranges)
     EXPECT_VALID(c_.min_ttl_ms = c_.max_ttl_ms = c_.default_ttl_ms = 1000);
     EXPECT_VALID(c_.default_ttl_ms = c_.min_ttl_ms);
     EXPECT_VALID(c_.default_ttl_ms = c_.max_ttl_ms);
-    EXPECT_VALID(c_.max_ttl_ms = UINT32_MAX);
+    EXPECT_VALID(c_.max_ttl_ms = 604800000);
+    EXPECT_INVALID("max_ttl_ms = 604800001: must be between 10 and 604800000",
+                   c_.max_ttl_ms = 604800001);
+    /* Bounded by the others, the message gives the values they allow. */
+    EXPECT_INVALID("default_ttl_ms = 29: must be between 30 and 86400000", c_.default_ttl_ms = 29);
+    EXPECT_INVALID("min_ttl_ms = 5000: must not exceed max_ttl_ms (4000)", c_.min_ttl_ms = 5000,
+                   c_.max_ttl_ms = 4000, c_.default_ttl_ms = 4000);
 }
 
 /* n distinct nodes (same host, ports 7000 + i). */
@@ -895,7 +901,8 @@ Test(validate, a_node_listed_twice)
 
 Test(validate, node_timeout_below_min_ttl_in_quorum_mode)
 {
-    EXPECT_INVALID("node_timeout_ms", nodes_n(&c_, 3), c_.node_timeout_ms = 30);
+    EXPECT_INVALID("node_timeout_ms = 30: must be between 1 and 29", nodes_n(&c_, 3),
+                   c_.node_timeout_ms = 30);
     EXPECT_INVALID("node_timeout_ms", nodes_n(&c_, 3), c_.node_timeout_ms = 0);
     EXPECT_VALID(nodes_n(&c_, 3), c_.node_timeout_ms = 29);
     EXPECT_VALID(nodes_n(&c_, 3), c_.node_timeout_ms = 300, c_.min_ttl_ms = 400);
@@ -905,7 +912,9 @@ Test(validate, node_timeout_below_min_ttl_in_quorum_mode)
 
 Test(validate, renew_fraction_range)
 {
-    EXPECT_INVALID("renew_fraction", c_.renew_fraction = 0.049);
+    EXPECT_INVALID("renew_fraction = 0.049: must be between 0.05 and 0.8",
+                   c_.renew_fraction = 0.049);
+    EXPECT_INVALID("renew_fraction = 0.81: must be between 0.05 and 0.8", c_.renew_fraction = 0.81);
     EXPECT_INVALID("renew_fraction", c_.renew_fraction = 0.0);
     EXPECT_INVALID("renew_fraction", c_.renew_fraction = -0.5);
     EXPECT_INVALID("renew_fraction", c_.renew_fraction = 0.81);
@@ -928,22 +937,143 @@ Test(validate, max_name_len_range)
 
 Test(validate, reconnect_backoff)
 {
-    EXPECT_INVALID("reconnect_min_ms", c_.reconnect_min_ms = 3000, c_.reconnect_max_ms = 2000);
+    EXPECT_INVALID("reconnect_min_ms = 3000: must not exceed reconnect_max_ms (2000)",
+                   c_.reconnect_min_ms = 3000, c_.reconnect_max_ms = 2000);
     EXPECT_INVALID("reconnect_min_ms", c_.reconnect_min_ms = 0);
     EXPECT_VALID(c_.reconnect_min_ms = c_.reconnect_max_ms = 500);
-    EXPECT_VALID(c_.reconnect_min_ms = 1);
+    EXPECT_VALID(c_.reconnect_min_ms = 10);
 }
 
 Test(validate, other_minimums)
 {
     EXPECT_INVALID("max_connections", c_.max_connections = 0);
     EXPECT_INVALID("max_leases_per_conn", c_.max_leases_per_conn = 0);
+    EXPECT_INVALID("max_waiters_per_conn", c_.max_waiters_per_conn = 0);
     EXPECT_INVALID("retry_fallback_ms", c_.retry_fallback_ms = 0);
-    EXPECT_INVALID("timeouts", c_.connect_timeout_ms = 0);
-    EXPECT_INVALID("timeouts", c_.command_timeout_ms = 0);
+    EXPECT_INVALID("connect_timeout_ms", c_.connect_timeout_ms = 0);
+    EXPECT_INVALID("command_timeout_ms", c_.command_timeout_ms = 0);
     EXPECT_INVALID("socket", c_.socket[0] = '\0');
-    EXPECT_VALID(c_.max_connections = 1, c_.max_leases_per_conn = 1, c_.retry_fallback_ms = 1,
-                 c_.connect_timeout_ms = 1, c_.command_timeout_ms = 1);
+    EXPECT_VALID(c_.max_connections = 1, c_.max_leases_per_conn = 1, c_.max_waiters_per_conn = 1,
+                 c_.retry_fallback_ms = 10, c_.connect_timeout_ms = 100,
+                 c_.command_timeout_ms = 100);
+}
+
+/* A numeric setting and its allowed values. The bounds of some depend on
+ * other settings: `lo_with` and `hi_with` ("key=value ...", same section)
+ * set those so that the bound itself is allowed. */
+struct bounded {
+    const char *section, *key;
+    uint32_t lo, hi;
+    const char *lo_with, *hi_with;
+};
+
+#define WEEK_MS 604800000u
+static const struct bounded bounded[] = {
+    {"agent", "default_ttl_ms", 10, WEEK_MS, "min_ttl_ms=10", "max_ttl_ms=604800000"},
+    {"agent", "min_ttl_ms", 10, WEEK_MS, NULL, "max_ttl_ms=604800000 default_ttl_ms=604800000"},
+    {"agent", "max_ttl_ms", 10, WEEK_MS, "min_ttl_ms=10 default_ttl_ms=10", NULL},
+    {"agent", "retry_fallback_ms", 10, 60000, NULL, NULL},
+    {"agent", "max_name_len", 1, 1024, NULL, NULL},
+    {"agent", "max_leases_per_conn", 1, 1000000, NULL, NULL},
+    {"agent", "max_waiters_per_conn", 1, 1000000, NULL, NULL},
+    {"agent", "max_connections", 1, 65536, NULL, NULL},
+    {"agent", "shutdown_timeout_ms", 0, 60000, NULL, NULL},
+    {"agent", "outage_wait_ms", 0, 3600000, NULL, NULL},
+    {"agent", "default_max_hold_ms", 0, WEEK_MS, NULL, NULL},
+    {"agent", "max_hold_limit_ms", 0, WEEK_MS, NULL, NULL},
+    {"agent", "default_progress_ms", 0, WEEK_MS, NULL, NULL},
+    {"agent", "progress_limit_ms", 0, WEEK_MS, NULL, NULL},
+    {"redis", "connect_timeout_ms", 100, 60000, NULL, NULL},
+    {"redis", "command_timeout_ms", 100, 60000, NULL, NULL},
+    {"redis", "reconnect_min_ms", 10, 60000, NULL, "reconnect_max_ms=60000"},
+    {"redis", "reconnect_max_ms", 10, 60000, "reconnect_min_ms=10", NULL},
+    {"redis", "node_timeout_ms", 1, 60000, NULL, NULL},
+    {"redis", "database", 0, 1000000, NULL, NULL},
+    {"policy", "max_leases_per_uid", 0, 100000000, NULL, NULL},
+    {"policy", "max_waiters_per_uid", 0, 100000000, NULL, NULL},
+    {"policy", "max_connections_per_uid", 0, 65536, NULL, NULL},
+};
+
+/* Sets key to v over the defaults (and b's companions for that bound), as
+ * a file would, then validates: NULL when accepted, else the message. */
+static const char *try_value(const struct bounded *b, uint32_t v, const char *with)
+{
+    static char err[512];
+    struct config c;
+    config_defaults(&c);
+    char buf[200], text[16];
+    snprintf(buf, sizeof buf, "%s", with ? with : "");
+    for (char *save = NULL, *kv = strtok_r(buf, " ", &save); kv; kv = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(kv, '=');
+        cr_assert_not_null(eq);
+        *eq = '\0';
+        expect_good(&c, b->section, kv, eq + 1);
+    }
+    snprintf(text, sizeof text, "%u", (unsigned)v);
+    err[0] = '\0';
+    if (config_set(&c, b->section, b->key, text, err, sizeof err) != 0 ||
+        config_validate(&c, err, sizeof err) != 0)
+        return err;
+    return NULL;
+}
+
+/* Refused, with a message naming the setting, the value and the range. */
+static void expect_out_of_range(const struct bounded *b, uint32_t v, const char *with)
+{
+    const char *err = try_value(b, v, with);
+    cr_assert_not_null(err, "[%s] %s = %u accepted", b->section, b->key, (unsigned)v);
+    char want[128];
+    snprintf(want, sizeof want, "between %u and %u", (unsigned)b->lo, (unsigned)b->hi);
+    cr_assert(strstr(err, b->key) && strstr(err, want), "[%s] %s = %u: message '%s' lacks '%s'",
+              b->section, b->key, (unsigned)v, err, want);
+    snprintf(want, sizeof want, "%u", (unsigned)v);
+    cr_assert_not_null(strstr(err, want), "message '%s' lacks the value %s", err, want);
+}
+
+Test(validate, every_bound_is_allowed_and_one_beyond_is_refused)
+{
+    for (size_t i = 0; i < sizeof bounded / sizeof bounded[0]; i++) {
+        const struct bounded *b = &bounded[i];
+        const char *err = try_value(b, b->lo, b->lo_with);
+        cr_assert_null(err, "[%s] %s = %u refused: %s", b->section, b->key, (unsigned)b->lo, err);
+        err = try_value(b, b->hi, b->hi_with);
+        cr_assert_null(err, "[%s] %s = %u refused: %s", b->section, b->key, (unsigned)b->hi, err);
+        if (b->lo > 0)
+            expect_out_of_range(b, b->lo - 1, b->lo_with);
+        expect_out_of_range(b, b->hi + 1, b->hi_with);
+    }
+}
+
+Test(validate, zero_says_what_it_means)
+{
+    EXPECT_VALID(c_.policy.max_leases_per_uid = 0, c_.policy.max_waiters_per_uid = 0,
+                 c_.policy.max_connections_per_uid = 0, c_.outage_wait_ms = 0,
+                 c_.shutdown_timeout_ms = 0, c_.max_hold_limit_ms = 0);
+    EXPECT_INVALID("between 0 and 100000000 (0: no limit)",
+                   c_.policy.max_leases_per_uid = 100000001);
+    EXPECT_INVALID("between 0 and 604800000 (0: none)", c_.max_hold_limit_ms = 604800001);
+}
+
+Test(validate, hold_defaults_within_their_limits)
+{
+    EXPECT_INVALID("default_max_hold_ms = 600: must not exceed max_hold_limit_ms (400)",
+                   c_.default_max_hold_ms = 600, c_.max_hold_limit_ms = 400);
+    EXPECT_INVALID("default_progress_ms = 501: must not exceed progress_limit_ms (500)",
+                   c_.default_progress_ms = 501, c_.progress_limit_ms = 500);
+    EXPECT_VALID(c_.default_max_hold_ms = 400, c_.max_hold_limit_ms = 400);
+    EXPECT_VALID(c_.default_max_hold_ms = 600, c_.max_hold_limit_ms = 0);
+    EXPECT_VALID(c_.default_progress_ms = 0, c_.progress_limit_ms = 500);
+}
+
+Test(set, octal_modes_name_their_range)
+{
+    char err[512] = "";
+    struct config c;
+    config_defaults(&c);
+    cr_assert_eq(config_set(&c, "agent", "status_socket_mode", "01000", err, sizeof err), -1);
+    cr_assert(strstr(err, "status_socket_mode") && strstr(err, "01000") &&
+                  strstr(err, "between 0 and 0777"),
+              "%s", err);
 }
 
 Test(validate, message_is_truncated_safely)

@@ -192,6 +192,67 @@ ITEST(policy, per_uid_limits)
     cr_assert_eq(dlock_lease_release(w.lease), 0);
 }
 
+/* The agent's message with the last refusal on cl, through the library. */
+static const char *limit_message(const struct h_cl *cl)
+{
+    return dlock_client_strerror(cl->c, DLOCK_ELIMIT);
+}
+
+/* The agent's message for a per-uid limit of ours; kind: lease or waiter. */
+static const char *uid_limit(const char *kind, unsigned limit)
+{
+    static char text[128];
+    snprintf(text, sizeof text, "per-uid %s limit (%u) reached for uid %u", kind, limit,
+             (unsigned)geteuid());
+    return text;
+}
+
+ITEST(policy, limit_errors_name_the_limit_hit)
+{
+    h_start("max_leases_per_conn = 2\nmax_waiters_per_conn = 1\n"
+            "[policy]\nmax_leases_per_uid = 3\nmax_waiters_per_uid = 1\n");
+    struct h_cl *h = h_client(), *a = h_client(), *b = h_client();
+    dlock_lease *h1 = h_must_acquire(h, "h1", 30000), *h2 = h_must_acquire(h, "h2", 30000);
+    dlock_lease *l = NULL;
+    cr_assert_eq(h_acquire(h, "h3", 30000, 0, &l), DLOCK_ELIMIT);
+    cr_assert_str_eq(limit_message(h), "per-connection lease limit (2) reached");
+    /* a waits for h1: the uid has 3 leases and waiters, 1 of them waiting. */
+    struct h_acq w;
+    h_acquire_async(a, "h1", 30000, 20000, &w);
+    H_WAIT_UNTIL(2000, strstr(h_status_ask(0, "leases-json h1\n"), "\"waiters\":1"));
+    cr_assert_eq(h_acquire(a, "a2", 30000, 0, &l), DLOCK_ELIMIT);
+    cr_assert_str_eq(limit_message(a), "per-connection waiter limit (1) reached");
+    cr_assert_eq(h_acquire(b, "b1", 30000, 0, &l), DLOCK_ELIMIT);
+    cr_assert_str_eq(limit_message(b), uid_limit("lease", 3));
+    cr_assert_eq(dlock_lease_release(h2), 0);
+    cr_assert_eq(h_acquire(b, "b1", 30000, 0, &l), DLOCK_ELIMIT);
+    cr_assert_str_eq(limit_message(b), uid_limit("waiter", 1));
+    /* The agent's words are for the code it sent; other codes read as ever. */
+    cr_assert_str_eq(dlock_client_strerror(b->c, DLOCK_EBUSY), dlock_strerror(DLOCK_EBUSY));
+    cr_assert_eq(dlock_lease_release(h1), 0);
+    H_WAIT_UNTIL(3000, w.done);
+    cr_assert_eq(w.status, 0);
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+    /* A later request that succeeds leaves no stale message behind. */
+    l = h_must_acquire(b, "b2", 30000);
+    cr_assert_str_eq(limit_message(b), dlock_strerror(DLOCK_ELIMIT));
+    cr_assert_eq(dlock_lease_release(l), 0);
+}
+
+ITEST(policy, dlockctl_run_exits_73_on_a_limit_and_names_it)
+{
+    h_start("[policy]\nmax_leases_per_uid = 1\n");
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "first", 30000);
+    int st = h_ctl(5000, "-s", H.agent[0].sock, "run", "-n", "second", "--", "true", NULL);
+    cr_assert_eq(st, 73, "dlockctl run exit status %d", st);
+    const char *out = h_read_file(h_path("ctl.out"));
+    char want[200];
+    snprintf(want, sizeof want, "dlockctl: cannot lock second: %s", uid_limit("lease", 1));
+    cr_assert(out && strstr(out, want), "stderr '%s' lacks '%s'", out ? out : "", want);
+    cr_assert_eq(dlock_lease_release(l), 0);
+}
+
 ITEST(policy, dlockctl_run_exits_77_when_denied)
 {
     /* Root may take only the harness' probe lock here. */

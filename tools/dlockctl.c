@@ -23,6 +23,7 @@
 #define EXIT_USAGE       64 /* EX_USAGE */
 #define EXIT_UNAVAILABLE 69 /* EX_UNAVAILABLE: agent unreachable, backend error */
 #define EXIT_SOFTWARE    70 /* EX_SOFTWARE: internal error */
+#define EXIT_LIMIT       73 /* EX_CANTCREAT: a lease or waiter limit of the agent was hit */
 #define EXIT_TEMPFAIL    75 /* EX_TEMPFAIL: default for -E */
 #define EXIT_NOPERM      77 /* EX_NOPERM: the agent's policy refused the name */
 #define EXIT_LOST        79 /* the lease was lost while CMD ran */
@@ -78,7 +79,10 @@ static void usage(FILE *f)
                "       dlockctl [-S PATH] metrics\n"
                "       dlockctl [-S PATH] holder [--json] NAME\n"
                "       dlockctl -h | --help\n"
-               "       dlockctl -V | --version\n");
+               "       dlockctl -V | --version\n"
+               "run exits with CMD's status, else: 64 usage, 69 agent or Redis unavailable,\n"
+               "70 internal error, 73 lease or waiter limit hit, 75 lock taken (-E),\n"
+               "77 denied by policy, 79 lease lost, 126/127 CMD not runnable/found\n");
 }
 
 /* Prints "dlockctl: MSG[: ARG]" and the usage; returns the usage exit code. */
@@ -532,6 +536,8 @@ static int acquire_exit_code(int rc)
         return EXIT_SOFTWARE;
     case DLOCK_EDENIED:
         return EXIT_NOPERM;
+    case DLOCK_ELIMIT:
+        return EXIT_LIMIT;
     default:
         return EXIT_UNAVAILABLE;
     }
@@ -540,11 +546,16 @@ static int acquire_exit_code(int rc)
 /* Releases the lease after CMD exited and picks the exit code. */
 static int finish(struct run_state *st, const struct run_opts *o)
 {
-    int rc = dlock_lease_release(st->lease);
     if (st->lost) {
+        /* Nothing is left to give back that closing the connection does not
+         * give back: the agent releases every lease of a closed connection
+         * (by compare-and-delete) as soon as it runs. Asking for a release
+         * of a lease known lost would only make us wait for an agent that
+         * may be stopped or wedged, and whoever waits for our exit too. */
         announce_loss(st, o, st->lost_reason);
         return EXIT_LOST;
     }
+    int rc = dlock_lease_release(st->lease);
     if (rc != 0) {
         /* Lost, or no answer, at some moment we cannot place: CMD may have
          * run unprotected. */
@@ -571,7 +582,8 @@ static int run(const struct run_opts *o)
         if (code < 0) /* simply taken: silent, as flock -n is */
             code = o->conflict_exit;
         else
-            fprintf(stderr, "dlockctl: cannot lock %s: %s\n", o->name, dlock_strerror(rc));
+            fprintf(stderr, "dlockctl: cannot lock %s: %s\n", o->name,
+                    dlock_client_strerror(c, rc));
         dlock_client_close(c);
         return code;
     }
@@ -588,7 +600,7 @@ static int run(const struct run_opts *o)
         supervise(c, &st, o);
         code = st.child_done ? finish(&st, o) : EXIT_SOFTWARE;
     }
-    dlock_client_close(c); /* also gives back a lease still held */
+    dlock_client_close(c); /* also gives back a lease still held, or lost */
     return code;
 }
 
