@@ -1,5 +1,6 @@
 /* log.c -- leveled logging to stderr: one line per message, with a level
- * tag, and a rate limit per message kind so that a burst (a flood of
+ * tag (or, when stderr is the journal, the priority prefix journald reads),
+ * and a rate limit per message kind so that a burst (a flood of
  * refused connections, a failing accept) cannot fill the journal or keep
  * the loop busy writing. */
 #include "log.h"
@@ -9,10 +10,26 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static enum log_level current = LOG_INFO;
 static const char *const tags[] = {"error", "warn", "info", "debug"};
+/* syslog priorities (err, warning, info, debug), as sd-daemon(3) prefixes. */
+static const char prio[] = {'3', '4', '6', '7'};
+static bool to_journal;
+
+void log_detect_journal(void)
+{
+    /* systemd sets JOURNAL_STREAM to the device and inode of the stream it
+     * gave us; stderr is still that stream unless it was redirected. */
+    const char *js = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    struct stat st;
+    to_journal = js && sscanf(js, "%llu:%llu", &dev, &ino) == 2 && fstat(STDERR_FILENO, &st) == 0 &&
+                 (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
 
 void log_set_level(enum log_level level)
 {
@@ -73,12 +90,22 @@ static int fmt_stem(const char *fmt)
     return n;
 }
 
+/* The start of a line: the journal's priority prefix, or a text tag. */
+static void line_start(enum log_level level)
+{
+    if (to_journal)
+        fprintf(stderr, "<%c>", prio[level]);
+    else
+        fprintf(stderr, "dlockd[%s]: ", tags[level]);
+}
+
 static void summarize(struct kind *k)
 {
     if (!k->suppressed)
         return;
-    fprintf(stderr, "dlockd[%s]: suppressed %u similar message(s) (\"%.*s...\")\n", tags[k->level],
-            k->suppressed, fmt_stem(k->fmt), k->fmt);
+    line_start(k->level);
+    fprintf(stderr, "suppressed %u similar message(s) (\"%.*s...\")\n", k->suppressed,
+            fmt_stem(k->fmt), k->fmt);
     k->suppressed = 0;
     pending--;
 }
@@ -135,7 +162,8 @@ static void vlog(enum log_level level, const char *fmt, va_list ap)
 {
     char line[1024];
     vsnprintf(line, sizeof line, fmt, ap);
-    fprintf(stderr, "dlockd[%s]: %s\n", tags[level], line);
+    line_start(level);
+    fprintf(stderr, "%s\n", line);
 }
 
 void log_msg(enum log_level level, const char *fmt, ...)

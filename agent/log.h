@@ -7,6 +7,10 @@
 enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
 
 void log_set_level(enum log_level level);
+/* Checks whether stderr is the systemd journal ($JOURNAL_STREAM names it):
+ * lines then start with their priority as "<N>" (sd-daemon(3)), so that
+ * journalctl -p filters them; elsewhere they start with "dlockd[LEVEL]: ". */
+void log_detect_journal(void);
 enum log_level log_get_level(void);
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Lines of one kind (one format string) logged per second at most; the

@@ -220,6 +220,7 @@ int main(int argc, char **argv)
     static struct config cfg;
     if (parse_flags(argc, argv, &f) != 0 || build_config(&cfg, &f) != 0)
         return 2;
+    log_detect_journal();
     log_set_level((enum log_level)cfg.log_level);
     listener_fit_nofile(descriptors_needed(&cfg));
     if (f.check) {

@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -131,4 +132,38 @@ Test(log, levels_below_the_threshold_count_nothing)
     fake_ns += 1000000000ull;
     log_flush_suppressed();
     cr_assert_eq(lines_with("suppressed"), 0);
+}
+
+/* With stderr being the stream $JOURNAL_STREAM names, lines carry their
+ * syslog priority for journald; elsewhere the text tag. */
+Test(log, the_journal_gets_priorities)
+{
+    struct stat st;
+    cr_assert_eq(fstat(STDERR_FILENO, &st), 0);
+    char js[64];
+    snprintf(js, sizeof js, "%llu:%llu", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino);
+    setenv("JOURNAL_STREAM", js, 1);
+    log_detect_journal();
+    log_error("e %d", 1);
+    log_warn("w %d", 2);
+    log_info("i %d", 3);
+    log_debug("d %d", 4);
+    for (int i = 0; i < LOG_BURST + 1; i++)
+        log_warn("burst %d", i);
+    fake_ns += 1000000000ull;
+    log_flush_suppressed();
+    cr_assert_eq(lines_with("<3>e 1"), 1);
+    cr_assert_eq(lines_with("<4>w 2"), 1);
+    cr_assert_eq(lines_with("<6>i 3"), 1);
+    cr_assert_eq(lines_with("<7>d 4"), 1);
+    cr_assert_eq(lines_with("<4>suppressed 1 similar"), 1);
+    cr_assert_eq(lines_with("dlockd["), 0);
+    /* Another stream (a terminal, a file the output was redirected to). */
+    setenv("JOURNAL_STREAM", "1:1", 1);
+    log_detect_journal();
+    log_warn("plain %d", 5);
+    cr_assert_eq(lines_with("dlockd[warn]: plain 5"), 1);
+    unsetenv("JOURNAL_STREAM");
+    log_detect_journal();
 }
