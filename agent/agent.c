@@ -681,6 +681,7 @@ void agent_conn_gone(struct agent *a, struct conn *c)
 {
     if (c->nleases)
         log_info("client pid %d gone; releasing its %u lease(s)", (int)c->pid, c->nleases);
+    server_limits_changed(&a->server);
     conn_drop_all(a, c, 0);
 }
 

@@ -31,22 +31,29 @@ enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_COUNT };
  * that the nodes usually agree on the token. The per-name counter of earlier
  * versions (KEYS[4]) counts too, and is deleted: the mark, now above it,
  * carries it on. Both are read with pcall: a foreign value of another type
- * must not abort the script after SET NX took the lock. When taken: the
- * holder's remaining PTTL, negated. The token goes through string.format:
- * Lua's own number-to-string conversion keeps only 14 digits. */
+ * must not abort the script after SET NX took the lock; and only a whole
+ * number in [0, 2^53) counts, the range Lua's doubles hold exactly (our
+ * tokens, microseconds since 1970, are far below it): anything else (1e30,
+ * inf, a fraction) reads as 0, or the token would leave the range of a
+ * 64-bit reply. When taken: the holder's remaining PTTL, negated. The token
+ * goes through string.format: Lua's own number-to-string conversion keeps
+ * only 14 digits. */
+#define LUA_MARK                                                                                   \
+    "local function mark(k) local n = tonumber(redis.pcall('get', k)) "                            \
+    "if type(n) == 'number' and n >= 0 and n < 9007199254740992 and n % 1 == 0 "                   \
+    "then return n end return 0 end "
 static const char *const script_src[S_COUNT] = {
-    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
-    "local fence = tonumber(ARGV[3]) "
-    "if not fence then local t = redis.call('time') "
-    "fence = tonumber(t[1]) * 1000000 + tonumber(t[2]) end "
-    "for _, k in ipairs({KEYS[2], KEYS[4]}) do local v = redis.pcall('get', k) "
-    "local last = (type(v) == 'string' and tonumber(v)) or 0 "
-    "if last >= fence then fence = last + 1 end end "
-    "redis.call('set', KEYS[2], string.format('%d', fence)) "
-    "redis.call('del', KEYS[4]) "
-    "redis.call('set', KEYS[3], ARGV[4], 'PX', ARGV[2]) "
-    "return fence end "
-    "local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end return -t",
+    LUA_MARK "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+             "local fence = tonumber(ARGV[3]) "
+             "if not fence then local t = redis.call('time') "
+             "fence = tonumber(t[1]) * 1000000 + tonumber(t[2]) end "
+             "for _, k in ipairs({KEYS[2], KEYS[4]}) do local last = mark(k) "
+             "if last >= fence then fence = last + 1 end end "
+             "redis.call('set', KEYS[2], string.format('%d', fence)) "
+             "redis.call('del', KEYS[4]) "
+             "redis.call('set', KEYS[3], ARGV[4], 'PX', ARGV[2]) "
+             "return fence end "
+             "local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end return -t",
     /* Renew: compare-and-pexpire, the holder record too. */
     "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[2], ARGV[2]) "
     "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0",
@@ -60,11 +67,9 @@ static const char *const script_src[S_COUNT] = {
     "return 1 end return 0",
     /* Fence (quorum mode): while the key is ours, raise the slot's
      * high-water mark to the grant's token. */
-    "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end "
-    "local v = redis.pcall('get', KEYS[2]) "
-    "local last = (type(v) == 'string' and tonumber(v)) or 0 "
-    "if last < tonumber(ARGV[2]) then "
-    "redis.call('set', KEYS[2], ARGV[2]) end return 1",
+    LUA_MARK "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end "
+             "if mark(KEYS[2]) < tonumber(ARGV[2]) then "
+             "redis.call('set', KEYS[2], ARGV[2]) end return 1",
     /* Lookup (for operators): the value, the holder record, the PTTL. A
      * value of another type than string reads as empty. */
     "local v = redis.pcall('get', KEYS[1]) local h = redis.pcall('get', KEYS[2]) "
@@ -211,7 +216,10 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
             note_error(b, err, rep->str);
             log_warn("%s: %s", b->label, rep->str);
         }
-    } else if (rep->type == REDIS_REPLY_INTEGER) {
+    } else if (rep->type == REDIS_REPLY_INTEGER && rep->integer > -(1ll << 53) &&
+               rep->integer < (1ll << 53)) {
+        /* Tokens, PTTLs and flags: a value out of that range is no answer
+         * of ours (and could not be negated safely). */
         result = rep->integer;
     } else if (c->script == S_LOOKUP && rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
                rep->element[2]->type == REDIS_REPLY_INTEGER) {

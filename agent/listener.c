@@ -28,17 +28,23 @@ static void reserve_take(void)
 }
 
 /* Accepts and closes up to ACCEPT_BATCH pending peers with the reserve
- * descriptor (just one when no reserve could be kept). */
+ * descriptor. The reserve may be lost in between (another thread of ours,
+ * or another process under ENFILE, takes the freed slot): it is taken again
+ * at every pause, and without it one accept is still tried. */
 static void shed_pending(struct listener *l)
 {
-    for (int i = 0; i < ACCEPT_BATCH && reserve_fd >= 0; i++) {
-        close(reserve_fd);
-        reserve_fd = -1;
+    reserve_take();
+    for (int i = 0; i < ACCEPT_BATCH; i++) {
+        bool had = reserve_fd >= 0;
+        if (had) {
+            close(reserve_fd);
+            reserve_fd = -1;
+        }
         int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd >= 0)
             close(fd);
         reserve_take();
-        if (fd < 0)
+        if (fd < 0 || !had)
             break;
     }
 }
@@ -46,12 +52,14 @@ static void shed_pending(struct listener *l)
 static void on_pause_over(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct listener *l = w->data;
+    reserve_take();
     if (l->active)
         ev_io_start(loop, &l->io);
 }
 
-/* Out of descriptors or memory: turn the pending peers away and stop
- * watching the listener for a moment. */
+/* Out of descriptors or memory, or another error: turn the pending peers
+ * away (when descriptors ran out) and stop watching the listener for a
+ * moment. */
 static void pause_accepting(struct listener *l, int err)
 {
     struct rlimit rl = {0};
@@ -77,10 +85,11 @@ static void on_acceptable(struct ev_loop *loop, ev_io *w, int revents)
         }
         if (errno == EINTR || errno == ECONNABORTED)
             continue;
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        /* Any other error may last (descriptors, memory, a security
+         * module refusing a peer that stays in the backlog): a listener
+         * that stays readable must not be watched meanwhile. */
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
             pause_accepting(l, errno);
-        else if (errno != EAGAIN && errno != EWOULDBLOCK)
-            log_warn("%s: accept: %s", l->what, strerror(errno));
         return;
     }
 }

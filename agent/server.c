@@ -374,6 +374,10 @@ static void conn_close(struct conn *c)
 static void on_handshake_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct conn *c = w->data;
+    if (!conn_has_room(c) && c->in.len)
+        return; /* its HELLO waits for its uid's unread replies: the uid's
+                   own doing, bounded by its connection cap; the timer
+                   repeats */
     log_warn("client pid %d uid %d: no hello within %u ms; closing its connection", (int)c->pid,
              (int)c->uid, c->srv->cfg->handshake_timeout_ms);
     conn_close(c);
@@ -426,7 +430,8 @@ static void conn_new(void *arg, int fd)
     c->page.fds[0] = c->page.fds[1] = -1;
     ev_io_init(&c->rio, on_readable, fd, EV_READ);
     ev_io_init(&c->wio, on_writable, fd, EV_WRITE);
-    ev_timer_init(&c->handshake, on_handshake_timeout, s->cfg->handshake_timeout_ms / 1000.0, 0.0);
+    double hs = s->cfg->handshake_timeout_ms / 1000.0;
+    ev_timer_init(&c->handshake, on_handshake_timeout, hs, hs);
     c->rio.data = c->wio.data = c->handshake.data = c;
     ev_timer_start(s->loop, &c->handshake);
     LIST_INSERT_HEAD(&s->conns, c, link);
@@ -436,6 +441,17 @@ static void conn_new(void *arg, int fd)
     u->nconns++;
     conn_update_reading(c);
     log_debug("client pid %d uid %d gid %d connected", (int)c->pid, (int)c->uid, (int)c->gid);
+}
+
+void server_limits_changed(struct server *s)
+{
+    /* A connection stopped for its uid's output cap is woken when the uid
+     * drops under the cap; after a raise of the cap it may be under it
+     * already, with nothing left to drop. */
+    struct conn *c;
+    LIST_FOREACH(c, &s->conns, link)
+    if (!c->reading && !c->closing)
+        mark_dirty(c);
 }
 
 int server_open(struct server *s, struct ev_loop *loop, struct agent *a, const struct config *cfg)

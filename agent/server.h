@@ -78,6 +78,9 @@ int server_open(struct server *s, struct ev_loop *loop, struct agent *a, const s
 void server_stop_listening(struct server *s);
 /* Writes every connection's queued output: once per loop turn. */
 void server_flush(struct server *s);
+/* After the limits changed (a reload): connections that stopped reading for
+ * a cap get a turn to go on. */
+void server_limits_changed(struct server *s);
 /* Flushes and closes every connection (agent_conn_gone is called for each). */
 void server_close_all(struct server *s);
 

@@ -380,6 +380,34 @@ ITEST(abuse, a_uid_back_under_its_cap_is_served_again)
     cr_assert_eq(h.id, 7);
 }
 
+/* A reload that raises the cap lets the waiting connections of a uid go on
+ * at once: no connection is left unread for good. */
+ITEST(abuse, a_raised_cap_takes_effect_at_reload)
+{
+    h_start("[policy]\nmax_output_per_uid = 65536");
+    int a = h_raw_connect(0), b = h_raw_connect(0);
+    h_raw_hello(a);
+    h_raw_hello(b);
+    fcntl(a, F_SETFL, O_NONBLOCK);
+    for (;;) {
+        peer_flood_pings(a, 8u << 20);
+        struct pollfd pa = {.fd = a, .events = POLLOUT};
+        if (poll(&pa, 1, 1000) == 0)
+            break;
+    }
+    struct wire_buf buf = {0};
+    wire_put_empty(&buf, 7, WIRE_T_PING);
+    cr_assert_eq(h_raw_send_buf(b, &buf), 0);
+    /* a never reads; the cap goes up to 64 MiB, far above what a holds. */
+    h_agent_config(0, "[policy]\nmax_output_per_uid = 67108864", NULL);
+    cr_assert_eq(kill(H.agent[0].pid, SIGHUP), 0);
+    struct wire_hdr h;
+    uint8_t body[WIRE_MAX_BODY];
+    cr_assert_eq(h_raw_read_frame(b, 20000, &h, body, sizeof body), 1,
+                 "b was not answered after the cap was raised");
+    cr_assert_eq(h.id, 7);
+}
+
 /* ---- handshake and per-uid connections ---- */
 
 /* A peer that connects and says nothing is closed after the handshake

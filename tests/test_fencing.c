@@ -253,6 +253,30 @@ ITEST(fencing, mark_ahead_of_the_clock_still_grows_for_every_name_of_the_slot)
     cr_assert_eq(mark_value(mate), ahead + 3);
 }
 
+/* A mark that is no token of ours (someone wrote a huge, fractional or
+ * non-numeric value, or a value of another type) reads as 0: the grant takes
+ * its token from the clock, writes a sane mark, and the lock is ours, not
+ * "taken by someone else" with our own key left behind. */
+ITEST(fencing, a_foreign_mark_reads_as_zero)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    static const char *const junk[] = {"1e30", "inf", "-5", "12.5", "9007199254740993", "x"};
+    for (size_t i = 0; i < sizeof junk / sizeof junk[0]; i++) {
+        freeReplyObject(h_redis_cmd("SET %s %s", hw_key("junk"), junk[i]));
+        uint64_t before = redis_time_us();
+        uint64_t f = take(a, "junk", 5000, NULL);
+        cr_assert_geq(f, before, "mark %s: fence %" PRIu64 " below the clock", junk[i], f);
+        cr_assert_lt(f, 1ull << 53, "mark %s: fence %" PRIu64, junk[i], f);
+        cr_assert_eq(mark_value("junk"), f, "mark %s was not replaced", junk[i]);
+        H_KEY_GONE(h_key("junk"));
+    }
+    freeReplyObject(h_redis_cmd("DEL %s", hw_key("junk")));
+    freeReplyObject(h_redis_cmd("LPUSH %s x", hw_key("junk")));
+    uint64_t f = take(a, "junk", 5000, NULL);
+    cr_assert_gt(f, 0);
+}
+
 ITEST(fencing, names_share_the_mark_of_their_slot_only)
 {
     h_start(NULL);
