@@ -659,6 +659,7 @@ static void conn_drop_all(struct agent *a, struct conn *c, int reason)
 
 void agent_policy_changed(struct agent *a)
 {
+    server_limits_changed(&a->server);
     struct conn *c;
     LIST_FOREACH(c, &a->server.conns, link)
     {
@@ -681,7 +682,6 @@ void agent_conn_gone(struct agent *a, struct conn *c)
 {
     if (c->nleases)
         log_info("client pid %d gone; releasing its %u lease(s)", (int)c->pid, c->nleases);
-    server_limits_changed(&a->server);
     conn_drop_all(a, c, 0);
 }
 
