@@ -41,6 +41,9 @@ struct backend_node {
     char last_error_text[160]; /* what Redis or the connection said */
     uint64_t excluded_until;   /* agent clock (CLOCK_BOOTTIME) ns: no quorum counts it before */
     char run_id[41];           /* the server's run id, empty before the first INFO */
+    /* Quorum mode: appendonly yes with appendfsync always, as its last command
+     * link read it: a restart loses no acknowledged write, so none excludes it. */
+    bool durable;
 };
 
 /* What the store holds for a lock name right now: the lock key's value (a

@@ -9,9 +9,11 @@
  * holds our key), and the grant needs a majority holding a counter at least
  * that high (docs/fencing.md has the proof). Renewal needs a majority too;
  * release goes to every node. Nodes that restarted recently count toward no
- * quorum (backend_redis_counts). */
+ * quorum (backend_redis_counts); an acquire refused for that says so in the
+ * log, once every few seconds. */
 #include "backend_quorum.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
@@ -79,7 +81,12 @@ struct qb {
     TAILQ_HEAD(, qop) timed; /* open acquire phases, by expiry */
     ev_timer timer;
     bool closing;
+    uint64_t excl_logged; /* when a refusal for excluded nodes was last logged */
 };
+
+/* Refusals for excluded nodes come with every retry of every waiter: one
+ * line this often says it all. */
+#define EXCL_LOG_EVERY_NS (5 * NS_PER_SEC)
 
 static void on_node_reply(void *arg, int err, long long result);
 
@@ -220,6 +227,20 @@ static void acquire_fence(struct qop *op)
         op_time(op);
 }
 
+/* An acquire without a quorum while nodes are excluded: the operator learns
+ * why, and when it will change. */
+static void log_excluded(const struct qop *op)
+{
+    struct qb *q = op->qb;
+    uint64_t now = now_ns();
+    char why[160];
+    if ((q->excl_logged && now - q->excl_logged < EXCL_LOG_EVERY_NS) ||
+        !backend_quorum_excluded(&q->base, now, why, sizeof why))
+        return;
+    q->excl_logged = now;
+    log_info("quorum: acquire of %s refused: %s", op->name, why);
+}
+
 static void acquire_decide(struct qop *op)
 {
     switch (op_verdict(op, op->phase == 1)) {
@@ -244,6 +265,7 @@ static void acquire_decide(struct qop *op)
     }
     log_debug("quorum: acquire of %s: no majority%s", op->name,
               op->phase == 2 ? " confirmed the fencing token" : "");
+    log_excluded(op);
     op_finish(op, DLOCK_ENOQUORUM, 0);
 }
 
@@ -509,6 +531,26 @@ static const struct backend_ops q_ops = {
     .nodes = q_nodes,
     .destroy = q_destroy,
 };
+
+bool backend_quorum_excluded(const struct backend *be, uint64_t now, char *buf, size_t len)
+{
+    struct backend_node nodes[QMAX];
+    size_t n = be->ops->nodes(be, nodes, QMAX);
+    unsigned excluded = 0;
+    uint64_t first = 0;
+    for (size_t i = 0; i < n && i < QMAX; i++) {
+        if (nodes[i].excluded_until <= now)
+            continue;
+        if (!excluded++ || nodes[i].excluded_until < first)
+            first = nodes[i].excluded_until;
+    }
+    if (!excluded)
+        return false;
+    snprintf(buf, len,
+             "%u of %zu nodes are excluded after a (re)start; the first joins quorums in %llu s",
+             excluded, n, (unsigned long long)((first - now + NS_PER_SEC - 1) / NS_PER_SEC));
+    return true;
+}
 
 /* ---- node events, passed on ---- */
 

@@ -1,8 +1,8 @@
 /* backend_redis.c -- single-node Redis backend: one pipelined command
  * connection and one pub/sub connection, Lua scripts called with EVALSHA,
  * command timeouts, reconnection with exponential backoff and jitter, and
- * the node's health: its run id, the exclusion after a restart (quorum mode),
- * round-trip time and last error. */
+ * the node's health: its run id, its persistence and the exclusion after a
+ * restart (quorum mode), round-trip time and last error. */
 #include "backend_redis.h"
 
 #include <hiredis/adapters/libev.h>
@@ -135,7 +135,14 @@ struct rb {
     char last_error_text[160];
     uint64_t excluded_until;
     char run_id[41];
+    ev_timer join;        /* at the end of the exclusion, to say so */
+    uint8_t link_persist; /* P_* bits: what CONFIG GET said on this command link */
+    bool durable;         /* appendonly yes, appendfsync always (quorum mode) */
+    bool config_refused;  /* CONFIG GET was refused once: logged then only */
 };
+
+/* The answers of CONFIG GET appendonly and appendfsync. */
+enum { P_AOF = 1, P_ALWAYS = 2, P_REFUSED = 4 };
 
 static void rconn_connect(struct rconn *rc);
 static void rconn_kill(struct rconn *rc, const char *why);
@@ -439,6 +446,7 @@ static size_t rb_nodes(const struct backend *be, struct backend_node *out, size_
     memcpy(out->last_error_text, b->last_error_text, sizeof out->last_error_text);
     out->excluded_until = b->excluded_until;
     memcpy(out->run_id, b->run_id, sizeof out->run_id);
+    out->durable = b->durable;
     return 1;
 }
 
@@ -494,11 +502,89 @@ static void info_field(const char *info, const char *field, char *out, size_t ca
     }
 }
 
+/* CONFIG GET appendonly / appendfsync (priv: which), sent before INFO on
+ * every command link in quorum mode. A refusal (an ACL without CONFIG, a
+ * renamed command) or an unknown answer leaves the node one that may lose
+ * writes: the safe side. */
+static void on_persistence(redisAsyncContext *ac, void *r, void *priv)
+{
+    struct rconn *rc = ac->data;
+    struct rb *b = rc->rb;
+    const redisReply *rep = r;
+    const char *param = priv;
+    if (!rep || rc->setup_left < 0)
+        return;
+    if (rep->type == REDIS_REPLY_ERROR) {
+        if (!b->config_refused)
+            log_warn("%s: CONFIG GET %s refused (%s): taken for a node that may lose acknowledged "
+                     "writes, kept out of quorums after a (re)start",
+                     b->label, param, rep->str);
+        b->config_refused = true;
+        b->link_persist |= P_REFUSED;
+        return;
+    }
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+        rep->element[1]->type != REDIS_REPLY_STRING)
+        return;
+    const char *v = rep->element[1]->str;
+    if (strcmp(param, "appendonly") == 0 && strcmp(v, "yes") == 0)
+        b->link_persist |= P_AOF;
+    else if (strcmp(param, "appendfsync") == 0 && strcmp(v, "always") == 0)
+        b->link_persist |= P_ALWAYS;
+}
+
+/* The end of an exclusion: logged, and the waiters that ride out a missing
+ * quorum try again at once. ev's timers run on its own clock, which may be a
+ * little behind ours or (after a suspend) far behind: checked again here. */
+static void on_join(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct rb *b = w->data;
+    uint64_t now = now_ns();
+    if (now < b->excluded_until) {
+        ev_timer_set(w, (double)(b->excluded_until - now) / 1e9, 0.0);
+        ev_timer_start(loop, w);
+        return;
+    }
+    log_info("%s: joins quorums now", b->label);
+    if (b->cmd.connected)
+        b->ev.on_ready(b->ev.arg);
+}
+
+/* Keeps the node out of quorums until max_ttl_ms after its start: up_s
+ * seconds ago by its uptime, or now after a new run id. */
+static void exclude(struct rb *b, uint64_t up_s, bool restarted)
+{
+    /* The uptime is the difference of two whole-second wall-clock stamps,
+     * so the server may have been up a second less: the start is taken as
+     * late as it can have been. */
+    uint64_t up_ns = restarted || up_s == 0 ? 0 : (up_s - 1) * NS_PER_SEC;
+    uint64_t excl_ns = (uint64_t)b->cfg->max_ttl_ms * NS_PER_MS;
+    if (up_ns >= excl_ns)
+        return;
+    uint64_t now = now_ns(), until = now + (excl_ns - up_ns);
+    if (until > b->excluded_until)
+        b->excluded_until = until;
+    unsigned long long in_s = (b->excluded_until - now + NS_PER_SEC - 1) / NS_PER_SEC;
+    if (restarted)
+        log_warn("%s: new run id (restarted or replaced); excluded from quorums: joins them in "
+                 "%llu s",
+                 b->label, in_s);
+    else
+        log_warn("%s: started %llu s ago; excluded from quorums: joins them in %llu s", b->label,
+                 (unsigned long long)up_s, in_s);
+    ev_timer_stop(b->loop, &b->join);
+    ev_timer_set(&b->join, (double)(b->excluded_until - now) / 1e9, 0.0);
+    ev_timer_start(b->loop, &b->join);
+}
+
 /* INFO server, on every new command link: a node that restarted, or that
  * was started less than max_ttl_ms ago when first seen, may have lost keys
  * of leases that are still valid; in quorum mode it counts toward no quorum
  * until max_ttl_ms after its start. A new run id counts as a start now: the
- * node may as well be another server, up for long, put in its place. */
+ * node may as well be another server, up for long, put in its place. A node
+ * that keeps every acknowledged write (appendonly yes, appendfsync always,
+ * read just before) lost nothing, so it is not excluded; after a restart
+ * only if it kept them before it too (docs/quorum.md). */
 static void note_server(struct rb *b, const redisReply *rep)
 {
     if (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_STATUS)
@@ -508,24 +594,20 @@ static void note_server(struct rb *b, const redisReply *rep)
     info_field(rep->str, "uptime_in_seconds", uptime, sizeof uptime);
     bool restarted = b->run_id[0] && strcmp(run_id, b->run_id) != 0;
     bool first = !b->run_id[0];
+    bool was_durable = b->durable;
+    b->durable = (b->link_persist & (P_AOF | P_ALWAYS | P_REFUSED)) == (P_AOF | P_ALWAYS);
     memcpy(b->run_id, run_id, sizeof run_id);
     if (restarted)
         log_warn("%s: restarted or replaced (run id %s, up %s s)", b->label, run_id, uptime);
     if (!config_quorum(b->cfg) || !(first || restarted))
         return;
-    /* The uptime is the difference of two whole-second wall-clock stamps,
-     * so the server may have been up a second less: the start is taken as
-     * late as it can have been. */
-    uint64_t up_s = strtoull(uptime, NULL, 10);
-    uint64_t up_ns = restarted || up_s == 0 ? 0 : (up_s - 1) * NS_PER_SEC;
-    uint64_t excl_ns = (uint64_t)b->cfg->max_ttl_ms * NS_PER_MS;
-    if (up_ns >= excl_ns)
+    if (b->durable && (first || was_durable)) {
+        log_info("%s: appendonly yes, appendfsync always: a restart loses no acknowledged write, "
+                 "no restart exclusion applies",
+                 b->label);
         return;
-    uint64_t now = now_ns(), until = now + (excl_ns - up_ns);
-    if (until > b->excluded_until)
-        b->excluded_until = until;
-    log_warn("%s: excluded from quorums for %llu ms (max_ttl_ms after its start)", b->label,
-             (unsigned long long)((until - now) / NS_PER_MS));
+    }
+    exclude(b, strtoull(uptime, NULL, 10), restarted);
 }
 
 static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
@@ -579,6 +661,12 @@ static void send_setup(struct rconn *rc)
     if (cfg->redis_db) {
         redisAsyncCommand(ac, on_setup_reply, "SELECT", "SELECT %d", cfg->redis_db);
         rc->setup_left++;
+    }
+    if (config_quorum(cfg)) {
+        /* Answered before INFO, whose reply decides on the exclusion. */
+        rc->rb->link_persist = 0;
+        redisAsyncCommand(ac, on_persistence, "appendonly", "CONFIG GET appendonly");
+        redisAsyncCommand(ac, on_persistence, "appendfsync", "CONFIG GET appendfsync");
     }
     redisAsyncCommand(ac, on_setup_reply, "INFO", "INFO server");
     rc->setup_left++;
@@ -751,6 +839,7 @@ static void rb_destroy(struct backend *be)
     struct rb *b = (struct rb *)be;
     b->closing = true;
     ev_timer_stop(b->loop, &b->watchdog);
+    ev_timer_stop(b->loop, &b->join);
     struct rconn *conns[2] = {&b->cmd, &b->sub};
     for (int i = 0; i < 2; i++) {
         ev_timer_stop(b->loop, &conns[i]->timer);
@@ -816,6 +905,8 @@ struct backend *backend_redis_new(struct ev_loop *loop, const struct config *cfg
     double every = cfg->command_timeout_ms / 4000.0;
     ev_timer_init(&b->watchdog, on_watchdog, every, every);
     b->watchdog.data = b;
+    ev_timer_init(&b->join, on_join, 0.0, 0.0);
+    b->join.data = b;
     ev_timer_start(loop, &b->watchdog);
     rconn_connect(&b->cmd);
     rconn_connect(&b->sub);

@@ -4,8 +4,10 @@
  * without a majority, JEOPARDY and LOST when a holder's majority goes away,
  * restarted nodes excluded from quorums (the classic crash-restart hazard),
  * no key left behind by a failed acquire (also on a node that answered late),
- * release notices from any node, and fencing tokens that keep increasing
- * when the counters run ahead of the clock and nodes are replaced. */
+ * release notices from any node, fencing tokens that keep increasing
+ * when the counters run ahead of the clock and nodes are replaced, fresh
+ * nodes that count within a minute with the default settings (and say when),
+ * and nodes with appendfsync always that count at once. */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -17,6 +19,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+/* fresh_nodes_count_within_a_minute_by_default waits out the default
+ * exclusion of 45 s. */
+#define H_TEST_TIMEOUT_S 100
 #include "harness.h"
 #include "keys.h"
 
@@ -945,4 +950,234 @@ ITEST(quorum, holder_is_read_from_a_majority)
     cr_assert_not_null(strstr(h_status_ask(0, "holder split\n"), "split: undetermined"), "%s",
                        h_status_ask(0, "holder split\n"));
     h_node_resume(2);
+}
+
+/* ---- fresh nodes and nodes that keep every write ---- */
+
+/* The last line of agent i's log that contains both needles, or NULL (a
+ * static buffer). */
+static const char *last_log_line(int agent, const char *a, const char *b)
+{
+    static char found[2048];
+    const char *log = h_read_file(H.agent[agent].log);
+    int any = 0;
+    while (log && *log) {
+        const char *eol = strchr(log, '\n');
+        size_t len = eol ? (size_t)(eol - log) : strlen(log);
+        char line[2048];
+        if (len >= sizeof line)
+            len = sizeof line - 1;
+        memcpy(line, log, len);
+        line[len] = '\0';
+        if (strstr(line, a) && strstr(line, b)) {
+            memcpy(found, line, len + 1);
+            any = 1;
+        }
+        log = eol ? eol + 1 : log + len;
+    }
+    return any ? found : NULL;
+}
+
+/* How often needle occurs in s. */
+static int occurrences(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = s; p && (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* The numbers after each `"member":` of a status-json answer, in order;
+ * returns how many (at most max). true/false read as 1/0. */
+static int json_numbers(const char *json, const char *member, long long *out, int max)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", member);
+    int n = 0;
+    for (const char *p = json; n < max && (p = strstr(p, pat)); n++) {
+        p += strlen(pat);
+        out[n] = strncmp(p, "true", 4) == 0 ? 1 : strtoll(p, NULL, 10);
+    }
+    return n;
+}
+
+/* dlockctl status, as text. */
+static const char *ctl_status(void)
+{
+    unlink(h_path("ctl.out"));
+    cr_assert_eq(h_ctl(5000, "-S", h_path("status0.sock"), "status", NULL), 0);
+    const char *out = h_read_file(h_path("ctl.out"));
+    cr_assert_not_null(out);
+    return out;
+}
+
+#define JOINS_NOW "joins quorums now"
+
+/* Three redis-servers just started, an agent with the default settings: each
+ * node is excluded for max_ttl_ms (45 s by default) after its start, which
+ * the log, the status and a refused client are told, with the time left;
+ * then the nodes join and a lock is granted, within a minute of their start
+ * (with the former default of 24 h, not for a day). */
+ITEST(quorum, fresh_nodes_count_within_a_minute_by_default)
+{
+    h_nodes_start(3);
+    int64_t t0 = h_now_ms(); /* the nodes started a moment before */
+    h_agent_config(0, NULL, NULL);
+    h_agent_spawn(0);
+    for (int n = 0; n < 3; n++) {
+        H_WAIT_UNTIL(10000, log_lines_with(0, EXCLUDED, H.node[n].sock) > 0);
+        const char *line = last_log_line(0, EXCLUDED, H.node[n].sock);
+        const char *in = strstr(line, "joins them in ");
+        cr_assert_not_null(in, "the log does not say when node %d joins: %s", n, line);
+        long long s = strtoll(in + strlen("joins them in "), NULL, 10);
+        cr_assert(s >= 30 && s <= 45, "node %d joins in %lld s: %s", n, s, line);
+    }
+
+    /* A client is told why, and for how long. */
+    struct h_cl *cl = h_client();
+    dlock_lease *l = NULL;
+    int rc = h_acquire(cl, "fresh", 0, 0, &l);
+    cr_assert_eq(rc, DLOCK_ENOQUORUM, "%s (%d)", dlock_strerror(rc), rc);
+    const char *why = dlock_client_strerror(cl->c, rc);
+    cr_assert(strstr(why, "3 of 3 nodes are excluded") && strstr(why, "joins quorums in"),
+              "the refusal does not say why: %s", why);
+    H_WAIT_UNTIL(5000, log_lines_with(0, "acquire of fresh refused", "joins quorums in") > 0);
+    /* A TTL above the default cap is refused, and the cap named. */
+    rc = h_acquire(cl, "long", 60000, 0, &l);
+    cr_assert_eq(rc, DLOCK_EINVAL, "TTL of 60 s: %s (%d)", dlock_strerror(rc), rc);
+    why = dlock_client_strerror(cl->c, rc);
+    cr_assert_not_null(strstr(why, "30 to 45000 ms"), "the refusal does not name the range: %s",
+                       why);
+
+    /* So are operators. */
+    const char *text = ctl_status();
+    cr_assert_eq(occurrences(text, "joins in "), 3, "dlockctl status:\n%s", text);
+    const char *json = h_status_ask(0, "status-json\n");
+    cr_assert_not_null(json);
+    long long left[3], durable[3];
+    cr_assert_eq(json_numbers(json, "excluded_for_ms", left, 3), 3, "%s", json);
+    cr_assert_eq(json_numbers(json, "durable", durable, 3), 3, "%s", json);
+    for (int n = 0; n < 3; n++) {
+        cr_assert(left[n] > 0 && left[n] <= 45000, "node %d: excluded_for_ms %lld", n, left[n]);
+        cr_assert_eq(durable[n], 0, "node %d persists nothing, yet reads durable", n);
+    }
+
+    /* Once the exclusion has passed, the lock is granted. */
+    while ((rc = h_acquire(cl, "fresh", 0, 0, &l)) != 0) {
+        cr_assert_eq(rc, DLOCK_ENOQUORUM, "%s (%d)", dlock_strerror(rc), rc);
+        cr_assert_lt(h_now_ms() - t0, 90000, "no grant 90 s after the nodes started");
+        h_sleep_ms(100);
+    }
+    int64_t el = h_now_ms() - t0;
+    cr_log_info("granted %lld ms after the nodes started", (long long)el);
+    cr_assert_geq(el, 40000, "granted after %lld ms: the fresh nodes were not excluded",
+                  (long long)el);
+    for (int n = 0; n < 3; n++)
+        H_WAIT_UNTIL(5000, log_lines_with(0, JOINS_NOW, H.node[n].sock) > 0);
+    text = ctl_status();
+    cr_assert_eq(occurrences(text, "joins in "), 0, "dlockctl status:\n%s", text);
+    cr_assert_eq(occurrences(text, " counts "), 3, "dlockctl status:\n%s", text);
+    cr_assert_eq(dlock_lease_release(l), 0);
+}
+
+/* Gives every node appendonly yes with appendfsync always (and extra, more
+ * redis-server arguments for node n, or NULL). */
+static void durable_nodes(int nnodes, const char *(*extra)(int n))
+{
+    for (int n = 0; n < nnodes; n++) {
+        char args[512];
+        snprintf(args, sizeof args,
+                 "--appendonly yes --appendfsync always --appenddirname aof%d %s", n,
+                 extra ? extra(n) : "");
+        h_node_set_args(n, args);
+    }
+}
+
+#define NO_EXCLUSION "no restart exclusion"
+
+/* Nodes that lose no acknowledged write in a restart need no exclusion: on
+ * fresh ones the first acquire is granted, and a node restarted while it
+ * holds a key still has it, and counts at once. */
+ITEST(quorum, nodes_that_keep_every_write_count_at_once)
+{
+    durable_nodes(3, NULL);
+    h_nodes_start(3);
+    h_agent_config(0, NULL, NULL);
+    h_agent_spawn(0);
+    struct h_cl *cl = h_client();
+    dlock_lease *l = NULL;
+    /* The wait covers the agent's links coming up, not an exclusion. */
+    int rc = h_acquire(cl, "durable", 0, 5000, &l);
+    cr_assert_eq(rc, 0, "fresh nodes that keep every write: %s (%s)", dlock_strerror(rc),
+                 dlock_client_strerror(cl->c, rc));
+    cr_assert_eq(dlock_lease_release(l), 0);
+    /* The grant needed two links only; now every one comes up. */
+    H_WAIT_UNTIL(5000, occurrences(h_status_ask(0, "status-json\n"), "\"connected\":true") == 3);
+    for (int n = 0; n < 3; n++)
+        cr_assert_eq(log_lines_with(0, NO_EXCLUSION, H.node[n].sock), 1, "node %d", n);
+    cr_assert_eq(log_lines_with(0, EXCLUDED, ""), 0, "a node was excluded");
+    const char *json = h_status_ask(0, "status-json\n");
+    long long left[3], durable[3];
+    cr_assert_eq(json_numbers(json, "excluded_for_ms", left, 3), 3, "%s", json);
+    cr_assert_eq(json_numbers(json, "durable", durable, 3), 3, "%s", json);
+    for (int n = 0; n < 3; n++)
+        cr_assert(left[n] == 0 && durable[n] == 1, "node %d: %s", n, json);
+    l = h_must_acquire(cl, "durable", 0);
+    ALL_NODES_HOLD(h_key("durable"), any_value(h_key("durable")), 3);
+
+    /* Node 1 crashes and comes back with its keys, under a new run id. */
+    h_node_restart(1);
+    cr_assert(h_node_exists(1, h_key("durable")), "node 1 lost the key in its restart");
+    H_WAIT_UNTIL(5000, log_lines_with(0, NO_EXCLUSION, H.node[1].sock) == 2);
+    cr_assert_eq(log_lines_with(0, EXCLUDED, ""), 0, "the restarted node was excluded");
+    H_WAIT_UNTIL(5000, occurrences(h_status_ask(0, "status-json\n"), "\"connected\":true") == 3);
+    /* With node 0 silent, nodes 1 and 2 make the majority. */
+    h_node_pause(0);
+    dlock_lease *l2 = NULL;
+    rc = h_acquire(cl, "durable-2", 0, 0, &l2);
+    cr_assert_eq(rc, 0, "nodes 1 and 2: %s (%s)", dlock_strerror(rc),
+                 dlock_client_strerror(cl->c, rc));
+    h_node_resume(0);
+    cr_assert_eq(dlock_lease_release(l2), 0);
+    cr_assert_eq(dlock_lease_release(l), 0);
+}
+
+/* The agent's user on node 2 may not run CONFIG. */
+static const char *acl_user(int n)
+{
+    return n == 2 ? "--user dlock on >pw ~* &* +@all -config" : "--user dlock on >pw ~* &* +@all";
+}
+
+/* A node whose persistence the agent may not read is taken for one that can
+ * lose writes: excluded when fresh and after a restart, while the others
+ * count at once. The refusal is logged once. */
+ITEST(quorum, node_hiding_its_persistence_is_excluded)
+{
+    durable_nodes(3, acl_user);
+    h_nodes_start(3);
+    h_agent_config(0, NULL, "user = dlock\npassword = pw");
+    h_agent_start_n(0);
+    const char *refused = "CONFIG GET appendonly refused";
+    cr_assert_eq(log_lines_with(0, refused, H.node[2].sock), 1);
+    cr_assert_eq(log_lines_with(0, refused, ""), 1, "only node 2 refuses");
+    cr_assert_eq(log_lines_with(0, EXCLUDED, H.node[2].sock), 1);
+    cr_assert_eq(log_lines_with(0, NO_EXCLUSION, H.node[2].sock), 0);
+    /* Nodes 0 and 1 make the majority; node 2 gets the key all the same. */
+    struct h_cl *cl = h_client();
+    dlock_lease *l = h_must_acquire(cl, "hidden", 0);
+    ALL_NODES_HOLD(h_key("hidden"), any_value(h_key("hidden")), 3);
+    cr_assert_eq(dlock_lease_release(l), 0);
+
+    h_node_restart(0);
+    h_node_restart(2);
+    H_WAIT_UNTIL(5000, log_lines_with(0, EXCLUDED, H.node[2].sock) == 2);
+    H_WAIT_UNTIL(5000, log_lines_with(0, NO_EXCLUSION, H.node[0].sock) == 2);
+    cr_assert_eq(log_lines_with(0, EXCLUDED, H.node[0].sock), 0, "node 0 was excluded");
+    cr_assert_eq(log_lines_with(0, "CONFIG GET", "refused"), 1, "the refusal was logged again");
+    const char *json = h_status_ask(0, "status-json\n");
+    long long left[3], durable[3];
+    cr_assert_eq(json_numbers(json, "excluded_for_ms", left, 3), 3, "%s", json);
+    cr_assert_eq(json_numbers(json, "durable", durable, 3), 3, "%s", json);
+    cr_assert(durable[0] && durable[1] && !durable[2], "%s", json);
+    cr_assert(left[0] == 0 && left[1] == 0 && left[2] > 0, "%s", json);
 }
