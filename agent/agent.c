@@ -78,23 +78,38 @@ static void waiter_unlink(struct conn *c, struct waiter *w)
 
 /* ---- waiters ---- */
 
+/* The message of an error answer: for a missing quorum, also why when
+ * nodes are excluded after a restart, and when the first counts again. */
+static const char *answer_text(struct agent *a, int err, char *buf, size_t len)
+{
+    char why[160];
+    if (err != DLOCK_ENOQUORUM || !backend_quorum_excluded(a->backend, now_ns(), why, sizeof why))
+        return errname(err);
+    snprintf(buf, len, "%s: %s", errname(err), why);
+    return buf;
+}
+
 /* Removes a waiter; err != 0 answers its request with that error. */
 static void waiter_finish(struct agent *a, struct waiter *w, int err)
 {
     struct conn *c = w->owner;
+    char text[256];
     if (err)
-        conn_send_error(c, w->req_id, err, errname(err));
+        conn_send_error(c, w->req_id, err, answer_text(a, err, text, sizeof text));
     theap_remove(&a->timers, &w->timer);
     table_waiter_dequeue(w);
     waiter_unlink(c, w);
     free(w);
 }
 
+/* A wait that ran out while Redis was unreachable and no local lease held
+ * the lock ends with the outage's error, not DLOCK_ETIMEDOUT: the lock may
+ * well be free, and the caller must not take an outage for a busy lock. */
 static void waiter_expired(struct agent *a, struct waiter *w)
 {
     struct lock *l = w->lock;
     a->stats.timeouts++;
-    waiter_finish(a, w, DLOCK_ETIMEDOUT);
+    waiter_finish(a, w, a->down_since && !l->holder ? a->down_err : DLOCK_ETIMEDOUT);
     lock_settle(a, l);
 }
 
@@ -416,6 +431,7 @@ static bool ride_outage(struct agent *a, struct lock *l, struct waiter *w, int e
     uint64_t now = now_ns(), grace = (uint64_t)a->cfg->outage_wait_ms * NS_PER_MS;
     if (!a->down_since)
         a->down_since = now;
+    a->down_err = err;
     if (now - a->down_since >= grace)
         return false;
     uint64_t retry = now + (uint64_t)a->cfg->retry_fallback_ms * NS_PER_MS;
@@ -558,8 +574,16 @@ static int acquire_check(struct agent *a, struct conn *c, const struct wire_acqu
     if (rc)
         return rc;
     *ttl = m->ttl_ms ? m->ttl_ms : cfg->default_ttl_ms;
-    if (m->flags || m->wait_ms < -1 || *ttl < cfg->min_ttl_ms || *ttl > cfg->max_ttl_ms)
+    if (m->flags || m->wait_ms < -1)
         return DLOCK_EINVAL;
+    if (*ttl < cfg->min_ttl_ms || *ttl > cfg->max_ttl_ms) {
+        /* Named, so that whoever asked for a long TTL learns the agent's cap. */
+        snprintf(why, len,
+                 "TTL %u ms is outside this agent's range, %u to %u ms (min_ttl_ms, "
+                 "max_ttl_ms)",
+                 (unsigned)*ttl, (unsigned)cfg->min_ttl_ms, (unsigned)cfg->max_ttl_ms);
+        return DLOCK_EINVAL;
+    }
     const struct policy *pol = &cfg->policy;
     char name[WIRE_MAX_NAME + 1];
     memcpy(name, m->name, m->name_len);

@@ -37,6 +37,7 @@ struct agent {
     unsigned ready_seq;            /* counts the times a Redis link came back */
     struct tnode orphan_retry;     /* TK_AGENT: retry them while the link is up */
     uint64_t down_since;           /* Redis unreachable since, 0 while it answers */
+    int down_err;                  /* then: DLOCK_EUNAVAIL or DLOCK_ENOQUORUM */
     void (*ready_hook)(void *arg); /* called once, when Redis first answers */
     void *ready_arg;
     bool ready; /* Redis answered once: readiness was signalled */

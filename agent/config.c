@@ -24,7 +24,10 @@ void config_defaults(struct config *c)
     snprintf(c->prefix, sizeof c->prefix, "dlock:");
     c->default_ttl_ms = 30000;
     c->min_ttl_ms = 30;
-    c->max_ttl_ms = 24u * 3600 * 1000;
+    /* Also the restart exclusion of quorum mode: with the 1 s by which a
+     * node's uptime may be off, a freshly started node counts within 46 s
+     * (docs/quorum.md). Renewal keeps longer holds alive. */
+    c->max_ttl_ms = 45000;
     c->renew_fraction = 1.0 / 3.0;
     c->retry_fallback_ms = 100;
     c->max_name_len = 200;
@@ -189,6 +192,22 @@ static const struct u32_key u32_keys[] = {
     {"policy", "max_output_per_uid", offsetof(struct config, policy.max_output_per_uid)},
 };
 
+int config_check_groups(const struct config *c, char *err, size_t errlen)
+{
+    const char *const groups[][2] = {{"socket_group", c->socket_group},
+                                     {"status_socket_group", c->status_socket_group}};
+    for (size_t i = 0; i < 2; i++) {
+        char who[80];
+        struct policy_who w;
+        snprintf(who, sizeof who, "@%s", groups[i][1]);
+        if (groups[i][1][0] && config_parse_who(who, &w) != 0) {
+            snprintf(err, errlen, "[agent] %s = %s: no such group", groups[i][0], groups[i][1]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* "*", "user" or uid, "@group" or "@gid". */
 int config_parse_who(const char *s, struct policy_who *out)
 {
@@ -325,14 +344,18 @@ static int set_special(struct config *c, const char *section, const char *key, c
         return copy_str(c->socket, sizeof c->socket, v);
     if (agent && strcmp(key, "prefix") == 0)
         return v[0] ? copy_str(c->prefix, sizeof c->prefix, v) : -1;
-    if (agent && strcmp(key, "status_socket") == 0)
+    if (agent && strcmp(key, "status_socket") == 0) {
+        c->status_socket_set = true;
         return copy_str(c->status_socket, sizeof c->status_socket, v);
-    if (agent && strcmp(key, "status_socket_group") == 0) {
-        struct policy_who who;
-        char g[80];
-        if (v[0] &&
-            (snprintf(g, sizeof g, "@%s", v) >= (int)sizeof g || config_parse_who(g, &who) != 0))
-            return -1; /* an unknown group */
+    }
+    if (agent && (strcmp(key, "socket_group") == 0 || strcmp(key, "status_socket_group") == 0)) {
+        /* A group name or gid, looked up when the socket is made (and by
+         * dlockd -n): the file may name a group that the package creates. */
+        if (v[strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")] ||
+            v[0] == '-')
+            return -1;
+        if (strcmp(key, "socket_group") == 0)
+            return copy_str(c->socket_group, sizeof c->socket_group, v);
         return copy_str(c->status_socket_group, sizeof c->status_socket_group, v);
     }
     if (agent && strcmp(key, "metrics_listen") == 0) {

@@ -57,7 +57,9 @@ struct config {
     /* [agent] */
     char socket[108];
     unsigned socket_mode;
+    char socket_group[64];   /* group owning the client socket; empty: ours */
     char status_socket[108]; /* read-only queries; empty: none */
+    bool status_socket_set;  /* given (file or -S); else it follows socket */
     unsigned status_socket_mode;
     char status_socket_group[64]; /* group owning the status socket; empty: ours */
     char metrics_listen[300];     /* host:port for GET /metrics; empty: off */
@@ -96,6 +98,9 @@ struct config {
 
 /* "*", a user name or uid, "@group" or "@gid". 0, or -1 when unknown. */
 int config_parse_who(const char *s, struct policy_who *out);
+/* Whether the groups the sockets are given to exist (looked up through the
+ * name service). 0, or -1 with the reason in err. */
+int config_check_groups(const struct config *c, char *err, size_t errlen);
 
 /* Whether the peer (uid and its groups) may use lock name under p. */
 bool policy_allows(const struct policy *p, uint32_t uid, const uint32_t *gids, size_t ngids,

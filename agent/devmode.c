@@ -16,6 +16,7 @@
 
 #include "log.h"
 #include "util.h"
+#include "wire.h"
 
 static char dir[256];
 static pid_t redis_pid;
@@ -112,10 +113,11 @@ int devmode_start(struct ev_loop *loop, struct config *cfg, bool keep_socket)
         int n = snprintf(path, sizeof path, "%s/dlock.sock", dir);
         memcpy(cfg->socket, path, (size_t)n + 1);
     }
-    /* The status socket too goes with the private Redis. */
-    if (snprintf(cfg->status_socket, sizeof cfg->status_socket, "%s/status.sock", dir) >=
-        (int)sizeof cfg->status_socket)
-        cfg->status_socket[0] = '\0'; /* too long a path: none */
+    /* Unless configured, the status socket goes beside the client socket,
+     * as without --dev: DIR/status.sock beside DIR/dlock.sock. */
+    if (!cfg->status_socket_set &&
+        wire_status_sibling(cfg->socket, cfg->status_socket, sizeof cfg->status_socket) != 0)
+        log_warn("dev mode: no status socket: the path beside %s is too long", cfg->socket);
     ev_child_init(&child_watcher, on_redis_exit, redis_pid, 0);
     ev_child_start(loop, &child_watcher);
     log_info("dev mode: private redis-server pid %d in %s", (int)redis_pid, dir);

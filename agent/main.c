@@ -13,16 +13,21 @@
 #include "devmode.h"
 #include "listener.h"
 #include "log.h"
+#include "wire.h"
 
 enum { OPT_PREFIX = 256, OPT_TTL, OPT_DEV };
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: dlockd [-c FILE] [-s SOCKET] [-r ADDR]... [--prefix STR] [--default-ttl MS]\n"
-            "              [-n] [-v] [--dev]\n"
+            "usage: dlockd [-c FILE] [-s SOCKET] [-S PATH] [-r ADDR]... [--prefix STR]\n"
+            "              [--default-ttl MS] [-n] [-v] [--dev]\n"
             "  -c, --config FILE    read settings from an INI file\n"
             "  -s, --socket PATH    client socket (default $DLOCK_SOCKET, else %s)\n"
+            "  -S, --status-socket PATH\n"
+            "                       status socket (default: the file's status_socket, else\n"
+            "                       beside the client socket: DIR/status.sock for\n"
+            "                       DIR/dlock.sock, else X-status.sock for X.sock); \"\" for none\n"
             "  -r, --redis ADDR     Redis at host:port or unix:/path; repeat for quorum\n"
             "                       mode over 3, 5, 7 or 9 independent nodes\n"
             "      --prefix STR     key prefix (default dlock:)\n"
@@ -36,7 +41,7 @@ static void usage(FILE *f)
 
 /* Command-line settings, applied over the file. */
 struct flags {
-    const char *config, *socket, *prefix, *ttl;
+    const char *config, *socket, *status_socket, *prefix, *ttl;
     char redis[CONFIG_MAX_NODES * 400]; /* the -r addresses, comma-separated */
     unsigned nredis;
     int verbose;
@@ -47,6 +52,7 @@ static int parse_flags(int argc, char **argv, struct flags *f)
 {
     static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
                                              {"socket", required_argument, NULL, 's'},
+                                             {"status-socket", required_argument, NULL, 'S'},
                                              {"redis", required_argument, NULL, 'r'},
                                              {"prefix", required_argument, NULL, OPT_PREFIX},
                                              {"default-ttl", required_argument, NULL, OPT_TTL},
@@ -57,13 +63,16 @@ static int parse_flags(int argc, char **argv, struct flags *f)
                                              {"version", no_argument, NULL, 'V'},
                                              {NULL, 0, NULL, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "c:s:r:nvhV", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "c:s:S:r:nvhV", longopts, NULL)) != -1) {
         switch (ch) {
         case 'c':
             f->config = optarg;
             break;
         case 's':
             f->socket = optarg;
+            break;
+        case 'S':
+            f->status_socket = optarg;
             break;
         case 'r': {
             size_t used = strlen(f->redis);
@@ -121,6 +130,7 @@ static int build_config(struct config *cfg, const struct flags *f)
     const struct {
         const char *section, *key, *value;
     } over[] = {{"agent", "socket", f->socket},
+                {"agent", "status_socket", f->status_socket},
                 {"redis", "address", f->nredis ? f->redis : NULL},
                 {"agent", "prefix", f->prefix},
                 {"agent", "default_ttl_ms", f->ttl}};
@@ -131,6 +141,16 @@ static int build_config(struct config *cfg, const struct flags *f)
     cfg->log_level += f->verbose;
     if (cfg->log_level > LOG_DEBUG)
         cfg->log_level = LOG_DEBUG;
+    /* Not configured, the status socket goes beside the client socket, where
+     * dlockctl looks for it (the rule both take from wire_status_sibling()). */
+    if (!cfg->status_socket_set &&
+        wire_status_sibling(cfg->socket, cfg->status_socket, sizeof cfg->status_socket) != 0) {
+        snprintf(err, sizeof err,
+                 "the status socket beside %s would not fit in %zu bytes: set status_socket "
+                 "(empty for none) or -S",
+                 cfg->socket, sizeof cfg->status_socket - 1);
+        goto bad;
+    }
     if (config_validate(cfg, err, sizeof err) == 0)
         return 0;
 bad:
@@ -224,6 +244,11 @@ int main(int argc, char **argv)
     log_set_level((enum log_level)cfg.log_level);
     listener_fit_nofile(descriptors_needed(&cfg));
     if (f.check) {
+        char err[200];
+        if (config_check_groups(&cfg, err, sizeof err) != 0) {
+            fprintf(stderr, "dlockd: %s\n", err);
+            return 2;
+        }
         printf("configuration OK\n");
         return 0;
     }

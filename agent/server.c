@@ -461,14 +461,15 @@ int server_open(struct server *s, struct ev_loop *loop, struct agent *a, const s
     s->agent = a;
     s->cfg = cfg;
     s->lfd = -1;
-    s->lfd = unix_listen(cfg->socket, cfg->socket_mode, &s->inherited);
+    s->lfd = unix_listen(cfg->socket, cfg->socket_mode, cfg->socket_group, &s->inherited);
     if (s->lfd < 0)
         return -1;
     snprintf(s->path, sizeof s->path, "%s", cfg->socket);
     LIST_INIT(&s->conns);
     LIST_INIT(&s->uids);
     listener_start(&s->lst, loop, s->lfd, "client socket", conn_new, s);
-    log_info("listening on %s (mode %04o)", s->path, cfg->socket_mode);
+    log_info("listening on %s (mode %04o%s%s)", s->path, cfg->socket_mode,
+             cfg->socket_group[0] ? ", group " : "", cfg->socket_group);
     return 0;
 }
 

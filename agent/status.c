@@ -228,6 +228,20 @@ static uint64_t excluded_ms(const struct backend_node *n, uint64_t now)
     return n->excluded_until > now ? (n->excluded_until - now) / NS_PER_MS : 0;
 }
 
+/* The node's part in quorums, for the text: "counts", "joins in N s" (after
+ * a restart; rounded up, so never 0 while excluded), "-" in single mode. */
+static void quorum_text(const struct agent *a, const struct backend_node *n, uint64_t now,
+                        char *out, size_t len)
+{
+    if (!config_quorum(a->cfg))
+        snprintf(out, len, "-");
+    else if (n->excluded_until > now)
+        snprintf(out, len, "joins in %llu s",
+                 (unsigned long long)((n->excluded_until - now + NS_PER_SEC - 1) / NS_PER_SEC));
+    else
+        snprintf(out, len, "counts");
+}
+
 static const char *mode_of(const struct agent *a)
 {
     return config_quorum(a->cfg) ? "quorum" : "single";
@@ -282,7 +296,7 @@ static void status_json(struct agent *a, const struct asker *who, struct sbuf *b
         sb_printf(b,
                   ",\"excluded_for_ms\":%llu,\"run_id\":", (unsigned long long)excluded_ms(n, now));
         sb_json_str(b, n->run_id);
-        sb_printf(b, "}");
+        sb_printf(b, ",\"durable\":%s}", n->durable ? "true" : "false");
     }
     sb_printf(b, "],\"counters\":{");
     for (size_t i = 0; i < NCOUNTERS; i++)
@@ -300,8 +314,8 @@ static void status_text(struct agent *a, const struct asker *who, struct sbuf *b
     sb_printf(b, "dlockd %s, pid %d, %s mode, prefix '%s', up %llu s, %u connection(s)\n\n",
               DLOCK_VERSION, (int)getpid(), mode_of(a), prefix,
               (unsigned long long)((now - a->started) / NS_PER_SEC), a->server.nconns);
-    sb_printf(b, "%-40s %-9s %-10s %8s %12s  %s\n", "NODE", "CONNECTED", "SUBSCRIBED", "RTT_US",
-              "EXCLUDED_MS", "LAST_ERROR");
+    sb_printf(b, "%-40s %-9s %-10s %8s  %-16s %s\n", "NODE", "CONNECTED", "SUBSCRIBED", "RTT_US",
+              "QUORUM", "LAST_ERROR");
     struct backend_node nodes[CONFIG_MAX_NODES];
     size_t nn = nodes_of(a, nodes);
     for (size_t i = 0; i < nn; i++) {
@@ -310,9 +324,11 @@ static void status_text(struct agent *a, const struct asker *who, struct sbuf *b
         char addr[sizeof n->addr], error[sizeof n->last_error_text];
         text_printable(addr, sizeof addr, n->addr);
         text_printable(error, sizeof error, n->last_error_text[0] ? n->last_error_text : "-");
-        sb_printf(b, "%-40s %-9s %-10s %8llu %12llu  %s\n", addr, n->connected ? "yes" : "no",
-                  n->subscribed ? "yes" : "no", (unsigned long long)(n->last_rtt_ns / 1000),
-                  (unsigned long long)excluded_ms(n, now), error);
+        char quorum[32];
+        quorum_text(a, n, now, quorum, sizeof quorum);
+        sb_printf(b, "%-40s %-9s %-10s %8llu  %-16s %s\n", addr, n->connected ? "yes" : "no",
+                  n->subscribed ? "yes" : "no", (unsigned long long)(n->last_rtt_ns / 1000), quorum,
+                  error);
     }
     sb_printf(b, "\n");
     for (size_t i = 0; i < NCOUNTERS; i++) {
@@ -801,17 +817,10 @@ int status_open(struct status *st, struct ev_loop *loop, struct agent *a, const 
     if (!path[0])
         return 0;
     snprintf(st->path, sizeof st->path, "%s", path);
-    st->lfd = unix_listen(path, mode, &st->inherited);
+    const char *group = a->cfg->status_socket_group;
+    st->lfd = unix_listen(path, mode, group, &st->inherited);
     if (st->lfd < 0)
         return -1;
-    const char *group = a->cfg->status_socket_group;
-    struct policy_who g;
-    char who[80];
-    snprintf(who, sizeof who, "@%s", group);
-    if (group[0] && !st->inherited &&
-        (config_parse_who(who, &g) != 0 || chown(path, (uid_t)-1, (gid_t)g.id) != 0))
-        log_warn("status socket %s: cannot give it to group %s: %s", path, group, strerror(errno));
-    snprintf(st->path, sizeof st->path, "%s", path);
     listener_start(&st->lst, loop, st->lfd, "status socket", on_status_conn, st);
     log_info("status socket on %s (mode %04o%s%s)", path, mode, group[0] ? ", group " : "", group);
     return 0;

@@ -3,6 +3,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,19 +131,67 @@ static int inherited_socket(const char *path)
     return -1;
 }
 
-int unix_listen(const char *path, unsigned mode, bool *inherited)
+/* A group by name or number. 0, or -1 when there is no such group. */
+static int group_id(const char *group, gid_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long id = strtoul(group, &end, 10);
+    if (group[0] >= '0' && group[0] <= '9' && *end == '\0' && errno == 0 && id < UINT32_MAX) {
+        *out = (gid_t)id;
+        return 0;
+    }
+    const struct group *g = getgrnam(group);
+    if (!g)
+        return -1;
+    *out = g->gr_gid;
+    return 0;
+}
+
+/* Gives the socket file at path to group: an error that says why when it
+ * cannot (a wrong group is no success). 0 or -1. */
+static int give_to_group(const char *path, const char *group)
+{
+    gid_t gid;
+    if (group_id(group, &gid) != 0) {
+        log_error("cannot give %s to group %s: no such group", path, group);
+        return -1;
+    }
+    if (chown(path, (uid_t)-1, gid) == 0)
+        return 0;
+    int e = errno;
+    log_error("cannot give %s to group %s: %s%s", path, group, strerror(e),
+              e == EPERM ? " (the agent must run as root or as a member of that group; under "
+                           "systemd, add it with SupplementaryGroups=)"
+                         : "");
+    return -1;
+}
+
+/* The socket the service manager passed: its group is the .socket unit's
+ * SocketGroup=, which should be the configured one. */
+static int adopt_socket(int fd, const char *path, const char *group)
+{
+    if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0 ||
+        fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
+        log_error("%s: passed socket: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    gid_t gid;
+    if (group[0] && group_id(group, &gid) == 0 && stat(path, &st) == 0 && st.st_gid != gid)
+        log_warn("%s, passed by the service manager, belongs to group %u, not %s: set "
+                 "SocketGroup=%s in its .socket unit",
+                 path, (unsigned)st.st_gid, group, group);
+    log_info("using the socket passed for %s", path);
+    return fd;
+}
+
+int unix_listen(const char *path, unsigned mode, const char *group, bool *inherited)
 {
     int fd = inherited_socket(path);
     *inherited = fd >= 0;
-    if (fd >= 0) {
-        if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0 ||
-            fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
-            log_error("%s: passed socket: %s", path, strerror(errno));
-            return -1;
-        }
-        log_info("using the socket passed for %s", path);
-        return fd;
-    }
+    if (fd >= 0)
+        return adopt_socket(fd, path, group);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof sa.sun_path) {
         log_error("socket path too long: %s", path);
@@ -157,6 +206,11 @@ int unix_listen(const char *path, unsigned mode, bool *inherited)
         log_error("cannot listen on %s: %s", sa.sun_path, strerror(errno));
         if (fd >= 0)
             close(fd);
+        return -1;
+    }
+    if (group[0] && give_to_group(path, group) != 0) {
+        close(fd);
+        unlink(path);
         return -1;
     }
     return fd;

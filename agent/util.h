@@ -25,9 +25,11 @@ int random_token(char out[33]);
 uint64_t random_u64(void);
 /* A non-blocking listening unix socket at path: the one the service manager
  * passed for that path (socket activation; *inherited set: the file is
- * not ours to remove), else a new one with the given mode, replacing a stale
- * socket file but not a live one or another file. The fd, or -1 (logged). */
-int unix_listen(const char *path, unsigned mode, bool *inherited);
+ * not ours to remove), else a new one with the given mode and, when group
+ * is not empty, that group (a name or a gid), replacing a stale socket file
+ * but not a live one or another file. The fd, or -1 (logged): also when the
+ * socket cannot be given to the group. */
+int unix_listen(const char *path, unsigned mode, const char *group, bool *inherited);
 
 /* The command name of pid, from /proc ("?" when gone or unreadable), made
  * one word. */

@@ -142,7 +142,10 @@ DLOCK_EXPORT void dlock_client_set_event_cb(dlock_client *client, dlock_event_cb
 
 /* Acquires `name`, blocking up to opts->wait_ms (plus one round trip). opts
  * may be NULL for the defaults. On success *out is the new lease. Returns
- * DLOCK_EBUSY (wait 0) or DLOCK_ETIMEDOUT when the lock stayed taken. */
+ * DLOCK_EBUSY (wait 0) or DLOCK_ETIMEDOUT when the lock stayed taken; a wait
+ * that runs out while Redis is unreachable gives DLOCK_EUNAVAIL (quorum
+ * mode: DLOCK_ENOQUORUM), as an outage longer than the agent's
+ * outage_wait_ms does. */
 DLOCK_EXPORT int dlock_lease_acquire(dlock_client *client, const char *name,
                                      const dlock_acquire_options *opts, dlock_lease **out);
 

@@ -1,6 +1,7 @@
 /* wire.c -- encoder and decoder of dlock protocol frames (see wire.h). */
 #include "wire.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -288,5 +289,25 @@ int wire_get_event(const uint8_t *body, size_t len, struct wire_event *m)
     m->state = get16(body + 8);
     m->reason = (int32_t)get32(body + 12);
     m->deadline_ns = get64(body + 16);
+    return 0;
+}
+
+int wire_status_sibling(const char *sock, char *out, size_t cap)
+{
+    const char *slash = strrchr(sock, '/');
+    const char *base = slash ? slash + 1 : sock;
+    size_t len = strlen(sock), dir = (size_t)(base - sock), suffix = strlen(".sock");
+    int n;
+    if (strcmp(base, "dlock.sock") == 0)
+        n = snprintf(out, cap, "%.*sstatus.sock", (int)dir, sock);
+    else if (len > dir + suffix && strcmp(sock + len - suffix, ".sock") == 0)
+        n = snprintf(out, cap, "%.*s-status.sock", (int)(len - suffix), sock);
+    else
+        n = snprintf(out, cap, "%s-status.sock", sock);
+    if (n < 0 || (size_t)n >= cap) {
+        if (cap)
+            out[0] = '\0';
+        return -1;
+    }
     return 0;
 }

@@ -131,4 +131,12 @@ int wire_get_granted(const uint8_t *body, size_t len, struct wire_granted *m);
 int wire_get_error(const uint8_t *body, size_t len, struct wire_error *m);
 int wire_get_event(const uint8_t *body, size_t len, struct wire_event *m);
 
+/* The status socket that goes with the client socket at sock when none is
+ * configured, the one rule dlockd and dlockctl share: DIR/status.sock beside
+ * a socket named dlock.sock (so /run/dlock/dlock.sock gives the packaged
+ * /run/dlock/status.sock), else sock without a trailing ".sock" plus
+ * "-status.sock" (/tmp/a.sock gives /tmp/a-status.sock). Writes it to
+ * out[0..cap); returns 0, or -1 when it does not fit (out is then ""). */
+int wire_status_sibling(const char *sock, char *out, size_t cap);
+
 #endif /* DLOCK_WIRE_H */

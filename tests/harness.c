@@ -280,7 +280,19 @@ static void node_spawn(int i)
                     "--dir",
                     H.dir,
                     NULL};
-    n->pid = spawn(argv, n->log, 0);
+    /* The harness's arguments, then the test's (split at blanks). */
+    enum { BASE = sizeof argv / sizeof argv[0] - 1, MORE = 32 };
+    char *all[BASE + MORE + 1], more[sizeof n->args];
+    memcpy(all, argv, BASE * sizeof *all);
+    snprintf(more, sizeof more, "%s", n->args);
+    size_t k = BASE;
+    for (char *save = NULL, *t = strtok_r(more, " \t", &save); t;
+         t = strtok_r(NULL, " \t", &save)) {
+        cr_assert_lt(k, BASE + MORE, "too many arguments for redis-server %d", i);
+        all[k++] = t;
+    }
+    all[k] = NULL;
+    n->pid = spawn(all, n->log, 0);
     n->paused = 0;
     if (i >= H.nnodes)
         H.nnodes = i + 1;
@@ -318,6 +330,13 @@ static void node_wait_ready(int i)
         }
         h_sleep_ms(5);
     }
+}
+
+void h_node_set_args(int i, const char *args)
+{
+    struct h_node *n = node_at(i);
+    cr_assert_lt(strlen(args), sizeof n->args, "redis-server arguments too long");
+    snprintf(n->args, sizeof n->args, "%s", args);
 }
 
 void h_node_start(int i)
@@ -783,7 +802,7 @@ static void agent_settle(int i, dlock_client *c)
     if (quorum ? nodes_up() <= H.nnodes / 2 : !h_node_running(0))
         return;
     long long min_ttl = conf_number(i, "min_ttl_ms", 30);
-    long long max_ttl = conf_number(i, "max_ttl_ms", 24LL * 3600 * 1000);
+    long long max_ttl = conf_number(i, "max_ttl_ms", 45000);
     long long wait = 2000;
     if (quorum)
         wait = max_ttl + 3000 < 25000 ? max_ttl + 3000 : 25000;
@@ -834,7 +853,8 @@ static void agent_settle(int i, dlock_client *c)
             h_sleep_ms(5);
 }
 
-void h_agent_start_n(int i)
+/* Starts agent i; with settle, waits for it to reach Redis (agent_settle()). */
+static void agent_start(int i, int settle)
 {
     struct h_agent *a = agent_at(i);
     cr_assert_eq(a->pid, 0, "agent %d already running", i);
@@ -854,7 +874,8 @@ void h_agent_start_n(int i)
         }
         dlock_client *c = NULL;
         if (access(a->sock, F_OK) == 0 && (rc = dlock_client_open(&c, a->sock)) == 0) {
-            agent_settle(i, c);
+            if (settle)
+                agent_settle(i, c);
             dlock_client_close(c);
             return;
         }
@@ -865,6 +886,16 @@ void h_agent_start_n(int i)
         }
         h_sleep_ms(5);
     }
+}
+
+void h_agent_start_n(int i)
+{
+    agent_start(i, 1);
+}
+
+void h_agent_spawn(int i)
+{
+    agent_start(i, 0);
 }
 
 void h_start(const char *agent_ini)
@@ -1538,4 +1569,105 @@ const char *h_status_ask(int agent, const char *req)
     out[n] = '\0';
     close(fd);
     return out;
+}
+
+/* ---- JSON ---- */
+
+static const char *json_value(const char *p, int depth);
+
+static const char *json_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    return p;
+}
+
+static const char *json_string(const char *p)
+{
+    for (p++; *p != '"'; p++) {
+        if ((unsigned char)*p < 0x20)
+            return NULL; /* also the end of the text */
+        if (*p == '\\') {
+            p++;
+            if (*p == 'u') {
+                for (int i = 1; i <= 4; i++)
+                    if (!isxdigit((unsigned char)p[i]))
+                        return NULL;
+                p += 4;
+            } else if (!*p || !strchr("\"\\/bfnrt", *p)) {
+                return NULL;
+            }
+        }
+    }
+    return p + 1;
+}
+
+static const char *json_number(const char *p)
+{
+    if (*p == '-')
+        p++;
+    if (!isdigit((unsigned char)*p) || (p[0] == '0' && isdigit((unsigned char)p[1])))
+        return NULL;
+    while (isdigit((unsigned char)*p))
+        p++;
+    if (*p == '.' && !isdigit((unsigned char)*++p))
+        return NULL;
+    while (isdigit((unsigned char)*p))
+        p++;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-')
+            p++;
+        if (!isdigit((unsigned char)*p))
+            return NULL;
+        while (isdigit((unsigned char)*p))
+            p++;
+    }
+    return p;
+}
+
+/* The members of an object (close '}') or the elements of an array (']'). */
+static const char *json_items(const char *p, char close, int depth)
+{
+    p = json_ws(p + 1);
+    if (*p == close)
+        return p + 1;
+    for (;;) {
+        if (close == '}') {
+            if (*p != '"' || !(p = json_string(p)) || *(p = json_ws(p)) != ':')
+                return NULL;
+            p++;
+        }
+        if (!(p = json_value(p, depth + 1)))
+            return NULL;
+        p = json_ws(p);
+        if (*p == close)
+            return p + 1;
+        if (*p != ',')
+            return NULL;
+        p = json_ws(p + 1);
+    }
+}
+
+static const char *json_value(const char *p, int depth)
+{
+    p = json_ws(p);
+    if (depth > 64)
+        return NULL;
+    if (*p == '{' || *p == '[')
+        return json_items(p, *p == '{' ? '}' : ']', depth);
+    if (*p == '"')
+        return json_string(p);
+    if (*p == '-' || isdigit((unsigned char)*p))
+        return json_number(p);
+    for (const char *const *w = (const char *const[]){"true", "false", "null", NULL}; *w; w++)
+        if (strncmp(p, *w, strlen(*w)) == 0)
+            return p + strlen(*w);
+    return NULL;
+}
+
+int h_json_valid(const char *text)
+{
+    const char *end = text ? json_value(text, 0) : NULL;
+    return end && *json_ws(end) == '\0';
 }

@@ -105,6 +105,7 @@ struct h_node {
     char log[H_PATH];
     char addr[H_PATH];  /* "unix:<sock>" */
     redisContext *conn; /* the harness's own connection (NULL until needed) */
+    char args[512];     /* more redis-server arguments (h_node_set_args()) */
 };
 
 struct h_env {
@@ -137,9 +138,17 @@ void h_finish(void);
 /* Cleans up and marks the test skipped (Criterion runs no .fini then). */
 void h_skip(const char *why);
 
+/* Criterion's timeout of each ITEST() of a test file, in seconds; a file
+ * whose tests need longer defines it before including this header. It is one
+ * for the whole file: Criterion drops (and leaks) the pending timeouts that
+ * end after a shorter one added later. */
+#ifndef H_TEST_TIMEOUT_S
+#define H_TEST_TIMEOUT_S 60
+#endif
+
 #define ITEST(suite, name)                                                                         \
     static void suite##_##name##_body(void);                                                       \
-    Test(suite, name, .init = h_setup, .fini = h_teardown, .timeout = 60)                          \
+    Test(suite, name, .init = h_setup, .fini = h_teardown, .timeout = H_TEST_TIMEOUT_S)            \
     {                                                                                              \
         suite##_##name##_body();                                                                   \
         h_finish();                                                                                \
@@ -185,9 +194,15 @@ void h_sleep_ms(int ms);
 /* ---- redis-server nodes ----
  *
  * Every node is a redis-server on its own Unix socket in DIR, without
- * persistence, so a node started again after a kill is empty. The h_node_*
- * functions take the node index; the h_redis_* ones act on node 0, the Redis
- * of single-node tests. */
+ * persistence (unless h_node_set_args() asks for it), so a node started again
+ * after a kill is empty. The h_node_* functions take the node index; the
+ * h_redis_* ones act on node 0, the Redis of single-node tests. */
+
+/* Arguments added to node i's redis-server command line at each later start,
+ * after the harness's own (which they override), split at blanks: e.g.
+ * "--appendonly yes --appendfsync always --appenddirname aof1" (each node
+ * persisting needs its own appenddirname: they share DIR). */
+void h_node_set_args(int i, const char *args);
 
 /* Starts nodes 0..n-1 (those not running yet; 1 <= n <= H_MAX_NODES) and sets
  * H.nnodes to n: agents configured afterwards use all of them (quorum mode
@@ -200,7 +215,8 @@ void h_node_stop(int i);    /* SIGTERM (SIGCONT first if paused) + waitpid */
 void h_node_kill(int i);    /* SIGKILL + waitpid */
 void h_node_pause(int i);   /* SIGSTOP: the node keeps its connections and data */
 void h_node_resume(int i);  /* SIGCONT */
-void h_node_restart(int i); /* kill -9, then start on the same socket (empty, new run id) */
+void h_node_restart(int i); /* kill -9, then start on the same socket (new run id; empty unless
+                               it persists) */
 int h_node_running(int i);  /* running and not paused */
 
 /* Runs a command on node i (reconnecting if needed); fails the test when
@@ -259,6 +275,9 @@ void h_agent_config(int i, const char *agent_ini, const char *redis_ini);
  * nodes are excluded from quorums after their start (up to the agent's
  * max_ttl_ms, read from its config file, plus 3 s; at most 25 s). */
 void h_agent_start_n(int i);
+/* Starts agent i like h_agent_start_n() but returns as soon as a client can
+ * open: it neither probes Redis nor waits for its subscriptions. */
+void h_agent_spawn(int i);
 /* h_redis_start() + h_agent_config(0, agent_ini, NULL) + h_agent_start_n(0). */
 void h_start(const char *agent_ini);
 /* Two agents on one Redis, standing for two hosts: h_redis_start(), then
@@ -348,6 +367,12 @@ const char *h_path(const char *name);
  * unless the test configured another) and returns the whole answer, in a
  * static buffer; NULL when the socket cannot be reached. */
 const char *h_status_ask(int agent, const char *req);
+
+/* ---- JSON ---- */
+
+/* 1 when text is one JSON value (RFC 8259 grammar), blanks around it
+ * allowed; it does not check that strings are valid UTF-8. */
+int h_json_valid(const char *text);
 
 /* ---- raw protocol sockets ---- */
 

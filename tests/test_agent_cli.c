@@ -295,3 +295,66 @@ ITEST(agent_cli, serves_sockets_passed_by_the_service_manager)
     cr_assert_eq(stat(status, &st), 0, "the passed status socket's file was removed");
     close(nfd);
 }
+
+/* The lines of the log at level `level` ("error", "warn"), joined, or "". */
+static const char *log_lines(const char *log, const char *level, const char *about)
+{
+    static char found[4096];
+    char tag[32];
+    snprintf(tag, sizeof tag, "dlockd[%s]: ", level);
+    found[0] = '\0';
+    for (const char *p = log; p && *p;) {
+        const char *end = strchr(p, '\n');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        char line[1024];
+        snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line ? n : sizeof line - 1), p);
+        if (strstr(line, tag) && (!about || strstr(line, about)))
+            snprintf(found + strlen(found), sizeof found - strlen(found), "%s\n", line);
+        p = end ? end + 1 : NULL;
+    }
+    return found;
+}
+
+ITEST(agent_cli, status_socket_goes_beside_a_given_client_socket)
+{
+    /* `dlockd -s DIR/a.sock -r ...`, no configuration file: the status
+     * socket is DIR/a-status.sock, where dlockctl -s DIR/a.sock looks. */
+    h_redis_start();
+    char sock[H_PATH], status[H_PATH], out[H_PATH];
+    snprintf(sock, sizeof sock, "%s/a.sock", H.dir);
+    snprintf(status, sizeof status, "%s/a-status.sock", H.dir);
+    snprintf(out, sizeof out, "%s", h_path("a.out"));
+    char *argv[] = {DLOCKD_PATH, "-s", sock, "-r", H.redis_addr, NULL};
+    pid_t pid = h_spawn(argv, out);
+    H_WAIT_UNTIL(H_START_MS, h_read_file(out) && strstr(h_read_file(out), "subscribed"));
+    cr_assert_eq(access(status, F_OK), 0, "no %s:\n%s", status, h_read_file(out));
+    int st = h_ctl(10000, "-s", sock, "status", "--json", NULL);
+    const char *answer = h_read_file(h_path("ctl.out"));
+    cr_assert_eq(st, 0, "dlockctl -s %s status --json: exit %d: %s", sock, st, answer);
+    cr_assert(h_json_valid(answer), "not JSON: %s", answer);
+    kill(pid, SIGTERM);
+    cr_assert_eq(h_wait_child(pid, H_STOP_MS), 0);
+    const char *log = h_read_file(out);
+    cr_assert_str_empty(log_lines(log, "error", NULL), "errors logged:\n%s", log);
+    cr_assert_str_empty(log_lines(log, "warn", "status"), "warnings logged:\n%s", log);
+
+    /* -S wins, and "" means none. */
+    char custom[H_PATH];
+    snprintf(custom, sizeof custom, "%s/custom.sock", H.dir);
+    char *argv2[] = {DLOCKD_PATH, "-s", sock, "-S", custom, "-r", H.redis_addr, NULL};
+    snprintf(out, sizeof out, "%s", h_path("custom.out"));
+    pid = h_spawn(argv2, out);
+    H_WAIT_UNTIL(H_START_MS, h_read_file(out) && strstr(h_read_file(out), "subscribed"));
+    cr_assert_eq(access(custom, F_OK), 0, "no %s:\n%s", custom, h_read_file(out));
+    cr_assert_neq(access(status, F_OK), 0, "%s is there too", status);
+    kill(pid, SIGTERM);
+    cr_assert_eq(h_wait_child(pid, H_STOP_MS), 0);
+    char *argv3[] = {DLOCKD_PATH, "-s", sock, "-S", "", "-r", H.redis_addr, NULL};
+    snprintf(out, sizeof out, "%s", h_path("none.out"));
+    pid = h_spawn(argv3, out);
+    H_WAIT_UNTIL(H_START_MS, h_read_file(out) && strstr(h_read_file(out), "subscribed"));
+    cr_assert_null(strstr(h_read_file(out), "status socket on"), "%s", h_read_file(out));
+    cr_assert_neq(access(status, F_OK), 0, "%s is there", status);
+    kill(pid, SIGTERM);
+    cr_assert_eq(h_wait_child(pid, H_STOP_MS), 0);
+}

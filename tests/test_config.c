@@ -69,7 +69,7 @@ Test(defaults, documented_values)
     cr_assert_str_eq(c.prefix, "dlock:");
     cr_assert_eq(c.default_ttl_ms, 30000);
     cr_assert_eq(c.min_ttl_ms, 30);
-    cr_assert_eq(c.max_ttl_ms, 86400000);
+    cr_assert_eq(c.max_ttl_ms, 45000);
     cr_assert_float_eq(c.renew_fraction, 1.0 / 3.0, 1e-12);
     cr_assert_eq(c.retry_fallback_ms, 100);
     cr_assert_eq(c.max_name_len, 200);
@@ -187,6 +187,20 @@ Test(file, keys_not_in_the_file_keep_their_values)
     cr_assert_eq(memcmp(&c, &d, sizeof c), 0, "other settings changed");
 }
 
+/* Whether the file names the status socket decides whether dlockd puts
+ * it beside the client socket (agent/main.c): an empty value counts. */
+Test(set, status_socket_given_even_empty)
+{
+    struct config c;
+    config_defaults(&c);
+    cr_assert_not(c.status_socket_set);
+    expect_good(&c, "agent", "socket", "/tmp/a.sock");
+    cr_assert_not(c.status_socket_set);
+    expect_good(&c, "agent", "status_socket", "");
+    cr_assert(c.status_socket_set);
+    cr_assert_str_eq(c.status_socket, "");
+}
+
 Test(file, empty_file_and_comments_only_are_fine)
 {
     struct config c, d;
@@ -245,6 +259,13 @@ Test(file, packaged_dlockd_conf_matches_defaults)
     cr_assert_eq(config_load_file(&c, path, err, sizeof err), 0, "%s", err);
     cr_assert_float_eq(c.renew_fraction, d.renew_fraction, 1e-4);
     c.renew_fraction = d.renew_fraction;
+    /* The package gives the client socket to its group; an ad hoc agent
+     * needs no such group. */
+    cr_assert_str_eq(c.socket_group, "dlock");
+    memcpy(c.socket_group, d.socket_group, sizeof c.socket_group);
+    /* It names the status socket that goes beside the client socket anyway. */
+    cr_assert(c.status_socket_set);
+    c.status_socket_set = d.status_socket_set;
     cr_assert_eq(memcmp(&c, &d, sizeof c), 0, "%s does not spell out the defaults", path);
     cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
 }
@@ -856,7 +877,7 @@ Test(validate, ttl_ranges)
     EXPECT_INVALID("max_ttl_ms = 604800001: must be between 10 and 604800000",
                    c_.max_ttl_ms = 604800001);
     /* Bounded by the others, the message gives the values they allow. */
-    EXPECT_INVALID("default_ttl_ms = 29: must be between 30 and 86400000", c_.default_ttl_ms = 29);
+    EXPECT_INVALID("default_ttl_ms = 29: must be between 30 and 45000", c_.default_ttl_ms = 29);
     EXPECT_INVALID("min_ttl_ms = 5000: must not exceed max_ttl_ms (4000)", c_.min_ttl_ms = 5000,
                    c_.max_ttl_ms = 4000, c_.default_ttl_ms = 4000);
 }

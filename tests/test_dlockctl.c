@@ -1,13 +1,19 @@
 /* test_dlockctl.c -- `dlockctl run`: the lock is held while CMD runs, CMD's
  * exit status is passed on, a taken lock gives 75 (or -E), a lease lost while
  * CMD runs sends CMD SIGTERM and gives 79 (at once, also when the agent is
- * stopped), and the usage and agent errors give 64 and 69. */
+ * stopped), and the usage and agent errors give 64 and 69; durations in
+ * seconds or with a unit, as flock(1) takes them; a Redis outage gives 69,
+ * not the busy code; connection errors name the socket and the reason; the
+ * help of each command; the status socket found beside the client socket. */
+#include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -77,13 +83,24 @@ ITEST(dlockctl, taken_lock_exits_75_or_the_E_code)
     st = h_ctl(5000, "-s", sock, "run", "-n", "-E", "3", "taken", "--", "sh", "-c", marker, NULL);
     cr_assert_eq(st, 3, "-n -E 3 on a taken lock: exit %d", st);
 
-    int64_t t0 = h_now_ms();
-    st = h_ctl(5000, "-s", sock, "run", "-w", "300", "taken", "--", "sh", "-c", marker, NULL);
-    int64_t el = h_now_ms() - t0;
-    cr_assert_eq(st, 75, "-w 300 on a taken lock: exit %d", st);
-    cr_assert_geq(el, 250, "gave up after %lld ms of a 300 ms wait", (long long)el);
+    st = h_ctl(5000, "-s", sock, "run", "--nonblock", "--conflict-exit-code", "4", "taken", "--",
+               "sh", "-c", marker, NULL);
+    cr_assert_eq(st, 4, "--nonblock --conflict-exit-code 4 on a taken lock: exit %d", st);
+
+    /* -w counts seconds, as flock -w does, or the unit it ends in: each
+     * of these waits half a second (not half a millisecond, nor not at all)
+     * before giving up. */
+    const char *const half[] = {"0.5", "500ms", ".5s"};
+    for (size_t i = 0; i < sizeof half / sizeof half[0]; i++) {
+        int64_t t0 = h_now_ms();
+        st = h_ctl(5000, "-s", sock, "run", "-w", half[i], "taken", "--", "sh", "-c", marker, NULL);
+        int64_t el = h_now_ms() - t0;
+        cr_assert_eq(st, 75, "-w %s on a taken lock: exit %d", half[i], st);
+        cr_assert_geq(el, 490, "-w %s gave up after %lld ms", half[i], (long long)el);
+    }
     cr_assert(!exists(h_path("ran")), "CMD ran without the lock");
     cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_HELD);
+    cr_assert(h_redis_exists(h_key("taken")));
     cr_assert_eq(dlock_lease_release(l), 0);
 }
 
@@ -111,7 +128,7 @@ ITEST(dlockctl, lease_lost_terminates_command_and_exits_79)
     snprintf(script, sizeof script,
              "trap 'echo got-term > %s; exit 0' TERM; touch %s; " BOUNDED_WAIT, h_path("term"),
              h_path("started"));
-    const char *args[] = {"-s", H.agent[0].sock, "run", "-t", "600", "fragile", "--", "sh",
+    const char *args[] = {"-s", H.agent[0].sock, "run", "-t", "0.6", "fragile", "--", "sh",
                           "-c", script,          NULL};
     pid_t pid = h_ctl_spawn(args);
     H_WAIT_UNTIL(3000, exists(h_path("started")));
@@ -297,7 +314,7 @@ ITEST(dlockctl, stopped_agent_lease_loss_exits_without_waiting_for_it)
     relay_start(sock, frames);
     char script[300];
     snprintf(script, sizeof script, "touch %s; exec sleep 1000", h_path("started"));
-    const char *args[] = {"-s", sock, "run", "-t", "300", "wedged", "--", "sh", "-c", script, NULL};
+    const char *args[] = {"-s", sock, "run", "-t", "0.3", "wedged", "--", "sh", "-c", script, NULL};
     pid_t pid = h_ctl_spawn(args);
     H_WAIT_UNTIL(3000, exists(h_path("started")));
     h_agent_pause(0);
@@ -316,4 +333,243 @@ ITEST(dlockctl, stopped_agent_lease_loss_exits_without_waiting_for_it)
 
     h_agent_resume(0);
     H_WAIT_UNTIL(3000, !h_redis_exists(h_key("wedged")));
+}
+
+/* ---- durations, outages, connection errors, help, the status socket ---- */
+
+/* Runs dlockctl with a fresh DIR/ctl.out and returns its exit status; the
+ * output (stdout and stderr) is then in ctl_out(). */
+#define CTL(...) (unlink(h_path("ctl.out")), h_ctl(10000, __VA_ARGS__, NULL))
+
+static const char *ctl_out(void)
+{
+    const char *out = h_read_file(h_path("ctl.out"));
+    return out ? out : "";
+}
+
+ITEST(dlockctl, durations_take_units_and_bad_ones_are_usage_errors)
+{
+    h_start(NULL);
+    const char *sock = H.agent[0].sock;
+    static const char *const good[][2] = {
+        {"-w", "5s"},      {"-w", "5"}, {"--wait", "1.5m"}, {"--timeout", "0.01h"},
+        {"-w", "forever"}, {"-w", "0"}, {"-t", "30s"},      {"--ttl", "2.5"},
+        {"-t", "1500ms"},  {"-k", "0"}, {"-k", "1.5"},      {"--kill-after", "250ms"},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        int st = CTL("-s", sock, "run", good[i][0], good[i][1], "free", "--", "true");
+        cr_assert_eq(st, 0, "%s %s: exit %d: %s", good[i][0], good[i][1], st, ctl_out());
+    }
+    /* Each with the reason the message gives. */
+    static const char *const bad[][3] = {
+        {"-w", "soon", "not a number"},
+        {"-w", "-1", "negative"},
+        {"-w", "5x", "unknown unit"},
+        {"-w", "1e3", "unknown unit"},
+        {"-w", "", "not a number"},
+        {"-w", "0.5.5", "unknown unit"},
+        {"-w", "5 s", "unknown unit"},
+        {"-w", "+5", "not a number"},
+        {"-w", "5S", "unknown unit"},
+        {"-w", ".", "not a number"},
+        {"-w", "9999999999999999999", "too long"},
+        {"--wait", "3000000000000000h", "too long"},
+        {"-t", "0", "must be at least 1ms"},
+        {"-t", "50d", "unknown unit"},
+        {"--ttl", "1200h", "too long"},
+        {"-t", "-3s", "negative"},
+        {"-k", "-1", "negative"},
+        {"--kill-after", "x", "not a number"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int st = CTL("-s", sock, "run", bad[i][0], bad[i][1], "free", "--", "true");
+        cr_assert_eq(st, 64, "%s '%s': exit %d", bad[i][0], bad[i][1], st);
+        char want[64];
+        snprintf(want, sizeof want, "'%s': %s", bad[i][1], bad[i][2]);
+        cr_assert(strstr(ctl_out(), "dlockctl: invalid ") && strstr(ctl_out(), want),
+                  "%s '%s': the message lacks \"%s\": %s", bad[i][0], bad[i][1], want, ctl_out());
+    }
+    H_KEY_GONE(h_key("free"));
+}
+
+ITEST(dlockctl, redis_outage_exits_69_with_a_message_not_the_busy_code)
+{
+    /* The wait (1 s) runs out before the agent gives up riding out the
+     * outage (outage_wait_ms, 2 s): that is still an outage, not a lock
+     * that stayed taken. */
+    h_start(NULL);
+    const char *sock = H.agent[0].sock;
+    char marker[300];
+    snprintf(marker, sizeof marker, "touch %s", h_path("ran"));
+    h_redis_stop();
+    int st = CTL("-s", sock, "run", "-w", "1", "out", "--", "sh", "-c", marker);
+    cr_assert_eq(st, 69, "run -w 1 with Redis down: exit %d: %s", st, ctl_out());
+    cr_assert(strstr(ctl_out(), "cannot lock out") && strstr(ctl_out(), "Redis"),
+              "no message naming Redis: %s", ctl_out());
+    st = CTL("-s", sock, "run", "-n", "out", "--", "sh", "-c", marker);
+    cr_assert_eq(st, 69, "run -n with Redis down: exit %d: %s", st, ctl_out());
+    cr_assert(!exists(h_path("ran")), "CMD ran without the lock");
+
+    /* holder reads Redis: the same outage, the same code. */
+    char status[H_PATH + 32];
+    snprintf(status, sizeof status, "%s/status0.sock", H.dir);
+    st = CTL("-S", status, "holder", "out");
+    cr_assert_eq(st, 69, "holder with Redis down: exit %d: %s", st, ctl_out());
+    cr_assert(strstr(ctl_out(), "Redis"), "%s", ctl_out());
+    /* A name no lock can have is a usage error, as for run. */
+    h_redis_start();
+    cr_assert_eq(CTL("-S", status, "holder", "{x}"), 64, "%s", ctl_out());
+}
+
+/* Binds a unix socket at path and closes it: what a crashed agent leaves. */
+static void stale_socket(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    cr_assert_lt(strlen(path), sizeof sa.sun_path);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    close(fd);
+}
+
+/* Asserts the output names the socket and the reason. */
+#define SAYS(what, path, reason)                                                                   \
+    cr_assert(strstr(ctl_out(), path) && strstr(ctl_out(), reason), "%s: %s", what, ctl_out())
+
+ITEST(dlockctl, connection_errors_name_the_socket_and_the_reason)
+{
+    h_start(NULL);
+    char none[H_PATH + 32], stale[H_PATH + 32];
+    snprintf(none, sizeof none, "%s", h_path("none.sock"));
+    snprintf(stale, sizeof stale, "%s", h_path("stale.sock"));
+    stale_socket(stale);
+
+    cr_assert_eq(CTL("-s", none, "run", "x", "--", "true"), 69);
+    SAYS("no such socket", none, "No such file or directory");
+    cr_assert(strstr(ctl_out(), "is dlockd running?") && strstr(ctl_out(), "DLOCK_SOCKET"), "%s",
+              ctl_out());
+    cr_assert_eq(CTL("-s", stale, "run", "x", "--", "true"), 69);
+    SAYS("stale socket", stale, "Connection refused");
+    cr_assert(strstr(ctl_out(), "stale"), "%s", ctl_out());
+    cr_assert_eq(CTL("-S", none, "status"), 69);
+    SAYS("no status socket", none, "No such file or directory");
+    cr_assert_eq(CTL("-S", stale, "leases"), 69);
+    SAYS("stale status socket", stale, "Connection refused");
+}
+
+ITEST(dlockctl, permission_denied_names_the_socket_and_its_group)
+{
+    if (geteuid() != 0)
+        h_skip("needs root to run dlockctl under a second uid");
+    h_start(NULL); /* both sockets mode 0660, of root's group */
+    cr_assert_eq(chmod(H.dir, 0755), 0);
+    char status[H_PATH + 32];
+    snprintf(status, sizeof status, "%s/status0.sock", H.dir);
+    struct group *g = getgrgid(getegid());
+    cr_assert_not_null(g);
+    char group[128];
+    snprintf(group, sizeof group, "group '%s'", g->gr_name);
+    const char *const runs[][5] = {{"-s", H.agent[0].sock, "run", "x", "true"},
+                                   {"-S", status, "status", NULL, NULL}};
+    for (size_t i = 0; i < 2; i++) {
+        unlink(h_path("nobody.out"));
+        pid_t pid = h_fork();
+        if (pid == 0) {
+            int fd = open(h_path("nobody.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0 || setgroups(0, NULL) != 0 ||
+                setgid(65534) != 0 || setuid(65534) != 0)
+                _exit(100);
+            execl(DLOCKCTL_PATH, DLOCKCTL_PATH, runs[i][0], runs[i][1], runs[i][2], runs[i][3],
+                  runs[i][4], (char *)NULL);
+            _exit(101);
+        }
+        int st = h_wait_child(pid, 10000);
+        const char *out = h_read_file(h_path("nobody.out"));
+        cr_assert_eq(st, 69, "%s as nobody: exit %d: %s", runs[i][2], st, out ? out : "");
+        cr_assert(out && strstr(out, runs[i][1]) && strstr(out, "Permission denied") &&
+                      strstr(out, group),
+                  "%s as nobody: %s", runs[i][2], out ? out : "");
+    }
+}
+
+ITEST(dlockctl, help_of_each_command_lists_every_option)
+{
+    static const struct {
+        const char *cmd;
+        const char *want[24];
+    } helps[] = {
+        {NULL,
+         {"usage:", "run", "status", "leases", "metrics", "holder", "-s, --socket",
+          "-S, --status-socket", "-h, --help", "-V, --version", "Exit status", NULL}},
+        {"run",
+         {"usage: dlockctl run", "-w, --wait, --timeout DURATION", "-n, --nonblock, --nb",
+          "-t, --ttl DURATION", "-E, --conflict-exit-code CODE", "-k, --kill-after DURATION",
+          "-s, --socket PATH", "-h, --help", "ms, s, m or h", "64", "69", "70", "73", "75", "77",
+          "79", "126", "127", NULL}},
+        {"status",
+         {"status [--json]", "--json", "-S, --status-socket", "-s, --socket", "-h, --help",
+          "Exit status", NULL}},
+        {"leases",
+         {"leases [--json] [PATTERN]", "--json", "-S, --status-socket", "-s, --socket",
+          "-h, --help", "Exit status", NULL}},
+        {"metrics",
+         {"metrics", "-S, --status-socket", "-s, --socket", "-h, --help", "Exit status", NULL}},
+        {"holder",
+         {"holder [--json] NAME", "--json", "-S, --status-socket", "-s, --socket", "-h, --help",
+          "Exit status", NULL}},
+    };
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
+        const char *cmd = helps[i].cmd ? helps[i].cmd : "--help";
+        int st = helps[i].cmd ? CTL(cmd, "--help") : CTL("--help");
+        cr_assert_eq(st, 0, "%s --help: exit %d", cmd, st);
+        char out[16384];
+        snprintf(out, sizeof out, "%s", ctl_out());
+        for (int j = 0; helps[i].want[j]; j++)
+            cr_assert(strstr(out, helps[i].want[j]), "%s --help lacks '%s':\n%s", cmd,
+                      helps[i].want[j], out);
+        if (helps[i].cmd) { /* -h as well */
+            cr_assert_eq(CTL(cmd, "-h"), 0);
+            cr_assert_str_eq(ctl_out(), out);
+        }
+    }
+    cr_assert_eq(CTL("metrics", "--json"), 64);
+    cr_assert(strstr(ctl_out(), "dlockctl metrics --help"), "%s", ctl_out());
+}
+
+ITEST(dlockctl, status_socket_is_found_beside_the_client_socket)
+{
+    /* The agent's client socket is DIR/dlock.sock: its status socket goes
+     * to DIR/status.sock, where dlockctl looks for it given -s or
+     * $DLOCK_SOCKET and neither -S nor $DLOCK_STATUS_SOCKET. */
+    char status[H_PATH + 32], ini[H_PATH + 64], other[H_PATH + 32];
+    snprintf(status, sizeof status, "%s/status.sock", H.dir);
+    snprintf(ini, sizeof ini, "status_socket = %s", status);
+    h_start(ini);
+    const char *sock = H.agent[0].sock;
+    unsetenv("DLOCK_STATUS_SOCKET");
+    int st = CTL("-s", sock, "status", "--json");
+    cr_assert_eq(st, 0, "-s %s status: exit %d: %s", sock, st, ctl_out());
+    cr_assert(h_json_valid(ctl_out()), "not JSON: %s", ctl_out());
+    cr_assert_eq(CTL("leases", "--socket", sock, "--json"), 0, "%s", ctl_out());
+    cr_assert(h_json_valid(ctl_out()), "not JSON: %s", ctl_out());
+    cr_assert_eq(setenv("DLOCK_SOCKET", sock, 1), 0);
+    cr_assert_eq(CTL("metrics"), 0, "with $DLOCK_SOCKET: %s", ctl_out());
+    cr_assert(strstr(ctl_out(), "dlock_grants_total"));
+
+    /* -S and $DLOCK_STATUS_SOCKET win. */
+    char none[H_PATH + 32];
+    snprintf(none, sizeof none, "%s", h_path("none.sock"));
+    cr_assert_eq(setenv("DLOCK_STATUS_SOCKET", none, 1), 0);
+    cr_assert_eq(CTL("status"), 69);
+    SAYS("$DLOCK_STATUS_SOCKET", none, "No such file");
+    unsetenv("DLOCK_STATUS_SOCKET");
+    cr_assert_eq(CTL("-S", none, "status"), 69);
+    SAYS("-S", none, "No such file");
+    unsetenv("DLOCK_SOCKET");
+
+    /* X.sock: X-status.sock. */
+    snprintf(other, sizeof other, "%s/other-status.sock", H.dir);
+    cr_assert_eq(CTL("-s", h_path("other.sock"), "status"), 69);
+    SAYS("beside other.sock", other, "No such file");
+    cr_assert(strstr(ctl_out(), "beside the client socket"), "%s", ctl_out());
 }

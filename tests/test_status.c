@@ -1481,8 +1481,8 @@ ITEST(status, holder_names_a_lock_taken_through_another_agent)
     cr_assert_eq(count_lines(R.out), 1, "a forged line: %s", R.out);
     cr_assert_eq(CTL("-S", sock0, "holder", "--json", "esc"), 0);
     cr_assert_not_null(j_doc(R.out));
-    /* A name no lock can have is refused. */
-    cr_assert_eq(CTL("-S", sock0, "holder", "{x}"), 70);
+    /* A name no lock can have is refused: a usage error, as for run. */
+    cr_assert_eq(CTL("-S", sock0, "holder", "{x}"), 64);
 }
 
 /* ---- peers that keep writing ----

@@ -485,3 +485,30 @@ Test(wire, buffer_grows_across_many_frames)
     }
     wire_buf_free(&b);
 }
+
+/* ---- the status socket beside the client socket ---- */
+
+Test(status_sibling, dlock_sock_gives_status_sock_else_a_status_suffix)
+{
+    static const char *const cases[][2] = {
+        {"/run/dlock/dlock.sock", "/run/dlock/status.sock"},
+        {"dlock.sock", "status.sock"},
+        {"/tmp/a.sock", "/tmp/a-status.sock"},
+        {"/tmp/a", "/tmp/a-status.sock"},
+        {"/tmp/mydlock.sock", "/tmp/mydlock-status.sock"},
+        {"/tmp/x.sock.d/a", "/tmp/x.sock.d/a-status.sock"},
+        {"/tmp/.sock", "/tmp/.sock-status.sock"},
+        {"rel/agent.sock", "rel/agent-status.sock"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char out[108];
+        cr_assert_eq(wire_status_sibling(cases[i][0], out, sizeof out), 0);
+        cr_assert_str_eq(out, cases[i][1], "beside %s", cases[i][0]);
+    }
+    /* Exactly fitting, then one byte short: "" and -1. */
+    char out[19];
+    cr_assert_eq(wire_status_sibling("/tmp/a.sock", out, sizeof out), 0);
+    cr_assert_str_eq(out, "/tmp/a-status.sock");
+    cr_assert_eq(wire_status_sibling("/tmp/a.sock", out, sizeof out - 1), -1);
+    cr_assert_str_eq(out, "");
+}

@@ -1,8 +1,10 @@
 /* dlockctl.c -- runs a command while holding a dlock lease, as flock(1) does with a file;
  * shows the agent's status, leases and metrics from its status socket. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -12,17 +14,19 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "dlock.h"
+#include "wire.h"
 
-/* Exit codes, after sysexits.h where one fits. */
+/* Exit codes, after sysexits.h where one fits; the same for every command. */
 #define EXIT_USAGE       64 /* EX_USAGE */
-#define EXIT_UNAVAILABLE 69 /* EX_UNAVAILABLE: agent unreachable, backend error */
-#define EXIT_SOFTWARE    70 /* EX_SOFTWARE: internal error */
+#define EXIT_UNAVAILABLE 69 /* EX_UNAVAILABLE: agent unreachable, Redis unavailable */
+#define EXIT_SOFTWARE    70 /* EX_SOFTWARE: internal error, request refused */
 #define EXIT_LIMIT       73 /* EX_CANTCREAT: a lease or waiter limit of the agent was hit */
 #define EXIT_TEMPFAIL    75 /* EX_TEMPFAIL: default for -E */
 #define EXIT_NOPERM      77 /* EX_NOPERM: the agent's policy refused the name */
@@ -32,20 +36,20 @@
 
 #define DEFAULT_KILL_MS 10000
 
-/* The status socket: -S, else $DLOCK_STATUS_SOCKET, else this. */
-#define DEFAULT_STATUS_SOCKET "/run/dlock/status.sock"
-#define STATUS_REQUEST_MAX    256        /* a request line, newline included */
-#define STATUS_TIMEOUT_MS     5000       /* for the whole answer */
-#define STATUS_RESPONSE_MAX   (64 << 20) /* a bigger answer is refused */
+/* The client socket: -s, else $DLOCK_SOCKET, else this (as the library). */
+#define DEFAULT_SOCKET      "/run/dlock/dlock.sock"
+#define STATUS_REQUEST_MAX  256        /* a request line, newline included */
+#define STATUS_TIMEOUT_MS   5000       /* for the whole answer */
+#define STATUS_RESPONSE_MAX (64 << 20) /* a bigger answer is refused */
 
-enum command { CMD_RUN, CMD_STATUS, CMD_LEASES, CMD_METRICS, CMD_HOLDER };
+enum command { CMD_NONE, CMD_RUN, CMD_STATUS, CMD_LEASES, CMD_METRICS, CMD_HOLDER };
 
 struct run_opts {
     enum command command;
-    const char *socket;        /* NULL = the library default */
-    const char *status_socket; /* NULL = $DLOCK_STATUS_SOCKET or the default */
-    bool json;                 /* status, leases: --json */
-    const char *pattern;       /* leases: NULL = every lease */
+    const char *socket;        /* -s; NULL = $DLOCK_SOCKET or the default */
+    const char *status_socket; /* -S; NULL = $DLOCK_STATUS_SOCKET or beside the socket */
+    bool json;                 /* status, leases, holder: --json */
+    const char *pattern;       /* leases: NULL = every lease; holder: the name */
     const char *name;
     char **argv;
     int64_t wait_ms;
@@ -70,36 +74,144 @@ static int sig_pipe[2] = {-1, -1};
 static const int forwarded_signals[] = {SIGINT, SIGTERM, SIGHUP};
 static struct sigaction saved_actions[NSIG];
 
-static void usage(FILE *f)
+/* ---- help ---- */
+
+static const char help_socket[] =
+    "  -s, --socket PATH          the agent's client socket (default: $DLOCK_SOCKET,\n"
+    "                             else " DEFAULT_SOCKET ")\n";
+static const char help_status_socket[] =
+    "  -S, --status-socket PATH   the agent's status socket (default:\n"
+    "                             $DLOCK_STATUS_SOCKET, else beside the client socket:\n"
+    "                             DIR/status.sock for DIR/dlock.sock, else X-status.sock\n"
+    "                             for X.sock or X)\n";
+static const char help_help[] = "  -h, --help                 print this help and exit\n";
+
+/* One table for every command, as in dlockctl(1). */
+static const char help_exit[] =
+    "\nExit status:\n"
+    "  0      status, leases, metrics, holder: the answer was printed\n"
+    "  N      run: CMD's exit status (128+S when CMD was killed by signal S)\n"
+    "  64     usage error: bad option, value, lock name or pattern\n"
+    "  69     the agent is unreachable, or Redis (in quorum mode, a majority of\n"
+    "         the nodes) is unreachable or answered with an error\n"
+    "  70     internal error, or the agent refused the request\n"
+    "  73     run: a lease or waiter limit of the agent was hit\n"
+    "  75     run: the lock stayed taken (-n, or the -w wait ran out); see -E\n"
+    "  77     run: the agent's policy does not allow this user the lock name\n"
+    "  79     run: the lease was lost while CMD ran; CMD was terminated\n"
+    "  126    run: CMD could not be executed\n"
+    "  127    run: CMD was not found\n";
+
+static void help_main(FILE *f)
 {
-    fprintf(f, "usage: dlockctl [-s SOCKET] run [-w MS | -n] [-t TTL_MS] [-E CODE] [-k MS] NAME "
-               "[--] CMD [ARG...]\n"
-               "       dlockctl [-S PATH] status [--json]\n"
-               "       dlockctl [-S PATH] leases [--json] [PATTERN]\n"
-               "       dlockctl [-S PATH] metrics\n"
-               "       dlockctl [-S PATH] holder [--json] NAME\n"
-               "       dlockctl -h | --help\n"
-               "       dlockctl -V | --version\n"
-               "run exits with CMD's status, else: 64 usage, 69 agent or Redis unavailable,\n"
-               "70 internal error, 73 lease or waiter limit hit, 75 lock taken (-E),\n"
-               "77 denied by policy, 79 lease lost, 126/127 CMD not runnable/found\n");
+    fprintf(f, "usage: dlockctl [-s SOCKET] [-S PATH] COMMAND [OPTIONS] [ARGUMENTS]\n"
+               "       dlockctl -h | --help | -V | --version\n\n"
+               "Runs a command while holding a dlock lease, as flock(1) does with a file,\n"
+               "and shows the state of the host's dlock agent, dlockd.\n\n"
+               "Commands:\n"
+               "  run NAME [--] CMD [ARG...]  run CMD while holding the lock NAME\n"
+               "  status                      the agent, its Redis nodes, counters and leases\n"
+               "  leases [PATTERN]            the leases the agent holds (fnmatch(3) glob)\n"
+               "  metrics                     the agent's metrics, Prometheus text format\n"
+               "  holder NAME                 who holds NAME in Redis now, from any host\n"
+               "'dlockctl COMMAND --help' describes the options of COMMAND.\n\n"
+               "Options:\n");
+    fputs(help_socket, f);
+    fputs(help_status_socket, f);
+    fputs(help_help, f);
+    fputs("  -V, --version              print the version and exit\n", f);
+    fputs(help_exit, f);
 }
 
-/* Prints "dlockctl: MSG[: ARG]" and the usage; returns the usage exit code. */
-static int usage_error(const char *msg, const char *arg)
+static void help_run(FILE *f)
+{
+    fprintf(f,
+            "usage: dlockctl run [OPTIONS] NAME [--] CMD [ARG...]\n\n"
+            "Takes the lock NAME through the agent, runs CMD while holding it (with\n"
+            "DLOCK_NAME and DLOCK_FENCE, the fencing token, in its environment), releases it\n"
+            "when CMD exits, and exits with CMD's status. A lost lease stops CMD.\n\n"
+            "Options:\n"
+            "  -w, --wait, --timeout DURATION\n"
+            "                             wait at most DURATION for the lock; 0: do not wait,\n"
+            "                             as -n; 'forever' (the default): as long as it takes\n"
+            "  -n, --nonblock, --nb       do not wait: fail at once if the lock is taken\n"
+            "  -t, --ttl DURATION         the lease's TTL on Redis, renewed every third of it\n"
+            "                             (default: the agent's default_ttl_ms, 30s unless\n"
+            "                             configured)\n"
+            "  -E, --conflict-exit-code CODE\n"
+            "                             exit status, 0 to 255, when the lock stayed taken\n"
+            "                             (default: %d)\n"
+            "  -k, --kill-after DURATION  after a lease loss, send CMD SIGKILL this long after\n"
+            "                             SIGTERM (default: %ds)\n",
+            EXIT_TEMPFAIL, DEFAULT_KILL_MS / 1000);
+    fputs(help_socket, f);
+    fputs(help_help, f);
+    fputs("\nDURATION is in seconds unless it ends in ms, s, m or h; it may have a\n"
+          "fraction, and is rounded up to whole milliseconds: -w 0.5, -w 500ms, -t 30s,\n"
+          "-w 2m, -w 1.5h.\n",
+          f);
+    fputs(help_exit, f);
+}
+
+/* For status, leases, metrics and holder. */
+static void help_query(FILE *f, enum command cmd)
+{
+    static const char *const what[] = {
+        [CMD_STATUS] = "status [--json]\n\n"
+                       "Prints the agent, its Redis nodes, its counters and its leases, as text\n"
+                       "tables or (--json) as one JSON object.\n",
+        [CMD_LEASES] = "leases [--json] [PATTERN]\n\n"
+                       "Prints the leases the agent holds, only those whose names match the\n"
+                       "fnmatch(3) glob PATTERN if given; a table, or (--json) a JSON object.\n",
+        [CMD_METRICS] = "metrics\n\n"
+                        "Prints the agent's metrics in the Prometheus text format.\n",
+        [CMD_HOLDER] = "holder [--json] NAME\n\n"
+                       "Asks the agent who holds NAME in Redis now, whichever host took it.\n",
+    };
+    fprintf(f, "usage: dlockctl [-S PATH] %s\nOptions:\n", what[cmd]);
+    if (cmd != CMD_METRICS)
+        fputs("      --json                 print JSON instead of text\n", f);
+    fputs(help_status_socket, f);
+    fputs("  -s, --socket PATH          the agent's client socket, beside which the status\n"
+          "                             socket is looked for (default: $DLOCK_SOCKET, else\n"
+          "                             " DEFAULT_SOCKET ")\n",
+          f);
+    fputs(help_help, f);
+    fputs(help_exit, f);
+}
+
+static void help(FILE *f, enum command cmd)
+{
+    if (cmd == CMD_NONE)
+        help_main(f);
+    else if (cmd == CMD_RUN)
+        help_run(f);
+    else
+        help_query(f, cmd);
+}
+
+static const char *const command_names[] = {
+    [CMD_RUN] = "run",         [CMD_STATUS] = "status", [CMD_LEASES] = "leases",
+    [CMD_METRICS] = "metrics", [CMD_HOLDER] = "holder",
+};
+
+/* Prints "dlockctl: MSG[: ARG]" and where to find help; returns the usage
+ * exit code. */
+static int usage_error(enum command cmd, const char *msg, const char *arg)
 {
     fprintf(stderr, "dlockctl: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
-    usage(stderr);
+    fprintf(stderr, "Try 'dlockctl %s%s--help' for more information.\n",
+            cmd ? command_names[cmd] : "", cmd ? " " : "");
     return EXIT_USAGE;
 }
 
 /* Reports what getopt_long() rejected; it prints nothing itself (opterr = 0)
  * because argv[0] of a sub-command is the sub-command's name. */
-static int option_error(int ch, const char *word)
+static int option_error(enum command cmd, int ch, const char *word)
 {
     char opt[3] = {'-', (char)optopt, '\0'};
     const char *what = optopt ? opt : word;
-    return usage_error(ch == ':' ? "option needs an argument" : "unknown option", what);
+    return usage_error(cmd, ch == ':' ? "option needs an argument" : "unknown option", what);
 }
 
 /* Parses a decimal integer in [min, max]; false on anything else. */
@@ -122,58 +234,153 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* ---- durations ---- */
+
+/* Digits with an optional fraction, as a whole part and a fraction of
+ * frac / scale (at most 9 digits kept; rest: a nonzero digit beyond). */
+struct decimal {
+    int64_t whole, frac, scale;
+    bool rest, overflow;
+};
+
+/* Reads the number at the start of s; returns what follows it, or NULL when
+ * no digit is there. */
+static const char *read_decimal(const char *s, struct decimal *d)
+{
+    *d = (struct decimal){.scale = 1};
+    bool digits = false;
+    for (; isdigit((unsigned char)*s); s++, digits = true) {
+        if (d->whole > (INT64_MAX - 9) / 10)
+            d->overflow = true;
+        else
+            d->whole = d->whole * 10 + (*s - '0');
+    }
+    if (*s == '.')
+        for (s++; isdigit((unsigned char)*s); s++, digits = true) {
+            if (d->scale < 1000000000) {
+                d->frac = d->frac * 10 + (*s - '0');
+                d->scale *= 10;
+            } else if (*s != '0') {
+                d->rest = true;
+            }
+        }
+    return digits ? s : NULL;
+}
+
+/* Parses a duration: seconds, or the unit it ends in (ms, s, m, h), with an
+ * optional fraction, rounded up to whole milliseconds, in [min_ms, max_ms].
+ * NULL with *ms set, or what is wrong with it. */
+static const char *parse_duration(const char *s, int64_t min_ms, int64_t max_ms, int64_t *ms)
+{
+    static const struct {
+        const char *suffix;
+        int64_t ms;
+    } units[] = {{"", 1000}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+    struct decimal d;
+    const char *unit = read_decimal(s, &d);
+    if (!unit)
+        return *s == '-' ? "negative" : "not a number";
+    size_t u = 0;
+    while (u < sizeof units / sizeof units[0] && strcmp(unit, units[u].suffix) != 0)
+        u++;
+    if (u == sizeof units / sizeof units[0])
+        return "unknown unit";
+    int64_t per = units[u].ms;
+    /* frac < 10^9 and per <= 3.6 * 10^6: no overflow. */
+    int64_t part = d.frac * per, frac_ms = part / d.scale + (part % d.scale != 0 || d.rest);
+    if (d.overflow || d.whole > max_ms / per || d.whole * per > max_ms - frac_ms)
+        return "too long";
+    *ms = d.whole * per + frac_ms;
+    if (*ms < min_ms)
+        return "too short";
+    return NULL;
+}
+
+/* Parses the duration of option `what` into *ms, or reports it; returns
+ * 0 or the usage exit code. */
+static int duration_opt(const char *what, const char *s, int64_t min_ms, int64_t max_ms,
+                        int64_t *ms)
+{
+    const char *problem = parse_duration(s, min_ms, max_ms, ms);
+    if (!problem)
+        return 0;
+    char msg[512]; /* the value is cut short if need be */
+    if (strcmp(problem, "too long") == 0)
+        snprintf(msg, sizeof msg, "invalid %s '%.200s': too long (at most %lldms)", what, s,
+                 (long long)max_ms);
+    else if (strcmp(problem, "too short") == 0)
+        snprintf(msg, sizeof msg, "invalid %s '%.200s': must be at least %lldms", what, s,
+                 (long long)min_ms);
+    else
+        snprintf(msg, sizeof msg,
+                 "invalid %s '%.200s': %s; a duration is seconds, or ends in ms, "
+                 "s, m or h (0.5, 500ms, 30s, 2m)",
+                 what, s, problem);
+    return usage_error(CMD_RUN, msg, NULL);
+}
+
 /* ---- option parsing ---- */
 
-/* Parses the options of `run` (argv[0] is "run"), then NAME and CMD. */
+/* Options of `run` (argv[0] is "run"), then NAME and CMD. */
 static int parse_run(int argc, char **argv, struct run_opts *o)
 {
-    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
+    static const struct option longopts[] = {{"wait", required_argument, NULL, 'w'},
+                                             {"timeout", required_argument, NULL, 'w'},
+                                             {"nonblock", no_argument, NULL, 'n'},
+                                             {"nb", no_argument, NULL, 'n'},
+                                             {"ttl", required_argument, NULL, 't'},
+                                             {"conflict-exit-code", required_argument, NULL, 'E'},
+                                             {"kill-after", required_argument, NULL, 'k'},
                                              {"socket", required_argument, NULL, 's'},
+                                             {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     int64_t v;
-    int ch;
+    int ch, rc = 0;
     optind = 0; /* restart getopt on the sub-command */
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "+:s:w:nt:E:k:h", longopts, NULL)) != -1) {
+    while (rc == 0 && (ch = getopt_long(argc, argv, "+:s:w:nt:E:k:h", longopts, NULL)) != -1) {
         switch (ch) {
         case 's':
             o->socket = optarg;
             break;
         case 'w':
-            if (!parse_num(optarg, 0, INT64_MAX, &o->wait_ms))
-                return usage_error("invalid wait time", optarg);
+            if (strcmp(optarg, "forever") == 0)
+                o->wait_ms = DLOCK_WAIT_FOREVER;
+            else
+                rc = duration_opt("wait time", optarg, 0, INT64_MAX, &o->wait_ms);
             break;
         case 'n':
             o->wait_ms = DLOCK_WAIT_NONE;
             break;
         case 't':
-            if (!parse_num(optarg, 1, UINT32_MAX, &v))
-                return usage_error("invalid TTL", optarg);
-            o->ttl_ms = (uint32_t)v;
+            rc = duration_opt("TTL", optarg, 1, UINT32_MAX, &v);
+            if (rc == 0)
+                o->ttl_ms = (uint32_t)v;
             break;
         case 'E':
             if (!parse_num(optarg, 0, 255, &v))
-                return usage_error("invalid exit code", optarg);
+                return usage_error(CMD_RUN, "invalid exit code (0 to 255)", optarg);
             o->conflict_exit = (int)v;
             break;
         case 'k':
-            if (!parse_num(optarg, 0, INT32_MAX, &o->kill_ms))
-                return usage_error("invalid kill delay", optarg);
+            rc = duration_opt("kill delay", optarg, 0, INT32_MAX, &o->kill_ms);
             break;
         case 'h':
-            usage(stdout);
+            help(stdout, CMD_RUN);
             exit(0);
         default:
-            return option_error(ch, argv[optind - 1]);
+            return option_error(CMD_RUN, ch, argv[optind - 1]);
         }
     }
+    if (rc != 0)
+        return rc;
     if (optind >= argc)
-        return usage_error("missing lock name", NULL);
+        return usage_error(CMD_RUN, "missing lock name", NULL);
     o->name = argv[optind++];
     if (optind < argc && strcmp(argv[optind], "--") == 0)
         optind++;
     if (optind >= argc)
-        return usage_error("missing command", NULL);
+        return usage_error(CMD_RUN, "missing command", NULL);
     o->argv = argv + optind;
     return 0;
 }
@@ -192,52 +399,69 @@ static const char *pattern_problem(const char *p)
     return NULL;
 }
 
-/* Parses the options and arguments of `status`, `leases` and `metrics`
- * (argv[0] is the sub-command). Options may follow the pattern. */
+/* The NAME of `holder` or the PATTERN of `leases`, from argv[optind]. */
+static int parse_operand(int argc, char **argv, struct run_opts *o)
+{
+    if (o->command == CMD_HOLDER) {
+        if (optind >= argc)
+            return usage_error(o->command, "missing lock name", NULL);
+        o->pattern = argv[optind++];
+        if (pattern_problem(o->pattern))
+            return usage_error(o->command, "invalid lock name", *o->pattern ? o->pattern : NULL);
+    } else if (o->command == CMD_LEASES && optind < argc) {
+        o->pattern = argv[optind++];
+        const char *problem = pattern_problem(o->pattern);
+        if (problem) /* an empty or very long pattern is not worth printing */
+            return usage_error(o->command, problem,
+                               *o->pattern && !strstr(problem, "long") ? o->pattern : NULL);
+    }
+    if (optind < argc)
+        return usage_error(o->command, "unexpected argument", argv[optind]);
+    return 0;
+}
+
+/* Parses the options and arguments of `status`, `leases`, `metrics` and
+ * `holder` (argv[0] is the sub-command). Options may follow the operand. */
 static int parse_query(int argc, char **argv, struct run_opts *o)
 {
     enum { OPT_JSON = 0x100 };
     static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
                                              {"json", no_argument, NULL, OPT_JSON},
                                              {"status-socket", required_argument, NULL, 'S'},
+                                             {"socket", required_argument, NULL, 's'},
                                              {NULL, 0, NULL, 0}};
     int ch;
     optind = 0; /* restart getopt on the sub-command */
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, ":S:h", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":S:s:h", longopts, NULL)) != -1) {
         switch (ch) {
         case 'S':
             o->status_socket = optarg;
             break;
+        case 's':
+            o->socket = optarg;
+            break;
         case OPT_JSON:
             if (o->command == CMD_METRICS)
-                return usage_error("unknown option", "--json");
+                return usage_error(o->command, "unknown option", "--json");
             o->json = true;
             break;
         case 'h':
-            usage(stdout);
+            help(stdout, o->command);
             exit(0);
         default:
-            return option_error(ch, argv[optind - 1]);
+            return option_error(o->command, ch, argv[optind - 1]);
         }
     }
-    if (o->command == CMD_HOLDER) {
-        if (optind >= argc)
-            return usage_error("missing lock name", NULL);
-        o->pattern = argv[optind++];
-        const char *problem = pattern_problem(o->pattern);
-        if (problem)
-            return usage_error("invalid lock name", *o->pattern ? o->pattern : NULL);
-    } else if (o->command == CMD_LEASES && optind < argc) {
-        o->pattern = argv[optind++];
-        const char *problem = pattern_problem(o->pattern);
-        if (problem) /* an empty or very long pattern is not worth printing */
-            return usage_error(problem,
-                               *o->pattern && !strstr(problem, "long") ? o->pattern : NULL);
-    }
-    if (optind < argc)
-        return usage_error("unexpected argument", argv[optind]);
-    return 0;
+    return parse_operand(argc, argv, o);
+}
+
+static enum command command_of(const char *word)
+{
+    for (size_t i = 0; i < sizeof command_names / sizeof command_names[0]; i++)
+        if (command_names[i] && strcmp(word, command_names[i]) == 0)
+            return (enum command)i;
+    return CMD_NONE;
 }
 
 /* Parses the global options and the sub-command. */
@@ -259,34 +483,112 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
             o->status_socket = optarg;
             break;
         case 'h':
-            usage(stdout);
+            help(stdout, CMD_NONE);
             exit(0);
         case 'V':
             printf("dlockctl (dlock) %d.%d.%d\n", DLOCK_VERSION_MAJOR, DLOCK_VERSION_MINOR,
                    DLOCK_VERSION_PATCH);
             exit(0);
         default:
-            return option_error(ch, argv[optind - 1]);
+            return option_error(CMD_NONE, ch, argv[optind - 1]);
         }
     }
     if (optind >= argc)
-        return usage_error("missing command (run, status, leases, metrics or holder)", NULL);
-    const char *cmd = argv[optind];
-    if (strcmp(cmd, "run") == 0)
-        o->command = CMD_RUN;
-    else if (strcmp(cmd, "status") == 0)
-        o->command = CMD_STATUS;
-    else if (strcmp(cmd, "leases") == 0)
-        o->command = CMD_LEASES;
-    else if (strcmp(cmd, "metrics") == 0)
-        o->command = CMD_METRICS;
-    else if (strcmp(cmd, "holder") == 0)
-        o->command = CMD_HOLDER;
-    else
-        return usage_error("unknown command", cmd);
+        return usage_error(CMD_NONE, "missing command (run, status, leases, metrics or holder)",
+                           NULL);
+    o->command = command_of(argv[optind]);
+    if (o->command == CMD_NONE)
+        return usage_error(CMD_NONE, "unknown command", argv[optind]);
     if (o->command == CMD_RUN)
         return parse_run(argc - optind, argv + optind, o);
     return parse_query(argc - optind, argv + optind, o);
+}
+
+/* ---- exit codes and connection errors ---- */
+
+/* The exit status for a DLOCK_E* code, the same for every command; `taken`
+ * for a lock that stayed taken. */
+static int exit_status_of(int err, int taken)
+{
+    switch (err) {
+    case DLOCK_EBUSY:
+    case DLOCK_ETIMEDOUT:
+        return taken;
+    case DLOCK_EINVAL:
+    case DLOCK_EBADNAME:
+    case DLOCK_ENAMETOOLONG:
+        return EXIT_USAGE;
+    case DLOCK_ENOMEM:
+        return EXIT_SOFTWARE;
+    case DLOCK_EDENIED:
+        return EXIT_NOPERM;
+    case DLOCK_ELIMIT:
+        return EXIT_LIMIT;
+    default: /* the agent, or Redis, unreachable or in trouble */
+        return EXIT_UNAVAILABLE;
+    }
+}
+
+/* Tries to connect to the unix socket at path; returns the socket, or -1
+ * with errno set. */
+static int connect_unix(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    int rc;
+    while ((rc = connect(fd, (struct sockaddr *)&sa, sizeof sa)) != 0 && errno == EINTR)
+        ;
+    if (rc != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+/* What to try when connecting to path failed with e, in parentheses, or "". */
+static void connect_hint(int e, const char *path, const char *unset, char *out, size_t cap)
+{
+    struct stat st;
+    bool there = stat(path, &st) == 0;
+    struct group *g = there && (e == EACCES || e == EPERM) ? getgrgid(st.st_gid) : NULL;
+    if ((e == EACCES || e == EPERM) && g)
+        snprintf(out, cap, " (are you in the group '%s' that may use it?)", g->gr_name);
+    else if (e == EACCES || e == EPERM)
+        snprintf(out, cap, " (are you in the group that may use it, e.g. 'dlock'?)");
+    else if (e == ECONNREFUSED && there && !S_ISSOCK(st.st_mode))
+        snprintf(out, cap, " (it is not a socket)");
+    else if (e == ECONNREFUSED)
+        snprintf(out, cap,
+                 " (no agent listens there: dlockd is not running, or left a stale "
+                 "socket file behind)");
+    else if (e == ENOENT)
+        snprintf(out, cap, " (is dlockd running? %s)", unset);
+    else if (e == EAGAIN || e == ETIMEDOUT)
+        snprintf(out, cap, " (the agent does not accept connections: overloaded or stopped?)");
+    else
+        out[0] = '\0';
+}
+
+/* Reports that connecting to the agent's socket `what` at path failed with
+ * errno e; `unset` says where the path comes from and how to change it. */
+static void connect_error(const char *what, const char *path, int e, const char *unset)
+{
+    char hint[400];
+    connect_hint(e, path, unset, hint, sizeof hint);
+    const char *why = e == ENAMETOOLONG ? "path too long for a unix socket"
+                      : e == EAGAIN     ? "timed out"
+                                        : strerror(e);
+    fprintf(stderr, "dlockctl: cannot connect to the dlock agent%s at %s: %s%s\n", what, path, why,
+            hint);
 }
 
 /* ---- signals ---- */
@@ -522,27 +824,6 @@ static void supervise(dlock_client *c, struct run_state *st, const struct run_op
 
 /* ---- run ---- */
 
-static int acquire_exit_code(int rc)
-{
-    switch (rc) {
-    case DLOCK_EBUSY:
-    case DLOCK_ETIMEDOUT:
-        return -1; /* the caller's -E code */
-    case DLOCK_EINVAL:
-    case DLOCK_EBADNAME:
-    case DLOCK_ENAMETOOLONG:
-        return EXIT_USAGE;
-    case DLOCK_ENOMEM:
-        return EXIT_SOFTWARE;
-    case DLOCK_EDENIED:
-        return EXIT_NOPERM;
-    case DLOCK_ELIMIT:
-        return EXIT_LIMIT;
-    default:
-        return EXIT_UNAVAILABLE;
-    }
-}
-
 /* Releases the lease after CMD exited and picks the exit code. */
 static int finish(struct run_state *st, const struct run_opts *o)
 {
@@ -565,21 +846,61 @@ static int finish(struct run_state *st, const struct run_opts *o)
     return exit_code_of(st->child_status);
 }
 
+/* The client socket: -s, else $DLOCK_SOCKET, else the default. */
+static const char *socket_path(const struct run_opts *o)
+{
+    if (o->socket)
+        return o->socket;
+    const char *env = getenv("DLOCK_SOCKET");
+    return env && *env ? env : DEFAULT_SOCKET;
+}
+
+/* Opens the client; on failure reports it, naming the socket and the reason,
+ * and returns the exit code. */
+static int open_client(const struct run_opts *o, dlock_client **c)
+{
+    const char *path = socket_path(o);
+    int rc = dlock_client_open(c, path);
+    if (rc == 0)
+        return 0;
+    if (rc != DLOCK_ECONNECT && rc != DLOCK_EINVAL) {
+        fprintf(stderr, "dlockctl: cannot use the dlock agent at %s: %s\n", path,
+                dlock_strerror(rc));
+        return exit_status_of(rc, EXIT_UNAVAILABLE);
+    }
+    /* The library says only that it could not connect: connecting once more
+     * tells why. */
+    int fd = connect_unix(path);
+    if (fd >= 0) {
+        close(fd);
+        fprintf(stderr,
+                "dlockctl: the dlock agent at %s took the connection but did not complete the "
+                "handshake (is it a dlockd, and running?)\n",
+                path);
+        return EXIT_UNAVAILABLE;
+    }
+    int e = errno;
+    connect_error("", path, e,
+                  "it listens on " DEFAULT_SOCKET " by default; set -s or DLOCK_SOCKET");
+    return e == ENAMETOOLONG ? EXIT_USAGE : EXIT_UNAVAILABLE;
+}
+
 static int run(const struct run_opts *o)
 {
     dlock_client *c;
-    int rc = dlock_client_open(&c, o->socket);
-    if (rc != 0) {
-        fprintf(stderr, "dlockctl: cannot reach the agent: %s\n", dlock_strerror(rc));
-        return rc == DLOCK_EINVAL ? EXIT_USAGE : EXIT_UNAVAILABLE;
-    }
+    int rc = open_client(o, &c);
+    if (rc != 0)
+        return rc;
     struct run_state st = {.kill_at = -1};
     dlock_acquire_options ao = {.ttl_ms = o->ttl_ms, .wait_ms = o->wait_ms};
     dlock_client_set_event_cb(c, on_lease_event, &st);
     rc = dlock_lease_acquire(c, o->name, &ao, &st.lease);
     if (rc != 0) {
-        int code = acquire_exit_code(rc);
-        if (code < 0) /* simply taken: silent, as flock -n is */
+        /* Only a lock that stayed taken is silent, as with flock -n; an
+         * outage (the agent answers a wait that ran out during one with the
+         * outage's error) is not taken for it. */
+        int code = exit_status_of(rc, -1);
+        if (code < 0)
             code = o->conflict_exit;
         else
             fprintf(stderr, "dlockctl: cannot lock %s: %s\n", o->name,
@@ -604,14 +925,33 @@ static int run(const struct run_opts *o)
     return code;
 }
 
-/* ---- status, leases, metrics ---- */
+/* ---- status, leases, metrics, holder ---- */
 
-static const char *status_socket_path(const struct run_opts *o)
+/* The status socket: -S, else $DLOCK_STATUS_SOCKET, else beside the client
+ * socket by the rule dlockd follows (wire_status_sibling()). Writes it to
+ * path and, in unset, how it was chosen and how to change it; -1 when the
+ * path beside the client socket would be too long. */
+static int status_socket_path(const struct run_opts *o, char *path, size_t cap, char *unset,
+                              size_t ucap)
 {
-    if (o->status_socket)
-        return o->status_socket;
     const char *env = getenv("DLOCK_STATUS_SOCKET");
-    return env && *env ? env : DEFAULT_STATUS_SOCKET;
+    if (o->status_socket || (env && *env)) {
+        snprintf(path, cap, "%s", o->status_socket ? o->status_socket : env);
+        snprintf(unset, ucap, "is %s the agent's status_socket setting?",
+                 o->status_socket ? "-S" : "$DLOCK_STATUS_SOCKET");
+        return 0;
+    }
+    const char *sock = socket_path(o);
+    if (strcmp(sock, DEFAULT_SOCKET) == 0)
+        snprintf(unset, ucap,
+                 "if its status_socket setting is another path, set -S or "
+                 "DLOCK_STATUS_SOCKET");
+    else
+        snprintf(unset, ucap,
+                 "without -S or DLOCK_STATUS_SOCKET, the status socket is looked for beside the "
+                 "client socket %s; set -S to the agent's status_socket setting",
+                 sock);
+    return wire_status_sibling(sock, path, cap);
 }
 
 /* Waits until fd is ready for `events` or the deadline (now_ms()) passes;
@@ -636,11 +976,11 @@ static int wait_fd(int fd, short events, int64_t deadline)
 /* Connects to the status socket at path; the connect itself is bounded by the
  * deadline too (a full listen backlog makes it wait). Returns the socket, or
  * -1 after reporting the failure; *code gets the exit code. */
-static int status_connect(const char *path, int64_t deadline, int *code)
+static int status_connect(const char *path, const char *unset, int64_t deadline, int *code)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof sa.sun_path) {
-        fprintf(stderr, "dlockctl: status socket path too long: %s\n", path);
+        connect_error("'s status socket", path, ENAMETOOLONG, unset);
         *code = EXIT_USAGE;
         return -1;
     }
@@ -660,8 +1000,7 @@ static int status_connect(const char *path, int64_t deadline, int *code)
         while ((rc = connect(fd, (struct sockaddr *)&sa, sizeof sa)) != 0 && errno == EINTR)
             ;
     if (rc != 0) {
-        int e = errno == EAGAIN ? ETIMEDOUT : errno;
-        fprintf(stderr, "dlockctl: cannot reach the agent at %s: %s\n", path, strerror(e));
+        connect_error("'s status socket", path, errno, unset);
         close(fd);
         *code = EXIT_UNAVAILABLE;
         return -1;
@@ -722,6 +1061,42 @@ static int recv_all(int fd, struct buf *b, int64_t deadline)
     }
 }
 
+/* An "error: " answer, printed on stderr. The exit status follows the
+ * DLOCK_E* code whose description (dlock_strerror(), which the agent uses)
+ * ends the line, as for `run`: a name the agent refuses is a usage error,
+ * Redis unreachable 69; any other refusal is 70. */
+static int answer_error(const char *data, size_t len)
+{
+    size_t n = len;
+    while (n > 0 && data[n - 1] == '\n')
+        n--;
+    fprintf(stderr, "dlockctl: %.*s\n", (int)n, data);
+    for (int code = -1; code >= DLOCK_ERRNO_MIN; code--) {
+        const char *m = dlock_strerror(code);
+        size_t mlen = strlen(m);
+        if (n >= mlen + 2 && memcmp(data + n - mlen - 2, ": ", 2) == 0 &&
+            memcmp(data + n - mlen, m, mlen) == 0)
+            return exit_status_of(code, EXIT_SOFTWARE);
+    }
+    return EXIT_SOFTWARE;
+}
+
+/* Copies a whole answer to stdout, or its error to stderr; the exit code. */
+static int print_answer(const char *path, const struct buf *b)
+{
+    if (b->len == 0) {
+        fprintf(stderr, "dlockctl: %s closed the connection without an answer\n", path);
+        return EXIT_UNAVAILABLE;
+    }
+    if (b->len >= 7 && memcmp(b->data, "error: ", 7) == 0)
+        return answer_error(b->data, b->len);
+    if (fwrite(b->data, 1, b->len, stdout) != b->len || fflush(stdout) != 0) {
+        fprintf(stderr, "dlockctl: cannot write the answer: %s\n", strerror(errno));
+        return EXIT_SOFTWARE;
+    }
+    return 0;
+}
+
 /* Sends one request line to the status socket, copies the answer to stdout. */
 static int query(const struct run_opts *o)
 {
@@ -735,10 +1110,15 @@ static int query(const struct run_opts *o)
     if (n < 0 || n > STATUS_REQUEST_MAX) /* parse_query() checked the length */
         return EXIT_SOFTWARE;
 
-    const char *path = status_socket_path(o);
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 16], unset[400];
+    if (status_socket_path(o, path, sizeof path, unset, sizeof unset) != 0) {
+        fprintf(stderr, "dlockctl: the status socket beside %s would be too long a path; set -S\n",
+                socket_path(o));
+        return EXIT_USAGE;
+    }
     int64_t deadline = now_ms() + STATUS_TIMEOUT_MS;
     int code;
-    int fd = status_connect(path, deadline, &code);
+    int fd = status_connect(path, unset, deadline, &code);
     if (fd < 0)
         return code;
     struct buf b = {0};
@@ -756,22 +1136,19 @@ static int query(const struct run_opts *o)
         return e == ENOMEM || e == EFBIG ? EXIT_SOFTWARE : EXIT_UNAVAILABLE;
     }
     close(fd);
-
-    if (b.len == 0) {
-        fprintf(stderr, "dlockctl: %s closed the connection without an answer\n", path);
-        code = EXIT_UNAVAILABLE;
-    } else if (b.len >= 7 && memcmp(b.data, "error: ", 7) == 0) {
-        bool nl = b.data[b.len - 1] == '\n';
-        fprintf(stderr, "dlockctl: %.*s%s", (int)b.len, b.data, nl ? "" : "\n");
-        code = EXIT_SOFTWARE;
-    } else if (fwrite(b.data, 1, b.len, stdout) != b.len || fflush(stdout) != 0) {
-        fprintf(stderr, "dlockctl: cannot write the answer: %s\n", strerror(errno));
-        code = EXIT_SOFTWARE;
-    } else {
-        code = 0;
-    }
+    code = print_answer(path, &b);
     free(b.data);
     return code;
+}
+
+/* Paths given as options must not be empty (an empty variable means unset). */
+static int check_paths(const struct run_opts *o)
+{
+    if (o->socket && !*o->socket)
+        return usage_error(o->command, "empty socket path (-s)", NULL);
+    if (o->status_socket && !*o->status_socket)
+        return usage_error(o->command, "empty status socket path (-S)", NULL);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -779,6 +1156,8 @@ int main(int argc, char **argv)
     struct run_opts o = {
         .wait_ms = DLOCK_WAIT_FOREVER, .conflict_exit = EXIT_TEMPFAIL, .kill_ms = DEFAULT_KILL_MS};
     int rc = parse_args(argc, argv, &o);
+    if (rc == 0)
+        rc = check_paths(&o);
     if (rc != 0)
         return rc;
     return o.command == CMD_RUN ? run(&o) : query(&o);

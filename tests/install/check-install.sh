@@ -242,13 +242,22 @@ for f in dlockConfig.cmake dlockConfigVersion.cmake dlockTargets.cmake; do
 done
 
 # systemd units, configuration, man pages.
-for f in dlockd.service dlockd.socket; do
+for f in dlockd.service dlockd.socket dlockd-status.socket; do
     must_file "$stage/lib/systemd/system/$f"
     cmp -s "$src/packaging/$f" "$stage/lib/systemd/system/$f" || fail "installed $f differs"
 done
 conf=$etc/dlock/dlockd.conf
 must_file "$conf"
 cmp -s "$src/packaging/dlockd.conf" "$conf" || fail "installed dlockd.conf differs"
+# The example gives the client socket to group dlock, which the package
+# creates (sysusers.d); -n checks that it exists.
+if ! getent group dlock >/dev/null; then
+    if [ "$(id -u)" = 0 ]; then
+        groupadd --system dlock
+    else
+        sed -i 's/^socket_group = dlock$/socket_group =/' "$conf"
+    fi
+fi
 out=$("$stage/sbin/dlockd" -n -c "$conf" 2>&1) || fail "staged dlockd refuses its example configuration: $out"
 must_equal "dlockd -n -c etc/dlock/dlockd.conf" "configuration OK" "$out"
 out=$("$stage/bin/dlockctl" --version 2>&1) || fail "dlockctl --version failed: $out"
@@ -390,7 +399,7 @@ run_offline "sysroot build" "$tmp/prog-sysroot" LD_LIBRARY_PATH="$(dirname "$(di
 units=$(dirname "$(find "$pkg" -name dlockd.service | head -n 1)")
 [ -f "$units/dlockd.service" ] || fail "no dlockd.service under PKG"
 mkdir "$tmp/units"
-for f in dlockd.service dlockd.socket; do
+for f in dlockd.service dlockd.socket dlockd-status.socket; do
     # Only what the package installs moves into the staging tree; system
     # commands (ExecReload's kill) stay where they are.
     sed -E "/^Exec/ s#(/usr/sbin/dlockd|/etc/dlock/)#$pkg\1#g" "$units/$f" >"$tmp/units/$f"
@@ -401,18 +410,23 @@ pre=$(sed -n 's/^ExecStartPre=//p' "$tmp/units/dlockd.service")
 out=$($pre 2>&1) || fail "the unit's ExecStartPre fails under PKG: $pre: $out"
 must_equal "ExecStartPre" "configuration OK" "$out"
 
-# The socket unit listens where the configuration says the agent does.
-listen=$(sed -n 's/^ListenStream=//p' "$units/dlockd.socket" | paste -sd ' ')
-conf_socket=$(sed -n 's/^socket *= *//p' "$pkg/etc/dlock/dlockd.conf")
-conf_status=$(sed -n 's/^status_socket *= *//p' "$pkg/etc/dlock/dlockd.conf")
-must_equal "dlockd.socket ListenStream= vs dlockd.conf socket, status_socket" \
-    "$conf_socket $conf_status" "$listen"
+# The socket units listen where the configuration says the agent does,
+# with the group it gives its client socket to.
+pkgconf=$pkg/etc/dlock/dlockd.conf
+must_equal "dlockd.socket ListenStream= vs dlockd.conf socket" \
+    "$(sed -n 's/^socket *= *//p' "$pkgconf")" "$(sed -n 's/^ListenStream=//p' "$units/dlockd.socket")"
+must_equal "dlockd-status.socket ListenStream= vs dlockd.conf status_socket" \
+    "$(sed -n 's/^status_socket *= *//p' "$pkgconf")" \
+    "$(sed -n 's/^ListenStream=//p' "$units/dlockd-status.socket")"
+must_equal "dlockd.socket SocketGroup= vs dlockd.conf socket_group" \
+    "$(sed -n 's/^socket_group *= *//p' "$pkgconf")" "$(sed -n 's/^SocketGroup=//p' "$units/dlockd.socket")"
 
 if command -v systemd-analyze >/dev/null; then
     step "   systemd-analyze verify"
     # Man pages are not installed system-wide, so Documentation= is not
     # followed. Warnings about the units themselves fail the test too.
-    if ! out=$(systemd-analyze verify --man=no "$tmp/units/dlockd.service" "$tmp/units/dlockd.socket" 2>&1); then
+    if ! out=$(systemd-analyze verify --man=no "$tmp/units/dlockd.service" "$tmp/units/dlockd.socket" \
+        "$tmp/units/dlockd-status.socket" 2>&1); then
         fail "systemd-analyze verify: $out"
     fi
     ours=$(grep -E 'dlockd\.(service|socket)' <<<"$out" || true)
