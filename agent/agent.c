@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* agent.c -- the lock logic of dlockd: FIFO acquire queues with one acquire
  * in flight per name, the watchdog that renews leases in batches from one
  * timer heap, releases on request, disconnect and shutdown, and loss

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* agent.h -- the lock logic of dlockd: acquire queues, the watchdog,
  * releases and losses, between client connections and the backend. */
 #ifndef DLOCKD_AGENT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* backend.h -- the interface between the agent and a lock store. The Redis
  * single-node backend implements it, and the quorum backend on top of it.
  *

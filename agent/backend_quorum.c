@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* backend_quorum.c -- quorum mode: the lock lives on N independent Redis
  * nodes (N odd), each driven by its own single-node backend, and an
  * operation succeeds only on a majority of the nodes that count.

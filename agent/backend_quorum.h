@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* backend_quorum.h -- quorum mode: a majority of N independent Redis nodes
  * (Redlock with fencing and restart exclusion), on N single-node backends. */
 #ifndef DLOCKD_BACKEND_QUORUM_H

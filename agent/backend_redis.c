@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* backend_redis.c -- single-node Redis backend: one pipelined command
  * connection and one pub/sub connection, Lua scripts called with EVALSHA,
  * command timeouts, reconnection with exponential backoff and jitter, and

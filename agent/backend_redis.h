@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* backend_redis.h -- the single-node Redis backend (hiredis async on libev). */
 #ifndef DLOCKD_BACKEND_REDIS_H
 #define DLOCKD_BACKEND_REDIS_H

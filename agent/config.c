@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* config.c -- dlockd settings: defaults, INI parsing through inih, checks. */
 #include "config.h"
 

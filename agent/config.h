@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* config.h -- dlockd settings: defaults, INI file parsing and validation.
  * Pure: no I/O besides reading the named file. */
 #ifndef DLOCKD_CONFIG_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* devmode.c -- `dlockd --dev`: runs a private redis-server on a unix socket
  * in a fresh temporary directory and removes it all on exit. */
 #include "devmode.h"

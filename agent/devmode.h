@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* devmode.h -- `dlockd --dev`: a private redis-server in a temp directory. */
 #ifndef DLOCKD_DEVMODE_H
 #define DLOCKD_DEVMODE_H

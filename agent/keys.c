@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* keys.c -- Redis key names derived from a lock key, and hash slots (see keys.h). */
 #include "keys.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* keys.h -- the Redis keys of a lock besides the lock key itself, and the
  * Redis Cluster hash slots they live in. Pure. */
 #ifndef DLOCKD_KEYS_H

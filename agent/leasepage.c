@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* leasepage.c -- a connection's shared-memory lease page and touch page. */
 #include "leasepage.h"
 

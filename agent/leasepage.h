@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* leasepage.h -- one client connection's shared-memory lease page and touch
  * page (layout in libclient/shm.h): creation, sealing, slot allocation. */
 #ifndef DLOCKD_LEASEPAGE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* listener.c -- the agent's accept loop: at most a batch of connections per
  * loop turn, and, when descriptors run out (EMFILE, ENFILE) or the kernel
  * lacks memory, a pause instead of a spin. A listener that cannot accept

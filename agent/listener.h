@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* listener.h -- the accept loop shared by every listening socket of the
  * agent (client socket, status socket, HTTP metrics): bounded work per
  * loop turn, and no spinning when descriptors run out. */

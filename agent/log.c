@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* log.c -- leveled logging to stderr: one line per message, with a level
  * tag (or, when stderr is the journal, the priority prefix journald reads),
  * and a rate limit per message kind so that a burst (a flood of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* log.h -- leveled, rate-limited logging to stderr for dlockd. */
 #ifndef DLOCKD_LOG_H
 #define DLOCKD_LOG_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* main.c -- dlockd entry point: options, configuration, dev mode, the loop. */
 #include <ev.h>
 #include <getopt.h>

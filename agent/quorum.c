@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* quorum.c -- the majority arithmetic of quorum mode. */
 #include "quorum.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* quorum.h -- the majority arithmetic of quorum mode. Pure. */
 #ifndef DLOCKD_QUORUM_H
 #define DLOCKD_QUORUM_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* server.c -- listening socket and client connections of dlockd: accept with
  * peer credentials, strict framing, handshake, and batched output. */
 #include "server.h"

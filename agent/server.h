@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* server.h -- the agent's listening socket and client connections: framing,
  * handshake, limits and output buffering. Lock logic lives in agent.c. */
 #ifndef DLOCKD_SERVER_H

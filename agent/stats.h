@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* stats.h -- the agent's counters and latency histograms, for the status
  * socket and its Prometheus metrics. Pure. */
 #ifndef DLOCKD_STATS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* status.c -- the read-only status socket: one request line in, the whole
  * answer out, then the agent closes. Requests (docs/status.md):
  *

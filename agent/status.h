@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* status.h -- the agent's read-only status socket for operators: leases,
  * Redis nodes, counters and Prometheus metrics (docs/status.md). */
 #ifndef DLOCKD_STATUS_H

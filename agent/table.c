@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* table.c -- locks by name, leases by id, waiter queues, validity math. */
 #include "table.h"
 

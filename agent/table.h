@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* table.h -- the agent's lease table: locks by name, leases by id, FIFO
  * waiter queues, and the validity arithmetic of DESIGN.md 3.2.
  * Pure: no I/O; times are CLOCK_BOOTTIME nanoseconds passed in. */

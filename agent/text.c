@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* text.c -- the UTF-8 decoder and printable copies of outside strings. */
 #include "text.h"
 

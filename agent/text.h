@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* text.h -- strings from outside (lock names, command names, Redis values)
  * made safe to show: one UTF-8 decoder, and a printable copy for text
  * output. Pure, no I/O. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* theap.h -- the agent's single timer structure: a binary min-heap of
  * intrusive nodes keyed by a due time in nanoseconds. Pure, no I/O. */
 #ifndef DLOCKD_THEAP_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* util.c -- the agent's clock, random tokens and listening sockets for the
  * agent. */
 #include "util.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* util.h -- small helpers of the agent: its clock and randomness. */
 #ifndef DLOCKD_UTIL_H
 #define DLOCKD_UTIL_H

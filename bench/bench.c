@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* bench.c -- dlock-bench: measures dlock against a plain hiredis client on a
  * private Redis and agent, and prints the figures next to their targets. */
 #include <getopt.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* bench.h -- shared declarations of dlock-bench: the private Redis and agent,
  * /proc sampling, latency statistics, the plain hiredis baseline and the
  * measured phases. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* check.c -- the cost of checking a held lease: dlock_lease_valid(),
  * dlock_lease_remaining_ns() and dlock_lease_touch() in tight loops, once on
  * one thread and once on several threads at the same lease, against one round

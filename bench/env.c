@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* env.c -- the private redis-server and dlockd of a dlock-bench run: temp
  * dir, start with deadlines, shutdown and clean-up, and /proc sampling. */
 #include <dirent.h>

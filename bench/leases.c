@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* leases.c -- many leases held at once: acquire them through a few clients
  * with a window of asynchronous requests in flight, then watch the agent's
  * CPU and memory over a window that covers its renewals, and check that no

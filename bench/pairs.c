@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* pairs.c -- timed acquire+release pairs, for dlock and for the plain hiredis
  * baseline alike: one client on one name, or many threads on distinct names
  * for a fixed duration; the two variants take turns, so that drift in the

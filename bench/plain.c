@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* plain.c -- the baseline: a plain hiredis client (sync API) doing the classic
  * lock by hand, SET NX PX and an EVALSHA compare-and-delete, plus a few
  * inspection commands on the private Redis. */

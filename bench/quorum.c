@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* quorum.c -- acquire+release pairs through dlockd in single mode (1 Redis
  * node) and in quorum mode (3 and 5 nodes), one client on one name per agent,
  * in alternating rounds, beside the plain hiredis pair on the 1-node Redis.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* stats.c -- growable arrays of pair durations and their summary (nearest-rank
  * percentiles, mean, rate). */
 #include <stdlib.h>

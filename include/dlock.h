@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* dlock.h -- public API of libdlock, the client library of the dlock agent.
  *
  * A program opens a client (one Unix-socket connection to the local dlockd),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* client.c -- libdlock: a connection to dlockd, its requests in flight and its leases.
  *
  * Everything is single-threaded and driven by the caller: frames are read only

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* errors.c -- English names for the DLOCK_E* codes and the lease states. */
 #include "dlock.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* idmap.c -- intrusive hash map from ids to nodes (see idmap.h). */
 #include "idmap.h"
 

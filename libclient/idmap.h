@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* idmap.h -- an intrusive hash map from ids to nodes: the client finds its
  * requests in flight and its leases by id in constant time. */
 #ifndef DLOCK_IDMAP_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* shm.h -- the shared-memory lease page: its layout and the seqlock through
  * which the agent writes a slot and a client reads it. Shared by dlockd and
  * libdlock; see docs/protocol.md, "Lease page".

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* wire.c -- encoder and decoder of dlock protocol frames (see wire.h). */
 #include "wire.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* wire.h -- the dlock wire protocol: frame layout, message types and a pure
  * encoder/decoder shared by the agent and the client library.
  *

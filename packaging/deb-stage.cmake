@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # deb-stage.cmake -- run by CPack (CPACK_PRE_BUILD_SCRIPTS) once every
 # component is staged and before the Debian packages are made: adds to each
 # staged tree what Debian wants of a binary package and `cmake --install` has

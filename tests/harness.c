@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* harness.c -- process, Redis, agent and socket helpers for the integration
  * tests (see harness.h). */
 #include "harness.h"

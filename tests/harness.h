@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* harness.h -- helpers for the integration tests: private redis-servers (one,
  * or several independent nodes for quorum mode) and dlockd agents per test,
  * clients that record their events, forked lock holders, raw protocol

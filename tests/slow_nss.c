@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* slow_nss.c -- a preloadable shim for the tests that makes user and group
  * look-ups slow, as a name service (LDAP, NIS) on a bad day: while the file
  * named by $DLOCK_TEST_NSS_DELAY_FILE exists, getpwnam() and getgrnam()

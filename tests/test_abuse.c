@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_abuse.c -- hostile local peers against a real dlockd: descriptor
  * exhaustion past RLIMIT_NOFILE, clients that never read their replies,
  * peers that never say HELLO, and one uid's many connections. In each case a

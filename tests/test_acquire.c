@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_acquire.c -- acquire and release through libdlock: the Redis key and
  * its token, lease accessors, busy and timed-out acquires, name checks,
  * per-connection limits and fencing tokens. */

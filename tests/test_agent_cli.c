@@ -1,7 +1,9 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_agent_cli.c -- dlockd as a program: configuration check, dev mode,
  * socket file handling (stale replaced, live refused, mode), sockets passed
  * by the service manager and readiness notification. */
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -357,4 +360,87 @@ ITEST(agent_cli, status_socket_goes_beside_a_given_client_socket)
     cr_assert_neq(access(status, F_OK), 0, "%s is there", status);
     kill(pid, SIGTERM);
     cr_assert_eq(h_wait_child(pid, H_STOP_MS), 0);
+}
+
+/* ---- socket groups ---- */
+
+/* Runs dlockd as nobody (65534) with the given [agent] lines, a client
+ * socket and the Redis of the test, its stderr in DIR/run/agent.log, and
+ * returns its pid. */
+static pid_t agent_as_nobody(const char *agent_ini)
+{
+    static char run[H_PATH], conf[H_PATH + 16], log[H_PATH + 16];
+    snprintf(run, sizeof run, "%s/run", H.dir);
+    snprintf(conf, sizeof conf, "%s/dlockd.conf", run);
+    snprintf(log, sizeof log, "%s/agent.log", run);
+    cr_assert_eq(chmod(H.dir, 0711), 0);
+    cr_assert_eq(mkdir(run, 0777), 0);
+    cr_assert_eq(chmod(run, 0777), 0);
+    FILE *f = fopen(conf, "w");
+    cr_assert(f);
+    fprintf(f,
+            "[agent]\nsocket = %s/a.sock\nstatus_socket = %s/s.sock\n%s\n[redis]\naddress = %s\n",
+            run, run, agent_ini, H.redis_addr);
+    fclose(f);
+    cr_assert_eq(chmod(conf, 0644), 0);
+    pid_t pid = h_fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, 2) < 0 || setgroups(0, NULL) != 0 || setgid(65534) != 0 ||
+            setuid(65534) != 0)
+            _exit(100);
+        execl(DLOCKD_PATH, DLOCKD_PATH, "-c", conf, NULL);
+        _exit(101);
+    }
+    return pid;
+}
+
+static const char *nobody_log(void)
+{
+    return h_read_file(h_path("run/agent.log"));
+}
+
+/* The client socket cannot be given to a group the agent is not in: an
+ * error that says why, and no agent (its members could not lock). */
+ITEST(agent_cli, a_socket_group_the_agent_cannot_use_stops_it)
+{
+    h_redis_start();
+    pid_t pid = agent_as_nobody("socket_group = root");
+    int st = h_wait_child(pid, 10000);
+    cr_assert(st != 0 && st != -1, "the agent ran on (status %d)", st);
+    const char *log = nobody_log();
+    cr_assert(log && strstr(log, "a.sock to group root: Operation not permitted"), "%s",
+              log ? log : "(no log)");
+    cr_assert_null(strstr(log, "listening on"), "a success line: %s", log);
+}
+
+/* The status socket likewise: the error is logged, no line claims the
+ * group, and the agent serves locks without a status socket. */
+ITEST(agent_cli, a_status_socket_group_the_agent_cannot_use_is_an_error)
+{
+    h_redis_start();
+    pid_t pid = agent_as_nobody("status_socket_group = root");
+    H_WAIT_UNTIL(10000, nobody_log() && strstr(nobody_log(), "listening on"));
+    H_WAIT_UNTIL(10000, strstr(nobody_log(), "s.sock to group root: Operation not permitted"));
+    cr_assert_null(strstr(nobody_log(), "group root)"), "a success line: %s", nobody_log());
+    cr_assert(strstr(nobody_log(), "running without a status socket"));
+    H_WAIT_UNTIL(10000, strstr(nobody_log(), "started;")); /* SIGTERM is handled */
+    cr_assert_eq(kill(pid, SIGTERM), 0);
+    cr_assert_eq(h_wait_child(pid, H_STOP_MS), 0);
+}
+
+/* dlockd -n names a group that does not exist. */
+ITEST(agent_cli, an_unknown_socket_group_is_refused_by_the_check)
+{
+    h_agent_config(0, "socket_group = no-such-group-here", NULL);
+    char cmd[H_PATH * 2];
+    snprintf(cmd, sizeof cmd, "%s -n -c %s 2>&1", DLOCKD_PATH, H.agent[0].conf);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    char out[512] = "";
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "%s", out);
+    cr_assert(strstr(out, "socket_group = no-such-group-here: no such group"), "%s", out);
 }

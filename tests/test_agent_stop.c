@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_agent_stop.c -- agent shutdown and crash: SIGTERM releases every lease
  * and exits 0; kill -9 leaves the keys to expire by their TTL; clients are told
  * either way; a restarted agent takes over its socket. */

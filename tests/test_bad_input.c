@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_bad_input.c -- malformed and hostile clients on a raw socket. Each case
  * runs next to a well-behaved client holding a lease taken before; afterwards
  * that lease must still be HELD with its key intact, the agent alive, and a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_client.c -- the client library under load: bursts of requests sent
  * without reading replies, and many events at once. */
 #include <sched.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_config.c -- unit tests of dlockd's settings in agent/config.c:
  * defaults, the INI file, single keys, addresses and validation. */
 #include <criterion/criterion.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_dlockctl.c -- `dlockctl run`: the lock is held while CMD runs, CMD's
  * exit status is passed on, a taken lock gives 75 (or -E), a lease lost while
  * CMD runs sends CMD SIGTERM and gives 79 (at once, also when the agent is

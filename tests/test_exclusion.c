@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_exclusion.c -- one holder at a time: waiters in another client, another
  * process and another agent wait while the lock is held, and are woken by the
  * release notice (not by a fallback poll) when it is released. */

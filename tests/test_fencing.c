@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_fencing.c -- fencing tokens (docs/fencing.md): strictly increasing per
  * lock name over many cycles, across two agents on one Redis, across an agent
  * restart, after the high-water mark was deleted or wiped, equal to the mark

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_fifo.c -- local waiters for one lock are served in arrival order, one
  * per release. A waiter's arrival is proven, not guessed: after its async
  * acquire, a PING round trip on the same connection shows the agent has read

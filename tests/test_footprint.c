@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_footprint.c -- what dlock leaves on Redis (docs/fencing.md): lock names
  * by the hundred thousand, each taken and given back once through the library,
  * leave no key that bears any of the names, and no more keys than the one

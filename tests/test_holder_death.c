@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_holder_death.c -- a holder that dies or closes its client gives its
  * leases up at once, not after their TTL. */
 #include <signal.h>

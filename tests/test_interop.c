@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_interop.c -- dlock and plain Redis clients following the classic
  * convention (SET key token NX PX ttl, compare-and-delete) exclude each other
  * on the same key. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_lost.c -- a key deleted or taken over behind the agent's back: the
  * holder is told its lease is LOST within a renewal period, and the agent never
  * deletes or extends a key it does not own. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_policy.c -- the access policy: lock names by uid/gid, what the status
  * socket shows to whom, per-uid limits, and SIGHUP applying a changed policy
  * while leases keep being renewed. A second uid comes from a forked child

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_quorum.c -- quorum mode (Redlock over 3 or 5 independent Redis nodes):
  * node counts and settings the agent accepts, the key and token on every node,
  * grants with a minority down or clogged by foreign values and refusals

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_quorum_chaos.c -- mutual exclusion and fencing under chaos in quorum
  * mode: 3 Redis nodes, 3 agents, 3 client threads per agent, all doing
  * read-modify-write of one counter under one lock, while nodes are killed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_quorum_math.c -- unit tests of the majority arithmetic of quorum mode
  * (agent/quorum.c). */
 #include <criterion/criterion.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_redis_acl.c -- the minimal Redis ACL user of docs/redis.md is enough
  * for everything the agent does: the test reads the ACL SETUSER line from
  * the document itself, creates that user on a real redis-server, and runs

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_redis_outage.c -- Redis restarted, down or hung: holders are told their
  * leases are lost, acquires fail fast while Redis is unreachable, and the agent
  * recovers once it is back. */

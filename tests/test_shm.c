@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_shm.c -- the shared-memory lease page (docs/protocol.md, "Lease
  * page"): dlock_lease_valid() and dlock_lease_remaining_ns() follow grants,
  * renewals and loss; a paused holder whose agent is paused too finds its

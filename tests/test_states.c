@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_states.c -- lease state changes pushed to the holder: JEOPARDY then
  * LOST when Redis hangs (and never HELD after LOST); bounded holds: the
  * maximum hold time (asked, the agent's default, the agent's cap) and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_status.c -- the agent's read-only status socket, read through
  * `dlockctl status`, `dlockctl leases` and `dlockctl metrics`: a lease held by
  * this process is listed with its name, pid, fencing token and a validity

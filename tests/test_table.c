@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_table.c -- unit tests of the lease table and validity arithmetic in
  * agent/table.c. */
 #include <criterion/criterion.h>

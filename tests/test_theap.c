@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_theap.c -- unit tests of the timer min-heap in agent/theap.c. */
 #include <criterion/criterion.h>
 #include <stdint.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_watchdog.c -- the agent renews leases while their holder lives: a lease
  * whose TTL is far shorter than the hold never expires on Redis and is never
  * reported lost. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* test_wire.c -- unit tests of the frame codec in libclient/wire.c. */
 #include <criterion/criterion.h>
 #include <stdint.h>

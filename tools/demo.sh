@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Demo: starts dlockd in dev mode (with its own private redis-server), shows
 # two holders serialised on one lock and a try-once refusal, then stops the
 # agent, which releases everything and removes its temporary directory.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* dlockctl.c -- runs a command while holding a dlock lease, as flock(1) does with a file;
  * shows the agent's status, leases and metrics from its status socket. */
 #include <ctype.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # check-install.sh BUILD_DIR SOURCE_DIR -- the install test.
 #
 # Installs a built tree twice into a fresh temporary directory, and checks

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # check-service.sh BUILD_DIR SOURCE_DIR -- the installed service, as its
 # users meet it.
 #

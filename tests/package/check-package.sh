@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # check-package.sh BUILD_DIR SOURCE_DIR -- the Debian package test.
 #
 # Makes the Debian packages of a built tree with `cpack -G DEB` in a fresh

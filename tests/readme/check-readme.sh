@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # check-readme.sh BUILD_DIR SOURCE_DIR -- the README's C example is a
 # complete program: it is cut out of README.md, compiled against the built
 # library, and run against `dlockd --dev`, where it must take its lock and
