@@ -759,9 +759,8 @@ static void on_ready(void *arg)
     retry_orphans(a);
     kick_all(a);
     if (!a->ready) {
-        /* Sockets listening, Redis answering: ready (Type=notify). */
         a->ready = true;
-        sd_notify(0, "READY=1");
+        sd_notify(0, "STATUS=Redis answered; serving");
         if (a->ready_hook)
             a->ready_hook(a->ready_arg);
     }
@@ -903,6 +902,7 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
         log_warn("running without a status socket");
     if (status_open_http(&a->status, cfg->metrics_listen) != 0)
         log_warn("running without the HTTP metrics endpoint");
+    unix_listen_close_unused();
     struct backend_events ev = {
         .arg = a, .on_notice = on_notice, .on_subscribed = on_subscribed, .on_ready = on_ready};
     a->backend = config_quorum(cfg) ? backend_quorum_new(loop, cfg, &ev)
@@ -920,6 +920,11 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     a->sigterm.data = a->sigint.data = a;
     ev_signal_start(loop, &a->sigterm);
     ev_signal_start(loop, &a->sigint);
+    /* Ready (Type=notify) once the sockets listen: clients are served from
+     * now on, with typed errors while Redis cannot be reached. Waiting for
+     * Redis here would hold the boot, and a start timeout would restart the
+     * agent in a loop, while Redis is away. */
+    sd_notify(0, "READY=1\nSTATUS=waiting for Redis");
     return 0;
 fail_backend:
     status_close(&a->status);

@@ -41,7 +41,7 @@ struct agent {
     int down_err;                  /* then: DLOCK_EUNAVAIL or DLOCK_ENOQUORUM */
     void (*ready_hook)(void *arg); /* called once, when Redis first answers */
     void *ready_arg;
-    bool ready; /* Redis answered once: readiness was signalled */
+    bool ready; /* Redis answered once (the dev banner, STATUS=) */
     bool shutting_down;
     int exit_code;
 };

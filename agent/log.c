@@ -167,6 +167,16 @@ static void vlog(enum log_level level, const char *fmt, va_list ap)
     fprintf(stderr, "%s\n", line);
 }
 
+void log_config_error(const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%sdlockd: %s\n", to_journal ? "<3>" : "", line);
+}
+
 void log_msg(enum log_level level, const char *fmt, ...)
 {
     if (level > current)

@@ -12,6 +12,9 @@ void log_set_level(enum log_level level);
  * lines then start with their priority as "<N>" (sd-daemon(3)), so that
  * journalctl -p filters them; elsewhere they start with "dlockd[LEVEL]: ". */
 void log_detect_journal(void);
+/* Prints "dlockd: " and the message, as errors of the command line and the
+ * configuration are shown (with the error priority for the journal). */
+void log_config_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 enum log_level log_get_level(void);
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Lines of one kind (one format string) logged per second at most; the

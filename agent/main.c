@@ -32,7 +32,8 @@ static void usage(FILE *f)
             "  -r, --redis ADDR     Redis at host:port or unix:/path; repeat for quorum\n"
             "                       mode over 3, 5, 7 or 9 independent nodes\n"
             "      --prefix STR     key prefix (default dlock:)\n"
-            "      --default-ttl MS lease TTL when a client asks for none (default 30000)\n"
+            "      --default-ttl MS lease TTL when a client asks for none (default 30000; at\n"
+            "                       most max_ttl_ms, 45000 by default)\n"
             "  -n, --check          check the configuration, print \"configuration OK\", exit\n"
             "  -v, --verbose        more logging (repeatable)\n"
             "      --dev            run a private redis-server in a temp directory\n"
@@ -78,7 +79,7 @@ static int parse_flags(int argc, char **argv, struct flags *f)
         case 'r': {
             size_t used = strlen(f->redis);
             if (f->nredis == CONFIG_MAX_NODES || used + strlen(optarg) + 2 > sizeof f->redis) {
-                fprintf(stderr, "dlockd: at most %d Redis nodes\n", CONFIG_MAX_NODES);
+                log_config_error("at most %d Redis nodes", CONFIG_MAX_NODES);
                 return -1;
             }
             snprintf(f->redis + used, sizeof f->redis - used, "%s%s", used ? "," : "", optarg);
@@ -112,7 +113,7 @@ static int parse_flags(int argc, char **argv, struct flags *f)
         }
     }
     if (optind < argc) {
-        fprintf(stderr, "dlockd: unexpected argument '%s'\n", argv[optind]);
+        log_config_error("unexpected argument '%s'", argv[optind]);
         return -1;
     }
     return 0;
@@ -155,7 +156,7 @@ static int build_config(struct config *cfg, const struct flags *f)
     if (config_validate(cfg, err, sizeof err) == 0)
         return 0;
 bad:
-    fprintf(stderr, "dlockd: %s\n", err);
+    log_config_error("%s", err);
     return -1;
 }
 
@@ -237,17 +238,17 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
 
 int main(int argc, char **argv)
 {
+    log_detect_journal(); /* before anything may be printed */
     struct flags f = {0};
     static struct config cfg;
     if (parse_flags(argc, argv, &f) != 0 || build_config(&cfg, &f) != 0)
         return 2;
-    log_detect_journal();
     log_set_level((enum log_level)cfg.log_level);
     listener_fit_nofile(descriptors_needed(&cfg));
     if (f.check) {
         char err[200];
         if (config_check_groups(&cfg, err, sizeof err) != 0) {
-            fprintf(stderr, "dlockd: %s\n", err);
+            log_config_error("%s", err);
             return 2;
         }
         printf("configuration OK\n");

@@ -119,17 +119,42 @@ static int prepare_path(const struct sockaddr_un *sa)
     return unlink(sa->sun_path);
 }
 
+/* The passed sockets taken for a configured path, by fd - SD_LISTEN_FDS_START. */
+#define PASSED_MAX 64
+static bool adopted[PASSED_MAX];
+
 /* The listening socket for path that the service manager passed (socket
  * activation: LISTEN_FDS), or -1. */
 static int inherited_socket(const char *path)
 {
     int n = sd_listen_fds(0);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && i < PASSED_MAX; i++) {
         int fd = SD_LISTEN_FDS_START + i;
-        if (sd_is_socket_unix(fd, SOCK_STREAM, 1, path, 0) > 0)
+        if (sd_is_socket_unix(fd, SOCK_STREAM, 1, path, 0) > 0) {
+            adopted[i] = true;
             return fd;
+        }
     }
     return -1;
+}
+
+void unix_listen_close_unused(void)
+{
+    int n = sd_listen_fds(0);
+    for (int i = 0; i < n; i++) {
+        int fd = SD_LISTEN_FDS_START + i;
+        if (i < PASSED_MAX && adopted[i])
+            continue;
+        struct sockaddr_un sa = {0};
+        socklen_t len = sizeof sa;
+        if (getsockname(fd, (struct sockaddr *)&sa, &len) != 0 || sa.sun_family != AF_UNIX)
+            snprintf(sa.sun_path, sizeof sa.sun_path, "(fd %d)", fd);
+        /* Left open, its clients would wait for an answer that never comes. */
+        log_warn("%.*s, passed by the service manager, is no socket of the configuration "
+                 "(socket, status_socket); closing it",
+                 (int)sizeof sa.sun_path, sa.sun_path);
+        close(fd);
+    }
 }
 
 /* A group by name or number. 0, or -1 when there is no such group. */
@@ -202,16 +227,21 @@ int unix_listen(const char *path, unsigned mode, const char *group, bool *inheri
     if (prepare_path(&sa) != 0)
         return -1;
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-        chmod(sa.sun_path, mode) != 0 || listen(fd, 128) != 0) {
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
         log_error("cannot listen on %s: %s", sa.sun_path, strerror(errno));
         if (fd >= 0)
             close(fd);
         return -1;
     }
-    if (group[0] && give_to_group(path, group) != 0) {
+    /* The group before the mode, and both before anyone may connect. */
+    int rc = group[0] ? give_to_group(path, group) : 0; /* logs why */
+    if (rc == 0 && (chmod(sa.sun_path, mode) != 0 || listen(fd, 128) != 0)) {
+        log_error("cannot listen on %s: %s", sa.sun_path, strerror(errno));
+        rc = -1;
+    }
+    if (rc != 0) {
         close(fd);
-        unlink(path);
+        unlink(path); /* ours: bound just now */
         return -1;
     }
     return fd;

@@ -31,6 +31,9 @@ uint64_t random_u64(void);
  * but not a live one or another file. The fd, or -1 (logged): also when the
  * socket cannot be given to the group. */
 int unix_listen(const char *path, unsigned mode, const char *group, bool *inherited);
+/* Closes, with a warning, the sockets the service manager passed that no
+ * unix_listen() call took: their clients would wait in vain. */
+void unix_listen_close_unused(void);
 
 /* The command name of pid, from /proc ("?" when gone or unreadable), made
  * one word. */

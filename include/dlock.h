@@ -71,7 +71,8 @@ extern "C" {
 #define DLOCK_ECLOCK        (-23) /* the agent's clock (CLOCK_BOOTTIME) is not ours */
 #define DLOCK_ENOQUORUM     (-24) /* quorum mode: no majority of Redis nodes usable */
 #define DLOCK_EDENIED       (-25) /* the agent's policy does not let this user use the name */
-#define DLOCK_ERRNO_MIN     (-25) /* lowest code in use */
+#define DLOCK_ENOANSWER     (-26) /* the agent did not answer in time (stopped, wedged) */
+#define DLOCK_ERRNO_MIN     (-26) /* lowest code in use */
 
 /* Wait values for dlock_acquire_options.wait_ms. */
 #define DLOCK_WAIT_NONE    0
@@ -146,7 +147,8 @@ DLOCK_EXPORT void dlock_client_set_event_cb(dlock_client *client, dlock_event_cb
  * DLOCK_EBUSY (wait 0) or DLOCK_ETIMEDOUT when the lock stayed taken; a wait
  * that runs out while Redis is unreachable gives DLOCK_EUNAVAIL (quorum
  * mode: DLOCK_ENOQUORUM), as an outage longer than the agent's
- * outage_wait_ms does. */
+ * outage_wait_ms does. DLOCK_ENOANSWER: the agent did not answer within the
+ * wait plus 10 s (it is stopped or wedged; the request is abandoned). */
 DLOCK_EXPORT int dlock_lease_acquire(dlock_client *client, const char *name,
                                      const dlock_acquire_options *opts, dlock_lease **out);
 
@@ -163,8 +165,8 @@ DLOCK_EXPORT int dlock_lease_acquire_async(dlock_client *client, const char *nam
  * deleted on Redis right behind (see docs/protocol.md). Returns 0,
  * DLOCK_ELOST if the lease had been lost (even if its event was not yet
  * dispatched), DLOCK_EDISCONNECTED if the agent is gone (it released the lease
- * when the connection dropped), or DLOCK_ETIMEDOUT if the agent did not answer
- * within 10 s. */
+ * when the connection dropped), or DLOCK_ENOANSWER if the agent did not
+ * answer within 10 s. */
 DLOCK_EXPORT int dlock_lease_release(dlock_lease *lease);
 
 /* The lock name (borrowed, NUL-terminated). */

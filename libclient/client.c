@@ -601,8 +601,9 @@ static void read_input(dlock_client *c)
 }
 
 /* Handles frames until w is done or timeout_ms (-1 = forever) has passed.
- * Returns 0 (w->status holds the outcome), DLOCK_ETIMEDOUT or DLOCK_ENOMEM;
- * the caller abandons its request on an error. */
+ * Returns 0 (w->status holds the outcome), DLOCK_ENOANSWER (the agent did
+ * not answer in time: not a lock that stayed taken) or DLOCK_ENOMEM; the
+ * caller abandons its request on an error. */
 static int wait_for(dlock_client *c, struct waiter *w, int64_t timeout_ms)
 {
     int64_t deadline = deadline_after(timeout_ms);
@@ -613,7 +614,7 @@ static int wait_for(dlock_client *c, struct waiter *w, int64_t timeout_ms)
             return 0;
         int ms = poll_timeout(deadline);
         if (ms == 0)
-            return DLOCK_ETIMEDOUT;
+            return DLOCK_ENOANSWER;
         struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
         int r = poll(&pfd, 1, ms);
         if (r < 0 && errno != EINTR)

@@ -236,11 +236,14 @@ ITEST(agent_cli, serves_sockets_passed_by_the_service_manager)
 {
     /* Socket activation as systemd does it: the client and status sockets
      * exist before the agent runs and come as fds 3 and 4 with LISTEN_FDS
-     * and LISTEN_PID. The agent serves them, reports READY=1 on
-     * NOTIFY_SOCKET once Redis answers, and leaves the socket files (they
-     * belong to the service manager) when it stops. */
+     * and LISTEN_PID, with a third one that no setting names. The agent
+     * serves the two, closes the third with a warning (its clients would
+     * wait in vain), reports READY=1 on NOTIFY_SOCKET once its sockets
+     * listen, and leaves the socket files (they belong to the service
+     * manager) when it stops. */
     h_redis_start();
-    char sock[H_PATH], status[H_PATH], notify[H_PATH], conf[H_PATH];
+    char sock[H_PATH], status[H_PATH], notify[H_PATH], conf[H_PATH], stray[H_PATH];
+    snprintf(stray, sizeof stray, "%s", h_path("stray.sock"));
     snprintf(sock, sizeof sock, "%s", h_path("passed.sock"));
     snprintf(status, sizeof status, "%s", h_path("passed-status.sock"));
     snprintf(notify, sizeof notify, "%s", h_path("notify.sock"));
@@ -259,20 +262,20 @@ ITEST(agent_cli, serves_sockets_passed_by_the_service_manager)
 
     pid_t pid = h_fork();
     if (pid == 0) {
-        int a = listen_at(sock), b = listen_at(status);
-        if (a < 0 || b < 0 || dup2(a, 3) != 3 || dup2(b, 4) != 4)
+        int a = listen_at(sock), b = listen_at(status), x = listen_at(stray);
+        if (a < 0 || b < 0 || x < 0 || dup2(a, 3) != 3 || dup2(b, 4) != 4 || dup2(x, 5) != 5)
             _exit(120);
         char n[16];
         snprintf(n, sizeof n, "%d", (int)getpid());
         setenv("LISTEN_PID", n, 1);
-        setenv("LISTEN_FDS", "2", 1);
+        setenv("LISTEN_FDS", "3", 1);
         setenv("NOTIFY_SOCKET", notify, 1);
         int out = open(h_path("passed.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(out, 2);
         execl(DLOCKD_PATH, DLOCKD_PATH, "-c", conf, (char *)NULL);
         _exit(127);
     }
-    /* READY=1 comes once Redis has answered. */
+    /* READY=1 comes once the sockets listen. */
     char msg[256] = "";
     int64_t end = h_now_ms() + H_START_MS;
     while (!strstr(msg, "READY=1")) {
@@ -285,12 +288,21 @@ ITEST(agent_cli, serves_sockets_passed_by_the_service_manager)
     dlock_client *c = NULL;
     cr_assert_eq(dlock_client_open(&c, sock), 0);
     dlock_lease *l = NULL;
-    cr_assert_eq(dlock_lease_acquire(c, "passed", NULL, &l), 0);
+    /* Redis may still be on its way: the wait rides that out. */
+    dlock_acquire_options o = {.wait_ms = 10000};
+    cr_assert_eq(dlock_lease_acquire(c, "passed", &o, &l), 0);
     cr_assert(h_redis_exists(h_key("passed")));
     cr_assert_eq(dlock_lease_release(l), 0);
     dlock_client_close(c);
     const char *log = h_read_file(h_path("passed.out"));
     cr_assert(log && strstr(log, "using the socket passed for"), "%s", log ? log : "");
+    cr_assert(strstr(log, "stray.sock, passed by the service manager, is no socket"), "%s", log);
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un pa = {.sun_family = AF_UNIX};
+    memcpy(pa.sun_path, stray, strlen(stray) + 1);
+    cr_assert_neq(connect(probe, (struct sockaddr *)&pa, sizeof pa), 0,
+                  "the stray passed socket still accepts");
+    close(probe);
     kill(pid, SIGTERM);
     cr_assert_eq(h_wait_child(pid, H_STOP_MS), 0);
     struct stat st;

@@ -422,6 +422,34 @@ ITEST(dlockctl, redis_outage_exits_69_with_a_message_not_the_busy_code)
     cr_assert_eq(CTL("-S", status, "holder", "{x}"), 64, "%s", ctl_out());
 }
 
+/* An agent that stops answering (SIGSTOP, a wedged host) while dlockctl
+ * waits for a lock is not a lock that stayed taken: exit 69 with a message,
+ * once the library's allowance past the wait has run out, and CMD never
+ * runs. */
+ITEST(dlockctl, a_stopped_agent_is_not_a_taken_lock)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    dlock_lease *held = h_must_acquire(a, "wedged", 30000);
+    char marker[300], pidtext[32];
+    snprintf(marker, sizeof marker, "touch %s", h_path("ran"));
+    unlink(h_path("ctl.out"));
+    const char *args[] = {"-s", H.agent[0].sock, "run", "-w", "3", "wedged", "--", "sh",
+                          "-c", marker,          NULL};
+    pid_t pid = h_ctl_spawn(args);
+    /* Stopped once dlockctl is connected, well before its 3 s wait is
+     * answered. */
+    snprintf(pidtext, sizeof pidtext, "client pid %d uid", (int)pid);
+    H_WAIT_UNTIL(10000, strstr(h_read_file(H.agent[0].log), pidtext));
+    h_agent_pause(0);
+    int st = h_wait_child(pid, 30000);
+    h_agent_resume(0);
+    cr_assert_eq(st, 69, "exit %d: %s", st, ctl_out());
+    cr_assert(strstr(ctl_out(), "did not answer"), "%s", ctl_out());
+    cr_assert(!exists(h_path("ran")), "CMD ran without the lock");
+    cr_assert_eq(dlock_lease_release(held), 0);
+}
+
 /* Binds a unix socket at path and closes it: what a crashed agent leaves. */
 static void stale_socket(const char *path)
 {

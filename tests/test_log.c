@@ -160,11 +160,17 @@ Test(log, the_journal_gets_priorities)
     cr_assert_eq(lines_with("<7>d 4"), 1);
     cr_assert_eq(lines_with("<4>suppressed 1 similar"), 1);
     cr_assert_eq(lines_with("dlockd["), 0);
+    /* Configuration errors, printed before (or without) the log. */
+    log_config_error("bad %d", 7);
+    cr_assert_eq(lines_with("<3>dlockd: bad 7"), 1);
     /* Another stream (a terminal, a file the output was redirected to). */
     setenv("JOURNAL_STREAM", "1:1", 1);
     log_detect_journal();
     log_warn("plain %d", 5);
     cr_assert_eq(lines_with("dlockd[warn]: plain 5"), 1);
+    log_config_error("plain %d", 6);
+    cr_assert_eq(lines_with("dlockd: plain 6"), 1);
+    cr_assert_eq(lines_with("<3>dlockd: plain 6"), 0);
     unsetenv("JOURNAL_STREAM");
     log_detect_journal();
 }

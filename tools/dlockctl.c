@@ -93,8 +93,9 @@ static const char help_exit[] =
     "  0      status, leases, metrics, holder: the answer was printed\n"
     "  N      run: CMD's exit status (128+S when CMD was killed by signal S)\n"
     "  64     usage error: bad option, value, lock name or pattern\n"
-    "  69     the agent is unreachable, or Redis (in quorum mode, a majority of\n"
-    "         the nodes) is unreachable or answered with an error\n"
+    "  69     the agent is unreachable or does not answer, or Redis (in quorum\n"
+    "         mode, a majority of the nodes) is unreachable or answered with an\n"
+    "         error\n"
     "  70     internal error, or the agent refused the request\n"
     "  73     run: a lease or waiter limit of the agent was hit\n"
     "  75     run: the lock stayed taken (-n, or the -w wait ran out); see -E\n"
@@ -750,7 +751,7 @@ static void announce_loss(struct run_state *st, const struct run_opts *o, int re
         return;
     st->announced = true;
     const char *why =
-        reason == DLOCK_ETIMEDOUT ? "the agent did not answer the release" : dlock_strerror(reason);
+        reason == DLOCK_ENOANSWER ? "the agent did not answer the release" : dlock_strerror(reason);
     fprintf(stderr, "dlockctl: lease on %s lost: %s\n", o->name, why);
 }
 

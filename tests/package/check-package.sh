@@ -178,7 +178,7 @@ fi
 unit_files=$(printf '/lib/systemd/system/%s\n' $units)
 # shellcheck disable=SC2086
 must_equal "dlockd files" "$(expect /etc/dlock/dlockd.conf $unit_files /usr/bin/dlockctl \
-    /usr/lib/sysusers.d/dlock.conf /usr/sbin/dlockd $completion \
+    /usr/lib/sysusers.d/dlock.conf /usr/lib/tmpfiles.d/dlock.conf /usr/sbin/dlockd $completion \
     /usr/share/man/man1/dlockctl.1.gz /usr/share/man/man5/dlockd.conf.5.gz \
     /usr/share/man/man8/dlockd.8.gz)" "$(listing dlockd)"
 
