@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* table.h -- the agent's lease table: locks by name, leases by id, FIFO
- * waiter queues, and the validity arithmetic of DESIGN.md 3.2.
+ * waiter queues, and the validity arithmetic (docs/protocol.md, "GRANTED").
  * Pure: no I/O; times are CLOCK_BOOTTIME nanoseconds passed in. */
 #ifndef DLOCKD_TABLE_H
 #define DLOCKD_TABLE_H
@@ -102,7 +102,8 @@ void table_lease_free(struct table *t, struct lease *le);
 void table_waiter_enqueue(struct lock *l, struct waiter *w);
 void table_waiter_dequeue(struct waiter *w);
 
-/* Validity arithmetic (DESIGN.md 3.2): drift = ttl/100 + 2 ms. */
+/* Validity arithmetic: valid until t_send + ttl - drift, drift = ttl/100 +
+ * 2 ms (docs/protocol.md). */
 uint64_t lease_drift_ns(uint32_t ttl_ms);
 uint64_t lease_deadline(uint64_t t_send, uint32_t ttl_ms);
 /* When to send the next renewal after one sent at t_send succeeded: at

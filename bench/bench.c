@@ -11,7 +11,7 @@
 #include "bench.h"
 #include "dlock.h"
 
-/* Targets of DESIGN.md section 6 and the benchmark brief; reported, never
+/* The project's performance targets (bench/README.md); reported, never
  * asserted. */
 #define TARGET_LATENCY_RATIO    1.25 /* dlock / plain, 1 client, p50 and mean */
 #define TARGET_THROUGHPUT_RATIO 2.0  /* dlock / plain, many clients, pairs/s */

@@ -177,10 +177,10 @@ ITEST(redis_outage, brief_hiccup_is_not_loss)
     cr_assert_eq(dlock_lease_release(l), 0);
 }
 
-/* DESIGN.md 4: "HELD (safe) -> JEOPARDY (renewal failing, still within
- * deadline) -> LOST ... Transitions are pushed to the holder as events", and
- * dlock.h: the event callback reports "LOST, JEOPARDY, or HELD again after
- * JEOPARDY". */
+/* A lease goes HELD (safe) -> JEOPARDY (renewal failing, still within its
+ * deadline) -> LOST, or back to HELD, and each transition is pushed to the
+ * holder as an event: dlock.h's event callback reports "LOST, JEOPARDY, or
+ * HELD again after JEOPARDY". */
 ITEST(redis_outage, failed_renewal_reports_jeopardy_then_held)
 {
     struct h_cl *a;
