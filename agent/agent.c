@@ -564,6 +564,21 @@ static int limit_check(const struct agent *a, const struct conn *c, char *why, s
     return 0;
 }
 
+/* A connection asking for a name it holds: locks are not re-entrant, and
+ * the request would queue behind the connection's own lease, for ever with
+ * an endless wait. An immediate error instead. (Waiting twice for a name
+ * held elsewhere is fine: two threads sharing a client take turns.) */
+static int reacquire_check(struct agent *a, const struct conn *c, const struct wire_acquire *m,
+                           char *why, size_t len)
+{
+    const struct lock *l = table_lock_find(&a->table, m->name, m->name_len);
+    if (!l || !l->holder || l->holder->owner != c)
+        return 0;
+    snprintf(why, len, "this connection already holds %.*s (locks are not re-entrant)",
+             (int)m->name_len, m->name);
+    return DLOCK_EHELD;
+}
+
 /* 0, or the error to answer an acquire with; for a limit, why says which. */
 static int acquire_check(struct agent *a, struct conn *c, const struct wire_acquire *m,
                          uint32_t *ttl, char *why, size_t len)
@@ -593,7 +608,8 @@ static int acquire_check(struct agent *a, struct conn *c, const struct wire_acqu
         log_info("denied: pid %d uid %u may not use lock %s", (int)c->pid, (unsigned)c->uid, name);
         return DLOCK_EDENIED;
     }
-    return limit_check(a, c, why, len);
+    rc = reacquire_check(a, c, m, why, len);
+    return rc ? rc : limit_check(a, c, why, len);
 }
 
 void agent_acquire(struct agent *a, struct conn *c, uint32_t id, const struct wire_acquire *m)

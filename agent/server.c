@@ -390,6 +390,7 @@ static bool conn_admitted(struct server *s, const struct ucred *cred, struct uid
     if (s->nconns >= s->cfg->max_connections) {
         log_warn("connection limit (%u) reached; refusing pid %d", s->cfg->max_connections,
                  (int)cred->pid);
+        s->agent->stats.refused++;
         return false;
     }
     uint32_t per_uid = s->cfg->policy.max_connections_per_uid;

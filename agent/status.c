@@ -265,7 +265,7 @@ static const struct {
     COUNTER(renewal_failures, "Lease renewals that failed without proof of loss."),
     COUNTER(losses, "Leases lost."),
     COUNTER(timeouts, "Acquire waits that ran out."),
-    COUNTER(refused, "Acquire requests refused before reaching Redis."),
+    COUNTER(refused, "Acquire requests and connections refused by a limit before reaching Redis."),
     COUNTER(denied, "Acquire requests the access policy did not allow."),
 #undef COUNTER
 };

@@ -72,7 +72,8 @@ extern "C" {
 #define DLOCK_ENOQUORUM     (-24) /* quorum mode: no majority of Redis nodes usable */
 #define DLOCK_EDENIED       (-25) /* the agent's policy does not let this user use the name */
 #define DLOCK_ENOANSWER     (-26) /* the agent did not answer in time (stopped, wedged) */
-#define DLOCK_ERRNO_MIN     (-26) /* lowest code in use */
+#define DLOCK_EHELD         (-27) /* this client already holds the name (not re-entrant) */
+#define DLOCK_ERRNO_MIN     (-27) /* lowest code in use */
 
 /* Wait values for dlock_acquire_options.wait_ms. */
 #define DLOCK_WAIT_NONE    0
@@ -148,7 +149,9 @@ DLOCK_EXPORT void dlock_client_set_event_cb(dlock_client *client, dlock_event_cb
  * that runs out while Redis is unreachable gives DLOCK_EUNAVAIL (quorum
  * mode: DLOCK_ENOQUORUM), as an outage longer than the agent's
  * outage_wait_ms does. DLOCK_ENOANSWER: the agent did not answer within the
- * wait plus 10 s (it is stopped or wedged; the request is abandoned). */
+ * wait plus 10 s (it is stopped or wedged; the request is abandoned).
+ * DLOCK_EHELD, at once: this client already holds `name` (locks are not
+ * re-entrant). */
 DLOCK_EXPORT int dlock_lease_acquire(dlock_client *client, const char *name,
                                      const dlock_acquire_options *opts, dlock_lease **out);
 

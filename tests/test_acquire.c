@@ -131,12 +131,32 @@ ITEST(acquire, try_once_on_held_lock_is_busy)
 
     /* The same client asking again for its own lock: not re-entrant. */
     rc = h_acquire(a, "busy", 5000, 0, &lb);
-    cr_assert_eq(rc, DLOCK_EBUSY, "second acquire by the holder: %s (%d)", dlock_strerror(rc), rc);
+    cr_assert_eq(rc, DLOCK_EHELD, "second acquire by the holder: %s (%d)", dlock_strerror(rc), rc);
 
     char *now = h_redis_get(h_key("busy"));
     cr_assert_str_eq(now, tok, "the holder's key changed");
     cr_assert_eq(dlock_lease_state(la), DLOCK_STATE_HELD);
     cr_assert_eq(dlock_lease_release(la), 0);
+}
+
+/* Asking again for a name the connection holds is an immediate error naming
+ * the lock: with an endless wait it would queue behind the connection's own
+ * lease for ever (a self-deadlock). Waiting twice for a name held elsewhere
+ * stays allowed (threads sharing a client take turns). */
+ITEST(acquire, asking_again_for_a_held_name_is_an_error_not_a_deadlock)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    dlock_lease *held = h_must_acquire(a, "mine", 30000);
+    dlock_lease *l = NULL;
+    int rc = h_acquire(a, "mine", 30000, DLOCK_WAIT_FOREVER, &l);
+    cr_assert_eq(rc, DLOCK_EHELD, "got %s (%d)", dlock_strerror(rc), rc);
+    cr_assert(strstr(dlock_client_strerror(a->c, rc), "already holds mine"), "%s",
+              dlock_client_strerror(a->c, rc));
+    cr_assert_eq(dlock_lease_state(held), DLOCK_STATE_HELD);
+    cr_assert_eq(dlock_lease_release(held), 0);
+    /* Released: the name can be taken again at once. */
+    cr_assert_eq(dlock_lease_release(h_must_acquire(a, "mine", 30000)), 0);
 }
 
 ITEST(acquire, bounded_wait_times_out)
