@@ -93,9 +93,12 @@ fail() { echo "check-service: FAIL: $*" >&2; exit 1; }
 mount -t tmpfs -o mode=0755 tmpfs /run
 ip link set lo up
 install -d -o dlock -g dlock -m 0755 /run/dlock
+agent=
 redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no \
     --daemonize no >"$TMP/redis.log" 2>&1 &
 redis=$!
+# Nothing of the test outlives it, also when a check fails half way.
+trap 'st=$?; kill $agent $redis 2>/dev/null || true; wait 2>/dev/null || true; exit $st' EXIT
 for _ in $(seq 100); do
     redis-cli -p 6379 ping 2>/dev/null | grep -q PONG && break
     sleep 0.05
