@@ -612,8 +612,10 @@ static int acquire_check(struct agent *a, struct conn *c, const struct wire_acqu
     return rc ? rc : limit_check(a, c, why, len);
 }
 
-void agent_acquire(struct agent *a, struct conn *c, uint32_t id, const struct wire_acquire *m)
+/* The server's hooks: each request and closed connection. */
+static void agent_acquire(void *arg, struct conn *c, uint32_t id, const struct wire_acquire *m)
 {
+    struct agent *a = arg;
     uint32_t ttl = 0;
     char why[128] = "";
     int rc = acquire_check(a, c, m, &ttl, why, sizeof why);
@@ -656,8 +658,9 @@ void agent_acquire(struct agent *a, struct conn *c, uint32_t id, const struct wi
     lock_settle(a, l);
 }
 
-void agent_release(struct agent *a, struct conn *c, uint32_t id, uint64_t lease_id)
+static void agent_release(void *arg, struct conn *c, uint32_t id, uint64_t lease_id)
 {
+    struct agent *a = arg;
     struct lease *le = table_lease_find(&a->table, lease_id);
     if (!le || le->owner != c) {
         conn_send_error(c, id, DLOCK_ENOTFOUND, "no such lease on this connection");
@@ -719,8 +722,9 @@ void agent_policy_changed(struct agent *a)
     }
 }
 
-void agent_conn_gone(struct agent *a, struct conn *c)
+static void agent_conn_gone(void *arg, struct conn *c)
 {
+    struct agent *a = arg;
     if (c->nleases)
         log_info("client pid %d gone; releasing its %u lease(s)", (int)c->pid, c->nleases);
     conn_drop_all(a, c, 0);
@@ -911,10 +915,20 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
         snprintf(a->host, sizeof a->host, "?");
     a->host[sizeof a->host - 1] = '\0';
     one_word(a->host);
-    if (server_open(&a->server, loop, a, cfg) != 0)
+    struct server_hooks hooks = {.arg = a,
+                                 .acquire = agent_acquire,
+                                 .release = agent_release,
+                                 .conn_gone = agent_conn_gone,
+                                 .refused = &a->stats.refused};
+    if (server_open(&a->server, loop, &hooks, cfg) != 0)
         goto fail_server;
     /* Locks matter more than their status: the agent runs without it. */
-    if (status_open(&a->status, loop, a, cfg->status_socket, cfg->status_socket_mode) != 0)
+    struct status_source src = {.cfg = cfg,
+                                .table = &a->table,
+                                .stats = &a->stats,
+                                .server = &a->server,
+                                .started = a->started};
+    if (status_open(&a->status, loop, &src, cfg->status_socket, cfg->status_socket_mode) != 0)
         log_warn("running without a status socket");
     if (status_open_http(&a->status, cfg->metrics_listen) != 0)
         log_warn("running without the HTTP metrics endpoint");
@@ -925,6 +939,7 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
                                     : backend_redis_new(loop, cfg, &cfg->nodes[0], &ev);
     if (!a->backend)
         goto fail_backend;
+    a->status.src.backend = a->backend; /* made after the status socket */
     ev_io_init(&a->tick, on_tick, a->tick_fd, EV_READ);
     a->tick.data = a;
     ev_io_start(loop, &a->tick);

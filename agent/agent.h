@@ -53,10 +53,6 @@ void agent_free(struct agent *a);
 /* Releases every lease, waits for the backend (bounded), then breaks the loop. */
 void agent_shutdown(struct agent *a);
 
-/* Called by the server for each request and closed connection. */
-void agent_acquire(struct agent *a, struct conn *c, uint32_t id, const struct wire_acquire *m);
-void agent_release(struct agent *a, struct conn *c, uint32_t id, uint64_t lease_id);
-void agent_conn_gone(struct agent *a, struct conn *c);
 /* After a reload: waiters the policy no longer allows fail with
  * DLOCK_EDENIED (leases stay until released). */
 void agent_policy_changed(struct agent *a);

@@ -12,7 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "agent.h"
+#include "config.h"
 #include "dlock.h"
 #include "log.h"
 #include "util.h"
@@ -223,7 +223,7 @@ static void handle_hello(struct conn *c, const struct wire_hdr *h, const uint8_t
 /* Handles one whole frame. The connection may be closed on return. */
 static void handle_frame(struct conn *c, const struct wire_hdr *h, const uint8_t *body)
 {
-    struct agent *a = c->srv->agent;
+    const struct server_hooks *k = &c->srv->hooks;
     if (!c->hello) {
         if (h->type == WIRE_T_HELLO)
             handle_hello(c, h, body);
@@ -237,7 +237,7 @@ static void handle_frame(struct conn *c, const struct wire_hdr *h, const uint8_t
         if (wire_get_acquire(body, h->len, &m) != 0)
             conn_fail(c, h->id, DLOCK_EPROTO, "malformed acquire");
         else
-            agent_acquire(a, c, h->id, &m);
+            k->acquire(k->arg, c, h->id, &m);
         return;
     }
     case WIRE_T_RELEASE: {
@@ -245,7 +245,7 @@ static void handle_frame(struct conn *c, const struct wire_hdr *h, const uint8_t
         if (wire_get_release(body, h->len, &m) != 0)
             conn_fail(c, h->id, DLOCK_EPROTO, "malformed release");
         else
-            agent_release(a, c, h->id, m.lease_id);
+            k->release(k->arg, c, h->id, m.lease_id);
         return;
     }
     case WIRE_T_PING:
@@ -345,7 +345,7 @@ static void conn_close(struct conn *c)
     if (c->fd < 0)
         return;
     c->closing = true;
-    agent_conn_gone(s->agent, c);
+    s->hooks.conn_gone(s->hooks.arg, c);
     ev_io_stop(s->loop, &c->rio);
     ev_io_stop(s->loop, &c->wio);
     ev_timer_stop(s->loop, &c->handshake);
@@ -390,14 +390,14 @@ static bool conn_admitted(struct server *s, const struct ucred *cred, struct uid
     if (s->nconns >= s->cfg->max_connections) {
         log_warn("connection limit (%u) reached; refusing pid %d", s->cfg->max_connections,
                  (int)cred->pid);
-        s->agent->stats.refused++;
+        (*s->hooks.refused)++;
         return false;
     }
     uint32_t per_uid = s->cfg->policy.max_connections_per_uid;
     if (per_uid && u->nconns >= per_uid) {
         log_warn("uid %u has %u connection(s), its limit; refusing pid %d", (unsigned)cred->uid,
                  per_uid, (int)cred->pid);
-        s->agent->stats.refused++;
+        (*s->hooks.refused)++;
         return false;
     }
     return true;
@@ -456,11 +456,12 @@ void server_limits_changed(struct server *s)
         mark_dirty(c);
 }
 
-int server_open(struct server *s, struct ev_loop *loop, struct agent *a, const struct config *cfg)
+int server_open(struct server *s, struct ev_loop *loop, const struct server_hooks *hooks,
+                const struct config *cfg)
 {
     memset(s, 0, sizeof *s);
     s->loop = loop;
-    s->agent = a;
+    s->hooks = *hooks;
     s->cfg = cfg;
     s->lfd = -1;
     s->lfd = unix_listen(cfg->socket, cfg->socket_mode, cfg->socket_group, &s->inherited);

@@ -15,7 +15,6 @@
 #include "util.h"
 #include "wire.h"
 
-struct agent;
 struct lease;
 struct waiter;
 
@@ -57,9 +56,20 @@ struct conn {
     uint32_t nleases, nwaiters;
 };
 
+/* What the lock logic does with requests and connections: the server calls
+ * it through these, and includes nothing of it. */
+struct server_hooks {
+    void *arg;
+    void (*acquire)(void *arg, struct conn *c, uint32_t id, const struct wire_acquire *m);
+    void (*release)(void *arg, struct conn *c, uint32_t id, uint64_t lease_id);
+    /* The connection is closing: its leases and waiters go. */
+    void (*conn_gone)(void *arg, struct conn *c);
+    uint64_t *refused; /* counts connections refused at a limit */
+};
+
 struct server {
     struct ev_loop *loop;
-    struct agent *agent;
+    struct server_hooks hooks;
     const struct config *cfg;
     int lfd;
     struct listener lst;
@@ -74,7 +84,8 @@ struct server {
 
 /* Binds the socket (or takes the one passed by the service manager) (removing a stale file,
  * refusing a live one). 0 or -1. */
-int server_open(struct server *s, struct ev_loop *loop, struct agent *a, const struct config *cfg);
+int server_open(struct server *s, struct ev_loop *loop, const struct server_hooks *hooks,
+                const struct config *cfg);
 /* Stops accepting and removes the socket file. */
 void server_stop_listening(struct server *s);
 /* Writes every connection's queued output: once per loop turn. */
@@ -82,7 +93,7 @@ void server_flush(struct server *s);
 /* After the limits changed (a reload): connections that stopped reading for
  * a cap get a turn to go on. */
 void server_limits_changed(struct server *s);
-/* Flushes and closes every connection (agent_conn_gone is called for each). */
+/* Flushes and closes every connection (hooks.conn_gone is called for each). */
 void server_close_all(struct server *s);
 
 /* Replies and events; they queue output, written when the loop turns. */

@@ -21,7 +21,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "agent.h"
+#include "backend.h"
+#include "config.h"
+#include "server.h"
+#include "stats.h"
+#include "table.h"
 #include "dlock.h"
 #include "log.h"
 #include "text.h"
@@ -160,14 +164,14 @@ struct asker {
 
 /* Calls fn for every lease the asker may see whose name matches pattern
  * (NULL: all). */
-static void each_lease(struct agent *a, const struct asker *who, const char *pattern,
+static void each_lease(const struct status_source *a, const struct asker *who, const char *pattern,
                        void (*fn)(struct sbuf *, const struct lease_row *, bool first),
                        struct sbuf *b)
 {
     uint64_t now = now_ns();
     bool first = true;
-    for (size_t i = 0; i < a->table.nbuckets; i++) {
-        for (const struct lock *l = a->table.buckets[i]; l; l = l->hnext) {
+    for (size_t i = 0; i < a->table->nbuckets; i++) {
+        for (const struct lock *l = a->table->buckets[i]; l; l = l->hnext) {
             if (!l->holder || (pattern && fnmatch(pattern, l->name, 0) != 0))
                 continue;
             if (!who->all && ((const struct conn *)l->holder->owner)->uid != who->uid)
@@ -210,7 +214,7 @@ static void lease_text(struct sbuf *b, const struct lease_row *r, bool first)
 
 static const char lease_header[] = "%-32s %-8s %20s %7s %5s %-15s %9s %8s %9s %8s %7s\n";
 
-static void leases_text(struct agent *a, const struct asker *who, const char *pattern,
+static void leases_text(const struct status_source *a, const struct asker *who, const char *pattern,
                         struct sbuf *b)
 {
     sb_printf(b, lease_header, "NAME", "STATE", "FENCE", "PID", "UID", "COMMAND", "AGE_MS",
@@ -218,7 +222,7 @@ static void leases_text(struct agent *a, const struct asker *who, const char *pa
     each_lease(a, who, pattern, lease_text, b);
 }
 
-static size_t nodes_of(struct agent *a, struct backend_node *nodes)
+static size_t nodes_of(const struct status_source *a, struct backend_node *nodes)
 {
     size_t n = a->backend->ops->nodes(a->backend, nodes, CONFIG_MAX_NODES);
     return n < CONFIG_MAX_NODES ? n : CONFIG_MAX_NODES;
@@ -231,7 +235,7 @@ static uint64_t excluded_ms(const struct backend_node *n, uint64_t now)
 
 /* The node's part in quorums, for the text: "counts", "joins in N s" (after
  * a restart; rounded up, so never 0 while excluded), "-" in single mode. */
-static void quorum_text(const struct agent *a, const struct backend_node *n, uint64_t now,
+static void quorum_text(const struct status_source *a, const struct backend_node *n, uint64_t now,
                         char *out, size_t len)
 {
     if (!config_quorum(a->cfg))
@@ -243,7 +247,7 @@ static void quorum_text(const struct agent *a, const struct backend_node *n, uin
         snprintf(out, len, "counts");
 }
 
-static const char *mode_of(const struct agent *a)
+static const char *mode_of(const struct status_source *a)
 {
     return config_quorum(a->cfg) ? "quorum" : "single";
 }
@@ -271,19 +275,19 @@ static const struct {
 };
 #define NCOUNTERS (sizeof counters / sizeof counters[0])
 
-static unsigned long long counter_value(const struct agent *a, size_t i)
+static unsigned long long counter_value(const struct status_source *a, size_t i)
 {
-    return *(const uint64_t *)((const char *)&a->stats + counters[i].offset);
+    return *(const uint64_t *)((const char *)a->stats + counters[i].offset);
 }
 
-static void status_json(struct agent *a, const struct asker *who, struct sbuf *b)
+static void status_json(const struct status_source *a, const struct asker *who, struct sbuf *b)
 {
     uint64_t now = now_ns();
     sb_printf(b, "{\"agent\":{\"version\":\"%s\",\"pid\":%d,\"mode\":\"%s\",\"prefix\":",
               DLOCK_VERSION, (int)getpid(), mode_of(a));
     sb_json_str(b, a->cfg->prefix);
     sb_printf(b, ",\"uptime_ms\":%llu,\"connections\":%u},\"nodes\":[",
-              (unsigned long long)((now - a->started) / NS_PER_MS), a->server.nconns);
+              (unsigned long long)((now - a->started) / NS_PER_MS), a->server->nconns);
     struct backend_node nodes[CONFIG_MAX_NODES];
     size_t nn = nodes_of(a, nodes);
     for (size_t i = 0; i < nn; i++) {
@@ -307,14 +311,14 @@ static void status_json(struct agent *a, const struct asker *who, struct sbuf *b
     sb_printf(b, "]}\n");
 }
 
-static void status_text(struct agent *a, const struct asker *who, struct sbuf *b)
+static void status_text(const struct status_source *a, const struct asker *who, struct sbuf *b)
 {
     uint64_t now = now_ns();
     char prefix[sizeof a->cfg->prefix];
     text_printable(prefix, sizeof prefix, a->cfg->prefix);
     sb_printf(b, "dlockd %s, pid %d, %s mode, prefix '%s', up %llu s, %u connection(s)\n\n",
               DLOCK_VERSION, (int)getpid(), mode_of(a), prefix,
-              (unsigned long long)((now - a->started) / NS_PER_SEC), a->server.nconns);
+              (unsigned long long)((now - a->started) / NS_PER_SEC), a->server->nconns);
     sb_printf(b, "%-40s %-9s %-10s %8s  %-16s %s\n", "NODE", "CONNECTED", "SUBSCRIBED", "RTT_US",
               "QUORUM", "LAST_ERROR");
     struct backend_node nodes[CONFIG_MAX_NODES];
@@ -399,17 +403,17 @@ static double node_rtt(const struct backend_node *n, uint64_t now)
     return (double)n->last_rtt_ns / 1e9;
 }
 
-static void metrics(struct agent *a, struct sbuf *b)
+static void metrics(const struct status_source *a, struct sbuf *b)
 {
-    const struct agent_stats *s = &a->stats;
+    const struct agent_stats *s = a->stats;
     for (size_t i = 0; i < NCOUNTERS; i++) {
         char name[64];
         snprintf(name, sizeof name, "dlock_%s_total", counters[i].name);
         metric(b, name, "counter", counters[i].help);
         sb_printf(b, "%s %llu\n", name, counter_value(a, i));
     }
-    gauge(b, "dlock_leases", "Leases held now.", (double)a->table.nleases);
-    gauge(b, "dlock_connections", "Client connections now.", (double)a->server.nconns);
+    gauge(b, "dlock_leases", "Leases held now.", (double)a->table->nleases);
+    gauge(b, "dlock_connections", "Client connections now.", (double)a->server->nconns);
     gauge(b, "dlock_uptime_seconds", "Time since the agent started.",
           (double)(now_ns() - a->started) / 1e9);
     histogram(b, "dlock_acquire_seconds", "From sending an acquire to Redis to its grant.",
@@ -426,7 +430,8 @@ static void metrics(struct agent *a, struct sbuf *b)
 }
 
 /* The answer to one request line (without its newline). */
-static void answer(struct agent *a, const struct asker *who, const char *req, struct sbuf *b)
+static void answer(const struct status_source *a, const struct asker *who, const char *req,
+                   struct sbuf *b)
 {
     char cmd[32] = "", arg[REQ_MAX] = "", extra[2] = "";
     int n = sscanf(req, "%31s %255s %1s", cmd, arg, extra);
@@ -562,7 +567,7 @@ static void http_answer(struct sconn *c)
         return;
     }
     struct sbuf body = {0};
-    metrics(c->st->agent, &body);
+    metrics(&c->st->src, &body);
     if (body.oom) {
         http_text(c, "500 Internal Server Error", "out of memory\n");
     } else {
@@ -681,7 +686,7 @@ static void on_holder(void *arg, int err, const struct backend_holder *h)
  * Returns false when it was answered at once (with an error). */
 static bool holder_query(struct sconn *c)
 {
-    struct agent *a = c->st->agent;
+    const struct status_source *a = &c->st->src;
     char cmd[16], name[REQ_MAX], extra[2];
     if (sscanf(c->req, "%15s %255s %1s", cmd, name, extra) != 2) {
         sb_printf(&c->out, "error: usage: holder NAME\n");
@@ -719,7 +724,7 @@ static void respond(struct sconn *c)
         http_answer(c);
     } else {
         c->req[strcspn(c->req, "\r\n")] = '\0';
-        answer(c->st->agent, &c->who, c->req, &c->out);
+        answer(&c->st->src, &c->who, c->req, &c->out);
     }
     if (c->out.oom) {
         free(c->out.p);
@@ -783,7 +788,7 @@ static void sconn_new(struct status *st, int fd, bool http)
     if (!http && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
         size_t ngids = peer_groups(fd, cred.gid, gids, PEER_GROUPS_MAX);
         c->who.uid = cred.uid;
-        c->who.all = policy_sees_all(&st->agent->cfg->policy, cred.uid, gids, ngids);
+        c->who.all = policy_sees_all(&st->src.cfg->policy, cred.uid, gids, ngids);
     }
     ev_io_init(&c->io, on_read, fd, EV_READ);
     c->io.data = c;
@@ -805,12 +810,12 @@ static void on_http_conn(void *arg, int fd)
     sconn_new(arg, fd, true);
 }
 
-int status_open(struct status *st, struct ev_loop *loop, struct agent *a, const char *path,
-                unsigned mode)
+int status_open(struct status *st, struct ev_loop *loop, const struct status_source *a,
+                const char *path, unsigned mode)
 {
     memset(st, 0, sizeof *st);
     st->loop = loop;
-    st->agent = a;
+    st->src = *a;
     st->lfd = -1;
     st->hfd = -1;
     LIST_INIT(&st->conns);

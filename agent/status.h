@@ -11,14 +11,30 @@
 
 #include "listener.h"
 
-struct agent;
 struct sconn;
+struct config;
+struct table;
+struct backend;
+struct agent_stats;
+struct server;
+
+/* What the status socket reports on, read in place when a query comes: the
+ * settings, the lease table, the backend's nodes and look-ups, the counters
+ * and the connections. */
+struct status_source {
+    const struct config *cfg;
+    const struct table *table;
+    struct backend *backend;
+    const struct agent_stats *stats;
+    const struct server *server;
+    uint64_t started; /* the agent's start, ns */
+};
 
 #define STATUS_CONNS 16 /* queries at once, per listener; more are turned away */
 
 struct status {
     struct ev_loop *loop;
-    struct agent *agent;
+    struct status_source src;
     int lfd; /* -1 when there is no status socket */
     struct listener lst;
     LIST_HEAD(, sconn) conns;
@@ -31,8 +47,8 @@ struct status {
 };
 
 /* Listens on path (nothing when path is empty). 0, or -1 (logged). */
-int status_open(struct status *st, struct ev_loop *loop, struct agent *a, const char *path,
-                unsigned mode);
+int status_open(struct status *st, struct ev_loop *loop, const struct status_source *src,
+                const char *path, unsigned mode);
 /* Also serves GET /metrics over HTTP at "host:port" (nothing when addr is
  * empty). Call after status_open. 0, or -1 (logged). */
 int status_open_http(struct status *st, const char *addr);
