@@ -118,6 +118,21 @@ static size_t peer_flood_pings(int fd, size_t max)
     return sent;
 }
 
+/* Makes fd non-blocking and floods it with pings until the agent stops
+ * reading it: the socket then takes nothing for a whole second. Returns the
+ * bytes sent. */
+static size_t flood_until_unread(int fd)
+{
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    size_t sent = 0;
+    for (;;) {
+        sent += peer_flood_pings(fd, 8u << 20);
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        if (poll(&p, 1, 1000) == 0)
+            return sent;
+    }
+}
+
 static long agent_rss_kib(void)
 {
     char path[64];
@@ -349,16 +364,7 @@ ITEST(abuse, a_uid_back_under_its_cap_is_served_again)
     int a = h_raw_connect(0), b = h_raw_connect(0);
     h_raw_hello(a);
     h_raw_hello(b);
-    fcntl(a, F_SETFL, O_NONBLOCK);
-    /* Floods a until the agent stops reading it: a's socket then takes
-     * nothing for a whole second. */
-    size_t sent = 0;
-    for (;;) {
-        sent += peer_flood_pings(a, 8u << 20);
-        struct pollfd pa = {.fd = a, .events = POLLOUT};
-        if (poll(&pa, 1, 1000) == 0)
-            break;
-    }
+    size_t sent = flood_until_unread(a);
     cr_assert_gt(sent, 65536u);
     /* a's replies fill the uid's cap, so b (same uid) is most likely left
      * unread now; whether or not, once a drains its replies, b must be
@@ -389,13 +395,7 @@ ITEST(abuse, a_raised_cap_takes_effect_at_reload)
     int a = h_raw_connect(0), b = h_raw_connect(0);
     h_raw_hello(a);
     h_raw_hello(b);
-    fcntl(a, F_SETFL, O_NONBLOCK);
-    for (;;) {
-        peer_flood_pings(a, 8u << 20);
-        struct pollfd pa = {.fd = a, .events = POLLOUT};
-        if (poll(&pa, 1, 1000) == 0)
-            break;
-    }
+    flood_until_unread(a);
     struct wire_buf buf = {0};
     wire_put_empty(&buf, 7, WIRE_T_PING);
     cr_assert_eq(h_raw_send_buf(b, &buf), 0);

@@ -122,8 +122,9 @@ static int64_t realtime_us(void)
     return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
 }
 
-/* How many lines of agent i's log contain both needles. */
-static int log_lines_with(int agent, const char *a, const char *b)
+/* Counts the lines of agent i's log that contain both needles, and copies
+ * the last of them into last (room for 2048 bytes) unless it is NULL. */
+static int scan_log(int agent, const char *a, const char *b, char *last)
 {
     const char *log = h_read_file(H.agent[agent].log);
     int n = 0;
@@ -135,11 +136,20 @@ static int log_lines_with(int agent, const char *a, const char *b)
             len = sizeof line - 1;
         memcpy(line, log, len);
         line[len] = '\0';
-        if (strstr(line, a) && strstr(line, b))
+        if (strstr(line, a) && strstr(line, b)) {
             n++;
+            if (last)
+                memcpy(last, line, len + 1);
+        }
         log = eol ? eol + 1 : log + len;
     }
     return n;
+}
+
+/* How many lines of agent i's log contain both needles. */
+static int log_lines_with(int agent, const char *a, const char *b)
+{
+    return scan_log(agent, a, b, NULL);
 }
 
 #define EXCLUDED "excluded from quorums"
@@ -960,23 +970,7 @@ ITEST(quorum, holder_is_read_from_a_majority)
 static const char *last_log_line(int agent, const char *a, const char *b)
 {
     static char found[2048];
-    const char *log = h_read_file(H.agent[agent].log);
-    int any = 0;
-    while (log && *log) {
-        const char *eol = strchr(log, '\n');
-        size_t len = eol ? (size_t)(eol - log) : strlen(log);
-        char line[2048];
-        if (len >= sizeof line)
-            len = sizeof line - 1;
-        memcpy(line, log, len);
-        line[len] = '\0';
-        if (strstr(line, a) && strstr(line, b)) {
-            memcpy(found, line, len + 1);
-            any = 1;
-        }
-        log = eol ? eol + 1 : log + len;
-    }
-    return any ? found : NULL;
+    return scan_log(agent, a, b, found) ? found : NULL;
 }
 
 /* How often needle occurs in s. */
