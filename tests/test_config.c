@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* test_config.c -- unit tests of dlockd's settings in agent/config.c:
+/* test_config.c -- unit tests of dlockd's settings in agent/base/config.c:
  * defaults, the INI file, single keys, addresses and validation. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -189,7 +189,7 @@ Test(file, keys_not_in_the_file_keep_their_values)
 }
 
 /* Whether the file names the status socket decides whether dlockd puts
- * it beside the client socket (agent/main.c): an empty value counts. */
+ * it beside the client socket (agent/shell/main.c): an empty value counts. */
 Test(set, status_socket_given_even_empty)
 {
     struct config c;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* test_keys.c -- unit tests of agent/keys.c: Redis Cluster hash slots against
+/* test_keys.c -- unit tests of agent/base/keys.c: Redis Cluster hash slots against
  * values Redis gives, the table of one hash tag per slot, and the key names
  * derived from a lock key. */
 #include <criterion/criterion.h>

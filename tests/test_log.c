@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* test_log.c -- unit tests of agent/log.c: the rate limit per message kind
+/* test_log.c -- unit tests of agent/base/log.c: the rate limit per message kind
  * and its "suppressed N" summaries, on an injected clock. */
 #include <criterion/criterion.h>
 #include <stdio.h>

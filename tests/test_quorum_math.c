@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* test_quorum_math.c -- unit tests of the majority arithmetic of quorum mode
- * (agent/quorum.c). */
+ * (agent/core/quorum.c). */
 #include <criterion/criterion.h>
 
 #include "quorum.h"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* test_table.c -- unit tests of the lease table and validity arithmetic in
- * agent/table.c. */
+ * agent/core/table.c. */
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* test_text.c -- unit tests of agent/text.c: the UTF-8 decoder at every
+/* test_text.c -- unit tests of agent/base/text.c: the UTF-8 decoder at every
  * boundary and for each kind of ill-formed input, and printable copies. */
 #include <criterion/criterion.h>
 #include <stdint.h>

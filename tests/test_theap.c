@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* test_theap.c -- unit tests of the timer min-heap in agent/theap.c. */
+/* test_theap.c -- unit tests of the timer min-heap in agent/core/theap.c. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -12,6 +12,7 @@
 
 #include "leasepage.h"
 #include "listener.h"
+#include "unixsock.h"
 #include "util.h"
 #include "wire.h"
 

@@ -21,6 +21,7 @@
 #include "leasepage.h"
 #include "dlock.h"
 #include "log.h"
+#include "unixsock.h"
 #include "util.h"
 
 #define container_of(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))

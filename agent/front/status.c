@@ -29,6 +29,7 @@
 #include "dlock.h"
 #include "log.h"
 #include "text.h"
+#include "unixsock.h"
 #include "util.h"
 #include "wire.h"
 
