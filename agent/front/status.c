@@ -25,7 +25,7 @@
 #include "config.h"
 #include "server.h"
 #include "stats.h"
-#include "table.h"
+#include "core.h"
 #include "dlock.h"
 #include "log.h"
 #include "text.h"
@@ -141,7 +141,7 @@ struct lease_row {
 
 static void lease_row(const struct lease *le, uint64_t now, struct lease_row *r)
 {
-    const struct conn *c = le->owner;
+    const struct core_client *c = le->owner;
     r->name = le->lock->name;
     r->state = dlock_state_name(le->state);
     r->fence = le->fence;
@@ -175,7 +175,7 @@ static void each_lease(const struct status_source *a, const struct asker *who, c
         for (const struct lock *l = a->table->buckets[i]; l; l = l->hnext) {
             if (!l->holder || (pattern && fnmatch(pattern, l->name, 0) != 0))
                 continue;
-            if (!who->all && ((const struct conn *)l->holder->owner)->uid != who->uid)
+            if (!who->all && l->holder->owner->uid != who->uid)
                 continue;
             struct lease_row r;
             lease_row(l->holder, now, &r);
