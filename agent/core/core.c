@@ -541,8 +541,7 @@ static void on_acquired(void *arg, const struct backend_result *r)
         if (w && w->try_once)
             waiter_finish(k, w, DLOCK_EBUSY, now);
         if (l->qhead && !l->notice_missed) {
-            uint64_t delay =
-                waiter_retry_delay(k->cfg->retry_fallback_ms, r->pttl_ms, jitter(k));
+            uint64_t delay = waiter_retry_delay(k->cfg->retry_fallback_ms, r->pttl_ms, jitter(k));
             timer_set(k, &l->retry, now + delay);
         }
     }

@@ -51,7 +51,8 @@ struct core_client {
 struct core_env {
     void *arg;
     /* Answers and events for a client. */
-    void (*granted)(void *arg, struct core_client *c, uint32_t req_id, const struct wire_granted *g);
+    void (*granted)(void *arg, struct core_client *c, uint32_t req_id,
+                    const struct wire_granted *g);
     void (*error)(void *arg, struct core_client *c, uint32_t req_id, int code, const char *msg);
     void (*ok)(void *arg, struct core_client *c, uint32_t req_id);
     void (*event)(void *arg, struct core_client *c, const struct wire_event *ev);
@@ -122,10 +123,10 @@ void core_shutdown(struct core *k);
 struct core_lock_view {
     const char *name;
     uint16_t name_len;
-    const struct lease *lease;         /* the local holder, or NULL */
-    const struct core_client *holder;  /* its client */
-    uint32_t waiters;                  /* local waiters queued */
-    bool acquiring;                    /* an acquire is in flight */
+    const struct lease *lease;        /* the local holder, or NULL */
+    const struct core_client *holder; /* its client */
+    uint32_t waiters;                 /* local waiters queued */
+    bool acquiring;                   /* an acquire is in flight */
 };
 /* Calls fn for every lock the core knows (held here, waited for, or both),
  * in no particular order. */

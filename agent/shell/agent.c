@@ -141,6 +141,65 @@ static void on_ready(void *arg)
     }
 }
 
+/* ---- what the status socket shows ---- */
+
+static void src_snapshot(void *arg, struct status_snapshot *s)
+{
+    const struct agent *a = arg;
+    s->now = now_ns();
+    s->started = a->started;
+    s->quorum = config_quorum(a->cfg);
+    s->mode = s->quorum ? "quorum" : "single";
+    s->connections = a->server.nconns;
+    s->leases = a->core.table.nleases;
+    s->stats = a->core.stats;
+    s->nnodes = 0;
+    if (a->backend) {
+        size_t n = a->backend->ops->nodes(a->backend, s->nodes, CONFIG_MAX_NODES);
+        s->nnodes = n < CONFIG_MAX_NODES ? n : CONFIG_MAX_NODES;
+    }
+}
+
+struct lease_walk {
+    status_lease_fn fn;
+    void *fnarg;
+};
+
+static void src_lock(void *arg, const struct core_lock_view *v)
+{
+    const struct lease *le = v->lease;
+    if (!le)
+        return;
+    struct lease_walk *w = arg;
+    struct status_lease l = {.name = v->name,
+                             .state = le->state,
+                             .fence = le->fence,
+                             .pid = v->holder->pid,
+                             .uid = v->holder->uid,
+                             .comm = v->holder->comm, /* read at connect: no file I/O here */
+                             .granted_at = le->granted_at,
+                             .deadline = le->deadline,
+                             .ttl_ms = le->ttl_ms,
+                             .renewals = le->renewals,
+                             .waiters = v->waiters};
+    w->fn(w->fnarg, &l);
+}
+
+static void src_each_lease(void *arg, status_lease_fn fn, void *fnarg)
+{
+    const struct agent *a = arg;
+    struct lease_walk w = {.fn = fn, .fnarg = fnarg};
+    core_foreach_lock(&a->core, src_lock, &w);
+}
+
+static int src_lookup(void *arg, const char *name, size_t len, backend_lookup_cb cb, void *cbarg)
+{
+    struct agent *a = arg;
+    if (!a->backend)
+        return DLOCK_EUNAVAIL;
+    return a->backend->ops->lookup(a->backend, name, len, cb, cbarg);
+}
+
 /* ---- the timer ---- */
 
 static void on_tick(struct ev_loop *loop, ev_io *w, int revents)
@@ -260,10 +319,10 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
         goto fail_server;
     /* Locks matter more than their status: the agent runs without it. */
     struct status_source src = {.cfg = cfg,
-                                .table = &a->core.table,
-                                .stats = &a->core.stats,
-                                .server = &a->server,
-                                .started = a->started};
+                                .arg = a,
+                                .snapshot = src_snapshot,
+                                .each_lease = src_each_lease,
+                                .lookup = src_lookup};
     if (status_open(&a->status, loop, &src, cfg->status_socket, cfg->status_socket_mode) != 0)
         log_warn("running without a status socket");
     if (status_open_http(&a->status, cfg->metrics_listen) != 0)
@@ -275,7 +334,6 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     if (!a->backend)
         goto fail_backend;
     a->core.backend = a->backend;
-    a->status.src.backend = a->backend; /* made after the status socket */
     ev_io_init(&a->tick, on_tick, a->tick_fd, EV_READ);
     a->tick.data = a;
     ev_io_start(loop, &a->tick);
