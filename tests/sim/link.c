@@ -1,0 +1,605 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* link.c -- one agent's connections to one simulated Redis node, as a
+ * struct backend (core/backend.h): commands queued by the ops and written
+ * by flush, delivered in order after a random delay, answered with the
+ * agent's clock at arrival; a lost connection fails what is in flight with
+ * DLOCK_EUNAVAIL (each command having run on the node or not), reconnects
+ * with backoff and jitter, then reports on_ready and on_subscribed. Like
+ * the real single-node backend it has a command watchdog and, in quorum
+ * mode, the restart exclusion read from the node's run id, uptime and
+ * persistence. Callbacks come only from events, never from inside a call. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlock.h"
+#include "sim.h"
+
+static const char *const kind_name[] = {"acquire", "renew", "release", "fence", "lookup", "notice"};
+
+static struct msg *msg_new(struct link *l, uint8_t kind)
+{
+    struct msg *m = calloc(1, sizeof *m);
+    if (!m) {
+        fprintf(stderr, "dlock-sim: out of memory\n");
+        exit(2);
+    }
+    m->l = l;
+    m->kind = kind;
+    m->id = ++l->s->msg_ids;
+    LIST_INSERT_HEAD(&l->s->all_msgs, m, all);
+    return m;
+}
+
+/* Frees m once nothing refers to it: its answer is given, and it is in no
+ * event, queue or held list. */
+void msg_maybe_free(struct msg *m)
+{
+    if (!m->cb_done || m->in_event || m->in_stallq || m->in_held)
+        return;
+    LIST_REMOVE(m, all);
+    free(m->holder_out);
+    free(m);
+}
+
+static uint64_t virt_after(struct link *l, uint64_t agent_ns)
+{
+    return agent_virt(l->ag, agent_now(l->ag) + agent_ns);
+}
+
+/* ---- sending ---- */
+
+static void hold(struct link *l, struct msg *m, bool to_agent)
+{
+    m->in_held = true;
+    m->to_agent = to_agent;
+    TAILQ_INSERT_TAIL(&l->held, m, nlink);
+}
+
+/* Puts m on the wire toward the node (in order behind what went before). */
+static void to_node(struct link *l, struct msg *m)
+{
+    struct sim *s = l->s;
+    if (l->partitioned) {
+        hold(l, m, false);
+        return;
+    }
+    uint64_t at = s->now + net_delay(s);
+    if (at < l->to_node_at)
+        at = l->to_node_at;
+    l->to_node_at = at;
+    m->in_event = true;
+    ev_push(s, at, EV_REQ_ARRIVE, 0, 0, m);
+}
+
+static void to_agent(struct link *l, struct msg *m)
+{
+    struct sim *s = l->s;
+    if (l->partitioned) {
+        hold(l, m, true);
+        return;
+    }
+    uint64_t *fifo = m->kind == OP_NOTICE ? &l->notice_at : &l->to_agent_at;
+    uint64_t at = s->now + net_delay(s);
+    if (at < *fifo)
+        at = *fifo;
+    *fifo = at;
+    m->in_event = true;
+    ev_push(s, at, m->kind == OP_NOTICE ? EV_NOTICE_ARRIVE : EV_REPLY_ARRIVE, 0, 0, m);
+}
+
+static void watchdog_arm(struct link *l);
+
+static int submit(struct backend *b, uint8_t kind, const struct backend_req *req, backend_cb cb,
+                  backend_lookup_cb lcb, void *arg)
+{
+    struct link *l = (struct link *)b;
+    if (l->closing || !l->connected)
+        return DLOCK_EUNAVAIL;
+    if (req->len >= sizeof((struct msg *)0)->name)
+        return DLOCK_EINVAL;
+    struct msg *m = msg_new(l, kind);
+    m->cb = cb;
+    m->lcb = lcb;
+    m->arg = arg;
+    m->name_len = (uint16_t)req->len;
+    memcpy(m->name, req->name, req->len);
+    if (req->token)
+        memcpy(m->token, req->token, 32);
+    if (req->holder)
+        snprintf(m->holder, sizeof m->holder, "%s", req->holder);
+    m->ttl_ms = req->ttl_ms;
+    m->notify = req->notify;
+    m->floor = req->floor;
+    m->fence = req->fence;
+    m->state = M_QUEUED;
+    if (kind == OP_LOOKUP) {
+        m->holder_out = calloc(1, sizeof *m->holder_out);
+        if (!m->holder_out) {
+            fprintf(stderr, "dlock-sim: out of memory\n");
+            exit(2);
+        }
+    }
+    TAILQ_INSERT_TAIL(&l->queued, m, link);
+    l->npending++;
+    TRACE(l->s, "agent%u -> node%u #%" PRIu64 " %s %.*s token %.6s ttl %u%s", l->ag->id, l->nd->id,
+          m->id, kind_name[kind], (int)m->name_len, m->name, m->token, m->ttl_ms,
+          m->notify ? " notify" : "");
+    return 0;
+}
+
+static int l_acquire(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    return submit(b, OP_ACQUIRE, req, cb, NULL, arg);
+}
+
+static int l_renew(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    return submit(b, OP_RENEW, req, cb, NULL, arg);
+}
+
+static int l_release(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    return submit(b, OP_RELEASE, req, cb, NULL, arg);
+}
+
+static int l_fence(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    return submit(b, OP_FENCE, req, cb, NULL, arg);
+}
+
+static int l_lookup(struct backend *b, const char *name, size_t len, backend_lookup_cb cb,
+                    void *arg)
+{
+    struct backend_req req = {.name = name, .len = len};
+    return submit(b, OP_LOOKUP, &req, NULL, cb, arg);
+}
+
+static void l_flush(struct backend *b)
+{
+    struct link *l = (struct link *)b;
+    struct msg *m;
+    bool any = false;
+    while ((m = TAILQ_FIRST(&l->queued))) {
+        TAILQ_REMOVE(&l->queued, m, link);
+        TAILQ_INSERT_TAIL(&l->inflight, m, link);
+        m->epoch = l->epoch;
+        m->sent_at = agent_now(l->ag);
+        m->state = M_SENT;
+        to_node(l, m);
+        any = true;
+    }
+    if (any)
+        watchdog_arm(l);
+}
+
+static size_t l_pending(const struct backend *b)
+{
+    return ((const struct link *)b)->npending;
+}
+
+static size_t l_nodes(const struct backend *b, struct backend_node *out, size_t max)
+{
+    const struct link *l = (const struct link *)b;
+    if (max == 0)
+        return 1;
+    memset(out, 0, sizeof *out);
+    snprintf(out->addr, sizeof out->addr, "10.0.0.%u:6379", l->nd->id + 1);
+    out->connected = l->connected;
+    out->subscribed = l->subscribed;
+    out->last_rtt_ns = l->last_rtt;
+    out->last_error = l->last_error;
+    out->excluded_until = l->excluded_until;
+    snprintf(out->run_id, sizeof out->run_id, "%040" PRIx64, l->run_id);
+    out->durable = l->durable;
+    return 1;
+}
+
+static bool l_counts(const struct backend *b, uint64_t now)
+{
+    return now >= ((const struct link *)b)->excluded_until;
+}
+
+static void l_destroy(struct backend *b)
+{
+    link_teardown((struct link *)b);
+}
+
+static const struct backend_ops link_ops = {
+    .acquire = l_acquire,
+    .renew = l_renew,
+    .release = l_release,
+    .fence = l_fence,
+    .lookup = l_lookup,
+    .flush = l_flush,
+    .pending = l_pending,
+    .nodes = l_nodes,
+    .counts = l_counts,
+    .destroy = l_destroy,
+};
+
+/* ---- answers ---- */
+
+static void answer(struct link *l, struct msg *m, int err)
+{
+    struct sim *s = l->s;
+    if (m->state == M_QUEUED)
+        TAILQ_REMOVE(&l->queued, m, link);
+    else
+        TAILQ_REMOVE(&l->inflight, m, link);
+    l->npending--;
+    m->cb_done = true;
+    uint64_t at = agent_now(l->ag);
+    if (err)
+        m->failed_at = at;
+    if (m->kind == OP_LOOKUP) {
+        if (m->lcb)
+            m->lcb(m->arg, err, err ? NULL : m->holder_out);
+        return;
+    }
+    struct backend_result r = {.err = err, .at = at};
+    if (!err) {
+        if (m->kind == OP_ACQUIRE && m->n > 0) {
+            r.outcome = BACKEND_DONE;
+            r.fence = (uint64_t)m->n;
+        } else if (m->kind == OP_ACQUIRE) {
+            r.outcome = BACKEND_TAKEN;
+            r.pttl_ms = -m->n;
+        } else {
+            r.outcome = m->n == 1 ? BACKEND_DONE : BACKEND_NOT_OURS;
+        }
+    }
+    TRACE(s, "agent%u <- node%u #%" PRIu64 " %s %.*s: %s", l->ag->id, l->nd->id, m->id,
+          kind_name[m->kind], (int)m->name_len, m->name,
+          err                          ? dlock_strerror(err)
+          : r.outcome == BACKEND_DONE  ? "done"
+          : r.outcome == BACKEND_TAKEN ? "taken"
+                                       : "not ours");
+    if (m->cb)
+        m->cb(m->arg, &r);
+}
+
+/* The node ran m: its answer goes back, if the connection still stands. */
+void link_reply(struct msg *m)
+{
+    struct link *l = m->l;
+    if (m->cb_done || m->epoch != l->epoch || !l->connected) {
+        msg_maybe_free(m);
+        return;
+    }
+    to_agent(l, m);
+}
+
+void link_publish(struct link *l, const char *name, size_t len)
+{
+    if (!l->subscribed || l->closing)
+        return;
+    struct msg *m = msg_new(l, OP_NOTICE);
+    m->cb_done = true; /* nothing waits for it */
+    m->epoch = l->epoch;
+    m->name_len = (uint16_t)len;
+    memcpy(m->name, name, len);
+    to_agent(l, m);
+}
+
+/* ---- the connection ---- */
+
+static void schedule_connect(struct link *l)
+{
+    const struct config *cfg = &l->ag->cfg;
+    if (l->closing)
+        return;
+    uint64_t cap = cfg->reconnect_min_ms;
+    for (unsigned i = 0; i < l->attempt && cap < cfg->reconnect_max_ms; i++)
+        cap *= 2;
+    if (cap > cfg->reconnect_max_ms)
+        cap = cfg->reconnect_max_ms;
+    uint64_t delay = MS(cap) / 2 + rng_below(&l->s->rng, MS(cap) / 2 + 1);
+    l->attempt++;
+    l->connecting = false;
+    l->attempt_gen++;
+    ev_push(l->s, virt_after(l, delay), EV_LINK_CONNECT, l->idx, l->attempt_gen, NULL);
+}
+
+static void watchdog_arm(struct link *l)
+{
+    if (l->watchdog_armed || l->closing)
+        return;
+    const struct msg *oldest = TAILQ_FIRST(&l->inflight);
+    if (!oldest)
+        return;
+    uint64_t since = l->last_reply > oldest->sent_at ? l->last_reply : oldest->sent_at;
+    uint64_t due = since + MS(l->ag->cfg.command_timeout_ms) + 1;
+    l->watchdog_armed = true;
+    ev_push(l->s, agent_virt(l->ag, due), EV_LINK_WATCHDOG, l->idx, ++l->watchdog_gen, NULL);
+}
+
+/* Answers everything unanswered with DLOCK_EUNAVAIL, in send order. */
+static void fail_all(struct link *l)
+{
+    struct msg *m;
+    while ((m = TAILQ_FIRST(&l->inflight))) {
+        answer(l, m, DLOCK_EUNAVAIL);
+        msg_maybe_free(m);
+    }
+    while ((m = TAILQ_FIRST(&l->queued))) {
+        answer(l, m, DLOCK_EUNAVAIL);
+        m->state = M_LOST;
+        msg_maybe_free(m);
+    }
+}
+
+void link_drop(struct link *l, const char *why)
+{
+    struct sim *s = l->s;
+    if (!l->connected && !l->connecting)
+        return;
+    TRACE(s, "agent%u: link to node%u lost (%s)", l->ag->id, l->nd->id, why);
+    l->connected = l->subscribed = l->connecting = false;
+    l->epoch++;
+    l->watchdog_armed = false;
+    l->watchdog_gen++;
+    l->last_error = DLOCK_EUNAVAIL;
+    /* What was written may reach the node or not: the connection closed
+     * with it in the socket buffers. */
+    struct msg *m;
+    TAILQ_FOREACH(m, &l->inflight, link)
+    if (m->state == M_SENT || m->state == M_AT_NODE)
+        m->discard = rng_chance(&s->rng, 50);
+    /* Everything unanswered fails, in send order, from this event. */
+    fail_all(l);
+    if (!l->closing)
+        schedule_connect(l);
+}
+
+/* The node went down: the agent learns it when the reset arrives. */
+void link_node_down(struct link *l)
+{
+    if (l->connected || l->connecting)
+        ev_push(l->s, l->s->now + net_delay(l->s), EV_LINK_DROP, l->idx, l->epoch, NULL);
+}
+
+/* The restart exclusion (quorum mode), as note_server() in the real
+ * backend decides it from INFO and CONFIG GET on every new command link. */
+static void note_server(struct link *l)
+{
+    struct sim *s = l->s;
+    struct node *nd = l->nd;
+    bool restarted = l->run_id && l->run_id != nd->run_id;
+    bool first = !l->run_id;
+    bool was_durable = l->durable;
+    l->durable = nd->durable;
+    l->run_id = nd->run_id;
+    if (!s->quorum || !(first || restarted))
+        return;
+    if (l->durable && (first || was_durable))
+        return;
+    int64_t up = (int64_t)s->now - nd->started_at;
+    uint64_t up_s = up > 0 ? (uint64_t)up / 1000000000ull : 0;
+    uint64_t up_ns = restarted || up_s == 0 ? 0 : (up_s - 1) * 1000000000ull;
+    uint64_t excl = MS(l->ag->cfg.max_ttl_ms);
+    if (up_ns >= excl)
+        return;
+    uint64_t now = agent_now(l->ag), until = now + (excl - up_ns);
+    if (until > l->excluded_until)
+        l->excluded_until = until;
+    TRACE(s, "agent%u: node%u %s; excluded from quorums for %" PRIu64 " ms", l->ag->id, nd->id,
+          restarted ? "restarted" : "started recently", (l->excluded_until - now) / 1000000);
+    ev_push(s, agent_virt(l->ag, l->excluded_until), EV_LINK_JOIN, l->idx, ++l->join_gen, NULL);
+}
+
+static bool reachable(const struct link *l)
+{
+    return l->nd->up && !l->nd->stalled && !l->partitioned;
+}
+
+static void connect_attempt(struct link *l)
+{
+    struct sim *s = l->s;
+    if (l->closing || l->connected)
+        return;
+    l->connecting = true;
+    uint64_t gen = ++l->attempt_gen;
+    if (reachable(l)) {
+        /* Connect, then AUTH/CONFIG GET/INFO/SCRIPT LOAD/PING answered. */
+        uint64_t t = s->now + 2 * net_delay(s) + 2 * net_delay(s);
+        ev_push(s, t, EV_LINK_UP, l->idx, gen, NULL);
+    } else if (!l->nd->up) {
+        /* Refused at once. */
+        ev_push(s, s->now + 2 * net_delay(s), EV_LINK_UP, l->idx, gen, NULL);
+    } else {
+        /* No answer: the connect timeout. */
+        ev_push(s, virt_after(l, MS(l->ag->cfg.connect_timeout_ms)), EV_LINK_UP, l->idx, gen, NULL);
+    }
+}
+
+static void link_up(struct link *l)
+{
+    struct sim *s = l->s;
+    if (!reachable(l)) {
+        l->connecting = false;
+        l->last_error = DLOCK_EUNAVAIL;
+        schedule_connect(l);
+        return;
+    }
+    l->connecting = false;
+    l->connected = true;
+    l->attempt = 0;
+    l->last_reply = agent_now(l->ag);
+    note_server(l);
+    TRACE(s, "agent%u: link to node%u up", l->ag->id, l->nd->id);
+    ev_push(s, s->now + 2 * net_delay(s), EV_LINK_SUBSCRIBE, l->idx, l->epoch, NULL);
+    if (l->have_ev)
+        l->ev.on_ready(l->ev.arg);
+}
+
+static void watchdog(struct link *l)
+{
+    l->watchdog_armed = false;
+    const struct msg *oldest = TAILQ_FIRST(&l->inflight);
+    if (!oldest || !l->connected)
+        return;
+    uint64_t now = agent_now(l->ag);
+    uint64_t since = l->last_reply > oldest->sent_at ? l->last_reply : oldest->sent_at;
+    if (now - since > MS(l->ag->cfg.command_timeout_ms)) {
+        link_drop(l, "no reply within command_timeout_ms");
+        return;
+    }
+    watchdog_arm(l);
+}
+
+/* The partition ends: what it held back goes on, if its connection stands
+ * (TCP retransmits); what a closed connection held is gone. */
+static void heal(struct link *l)
+{
+    struct msg *m;
+    while ((m = TAILQ_FIRST(&l->held))) {
+        TAILQ_REMOVE(&l->held, m, nlink);
+        m->in_held = false;
+        bool current = m->epoch == l->epoch &&
+                       (!m->to_agent || (m->kind == OP_NOTICE ? l->subscribed : l->connected));
+        if (!current || (m->to_agent && m->kind != OP_NOTICE && m->cb_done)) {
+            if (!m->to_agent)
+                m->state = M_LOST;
+            msg_maybe_free(m);
+        } else if (m->to_agent) {
+            to_agent(l, m);
+        } else {
+            to_node(l, m);
+        }
+    }
+}
+
+void link_event(struct sim *s, const struct event *e)
+{
+    struct msg *m = e->p;
+    struct link *l = m ? m->l : &s->links[e->a];
+    switch (e->type) {
+    case EV_REQ_ARRIVE:
+        m->in_event = false;
+        if (m->discard) {
+            m->state = M_LOST;
+            msg_maybe_free(m);
+        } else if (l->partitioned) {
+            hold(l, m, false);
+        } else {
+            node_arrive(l->nd, m);
+        }
+        break;
+    case EV_REPLY_ARRIVE:
+        m->in_event = false;
+        if (!m->cb_done && m->epoch == l->epoch && l->partitioned) {
+            hold(l, m, true);
+            break;
+        }
+        if (!m->cb_done && m->epoch == l->epoch && l->connected) {
+            l->last_reply = agent_now(l->ag);
+            l->last_rtt = l->last_reply - m->sent_at;
+            answer(l, m, 0);
+        }
+        msg_maybe_free(m);
+        break;
+    case EV_NOTICE_ARRIVE:
+        m->in_event = false;
+        if (m->epoch == l->epoch && l->subscribed && l->partitioned) {
+            hold(l, m, true);
+            break;
+        }
+        if (m->epoch == l->epoch && l->subscribed && l->have_ev) {
+            TRACE(s, "agent%u <- node%u notice %.*s", l->ag->id, l->nd->id, (int)m->name_len,
+                  m->name);
+            l->ev.on_notice(l->ev.arg, m->name, m->name_len);
+        }
+        msg_maybe_free(m);
+        break;
+    case EV_LINK_DROP:
+        if (e->b == l->epoch)
+            link_drop(l, "connection reset");
+        break;
+    case EV_LINK_CONNECT:
+        if (e->b == l->attempt_gen)
+            connect_attempt(l);
+        break;
+    case EV_LINK_UP:
+        if (e->b == l->attempt_gen && l->connecting)
+            link_up(l);
+        break;
+    case EV_LINK_SUBSCRIBE:
+        if (e->b == l->epoch && l->connected && !l->subscribed) {
+            if (!reachable(l)) {
+                /* Retried when the subscription can be confirmed. */
+                ev_push(s, s->now + MS(10), EV_LINK_SUBSCRIBE, l->idx, l->epoch, NULL);
+                break;
+            }
+            l->subscribed = true;
+            TRACE(s, "agent%u: subscribed on node%u", l->ag->id, l->nd->id);
+            if (l->have_ev)
+                l->ev.on_subscribed(l->ev.arg);
+        }
+        break;
+    case EV_LINK_WATCHDOG:
+        if (e->b == l->watchdog_gen)
+            watchdog(l);
+        break;
+    case EV_LINK_JOIN:
+        if (e->b == l->join_gen && l->connected && agent_now(l->ag) >= l->excluded_until &&
+            l->have_ev) {
+            TRACE(s, "agent%u: node%u joins quorums", l->ag->id, l->nd->id);
+            l->ev.on_ready(l->ev.arg);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- set-up ---- */
+
+void link_init(struct sim *s, struct link *l, struct agent *ag, struct node *nd, unsigned idx)
+{
+    memset(l, 0, sizeof *l);
+    l->base.ops = &link_ops;
+    l->base.release_after_miss = false;
+    l->s = s;
+    l->ag = ag;
+    l->nd = nd;
+    l->idx = idx;
+    l->epoch = 1;
+    TAILQ_INIT(&l->queued);
+    TAILQ_INIT(&l->inflight);
+    TAILQ_INIT(&l->held);
+}
+
+void link_set_events(struct link *l, const struct backend_events *ev)
+{
+    l->ev = *ev;
+    l->have_ev = true;
+}
+
+void link_start(struct link *l)
+{
+    l->attempt_gen++;
+    ev_push(l->s, l->s->now + rng_range(&l->s->rng, 0, MS(3)), EV_LINK_CONNECT, l->idx,
+            l->attempt_gen, NULL);
+}
+
+void link_set_partition(struct link *l, bool on)
+{
+    if (l->partitioned == on)
+        return;
+    l->partitioned = on;
+    if (!on)
+        heal(l);
+}
+
+/* The backend is destroyed: what is unanswered fails now. */
+void link_teardown(struct link *l)
+{
+    if (l->closing)
+        return;
+    l->closing = true;
+    fail_all(l);
+    l->connected = l->subscribed = l->connecting = false;
+    l->epoch++;
+}

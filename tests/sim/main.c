@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* main.c -- dlock-sim's command line: one seed with its trace, or a range
+ * of seeds with a summary (tests/sim/README.md). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "sim.h"
+
+#define MAX_REPORTED 5
+
+struct bug {
+    const char *name;
+    int core; /* enum core_bug, or -1: the model's own */
+};
+
+static const struct bug bugs[] = {
+#ifdef DLOCK_PLANTED_BUGS
+    {"no_drift", CORE_BUG_NO_DRIFT},
+    {"renew_from_reply", CORE_BUG_RENEW_FROM_REPLY},
+    {"grant_late", CORE_BUG_GRANT_LATE},
+    {"no_withdraw", CORE_BUG_NO_WITHDRAW},
+    {"jeopardy_valid", CORE_BUG_JEOPARDY_VALID},
+    {"release_no_compare", -1},
+#endif
+    {NULL, 0},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dlock-sim [--seeds A..B | --seed N] [--mode single|quorum] [--trace]\n"
+               "                 [--bug NAME] [--expect-violation] [--twice] [--quiet]\n"
+               "  --seeds A..B        run seeds A to B, print a summary (default 1..1000)\n"
+               "  --seed N            run seed N (with --trace: every event)\n"
+               "  --mode M            force single or quorum mode (else the seed chooses)\n"
+               "  --trace             print every event\n"
+               "  --bug NAME          plant a known bug (dlock-sim-planted only)\n"
+               "  --expect-violation  exit 0 only if some seed finds a violation\n"
+               "  --twice             run every seed twice and compare the traces' digests\n"
+               "  DLOCK_SIM_MAX_SEEDS caps the number of seeds of a range (slow builds)\n");
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    if (!*s)
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int set_bug(const char *name)
+{
+    for (const struct bug *b = bugs; b->name; b++) {
+        if (strcmp(b->name, name) != 0)
+            continue;
+#ifdef DLOCK_PLANTED_BUGS
+        if (b->core >= 0)
+            core_bug = (enum core_bug)b->core;
+        else
+            sim_bug_release_no_compare = true;
+#endif
+        return 0;
+    }
+    fprintf(stderr, "dlock-sim: unknown bug %s", name);
+    if (!bugs[0].name)
+        fprintf(stderr, " (this build has no planted bugs: use dlock-sim-planted)");
+    else {
+        fprintf(stderr, "; known:");
+        for (const struct bug *b = bugs; b->name; b++)
+            fprintf(stderr, " %s", b->name);
+    }
+    fprintf(stderr, "\n");
+    return -1;
+}
+
+static const char *mode_flag(const struct sim_opts *o, const struct sim_result *r)
+{
+    (void)o;
+    return r->quorum ? "--mode quorum" : "--mode single";
+}
+
+int main(int argc, char **argv)
+{
+    struct sim_opts opts = {.mode = MODE_ANY};
+    uint64_t first = 1, last = 1000;
+    bool single_seed = false, twice = false;
+    const char *prog = "dlock-sim";
+#ifdef DLOCK_PLANTED_BUGS
+    prog = "dlock-sim-planted";
+#endif
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--seeds") == 0 && v) {
+            const char *dots = strstr(v, "..");
+            char lo[32];
+            if (!dots || (size_t)(dots - v) >= sizeof lo) {
+                usage(stderr);
+                return 2;
+            }
+            memcpy(lo, v, (size_t)(dots - v));
+            lo[dots - v] = '\0';
+            if (parse_u64(lo, &first) || parse_u64(dots + 2, &last) || last < first) {
+                usage(stderr);
+                return 2;
+            }
+            i++;
+        } else if (strcmp(a, "--seed") == 0 && v) {
+            if (parse_u64(v, &first)) {
+                usage(stderr);
+                return 2;
+            }
+            last = first;
+            single_seed = true;
+            i++;
+        } else if (strcmp(a, "--mode") == 0 && v) {
+            if (strcmp(v, "single") == 0)
+                opts.mode = MODE_SINGLE;
+            else if (strcmp(v, "quorum") == 0)
+                opts.mode = MODE_QUORUM;
+            else {
+                usage(stderr);
+                return 2;
+            }
+            i++;
+        } else if (strcmp(a, "--trace") == 0) {
+            opts.trace = true;
+        } else if (strcmp(a, "--bug") == 0 && v) {
+            if (set_bug(v))
+                return 2;
+            opts.bug = v;
+            i++;
+        } else if (strcmp(a, "--expect-violation") == 0) {
+            opts.expect_violation = true;
+        } else if (strcmp(a, "--twice") == 0) {
+            twice = true;
+        } else if (strcmp(a, "--quiet") == 0) {
+            opts.quiet = true;
+        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (opts.mode == MODE_QUORUM && !sim_quorum_available()) {
+        fprintf(stderr, "dlock-sim: quorum mode is not built in\n");
+        return 2;
+    }
+    const char *cap = getenv("DLOCK_SIM_MAX_SEEDS");
+    uint64_t max_seeds;
+    if (!single_seed && cap && parse_u64(cap, &max_seeds) == 0 && max_seeds &&
+        last - first + 1 > max_seeds)
+        last = first + max_seeds - 1;
+    log_set_level(LOG_ERROR);
+
+    uint64_t runs = 0, violations = 0, excused = 0, grants = 0, vtime = 0, nquorum = 0;
+    uint64_t fault_free = 0;
+    unsigned faults[F_KINDS] = {0};
+    int rc = 0;
+    for (uint64_t seed = first; seed <= last; seed++) {
+        struct sim_result r;
+        if (sim_run(seed, &opts, &r) != 0) {
+            fprintf(stderr, "dlock-sim: seed %" PRIu64 ": set-up failed\n", seed);
+            return 2;
+        }
+        if (twice) {
+            struct sim_result again;
+            if (sim_run(seed, &opts, &again) != 0 || again.digest != r.digest ||
+                again.violation != r.violation) {
+                printf("seed %" PRIu64 ": NOT DETERMINISTIC (digest %016" PRIx64 " then %016" PRIx64
+                       ")\n",
+                       seed, r.digest, again.digest);
+                rc = 1;
+            }
+        }
+        runs++;
+        grants += r.grants;
+        vtime += r.end_time;
+        nquorum += r.quorum;
+        fault_free += r.fault_free;
+        excused += r.excused_count;
+        for (int k = 0; k < F_KINDS; k++)
+            faults[k] += r.faults_seen[k];
+        if (single_seed) {
+            printf("seed %" PRIu64 ": %s mode, %u node(s), %s, %" PRIu64 " grants, %" PRIu64
+                   " ms virtual, digest %016" PRIx64 "\n",
+                   seed, r.quorum ? "quorum" : "single", r.nnodes,
+                   r.fault_free ? "no faults" : "faults", r.grants, r.end_time / 1000000, r.digest);
+            if (r.excused)
+                printf("seed %" PRIu64 ": %u violation(s) excused by faults the contract "
+                       "excludes\n",
+                       seed, r.excused_count);
+        }
+        if (!r.violation)
+            continue;
+        violations++;
+        if (violations <= MAX_REPORTED && !(opts.expect_violation && opts.quiet)) {
+            printf("\nseed %" PRIu64 ": VIOLATION %s\n", seed, r.what);
+            if (!opts.trace && !single_seed) {
+                struct sim_opts o = opts;
+                o.ring = true;
+                struct sim_result again;
+                sim_run(seed, &o, &again);
+            } else if (!opts.trace) {
+                struct sim_opts o = opts;
+                o.ring = true;
+                struct sim_result again;
+                sim_run(seed, &o, &again);
+            }
+            printf("replay: %s --seed %" PRIu64 " %s%s%s --trace\n", prog, seed,
+                   mode_flag(&opts, &r), opts.bug ? " --bug " : "", opts.bug ? opts.bug : "");
+        }
+        if (opts.expect_violation || violations >= MAX_REPORTED)
+            break;
+    }
+    if (!single_seed || !opts.quiet) {
+        printf("\n%s: seeds %" PRIu64 "..%" PRIu64 ": %" PRIu64 " run (%" PRIu64 " quorum, %" PRIu64
+               " without faults), %" PRIu64 " violation(s), %" PRIu64
+               " excused by excluded faults\n",
+               prog, first, first + runs - 1, runs, nquorum, fault_free, violations, excused);
+        printf("  grants %" PRIu64 ", mean virtual time %.3f s\n  faults:", grants,
+               runs ? (double)vtime / (double)runs / 1e9 : 0.0);
+        for (int k = 0; k < F_KINDS; k++)
+            printf(" %s %u", fault_names[k], faults[k]);
+        printf("\n");
+    }
+    if (opts.expect_violation)
+        return violations ? rc : 1;
+    return violations ? 1 : rc;
+}

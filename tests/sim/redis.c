@@ -1,0 +1,425 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* redis.c -- the simulator's model of a Redis node: string keys with TTLs
+ * on the node's own clock (expired when the clock has passed them, as
+ * Redis does), the four scripts of agent/backend/backend_redis.c with their
+ * exact semantics (docs/fencing.md), pub/sub of release notices, restarts
+ * with and without persistence, failovers that lose the last writes, and
+ * stalls. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "keys.h"
+#include "sim.h"
+
+#define SIM_PREFIX "dlock:"
+#define UNDO_KEEP  MS(250) /* failovers roll back less than this */
+
+/* A bug of the model's own for the planted-bug tests: the release script
+ * deletes the key whatever token it holds. */
+bool sim_bug_release_no_compare;
+#ifdef DLOCK_PLANTED_BUGS
+#define BUG_RELEASE_NO_COMPARE sim_bug_release_no_compare
+#else
+#define BUG_RELEASE_NO_COMPARE 0
+#endif
+
+static struct slot_tags *tags;
+
+void node_init(struct sim *s, struct node *nd, unsigned id)
+{
+    if (!tags) {
+        tags = malloc(sizeof *tags);
+        if (!tags) {
+            fprintf(stderr, "dlock-sim: out of memory\n");
+            exit(2);
+        }
+        slot_tags_build(tags);
+    }
+    memset(nd, 0, sizeof *nd);
+    nd->s = s;
+    nd->id = id;
+    nd->up = true;
+    TAILQ_INIT(&nd->stallq);
+}
+
+void node_free(struct node *nd)
+{
+    free(nd->keys);
+    free(nd->undo);
+    nd->keys = NULL;
+    nd->undo = NULL;
+}
+
+static int64_t node_ms(const struct node *nd)
+{
+    return node_clock_ns(nd) / 1000000;
+}
+
+/* ---- the key space, with an undo log for failovers ---- */
+
+static void undo_log(struct node *nd, const char *name, const struct rkey *old)
+{
+    if (!nd->log_undo)
+        return;
+    uint64_t now = nd->s->now;
+    while (nd->undo_head < nd->nundo && nd->undo[nd->undo_head].t + UNDO_KEEP < now)
+        nd->undo_head++;
+    if (nd->undo_head > 64 && nd->undo_head * 2 > nd->nundo) {
+        memmove(nd->undo, nd->undo + nd->undo_head, (nd->nundo - nd->undo_head) * sizeof *nd->undo);
+        nd->nundo -= nd->undo_head;
+        nd->undo_head = 0;
+    }
+    if (nd->nundo == nd->undo_cap) {
+        nd->undo_cap = nd->undo_cap ? nd->undo_cap * 2 : 64;
+        nd->undo = realloc(nd->undo, nd->undo_cap * sizeof *nd->undo);
+        if (!nd->undo) {
+            fprintf(stderr, "dlock-sim: out of memory\n");
+            exit(2);
+        }
+    }
+    struct undo *u = &nd->undo[nd->nundo++];
+    u->t = now;
+    u->existed = old != NULL;
+    if (old)
+        u->k = *old;
+    else
+        snprintf(u->k.name, sizeof u->k.name, "%s", name);
+}
+
+static struct rkey *kfind(struct node *nd, const char *name)
+{
+    for (unsigned i = 0; i < nd->nkeys; i++)
+        if (strcmp(nd->keys[i].name, name) == 0)
+            return &nd->keys[i];
+    return NULL;
+}
+
+static void kremove(struct node *nd, struct rkey *k)
+{
+    *k = nd->keys[--nd->nkeys];
+}
+
+static bool expired(const struct node *nd, const struct rkey *k)
+{
+    return k->expire_ms && node_ms(nd) > k->expire_ms;
+}
+
+/* GET, with Redis' lazy expiry. */
+static struct rkey *kget(struct node *nd, const char *name)
+{
+    struct rkey *k = kfind(nd, name);
+    if (k && expired(nd, k)) {
+        undo_log(nd, name, k);
+        kremove(nd, k);
+        return NULL;
+    }
+    return k;
+}
+
+static void kset(struct node *nd, const char *name, const char *val, int64_t expire_ms)
+{
+    struct rkey *k = kfind(nd, name);
+    undo_log(nd, name, k);
+    if (!k) {
+        if (nd->nkeys == nd->cap) {
+            nd->cap = nd->cap ? nd->cap * 2 : 16;
+            nd->keys = realloc(nd->keys, nd->cap * sizeof *nd->keys);
+            if (!nd->keys) {
+                fprintf(stderr, "dlock-sim: out of memory\n");
+                exit(2);
+            }
+        }
+        k = &nd->keys[nd->nkeys++];
+        snprintf(k->name, sizeof k->name, "%s", name);
+    }
+    snprintf(k->val, sizeof k->val, "%s", val);
+    k->expire_ms = expire_ms;
+}
+
+static void kdel(struct node *nd, const char *name)
+{
+    struct rkey *k = kget(nd, name);
+    if (k) {
+        undo_log(nd, name, k);
+        kremove(nd, k);
+    }
+}
+
+static void kpexpire(struct node *nd, const char *name, int64_t expire_ms)
+{
+    struct rkey *k = kget(nd, name);
+    if (k) {
+        undo_log(nd, name, k);
+        k->expire_ms = expire_ms;
+    }
+}
+
+/* The scripts' mark(): a whole number in [0, 2^53), else 0. */
+static uint64_t kmark(struct node *nd, const char *name)
+{
+    const struct rkey *k = kget(nd, name);
+    if (!k)
+        return 0;
+    char *end;
+    unsigned long long v = strtoull(k->val, &end, 10);
+    if (end == k->val || *end || k->val[0] == '-' || v >= (1ull << 53))
+        return 0;
+    return v;
+}
+
+/* ---- the scripts ---- */
+
+struct keynames {
+    char lock[SIM_KEY_MAX], holder[SIM_KEY_MAX], mark[SIM_KEY_MAX], legacy[SIM_KEY_MAX];
+};
+
+static void names_of(const struct msg *m, struct keynames *kn)
+{
+    size_t plen = strlen(SIM_PREFIX);
+    int len = snprintf(kn->lock, sizeof kn->lock, "%s%.*s", SIM_PREFIX, (int)m->name_len, m->name);
+    char buf[2 * SIM_KEY_MAX];
+    size_t n = holder_key(kn->lock, (size_t)len, plen, buf);
+    snprintf(kn->holder, sizeof kn->holder, "%.*s", (int)n, buf);
+    n = legacy_fence_key(kn->lock, (size_t)len, plen, buf);
+    snprintf(kn->legacy, sizeof kn->legacy, "%.*s", (int)n, buf);
+    n = fence_hw_key(tags, kn->lock, (size_t)len, plen, buf);
+    snprintf(kn->mark, sizeof kn->mark, "%.*s", (int)n, buf);
+}
+
+static void publish(struct node *nd, const struct msg *m)
+{
+    struct sim *s = nd->s;
+    for (unsigned a = 0; a < s->nagents; a++)
+        link_publish(&s->links[a * s->nnodes + nd->id], m->name, m->name_len);
+}
+
+static long long run_acquire(struct node *nd, struct msg *m, const struct keynames *kn)
+{
+    int64_t now_ms = node_ms(nd);
+    const struct rkey *k = kget(nd, kn->lock);
+    if (k) {
+        long long t = k->expire_ms ? k->expire_ms - now_ms : -1;
+        return t < 0 ? 0 : -t;
+    }
+    kset(nd, kn->lock, m->token, now_ms + m->ttl_ms);
+    uint64_t fence = m->floor ? m->floor : (uint64_t)(node_clock_ns(nd) / 1000);
+    const char *marks[2] = {kn->mark, kn->legacy};
+    for (int i = 0; i < 2; i++) {
+        uint64_t last = kmark(nd, marks[i]);
+        if (last >= fence)
+            fence = last + 1;
+    }
+    char v[24];
+    snprintf(v, sizeof v, "%" PRIu64, fence);
+    kset(nd, kn->mark, v, 0);
+    kdel(nd, kn->legacy);
+    kset(nd, kn->holder, m->holder, now_ms + m->ttl_ms);
+    return (long long)fence;
+}
+
+static long long run_renew(struct node *nd, struct msg *m, const struct keynames *kn)
+{
+    const struct rkey *k = kget(nd, kn->lock);
+    if (!k || strcmp(k->val, m->token) != 0)
+        return 0;
+    int64_t at = node_ms(nd) + m->ttl_ms;
+    kpexpire(nd, kn->holder, at);
+    kpexpire(nd, kn->lock, at);
+    return 1;
+}
+
+static long long run_release(struct node *nd, struct msg *m, const struct keynames *kn)
+{
+    const struct rkey *k = kget(nd, kn->lock);
+    if (!k || (strcmp(k->val, m->token) != 0 && !BUG_RELEASE_NO_COMPARE))
+        return 0;
+    kdel(nd, kn->lock);
+    kdel(nd, kn->holder);
+    if (m->notify)
+        publish(nd, m);
+    return 1;
+}
+
+static long long run_fence(struct node *nd, struct msg *m, const struct keynames *kn)
+{
+    const struct rkey *k = kget(nd, kn->lock);
+    if (!k || strcmp(k->val, m->token) != 0)
+        return 0;
+    if (kmark(nd, kn->mark) < m->fence) {
+        char v[24];
+        snprintf(v, sizeof v, "%" PRIu64, m->fence);
+        kset(nd, kn->mark, v, 0);
+    }
+    return 1;
+}
+
+static void run_lookup(struct node *nd, struct msg *m, const struct keynames *kn)
+{
+    struct backend_holder *h = m->holder_out;
+    if (!h)
+        return;
+    memset(h, 0, sizeof *h);
+    const struct rkey *k = kget(nd, kn->lock);
+    const struct rkey *r = kget(nd, kn->holder);
+    if (k) {
+        snprintf(h->value, sizeof h->value, "%s", k->val);
+        h->pttl = k->expire_ms ? k->expire_ms - node_ms(nd) : -1;
+    } else {
+        h->pttl = -2;
+    }
+    if (r)
+        snprintf(h->record, sizeof h->record, "%s", r->val);
+    h->nodes = 1;
+    h->nodes_holding = h->value[0] != '\0';
+}
+
+static void node_exec(struct node *nd, struct msg *m)
+{
+    struct keynames kn;
+    names_of(m, &kn);
+    nd->executed++;
+    switch (m->kind) {
+    case OP_ACQUIRE:
+        m->n = run_acquire(nd, m, &kn);
+        break;
+    case OP_RENEW:
+        m->n = run_renew(nd, m, &kn);
+        break;
+    case OP_RELEASE:
+        m->n = run_release(nd, m, &kn);
+        break;
+    case OP_FENCE:
+        m->n = run_fence(nd, m, &kn);
+        break;
+    default:
+        run_lookup(nd, m, &kn);
+        break;
+    }
+    m->state = M_EXECUTED;
+    /* An acquire that took the key after its connection closed, later than
+     * the agent retries the withdraw that followed its failure (a TTL): the
+     * key is left to expire (docs: README.md, "Known limits"). */
+    struct agent *ag = m->l->ag;
+    if (m->kind == OP_ACQUIRE && m->n > 0 && m->epoch != m->l->epoch &&
+        agent_now(ag) >= m->failed_at + MS(m->ttl_ms))
+        excl_note(nd->s, X_LATE_ACQUIRE,
+                  "node%u ran an acquire of agent%u %" PRIu64
+                  " ms after its connection closed, past the clean-up's retries",
+                  nd->id, ag->id, (agent_now(ag) - m->failed_at) / 1000000);
+    TRACE(nd->s, "node%u runs #%" PRIu64 " %s %.*s from agent%u: %lld", nd->id, m->id,
+          (const char *[]){"acquire", "renew", "release", "fence", "lookup"}[m->kind],
+          (int)m->name_len, m->name, m->l->ag->id, m->n);
+}
+
+/* A request reaches the node. */
+void node_arrive(struct node *nd, struct msg *m)
+{
+    if (!nd->up) {
+        m->state = M_LOST;
+        msg_maybe_free(m);
+        return;
+    }
+    if (nd->stalled) {
+        m->state = M_AT_NODE;
+        m->in_stallq = true;
+        TAILQ_INSERT_TAIL(&nd->stallq, m, nlink);
+        return;
+    }
+    node_exec(nd, m);
+    link_reply(m);
+}
+
+/* The stall ends: everything queued runs, in arrival order; what came on a
+ * connection the agent has closed meanwhile runs or not as the drop decided. */
+void node_stall_end(struct node *nd)
+{
+    nd->stalled = false;
+    struct msg *m;
+    while ((m = TAILQ_FIRST(&nd->stallq))) {
+        TAILQ_REMOVE(&nd->stallq, m, nlink);
+        m->in_stallq = false;
+        if (m->discard || !nd->up) {
+            m->state = M_LOST;
+            msg_maybe_free(m);
+            continue;
+        }
+        node_exec(nd, m);
+        link_reply(m);
+    }
+}
+
+/* Queued requests die with the process. */
+static void drop_stallq(struct node *nd)
+{
+    struct msg *m;
+    while ((m = TAILQ_FIRST(&nd->stallq))) {
+        TAILQ_REMOVE(&nd->stallq, m, nlink);
+        m->in_stallq = false;
+        m->state = M_LOST;
+        msg_maybe_free(m);
+    }
+    nd->stalled = false;
+}
+
+static void node_down(struct node *nd, uint64_t down_ns)
+{
+    struct sim *s = nd->s;
+    nd->up = false;
+    drop_stallq(nd);
+    nd->run_id = rng_next(&s->rng) | 1;
+    nd->started_at = (int64_t)(s->now + down_ns);
+    for (unsigned a = 0; a < s->nagents; a++)
+        link_node_down(&s->links[a * s->nnodes + nd->id]);
+}
+
+/* The process stops; a durable node loads every acknowledged write back. */
+void node_restart(struct node *nd, uint64_t down_ns)
+{
+    node_down(nd, down_ns);
+    if (!nd->durable)
+        nd->nkeys = 0;
+    nd->nundo = nd->undo_head = 0;
+}
+
+/* A replica some ms behind takes the node's place: the writes of the last
+ * rollback_ns are lost (and keys deleted meanwhile come back). */
+void node_failover(struct node *nd, uint64_t rollback_ns, uint64_t down_ns)
+{
+    struct sim *s = nd->s;
+    uint64_t since = s->now > rollback_ns ? s->now - rollback_ns : 0;
+    bool save = nd->log_undo;
+    nd->log_undo = false;
+    while (nd->nundo > nd->undo_head && nd->undo[nd->nundo - 1].t > since) {
+        struct undo *u = &nd->undo[--nd->nundo];
+        struct rkey *k = kfind(nd, u->k.name);
+        if (u->existed) {
+            if (!k && strstr(u->k.name, " fence") == NULL && !expired(nd, &u->k))
+                excl_note(s, X_RESURRECT, "failover on node%u brought back %s, deleted since",
+                          nd->id, u->k.name);
+            kset(nd, u->k.name, u->k.val, u->k.expire_ms);
+        } else if (k) {
+            kremove(nd, k);
+        }
+    }
+    nd->log_undo = save;
+    nd->nundo = nd->undo_head = 0;
+    node_down(nd, down_ns);
+    /* The replica has been up for long. */
+    nd->started_at = -(int64_t)3600000000000ll;
+}
+
+/* The lock keys and holder records alive now (not the fencing marks). */
+unsigned node_lock_keys(struct node *nd, char *first, size_t len)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < nd->nkeys; i++) {
+        const struct rkey *k = &nd->keys[i];
+        if (expired(nd, k) || strstr(k->name, " fence"))
+            continue;
+        if (n++ == 0 && first)
+            snprintf(first, len, "%s", k->name);
+    }
+    return n;
+}

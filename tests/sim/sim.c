@@ -1,0 +1,996 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* sim.c -- one simulated run: the schedule a seed makes (mode, agents,
+ * clients, clocks, network, faults), the agents driving their cores, the
+ * clients and their lease pages, the faults, and the checks after every
+ * event (tests/sim/README.md). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlock.h"
+#include "log.h"
+#include "sim.h"
+
+#if __has_include("backend_quorum.h")
+#include "backend_quorum.h"
+#define SIM_HAVE_QUORUM 1
+#else
+#define SIM_HAVE_QUORUM 0
+#endif
+
+bool sim_quorum_available(void)
+{
+    return SIM_HAVE_QUORUM;
+}
+
+const char *const fault_names[F_KINDS] = {
+    "link-drop",  "partition",    "node-stall", "restart",     "failover",
+    "step-small", "step-forward", "step-back",  "agent-drift", "node-drift",
+};
+
+/* The checks and the faults that excuse them. */
+#define EXCUSE_MUTEX  (X_DATA_LOSS | X_UNDETECTED_LOSS | X_CLOCK_FORWARD | X_DRIFT)
+#define EXCUSE_FENCE  (X_MARK_LOST_CLOCK)
+#define EXCUSE_ORPHAN (X_RESURRECT | X_LATE_ACQUIRE)
+
+static bool fault_free(const struct sim *s)
+{
+    return s->nfaults == 0;
+}
+
+static struct link *link_of(struct sim *s, unsigned agent, unsigned node)
+{
+    return &s->links[agent * s->nnodes + node];
+}
+
+static int64_t signed_range(struct rng *r, int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)rng_below(r, (uint64_t)(hi - lo + 1));
+}
+
+/* ---- the agents' environment ---- */
+
+static struct sclient *client_of(struct core_client *c)
+{
+    return (struct sclient *)c;
+}
+
+static void fifo_remove(struct agent *ag, unsigned name, unsigned idx)
+{
+    unsigned n = ag->nfifo[name];
+    memmove(&ag->fifo[name][idx], &ag->fifo[name][idx + 1], (n - idx - 1) * sizeof ag->fifo[0][0]);
+    ag->nfifo[name]--;
+}
+
+static int fifo_find(struct agent *ag, const struct sclient *c)
+{
+    for (unsigned i = 0; i < ag->nfifo[c->acq_name]; i++) {
+        const struct fifo_ent *f = &ag->fifo[c->acq_name][i];
+        if (f->client == c->id && f->incarnation == c->incarnation && f->req == c->acq_req)
+            return (int)i;
+    }
+    return -1;
+}
+
+static void client_next(struct sclient *c, uint64_t delay);
+static void client_crash_at(struct sclient *c, uint64_t delay);
+
+static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
+                        const struct wire_granted *g)
+{
+    struct agent *ag = arg;
+    struct sim *s = ag->s;
+    struct sclient *c = client_of(cc);
+    if (s->stop || !ag->core_live)
+        return;
+    s->res->grants++;
+    s->digest = (s->digest ^ g->fence) * 0x100000001b3ull;
+    TRACE(s,
+          "agent%u: GRANTED %s to client%u (req %u, lease %" PRIx64 ", fence %" PRIu64
+          ", valid %" PRId64 " ms)",
+          ag->id, s->names[c->acq_name], c->id, req_id, g->lease_id, g->fence,
+          ((int64_t)g->deadline_ns - (int64_t)agent_now(ag)) / 1000000);
+    if (c->state != C_WAITING || req_id != c->acq_req) {
+        violation(s, "protocol", 0, "client%u granted request %u it is not waiting for", c->id,
+                  req_id);
+        return;
+    }
+    unsigned name = c->acq_name;
+    int idx = fifo_find(ag, c);
+    if (idx > 0) {
+        const struct fifo_ent *first = &ag->fifo[name][0];
+        violation(s, "fifo", 0,
+                  "agent%u granted %s to client%u (req %u) before client%u (req %u), which "
+                  "asked first",
+                  ag->id, s->names[name], c->id, req_id, first->client, first->req);
+    }
+    if (idx >= 0)
+        fifo_remove(ag, name, (unsigned)idx);
+    if (!s->fence_off && s->fence_seen[name] && g->fence <= s->last_fence[name]) {
+        violation(s, "fencing", EXCUSE_FENCE,
+                  "grant of %s to client%u on agent%u has token %" PRIu64
+                  ", not above the previous grant's %" PRIu64,
+                  s->names[name], c->id, ag->id, g->fence, s->last_fence[name]);
+        if (!s->stop)
+            s->fence_off = true;
+    }
+    s->fence_seen[name] = true;
+    s->last_fence[name] = g->fence;
+    c->state = C_HOLDING;
+    c->lease_id = g->lease_id;
+    c->lease_slot = g->slot;
+    c->lease_fence = g->fence;
+    c->lease_name = name;
+    c->releasing_sent = false;
+    /* Hold for a while, now and then far beyond plan without touching the
+     * lease (a paused process); now and then crash while holding. */
+    uint64_t ttl = MS(g->ttl_ms), hold;
+    c->paused = rng_chance(&s->rng, 10);
+    if (c->paused) {
+        c->pause_touch = agent_now(ag);
+        hold = rng_range(&s->rng, 3 * ttl, 8 * ttl);
+    } else {
+        hold = rng_range(&s->rng, 0, 2 * ttl);
+    }
+    if (rng_chance(&s->rng, 5))
+        client_crash_at(c, rng_range(&s->rng, 0, hold));
+    else
+        client_next(c, hold);
+}
+
+static void env_error(void *arg, struct core_client *cc, uint32_t req_id, int code, const char *msg)
+{
+    struct agent *ag = arg;
+    struct sim *s = ag->s;
+    struct sclient *c = client_of(cc);
+    if (s->stop || !ag->core_live)
+        return;
+    TRACE(s, "agent%u: client%u req %u: %s", ag->id, c->id, req_id, msg);
+    if (c->state == C_WAITING && req_id == c->acq_req) {
+        int idx = fifo_find(ag, c);
+        if (idx >= 0)
+            fifo_remove(ag, c->acq_name, (unsigned)idx);
+        bool outage = code == DLOCK_EUNAVAIL || code == DLOCK_ENOQUORUM;
+        bool ok;
+        if (c->acq_wait_ms < 0)
+            ok = outage && !fault_free(s);
+        else if (c->acq_wait_ms == 0)
+            ok = code == DLOCK_EBUSY || outage;
+        else
+            ok = code == DLOCK_ETIMEDOUT || outage;
+        if (!ok) {
+            violation(s, c->acq_wait_ms < 0 && outage ? "liveness" : "protocol", 0,
+                      "client%u's acquire of %s (wait %" PRId64 " ms) on agent%u failed: %s%s",
+                      c->id, s->names[c->acq_name], c->acq_wait_ms, ag->id, dlock_strerror(code),
+                      fault_free(s) && outage ? " in a schedule without faults" : "");
+            return;
+        }
+        c->state = C_IDLE;
+        client_next(c, rng_range(&s->rng, 0, MS(300)));
+        return;
+    }
+    if (c->state == C_RELEASING && req_id == c->rel_req) {
+        if (code != DLOCK_ENOTFOUND)
+            violation(s, "protocol", 0, "client%u's release failed: %s", c->id,
+                      dlock_strerror(code));
+        return;
+    }
+    violation(s, "protocol", 0, "client%u got error %s for request %u it did not expect", c->id,
+              dlock_strerror(code), req_id);
+}
+
+static void env_ok(void *arg, struct core_client *cc, uint32_t req_id)
+{
+    struct agent *ag = arg;
+    struct sclient *c = client_of(cc);
+    if (ag->s->stop || !ag->core_live)
+        return;
+    if (c->state != C_RELEASING || req_id != c->rel_req)
+        violation(ag->s, "protocol", 0, "client%u got OK for request %u it did not expect", c->id,
+                  req_id);
+}
+
+static void env_event(void *arg, struct core_client *cc, const struct wire_event *ev)
+{
+    struct agent *ag = arg;
+    struct sim *s = ag->s;
+    if (!ag->core_live)
+        return;
+    TRACE(s, "agent%u: client%u lease %" PRIx64 " %s (%s)", ag->id, client_of(cc)->id, ev->lease_id,
+          ev->state == DLOCK_STATE_HELD       ? "HELD"
+          : ev->state == DLOCK_STATE_JEOPARDY ? "JEOPARDY"
+                                              : "LOST",
+          ev->reason ? dlock_strerror(ev->reason) : "ok");
+}
+
+static uint32_t env_slot_alloc(void *arg, struct core_client *cc)
+{
+    struct sclient *c = client_of(cc);
+    for (uint32_t i = 0; i < SIM_PAGE_SLOTS; i++) {
+        if (!c->page[i].used) {
+            memset(&c->page[i], 0, sizeof c->page[i]);
+            c->page[i].used = true;
+            return i;
+        }
+    }
+    return UINT32_MAX;
+}
+
+static void env_slot_free(void *arg, struct core_client *cc, uint32_t slot)
+{
+    struct sclient *c = client_of(cc);
+    if (slot < SIM_PAGE_SLOTS)
+        memset(&c->page[slot], 0, sizeof c->page[slot]);
+}
+
+static void env_slot_write(void *arg, struct core_client *cc, uint32_t slot, uint32_t state,
+                           uint64_t lease_id, uint64_t fence, uint64_t deadline)
+{
+    struct sclient *c = client_of(cc);
+    if (slot >= SIM_PAGE_SLOTS)
+        return;
+    struct page_slot *p = &c->page[slot];
+    p->state = state;
+    p->lease_id = lease_id;
+    p->fence = fence;
+    p->deadline = deadline;
+}
+
+static uint64_t env_slot_touched(void *arg, struct core_client *cc, uint32_t slot)
+{
+    struct agent *ag = arg;
+    struct sclient *c = client_of(cc);
+    if (c->state == C_HOLDING && slot == c->lease_slot)
+        return c->paused ? c->pause_touch : agent_now(ag);
+    return slot < SIM_PAGE_SLOTS ? c->page[slot].touch : 0;
+}
+
+static uint64_t env_random(void *arg)
+{
+    struct agent *ag = arg;
+    return rng_next(&ag->s->rng);
+}
+
+static void ag_notice(void *arg, const char *name, size_t len)
+{
+    struct agent *ag = arg;
+    if (ag->core_live)
+        core_notice(&ag->core, name, len, agent_now(ag));
+}
+
+static void ag_subscribed(void *arg)
+{
+    struct agent *ag = arg;
+    if (ag->core_live)
+        core_resubscribed(&ag->core, agent_now(ag));
+}
+
+static void ag_ready(void *arg)
+{
+    struct agent *ag = arg;
+    if (ag->core_live)
+        core_store_ready(&ag->core, agent_now(ag));
+}
+
+#if SIM_HAVE_QUORUM
+static uint64_t qclock_now(void *arg)
+{
+    return agent_now(arg);
+}
+
+static uint64_t qclock_wall(void *arg)
+{
+    return agent_wall_us(arg);
+}
+
+static void qclock_arm(void *arg, uint64_t due)
+{
+    struct agent *ag = arg;
+    ag->qt_due = due;
+    ag->qt_gen++;
+    if (due)
+        ev_push(ag->s, agent_virt(ag, due), EV_QUORUM_TIMER, ag->id, ag->qt_gen, NULL);
+}
+
+static struct backend *make_node(void *arg, unsigned i, const struct backend_events *ev)
+{
+    struct agent *ag = arg;
+    struct link *l = link_of(ag->s, ag->id, i);
+    link_set_events(l, ev);
+    return &l->base;
+}
+#endif
+
+/* ---- clients ---- */
+
+/* The client's next step comes after delay (any earlier plan is off). */
+static void client_next(struct sclient *c, uint64_t delay)
+{
+    c->gen++;
+    c->crash_next = false;
+    ev_push(c->s, c->s->now + delay, EV_CLIENT, c->id, c->gen, NULL);
+}
+
+/* Instead, the client process dies after delay. */
+static void client_crash_at(struct sclient *c, uint64_t delay)
+{
+    client_next(c, delay);
+    c->crash_next = true;
+}
+
+static void client_reset(struct sclient *c)
+{
+    memset(&c->cc, 0, sizeof c->cc);
+    LIST_INIT(&c->cc.leases);
+    LIST_INIT(&c->cc.waiters);
+    c->cc.pid = (int32_t)(1000 + c->id * 10 + c->incarnation);
+    c->cc.uid = 1000;
+    c->gids[0] = 1000;
+    c->cc.gids = c->gids;
+    c->cc.ngids = 1;
+    snprintf(c->cc.comm, sizeof c->cc.comm, "client%u", c->id);
+    memset(c->page, 0, sizeof c->page);
+}
+
+static void client_acquire(struct sclient *c)
+{
+    struct sim *s = c->s;
+    struct agent *ag = c->ag;
+    c->acq_name = (unsigned)rng_below(&s->rng, s->nnames);
+    unsigned r = (unsigned)rng_below(&s->rng, 100);
+    c->acq_wait_ms = r < 50 ? -1 : r < 80 ? (int64_t)rng_range(&s->rng, 20, 3000) : 0;
+    c->acq_req = ++c->next_req;
+    c->acq_at = s->now;
+    c->state = C_WAITING;
+    c->ops_left--;
+    struct wire_acquire m = {
+        .ttl_ms = rng_chance(&s->rng, 50) ? 0 : (uint32_t)rng_range(&s->rng, s->ttl_lo, s->ttl_hi),
+        .wait_ms = c->acq_wait_ms,
+        .max_hold_ms = rng_chance(&s->rng, 15) ? (uint32_t)rng_range(&s->rng, 100, 3000) : 0,
+        .progress_ms = rng_chance(&s->rng, 15) ? (uint32_t)rng_range(&s->rng, 100, 2000) : 0,
+        .name = s->names[c->acq_name],
+        .name_len = (uint16_t)strlen(s->names[c->acq_name])};
+    unsigned n = ag->nfifo[c->acq_name];
+    ag->fifo[c->acq_name][n] = (struct fifo_ent){.client = c->id,
+                                                 .incarnation = c->incarnation,
+                                                 .req = c->acq_req,
+                                                 .forever = c->acq_wait_ms < 0,
+                                                 .at = s->now};
+    ag->nfifo[c->acq_name]++;
+    TRACE(s,
+          "agent%u: client%u acquires %s (req %u, wait %" PRId64 " ms, ttl %u, max hold %u, "
+          "progress %u)",
+          ag->id, c->id, m.name, c->acq_req, m.wait_ms, m.ttl_ms, m.max_hold_ms, m.progress_ms);
+    /* A waiter may die while it waits. */
+    if (rng_chance(&s->rng, 5))
+        client_crash_at(c, rng_range(&s->rng, MS(1), MS(2000)));
+    core_acquire(&ag->core, &c->cc, c->acq_req, &m, agent_now(ag));
+}
+
+static void client_release(struct sclient *c)
+{
+    struct sim *s = c->s;
+    struct agent *ag = c->ag;
+    c->state = C_RELEASING;
+    c->rel_req = ++c->next_req;
+    TRACE(s, "agent%u: client%u releases %s (lease %" PRIx64 ")", ag->id, c->id,
+          s->names[c->lease_name], c->lease_id);
+    core_release(&ag->core, &c->cc, c->rel_req, c->lease_id, agent_now(ag));
+    c->state = C_IDLE;
+    c->lease_id = 0;
+    c->paused = false;
+    client_next(c, rng_range(&s->rng, 0, MS(300)));
+}
+
+/* The client process dies: the agent sees its connection close. */
+static void client_crash(struct sclient *c)
+{
+    struct sim *s = c->s;
+    struct agent *ag = c->ag;
+    TRACE(s, "agent%u: client%u crashes", ag->id, c->id);
+    if (c->state == C_WAITING) {
+        int idx = fifo_find(ag, c);
+        if (idx >= 0)
+            fifo_remove(ag, c->acq_name, (unsigned)idx);
+    }
+    core_client_drop(&ag->core, &c->cc, 0, agent_now(ag));
+    c->incarnation++;
+    client_reset(c);
+    c->state = C_IDLE;
+    c->lease_id = 0;
+    c->paused = false;
+    client_next(c, rng_range(&s->rng, MS(1), MS(300)));
+}
+
+static void client_event(struct sclient *c)
+{
+    struct sim *s = c->s;
+    if (c->state == C_DONE)
+        return;
+    if (c->crash_next) {
+        c->crash_next = false;
+        client_crash(c);
+        return;
+    }
+    switch (c->state) {
+    case C_IDLE:
+        if (!s->running || c->ops_left == 0) {
+            c->state = C_DONE;
+            TRACE(s, "agent%u: client%u done", c->ag->id, c->id);
+            return;
+        }
+        client_acquire(c);
+        break;
+    case C_HOLDING:
+        client_release(c);
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- the checks ---- */
+
+/* The lease c uses, if valid by the client's own rule (dlock_lease_valid):
+ * its slot shows it HELD or in JEOPARDY, and the agent's clock is before
+ * its deadline. */
+static bool lease_valid(const struct sclient *c, uint64_t *deadline)
+{
+    if (c->state != C_HOLDING || c->lease_slot >= SIM_PAGE_SLOTS)
+        return false;
+    const struct page_slot *p = &c->page[c->lease_slot];
+    if (p->lease_id != c->lease_id)
+        return false;
+    if (p->state != DLOCK_STATE_HELD && p->state != DLOCK_STATE_JEOPARDY)
+        return false;
+    *deadline = p->deadline;
+    return agent_now(c->ag) < p->deadline;
+}
+
+static void check_mutex(struct sim *s)
+{
+    if (s->me_off)
+        return;
+    for (unsigned n = 0; n < s->nnames; n++) {
+        const struct sclient *holder = NULL;
+        uint64_t hd = 0;
+        for (unsigned i = 0; i < s->nclients; i++) {
+            const struct sclient *c = &s->clients[i];
+            uint64_t d;
+            if (c->lease_name != n || !lease_valid(c, &d))
+                continue;
+            if (!holder) {
+                holder = c;
+                hd = d;
+                continue;
+            }
+            violation(s, "mutual exclusion", EXCUSE_MUTEX,
+                      "%s held by client%u on agent%u (fence %" PRIu64 ", %" PRId64
+                      " ms left) and client%u on agent%u (fence %" PRIu64 ", %" PRId64
+                      " ms left) at once",
+                      s->names[n], holder->id, holder->ag->id, holder->lease_fence,
+                      ((int64_t)hd - (int64_t)agent_now(holder->ag)) / 1000000, c->id, c->ag->id,
+                      c->lease_fence, ((int64_t)d - (int64_t)agent_now(c->ag)) / 1000000);
+            if (!s->stop)
+                s->me_off = true;
+            return;
+        }
+    }
+}
+
+static bool faults_over(const struct sim *s)
+{
+    for (unsigned i = 0; i < s->nfaults; i++)
+        if (!s->faults[i].done)
+            return false;
+    for (unsigned n = 0; n < s->nnodes; n++)
+        if (!s->nodes[n].up || s->nodes[n].stalled)
+            return false;
+    return true;
+}
+
+static bool links_up(const struct sim *s)
+{
+    for (unsigned i = 0; i < s->nagents * s->nnodes; i++)
+        if (!s->links[i].connected || !s->links[i].subscribed)
+            return false;
+    return true;
+}
+
+static bool clients_done(const struct sim *s)
+{
+    for (unsigned i = 0; i < s->nclients; i++)
+        if (s->clients[i].state != C_DONE)
+            return false;
+    return true;
+}
+
+static void check_settle(struct sim *s)
+{
+    if (s->settling || s->running || !clients_done(s) || !faults_over(s) || !links_up(s))
+        return;
+    s->settling = true;
+    uint64_t settle = MS(s->ttl_lo) * 8 / 10;
+    TRACE(s, "settled: the orphan-key check in %" PRIu64 " ms", settle / 1000000);
+    ev_push(s, s->now + settle, EV_SETTLE_CHECK, 0, 0, NULL);
+}
+
+static void check_orphans(struct sim *s)
+{
+    for (unsigned n = 0; n < s->nnodes; n++) {
+        char key[SIM_KEY_MAX];
+        unsigned left = node_lock_keys(&s->nodes[n], key, sizeof key);
+        if (left) {
+            violation(s, "orphan keys", EXCUSE_ORPHAN,
+                      "%u lock key(s) left on node%u after the run settled, such as \"%s\"", left,
+                      n, key);
+            return;
+        }
+    }
+}
+
+/* A waiter that waits for ever must be served: at the end nobody waits. */
+static void check_stuck(struct sim *s)
+{
+    for (unsigned i = 0; i < s->nclients; i++) {
+        const struct sclient *c = &s->clients[i];
+        if (c->state == C_WAITING) {
+            violation(s, "liveness", 0,
+                      "client%u on agent%u still waits for %s (wait %" PRId64 " ms), asked %" PRIu64
+                      " ms ago",
+                      c->id, c->ag->id, s->names[c->acq_name], c->acq_wait_ms,
+                      (s->now - c->acq_at) / 1000000);
+            return;
+        }
+    }
+    violation(s, "liveness", 0, "the run did not settle (clients, faults or links)");
+}
+
+/* ---- faults ---- */
+
+static void note_mark_loss(struct sim *s, unsigned node, const char *how)
+{
+    s->node_losses++;
+    if (s->quorum && s->wall_apart)
+        excl_note(s, X_MARK_LOST_CLOCK,
+                  "fencing marks lost on node%u (%s) while the agents' wall clocks disagree", node,
+                  how);
+    if (!s->quorum && s->any_step_back)
+        excl_note(s, X_MARK_LOST_CLOCK,
+                  "fencing marks lost on the node (%s) after its clock stepped back", how);
+}
+
+static void fault_start(struct sim *s, struct fault *f)
+{
+    struct node *nd = &s->nodes[f->node];
+    s->res->faults_seen[f->kind]++;
+    TRACE(s, "FAULT %s: agent%u node%u for %" PRIu64 " ms (%" PRId64 ")", fault_names[f->kind],
+          f->agent, f->node, f->dur / 1000000, f->amount);
+    switch (f->kind) {
+    case F_LINK_DROP:
+        link_drop(link_of(s, f->agent, f->node), "connection dropped");
+        break;
+    case F_PARTITION:
+        for (unsigned n = 0; n < s->nnodes; n++)
+            if (f->nodes_mask & (1u << n))
+                link_set_partition(link_of(s, f->agent, n), true);
+        break;
+    case F_NODE_STALL:
+        if (nd->up)
+            nd->stalled = true;
+        break;
+    case F_RESTART:
+        if (!nd->durable) {
+            if (!s->quorum)
+                excl_note(s, X_DATA_LOSS, "the node restarted without persistence (keys lost)");
+            note_mark_loss(s, nd->id, "restart without persistence");
+        }
+        node_restart(nd, f->dur);
+        break;
+    case F_FAILOVER:
+        if (!s->quorum)
+            excl_note(s, X_DATA_LOSS, "the node failed over losing %" PRId64 " ms of writes",
+                      f->amount / 1000000);
+        else if (nd->durable)
+            excl_note(s, X_UNDETECTED_LOSS,
+                      "node%u failed over losing %" PRId64
+                      " ms of writes, and reads as durable (no restart exclusion)",
+                      nd->id, f->amount / 1000000);
+        note_mark_loss(s, nd->id, "failover");
+        node_failover(nd, (uint64_t)f->amount, f->dur);
+        break;
+    case F_STEP_SMALL:
+    case F_STEP_FORWARD:
+        nd->step_ns += f->amount;
+        if (f->kind == F_STEP_FORWARD)
+            excl_note(s, X_CLOCK_FORWARD,
+                      "node%u's clock stepped forward %" PRId64
+                      " ms, beyond the drift allowance (keys expire early)",
+                      nd->id, f->amount / 1000000);
+        break;
+    case F_STEP_BACK:
+        nd->step_ns -= f->amount;
+        s->any_step_back = true;
+        if (!s->quorum && s->node_losses)
+            excl_note(s, X_MARK_LOST_CLOCK,
+                      "the node's clock stepped back after it lost its fencing marks");
+        break;
+    default:
+        break;
+    }
+    if (f->dur == 0)
+        f->done = true;
+    else
+        ev_push(s, s->now + f->dur, EV_FAULT_END, (uint32_t)(f - s->faults), 0, NULL);
+}
+
+static void fault_end(struct sim *s, struct fault *f)
+{
+    struct node *nd = &s->nodes[f->node];
+    TRACE(s, "FAULT %s ends: agent%u node%u", fault_names[f->kind], f->agent, f->node);
+    f->done = true;
+    switch (f->kind) {
+    case F_PARTITION:
+        for (unsigned n = 0; n < s->nnodes; n++)
+            if (f->nodes_mask & (1u << n))
+                link_set_partition(link_of(s, f->agent, n), false);
+        break;
+    case F_NODE_STALL:
+        if (nd->stalled)
+            node_stall_end(nd);
+        break;
+    case F_RESTART:
+    case F_FAILOVER:
+        nd->up = true;
+        break;
+    default:
+        break;
+    }
+}
+
+static void plan_faults(struct sim *s, uint64_t span)
+{
+    static const unsigned weight[F_KINDS] = {20, 15, 14, 15, 8, 5, 4, 6, 3, 3};
+    unsigned total = 0;
+    for (int k = 0; k < F_KINDS; k++)
+        total += weight[k];
+    unsigned nf = (unsigned)rng_range(&s->rng, 1, 5);
+    for (unsigned i = 0; i < nf && s->nfaults < SIM_MAX_FAULTS; i++) {
+        struct fault *f = &s->faults[s->nfaults++];
+        unsigned r = (unsigned)rng_below(&s->rng, total);
+        int k = 0;
+        while (r >= weight[k])
+            r -= weight[k++];
+        f->kind = (uint8_t)k;
+        f->agent = (unsigned)rng_below(&s->rng, s->nagents);
+        f->node = (unsigned)rng_below(&s->rng, s->nnodes);
+        f->start = rng_range(&s->rng, MS(50), span);
+        switch (k) {
+        case F_PARTITION:
+            f->dur = rng_range(&s->rng, MS(20), MS(3000));
+            f->nodes_mask = s->quorum ? (unsigned)rng_range(&s->rng, 1, (1u << s->nnodes) - 1) : 1;
+            break;
+        case F_NODE_STALL:
+            f->dur = rng_range(&s->rng, MS(10), MS(2500));
+            break;
+        case F_RESTART:
+            f->dur = rng_range(&s->rng, MS(5), MS(500));
+            break;
+        case F_FAILOVER:
+            f->dur = rng_range(&s->rng, MS(5), MS(300));
+            f->amount = (int64_t)rng_range(&s->rng, MS(1), MS(100));
+            s->nodes[f->node].log_undo = true;
+            break;
+        case F_STEP_SMALL:
+            f->amount = (int64_t)rng_range(&s->rng, US(50), US(900));
+            break;
+        case F_STEP_FORWARD:
+        case F_STEP_BACK:
+            f->amount = (int64_t)rng_range(&s->rng, MS(5), MS(2000));
+            break;
+        case F_AGENT_DRIFT:
+            f->start = 0;
+            s->agents[f->agent].ppm = (int32_t)signed_range(&s->rng, -50000, -15000);
+            excl_note(s, X_DRIFT, "agent%u's clock runs %d ppm slow, beyond the drift allowance",
+                      f->agent, -s->agents[f->agent].ppm);
+            break;
+        case F_NODE_DRIFT:
+            f->start = 0;
+            s->nodes[f->node].ppm = (int32_t)signed_range(&s->rng, 15000, 50000);
+            excl_note(s, X_DRIFT, "node%u's clock runs %d ppm fast, beyond the drift allowance",
+                      f->node, s->nodes[f->node].ppm);
+            break;
+        default:
+            break;
+        }
+        if (k == F_AGENT_DRIFT || k == F_NODE_DRIFT) {
+            f->done = true;
+            s->res->faults_seen[k]++;
+            continue;
+        }
+        ev_push(s, f->start, EV_FAULT_START, (uint32_t)(f - s->faults), 0, NULL);
+    }
+}
+
+/* ---- the schedule a seed makes ---- */
+
+static int setup(struct sim *s)
+{
+    struct rng *r = &s->rng;
+    if (s->opts.mode == MODE_SINGLE)
+        s->quorum = false;
+    else if (s->opts.mode == MODE_QUORUM)
+        s->quorum = true;
+    else
+        s->quorum = SIM_HAVE_QUORUM && rng_chance(r, 50);
+    s->nnodes = s->quorum ? (rng_chance(r, 70) ? 3 : 5) : 1;
+    s->nagents = (unsigned)rng_range(r, 2, SIM_MAX_AGENTS);
+    s->nclients = (unsigned)rng_range(r, 2, 8);
+    s->nnames = rng_chance(r, 50) ? 1 : (unsigned)rng_range(r, 2, SIM_MAX_NAMES);
+    for (unsigned n = 0; n < s->nnames; n++)
+        snprintf(s->names[n], sizeof s->names[n], "%c", 'a' + n);
+    s->delay_lo = rng_range(r, US(50), US(200));
+    s->delay_hi = rng_range(r, s->delay_lo, US(800));
+    s->slow_percent = (unsigned)rng_range(r, 0, 12);
+    s->ttl_lo = (uint32_t)rng_range(r, 300, 1000);
+    s->ttl_hi = (uint32_t)rng_range(r, s->ttl_lo, 3000);
+    s->res->quorum = s->quorum;
+    s->res->nnodes = s->nnodes;
+
+    struct config tmpl;
+    config_defaults(&tmpl);
+    tmpl.default_ttl_ms = (uint32_t)rng_range(r, s->ttl_lo, s->ttl_hi);
+    tmpl.max_ttl_ms = 3000;
+    tmpl.retry_fallback_ms = (uint32_t)rng_range(r, 50, 200);
+    tmpl.outage_wait_ms = (uint32_t)rng_range(r, 500, 3000);
+    tmpl.command_timeout_ms = (uint32_t)rng_range(r, 200, 1500);
+    tmpl.connect_timeout_ms = (uint32_t)rng_range(r, 100, 500);
+    tmpl.reconnect_min_ms = (uint32_t)rng_range(r, 10, 50);
+    tmpl.reconnect_max_ms = (uint32_t)rng_range(r, 100, 400);
+    tmpl.node_timeout_ms = (uint32_t)rng_range(r, 50, 100);
+    tmpl.nnodes = s->nnodes;
+    for (unsigned n = 0; n < s->nnodes; n++) {
+        char addr[32];
+        snprintf(addr, sizeof addr, "10.0.0.%u:6379", n + 1);
+        config_parse_addr(addr, &tmpl.nodes[n]);
+    }
+
+    bool skew = s->quorum && rng_chance(r, 30);
+    for (unsigned n = 0; n < s->nnodes; n++) {
+        struct node *nd = &s->nodes[n];
+        node_init(s, nd, n);
+        nd->durable = rng_chance(r, 50);
+        nd->run_id = rng_next(r) | 1;
+        nd->started_at = rng_chance(r, 90) ? -(int64_t)rng_range(r, MS(10000), MS(1000000))
+                                           : -(int64_t)rng_range(r, 0, MS(2000));
+        nd->skew_ns = signed_range(r, -(int64_t)MS(50), (int64_t)MS(50));
+        nd->ppm = (int32_t)signed_range(r, -2000, 2000);
+    }
+    for (unsigned a = 0; a < s->nagents; a++) {
+        struct agent *ag = &s->agents[a];
+        ag->s = s;
+        ag->id = a;
+        ag->cfg = tmpl;
+        ag->boot_ns = (int64_t)rng_range(r, MS(1000), MS(100000000));
+        ag->ppm = (int32_t)signed_range(r, -2000, 2000);
+        ag->wall_skew_us = skew ? signed_range(r, -5000, 5000) : 0;
+        if (ag->wall_skew_us != s->agents[0].wall_skew_us)
+            s->wall_apart = true;
+        snprintf(ag->host, sizeof ag->host, "host%u", a);
+        for (unsigned n = 0; n < s->nnodes; n++)
+            link_init(s, link_of(s, a, n), ag, &s->nodes[n], a * s->nnodes + n);
+    }
+    uint64_t span = MS(rng_range(r, 2000, 8000));
+    if (rng_chance(r, 80))
+        plan_faults(s, span);
+    s->res->fault_free = fault_free(s);
+
+    struct core_env env = {.granted = env_granted,
+                           .error = env_error,
+                           .ok = env_ok,
+                           .event = env_event,
+                           .slot_alloc = env_slot_alloc,
+                           .slot_free = env_slot_free,
+                           .slot_write = env_slot_write,
+                           .slot_touched = env_slot_touched,
+                           .random = env_random};
+    for (unsigned a = 0; a < s->nagents; a++) {
+        struct agent *ag = &s->agents[a];
+        struct backend_events ev = {.arg = ag,
+                                    .on_notice = ag_notice,
+                                    .on_subscribed = ag_subscribed,
+                                    .on_ready = ag_ready};
+        if (!s->quorum) {
+            link_set_events(link_of(s, a, 0), &ev);
+            ag->be = &link_of(s, a, 0)->base;
+        } else {
+#if SIM_HAVE_QUORUM
+            struct quorum_clock clock = {
+                .arg = ag, .now = qclock_now, .wall_us = qclock_wall, .arm = qclock_arm};
+            ag->be = backend_quorum_new(&ag->cfg, s->nnodes, make_node, ag, &clock, &ev);
+#endif
+            if (!ag->be)
+                return -1;
+        }
+        env.arg = ag;
+        if (core_init(&ag->core, &ag->cfg, &env, ag->be, rng_next(r), ag->host) != 0)
+            return -1;
+        ag->core_live = true;
+        for (unsigned n = 0; n < s->nnodes; n++)
+            link_start(link_of(s, a, n));
+    }
+    for (unsigned i = 0; i < s->nclients; i++) {
+        struct sclient *c = &s->clients[i];
+        c->s = s;
+        c->id = i;
+        c->ag = &s->agents[i < s->nagents ? i : rng_below(r, s->nagents)];
+        client_reset(c);
+        c->ops_left = (unsigned)rng_range(r, 2, 10);
+        client_next(c, rng_range(r, MS(5), MS(500)));
+    }
+    s->run_end = span + MS(2000);
+    s->hard_end = s->run_end + MS(60000);
+    s->running = true;
+    ev_push(s, s->run_end, EV_RUN_END, 0, 0, NULL);
+    return 0;
+}
+
+/* ---- the loop ---- */
+
+static void agent_after(struct agent *ag)
+{
+    struct sim *s = ag->s;
+    ag->be->ops->flush(ag->be);
+    uint64_t due = core_next_due(&ag->core);
+    if (due == ag->tick_due)
+        return;
+    ag->tick_due = due;
+    ag->tick_gen++;
+    if (due)
+        ev_push(s, agent_virt(ag, due), EV_AGENT_TICK, ag->id, ag->tick_gen, NULL);
+}
+
+static void dispatch(struct sim *s, const struct event *e)
+{
+    s->digest =
+        (s->digest ^ (e->time + ((uint64_t)e->type << 56) + e->a + (e->b << 8))) * 0x100000001b3ull;
+    switch (e->type) {
+    case EV_AGENT_TICK: {
+        struct agent *ag = &s->agents[e->a];
+        if (e->b != ag->tick_gen)
+            break;
+        ag->tick_due = 0;
+        core_tick(&ag->core, agent_now(ag));
+        break;
+    }
+    case EV_QUORUM_TIMER: {
+#if SIM_HAVE_QUORUM
+        struct agent *ag = &s->agents[e->a];
+        if (e->b == ag->qt_gen) {
+            ag->qt_due = 0;
+            backend_quorum_timeout(ag->be, agent_now(ag));
+        }
+#endif
+        break;
+    }
+    case EV_CLIENT: {
+        struct sclient *c = &s->clients[e->a];
+        if (e->b != c->gen)
+            break;
+        client_event(c);
+        break;
+    }
+    case EV_FAULT_START:
+        fault_start(s, &s->faults[e->a]);
+        break;
+    case EV_FAULT_END:
+        fault_end(s, &s->faults[e->a]);
+        break;
+    case EV_RUN_END:
+        s->running = false;
+        TRACE(s, "run ends: no new acquires");
+        for (unsigned i = 0; i < s->nclients; i++)
+            if (s->clients[i].state == C_IDLE)
+                client_next(&s->clients[i], 0);
+        break;
+    case EV_SETTLE_CHECK:
+        check_orphans(s);
+        s->stop = true;
+        break;
+    default:
+        link_event(s, e);
+        break;
+    }
+}
+
+static void teardown(struct sim *s)
+{
+    for (unsigned a = 0; a < s->nagents; a++) {
+        struct agent *ag = &s->agents[a];
+        if (!ag->core_live && !ag->be)
+            continue;
+        ag->core_live = false;
+        if (ag->core.cfg)
+            core_shutdown(&ag->core);
+        if (ag->be)
+            ag->be->ops->destroy(ag->be);
+        for (unsigned n = 0; n < s->nnodes; n++)
+            link_teardown(link_of(s, a, n));
+        if (ag->core.cfg)
+            core_free(&ag->core);
+    }
+    struct msg *m;
+    while ((m = LIST_FIRST(&s->all_msgs))) {
+        LIST_REMOVE(m, all);
+        free(m->holder_out);
+        free(m);
+    }
+    for (unsigned n = 0; n < s->nnodes; n++)
+        node_free(&s->nodes[n]);
+    free(s->heap);
+    free(s->ring);
+}
+
+static void print_ring(const struct sim *s)
+{
+    unsigned start = (s->ring_pos + TRACE_RING - s->ring_n) % TRACE_RING;
+    for (unsigned i = 0; i < s->ring_n; i++)
+        printf("  %s\n", s->ring[(start + i) % TRACE_RING]);
+}
+
+int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res)
+{
+    struct sim *s = calloc(1, sizeof *s);
+    if (!s)
+        return -1;
+    memset(res, 0, sizeof *res);
+    s->seed = seed;
+    s->opts = *opts;
+    s->res = res;
+    LIST_INIT(&s->all_msgs);
+    rng_seed(&s->rng, seed);
+    s->digest = 0xcbf29ce484222325ull;
+    if (s->opts.ring) {
+        s->ring = calloc(TRACE_RING, sizeof *s->ring);
+        if (!s->ring)
+            s->opts.ring = false;
+    }
+    int rc = 0;
+    if (setup(s) != 0) {
+        rc = -1;
+        goto out;
+    }
+    TRACE(s,
+          "seed %" PRIu64 ": %s mode, %u node(s), %u agents, %u clients, %u name(s), %u "
+          "fault(s)%s",
+          seed, s->quorum ? "quorum" : "single", s->nnodes, s->nagents, s->nclients, s->nnames,
+          s->nfaults, s->excl_text[0] ? "; excluded faults planned" : "");
+    struct event e;
+    while (!s->stop && ev_pop(s, &e)) {
+        if (e.time > s->hard_end) {
+            s->now = s->hard_end;
+            check_stuck(s);
+            break;
+        }
+        s->now = e.time;
+        dispatch(s, &e);
+        for (unsigned a = 0; a < s->nagents; a++)
+            agent_after(&s->agents[a]);
+        check_mutex(s);
+        check_settle(s);
+    }
+    if (!s->stop && !s->settling && !res->violation) {
+        check_stuck(s);
+    }
+out:
+    res->digest = s->digest;
+    res->end_time = s->now;
+    if (res->violation && s->opts.ring && !s->opts.trace) {
+        printf("last %u events of seed %" PRIu64 ":\n", s->ring_n, seed);
+        print_ring(s);
+    }
+    teardown(s);
+    free(s);
+    return rc;
+}

@@ -1,0 +1,393 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* sim.h -- dlock-sim: a deterministic simulation of several agents (each a
+ * real struct core), their clients, the links to a model of Redis nodes, and
+ * faults, driven by one seeded PRNG in virtual time (tests/sim/README.md). */
+#ifndef DLOCK_SIM_H
+#define DLOCK_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "backend.h"
+#include "config.h"
+#include "core.h"
+
+#define SIM_MAX_AGENTS  4
+#define SIM_MAX_NODES   5
+#define SIM_MAX_CLIENTS 12 /* in all */
+#define SIM_MAX_NAMES   3
+#define SIM_MAX_FAULTS  12
+#define SIM_PAGE_SLOTS  4
+#define SIM_KEY_MAX     96
+#define SIM_VAL_MAX     128
+
+#define MS(x) ((uint64_t)(x)*1000000ull)
+#define US(x) ((uint64_t)(x)*1000ull)
+
+/* ---- randomness: xoshiro256**, seeded through splitmix64 ---- */
+
+struct rng {
+    uint64_t s[4];
+};
+void rng_seed(struct rng *r, uint64_t seed);
+uint64_t rng_next(struct rng *r);
+uint64_t rng_below(struct rng *r, uint64_t n);               /* [0, n) */
+uint64_t rng_range(struct rng *r, uint64_t lo, uint64_t hi); /* [lo, hi] */
+bool rng_chance(struct rng *r, unsigned percent);
+
+/* ---- events ---- */
+
+enum ev_type {
+    EV_AGENT_TICK,     /* a: agent; b: generation */
+    EV_QUORUM_TIMER,   /* a: agent; b: generation */
+    EV_REQ_ARRIVE,     /* p: message at its node */
+    EV_REPLY_ARRIVE,   /* p: message's answer at its agent */
+    EV_NOTICE_ARRIVE,  /* p: a release notice (a message) at its agent */
+    EV_LINK_DROP,      /* a: link; b: connection epoch */
+    EV_LINK_CONNECT,   /* a: link; b: attempt generation */
+    EV_LINK_UP,        /* a: link; b: attempt generation */
+    EV_LINK_SUBSCRIBE, /* a: link; b: connection epoch */
+    EV_LINK_WATCHDOG,  /* a: link; b: generation */
+    EV_LINK_JOIN,      /* a: link; b: generation: its restart exclusion ends */
+    EV_CLIENT,         /* a: client; b: generation */
+    EV_FAULT_START,    /* a: fault */
+    EV_FAULT_END,      /* a: fault */
+    EV_RUN_END,        /* clients stop starting new work */
+    EV_SETTLE_CHECK,   /* the orphan-key check */
+    EV_COUNT
+};
+
+struct event {
+    uint64_t time, seq;
+    uint64_t b;
+    void *p;
+    uint32_t a;
+    uint16_t type;
+};
+
+/* ---- messages on a link ---- */
+
+enum op_kind { OP_ACQUIRE, OP_RENEW, OP_RELEASE, OP_FENCE, OP_LOOKUP };
+enum msg_state { M_QUEUED, M_SENT, M_AT_NODE, M_EXECUTED, M_LOST };
+
+struct link;
+
+enum { OP_NOTICE = OP_LOOKUP + 1 };
+
+struct msg {
+    LIST_ENTRY(msg) all;    /* every message alive, for the clean-up */
+    TAILQ_ENTRY(msg) link;  /* the link's queued or in-flight list */
+    TAILQ_ENTRY(msg) nlink; /* the node's stall queue or the link's held list */
+    struct link *l;
+    uint64_t epoch; /* the connection it went out on */
+    uint64_t id;
+    uint8_t kind, state;
+    bool cb_done, in_event, in_stallq, in_held, discard, notify;
+    bool to_agent; /* held: an answer or notice (else a request) */
+    uint32_t ttl_ms;
+    uint64_t floor, fence;
+    uint64_t sent_at;   /* agent clock */
+    uint64_t failed_at; /* agent clock when answered with an error */
+    backend_cb cb;
+    backend_lookup_cb lcb;
+    void *arg;
+    long long n; /* the script's integer answer */
+    struct backend_holder *holder_out;
+    uint16_t name_len;
+    char name[32];
+    char token[33];
+    char holder[SIM_VAL_MAX];
+};
+TAILQ_HEAD(msgq, msg);
+
+/* ---- the Redis model ---- */
+
+struct rkey {
+    char name[SIM_KEY_MAX];
+    char val[SIM_VAL_MAX];
+    int64_t expire_ms; /* node clock, ms; 0: none */
+};
+
+struct undo {
+    uint64_t t; /* virtual time of the change */
+    bool existed;
+    struct rkey k;
+};
+
+struct node {
+    struct sim *s;
+    unsigned id;
+    bool durable; /* appendonly yes, appendfsync always: restarts keep every key */
+    bool up;      /* false while restarting */
+    bool stalled;
+    uint64_t run_id;
+    int64_t started_at; /* virtual; below 0: before the run */
+    int64_t skew_ns, step_ns;
+    int32_t ppm;
+    struct rkey *keys;
+    unsigned nkeys, cap;
+    bool log_undo; /* keep an undo log (the seed fails it over) */
+    struct undo *undo;
+    size_t nundo, undo_cap, undo_head;
+    struct msgq stallq;
+    uint64_t executed;
+};
+
+/* ---- a link: one agent's connections to one node, as a backend ---- */
+
+struct agent;
+
+struct link {
+    struct backend base; /* first: the backend is the link */
+    struct sim *s;
+    struct agent *ag;
+    struct node *nd;
+    unsigned idx; /* in sim.links */
+    struct backend_events ev;
+    bool have_ev;
+    bool connected, subscribed, connecting, closing, partitioned;
+    uint64_t epoch;       /* increases with every new connection */
+    uint64_t attempt_gen; /* identifies the current connection attempt */
+    unsigned attempt;     /* failed attempts in a row, for the backoff */
+    struct msgq queued, inflight;
+    struct msgq held; /* cut off by a partition, both ways, in order */
+    size_t npending;
+    uint64_t to_node_at, to_agent_at, notice_at; /* FIFO: last delivery times */
+    uint64_t last_reply;                         /* agent clock */
+    uint64_t watchdog_gen;
+    bool watchdog_armed;
+    uint64_t join_gen;
+    /* what the command link read from INFO and CONFIG GET */
+    uint64_t run_id;
+    bool durable;
+    uint64_t excluded_until; /* agent clock */
+    int last_error;
+    uint64_t last_rtt;
+};
+
+/* ---- clients ---- */
+
+enum client_state { C_IDLE, C_WAITING, C_HOLDING, C_RELEASING, C_DONE };
+
+struct page_slot {
+    uint32_t state;
+    uint64_t lease_id, fence, deadline;
+    uint64_t touch;
+    bool used;
+};
+
+struct sclient {
+    struct core_client cc; /* first: the core's client is ours */
+    struct sim *s;
+    struct agent *ag;
+    unsigned id;
+    unsigned incarnation; /* after a crash, the client comes back as a new connection */
+    uint8_t state;
+    uint64_t gen; /* of its EV_CLIENT */
+    uint32_t next_req;
+    unsigned ops_left;
+    /* the current acquire */
+    uint32_t acq_req;
+    unsigned acq_name;
+    int64_t acq_wait_ms;
+    uint64_t acq_at; /* virtual */
+    /* the lease it holds */
+    uint64_t lease_id;
+    uint32_t lease_slot;
+    uint64_t lease_fence;
+    unsigned lease_name;
+    bool paused;
+    bool crash_next;      /* its next event is a crash */
+    uint64_t pause_touch; /* agent clock of its last touch before the pause */
+    bool releasing_sent;
+    uint32_t rel_req;
+    struct page_slot page[SIM_PAGE_SLOTS];
+    uint32_t gids[1];
+};
+
+/* A pending acquire, for the FIFO check. */
+struct fifo_ent {
+    unsigned client, incarnation;
+    uint32_t req;
+    bool forever;
+    uint64_t at;
+};
+
+struct agent {
+    struct sim *s;
+    unsigned id;
+    struct config cfg;
+    struct core core;
+    bool core_live;
+    struct backend *be;
+    int64_t boot_ns; /* its CLOCK_BOOTTIME at virtual 0 */
+    int32_t ppm;
+    int64_t wall_skew_us;
+    uint64_t tick_due, tick_gen;
+    uint64_t qt_due, qt_gen;
+    char host[16];
+    struct fifo_ent fifo[SIM_MAX_NAMES][SIM_MAX_CLIENTS];
+    unsigned nfifo[SIM_MAX_NAMES];
+};
+
+/* ---- faults ---- */
+
+enum fault_kind {
+    F_LINK_DROP,
+    F_PARTITION,    /* an agent cannot reach one node (or, quorum, several) */
+    F_NODE_STALL,   /* a node answers nothing, then everything queued */
+    F_RESTART,      /* a node restarts: a durable one keeps its keys */
+    F_FAILOVER,     /* a node is replaced by one some ms behind */
+    F_STEP_SMALL,   /* a node's clock steps forward within the drift allowance */
+    F_STEP_FORWARD, /* a node's clock steps forward beyond it */
+    F_STEP_BACK,    /* a node's clock steps back */
+    F_AGENT_DRIFT,  /* an agent's clock runs slow beyond the drift allowance */
+    F_NODE_DRIFT,   /* a node's clock runs fast beyond it */
+    F_KINDS
+};
+extern const char *const fault_names[F_KINDS];
+
+struct fault {
+    uint8_t kind;
+    unsigned agent, node;
+    unsigned nodes_mask; /* partition: which nodes */
+    uint64_t start, dur; /* virtual */
+    int64_t amount;      /* step ns, rollback ns, ppm */
+    bool done;
+};
+
+/* What the contract excludes, as far as it happened. */
+enum excl {
+    X_DATA_LOSS = 1,        /* single mode: the node lost keys */
+    X_UNDETECTED_LOSS = 2,  /* quorum: a node lost writes and still reads as durable */
+    X_CLOCK_FORWARD = 4,    /* a node's clock stepped forward beyond the allowance */
+    X_DRIFT = 8,            /* a clock ran beyond the allowance */
+    X_MARK_LOST_CLOCK = 16, /* fencing: marks lost while the token's clock stood back */
+    X_RESURRECT = 32,       /* a failover brought back keys already deleted */
+    X_LATE_ACQUIRE = 64,    /* a stalled node ran an acquire after the agent's clean-up gave up */
+};
+
+/* ---- the world ---- */
+
+enum sim_mode { MODE_ANY, MODE_SINGLE, MODE_QUORUM };
+
+struct sim_opts {
+    enum sim_mode mode;
+    bool trace; /* print every event */
+    bool ring;  /* keep the last events for a report */
+    const char *bug;
+    bool expect_violation;
+    bool quiet;
+};
+
+#define TRACE_RING 400
+
+struct sim_result {
+    bool violation;
+    bool excused; /* a violation was seen, but after a fault the contract excludes */
+    char what[512];
+    uint64_t digest;
+    uint64_t end_time;
+    uint64_t grants;
+    unsigned faults_seen[F_KINDS];
+    unsigned excused_count;
+    bool quorum;
+    unsigned nnodes;
+    bool fault_free;
+};
+
+struct sim {
+    uint64_t seed;
+    struct sim_opts opts;
+    struct rng rng;
+    uint64_t now, seq;
+    struct event *heap;
+    size_t nheap, heap_cap;
+    uint64_t digest;
+    uint64_t msg_ids;
+    LIST_HEAD(, msg) all_msgs;
+    bool quorum;
+    unsigned nnodes, nagents, nclients, nnames;
+    struct node nodes[SIM_MAX_NODES];
+    struct agent agents[SIM_MAX_AGENTS];
+    struct link links[SIM_MAX_AGENTS * SIM_MAX_NODES];
+    struct sclient clients[SIM_MAX_CLIENTS];
+    struct fault faults[SIM_MAX_FAULTS];
+    unsigned nfaults;
+    char names[SIM_MAX_NAMES][8];
+    /* network profile */
+    uint64_t delay_lo, delay_hi;
+    unsigned slow_percent;
+    /* the schedule */
+    uint64_t run_end;
+    bool running; /* clients start new work */
+    bool settling;
+    uint64_t settle_at;
+    uint64_t hard_end;
+    uint32_t ttl_lo, ttl_hi;
+    /* checker */
+    unsigned excl;       /* X_* that happened */
+    char excl_text[256]; /* the first of each, named */
+    uint64_t last_fence[SIM_MAX_NAMES];
+    bool fence_seen[SIM_MAX_NAMES];
+    unsigned node_losses; /* nodes whose data was lost or rolled back */
+    bool wall_apart;      /* the agents' wall clocks disagree */
+    bool any_step_back;   /* a node clock ever stepped back */
+    bool me_off, fence_off, orphan_off;
+    struct sim_result *res;
+    bool stop;
+    /* trace */
+    char (*ring)[160];
+    unsigned ring_n, ring_pos;
+};
+
+/* world.c */
+void ev_push(struct sim *s, uint64_t time, uint16_t type, uint32_t a, uint64_t b, void *p);
+bool ev_pop(struct sim *s, struct event *out);
+uint64_t agent_clock(const struct agent *ag, uint64_t t);
+uint64_t agent_now(const struct agent *ag);
+uint64_t agent_virt(const struct agent *ag, uint64_t due); /* first virtual time at due */
+uint64_t agent_wall_us(const struct agent *ag);
+int64_t node_clock_ns(const struct node *nd);
+uint64_t net_delay(struct sim *s);
+void tracef(struct sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define TRACE(s, ...)                                                                              \
+    do {                                                                                           \
+        if ((s)->opts.trace || (s)->opts.ring)                                                     \
+            tracef((s), __VA_ARGS__);                                                              \
+    } while (0)
+void violation(struct sim *s, const char *kind, unsigned excl_mask, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void excl_note(struct sim *s, unsigned bit, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* redis.c */
+void node_init(struct sim *s, struct node *nd, unsigned id);
+void node_free(struct node *nd);
+void node_arrive(struct node *nd, struct msg *m);
+void node_restart(struct node *nd, uint64_t down_ns);
+void node_failover(struct node *nd, uint64_t rollback_ns, uint64_t down_ns);
+void node_stall_end(struct node *nd);
+unsigned node_lock_keys(struct node *nd, char *first, size_t len); /* live lock keys */
+extern bool sim_bug_release_no_compare;
+
+/* sim.c */
+bool sim_quorum_available(void);
+int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res);
+
+/* link.c */
+void link_init(struct sim *s, struct link *l, struct agent *ag, struct node *nd, unsigned idx);
+void link_set_events(struct link *l, const struct backend_events *ev);
+void link_start(struct link *l);
+void link_drop(struct link *l, const char *why); /* the agent sees the connection lost */
+void link_set_partition(struct link *l, bool on);
+void link_event(struct sim *s, const struct event *e);
+void link_reply(struct msg *m); /* the node answered m */
+void link_node_down(struct link *l);
+void link_publish(struct link *l, const char *name, size_t len);
+void msg_maybe_free(struct msg *m);
+void link_teardown(struct link *l);
+
+#endif
