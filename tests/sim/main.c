@@ -162,7 +162,7 @@ int main(int argc, char **argv)
     log_set_level(LOG_ERROR);
 
     uint64_t runs = 0, violations = 0, excused = 0, grants = 0, vtime = 0, nquorum = 0;
-    uint64_t fault_free = 0;
+    uint64_t fault_free = 0, ex_mutex = 0, ex_fence = 0, ex_orphan = 0;
     unsigned faults[F_KINDS] = {0};
     int rc = 0;
     for (uint64_t seed = first; seed <= last; seed++) {
@@ -187,6 +187,9 @@ int main(int argc, char **argv)
         nquorum += r.quorum;
         fault_free += r.fault_free;
         excused += r.excused_count;
+        ex_mutex += r.excused_mutex;
+        ex_fence += r.excused_fence;
+        ex_orphan += r.excused_orphan;
         for (int k = 0; k < F_KINDS; k++)
             faults[k] += r.faults_seen[k];
         if (single_seed) {
@@ -226,6 +229,9 @@ int main(int argc, char **argv)
                " without faults), %" PRIu64 " violation(s), %" PRIu64
                " excused by excluded faults\n",
                prog, first, first + runs - 1, runs, nquorum, fault_free, violations, excused);
+        printf("  excused: mutual exclusion %" PRIu64 ", fencing %" PRIu64 ", orphan keys %" PRIu64
+               "\n",
+               ex_mutex, ex_fence, ex_orphan);
         printf("  grants %" PRIu64 ", mean virtual time %.3f s\n  faults:", grants,
                runs ? (double)vtime / (double)runs / 1e9 : 0.0);
         for (int k = 0; k < F_KINDS; k++)

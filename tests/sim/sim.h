@@ -20,6 +20,7 @@
 #define SIM_MAX_NAMES   3
 #define SIM_MAX_FAULTS  12
 #define SIM_PAGE_SLOTS  4
+#define SIM_MAX_LATE    16
 #define SIM_KEY_MAX     96
 #define SIM_VAL_MAX     128
 
@@ -293,6 +294,7 @@ struct sim_result {
     uint64_t grants;
     unsigned faults_seen[F_KINDS];
     unsigned excused_count;
+    unsigned excused_mutex, excused_fence, excused_orphan;
     bool quorum;
     unsigned nnodes;
     bool fault_free;
@@ -336,6 +338,8 @@ struct sim {
     bool wall_apart;      /* the agents' wall clocks disagree */
     bool any_step_back;   /* a node clock ever stepped back */
     bool me_off, fence_off, orphan_off;
+    char late[SIM_MAX_LATE][33]; /* tokens of acquires that ran after they failed */
+    unsigned nlate;
     struct sim_result *res;
     bool stop;
     /* trace */
@@ -370,7 +374,7 @@ void node_arrive(struct node *nd, struct msg *m);
 void node_restart(struct node *nd, uint64_t down_ns);
 void node_failover(struct node *nd, uint64_t rollback_ns, uint64_t down_ns);
 void node_stall_end(struct node *nd);
-unsigned node_lock_keys(struct node *nd, char *first, size_t len); /* live lock keys */
+bool node_key_live(const struct node *nd, const struct rkey *k);
 extern bool sim_bug_release_no_compare;
 
 /* sim.c */

@@ -229,6 +229,12 @@ void violation(struct sim *s, const char *kind, unsigned excl_mask, const char *
     if (s->excl & excl_mask) {
         r->excused = true;
         r->excused_count++;
+        if (strcmp(kind, "mutual exclusion") == 0)
+            r->excused_mutex++;
+        else if (strcmp(kind, "fencing") == 0)
+            r->excused_fence++;
+        else
+            r->excused_orphan++;
         TRACE(s, "EXCUSED %s: %s (after: %s)", kind, what, s->excl_text);
         return;
     }
