@@ -65,7 +65,7 @@ static void to_node(struct link *l, struct msg *m)
         hold(l, m, false);
         return;
     }
-    uint64_t at = s->now + net_delay(s);
+    uint64_t at = s->now + net_delay(s) + l->lag;
     if (at < l->to_node_at)
         at = l->to_node_at;
     l->to_node_at = at;
@@ -81,7 +81,7 @@ static void to_agent(struct link *l, struct msg *m)
         return;
     }
     uint64_t *fifo = m->kind == OP_NOTICE ? &l->notice_at : &l->to_agent_at;
-    uint64_t at = s->now + net_delay(s);
+    uint64_t at = s->now + net_delay(s) + l->lag;
     if (at < *fifo)
         at = *fifo;
     *fifo = at;

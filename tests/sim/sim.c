@@ -25,8 +25,8 @@ bool sim_quorum_available(void)
 }
 
 const char *const fault_names[F_KINDS] = {
-    "link-drop",  "partition",    "node-stall", "restart",     "failover",
-    "step-small", "step-forward", "step-back",  "agent-drift", "node-drift",
+    "link-drop",    "partition", "node-stall",  "restart",    "failover", "step-small",
+    "step-forward", "step-back", "agent-drift", "node-drift", "lag",      "agent-pause",
 };
 
 /* The checks and the faults that excuse them. */
@@ -97,6 +97,17 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
         return;
     }
     unsigned name = c->acq_name;
+    ag->watch_granted = true;
+    if (ag->watch_token)
+        memcpy(c->lease_token, ag->watch_token, 33);
+    else
+        c->lease_token[0] = '\0';
+    if (g->deadline_ns <= agent_now(ag))
+        violation(s, "validity", 0,
+                  "agent%u granted %s to client%u with no validity left (deadline %" PRId64
+                  " ms ago)",
+                  ag->id, s->names[name], c->id,
+                  ((int64_t)agent_now(ag) - (int64_t)g->deadline_ns) / 1000000);
     int idx = fifo_find(ag, c);
     if (idx > 0) {
         const struct fifo_ent *first = &ag->fifo[name][0];
@@ -479,6 +490,51 @@ static void check_mutex(struct sim *s)
     }
 }
 
+/* Does node nd hold name's key with token? A node that lost its data less
+ * than max_ttl_ms ago counts as holding it: it is kept out of quorums that
+ * long (in single mode such a loss is a fault the contract excludes). */
+static bool node_holds(struct sim *s, struct node *nd, unsigned name, const char *token)
+{
+    if (nd->lost_data && s->now < nd->lost_at + MS(s->agents[0].cfg.max_ttl_ms) * 21 / 20)
+        return true;
+    char key[SIM_KEY_MAX];
+    snprintf(key, sizeof key, "dlock:%s", s->names[name]);
+    for (unsigned i = 0; i < nd->nkeys; i++) {
+        const struct rkey *k = &nd->keys[i];
+        if (strcmp(k->name, key) == 0)
+            return node_key_live(nd, k) && strcmp(k->val, token) == 0;
+    }
+    return false;
+}
+
+/* A lease valid by its client's rule has its key, with its token, alive on
+ * its node (single mode) or on a majority of the nodes (quorum mode): what
+ * mutual exclusion rests on, checked without waiting for a second holder. */
+static void check_keys(struct sim *s)
+{
+    if (s->me_off)
+        return;
+    for (unsigned i = 0; i < s->nclients; i++) {
+        const struct sclient *c = &s->clients[i];
+        uint64_t d;
+        if (!lease_valid(c, &d) || !c->lease_token[0])
+            continue;
+        unsigned holding = 0;
+        for (unsigned n = 0; n < s->nnodes; n++)
+            holding += node_holds(s, &s->nodes[n], c->lease_name, c->lease_token);
+        if (holding * 2 > s->nnodes)
+            continue;
+        violation(s, "key life", EXCUSE_MUTEX,
+                  "client%u on agent%u holds %s (fence %" PRIu64 ", %" PRId64
+                  " ms left) but its key is on %u of %u node(s)",
+                  c->id, c->ag->id, s->names[c->lease_name], c->lease_fence,
+                  ((int64_t)d - (int64_t)agent_now(c->ag)) / 1000000, holding, s->nnodes);
+        if (!s->stop)
+            s->me_off = true;
+        return;
+    }
+}
+
 static bool faults_over(const struct sim *s)
 {
     for (unsigned i = 0; i < s->nfaults; i++)
@@ -574,6 +630,8 @@ static void check_stuck(struct sim *s)
 static void note_mark_loss(struct sim *s, unsigned node, const char *how)
 {
     s->node_losses++;
+    s->nodes[node].lost_data = true;
+    s->nodes[node].lost_at = s->now;
     if (s->quorum && s->wall_apart)
         excl_note(s, X_MARK_LOST_CLOCK,
                   "fencing marks lost on node%u (%s) while the agents' wall clocks disagree", node,
@@ -601,6 +659,15 @@ static void fault_start(struct sim *s, struct fault *f)
     case F_NODE_STALL:
         if (nd->up)
             nd->stalled = true;
+        break;
+    case F_LAG:
+        for (unsigned n = 0; n < s->nnodes; n++)
+            if (f->nodes_mask & (1u << n))
+                link_of(s, f->agent, n)->lag += (uint64_t)f->amount;
+        break;
+    case F_AGENT_PAUSE:
+        if (s->agents[f->agent].paused_until < s->now + f->dur)
+            s->agents[f->agent].paused_until = s->now + f->dur;
         break;
     case F_RESTART:
         if (!nd->durable) {
@@ -662,6 +729,11 @@ static void fault_end(struct sim *s, struct fault *f)
         if (nd->stalled)
             node_stall_end(nd);
         break;
+    case F_LAG:
+        for (unsigned n = 0; n < s->nnodes; n++)
+            if (f->nodes_mask & (1u << n))
+                link_of(s, f->agent, n)->lag -= (uint64_t)f->amount;
+        break;
     case F_RESTART:
     case F_FAILOVER:
         nd->up = true;
@@ -673,7 +745,7 @@ static void fault_end(struct sim *s, struct fault *f)
 
 static void plan_faults(struct sim *s, uint64_t span)
 {
-    static const unsigned weight[F_KINDS] = {20, 15, 14, 15, 8, 5, 4, 6, 3, 3};
+    static const unsigned weight[F_KINDS] = {20, 15, 14, 15, 8, 5, 4, 6, 3, 3, 12, 10};
     unsigned total = 0;
     for (int k = 0; k < F_KINDS; k++)
         total += weight[k];
@@ -696,6 +768,14 @@ static void plan_faults(struct sim *s, uint64_t span)
         case F_NODE_STALL:
             f->dur = rng_range(&s->rng, MS(10), MS(2500));
             break;
+        case F_LAG:
+            f->dur = rng_range(&s->rng, MS(50), MS(3000));
+            f->amount = (int64_t)rng_range(&s->rng, MS(5), MS(300));
+            f->nodes_mask = s->quorum ? (unsigned)rng_range(&s->rng, 1, (1u << s->nnodes) - 1) : 1;
+            break;
+        case F_AGENT_PAUSE:
+            f->dur = rng_range(&s->rng, MS(5), MS(3000));
+            break;
         case F_RESTART:
             f->dur = rng_range(&s->rng, MS(5), MS(500));
             break;
@@ -705,7 +785,7 @@ static void plan_faults(struct sim *s, uint64_t span)
             s->nodes[f->node].log_undo = true;
             break;
         case F_STEP_SMALL:
-            f->amount = (int64_t)rng_range(&s->rng, US(50), US(900));
+            f->amount = (int64_t)rng_range(&s->rng, US(50), US(500));
             break;
         case F_STEP_FORWARD:
         case F_STEP_BACK:
@@ -835,8 +915,11 @@ static int setup(struct sim *s)
             if (!ag->be)
                 return -1;
         }
+        ag->seam = proxy_new(ag, ag->be);
+        if (!ag->seam)
+            return -1;
         env.arg = ag;
-        if (core_init(&ag->core, &ag->cfg, &env, ag->be, rng_next(r), ag->host) != 0)
+        if (core_init(&ag->core, &ag->cfg, &env, ag->seam, rng_next(r), ag->host) != 0)
             return -1;
         ag->core_live = true;
         for (unsigned n = 0; n < s->nnodes; n++)
@@ -863,7 +946,7 @@ static int setup(struct sim *s)
 static void agent_after(struct agent *ag)
 {
     struct sim *s = ag->s;
-    ag->be->ops->flush(ag->be);
+    ag->seam->ops->flush(ag->seam);
     uint64_t due = core_next_due(&ag->core);
     if (due == ag->tick_due)
         return;
@@ -871,6 +954,31 @@ static void agent_after(struct agent *ag)
     ag->tick_gen++;
     if (due)
         ev_push(s, agent_virt(ag, due), EV_AGENT_TICK, ag->id, ag->tick_gen, NULL);
+}
+
+/* The agent an event is for, if any. */
+static struct agent *agent_of(struct sim *s, const struct event *e)
+{
+    switch (e->type) {
+    case EV_AGENT_TICK:
+    case EV_QUORUM_TIMER:
+        return &s->agents[e->a];
+    case EV_REPLY_ARRIVE:
+    case EV_NOTICE_ARRIVE:
+        return ((struct msg *)e->p)->l->ag;
+    case EV_LINK_DROP:
+    case EV_LINK_CONNECT:
+    case EV_LINK_UP:
+    case EV_LINK_SUBSCRIBE:
+    case EV_LINK_WATCHDOG:
+    case EV_LINK_JOIN:
+        return s->links[e->a].ag;
+    case EV_CLIENT:
+        /* A client's request waits while its agent is stopped. */
+        return s->clients[e->a].ag;
+    default:
+        return NULL;
+    }
 }
 
 static void dispatch(struct sim *s, const struct event *e)
@@ -935,7 +1043,9 @@ static void teardown(struct sim *s)
         ag->core_live = false;
         if (ag->core.cfg)
             core_shutdown(&ag->core);
-        if (ag->be)
+        if (ag->seam)
+            ag->seam->ops->destroy(ag->seam);
+        else if (ag->be)
             ag->be->ops->destroy(ag->be);
         for (unsigned n = 0; n < s->nnodes; n++)
             link_teardown(link_of(s, a, n));
@@ -996,10 +1106,17 @@ int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res)
             break;
         }
         s->now = e.time;
+        struct agent *target = agent_of(s, &e);
+        if (target && target->paused_until > s->now) {
+            /* Handled when the agent runs again, in the order they came. */
+            ev_push(s, target->paused_until, e.type, e.a, e.b, e.p);
+            continue;
+        }
         dispatch(s, &e);
         for (unsigned a = 0; a < s->nagents; a++)
             agent_after(&s->agents[a]);
         check_mutex(s);
+        check_keys(s);
         check_settle(s);
     }
     if (!s->stop && !s->settling && !res->violation) {

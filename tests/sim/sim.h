@@ -125,6 +125,8 @@ struct node {
     bool stalled;
     uint64_t run_id;
     int64_t started_at; /* virtual; below 0: before the run */
+    bool lost_data;     /* lost keys (restart without persistence, failover) */
+    uint64_t lost_at;   /* virtual */
     int64_t skew_ns, step_ns;
     int32_t ppm;
     struct rkey *keys;
@@ -149,6 +151,7 @@ struct link {
     struct backend_events ev;
     bool have_ev;
     bool connected, subscribed, connecting, closing, partitioned;
+    uint64_t lag;         /* added to every delay (a lag fault) */
     uint64_t epoch;       /* increases with every new connection */
     uint64_t attempt_gen; /* identifies the current connection attempt */
     unsigned attempt;     /* failed attempts in a row, for the backoff */
@@ -199,6 +202,7 @@ struct sclient {
     uint32_t lease_slot;
     uint64_t lease_fence;
     unsigned lease_name;
+    char lease_token[33];
     bool paused;
     bool crash_next;      /* its next event is a crash */
     uint64_t pause_touch; /* agent clock of its last touch before the pause */
@@ -222,11 +226,16 @@ struct agent {
     struct config cfg;
     struct core core;
     bool core_live;
-    struct backend *be;
+    struct backend *be;   /* the store: one link, or the quorum over links */
+    struct backend *seam; /* what the core sees: be, watched (proxy.c) */
+    /* The acquire whose answer the core is handling now. */
+    const char *watch_token;
+    bool watch_released, watch_granted;
     int64_t boot_ns; /* its CLOCK_BOOTTIME at virtual 0 */
     int32_t ppm;
     int64_t wall_skew_us;
     uint64_t tick_due, tick_gen;
+    uint64_t paused_until; /* virtual: its process runs nothing before */
     uint64_t qt_due, qt_gen;
     char host[16];
     struct fifo_ent fifo[SIM_MAX_NAMES][SIM_MAX_CLIENTS];
@@ -246,6 +255,8 @@ enum fault_kind {
     F_STEP_BACK,    /* a node's clock steps back */
     F_AGENT_DRIFT,  /* an agent's clock runs slow beyond the drift allowance */
     F_NODE_DRIFT,   /* a node's clock runs fast beyond it */
+    F_LAG,          /* an agent's messages to and from nodes take much longer */
+    F_AGENT_PAUSE,  /* an agent's process stops (SIGSTOP, a long page fault), then goes on */
     F_KINDS
 };
 extern const char *const fault_names[F_KINDS];
@@ -380,6 +391,9 @@ extern bool sim_bug_release_no_compare;
 /* sim.c */
 bool sim_quorum_available(void);
 int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res);
+
+/* proxy.c */
+struct backend *proxy_new(struct agent *ag, struct backend *inner);
 
 /* link.c */
 void link_init(struct sim *s, struct link *l, struct agent *ag, struct node *nd, unsigned idx);

@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* proxy.c -- the backend each core sees: the agent's store (one link, or
+ * the quorum over its links) passed through unchanged, watched at the seam.
+ * Every acquire the core sends is answered through here, so the simulator
+ * checks what the core does with the answer before it returns: an acquire
+ * that failed, or that took the key without a grant, or (when the store asks
+ * for it) missed, must be followed by a release of its token at once; and
+ * the token of a grant is known for the key-life check. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlock.h"
+#include "sim.h"
+
+struct proxy {
+    struct backend base;
+    struct backend *inner;
+    struct agent *ag;
+};
+
+struct pcall {
+    struct proxy *p;
+    backend_cb cb;
+    void *arg;
+    char name[32];
+    char token[33];
+};
+
+static void on_acquired(void *arg, const struct backend_result *r)
+{
+    struct pcall *pc = arg;
+    struct agent *ag = pc->p->ag;
+    struct sim *s = ag->s;
+    const char *saved = ag->watch_token;
+    ag->watch_token = pc->token;
+    ag->watch_released = ag->watch_granted = false;
+    pc->cb(pc->arg, r);
+    bool released = ag->watch_released, granted = ag->watch_granted;
+    ag->watch_token = saved;
+    if (ag->core_live && !s->stop) {
+        const char *what = NULL;
+        if (r->err && !released)
+            what = "failed, and its key was not withdrawn";
+        else if (!r->err && r->outcome == BACKEND_DONE && !released && !granted)
+            what = "took the key, was not granted, and the key was not released";
+        else if (!r->err && r->outcome == BACKEND_TAKEN && pc->p->inner->release_after_miss &&
+                 !released)
+            what = "missed, and the nodes that took the key were not told to release it";
+        if (what)
+            violation(s, "clean-up", 0, "agent%u: the acquire of %s (token %.8s) %s", ag->id,
+                      pc->name, pc->token, what);
+    }
+    free(pc);
+}
+
+static int p_acquire(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    struct proxy *p = (struct proxy *)b;
+    struct pcall *pc = calloc(1, sizeof *pc);
+    if (!pc)
+        return DLOCK_ENOMEM;
+    pc->p = p;
+    pc->cb = cb;
+    pc->arg = arg;
+    snprintf(pc->name, sizeof pc->name, "%.*s", (int)req->len, req->name);
+    memcpy(pc->token, req->token, 32);
+    int rc = p->inner->ops->acquire(p->inner, req, on_acquired, pc);
+    if (rc)
+        free(pc);
+    return rc;
+}
+
+static int p_renew(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    struct proxy *p = (struct proxy *)b;
+    return p->inner->ops->renew(p->inner, req, cb, arg);
+}
+
+static int p_release(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    struct proxy *p = (struct proxy *)b;
+    struct agent *ag = p->ag;
+    if (ag->watch_token && req->token && memcmp(req->token, ag->watch_token, 32) == 0)
+        ag->watch_released = true;
+    return p->inner->ops->release(p->inner, req, cb, arg);
+}
+
+static int p_fence(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    struct proxy *p = (struct proxy *)b;
+    return p->inner->ops->fence ? p->inner->ops->fence(p->inner, req, cb, arg) : DLOCK_EINVAL;
+}
+
+static int p_lookup(struct backend *b, const char *name, size_t len, backend_lookup_cb cb,
+                    void *arg)
+{
+    struct proxy *p = (struct proxy *)b;
+    return p->inner->ops->lookup(p->inner, name, len, cb, arg);
+}
+
+static void p_flush(struct backend *b)
+{
+    struct proxy *p = (struct proxy *)b;
+    p->inner->ops->flush(p->inner);
+}
+
+static size_t p_pending(const struct backend *b)
+{
+    const struct proxy *p = (const struct proxy *)b;
+    return p->inner->ops->pending(p->inner);
+}
+
+static size_t p_nodes(const struct backend *b, struct backend_node *out, size_t max)
+{
+    const struct proxy *p = (const struct proxy *)b;
+    return p->inner->ops->nodes(p->inner, out, max);
+}
+
+static bool p_counts(const struct backend *b, uint64_t now)
+{
+    const struct proxy *p = (const struct proxy *)b;
+    return !p->inner->ops->counts || p->inner->ops->counts(p->inner, now);
+}
+
+static bool p_excluded(const struct backend *b, uint64_t now, char *buf, size_t len)
+{
+    const struct proxy *p = (const struct proxy *)b;
+    return p->inner->ops->excluded && p->inner->ops->excluded(p->inner, now, buf, len);
+}
+
+static void p_destroy(struct backend *b)
+{
+    struct proxy *p = (struct proxy *)b;
+    p->inner->ops->destroy(p->inner);
+    free(p);
+}
+
+static const struct backend_ops proxy_ops = {
+    .acquire = p_acquire,
+    .renew = p_renew,
+    .release = p_release,
+    .fence = p_fence,
+    .lookup = p_lookup,
+    .flush = p_flush,
+    .pending = p_pending,
+    .nodes = p_nodes,
+    .counts = p_counts,
+    .excluded = p_excluded,
+    .destroy = p_destroy,
+};
+
+struct backend *proxy_new(struct agent *ag, struct backend *inner)
+{
+    struct proxy *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->base.ops = &proxy_ops;
+    p->base.release_after_miss = inner->release_after_miss;
+    p->inner = inner;
+    p->ag = ag;
+    return &p->base;
+}
