@@ -85,7 +85,9 @@ static void waiter_unlink(struct conn *c, struct waiter *w)
 static const char *answer_text(struct agent *a, int err, char *buf, size_t len)
 {
     char why[160];
-    if (err != DLOCK_ENOQUORUM || !backend_quorum_excluded(a->backend, now_ns(), why, sizeof why))
+    const struct backend *be = a->backend;
+    if (err != DLOCK_ENOQUORUM || !be->ops->excluded ||
+        !be->ops->excluded(be, now_ns(), why, sizeof why))
         return errname(err);
     snprintf(buf, len, "%s: %s", errname(err), why);
     return buf;
@@ -148,8 +150,9 @@ static void park_orphan(struct agent *a, struct orphan *o)
         timer_set(a, &a->orphan_retry, now + ORPHAN_RETRY_NS);
 }
 
-static void on_released(void *arg, int err, long long result)
+static void on_released(void *arg, const struct backend_result *r)
 {
+    int err = r->err;
     struct orphan *o = arg;
     struct agent *a = the_agent;
     if (err && o->ready_seq != a->ready_seq && !a->shutting_down) {
@@ -164,7 +167,7 @@ static void on_released(void *arg, int err, long long result)
         park_orphan(a, o);
         return;
     }
-    if (result == 0)
+    if (r->outcome != BACKEND_DONE)
         log_debug("release of %s found the key gone or owned by another", o->name);
     free(o);
 }
@@ -172,8 +175,9 @@ static void on_released(void *arg, int err, long long result)
 static void send_orphan(struct agent *a, struct orphan *o)
 {
     o->ready_seq = a->ready_seq;
-    int rc = a->backend->ops->release(a->backend, o->name, o->name_len, o->token, o->notify,
-                                      on_released, o);
+    struct backend_req req = {
+        .name = o->name, .len = o->name_len, .token = o->token, .notify = o->notify};
+    int rc = a->backend->ops->release(a->backend, &req, on_released, o);
     if (rc) {
         log_debug("cannot release %s now (%s); will retry when Redis is back", o->name,
                   errname(rc));
@@ -288,8 +292,9 @@ static void lease_renew_failed(struct agent *a, struct lease *le, uint64_t now, 
     timer_set(a, &le->timer, lease_renew_retry(now, le->deadline, le->ttl_ms));
 }
 
-static void on_renewed(void *arg, int err, long long result)
+static void on_renewed(void *arg, const struct backend_result *r)
 {
+    int err = r->err;
     struct agent *a = the_agent;
     struct lease *le = table_lease_find(&a->table, (uint64_t)(uintptr_t)arg);
     if (!le || !le->renew_sent)
@@ -298,7 +303,7 @@ static void on_renewed(void *arg, int err, long long result)
     le->renew_sent = 0;
     if (err == 0)
         histo_add(&a->stats.renew, now - sent);
-    if (err == 0 && result == 1) {
+    if (err == 0 && r->outcome == BACKEND_DONE) {
         a->stats.renewals++;
         le->renewals++;
         le->deadline = lease_deadline(sent, le->ttl_ms);
@@ -368,8 +373,11 @@ static void lease_due(struct agent *a, struct lease *le, uint64_t now)
         return;
     }
     le->stopped = 0;
-    int rc = a->backend->ops->renew(a->backend, le->lock->name, le->lock->name_len, le->token,
-                                    le->ttl_ms, on_renewed, (void *)(uintptr_t)le->id);
+    struct backend_req req = {.name = le->lock->name,
+                              .len = le->lock->name_len,
+                              .token = le->token,
+                              .ttl_ms = le->ttl_ms};
+    int rc = a->backend->ops->renew(a->backend, &req, on_renewed, (void *)(uintptr_t)le->id);
     if (rc) {
         lease_renew_failed(a, le, now, rc);
         return;
@@ -441,8 +449,9 @@ static bool ride_outage(struct agent *a, struct lock *l, struct waiter *w, int e
     return true;
 }
 
-static void on_acquired(void *arg, int err, long long result)
+static void on_acquired(void *arg, const struct backend_result *r)
 {
+    int err = r->err;
     struct agent *a = the_agent;
     struct lock *l = arg;
     struct waiter *w = l->acq_for;
@@ -454,11 +463,11 @@ static void on_acquired(void *arg, int err, long long result)
         /* Unanswered, or failed halfway: Redis may have set the key all
          * the same. Compare-and-delete is harmless if it did not. */
         withdraw_key(a, l);
-    } else if (result > 0) {
+    } else if (r->outcome == BACKEND_DONE) {
         a->down_since = 0;
         uint64_t deadline = lease_deadline(l->acq_sent, l->acq_ttl_ms);
         if (w && !a->shutting_down && now_ns() < deadline) {
-            grant(a, l, w, deadline, (uint64_t)result);
+            grant(a, l, w, deadline, r->fence);
         } else {
             /* Nobody to give it to (waiter gone, agent stopping), or the reply
              * came too late to leave any validity: hand the key back. */
@@ -472,7 +481,8 @@ static void on_acquired(void *arg, int err, long long result)
         if (w && w->try_once)
             waiter_finish(a, w, DLOCK_EBUSY);
         if (l->qhead && !l->notice_missed) {
-            uint64_t delay = waiter_retry_delay(a->cfg->retry_fallback_ms, -result, random_unit());
+            uint64_t delay =
+                waiter_retry_delay(a->cfg->retry_fallback_ms, r->pttl_ms, random_unit());
             timer_set(a, &l->retry, now_ns() + delay);
         }
     }
@@ -500,8 +510,12 @@ static void lock_kick(struct agent *a, struct lock *l)
         const struct conn *c = w->owner;
         snprintf(holder, sizeof holder, "%s %s %d %u %s", l->acq_token, a->host, (int)c->pid,
                  (unsigned)c->uid, c->comm);
-        int rc = a->backend->ops->acquire(a->backend, l->name, l->name_len, l->acq_token, holder,
-                                          w->ttl_ms, on_acquired, l);
+        struct backend_req req = {.name = l->name,
+                                  .len = l->name_len,
+                                  .token = l->acq_token,
+                                  .holder = holder,
+                                  .ttl_ms = w->ttl_ms};
+        int rc = a->backend->ops->acquire(a->backend, &req, on_acquired, l);
         if (rc == 0) {
             l->acquiring = true;
             l->acq_for = w;
