@@ -475,7 +475,7 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
     if (!rep || rc->setup_left <= 0)
         return;
     bool info = strcmp(priv, "INFO") == 0;
-    if (rep->type == REDIS_REPLY_ERROR && info && !config_quorum(rc->rb->cfg)) {
+    if (rep->type == REDIS_REPLY_ERROR && info && rc->rb->cfg->mode != REDIS_MODE_QUORUM) {
         /* Only quorum mode needs the run id; a single node may keep INFO
          * to itself. */
         log_warn("%s: INFO refused (%s); its restarts go unnoticed", rc->rb->label, rep->str);
@@ -612,7 +612,7 @@ static void note_server(struct rb *b, const redisReply *rep)
     memcpy(b->run_id, run_id, sizeof run_id);
     if (restarted)
         log_warn("%s: restarted or replaced (run id %s, up %s s)", b->label, run_id, uptime);
-    if (!config_quorum(b->cfg) || !(first || restarted))
+    if (b->cfg->mode != REDIS_MODE_QUORUM || !(first || restarted))
         return;
     if (b->durable && (first || was_durable)) {
         log_info("%s: appendonly yes, appendfsync always: a restart loses no acknowledged write, "
@@ -675,7 +675,7 @@ static void send_setup(struct rconn *rc)
         redisAsyncCommand(ac, on_setup_reply, "SELECT", "SELECT %d", cfg->redis_db);
         rc->setup_left++;
     }
-    if (config_quorum(cfg)) {
+    if (cfg->mode == REDIS_MODE_QUORUM) {
         /* Answered before INFO, whose reply decides on the exclusion. */
         rc->rb->link_persist = 0;
         redisAsyncCommand(ac, on_persistence, "appendonly", "CONFIG GET appendonly");
@@ -903,7 +903,7 @@ struct backend *backend_redis_new(struct ev_loop *loop, const struct config *cfg
     b->cfg = cfg;
     b->addr = addr;
     b->ev = *events;
-    if (config_quorum(cfg)) {
+    if (cfg->mode == REDIS_MODE_QUORUM) {
         char a[300];
         snprintf(b->label, sizeof b->label, "redis %s", config_addr_str(addr, a, sizeof a));
     } else {

@@ -239,7 +239,7 @@ static uint64_t excluded_ms(const struct backend_node *n, uint64_t now)
 static void quorum_text(const struct status_source *a, const struct backend_node *n, uint64_t now,
                         char *out, size_t len)
 {
-    if (!config_quorum(a->cfg))
+    if (a->cfg->mode != REDIS_MODE_QUORUM)
         snprintf(out, len, "-");
     else if (n->excluded_until > now)
         snprintf(out, len, "joins in %llu s",
@@ -250,7 +250,13 @@ static void quorum_text(const struct status_source *a, const struct backend_node
 
 static const char *mode_of(const struct status_source *a)
 {
-    return config_quorum(a->cfg) ? "quorum" : "single";
+    switch (a->cfg->mode) {
+    case REDIS_MODE_QUORUM:
+        return "quorum";
+    case REDIS_MODE_SINGLE:
+        break;
+    }
+    return "single";
 }
 
 /* The agent's counters, by name: "renewal_failures" is the JSON member,
