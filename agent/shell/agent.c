@@ -16,8 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend_quorum.h"
-#include "backend_redis.h"
+#include "backends.h"
 #include "leasepage.h"
 #include "dlock.h"
 #include "log.h"
@@ -950,8 +949,7 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     unix_listen_close_unused();
     struct backend_events ev = {
         .arg = a, .on_notice = on_notice, .on_subscribed = on_subscribed, .on_ready = on_ready};
-    a->backend = cfg->mode == REDIS_MODE_QUORUM ? backend_quorum_new(loop, cfg, &ev)
-                                                : backend_redis_new(loop, cfg, &cfg->nodes[0], &ev);
+    a->backend = backend_new(loop, cfg, &ev);
     if (!a->backend)
         goto fail_backend;
     a->status.src.backend = a->backend; /* made after the status socket */
