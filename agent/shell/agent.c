@@ -148,8 +148,15 @@ static void src_snapshot(void *arg, struct status_snapshot *s)
     const struct agent *a = arg;
     s->now = now_ns();
     s->started = a->started;
-    s->quorum = config_quorum(a->cfg);
-    s->mode = s->quorum ? "quorum" : "single";
+    s->quorum = a->cfg->mode == REDIS_MODE_QUORUM;
+    s->mode = "single";
+    switch (a->cfg->mode) {
+    case REDIS_MODE_QUORUM:
+        s->mode = "quorum";
+        break;
+    case REDIS_MODE_SINGLE:
+        break;
+    }
     s->connections = a->server.nconns;
     s->leases = a->core.table.nleases;
     s->stats = a->core.stats;
