@@ -23,6 +23,7 @@ static const struct bug bugs[] = {
     {"grant_late", CORE_BUG_GRANT_LATE},
     {"no_withdraw", CORE_BUG_NO_WITHDRAW},
     {"jeopardy_valid", CORE_BUG_JEOPARDY_VALID},
+    {"quorum_low_fence", CORE_BUG_QUORUM_LOW_FENCE},
     {"release_no_compare", -1},
 #endif
     {NULL, 0},

@@ -175,10 +175,10 @@ struct keynames {
     char lock[SIM_KEY_MAX], holder[SIM_KEY_MAX], mark[SIM_KEY_MAX], legacy[SIM_KEY_MAX];
 };
 
-static void names_of(const struct msg *m, struct keynames *kn)
+static void names_make(const char *name, size_t name_len, struct keynames *kn)
 {
     size_t plen = strlen(SIM_PREFIX);
-    int len = snprintf(kn->lock, sizeof kn->lock, "%s%.*s", SIM_PREFIX, (int)m->name_len, m->name);
+    int len = snprintf(kn->lock, sizeof kn->lock, "%s%.*s", SIM_PREFIX, (int)name_len, name);
     char buf[2 * SIM_KEY_MAX];
     size_t n = holder_key(kn->lock, (size_t)len, plen, buf);
     snprintf(kn->holder, sizeof kn->holder, "%.*s", (int)n, buf);
@@ -186,6 +186,24 @@ static void names_of(const struct msg *m, struct keynames *kn)
     snprintf(kn->legacy, sizeof kn->legacy, "%.*s", (int)n, buf);
     n = fence_hw_key(tags, kn->lock, (size_t)len, plen, buf);
     snprintf(kn->mark, sizeof kn->mark, "%.*s", (int)n, buf);
+}
+
+/* The keys of the few names a run uses, made once. */
+static const struct keynames *names_of(const struct msg *m)
+{
+    static struct {
+        char name[32];
+        struct keynames kn;
+    } cache[16];
+    static unsigned ncache;
+    for (unsigned i = 0; i < ncache; i++)
+        if (strlen(cache[i].name) == m->name_len &&
+            memcmp(cache[i].name, m->name, m->name_len) == 0)
+            return &cache[i].kn;
+    unsigned i = ncache < 16 ? ncache++ : 15;
+    snprintf(cache[i].name, sizeof cache[i].name, "%.*s", (int)m->name_len, m->name);
+    names_make(m->name, m->name_len, &cache[i].kn);
+    return &cache[i].kn;
 }
 
 static void publish(struct node *nd, const struct msg *m)
@@ -277,24 +295,23 @@ static void run_lookup(struct node *nd, struct msg *m, const struct keynames *kn
 
 static void node_exec(struct node *nd, struct msg *m)
 {
-    struct keynames kn;
-    names_of(m, &kn);
+    const struct keynames *kn = names_of(m);
     nd->executed++;
     switch (m->kind) {
     case OP_ACQUIRE:
-        m->n = run_acquire(nd, m, &kn);
+        m->n = run_acquire(nd, m, kn);
         break;
     case OP_RENEW:
-        m->n = run_renew(nd, m, &kn);
+        m->n = run_renew(nd, m, kn);
         break;
     case OP_RELEASE:
-        m->n = run_release(nd, m, &kn);
+        m->n = run_release(nd, m, kn);
         break;
     case OP_FENCE:
-        m->n = run_fence(nd, m, &kn);
+        m->n = run_fence(nd, m, kn);
         break;
     default:
-        run_lookup(nd, m, &kn);
+        run_lookup(nd, m, kn);
         break;
     }
     m->state = M_EXECUTED;
@@ -414,4 +431,9 @@ void node_failover(struct node *nd, uint64_t rollback_ns, uint64_t down_ns)
 bool node_key_live(const struct node *nd, const struct rkey *k)
 {
     return !expired(nd, k) && !strstr(k->name, " fence");
+}
+
+bool node_key_expired(const struct node *nd, const struct rkey *k)
+{
+    return expired(nd, k);
 }

@@ -25,14 +25,15 @@ bool sim_quorum_available(void)
 }
 
 const char *const fault_names[F_KINDS] = {
-    "link-drop",    "partition", "node-stall",  "restart",    "failover", "step-small",
-    "step-forward", "step-back", "agent-drift", "node-drift", "lag",      "agent-pause",
+    "link-drop",  "partition",    "node-stall", "restart",     "failover",
+    "step-small", "step-forward", "step-back",  "agent-drift", "node-drift",
+    "lag",        "agent-pause",  "fresh-node",
 };
 
 /* The checks and the faults that excuse them. */
 #define EXCUSE_MUTEX  (X_DATA_LOSS | X_UNDETECTED_LOSS | X_CLOCK_FORWARD | X_DRIFT)
 #define EXCUSE_FENCE  (X_MARK_LOST_CLOCK)
-#define EXCUSE_ORPHAN (X_RESURRECT | X_LATE_ACQUIRE)
+#define EXCUSE_ORPHAN (X_RESURRECT | X_LATE_ACQUIRE | X_STEP_BACK)
 
 static bool fault_free(const struct sim *s)
 {
@@ -73,6 +74,7 @@ static int fifo_find(struct agent *ag, const struct sclient *c)
     return -1;
 }
 
+static void fence_excuse(struct sim *s, unsigned name);
 static void client_next(struct sclient *c, uint64_t delay);
 static void client_crash_at(struct sclient *c, uint64_t delay);
 
@@ -119,6 +121,7 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
     if (idx >= 0)
         fifo_remove(ag, name, (unsigned)idx);
     if (!s->fence_off && s->fence_seen[name] && g->fence <= s->last_fence[name]) {
+        fence_excuse(s, name);
         violation(s, "fencing", EXCUSE_FENCE,
                   "grant of %s to client%u on agent%u has token %" PRIu64
                   ", not above the previous grant's %" PRIu64,
@@ -128,6 +131,7 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
     }
     s->fence_seen[name] = true;
     s->last_fence[name] = g->fence;
+    s->last_fence_at[name] = s->now;
     c->state = C_HOLDING;
     c->lease_id = g->lease_id;
     c->lease_slot = g->slot;
@@ -142,7 +146,8 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
         c->pause_touch = agent_now(ag);
         hold = rng_range(&s->rng, 3 * ttl, 8 * ttl);
     } else {
-        hold = rng_range(&s->rng, 0, 2 * ttl);
+        hold = rng_chance(&s->rng, 30) ? rng_range(&s->rng, 0, MS(20))
+                                       : rng_range(&s->rng, 0, 2 * ttl);
     }
     if (rng_chance(&s->rng, 5))
         client_crash_at(c, rng_range(&s->rng, 0, hold));
@@ -497,12 +502,11 @@ static bool node_holds(struct sim *s, struct node *nd, unsigned name, const char
 {
     if (nd->lost_data && s->now < nd->lost_at + MS(s->agents[0].cfg.max_ttl_ms) * 21 / 20)
         return true;
-    char key[SIM_KEY_MAX];
-    snprintf(key, sizeof key, "dlock:%s", s->names[name]);
+    const char *key = s->lock_keys[name];
     for (unsigned i = 0; i < nd->nkeys; i++) {
         const struct rkey *k = &nd->keys[i];
         if (strcmp(k->name, key) == 0)
-            return node_key_live(nd, k) && strcmp(k->val, token) == 0;
+            return !node_key_expired(nd, k) && strcmp(k->val, token) == 0;
     }
     return false;
 }
@@ -627,18 +631,42 @@ static void check_stuck(struct sim *s)
 
 /* ---- faults ---- */
 
-static void note_mark_loss(struct sim *s, unsigned node, const char *how)
+static void note_mark_loss(struct sim *s, unsigned node)
 {
     s->node_losses++;
     s->nodes[node].lost_data = true;
     s->nodes[node].lost_at = s->now;
-    if (s->quorum && s->wall_apart)
-        excl_note(s, X_MARK_LOST_CLOCK,
-                  "fencing marks lost on node%u (%s) while the agents' wall clocks disagree", node,
-                  how);
+}
+
+/* A token not above the previous one is what the contract allows when the
+ * fencing marks were lost since that grant and the clock that then makes
+ * the token stands behind it (docs/fencing.md, "When it breaks"): in single
+ * mode, a node clock that stepped back; in quorum mode, agents' wall clocks
+ * further apart than the time between the two grants. */
+static void fence_excuse(struct sim *s, unsigned name)
+{
+    uint64_t since = s->last_fence_at[name];
+    bool lost = false;
+    for (unsigned n = 0; n < s->nnodes; n++)
+        lost |= s->nodes[n].lost_data && s->nodes[n].lost_at >= since;
+    if (!lost)
+        return;
     if (!s->quorum && s->any_step_back)
         excl_note(s, X_MARK_LOST_CLOCK,
-                  "fencing marks lost on the node (%s) after its clock stepped back", how);
+                  "the node lost its fencing marks since the previous grant, and its clock "
+                  "stepped back");
+    int64_t lo = s->agents[0].wall_skew_us, hi = lo;
+    for (unsigned a = 1; a < s->nagents; a++) {
+        int64_t v = s->agents[a].wall_skew_us;
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    uint64_t span = (uint64_t)(hi - lo) * 1000 + MS(1);
+    if (s->quorum && s->now - since <= span)
+        excl_note(s, X_MARK_LOST_CLOCK,
+                  "fencing marks lost on a node since the previous grant, %" PRIu64
+                  " ms before, while the agents' wall clocks are %" PRId64 " ms apart",
+                  (s->now - since) / 1000000, (hi - lo) / 1000);
 }
 
 static void fault_start(struct sim *s, struct fault *f)
@@ -673,7 +701,7 @@ static void fault_start(struct sim *s, struct fault *f)
         if (!nd->durable) {
             if (!s->quorum)
                 excl_note(s, X_DATA_LOSS, "the node restarted without persistence (keys lost)");
-            note_mark_loss(s, nd->id, "restart without persistence");
+            note_mark_loss(s, nd->id);
         }
         node_restart(nd, f->dur);
         break;
@@ -686,7 +714,7 @@ static void fault_start(struct sim *s, struct fault *f)
                       "node%u failed over losing %" PRId64
                       " ms of writes, and reads as durable (no restart exclusion)",
                       nd->id, f->amount / 1000000);
-        note_mark_loss(s, nd->id, "failover");
+        note_mark_loss(s, nd->id);
         node_failover(nd, (uint64_t)f->amount, f->dur);
         break;
     case F_STEP_SMALL:
@@ -701,9 +729,10 @@ static void fault_start(struct sim *s, struct fault *f)
     case F_STEP_BACK:
         nd->step_ns -= f->amount;
         s->any_step_back = true;
-        if (!s->quorum && s->node_losses)
-            excl_note(s, X_MARK_LOST_CLOCK,
-                      "the node's clock stepped back after it lost its fencing marks");
+        excl_note(s, X_STEP_BACK,
+                  "node%u's clock stepped back %" PRId64
+                  " ms: its keys outlive their TTL (orphan keys only)",
+                  nd->id, f->amount / 1000000);
         break;
     default:
         break;
@@ -745,7 +774,7 @@ static void fault_end(struct sim *s, struct fault *f)
 
 static void plan_faults(struct sim *s, uint64_t span)
 {
-    static const unsigned weight[F_KINDS] = {20, 15, 14, 15, 8, 5, 4, 6, 3, 3, 12, 10};
+    static const unsigned weight[F_KINDS] = {20, 15, 14, 15, 8, 5, 4, 6, 3, 3, 12, 10, 4};
     unsigned total = 0;
     for (int k = 0; k < F_KINDS; k++)
         total += weight[k];
@@ -797,6 +826,10 @@ static void plan_faults(struct sim *s, uint64_t span)
             excl_note(s, X_DRIFT, "agent%u's clock runs %d ppm slow, beyond the drift allowance",
                       f->agent, -s->agents[f->agent].ppm);
             break;
+        case F_FRESH:
+            f->start = 0;
+            s->nodes[f->node].started_at = -(int64_t)rng_range(&s->rng, 0, MS(2500));
+            break;
         case F_NODE_DRIFT:
             f->start = 0;
             s->nodes[f->node].ppm = (int32_t)signed_range(&s->rng, 15000, 50000);
@@ -806,7 +839,7 @@ static void plan_faults(struct sim *s, uint64_t span)
         default:
             break;
         }
-        if (k == F_AGENT_DRIFT || k == F_NODE_DRIFT) {
+        if (k == F_AGENT_DRIFT || k == F_NODE_DRIFT || k == F_FRESH) {
             f->done = true;
             s->res->faults_seen[k]++;
             continue;
@@ -830,8 +863,10 @@ static int setup(struct sim *s)
     s->nagents = (unsigned)rng_range(r, 2, SIM_MAX_AGENTS);
     s->nclients = (unsigned)rng_range(r, 2, 8);
     s->nnames = rng_chance(r, 50) ? 1 : (unsigned)rng_range(r, 2, SIM_MAX_NAMES);
-    for (unsigned n = 0; n < s->nnames; n++)
+    for (unsigned n = 0; n < s->nnames; n++) {
         snprintf(s->names[n], sizeof s->names[n], "%c", 'a' + n);
+        snprintf(s->lock_keys[n], sizeof s->lock_keys[n], "dlock:%c", 'a' + n);
+    }
     s->delay_lo = rng_range(r, US(50), US(200));
     s->delay_hi = rng_range(r, s->delay_lo, US(800));
     s->slow_percent = (unsigned)rng_range(r, 0, 12);
@@ -852,20 +887,20 @@ static int setup(struct sim *s)
     tmpl.reconnect_max_ms = (uint32_t)rng_range(r, 100, 400);
     tmpl.node_timeout_ms = (uint32_t)rng_range(r, 50, 100);
     tmpl.nnodes = s->nnodes;
+    tmpl.mode = s->quorum ? REDIS_MODE_QUORUM : REDIS_MODE_SINGLE;
     for (unsigned n = 0; n < s->nnodes; n++) {
         char addr[32];
         snprintf(addr, sizeof addr, "10.0.0.%u:6379", n + 1);
         config_parse_addr(addr, &tmpl.nodes[n]);
     }
 
-    bool skew = s->quorum && rng_chance(r, 30);
+    bool skew = s->quorum && rng_chance(r, 50);
     for (unsigned n = 0; n < s->nnodes; n++) {
         struct node *nd = &s->nodes[n];
         node_init(s, nd, n);
         nd->durable = rng_chance(r, 50);
         nd->run_id = rng_next(r) | 1;
-        nd->started_at = rng_chance(r, 90) ? -(int64_t)rng_range(r, MS(10000), MS(1000000))
-                                           : -(int64_t)rng_range(r, 0, MS(2000));
+        nd->started_at = -(int64_t)rng_range(r, MS(10000), MS(1000000));
         nd->skew_ns = signed_range(r, -(int64_t)MS(50), (int64_t)MS(50));
         nd->ppm = (int32_t)signed_range(r, -2000, 2000);
     }
@@ -876,9 +911,7 @@ static int setup(struct sim *s)
         ag->cfg = tmpl;
         ag->boot_ns = (int64_t)rng_range(r, MS(1000), MS(100000000));
         ag->ppm = (int32_t)signed_range(r, -2000, 2000);
-        ag->wall_skew_us = skew ? signed_range(r, -5000, 5000) : 0;
-        if (ag->wall_skew_us != s->agents[0].wall_skew_us)
-            s->wall_apart = true;
+        ag->wall_skew_us = skew ? signed_range(r, -20000, 20000) : 0;
         snprintf(ag->host, sizeof ag->host, "host%u", a);
         for (unsigned n = 0; n < s->nnodes; n++)
             link_init(s, link_of(s, a, n), ag, &s->nodes[n], a * s->nnodes + n);

@@ -257,6 +257,7 @@ enum fault_kind {
     F_NODE_DRIFT,   /* a node's clock runs fast beyond it */
     F_LAG,          /* an agent's messages to and from nodes take much longer */
     F_AGENT_PAUSE,  /* an agent's process stops (SIGSTOP, a long page fault), then goes on */
+    F_FRESH,        /* a node was started less than max_ttl_ms before the run */
     F_KINDS
 };
 extern const char *const fault_names[F_KINDS];
@@ -279,6 +280,7 @@ enum excl {
     X_MARK_LOST_CLOCK = 16, /* fencing: marks lost while the token's clock stood back */
     X_RESURRECT = 32,       /* a failover brought back keys already deleted */
     X_LATE_ACQUIRE = 64,    /* a stalled node ran an acquire after the agent's clean-up gave up */
+    X_STEP_BACK = 128,      /* a node's clock stepped back: keys outlive their TTL */
 };
 
 /* ---- the world ---- */
@@ -330,6 +332,7 @@ struct sim {
     struct fault faults[SIM_MAX_FAULTS];
     unsigned nfaults;
     char names[SIM_MAX_NAMES][8];
+    char lock_keys[SIM_MAX_NAMES][16]; /* "dlock:NAME" */
     /* network profile */
     uint64_t delay_lo, delay_hi;
     unsigned slow_percent;
@@ -345,9 +348,10 @@ struct sim {
     char excl_text[256]; /* the first of each, named */
     uint64_t last_fence[SIM_MAX_NAMES];
     bool fence_seen[SIM_MAX_NAMES];
-    unsigned node_losses; /* nodes whose data was lost or rolled back */
-    bool wall_apart;      /* the agents' wall clocks disagree */
-    bool any_step_back;   /* a node clock ever stepped back */
+    uint64_t last_fence_at[SIM_MAX_NAMES]; /* virtual time of that grant */
+    unsigned node_losses;                  /* nodes whose data was lost or rolled back */
+    bool wall_apart;                       /* the agents' wall clocks disagree */
+    bool any_step_back;                    /* a node clock ever stepped back */
     bool me_off, fence_off, orphan_off;
     char late[SIM_MAX_LATE][33]; /* tokens of acquires that ran after they failed */
     unsigned nlate;
@@ -386,6 +390,7 @@ void node_restart(struct node *nd, uint64_t down_ns);
 void node_failover(struct node *nd, uint64_t rollback_ns, uint64_t down_ns);
 void node_stall_end(struct node *nd);
 bool node_key_live(const struct node *nd, const struct rkey *k);
+bool node_key_expired(const struct node *nd, const struct rkey *k);
 extern bool sim_bug_release_no_compare;
 
 /* sim.c */
