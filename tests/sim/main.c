@@ -208,12 +208,8 @@ int main(int argc, char **argv)
         violations++;
         if (violations <= MAX_REPORTED && !(opts.expect_violation && opts.quiet)) {
             printf("\nseed %" PRIu64 ": VIOLATION %s\n", seed, r.what);
-            if (!opts.trace && !single_seed) {
-                struct sim_opts o = opts;
-                o.ring = true;
-                struct sim_result again;
-                sim_run(seed, &o, &again);
-            } else if (!opts.trace) {
+            if (!opts.trace) {
+                /* The same seed again, keeping its last events for the report. */
                 struct sim_opts o = opts;
                 o.ring = true;
                 struct sim_result again;

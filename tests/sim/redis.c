@@ -427,6 +427,24 @@ void node_failover(struct node *nd, uint64_t rollback_ns, uint64_t down_ns)
     nd->started_at = -(int64_t)3600000000000ll;
 }
 
+/* What earlier runs left: the per-name counter of an earlier version and the
+ * high-water mark of the name's slot (0: none), as they may differ from node
+ * to node in quorum mode (so that proposals differ). */
+void node_preload(struct node *nd, const char *name, uint64_t legacy, uint64_t mark)
+{
+    struct keynames kn;
+    names_make(name, strlen(name), &kn);
+    char v[24];
+    if (legacy) {
+        snprintf(v, sizeof v, "%" PRIu64, legacy);
+        kset(nd, kn.legacy, v, 0);
+    }
+    if (mark && kmark(nd, kn.mark) < mark) {
+        snprintf(v, sizeof v, "%" PRIu64, mark);
+        kset(nd, kn.mark, v, 0);
+    }
+}
+
 /* A lock key or holder record alive now (not a fencing mark). */
 bool node_key_live(const struct node *nd, const struct rkey *k)
 {

@@ -389,6 +389,7 @@ void node_arrive(struct node *nd, struct msg *m);
 void node_restart(struct node *nd, uint64_t down_ns);
 void node_failover(struct node *nd, uint64_t rollback_ns, uint64_t down_ns);
 void node_stall_end(struct node *nd);
+void node_preload(struct node *nd, const char *name, uint64_t legacy, uint64_t mark);
 bool node_key_live(const struct node *nd, const struct rkey *k);
 bool node_key_expired(const struct node *nd, const struct rkey *k);
 extern bool sim_bug_release_no_compare;
