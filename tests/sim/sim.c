@@ -650,7 +650,6 @@ static void check_stuck(struct sim *s)
 
 static void note_mark_loss(struct sim *s, unsigned node)
 {
-    s->node_losses++;
     s->nodes[node].lost_data = true;
     s->nodes[node].lost_at = s->now;
 }

@@ -340,7 +340,6 @@ struct sim {
     uint64_t run_end;
     bool running; /* clients start new work */
     bool settling;
-    uint64_t settle_at;
     uint64_t hard_end;
     uint32_t ttl_lo, ttl_hi;
     /* checker */
@@ -349,11 +348,10 @@ struct sim {
     uint64_t last_fence[SIM_MAX_NAMES];
     bool fence_seen[SIM_MAX_NAMES];
     uint64_t last_fence_at[SIM_MAX_NAMES]; /* virtual time of that grant */
-    unsigned node_losses;                  /* nodes whose data was lost or rolled back */
     bool wall_apart;                       /* the agents' wall clocks disagree */
     bool any_step_back;                    /* a node clock ever stepped back */
-    bool me_off, fence_off, orphan_off;
-    char late[SIM_MAX_LATE][33]; /* tokens of acquires that ran after they failed */
+    bool me_off, fence_off;                /* checks off after an excused violation */
+    char late[SIM_MAX_LATE][33];           /* tokens of acquires that ran after they failed */
     unsigned nlate;
     struct sim_result *res;
     bool stop;
