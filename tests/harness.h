@@ -42,10 +42,12 @@
 #include <sys/types.h>
 
 #include "dlock.h"
+#include "redisproc.h"
 #include "wire.h"
 
 #define H_MAX_AGENTS   3
 #define H_MAX_NODES    5 /* redis-servers: one, or 3 or 5 for quorum mode */
+#define H_MAX_SPARES   2 /* redis-servers outside the nodes (h_redis_spare()) */
 #define H_MAX_CLIENTS  16
 #define H_MAX_EVENTS   64
 #define H_MAX_CHILDREN 16
@@ -100,9 +102,8 @@ struct h_holder {
 
 /* One redis-server. Node 0 is the Redis of the single-node tests. */
 struct h_node {
-    pid_t pid;         /* 0 when not running */
-    int paused;        /* SIGSTOPped */
-    char sock[H_PATH]; /* DIR/redis.sock for node 0, DIR/redis<i>.sock for the others */
+    struct redisproc proc; /* its process: pid 0 when not running, paused when SIGSTOPped */
+    char sock[H_PATH];     /* DIR/redis.sock for node 0, DIR/redis<i>.sock for the others */
     char log[H_PATH];
     char addr[H_PATH];  /* "unix:<sock>" */
     redisContext *conn; /* the harness's own connection (NULL until needed) */
@@ -116,6 +117,7 @@ struct h_env {
     char redis_log[H_PATH];
     char redis_addr[H_PATH]; /* "unix:<redis_sock>" */
     struct h_node node[H_MAX_NODES];
+    struct redisproc spare[H_MAX_SPARES];
     /* The nodes agents are configured with: 0..nnodes-1. 0 or 1 is
      * single-node mode (node 0), 3 or 5 quorum mode. */
     int nnodes;
@@ -243,6 +245,11 @@ void h_redis_kill(void);    /* h_node_kill(0) */
 void h_redis_pause(void);   /* h_node_pause(0) */
 void h_redis_resume(void);  /* h_node_resume(0) */
 void h_redis_restart(void); /* h_node_restart(0) */
+
+/* Starts a redis-server that is none of the nodes (no persistence) on the
+ * socket DIR/name, logging to DIR/name.log, and waits for its PING; it runs
+ * until the teardown. */
+void h_redis_spare(const char *name);
 
 /* The h_node_* functions on node 0. */
 redisReply *h_redis_cmd(const char *fmt, ...);

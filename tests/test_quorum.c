@@ -893,28 +893,6 @@ ITEST(quorum, shutdown_with_a_node_hung_exits_cleanly)
     h_node_resume(2);
 }
 
-/* A redis-server outside the harness' nodes, at DIR/name; returns its pid. */
-static pid_t spare_start(const char *name)
-{
-    const char *sock = h_path(name);
-    char path[H_PATH];
-    snprintf(path, sizeof path, "%s", sock);
-    char *argv[] = {"redis-server", "--port", "0",     "--unixsocket", path, "--save", "",
-                    "--appendonly", "no",     "--dir", H.dir,          NULL};
-    pid_t pid = h_spawn(argv, h_path("spare.log"));
-    int64_t end = h_now_ms() + H_START_MS;
-    for (;;) {
-        redisContext *rc = redisConnectUnix(path);
-        bool up = rc && !rc->err;
-        if (rc)
-            redisFree(rc);
-        if (up)
-            return pid;
-        cr_assert_lt(h_now_ms(), end, "spare redis-server did not come up");
-        h_sleep_ms(10);
-    }
-}
-
 ITEST(quorum, node_replaced_by_another_server_does_not_count)
 {
     /* Node 2 is replaced, at the same address, by a server that has been up
@@ -923,7 +901,7 @@ ITEST(quorum, node_replaced_by_another_server_does_not_count)
      * the moment it is seen, or client 2 could take nodes 1 and 2 while
      * client 1 holds the lock on nodes 0 and 2. */
     const uint32_t ttl = 3000;
-    spare_start("spare.sock");
+    h_redis_spare("spare.sock");
     h_quorum_start(3, 2, "max_ttl_ms = 3000\ndefault_ttl_ms = 3000", NULL);
     struct h_cl *c1 = h_client_at(0), *c2 = h_client_at(1);
     const char *key = h_key("replaced");
