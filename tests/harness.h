@@ -57,6 +57,14 @@
 /* Deadlines used throughout (milliseconds). */
 #define H_START_MS 5000 /* redis-server / dlockd to come up */
 #define H_STOP_MS  5000 /* a process to exit after SIGTERM */
+/* Something the agent does at once (an answer, an event, a key deleted), or
+ * at a deadline of its own well within this: the tests wait that long for
+ * it and assert the order and the state they see, never how soon it came.
+ * Where "at once" has to be told from "after a timeout or a TTL", the test
+ * makes those far longer than this (e.g. retry_fallback_ms = 60000). How
+ * soon the lock logic acts (renewals, max hold, progress, retries) is the
+ * business of its unit test, test_core.c, in virtual time. */
+#define H_EVENT_MS 10000
 
 struct h_agent {
     pid_t pid;      /* 0 when not running */
@@ -190,9 +198,14 @@ void h_sleep_ms(int ms);
     } while (0)
 
 /* The agent answers a release before Redis has run its compare-and-DEL (the
- * DEL is pipelined, best effort), so a released key goes within moments
- * rather than before dlock_lease_release() returns. */
-#define H_KEY_GONE(key) H_WAIT_UNTIL(500, !h_redis_exists(key))
+ * DEL is pipelined, best effort), so a released key goes a moment after
+ * dlock_lease_release() returns. H_KEY_GONE waits for that (up to
+ * H_EVENT_MS) and fails unless the key went before it could have expired:
+ * deleted, not left to its TTL. It reads the key's PTTL while it waits, so a
+ * key seen with PTTL p at time t and found gone before t + p was deleted. */
+#define H_KEY_GONE(key)            h_key_gone(__FILE__, __LINE__, 0, key)
+#define H_NODE_KEY_GONE(node, key) h_key_gone(__FILE__, __LINE__, node, key)
+void h_key_gone(const char *file, int line, int node, const char *key);
 
 /* ---- redis-server nodes ----
  *
