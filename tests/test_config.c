@@ -91,7 +91,7 @@ Test(defaults, documented_values)
     cr_assert_eq(c.reconnect_max_ms, 2000);
     cr_assert_eq(c.nnodes, 1);
     cr_assert_eq(c.node_timeout_ms, 20);
-    cr_assert_not(config_quorum(&c));
+    cr_assert_eq(c.mode, REDIS_MODE_SINGLE);
 }
 
 Test(defaults, pass_validation)
@@ -622,7 +622,6 @@ Test(set, address_list)
     config_defaults(&c);
     expect_good(&c, "redis", "address", "unix:/r/a.sock, 10.0.0.2:6379,\t[::1]:7000");
     cr_assert_eq(c.nnodes, 3);
-    cr_assert(config_quorum(&c));
     cr_assert_str_eq(c.nodes[0].path, "/r/a.sock");
     cr_assert_str_eq(c.nodes[1].host, "10.0.0.2");
     cr_assert_eq(c.nodes[1].port, 6379);
@@ -637,7 +636,6 @@ Test(set, address_list)
     /* One address again: single-node mode. */
     expect_good(&c, "redis", "address", "solo:6379");
     cr_assert_eq(c.nnodes, 1);
-    cr_assert_not(config_quorum(&c));
     /* Too many, empty, or one bad entry: refused, the list left alone. */
     static const char *const bad[] = {"a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9,j:10", ",", " , ",
                                       "a:1, b, c:3", "a:1,,host:0"};
@@ -902,6 +900,38 @@ Test(validate, quorum_node_count_is_odd_3_to_9)
     EXPECT_VALID(nodes_n(&c_, 3));
     EXPECT_VALID(nodes_n(&c_, 5));
     EXPECT_VALID(nodes_n(&c_, 9));
+}
+
+/* The mode is chosen by validation, from the node count, each time: one
+ * node is single-node mode, an odd number from 3 to 9 quorum mode, and any
+ * other count is refused and leaves no quorum mode behind. */
+Test(validate, mode_from_node_count)
+{
+    struct config c;
+    config_defaults(&c);
+    char err[256] = "";
+    for (unsigned n = 0; n <= CONFIG_MAX_NODES; n++) {
+        nodes_n(&c, n);
+        c.mode = REDIS_MODE_QUORUM; /* left over: must not stay */
+        int rc = config_validate(&c, err, sizeof err);
+        if (n == 1) {
+            cr_assert_eq(rc, 0, "1 node: %s", err);
+            cr_assert_eq(c.mode, REDIS_MODE_SINGLE);
+        } else if (n >= 3 && n % 2 == 1) {
+            cr_assert_eq(rc, 0, "%u nodes: %s", n, err);
+            cr_assert_eq(c.mode, REDIS_MODE_QUORUM, "%u nodes", n);
+        } else {
+            cr_assert_eq(rc, -1, "%u nodes accepted", n);
+            cr_assert_eq(c.mode, REDIS_MODE_SINGLE, "%u nodes", n);
+        }
+    }
+    /* From a list of addresses, and back to one. */
+    cr_assert_eq(config_parse_nodes(&c, "a:1, b:2, c:3", false), 0);
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.mode, REDIS_MODE_QUORUM);
+    cr_assert_eq(config_parse_nodes(&c, "a:1", false), 0);
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.mode, REDIS_MODE_SINGLE);
 }
 
 Test(validate, a_node_listed_twice)

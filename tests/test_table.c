@@ -210,12 +210,12 @@ Test(table, lease_new_sets_holder_and_is_found)
     struct table t;
     cr_assert_eq(table_init(&t, 5), 0);
     struct lock *l = get(&t, "res");
-    int owner;
-    struct lease *le = table_lease_new(&t, l, &owner);
+    struct core_client *owner = (struct core_client *)&t; /* any address: never read */
+    struct lease *le = table_lease_new(&t, l, owner);
     cr_assert_not_null(le);
     cr_assert_eq(l->holder, le);
     cr_assert_eq(le->lock, l);
-    cr_assert_eq(le->owner, &owner);
+    cr_assert_eq(le->owner, owner);
     cr_assert_eq(le->timer.kind, TK_LEASE);
     cr_assert_not(tnode_queued(&le->timer));
     cr_assert_eq(t.nleases, 1);

@@ -10,7 +10,7 @@
  * holds our key), and the grant needs a majority holding a counter at least
  * that high (docs/fencing.md has the proof). Renewal needs a majority too;
  * release goes to every node. Nodes that restarted recently count toward no
- * quorum (backend_redis_counts); an acquire refused for that says so in the
+ * quorum (ops->counts); an acquire refused for that says so in the
  * log, once every few seconds. */
 #include "backend_quorum.h"
 
@@ -89,7 +89,7 @@ struct qb {
  * line this often says it all. */
 #define EXCL_LOG_EVERY_NS (5 * NS_PER_SEC)
 
-static void on_node_reply(void *arg, int err, long long result);
+static void on_node_reply(void *arg, const struct backend_result *r);
 
 /* ---- operations ---- */
 
@@ -140,12 +140,17 @@ static void op_time(struct qop *op)
     }
 }
 
-static void op_finish(struct qop *op, int err, long long result)
+static void op_finish(struct qop *op, int err, enum backend_outcome outcome)
 {
     op->decided = true;
     op_untime(op);
+    struct backend_result r = {.err = err, .outcome = outcome, .at = now_ns()};
+    if (!err && outcome == BACKEND_DONE && op->kind == Q_ACQUIRE)
+        r.fence = op->fence;
+    if (!err && outcome == BACKEND_TAKEN)
+        r.pttl_ms = op->min_pttl > 0 ? op->min_pttl : 0;
     if (op->cb)
-        op->cb(op->arg, err, result);
+        op->cb(op->arg, &r);
 }
 
 static void op_maybe_free(struct qop *op)
@@ -161,21 +166,25 @@ static void op_send(struct qop *op, unsigned i)
     struct qb *q = op->qb;
     struct backend *be = q->node[i].be;
     void *arg = &op->sub[op->phase - 1][i];
+    struct backend_req req = {.name = op->name,
+                              .len = op->name_len,
+                              .token = op->token,
+                              .holder = op->holder,
+                              .ttl_ms = op->ttl_ms,
+                              .notify = op->notify,
+                              .floor = op->fence,
+                              .fence = op->fence};
     int rc;
     switch (op->kind) {
     case Q_ACQUIRE:
-        rc = op->phase == 1
-                 ? backend_redis_acquire_floor(be, op->name, op->name_len, op->token, op->holder,
-                                               op->ttl_ms, op->fence, on_node_reply, arg)
-                 : backend_redis_fence(be, op->name, op->name_len, op->token, op->ttl_ms, op->fence,
-                                       on_node_reply, arg);
+        rc = op->phase == 1 ? be->ops->acquire(be, &req, on_node_reply, arg)
+                            : be->ops->fence(be, &req, on_node_reply, arg);
         break;
     case Q_RENEW:
-        rc = be->ops->renew(be, op->name, op->name_len, op->token, op->ttl_ms, on_node_reply, arg);
+        rc = be->ops->renew(be, &req, on_node_reply, arg);
         break;
     default:
-        rc =
-            be->ops->release(be, op->name, op->name_len, op->token, op->notify, on_node_reply, arg);
+        rc = be->ops->release(be, &req, on_node_reply, arg);
         break;
     }
     if (rc == 0) {
@@ -195,7 +204,8 @@ static enum quorum_verdict op_verdict(const struct qop *op, bool any_no_taken)
     uint64_t now = now_ns();
     unsigned ok = 0, no = 0, open = 0;
     for (unsigned i = 0; i < q->n; i++) {
-        if (!backend_redis_counts(q->node[i].be, now))
+        const struct backend *be = q->node[i].be;
+        if (be->ops->counts && !be->ops->counts(be, now))
             continue;
         ok += op->answer[i] == A_OK;
         no += op->answer[i] == A_NO;
@@ -236,7 +246,7 @@ static void log_excluded(const struct qop *op)
     uint64_t now = now_ns();
     char why[160];
     if ((q->excl_logged && now - q->excl_logged < EXCL_LOG_EVERY_NS) ||
-        !backend_quorum_excluded(&q->base, now, why, sizeof why))
+        !q->base.ops->excluded(&q->base, now, why, sizeof why))
         return;
     q->excl_logged = now;
     log_info("quorum: acquire of %s refused: %s", op->name, why);
@@ -252,12 +262,12 @@ static void acquire_decide(struct qop *op)
             acquire_fence(op);
             acquire_decide(op); /* phase 2 may be won already */
         } else {
-            op_finish(op, 0, (long long)op->fence);
+            op_finish(op, 0, BACKEND_DONE);
         }
         return;
     case QV_TAKEN:
         if (op->phase == 1) {
-            op_finish(op, 0, op->min_pttl > 0 ? -op->min_pttl : 0);
+            op_finish(op, 0, BACKEND_TAKEN);
             return;
         }
         break;
@@ -267,7 +277,7 @@ static void acquire_decide(struct qop *op)
     log_debug("quorum: acquire of %s: no majority%s", op->name,
               op->phase == 2 ? " confirmed the fencing token" : "");
     log_excluded(op);
-    op_finish(op, DLOCK_ENOQUORUM, 0);
+    op_finish(op, DLOCK_ENOQUORUM, BACKEND_DONE);
 }
 
 static void decide(struct qop *op)
@@ -283,13 +293,13 @@ static void decide(struct qop *op)
         case QV_OPEN:
             break;
         case QV_WON:
-            op_finish(op, 0, 1);
+            op_finish(op, 0, BACKEND_DONE);
             break;
         case QV_TAKEN:
-            op_finish(op, 0, 0);
+            op_finish(op, 0, BACKEND_NOT_OURS);
             break;
         case QV_NO_QUORUM:
-            op_finish(op, DLOCK_ENOQUORUM, 0);
+            op_finish(op, DLOCK_ENOQUORUM, BACKEND_DONE);
             break;
         }
         break;
@@ -297,36 +307,37 @@ static void decide(struct qop *op)
         /* Done only when every node has answered: a node that did not
          * may still hold the key, and the agent will ask again. */
         if (op->refs == 0)
-            op_finish(op, op->err, op->released);
+            op_finish(op, op->err, op->released ? BACKEND_DONE : BACKEND_NOT_OURS);
         break;
     }
 }
 
-static void on_node_reply(void *arg, int err, long long result)
+static void on_node_reply(void *arg, const struct backend_result *r)
 {
+    int err = r->err;
     struct qsub *sub = arg;
     struct qop *op = sub->op;
     unsigned i = sub->node;
     op->refs--;
     if (op->qb->closing && !op->decided)
-        op_finish(op, DLOCK_EUNAVAIL, 0); /* as a single node does */
+        op_finish(op, DLOCK_EUNAVAIL, BACKEND_DONE); /* as a single node does */
     if (!op->decided && sub->phase == op->phase) {
         if (err) {
             op->answer[i] = A_FAILED;
             if (!op->err)
                 op->err = err;
         } else if (op->kind == Q_ACQUIRE && op->phase == 1) {
-            if (result > 0) {
+            if (r->outcome == BACKEND_DONE) {
                 op->answer[i] = A_OK;
-                op->proposed[i] = (uint64_t)result;
+                op->proposed[i] = r->fence;
             } else {
                 op->answer[i] = A_NO;
-                if (op->min_pttl < 0 || -result < op->min_pttl)
-                    op->min_pttl = -result;
+                if (op->min_pttl < 0 || r->pttl_ms < op->min_pttl)
+                    op->min_pttl = r->pttl_ms;
             }
         } else {
-            op->answer[i] = result == 1 ? A_OK : A_NO;
-            op->released |= op->kind == Q_RELEASE && result == 1;
+            op->answer[i] = r->outcome == BACKEND_DONE ? A_OK : A_NO;
+            op->released |= op->kind == Q_RELEASE && r->outcome == BACKEND_DONE;
         }
         decide(op);
     }
@@ -375,32 +386,34 @@ static int op_start(struct qop *op)
     return 0;
 }
 
-static int q_acquire(struct backend *be, const char *name, size_t len, const char *token,
-                     const char *holder, uint32_t ttl_ms, backend_cb cb, void *arg)
+static int q_acquire(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    struct qop *op = op_new((struct qb *)be, Q_ACQUIRE, name, len, token, holder, ttl_ms, cb, arg);
+    struct qop *op = op_new((struct qb *)be, Q_ACQUIRE, req->name, req->len, req->token,
+                            req->holder, req->ttl_ms, cb, arg);
     if (!op)
         return DLOCK_ENOMEM;
     /* One floor for all nodes, so that they usually propose the same token
-     * and no write-back is needed. */
-    op->fence = realtime_us();
+     * and no write-back is needed: the agent's wall clock, or the caller's
+     * floor when higher. */
+    uint64_t wall = realtime_us();
+    op->fence = req->floor > wall ? req->floor : wall;
     return op_start(op);
 }
 
-static int q_renew(struct backend *be, const char *name, size_t len, const char *token,
-                   uint32_t ttl_ms, backend_cb cb, void *arg)
+static int q_renew(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    struct qop *op = op_new((struct qb *)be, Q_RENEW, name, len, token, NULL, ttl_ms, cb, arg);
+    struct qop *op = op_new((struct qb *)be, Q_RENEW, req->name, req->len, req->token, NULL,
+                            req->ttl_ms, cb, arg);
     return op ? op_start(op) : DLOCK_ENOMEM;
 }
 
-static int q_release(struct backend *be, const char *name, size_t len, const char *token,
-                     bool notify, backend_cb cb, void *arg)
+static int q_release(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    struct qop *op = op_new((struct qb *)be, Q_RELEASE, name, len, token, NULL, 0, cb, arg);
+    struct qop *op =
+        op_new((struct qb *)be, Q_RELEASE, req->name, req->len, req->token, NULL, 0, cb, arg);
     if (!op)
         return DLOCK_ENOMEM;
-    op->notify = notify;
+    op->notify = req->notify;
     return op_start(op);
 }
 
@@ -522,6 +535,8 @@ static void q_destroy(struct backend *be)
     free(q);
 }
 
+static bool q_excluded(const struct backend *be, uint64_t now, char *buf, size_t len);
+
 static const struct backend_ops q_ops = {
     .acquire = q_acquire,
     .renew = q_renew,
@@ -530,10 +545,11 @@ static const struct backend_ops q_ops = {
     .flush = q_flush,
     .pending = q_pending,
     .nodes = q_nodes,
+    .excluded = q_excluded,
     .destroy = q_destroy,
 };
 
-bool backend_quorum_excluded(const struct backend *be, uint64_t now, char *buf, size_t len)
+static bool q_excluded(const struct backend *be, uint64_t now, char *buf, size_t len)
 {
     struct backend_node nodes[QMAX];
     size_t n = be->ops->nodes(be, nodes, QMAX);

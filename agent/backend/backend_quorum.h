@@ -14,10 +14,4 @@
 struct backend *backend_quorum_new(struct ev_loop *loop, const struct config *cfg,
                                    const struct backend_events *events);
 
-/* Whether nodes of be (any backend) are excluded from quorums after a
- * restart at now; if so, says how many and when the first joins again, as
- * "K of N nodes are excluded after a (re)start; the first joins quorums in S s",
- * in buf. */
-bool backend_quorum_excluded(const struct backend *be, uint64_t now, char *buf, size_t len);
-
 #endif

@@ -195,6 +195,26 @@ static void note_error(struct rb *b, int code, const char *text)
     snprintf(b->last_error_text, sizeof b->last_error_text, "%s", text);
 }
 
+/* The result of a script's integer reply (or of err): acquire: the token
+ * when taken, else the holder's PTTL negated (0: unknown); the others: 1
+ * done, 0 not our key. */
+static struct backend_result result_of(const struct rcmd *c, int err, long long n, uint64_t at)
+{
+    struct backend_result r = {.err = err, .at = at};
+    if (err)
+        return r;
+    if (c->script == S_ACQUIRE && n > 0) {
+        r.outcome = BACKEND_DONE;
+        r.fence = (uint64_t)n;
+    } else if (c->script == S_ACQUIRE) {
+        r.outcome = BACKEND_TAKEN;
+        r.pttl_ms = -n;
+    } else {
+        r.outcome = n == 1 ? BACKEND_DONE : BACKEND_NOT_OURS;
+    }
+    return r;
+}
+
 static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     struct rb *b = ((struct rconn *)ac->data)->rb;
@@ -243,10 +263,12 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
         note_error(b, err, "unexpected reply type");
         log_warn("%s: unexpected reply type %d", b->label, rep->type);
     }
-    if (c->script == S_LOOKUP)
+    if (c->script == S_LOOKUP) {
         c->lookup_cb(c->arg, err ? err : DLOCK_EBACKEND, NULL);
-    else if (c->cb)
-        c->cb(c->arg, err, result);
+    } else if (c->cb) {
+        struct backend_result res = result_of(c, err, result, b->last_reply);
+        c->cb(c->arg, &res);
+    }
     free(c);
 }
 
@@ -379,10 +401,11 @@ static int submit_with(struct backend *be, enum script s, const char *name, size
     return rc;
 }
 
-static int submit(struct backend *be, enum script s, const char *name, size_t len,
-                  const char *token, uint32_t ttl_ms, uint64_t num, backend_cb cb, void *arg)
+static int submit(struct backend *be, enum script s, const struct backend_req *req, uint64_t num,
+                  backend_cb cb, void *arg)
 {
-    return submit_with(be, s, name, len, token, NULL, ttl_ms, num, cb, NULL, arg);
+    return submit_with(be, s, req->name, req->len, req->token, s == S_ACQUIRE ? req->holder : NULL,
+                       req->ttl_ms, num, cb, NULL, arg);
 }
 
 static int rb_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
@@ -391,41 +414,30 @@ static int rb_lookup(struct backend *be, const char *name, size_t len, backend_l
     return submit_with(be, S_LOOKUP, name, len, NULL, NULL, 0, 0, NULL, cb, arg);
 }
 
-static int rb_acquire(struct backend *be, const char *name, size_t len, const char *token,
-                      const char *holder, uint32_t ttl_ms, backend_cb cb, void *arg)
+static int rb_acquire(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    return submit_with(be, S_ACQUIRE, name, len, token, holder, ttl_ms, 0, cb, NULL, arg);
+    return submit(be, S_ACQUIRE, req, req->floor, cb, arg);
 }
 
-int backend_redis_acquire_floor(struct backend *be, const char *name, size_t len, const char *token,
-                                const char *holder, uint32_t ttl_ms, uint64_t floor_us,
-                                backend_cb cb, void *arg)
+static int rb_renew(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    return submit_with(be, S_ACQUIRE, name, len, token, holder, ttl_ms, floor_us, cb, NULL, arg);
+    return submit(be, S_RENEW, req, 0, cb, arg);
 }
 
-int backend_redis_fence(struct backend *be, const char *name, size_t len, const char *token,
-                        uint32_t ttl_ms, uint64_t fence, backend_cb cb, void *arg)
+static int rb_release(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    return submit(be, S_FENCE, name, len, token, ttl_ms, fence, cb, arg);
+    return submit(be, S_RELEASE, req, req->notify, cb, arg);
 }
 
-bool backend_redis_counts(const struct backend *be, uint64_t now)
+static int rb_fence(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    return submit(be, S_FENCE, req, req->fence, cb, arg);
+}
+
+static bool rb_counts(const struct backend *be, uint64_t now)
 {
     const struct rb *b = (const struct rb *)be;
     return now >= b->excluded_until;
-}
-
-static int rb_renew(struct backend *be, const char *name, size_t len, const char *token,
-                    uint32_t ttl_ms, backend_cb cb, void *arg)
-{
-    return submit(be, S_RENEW, name, len, token, ttl_ms, 0, cb, arg);
-}
-
-static int rb_release(struct backend *be, const char *name, size_t len, const char *token,
-                      bool notify, backend_cb cb, void *arg)
-{
-    return submit(be, S_RELEASE, name, len, token, 0, notify, cb, arg);
 }
 
 static size_t rb_pending(const struct backend *be)
@@ -463,7 +475,7 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
     if (!rep || rc->setup_left <= 0)
         return;
     bool info = strcmp(priv, "INFO") == 0;
-    if (rep->type == REDIS_REPLY_ERROR && info && !config_quorum(rc->rb->cfg)) {
+    if (rep->type == REDIS_REPLY_ERROR && info && rc->rb->cfg->mode != REDIS_MODE_QUORUM) {
         /* Only quorum mode needs the run id; a single node may keep INFO
          * to itself. */
         log_warn("%s: INFO refused (%s); its restarts go unnoticed", rc->rb->label, rep->str);
@@ -600,7 +612,7 @@ static void note_server(struct rb *b, const redisReply *rep)
     memcpy(b->run_id, run_id, sizeof run_id);
     if (restarted)
         log_warn("%s: restarted or replaced (run id %s, up %s s)", b->label, run_id, uptime);
-    if (!config_quorum(b->cfg) || !(first || restarted))
+    if (b->cfg->mode != REDIS_MODE_QUORUM || !(first || restarted))
         return;
     if (b->durable && (first || was_durable)) {
         log_info("%s: appendonly yes, appendfsync always: a restart loses no acknowledged write, "
@@ -663,7 +675,7 @@ static void send_setup(struct rconn *rc)
         redisAsyncCommand(ac, on_setup_reply, "SELECT", "SELECT %d", cfg->redis_db);
         rc->setup_left++;
     }
-    if (config_quorum(cfg)) {
+    if (cfg->mode == REDIS_MODE_QUORUM) {
         /* Answered before INFO, whose reply decides on the exclusion. */
         rc->rb->link_persist = 0;
         redisAsyncCommand(ac, on_persistence, "appendonly", "CONFIG GET appendonly");
@@ -859,10 +871,12 @@ static const struct backend_ops rb_ops = {
     .acquire = rb_acquire,
     .renew = rb_renew,
     .release = rb_release,
-    .flush = rb_flush,
+    .fence = rb_fence,
     .lookup = rb_lookup,
+    .flush = rb_flush,
     .pending = rb_pending,
     .nodes = rb_nodes,
+    .counts = rb_counts,
     .destroy = rb_destroy,
 };
 
@@ -889,7 +903,7 @@ struct backend *backend_redis_new(struct ev_loop *loop, const struct config *cfg
     b->cfg = cfg;
     b->addr = addr;
     b->ev = *events;
-    if (config_quorum(cfg)) {
+    if (cfg->mode == REDIS_MODE_QUORUM) {
         char a[300];
         snprintf(b->label, sizeof b->label, "redis %s", config_addr_str(addr, a, sizeof a));
     } else {

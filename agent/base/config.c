@@ -44,6 +44,7 @@ void config_defaults(struct config *c)
     c->log_level = LOG_INFO;
     config_parse_addr("127.0.0.1:6379", &c->nodes[0]);
     c->nnodes = 1;
+    c->mode = REDIS_MODE_SINGLE;
     c->connect_timeout_ms = 1000;
     c->command_timeout_ms = 2000;
     c->reconnect_min_ms = 50;
@@ -673,7 +674,7 @@ static int check_relations(const struct config *c, char *err, size_t errlen)
     if (c->reconnect_min_ms > c->reconnect_max_ms)
         return above("redis", "reconnect_min_ms", c->reconnect_min_ms, "reconnect_max_ms",
                      c->reconnect_max_ms, "", err, errlen);
-    if (config_quorum(c) && c->node_timeout_ms >= c->min_ttl_ms) {
+    if (c->mode == REDIS_MODE_QUORUM && c->node_timeout_ms >= c->min_ttl_ms) {
         snprintf(err, errlen,
                  "[redis] node_timeout_ms = %u: must be between 1 and %u in quorum mode (below "
                  "min_ttl_ms)",
@@ -683,8 +684,24 @@ static int check_relations(const struct config *c, char *err, size_t errlen)
     return 0;
 }
 
-int config_validate(const struct config *c, char *err, size_t errlen)
+/* The one place the Redis mode is chosen, from the [redis] settings: one
+ * node is single-node mode, an odd number from 3 to 9 quorum mode. NULL, or
+ * why the settings make no mode (c->mode is then single). */
+static const char *choose_mode(struct config *c)
 {
+    c->mode = REDIS_MODE_SINGLE;
+    if (c->nnodes == 1)
+        return NULL;
+    if (c->nnodes < 3 || c->nnodes > CONFIG_MAX_NODES || c->nnodes % 2 == 0)
+        return "quorum mode needs an odd number of Redis nodes, 3 to 9 (or one node)";
+    c->mode = REDIS_MODE_QUORUM;
+    return NULL;
+}
+
+int config_validate(struct config *c, char *err, size_t errlen)
+{
+    /* First: the checks below depend on the mode. */
+    const char *mode_why = choose_mode(c);
     if (check_ranges(c, err, errlen) != 0 || check_relations(c, err, errlen) != 0)
         return -1;
     const char *why = NULL;
@@ -693,8 +710,8 @@ int config_validate(const struct config *c, char *err, size_t errlen)
               "{hash tag}";
     else if (c->socket[0] == '\0')
         why = "socket path is empty";
-    else if (c->nnodes != 1 && (c->nnodes < 3 || c->nnodes % 2 == 0))
-        why = "quorum mode needs an odd number of Redis nodes, 3 to 9 (or one node)";
+    else if (mode_why)
+        why = mode_why;
     else if (nodes_repeat(c))
         why = "the same Redis node is listed twice";
     else if (strcmp(c->socket, c->status_socket) == 0)

@@ -47,6 +47,12 @@ struct policy {
     uint32_t max_output_per_uid;      /* bytes of replies queued for one uid */
 };
 
+/* How the agent uses Redis: chosen once, by config_validate(), from [redis]. */
+enum redis_mode {
+    REDIS_MODE_SINGLE, /* one node */
+    REDIS_MODE_QUORUM, /* a majority of 3, 5, 7 or 9 independent nodes (docs/quorum.md) */
+};
+
 /* A Redis address: TCP host and port, or a unix socket path. */
 struct redis_addr {
     char host[256]; /* empty for unix sockets */
@@ -93,6 +99,7 @@ struct config {
     uint32_t reconnect_min_ms;
     uint32_t reconnect_max_ms;
     uint32_t node_timeout_ms; /* quorum: how long an acquire waits for a node */
+    enum redis_mode mode;     /* set by config_validate(), from the settings above */
     /* [policy] */
     struct policy policy;
 };
@@ -128,15 +135,10 @@ int config_parse_addr(const char *text, struct redis_addr *out);
  * empty, malformed or more than CONFIG_MAX_NODES in all. */
 int config_parse_nodes(struct config *c, const char *text, bool append);
 
-/* Quorum mode: more than one Redis node. */
-static inline bool config_quorum(const struct config *c)
-{
-    return c->nnodes > 1;
-}
-
-/* Checks each numeric setting's range and the rules between settings (min <=
- * max). 0, or -1 with a message naming the setting, its value and the range. */
-int config_validate(const struct config *c, char *err, size_t errlen);
+/* Chooses c->mode from [redis], then checks each numeric setting's range and
+ * the rules between settings (min <= max). 0, or -1 with a message naming
+ * the setting, its value and the range. */
+int config_validate(struct config *c, char *err, size_t errlen);
 
 /* Formats an address for logs. */
 const char *config_addr_str(const struct redis_addr *a, char *buf, size_t len);

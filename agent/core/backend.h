@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* backend.h -- the interface between the agent and a lock store. The Redis
- * single-node backend implements it, and the quorum backend on top of it.
+/* backend.h -- what the core needs from a lock store: the one seam between
+ * the lock logic and Redis (docs/architecture.md). The single-node Redis
+ * backend implements it; the quorum backend implements it on top of N
+ * single-node backends, through this same interface; the simulator
+ * implements it over its model of Redis.
  *
- * Every operation either returns an error at once (and never calls its
- * callback) or returns 0 and calls its callback exactly once later, from the
- * event loop, with err 0 and the operation's result, or err < 0 (a DLOCK_E*
- * code) when the store could not answer. */
+ * Every operation either returns an error at once (a DLOCK_E* code; the
+ * callback is never called) or returns 0 and calls its callback exactly once
+ * later, from the event loop (never from inside the call), with the result. */
 #ifndef DLOCKD_BACKEND_H
 #define DLOCKD_BACKEND_H
 
@@ -15,12 +17,34 @@
 
 struct backend;
 
-/* result: acquire: > 0 when taken by us (the grant's fencing token), else
- * -(remaining PTTL in ms), or 0 if unknown, while someone else holds it;
- * renew and release: 1 done, 0 not our token. */
-typedef void (*backend_cb)(void *arg, int err, long long result);
+/* One request; the strings are copied before the call returns. */
+struct backend_req {
+    const char *name; /* the lock name, not NUL-terminated */
+    size_t len;
+    const char *token;  /* our token for the key: 32 hex characters */
+    const char *holder; /* acquire: the holder record stored beside the key */
+    uint32_t ttl_ms;    /* acquire, renew, fence: the key's TTL from now */
+    bool notify;        /* release: publish a release notice for waiters */
+    uint64_t floor;     /* acquire: the fencing token is at least this (0: the node's clock) */
+    uint64_t fence;     /* fence: raise the slot's high-water mark to at least this */
+};
 
-/* What the backend tells the agent without being asked. */
+enum backend_outcome {
+    BACKEND_DONE,     /* acquire: taken by us; renew: extended; release: deleted; fence: raised */
+    BACKEND_TAKEN,    /* acquire: someone else holds the key */
+    BACKEND_NOT_OURS, /* renew, release, fence: the key is gone or holds another token */
+};
+
+struct backend_result {
+    int err;                      /* 0, or DLOCK_E* when the store gave no answer */
+    enum backend_outcome outcome; /* when err is 0 */
+    uint64_t fence;               /* acquire DONE: the grant's fencing token */
+    long long pttl_ms;            /* acquire TAKEN: the holder's remaining TTL, 0 unknown */
+    uint64_t at;                  /* agent clock (CLOCK_BOOTTIME ns) of the answer */
+};
+typedef void (*backend_cb)(void *arg, const struct backend_result *r);
+
+/* What the backend tells its user without being asked. */
 struct backend_events {
     void *arg;
     /* A release notice for a lock name (not NUL-terminated). */
@@ -62,15 +86,15 @@ struct backend_holder {
 typedef void (*backend_lookup_cb)(void *arg, int err, const struct backend_holder *h);
 
 struct backend_ops {
-    /* holder: the holder record stored beside the key while it is held. */
-    int (*acquire)(struct backend *b, const char *name, size_t len, const char *token,
-                   const char *holder, uint32_t ttl_ms, backend_cb cb, void *arg);
-    int (*renew)(struct backend *b, const char *name, size_t len, const char *token,
-                 uint32_t ttl_ms, backend_cb cb, void *arg);
-    /* Compare-and-delete, then (with notify) publish a release notice for
-     * the waiters. cb may be NULL. */
-    int (*release)(struct backend *b, const char *name, size_t len, const char *token, bool notify,
-                   backend_cb cb, void *arg);
+    /* SET NX with the holder record; the fencing token is at least req->floor. */
+    int (*acquire)(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg);
+    /* Extends the key to ttl_ms while it holds token. */
+    int (*renew)(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg);
+    /* Compare-and-delete, then (with notify) a release notice. cb may be NULL. */
+    int (*release)(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg);
+    /* Raises the fencing mark of the key's slot to req->fence while the key
+     * holds token (quorum mode writes the token back; may be NULL). */
+    int (*fence)(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg);
     /* Reads the lock key and its holder record. */
     int (*lookup)(struct backend *b, const char *name, size_t len, backend_lookup_cb cb, void *arg);
     /* Writes what the operations of this loop turn queued (called once per
@@ -81,13 +105,20 @@ struct backend_ops {
     /* Fills up to max entries with the health of each node; returns the
      * number of nodes. */
     size_t (*nodes)(const struct backend *b, struct backend_node *out, size_t max);
+    /* Whether the store counts toward quorums at now (a node within the
+     * exclusion after its restart does not). May be NULL: always. */
+    bool (*counts)(const struct backend *b, uint64_t now);
+    /* Why acquires fail with DLOCK_ENOQUORUM at now, when nodes are excluded
+     * after a restart ("K of N nodes are excluded ...; the first joins
+     * quorums in S s") into buf; false when that is not the reason. May be NULL. */
+    bool (*excluded)(const struct backend *b, uint64_t now, char *buf, size_t len);
     void (*destroy)(struct backend *b);
 };
 
 struct backend {
     const struct backend_ops *ops;
     /* An acquire that did not grant may still have set the key on some
-     * nodes: the agent releases after every such acquire, not only after
+     * nodes: the core releases after every such acquire, not only after
      * unanswered ones. */
     bool release_after_miss;
 };

@@ -140,7 +140,7 @@ static int slot_alloc(struct table *t, uint32_t *idx)
     return 0;
 }
 
-struct lease *table_lease_new(struct table *t, struct lock *l, void *owner)
+struct lease *table_lease_new(struct table *t, struct lock *l, struct core_client *owner)
 {
     struct lease *le = calloc(1, sizeof *le);
     uint32_t idx;

@@ -18,6 +18,7 @@
 enum tkind { TK_LEASE = 1, TK_WAITER = 2, TK_LOCK = 3, TK_AGENT = 4 };
 
 struct lock;
+struct core_client;
 struct lease;
 
 /* A request waiting for a lock, in the lock's FIFO queue. */
@@ -26,7 +27,7 @@ struct waiter {
     struct waiter *qnext, *qprev;
     LIST_ENTRY(waiter) olink; /* the owner's list */
     struct lock *lock;
-    void *owner; /* the client connection */
+    struct core_client *owner;
     uint32_t req_id;
     uint32_t ttl_ms;
     uint32_t max_hold_ms; /* 0 = none */
@@ -39,7 +40,7 @@ struct lease {
     struct tnode timer; /* next renewal, or the deadline while one is in flight */
     uint64_t id;        /* slot index and generation, see table_lease_find */
     struct lock *lock;
-    void *owner;
+    struct core_client *owner;
     LIST_ENTRY(lease) olink; /* the owner's list */
     uint64_t deadline;       /* validity end, ns */
     uint64_t renew_sent;     /* send time of the renewal in flight, 0 if none */
@@ -94,7 +95,7 @@ struct lock *table_lock_get(struct table *t, const char *name, size_t len); /* f
 bool table_lock_release_if_idle(struct table *t, struct lock *l);
 
 /* Leases: create (holder of l, id assigned), find by id, remove and free. */
-struct lease *table_lease_new(struct table *t, struct lock *l, void *owner);
+struct lease *table_lease_new(struct table *t, struct lock *l, struct core_client *owner);
 struct lease *table_lease_find(const struct table *t, uint64_t id);
 void table_lease_free(struct table *t, struct lease *le);
 

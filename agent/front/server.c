@@ -124,7 +124,7 @@ void server_flush(struct server *s)
 static void queued(struct conn *c, int rc)
 {
     if (rc != 0) {
-        log_error("client pid %d: out of memory for output; closing", (int)c->pid);
+        log_error("client pid %d: out of memory for output; closing", (int)c->cc.pid);
         c->closing = true; /* closed by the next flush */
     }
     conn_account(c);
@@ -158,7 +158,7 @@ void conn_send_event(struct conn *c, const struct wire_event *m)
  * process_input once the frame at hand is done with. */
 static void conn_fail(struct conn *c, uint32_t id, int code, const char *msg)
 {
-    log_warn("client pid %d uid %d: %s; closing its connection", (int)c->pid, (int)c->uid, msg);
+    log_warn("client pid %d uid %d: %s; closing its connection", (int)c->cc.pid, (int)c->cc.uid, msg);
     conn_send_error(c, id, code, msg);
     conn_flush(c);
     c->closing = true;
@@ -201,7 +201,7 @@ static void handle_hello(struct conn *c, const struct wire_hdr *h, const uint8_t
     }
     const struct config *cfg = c->srv->cfg;
     if (lease_page_init(&c->page, cfg->max_leases_per_conn) != 0) {
-        log_error("client pid %d: cannot make its lease page: %s", (int)c->pid, strerror(errno));
+        log_error("client pid %d: cannot make its lease page: %s", (int)c->cc.pid, strerror(errno));
         conn_fail(c, h->id, DLOCK_ENOMEM, "the agent cannot make a lease page");
         return;
     }
@@ -304,7 +304,7 @@ static void on_readable(struct ev_loop *loop, ev_io *w, int revents)
         return;
     if (n <= 0) {
         if (c->in.len)
-            log_warn("client pid %d: disconnected in the middle of a frame", (int)c->pid);
+            log_warn("client pid %d: disconnected in the middle of a frame", (int)c->cc.pid);
         conn_close(c);
         return;
     }
@@ -364,7 +364,7 @@ static void conn_close(struct conn *c)
     LIST_REMOVE(c, ulink);
     c->uu->nconns--;
     uid_put(c->uu);
-    log_debug("client pid %d: connection closed", (int)c->pid);
+    log_debug("client pid %d: connection closed", (int)c->cc.pid);
     lease_page_destroy(&c->page);
     wire_buf_free(&c->in);
     free(c);
@@ -379,8 +379,8 @@ static void on_handshake_timeout(struct ev_loop *loop, ev_timer *w, int revents)
         return; /* its HELLO waits for its uid's unread replies: the uid's
                    own doing, bounded by its connection cap; the timer
                    repeats */
-    log_warn("client pid %d uid %d: no hello within %u ms; closing its connection", (int)c->pid,
-             (int)c->uid, c->srv->cfg->handshake_timeout_ms);
+    log_warn("client pid %d uid %d: no hello within %u ms; closing its connection", (int)c->cc.pid,
+             (int)c->cc.uid, c->srv->cfg->handshake_timeout_ms);
     conn_close(c);
 }
 
@@ -423,11 +423,15 @@ static void conn_new(void *arg, int fd)
     }
     c->srv = s;
     c->fd = fd;
-    c->pid = cred.pid;
-    c->uid = cred.uid;
+    c->cc.pid = cred.pid;
+    c->cc.uid = cred.uid;
     c->gid = cred.gid;
-    c->ngids = peer_groups(fd, cred.gid, c->gids, PEER_GROUPS_MAX);
-    proc_comm((int)cred.pid, c->comm, sizeof c->comm);
+    c->cc.ngids = peer_groups(fd, cred.gid, c->gids, PEER_GROUPS_MAX);
+    c->cc.gids = c->gids;
+    c->cc.acct = &u->acct;
+    LIST_INIT(&c->cc.leases);
+    LIST_INIT(&c->cc.waiters);
+    proc_comm((int)cred.pid, c->cc.comm, sizeof c->cc.comm);
     c->serial = ++s->serial;
     c->page.fds[0] = c->page.fds[1] = -1;
     ev_io_init(&c->rio, on_readable, fd, EV_READ);
@@ -442,7 +446,7 @@ static void conn_new(void *arg, int fd)
     LIST_INSERT_HEAD(&u->conns, c, ulink);
     u->nconns++;
     conn_update_reading(c);
-    log_debug("client pid %d uid %d gid %d connected", (int)c->pid, (int)c->uid, (int)c->gid);
+    log_debug("client pid %d uid %d gid %d connected", (int)c->cc.pid, (int)c->cc.uid, (int)c->gid);
 }
 
 void server_limits_changed(struct server *s)

@@ -10,14 +10,12 @@
 #include <sys/queue.h>
 #include <sys/types.h>
 
+#include "core.h"
 #include "leasepage.h"
 #include "listener.h"
 #include "unixsock.h"
 #include "util.h"
 #include "wire.h"
-
-struct lease;
-struct waiter;
 
 /* What the connections of one uid use together, against the per-uid caps. */
 struct uid_use {
@@ -25,6 +23,7 @@ struct uid_use {
     LIST_HEAD(, conn) conns;
     uid_t uid;
     unsigned nconns;
+    struct core_account acct; /* leases and waiters of its connections */
     size_t out_bytes; /* output queued on all its connections */
 };
 
@@ -38,12 +37,9 @@ struct conn {
     ev_timer handshake; /* closes a peer that does not say HELLO in time */
     struct wire_buf in, out;
     size_t out_counted; /* the part of out.len counted in uu->out_bytes */
-    pid_t pid;
-    uid_t uid;
+    struct core_client cc; /* the peer as the lock core knows it: pid, uid, comm, groups */
     gid_t gid;
-    uint32_t gids[PEER_GROUPS_MAX]; /* gid and supplementary groups, for the policy */
-    size_t ngids;
-    char comm[16]; /* the peer's command name at connect, for holder records */
+    uint32_t gids[PEER_GROUPS_MAX]; /* gid and supplementary groups (cc.gids points here) */
     uint64_t serial;
     bool hello;
     bool dirty;   /* has output waiting for the next flush */
@@ -51,10 +47,6 @@ struct conn {
     bool closing; /* being torn down */
     struct conn *dirty_next;
     struct lease_page page; /* mapped at hello */
-    /* Owned by agent.c: this connection's leases and waiters. */
-    LIST_HEAD(, lease) leases;
-    LIST_HEAD(, waiter) waiters;
-    uint32_t nleases, nwaiters;
 };
 
 /* What the lock logic does with requests and connections: the server calls

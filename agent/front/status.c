@@ -5,15 +5,13 @@
  *   status | status-json | leases [PATTERN] | leases-json [PATTERN] | metrics
  *
  * and, when configured, the same metrics over HTTP (GET /metrics) for
- * Prometheus to scrape. Answers are built in memory at once, from the
- * agent's state as it is in that loop turn, and written without blocking
- * the loop. */
+ * Prometheus to scrape. Answers are rendered in memory at once
+ * (status_render.c), from a snapshot of the agent in that loop turn, and
+ * written without blocking the loop. */
 #include "status.h"
 
 #include <errno.h>
-#include <fnmatch.h>
 #include <netdb.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,13 +19,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "backend.h"
 #include "config.h"
-#include "server.h"
-#include "stats.h"
-#include "table.h"
 #include "dlock.h"
 #include "log.h"
+#include "table.h"
 #include "text.h"
 #include "unixsock.h"
 #include "util.h"
@@ -41,395 +36,6 @@
  * holds a slot for less time. */
 static const double deadline_s[2] = {5.0, 2.0};
 
-/* ---- growable text ---- */
-
-struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-};
-
-static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void sb_printf(struct sbuf *b, const char *fmt, ...)
-{
-    for (;;) {
-        if (b->oom)
-            return;
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = true;
-            return;
-        }
-        if (b->p && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap <= b->len + (size_t)n)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-}
-
-/* A JSON string, quoted and escaped. Names and command names may hold any
- * byte, and JSON must be UTF-8: control characters (C1 too, which
- * terminals obey) are escaped, and every byte outside a well-formed UTF-8
- * sequence is written as U+FFFD. */
-static void sb_json_str(struct sbuf *b, const char *s)
-{
-    size_t len = strlen(s);
-    sb_printf(b, "\"");
-    for (size_t i = 0; i < len;) {
-        uint32_t cp;
-        size_t n = utf8_seq(s + i, len - i, &cp);
-        if (n == 0)
-            sb_printf(b, "\\ufffd");
-        else if (cp == '"' || cp == '\\')
-            sb_printf(b, "\\%c", (char)cp);
-        else if (text_is_control(cp))
-            sb_printf(b, "\\u%04x", (unsigned)cp);
-        else
-            sb_printf(b, "%.*s", (int)n, s + i);
-        i += n ? n : 1;
-    }
-    sb_printf(b, "\"");
-}
-
-/* A Prometheus label value, which must be UTF-8: backslash, quote and
- * newline escaped; as the format has no other escapes, other control
- * characters and bytes outside well-formed UTF-8 are shown as '?'. */
-static void sb_label(struct sbuf *b, const char *s)
-{
-    size_t len = strlen(s);
-    for (size_t i = 0; i < len;) {
-        uint32_t cp;
-        size_t n = utf8_seq(s + i, len - i, &cp);
-        if (n && (cp == '\\' || cp == '"'))
-            sb_printf(b, "\\%c", (char)cp);
-        else if (n && cp == '\n')
-            sb_printf(b, "\\n");
-        else if (n == 0 || text_is_control(cp))
-            sb_printf(b, "?");
-        else
-            sb_printf(b, "%.*s", (int)n, s + i);
-        i += n ? n : 1;
-    }
-}
-
-/* ---- what is reported ---- */
-
-struct lease_row {
-    const char *name;
-    const char *state;
-    uint64_t fence;
-    int pid;
-    unsigned uid;
-    char comm[32];
-    uint64_t age_ms, ttl_ms, valid_ms;
-    uint32_t renewals, waiters;
-};
-
-static void lease_row(const struct lease *le, uint64_t now, struct lease_row *r)
-{
-    const struct conn *c = le->owner;
-    r->name = le->lock->name;
-    r->state = dlock_state_name(le->state);
-    r->fence = le->fence;
-    r->pid = (int)c->pid;
-    r->uid = (unsigned)c->uid;
-    snprintf(r->comm, sizeof r->comm, "%s", c->comm); /* read at connect: no file I/O here */
-    r->age_ms = now > le->granted_at ? (now - le->granted_at) / NS_PER_MS : 0;
-    r->ttl_ms = le->ttl_ms;
-    r->valid_ms = le->deadline > now ? (le->deadline - now) / NS_PER_MS : 0;
-    r->renewals = le->renewals;
-    r->waiters = 0;
-    for (const struct waiter *w = le->lock->qhead; w; w = w->qnext)
-        r->waiters++;
-}
-
-/* Who asks: a peer that may not see all leases sees its own uid's only. */
-struct asker {
-    bool all;
-    uint32_t uid;
-};
-
-/* Calls fn for every lease the asker may see whose name matches pattern
- * (NULL: all). */
-static void each_lease(const struct status_source *a, const struct asker *who, const char *pattern,
-                       void (*fn)(struct sbuf *, const struct lease_row *, bool first),
-                       struct sbuf *b)
-{
-    uint64_t now = now_ns();
-    bool first = true;
-    for (size_t i = 0; i < a->table->nbuckets; i++) {
-        for (const struct lock *l = a->table->buckets[i]; l; l = l->hnext) {
-            if (!l->holder || (pattern && fnmatch(pattern, l->name, 0) != 0))
-                continue;
-            if (!who->all && ((const struct conn *)l->holder->owner)->uid != who->uid)
-                continue;
-            struct lease_row r;
-            lease_row(l->holder, now, &r);
-            fn(b, &r, first);
-            first = false;
-        }
-    }
-}
-
-static void lease_json(struct sbuf *b, const struct lease_row *r, bool first)
-{
-    sb_printf(b, "%s{\"name\":", first ? "" : ",");
-    sb_json_str(b, r->name);
-    sb_printf(b, ",\"state\":\"%s\",\"fence\":%llu,\"pid\":%d,\"uid\":%u,\"comm\":", r->state,
-              (unsigned long long)r->fence, r->pid, r->uid);
-    sb_json_str(b, r->comm);
-    sb_printf(b,
-              ",\"age_ms\":%llu,\"ttl_ms\":%llu,\"valid_ms\":%llu,\"renewals\":%u,"
-              "\"waiters\":%u}",
-              (unsigned long long)r->age_ms, (unsigned long long)r->ttl_ms,
-              (unsigned long long)r->valid_ms, r->renewals, r->waiters);
-}
-
-static void lease_text(struct sbuf *b, const struct lease_row *r, bool first)
-{
-    (void)first;
-    /* Clients choose the names and their own command names: shown without
-     * control characters, which a terminal would obey. */
-    char name[WIRE_MAX_NAME + 1], comm[sizeof r->comm];
-    text_printable(name, sizeof name, r->name);
-    text_printable(comm, sizeof comm, r->comm);
-    sb_printf(b, "%-32s %-8s %20llu %7d %5u %-15s %9llu %8llu %9llu %8u %7u\n", name, r->state,
-              (unsigned long long)r->fence, r->pid, r->uid, comm, (unsigned long long)r->age_ms,
-              (unsigned long long)r->ttl_ms, (unsigned long long)r->valid_ms, r->renewals,
-              r->waiters);
-}
-
-static const char lease_header[] = "%-32s %-8s %20s %7s %5s %-15s %9s %8s %9s %8s %7s\n";
-
-static void leases_text(const struct status_source *a, const struct asker *who, const char *pattern,
-                        struct sbuf *b)
-{
-    sb_printf(b, lease_header, "NAME", "STATE", "FENCE", "PID", "UID", "COMMAND", "AGE_MS",
-              "TTL_MS", "VALID_MS", "RENEWALS", "WAITERS");
-    each_lease(a, who, pattern, lease_text, b);
-}
-
-static size_t nodes_of(const struct status_source *a, struct backend_node *nodes)
-{
-    size_t n = a->backend->ops->nodes(a->backend, nodes, CONFIG_MAX_NODES);
-    return n < CONFIG_MAX_NODES ? n : CONFIG_MAX_NODES;
-}
-
-static uint64_t excluded_ms(const struct backend_node *n, uint64_t now)
-{
-    return n->excluded_until > now ? (n->excluded_until - now) / NS_PER_MS : 0;
-}
-
-/* The node's part in quorums, for the text: "counts", "joins in N s" (after
- * a restart; rounded up, so never 0 while excluded), "-" in single mode. */
-static void quorum_text(const struct status_source *a, const struct backend_node *n, uint64_t now,
-                        char *out, size_t len)
-{
-    if (!config_quorum(a->cfg))
-        snprintf(out, len, "-");
-    else if (n->excluded_until > now)
-        snprintf(out, len, "joins in %llu s",
-                 (unsigned long long)((n->excluded_until - now + NS_PER_SEC - 1) / NS_PER_SEC));
-    else
-        snprintf(out, len, "counts");
-}
-
-static const char *mode_of(const struct status_source *a)
-{
-    return config_quorum(a->cfg) ? "quorum" : "single";
-}
-
-/* The agent's counters, by name: "renewal_failures" is the JSON member,
- * "renewal failures" in the text and dlock_renewal_failures_total in the
- * metrics. */
-static const struct {
-    const char *name, *help;
-    size_t offset;
-} counters[] = {
-#define COUNTER(f, h)                                                                              \
-    {                                                                                              \
-#f, h, offsetof(struct agent_stats, f)                                                     \
-    }
-    COUNTER(grants, "Leases granted."),
-    COUNTER(releases, "Leases released by their holder."),
-    COUNTER(renewals, "Lease renewals that succeeded."),
-    COUNTER(renewal_failures, "Lease renewals that failed without proof of loss."),
-    COUNTER(losses, "Leases lost."),
-    COUNTER(timeouts, "Acquire waits that ran out."),
-    COUNTER(refused, "Acquire requests and connections refused by a limit before reaching Redis."),
-    COUNTER(denied, "Acquire requests the access policy did not allow."),
-#undef COUNTER
-};
-#define NCOUNTERS (sizeof counters / sizeof counters[0])
-
-static unsigned long long counter_value(const struct status_source *a, size_t i)
-{
-    return *(const uint64_t *)((const char *)a->stats + counters[i].offset);
-}
-
-static void status_json(const struct status_source *a, const struct asker *who, struct sbuf *b)
-{
-    uint64_t now = now_ns();
-    sb_printf(b, "{\"agent\":{\"version\":\"%s\",\"pid\":%d,\"mode\":\"%s\",\"prefix\":",
-              DLOCK_VERSION, (int)getpid(), mode_of(a));
-    sb_json_str(b, a->cfg->prefix);
-    sb_printf(b, ",\"uptime_ms\":%llu,\"connections\":%u},\"nodes\":[",
-              (unsigned long long)((now - a->started) / NS_PER_MS), a->server->nconns);
-    struct backend_node nodes[CONFIG_MAX_NODES];
-    size_t nn = nodes_of(a, nodes);
-    for (size_t i = 0; i < nn; i++) {
-        const struct backend_node *n = &nodes[i];
-        sb_printf(b, "%s{\"addr\":", i ? "," : "");
-        sb_json_str(b, n->addr);
-        sb_printf(b, ",\"connected\":%s,\"subscribed\":%s,\"rtt_us\":%llu,\"last_error\":",
-                  n->connected ? "true" : "false", n->subscribed ? "true" : "false",
-                  (unsigned long long)(n->last_rtt_ns / 1000));
-        sb_json_str(b, n->last_error_text);
-        sb_printf(b,
-                  ",\"excluded_for_ms\":%llu,\"run_id\":", (unsigned long long)excluded_ms(n, now));
-        sb_json_str(b, n->run_id);
-        sb_printf(b, ",\"durable\":%s}", n->durable ? "true" : "false");
-    }
-    sb_printf(b, "],\"counters\":{");
-    for (size_t i = 0; i < NCOUNTERS; i++)
-        sb_printf(b, "%s\"%s\":%llu", i ? "," : "", counters[i].name, counter_value(a, i));
-    sb_printf(b, "},\"leases\":[");
-    each_lease(a, who, NULL, lease_json, b);
-    sb_printf(b, "]}\n");
-}
-
-static void status_text(const struct status_source *a, const struct asker *who, struct sbuf *b)
-{
-    uint64_t now = now_ns();
-    char prefix[sizeof a->cfg->prefix];
-    text_printable(prefix, sizeof prefix, a->cfg->prefix);
-    sb_printf(b, "dlockd %s, pid %d, %s mode, prefix '%s', up %llu s, %u connection(s)\n\n",
-              DLOCK_VERSION, (int)getpid(), mode_of(a), prefix,
-              (unsigned long long)((now - a->started) / NS_PER_SEC), a->server->nconns);
-    sb_printf(b, "%-40s %-9s %-10s %8s  %-16s %s\n", "NODE", "CONNECTED", "SUBSCRIBED", "RTT_US",
-              "QUORUM", "LAST_ERROR");
-    struct backend_node nodes[CONFIG_MAX_NODES];
-    size_t nn = nodes_of(a, nodes);
-    for (size_t i = 0; i < nn; i++) {
-        const struct backend_node *n = &nodes[i];
-        /* Error texts come from Redis or the system, as they are. */
-        char addr[sizeof n->addr], error[sizeof n->last_error_text];
-        text_printable(addr, sizeof addr, n->addr);
-        text_printable(error, sizeof error, n->last_error_text[0] ? n->last_error_text : "-");
-        char quorum[32];
-        quorum_text(a, n, now, quorum, sizeof quorum);
-        sb_printf(b, "%-40s %-9s %-10s %8llu  %-16s %s\n", addr, n->connected ? "yes" : "no",
-                  n->subscribed ? "yes" : "no", (unsigned long long)(n->last_rtt_ns / 1000), quorum,
-                  error);
-    }
-    sb_printf(b, "\n");
-    for (size_t i = 0; i < NCOUNTERS; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "%s", counters[i].name);
-        for (char *p = name; *p; p++)
-            if (*p == '_')
-                *p = ' ';
-        sb_printf(b, "%s%s %llu", i ? ", " : "", name, counter_value(a, i));
-    }
-    sb_printf(b, "\n\n");
-    leases_text(a, who, NULL, b);
-}
-
-static void metric(struct sbuf *b, const char *name, const char *type, const char *help)
-{
-    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-static void gauge(struct sbuf *b, const char *name, const char *help, double v)
-{
-    metric(b, name, "gauge", help);
-    sb_printf(b, "%s %.17g\n", name, v);
-}
-
-static void histogram(struct sbuf *b, const char *name, const char *help, const struct histo *h)
-{
-    metric(b, name, "histogram", help);
-    uint64_t cum = 0;
-    for (int i = 0; i < STATS_BUCKETS; i++) {
-        cum += h->bucket[i];
-        sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, stats_bucket_le[i],
-                  (unsigned long long)cum);
-    }
-    sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->count);
-    sb_printf(b, "%s_sum %.17g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
-}
-
-/* One gauge per node, labelled with its address. */
-static void node_gauge(struct sbuf *b, const char *name, const char *help,
-                       const struct backend_node *nodes, size_t nn,
-                       double (*value)(const struct backend_node *, uint64_t now))
-{
-    uint64_t now = now_ns();
-    metric(b, name, "gauge", help);
-    for (size_t i = 0; i < nn; i++) {
-        sb_printf(b, "%s{node=\"", name);
-        sb_label(b, nodes[i].addr);
-        sb_printf(b, "\"} %.17g\n", value(&nodes[i], now));
-    }
-}
-
-static double node_up(const struct backend_node *n, uint64_t now)
-{
-    (void)now;
-    return n->connected;
-}
-
-static double node_excluded(const struct backend_node *n, uint64_t now)
-{
-    return n->excluded_until > now;
-}
-
-static double node_rtt(const struct backend_node *n, uint64_t now)
-{
-    (void)now;
-    return (double)n->last_rtt_ns / 1e9;
-}
-
-static void metrics(const struct status_source *a, struct sbuf *b)
-{
-    const struct agent_stats *s = a->stats;
-    for (size_t i = 0; i < NCOUNTERS; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "dlock_%s_total", counters[i].name);
-        metric(b, name, "counter", counters[i].help);
-        sb_printf(b, "%s %llu\n", name, counter_value(a, i));
-    }
-    gauge(b, "dlock_leases", "Leases held now.", (double)a->table->nleases);
-    gauge(b, "dlock_connections", "Client connections now.", (double)a->server->nconns);
-    gauge(b, "dlock_uptime_seconds", "Time since the agent started.",
-          (double)(now_ns() - a->started) / 1e9);
-    histogram(b, "dlock_acquire_seconds", "From sending an acquire to Redis to its grant.",
-              &s->acquire);
-    histogram(b, "dlock_renew_seconds", "Round trip of lease renewals.", &s->renew);
-    struct backend_node nodes[CONFIG_MAX_NODES];
-    size_t nn = nodes_of(a, nodes);
-    node_gauge(b, "dlock_node_up", "1 when the command link to the Redis node is set up.", nodes,
-               nn, node_up);
-    node_gauge(b, "dlock_node_excluded", "1 while a restarted node counts toward no quorum.", nodes,
-               nn, node_excluded);
-    node_gauge(b, "dlock_node_rtt_seconds", "Round trip of the node's last answer.", nodes, nn,
-               node_rtt);
-}
-
 /* The answer to one request line (without its newline). */
 static void answer(const struct status_source *a, const struct asker *who, const char *req,
                    struct sbuf *b)
@@ -438,17 +44,15 @@ static void answer(const struct status_source *a, const struct asker *who, const
     int n = sscanf(req, "%31s %255s %1s", cmd, arg, extra);
     bool one = n == 1, upto2 = n == 1 || n == 2;
     if (one && strcmp(cmd, "status") == 0)
-        status_text(a, who, b);
+        render_status_text(a, who, b);
     else if (one && strcmp(cmd, "status-json") == 0)
-        status_json(a, who, b);
+        render_status_json(a, who, b);
     else if (upto2 && strcmp(cmd, "leases") == 0)
-        leases_text(a, who, n == 2 ? arg : NULL, b);
-    else if (upto2 && strcmp(cmd, "leases-json") == 0) {
-        sb_printf(b, "{\"leases\":[");
-        each_lease(a, who, n == 2 ? arg : NULL, lease_json, b);
-        sb_printf(b, "]}\n");
-    } else if (one && strcmp(cmd, "metrics") == 0)
-        metrics(a, b);
+        render_leases_text(a, who, n == 2 ? arg : NULL, b);
+    else if (upto2 && strcmp(cmd, "leases-json") == 0)
+        render_leases_json(a, who, n == 2 ? arg : NULL, b);
+    else if (one && strcmp(cmd, "metrics") == 0)
+        render_metrics(a, b);
     else
         sb_printf(b, "error: unknown request; try status, status-json, leases [PATTERN], "
                      "leases-json [PATTERN], metrics or holder[-json] NAME\n");
@@ -568,7 +172,7 @@ static void http_answer(struct sconn *c)
         return;
     }
     struct sbuf body = {0};
-    metrics(&c->st->src, &body);
+    render_metrics(&c->st->src, &body);
     if (body.oom) {
         http_text(c, "500 Internal Server Error", "out of memory\n");
     } else {
@@ -591,95 +195,14 @@ static struct sconn *sconn_by_serial(uint64_t serial)
     return NULL;
 }
 
-/* Who Redis says holds a name: the key's value and, when the holder record
- * beside it starts with that token, dlock's record of the holder. Values
- * come from anyone who can write to Redis. */
-struct holder_rec {
-    bool ours; /* a dlock record of this token */
-    char host[64], comm[32];
-    int pid;
-    unsigned uid;
-};
-
-static void holder_rec(const struct backend_holder *h, struct holder_rec *r)
-{
-    memset(r, 0, sizeof *r);
-    size_t vlen = strlen(h->value);
-    r->ours =
-        vlen && strncmp(h->record, h->value, vlen) == 0 && h->record[vlen] == ' ' &&
-        sscanf(h->record + vlen + 1, "%63s %d %u %31s", r->host, &r->pid, &r->uid, r->comm) == 4;
-}
-
-static void holder_json(struct sbuf *b, const char *name, const struct backend_holder *h)
-{
-    struct holder_rec r;
-    holder_rec(h, &r);
-    bool held = h->value[0] != '\0';
-    sb_printf(b, "{\"name\":");
-    sb_json_str(b, name);
-    sb_printf(b, ",\"held\":%s,\"dlock\":%s,\"value\":", held ? "true" : "false",
-              r.ours ? "true" : "false");
-    sb_json_str(b, h->value);
-    sb_printf(b, ",\"host\":");
-    sb_json_str(b, r.host);
-    sb_printf(b, ",\"pid\":%d,\"uid\":%u,\"comm\":", r.pid, r.uid);
-    sb_json_str(b, r.comm);
-    sb_printf(b, ",\"pttl_ms\":%lld,\"nodes_holding\":%u,\"nodes\":%u}\n", held ? h->pttl : 0,
-              h->nodes_holding, h->nodes);
-}
-
-/* One line, without control characters, which a terminal would obey. */
-static void holder_text(struct sbuf *b, const char *name, const struct backend_holder *h)
-{
-    struct holder_rec r;
-    holder_rec(h, &r);
-    char value[BACKEND_RECORD_MAX], host[sizeof r.host], comm[sizeof r.comm];
-    text_printable(value, sizeof value, h->value);
-    text_printable(host, sizeof host, r.host);
-    text_printable(comm, sizeof comm, r.comm);
-    if (!h->value[0]) {
-        sb_printf(b, "%s: free\n", name);
-        return;
-    }
-    if (r.ours)
-        sb_printf(b, "%s: held by pid %d (%s), uid %u, on host %s; token %s", name, r.pid, comm,
-                  r.uid, host, value);
-    else
-        sb_printf(b, "%s: held by a client outside dlock (value '%s')", name, value);
-    if (h->pttl >= 0)
-        sb_printf(b, "; %lld ms left", h->pttl);
-    else
-        sb_printf(b, "; no expiry");
-    if (h->nodes > 1)
-        sb_printf(b, "; on %u of %u nodes", h->nodes_holding, h->nodes);
-    sb_printf(b, "\n");
-}
-
 /* The answer to "holder NAME": what Redis holds for the name. */
 static void on_holder(void *arg, int err, const struct backend_holder *h)
 {
     struct sconn *c = the_status ? sconn_by_serial((uint64_t)(uintptr_t)arg) : NULL;
     if (!c)
         return; /* the query went away meanwhile */
-    struct sbuf *b = &c->out;
     bool json = strncmp(c->req, "holder-json", 11) == 0;
-    const char *name = c->req + (json ? 12 : 7);
-    char shown[REQ_MAX]; /* the name in text */
-    text_printable(shown, sizeof shown, name);
-    if (err) {
-        sb_printf(b, "error: cannot read %s from Redis: %s\n", shown, dlock_strerror(err));
-    } else if (h->undetermined && json) {
-        sb_printf(b, "{\"name\":");
-        sb_json_str(b, name);
-        sb_printf(b, ",\"undetermined\":true,\"nodes\":%u}\n", h->nodes);
-    } else if (h->undetermined) {
-        sb_printf(b, "%s: undetermined: no value is on a majority of the %u nodes\n", shown,
-                  h->nodes);
-    } else if (json) {
-        holder_json(b, name, h);
-    } else {
-        holder_text(b, shown, h);
-    }
+    render_holder(c->req + (json ? 12 : 7), err, h, json, &c->out);
     start_writing(c);
 }
 
@@ -699,8 +222,7 @@ static bool holder_query(struct sconn *c)
     }
     int rc = lock_name_check(name, strlen(name), a->cfg->max_name_len);
     if (rc == 0)
-        rc = a->backend->ops->lookup(a->backend, name, strlen(name), on_holder,
-                                     (void *)(uintptr_t)c->serial);
+        rc = a->lookup(a->arg, name, strlen(name), on_holder, (void *)(uintptr_t)c->serial);
     if (rc != 0) {
         char shown[REQ_MAX];
         text_printable(shown, sizeof shown, name);

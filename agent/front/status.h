@@ -10,25 +10,9 @@
 #include <sys/queue.h>
 
 #include "listener.h"
+#include "status_render.h"
 
 struct sconn;
-struct config;
-struct table;
-struct backend;
-struct agent_stats;
-struct server;
-
-/* What the status socket reports on, read in place when a query comes: the
- * settings, the lease table, the backend's nodes and look-ups, the counters
- * and the connections. */
-struct status_source {
-    const struct config *cfg;
-    const struct table *table;
-    struct backend *backend;
-    const struct agent_stats *stats;
-    const struct server *server;
-    uint64_t started; /* the agent's start, ns */
-};
 
 #define STATUS_CONNS 16 /* queries at once, per listener; more are turned away */
 

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* agent.h -- the lock logic of dlockd: acquire queues, the watchdog,
- * releases and losses, between client connections and the backend. */
+/* agent.h -- dlockd's event loop around the lock core (core/core.h). */
 #ifndef DLOCKD_AGENT_H
 #define DLOCKD_AGENT_H
 
@@ -9,36 +8,28 @@
 
 #include "backend.h"
 #include "config.h"
+#include "core.h"
 #include "server.h"
-#include "stats.h"
 #include "status.h"
-#include "table.h"
 
-struct orphan;
-
+/* dlockd's driver: the event loop around the lock core. It owns the
+ * sockets (server, status), the backend and the one timer, and hands the
+ * core every request, answer and tick with the time. */
 struct agent {
     struct ev_loop *loop;
     const struct config *cfg;
+    struct core core;
     struct backend *backend;
     struct server server;
     struct status status;
-    struct agent_stats stats;
     uint64_t started;
-    char host[64]; /* for holder records */
-    struct table table;
-    struct theap timers;
-    int tick_fd;        /* timerfd on CLOCK_BOOTTIME, armed at the earliest node of `timers` */
+    int tick_fd;        /* timerfd on CLOCK_BOOTTIME, armed at the core's next due time */
     uint64_t tick_due;  /* what tick_fd is armed at, 0 = disarmed */
     ev_io tick;         /* tick_fd readable: timers are due */
     ev_prepare prepare; /* flushes output, re-arms `tick` */
     ev_signal sigterm, sigint;
     ev_timer shutdown_timer;
     double shutdown_deadline;
-    struct orphan *orphans;        /* releases to retry when Redis is back */
-    unsigned ready_seq;            /* counts the times a Redis link came back */
-    struct tnode orphan_retry;     /* TK_AGENT: retry them while the link is up */
-    uint64_t down_since;           /* Redis unreachable since, 0 while it answers */
-    int down_err;                  /* then: DLOCK_EUNAVAIL or DLOCK_ENOQUORUM */
     void (*ready_hook)(void *arg); /* called once, when Redis first answers */
     void *ready_arg;
     bool ready; /* Redis answered once (the dev banner, STATUS=) */

@@ -64,6 +64,7 @@ int devmode_start(struct ev_loop *loop, struct config *cfg, bool keep_socket)
     memcpy(cfg->nodes[0].path, sock, strlen(sock) + 1);
     cfg->nodes[0].host[0] = '\0';
     cfg->nnodes = 1;
+    cfg->mode = REDIS_MODE_SINGLE; /* whatever the file said */
     if (!keep_socket) {
         /* dlock.sock is no longer than redis.sock, checked above. */
         char path[300];

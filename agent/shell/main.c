@@ -266,7 +266,7 @@ int main(int argc, char **argv)
         return 1;
     }
     char addr[300];
-    if (config_quorum(&cfg)) {
+    if (cfg.mode == REDIS_MODE_QUORUM) {
         log_info("dlockd %s started; quorum mode over %u Redis nodes, key prefix '%s'",
                  DLOCK_VERSION, cfg.nnodes, cfg.prefix);
         if (cfg.max_ttl_ms > 3600000)

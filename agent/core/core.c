@@ -1,0 +1,915 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* core.c -- the lock logic of dlockd (core.h): FIFO acquire queues with one
+ * acquire in flight per name, the watchdog that renews leases in batches
+ * from one timer heap, releases on request, disconnect and shutdown, and
+ * loss detection with the holder told at once. No I/O, no clock: the time
+ * comes in with every call, effects go out through core_env and the
+ * backend. */
+#include "core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlock.h"
+#include "log.h"
+
+#define container_of(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
+
+#define ORPHAN_RETRY_NS    (1000 * NS_PER_MS)
+#define MAX_FINITE_WAIT_MS (366ll * 24 * 3600 * 1000)
+
+#ifdef DLOCK_PLANTED_BUGS
+enum core_bug core_bug;
+#define PLANTED(b) (core_bug == (b))
+#else
+#define PLANTED(b) 0
+#endif
+
+static void lock_settle(struct core *k, struct lock *l, uint64_t now);
+
+static const char *errname(int code)
+{
+    return dlock_strerror(code);
+}
+
+static void timer_set(struct core *k, struct tnode *t, uint64_t due)
+{
+    if (theap_set(&k->timers, t, due) != 0)
+        fatal("out of memory for timers");
+}
+
+/* The validity of a lease whose acquire or renewal was sent at t_send. */
+static uint64_t validity_end(uint64_t t_send, uint32_t ttl_ms)
+{
+    if (PLANTED(CORE_BUG_NO_DRIFT))
+        return t_send + (uint64_t)ttl_ms * NS_PER_MS;
+    return lease_deadline(t_send, ttl_ms);
+}
+
+/* A uniform double in [0, 1) from the environment's randomness (jitter). */
+static double jitter(struct core *k)
+{
+    return (double)(k->env.random(k->env.arg) >> 11) / 9007199254740992.0;
+}
+
+/* 128 bits as 32 lowercase hex characters and a NUL. */
+static void new_token(struct core *k, char out[TOKEN_HEX + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    for (int half = 0; half < 2; half++) {
+        uint64_t v = k->env.random(k->env.arg);
+        for (int i = 0; i < 16; i++, v >>= 4)
+            out[half * 16 + i] = hex[v & 15];
+    }
+    out[TOKEN_HEX] = '\0';
+}
+
+/* ---- per-client lists ---- */
+
+static void lease_link(struct core_client *c, struct lease *le)
+{
+    LIST_INSERT_HEAD(&c->leases, le, olink);
+    c->nleases++;
+    if (c->acct)
+        c->acct->leases++;
+}
+
+static void lease_unlink(struct core_client *c, struct lease *le)
+{
+    LIST_REMOVE(le, olink);
+    c->nleases--;
+    if (c->acct)
+        c->acct->leases--;
+}
+
+static void waiter_link(struct core_client *c, struct waiter *w)
+{
+    LIST_INSERT_HEAD(&c->waiters, w, olink);
+    c->nwaiters++;
+    if (c->acct)
+        c->acct->waiters++;
+}
+
+static void waiter_unlink(struct core_client *c, struct waiter *w)
+{
+    LIST_REMOVE(w, olink);
+    c->nwaiters--;
+    if (c->acct)
+        c->acct->waiters--;
+}
+
+/* ---- waiters ---- */
+
+/* The message of an error answer: for a missing quorum, also why when
+ * nodes are excluded after a restart, and when the first counts again. */
+static const char *answer_text(struct core *k, int err, uint64_t now, char *buf, size_t len)
+{
+    char why[160];
+    const struct backend *b = k->backend;
+    if (err != DLOCK_ENOQUORUM || !b->ops->excluded || !b->ops->excluded(b, now, why, sizeof why))
+        return errname(err);
+    snprintf(buf, len, "%s: %s", errname(err), why);
+    return buf;
+}
+
+/* Removes a waiter; err != 0 answers its request with that error. */
+static void waiter_finish(struct core *k, struct waiter *w, int err, uint64_t now)
+{
+    struct core_client *c = w->owner;
+    char text[256];
+    if (err)
+        k->env.error(k->env.arg, c, w->req_id, err, answer_text(k, err, now, text, sizeof text));
+    theap_remove(&k->timers, &w->timer);
+    table_waiter_dequeue(w);
+    waiter_unlink(c, w);
+    free(w);
+}
+
+/* A wait that ran out while the store was unreachable and no local lease
+ * held the lock ends with the outage's error, not DLOCK_ETIMEDOUT: the lock
+ * may well be free, and the caller must not take an outage for a busy lock. */
+static void waiter_expired(struct core *k, struct waiter *w, uint64_t now)
+{
+    struct lock *l = w->lock;
+    k->stats.timeouts++;
+    waiter_finish(k, w, k->down_since && !l->holder ? k->down_err : DLOCK_ETIMEDOUT, now);
+    lock_settle(k, l, now);
+}
+
+/* ---- releases ---- */
+
+/* A release that the store has not confirmed. When the command link drops,
+ * the compare-and-delete (or an acquire whose reply was lost) may not have
+ * happened: it is kept and sent again when the store is back, until the key
+ * would have expired by itself. */
+struct orphan {
+    struct orphan *next;
+    struct core *k;
+    uint64_t expires;
+    bool notify;        /* publish the release notice (not for a missed acquire) */
+    unsigned ready_seq; /* core.ready_seq when sent */
+    uint16_t name_len;
+    char token[TOKEN_HEX + 1];
+    char name[];
+};
+
+static void send_orphan(struct core *k, struct orphan *o, uint64_t now);
+
+/* Keeps o for another try: when the command link is back, or in a second
+ * (an error reply such as BUSY or LOADING leaves the link up). */
+static void park_orphan(struct core *k, struct orphan *o, uint64_t now)
+{
+    if (k->shutting_down || now >= o->expires) {
+        free(o);
+        return;
+    }
+    o->next = k->orphans;
+    k->orphans = o;
+    if (!tnode_queued(&k->orphan_retry))
+        timer_set(k, &k->orphan_retry, now + ORPHAN_RETRY_NS);
+}
+
+static void on_released(void *arg, const struct backend_result *r)
+{
+    struct orphan *o = arg;
+    struct core *k = o->k;
+    if (r->err && o->ready_seq != k->ready_seq && !k->shutting_down) {
+        /* A link came back while this was in flight (in quorum mode, a node
+         * it could not reach): try again now rather than in a second. */
+        send_orphan(k, o, r->at);
+        return;
+    }
+    if (r->err) {
+        /* Not done, or not known to be done: compare-and-delete again. */
+        log_debug("release of %s not confirmed (%s); will retry", o->name, errname(r->err));
+        park_orphan(k, o, r->at);
+        return;
+    }
+    if (r->outcome != BACKEND_DONE)
+        log_debug("release of %s found the key gone or owned by another", o->name);
+    free(o);
+}
+
+static void send_orphan(struct core *k, struct orphan *o, uint64_t now)
+{
+    o->ready_seq = k->ready_seq;
+    struct backend_req req = {
+        .name = o->name, .len = o->name_len, .token = o->token, .notify = o->notify};
+    int rc = k->backend->ops->release(k->backend, &req, on_released, o);
+    if (rc) {
+        log_debug("cannot release %s now (%s); will retry when the store is back", o->name,
+                  errname(rc));
+        park_orphan(k, o, now);
+    }
+}
+
+/* Compare-and-delete of a key we hold, or may hold, with a TTL of ttl_ms
+ * counted from now at the latest. The release notice wakes the waiters; it
+ * is left out after an acquire that missed (the key was never granted): in
+ * quorum mode such clean-ups are routine, and waking every waiter for each
+ * would make them retry in a loop while the lock is held. */
+static void drop_key(struct core *k, const struct lock *l, const char *token, uint32_t ttl_ms,
+                     bool notify, uint64_t now)
+{
+    struct orphan *o = malloc(sizeof *o + l->name_len + 1);
+    if (!o) {
+        log_warn("out of memory: %s will expire by its TTL", l->name);
+        return;
+    }
+    o->k = k;
+    o->expires = now + (uint64_t)ttl_ms * NS_PER_MS;
+    o->notify = notify;
+    o->name_len = l->name_len;
+    memcpy(o->token, token, sizeof o->token);
+    memcpy(o->name, l->name, (size_t)l->name_len + 1);
+    send_orphan(k, o, now);
+}
+
+static void release_key(struct core *k, const struct lock *l, const char *token, uint32_t ttl_ms,
+                        uint64_t now)
+{
+    drop_key(k, l, token, ttl_ms, true, now);
+}
+
+/* After an acquire that did not take the lock, or whose answer is unknown. */
+static void withdraw_key(struct core *k, const struct lock *l, uint64_t now)
+{
+    drop_key(k, l, l->acq_token, l->acq_ttl_ms, false, now);
+}
+
+/* Sends the unconfirmed releases again. */
+static void retry_orphans(struct core *k, uint64_t now)
+{
+    theap_remove(&k->timers, &k->orphan_retry);
+    struct orphan *list = k->orphans;
+    k->orphans = NULL;
+    while (list) {
+        struct orphan *o = list;
+        list = o->next;
+        if (now < o->expires)
+            send_orphan(k, o, now);
+        else
+            free(o);
+    }
+}
+
+/* ---- leases ---- */
+
+/* Forgets a lease: out of the heap, the lease page, the client's list and
+ * the table. */
+static void lease_drop(struct core *k, struct lease *le)
+{
+    struct core_client *c = le->owner;
+    k->env.slot_free(k->env.arg, c, le->slot);
+    theap_remove(&k->timers, &le->timer);
+    lease_unlink(c, le);
+    table_lease_free(&k->table, le);
+}
+
+/* The lease can no longer be proven valid: tell the holder, forget it. When
+ * the key may still be ours (deadline passed with a renewal unanswered),
+ * delete it too, so that it does not outlive the lease. */
+static void lease_lose(struct core *k, struct lease *le, int reason, bool may_own, uint64_t now)
+{
+    struct lock *l = le->lock;
+    struct core_client *c = le->owner;
+    struct wire_event ev = {.lease_id = le->id, .state = DLOCK_STATE_LOST, .reason = reason};
+    k->env.event(k->env.arg, c, &ev);
+    log_info("lease on %s held by pid %d lost: %s", l->name, (int)c->pid, errname(reason));
+    k->stats.losses++;
+    if (may_own)
+        release_key(k, l, le->token, le->ttl_ms, now);
+    lease_drop(k, le);
+    lock_settle(k, l, now);
+}
+
+/* Shows the lease as it is now in the holder's lease page. */
+static void lease_publish(struct core *k, const struct lease *le)
+{
+    k->env.slot_write(k->env.arg, le->owner, le->slot, le->state, le->id, le->fence, le->deadline);
+}
+
+/* Sets the state of a live lease (HELD or JEOPARDY), shows it in the lease
+ * page and tells the holder why. */
+static void lease_report(struct core *k, struct lease *le, uint8_t state, int reason)
+{
+    le->state = state;
+    lease_publish(k, le);
+    struct wire_event ev = {
+        .lease_id = le->id, .state = state, .reason = reason, .deadline_ns = le->deadline};
+    k->env.event(k->env.arg, le->owner, &ev);
+}
+
+static void lease_set_state(struct core *k, struct lease *le, uint8_t state, int reason)
+{
+    if (le->state != state)
+        lease_report(k, le, state, reason);
+}
+
+/* The next renewal after one sent at t_send, or the hold limit if sooner:
+ * a bounded hold stops at its deadline, not at the next renewal after it. */
+static void lease_schedule(struct core *k, struct lease *le, uint64_t t_send)
+{
+    uint64_t due = lease_next_renew(t_send, le->ttl_ms, k->cfg->renew_fraction);
+    if (le->hold_until && le->hold_until < due)
+        due = le->hold_until;
+    timer_set(k, &le->timer, due);
+}
+
+/* A renewal failed without proof of loss: retry until the deadline. */
+static void lease_renew_failed(struct core *k, struct lease *le, uint64_t now, int err)
+{
+    log_debug("renewal of %s failed (%s); retrying", le->lock->name, errname(err));
+    k->stats.renewal_failures++;
+    if (PLANTED(CORE_BUG_JEOPARDY_VALID))
+        le->deadline = validity_end(now, le->ttl_ms);
+    lease_set_state(k, le, DLOCK_STATE_JEOPARDY, err);
+    timer_set(k, &le->timer, lease_renew_retry(now, le->deadline, le->ttl_ms));
+}
+
+/* A renewal's callback argument: the lease may be gone when it answers. */
+struct renew_ref {
+    struct core *k;
+    uint64_t lease_id;
+};
+
+static void on_renewed(void *arg, const struct backend_result *r)
+{
+    struct renew_ref *ref = arg;
+    struct core *k = ref->k;
+    struct lease *le = table_lease_find(&k->table, ref->lease_id);
+    free(ref);
+    if (!le || !le->renew_sent)
+        return; /* released or lost meanwhile */
+    uint64_t sent = le->renew_sent, now = r->at;
+    le->renew_sent = 0;
+    if (r->err == 0)
+        histo_add(&k->stats.renew, now - sent);
+    if (r->err == 0 && r->outcome == BACKEND_DONE) {
+        k->stats.renewals++;
+        le->renewals++;
+        le->deadline = validity_end(PLANTED(CORE_BUG_RENEW_FROM_REPLY) ? now : sent, le->ttl_ms);
+        lease_schedule(k, le, sent);
+        lease_publish(k, le);
+        lease_set_state(k, le, DLOCK_STATE_HELD, 0);
+    } else if (r->err == 0) {
+        /* The key is gone or not ours; in quorum mode, on a majority: the
+         * nodes that renewed it must let it go. */
+        lease_lose(k, le, DLOCK_ELOST, k->backend->release_after_miss, now);
+    } else if (now >= le->deadline) {
+        lease_lose(k, le, r->err, true, now);
+    } else {
+        lease_renew_failed(k, le, now, r->err);
+    }
+}
+
+/* Should renewal stop for a bounded hold? 0, DLOCK_EHOLDLIMIT or
+ * DLOCK_ESTALLED. The touch time comes from the client: it is clamped to now
+ * and ignored when older than the grant (a slot's previous lease). */
+static int hold_check(struct core *k, const struct lease *le, uint64_t now)
+{
+    if (le->hold_until && now >= le->hold_until)
+        return DLOCK_EHOLDLIMIT;
+    if (!le->progress_ns)
+        return 0;
+    uint64_t touched = k->env.slot_touched(k->env.arg, le->owner, le->slot);
+    if (touched > now)
+        touched = now;
+    uint64_t last = touched > le->granted_at ? touched : le->granted_at;
+    return now - last > le->progress_ns ? DLOCK_ESTALLED : 0;
+}
+
+/* Renewal stops: the holder is told (JEOPARDY with the reason) and the lease
+ * runs out at its deadline. A stalled holder that touches the lease before
+ * then is renewed again, so its timer keeps looking. */
+static void lease_stop(struct core *k, struct lease *le, uint64_t now, int why)
+{
+    if (le->stopped != why) {
+        log_info("lease on %s held by pid %d: renewal stops: %s", le->lock->name,
+                 (int)le->owner->pid, errname(why));
+        le->stopped = why;
+        lease_report(k, le, DLOCK_STATE_JEOPARDY, why);
+    }
+    timer_set(k, &le->timer,
+              why == DLOCK_ESTALLED ? lease_renew_retry(now, le->deadline, le->ttl_ms)
+                                    : le->deadline);
+}
+
+/* A lease's timer fired: renew it, or stop renewing a bounded hold. With a
+ * renewal in flight the timer marks the point where it is overdue (the lease
+ * is in jeopardy), then the deadline (the lease is lost). */
+static void lease_due(struct core *k, struct lease *le, uint64_t now)
+{
+    if (now >= le->deadline) {
+        lease_lose(k, le, le->stopped ? le->stopped : DLOCK_EUNAVAIL, true, now);
+        return;
+    }
+    if (le->renew_sent) {
+        lease_set_state(k, le, DLOCK_STATE_JEOPARDY, DLOCK_EUNAVAIL);
+        timer_set(k, &le->timer, le->deadline);
+        return;
+    }
+    int why = hold_check(k, le, now);
+    if (why) {
+        lease_stop(k, le, now, why);
+        return;
+    }
+    le->stopped = 0;
+    struct renew_ref *ref = malloc(sizeof *ref);
+    if (!ref) {
+        lease_renew_failed(k, le, now, DLOCK_ENOMEM);
+        return;
+    }
+    *ref = (struct renew_ref){.k = k, .lease_id = le->id};
+    struct backend_req req = {.name = le->lock->name,
+                              .len = le->lock->name_len,
+                              .token = le->token,
+                              .ttl_ms = le->ttl_ms};
+    int rc = k->backend->ops->renew(k->backend, &req, on_renewed, ref);
+    if (rc) {
+        free(ref);
+        lease_renew_failed(k, le, now, rc);
+        return;
+    }
+    le->renew_sent = now;
+    /* Overdue when unanswered for half of the validity left. */
+    timer_set(k, &le->timer, now + (le->deadline - now) / 2);
+}
+
+/* ---- acquiring ---- */
+
+static void grant(struct core *k, struct lock *l, struct waiter *w, uint64_t deadline,
+                  uint64_t fence, uint64_t now)
+{
+    struct core_client *c = w->owner;
+    struct lease *le = table_lease_new(&k->table, l, c);
+    if (!le) {
+        release_key(k, l, l->acq_token, l->acq_ttl_ms, now);
+        waiter_finish(k, w, DLOCK_ENOMEM, now);
+        return;
+    }
+    memcpy(le->token, l->acq_token, sizeof le->token);
+    le->ttl_ms = l->acq_ttl_ms;
+    le->deadline = deadline;
+    le->state = DLOCK_STATE_HELD;
+    le->fence = fence;
+    le->slot = k->env.slot_alloc(k->env.arg, c);
+    if (le->slot == UINT32_MAX) {
+        table_lease_free(&k->table, le);
+        release_key(k, l, l->acq_token, l->acq_ttl_ms, now);
+        waiter_finish(k, w, DLOCK_ELIMIT, now);
+        return;
+    }
+    le->granted_at = l->acq_sent;
+    if (w->max_hold_ms)
+        le->hold_until = l->acq_sent + (uint64_t)w->max_hold_ms * NS_PER_MS;
+    le->progress_ns = (uint64_t)w->progress_ms * NS_PER_MS;
+    lease_link(c, le);
+    lease_publish(k, le);
+    lease_schedule(k, le, l->acq_sent);
+    struct wire_granted g = {.lease_id = le->id,
+                             .deadline_ns = deadline,
+                             .fence = fence,
+                             .ttl_ms = le->ttl_ms,
+                             .slot = le->slot};
+    k->env.granted(k->env.arg, c, w->req_id, &g);
+    k->stats.grants++;
+    histo_add(&k->stats.acquire, now - l->acq_sent);
+    log_debug("granted %s to pid %d (lease %llx, fence %llu)", l->name, (int)c->pid,
+              (unsigned long long)le->id, (unsigned long long)fence);
+    waiter_finish(k, w, 0, now);
+}
+
+/* The store is unreachable (err) for waiter w at its turn. A waiter that may
+ * wait rides out an outage of up to outage_wait_ms: the lock retries when
+ * the store is back or the grace runs out. Returns false when w must fail
+ * now. */
+static bool ride_outage(struct core *k, struct lock *l, struct waiter *w, int err, uint64_t now)
+{
+    if ((err != DLOCK_EUNAVAIL && err != DLOCK_ENOQUORUM) || w->try_once || k->shutting_down)
+        return false;
+    uint64_t grace = (uint64_t)k->cfg->outage_wait_ms * NS_PER_MS;
+    if (!k->down_since)
+        k->down_since = now;
+    k->down_err = err;
+    if (now - k->down_since >= grace)
+        return false;
+    uint64_t retry = now + (uint64_t)k->cfg->retry_fallback_ms * NS_PER_MS;
+    timer_set(k, &l->retry, retry < k->down_since + grace ? retry : k->down_since + grace);
+    return true;
+}
+
+/* An acquire's callback argument: the lock stays while it is in flight. */
+struct acquire_ref {
+    struct core *k;
+    struct lock *l;
+};
+
+static void on_acquired(void *arg, const struct backend_result *r)
+{
+    struct acquire_ref *ref = arg;
+    struct core *k = ref->k;
+    struct lock *l = ref->l;
+    free(ref);
+    struct waiter *w = l->acq_for;
+    uint64_t now = r->at;
+    l->acquiring = false;
+    l->acq_for = NULL;
+    if (r->err) {
+        if (w && !ride_outage(k, l, w, r->err, now))
+            waiter_finish(k, w, r->err, now);
+        /* Unanswered, or failed halfway: the store may have set the key all
+         * the same. Compare-and-delete is harmless if it did not. */
+        if (!PLANTED(CORE_BUG_NO_WITHDRAW))
+            withdraw_key(k, l, now);
+    } else if (r->outcome == BACKEND_DONE) {
+        k->down_since = 0;
+        uint64_t deadline = validity_end(l->acq_sent, l->acq_ttl_ms);
+        if (w && !k->shutting_down && (now < deadline || PLANTED(CORE_BUG_GRANT_LATE))) {
+            grant(k, l, w, deadline, r->fence, now);
+        } else {
+            /* Nobody to give it to (waiter gone, agent stopping), or the reply
+             * came too late to leave any validity: hand the key back. */
+            release_key(k, l, l->acq_token, l->acq_ttl_ms, now);
+        }
+    } else {
+        k->down_since = 0;
+        /* Quorum mode: some nodes may have taken the key for us. */
+        if (k->backend->release_after_miss)
+            withdraw_key(k, l, now);
+        if (w && w->try_once)
+            waiter_finish(k, w, DLOCK_EBUSY, now);
+        if (l->qhead && !l->notice_missed) {
+            uint64_t delay = waiter_retry_delay(k->cfg->retry_fallback_ms, r->pttl_ms, jitter(k));
+            timer_set(k, &l->retry, now + delay);
+        }
+    }
+    lock_settle(k, l, now);
+}
+
+/* Sends an acquire for the first waiter when nothing stands in the way. */
+static void lock_kick(struct core *k, struct lock *l, uint64_t now)
+{
+    while (l->qhead && !l->holder && !l->acquiring && !tnode_queued(&l->retry)) {
+        struct waiter *w = l->qhead;
+        if (k->shutting_down) {
+            waiter_finish(k, w, DLOCK_ESHUTDOWN, now);
+            continue;
+        }
+        struct acquire_ref *ref = malloc(sizeof *ref);
+        if (!ref) {
+            waiter_finish(k, w, DLOCK_ENOMEM, now);
+            continue;
+        }
+        *ref = (struct acquire_ref){.k = k, .l = l};
+        new_token(k, l->acq_token);
+        l->acq_sent = now;
+        l->acq_ttl_ms = w->ttl_ms;
+        l->notice_missed = false;
+        /* Who holds it, for operators looking from any host. */
+        char holder[BACKEND_RECORD_MAX];
+        const struct core_client *c = w->owner;
+        snprintf(holder, sizeof holder, "%s %s %d %u %s", l->acq_token, k->host, (int)c->pid,
+                 (unsigned)c->uid, c->comm);
+        struct backend_req req = {.name = l->name,
+                                  .len = l->name_len,
+                                  .token = l->acq_token,
+                                  .holder = holder,
+                                  .ttl_ms = w->ttl_ms};
+        int rc = k->backend->ops->acquire(k->backend, &req, on_acquired, ref);
+        if (rc == 0) {
+            l->acquiring = true;
+            l->acq_for = w;
+            return;
+        }
+        free(ref);
+        if (ride_outage(k, l, w, rc, now))
+            return;
+        waiter_finish(k, w, rc, now);
+    }
+}
+
+/* After any change to a lock: start the next acquire, or free the lock. */
+static void lock_settle(struct core *k, struct lock *l, uint64_t now)
+{
+    lock_kick(k, l, now);
+    table_lock_release_if_idle(&k->table, l);
+}
+
+/* A bound asked for, else the agent's default, capped by its limit. */
+static uint32_t bound(uint32_t asked, uint32_t dflt, uint32_t limit)
+{
+    uint32_t v = asked ? asked : dflt;
+    return limit && (v == 0 || v > limit) ? limit : v;
+}
+
+/* Is a limit in the way of one more waiter on c? 0, or DLOCK_ELIMIT with the
+ * limit hit named in why (per connection or per uid, leases or waiters): the
+ * code alone cannot tell a holder which one to look at. */
+static int limit_check(const struct core *k, const struct core_client *c, char *why, size_t len)
+{
+    const struct config *cfg = k->cfg;
+    const struct policy *pol = &cfg->policy;
+    /* Every waiter may become a lease: both count against the lease limit. */
+    if (c->nleases + c->nwaiters >= cfg->max_leases_per_conn) {
+        snprintf(why, len, "per-connection lease limit (%u) reached", cfg->max_leases_per_conn);
+        return DLOCK_ELIMIT;
+    }
+    if (c->nwaiters >= cfg->max_waiters_per_conn) {
+        snprintf(why, len, "per-connection waiter limit (%u) reached", cfg->max_waiters_per_conn);
+        return DLOCK_ELIMIT;
+    }
+    if (!c->acct)
+        return 0;
+    uint64_t held = (uint64_t)c->acct->leases + c->acct->waiters;
+    if (pol->max_leases_per_uid && held >= pol->max_leases_per_uid) {
+        snprintf(why, len, "per-uid lease limit (%u) reached for uid %u", pol->max_leases_per_uid,
+                 (unsigned)c->uid);
+        return DLOCK_ELIMIT;
+    }
+    if (pol->max_waiters_per_uid && c->acct->waiters >= pol->max_waiters_per_uid) {
+        snprintf(why, len, "per-uid waiter limit (%u) reached for uid %u", pol->max_waiters_per_uid,
+                 (unsigned)c->uid);
+        return DLOCK_ELIMIT;
+    }
+    return 0;
+}
+
+/* A client asking for a name it holds: locks are not re-entrant, and the
+ * request would queue behind the client's own lease, for ever with an
+ * endless wait. An immediate error instead. (Waiting twice for a name held
+ * elsewhere is fine: two threads sharing a client take turns.) */
+static int reacquire_check(struct core *k, const struct core_client *c,
+                           const struct wire_acquire *m, char *why, size_t len)
+{
+    const struct lock *l = table_lock_find(&k->table, m->name, m->name_len);
+    if (!l || !l->holder || l->holder->owner != c)
+        return 0;
+    snprintf(why, len, "this connection already holds %.*s (locks are not re-entrant)",
+             (int)m->name_len, m->name);
+    return DLOCK_EHELD;
+}
+
+/* 0, or the error to answer an acquire with; for a limit, why says which. */
+static int acquire_check(struct core *k, const struct core_client *c, const struct wire_acquire *m,
+                         uint32_t *ttl, char *why, size_t len)
+{
+    const struct config *cfg = k->cfg;
+    if (k->shutting_down)
+        return DLOCK_ESHUTDOWN;
+    int rc = lock_name_check(m->name, m->name_len, cfg->max_name_len);
+    if (rc)
+        return rc;
+    *ttl = m->ttl_ms ? m->ttl_ms : cfg->default_ttl_ms;
+    if (m->flags || m->wait_ms < -1)
+        return DLOCK_EINVAL;
+    if (*ttl < cfg->min_ttl_ms || *ttl > cfg->max_ttl_ms) {
+        /* Named, so that whoever asked for a long TTL learns the agent's cap. */
+        snprintf(why, len,
+                 "TTL %u ms is outside this agent's range, %u to %u ms (min_ttl_ms, "
+                 "max_ttl_ms)",
+                 (unsigned)*ttl, (unsigned)cfg->min_ttl_ms, (unsigned)cfg->max_ttl_ms);
+        return DLOCK_EINVAL;
+    }
+    char name[WIRE_MAX_NAME + 1];
+    memcpy(name, m->name, m->name_len);
+    name[m->name_len] = '\0';
+    if (!policy_allows(&cfg->policy, c->uid, c->gids, c->ngids, name)) {
+        log_info("denied: pid %d uid %u may not use lock %s", (int)c->pid, (unsigned)c->uid, name);
+        return DLOCK_EDENIED;
+    }
+    rc = reacquire_check(k, c, m, why, len);
+    return rc ? rc : limit_check(k, c, why, len);
+}
+
+void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
+                  const struct wire_acquire *m, uint64_t now)
+{
+    uint32_t ttl = 0;
+    char why[128] = "";
+    int rc = acquire_check(k, c, m, &ttl, why, sizeof why);
+    if (rc) {
+        if (rc == DLOCK_EDENIED)
+            k->stats.denied++;
+        else
+            k->stats.refused++;
+        k->env.error(k->env.arg, c, req_id, rc, why[0] ? why : errname(rc));
+        return;
+    }
+    struct lock *l = table_lock_get(&k->table, m->name, m->name_len);
+    struct waiter *w = l ? calloc(1, sizeof *w) : NULL;
+    if (!w) {
+        k->env.error(k->env.arg, c, req_id, DLOCK_ENOMEM, errname(DLOCK_ENOMEM));
+        if (l)
+            table_lock_release_if_idle(&k->table, l);
+        return;
+    }
+    /* Try-once never jumps the queue: with a holder or waiters here, or an
+     * acquire in flight, the answer is already "busy". */
+    if (m->wait_ms == 0 && (l->holder || l->qhead || l->acquiring)) {
+        free(w);
+        k->env.error(k->env.arg, c, req_id, DLOCK_EBUSY, errname(DLOCK_EBUSY));
+        return;
+    }
+    tnode_init(&w->timer, TK_WAITER);
+    w->owner = c;
+    w->req_id = req_id;
+    w->ttl_ms = ttl;
+    w->try_once = m->wait_ms == 0;
+    const struct config *cfg = k->cfg;
+    w->max_hold_ms = bound(m->max_hold_ms, cfg->default_max_hold_ms, cfg->max_hold_limit_ms);
+    w->progress_ms = bound(m->progress_ms, cfg->default_progress_ms, cfg->progress_limit_ms);
+    table_waiter_enqueue(l, w);
+    waiter_link(c, w);
+    /* Waits beyond a year are taken as forever (and cannot overflow). */
+    if (m->wait_ms > 0 && m->wait_ms < MAX_FINITE_WAIT_MS)
+        timer_set(k, &w->timer, now + (uint64_t)m->wait_ms * NS_PER_MS);
+    lock_settle(k, l, now);
+}
+
+void core_release(struct core *k, struct core_client *c, uint32_t req_id, uint64_t lease_id,
+                  uint64_t now)
+{
+    struct lease *le = table_lease_find(&k->table, lease_id);
+    if (!le || le->owner != c) {
+        k->env.error(k->env.arg, c, req_id, DLOCK_ENOTFOUND, "no such lease on this connection");
+        return;
+    }
+    struct lock *l = le->lock;
+    release_key(k, l, le->token, le->ttl_ms, now);
+    lease_drop(k, le);
+    k->env.ok(k->env.arg, c, req_id);
+    k->stats.releases++;
+    /* The next local waiter's acquire goes out right behind the release on
+     * the same pipeline, so the store sees them in that order. */
+    lock_settle(k, l, now);
+}
+
+void core_client_drop(struct core *k, struct core_client *c, int reason, uint64_t now)
+{
+    if (!reason && c->nleases)
+        log_info("client pid %d gone; releasing its %u lease(s)", (int)c->pid, c->nleases);
+    while (!LIST_EMPTY(&c->waiters)) {
+        struct waiter *w = LIST_FIRST(&c->waiters);
+        struct lock *l = w->lock;
+        waiter_finish(k, w, reason, now);
+        lock_settle(k, l, now);
+    }
+    while (!LIST_EMPTY(&c->leases)) {
+        struct lease *le = LIST_FIRST(&c->leases);
+        struct lock *l = le->lock;
+        if (reason) {
+            struct wire_event ev = {
+                .lease_id = le->id, .state = DLOCK_STATE_LOST, .reason = reason};
+            k->env.event(k->env.arg, c, &ev);
+        }
+        release_key(k, l, le->token, le->ttl_ms, now);
+        lease_drop(k, le);
+        lock_settle(k, l, now);
+    }
+}
+
+void core_client_policy(struct core *k, struct core_client *c, uint64_t now)
+{
+    struct waiter *w = LIST_FIRST(&c->waiters), *next;
+    for (; w; w = next) {
+        next = LIST_NEXT(w, olink);
+        struct lock *l = w->lock;
+        if (policy_allows(&k->cfg->policy, c->uid, c->gids, c->ngids, l->name))
+            continue;
+        log_info("denied: pid %d uid %u may no longer wait for lock %s", (int)c->pid,
+                 (unsigned)c->uid, l->name);
+        k->stats.denied++;
+        waiter_finish(k, w, DLOCK_EDENIED, now);
+        lock_settle(k, l, now);
+    }
+}
+
+/* ---- store events ---- */
+
+void core_notice(struct core *k, const char *name, size_t len, uint64_t now)
+{
+    struct lock *l = table_lock_find(&k->table, name, len);
+    if (!l || !l->qhead || l->holder)
+        return;
+    if (l->acquiring) {
+        l->notice_missed = true; /* our attempt may have raced the release */
+        return;
+    }
+    theap_remove(&k->timers, &l->retry);
+    lock_settle(k, l, now);
+}
+
+/* Every lock with waiters tries again now (an acquire in flight counts as
+ * having missed a notice, so its "taken" answer is retried at once). */
+static void kick_all(struct core *k, uint64_t now)
+{
+    for (size_t b = 0; b < k->table.nbuckets; b++) {
+        for (struct lock *l = k->table.buckets[b], *next; l; l = next) {
+            next = l->hnext;
+            if (l->acquiring)
+                l->notice_missed = true;
+            else if (l->qhead && !l->holder) {
+                theap_remove(&k->timers, &l->retry);
+                lock_settle(k, l, now);
+            }
+        }
+    }
+}
+
+/* Notices may have been missed while unsubscribed. */
+void core_resubscribed(struct core *k, uint64_t now)
+{
+    kick_all(k, now);
+}
+
+/* The command link is up again: unconfirmed releases go out, and waiters
+ * that rode out the outage try at once. */
+void core_store_ready(struct core *k, uint64_t now)
+{
+    k->down_since = 0;
+    k->ready_seq++;
+    retry_orphans(k, now);
+    kick_all(k, now);
+}
+
+/* ---- timers ---- */
+
+void core_tick(struct core *k, uint64_t now)
+{
+    struct tnode *t;
+    while ((t = theap_top(&k->timers)) && t->due <= now) {
+        theap_remove(&k->timers, t);
+        switch (t->kind) {
+        case TK_LEASE:
+            lease_due(k, container_of(t, struct lease, timer), now);
+            break;
+        case TK_WAITER:
+            waiter_expired(k, container_of(t, struct waiter, timer), now);
+            break;
+        case TK_LOCK:
+            lock_settle(k, container_of(t, struct lock, retry), now);
+            break;
+        case TK_AGENT:
+            retry_orphans(k, now);
+            break;
+        }
+    }
+}
+
+uint64_t core_next_due(const struct core *k)
+{
+    const struct tnode *t = theap_top(&k->timers);
+    return t ? t->due : 0;
+}
+
+void core_shutdown(struct core *k)
+{
+    k->shutting_down = true;
+}
+
+void core_foreach_lock(const struct core *k, void (*fn)(void *arg, const struct core_lock_view *v),
+                       void *arg)
+{
+    for (size_t b = 0; b < k->table.nbuckets; b++) {
+        for (const struct lock *l = k->table.buckets[b]; l; l = l->hnext) {
+            uint32_t n = 0;
+            for (const struct waiter *w = l->qhead; w; w = w->qnext)
+                n++;
+            struct core_lock_view v = {.name = l->name,
+                                       .name_len = l->name_len,
+                                       .lease = l->holder,
+                                       .holder = l->holder ? l->holder->owner : NULL,
+                                       .waiters = n,
+                                       .acquiring = l->acquiring};
+            fn(arg, &v);
+        }
+    }
+}
+
+/* ---- life ---- */
+
+int core_init(struct core *k, const struct config *cfg, const struct core_env *env,
+              struct backend *backend, uint64_t seed, const char *host)
+{
+    memset(k, 0, sizeof *k);
+    k->cfg = cfg;
+    k->env = *env;
+    k->backend = backend;
+    tnode_init(&k->orphan_retry, TK_AGENT);
+    snprintf(k->host, sizeof k->host, "%s", host && host[0] ? host : "?");
+    one_word(k->host);
+    return table_init(&k->table, seed);
+}
+
+void core_free(struct core *k)
+{
+    theap_free(&k->timers);
+    table_free(&k->table);
+    while (k->orphans) {
+        struct orphan *o = k->orphans;
+        k->orphans = o->next;
+        free(o);
+    }
+}

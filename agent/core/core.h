@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* core.h -- dlock's lock logic as a pure state machine: FIFO acquire queues
+ * with one acquire in flight per name, leases (HELD, JEOPARDY, LOST,
+ * released) with batched renewal, bounded-hold and progress deadlines, the
+ * validity arithmetic, releases that are retried until confirmed or expired,
+ * and waiters that ride out an outage.
+ *
+ * The core does no I/O and reads no clock. Every entry point takes the time
+ * now (CLOCK_BOOTTIME ns in dlockd, virtual time in the simulator); effects
+ * go out through struct core_env (clients, lease pages, randomness) and
+ * struct backend (the store); results come back through the backend's
+ * callbacks, stamped with their arrival time. The driver calls core_tick()
+ * once core_next_due() has come. (docs/architecture.md) */
+#ifndef DLOCKD_CORE_H
+#define DLOCKD_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "backend.h"
+#include "config.h"
+#include "stats.h"
+#include "table.h"
+#include "theap.h"
+#include "wire.h"
+
+/* What the clients of one uid hold and wait for together (per-uid limits).
+ * The driver owns it and points every client of that uid at it. */
+struct core_account {
+    uint32_t leases, waiters;
+};
+
+/* One client (a connection in dlockd) as the core sees it. The driver fills
+ * the identity and zeroes the rest; the core owns the lists. */
+struct core_client {
+    LIST_HEAD(, lease) leases;
+    LIST_HEAD(, waiter) waiters;
+    uint32_t nleases, nwaiters;
+    struct core_account *acct; /* may be NULL: no per-uid accounting */
+    int32_t pid;
+    uint32_t uid;
+    const uint32_t *gids; /* gid and supplementary groups, for the policy */
+    size_t ngids;
+    char comm[16]; /* one word, for holder records and logs */
+};
+
+/* Effects out of the core. Each is called synchronously, from inside a core
+ * entry point, and must not call back into the core. */
+struct core_env {
+    void *arg;
+    /* Answers and events for a client. */
+    void (*granted)(void *arg, struct core_client *c, uint32_t req_id,
+                    const struct wire_granted *g);
+    void (*error)(void *arg, struct core_client *c, uint32_t req_id, int code, const char *msg);
+    void (*ok)(void *arg, struct core_client *c, uint32_t req_id);
+    void (*event)(void *arg, struct core_client *c, const struct wire_event *ev);
+    /* The client's lease page: a free slot (UINT32_MAX: none), freeing one,
+     * showing a lease in it, and the client's last touch of it (untrusted). */
+    uint32_t (*slot_alloc)(void *arg, struct core_client *c);
+    void (*slot_free)(void *arg, struct core_client *c, uint32_t slot);
+    void (*slot_write)(void *arg, struct core_client *c, uint32_t slot, uint32_t state,
+                       uint64_t lease_id, uint64_t fence, uint64_t deadline);
+    uint64_t (*slot_touched)(void *arg, struct core_client *c, uint32_t slot);
+    /* 64 unpredictable bits (tokens are made of them). */
+    uint64_t (*random)(void *arg);
+};
+
+struct orphan;
+
+struct core {
+    const struct config *cfg;
+    struct core_env env;
+    struct backend *backend;
+    struct table table;
+    struct theap timers;
+    struct agent_stats stats;
+    struct orphan *orphans;    /* releases to retry when the store is back */
+    struct tnode orphan_retry; /* TK_AGENT: retry them while the link is up */
+    unsigned ready_seq;        /* counts the times the store came back */
+    uint64_t down_since;       /* store unreachable since, 0 while it answers */
+    int down_err;              /* then: DLOCK_EUNAVAIL or DLOCK_ENOQUORUM */
+    bool shutting_down;
+    char host[64]; /* for holder records */
+};
+
+/* Sets the core up; the backend may be attached later, before the first
+ * request. 0, or -1 when out of memory. */
+int core_init(struct core *k, const struct config *cfg, const struct core_env *env,
+              struct backend *backend, uint64_t seed, const char *host);
+/* Frees every lock, lease, waiter and pending release (nothing is sent). */
+void core_free(struct core *k);
+
+/* Requests of a client; the answer goes out through env (at once or later). */
+void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
+                  const struct wire_acquire *m, uint64_t now);
+void core_release(struct core *k, struct core_client *c, uint32_t req_id, uint64_t lease_id,
+                  uint64_t now);
+/* Drops every waiter and releases every lease of c. With a reason (the agent
+ * is stopping), waiters get it as their answer and holders a LOST event;
+ * with 0, the client is gone and nobody is told. */
+void core_client_drop(struct core *k, struct core_client *c, int reason, uint64_t now);
+/* After a reload: c's waiters that the policy no longer allows fail with
+ * DLOCK_EDENIED (leases stay until released). */
+void core_client_policy(struct core *k, struct core_client *c, uint64_t now);
+
+/* Events of the store. */
+void core_notice(struct core *k, const char *name, size_t len, uint64_t now);
+void core_resubscribed(struct core *k, uint64_t now);
+void core_store_ready(struct core *k, uint64_t now);
+
+/* Runs every timer due at now. */
+void core_tick(struct core *k, uint64_t now);
+/* When core_tick is next due, 0 when no timer is set. */
+uint64_t core_next_due(const struct core *k);
+
+/* The agent stops: no new acquires (DLOCK_ESHUTDOWN); the driver then drops
+ * each client with core_client_drop(..., DLOCK_ESHUTDOWN, now). */
+void core_shutdown(struct core *k);
+
+/* A lock as the status socket shows it. */
+struct core_lock_view {
+    const char *name;
+    uint16_t name_len;
+    const struct lease *lease;        /* the local holder, or NULL */
+    const struct core_client *holder; /* its client */
+    uint32_t waiters;                 /* local waiters queued */
+    bool acquiring;                   /* an acquire is in flight */
+};
+/* Calls fn for every lock the core knows (held here, waited for, or both),
+ * in no particular order. */
+void core_foreach_lock(const struct core *k, void (*fn)(void *arg, const struct core_lock_view *v),
+                       void *arg);
+
+#ifdef DLOCK_PLANTED_BUGS
+/* Known bugs the simulator must catch (tests/sim): set by the simulator,
+ * compiled only into its copy of the core. */
+enum core_bug {
+    CORE_BUG_NONE,
+    CORE_BUG_NO_DRIFT,         /* validity without the drift allowance */
+    CORE_BUG_RENEW_FROM_REPLY, /* renewal extends from the reply, not the send */
+    CORE_BUG_GRANT_LATE,       /* grants a reply that came after the validity */
+    CORE_BUG_NO_WITHDRAW,      /* an unanswered acquire is not withdrawn */
+    CORE_BUG_JEOPARDY_VALID,   /* a failed renewal extends the deadline anyway */
+};
+extern enum core_bug core_bug;
+#endif
+
+#endif

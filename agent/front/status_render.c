@@ -1,0 +1,637 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* status_render.c -- the status answers from a snapshot (status_render.h).
+ * A lease's fields and a node's fields are each described once, in a
+ * table: its JSON member, its text column, and how to read it; the text,
+ * JSON and metrics renderers walk the tables. */
+#include "status_render.h"
+
+#include <fnmatch.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "text.h"
+#include "util.h"
+#include "wire.h"
+
+/* ---- growable text ---- */
+
+void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+    for (;;) {
+        if (b->oom)
+            return;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = true;
+            return;
+        }
+        if (b->p && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap <= b->len + (size_t)n)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+/* A JSON string, quoted and escaped. Names and command names may hold any
+ * byte, and JSON must be UTF-8: control characters (C1 too, which
+ * terminals obey) are escaped, and every byte outside a well-formed UTF-8
+ * sequence is written as U+FFFD. */
+static void sb_json_str(struct sbuf *b, const char *s)
+{
+    size_t len = strlen(s);
+    sb_printf(b, "\"");
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        size_t n = utf8_seq(s + i, len - i, &cp);
+        if (n == 0)
+            sb_printf(b, "\\ufffd");
+        else if (cp == '"' || cp == '\\')
+            sb_printf(b, "\\%c", (char)cp);
+        else if (text_is_control(cp))
+            sb_printf(b, "\\u%04x", (unsigned)cp);
+        else
+            sb_printf(b, "%.*s", (int)n, s + i);
+        i += n ? n : 1;
+    }
+    sb_printf(b, "\"");
+}
+
+/* A Prometheus label value, which must be UTF-8: backslash, quote and
+ * newline escaped; as the format has no other escapes, other control
+ * characters and bytes outside well-formed UTF-8 are shown as '?'. */
+static void sb_label(struct sbuf *b, const char *s)
+{
+    size_t len = strlen(s);
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        size_t n = utf8_seq(s + i, len - i, &cp);
+        if (n && (cp == '\\' || cp == '"'))
+            sb_printf(b, "\\%c", (char)cp);
+        else if (n && cp == '\n')
+            sb_printf(b, "\\n");
+        else if (n == 0 || text_is_control(cp))
+            sb_printf(b, "?");
+        else
+            sb_printf(b, "%.*s", (int)n, s + i);
+        i += n ? n : 1;
+    }
+}
+
+/* ---- field tables ---- */
+
+enum fkind { F_STR, F_NUM, F_BOOL };
+enum { IN_TEXT = 1, IN_JSON = 2 };
+
+/* A field's value: s for F_STR, n for F_NUM and F_BOOL. */
+struct fval {
+    const char *s;
+    long long n;
+    char buf[32];
+};
+
+/* Writes one field: JSON (a member after its key) or a text column
+ * (blank-free, printable, padded to width; negative width: left-aligned). */
+static void put_json(struct sbuf *b, enum fkind kind, const struct fval *v)
+{
+    if (kind == F_STR)
+        sb_json_str(b, v->s);
+    else if (kind == F_BOOL)
+        sb_printf(b, "%s", v->n ? "true" : "false");
+    else
+        sb_printf(b, "%lld", v->n);
+}
+
+static void put_text(struct sbuf *b, enum fkind kind, int width, const struct fval *v)
+{
+    if (kind == F_NUM) {
+        sb_printf(b, "%*lld", width, v->n);
+        return;
+    }
+    const char *s = kind == F_BOOL ? (v->n ? "yes" : "no") : v->s;
+    /* Clients choose names and command names, and node errors come from
+     * Redis as they are: shown without the control characters a terminal
+     * would obey. */
+    char shown[512];
+    text_printable(shown, sizeof shown, s);
+    sb_printf(b, "%*s", width, shown);
+}
+
+/* ---- leases ---- */
+
+struct lease_field {
+    const char *key, *head;
+    int width;
+    enum fkind kind;
+    void (*get)(const struct status_lease *l, uint64_t now, struct fval *v);
+};
+
+static uint64_t ms_left(uint64_t until, uint64_t now)
+{
+    return until > now ? (until - now) / NS_PER_MS : 0;
+}
+
+static void l_name(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    v->s = l->name;
+}
+static void l_state(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    v->s = dlock_state_name(l->state);
+}
+static void l_fence(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    v->n = (long long)l->fence;
+}
+static void l_pid(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    v->n = l->pid;
+}
+static void l_uid(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    v->n = l->uid;
+}
+static void l_comm(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    v->s = l->comm;
+}
+static void l_age(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    v->n = now > l->granted_at ? (long long)((now - l->granted_at) / NS_PER_MS) : 0;
+}
+static void l_ttl(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    v->n = l->ttl_ms;
+}
+static void l_valid(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    v->n = (long long)ms_left(l->deadline, now);
+}
+static void l_renewals(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    v->n = l->renewals;
+}
+static void l_waiters(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    v->n = l->waiters;
+}
+
+static const struct lease_field lease_fields[] = {
+    {"name", "NAME", -32, F_STR, l_name},
+    {"state", "STATE", -8, F_STR, l_state},
+    {"fence", "FENCE", 20, F_NUM, l_fence},
+    {"pid", "PID", 7, F_NUM, l_pid},
+    {"uid", "UID", 5, F_NUM, l_uid},
+    {"comm", "COMMAND", -15, F_STR, l_comm},
+    {"age_ms", "AGE_MS", 9, F_NUM, l_age},
+    {"ttl_ms", "TTL_MS", 8, F_NUM, l_ttl},
+    {"valid_ms", "VALID_MS", 9, F_NUM, l_valid},
+    {"renewals", "RENEWALS", 8, F_NUM, l_renewals},
+    {"waiters", "WAITERS", 7, F_NUM, l_waiters},
+};
+#define NLEASE_FIELDS (sizeof lease_fields / sizeof lease_fields[0])
+
+/* The leases an asker may see whose names match a pattern, rendered one by one. */
+struct lease_walk {
+    const struct asker *who;
+    const char *pattern;
+    uint64_t now;
+    struct sbuf *b;
+    bool json, first;
+};
+
+static void lease_one(void *arg, const struct status_lease *l)
+{
+    struct lease_walk *w = arg;
+    if ((!w->who->all && l->uid != w->who->uid) ||
+        (w->pattern && fnmatch(w->pattern, l->name, 0) != 0))
+        return;
+    struct sbuf *b = w->b;
+    if (w->json)
+        sb_printf(b, "%s{", w->first ? "" : ",");
+    for (size_t i = 0; i < NLEASE_FIELDS; i++) {
+        const struct lease_field *f = &lease_fields[i];
+        struct fval v = {0};
+        f->get(l, w->now, &v);
+        if (w->json) {
+            sb_printf(b, "%s\"%s\":", i ? "," : "", f->key);
+            put_json(b, f->kind, &v);
+        } else {
+            sb_printf(b, "%s", i ? " " : "");
+            put_text(b, f->kind, f->width, &v);
+        }
+    }
+    sb_printf(b, w->json ? "}" : "\n");
+    w->first = false;
+}
+
+static void each_lease(const struct status_source *src, const struct asker *who,
+                       const char *pattern, bool json, uint64_t now, struct sbuf *b)
+{
+    struct lease_walk w = {
+        .who = who, .pattern = pattern, .now = now, .b = b, .json = json, .first = true};
+    src->each_lease(src->arg, lease_one, &w);
+}
+
+static void leases_header(struct sbuf *b)
+{
+    for (size_t i = 0; i < NLEASE_FIELDS; i++)
+        sb_printf(b, "%s%*s", i ? " " : "", lease_fields[i].width, lease_fields[i].head);
+    sb_printf(b, "\n");
+}
+
+void render_leases_text(const struct status_source *src, const struct asker *who,
+                        const char *pattern, struct sbuf *b)
+{
+    struct status_snapshot s;
+    src->snapshot(src->arg, &s);
+    leases_header(b);
+    each_lease(src, who, pattern, false, s.now, b);
+}
+
+void render_leases_json(const struct status_source *src, const struct asker *who,
+                        const char *pattern, struct sbuf *b)
+{
+    struct status_snapshot s;
+    src->snapshot(src->arg, &s);
+    sb_printf(b, "{\"leases\":[");
+    each_lease(src, who, pattern, true, s.now, b);
+    sb_printf(b, "]}\n");
+}
+
+/* ---- nodes ---- */
+
+struct node_field {
+    const char *key, *head; /* NULL: not in JSON, not in the text */
+    int width;
+    enum fkind kind;
+    void (*get)(const struct backend_node *n, const struct status_snapshot *s, struct fval *v);
+    /* The per-node gauge, if any: its name, help and value. */
+    const char *metric, *help;
+    double (*value)(const struct backend_node *n, uint64_t now);
+};
+
+static void n_addr(const struct backend_node *n, const struct status_snapshot *s, struct fval *v)
+{
+    v->s = n->addr;
+}
+static void n_connected(const struct backend_node *n, const struct status_snapshot *s,
+                        struct fval *v)
+{
+    v->n = n->connected;
+}
+static void n_subscribed(const struct backend_node *n, const struct status_snapshot *s,
+                         struct fval *v)
+{
+    v->n = n->subscribed;
+}
+static void n_rtt(const struct backend_node *n, const struct status_snapshot *s, struct fval *v)
+{
+    v->n = (long long)(n->last_rtt_ns / 1000);
+}
+/* The node's part in quorums: "counts", "joins in N s" (after a restart;
+ * rounded up, so never 0 while excluded), "-" outside quorum mode. */
+static void n_quorum(const struct backend_node *n, const struct status_snapshot *s, struct fval *v)
+{
+    if (!s->quorum)
+        v->s = "-";
+    else if (n->excluded_until > s->now) {
+        snprintf(v->buf, sizeof v->buf, "joins in %llu s",
+                 (unsigned long long)((n->excluded_until - s->now + NS_PER_SEC - 1) / NS_PER_SEC));
+        v->s = v->buf;
+    } else
+        v->s = "counts";
+}
+static void n_error(const struct backend_node *n, const struct status_snapshot *s, struct fval *v)
+{
+    v->s = n->last_error_text;
+}
+static void n_error_text(const struct backend_node *n, const struct status_snapshot *s,
+                         struct fval *v)
+{
+    v->s = n->last_error_text[0] ? n->last_error_text : "-";
+}
+static void n_excluded(const struct backend_node *n, const struct status_snapshot *s,
+                       struct fval *v)
+{
+    v->n = (long long)ms_left(n->excluded_until, s->now);
+}
+static void n_run_id(const struct backend_node *n, const struct status_snapshot *s, struct fval *v)
+{
+    v->s = n->run_id;
+}
+static void n_durable(const struct backend_node *n, const struct status_snapshot *s, struct fval *v)
+{
+    v->n = n->durable;
+}
+
+static double m_up(const struct backend_node *n, uint64_t now)
+{
+    return n->connected;
+}
+static double m_excluded(const struct backend_node *n, uint64_t now)
+{
+    return n->excluded_until > now;
+}
+static double m_rtt(const struct backend_node *n, uint64_t now)
+{
+    return (double)n->last_rtt_ns / 1e9;
+}
+
+/* key: the JSON member (NULL: text only); head: the text column (NULL: JSON only). */
+static const struct node_field node_fields[] = {
+    {"addr", "NODE", -40, F_STR, n_addr, NULL, NULL, NULL},
+    {"connected", "CONNECTED", -9, F_BOOL, n_connected, "dlock_node_up",
+     "1 when the command link to the Redis node is set up.", m_up},
+    {"subscribed", "SUBSCRIBED", -10, F_BOOL, n_subscribed, NULL, NULL, NULL},
+    {"rtt_us", "RTT_US", 8, F_NUM, n_rtt, "dlock_node_rtt_seconds",
+     "Round trip of the node's last answer.", m_rtt},
+    {NULL, "QUORUM", -16, F_STR, n_quorum, NULL, NULL, NULL},
+    {"last_error", NULL, 0, F_STR, n_error, NULL, NULL, NULL},
+    {NULL, "LAST_ERROR", 0, F_STR, n_error_text, NULL, NULL, NULL},
+    {"excluded_for_ms", NULL, 0, F_NUM, n_excluded, "dlock_node_excluded",
+     "1 while a restarted node counts toward no quorum.", m_excluded},
+    {"run_id", NULL, 0, F_STR, n_run_id, NULL, NULL, NULL},
+    {"durable", NULL, 0, F_BOOL, n_durable, NULL, NULL, NULL},
+};
+#define NNODE_FIELDS (sizeof node_fields / sizeof node_fields[0])
+
+static void nodes_text(const struct status_snapshot *s, struct sbuf *b)
+{
+    const char *sep = "";
+    for (size_t i = 0; i < NNODE_FIELDS; i++)
+        if (node_fields[i].head) {
+            sb_printf(b, "%s%*s", sep, node_fields[i].width, node_fields[i].head);
+            sep = " ";
+        }
+    sb_printf(b, "\n");
+    for (size_t k = 0; k < s->nnodes; k++) {
+        sep = "";
+        for (size_t i = 0; i < NNODE_FIELDS; i++) {
+            const struct node_field *f = &node_fields[i];
+            if (!f->head)
+                continue;
+            struct fval v = {0};
+            f->get(&s->nodes[k], s, &v);
+            sb_printf(b, "%s", sep);
+            put_text(b, f->kind, f->width, &v);
+            sep = " ";
+        }
+        sb_printf(b, "\n");
+    }
+}
+
+static void nodes_json(const struct status_snapshot *s, struct sbuf *b)
+{
+    sb_printf(b, "[");
+    for (size_t k = 0; k < s->nnodes; k++) {
+        sb_printf(b, "%s{", k ? "," : "");
+        const char *sep = "";
+        for (size_t i = 0; i < NNODE_FIELDS; i++) {
+            const struct node_field *f = &node_fields[i];
+            if (!f->key)
+                continue;
+            struct fval v = {0};
+            f->get(&s->nodes[k], s, &v);
+            sb_printf(b, "%s\"%s\":", sep, f->key);
+            put_json(b, f->kind, &v);
+            sep = ",";
+        }
+        sb_printf(b, "}");
+    }
+    sb_printf(b, "]");
+}
+
+/* ---- counters ---- */
+
+/* The agent's counters, by name: "renewal_failures" is the JSON member,
+ * "renewal failures" in the text and dlock_renewal_failures_total in the
+ * metrics. */
+static const struct {
+    const char *name, *help;
+    size_t offset;
+} counters[] = {
+#define COUNTER(f, h)                                                                              \
+    {                                                                                              \
+#f, h, offsetof(struct agent_stats, f)                                                     \
+    }
+    COUNTER(grants, "Leases granted."),
+    COUNTER(releases, "Leases released by their holder."),
+    COUNTER(renewals, "Lease renewals that succeeded."),
+    COUNTER(renewal_failures, "Lease renewals that failed without proof of loss."),
+    COUNTER(losses, "Leases lost."),
+    COUNTER(timeouts, "Acquire waits that ran out."),
+    COUNTER(refused, "Acquire requests and connections refused by a limit before reaching Redis."),
+    COUNTER(denied, "Acquire requests the access policy did not allow."),
+#undef COUNTER
+};
+#define NCOUNTERS (sizeof counters / sizeof counters[0])
+
+static unsigned long long counter_value(const struct status_snapshot *s, size_t i)
+{
+    return *(const uint64_t *)((const char *)&s->stats + counters[i].offset);
+}
+
+/* ---- status ---- */
+
+void render_status_json(const struct status_source *src, const struct asker *who, struct sbuf *b)
+{
+    struct status_snapshot s;
+    src->snapshot(src->arg, &s);
+    sb_printf(b, "{\"agent\":{\"version\":\"%s\",\"pid\":%d,\"mode\":\"%s\",\"prefix\":",
+              DLOCK_VERSION, (int)getpid(), s.mode);
+    sb_json_str(b, src->cfg->prefix);
+    sb_printf(b, ",\"uptime_ms\":%llu,\"connections\":%u},\"nodes\":",
+              (unsigned long long)((s.now - s.started) / NS_PER_MS), s.connections);
+    nodes_json(&s, b);
+    sb_printf(b, ",\"counters\":{");
+    for (size_t i = 0; i < NCOUNTERS; i++)
+        sb_printf(b, "%s\"%s\":%llu", i ? "," : "", counters[i].name, counter_value(&s, i));
+    sb_printf(b, "},\"leases\":[");
+    each_lease(src, who, NULL, true, s.now, b);
+    sb_printf(b, "]}\n");
+}
+
+void render_status_text(const struct status_source *src, const struct asker *who, struct sbuf *b)
+{
+    struct status_snapshot s;
+    src->snapshot(src->arg, &s);
+    char prefix[sizeof src->cfg->prefix];
+    text_printable(prefix, sizeof prefix, src->cfg->prefix);
+    sb_printf(b, "dlockd %s, pid %d, %s mode, prefix '%s', up %llu s, %u connection(s)\n\n",
+              DLOCK_VERSION, (int)getpid(), s.mode, prefix,
+              (unsigned long long)((s.now - s.started) / NS_PER_SEC), s.connections);
+    nodes_text(&s, b);
+    sb_printf(b, "\n");
+    for (size_t i = 0; i < NCOUNTERS; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "%s", counters[i].name);
+        for (char *p = name; *p; p++)
+            if (*p == '_')
+                *p = ' ';
+        sb_printf(b, "%s%s %llu", i ? ", " : "", name, counter_value(&s, i));
+    }
+    sb_printf(b, "\n\n");
+    leases_header(b);
+    each_lease(src, who, NULL, false, s.now, b);
+}
+
+/* ---- metrics ---- */
+
+static void metric(struct sbuf *b, const char *name, const char *type, const char *help)
+{
+    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void gauge(struct sbuf *b, const char *name, const char *help, double v)
+{
+    metric(b, name, "gauge", help);
+    sb_printf(b, "%s %.17g\n", name, v);
+}
+
+static void histogram(struct sbuf *b, const char *name, const char *help, const struct histo *h)
+{
+    metric(b, name, "histogram", help);
+    uint64_t cum = 0;
+    for (int i = 0; i < STATS_BUCKETS; i++) {
+        cum += h->bucket[i];
+        sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, stats_bucket_le[i],
+                  (unsigned long long)cum);
+    }
+    sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->count);
+    sb_printf(b, "%s_sum %.17g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
+}
+
+void render_metrics(const struct status_source *src, struct sbuf *b)
+{
+    struct status_snapshot s;
+    src->snapshot(src->arg, &s);
+    for (size_t i = 0; i < NCOUNTERS; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "dlock_%s_total", counters[i].name);
+        metric(b, name, "counter", counters[i].help);
+        sb_printf(b, "%s %llu\n", name, counter_value(&s, i));
+    }
+    gauge(b, "dlock_leases", "Leases held now.", (double)s.leases);
+    gauge(b, "dlock_connections", "Client connections now.", (double)s.connections);
+    gauge(b, "dlock_uptime_seconds", "Time since the agent started.",
+          (double)(s.now - s.started) / 1e9);
+    histogram(b, "dlock_acquire_seconds", "From sending an acquire to Redis to its grant.",
+              &s.stats.acquire);
+    histogram(b, "dlock_renew_seconds", "Round trip of lease renewals.", &s.stats.renew);
+    /* One gauge per node and field that has one, labelled with the address. */
+    for (size_t i = 0; i < NNODE_FIELDS; i++) {
+        const struct node_field *f = &node_fields[i];
+        if (!f->metric)
+            continue;
+        metric(b, f->metric, "gauge", f->help);
+        for (size_t k = 0; k < s.nnodes; k++) {
+            sb_printf(b, "%s{node=\"", f->metric);
+            sb_label(b, s.nodes[k].addr);
+            sb_printf(b, "\"} %.17g\n", f->value(&s.nodes[k], s.now));
+        }
+    }
+}
+
+/* ---- holder ---- */
+
+/* Who Redis says holds a name: the key's value and, when the holder record
+ * beside it starts with that token, dlock's record of the holder. Values
+ * come from anyone who can write to Redis. */
+struct holder_rec {
+    bool ours; /* a dlock record of this token */
+    char host[64], comm[32];
+    int pid;
+    unsigned uid;
+};
+
+static void holder_rec(const struct backend_holder *h, struct holder_rec *r)
+{
+    memset(r, 0, sizeof *r);
+    size_t vlen = strlen(h->value);
+    r->ours =
+        vlen && strncmp(h->record, h->value, vlen) == 0 && h->record[vlen] == ' ' &&
+        sscanf(h->record + vlen + 1, "%63s %d %u %31s", r->host, &r->pid, &r->uid, r->comm) == 4;
+}
+
+static void holder_json(struct sbuf *b, const char *name, const struct backend_holder *h)
+{
+    struct holder_rec r;
+    holder_rec(h, &r);
+    bool held = h->value[0] != '\0';
+    sb_printf(b, "{\"name\":");
+    sb_json_str(b, name);
+    sb_printf(b, ",\"held\":%s,\"dlock\":%s,\"value\":", held ? "true" : "false",
+              r.ours ? "true" : "false");
+    sb_json_str(b, h->value);
+    sb_printf(b, ",\"host\":");
+    sb_json_str(b, r.host);
+    sb_printf(b, ",\"pid\":%d,\"uid\":%u,\"comm\":", r.pid, r.uid);
+    sb_json_str(b, r.comm);
+    sb_printf(b, ",\"pttl_ms\":%lld,\"nodes_holding\":%u,\"nodes\":%u}\n", held ? h->pttl : 0,
+              h->nodes_holding, h->nodes);
+}
+
+/* One line, without control characters, which a terminal would obey. */
+static void holder_text(struct sbuf *b, const char *name, const struct backend_holder *h)
+{
+    struct holder_rec r;
+    holder_rec(h, &r);
+    char value[BACKEND_RECORD_MAX], host[sizeof r.host], comm[sizeof r.comm];
+    text_printable(value, sizeof value, h->value);
+    text_printable(host, sizeof host, r.host);
+    text_printable(comm, sizeof comm, r.comm);
+    if (!h->value[0]) {
+        sb_printf(b, "%s: free\n", name);
+        return;
+    }
+    if (r.ours)
+        sb_printf(b, "%s: held by pid %d (%s), uid %u, on host %s; token %s", name, r.pid, comm,
+                  r.uid, host, value);
+    else
+        sb_printf(b, "%s: held by a client outside dlock (value '%s')", name, value);
+    if (h->pttl >= 0)
+        sb_printf(b, "; %lld ms left", h->pttl);
+    else
+        sb_printf(b, "; no expiry");
+    if (h->nodes > 1)
+        sb_printf(b, "; on %u of %u nodes", h->nodes_holding, h->nodes);
+    sb_printf(b, "\n");
+}
+
+void render_holder(const char *name, int err, const struct backend_holder *h, bool json,
+                   struct sbuf *b)
+{
+    char shown[WIRE_MAX_NAME + 1]; /* the name in text */
+    text_printable(shown, sizeof shown, name);
+    if (err) {
+        sb_printf(b, "error: cannot read %s from Redis: %s\n", shown, dlock_strerror(err));
+    } else if (h->undetermined && json) {
+        sb_printf(b, "{\"name\":");
+        sb_json_str(b, name);
+        sb_printf(b, ",\"undetermined\":true,\"nodes\":%u}\n", h->nodes);
+    } else if (h->undetermined) {
+        sb_printf(b, "%s: undetermined: no value is on a majority of the %u nodes\n", shown,
+                  h->nodes);
+    } else if (json) {
+        holder_json(b, name, h);
+    } else {
+        holder_text(b, shown, h);
+    }
+}
