@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* test_quorum_math.c -- unit tests of the majority arithmetic of quorum mode
+/* test_quorum_math.c -- unit tests of the majority and fencing arithmetic of quorum mode
  * (agent/core/quorum.c). */
 #include <criterion/criterion.h>
 
@@ -58,4 +58,95 @@ Test(verdict, examples)
     /* 5 nodes, 2 yes, 3 down: no quorum for either. */
     cr_assert_eq(quorum_verdict(5, 2, 0, 0, true), QV_NO_QUORUM);
     cr_assert_eq(quorum_verdict(5, 2, 0, 0, false), QV_NO_QUORUM);
+}
+
+/* ---- fencing ---- */
+
+Test(fence, token_is_the_highest_proposal_of_the_nodes_that_took_the_key)
+{
+    const bool took[5] = {true, false, true, true, false};
+    /* Nodes that did not take the key may hold anything: never read. */
+    const uint64_t proposed[5] = {1000, 9999, 1004, 1002, 8888};
+    cr_assert_eq(quorum_fence_token(5, took, proposed), 1004);
+    const bool none[3] = {false, false, false};
+    cr_assert_eq(quorum_fence_token(3, none, proposed), 0);
+    const bool all[3] = {true, true, true};
+    const uint64_t same[3] = {77, 77, 77};
+    cr_assert_eq(quorum_fence_token(3, all, same), 77);
+}
+
+Test(fence, write_back_to_the_nodes_that_took_the_key_below_the_token)
+{
+    cr_assert(quorum_fence_write_back(true, 1000, 1004));
+    cr_assert_not(quorum_fence_write_back(true, 1004, 1004), "its counter is the token already");
+    cr_assert_not(quorum_fence_write_back(false, 1000, 1004), "it does not hold our key");
+    cr_assert_not(quorum_fence_write_back(false, 0, 1004));
+}
+
+/* Every state of every node of 3 and 5, against the definition: won when
+ * the counting nodes whose counter reaches the token are a majority; open
+ * while the counting nodes with a write-back unanswered could make one;
+ * else no quorum (never taken: no refusal settles a grant). */
+enum { FN_NONE, FN_AT, FN_ABOVE, FN_OPEN, FN_WRITTEN, FN_REFUSED, FN_STATES };
+
+static void fence_all(unsigned n)
+{
+    const uint64_t token = 5000;
+    unsigned states = 1;
+    for (unsigned i = 0; i < n; i++)
+        states *= FN_STATES * 2;
+    for (unsigned code = 0; code < states; code++) {
+        bool counts[9], open[9];
+        uint64_t counter[9];
+        unsigned ok = 0, pending = 0, c = code;
+        for (unsigned i = 0; i < n; i++, c /= FN_STATES * 2) {
+            unsigned st = c % FN_STATES;
+            counts[i] = (c / FN_STATES) % 2;
+            open[i] = st == FN_OPEN;
+            counter[i] = st == FN_NONE      ? 0
+                         : st == FN_AT      ? token
+                         : st == FN_ABOVE   ? token + 3
+                         : st == FN_WRITTEN ? token
+                                            : token - 4; /* open, or refused */
+            if (counts[i] && (st == FN_AT || st == FN_ABOVE || st == FN_WRITTEN))
+                ok++;
+            else if (counts[i] && st == FN_OPEN)
+                pending++;
+        }
+        unsigned maj = n / 2 + 1;
+        enum quorum_verdict want = ok >= maj             ? QV_WON
+                                   : ok + pending >= maj ? QV_OPEN
+                                                         : QV_NO_QUORUM;
+        cr_assert_eq(quorum_fence_verdict(n, counts, counter, open, token), want, "n=%u code=%u", n,
+                     code);
+    }
+}
+
+Test(fence, verdict_every_state_of_3_and_5_nodes)
+{
+    fence_all(3);
+    fence_all(5);
+}
+
+Test(fence, verdict_examples)
+{
+    const bool all[3] = {true, true, true}, none_open[3] = {false, false, false};
+    /* Proposals 1000 and 1004 took the key, the third node is held by
+     * another: token 1004, node 0 gets it written back. */
+    const uint64_t before[3] = {1000, 1004, 0};
+    const bool open0[3] = {true, false, false};
+    cr_assert_eq(quorum_fence_verdict(3, all, before, open0, 1004), QV_OPEN);
+    /* Written back: two counters at the token. */
+    const uint64_t after[3] = {1004, 1004, 0};
+    cr_assert_eq(quorum_fence_verdict(3, all, after, none_open, 1004), QV_WON);
+    /* Refused (the key expired there meanwhile): one counter at the token
+     * is no majority, the grant fails. */
+    cr_assert_eq(quorum_fence_verdict(3, all, before, none_open, 1004), QV_NO_QUORUM);
+    /* A node excluded after a restart does not count, whatever it holds. */
+    const bool two_out[3] = {true, false, false};
+    const uint64_t high[3] = {1004, 1004, 1004};
+    cr_assert_eq(quorum_fence_verdict(3, two_out, high, none_open, 1004), QV_NO_QUORUM);
+    /* Token 0 (nobody took the key) grants nothing. */
+    const uint64_t zero[3] = {0, 0, 0};
+    cr_assert_eq(quorum_fence_verdict(3, all, zero, none_open, 0), QV_NO_QUORUM);
 }

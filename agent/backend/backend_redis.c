@@ -1,24 +1,22 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* backend_redis.c -- single-node Redis backend: one pipelined command
- * connection and one pub/sub connection, Lua scripts called with EVALSHA,
- * command timeouts, reconnection with exponential backoff and jitter, and
- * the node's health: its run id, its persistence and the exclusion after a
- * restart (quorum mode), round-trip time and last error. */
+ * link and one pub/sub link (redis_link.c: set-up, reconnection with
+ * backoff and jitter, the command watchdog), Lua scripts called with
+ * EVALSHA, and the node's health: its run id, its persistence and the
+ * exclusion after a restart (quorum mode), round-trip time and last error. */
 #include "backend_redis.h"
 
-#include <hiredis/adapters/libev.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/queue.h>
-#include <time.h>
 
 #include "dlock.h"
 #include "keys.h"
 #include "log.h"
+#include "redis_link.h"
 #include "wire.h"
 #include "util.h"
 
@@ -78,27 +76,12 @@ static const char *const script_src[S_COUNT] = {
     "return {v, h, redis.call('pttl', KEYS[1])}",
 };
 
-struct rb;
-
-/* One hiredis connection and its reconnection state. */
-struct rconn {
-    struct rb *rb;
-    redisAsyncContext *ac;
-    bool connected; /* set up (AUTH, SELECT answered): commands may go */
-    int setup_left; /* set-up replies still to come */
-    bool is_sub;
-    unsigned attempt; /* failed attempts in a row, for the backoff */
-    ev_timer timer;   /* connect timeout, then reconnect backoff */
-    ev_timer kill;    /* deferred drop of the connection */
-};
-
 /* A command in flight on the command connection. */
 struct rcmd {
-    TAILQ_ENTRY(rcmd) link; /* in flight, in send order */
+    struct redis_link_cmd lc; /* in flight on the command link */
     backend_cb cb;
     backend_lookup_cb lookup_cb; /* instead of cb, for S_LOOKUP */
     void *arg;
-    uint64_t sent; /* for the command timeout */
     uint8_t script;
     bool retried; /* already re-sent with EVAL after NOSCRIPT */
     uint32_t ttl_ms;
@@ -120,18 +103,12 @@ struct rb {
     const struct redis_addr *addr;
     char label[320]; /* "redis" or, in quorum mode, "redis ADDR", for logs */
     struct backend_events ev;
-    struct rconn cmd, sub;
-    char sha[S_COUNT][41];       /* empty until SCRIPT LOAD answered */
-    TAILQ_HEAD(, rcmd) inflight; /* in send order */
-    size_t npending;
+    struct redis_link cmd, sub;
+    char sha[S_COUNT][41]; /* empty until SCRIPT LOAD answered */
     size_t prefix_len;
     char channel[160];
-    ev_timer watchdog;   /* checks the age of the oldest command */
-    bool unflushed;      /* commands queued since the last flush */
-    uint64_t last_reply; /* when the command link last answered */
     bool closing;
     bool subscribed;
-    uint64_t last_rtt;
     int last_error;
     char last_error_text[160];
     uint64_t excluded_until;
@@ -145,46 +122,13 @@ struct rb {
 /* The answers of CONFIG GET appendonly and appendfsync. */
 enum { P_AOF = 1, P_ALWAYS = 2, P_REFUSED = 4 };
 
-static void rconn_connect(struct rconn *rc);
-static void rconn_kill(struct rconn *rc, const char *why);
-static void rconn_drop(struct rconn *rc);
 static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv);
 static void note_server(struct rb *b, const redisReply *rep);
 
-/* ---- command list ---- */
-
-static void cmd_link(struct rb *b, struct rcmd *c)
+/* The backend of a link's hiredis context. */
+static struct rb *rb_of(const redisAsyncContext *ac)
 {
-    TAILQ_INSERT_TAIL(&b->inflight, c, link);
-    b->npending++;
-}
-
-static void cmd_unlink(struct rb *b, struct rcmd *c)
-{
-    TAILQ_REMOVE(&b->inflight, c, link);
-    b->npending--;
-}
-
-/* Maps a Redis error reply to a DLOCK_E* code. */
-static int map_error(const char *msg)
-{
-    static const struct {
-        const char *prefix;
-        int code;
-    } map[] = {
-        {"OOM", DLOCK_EOOM},
-        {"READONLY", DLOCK_EREADONLY},
-        {"LOADING", DLOCK_ELOADING},
-        {"NOAUTH", DLOCK_EAUTH},
-        {"WRONGPASS", DLOCK_EAUTH},
-        {"NOPERM", DLOCK_EAUTH},
-        {"MASTERDOWN", DLOCK_EUNAVAIL},
-        {"BUSY", DLOCK_EUNAVAIL},
-    };
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-        if (strncmp(msg, map[i].prefix, strlen(map[i].prefix)) == 0)
-            return map[i].code;
-    return DLOCK_EBACKEND;
+    return ((const struct redis_link *)ac->data)->hooks.arg;
 }
 
 static int cmd_send(struct rb *b, struct rcmd *c);
@@ -217,17 +161,14 @@ static struct backend_result result_of(const struct rcmd *c, int err, long long 
 
 static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 {
-    struct rb *b = ((struct rconn *)ac->data)->rb;
+    struct rb *b = rb_of(ac);
     struct rcmd *c = priv;
     redisReply *rep = r;
     int err = 0;
     long long result = 0;
-    cmd_unlink(b, c);
-    b->last_reply = now_ns();
-    b->last_rtt = b->last_reply - c->sent;
+    uint64_t at = redis_link_answered(&b->cmd, &c->lc, rep);
     if (!rep) {
-        b->cmd.connected = false; /* the connection is going away */
-        err = DLOCK_EUNAVAIL;
+        err = DLOCK_EUNAVAIL; /* the link is going away */
     } else if (rep->type == REDIS_REPLY_ERROR) {
         if (strncmp(rep->str, "NOSCRIPT", 8) == 0 && !c->retried) {
             /* The server lost its script cache (restart, SCRIPT FLUSH): send
@@ -240,7 +181,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
                 return;
             err = DLOCK_EUNAVAIL;
         } else {
-            err = map_error(rep->str);
+            err = redis_error_code(rep->str);
             note_error(b, err, rep->str);
             log_warn("%s: %s", b->label, rep->str);
         }
@@ -266,7 +207,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
     if (c->script == S_LOOKUP) {
         c->lookup_cb(c->arg, err ? err : DLOCK_EBACKEND, NULL);
     } else if (c->cb) {
-        struct backend_result res = result_of(c, err, result, b->last_reply);
+        struct backend_result res = result_of(c, err, result, at);
         c->cb(c->arg, &res);
     }
     free(c);
@@ -361,12 +302,7 @@ static int cmd_send(struct rb *b, struct rcmd *c)
     }
     add_keys(b, c, &a, &keys);
     add_argv(b, c, &a);
-    if (redisAsyncCommandArgv(b->cmd.ac, on_reply, c, a.n, a.v, a.len) != REDIS_OK)
-        return DLOCK_EUNAVAIL;
-    c->sent = now_ns();
-    cmd_link(b, c);
-    b->unflushed = true;
-    return 0;
+    return redis_link_send(&b->cmd, &c->lc, on_reply, c, a.n, a.v, a.len);
 }
 
 static int submit_with(struct backend *be, enum script s, const char *name, size_t len,
@@ -442,7 +378,7 @@ static bool rb_counts(const struct backend *be, uint64_t now)
 
 static size_t rb_pending(const struct backend *be)
 {
-    return ((const struct rb *)be)->npending;
+    return ((const struct rb *)be)->cmd.pending;
 }
 
 static size_t rb_nodes(const struct backend *be, struct backend_node *out, size_t max)
@@ -454,7 +390,7 @@ static size_t rb_nodes(const struct backend *be, struct backend_node *out, size_
     config_addr_str(b->addr, out->addr, sizeof out->addr);
     out->connected = b->cmd.connected;
     out->subscribed = b->subscribed;
-    out->last_rtt_ns = b->last_rtt;
+    out->last_rtt_ns = b->cmd.last_rtt;
     out->last_error = b->last_error;
     memcpy(out->last_error_text, b->last_error_text, sizeof out->last_error_text);
     out->excluded_until = b->excluded_until;
@@ -464,38 +400,6 @@ static size_t rb_nodes(const struct backend *be, struct backend_node *out, size_
 }
 
 /* ---- connection set-up ---- */
-
-/* Replies to AUTH, SELECT and the closing PING. A refusal is logged and the
- * link dropped; once all have succeeded the link is usable: no command may
- * run on a link whose AUTH or SELECT failed, it would act on the wrong data. */
-static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
-{
-    redisReply *rep = r;
-    struct rconn *rc = ac->data;
-    if (!rep || rc->setup_left <= 0)
-        return;
-    bool info = strcmp(priv, "INFO") == 0;
-    if (rep->type == REDIS_REPLY_ERROR && info && rc->rb->cfg->mode != REDIS_MODE_QUORUM) {
-        /* Only quorum mode needs the run id; a single node may keep INFO
-         * to itself. */
-        log_warn("%s: INFO refused (%s); its restarts go unnoticed", rc->rb->label, rep->str);
-    } else if (rep->type == REDIS_REPLY_ERROR) {
-        log_error("%s: %s refused: %s", rc->rb->label, (const char *)priv, rep->str);
-        note_error(rc->rb, map_error(rep->str), rep->str);
-        rc->setup_left = -1;
-        rconn_kill(rc, "setup refused");
-        return;
-    } else if (info) {
-        note_server(rc->rb, rep);
-    }
-    /* The pub/sub link is ready when its subscription is confirmed. */
-    if (--rc->setup_left > 0 || rc->is_sub)
-        return;
-    ev_timer_stop(rc->rb->loop, &rc->timer);
-    rc->connected = true;
-    rc->attempt = 0;
-    rc->rb->ev.on_ready(rc->rb->ev.arg);
-}
 
 /* The value of "field:" in an INFO reply, copied into out (empty if none). */
 static void info_field(const char *info, const char *field, char *out, size_t cap)
@@ -521,11 +425,11 @@ static void info_field(const char *info, const char *field, char *out, size_t ca
  * writes: the safe side. */
 static void on_persistence(redisAsyncContext *ac, void *r, void *priv)
 {
-    struct rconn *rc = ac->data;
-    struct rb *b = rc->rb;
+    struct redis_link *l = ac->data;
+    struct rb *b = l->hooks.arg;
     const redisReply *rep = r;
     const char *param = priv;
-    if (!rep || rc->setup_left < 0)
+    if (!rep || redis_link_failed(l))
         return;
     if (rep->type == REDIS_REPLY_ERROR) {
         if (!b->config_refused)
@@ -623,9 +527,30 @@ static void note_server(struct rb *b, const redisReply *rep)
     exclude(b, strtoull(uptime, NULL, 10), restarted);
 }
 
+/* INFO server, part of the command link's set-up: answered before the link
+ * is ready. Only quorum mode needs the run id; a single node may keep INFO
+ * to itself. */
+static void on_info(redisAsyncContext *ac, void *r, void *priv)
+{
+    struct redis_link *l = ac->data;
+    struct rb *b = l->hooks.arg;
+    const redisReply *rep = r;
+    if (!rep || redis_link_failed(l))
+        return;
+    if (rep->type == REDIS_REPLY_ERROR && b->cfg->mode != REDIS_MODE_QUORUM) {
+        log_warn("%s: INFO refused (%s); its restarts go unnoticed", b->label, rep->str);
+    } else if (rep->type == REDIS_REPLY_ERROR) {
+        log_error("%s: INFO refused: %s", b->label, rep->str);
+        note_error(b, redis_error_code(rep->str), rep->str);
+        redis_link_fail(l, "setup refused");
+    } else {
+        note_server(b, rep);
+    }
+}
+
 static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
 {
-    struct rb *b = ((struct rconn *)ac->data)->rb;
+    struct rb *b = rb_of(ac);
     redisReply *rep = r;
     int s = (int)(intptr_t)priv;
     if (rep && rep->type == REDIS_REPLY_STRING && rep->len == 40)
@@ -634,7 +559,7 @@ static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
 
 static void on_pubsub(redisAsyncContext *ac, void *r, void *priv)
 {
-    struct rb *b = ((struct rconn *)ac->data)->rb;
+    struct rb *b = rb_of(ac);
     redisReply *rep = r;
     if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3)
         return;
@@ -643,227 +568,81 @@ static void on_pubsub(redisAsyncContext *ac, void *r, void *priv)
         return;
     if (strcmp(kind->str, "message") == 0 && payload->type == REDIS_REPLY_STRING)
         b->ev.on_notice(b->ev.arg, payload->str, payload->len);
-    else if (strcmp(kind->str, "subscribe") == 0) {
-        log_info("%s: subscribed to %s", b->label, b->channel);
-        ev_timer_stop(b->loop, &b->sub.timer);
-        b->sub.attempt = 0;
-        b->subscribed = true;
-        b->ev.on_subscribed(b->ev.arg);
-    }
+    else if (strcmp(kind->str, "subscribe") == 0)
+        redis_link_ready(&b->sub);
 }
 
-static void send_setup(struct rconn *rc)
+/* ---- the links ---- */
+
+/* The set-up of each link, after AUTH and SELECT: the subscription, or the
+ * node's persistence (quorum mode), its run id and the scripts. */
+static void link_setup(void *arg, struct redis_link *l)
 {
-    const struct config *cfg = rc->rb->cfg;
-    redisAsyncContext *ac = rc->ac;
-    rc->setup_left = 0;
-    if (cfg->redis_user[0]) {
-        redisAsyncCommand(ac, on_setup_reply, "AUTH", "AUTH %s %s", cfg->redis_user,
-                          cfg->redis_password);
-        rc->setup_left++;
-    } else if (cfg->redis_password[0]) {
-        redisAsyncCommand(ac, on_setup_reply, "AUTH", "AUTH %s", cfg->redis_password);
-        rc->setup_left++;
-    }
-    if (rc->is_sub) {
-        /* Its readiness is the subscription's confirmation. */
-        rc->connected = true;
-        redisAsyncCommand(ac, on_pubsub, NULL, "SUBSCRIBE %s", rc->rb->channel);
+    struct rb *b = arg;
+    redisAsyncContext *ac = l->ac;
+    if (l == &b->sub) {
+        redisAsyncCommand(ac, on_pubsub, NULL, "SUBSCRIBE %s", b->channel);
         return;
     }
-    if (cfg->redis_db) {
-        redisAsyncCommand(ac, on_setup_reply, "SELECT", "SELECT %d", cfg->redis_db);
-        rc->setup_left++;
-    }
-    if (cfg->mode == REDIS_MODE_QUORUM) {
+    if (b->cfg->mode == REDIS_MODE_QUORUM) {
         /* Answered before INFO, whose reply decides on the exclusion. */
-        rc->rb->link_persist = 0;
+        b->link_persist = 0;
         redisAsyncCommand(ac, on_persistence, "appendonly", "CONFIG GET appendonly");
         redisAsyncCommand(ac, on_persistence, "appendfsync", "CONFIG GET appendfsync");
     }
-    redisAsyncCommand(ac, on_setup_reply, "INFO", "INFO server");
-    rc->setup_left++;
+    redisAsyncCommand(ac, on_info, NULL, "INFO server");
     for (int s = 0; s < S_COUNT; s++)
         redisAsyncCommand(ac, on_script_loaded, (void *)(intptr_t)s, "SCRIPT LOAD %s",
                           script_src[s]);
-    redisAsyncCommand(ac, on_setup_reply, "PING", "PING");
-    rc->setup_left++;
 }
 
-static const char *rconn_name(const struct rconn *rc)
+static void link_ready(void *arg, struct redis_link *l)
 {
-    return rc->is_sub ? "pub/sub" : "command";
-}
-
-/* Arms the reconnect timer: exponential backoff with full jitter. */
-static void schedule_reconnect(struct rconn *rc)
-{
-    const struct config *cfg = rc->rb->cfg;
-    if (rc->rb->closing)
-        return;
-    double cap = cfg->reconnect_min_ms;
-    for (unsigned i = 0; i < rc->attempt && cap < cfg->reconnect_max_ms; i++)
-        cap *= 2;
-    if (cap > cfg->reconnect_max_ms)
-        cap = cfg->reconnect_max_ms;
-    double delay = cap / 2 + cap / 2 * random_unit();
-    rc->attempt++;
-    ev_timer_stop(rc->rb->loop, &rc->timer);
-    ev_timer_set(&rc->timer, delay / 1000.0, 0.0);
-    ev_timer_start(rc->rb->loop, &rc->timer);
-}
-
-static void on_connect(const redisAsyncContext *ac, int status)
-{
-    struct rconn *rc = ac->data;
-    if (status != REDIS_OK) {
-        /* hiredis frees the context after this callback. */
-        ev_timer_stop(rc->rb->loop, &rc->timer);
-        if (rc->attempt == 0)
-            log_warn("%s: %s connection failed: %s", rc->rb->label, rconn_name(rc), ac->errstr);
-        note_error(rc->rb, DLOCK_EUNAVAIL, ac->errstr);
-        rc->ac = NULL;
-        schedule_reconnect(rc);
-        return;
-    }
-    char addr[300];
-    log_info("%s: %s connection up (%s)", rc->rb->label, rconn_name(rc),
-             config_addr_str(rc->rb->addr, addr, sizeof addr));
-    if (!rc->rb->addr->path[0])
-        redisEnableKeepAlive(&((redisAsyncContext *)ac)->c); /* notice a dead peer */
-    /* The connect timer keeps running: it also bounds the set-up. */
-    send_setup(rc);
-}
-
-static void on_disconnect(const redisAsyncContext *ac, int status)
-{
-    struct rconn *rc = ac->data;
-    rc->ac = NULL;
-    rc->connected = false;
-    if (rc->is_sub)
-        rc->rb->subscribed = false;
-    if (rc->rb->closing)
-        return;
-    log_warn("%s: %s connection lost%s%s", rc->rb->label, rconn_name(rc),
-             status == REDIS_OK ? "" : ": ", status == REDIS_OK ? "" : ac->errstr);
-    note_error(rc->rb, DLOCK_EUNAVAIL, status == REDIS_OK ? "connection lost" : ac->errstr);
-    schedule_reconnect(rc);
-}
-
-static void on_rconn_timer(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    struct rconn *rc = w->data;
-    if (rc->ac && !rc->connected) {
-        log_warn("%s: %s connection or set-up timed out", rc->rb->label, rconn_name(rc));
-        note_error(rc->rb, DLOCK_EUNAVAIL, "connection or set-up timed out");
-        rconn_drop(rc);
-        return;
-    }
-    if (!rc->ac)
-        rconn_connect(rc);
-}
-
-/* Frees a link from outside hiredis' callbacks. Pending commands fail with
- * DLOCK_EUNAVAIL; a link hiredis had connected gets its disconnect callback,
- * which reconnects; one still connecting does not, so it is done here. */
-static void rconn_drop(struct rconn *rc)
-{
-    redisAsyncContext *ac = rc->ac;
-    if (!ac)
-        return;
-    rc->connected = false;
-    redisAsyncFree(ac);
-    if (rc->ac == ac) {
-        rc->ac = NULL;
-        schedule_reconnect(rc);
+    struct rb *b = arg;
+    if (l == &b->sub) {
+        log_info("%s: subscribed to %s", b->label, b->channel);
+        b->subscribed = true;
+        b->ev.on_subscribed(b->ev.arg);
+    } else {
+        b->ev.on_ready(b->ev.arg);
     }
 }
 
-static void rconn_connect(struct rconn *rc)
+static void link_error(void *arg, int code, const char *text)
 {
-    const struct config *cfg = rc->rb->cfg;
-    const struct redis_addr *addr = rc->rb->addr;
-    redisAsyncContext *ac = addr->path[0] ? redisAsyncConnectUnix(addr->path)
-                                          : redisAsyncConnect(addr->host, addr->port);
-    if (!ac || ac->err) {
-        if (rc->attempt == 0)
-            log_warn("%s: cannot connect: %s", rc->rb->label, ac ? ac->errstr : "out of memory");
-        if (ac)
-            redisAsyncFree(ac);
-        schedule_reconnect(rc);
-        return;
-    }
-    ac->data = rc;
-    rc->ac = ac;
-    redisLibevAttach(rc->rb->loop, ac);
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    ev_timer_stop(rc->rb->loop, &rc->timer);
-    ev_timer_set(&rc->timer, cfg->connect_timeout_ms / 1000.0, 0.0);
-    ev_timer_start(rc->rb->loop, &rc->timer);
+    note_error(arg, code, text);
 }
 
-/* Drops a connection from outside hiredis' callbacks: pending commands fail
- * with DLOCK_EUNAVAIL, and the disconnect callback schedules a reconnect. */
-static void on_kill(struct ev_loop *loop, ev_timer *w, int revents)
+static void link_down(void *arg, struct redis_link *l)
 {
-    rconn_drop(w->data);
+    struct rb *b = arg;
+    if (l == &b->sub)
+        b->subscribed = false;
 }
 
-static void rconn_kill(struct rconn *rc, const char *why)
+/* The command link stopped answering: the server is hung, and the pub/sub
+ * link with it. */
+static void link_stalled(void *arg, struct redis_link *l)
 {
-    log_warn("%s: dropping %s connection: %s", rc->rb->label, rconn_name(rc), why);
-    rc->connected = false;
-    /* Possibly inside a hiredis callback: free from the loop instead. */
-    ev_timer_start(rc->rb->loop, &rc->kill);
-}
-
-/* A Redis that stops answering keeps its socket open: commands waiting while
- * nothing came back for command_timeout_ms mean the link is dead, whatever
- * TCP thinks. (A long pipeline that keeps being answered is alive.) */
-static void on_watchdog(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    struct rb *b = w->data;
-    const struct rcmd *oldest = TAILQ_FIRST(&b->inflight);
-    if (!oldest || !b->cmd.ac)
-        return;
-    uint64_t limit = (uint64_t)b->cfg->command_timeout_ms * 1000000ull;
-    uint64_t since = b->last_reply > oldest->sent ? b->last_reply : oldest->sent;
-    if (now_ns() - since > limit) {
-        log_warn("%s: no reply within %u ms; reconnecting", b->label, b->cfg->command_timeout_ms);
-        note_error(b, DLOCK_EUNAVAIL, "no reply within command_timeout_ms");
-        rconn_drop(&b->cmd);
-        rconn_drop(&b->sub);
-    }
+    struct rb *b = arg;
+    if (l == &b->cmd)
+        redis_link_drop(&b->sub);
 }
 
 /* The commands queued during this loop turn go out in one write now,
  * rather than one turn later when hiredis' write watcher fires. */
 static void rb_flush(struct backend *be)
 {
-    struct rb *b = (struct rb *)be;
-    if (b->unflushed && b->cmd.ac && b->cmd.connected)
-        redisAsyncHandleWrite(b->cmd.ac);
-    b->unflushed = false;
+    redis_link_flush(&((struct rb *)be)->cmd);
 }
 
 static void rb_destroy(struct backend *be)
 {
     struct rb *b = (struct rb *)be;
     b->closing = true;
-    ev_timer_stop(b->loop, &b->watchdog);
     ev_timer_stop(b->loop, &b->join);
-    struct rconn *conns[2] = {&b->cmd, &b->sub};
-    for (int i = 0; i < 2; i++) {
-        ev_timer_stop(b->loop, &conns[i]->timer);
-        ev_timer_stop(b->loop, &conns[i]->kill);
-        if (conns[i]->ac) {
-            redisAsyncContext *ac = conns[i]->ac;
-            conns[i]->connected = false;
-            redisAsyncFree(ac);
-            conns[i]->ac = NULL;
-        }
-    }
+    redis_link_close(&b->cmd);
+    redis_link_close(&b->sub);
     free(b);
 }
 
@@ -880,16 +659,6 @@ static const struct backend_ops rb_ops = {
     .destroy = rb_destroy,
 };
 
-static void rconn_init(struct rb *b, struct rconn *rc, bool is_sub)
-{
-    rc->rb = b;
-    rc->is_sub = is_sub;
-    ev_timer_init(&rc->timer, on_rconn_timer, 0.0, 0.0);
-    rc->timer.data = rc;
-    ev_timer_init(&rc->kill, on_kill, 0.0, 0.0);
-    rc->kill.data = rc;
-}
-
 struct backend *backend_redis_new(struct ev_loop *loop, const struct config *cfg,
                                   const struct redis_addr *addr,
                                   const struct backend_events *events)
@@ -898,7 +667,6 @@ struct backend *backend_redis_new(struct ev_loop *loop, const struct config *cfg
     if (!b)
         return NULL;
     b->base.ops = &rb_ops;
-    TAILQ_INIT(&b->inflight);
     b->loop = loop;
     b->cfg = cfg;
     b->addr = addr;
@@ -915,15 +683,17 @@ struct backend *backend_redis_new(struct ev_loop *loop, const struct config *cfg
         slot_tags_ready = true;
     }
     snprintf(b->channel, sizeof b->channel, "%s@released", cfg->prefix);
-    rconn_init(b, &b->cmd, false);
-    rconn_init(b, &b->sub, true);
-    double every = cfg->command_timeout_ms / 4000.0;
-    ev_timer_init(&b->watchdog, on_watchdog, every, every);
-    b->watchdog.data = b;
+    struct redis_link_hooks hooks = {.arg = b,
+                                     .setup = link_setup,
+                                     .ready = link_ready,
+                                     .error = link_error,
+                                     .down = link_down,
+                                     .stalled = link_stalled};
+    redis_link_init(&b->cmd, loop, cfg, addr, b->label, "command", REDIS_LINK_SELECT, &hooks);
+    redis_link_init(&b->sub, loop, cfg, addr, b->label, "pub/sub", REDIS_LINK_USER_READY, &hooks);
     ev_timer_init(&b->join, on_join, 0.0, 0.0);
     b->join.data = b;
-    ev_timer_start(loop, &b->watchdog);
-    rconn_connect(&b->cmd);
-    rconn_connect(&b->sub);
+    redis_link_start(&b->cmd);
+    redis_link_start(&b->sub);
     return &b->base;
 }

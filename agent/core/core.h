@@ -143,6 +143,7 @@ enum core_bug {
     CORE_BUG_GRANT_LATE,       /* grants a reply that came after the validity */
     CORE_BUG_NO_WITHDRAW,      /* an unanswered acquire is not withdrawn */
     CORE_BUG_JEOPARDY_VALID,   /* a failed renewal extends the deadline anyway */
+    CORE_BUG_QUORUM_LOW_FENCE, /* quorum: grants the lowest proposal, writes back nowhere */
 };
 extern enum core_bug core_bug;
 #endif

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* quorum.c -- the majority arithmetic of quorum mode. */
+/* quorum.c -- the majority and fencing arithmetic of quorum mode. */
 #include "quorum.h"
 
 enum quorum_verdict quorum_verdict(unsigned n, unsigned ok, unsigned no, unsigned open,
@@ -12,4 +12,34 @@ enum quorum_verdict quorum_verdict(unsigned n, unsigned ok, unsigned no, unsigne
         return QV_OPEN;
     unsigned settling = any_no_taken ? 1 : n - majority + 1;
     return no >= settling ? QV_TAKEN : QV_NO_QUORUM;
+}
+
+uint64_t quorum_fence_token(unsigned n, const bool took[], const uint64_t proposed[])
+{
+    uint64_t token = 0;
+    for (unsigned i = 0; i < n; i++)
+        if (took[i] && proposed[i] > token)
+            token = proposed[i];
+    return token;
+}
+
+bool quorum_fence_write_back(bool took, uint64_t proposed, uint64_t token)
+{
+    return took && proposed < token;
+}
+
+enum quorum_verdict quorum_fence_verdict(unsigned n, const bool counts[], const uint64_t counter[],
+                                         const bool open[], uint64_t token)
+{
+    unsigned ok = 0, pending = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (!counts[i])
+            continue;
+        if (token && counter[i] >= token)
+            ok++;
+        else if (open[i])
+            pending++;
+    }
+    /* No refusal settles a grant: without the majority it is no quorum. */
+    return quorum_verdict(n, ok, 0, pending, false);
 }

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* quorum.h -- the majority arithmetic of quorum mode. Pure. */
+/* quorum.h -- the majority and fencing arithmetic of quorum mode. Pure. */
 #ifndef DLOCKD_QUORUM_H
 #define DLOCKD_QUORUM_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* Nodes needed for a majority of n. */
 static inline unsigned quorum_majority(unsigned n)
@@ -28,5 +29,29 @@ enum quorum_verdict {
  * lost rather than in doubt). */
 enum quorum_verdict quorum_verdict(unsigned n, unsigned ok, unsigned no, unsigned open,
                                    bool any_no_taken);
+
+/* ---- fencing (docs/fencing.md) ----
+ *
+ * Phase 1 of an acquire sends the key to every node with one floor; a node
+ * that takes it proposes a token above its slot's counter (and the floor)
+ * and raises the counter to it. Phase 2 makes the grant's token safe. */
+
+/* The grant's token: the highest proposal of the n nodes that took the key
+ * (took[i], proposed[i]); 0 when none did. */
+uint64_t quorum_fence_token(unsigned n, const bool took[], const uint64_t proposed[]);
+
+/* Whether a node must have the token written back (its counter raised to
+ * it, while it still holds our key) before it counts for the grant: it took
+ * the key with a lower proposal. */
+bool quorum_fence_write_back(bool took, uint64_t proposed, uint64_t token);
+
+/* Phase 2 of an acquire over n nodes: the grant needs a majority of nodes
+ * that count now (counts[i]) whose counter is at least the token. counter[i]
+ * is node i's counter as known (its proposal; the token once written back;
+ * 0 unknown) and open[i] says its write-back is unanswered. QV_WON, QV_OPEN
+ * while the open write-backs could still make that majority, else
+ * QV_NO_QUORUM. */
+enum quorum_verdict quorum_fence_verdict(unsigned n, const bool counts[], const uint64_t counter[],
+                                         const bool open[], uint64_t token);
 
 #endif

@@ -1,17 +1,20 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* backend_quorum.c -- quorum mode: the lock lives on N independent Redis
- * nodes (N odd), each driven by its own single-node backend, and an
- * operation succeeds only on a majority of the nodes that count.
+ * nodes (N odd), each driven by a backend of its own, and an operation
+ * succeeds only on a majority of the nodes that count.
  *
  * Acquire goes to every node at once. A node that has not answered within
  * node_timeout_ms is decided without. Once a majority took the key, the
  * fencing token is the highest of the tokens those nodes proposed; every
  * node whose proposal was lower gets it written back (only while it still
  * holds our key), and the grant needs a majority holding a counter at least
- * that high (docs/fencing.md has the proof). Renewal needs a majority too;
- * release goes to every node. Nodes that restarted recently count toward no
- * quorum (ops->counts); an acquire refused for that says so in the
- * log, once every few seconds. */
+ * that high (quorum_fence_* in quorum.c; docs/fencing.md has the proof).
+ * Renewal needs a majority too; release goes to every node. Nodes that
+ * restarted recently count toward no quorum (their ops->counts); an acquire
+ * refused for that says so in the log, once every few seconds.
+ *
+ * Pure: the nodes are reached through struct backend_ops only, the time
+ * through struct quorum_clock (backend_quorum.h). */
 #include "backend_quorum.h"
 
 #include <stdio.h>
@@ -19,11 +22,13 @@
 #include <string.h>
 #include <sys/queue.h>
 
-#include "backend_redis.h"
 #include "dlock.h"
 #include "log.h"
 #include "quorum.h"
 #include "util.h"
+#ifdef DLOCK_PLANTED_BUGS
+#include "core.h"
+#endif
 
 #define QMAX CONFIG_MAX_NODES
 
@@ -43,6 +48,7 @@ struct qsub {
 };
 
 struct qop {
+    TAILQ_ENTRY(qop) link;  /* in qb.ops until freed */
     TAILQ_ENTRY(qop) tlink; /* in qb.timed while an acquire phase is open */
     struct qb *qb;
     uint8_t kind;
@@ -54,12 +60,14 @@ struct qop {
     void *arg;
     uint32_t ttl_ms;
     long long min_pttl; /* acquire: the shortest PTTL of another holder seen */
+    uint64_t floor;     /* acquire: every node's floor for its token */
     uint64_t fence;     /* acquire: the grant's token, from phase 1 */
     bool released;      /* release: some node deleted the key */
     bool notify;        /* release: publish the notice */
     int err;            /* the first error a node gave */
     uint8_t answer[QMAX];
     uint64_t proposed[QMAX]; /* acquire: each node's token */
+    uint64_t counter[QMAX];  /* acquire phase 2: each node's counter as known */
     struct qsub sub[2][QMAX];
     char token[33];
     char *holder; /* acquire: the holder record, after the name */
@@ -67,20 +75,25 @@ struct qop {
     char name[];
 };
 
+struct qlookup;
+
 struct qnode {
     struct qb *qb;
     struct backend *be;
+    struct backend_events ev; /* the node's events, passed on */
 };
 
 struct qb {
     struct backend base;
-    struct ev_loop *loop;
     const struct config *cfg;
+    struct quorum_clock clock;
     struct backend_events ev;
     unsigned n;
     struct qnode node[QMAX];
-    TAILQ_HEAD(, qop) timed; /* open acquire phases, by expiry */
-    ev_timer timer;
+    TAILQ_HEAD(, qop) ops;         /* every operation not yet freed */
+    TAILQ_HEAD(, qop) timed;       /* open acquire phases, by expiry */
+    TAILQ_HEAD(, qlookup) lookups; /* every lookup not yet answered */
+    uint64_t armed;                /* the due the clock's timer is armed at, 0 none */
     bool closing;
     uint64_t excl_logged; /* when a refusal for excluded nodes was last logged */
 };
@@ -91,28 +104,46 @@ struct qb {
 
 static void on_node_reply(void *arg, const struct backend_result *r);
 
+static uint64_t clock_now(const struct qb *q)
+{
+    return q->clock.now(q->clock.arg);
+}
+
+/* Points the clock's timer at the first open acquire phase. A timer left at
+ * an earlier due (that phase was decided since) only comes early. */
+static void rearm(struct qb *q)
+{
+    const struct qop *first = TAILQ_FIRST(&q->timed);
+    uint64_t due = first ? first->expires : 0;
+    if (due && due != q->armed) {
+        q->armed = due;
+        q->clock.arm(q->clock.arg, due);
+    }
+}
+
 /* ---- operations ---- */
 
-static struct qop *op_new(struct qb *q, enum qkind kind, const char *name, size_t len,
-                          const char *token, const char *holder, uint32_t ttl_ms, backend_cb cb,
-                          void *arg)
+static struct qop *op_new(struct qb *q, enum qkind kind, const struct backend_req *req,
+                          backend_cb cb, void *arg)
 {
+    const char *holder = kind == Q_ACQUIRE ? req->holder : NULL;
     size_t hlen = holder ? strlen(holder) : 0;
-    struct qop *op = calloc(1, sizeof *op + len + 1 + hlen + 1);
+    struct qop *op = calloc(1, sizeof *op + req->len + 1 + hlen + 1);
     if (!op)
         return NULL;
-    op->holder = op->name + len + 1;
+    op->holder = op->name + req->len + 1;
     memcpy(op->holder, holder ? holder : "", hlen + 1);
     op->qb = q;
     op->kind = (uint8_t)kind;
     op->phase = 1;
     op->cb = cb;
     op->arg = arg;
-    op->ttl_ms = ttl_ms;
+    op->ttl_ms = kind == Q_RELEASE ? 0 : req->ttl_ms;
+    op->notify = kind == Q_RELEASE && req->notify;
     op->min_pttl = -1;
-    memcpy(op->token, token, 32);
-    op->name_len = (uint16_t)len;
-    memcpy(op->name, name, len);
+    memcpy(op->token, req->token, 32);
+    op->name_len = (uint16_t)req->len;
+    memcpy(op->name, req->name, req->len);
     for (int p = 0; p < 2; p++)
         for (unsigned i = 0; i < QMAX; i++)
             op->sub[p][i] = (struct qsub){.op = op, .node = (uint8_t)i, .phase = (uint8_t)(p + 1)};
@@ -127,24 +158,22 @@ static void op_untime(struct qop *op)
     }
 }
 
-/* An acquire phase is decided without the nodes still silent at expiry. */
-static void op_time(struct qop *op)
+/* An acquire phase is decided without the nodes still silent at expiry.
+ * Every phase waits as long, so the list stays in expiry order. */
+static void op_time(struct qop *op, uint64_t now)
 {
     struct qb *q = op->qb;
     op_untime(op);
-    op->expires = now_ns() + (uint64_t)q->cfg->node_timeout_ms * NS_PER_MS;
+    op->expires = now + (uint64_t)q->cfg->node_timeout_ms * NS_PER_MS;
     TAILQ_INSERT_TAIL(&q->timed, op, tlink);
-    if (!ev_is_active(&q->timer)) {
-        ev_timer_set(&q->timer, q->cfg->node_timeout_ms / 1000.0, 0.0);
-        ev_timer_start(q->loop, &q->timer);
-    }
+    rearm(q);
 }
 
-static void op_finish(struct qop *op, int err, enum backend_outcome outcome)
+static void op_finish(struct qop *op, int err, enum backend_outcome outcome, uint64_t now)
 {
     op->decided = true;
     op_untime(op);
-    struct backend_result r = {.err = err, .outcome = outcome, .at = now_ns()};
+    struct backend_result r = {.err = err, .outcome = outcome, .at = now};
     if (!err && outcome == BACKEND_DONE && op->kind == Q_ACQUIRE)
         r.fence = op->fence;
     if (!err && outcome == BACKEND_TAKEN)
@@ -153,10 +182,16 @@ static void op_finish(struct qop *op, int err, enum backend_outcome outcome)
         op->cb(op->arg, &r);
 }
 
+static void op_free(struct qop *op)
+{
+    TAILQ_REMOVE(&op->qb->ops, op, link);
+    free(op);
+}
+
 static void op_maybe_free(struct qop *op)
 {
     if (op->decided && op->refs == 0)
-        free(op);
+        op_free(op);
 }
 
 /* Sends the operation's command to node i for the current phase; a node
@@ -172,13 +207,15 @@ static void op_send(struct qop *op, unsigned i)
                               .holder = op->holder,
                               .ttl_ms = op->ttl_ms,
                               .notify = op->notify,
-                              .floor = op->fence,
+                              .floor = op->floor,
                               .fence = op->fence};
     int rc;
     switch (op->kind) {
     case Q_ACQUIRE:
-        rc = op->phase == 1 ? be->ops->acquire(be, &req, on_node_reply, arg)
-                            : be->ops->fence(be, &req, on_node_reply, arg);
+        if (op->phase == 1)
+            rc = be->ops->acquire(be, &req, on_node_reply, arg);
+        else
+            rc = be->ops->fence ? be->ops->fence(be, &req, on_node_reply, arg) : DLOCK_EBACKEND;
         break;
     case Q_RENEW:
         rc = be->ops->renew(be, &req, on_node_reply, arg);
@@ -197,15 +234,19 @@ static void op_send(struct qop *op, unsigned i)
     }
 }
 
+static bool node_counts(const struct qb *q, unsigned i, uint64_t now)
+{
+    const struct backend *be = q->node[i].be;
+    return !be->ops->counts || be->ops->counts(be, now);
+}
+
 /* Counts the answers of the nodes that count now and weighs them. */
-static enum quorum_verdict op_verdict(const struct qop *op, bool any_no_taken)
+static enum quorum_verdict op_verdict(const struct qop *op, uint64_t now, bool any_no_taken)
 {
     const struct qb *q = op->qb;
-    uint64_t now = now_ns();
     unsigned ok = 0, no = 0, open = 0;
     for (unsigned i = 0; i < q->n; i++) {
-        const struct backend *be = q->node[i].be;
-        if (be->ops->counts && !be->ops->counts(be, now))
+        if (!node_counts(q, i, now))
             continue;
         ok += op->answer[i] == A_OK;
         no += op->answer[i] == A_NO;
@@ -214,36 +255,56 @@ static enum quorum_verdict op_verdict(const struct qop *op, bool any_no_taken)
     return quorum_verdict(q->n, ok, no, open, any_no_taken);
 }
 
+/* Phase 2: whether a counting majority holds a counter at the token. */
+static enum quorum_verdict fence_verdict(const struct qop *op, uint64_t now)
+{
+    const struct qb *q = op->qb;
+    bool counts[QMAX], open[QMAX];
+    for (unsigned i = 0; i < q->n; i++) {
+        counts[i] = node_counts(q, i, now);
+        open[i] = op->answer[i] == A_OPEN;
+    }
+    return quorum_fence_verdict(q->n, counts, op->counter, open, op->fence);
+}
+
 /* Phase 1 won: the token is the highest proposal. Nodes that proposed it
  * already hold it as their counter; the others get it written back. */
-static void acquire_fence(struct qop *op)
+static void acquire_fence(struct qop *op, uint64_t now)
 {
     struct qb *q = op->qb;
-    uint64_t fence = 0;
+    bool took[QMAX], write_back = true;
     for (unsigned i = 0; i < q->n; i++)
-        if (op->answer[i] == A_OK && op->proposed[i] > fence)
-            fence = op->proposed[i];
-    op->fence = fence;
+        took[i] = op->answer[i] == A_OK;
+    op->fence = quorum_fence_token(q->n, took, op->proposed);
+#ifdef DLOCK_PLANTED_BUGS
+    if (core_bug == CORE_BUG_QUORUM_LOW_FENCE) {
+        /* The lowest proposal, written back nowhere: a node whose counter
+         * is higher may have granted that token already. */
+        for (unsigned i = 0; i < q->n; i++)
+            if (took[i] && op->proposed[i] < op->fence)
+                op->fence = op->proposed[i];
+        write_back = false;
+    }
+#endif
     op->phase = 2;
     unsigned sent = 0;
     for (unsigned i = 0; i < q->n; i++) {
-        if (op->answer[i] != A_OK) {
-            op->answer[i] = A_NONE;
-        } else if (op->proposed[i] < fence) {
+        op->counter[i] = took[i] ? op->proposed[i] : 0;
+        op->answer[i] = A_NONE;
+        if (write_back && quorum_fence_write_back(took[i], op->proposed[i], op->fence)) {
             op_send(op, i);
             sent++;
         }
     }
     if (sent)
-        op_time(op);
+        op_time(op, now);
 }
 
 /* An acquire without a quorum while nodes are excluded: the operator learns
  * why, and when it will change. */
-static void log_excluded(const struct qop *op)
+static void log_excluded(const struct qop *op, uint64_t now)
 {
     struct qb *q = op->qb;
-    uint64_t now = now_ns();
     char why[160];
     if ((q->excl_logged && now - q->excl_logged < EXCL_LOG_EVERY_NS) ||
         !q->base.ops->excluded(&q->base, now, why, sizeof why))
@@ -252,22 +313,23 @@ static void log_excluded(const struct qop *op)
     log_info("quorum: acquire of %s refused: %s", op->name, why);
 }
 
-static void acquire_decide(struct qop *op)
+static void acquire_decide(struct qop *op, uint64_t now)
 {
-    switch (op_verdict(op, op->phase == 1)) {
+    bool taking = op->phase == 1;
+    switch (taking ? op_verdict(op, now, true) : fence_verdict(op, now)) {
     case QV_OPEN:
         return;
     case QV_WON:
-        if (op->phase == 1) {
-            acquire_fence(op);
-            acquire_decide(op); /* phase 2 may be won already */
+        if (taking) {
+            acquire_fence(op, now);
+            acquire_decide(op, now); /* phase 2 may be won already */
         } else {
-            op_finish(op, 0, BACKEND_DONE);
+            op_finish(op, 0, BACKEND_DONE, now);
         }
         return;
     case QV_TAKEN:
-        if (op->phase == 1) {
-            op_finish(op, 0, BACKEND_TAKEN);
+        if (taking) {
+            op_finish(op, 0, BACKEND_TAKEN, now);
             return;
         }
         break;
@@ -275,57 +337,56 @@ static void acquire_decide(struct qop *op)
         break;
     }
     log_debug("quorum: acquire of %s: no majority%s", op->name,
-              op->phase == 2 ? " confirmed the fencing token" : "");
-    log_excluded(op);
-    op_finish(op, DLOCK_ENOQUORUM, BACKEND_DONE);
+              taking ? "" : " confirmed the fencing token");
+    log_excluded(op, now);
+    op_finish(op, DLOCK_ENOQUORUM, BACKEND_DONE, now);
 }
 
-static void decide(struct qop *op)
+static void decide(struct qop *op, uint64_t now)
 {
     if (op->decided)
         return;
     switch (op->kind) {
     case Q_ACQUIRE:
-        acquire_decide(op);
+        acquire_decide(op, now);
         break;
     case Q_RENEW:
-        switch (op_verdict(op, false)) {
+        switch (op_verdict(op, now, false)) {
         case QV_OPEN:
             break;
         case QV_WON:
-            op_finish(op, 0, BACKEND_DONE);
+            op_finish(op, 0, BACKEND_DONE, now);
             break;
         case QV_TAKEN:
-            op_finish(op, 0, BACKEND_NOT_OURS);
+            op_finish(op, 0, BACKEND_NOT_OURS, now);
             break;
         case QV_NO_QUORUM:
-            op_finish(op, DLOCK_ENOQUORUM, BACKEND_DONE);
+            op_finish(op, DLOCK_ENOQUORUM, BACKEND_DONE, now);
             break;
         }
         break;
     default:
         /* Done only when every node has answered: a node that did not
-         * may still hold the key, and the agent will ask again. */
+         * may still hold the key, and the core will ask again. */
         if (op->refs == 0)
-            op_finish(op, op->err, op->released ? BACKEND_DONE : BACKEND_NOT_OURS);
+            op_finish(op, op->err, op->released ? BACKEND_DONE : BACKEND_NOT_OURS, now);
         break;
     }
 }
 
 static void on_node_reply(void *arg, const struct backend_result *r)
 {
-    int err = r->err;
     struct qsub *sub = arg;
     struct qop *op = sub->op;
     unsigned i = sub->node;
     op->refs--;
     if (op->qb->closing && !op->decided)
-        op_finish(op, DLOCK_EUNAVAIL, BACKEND_DONE); /* as a single node does */
+        op_finish(op, DLOCK_EUNAVAIL, BACKEND_DONE, r->at); /* as a single node does */
     if (!op->decided && sub->phase == op->phase) {
-        if (err) {
+        if (r->err) {
             op->answer[i] = A_FAILED;
             if (!op->err)
-                op->err = err;
+                op->err = r->err;
         } else if (op->kind == Q_ACQUIRE && op->phase == 1) {
             if (r->outcome == BACKEND_DONE) {
                 op->answer[i] = A_OK;
@@ -337,95 +398,92 @@ static void on_node_reply(void *arg, const struct backend_result *r)
             }
         } else {
             op->answer[i] = r->outcome == BACKEND_DONE ? A_OK : A_NO;
+            if (op->kind == Q_ACQUIRE && r->outcome == BACKEND_DONE)
+                op->counter[i] = op->fence; /* written back */
             op->released |= op->kind == Q_RELEASE && r->outcome == BACKEND_DONE;
         }
-        decide(op);
+        decide(op, r->at);
     }
     op_maybe_free(op);
 }
 
 /* Expired acquire phases: the nodes still silent count as failed. */
-static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
+void backend_quorum_timeout(struct backend *be, uint64_t now)
 {
-    struct qb *q = w->data;
-    uint64_t now = now_ns();
+    struct qb *q = (struct qb *)be;
+    q->armed = 0; /* the timer has come */
     struct qop *op;
     while ((op = TAILQ_FIRST(&q->timed)) && op->expires <= now) {
         op_untime(op);
         for (unsigned i = 0; i < q->n; i++)
             if (op->answer[i] == A_OPEN)
                 op->answer[i] = A_FAILED;
-        decide(op);
+        decide(op, now);
         op_maybe_free(op);
     }
-    /* decide() may have started the timer again, for a new phase. */
-    ev_timer_stop(loop, w);
-    if (op) {
-        ev_timer_set(w, (double)(op->expires - now) / 1e9, 0.0);
-        ev_timer_start(loop, w);
-    }
+    /* decide() may have timed a new phase. */
+    rearm(q);
 }
 
 /* Sends op to every node; an error at once only when no node took it. */
-static int op_start(struct qop *op)
+static int op_start(struct qop *op, uint64_t now)
 {
     struct qb *q = op->qb;
     if (q->closing) {
         free(op);
         return DLOCK_EUNAVAIL;
     }
+    TAILQ_INSERT_TAIL(&q->ops, op, link);
     for (unsigned i = 0; i < q->n; i++)
         op_send(op, i);
     if (op->refs == 0) {
         int err = op->kind == Q_RELEASE ? op->err : DLOCK_ENOQUORUM;
-        free(op);
+        op_free(op);
         return err;
     }
     if (op->kind == Q_ACQUIRE)
-        op_time(op);
+        op_time(op, now);
     return 0;
 }
 
 static int q_acquire(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    struct qop *op = op_new((struct qb *)be, Q_ACQUIRE, req->name, req->len, req->token,
-                            req->holder, req->ttl_ms, cb, arg);
+    struct qb *q = (struct qb *)be;
+    struct qop *op = op_new(q, Q_ACQUIRE, req, cb, arg);
     if (!op)
         return DLOCK_ENOMEM;
     /* One floor for all nodes, so that they usually propose the same token
-     * and no write-back is needed: the agent's wall clock, or the caller's
-     * floor when higher. */
-    uint64_t wall = realtime_us();
-    op->fence = req->floor > wall ? req->floor : wall;
-    return op_start(op);
+     * and no write-back is needed: the wall clock, or the caller's floor
+     * when higher. */
+    uint64_t wall = q->clock.wall_us(q->clock.arg);
+    op->floor = req->floor > wall ? req->floor : wall;
+    return op_start(op, clock_now(q));
 }
 
 static int q_renew(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    struct qop *op = op_new((struct qb *)be, Q_RENEW, req->name, req->len, req->token, NULL,
-                            req->ttl_ms, cb, arg);
-    return op ? op_start(op) : DLOCK_ENOMEM;
+    struct qb *q = (struct qb *)be;
+    struct qop *op = op_new(q, Q_RENEW, req, cb, arg);
+    return op ? op_start(op, clock_now(q)) : DLOCK_ENOMEM;
 }
 
 static int q_release(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    struct qop *op =
-        op_new((struct qb *)be, Q_RELEASE, req->name, req->len, req->token, NULL, 0, cb, arg);
-    if (!op)
-        return DLOCK_ENOMEM;
-    op->notify = req->notify;
-    return op_start(op);
+    struct qb *q = (struct qb *)be;
+    struct qop *op = op_new(q, Q_RELEASE, req, cb, arg);
+    return op ? op_start(op, clock_now(q)) : DLOCK_ENOMEM;
 }
 
 /* ---- lookup: every node's view, the most common value reported ---- */
 
-struct qlookup;
 struct qlsub {
     struct qlookup *op;
     uint8_t node;
 };
 
 struct qlookup {
+    TAILQ_ENTRY(qlookup) link; /* in qb.lookups */
+    struct qb *qb;
     backend_lookup_cb cb;
     void *arg;
     unsigned n, refs;
@@ -436,6 +494,7 @@ struct qlookup {
 
 static void lookup_done(struct qlookup *op)
 {
+    TAILQ_REMOVE(&op->qb->lookups, op, link);
     int best = -1;
     unsigned best_count = 0;
     for (unsigned i = 0; i < op->n; i++) {
@@ -479,12 +538,16 @@ static int q_lookup(struct backend *be, const char *name, size_t len, backend_lo
                     void *arg)
 {
     struct qb *q = (struct qb *)be;
+    if (q->closing)
+        return DLOCK_EUNAVAIL;
     struct qlookup *op = calloc(1, sizeof *op);
     if (!op)
         return DLOCK_ENOMEM;
+    op->qb = q;
     op->cb = cb;
     op->arg = arg;
     op->n = q->n;
+    TAILQ_INSERT_TAIL(&q->lookups, op, link);
     for (unsigned i = 0; i < q->n; i++) {
         op->sub[i] = (struct qlsub){.op = op, .node = (uint8_t)i};
         struct backend *nb = q->node[i].be;
@@ -492,6 +555,7 @@ static int q_lookup(struct backend *be, const char *name, size_t len, backend_lo
             op->refs++;
     }
     if (op->refs == 0) {
+        TAILQ_REMOVE(&q->lookups, op, link);
         free(op);
         return DLOCK_ENOQUORUM;
     }
@@ -522,33 +586,6 @@ static size_t q_nodes(const struct backend *be, struct backend_node *out, size_t
     return q->n;
 }
 
-static void q_destroy(struct backend *be)
-{
-    struct qb *q = (struct qb *)be;
-    q->closing = true;
-    ev_timer_stop(q->loop, &q->timer);
-    /* Every open operation has a command on some node: freeing the nodes
-     * answers it with DLOCK_EUNAVAIL, and its last answer frees it. */
-    for (unsigned i = 0; i < q->n; i++)
-        if (q->node[i].be)
-            q->node[i].be->ops->destroy(q->node[i].be);
-    free(q);
-}
-
-static bool q_excluded(const struct backend *be, uint64_t now, char *buf, size_t len);
-
-static const struct backend_ops q_ops = {
-    .acquire = q_acquire,
-    .renew = q_renew,
-    .release = q_release,
-    .lookup = q_lookup,
-    .flush = q_flush,
-    .pending = q_pending,
-    .nodes = q_nodes,
-    .excluded = q_excluded,
-    .destroy = q_destroy,
-};
-
 static bool q_excluded(const struct backend *be, uint64_t now, char *buf, size_t len)
 {
     struct backend_node nodes[QMAX];
@@ -568,6 +605,49 @@ static bool q_excluded(const struct backend *be, uint64_t now, char *buf, size_t
              excluded, n, (unsigned long long)((first - now + NS_PER_SEC - 1) / NS_PER_SEC));
     return true;
 }
+
+/* Frees the nodes, then every operation: an open one is answered with
+ * DLOCK_EUNAVAIL, by its node's destroy (as Redis nodes do) or here. */
+static void teardown(struct qb *q, bool done)
+{
+    q->closing = true;
+    if (q->armed)
+        q->clock.arm(q->clock.arg, 0);
+    q->armed = 0;
+    for (unsigned i = 0; i < q->n; i++)
+        if (q->node[i].be)
+            q->node[i].be->ops->destroy(q->node[i].be);
+    uint64_t now = clock_now(q);
+    struct qop *op;
+    while ((op = TAILQ_FIRST(&q->ops))) {
+        if (!op->decided)
+            op_finish(op, DLOCK_EUNAVAIL, BACKEND_DONE, now);
+        op_free(op);
+    }
+    struct qlookup *lk;
+    while ((lk = TAILQ_FIRST(&q->lookups)))
+        lookup_done(lk); /* with the answers that came */
+    if (done && q->clock.done)
+        q->clock.done(q->clock.arg);
+    free(q);
+}
+
+static void q_destroy(struct backend *be)
+{
+    teardown((struct qb *)be, true);
+}
+
+static const struct backend_ops q_ops = {
+    .acquire = q_acquire,
+    .renew = q_renew,
+    .release = q_release,
+    .lookup = q_lookup,
+    .flush = q_flush,
+    .pending = q_pending,
+    .nodes = q_nodes,
+    .excluded = q_excluded,
+    .destroy = q_destroy,
+};
 
 /* ---- node events, passed on ---- */
 
@@ -589,31 +669,34 @@ static void on_node_ready(void *arg)
     q->ev.on_ready(q->ev.arg);
 }
 
-struct backend *backend_quorum_new(struct ev_loop *loop, const struct config *cfg,
-                                   const struct backend_events *events)
+struct backend *backend_quorum_new(const struct config *cfg, unsigned n, backend_node_factory make,
+                                   void *make_arg, const struct quorum_clock *clock,
+                                   const struct backend_events *ev)
 {
+    if (n == 0 || n > QMAX)
+        return NULL;
     struct qb *q = calloc(1, sizeof *q);
     if (!q)
         return NULL;
     q->base.ops = &q_ops;
     q->base.release_after_miss = true;
-    q->loop = loop;
     q->cfg = cfg;
-    q->ev = *events;
-    q->n = cfg->nnodes;
+    q->clock = *clock;
+    q->ev = *ev;
+    q->n = n;
+    TAILQ_INIT(&q->ops);
     TAILQ_INIT(&q->timed);
-    ev_timer_init(&q->timer, on_timer, 0.0, 0.0);
-    q->timer.data = q;
-    for (unsigned i = 0; i < q->n; i++) {
+    TAILQ_INIT(&q->lookups);
+    for (unsigned i = 0; i < n; i++) {
         struct qnode *node = &q->node[i];
         node->qb = q;
-        struct backend_events ev = {.arg = node,
-                                    .on_notice = on_node_notice,
-                                    .on_subscribed = on_node_subscribed,
-                                    .on_ready = on_node_ready};
-        node->be = backend_redis_new(loop, cfg, &cfg->nodes[i], &ev);
+        node->ev = (struct backend_events){.arg = node,
+                                           .on_notice = on_node_notice,
+                                           .on_subscribed = on_node_subscribed,
+                                           .on_ready = on_node_ready};
+        node->be = make(make_arg, i, &node->ev);
         if (!node->be) {
-            q_destroy(&q->base);
+            teardown(q, false);
             return NULL;
         }
     }

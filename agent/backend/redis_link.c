@@ -1,0 +1,326 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* redis_link.c -- one hiredis connection kept up (redis_link.h): connect
+ * and set-up under a timeout, reconnection with exponential backoff and full
+ * jitter, deferred drops, and the watchdog of unanswered commands. */
+#include "redis_link.h"
+
+#include <hiredis/adapters/libev.h>
+#include <hiredis/hiredis.h>
+#include <string.h>
+
+#include "dlock.h"
+#include "log.h"
+#include "util.h"
+
+int redis_error_code(const char *msg)
+{
+    static const struct {
+        const char *prefix;
+        int code;
+    } map[] = {
+        {"OOM", DLOCK_EOOM},
+        {"READONLY", DLOCK_EREADONLY},
+        {"LOADING", DLOCK_ELOADING},
+        {"NOAUTH", DLOCK_EAUTH},
+        {"WRONGPASS", DLOCK_EAUTH},
+        {"NOPERM", DLOCK_EAUTH},
+        {"MASTERDOWN", DLOCK_EUNAVAIL},
+        {"BUSY", DLOCK_EUNAVAIL},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strncmp(msg, map[i].prefix, strlen(map[i].prefix)) == 0)
+            return map[i].code;
+    return DLOCK_EBACKEND;
+}
+
+static void link_connect(struct redis_link *l);
+
+static void note(struct redis_link *l, int code, const char *text)
+{
+    l->hooks.error(l->hooks.arg, code, text);
+}
+
+/* Arms the reconnect timer: exponential backoff with full jitter. */
+static void schedule_reconnect(struct redis_link *l)
+{
+    const struct config *cfg = l->cfg;
+    if (l->closing)
+        return;
+    double cap = cfg->reconnect_min_ms;
+    for (unsigned i = 0; i < l->attempt && cap < cfg->reconnect_max_ms; i++)
+        cap *= 2;
+    if (cap > cfg->reconnect_max_ms)
+        cap = cfg->reconnect_max_ms;
+    double delay = cap / 2 + cap / 2 * random_unit();
+    l->attempt++;
+    ev_timer_stop(l->loop, &l->timer);
+    ev_timer_set(&l->timer, delay / 1000.0, 0.0);
+    ev_timer_start(l->loop, &l->timer);
+}
+
+static void set_ready(struct redis_link *l)
+{
+    ev_timer_stop(l->loop, &l->timer);
+    l->connected = true;
+    l->attempt = 0;
+    l->hooks.ready(l->hooks.arg, l);
+}
+
+/* Replies to AUTH, SELECT and the closing PING. A refusal is logged and the
+ * link dropped; once all have succeeded the link is usable: no command may
+ * run on a link whose AUTH or SELECT failed, it would act on the wrong data. */
+static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+    const redisReply *rep = r;
+    struct redis_link *l = ac->data;
+    if (!rep || l->setup_left <= 0)
+        return;
+    if (rep->type == REDIS_REPLY_ERROR) {
+        log_error("%s: %s refused: %s", l->label, (const char *)priv, rep->str);
+        note(l, redis_error_code(rep->str), rep->str);
+        redis_link_fail(l, "setup refused");
+        return;
+    }
+    /* A pub/sub link is ready when its owner says so. */
+    if (--l->setup_left > 0 || (l->flags & REDIS_LINK_USER_READY))
+        return;
+    set_ready(l);
+}
+
+/* AUTH, SELECT, the owner's set-up, then PING: Redis answers in order, so
+ * the PING's reply comes after every set-up reply. */
+static void send_setup(struct redis_link *l)
+{
+    const struct config *cfg = l->cfg;
+    redisAsyncContext *ac = l->ac;
+    l->setup_left = 0;
+    if (cfg->redis_user[0]) {
+        redisAsyncCommand(ac, on_setup_reply, "AUTH", "AUTH %s %s", cfg->redis_user,
+                          cfg->redis_password);
+        l->setup_left++;
+    } else if (cfg->redis_password[0]) {
+        redisAsyncCommand(ac, on_setup_reply, "AUTH", "AUTH %s", cfg->redis_password);
+        l->setup_left++;
+    }
+    if (l->flags & REDIS_LINK_USER_READY) {
+        /* Usable now; ready with the owner's confirmation. */
+        l->connected = true;
+        l->hooks.setup(l->hooks.arg, l);
+        return;
+    }
+    if ((l->flags & REDIS_LINK_SELECT) && cfg->redis_db) {
+        redisAsyncCommand(ac, on_setup_reply, "SELECT", "SELECT %d", cfg->redis_db);
+        l->setup_left++;
+    }
+    l->hooks.setup(l->hooks.arg, l);
+    redisAsyncCommand(ac, on_setup_reply, "PING", "PING");
+    l->setup_left++;
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    struct redis_link *l = ac->data;
+    if (status != REDIS_OK) {
+        /* hiredis frees the context after this callback. */
+        ev_timer_stop(l->loop, &l->timer);
+        if (l->attempt == 0)
+            log_warn("%s: %s connection failed: %s", l->label, l->what, ac->errstr);
+        note(l, DLOCK_EUNAVAIL, ac->errstr);
+        l->ac = NULL;
+        schedule_reconnect(l);
+        return;
+    }
+    char addr[300];
+    log_info("%s: %s connection up (%s)", l->label, l->what,
+             config_addr_str(l->addr, addr, sizeof addr));
+    if (!l->addr->path[0])
+        redisEnableKeepAlive(&((redisAsyncContext *)ac)->c); /* notice a dead peer */
+    /* The connect timer keeps running: it also bounds the set-up. */
+    send_setup(l);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct redis_link *l = ac->data;
+    l->ac = NULL;
+    l->connected = false;
+    if (l->closing)
+        return;
+    log_warn("%s: %s connection lost%s%s", l->label, l->what, status == REDIS_OK ? "" : ": ",
+             status == REDIS_OK ? "" : ac->errstr);
+    note(l, DLOCK_EUNAVAIL, status == REDIS_OK ? "connection lost" : ac->errstr);
+    if (l->hooks.down)
+        l->hooks.down(l->hooks.arg, l);
+    schedule_reconnect(l);
+}
+
+static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct redis_link *l = w->data;
+    if (l->ac && !l->connected) {
+        log_warn("%s: %s connection or set-up timed out", l->label, l->what);
+        note(l, DLOCK_EUNAVAIL, "connection or set-up timed out");
+        redis_link_drop(l);
+        return;
+    }
+    if (!l->ac)
+        link_connect(l);
+}
+
+/* Pending commands fail with a NULL reply; a link hiredis had connected
+ * gets its disconnect callback, which reconnects; one still connecting does
+ * not, so it is done here. */
+void redis_link_drop(struct redis_link *l)
+{
+    redisAsyncContext *ac = l->ac;
+    if (!ac)
+        return;
+    l->connected = false;
+    redisAsyncFree(ac);
+    if (l->ac == ac) {
+        l->ac = NULL;
+        schedule_reconnect(l);
+    }
+}
+
+static void link_connect(struct redis_link *l)
+{
+    const struct redis_addr *addr = l->addr;
+    redisAsyncContext *ac = addr->path[0] ? redisAsyncConnectUnix(addr->path)
+                                          : redisAsyncConnect(addr->host, addr->port);
+    if (!ac || ac->err) {
+        if (l->attempt == 0)
+            log_warn("%s: cannot connect: %s", l->label, ac ? ac->errstr : "out of memory");
+        if (ac)
+            redisAsyncFree(ac);
+        schedule_reconnect(l);
+        return;
+    }
+    ac->data = l;
+    l->ac = ac;
+    redisLibevAttach(l->loop, ac);
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    ev_timer_stop(l->loop, &l->timer);
+    ev_timer_set(&l->timer, l->cfg->connect_timeout_ms / 1000.0, 0.0);
+    ev_timer_start(l->loop, &l->timer);
+}
+
+static void on_kill(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    redis_link_drop(w->data);
+}
+
+void redis_link_fail(struct redis_link *l, const char *why)
+{
+    l->setup_left = -1;
+    log_warn("%s: dropping %s connection: %s", l->label, l->what, why);
+    l->connected = false;
+    /* Possibly inside a hiredis callback: free from the loop instead. */
+    ev_timer_start(l->loop, &l->kill);
+}
+
+void redis_link_ready(struct redis_link *l)
+{
+    set_ready(l);
+}
+
+/* A Redis that stops answering keeps its socket open: commands waiting while
+ * nothing came back for command_timeout_ms mean the link is dead, whatever
+ * TCP thinks. (A long pipeline that keeps being answered is alive.) */
+static void on_watchdog(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct redis_link *l = w->data;
+    const struct redis_link_cmd *oldest = TAILQ_FIRST(&l->inflight);
+    if (!oldest || !l->ac) {
+        ev_timer_stop(loop, w); /* until the next command */
+        return;
+    }
+    uint64_t limit = (uint64_t)l->cfg->command_timeout_ms * NS_PER_MS;
+    uint64_t since = l->last_reply > oldest->sent ? l->last_reply : oldest->sent;
+    if (now_ns() - since > limit) {
+        log_warn("%s: no reply within %u ms; reconnecting", l->label, l->cfg->command_timeout_ms);
+        note(l, DLOCK_EUNAVAIL, "no reply within command_timeout_ms");
+        redis_link_drop(l);
+        if (l->hooks.stalled)
+            l->hooks.stalled(l->hooks.arg, l);
+    }
+}
+
+int redis_link_send(struct redis_link *l, struct redis_link_cmd *c, redisCallbackFn *fn, void *priv,
+                    int argc, const char **argv, const size_t *argvlen)
+{
+    if (!l->connected || l->closing || !l->ac)
+        return DLOCK_EUNAVAIL;
+    if (redisAsyncCommandArgv(l->ac, fn, priv, argc, argv, argvlen) != REDIS_OK)
+        return DLOCK_EUNAVAIL;
+    c->sent = now_ns();
+    TAILQ_INSERT_TAIL(&l->inflight, c, q);
+    l->pending++;
+    l->unflushed = true;
+    if (!ev_is_active(&l->watchdog))
+        ev_timer_start(l->loop, &l->watchdog);
+    return 0;
+}
+
+uint64_t redis_link_answered(struct redis_link *l, struct redis_link_cmd *c, const void *reply)
+{
+    uint64_t now = now_ns();
+    TAILQ_REMOVE(&l->inflight, c, q);
+    l->pending--;
+    l->last_reply = now;
+    l->last_rtt = now - c->sent;
+    if (!reply)
+        l->connected = false; /* the connection is going away */
+    return now;
+}
+
+/* The commands queued during this loop turn go out in one write now,
+ * rather than one turn later when hiredis' write watcher fires. */
+void redis_link_flush(struct redis_link *l)
+{
+    if (l->unflushed && l->ac && l->connected)
+        redisAsyncHandleWrite(l->ac);
+    l->unflushed = false;
+}
+
+void redis_link_init(struct redis_link *l, struct ev_loop *loop, const struct config *cfg,
+                     const struct redis_addr *addr, const char *label, const char *what,
+                     unsigned flags, const struct redis_link_hooks *hooks)
+{
+    memset(l, 0, sizeof *l);
+    l->loop = loop;
+    l->cfg = cfg;
+    l->addr = addr;
+    l->label = label;
+    l->what = what;
+    l->flags = flags;
+    l->hooks = *hooks;
+    TAILQ_INIT(&l->inflight);
+    ev_timer_init(&l->timer, on_timer, 0.0, 0.0);
+    l->timer.data = l;
+    ev_timer_init(&l->kill, on_kill, 0.0, 0.0);
+    l->kill.data = l;
+    double every = cfg->command_timeout_ms / 4000.0;
+    ev_timer_init(&l->watchdog, on_watchdog, every, every);
+    l->watchdog.data = l;
+}
+
+void redis_link_start(struct redis_link *l)
+{
+    link_connect(l);
+}
+
+void redis_link_close(struct redis_link *l)
+{
+    l->closing = true;
+    ev_timer_stop(l->loop, &l->timer);
+    ev_timer_stop(l->loop, &l->kill);
+    ev_timer_stop(l->loop, &l->watchdog);
+    if (l->ac) {
+        redisAsyncContext *ac = l->ac;
+        l->connected = false;
+        redisAsyncFree(ac);
+        l->ac = NULL;
+    }
+}

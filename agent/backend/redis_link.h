@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* redis_link.h -- one hiredis connection to one Redis address, kept up:
+ * connect with a timeout, the set-up (AUTH, SELECT, the owner's own
+ * commands, a closing PING), reconnection with exponential backoff and full
+ * jitter, drops deferred out of hiredis' callbacks, and a watchdog that
+ * drops a link on which commands wait while nothing comes back. Every
+ * backend opens its links through it: single-node Redis (a command and a
+ * pub/sub link per node), and the Cluster and Sentinel links.
+ *
+ * The owner embeds struct redis_link, reads its public fields, and hears of
+ * it through struct redis_link_hooks; hiredis callbacks of its commands find
+ * the link as ac->data. */
+#ifndef DLOCKD_REDIS_LINK_H
+#define DLOCKD_REDIS_LINK_H
+
+#include <ev.h>
+#include <hiredis/async.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "config.h"
+
+struct redis_link;
+
+struct redis_link_hooks {
+    void *arg;
+    /* Connected, AUTH and SELECT queued: queue the link's own set-up
+     * commands on l->ac (a pub/sub link subscribes here). Their replies come
+     * before the link is ready; one that must stop the link calls
+     * redis_link_fail(). */
+    void (*setup)(void *arg, struct redis_link *l);
+    /* Set up: commands may go (after the closing PING, or, with
+     * REDIS_LINK_USER_READY, when the owner called redis_link_ready()). */
+    void (*ready)(void *arg, struct redis_link *l);
+    /* A failure to note in the node's health: a DLOCK_E* code and what Redis
+     * or the connection said. */
+    void (*error)(void *arg, int code, const char *text);
+    /* A connection that was up is lost, and will be made again (not called
+     * by redis_link_close()); its pending commands have been answered with a
+     * NULL reply. May be NULL. */
+    void (*down)(void *arg, struct redis_link *l);
+    /* The watchdog dropped the link: Redis stopped answering (the owner may
+     * drop its other links to that server). May be NULL. */
+    void (*stalled)(void *arg, struct redis_link *l);
+};
+
+enum {
+    REDIS_LINK_SELECT = 1,     /* SELECT cfg->redis_db after AUTH (not for pub/sub) */
+    REDIS_LINK_USER_READY = 2, /* ready when the owner says so (pub/sub: the subscription's
+                                  confirmation), not after the set-up; the connect timeout
+                                  then covers the connect only */
+};
+
+/* A command sent with redis_link_send(), embedded in the owner's record:
+ * the watchdog looks at the oldest one. */
+struct redis_link_cmd {
+    TAILQ_ENTRY(redis_link_cmd) q;
+    uint64_t sent; /* agent clock */
+};
+
+struct redis_link {
+    /* Read only, for the owner. */
+    redisAsyncContext *ac; /* NULL while down */
+    bool connected;        /* set up: commands may go */
+    size_t pending;        /* commands sent with redis_link_send() not yet answered */
+    uint64_t last_reply;   /* when one of them was last answered */
+    uint64_t last_rtt;     /* and its round trip, ns */
+
+    /* The link's own. */
+    struct ev_loop *loop;
+    const struct config *cfg;
+    const struct redis_addr *addr;
+    const char *label; /* the node, for logs: "redis" or "redis ADDR" */
+    const char *what;  /* the link, for logs: "command", "pub/sub" */
+    unsigned flags;
+    struct redis_link_hooks hooks;
+    int setup_left;   /* set-up replies still to come; -1 when it failed */
+    unsigned attempt; /* failed attempts in a row, for the backoff */
+    bool closing;
+    bool unflushed;                        /* commands queued since the last flush */
+    TAILQ_HEAD(, redis_link_cmd) inflight; /* in send order */
+    ev_timer timer;                        /* connect and set-up timeout, then reconnect backoff */
+    ev_timer kill;                         /* deferred drop of the connection */
+    ev_timer watchdog;                     /* while commands are in flight */
+};
+
+/* Sets the link up to connect to addr with cfg's credentials, timeouts and
+ * backoff; label, what and addr must outlive it. Nothing is sent before
+ * redis_link_start(). */
+void redis_link_init(struct redis_link *l, struct ev_loop *loop, const struct config *cfg,
+                     const struct redis_addr *addr, const char *label, const char *what,
+                     unsigned flags, const struct redis_link_hooks *hooks);
+/* Connects, and from then on keeps the link up until redis_link_close(). */
+void redis_link_start(struct redis_link *l);
+/* Closes for good: timers stop, pending commands are answered with a NULL
+ * reply, no hook is called. */
+void redis_link_close(struct redis_link *l);
+
+/* A REDIS_LINK_USER_READY link is set up. */
+void redis_link_ready(struct redis_link *l);
+/* The set-up failed (a refused command): the link is dropped, from outside
+ * hiredis' callbacks, and made again after the backoff; the set-up replies
+ * still to come are ignored. */
+void redis_link_fail(struct redis_link *l, const char *why);
+/* Whether the current set-up failed (for the owner's set-up callbacks). */
+static inline bool redis_link_failed(const struct redis_link *l)
+{
+    return l->setup_left < 0;
+}
+/* Drops the connection at once, from outside hiredis' callbacks: pending
+ * commands are answered with a NULL reply; it is made again after the
+ * backoff. */
+void redis_link_drop(struct redis_link *l);
+
+/* Sends a command on a connected link, in the loop turn's pipelined write
+ * (redis_link_flush()); fn's reply (NULL: the link is going away) must
+ * begin with redis_link_answered(). 0, or DLOCK_EUNAVAIL. */
+int redis_link_send(struct redis_link *l, struct redis_link_cmd *c, redisCallbackFn *fn, void *priv,
+                    int argc, const char **argv, const size_t *argvlen);
+/* The reply of c has come (reply NULL: the link is going away). Returns the
+ * agent clock now. */
+uint64_t redis_link_answered(struct redis_link *l, struct redis_link_cmd *c, const void *reply);
+/* Writes the commands queued during this loop turn now, in one write. */
+void redis_link_flush(struct redis_link *l);
+
+/* A Redis error reply as a DLOCK_E* code (OOM, READONLY, LOADING, NOAUTH...;
+ * else DLOCK_EBACKEND). */
+int redis_error_code(const char *msg);
+
+#endif
