@@ -177,7 +177,7 @@ ITEST(fencing, mark_holds_the_last_fence_without_expiry_and_no_name_key_stays)
               "no warning about fence_retention_ms in the agent's log");
     struct h_cl *a = h_client();
     dlock_lease *l = NULL;
-    uint64_t f1 = take(a, "ctr", 100, &l);
+    uint64_t f1 = take(a, "ctr", 5000, &l);
     cr_assert_eq(h_redis_exists(hw_key("ctr")), 1, "no high-water mark '%s' after a grant",
                  hw_key("ctr"));
     cr_assert_eq(mark_value("ctr"), f1, "the mark differs from the granted fence");
@@ -194,13 +194,13 @@ ITEST(fencing, greater_after_the_mark_was_deleted)
 {
     h_start(NULL);
     struct h_cl *a = h_client();
-    uint64_t f1 = take(a, "idle", 100, NULL);
+    uint64_t f1 = take(a, "idle", 5000, NULL);
     cr_assert_eq(h_redis_exists(hw_key("idle")), 1);
     h_redis_del(hw_key("idle"));
     /* Without a mark the token is the server's clock in microseconds. */
     uint64_t before = redis_time_us();
     dlock_lease *l = NULL;
-    uint64_t f2 = take(a, "idle", 100, &l);
+    uint64_t f2 = take(a, "idle", 5000, &l);
     uint64_t after = redis_time_us();
     cr_assert_gt(f2, f1, "after the mark was deleted: %" PRIu64 " after %" PRIu64, f2, f1);
     cr_assert(f2 >= before && f2 <= after,
