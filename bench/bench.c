@@ -50,8 +50,8 @@ static void on_signal(int sig)
     quorum_kill();
     if (e->agent_pid > 0)
         kill(e->agent_pid, SIGKILL);
-    if (e->redis_pid > 0)
-        kill(e->redis_pid, SIGKILL);
+    if (e->redis.pid > 0)
+        kill(e->redis.pid, SIGKILL);
     if (e->dir[0]) {
         const char *files[] = {e->redis_sock, e->agent_sock, e->conf, e->redis_log, e->agent_log};
         for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
@@ -588,7 +588,7 @@ int main(int argc, char **argv)
     e->keep = o.keep;
     if (env_start(e) != 0)
         return 1;
-    fprintf(stderr, "dlock-bench: redis-server pid %d, dlockd pid %d, in %s\n", (int)e->redis_pid,
+    fprintf(stderr, "dlock-bench: redis-server pid %d, dlockd pid %d, in %s\n", (int)e->redis.pid,
             (int)e->agent_pid, e->dir);
     printf("dlock-bench: %ld cores, redis-server %s, dlockd %s\n", sysconf(_SC_NPROCESSORS_ONLN),
            e->redis_version, DLOCKD_PATH);

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "redisproc.h"
+
 #define BENCH_TTL_MS 30000
 #define BENCH_PREFIX "dlock:" /* the agent's default key prefix */
 #define BENCH_PATH   160
@@ -26,7 +28,8 @@ struct env {
     char dir[64];
     char redis_sock[BENCH_PATH], agent_sock[BENCH_PATH], conf[BENCH_PATH];
     char redis_log[BENCH_PATH], agent_log[BENCH_PATH];
-    pid_t redis_pid, agent_pid;
+    struct redisproc redis; /* redis.pid: 0 when not running */
+    pid_t agent_pid;
     int agent_exit; /* status after SIGTERM: exit code, 128+signal, -1 unknown */
     char redis_version[32];
     bool keep; /* env_stop leaves the temp dir (logs, configs) in place */
@@ -49,11 +52,9 @@ int env_log_lines(const char *path);
  * with stdout and stderr going to log; the child dies with us, even if we are
  * killed with SIGKILL. */
 pid_t env_spawn(char *const argv[], const char *log);
-/* redis-server on a unix socket only, without persistence, as env_start does;
- * does not wait for it. */
-pid_t env_spawn_redis(const char *dir, const char *sock, const char *log);
-/* Does a redis-server answer PING on sock? */
-bool env_redis_answers(const char *sock);
+/* Forks redis-server on a unix socket only, without persistence, as
+ * env_start does, and does not wait for it: 0, or -1 after printing why. */
+int env_spawn_redis(struct redisproc *r, const char *dir, const char *sock, const char *log);
 /* SIGTERM, then SIGKILL if it lingers; its status code (as agent_exit). */
 int env_stop_child(pid_t *pid);
 /* Has the child exited already? Reaps it if so (and zeroes *pid). */

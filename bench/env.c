@@ -171,57 +171,35 @@ static void set_paths(struct env *e)
     snprintf(e->agent_log, sizeof e->agent_log, "%s/dlockd.log", e->dir);
 }
 
-/* Does redis answer PING on its socket? Takes its version on the way. */
-static bool redis_ready(struct env *e)
+int env_spawn_redis(struct redisproc *r, const char *dir, const char *sock, const char *log)
 {
-    struct plain *p = plain_open(e->redis_sock);
-    if (!p)
-        return false;
-    int rc = redis_version(p, e->redis_version, sizeof e->redis_version);
-    plain_close(p);
-    return rc == 0;
-}
-
-pid_t env_spawn_redis(const char *dir, const char *sock, const char *log)
-{
-    char *argv[] = {
-        "redis-server", "--port", "0",           "--unixsocket", (char *)sock, "--save",    "",
-        "--appendonly", "no",     "--daemonize", "no",           "--dir",      (char *)dir, NULL};
-    return env_spawn(argv, log);
-}
-
-bool env_redis_answers(const char *sock)
-{
-    struct plain *p = plain_open(sock);
-    if (!p)
-        return false;
-    int rc = plain_ping(p);
-    plain_close(p);
-    return rc == 0;
+    struct redisproc_opts o = {.unix_socket = sock, .dir = dir, .log = log};
+    if (redisproc_spawn(r, &o) != 0) {
+        fprintf(stderr, "dlock-bench: %s\n", r->err);
+        return -1;
+    }
+    return 0;
 }
 
 static int start_redis(struct env *e)
 {
-    e->redis_pid = env_spawn_redis(e->dir, e->redis_sock, e->redis_log);
-    if (e->redis_pid < 0) {
-        fprintf(stderr, "dlock-bench: fork: %s\n", strerror(errno));
-        e->redis_pid = 0;
+    if (env_spawn_redis(&e->redis, e->dir, e->redis_sock, e->redis_log) != 0)
+        return -1;
+    if (redisproc_wait_ready(&e->redis, START_MS) != 0) {
+        fprintf(stderr, "dlock-bench: %s\n", e->redis.err);
+        env_print_log(e->redis_log, 20);
         return -1;
     }
-    uint64_t end = now_ns() + START_MS * 1000000ull;
-    while (now_ns() < end) {
-        if (env_child_dead(&e->redis_pid)) {
-            fprintf(stderr, "dlock-bench: redis-server exited at start (is it on PATH?)\n");
-            env_print_log(e->redis_log, 20);
-            return -1;
-        }
-        if (redis_ready(e))
-            return 0;
-        sleep_ms(10);
+    /* Its version, for the report. */
+    struct plain *p = plain_open(e->redis_sock);
+    if (!p || redis_version(p, e->redis_version, sizeof e->redis_version) != 0) {
+        fprintf(stderr, "dlock-bench: redis-server answers PING but not INFO\n");
+        if (p)
+            plain_close(p);
+        return -1;
     }
-    fprintf(stderr, "dlock-bench: redis-server did not answer within %d ms\n", START_MS);
-    env_print_log(e->redis_log, 20);
-    return -1;
+    plain_close(p);
+    return 0;
 }
 
 /* Is the agent up and through to Redis? A try-once acquire answers EUNAVAIL
@@ -316,8 +294,7 @@ void env_stop(struct env *e)
     /* The agent first: on SIGTERM it releases its leases on Redis. */
     if (e->agent_pid > 0)
         e->agent_exit = env_stop_child(&e->agent_pid);
-    if (e->redis_pid > 0)
-        env_stop_child(&e->redis_pid);
+    redisproc_stop(&e->redis, STOP_MS);
     if (e->dir[0] && e->keep)
         fprintf(stderr, "dlock-bench: kept %s\n", e->dir);
     else if (e->dir[0])
@@ -331,7 +308,7 @@ int env_check(struct env *e, const char **who)
         *who = "dlockd";
         return -1;
     }
-    if (env_child_dead(&e->redis_pid)) {
+    if (!redisproc_alive(&e->redis)) {
         *who = "redis-server";
         return -1;
     }

@@ -228,13 +228,13 @@ static int measure(struct env *e, struct plain *p, struct holder *hs, int n, dou
     out->acq_cpu_agent = proc_cpu_pct(&idle, &acquired);
     long long calls0 = redis_evalsha_calls(p);
     proc_sample(e->agent_pid, &a0);
-    proc_sample(e->redis_pid, &r0);
+    proc_sample(e->redis.pid, &r0);
     machine_sample(&m0);
     out->rss_peak_kb = a0.rss_kb;
     if (watch(e, hs, n, window_s, &out->rss_peak_kb) != 0)
         return -1;
     proc_sample(e->agent_pid, &a1);
-    proc_sample(e->redis_pid, &r1);
+    proc_sample(e->redis.pid, &r1);
     machine_sample(&m1);
     out->renew_calls = redis_evalsha_calls(p) - calls0;
     out->window_s = ns_to_s(a1.t_ns - a0.t_ns);

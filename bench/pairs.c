@@ -106,7 +106,7 @@ static void cpu_mark(const struct env *e, struct cpu_mark *m)
     memset(m, 0, sizeof *m);
     if (e->agent_pid > 0)
         proc_sample(e->agent_pid, &m->agent);
-    proc_sample(e->redis_pid, &m->redis);
+    proc_sample(e->redis.pid, &m->redis);
     proc_sample(getpid(), &m->bench);
     machine_sample(&m->machine);
 }

@@ -18,6 +18,7 @@
 #define ROUNDS     10    /* turns of each row, a different row first in each */
 #define WARMUP_MAX 1000  /* untimed pairs per row, at most */
 #define START_MS   10000 /* how long a redis-server may take to answer */
+#define STOP_MS    5000  /* and to exit after SIGTERM */
 #define READY_MS   10000 /* how long an agent may take to become usable */
 #define LEFT_MS    1000  /* how long a released key may stay on a node */
 #define LOG_TAIL   20    /* log lines printed when something fails */
@@ -27,7 +28,7 @@ static const int node_counts[QUORUM_CONFIGS] = {1, 3, 5};
 
 struct node {
     char sock[BENCH_PATH], log[BENCH_PATH];
-    pid_t pid;
+    struct redisproc proc;
 };
 
 struct agent {
@@ -49,8 +50,8 @@ void quorum_kill(void)
         if (a->pid > 0)
             kill(a->pid, SIGKILL);
         for (int k = 0; k < a->nodes; k++) {
-            if (a->node[k].pid > 0)
-                kill(a->node[k].pid, SIGKILL);
+            if (a->node[k].proc.pid > 0)
+                kill(a->node[k].proc.pid, SIGKILL);
             if (a->node[k].sock[0])
                 unlink(a->node[k].sock);
             if (a->node[k].log[0])
@@ -107,25 +108,20 @@ static int start_nodes(const char *dir)
     for (int i = 0; i < QUORUM_CONFIGS; i++) {
         for (int k = 0; k < agents[i].nodes; k++) {
             struct node *nd = &agents[i].node[k];
-            nd->pid = env_spawn_redis(dir, nd->sock, nd->log);
-            if (nd->pid < 0) {
-                fprintf(stderr, "dlock-bench: fork: %s\n", strerror(errno));
-                nd->pid = 0;
+            if (env_spawn_redis(&nd->proc, dir, nd->sock, nd->log) != 0)
                 return -1;
-            }
         }
     }
     uint64_t end = now_ns() + START_MS * 1000000ull;
     for (int i = 0; i < QUORUM_CONFIGS; i++) {
         for (int k = 0; k < agents[i].nodes; k++) {
             struct node *nd = &agents[i].node[k];
-            while (!env_redis_answers(nd->sock)) {
-                if (env_child_dead(&nd->pid) || now_ns() > end) {
-                    fprintf(stderr, "dlock-bench: redis-server %s did not answer\n", nd->sock);
-                    env_print_log(nd->log, LOG_TAIL);
-                    return -1;
-                }
-                sleep_ms(5);
+            uint64_t now = now_ns();
+            int left = now < end ? (int)((end - now) / 1000000ull) : 0;
+            if (redisproc_wait_ready(&nd->proc, left) != 0) {
+                fprintf(stderr, "dlock-bench: redis-server %s: %s\n", nd->sock, nd->proc.err);
+                env_print_log(nd->log, LOG_TAIL);
+                return -1;
             }
         }
     }
@@ -236,8 +232,7 @@ static void stop_all(struct quorum_result *out)
     }
     for (int i = 0; i < QUORUM_CONFIGS; i++)
         for (int k = 0; k < agents[i].nodes; k++)
-            if (agents[i].node[k].pid > 0)
-                env_stop_child(&agents[i].node[k].pid);
+            redisproc_stop(&agents[i].node[k].proc, STOP_MS);
 }
 
 /* Are every agent and its nodes still running? Prints the first dead one. */
@@ -251,7 +246,7 @@ static int check_alive(void)
             return -1;
         }
         for (int k = 0; k < a->nodes; k++) {
-            if (env_child_dead(&a->node[k].pid)) {
+            if (!redisproc_alive(&a->node[k].proc)) {
                 fprintf(stderr, "dlock-bench: redis-server %s is no longer running\n",
                         a->node[k].sock);
                 env_print_log(a->node[k].log, LOG_TAIL);
@@ -417,7 +412,7 @@ static uint64_t own_ticks(void)
         if (agents[i].pid > 0 && proc_sample(agents[i].pid, &p) == 0)
             t += p.cpu_ticks;
         for (int k = 0; k < agents[i].nodes; k++)
-            if (agents[i].node[k].pid > 0 && proc_sample(agents[i].node[k].pid, &p) == 0)
+            if (agents[i].node[k].proc.pid > 0 && proc_sample(agents[i].node[k].proc.pid, &p) == 0)
                 t += p.cpu_ticks;
     }
     return t;

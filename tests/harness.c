@@ -259,77 +259,42 @@ static void node_drop_conn(struct h_node *n)
     }
 }
 
-/* Forks a redis-server for node i, without waiting for it. */
+/* Forks a redis-server for node i, without waiting for it: on its unix
+ * socket only, no persistence, in DIR, then the test's arguments (split at
+ * blanks), which override those. */
 static void node_spawn(int i)
 {
     struct h_node *n = node_at(i);
-    cr_assert_eq(n->pid, 0, "redis-server %d already running", i);
+    cr_assert_eq(n->proc.pid, 0, "redis-server %d already running", i);
     unlink(n->sock);
-    char *argv[] = {"redis-server",
-                    "--port",
-                    "0",
-                    "--unixsocket",
-                    n->sock,
-                    "--unixsocketperm",
-                    "700",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--daemonize",
-                    "no",
-                    "--dir",
-                    H.dir,
-                    NULL};
-    /* The harness's arguments, then the test's (split at blanks). */
-    enum { BASE = sizeof argv / sizeof argv[0] - 1, MORE = 32 };
-    char *all[BASE + MORE + 1], more[sizeof n->args];
-    memcpy(all, argv, BASE * sizeof *all);
+    enum { MORE = 32 };
+    const char *extra[MORE + 1];
+    char more[sizeof n->args];
     snprintf(more, sizeof more, "%s", n->args);
-    size_t k = BASE;
+    size_t k = 0;
     for (char *save = NULL, *t = strtok_r(more, " \t", &save); t;
          t = strtok_r(NULL, " \t", &save)) {
-        cr_assert_lt(k, BASE + MORE, "too many arguments for redis-server %d", i);
-        all[k++] = t;
+        cr_assert_lt(k, MORE, "too many arguments for redis-server %d", i);
+        extra[k++] = t;
     }
-    all[k] = NULL;
-    n->pid = spawn(all, n->log, 0);
-    n->paused = 0;
+    extra[k] = NULL;
+    struct redisproc_opts o = {.unix_socket = n->sock, .dir = H.dir, .log = n->log, .extra = extra};
+    if (redisproc_spawn(&n->proc, &o) != 0)
+        cr_assert_fail("redis-server %d: %s", i, n->proc.err);
     if (i >= H.nnodes)
         H.nnodes = i + 1;
 }
 
-/* Waits until node i answers PING; keeps that connection. */
+/* Waits until node i answers PING. */
 static void node_wait_ready(int i)
 {
     struct h_node *n = node_at(i);
-    int64_t end = h_now_ms() + H_START_MS;
-    for (;;) {
-        int st;
-        if (waitpid(n->pid, &st, WNOHANG) == n->pid) {
-            n->pid = 0;
-            node_log_tail(n);
-            cr_assert_fail("redis-server %d exited at start (status %d); is it on PATH?", i,
-                           status_code(st));
-        }
-        redisContext *c = node_connect(n, 200);
-        if (c) {
-            redisReply *r = redisCommand(c, "PING");
-            int ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
-            if (r)
-                freeReplyObject(r);
-            if (ok) {
-                node_drop_conn(n);
-                n->conn = c;
-                return;
-            }
-            redisFree(c);
-        }
-        if (h_now_ms() > end) {
-            node_log_tail(n);
-            cr_assert_fail("redis-server %d did not answer PING within %d ms", i, H_START_MS);
-        }
-        h_sleep_ms(5);
+    if (redisproc_wait_ready(&n->proc, H_START_MS) != 0) {
+        node_log_tail(n);
+        char why[sizeof n->proc.err];
+        snprintf(why, sizeof why, "%s", n->proc.err);
+        redisproc_kill(&n->proc);
+        cr_assert_fail("redis-server %d: %s", i, why);
     }
 }
 
@@ -351,7 +316,7 @@ void h_nodes_start(int n)
     cr_assert(n >= 1 && n <= H_MAX_NODES, "cannot start %d Redis nodes", n);
     int started[H_MAX_NODES] = {0};
     for (int i = 0; i < n; i++)
-        if (!H.node[i].pid) {
+        if (!H.node[i].proc.pid) {
             node_spawn(i);
             started[i] = 1;
         }
@@ -361,45 +326,42 @@ void h_nodes_start(int n)
     H.nnodes = n;
 }
 
+void h_redis_spare(const char *name)
+{
+    struct redisproc *r = NULL;
+    for (int i = 0; i < H_MAX_SPARES && !r; i++)
+        if (!H.spare[i].pid)
+            r = &H.spare[i];
+    cr_assert_not_null(r, "more than %d spare redis-servers", H_MAX_SPARES);
+    char log[H_PATH + 8];
+    snprintf(log, sizeof log, "%s.log", h_path(name));
+    struct redisproc_opts o = {.unix_socket = h_path(name), .dir = H.dir, .log = log};
+    cr_assert_eq(redisproc_start(r, &o, H_START_MS), 0, "spare redis-server: %s", r->err);
+}
+
 void h_node_resume(int i)
 {
-    struct h_node *n = node_at(i);
-    if (n->pid > 0 && n->paused) {
-        kill(n->pid, SIGCONT);
-        n->paused = 0;
-    }
+    redisproc_resume(&node_at(i)->proc);
 }
 
 void h_node_stop(int i)
 {
     struct h_node *n = node_at(i);
-    if (!n->pid)
-        return;
     node_drop_conn(n);
-    h_node_resume(i);
-    kill(n->pid, SIGTERM);
-    if (h_wait_child(n->pid, H_STOP_MS) < 0)
-        kill_reap(n->pid);
-    n->pid = 0;
+    redisproc_stop(&n->proc, H_STOP_MS);
 }
 
 void h_node_kill(int i)
 {
     struct h_node *n = node_at(i);
-    if (!n->pid)
-        return;
     node_drop_conn(n);
-    kill_reap(n->pid);
-    n->pid = 0;
-    n->paused = 0;
+    redisproc_kill(&n->proc);
 }
 
 void h_node_pause(int i)
 {
     struct h_node *n = node_at(i);
-    cr_assert(n->pid > 0, "redis-server %d is not running", i);
-    cr_assert_eq(kill(n->pid, SIGSTOP), 0);
-    n->paused = 1;
+    cr_assert_eq(redisproc_pause(&n->proc), 0, "redis-server %d: %s", i, n->proc.err);
     /* Our own connection would block on the next command until resumed. */
     node_drop_conn(n);
 }
@@ -413,13 +375,13 @@ void h_node_restart(int i)
 int h_node_running(int i)
 {
     const struct h_node *n = node_at(i);
-    return n->pid > 0 && !n->paused;
+    return n->proc.pid > 0 && !n->proc.paused;
 }
 
 static redisReply *node_vcmd(int i, const char *fmt, va_list ap)
 {
     struct h_node *n = node_at(i);
-    cr_assert(n->pid > 0 && !n->paused, "redis-server %d is not running", i);
+    cr_assert(n->proc.pid > 0 && !n->proc.paused, "redis-server %d is not running", i);
     if (n->conn && n->conn->err)
         node_drop_conn(n);
     if (!n->conn)
@@ -610,6 +572,27 @@ int h_redis_set_nx_px(const char *key, const char *val, long long px)
         cr_assert_eq(r->type, REDIS_REPLY_NIL, "SET NX: unexpected reply type %d", r->type);
     freeReplyObject(r);
     return ok;
+}
+
+void h_key_gone(const char *file, int line, int node, const char *key)
+{
+    int64_t end = h_now_ms() + H_EVENT_MS;
+    int64_t expires_after = INT64_MAX; /* the key cannot have expired before */
+    for (;;) {
+        int64_t before = h_now_ms();
+        long long pttl = h_node_pttl(node, key);
+        if (pttl == -2) {
+            cr_assert_lt(h_now_ms(), expires_after,
+                         "%s:%d: %s on node %d was not seen deleted before its TTL ran out", file,
+                         line, key, node);
+            return;
+        }
+        expires_after = pttl >= 0 ? before + pttl : INT64_MAX;
+        if (before > end)
+            cr_assert_fail("%s:%d: %s still on node %d after %d ms (PTTL %lld)", file, line, key,
+                           node, H_EVENT_MS, pttl);
+        h_pump_all(2);
+    }
 }
 
 const char *h_key(const char *name)
@@ -1526,10 +1509,11 @@ void h_teardown(void)
         H.agent[i].pid = 0;
     }
     for (int n = 0; n < H_MAX_NODES; n++) {
-        kill_reap(H.node[n].pid);
-        H.node[n].pid = 0;
+        redisproc_kill(&H.node[n].proc);
         node_drop_conn(&H.node[n]);
     }
+    for (int i = 0; i < H_MAX_SPARES; i++)
+        redisproc_kill(&H.spare[i]);
     free_strings();
     if (!H.dir[0])
         return;

@@ -42,10 +42,12 @@
 #include <sys/types.h>
 
 #include "dlock.h"
+#include "redisproc.h"
 #include "wire.h"
 
 #define H_MAX_AGENTS   3
 #define H_MAX_NODES    5 /* redis-servers: one, or 3 or 5 for quorum mode */
+#define H_MAX_SPARES   2 /* redis-servers outside the nodes (h_redis_spare()) */
 #define H_MAX_CLIENTS  16
 #define H_MAX_EVENTS   64
 #define H_MAX_CHILDREN 16
@@ -55,6 +57,14 @@
 /* Deadlines used throughout (milliseconds). */
 #define H_START_MS 5000 /* redis-server / dlockd to come up */
 #define H_STOP_MS  5000 /* a process to exit after SIGTERM */
+/* Something the agent does at once (an answer, an event, a key deleted), or
+ * at a deadline of its own well within this: the tests wait that long for
+ * it and assert the order and the state they see, never how soon it came.
+ * Where "at once" has to be told from "after a timeout or a TTL", the test
+ * makes those far longer than this (e.g. retry_fallback_ms = 60000). How
+ * soon the lock logic acts (renewals, max hold, progress, retries) is the
+ * business of its unit test, test_core.c, in virtual time. */
+#define H_EVENT_MS 10000
 
 struct h_agent {
     pid_t pid;      /* 0 when not running */
@@ -100,9 +110,8 @@ struct h_holder {
 
 /* One redis-server. Node 0 is the Redis of the single-node tests. */
 struct h_node {
-    pid_t pid;         /* 0 when not running */
-    int paused;        /* SIGSTOPped */
-    char sock[H_PATH]; /* DIR/redis.sock for node 0, DIR/redis<i>.sock for the others */
+    struct redisproc proc; /* its process: pid 0 when not running, paused when SIGSTOPped */
+    char sock[H_PATH];     /* DIR/redis.sock for node 0, DIR/redis<i>.sock for the others */
     char log[H_PATH];
     char addr[H_PATH];  /* "unix:<sock>" */
     redisContext *conn; /* the harness's own connection (NULL until needed) */
@@ -116,6 +125,7 @@ struct h_env {
     char redis_log[H_PATH];
     char redis_addr[H_PATH]; /* "unix:<redis_sock>" */
     struct h_node node[H_MAX_NODES];
+    struct redisproc spare[H_MAX_SPARES];
     /* The nodes agents are configured with: 0..nnodes-1. 0 or 1 is
      * single-node mode (node 0), 3 or 5 quorum mode. */
     int nnodes;
@@ -188,9 +198,14 @@ void h_sleep_ms(int ms);
     } while (0)
 
 /* The agent answers a release before Redis has run its compare-and-DEL (the
- * DEL is pipelined, best effort), so a released key goes within moments
- * rather than before dlock_lease_release() returns. */
-#define H_KEY_GONE(key) H_WAIT_UNTIL(500, !h_redis_exists(key))
+ * DEL is pipelined, best effort), so a released key goes a moment after
+ * dlock_lease_release() returns. H_KEY_GONE waits for that (up to
+ * H_EVENT_MS) and fails unless the key went before it could have expired:
+ * deleted, not left to its TTL. It reads the key's PTTL while it waits, so a
+ * key seen with PTTL p at time t and found gone before t + p was deleted. */
+#define H_KEY_GONE(key)            h_key_gone(__FILE__, __LINE__, 0, key)
+#define H_NODE_KEY_GONE(node, key) h_key_gone(__FILE__, __LINE__, node, key)
+void h_key_gone(const char *file, int line, int node, const char *key);
 
 /* ---- redis-server nodes ----
  *
@@ -243,6 +258,11 @@ void h_redis_kill(void);    /* h_node_kill(0) */
 void h_redis_pause(void);   /* h_node_pause(0) */
 void h_redis_resume(void);  /* h_node_resume(0) */
 void h_redis_restart(void); /* h_node_restart(0) */
+
+/* Starts a redis-server that is none of the nodes (no persistence) on the
+ * socket DIR/name, logging to DIR/name.log, and waits for its PING; it runs
+ * until the teardown. */
+void h_redis_spare(const char *name);
 
 /* The h_node_* functions on node 0. */
 redisReply *h_redis_cmd(const char *fmt, ...);

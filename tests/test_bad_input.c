@@ -424,10 +424,10 @@ ITEST(bad_input, disconnect_while_waiting)
      * goes to a live waiter. */
     struct h_cl *b = h_client();
     struct h_acq w;
-    h_acquire_async(b, "victim", 5000, 3000, &w);
+    h_acquire_async(b, "victim", 5000, H_EVENT_MS, &w);
     cr_assert_eq(dlock_client_ping(b->c), 0);
     cr_assert_eq(dlock_lease_release(V.l), 0);
-    H_WAIT_UNTIL(1000, w.done);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
     cr_assert_eq(w.status, 0, "live waiter: %s (%d)", dlock_strerror(w.status), w.status);
     cr_assert_eq(dlock_lease_release(w.lease), 0);
 }
@@ -451,7 +451,7 @@ ITEST(bad_input, slow_writer_one_byte_at_a_time)
     cr_assert_eq(reply(fd, 2, &code), WIRE_T_GRANTED, "acquire: 0x%x", code);
     cr_assert_eq(h_redis_exists(h_key("slow")), 1);
     h_raw_close(fd);
-    H_WAIT_UNTIL(1000, !h_redis_exists(h_key("slow")));
+    H_KEY_GONE(h_key("slow"));
     victim_check();
 }
 
@@ -506,9 +506,10 @@ ITEST(bad_input, flooding_client_does_not_stall_others)
     }
     wire_buf_free(&b);
     cr_log_info("flooder wrote %zu bytes", total);
-    int64_t t0 = h_now_ms();
+    /* The other client is served while the flooder's bytes are still
+     * unread (it never reads its replies, so the agent cannot go through
+     * them): were the agent stuck on them, this would never return. */
     victim_check();
-    cr_assert_lt(h_now_ms() - t0, 2000, "other clients stalled by a flooder");
     h_raw_close(fd);
     cr_assert_eq(dlock_client_ping(V.a->c), 0);
 }
@@ -534,7 +535,7 @@ ITEST(bad_input, connection_limit)
         h_raw_close(fds[i]);
     /* Room again once the agent has seen the closes. */
     dlock_client *c = NULL;
-    H_WAIT_UNTIL(2000, h_client_try_open(0, &c) == 0);
+    H_WAIT_UNTIL(H_EVENT_MS, h_client_try_open(0, &c) == 0);
     dlock_client_close(c);
     victim_check();
 }

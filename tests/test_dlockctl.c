@@ -107,7 +107,7 @@ ITEST(dlockctl, taken_lock_exits_75_or_the_E_code)
 
 ITEST(dlockctl, waits_for_the_lock_by_default)
 {
-    h_start("retry_fallback_ms = 10000");
+    h_start("retry_fallback_ms = 60000");
     struct h_cl *a = h_client();
     dlock_lease *l = h_must_acquire(a, "queue", 30000);
     char script[300];
@@ -117,7 +117,7 @@ ITEST(dlockctl, waits_for_the_lock_by_default)
     cr_assert_eq(h_wait_child(pid, 400), -1, "dlockctl did not wait for the lock");
     cr_assert(!exists(h_path("ran")));
     cr_assert_eq(dlock_lease_release(l), 0);
-    int st = h_wait_child(pid, 1500);
+    int st = h_wait_child(pid, H_EVENT_MS); /* woken by the notice, not the fallback */
     cr_assert_eq(st, 0, "dlockctl exit %d after the release", st);
     cr_assert(exists(h_path("ran")));
 }
@@ -136,8 +136,8 @@ ITEST(dlockctl, lease_lost_terminates_command_and_exits_79)
     cr_assert_eq(h_redis_exists(h_key("fragile")), 1);
 
     h_redis_del(h_key("fragile"));
-    int st = h_wait_child(pid, 3000);
-    cr_assert_neq(st, -1, "dlockctl still running 3 s after its lease was lost");
+    int st = h_wait_child(pid, H_EVENT_MS);
+    cr_assert_neq(st, -1, "dlockctl still running %d ms after its lease was lost", H_EVENT_MS);
     cr_assert_eq(st, 79, "dlockctl exit %d after the lease was lost", st);
     const char *term = h_read_file(h_path("term"));
     cr_assert_not_null(term, "CMD did not receive SIGTERM");

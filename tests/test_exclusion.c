@@ -10,8 +10,10 @@
 
 #include "harness.h"
 
-/* With this fallback, a waiter woken within a second was woken by a notice. */
-#define SLOW_FALLBACK "retry_fallback_ms = 10000"
+/* With this fallback (the longest there is), a waiter behind a holder of 30 s
+ * TTL is not retried before about 30 s: one granted within H_EVENT_MS of the
+ * release was woken by the release notice. */
+#define SLOW_FALLBACK "retry_fallback_ms = 60000"
 
 ITEST(exclusion, async_waiter_gets_lock_after_release)
 {
@@ -27,12 +29,9 @@ ITEST(exclusion, async_waiter_gets_lock_after_release)
     char *still = h_redis_get(h_key("ex"));
     cr_assert_str_eq(still, tok_a, "the waiter touched the holder's key");
 
-    int64_t t0 = h_now_ms();
     cr_assert_eq(dlock_lease_release(la), 0);
-    H_WAIT_UNTIL(1000, w.done);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
     cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
-    cr_assert_lt(w.at_ms - t0, 1000, "waiter granted %lld ms after the release",
-                 (long long)(w.at_ms - t0));
     cr_assert_eq(dlock_lease_state(w.lease), DLOCK_STATE_HELD);
     char *tok_b = h_redis_get(h_key("ex"));
     cr_assert(h_is_token(tok_b));
@@ -51,7 +50,7 @@ ITEST(exclusion, bounded_waiter_gets_lock_released_in_time)
     cr_assert_eq(dlock_client_ping(b->c), 0);
     H_HOLDS_FOR(200, !w.done);
     cr_assert_eq(dlock_lease_release(la), 0);
-    H_WAIT_UNTIL(1000, w.done);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
     cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
     cr_assert_eq(dlock_lease_release(w.lease), 0);
 }
@@ -68,7 +67,8 @@ ITEST(exclusion, forked_process_waits_for_forked_holder)
     cr_assert_eq(h_holder_poll(&h2, 400), 0, "second process got the lock while it was held");
 
     cr_assert_eq(h_holder_release(&h1), 0);
-    cr_assert_eq(h_holder_poll(&h2, 1000), 1, "waiting process not granted within 1 s");
+    cr_assert_eq(h_holder_poll(&h2, H_EVENT_MS), 1,
+                 "waiting process not granted after the release");
     cr_assert_eq(h2.acquire_rc, 0, "%s", dlock_strerror(h2.acquire_rc));
     char *tok2 = h_redis_get(h_key("proc"));
     cr_assert(h_is_token(tok2));
@@ -92,20 +92,17 @@ ITEST(exclusion, waiter_on_another_agent_woken_by_release_notice)
     h_acquire_async(b, "xhost", 30000, DLOCK_WAIT_FOREVER, &w);
     cr_assert_eq(dlock_client_ping(b->c), 0);
     H_HOLDS_FOR(300, !w.done);
-    int64_t t0 = h_now_ms();
     cr_assert_eq(dlock_lease_release(la), 0);
-    H_WAIT_UNTIL(1000, w.done);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
     cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
-    cr_assert_lt(w.at_ms - t0, 1000);
 
     /* and the other way round */
     struct h_acq w2;
     h_acquire_async(a, "xhost", 30000, DLOCK_WAIT_FOREVER, &w2);
     cr_assert_eq(dlock_client_ping(a->c), 0);
     H_HOLDS_FOR(300, !w2.done);
-    t0 = h_now_ms();
     cr_assert_eq(dlock_lease_release(w.lease), 0);
-    H_WAIT_UNTIL(1000, w2.done);
+    H_WAIT_UNTIL(H_EVENT_MS, w2.done);
     cr_assert_eq(w2.status, 0, "waiter: %s (%d)", dlock_strerror(w2.status), w2.status);
     cr_assert_eq(dlock_lease_release(w2.lease), 0);
 }

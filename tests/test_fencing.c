@@ -133,7 +133,7 @@ ITEST(fencing, strictly_increasing_across_two_agents)
     h_acquire_async(cl[1], "shared", 5000, 3000, &w);
     H_HOLDS_FOR(100, !w.done);
     cr_assert_eq(dlock_lease_release(l0), 0);
-    H_WAIT_UNTIL(2000, w.done);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
     cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
     cr_assert_gt(dlock_lease_fence(w.lease), f0);
     cr_assert_eq(dlock_lease_release(w.lease), 0);
@@ -153,7 +153,7 @@ ITEST(fencing, greater_after_agent_restart)
     H_KEY_GONE(h_key("restart"));
     h_agent_start_n(0);
     a = h_client();
-    uint64_t f3 = take(a, "restart", 300, &l);
+    uint64_t f3 = take(a, "restart", 3000, &l); /* still there when looked at after the kill */
     cr_assert_gt(f3, f2, "after restart: %" PRIu64 " after %" PRIu64, f3, f2);
 
     /* Killed while holding: the key runs out by its TTL, and the next agent
@@ -163,7 +163,7 @@ ITEST(fencing, greater_after_agent_restart)
     cr_assert_eq(h_redis_exists(h_key("restart")), 1, "the key went with the killed agent");
     h_agent_start_n(0);
     a = h_client();
-    H_WAIT_UNTIL(2000, !h_redis_exists(h_key("restart")));
+    H_WAIT_UNTIL(H_EVENT_MS, !h_redis_exists(h_key("restart")));
     uint64_t f4 = take(a, "restart", 5000, NULL);
     cr_assert_gt(f4, f3, "after kill -9: %" PRIu64 " after %" PRIu64, f4, f3);
 }
@@ -177,7 +177,7 @@ ITEST(fencing, mark_holds_the_last_fence_without_expiry_and_no_name_key_stays)
               "no warning about fence_retention_ms in the agent's log");
     struct h_cl *a = h_client();
     dlock_lease *l = NULL;
-    uint64_t f1 = take(a, "ctr", 100, &l);
+    uint64_t f1 = take(a, "ctr", 5000, &l);
     cr_assert_eq(h_redis_exists(hw_key("ctr")), 1, "no high-water mark '%s' after a grant",
                  hw_key("ctr"));
     cr_assert_eq(mark_value("ctr"), f1, "the mark differs from the granted fence");
@@ -194,13 +194,13 @@ ITEST(fencing, greater_after_the_mark_was_deleted)
 {
     h_start(NULL);
     struct h_cl *a = h_client();
-    uint64_t f1 = take(a, "idle", 100, NULL);
+    uint64_t f1 = take(a, "idle", 5000, NULL);
     cr_assert_eq(h_redis_exists(hw_key("idle")), 1);
     h_redis_del(hw_key("idle"));
     /* Without a mark the token is the server's clock in microseconds. */
     uint64_t before = redis_time_us();
     dlock_lease *l = NULL;
-    uint64_t f2 = take(a, "idle", 100, &l);
+    uint64_t f2 = take(a, "idle", 5000, &l);
     uint64_t after = redis_time_us();
     cr_assert_gt(f2, f1, "after the mark was deleted: %" PRIu64 " after %" PRIu64, f2, f1);
     cr_assert(f2 >= before && f2 <= after,
@@ -226,7 +226,7 @@ ITEST(fencing, greater_after_redis_lost_its_data)
     uint64_t f3 = take(a, "flush", 600, &l);
     cr_assert_gt(f3, f2);
     freeReplyObject(h_redis_cmd("FLUSHALL"));
-    H_WAIT_UNTIL(2000, h_events(a, l, DLOCK_STATE_LOST) > 0);
+    H_WAIT_UNTIL(H_EVENT_MS, h_events(a, l, DLOCK_STATE_LOST) > 0);
     uint64_t f4 = take(a, "flush", 600, NULL);
     cr_assert_gt(f4, f3, "after FLUSHALL under a holder: %" PRIu64 " after %" PRIu64, f4, f3);
     cr_assert_eq(dlock_lease_release(l), DLOCK_ELOST);

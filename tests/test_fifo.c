@@ -30,7 +30,7 @@ static void hand_over(dlock_lease *holder, struct h_acq *next, struct h_acq *con
     for (int i = 0; i < n; i++)
         before[i] = ws[i]->done;
     cr_assert_eq(dlock_lease_release(holder), 0);
-    H_WAIT_UNTIL(2000, next->done || others_done(next, ws, n, before));
+    H_WAIT_UNTIL(H_EVENT_MS, next->done || others_done(next, ws, n, before));
     cr_assert_eq(others_done(next, ws, n, before), 0, "a waiter was granted out of turn");
     cr_assert_eq(next->status, 0, "%s (%d)", dlock_strerror(next->status), next->status);
     /* the others keep waiting while it holds */
@@ -39,7 +39,7 @@ static void hand_over(dlock_lease *holder, struct h_acq *next, struct h_acq *con
 
 ITEST(fifo, three_waiters_granted_in_arrival_order)
 {
-    h_start("retry_fallback_ms = 10000");
+    h_start("retry_fallback_ms = 60000");
     struct h_cl *a = h_client(), *b = h_client(), *c = h_client(), *d = h_client();
     dlock_lease *la = h_must_acquire(a, "q", 30000);
     struct h_acq wb, wc, wd;
@@ -61,24 +61,24 @@ ITEST(fifo, three_waiters_granted_in_arrival_order)
 
 ITEST(fifo, timed_out_waiter_leaves_the_queue)
 {
-    h_start("retry_fallback_ms = 10000");
+    h_start("retry_fallback_ms = 60000");
     struct h_cl *a = h_client(), *b = h_client(), *c = h_client();
     dlock_lease *la = h_must_acquire(a, "tq", 30000);
     struct h_acq wb, wc;
     enqueue(b, "tq", 300, &wb);
     enqueue(c, "tq", DLOCK_WAIT_FOREVER, &wc);
-    H_WAIT_UNTIL(2000, wb.done);
+    H_WAIT_UNTIL(H_EVENT_MS, wb.done);
     cr_assert_eq(wb.status, DLOCK_ETIMEDOUT, "%s (%d)", dlock_strerror(wb.status), wb.status);
     cr_assert_eq(wc.done, 0);
     cr_assert_eq(dlock_lease_release(la), 0);
-    H_WAIT_UNTIL(1000, wc.done);
+    H_WAIT_UNTIL(H_EVENT_MS, wc.done);
     cr_assert_eq(wc.status, 0);
     cr_assert_eq(dlock_lease_release(wc.lease), 0);
 }
 
 ITEST(fifo, closed_waiter_is_skipped)
 {
-    h_start("retry_fallback_ms = 10000");
+    h_start("retry_fallback_ms = 60000");
     struct h_cl *a = h_client(), *b = h_client(), *c = h_client();
     dlock_lease *la = h_must_acquire(a, "cq", 30000);
     struct h_acq wb, wc;
@@ -87,7 +87,7 @@ ITEST(fifo, closed_waiter_is_skipped)
     h_client_close(b);
     cr_assert_eq(dlock_client_ping(a->c), 0);
     cr_assert_eq(dlock_lease_release(la), 0);
-    H_WAIT_UNTIL(1000, wc.done);
+    H_WAIT_UNTIL(H_EVENT_MS, wc.done);
     cr_assert_eq(wc.status, 0);
     cr_assert_eq(wb.done, 0, "a closed client's callback ran");
     cr_assert_eq(dlock_lease_release(wc.lease), 0);
@@ -96,7 +96,7 @@ ITEST(fifo, closed_waiter_is_skipped)
 ITEST(fifo, one_client_several_waiters_in_order)
 {
     /* Two waits from one connection on the same lock, and one from another. */
-    h_start("retry_fallback_ms = 10000");
+    h_start("retry_fallback_ms = 60000");
     struct h_cl *a = h_client(), *b = h_client(), *c = h_client();
     dlock_lease *la = h_must_acquire(a, "mq", 30000);
     struct h_acq w1, w2, w3;

@@ -19,7 +19,7 @@ ITEST(lost, key_deleted_behind_back_reports_lost)
 
     int64_t t0 = h_now_ms();
     h_redis_del(h_key("gone"));
-    H_WAIT_UNTIL(1000, h_events(a, l, DLOCK_STATE_LOST) > 0);
+    H_WAIT_UNTIL(H_EVENT_MS, h_events(a, l, DLOCK_STATE_LOST) > 0);
     cr_log_info("LOST %lld ms after DEL", (long long)(h_now_ms() - t0));
     cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_LOST);
     cr_assert_eq(h_events(a, l, DLOCK_STATE_LOST), 1, "LOST delivered more than once");
@@ -40,9 +40,10 @@ ITEST(lost, key_overwritten_reports_lost_and_other_owner_is_untouched)
     struct h_cl *a = h_client();
     dlock_lease *l = h_must_acquire(a, "stolen", 600);
 
-    int64_t t0 = h_now_ms();
     h_redis_set_px(h_key("stolen"), "other", 10000);
-    H_WAIT_UNTIL(1000, h_events(a, l, DLOCK_STATE_LOST) > 0);
+    /* After the SET: its PTTL can only be lower than 10000 - (now - t0). */
+    int64_t t0 = h_now_ms();
+    H_WAIT_UNTIL(H_EVENT_MS, h_events(a, l, DLOCK_STATE_LOST) > 0);
     cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_LOST);
 
     /* For a while after: still "other", its TTL only running down. */
@@ -51,8 +52,9 @@ ITEST(lost, key_overwritten_reports_lost_and_other_owner_is_untouched)
         char *v = h_redis_get(h_key("stolen"));
         cr_assert_not_null(v, "the agent deleted another owner's key");
         cr_assert_str_eq(v, "other", "the agent overwrote another owner's key");
+        int64_t asked = h_now_ms(); /* before the PTTL: it can only be lower */
         long long pttl = h_redis_pttl(h_key("stolen"));
-        long long bound = 10000 - (h_now_ms() - t0) + 30;
+        long long bound = 10000 - (asked - t0) + 1;
         cr_assert(pttl > 0 && pttl <= bound,
                   "another owner's TTL was reset: PTTL %lld, at most %lld expected", pttl, bound);
         h_pump_all(20);
@@ -69,11 +71,13 @@ ITEST(lost, only_the_damaged_lease_is_lost)
 {
     h_start(NULL);
     struct h_cl *a = h_client(), *b = h_client();
-    dlock_lease *l1 = h_must_acquire(a, "d1", 600);
+    /* d2 renewed every 200 ms, so that its loss shows soon; the others need
+     * no renewal to stay valid while the test looks. */
+    dlock_lease *l1 = h_must_acquire(a, "d1", 30000);
     dlock_lease *l2 = h_must_acquire(a, "d2", 600);
-    dlock_lease *l3 = h_must_acquire(b, "d3", 600);
+    dlock_lease *l3 = h_must_acquire(b, "d3", 30000);
     h_redis_del(h_key("d2"));
-    H_WAIT_UNTIL(1000, h_events(a, l2, DLOCK_STATE_LOST) > 0);
+    H_WAIT_UNTIL(H_EVENT_MS, h_events(a, l2, DLOCK_STATE_LOST) > 0);
     H_HOLDS_FOR(500,
                 h_events(a, l1, DLOCK_STATE_LOST) == 0 && h_events(b, NULL, DLOCK_STATE_LOST) == 0);
     cr_assert_eq(dlock_lease_state(l1), DLOCK_STATE_HELD);
@@ -93,13 +97,17 @@ ITEST(lost, waiter_is_granted_after_holder_lost_and_key_freed)
     struct h_cl *a = h_client(), *b = h_client();
     dlock_lease *la = h_must_acquire(a, "chain", 600);
     struct h_acq w;
-    h_acquire_async(b, "chain", 5000, 5000, &w);
+    h_acquire_async(b, "chain", 5000, H_EVENT_MS, &w);
     cr_assert_eq(dlock_client_ping(b->c), 0);
+    int64_t t_other = h_now_ms();
     h_redis_set_px(h_key("chain"), "other", 700);
-    H_WAIT_UNTIL(1000, h_events(a, la, DLOCK_STATE_LOST) > 0);
-    cr_assert_eq(w.done, 0, "waiter granted while another owner holds the key");
-    H_WAIT_UNTIL(3000, w.done);
+    H_WAIT_UNTIL(H_EVENT_MS, h_events(a, la, DLOCK_STATE_LOST) > 0);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
     cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
+    /* Not before the other owner's key went by its PTTL (set after t_other). */
+    cr_assert_geq(w.at_ms, t_other + 700 - 1,
+                  "waiter granted %lld ms after another owner set the key for 700 ms",
+                  (long long)(w.at_ms - t_other));
     char *v = h_redis_get(h_key("chain"));
     cr_assert(h_is_token(v));
     cr_assert_eq(dlock_lease_release(w.lease), 0);
@@ -115,7 +123,7 @@ ITEST(lost, release_with_unread_lost_event_reports_elost)
     dlock_lease *l = h_must_acquire(a, "unread", 600);
     h_redis_del(h_key("unread"));
     struct pollfd p = {.fd = dlock_client_fd(a->c), .events = POLLIN};
-    cr_assert_eq(poll(&p, 1, 1000), 1, "no event from the agent within 1 s");
+    cr_assert_eq(poll(&p, 1, H_EVENT_MS), 1, "no event from the agent");
     int rc = dlock_lease_release(l);
     cr_assert_eq(rc, DLOCK_ELOST, "release: %s (%d)", dlock_strerror(rc), rc);
 }
@@ -150,12 +158,12 @@ ITEST(lost, paused_agent_never_touches_the_next_owner_key)
     struct h_cl *a = h_client_at(0), *b = h_client_at(1);
     dlock_lease *la = h_must_acquire(a, "frozen", 600);
     cr_assert_eq(kill(H.agent[0].pid, SIGSTOP), 0);
-    H_WAIT_UNTIL(2000, !h_redis_exists(h_key("frozen")));
+    H_WAIT_UNTIL(H_EVENT_MS, !h_redis_exists(h_key("frozen")));
     dlock_lease *lb = h_must_acquire(b, "frozen", 30000);
     char *tok_b = h_redis_get(h_key("frozen"));
     cr_assert_eq(kill(H.agent[0].pid, SIGCONT), 0);
 
-    H_WAIT_UNTIL(1500, h_events(a, la, DLOCK_STATE_LOST) > 0);
+    H_WAIT_UNTIL(H_EVENT_MS, h_events(a, la, DLOCK_STATE_LOST) > 0);
     H_HOLDS_FOR(500, h_events(b, lb, DLOCK_STATE_LOST) == 0);
     char *v = h_redis_get(h_key("frozen"));
     cr_assert_not_null(v, "the woken agent deleted the new owner's key");

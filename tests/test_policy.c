@@ -149,7 +149,7 @@ ITEST(policy, sighup_applies_a_changed_policy_and_keeps_leases)
     h_start(open_ini("allow = 0 *\n"));
     open_dir();
     struct h_cl *root = h_client();
-    dlock_lease *l = h_must_acquire(root, "kept", 600);
+    dlock_lease *l = h_must_acquire(root, "kept", 1500);
     cr_assert_eq(acquire_as_nobody("pub-1"), DLOCK_EDENIED);
 
     h_agent_config(0, open_ini("allow = 0 *\nallow = nobody pub-*\n"), NULL);
@@ -157,8 +157,8 @@ ITEST(policy, sighup_applies_a_changed_policy_and_keeps_leases)
     H_WAIT_UNTIL(3000, log_has("reloaded: 2 policy rule(s)"));
     cr_assert_eq(acquire_as_nobody("pub-1"), 0);
     cr_assert_eq(acquire_as_nobody("priv"), DLOCK_EDENIED);
-    /* The lease (TTL 600 ms) lives on through the reload: it is renewed. */
-    H_HOLDS_FOR(1500, dlock_lease_valid(l));
+    /* The lease (TTL 1500 ms) lives on through the reload: it is renewed. */
+    H_HOLDS_FOR(3000, dlock_lease_valid(l));
     cr_assert_eq(h_events(root, l, DLOCK_STATE_LOST), 0);
     cr_assert_eq(dlock_lease_release(l), 0);
 
@@ -178,7 +178,7 @@ ITEST(policy, per_uid_limits)
     /* A waiter counts as a lease to come. */
     struct h_acq w;
     h_acquire_async(b, "u1", 30000, 10000, &w);
-    H_WAIT_UNTIL(2000, strstr(h_status_ask(0, "leases-json u1\n"), "\"waiters\":1"));
+    H_WAIT_UNTIL(H_EVENT_MS, strstr(h_status_ask(0, "leases-json u1\n"), "\"waiters\":1"));
     dlock_lease *l2 = NULL;
     cr_assert_eq(h_acquire(a, "u2", 30000, 0, &l2), DLOCK_ELIMIT);
     cr_assert_eq(metric("dlock_refused_total"), 1);
@@ -220,7 +220,7 @@ ITEST(policy, limit_errors_name_the_limit_hit)
     /* a waits for h1: the uid has 3 leases and waiters, 1 of them waiting. */
     struct h_acq w;
     h_acquire_async(a, "h1", 30000, 20000, &w);
-    H_WAIT_UNTIL(2000, strstr(h_status_ask(0, "leases-json h1\n"), "\"waiters\":1"));
+    H_WAIT_UNTIL(H_EVENT_MS, strstr(h_status_ask(0, "leases-json h1\n"), "\"waiters\":1"));
     cr_assert_eq(h_acquire(a, "a2", 30000, 0, &l), DLOCK_ELIMIT);
     cr_assert_str_eq(limit_message(a), "per-connection waiter limit (1) reached");
     cr_assert_eq(h_acquire(b, "b1", 30000, 0, &l), DLOCK_ELIMIT);

@@ -101,7 +101,17 @@ static char *any_value(const char *key)
 
 /* A grant needs a majority only: the other nodes' replies may still be on
  * their way when it arrives. */
-#define ALL_NODES_HOLD(key, value, n) H_WAIT_UNTIL(1000, nodes_holding(key, value) == (n))
+#define ALL_NODES_HOLD(key, value, n) H_WAIT_UNTIL(H_EVENT_MS, nodes_holding(key, value) == (n))
+
+/* key goes from every running node, deleted by the agent rather than left
+ * to its TTL (see H_KEY_GONE). */
+static void nodes_key_gone(const char *file, int line, const char *key)
+{
+    for (int i = 0; i < H.nnodes; i++)
+        if (h_node_running(i))
+            h_key_gone(file, line, i, key);
+}
+#define NODES_KEY_GONE(key) nodes_key_gone(__FILE__, __LINE__, key)
 
 /* The value at least m running nodes hold for key, or NULL. */
 static char *majority_value(const char *key, int m)
@@ -305,7 +315,7 @@ ITEST(quorum, repeated_r_flags_run_quorum_mode)
             while (!(everywhere = nodes_holding(h_key("flags"), tok) == 3) && h_now_ms() < t)
                 h_sleep_ms(5);
             cr_assert_eq(dlock_lease_release(l), 0);
-            H_WAIT_UNTIL(1000, nodes_holding(h_key("flags"), NULL) == 0);
+            NODES_KEY_GONE(h_key("flags"));
         }
         if (everywhere)
             break;
@@ -346,7 +356,7 @@ ITEST(quorum, grant_puts_key_and_fence_on_every_node)
     for (int n = 0; n < 3; n++)
         cr_assert_eq(h_node_subscribers(n, "dlock:@released"), 2, "node %d", n);
     cr_assert_eq(dlock_lease_release(l), 0);
-    H_WAIT_UNTIL(1000, nodes_holding(h_key("every"), NULL) == 0);
+    NODES_KEY_GONE(h_key("every"));
 
     /* The next grant, from the other agent, has a higher fence. */
     struct h_cl *b = h_client_at(1);
@@ -357,8 +367,10 @@ ITEST(quorum, grant_puts_key_and_fence_on_every_node)
 
 ITEST(quorum, waiter_woken_by_a_notice_from_any_node)
 {
-    /* The fallback retry is far off: only a notice can wake the waiter in
-     * time. Node 0 is gone, so the notice comes from node 1 or 2. */
+    /* Node 0 is gone, so the notice comes from node 1 or 2. (A waiter that
+     * missed it would still retry once the holder's PTTL, at most 1.5 s, has
+     * run out: this shows the hand-over with a node down, not what woke
+     * the waiter; test_exclusion tells notices from retries.) */
     h_quorum_start(3, 2, "retry_fallback_ms = 10000", NULL);
     struct h_cl *a = h_client_at(0), *b = h_client_at(1);
     h_node_kill(0);
@@ -369,7 +381,7 @@ ITEST(quorum, waiter_woken_by_a_notice_from_any_node)
     H_HOLDS_FOR(300, !w.done);
     int64_t t0 = h_now_ms();
     cr_assert_eq(dlock_lease_release(l), 0);
-    H_WAIT_UNTIL(2000, w.done);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
     cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
     cr_log_info("woken %lld ms after the release", (long long)(w.at_ms - t0));
     cr_assert_eq(dlock_lease_release(w.lease), 0);
@@ -395,27 +407,27 @@ ITEST(quorum, minority_down_grants_majority_down_refuses)
     cr_assert_gt(h_node_pttl(0, h_key("down")), 700, "not renewed on node 0");
     cr_assert_gt(h_node_pttl(1, h_key("down")), 700, "not renewed on node 1");
     cr_assert_eq(dlock_lease_release(l), 0);
-    H_WAIT_UNTIL(1000, nodes_holding(h_key("down"), NULL) == 0);
+    NODES_KEY_GONE(h_key("down"));
 
-    /* Two of three down: no majority. */
+    /* Two of three down: no majority. A try-once is refused (it does not
+     * ride the outage out, which takes outage_wait_ms). */
     h_node_kill(1);
-    int64_t t0 = h_now_ms();
     int rc = h_acquire(a, "down", 1500, 0, &l);
-    int64_t el = h_now_ms() - t0;
     cr_assert_eq(rc, DLOCK_ENOQUORUM, "try-once with 2 of 3 down: %s (%d)", dlock_strerror(rc), rc);
-    cr_assert_lt(el, 1500, "try-once took %lld ms", (long long)el);
-    H_WAIT_UNTIL(1000, nodes_holding(h_key("down"), NULL) == 0);
+    NODES_KEY_GONE(h_key("down"));
 
-    /* A waiting acquire rides the outage out for outage_wait_ms, then fails. */
-    t0 = h_now_ms();
-    rc = h_acquire(a, "down", 1500, 10000, &l);
-    el = h_now_ms() - t0;
-    cr_assert_eq(rc, DLOCK_ENOQUORUM, "waiting acquire with 2 of 3 down: %s (%d)",
-                 dlock_strerror(rc), rc);
+    /* A waiting acquire rides the outage out for outage_wait_ms, then fails:
+     * not before, and long before its own wait of a minute is up. */
+    int64_t t0 = h_now_ms();
+    struct h_acq w;
+    h_acquire_async(a, "down", 1500, 60000, &w);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    int64_t el = w.at_ms - t0;
+    cr_assert_eq(w.status, DLOCK_ENOQUORUM, "waiting acquire with 2 of 3 down: %s (%d)",
+                 dlock_strerror(w.status), w.status);
     cr_log_info("waiting acquire failed after %lld ms (outage_wait_ms 1000)", (long long)el);
-    cr_assert_geq(el, 700, "the waiting acquire gave up after %lld ms", (long long)el);
-    cr_assert_lt(el, 3500, "the waiting acquire took %lld ms", (long long)el);
-    H_WAIT_UNTIL(1000, nodes_holding(h_key("down"), NULL) == 0);
+    cr_assert_geq(el, 1000 - 1, "the waiting acquire gave up after %lld ms", (long long)el);
+    NODES_KEY_GONE(h_key("down"));
     cr_assert_eq(dlock_client_ping(a->c), 0);
 }
 
@@ -434,7 +446,7 @@ ITEST(quorum, waiter_rides_out_a_paused_majority)
     h_acquire_async(a, "ride", 1500, 10000, &w);
     H_HOLDS_FOR(800, !w.done);
     h_node_resume(2);
-    H_WAIT_UNTIL(3000, w.done);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
     cr_assert_eq(w.status, 0, "waiter after node 2 came back: %s (%d)", dlock_strerror(w.status),
                  w.status);
     char *tok = any_value(h_key("ride"));
@@ -460,11 +472,19 @@ static void majority_goes_away(int hang)
         else
             h_node_kill(n);
     }
+    /* Its last renewal was before t0: validity cannot outlast t0 + ttl.
+     * Each look at dlock_lease_valid() is bracketed by clock reads: valid
+     * seen after `before` means valid at `before` or later, whenever the
+     * test got to run; it must then be before t0 + ttl. */
     int64_t invalid_at = 0;
     while (!h_events(a, l, DLOCK_STATE_LOST)) {
-        cr_assert_lt(h_now_ms(), t0 + ttl + 2000, "no LOST event %u ms after the majority went",
-                     ttl + 2000);
-        if (!invalid_at && !dlock_lease_valid(l))
+        cr_assert_lt(h_now_ms(), t0 + ttl + H_EVENT_MS,
+                     "no LOST event %u ms after the majority went", ttl + H_EVENT_MS);
+        int64_t before = h_now_ms();
+        bool valid = dlock_lease_valid(l);
+        cr_assert(!valid || before < t0 + ttl, "valid %lld ms after the majority went (ttl %u)",
+                  (long long)(before - t0), ttl);
+        if (!invalid_at && !valid)
             invalid_at = h_now_ms();
         h_pump_all(2);
     }
@@ -485,9 +505,6 @@ static void majority_goes_away(int hang)
                 (long long)(lost_at - t0), ttl);
     cr_assert_gt(jeopardy_at, 0, "no JEOPARDY event before LOST");
     cr_assert_leq(jeopardy_at, lost_at, "JEOPARDY after LOST");
-    /* Its last renewal was before t0: validity cannot outlast t0 + ttl. */
-    cr_assert_leq(invalid_at, t0 + ttl + 100, "valid %lld ms after the majority went (ttl %u)",
-                  (long long)(invalid_at - t0), ttl);
     cr_assert_leq(invalid_at, lost_at);
     cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_LOST);
     cr_assert_eq(dlock_lease_release(l), DLOCK_ELOST);
@@ -531,7 +548,7 @@ ITEST(quorum, every_clogged_subset_of_five)
             for (int n = 0; n < 5; n++) {
                 if (mask & (1 << n))
                     continue;
-                H_WAIT_UNTIL(1000, h_node_exists(n, key));
+                H_WAIT_UNTIL(H_EVENT_MS, h_node_exists(n, key));
                 char *v = h_node_get(n, key);
                 cr_assert(h_is_token(v), "mask %02x: node %d holds '%s'", mask, n,
                           v ? v : "(none)");
@@ -554,7 +571,7 @@ ITEST(quorum, every_clogged_subset_of_five)
          * released or refused key would otherwise stay 2 s). */
         for (int n = 0; n < 5; n++)
             if (!(mask & (1 << n)))
-                H_WAIT_UNTIL(1000, !h_node_exists(n, key));
+                H_NODE_KEY_GONE(n, key);
         /* and the foreign values are untouched */
         for (int n = 0; n < 5; n++)
             if (mask & (1 << n)) {
@@ -586,7 +603,7 @@ static void crash_restart(int n)
     uint64_t f1 = dlock_lease_fence(l1);
     char *tok = any_value(key);
     cr_assert(h_is_token(tok));
-    H_WAIT_UNTIL(1000, nodes_holding(key, tok) == m);
+    H_WAIT_UNTIL(H_EVENT_MS, nodes_holding(key, tok) == m);
     for (int i = m; i < n; i++)
         h_node_del(i, key);
     cr_assert_eq(log_lines_with(1, EXCLUDED, H.node[victim].sock), 0,
@@ -594,11 +611,11 @@ static void crash_restart(int n)
 
     /* Right after a renewal (a full TTL on node 0), so that client 1 stays
      * valid and renewal-free for the next second. */
-    H_WAIT_UNTIL(3000, h_node_pttl(0, key) > (long long)ttl - 150);
+    H_WAIT_UNTIL(H_EVENT_MS, h_node_pttl(0, key) > (long long)ttl - 150);
     h_node_restart(victim);
     cr_assert_eq(h_node_exists(victim, key), 0);
     /* Agent 1 is back on the node and knows it restarted. */
-    H_WAIT_UNTIL(2000, log_lines_with(1, EXCLUDED, H.node[victim].sock) > 0);
+    H_WAIT_UNTIL(H_EVENT_MS, log_lines_with(1, EXCLUDED, H.node[victim].sock) > 0);
     dlock_lease *l2 = NULL;
     int rc = h_acquire(c2, "cr", ttl, 0, &l2);
     int valid1 = dlock_lease_valid(l1);
@@ -628,10 +645,10 @@ static void crash_restart(int n)
     }
     cr_assert_eq(w.status, 0, "client 2: %s (%d)", dlock_strerror(w.status), w.status);
     cr_assert_gt(dlock_lease_fence(w.lease), f1);
-    H_WAIT_UNTIL(1000, h_events(c1, l1, DLOCK_STATE_LOST) > 0);
+    H_WAIT_UNTIL(H_EVENT_MS, h_events(c1, l1, DLOCK_STATE_LOST) > 0);
     cr_assert_eq(dlock_lease_release(l1), DLOCK_ELOST);
     char *tok2 = NULL;
-    H_WAIT_UNTIL(1000, (tok2 = majority_value(key, m)) != NULL);
+    H_WAIT_UNTIL(H_EVENT_MS, (tok2 = majority_value(key, m)) != NULL);
     cr_assert(h_is_token(tok2) && strcmp(tok2, tok) != 0, "client 2's key: '%s'", tok2);
     cr_assert_eq(dlock_lease_release(w.lease), 0);
 }
@@ -650,28 +667,31 @@ ITEST(quorum, two_restarted_nodes_leave_no_quorum)
 {
     /* Nodes 1 and 2 restart empty: node 0 alone is no majority, however few
      * nodes count, until their exclusion has passed. */
-    h_quorum_start(3, 1, NULL, NULL);
+    /* Excluded for max_ttl_ms after the restart: 5 s, so that the refusal
+     * is seen however slowly the test gets to it. */
+    h_quorum_start(3, 1, "max_ttl_ms = 5000", NULL);
     struct h_cl *a = h_client();
+    int64_t t0 = h_now_ms();
     h_node_restart(1);
     h_node_restart(2);
-    int64_t t0 = h_now_ms();
-    H_WAIT_UNTIL(2000, log_lines_with(0, EXCLUDED, H.node[1].sock) > 0 &&
-                           log_lines_with(0, EXCLUDED, H.node[2].sock) > 0);
+    H_WAIT_UNTIL(H_EVENT_MS, log_lines_with(0, EXCLUDED, H.node[1].sock) > 0 &&
+                                 log_lines_with(0, EXCLUDED, H.node[2].sock) > 0);
     dlock_lease *l = NULL;
     int rc = h_acquire(a, "two", 1500, 0, &l);
     cr_assert_neq(rc, 0, "granted with two of three nodes just restarted");
     cr_assert_eq(rc, DLOCK_ENOQUORUM, "%s (%d)", dlock_strerror(rc), rc);
-    cr_assert_lt(h_now_ms() - t0, 1500, "the nodes were not excluded for long enough to test");
-    /* max_ttl_ms (2000) after the restart they count again. */
-    int64_t end = h_now_ms() + 5000;
+    /* max_ttl_ms after the restart they count again. */
+    int64_t end = h_now_ms() + 5000 + H_EVENT_MS;
     while ((rc = h_acquire(a, "two", 1500, 0, &l)) != 0) {
         cr_assert_eq(rc, DLOCK_ENOQUORUM, "%s (%d)", dlock_strerror(rc), rc);
-        cr_assert_lt(h_now_ms(), end, "still no quorum 5 s after the restarts");
+        cr_assert_lt(h_now_ms(), end, "still no quorum %d ms after the restarts",
+                     5000 + H_EVENT_MS);
         h_pump_all(20);
     }
     int64_t el = h_now_ms() - t0;
-    cr_log_info("granted %lld ms after the restarts (max_ttl_ms 2000)", (long long)el);
-    cr_assert_geq(el, 1800, "the restarted nodes counted after %lld ms", (long long)el);
+    cr_log_info("granted %lld ms after the restarts (max_ttl_ms 5000)", (long long)el);
+    /* Not before (Redis counts uptime in whole seconds: one less). */
+    cr_assert_geq(el, 4000, "the restarted nodes counted after %lld ms", (long long)el);
     ALL_NODES_HOLD(h_key("two"), any_value(h_key("two")), 3);
     cr_assert_eq(dlock_lease_release(l), 0);
 }
@@ -691,7 +711,7 @@ ITEST(quorum, refused_acquire_leaves_no_key)
         dlock_lease *l = NULL;
         int rc = h_acquire(a, "refused", 2000, 0, &l);
         cr_assert_eq(rc, DLOCK_EBUSY, "attempt %d: %s (%d)", i, dlock_strerror(rc), rc);
-        H_WAIT_UNTIL(1000, !h_node_exists(0, key));
+        H_NODE_KEY_GONE(0, key);
         cr_assert_str_eq(h_node_get(1, key), "foreign-1");
         cr_assert_str_eq(h_node_get(2, key), "foreign-2");
     }
@@ -699,11 +719,11 @@ ITEST(quorum, refused_acquire_leaves_no_key)
     dlock_lease *l = NULL;
     int rc = h_acquire(a, "refused", 2000, 500, &l);
     cr_assert_eq(rc, DLOCK_ETIMEDOUT, "%s (%d)", dlock_strerror(rc), rc);
-    H_WAIT_UNTIL(1000, !h_node_exists(0, key));
+    H_NODE_KEY_GONE(0, key);
     /* Once the foreign values go, the lock is free. */
     h_node_del(1, key);
     dlock_lease *ok = h_must_acquire(a, "refused", 2000);
-    H_WAIT_UNTIL(1000, h_node_exists(0, key) && h_node_exists(1, key));
+    H_WAIT_UNTIL(H_EVENT_MS, h_node_exists(0, key) && h_node_exists(1, key));
     cr_assert(h_is_token(h_node_get(0, key)));
     cr_assert_str_eq(h_node_get(0, key), h_node_get(1, key));
     cr_assert_str_eq(h_node_get(2, key), "foreign-2");
@@ -729,11 +749,11 @@ ITEST(quorum, unanswered_nodes_are_cleaned_when_they_return)
     dlock_lease *l = NULL;
     int rc = h_acquire(a, "late", ttl, 0, &l);
     cr_assert(rc == DLOCK_EBUSY || rc == DLOCK_ENOQUORUM, "%s (%d)", dlock_strerror(rc), rc);
-    H_WAIT_UNTIL(1000, !h_node_exists(0, key));
+    H_NODE_KEY_GONE(0, key);
     int64_t t0 = h_now_ms();
     h_node_resume(2);
     int seen = h_node_exists(2, key);
-    H_WAIT_UNTIL(t0 + 2500 - h_now_ms(), !h_node_exists(2, key));
+    H_NODE_KEY_GONE(2, key); /* deleted, not left to its TTL of 3 s */
     cr_log_info("node 2: key %s after the resume, gone %lld ms later", seen ? "seen" : "not seen",
                 (long long)(h_now_ms() - t0));
     cr_assert_str_eq(h_node_get(1, key), "foreign");
@@ -744,12 +764,13 @@ ITEST(quorum, unanswered_nodes_are_cleaned_when_they_return)
     h_node_pause(2);
     rc = h_acquire(a, "late2", ttl, 0, &l);
     cr_assert_eq(rc, DLOCK_ENOQUORUM, "%s (%d)", dlock_strerror(rc), rc);
-    H_WAIT_UNTIL(1000, !h_node_exists(0, key2));
+    H_NODE_KEY_GONE(0, key2);
     t0 = h_now_ms();
     h_node_resume(1);
     h_node_resume(2);
     seen = h_node_exists(1, key2) + h_node_exists(2, key2);
-    H_WAIT_UNTIL(t0 + 2500 - h_now_ms(), !h_node_exists(1, key2) && !h_node_exists(2, key2));
+    H_NODE_KEY_GONE(1, key2);
+    H_NODE_KEY_GONE(2, key2);
     cr_log_info("nodes 1 and 2: key on %d after the resume, gone %lld ms later", seen,
                 (long long)(h_now_ms() - t0));
     /* and the lock works again */
@@ -870,9 +891,9 @@ ITEST(quorum, lease_lost_by_renewal_leaves_no_key_on_the_minority)
     ALL_NODES_HOLD(key, tok, 3);
     h_node_del(0, key);
     h_node_del(1, key);
-    H_WAIT_UNTIL(2500, h_events(c, l, DLOCK_STATE_LOST) > 0);
+    H_WAIT_UNTIL(H_EVENT_MS, h_events(c, l, DLOCK_STATE_LOST) > 0);
     cr_assert_not(dlock_lease_valid(l));
-    H_WAIT_UNTIL(1000, !h_node_exists(2, key));
+    H_NODE_KEY_GONE(2, key); /* at once, not after another TTL */
     cr_assert_eq(dlock_lease_release(l), DLOCK_ELOST);
 }
 
@@ -893,28 +914,6 @@ ITEST(quorum, shutdown_with_a_node_hung_exits_cleanly)
     h_node_resume(2);
 }
 
-/* A redis-server outside the harness' nodes, at DIR/name; returns its pid. */
-static pid_t spare_start(const char *name)
-{
-    const char *sock = h_path(name);
-    char path[H_PATH];
-    snprintf(path, sizeof path, "%s", sock);
-    char *argv[] = {"redis-server", "--port", "0",     "--unixsocket", path, "--save", "",
-                    "--appendonly", "no",     "--dir", H.dir,          NULL};
-    pid_t pid = h_spawn(argv, h_path("spare.log"));
-    int64_t end = h_now_ms() + H_START_MS;
-    for (;;) {
-        redisContext *rc = redisConnectUnix(path);
-        bool up = rc && !rc->err;
-        if (rc)
-            redisFree(rc);
-        if (up)
-            return pid;
-        cr_assert_lt(h_now_ms(), end, "spare redis-server did not come up");
-        h_sleep_ms(10);
-    }
-}
-
 ITEST(quorum, node_replaced_by_another_server_does_not_count)
 {
     /* Node 2 is replaced, at the same address, by a server that has been up
@@ -923,17 +922,17 @@ ITEST(quorum, node_replaced_by_another_server_does_not_count)
      * the moment it is seen, or client 2 could take nodes 1 and 2 while
      * client 1 holds the lock on nodes 0 and 2. */
     const uint32_t ttl = 3000;
-    spare_start("spare.sock");
+    h_redis_spare("spare.sock");
     h_quorum_start(3, 2, "max_ttl_ms = 3000\ndefault_ttl_ms = 3000", NULL);
     struct h_cl *c1 = h_client_at(0), *c2 = h_client_at(1);
     const char *key = h_key("replaced");
     h_node_set_px(1, key, "foreign", 60000);
     dlock_lease *l1 = h_must_acquire(c1, "replaced", ttl);
     char *tok = any_value(key);
-    H_WAIT_UNTIL(1000, nodes_holding(key, tok) == 2 && h_node_exists(2, key));
+    H_WAIT_UNTIL(H_EVENT_MS, nodes_holding(key, tok) == 2 && h_node_exists(2, key));
     h_node_del(1, key);
     /* Right after a renewal, so that client 1 stays valid for a while. */
-    H_WAIT_UNTIL(3000, h_node_pttl(0, key) > (long long)ttl - 150);
+    H_WAIT_UNTIL(H_EVENT_MS, h_node_pttl(0, key) > (long long)ttl - 150);
     char node2[H_PATH];
     snprintf(node2, sizeof node2, "%s", H.node[2].sock);
     h_node_kill(2);

@@ -70,9 +70,9 @@ ITEST(redis_acl, the_documented_user_can_do_all_the_agent_does)
 {
     start_with_acl_user();
     struct h_cl *a = h_client_at(0), *b = h_client_at(1);
-    /* Grant, renewals of a short lease. */
-    dlock_lease *lease = h_must_acquire(a, "acl-job", 300);
-    H_HOLDS_FOR(1000, dlock_lease_valid(lease));
+    /* Grant, and renewals: valid past its TTL. */
+    dlock_lease *lease = h_must_acquire(a, "acl-job", 1500);
+    H_HOLDS_FOR(2500, dlock_lease_valid(lease));
     cr_assert_eq(h_events(a, lease, DLOCK_STATE_LOST), 0);
     /* A waiter on the other agent, woken by the release notice. */
     struct h_acq w = {0};

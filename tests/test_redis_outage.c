@@ -42,7 +42,7 @@ ITEST(redis_outage, restart_loses_held_lease_then_recovers)
     h_redis_restart(); /* empty: no persistence */
     cr_assert_eq(h_redis_exists(h_key("rr")), 0);
 
-    H_WAIT_UNTIL(3000, h_events(a, l, DLOCK_STATE_LOST) > 0);
+    H_WAIT_UNTIL(H_EVENT_MS, h_events(a, l, DLOCK_STATE_LOST) > 0);
     cr_log_info("LOST %lld ms after the restart", (long long)(h_now_ms() - t0));
     cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_LOST);
 
@@ -59,26 +59,24 @@ ITEST(redis_outage, restart_loses_held_lease_then_recovers)
 
 ITEST(redis_outage, acquire_fails_fast_while_redis_down)
 {
-    h_start(NULL);
+    h_start("outage_wait_ms = 2000"); /* the default, said out loud */
     struct h_cl *a = h_client();
     h_redis_kill();
 
+    /* A try-once acquire is answered with the backend error. */
     dlock_lease *l = NULL;
-    int64_t t0 = h_now_ms();
     int rc = h_acquire(a, "down", 5000, 0, &l);
-    int64_t el = h_now_ms() - t0;
     cr_assert(is_backend_error(rc), "acquire with Redis down: %s (%d)", dlock_strerror(rc), rc);
-    cr_assert_lt(el, 3000, "acquire took %lld ms with Redis down", (long long)el);
     if (rc != DLOCK_EUNAVAIL)
         cr_log_warn("acquire with Redis down returned %s, not EUNAVAIL", dlock_strerror(rc));
 
-    /* a waiting acquire does not hang either */
-    t0 = h_now_ms();
-    rc = h_acquire(a, "down", 5000, 10000, &l);
-    el = h_now_ms() - t0;
-    cr_assert(is_backend_error(rc), "waiting acquire with Redis down: %s (%d)", dlock_strerror(rc),
-              rc);
-    cr_assert_lt(el, 3000, "waiting acquire took %lld ms with Redis down", (long long)el);
+    /* A waiting acquire does not hang either: it rides the outage out for
+     * outage_wait_ms, then fails, long before its wait of a minute is up. */
+    struct h_acq w;
+    h_acquire_async(a, "down", 5000, 60000, &w);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert(is_backend_error(w.status), "waiting acquire with Redis down: %s (%d)",
+              dlock_strerror(w.status), w.status);
     cr_assert_eq(dlock_client_ping(a->c), 0, "the agent stopped answering");
 
     h_redis_start();
@@ -93,10 +91,8 @@ ITEST(redis_outage, agent_starts_while_redis_down)
     h_agent_start_n(0);
     struct h_cl *a = h_client();
     dlock_lease *l = NULL;
-    int64_t t0 = h_now_ms();
     int rc = h_acquire(a, "early", 5000, 0, &l);
     cr_assert(is_backend_error(rc), "acquire before Redis: %s (%d)", dlock_strerror(rc), rc);
-    cr_assert_lt(h_now_ms() - t0, 3000);
     h_redis_start();
     dlock_lease *l2 = acquire_eventually(a, "early", 5000);
     cr_assert_eq(dlock_lease_release(l2), 0);
@@ -115,7 +111,7 @@ ITEST(redis_outage, hung_redis_reports_loss_by_the_deadline)
 
     int64_t t0 = h_now_ms();
     h_redis_pause();
-    H_WAIT_UNTIL(900 + 1000, h_events(a, l, DLOCK_STATE_LOST) > 0);
+    H_WAIT_UNTIL(H_EVENT_MS, h_events(a, l, DLOCK_STATE_LOST) > 0);
     int64_t lost_at = 0;
     for (int i = 0; i < a->nev; i++)
         if (a->ev[i].lease == l && a->ev[i].state == DLOCK_STATE_LOST)
@@ -126,12 +122,11 @@ ITEST(redis_outage, hung_redis_reports_loss_by_the_deadline)
             cr_assert_leq(a->ev[i].at_ms, lost_at, "JEOPARDY after LOST");
     cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_LOST);
 
-    /* While Redis hangs, new acquires do not hang either. */
+    /* While Redis hangs, new acquires do not hang either: answered (after
+     * command_timeout_ms) although Redis never answers. */
     dlock_lease *lx = NULL;
-    int64_t t1 = h_now_ms();
     int rc = h_acquire(a, "hung2", 5000, 0, &lx);
     cr_assert_neq(rc, 0, "granted while Redis is stopped");
-    cr_assert_lt(h_now_ms() - t1, 3000, "acquire hung with Redis stopped");
 
     h_redis_resume();
     dlock_lease *l2 = acquire_eventually(a, "hung3", 5000);
@@ -193,7 +188,7 @@ ITEST(redis_outage, failed_renewal_reports_jeopardy_then_held)
     cr_assert_eq(h_events(a, l, DLOCK_STATE_LOST), 0);
     cr_assert_gt(h_events(a, l, DLOCK_STATE_JEOPARDY), 0,
                  "no JEOPARDY event although renewals failed for ~1.5 s");
-    H_WAIT_UNTIL(2500, h_events(a, l, DLOCK_STATE_HELD) > 0);
+    H_WAIT_UNTIL(H_EVENT_MS, h_events(a, l, DLOCK_STATE_HELD) > 0);
     cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_HELD);
     cr_assert_eq(dlock_lease_release(l), 0);
 }
@@ -210,10 +205,8 @@ ITEST(redis_outage, acquire_with_lost_reply_leaves_no_orphan_key)
     struct h_cl *a = h_client();
     h_redis_pause();
     dlock_lease *l = NULL;
-    int64_t t0 = h_now_ms();
     int rc = h_acquire(a, "orphan", 30000, 0, &l);
     cr_assert(is_backend_error(rc), "acquire with Redis hung: %s (%d)", dlock_strerror(rc), rc);
-    cr_assert_lt(h_now_ms() - t0, 3000);
     h_redis_resume();
     long long pttl = h_redis_pttl(h_key("orphan"));
     cr_log_info("after the hang: PTTL of the unowned key %lld", pttl);
@@ -232,8 +225,8 @@ ITEST(redis_outage, waiter_granted_after_restart)
     h_acquire_async(b, "wq", 5000, DLOCK_WAIT_FOREVER, &w);
     cr_assert_eq(dlock_client_ping(b->c), 0);
     h_redis_restart();
-    H_WAIT_UNTIL(3000, h_events(a, la, DLOCK_STATE_LOST) > 0);
-    H_WAIT_UNTIL(5000, w.done);
+    H_WAIT_UNTIL(H_EVENT_MS, h_events(a, la, DLOCK_STATE_LOST) > 0);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
     if (w.status != 0) {
         /* A waiter may be failed with a backend error while Redis was away. */
         cr_assert(is_backend_error(w.status), "waiter: %s (%d)", dlock_strerror(w.status),
@@ -261,7 +254,7 @@ ITEST(redis_outage, release_notices_resume_after_restart)
 {
     /* The agent must subscribe again after Redis comes back: a waiter on one
      * agent is still woken by a release on another, without the fallback. */
-    h_start_two("retry_fallback_ms = 10000");
+    h_start_two("retry_fallback_ms = 60000");
     struct h_cl *a = h_client_at(0), *b = h_client_at(1);
     h_redis_restart();
     dlock_lease *la = acquire_eventually(a, "sub", 5000);
@@ -277,7 +270,7 @@ ITEST(redis_outage, release_notices_resume_after_restart)
     H_HOLDS_FOR(200, !w.done);
     int64_t t0 = h_now_ms();
     cr_assert_eq(dlock_lease_release(la), 0);
-    H_WAIT_UNTIL(1500, w.done);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done); /* the fallback retry is 30 s off */
     cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
     cr_log_info("woken %lld ms after the release", (long long)(w.at_ms - t0));
     cr_assert_eq(dlock_lease_release(w.lease), 0);

@@ -23,7 +23,7 @@
 #include "log.h"
 #include "util.h"
 
-#define conn_of(cc) ((struct conn *)((char *)(cc)-offsetof(struct conn, cc)))
+#define conn_of(client) ((struct conn *)((char *)(client)-offsetof(struct conn, cc)))
 
 /* ---- the core's effects, on connections and their lease pages ---- */
 

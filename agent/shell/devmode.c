@@ -4,66 +4,31 @@
 #include "devmode.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
-#include "util.h"
+#include "redisproc.h"
 #include "wire.h"
 
+#define START_MS 5000 /* redis-server must answer PING by then */
+#define STOP_MS  3000 /* and exit after SIGTERM, or it is killed */
+
 static char dir[256];
-static pid_t redis_pid;
+static struct redisproc redis;
 static ev_child child_watcher;
+static struct ev_loop *watch_loop;
 
 static void on_redis_exit(struct ev_loop *loop, ev_child *w, int revents)
 {
-    log_error("dev mode: redis-server exited (status %d); stopping", w->rstatus);
-    redis_pid = 0;
+    redisproc_reaped(&redis, w->rstatus);
+    log_error("dev mode: redis-server exited (status %d); stopping", redis.status);
     ev_child_stop(loop, w);
+    watch_loop = NULL;
     kill(getpid(), SIGTERM);
-}
-
-/* Does the unix socket answer PING? */
-static bool redis_answers(const char *path)
-{
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return false;
-    char buf[16] = "";
-    bool ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-              write(fd, "PING\r\n", 6) == 6 && read(fd, buf, sizeof buf - 1) > 0 &&
-              strncmp(buf, "+PONG", 5) == 0;
-    close(fd);
-    return ok;
-}
-
-static pid_t spawn_redis(const char *sock)
-{
-    char logfile[300];
-    snprintf(logfile, sizeof logfile, "%s/redis.log", dir);
-    pid_t pid = fork();
-    if (pid != 0)
-        return pid;
-    int devnull = open("/dev/null", O_RDWR);
-    if (devnull >= 0) {
-        dup2(devnull, 0);
-        dup2(devnull, 1);
-    }
-    execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", sock, "--unixsocketperm",
-           "700", "--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no",
-           "--logfile", logfile, (char *)NULL);
-    fprintf(stderr, "dlockd: cannot run redis-server: %s\n", strerror(errno));
-    _exit(127);
 }
 
 int devmode_start(struct ev_loop *loop, struct config *cfg, bool keep_socket)
@@ -89,21 +54,12 @@ int devmode_start(struct ev_loop *loop, struct config *cfg, bool keep_socket)
         log_error("dev mode: temp path too long: %s", sock);
         return -1;
     }
-    redis_pid = spawn_redis(sock);
-    if (redis_pid < 0) {
-        log_error("dev mode: fork: %s", strerror(errno));
-        redis_pid = 0;
+    char logfile[300];
+    snprintf(logfile, sizeof logfile, "%s/redis.log", dir);
+    struct redisproc_opts o = {.unix_socket = sock, .dir = dir, .log = logfile};
+    if (redisproc_start(&redis, &o, START_MS) != 0) {
+        log_error("dev mode: redis-server did not start: %s", redis.err);
         return -1;
-    }
-    uint64_t deadline = now_ns() + 5000000000ull;
-    while (!redis_answers(sock)) {
-        int status;
-        if (waitpid(redis_pid, &status, WNOHANG) == redis_pid || now_ns() > deadline) {
-            log_error("dev mode: redis-server did not start (see %s/redis.log)", dir);
-            redis_pid = 0;
-            return -1;
-        }
-        nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
     }
     memcpy(cfg->nodes[0].path, sock, strlen(sock) + 1);
     cfg->nodes[0].host[0] = '\0';
@@ -120,9 +76,10 @@ int devmode_start(struct ev_loop *loop, struct config *cfg, bool keep_socket)
     if (!cfg->status_socket_set &&
         wire_status_sibling(cfg->socket, cfg->status_socket, sizeof cfg->status_socket) != 0)
         log_warn("dev mode: no status socket: the path beside %s is too long", cfg->socket);
-    ev_child_init(&child_watcher, on_redis_exit, redis_pid, 0);
+    ev_child_init(&child_watcher, on_redis_exit, redis.pid, 0);
     ev_child_start(loop, &child_watcher);
-    log_info("dev mode: private redis-server pid %d in %s", (int)redis_pid, dir);
+    watch_loop = loop;
+    log_info("dev mode: private redis-server pid %d in %s", (int)redis.pid, dir);
     return 0;
 }
 
@@ -146,19 +103,12 @@ static void remove_in_dir(const char *name)
 
 void devmode_stop(void)
 {
-    if (redis_pid > 0) {
-        kill(redis_pid, SIGTERM);
-        uint64_t deadline = now_ns() + 3000000000ull;
-        while (waitpid(redis_pid, NULL, WNOHANG) == 0) {
-            if (now_ns() > deadline) {
-                kill(redis_pid, SIGKILL);
-                waitpid(redis_pid, NULL, 0);
-                break;
-            }
-            nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
-        }
-        redis_pid = 0;
+    if (watch_loop) {
+        /* Its exit is ours to see now, not the loop's. */
+        ev_child_stop(watch_loop, &child_watcher);
+        watch_loop = NULL;
     }
+    redisproc_stop(&redis, STOP_MS);
     if (dir[0]) {
         static const char *const files[] = {"redis.sock", "dlock.sock", "redis.log", "dump.rdb"};
         for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)

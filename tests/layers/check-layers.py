@@ -16,8 +16,10 @@ import sys
 
 LAYERS = {"base": 0, "core": 1, "backend": 2, "front": 2, "shell": 3}
 # Headers from outside agent/ that any layer may use (libclient's codec,
-# the public header).
+# the public header), and those only the shell may use (the redis-server
+# launcher of dev mode, tools/redisproc.h).
 OUTSIDE = {"wire.h", "shm.h", "dlock.h"}
+SHELL_ONLY = {"redisproc.h"}
 FORBIDDEN = re.compile(
     r"^(ev_\w+|redis\w+|socket|connect|bind|listen|accept4?|recv\w*|send\w*|"
     r"clock_gettime|gettimeofday|time|getrandom|timerfd_\w+|epoll_\w+|poll|select|"
@@ -44,6 +46,10 @@ def main():
         for inc in re.findall(r'^\s*#\s*include\s+"([^"]+)"', text, re.M):
             base = os.path.basename(inc)
             if base in OUTSIDE:
+                continue
+            if base in SHELL_ONLY:
+                if layer != "shell":
+                    errors.append(f"{path}: {layer} includes {inc}, which only the shell may use")
                 continue
             if base not in where:
                 errors.append(f"{path}: includes {inc}, which is in no layer")

@@ -1,0 +1,1199 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* test_core.c -- the pure lock core (agent/core/core.c) in virtual time.
+ *
+ * The core reads no clock: every entry point takes the time. Here a fake
+ * core_env records the answers, events and lease page writes with the
+ * virtual time they were made at, and a fake backend queues every request
+ * with its send time; the test answers each one with the result and the
+ * arrival time it chooses. run_until() fires the core's timers each at its
+ * own due time, as dlockd's loop does, so "at" below means exactly then.
+ *
+ * Besides the lock logic (queues, limits, errors), this is where the timing
+ * of the lock logic is checked, which the integration tests leave alone:
+ * renewals from the send time at ttl * renew_fraction, the validity, LOST
+ * AT the deadline, max hold AT its limit (and its default and cap), the
+ * stall seen at the first renewal tick past the progress deadline, waits
+ * that end AT wait_ms, retries at the holder's PTTL, outage riding for
+ * outage_wait_ms. */
+#include <criterion/criterion.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "config.h"
+#include "core.h"
+#include "dlock.h"
+#include "log.h"
+#include "table.h"
+#include "wire.h"
+
+#define MS ((uint64_t)NS_PER_MS)
+/* Virtual time starts at 1000 s: on a 10 ms boundary, as renewals are
+ * batched to 10 ms quanta of the clock. */
+#define T0 (1000000 * MS)
+
+#define MAX_REC   1024
+#define MAX_SLOTS 8
+
+/* ---- the fake environment ---- */
+
+struct tclient {
+    struct core_client cc; /* first: the core's pointer is ours */
+    bool used[MAX_SLOTS];
+    uint64_t touched[MAX_SLOTS]; /* the lease page's touch words */
+};
+
+enum akind { A_GRANTED, A_ERROR, A_OK };
+
+struct answer {
+    enum akind kind;
+    struct tclient *c;
+    uint32_t req_id;
+    struct wire_granted g;
+    int code;
+    char msg[256];
+    uint64_t at;
+};
+
+struct event {
+    struct tclient *c;
+    struct wire_event ev;
+    uint64_t at;
+};
+
+struct pagew {
+    struct tclient *c;
+    uint32_t slot, state;
+    uint64_t lease_id, fence, deadline, at;
+};
+
+enum rkind { R_ACQUIRE, R_RENEW, R_RELEASE };
+
+/* A request the core sent to the store, waiting for the test's answer. */
+struct req {
+    enum rkind kind;
+    char name[64];
+    char token[TOKEN_HEX + 1];
+    uint32_t ttl_ms;
+    bool notify;
+    uint64_t sent;
+    backend_cb cb;
+    void *arg;
+    bool answered;
+};
+
+static struct {
+    struct config cfg;
+    struct core k;
+    struct backend backend;
+    uint64_t now;
+    uint64_t rnd;
+    int refuse; /* while set, the store refuses every request at once with it */
+    uint32_t next_id;
+    struct answer ans[MAX_REC];
+    int nans;
+    struct event ev[MAX_REC];
+    int nev;
+    struct pagew pw[MAX_REC];
+    int npw;
+    struct req rq[MAX_REC];
+    int nrq;
+    struct tclient *clients[16];
+    int nclients;
+} F;
+
+static struct tclient *tc(struct core_client *c)
+{
+    return (struct tclient *)c;
+}
+
+static void env_granted(void *arg, struct core_client *c, uint32_t req_id,
+                        const struct wire_granted *g)
+{
+    cr_assert_lt(F.nans, MAX_REC);
+    F.ans[F.nans++] =
+        (struct answer){.kind = A_GRANTED, .c = tc(c), .req_id = req_id, .g = *g, .at = F.now};
+}
+
+static void env_error(void *arg, struct core_client *c, uint32_t req_id, int code, const char *msg)
+{
+    cr_assert_lt(F.nans, MAX_REC);
+    struct answer *a = &F.ans[F.nans++];
+    *a = (struct answer){.kind = A_ERROR, .c = tc(c), .req_id = req_id, .code = code, .at = F.now};
+    snprintf(a->msg, sizeof a->msg, "%s", msg ? msg : "");
+}
+
+static void env_ok(void *arg, struct core_client *c, uint32_t req_id)
+{
+    cr_assert_lt(F.nans, MAX_REC);
+    F.ans[F.nans++] = (struct answer){.kind = A_OK, .c = tc(c), .req_id = req_id, .at = F.now};
+}
+
+static void env_event(void *arg, struct core_client *c, const struct wire_event *ev)
+{
+    cr_assert_lt(F.nev, MAX_REC);
+    F.ev[F.nev++] = (struct event){.c = tc(c), .ev = *ev, .at = F.now};
+}
+
+static uint32_t env_slot_alloc(void *arg, struct core_client *c)
+{
+    struct tclient *t = tc(c);
+    for (uint32_t i = 0; i < MAX_SLOTS; i++)
+        if (!t->used[i]) {
+            t->used[i] = true;
+            t->touched[i] = 0;
+            return i;
+        }
+    return UINT32_MAX;
+}
+
+static void env_slot_free(void *arg, struct core_client *c, uint32_t slot)
+{
+    cr_assert_lt(slot, MAX_SLOTS);
+    cr_assert(tc(c)->used[slot], "slot %u freed twice", slot);
+    tc(c)->used[slot] = false;
+}
+
+static void env_slot_write(void *arg, struct core_client *c, uint32_t slot, uint32_t state,
+                           uint64_t lease_id, uint64_t fence, uint64_t deadline)
+{
+    cr_assert_lt(F.npw, MAX_REC);
+    F.pw[F.npw++] = (struct pagew){.c = tc(c),
+                                   .slot = slot,
+                                   .state = state,
+                                   .lease_id = lease_id,
+                                   .fence = fence,
+                                   .deadline = deadline,
+                                   .at = F.now};
+}
+
+static uint64_t env_slot_touched(void *arg, struct core_client *c, uint32_t slot)
+{
+    cr_assert_lt(slot, MAX_SLOTS);
+    return tc(c)->touched[slot];
+}
+
+static uint64_t env_random(void *arg)
+{
+    /* xorshift64*: the same tokens and jitter every run */
+    F.rnd ^= F.rnd >> 12;
+    F.rnd ^= F.rnd << 25;
+    F.rnd ^= F.rnd >> 27;
+    return F.rnd * 2685821657736338717ull;
+}
+
+/* ---- the fake store ---- */
+
+static int fb_queue(enum rkind kind, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    if (F.refuse)
+        return F.refuse;
+    cr_assert_lt(F.nrq, MAX_REC);
+    struct req *r = &F.rq[F.nrq++];
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    cr_assert_lt(req->len, sizeof r->name);
+    memcpy(r->name, req->name, req->len);
+    if (req->token)
+        memcpy(r->token, req->token, TOKEN_HEX);
+    r->ttl_ms = req->ttl_ms;
+    r->notify = req->notify;
+    r->sent = F.now;
+    r->cb = cb;
+    r->arg = arg;
+    return 0;
+}
+
+static int fb_acquire(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    return fb_queue(R_ACQUIRE, req, cb, arg);
+}
+
+static int fb_renew(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    return fb_queue(R_RENEW, req, cb, arg);
+}
+
+static int fb_release(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    return fb_queue(R_RELEASE, req, cb, arg);
+}
+
+static int fb_lookup(struct backend *b, const char *name, size_t len, backend_lookup_cb cb,
+                     void *arg)
+{
+    return DLOCK_EUNAVAIL;
+}
+
+static void fb_flush(struct backend *b)
+{
+}
+
+static size_t fb_pending(const struct backend *b)
+{
+    size_t n = 0;
+    for (int i = 0; i < F.nrq; i++)
+        n += !F.rq[i].answered;
+    return n;
+}
+
+static size_t fb_nodes(const struct backend *b, struct backend_node *out, size_t max)
+{
+    return 0;
+}
+
+static void fb_destroy(struct backend *b)
+{
+}
+
+static const struct backend_ops fb_ops = {
+    .acquire = fb_acquire,
+    .renew = fb_renew,
+    .release = fb_release,
+    .lookup = fb_lookup,
+    .flush = fb_flush,
+    .pending = fb_pending,
+    .nodes = fb_nodes,
+    .destroy = fb_destroy,
+};
+
+/* ---- fixture ---- */
+
+static void setup(void)
+{
+    memset(&F, 0, sizeof F);
+    log_set_level(LOG_ERROR);
+    config_defaults(&F.cfg);
+    F.backend.ops = &fb_ops;
+    F.now = T0;
+    F.rnd = 0x9e3779b97f4a7c15ull;
+    F.next_id = 1;
+    struct core_env env = {.granted = env_granted,
+                           .error = env_error,
+                           .ok = env_ok,
+                           .event = env_event,
+                           .slot_alloc = env_slot_alloc,
+                           .slot_free = env_slot_free,
+                           .slot_write = env_slot_write,
+                           .slot_touched = env_slot_touched,
+                           .random = env_random};
+    cr_assert_eq(core_init(&F.k, &F.cfg, &env, &F.backend, 42, "testhost"), 0);
+}
+
+static void teardown(void)
+{
+    core_free(&F.k);
+    for (int i = 0; i < F.nclients; i++)
+        free(F.clients[i]);
+}
+
+TestSuite(core, .init = setup, .fini = teardown);
+
+/* ---- helpers ---- */
+
+static struct tclient *client(int pid)
+{
+    cr_assert_lt(F.nclients, 16);
+    struct tclient *t = calloc(1, sizeof *t);
+    cr_assert_not_null(t);
+    LIST_INIT(&t->cc.leases);
+    LIST_INIT(&t->cc.waiters);
+    t->cc.pid = pid;
+    t->cc.uid = 1000;
+    snprintf(t->cc.comm, sizeof t->cc.comm, "test");
+    F.clients[F.nclients++] = t;
+    return t;
+}
+
+/* Fires every timer due up to t, each at its own due time; now is t after. */
+static void run_until(uint64_t t)
+{
+    uint64_t due;
+    while ((due = core_next_due(&F.k)) != 0 && due <= t) {
+        if (due > F.now)
+            F.now = due;
+        core_tick(&F.k, F.now);
+    }
+    if (t > F.now)
+        F.now = t;
+}
+
+/* An acquire from c at now; its request id. */
+static uint32_t acquire(struct tclient *c, const char *name, uint32_t ttl_ms, int64_t wait_ms,
+                        uint32_t max_hold_ms, uint32_t progress_ms)
+{
+    struct wire_acquire m = {.ttl_ms = ttl_ms,
+                             .wait_ms = wait_ms,
+                             .max_hold_ms = max_hold_ms,
+                             .progress_ms = progress_ms,
+                             .name = name,
+                             .name_len = (uint16_t)strlen(name)};
+    uint32_t id = F.next_id++;
+    core_acquire(&F.k, &c->cc, id, &m, F.now);
+    return id;
+}
+
+static uint32_t release(struct tclient *c, uint64_t lease_id)
+{
+    uint32_t id = F.next_id++;
+    core_release(&F.k, &c->cc, id, lease_id, F.now);
+    return id;
+}
+
+/* The store's answer to r, arriving at `at` (the timers due before run first). */
+static void reply_at(struct req *r, uint64_t at, int err, enum backend_outcome outcome,
+                     uint64_t fence, long long pttl_ms)
+{
+    cr_assert_not(r->answered, "request answered twice");
+    run_until(at);
+    r->answered = true;
+    struct backend_result res = {
+        .err = err, .outcome = outcome, .fence = fence, .pttl_ms = pttl_ms, .at = F.now};
+    r->cb(r->arg, &res);
+}
+
+static void reply(struct req *r, uint64_t at, enum backend_outcome outcome)
+{
+    reply_at(r, at, 0, outcome, outcome == BACKEND_DONE ? 7 : 0, 0);
+}
+
+/* The n-th (from 0) request of kind for name, NULL when there is none. */
+static struct req *req_n(enum rkind kind, const char *name, int n)
+{
+    for (int i = 0; i < F.nrq; i++)
+        if (F.rq[i].kind == kind && strcmp(F.rq[i].name, name) == 0 && n-- == 0)
+            return &F.rq[i];
+    return NULL;
+}
+
+static int req_count(enum rkind kind, const char *name)
+{
+    int n = 0;
+    while (req_n(kind, name, n))
+        n++;
+    return n;
+}
+
+/* The latest request of kind for name, which must exist and be unanswered. */
+static struct req *pending(enum rkind kind, const char *name)
+{
+    int n = req_count(kind, name);
+    cr_assert_gt(n, 0, "no %s request for %s", kind == R_ACQUIRE ? "acquire" : "renew", name);
+    struct req *r = req_n(kind, name, n - 1);
+    cr_assert_not(r->answered, "the last request for %s is answered already", name);
+    return r;
+}
+
+static struct answer *answer_to(uint32_t req_id)
+{
+    for (int i = 0; i < F.nans; i++)
+        if (F.ans[i].req_id == req_id)
+            return &F.ans[i];
+    return NULL;
+}
+
+static uint64_t granted(uint32_t req_id)
+{
+    struct answer *a = answer_to(req_id);
+    cr_assert_not_null(a, "request %u not answered", req_id);
+    cr_assert_eq(a->kind, A_GRANTED, "request %u: %s %d (%s)", req_id,
+                 a->kind == A_ERROR ? "error" : "ok", a->code, a->msg);
+    return a->g.lease_id;
+}
+
+static void refused(uint32_t req_id, int code)
+{
+    struct answer *a = answer_to(req_id);
+    cr_assert_not_null(a, "request %u not answered", req_id);
+    cr_assert_eq(a->kind, A_ERROR, "request %u was not refused", req_id);
+    cr_assert_eq(a->code, code, "request %u: error %d (%s), not %d", req_id, a->code, a->msg, code);
+}
+
+/* The n-th (from 0) event of lease in state, NULL when there is none. */
+static struct event *event_n(uint64_t lease_id, int state, int n)
+{
+    for (int i = 0; i < F.nev; i++)
+        if (F.ev[i].ev.lease_id == lease_id && F.ev[i].ev.state == state && n-- == 0)
+            return &F.ev[i];
+    return NULL;
+}
+
+static int events_of(uint64_t lease_id)
+{
+    int n = 0;
+    for (int i = 0; i < F.nev; i++)
+        n += F.ev[i].ev.lease_id == lease_id;
+    return n;
+}
+
+/* c takes name, the store saying yes `after` later: the lease id. */
+static uint64_t hold(struct tclient *c, const char *name, uint32_t ttl_ms, uint32_t max_hold_ms,
+                     uint32_t progress_ms, uint64_t after)
+{
+    uint32_t id = acquire(c, name, ttl_ms, 0, max_hold_ms, progress_ms);
+    reply(pending(R_ACQUIRE, name), F.now + after, BACKEND_DONE);
+    return granted(id);
+}
+
+/* Runs up to time t, the store renewing every lease successfully, each
+ * renewal answered `after` after it was sent. */
+static void renew_ok_until(uint64_t t, uint64_t after)
+{
+    for (;;) {
+        struct req *first = NULL;
+        for (int i = 0; i < F.nrq; i++)
+            if (F.rq[i].kind == R_RENEW && !F.rq[i].answered &&
+                (!first || F.rq[i].sent < first->sent))
+                first = &F.rq[i];
+        uint64_t due = core_next_due(&F.k);
+        if (first && first->sent + after <= t && (!due || first->sent + after <= due)) {
+            reply(first, first->sent + after, BACKEND_DONE);
+            continue;
+        }
+        if (!due || due > t)
+            break;
+        run_until(due);
+    }
+    run_until(t);
+}
+
+/* The first renewal tick after `after` of a lease whose acquire was sent at
+ * `sent`, every renewal sent when due (renewals are batched to quanta of
+ * the clock, so the ticks are not exact multiples of ttl * fraction). */
+static uint64_t tick_after(uint64_t sent, uint32_t ttl_ms, uint64_t after)
+{
+    uint64_t t = sent;
+    while (t <= after)
+        t = lease_next_renew(t, ttl_ms, F.cfg.renew_fraction);
+    return t;
+}
+
+/* ---- queues, answers, limits ---- */
+
+Test(core, grant_then_local_waiters_in_arrival_order)
+{
+    struct tclient *a = client(1), *b = client(2), *c = client(3), *d = client(4);
+    uint32_t ia = acquire(a, "x", 5000, 0, 0, 0);
+    cr_assert_eq(req_count(R_ACQUIRE, "x"), 1);
+    reply(pending(R_ACQUIRE, "x"), T0 + 2 * MS, BACKEND_DONE);
+    uint64_t la = granted(ia);
+
+    /* Arrival order c, b, d. No store traffic while a holds the lock. */
+    uint32_t ic = acquire(c, "x", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    uint32_t ib = acquire(b, "x", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    uint32_t id = acquire(d, "x", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    run_until(T0 + 1000 * MS);
+    cr_assert_eq(req_count(R_ACQUIRE, "x"), 1, "waiters behind a local holder went to the store");
+    cr_assert_null(answer_to(ic));
+
+    struct tclient *order[3] = {c, b, d};
+    uint32_t ids[3] = {ic, ib, id};
+    uint64_t holder = la;
+    struct tclient *who = a;
+    for (int i = 0; i < 3; i++) {
+        int before = F.nrq;
+        uint32_t r = release(who, holder);
+        cr_assert_eq(answer_to(r)->kind, A_OK);
+        /* The release goes out first, the next waiter's acquire right behind it. */
+        cr_assert_eq(F.nrq, before + 2);
+        cr_assert_eq(F.rq[before].kind, R_RELEASE);
+        cr_assert(F.rq[before].notify, "a release by the holder publishes no notice");
+        cr_assert_eq(F.rq[before + 1].kind, R_ACQUIRE);
+        for (int j = i + 1; j < 3; j++)
+            cr_assert_null(answer_to(ids[j]), "waiter %d answered out of turn", j);
+        reply(&F.rq[before + 1], F.now + MS, BACKEND_DONE);
+        holder = granted(ids[i]);
+        who = order[i];
+        cr_assert_eq(answer_to(ids[i])->c, order[i]);
+    }
+    release(d, holder);
+}
+
+Test(core, try_once_is_busy_behind_a_queued_local_waiter)
+{
+    struct tclient *a = client(1), *b = client(2), *c = client(3);
+    uint64_t la = hold(a, "x", 5000, 0, 0, MS);
+    uint32_t ib = acquire(b, "x", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    int nrq = F.nrq;
+    uint32_t ic = acquire(c, "x", 5000, 0, 0, 0);
+    refused(ic, DLOCK_EBUSY);
+    cr_assert_eq(F.nrq, nrq, "a try-once behind a local holder went to the store");
+    /* Nobody holds it now, but b waits (its acquire in flight): still busy,
+     * a try-once never jumps the queue. */
+    release(a, la);
+    cr_assert(pending(R_ACQUIRE, "x"));
+    uint32_t ic2 = acquire(c, "x", 5000, 0, 0, 0);
+    refused(ic2, DLOCK_EBUSY);
+    reply(pending(R_ACQUIRE, "x"), F.now + MS, BACKEND_DONE);
+    granted(ib);
+}
+
+Test(core, asking_again_for_a_held_name_is_eheld_at_once)
+{
+    struct tclient *a = client(1);
+    hold(a, "mine", 5000, 0, 0, MS);
+    int nrq = F.nrq;
+    uint32_t i1 = acquire(a, "mine", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    refused(i1, DLOCK_EHELD);
+    cr_assert_not_null(strstr(answer_to(i1)->msg, "already holds mine"), "%s", answer_to(i1)->msg);
+    uint32_t i2 = acquire(a, "mine", 5000, 0, 0, 0);
+    refused(i2, DLOCK_EHELD);
+    cr_assert_eq(F.nrq, nrq);
+    /* Another client may wait for it. */
+    struct tclient *b = client(2);
+    uint32_t ib = acquire(b, "mine", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    cr_assert_null(answer_to(ib));
+}
+
+Test(core, ttl_out_of_range_is_einval)
+{
+    struct tclient *a = client(1);
+    uint32_t lo = acquire(a, "t", F.cfg.min_ttl_ms - 1, 0, 0, 0);
+    refused(lo, DLOCK_EINVAL);
+    cr_assert_not_null(strstr(answer_to(lo)->msg, "outside this agent's range"), "%s",
+                       answer_to(lo)->msg);
+    uint32_t hi = acquire(a, "t", F.cfg.max_ttl_ms + 1, 0, 0, 0);
+    refused(hi, DLOCK_EINVAL);
+    cr_assert_not_null(strstr(answer_to(hi)->msg, "45000 ms"), "%s", answer_to(hi)->msg);
+    cr_assert_eq(F.nrq, 0, "an invalid acquire went to the store");
+    /* The bounds themselves, and 0 for the default, are fine. */
+    acquire(a, "t1", F.cfg.min_ttl_ms, 0, 0, 0);
+    acquire(a, "t2", F.cfg.max_ttl_ms, 0, 0, 0);
+    acquire(a, "t3", 0, 0, 0, 0);
+    cr_assert_eq(F.nrq, 3);
+    cr_assert_eq(req_n(R_ACQUIRE, "t3", 0)->ttl_ms, F.cfg.default_ttl_ms);
+}
+
+Test(core, leases_and_waiters_count_against_the_client_limits)
+{
+    F.cfg.max_leases_per_conn = 2;
+    F.cfg.max_waiters_per_conn = 1;
+    struct tclient *a = client(1), *b = client(2);
+    uint64_t l1 = hold(a, "m1", 5000, 0, 0, MS);
+    hold(a, "m2", 5000, 0, 0, MS);
+    uint32_t i3 = acquire(a, "m3", 5000, 0, 0, 0);
+    refused(i3, DLOCK_ELIMIT);
+    cr_assert_not_null(strstr(answer_to(i3)->msg, "lease limit (2)"), "%s", answer_to(i3)->msg);
+    cr_assert_eq(req_count(R_ACQUIRE, "m3"), 0);
+    /* Another client has its own budget. */
+    hold(b, "m3", 5000, 0, 0, MS);
+    /* A waiter counts as a lease to come: one lease and one waiter fill 2. */
+    release(a, l1);
+    uint32_t iw = acquire(a, "m3", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    cr_assert_null(answer_to(iw), "the waiter was answered");
+    uint32_t i4 = acquire(a, "m4", 5000, 0, 0, 0);
+    refused(i4, DLOCK_ELIMIT);
+    /* And the waiter limit on its own. */
+    F.cfg.max_leases_per_conn = 100;
+    uint32_t iw2 = acquire(a, "m3", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    refused(iw2, DLOCK_ELIMIT);
+    cr_assert_not_null(strstr(answer_to(iw2)->msg, "waiter limit (1)"), "%s", answer_to(iw2)->msg);
+}
+
+Test(core, per_uid_account_counts_every_client_of_the_uid)
+{
+    F.cfg.policy.max_leases_per_uid = 2;
+    struct core_account acct = {0};
+    struct tclient *a = client(1), *b = client(2);
+    a->cc.acct = &acct;
+    b->cc.acct = &acct;
+    hold(a, "u1", 5000, 0, 0, MS);
+    hold(b, "u2", 5000, 0, 0, MS);
+    cr_assert_eq(acct.leases, 2);
+    uint32_t i3 = acquire(b, "u3", 5000, 0, 0, 0);
+    refused(i3, DLOCK_ELIMIT);
+    cr_assert_not_null(strstr(answer_to(i3)->msg, "per-uid lease limit (2)"), "%s",
+                       answer_to(i3)->msg);
+    core_client_drop(&F.k, &a->cc, 0, F.now);
+    cr_assert_eq(acct.leases, 1);
+}
+
+/* ---- validity and renewals ---- */
+
+Test(core, validity_is_send_time_plus_ttl_minus_drift)
+{
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "v", 3000, 0, 0, 0);
+    struct req *r = pending(R_ACQUIRE, "v");
+    cr_assert_eq(r->sent, T0);
+    cr_assert_eq(r->ttl_ms, 3000);
+    /* The reply comes 250 ms later: the validity still counts from the send. */
+    reply(r, T0 + 250 * MS, BACKEND_DONE);
+    granted(id);
+    uint64_t want = T0 + 3000 * MS - (3000 / 100 + 2) * MS; /* drift = ttl/100 + 2 ms */
+    cr_assert_eq(answer_to(id)->g.deadline_ns, want, "deadline %llu, want %llu",
+                 (unsigned long long)answer_to(id)->g.deadline_ns, (unsigned long long)want);
+    cr_assert_eq(answer_to(id)->g.ttl_ms, 3000);
+    cr_assert_eq(answer_to(id)->g.fence, 7);
+    /* The lease page shows it, HELD, with that deadline. */
+    cr_assert_eq(F.npw, 1);
+    cr_assert_eq(F.pw[0].state, DLOCK_STATE_HELD);
+    cr_assert_eq(F.pw[0].deadline, want);
+    cr_assert_eq(F.pw[0].slot, answer_to(id)->g.slot);
+}
+
+Test(core, a_grant_that_comes_after_its_validity_is_given_back)
+{
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "late", 1000, DLOCK_WAIT_FOREVER, 0, 0);
+    struct req *r = pending(R_ACQUIRE, "late");
+    char token[TOKEN_HEX + 1];
+    memcpy(token, r->token, sizeof token);
+    uint64_t deadline = T0 + 1000 * MS - (1000 / 100 + 2) * MS;
+    reply(r, deadline, BACKEND_DONE);
+    cr_assert_null(answer_to(id), "granted a lease with no validity left");
+    struct req *rel = req_n(R_RELEASE, "late", 0);
+    cr_assert_not_null(rel, "the late key was not given back");
+    cr_assert_str_eq(rel->token, token);
+    /* The waiter waits on: a new acquire goes out for it. */
+    cr_assert_eq(req_count(R_ACQUIRE, "late"), 2);
+    reply(pending(R_ACQUIRE, "late"), F.now + MS, BACKEND_DONE);
+    granted(id);
+}
+
+Test(core, renewal_is_scheduled_from_the_send_time)
+{
+    struct tclient *a = client(1);
+    uint64_t l = hold(a, "r", 3000, 0, 0, 100 * MS);
+    uint64_t due = lease_next_renew(T0, 3000, F.cfg.renew_fraction);
+    /* About a third of the TTL after the acquire was sent, not the reply. */
+    cr_assert(due > T0 + 900 * MS && due <= T0 + 1000 * MS, "renewal due at +%llu ms",
+              (unsigned long long)((due - T0) / MS));
+    run_until(due - 1);
+    cr_assert_eq(req_count(R_RENEW, "r"), 0, "renewed before it was due");
+    run_until(due);
+    struct req *rn = pending(R_RENEW, "r");
+    cr_assert_eq(rn->sent, due);
+    cr_assert_eq(rn->ttl_ms, 3000);
+    /* Answered 400 ms later: the new deadline and the next renewal count
+     * from the renewal's send time. */
+    reply(rn, due + 400 * MS, BACKEND_DONE);
+    struct pagew *p = &F.pw[F.npw - 1];
+    cr_assert_eq(p->lease_id, l);
+    cr_assert_eq(p->deadline, lease_deadline(due, 3000));
+    uint64_t next = lease_next_renew(due, 3000, F.cfg.renew_fraction);
+    run_until(next - 1);
+    cr_assert_eq(req_count(R_RENEW, "r"), 1);
+    run_until(next);
+    cr_assert_eq(pending(R_RENEW, "r")->sent, next);
+    cr_assert_eq(events_of(l), 0, "events of a lease renewed in time");
+}
+
+/* The renewal cadence follows renew_fraction: at 0.2 of a 1 s TTL, every
+ * 200 ms (the integration test only checks that the lease lives on). */
+Test(core, renewal_cadence_follows_renew_fraction)
+{
+    F.cfg.renew_fraction = 0.2;
+    struct tclient *a = client(1);
+    uint64_t l = hold(a, "frac", 1000, 0, 0, 5 * MS);
+    for (int i = 1; i <= 10; i++) {
+        run_until(T0 + (uint64_t)i * 200 * MS - 1);
+        cr_assert_eq(req_count(R_RENEW, "frac"), i - 1, "renewal %d early", i);
+        run_until(T0 + (uint64_t)i * 200 * MS);
+        struct req *rn = pending(R_RENEW, "frac");
+        cr_assert_eq(rn->sent, T0 + (uint64_t)i * 200 * MS, "renewal %d at +%llu ms", i,
+                     (unsigned long long)((rn->sent - T0) / MS));
+        reply(rn, rn->sent + 5 * MS, BACKEND_DONE);
+    }
+    cr_assert_eq(events_of(l), 0);
+}
+
+Test(core, failed_renewals_give_jeopardy_then_lost_at_the_deadline)
+{
+    struct tclient *a = client(1);
+    uint64_t l = hold(a, "f", 3000, 0, 0, MS);
+    uint64_t deadline = lease_deadline(T0, 3000);
+    uint64_t due = lease_next_renew(T0, 3000, F.cfg.renew_fraction);
+    run_until(due);
+    reply_at(pending(R_RENEW, "f"), due + 200 * MS, DLOCK_EUNAVAIL, BACKEND_DONE, 0, 0);
+    struct event *j = event_n(l, DLOCK_STATE_JEOPARDY, 0);
+    cr_assert_not_null(j, "no JEOPARDY after a failed renewal");
+    cr_assert_eq(j->at, due + 200 * MS, "JEOPARDY not at the failure");
+    cr_assert_eq(j->ev.reason, DLOCK_EUNAVAIL);
+    cr_assert_eq(j->ev.deadline_ns, deadline, "a failed renewal moved the deadline");
+    cr_assert_eq(F.pw[F.npw - 1].state, DLOCK_STATE_JEOPARDY);
+    /* Retried until the deadline, every failure answered at once. */
+    while (!event_n(l, DLOCK_STATE_LOST, 0)) {
+        uint64_t next = core_next_due(&F.k);
+        cr_assert_neq(next, 0);
+        cr_assert_leq(next, deadline, "a timer past the deadline of a lease in jeopardy");
+        run_until(next);
+        int n = req_count(R_RENEW, "f");
+        struct req *last = req_n(R_RENEW, "f", n - 1);
+        if (!last->answered)
+            reply_at(last, F.now, DLOCK_EUNAVAIL, BACKEND_DONE, 0, 0);
+    }
+    cr_assert_gt(req_count(R_RENEW, "f"), 3, "the failed renewal was not retried");
+    struct event *lost = event_n(l, DLOCK_STATE_LOST, 0);
+    cr_assert_eq(lost->at, deadline, "LOST at +%lld ms, the deadline is at +%lld ms",
+                 (long long)((lost->at - T0) / MS), (long long)((deadline - T0) / MS));
+    cr_assert_eq(lost->ev.reason, DLOCK_EUNAVAIL);
+    cr_assert_eq(events_of(l), 2, "JEOPARDY once, then LOST");
+    /* The key may still be ours: it is deleted. */
+    cr_assert_not_null(req_n(R_RELEASE, "f", 0));
+    /* Gone: a release says so. */
+    refused(release(a, l), DLOCK_ENOTFOUND);
+}
+
+Test(core, an_unanswered_renewal_gives_jeopardy_when_overdue_then_lost)
+{
+    struct tclient *a = client(1);
+    uint64_t l = hold(a, "u", 3000, 0, 0, MS);
+    uint64_t deadline = lease_deadline(T0, 3000);
+    uint64_t due = lease_next_renew(T0, 3000, F.cfg.renew_fraction);
+    run_until(due);
+    struct req *rn = pending(R_RENEW, "u");
+    /* Overdue when unanswered for half of the validity left. */
+    uint64_t overdue = due + (deadline - due) / 2;
+    run_until(overdue - 1);
+    cr_assert_eq(events_of(l), 0);
+    run_until(overdue);
+    struct event *j = event_n(l, DLOCK_STATE_JEOPARDY, 0);
+    cr_assert_not_null(j, "no JEOPARDY when the renewal is overdue");
+    cr_assert_eq(j->ev.reason, DLOCK_EUNAVAIL);
+    run_until(deadline - 1);
+    cr_assert_null(event_n(l, DLOCK_STATE_LOST, 0), "LOST before the deadline");
+    run_until(deadline);
+    struct event *lost = event_n(l, DLOCK_STATE_LOST, 0);
+    cr_assert_not_null(lost, "no LOST at the deadline");
+    cr_assert_eq(lost->at, deadline);
+    /* A reply after that changes nothing. */
+    reply(rn, deadline + 10 * MS, BACKEND_DONE);
+    cr_assert_eq(events_of(l), 2);
+}
+
+Test(core, a_renewal_that_works_again_gives_held_again)
+{
+    struct tclient *a = client(1);
+    uint64_t l = hold(a, "h", 3000, 0, 0, MS);
+    uint64_t due = lease_next_renew(T0, 3000, F.cfg.renew_fraction);
+    run_until(due);
+    reply_at(pending(R_RENEW, "h"), due + 200 * MS, DLOCK_EUNAVAIL, BACKEND_DONE, 0, 0);
+    cr_assert_not_null(event_n(l, DLOCK_STATE_JEOPARDY, 0));
+    uint64_t next = core_next_due(&F.k);
+    run_until(next);
+    struct req *again = pending(R_RENEW, "h");
+    cr_assert_eq(again->sent, next);
+    reply(again, next + 5 * MS, BACKEND_DONE);
+    struct event *h = event_n(l, DLOCK_STATE_HELD, 0);
+    cr_assert_not_null(h, "no HELD after a renewal worked again");
+    cr_assert_eq(h->at, next + 5 * MS);
+    cr_assert_eq(F.pw[F.npw - 1].state, DLOCK_STATE_HELD);
+    cr_assert_eq(F.pw[F.npw - 1].deadline, lease_deadline(next, 3000));
+    cr_assert_null(event_n(l, DLOCK_STATE_LOST, 0));
+}
+
+Test(core, a_renewal_that_finds_the_key_not_ours_is_lost_at_once)
+{
+    struct tclient *a = client(1);
+    uint64_t l = hold(a, "n", 3000, 0, 0, MS);
+    uint64_t due = lease_next_renew(T0, 3000, F.cfg.renew_fraction);
+    run_until(due);
+    reply(pending(R_RENEW, "n"), due + 3 * MS, BACKEND_NOT_OURS);
+    struct event *lost = event_n(l, DLOCK_STATE_LOST, 0);
+    cr_assert_not_null(lost, "no LOST when the key is not ours");
+    cr_assert_eq(lost->at, due + 3 * MS, "LOST not at once");
+    cr_assert_eq(lost->ev.reason, DLOCK_ELOST);
+    cr_assert_null(event_n(l, DLOCK_STATE_JEOPARDY, 0), "JEOPARDY before a proven loss");
+    /* Not ours: nothing to delete (single node). */
+    cr_assert_eq(req_count(R_RELEASE, "n"), 0, "deleted a key that is not ours");
+    refused(release(a, l), DLOCK_ENOTFOUND);
+}
+
+/* ---- bounded holds ---- */
+
+/* ttl 10 s, max hold 400 ms: JEOPARDY(EHOLDLIMIT) exactly 400 ms after the
+ * acquire was sent, not at the next renewal (3.3 s). */
+Test(core, max_hold_fires_at_its_deadline)
+{
+    struct tclient *a = client(1);
+    uint64_t l = hold(a, "mh", 10000, 400, 0, 30 * MS);
+    run_until(T0 + 400 * MS - 1);
+    cr_assert_eq(events_of(l), 0, "JEOPARDY before the hold limit");
+    run_until(T0 + 400 * MS);
+    struct event *j = event_n(l, DLOCK_STATE_JEOPARDY, 0);
+    cr_assert_not_null(j, "no JEOPARDY at the hold limit");
+    cr_assert_eq(j->at, T0 + 400 * MS, "JEOPARDY(EHOLDLIMIT) at +%llu ms",
+                 (unsigned long long)((j->at - T0) / MS));
+    cr_assert_eq(j->ev.reason, DLOCK_EHOLDLIMIT);
+    uint64_t deadline = lease_deadline(T0, 10000);
+    cr_assert_eq(j->ev.deadline_ns, deadline);
+    /* No renewal any more: lost at the deadline. */
+    run_until(deadline - 1);
+    cr_assert_eq(req_count(R_RENEW, "mh"), 0, "renewed past the hold limit");
+    cr_assert_null(event_n(l, DLOCK_STATE_LOST, 0));
+    run_until(deadline);
+    struct event *lost = event_n(l, DLOCK_STATE_LOST, 0);
+    cr_assert_not_null(lost);
+    cr_assert_eq(lost->at, deadline);
+    cr_assert_eq(lost->ev.reason, DLOCK_EHOLDLIMIT);
+    cr_assert_not_null(req_n(R_RELEASE, "mh", 0), "the key was not deleted");
+}
+
+/* Renewed as usual until the hold limit, then not. */
+Test(core, max_hold_after_renewals)
+{
+    struct tclient *a = client(1);
+    uint64_t l = hold(a, "mr", 300, 500, 0, 2 * MS);
+    renew_ok_until(T0 + 500 * MS - 1, 2 * MS);
+    int renewals = req_count(R_RENEW, "mr");
+    cr_assert_geq(renewals, 4, "%d renewals in 500 ms of a 300 ms lease", renewals);
+    cr_assert_eq(events_of(l), 0);
+    run_until(T0 + 500 * MS);
+    struct event *j = event_n(l, DLOCK_STATE_JEOPARDY, 0);
+    cr_assert_not_null(j);
+    cr_assert_eq(j->at, T0 + 500 * MS);
+    cr_assert_eq(j->ev.reason, DLOCK_EHOLDLIMIT);
+    run_until(T0 + 2000 * MS);
+    cr_assert_eq(req_count(R_RENEW, "mr"), renewals, "renewed after the hold limit");
+    cr_assert_not_null(event_n(l, DLOCK_STATE_LOST, 0));
+}
+
+/* The default for a client asking none, the cap for one asking more. */
+Test(core, max_hold_default_and_cap)
+{
+    F.cfg.default_max_hold_ms = 600;
+    F.cfg.max_hold_limit_ms = 1200;
+    struct tclient *a = client(1), *b = client(2), *c = client(3);
+    uint32_t ia = acquire(a, "b0", 10000, 0, 100, 0);
+    uint32_t ib = acquire(b, "b1", 10000, 0, 0, 0);
+    uint32_t ic = acquire(c, "b2", 10000, 0, 60000, 0);
+    reply(pending(R_ACQUIRE, "b0"), T0 + MS, BACKEND_DONE);
+    reply(pending(R_ACQUIRE, "b1"), T0 + MS, BACKEND_DONE);
+    reply(pending(R_ACQUIRE, "b2"), T0 + MS, BACKEND_DONE);
+    uint64_t la = granted(ia), lb = granted(ib), lc = granted(ic);
+    run_until(T0 + 5000 * MS);
+    cr_assert_eq(event_n(la, DLOCK_STATE_JEOPARDY, 0)->at, T0 + 100 * MS, "asked 100");
+    cr_assert_eq(event_n(lb, DLOCK_STATE_JEOPARDY, 0)->at, T0 + 600 * MS, "default 600");
+    cr_assert_eq(event_n(lc, DLOCK_STATE_JEOPARDY, 0)->at, T0 + 1200 * MS, "cap 1200");
+}
+
+Test(core, max_hold_cap_applies_to_a_client_asking_none)
+{
+    F.cfg.max_hold_limit_ms = 400;
+    struct tclient *a = client(1), *b = client(2);
+    uint64_t la = hold(a, "c0", 10000, 0, 0, MS);
+    uint64_t lb = hold(b, "c1", 10000, 200, 0, MS);
+    uint64_t sa = req_n(R_ACQUIRE, "c0", 0)->sent, sb = req_n(R_ACQUIRE, "c1", 0)->sent;
+    run_until(T0 + 5000 * MS);
+    cr_assert_eq(event_n(la, DLOCK_STATE_JEOPARDY, 0)->at, sa + 400 * MS, "asked none, cap 400");
+    cr_assert_eq(event_n(lb, DLOCK_STATE_JEOPARDY, 0)->at, sb + 200 * MS, "asked 200, cap 400");
+}
+
+/* A waiter's hold counts from its acquire's send time, after the release
+ * it waited for, not from its request. */
+Test(core, max_hold_counts_from_the_acquire_not_the_request)
+{
+    struct tclient *a = client(1), *b = client(2);
+    uint64_t la = hold(a, "q", 5000, 0, 0, MS);
+    uint32_t ib = acquire(b, "q", 2000, DLOCK_WAIT_FOREVER, 400, 0);
+    run_until(T0 + 1000 * MS);
+    release(a, la);
+    struct req *r = pending(R_ACQUIRE, "q");
+    cr_assert_eq(r->sent, T0 + 1000 * MS);
+    reply(r, T0 + 1010 * MS, BACKEND_DONE);
+    uint64_t lb = granted(ib);
+    run_until(T0 + 3000 * MS);
+    struct event *j = event_n(lb, DLOCK_STATE_JEOPARDY, 0);
+    cr_assert_not_null(j);
+    cr_assert_eq(j->at, T0 + 1400 * MS, "JEOPARDY(EHOLDLIMIT) at +%llu ms",
+                 (unsigned long long)((j->at - T0) / MS));
+}
+
+/* Progress 400 ms, a renewal about every 100 ms: the stall is seen at the
+ * first renewal tick more than 400 ms after the acquire was sent (or the
+ * last touch). */
+Test(core, progress_deadline_stalls_an_untouched_lease)
+{
+    struct tclient *a = client(1);
+    uint64_t l = hold(a, "p", 300, 0, 400, MS);
+    uint64_t stall = tick_after(T0, 300, T0 + 400 * MS);
+    cr_assert_leq(stall, T0 + 500 * MS);
+    renew_ok_until(stall - 1, MS);
+    cr_assert_eq(events_of(l), 0, "stalled before the progress deadline");
+    cr_assert_geq(req_count(R_RENEW, "p"), 3, "not renewed before the stall");
+    run_until(stall);
+    struct event *j = event_n(l, DLOCK_STATE_JEOPARDY, 0);
+    cr_assert_not_null(j, "no stall at the first tick past the progress deadline");
+    cr_assert_eq(j->at, stall, "stalled at +%llu ms, the tick is at +%llu ms",
+                 (unsigned long long)((j->at - T0) / MS), (unsigned long long)((stall - T0) / MS));
+    cr_assert_eq(j->ev.reason, DLOCK_ESTALLED);
+    /* No renewal after the stall; lost at the deadline of the last one. */
+    int renewals = req_count(R_RENEW, "p");
+    struct req *last = req_n(R_RENEW, "p", renewals - 1);
+    uint64_t deadline = lease_deadline(last->sent, 300);
+    cr_assert_eq(j->ev.deadline_ns, deadline);
+    run_until(deadline);
+    cr_assert_eq(req_count(R_RENEW, "p"), renewals, "renewed after the stall");
+    struct event *lost = event_n(l, DLOCK_STATE_LOST, 0);
+    cr_assert_not_null(lost);
+    cr_assert_eq(lost->at, deadline);
+    cr_assert_eq(lost->ev.reason, DLOCK_ESTALLED);
+}
+
+Test(core, touching_keeps_a_lease_with_a_progress_deadline)
+{
+    struct tclient *a = client(1);
+    uint64_t l = hold(a, "t", 300, 0, 400, MS);
+    uint32_t slot = answer_to(1)->g.slot;
+    for (uint64_t t = T0 + 50 * MS; t <= T0 + 3000 * MS; t += 50 * MS) {
+        renew_ok_until(t, MS);
+        a->touched[slot] = t;
+    }
+    cr_assert_geq(req_count(R_RENEW, "t"), 25);
+    cr_assert_eq(events_of(l), 0, "a touched lease stalled");
+}
+
+Test(core, a_stalled_lease_touched_again_is_held_again)
+{
+    struct tclient *a = client(1);
+    uint64_t l = hold(a, "s", 300, 0, 400, MS);
+    uint32_t slot = answer_to(1)->g.slot;
+    renew_ok_until(T0 + 500 * MS, MS);
+    struct event *j = event_n(l, DLOCK_STATE_JEOPARDY, 0);
+    cr_assert_not_null(j);
+    /* Touched 10 ms later: renewed at the next look (every ttl/10 = 30 ms
+     * while stalled), HELD when that renewal succeeds. */
+    uint64_t stall = j->at;
+    cr_assert_leq(stall + 30 * MS, T0 + 500 * MS + 30 * MS);
+    a->touched[slot] = stall + 10 * MS;
+    run_until(stall + 10 * MS);
+    uint64_t look = core_next_due(&F.k);
+    cr_assert_eq(look, stall + 30 * MS, "the stalled lease looks again %llu ms after the stall",
+                 (unsigned long long)((look - stall) / MS));
+    run_until(look);
+    struct req *rn = pending(R_RENEW, "s");
+    cr_assert_eq(rn->sent, look);
+    reply(rn, look + MS, BACKEND_DONE);
+    struct event *h = event_n(l, DLOCK_STATE_HELD, 0);
+    cr_assert_not_null(h, "not HELD again after a touch");
+    cr_assert_eq(h->at, look + MS);
+    cr_assert_null(event_n(l, DLOCK_STATE_LOST, 0));
+}
+
+Test(core, progress_default_and_cap)
+{
+    F.cfg.default_progress_ms = 300;
+    F.cfg.progress_limit_ms = 500;
+    struct tclient *a = client(1), *b = client(2);
+    uint64_t la = hold(a, "pd", 150, 0, 0, MS);
+    uint64_t lb = hold(b, "pc", 150, 0, 60000, MS);
+    uint64_t sa = req_n(R_ACQUIRE, "pd", 0)->sent, sb = req_n(R_ACQUIRE, "pc", 0)->sent;
+    renew_ok_until(T0 + 2000 * MS, MS);
+    struct event *ja = event_n(la, DLOCK_STATE_JEOPARDY, 0);
+    struct event *jb = event_n(lb, DLOCK_STATE_JEOPARDY, 0);
+    cr_assert_not_null(ja, "no stall with the default progress deadline");
+    cr_assert_not_null(jb, "no stall with the capped progress deadline");
+    cr_assert_eq(ja->ev.reason, DLOCK_ESTALLED);
+    cr_assert_eq(jb->ev.reason, DLOCK_ESTALLED);
+    /* The first renewal tick past 300 ms (default) and past 500 ms (cap). */
+    cr_assert_eq(ja->at, tick_after(sa, 150, sa + 300 * MS), "default: stalled at +%llu ms",
+                 (unsigned long long)((ja->at - sa) / MS));
+    cr_assert_eq(jb->at, tick_after(sb, 150, sb + 500 * MS), "cap: stalled at +%llu ms",
+                 (unsigned long long)((jb->at - sb) / MS));
+}
+
+/* A touch older than the grant is a previous lease's of the same slot: no
+ * progress of this one. */
+Test(core, a_touch_from_before_the_grant_is_no_progress)
+{
+    struct tclient *a = client(1);
+    run_until(T0 + 20 * MS);
+    uint64_t l = hold(a, "old", 300, 0, 400, MS);
+    cr_assert_eq(answer_to(1)->g.slot, 0);
+    a->touched[0] = T0 + 15 * MS; /* before the grant (its acquire was sent at +20 ms) */
+    renew_ok_until(T0 + 1000 * MS, MS);
+    struct event *j = event_n(l, DLOCK_STATE_JEOPARDY, 0);
+    cr_assert_not_null(j, "a stale touch kept the lease from stalling");
+    cr_assert_eq(j->at, tick_after(T0 + 20 * MS, 300, T0 + 420 * MS));
+}
+
+/* ---- waiting ---- */
+
+Test(core, a_bounded_wait_ends_at_wait_ms)
+{
+    struct tclient *a = client(1), *b = client(2);
+    hold(a, "w", 5000, 0, 0, MS);
+    uint64_t start = F.now;
+    uint32_t ib = acquire(b, "w", 5000, 500, 0, 0);
+    run_until(start + 500 * MS - 1);
+    cr_assert_null(answer_to(ib), "the wait ended early");
+    run_until(start + 500 * MS);
+    refused(ib, DLOCK_ETIMEDOUT);
+    cr_assert_eq(answer_to(ib)->at, start + 500 * MS);
+}
+
+Test(core, an_unanswered_acquire_is_withdrawn)
+{
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "un", 5000, 0, 0, 0);
+    struct req *r = pending(R_ACQUIRE, "un");
+    char token[TOKEN_HEX + 1];
+    memcpy(token, r->token, sizeof token);
+    /* No answer from the store (the link timed out): the SET may have
+     * happened all the same. */
+    reply_at(r, T0 + 300 * MS, DLOCK_EUNAVAIL, BACKEND_DONE, 0, 0);
+    refused(id, DLOCK_EUNAVAIL);
+    struct req *rel = req_n(R_RELEASE, "un", 0);
+    cr_assert_not_null(rel, "the unanswered acquire was not withdrawn");
+    cr_assert_str_eq(rel->token, token, "withdrawn with another token");
+    cr_assert_not(rel->notify, "a withdrawn acquire published a release notice");
+    cr_assert_eq(rel->sent, T0 + 300 * MS);
+}
+
+/* The store says another client holds it (PTTL 30 s); the fallback retry is
+ * a minute off. A release notice at +500 ms sends the next acquire then. */
+Test(core, a_release_notice_wakes_the_waiter)
+{
+    F.cfg.retry_fallback_ms = 60000;
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "n", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    reply_at(pending(R_ACQUIRE, "n"), T0 + MS, 0, BACKEND_TAKEN, 0, 30000);
+    cr_assert_null(answer_to(id));
+    /* Without a notice, the next try is when the holder's key would expire. */
+    cr_assert_eq(core_next_due(&F.k), T0 + MS + 30001 * MS);
+    run_until(T0 + 500 * MS);
+    cr_assert_eq(req_count(R_ACQUIRE, "n"), 1);
+    core_notice(&F.k, "n", 1, F.now);
+    cr_assert_eq(req_count(R_ACQUIRE, "n"), 2, "the notice did not wake the waiter");
+    cr_assert_eq(pending(R_ACQUIRE, "n")->sent, T0 + 500 * MS);
+    reply(pending(R_ACQUIRE, "n"), T0 + 501 * MS, BACKEND_DONE);
+    granted(id);
+}
+
+/* A notice during the acquire: its "taken" may have raced the release, so it
+ * is tried again at once. */
+Test(core, a_notice_while_acquiring_retries_at_once)
+{
+    F.cfg.retry_fallback_ms = 60000;
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "m", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    run_until(T0 + MS);
+    core_notice(&F.k, "m", 1, F.now);
+    cr_assert_eq(req_count(R_ACQUIRE, "m"), 1);
+    reply_at(pending(R_ACQUIRE, "m"), T0 + 2 * MS, 0, BACKEND_TAKEN, 0, 30000);
+    cr_assert_eq(req_count(R_ACQUIRE, "m"), 2, "not retried after a missed notice");
+    cr_assert_eq(pending(R_ACQUIRE, "m")->sent, T0 + 2 * MS);
+    reply(pending(R_ACQUIRE, "m"), T0 + 3 * MS, BACKEND_DONE);
+    granted(id);
+}
+
+/* Without a notice the waiter tries again right after the holder's key
+ * expires (a plain client's SET PX 700), well before the fallback. */
+Test(core, a_waiter_retries_when_the_holders_key_expires)
+{
+    F.cfg.retry_fallback_ms = 60000;
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "exp", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    reply_at(pending(R_ACQUIRE, "exp"), T0 + MS, 0, BACKEND_TAKEN, 0, 700);
+    run_until(T0 + MS + 701 * MS - 1);
+    cr_assert_eq(req_count(R_ACQUIRE, "exp"), 1);
+    run_until(T0 + MS + 701 * MS);
+    cr_assert_eq(req_count(R_ACQUIRE, "exp"), 2, "no retry at the holder's PTTL");
+    reply(pending(R_ACQUIRE, "exp"), F.now + MS, BACKEND_DONE);
+    granted(id);
+}
+
+/* A client gone: every lease released at once, and the next waiter's
+ * acquire right behind. */
+Test(core, a_client_gone_releases_everything_at_once)
+{
+    struct tclient *a = client(1), *b = client(2);
+    hold(a, "g1", 30000, 0, 0, MS);
+    hold(a, "g2", 30000, 0, 0, MS);
+    uint32_t ib = acquire(b, "g1", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    run_until(T0 + 100 * MS);
+    core_client_drop(&F.k, &a->cc, 0, F.now);
+    cr_assert_eq(req_count(R_RELEASE, "g1"), 1);
+    cr_assert_eq(req_count(R_RELEASE, "g2"), 1);
+    cr_assert_eq(req_n(R_RELEASE, "g1", 0)->sent, T0 + 100 * MS);
+    cr_assert_eq(req_n(R_RELEASE, "g2", 0)->sent, T0 + 100 * MS);
+    cr_assert_eq(F.nev, 0, "a gone client was sent events");
+    struct req *r = pending(R_ACQUIRE, "g1");
+    cr_assert_eq(r->sent, T0 + 100 * MS);
+    reply(r, T0 + 101 * MS, BACKEND_DONE);
+    granted(ib);
+}
+
+/* ---- outages ---- */
+
+/* Answers each acquire of name with err as soon as it is sent, up to t. */
+static void fail_acquires_until(const char *name, int err, uint64_t t)
+{
+    for (;;) {
+        int n = req_count(R_ACQUIRE, name);
+        struct req *last = n ? req_n(R_ACQUIRE, name, n - 1) : NULL;
+        if (last && !last->answered) {
+            reply_at(last, last->sent, err, BACKEND_DONE, 0, 0);
+            continue;
+        }
+        uint64_t due = core_next_due(&F.k);
+        if (!due || due > t)
+            break;
+        run_until(due);
+    }
+    run_until(t);
+}
+
+Test(core, a_try_once_fails_at_once_in_an_outage)
+{
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "o", 5000, 0, 0, 0);
+    reply_at(pending(R_ACQUIRE, "o"), T0 + 5 * MS, DLOCK_EUNAVAIL, BACKEND_DONE, 0, 0);
+    refused(id, DLOCK_EUNAVAIL);
+    cr_assert_eq(answer_to(id)->at, T0 + 5 * MS);
+    /* A store that refuses at once (link down) too. */
+    F.refuse = DLOCK_EUNAVAIL;
+    uint32_t id2 = acquire(a, "o2", 5000, 0, 0, 0);
+    refused(id2, DLOCK_EUNAVAIL);
+}
+
+/* A waiter that may wait for ever rides out an outage of up to
+ * outage_wait_ms, retrying every retry_fallback_ms, and fails with the
+ * outage's error when it is over. */
+Test(core, a_waiter_rides_out_an_outage_until_outage_wait_ms)
+{
+    F.cfg.outage_wait_ms = 2000;
+    F.cfg.retry_fallback_ms = 100;
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "ride", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    fail_acquires_until("ride", DLOCK_EUNAVAIL, T0 + 2000 * MS - 1);
+    cr_assert_null(answer_to(id), "the waiter failed during the grace");
+    int tries = req_count(R_ACQUIRE, "ride");
+    cr_assert(tries >= 19 && tries <= 21, "%d tries in 2 s, every 100 ms", tries);
+    fail_acquires_until("ride", DLOCK_EUNAVAIL, T0 + 2000 * MS);
+    refused(id, DLOCK_EUNAVAIL);
+    cr_assert_eq(answer_to(id)->at, T0 + 2000 * MS, "failed at +%llu ms, outage_wait_ms 2000",
+                 (unsigned long long)((answer_to(id)->at - T0) / MS));
+}
+
+Test(core, a_waiter_is_granted_when_the_store_is_back_within_the_grace)
+{
+    F.cfg.outage_wait_ms = 4000;
+    F.cfg.retry_fallback_ms = 60000; /* only the store's return wakes it */
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "back", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    fail_acquires_until("back", DLOCK_ENOQUORUM, T0 + 1500 * MS);
+    cr_assert_null(answer_to(id));
+    cr_assert_eq(req_count(R_ACQUIRE, "back"), 1, "retried before the store was back");
+    core_store_ready(&F.k, F.now);
+    struct req *r = pending(R_ACQUIRE, "back");
+    cr_assert_eq(r->sent, T0 + 1500 * MS, "not retried when the store came back");
+    reply(r, F.now + MS, BACKEND_DONE);
+    granted(id);
+}
+
+/* A bounded wait that runs out during an outage, with no local holder, ends
+ * with the outage's error: the lock may well be free. */
+Test(core, a_wait_that_ends_in_an_outage_says_so)
+{
+    F.cfg.outage_wait_ms = 60000;
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "end", 5000, 1000, 0, 0);
+    fail_acquires_until("end", DLOCK_EUNAVAIL, T0 + 1000 * MS);
+    refused(id, DLOCK_EUNAVAIL);
+    cr_assert_eq(answer_to(id)->at, T0 + 1000 * MS);
+}
