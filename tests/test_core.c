@@ -833,6 +833,25 @@ Test(core, max_hold_fires_at_its_deadline)
     cr_assert_not_null(req_n(R_RELEASE, "mh", 0), "the key was not deleted");
 }
 
+/* A renewal that failed is retried every ttl/10; the hold limit cuts the
+ * next retry short, so it still fires at its instant. */
+Test(core, max_hold_fires_at_its_deadline_between_renewal_retries)
+{
+    struct tclient *a = client(1);
+    uint64_t l = hold(a, "mf", 1000, 400, 0, MS);
+    uint64_t due = lease_next_renew(T0, 1000, F.cfg.renew_fraction);
+    cr_assert_lt(due, T0 + 400 * MS, "the first renewal must come before the hold limit");
+    run_until(due);
+    reply_at(pending(R_RENEW, "mf"), due + MS, DLOCK_EUNAVAIL, BACKEND_DONE, 0, 0);
+    uint64_t retry = lease_renew_retry(due + MS, lease_deadline(T0, 1000), 1000);
+    cr_assert_gt(retry, T0 + 400 * MS, "the retry must fall after the hold limit");
+    run_until(T0 + 400 * MS);
+    struct event *j = event_n(l, DLOCK_STATE_JEOPARDY, 1);
+    cr_assert_not_null(j, "no JEOPARDY(EHOLDLIMIT) at the hold limit");
+    cr_assert_eq(j->at, T0 + 400 * MS);
+    cr_assert_eq(j->ev.reason, DLOCK_EHOLDLIMIT);
+}
+
 /* Renewed as usual until the hold limit, then not. */
 Test(core, max_hold_after_renewals)
 {

@@ -721,3 +721,14 @@ int config_validate(struct config *c, char *err, size_t errlen)
     snprintf(err, errlen, "%s", why);
     return -1;
 }
+
+const char *config_mode_name(enum redis_mode mode)
+{
+    switch (mode) {
+    case REDIS_MODE_QUORUM:
+        return "quorum";
+    case REDIS_MODE_SINGLE:
+        break;
+    }
+    return "single";
+}

@@ -52,6 +52,8 @@ enum redis_mode {
     REDIS_MODE_SINGLE, /* one node */
     REDIS_MODE_QUORUM, /* a majority of 3, 5, 7 or 9 independent nodes (docs/quorum.md) */
 };
+/* The mode's name: "single", "quorum". */
+const char *config_mode_name(enum redis_mode mode);
 
 /* A Redis address: TCP host and port, or a unix socket path. */
 struct redis_addr {

@@ -307,14 +307,19 @@ static void lease_set_state(struct core *k, struct lease *le, uint8_t state, int
         lease_report(k, le, state, reason);
 }
 
-/* The next renewal after one sent at t_send, or the hold limit if sooner:
- * a bounded hold stops at its deadline, not at the next renewal after it. */
-static void lease_schedule(struct core *k, struct lease *le, uint64_t t_send)
+/* Sets a lease's timer at due, or at its hold limit if that comes first: a
+ * bounded hold stops at its deadline, not at the next renewal or retry. */
+static void lease_timer(struct core *k, struct lease *le, uint64_t due)
 {
-    uint64_t due = lease_next_renew(t_send, le->ttl_ms, k->cfg->renew_fraction);
-    if (le->hold_until && le->hold_until < due)
+    if (le->hold_until && le->hold_until < due && le->stopped != DLOCK_EHOLDLIMIT)
         due = le->hold_until;
     timer_set(k, &le->timer, due);
+}
+
+/* The next renewal after one sent at t_send succeeded. */
+static void lease_schedule(struct core *k, struct lease *le, uint64_t t_send)
+{
+    lease_timer(k, le, lease_next_renew(t_send, le->ttl_ms, k->cfg->renew_fraction));
 }
 
 /* A renewal failed without proof of loss: retry until the deadline. */
@@ -325,7 +330,7 @@ static void lease_renew_failed(struct core *k, struct lease *le, uint64_t now, i
     if (PLANTED(CORE_BUG_JEOPARDY_VALID))
         le->deadline = validity_end(now, le->ttl_ms);
     lease_set_state(k, le, DLOCK_STATE_JEOPARDY, err);
-    timer_set(k, &le->timer, lease_renew_retry(now, le->deadline, le->ttl_ms));
+    lease_timer(k, le, lease_renew_retry(now, le->deadline, le->ttl_ms));
 }
 
 /* A renewal's callback argument: the lease may be gone when it answers. */
@@ -391,9 +396,9 @@ static void lease_stop(struct core *k, struct lease *le, uint64_t now, int why)
         le->stopped = why;
         lease_report(k, le, DLOCK_STATE_JEOPARDY, why);
     }
-    timer_set(k, &le->timer,
-              why == DLOCK_ESTALLED ? lease_renew_retry(now, le->deadline, le->ttl_ms)
-                                    : le->deadline);
+    lease_timer(k, le,
+                why == DLOCK_ESTALLED ? lease_renew_retry(now, le->deadline, le->ttl_ms)
+                                      : le->deadline);
 }
 
 /* A lease's timer fired: renew it, or stop renewing a bounded hold. With a
@@ -877,12 +882,18 @@ void core_foreach_lock(const struct core *k, void (*fn)(void *arg, const struct 
             uint32_t n = 0;
             for (const struct waiter *w = l->qhead; w; w = w->qnext)
                 n++;
-            struct core_lock_view v = {.name = l->name,
-                                       .name_len = l->name_len,
-                                       .lease = l->holder,
-                                       .holder = l->holder ? l->holder->owner : NULL,
-                                       .waiters = n,
-                                       .acquiring = l->acquiring};
+            struct core_lock_view v = {
+                .name = l->name, .name_len = l->name_len, .waiters = n, .acquiring = l->acquiring};
+            const struct lease *le = l->holder;
+            if (le) {
+                v.holder = le->owner;
+                v.state = le->state;
+                v.fence = le->fence;
+                v.granted_at = le->granted_at;
+                v.deadline = le->deadline;
+                v.ttl_ms = le->ttl_ms;
+                v.renewals = le->renewals;
+            }
             fn(arg, &v);
         }
     }
@@ -901,6 +912,11 @@ int core_init(struct core *k, const struct config *cfg, const struct core_env *e
     snprintf(k->host, sizeof k->host, "%s", host && host[0] ? host : "?");
     one_word(k->host);
     return table_init(&k->table, seed);
+}
+
+void core_attach_backend(struct core *k, struct backend *backend)
+{
+    k->backend = backend;
 }
 
 void core_free(struct core *k)

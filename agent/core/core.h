@@ -85,11 +85,17 @@ struct core {
     char host[64]; /* for holder records */
 };
 
-/* Sets the core up; the backend may be attached later, before the first
- * request. 0, or -1 when out of memory. */
+/* Sets the core up; the backend may be attached later (core_attach_backend),
+ * before the first request. 0, or -1 when out of memory.
+ *
+ * Times are nanoseconds on one clock that never goes back, and never 0 (0
+ * means "none" in the core's records): CLOCK_BOOTTIME in dlockd. */
 int core_init(struct core *k, const struct config *cfg, const struct core_env *env,
               struct backend *backend, uint64_t seed, const char *host);
-/* Frees every lock, lease, waiter and pending release (nothing is sent). */
+void core_attach_backend(struct core *k, struct backend *backend);
+/* Frees every lock, lease, waiter and pending release (nothing is sent).
+ * Requests in flight hold references into the core: destroy the backend
+ * first, and it must answer each of them (an error will do) as it goes. */
 void core_free(struct core *k);
 
 /* Requests of a client; the answer goes out through env (at once or later). */
@@ -119,14 +125,17 @@ uint64_t core_next_due(const struct core *k);
  * each client with core_client_drop(..., DLOCK_ESHUTDOWN, now). */
 void core_shutdown(struct core *k);
 
-/* A lock as the status socket shows it. */
+/* A lock as the status socket shows it: copies, valid during the call. */
 struct core_lock_view {
     const char *name;
     uint16_t name_len;
-    const struct lease *lease;        /* the local holder, or NULL */
-    const struct core_client *holder; /* its client */
+    const struct core_client *holder; /* the local holder's client, or NULL */
     uint32_t waiters;                 /* local waiters queued */
     bool acquiring;                   /* an acquire is in flight */
+    /* The local lease, when holder is set: */
+    uint8_t state; /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
+    uint64_t fence, granted_at, deadline;
+    uint32_t ttl_ms, renewals;
 };
 /* Calls fn for every lock the core knows (held here, waited for, or both),
  * in no particular order. */

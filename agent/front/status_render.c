@@ -128,7 +128,7 @@ static void put_text(struct sbuf *b, enum fkind kind, int width, const struct fv
     /* Clients choose names and command names, and node errors come from
      * Redis as they are: shown without the control characters a terminal
      * would obey. */
-    char shown[512];
+    char shown[WIRE_MAX_NAME + 1]; /* the longest field: a name */
     text_printable(shown, sizeof shown, s);
     sb_printf(b, "%*s", width, shown);
 }
@@ -279,6 +279,7 @@ void render_leases_json(const struct status_source *src, const struct asker *who
 
 struct node_field {
     const char *key, *head; /* NULL: not in JSON, not in the text */
+    const char *sep;        /* before the text column: NULL for one space */
     int width;
     enum fkind kind;
     void (*get)(const struct backend_node *n, const struct status_snapshot *s, struct fval *v);
@@ -356,42 +357,50 @@ static double m_rtt(const struct backend_node *n, uint64_t now)
 
 /* key: the JSON member (NULL: text only); head: the text column (NULL: JSON only). */
 static const struct node_field node_fields[] = {
-    {"addr", "NODE", -40, F_STR, n_addr, NULL, NULL, NULL},
-    {"connected", "CONNECTED", -9, F_BOOL, n_connected, "dlock_node_up",
+    {"addr", "NODE", NULL, -40, F_STR, n_addr, NULL, NULL, NULL},
+    {"connected", "CONNECTED", NULL, -9, F_BOOL, n_connected, "dlock_node_up",
      "1 when the command link to the Redis node is set up.", m_up},
-    {"subscribed", "SUBSCRIBED", -10, F_BOOL, n_subscribed, NULL, NULL, NULL},
-    {"rtt_us", "RTT_US", 8, F_NUM, n_rtt, "dlock_node_rtt_seconds",
+    {"subscribed", "SUBSCRIBED", NULL, -10, F_BOOL, n_subscribed, NULL, NULL, NULL},
+    {"rtt_us", "RTT_US", NULL, 8, F_NUM, n_rtt, "dlock_node_rtt_seconds",
      "Round trip of the node's last answer.", m_rtt},
-    {NULL, "QUORUM", -16, F_STR, n_quorum, NULL, NULL, NULL},
-    {"last_error", NULL, 0, F_STR, n_error, NULL, NULL, NULL},
-    {NULL, "LAST_ERROR", 0, F_STR, n_error_text, NULL, NULL, NULL},
-    {"excluded_for_ms", NULL, 0, F_NUM, n_excluded, "dlock_node_excluded",
+    {NULL, "QUORUM", "  ", -16, F_STR, n_quorum, NULL, NULL, NULL},
+    {"last_error", NULL, NULL, 0, F_STR, n_error, NULL, NULL, NULL},
+    {NULL, "LAST_ERROR", NULL, 0, F_STR, n_error_text, NULL, NULL, NULL},
+    {"excluded_for_ms", NULL, NULL, 0, F_NUM, n_excluded, "dlock_node_excluded",
      "1 while a restarted node counts toward no quorum.", m_excluded},
-    {"run_id", NULL, 0, F_STR, n_run_id, NULL, NULL, NULL},
-    {"durable", NULL, 0, F_BOOL, n_durable, NULL, NULL, NULL},
+    {"run_id", NULL, NULL, 0, F_STR, n_run_id, NULL, NULL, NULL},
+    {"durable", NULL, NULL, 0, F_BOOL, n_durable, NULL, NULL, NULL},
 };
 #define NNODE_FIELDS (sizeof node_fields / sizeof node_fields[0])
 
+/* The text columns: each after its separator (one space unless the field
+ * says otherwise), the first after none. */
+static const char *column_sep(const struct node_field *f, bool first)
+{
+    return first ? "" : f->sep ? f->sep : " ";
+}
+
 static void nodes_text(const struct status_snapshot *s, struct sbuf *b)
 {
-    const char *sep = "";
+    bool first = true;
     for (size_t i = 0; i < NNODE_FIELDS; i++)
         if (node_fields[i].head) {
-            sb_printf(b, "%s%*s", sep, node_fields[i].width, node_fields[i].head);
-            sep = " ";
+            const struct node_field *f = &node_fields[i];
+            sb_printf(b, "%s%*s", column_sep(f, first), f->width, f->head);
+            first = false;
         }
     sb_printf(b, "\n");
     for (size_t k = 0; k < s->nnodes; k++) {
-        sep = "";
+        first = true;
         for (size_t i = 0; i < NNODE_FIELDS; i++) {
             const struct node_field *f = &node_fields[i];
             if (!f->head)
                 continue;
             struct fval v = {0};
             f->get(&s->nodes[k], s, &v);
-            sb_printf(b, "%s", sep);
+            sb_printf(b, "%s", column_sep(f, first));
             put_text(b, f->kind, f->width, &v);
-            sep = " ";
+            first = false;
         }
         sb_printf(b, "\n");
     }

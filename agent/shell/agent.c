@@ -149,14 +149,7 @@ static void src_snapshot(void *arg, struct status_snapshot *s)
     s->now = now_ns();
     s->started = a->started;
     s->quorum = a->cfg->mode == REDIS_MODE_QUORUM;
-    s->mode = "single";
-    switch (a->cfg->mode) {
-    case REDIS_MODE_QUORUM:
-        s->mode = "quorum";
-        break;
-    case REDIS_MODE_SINGLE:
-        break;
-    }
+    s->mode = config_mode_name(a->cfg->mode);
     s->connections = a->server.nconns;
     s->leases = a->core.table.nleases;
     s->stats = a->core.stats;
@@ -174,20 +167,19 @@ struct lease_walk {
 
 static void src_lock(void *arg, const struct core_lock_view *v)
 {
-    const struct lease *le = v->lease;
-    if (!le)
+    if (!v->holder)
         return;
     struct lease_walk *w = arg;
     struct status_lease l = {.name = v->name,
-                             .state = le->state,
-                             .fence = le->fence,
+                             .state = v->state,
+                             .fence = v->fence,
                              .pid = v->holder->pid,
                              .uid = v->holder->uid,
                              .comm = v->holder->comm, /* read at connect: no file I/O here */
-                             .granted_at = le->granted_at,
-                             .deadline = le->deadline,
-                             .ttl_ms = le->ttl_ms,
-                             .renewals = le->renewals,
+                             .granted_at = v->granted_at,
+                             .deadline = v->deadline,
+                             .ttl_ms = v->ttl_ms,
+                             .renewals = v->renewals,
                              .waiters = v->waiters};
     w->fn(w->fnarg, &l);
 }
@@ -340,7 +332,7 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     a->backend = backend_new(loop, cfg, &ev);
     if (!a->backend)
         goto fail_backend;
-    a->core.backend = a->backend;
+    core_attach_backend(&a->core, a->backend);
     ev_io_init(&a->tick, on_tick, a->tick_fd, EV_READ);
     a->tick.data = a;
     ev_io_start(loop, &a->tick);
