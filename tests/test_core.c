@@ -91,7 +91,8 @@ static struct {
     struct backend backend;
     uint64_t now;
     uint64_t rnd;
-    int refuse; /* while set, the store refuses every request at once with it */
+    bool no_random; /* while set, the environment has no random bits to give */
+    int refuse;     /* while set, the store refuses every request at once with it */
     uint32_t next_id;
     struct answer ans[MAX_REC];
     int nans;
@@ -176,13 +177,16 @@ static uint64_t env_slot_touched(void *arg, struct core_client *c, uint32_t slot
     return tc(c)->touched[slot];
 }
 
-static uint64_t env_random(void *arg)
+static int env_random(void *arg, uint64_t *out)
 {
+    if (F.no_random)
+        return -1;
     /* xorshift64*: the same tokens and jitter every run */
     F.rnd ^= F.rnd >> 12;
     F.rnd ^= F.rnd << 25;
     F.rnd ^= F.rnd >> 27;
-    return F.rnd * 2685821657736338717ull;
+    *out = F.rnd * 2685821657736338717ull;
+    return 0;
 }
 
 /* ---- the fake store ---- */
@@ -546,6 +550,20 @@ Test(core, asking_again_for_a_held_name_is_eheld_at_once)
     struct tclient *b = client(2);
     uint32_t ib = acquire(b, "mine", 5000, DLOCK_WAIT_FOREVER, 0, 0);
     cr_assert_null(answer_to(ib));
+}
+
+/* Without randomness there is no unguessable token: the acquire fails
+ * instead of going out with a predictable one. */
+Test(core, no_randomness_fails_the_acquire)
+{
+    struct tclient *a = client(1);
+    F.no_random = true;
+    uint32_t id = acquire(a, "r", 1000, -1, 0, 0);
+    refused(id, DLOCK_ENOMEM);
+    cr_assert_eq(F.nrq, 0, "an acquire went out without a random token");
+    F.no_random = false;
+    acquire(a, "r", 1000, -1, 0, 0);
+    cr_assert_eq(F.nrq, 1);
 }
 
 Test(core, ttl_out_of_range_is_einval)

@@ -46,18 +46,9 @@ static int pool_take(void *dst, size_t n)
     return 0;
 }
 
-int random_token(char out[33])
+int random_bytes(void *dst, size_t n)
 {
-    static const char hex[] = "0123456789abcdef";
-    unsigned char b[16];
-    if (pool_take(b, sizeof b) != 0)
-        return -1;
-    for (int i = 0; i < 16; i++) {
-        out[2 * i] = hex[b[i] >> 4];
-        out[2 * i + 1] = hex[b[i] & 15];
-    }
-    out[32] = '\0';
-    return 0;
+    return pool_take(dst, n);
 }
 
 uint64_t random_u64(void)

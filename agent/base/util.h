@@ -19,11 +19,11 @@ uint64_t now_ns(void);
 uint64_t realtime_us(void);
 /* A uniform double in [0, 1), not for secrets. */
 double random_unit(void);
-/* 128 bits from the kernel's CSPRNG as 32 lowercase hex characters plus NUL.
- * 0, or -1 if the kernel would not give randomness. */
-int random_token(char out[33]);
-/* 64 random bits from the kernel (for hash seeds). */
+/* 64 random bits from the kernel (for hash seeds; the clock if the kernel
+ * would give none). */
 uint64_t random_u64(void);
+/* n bytes from the kernel's CSPRNG. 0, or -1 if the kernel would give none. */
+int random_bytes(void *dst, size_t n);
 /* Replaces blanks and control characters with '?': a word that can neither
  * break a column or a space-separated record nor reach a terminal as a
  * control sequence. */

@@ -47,22 +47,30 @@ static uint64_t validity_end(uint64_t t_send, uint32_t ttl_ms)
     return lease_deadline(t_send, ttl_ms);
 }
 
-/* A uniform double in [0, 1) from the environment's randomness (jitter). */
+/* A uniform double in [0, 1) from the environment's randomness (jitter);
+ * the middle when there is none. */
 static double jitter(struct core *k)
 {
-    return (double)(k->env.random(k->env.arg) >> 11) / 9007199254740992.0;
+    uint64_t v;
+    if (k->env.random(k->env.arg, &v) != 0)
+        return 0.5;
+    return (double)(v >> 11) / 9007199254740992.0;
 }
 
-/* 128 bits as 32 lowercase hex characters and a NUL. */
-static void new_token(struct core *k, char out[TOKEN_HEX + 1])
+/* 128 random bits as 32 lowercase hex characters and a NUL. 0, or -1 when
+ * the environment has no randomness to give: a token must not be guessable. */
+static int new_token(struct core *k, char out[TOKEN_HEX + 1])
 {
     static const char hex[] = "0123456789abcdef";
     for (int half = 0; half < 2; half++) {
-        uint64_t v = k->env.random(k->env.arg);
+        uint64_t v;
+        if (k->env.random(k->env.arg, &v) != 0)
+            return -1;
         for (int i = 0; i < 16; i++, v >>= 4)
             out[half * 16 + i] = hex[v & 15];
     }
     out[TOKEN_HEX] = '\0';
+    return 0;
 }
 
 /* ---- per-client lists ---- */
@@ -563,12 +571,12 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
             continue;
         }
         struct acquire_ref *ref = malloc(sizeof *ref);
-        if (!ref) {
+        if (!ref || new_token(k, l->acq_token) != 0) {
+            free(ref);
             waiter_finish(k, w, DLOCK_ENOMEM, now);
             continue;
         }
         *ref = (struct acquire_ref){.k = k, .l = l};
-        new_token(k, l->acq_token);
         l->acq_sent = now;
         l->acq_ttl_ms = w->ttl_ms;
         l->notice_missed = false;

@@ -63,8 +63,9 @@ struct core_env {
     void (*slot_write)(void *arg, struct core_client *c, uint32_t slot, uint32_t state,
                        uint64_t lease_id, uint64_t fence, uint64_t deadline);
     uint64_t (*slot_touched)(void *arg, struct core_client *c, uint32_t slot);
-    /* 64 unpredictable bits (tokens are made of them). */
-    uint64_t (*random)(void *arg);
+    /* 64 unpredictable bits (tokens are made of them): 0, or -1 when there
+     * are none to give (the acquire then fails with DLOCK_ENOMEM). */
+    int (*random)(void *arg, uint64_t *out);
 };
 
 struct orphan;

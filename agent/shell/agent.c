@@ -69,9 +69,9 @@ static uint64_t env_slot_touched(void *arg, struct core_client *c, uint32_t slot
     return lease_page_touched(&conn_of(c)->page, slot);
 }
 
-static uint64_t env_random(void *arg)
+static int env_random(void *arg, uint64_t *out)
 {
-    return random_u64();
+    return random_bytes(out, sizeof *out);
 }
 
 static const struct core_env agent_env = {

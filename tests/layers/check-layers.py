@@ -25,7 +25,7 @@ FORBIDDEN = re.compile(
     r"clock_gettime|gettimeofday|time|getrandom|timerfd_\w+|epoll_\w+|poll|select|"
     r"sd_\w+|fork|exec\w*|"
     # base's own clock and randomness: the core gets time and random bits passed in
-    r"now_ns|realtime_us|random_u64|random_unit|random_token)$"
+    r"now_ns|realtime_us|random_u64|random_unit|random_bytes)$"
 )
 
 def main():

@@ -279,10 +279,11 @@ static uint64_t env_slot_touched(void *arg, struct core_client *cc, uint32_t slo
     return slot < SIM_PAGE_SLOTS ? c->page[slot].touch : 0;
 }
 
-static uint64_t env_random(void *arg)
+static int env_random(void *arg, uint64_t *out)
 {
     struct agent *ag = arg;
-    return rng_next(&ag->s->rng);
+    *out = rng_next(&ag->s->rng);
+    return 0;
 }
 
 static void ag_notice(void *arg, const char *name, size_t len)
