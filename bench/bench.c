@@ -19,6 +19,8 @@
 #define TARGET_BYTES_PER_LEASE  512.0
 #define TARGET_VALID_NS         50.0  /* dlock_lease_valid(), ns per call */
 #define TARGET_VALID_VS_PING    500.0 /* agent round trip p50 / valid() */
+#define TARGET_FLEET_CPU_RATIO  1.2   /* Redis CPU per pair, 100 agents / 1 agent */
+#define TARGET_FLEET_AGENTS     100   /* the agent count that target is for */
 
 struct opts {
     long pairs;     /* -n */
@@ -28,9 +30,11 @@ struct opts {
     double window;  /* -w */
     long calls;     /* -k */
     long round_trips;
-    long quorum_pairs; /* -m, 0 = no quorum part */
-    bool quick;        /* -q */
-    bool keep;         /* -K */
+    long quorum_pairs;           /* -m, 0 = no quorum part */
+    int fleet[FLEET_MAX_COUNTS]; /* -F, agent counts */
+    int nfleet;                  /* 0 = no fleet part */
+    bool quick;                  /* -q */
+    bool keep;                   /* -K */
 };
 
 static struct env the_env;
@@ -48,6 +52,7 @@ static void on_signal(int sig)
 {
     struct env *e = &the_env;
     quorum_kill();
+    fleet_kill();
     if (e->agent_pid > 0)
         kill(e->agent_pid, SIGKILL);
     if (e->redis.pid > 0)
@@ -76,8 +81,9 @@ static void install_signals(void)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: dlock-bench [-qK] [-n PAIRS] [-c CLIENTS] [-d SECONDS] [-l LEASES] "
-               "[-w SECONDS] [-k CALLS] [-m PAIRS]\n"
-               "  -n PAIRS    acquire+release pairs of the 1-client run (default 20000)\n"
+               "[-w SECONDS] [-k CALLS] [-m PAIRS] [-F LIST]\n"
+               "  -n PAIRS    acquire+release pairs of the 1-client run, and per row of the\n"
+               "              fleet run (default 20000)\n"
                "  -c CLIENTS  threads of the many-client run (default 50)\n"
                "  -d SECONDS  duration of the many-client run (default 3)\n"
                "  -l LEASES   leases held at once (default 100000)\n"
@@ -85,8 +91,11 @@ static void usage(FILE *f)
                "  -k CALLS    calls per timed loop of the lease check (default 10000000)\n"
                "  -m PAIRS    pairs per configuration of the single/quorum mode run\n"
                "              (default 10000; 0 skips it)\n"
+               "  -F LIST     agent counts of the fleet run, comma-separated\n"
+               "              (default 1,10,100; 0 skips it)\n"
                "  -q          quick run: 2000 pairs, 1 s, 10000 leases, 12 s window,\n"
-               "              1000000 calls per loop, 5000 round trips, 1000 quorum pairs\n"
+               "              1000000 calls per loop, 5000 round trips, 1000 quorum pairs,\n"
+               "              fleet of 1 and 4 agents\n"
                "  -K          keep the temp dir (logs, configurations) at the end\n"
                "Starts its own redis-server (from PATH) and dlockd; see bench/README.md.\n");
 }
@@ -101,16 +110,39 @@ static int parse_num(const char *s, double min, double max, double *out)
     return 0;
 }
 
+/* "1,10,100" into counts, each 1..FLEET_MAX_AGENTS; "0" alone: none. */
+static int parse_counts(const char *s, struct opts *o)
+{
+    o->nfleet = 0;
+    if (strcmp(s, "0") == 0)
+        return 0;
+    for (;;) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > FLEET_MAX_AGENTS || o->nfleet == FLEET_MAX_COUNTS)
+            return -1;
+        o->fleet[o->nfleet++] = (int)v;
+        if (*end == '\0')
+            return 0;
+        if (*end != ',')
+            return -1;
+        s = end + 1;
+    }
+}
+
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
+    const char *fleet = NULL;
     double v[7] = {-1, -1, -1, -1, -1, -1, -1}; /* n c d l w k m, -1 = not given */
     static const char letters[] = "ncdlwkm";
     static const double lo[] = {1, 1, 0.1, 1, 1, 1000, 0},
                         hi[] = {1e8, 1000, 3600, 1e7, 3600, 1e10, 1e8};
     int ch;
-    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:qKh")) != -1) {
+    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:qKh")) != -1) {
         const char *at = strchr(letters, ch);
-        if (ch == 'q') {
+        if (ch == 'F') {
+            fleet = optarg;
+        } else if (ch == 'q') {
             o->quick = true;
         } else if (ch == 'K') {
             o->keep = true;
@@ -135,6 +167,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     o->calls = v[5] > 0 ? (long)v[5] : o->quick ? 1000000 : 10000000;
     o->round_trips = o->quick ? 5000 : 20000;
     o->quorum_pairs = v[6] >= 0 ? (long)v[6] : o->quick ? 1000 : 10000;
+    if (parse_counts(fleet ? fleet : o->quick ? "1,4" : "1,10,100", o) != 0) {
+        fprintf(stderr,
+                "dlock-bench: -F takes up to %d agent counts, each 1 to %d, "
+                "comma-separated, or 0\n",
+                FLEET_MAX_COUNTS, FLEET_MAX_AGENTS);
+        return -1;
+    }
     return 0;
 }
 
@@ -508,6 +547,122 @@ static void report_check(const struct check_result *r)
     }
 }
 
+/* A row of the fleet table. */
+static void frow(const char *what, const char *rate, const char *cpu, const char *ratio,
+                 const char *cmds, const char *notices, const char *subs, const char *agents,
+                 const char *target)
+{
+    printf("  %-22s %9s %11s %10s %10s %10s %12s %12s%s%s\n", what, rate, cpu, ratio, cmds, notices,
+           subs, agents, *target ? "   " : "", target);
+}
+
+static const char *fmt_fixed(double v)
+{
+    char *b = buf_next();
+    snprintf(b, 48, "%.2f", v);
+    return b;
+}
+
+static const char *fleet_label(const struct fleet_row *r)
+{
+    char *b = buf_next();
+    snprintf(b, 48, "%d%s", r->agents, r->waiter ? ", waiter elsewhere" : "");
+    return b;
+}
+
+/* The row of the same kind with 1 agent, or NULL. */
+static const struct fleet_row *fleet_base(const struct fleet_result *f, int k)
+{
+    for (int i = 0; i < f->ncounts; i++)
+        if (f->count[i].agents == 1)
+            return &f->count[i].row[k];
+    return NULL;
+}
+
+static void report_fleet_row(const struct fleet_row *r, const struct fleet_row *base)
+{
+    char t[64], subs[24];
+    double b = base ? base->redis_cpu_us : 0;
+    t[0] = '\0';
+    if (r->agents == TARGET_FLEET_AGENTS && b > 0)
+        snprintf(t, sizeof t, "<= %.1fx 1 agent  %s", TARGET_FLEET_CPU_RATIO,
+                 verdict(r->redis_cpu_us <= TARGET_FLEET_CPU_RATIO * b));
+    else if (r->agents == TARGET_FLEET_AGENTS)
+        snprintf(t, sizeof t, "<= %.1fx 1 agent  (no 1-agent row)", TARGET_FLEET_CPU_RATIO);
+    if (r->subscribers >= 0)
+        snprintf(subs, sizeof subs, "%lld", r->subscribers);
+    else
+        snprintf(subs, sizeof subs, "changed");
+    frow(fleet_label(r), fmt_count(r->s.per_s), fmt_us(r->redis_cpu_us),
+         fmt_ratio(r->redis_cpu_us, b), fmt_fixed(r->commands), fmt_fixed(r->publishes), subs,
+         fmt_us(r->agents_cpu_us), t);
+}
+
+/* A row of the fleet checks. */
+static void fcrow(const char *what, const char *ready, const char *lines, const char *exits,
+                  const char *waiter, const char *others)
+{
+    printf("  %-22s %11s %10s %11s %24s %22s\n", what, ready, lines, exits, waiter, others);
+}
+
+static const char *fmt_others(double pct)
+{
+    return pct >= 0 ? fmt_pct(pct) : "-";
+}
+
+/* Per count: how the agents came up and went down, and the waiter. */
+static void report_fleet_checks(const struct fleet_result *f)
+{
+    fcrow("checked on the way", "ready after", "log lines", "exits != 0", "waiter waited / granted",
+          "others' CPU (2 rows)");
+    for (int i = 0; i < f->ncounts; i++) {
+        const struct fleet_count *c = &f->count[i];
+        const struct fleet_row *w = &c->row[1];
+        char what[48], ready[48], lines[16], exits[16], waiter[48], others[48];
+        snprintf(what, sizeof what, "%d agent%s", c->agents, c->agents == 1 ? "" : "s");
+        snprintf(ready, sizeof ready, "%s ms", fmt_count(c->ready_ms));
+        snprintf(lines, sizeof lines, "%d", c->log_lines);
+        snprintf(exits, sizeof exits, "%d", c->bad_exits);
+        snprintf(waiter, sizeof waiter, "%s / %s", w->waited ? "yes" : "NO",
+                 w->granted == 0 ? "yes" : "NO");
+        snprintf(others, sizeof others, "%s / %s", fmt_others(c->row[0].others_pct),
+                 fmt_others(w->others_pct));
+        fcrow(what, ready, lines, exits, waiter, others);
+    }
+    for (int i = 0; i < f->ncounts; i++) {
+        const struct fleet_count *c = &f->count[i];
+        if (c->bad_exits)
+            printf("    %d agents: first exit status not 0: %d\n", c->agents, c->first_bad_exit);
+        if (c->row[1].granted < 0)
+            printf("    %d agents: the waiter, after the release: %s\n", c->agents,
+                   dlock_strerror(c->row[1].granted));
+        for (int k = 0; k < 2; k++)
+            if (c->row[k].errors)
+                printf("    %s: %s failed pairs, first: %s\n", fleet_label(&c->row[k]),
+                       fmt_count((double)c->row[k].errors), dlock_strerror(c->row[k].first_error));
+    }
+}
+
+static void report_fleet(const struct fleet_result *f)
+{
+    double wall = 0;
+    for (int i = 0; i < f->ncounts; i++)
+        wall += f->count[i].wall_s;
+    printf("\nfleet: agents on one Redis, each subscribed to its release channel; 1 client on "
+           "agent 0, %s acquire+release pairs per row on one name (try-once, TTL %d s; %.1f s in "
+           "all)\n",
+           fmt_count((double)f->pairs), BENCH_TTL_MS / 1000, wall);
+    frow("agents", "pairs/s", "Redis CPU", "x 1 agent", "commands", "notices", "subscribers",
+         "agents' CPU", "target");
+    frow("", "", "per pair", "", "per pair", "per pair", "", "per pair", "");
+    for (int i = 0; i < f->ncounts; i++)
+        for (int k = 0; k < 2; k++)
+            report_fleet_row(&f->count[i].row[k], fleet_base(f, k));
+    printf(
+        "  (Redis counts no Pub/Sub messages delivered: each notice goes to every subscriber)\n");
+    report_fleet_checks(f);
+}
+
 /* ---- the run ---- */
 
 static void progress(const char *what)
@@ -566,6 +721,26 @@ static int phase_leases(const struct opts *o, struct env *e)
     return 0;
 }
 
+static int phase_fleet(const struct opts *o, struct env *e)
+{
+    static struct fleet_result r; /* large: not on the stack */
+    const char *who;
+    if (o->nfleet == 0)
+        return 0;
+    if (env_check(e, &who) != 0)
+        return -1; /* said at the end */
+    /* The run's own agent listens on the release channel too: it goes first,
+     * so that the fleet's agents are the only ones there. Its log and status
+     * are reported at the end, as when this part does not run. */
+    env_stop_agent(e);
+    progress("fleet: 1 client on agent 0 of a growing number of agents on one Redis");
+    int rc = run_fleet(e, o->fleet, o->nfleet, o->pairs, &r);
+    if (r.ncounts > 0)
+        report_fleet(&r);
+    fflush(stdout);
+    return rc;
+}
+
 /* The agent's own log (warn level and up) says whether anything went wrong. */
 static void report_agent_log(struct env *e)
 {
@@ -599,6 +774,8 @@ int main(int argc, char **argv)
         rc = phase_check(&o, e);
     if (rc == 0)
         rc = phase_leases(&o, e);
+    if (rc == 0)
+        rc = phase_fleet(&o, e);
     const char *who;
     if (env_check(e, &who) != 0) {
         fprintf(stderr, "dlock-bench: %s is no longer running\n", who);

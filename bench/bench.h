@@ -30,7 +30,8 @@ struct env {
     char redis_log[BENCH_PATH], agent_log[BENCH_PATH];
     struct redisproc redis; /* redis.pid: 0 when not running */
     pid_t agent_pid;
-    int agent_exit; /* status after SIGTERM: exit code, 128+signal, -1 unknown */
+    int agent_exit;     /* status after SIGTERM: exit code, 128+signal, -1 unknown */
+    bool agent_stopped; /* env_stop_agent() ran: env_check() leaves the agent out */
     char redis_version[32];
     bool keep; /* env_stop leaves the temp dir (logs, configs) in place */
 };
@@ -41,6 +42,9 @@ int env_start(struct env *e);
 /* Stops both children (SIGTERM, then SIGKILL after a deadline) and removes
  * the temp dir. Idempotent. */
 void env_stop(struct env *e);
+/* Stops the agent alone (as env_stop does), before a part that wants the
+ * Redis to itself; agent_exit is its status. */
+void env_stop_agent(struct env *e);
 /* Is each child still running? 0, or -1 with *who naming the dead one. */
 int env_check(struct env *e, const char **who);
 /* Prints the last lines of a child's log to stderr. */
@@ -57,8 +61,36 @@ pid_t env_spawn(char *const argv[], const char *log);
 int env_spawn_redis(struct redisproc *r, const char *dir, const char *sock, const char *log);
 /* SIGTERM, then SIGKILL if it lingers; its status code (as agent_exit). */
 int env_stop_child(pid_t *pid);
+/* The same for n children at once: SIGTERM to each, SIGKILL to those still
+ * running after the deadline; reaps them all and zeroes pids[]. status (may
+ * be NULL) gets each one's status code, -1 where there was no child. */
+void env_stop_children(pid_t *pids, int n, int *status);
 /* Has the child exited already? Reaps it if so (and zeroes *pid). */
 bool env_child_dead(pid_t *pid);
+
+/* ---- agents coming up (env.c) ---- */
+
+/* One try-once acquire of "bench-probe" and its release, on a fresh
+ * connection to the agent at sock: 0, or the error. */
+int agent_probe(const char *sock, uint32_t ttl_ms);
+
+/* An agent just spawned, to wait for. */
+struct agent_start {
+    const char *what; /* for messages: "dlockd on 3 node(s)" */
+    const char *sock, *log;
+    pid_t *pid;
+    uint64_t started; /* when it was spawned (now_ns) */
+    /* Out. */
+    bool ready;
+    double ready_ms;  /* from its start until a probe succeeded */
+    int before_ready; /* the last error a probe gave before that (0: none) */
+};
+
+/* Probes every agent (agent_probe, every 10 ms) until each has granted a
+ * lock, each within deadline_ms of its start. 0, or -1 after printing why and
+ * the end of the agent's log: it exited, its deadline passed, or a probe gave
+ * an error that no agent gives while it comes up. */
+int agents_wait_ready(struct agent_start *a, int n, uint32_t ttl_ms, int deadline_ms);
 
 /* ---- /proc (env.c) ---- */
 
@@ -123,6 +155,15 @@ long long redis_count_keys(struct plain *p, const char *pattern);
 long long redis_evalsha_calls(struct plain *p);
 long long redis_pttl(struct plain *p, const char *name);
 int redis_version(struct plain *p, char *buf, size_t len);
+/* The text of one INFO of the sections named ("cpu stats commandstats"),
+ * to free(); NULL on failure. */
+char *redis_info(struct plain *p, const char *sections);
+/* A field of such a text, as a string: 0, or -1 when it is missing. */
+int info_value(const char *info, const char *field, char *buf, size_t len);
+/* Subscribers of a Pub/Sub channel (PUBSUB NUMSUB): -1 on failure. */
+long long redis_numsub(struct plain *p, const char *channel);
+/* CONFIG GET maxclients: -1 on failure. */
+long long redis_maxclients(struct plain *p);
 
 /* ---- acquire+release pairs (pairs.c) ---- */
 
@@ -255,5 +296,52 @@ struct check_result {
 
 /* One held lease; `calls` per timed loop, `round_trips` of each kind. */
 int run_check(struct env *e, long calls, long round_trips, struct check_result *out);
+
+/* ---- many agents on one Redis (fleet.c) ---- */
+
+#define FLEET_MAX_COUNTS 8    /* agent counts of one run (-F) */
+#define FLEET_MAX_AGENTS 1000 /* agents of one count */
+
+/* One row: N agents, 1 client on agent 0 doing pairs; with a waiter or not. */
+struct fleet_row {
+    int agents;
+    bool waiter; /* a client of the last agent waited for another name meanwhile */
+    struct summary s;
+    long errors;
+    int first_error;
+    double redis_cpu_us;   /* Redis' CPU (used_cpu_user + used_cpu_sys) per pair */
+    double commands;       /* Redis commands per pair (total_commands_processed) */
+    double publishes;      /* PUBLISH calls per pair (commandstats: from scripts too) */
+    long long subscribers; /* of the release channel, before and after; -1 if it changed */
+    double agents_cpu_us;  /* all the agents' CPU per pair (/proc clock ticks) */
+    double others_pct;     /* other processes' CPU, % of a core; -1: under 1 s */
+    /* Waiter rows only. */
+    bool waited; /* the waiter was still waiting when the pairs were done */
+    int granted; /* its acquire once the holder released: 0, an error; 1 not tried */
+};
+
+struct fleet_count {
+    int agents;
+    double ready_ms; /* from the first spawn until every agent had granted a lock */
+    double wall_s;   /* of the whole count, start to stop */
+    int log_lines;   /* of all its agents (level warn and up) */
+    int bad_exits;   /* agents whose status after SIGTERM was not 0 */
+    int first_bad_exit;
+    struct fleet_row row[2]; /* without, with the waiter */
+};
+
+struct fleet_result {
+    long pairs;  /* timed pairs per row */
+    int ncounts; /* counts done */
+    struct fleet_count count[FLEET_MAX_COUNTS];
+};
+
+/* For each agent count: starts that many agents on the run's Redis (whose
+ * own agent must be stopped: it would listen on the channel too), waits
+ * until each is usable, times `pairs` pairs per row, and stops them. 0, or
+ * -1 after printing why; out->ncounts says how many counts completed. */
+int run_fleet(struct env *e, const int *counts, int ncounts, long pairs, struct fleet_result *out);
+/* SIGKILLs the part's agents and unlinks their files: async-signal-safe. */
+void fleet_kill(void);
 
 #endif

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,6 +25,7 @@
 
 #define START_MS 10000 /* how long each child may take to answer */
 #define STOP_MS  5000  /* how long each child may take to exit on SIGTERM */
+#define LOG_TAIL 20    /* log lines printed when a child fails */
 
 /* ---- time ---- */
 
@@ -50,6 +53,12 @@ double ns_to_s(uint64_t ns)
 pid_t env_spawn(char *const argv[], const char *log)
 {
     pid_t parent = getpid();
+    /* The child inherits no descriptor but 0, 1 and 2 (a hiredis socket may
+     * lack close-on-exec): the highest to close, in case close_range fails. */
+    struct rlimit rl;
+    int max_fd = 4096;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 65536)
+        max_fd = (int)rl.rlim_cur;
     fflush(NULL);
     pid_t pid = fork();
     if (pid != 0)
@@ -65,6 +74,11 @@ pid_t env_spawn(char *const argv[], const char *log)
     dup2(in, 0);
     dup2(out, 1);
     dup2(out, 2);
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)
+#endif
+        for (int fd = 3; fd < max_fd; fd++)
+            close(fd);
     execvp(argv[0], argv);
     dprintf(2, "exec %s: %s\n", argv[0], strerror(errno));
     _exit(127);
@@ -79,32 +93,54 @@ static int status_code(int st)
     return -1;
 }
 
-/* Waits up to ms for pid to exit: its status code, or -1 if it did not. */
-static int wait_exit(pid_t pid, int ms)
+/* Reaps the children of pids (those > 0) as they exit, zeroing their pids,
+ * until none is left or ms have passed. */
+static void reap_until(pid_t *pids, int n, int *status, int ms)
 {
     uint64_t end = now_ns() + (uint64_t)ms * 1000000ull;
     for (;;) {
-        int st;
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid)
-            return status_code(st);
-        if (r < 0 || now_ns() > end)
-            return -1;
+        int left = 0;
+        for (int i = 0; i < n; i++) {
+            if (pids[i] <= 0)
+                continue;
+            int st;
+            pid_t r = waitpid(pids[i], &st, WNOHANG);
+            if (r == pids[i] || r < 0) {
+                if (status)
+                    status[i] = r == pids[i] ? status_code(st) : -1;
+                pids[i] = 0;
+            } else {
+                left++;
+            }
+        }
+        if (left == 0 || now_ns() > end)
+            return;
         sleep_ms(2);
     }
 }
 
+void env_stop_children(pid_t *pids, int n, int *status)
+{
+    for (int i = 0; i < n; i++) {
+        if (status)
+            status[i] = -1;
+        if (pids[i] > 0)
+            kill(pids[i], SIGTERM);
+    }
+    reap_until(pids, n, status, STOP_MS);
+    for (int i = 0; i < n; i++)
+        if (pids[i] > 0)
+            kill(pids[i], SIGKILL);
+    reap_until(pids, n, status, STOP_MS);
+    for (int i = 0; i < n; i++)
+        pids[i] = 0; /* even one that outlived SIGKILL: it is no longer ours to wait for */
+}
+
 int env_stop_child(pid_t *pid)
 {
-    if (*pid <= 0)
-        return -1;
-    kill(*pid, SIGTERM);
-    int st = wait_exit(*pid, STOP_MS);
-    if (st < 0) {
-        kill(*pid, SIGKILL);
-        st = wait_exit(*pid, STOP_MS);
-    }
-    *pid = 0;
+    int st = -1;
+    if (*pid > 0)
+        env_stop_children(pid, 1, &st);
     return st;
 }
 
@@ -202,21 +238,70 @@ static int start_redis(struct env *e)
     return 0;
 }
 
-/* Is the agent up and through to Redis? A try-once acquire answers EUNAVAIL
- * until its Redis connection is up. */
-static bool agent_ready(struct env *e, int *last)
+/* ---- agents coming up ---- */
+
+int agent_probe(const char *sock, uint32_t ttl_ms)
 {
     dlock_client *c;
-    *last = dlock_client_open(&c, e->agent_sock);
-    if (*last != 0)
-        return false;
-    dlock_acquire_options o = {.ttl_ms = BENCH_TTL_MS, .wait_ms = DLOCK_WAIT_NONE};
+    int rc = dlock_client_open(&c, sock);
+    if (rc != 0)
+        return rc;
+    dlock_acquire_options o = {.ttl_ms = ttl_ms, .wait_ms = DLOCK_WAIT_NONE};
     dlock_lease *l;
-    *last = dlock_lease_acquire(c, "bench-probe", &o, &l);
-    if (*last == 0)
-        *last = dlock_lease_release(l);
+    rc = dlock_lease_acquire(c, "bench-probe", &o, &l);
+    if (rc == 0)
+        rc = dlock_lease_release(l);
     dlock_client_close(c);
-    return *last == 0;
+    return rc;
+}
+
+/* What a probe may answer while the agent is still coming up: not listening
+ * yet, or not through to (a majority of) its Redis nodes yet. */
+static bool not_yet(int rc)
+{
+    return rc == DLOCK_ECONNECT || rc == DLOCK_EUNAVAIL || rc == DLOCK_ENOQUORUM ||
+           rc == DLOCK_EBUSY;
+}
+
+int agents_wait_ready(struct agent_start *a, int n, uint32_t ttl_ms, int deadline_ms)
+{
+    int left = n;
+    for (int i = 0; i < n; i++) {
+        a[i].ready = false;
+        a[i].ready_ms = 0;
+        a[i].before_ready = 0;
+    }
+    while (left > 0) {
+        for (int i = 0; i < n; i++) {
+            struct agent_start *s = &a[i];
+            if (s->ready)
+                continue;
+            if (env_child_dead(s->pid)) {
+                fprintf(stderr, "dlock-bench: %s exited at start\n", s->what);
+                env_print_log(s->log, LOG_TAIL);
+                return -1;
+            }
+            int rc = agent_probe(s->sock, ttl_ms);
+            if (rc == 0) {
+                s->ready = true;
+                s->ready_ms = (double)(now_ns() - s->started) / 1e6;
+                left--;
+                continue;
+            }
+            if (rc != DLOCK_ECONNECT)
+                s->before_ready = rc;
+            if (!not_yet(rc) || now_ns() - s->started > (uint64_t)deadline_ms * 1000000ull) {
+                fprintf(stderr,
+                        "dlock-bench: %s not usable within %d ms (last try-once acquire: %s)\n",
+                        s->what, deadline_ms, dlock_strerror(rc));
+                env_print_log(s->log, LOG_TAIL);
+                return -1;
+            }
+        }
+        if (left > 0)
+            sleep_ms(10);
+    }
+    return 0;
 }
 
 static int start_agent(struct env *e)
@@ -224,28 +309,18 @@ static int start_agent(struct env *e)
     char redis_addr[BENCH_PATH + 8];
     snprintf(redis_addr, sizeof redis_addr, "unix:%s", e->redis_sock);
     char *argv[] = {DLOCKD_PATH, "-s", e->agent_sock, "-r", redis_addr, "-c", e->conf, NULL};
+    struct agent_start s = {
+        .what = "dlockd (" DLOCKD_PATH ")", .sock = e->agent_sock, .log = e->agent_log};
+    s.started = now_ns();
     e->agent_pid = env_spawn(argv, e->agent_log);
     if (e->agent_pid < 0) {
         fprintf(stderr, "dlock-bench: fork: %s\n", strerror(errno));
         e->agent_pid = 0;
         return -1;
     }
-    uint64_t end = now_ns() + START_MS * 1000000ull;
-    int last = 0;
-    while (now_ns() < end) {
-        if (env_child_dead(&e->agent_pid)) {
-            fprintf(stderr, "dlock-bench: dlockd (%s) exited at start\n", DLOCKD_PATH);
-            env_print_log(e->agent_log, 20);
-            return -1;
-        }
-        if (agent_ready(e, &last))
-            return 0;
-        sleep_ms(10);
-    }
-    fprintf(stderr, "dlock-bench: dlockd not ready within %d ms (last: %s)\n", START_MS,
-            dlock_strerror(last));
-    env_print_log(e->agent_log, 20);
-    return -1;
+    s.pid = &e->agent_pid;
+    /* A try-once acquire answers EUNAVAIL until its Redis connection is up. */
+    return agents_wait_ready(&s, 1, BENCH_TTL_MS, START_MS);
 }
 
 int env_start(struct env *e)
@@ -289,11 +364,17 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
+void env_stop_agent(struct env *e)
+{
+    if (e->agent_pid > 0)
+        e->agent_exit = env_stop_child(&e->agent_pid);
+    e->agent_stopped = true;
+}
+
 void env_stop(struct env *e)
 {
     /* The agent first: on SIGTERM it releases its leases on Redis. */
-    if (e->agent_pid > 0)
-        e->agent_exit = env_stop_child(&e->agent_pid);
+    env_stop_agent(e);
     redisproc_stop(&e->redis, STOP_MS);
     if (e->dir[0] && e->keep)
         fprintf(stderr, "dlock-bench: kept %s\n", e->dir);
@@ -304,7 +385,7 @@ void env_stop(struct env *e)
 
 int env_check(struct env *e, const char **who)
 {
-    if (env_child_dead(&e->agent_pid)) {
+    if (!e->agent_stopped && env_child_dead(&e->agent_pid)) {
         *who = "dlockd";
         return -1;
     }

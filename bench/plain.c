@@ -205,27 +205,48 @@ long long redis_pttl(struct plain *p, const char *name)
     return int_reply(p, 2, argv);
 }
 
+#define INFO_SECTIONS 8 /* sections one redis_info() asks for, at most */
+
+char *redis_info(struct plain *p, const char *sections)
+{
+    const char *argv[1 + INFO_SECTIONS] = {"INFO"};
+    size_t lens[1 + INFO_SECTIONS] = {4};
+    int argc = 1;
+    for (const char *s = sections + strspn(sections, " "); *s && argc <= INFO_SECTIONS;
+         s += strspn(s, " ")) {
+        argv[argc] = s;
+        lens[argc] = strcspn(s, " ");
+        s += lens[argc++];
+    }
+    redisReply *r = command(p, argc, argv, lens);
+    char *text = NULL;
+    if (r && r->type == REDIS_REPLY_STRING)
+        text = strdup(r->str);
+    if (r)
+        freeReplyObject(r);
+    return text;
+}
+
+int info_value(const char *info, const char *field, char *buf, size_t len)
+{
+    char pat[96];
+    snprintf(pat, sizeof pat, "\n%s:", field);
+    const char *s = strstr(info, pat);
+    if (!s)
+        return -1;
+    s += strlen(pat);
+    size_t n = strcspn(s, "\r\n");
+    snprintf(buf, len, "%.*s", (int)n, s);
+    return 0;
+}
+
 /* The value of `field:` in an INFO section, copied to buf. */
 static int info_field(struct plain *p, const char *section, const char *field, char *buf,
                       size_t len)
 {
-    const char *argv[] = {"INFO", section};
-    size_t lens[] = {4, strlen(section)};
-    redisReply *r = command(p, 2, argv, lens);
-    int rc = -1;
-    if (r && r->type == REDIS_REPLY_STRING) {
-        char pat[64];
-        snprintf(pat, sizeof pat, "\n%s:", field);
-        const char *s = strstr(r->str, pat);
-        if (s) {
-            s += strlen(pat);
-            size_t n = strcspn(s, "\r\n");
-            snprintf(buf, len, "%.*s", (int)n, s);
-            rc = 0;
-        }
-    }
-    if (r)
-        freeReplyObject(r);
+    char *info = redis_info(p, section);
+    int rc = info ? info_value(info, field, buf, len) : -1;
+    free(info);
     return rc;
 }
 
@@ -243,4 +264,34 @@ long long redis_evalsha_calls(struct plain *p)
 int redis_version(struct plain *p, char *buf, size_t len)
 {
     return info_field(p, "server", "redis_version", buf, len);
+}
+
+long long redis_numsub(struct plain *p, const char *channel)
+{
+    const char *argv[] = {"PUBSUB", "NUMSUB", channel};
+    size_t lens[] = {6, 6, strlen(channel)};
+    redisReply *r = command(p, 3, argv, lens);
+    long long v = -1;
+    /* [channel, count] */
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER)
+        v = r->element[1]->integer;
+    if (r)
+        freeReplyObject(r);
+    return v;
+}
+
+long long redis_maxclients(struct plain *p)
+{
+    const char *argv[] = {"CONFIG", "GET", "maxclients"};
+    size_t lens[] = {6, 3, 10};
+    redisReply *r = command(p, 3, argv, lens);
+    long long v = -1;
+    /* [name, value] (RESP2) */
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_STRING)
+        v = strtoll(r->element[1]->str, NULL, 10);
+    if (r)
+        freeReplyObject(r);
+    return v;
 }

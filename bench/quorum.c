@@ -37,7 +37,6 @@ struct agent {
     char sock[BENCH_PATH], conf[BENCH_PATH], log[BENCH_PATH];
     pid_t pid;
     uint64_t started; /* when it was spawned */
-    bool ready;
 };
 
 /* File scope, so that quorum_kill() can reach them from a signal handler. */
@@ -154,71 +153,25 @@ static int start_agent(struct agent *a)
     return 0;
 }
 
-/* One try-once acquire and its release, on a fresh connection. */
-static int probe(const struct agent *a)
-{
-    dlock_client *c;
-    int rc = dlock_client_open(&c, a->sock);
-    if (rc != 0)
-        return rc;
-    dlock_acquire_options o = {.ttl_ms = QUORUM_TTL_MS, .wait_ms = DLOCK_WAIT_NONE};
-    dlock_lease *l;
-    rc = dlock_lease_acquire(c, "bench-probe", &o, &l);
-    if (rc == 0)
-        rc = dlock_lease_release(l);
-    dlock_client_close(c);
-    return rc;
-}
-
-/* What a probe may answer while the agent is still coming up. */
-static bool not_yet(int rc)
-{
-    return rc == DLOCK_ECONNECT || rc == DLOCK_EUNAVAIL || rc == DLOCK_ENOQUORUM ||
-           rc == DLOCK_EBUSY;
-}
-
 /* Starts every agent, then probes them all until each has granted a lock. */
 static int start_agents(struct quorum_result *out)
 {
-    for (int i = 0; i < QUORUM_CONFIGS; i++)
-        if (start_agent(&agents[i]) != 0)
+    struct agent_start w[QUORUM_CONFIGS];
+    char what[QUORUM_CONFIGS][32];
+    for (int i = 0; i < QUORUM_CONFIGS; i++) {
+        struct agent *a = &agents[i];
+        if (start_agent(a) != 0)
             return -1;
-    int left = QUORUM_CONFIGS;
-    int last[QUORUM_CONFIGS] = {0};
-    while (left > 0) {
-        for (int i = 0; i < QUORUM_CONFIGS; i++) {
-            struct agent *a = &agents[i];
-            struct quorum_row *r = &out->row[i + 1];
-            if (a->ready)
-                continue;
-            if (env_child_dead(&a->pid)) {
-                fprintf(stderr, "dlock-bench: dlockd on %d node(s) exited at start\n", a->nodes);
-                env_print_log(a->log, LOG_TAIL);
-                return -1;
-            }
-            int rc = probe(a);
-            if (rc == 0) {
-                a->ready = true;
-                r->ready_ms = (double)(now_ns() - a->started) / 1e6;
-                r->before_ready = last[i];
-                left--;
-                continue;
-            }
-            if (rc != DLOCK_ECONNECT)
-                last[i] = rc;
-            if (!not_yet(rc) || now_ns() - a->started > READY_MS * 1000000ull) {
-                fprintf(stderr,
-                        "dlock-bench: dlockd on %d node(s) not usable within %d ms "
-                        "(last try-once acquire: %s)\n",
-                        a->nodes, READY_MS, dlock_strerror(rc));
-                env_print_log(a->log, LOG_TAIL);
-                return -1;
-            }
-        }
-        if (left > 0)
-            sleep_ms(10);
+        snprintf(what[i], sizeof what[i], "dlockd on %d node(s)", a->nodes);
+        w[i] = (struct agent_start){
+            .what = what[i], .sock = a->sock, .log = a->log, .pid = &a->pid, .started = a->started};
     }
-    return 0;
+    int rc = agents_wait_ready(w, QUORUM_CONFIGS, QUORUM_TTL_MS, READY_MS);
+    for (int i = 0; i < QUORUM_CONFIGS; i++) {
+        out->row[i + 1].ready_ms = w[i].ready_ms;
+        out->row[i + 1].before_ready = w[i].before_ready;
+    }
+    return rc;
 }
 
 /* The agents first: on SIGTERM each releases its leases on its nodes. */
