@@ -431,16 +431,18 @@ ITEST(dlockctl, a_stopped_agent_is_not_a_taken_lock)
     h_start(NULL);
     struct h_cl *a = h_client();
     dlock_lease *held = h_must_acquire(a, "wedged", 30000);
-    char marker[300], pidtext[32];
+    char marker[300];
     snprintf(marker, sizeof marker, "touch %s", h_path("ran"));
     unlink(h_path("ctl.out"));
     const char *args[] = {"-s", H.agent[0].sock, "run", "-w", "3", "wedged", "--", "sh",
                           "-c", marker,          NULL};
     pid_t pid = h_ctl_spawn(args);
-    /* Stopped once dlockctl is connected, well before its 3 s wait is
-     * answered. */
-    snprintf(pidtext, sizeof pidtext, "client pid %d uid", (int)pid);
-    H_WAIT_UNTIL(10000, strstr(h_read_file(H.agent[0].log), pidtext));
+    /* Stopped once dlockctl's acquire is queued behind the held lease (the
+     * lease shows one waiter), well before its 3 s wait is answered: not
+     * merely connected, when the handshake would be what goes unanswered. */
+    const char *ls;
+    H_WAIT_UNTIL(10000,
+                 (ls = h_status_ask(0, "leases-json wedged\n")) && strstr(ls, "\"waiters\":1"));
     h_agent_pause(0);
     int st = h_wait_child(pid, 30000);
     h_agent_resume(0);
