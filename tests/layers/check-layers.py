@@ -8,7 +8,9 @@
 3. With a core library given, its undefined symbols name no event loop,
    Redis client, socket or clock: the core is pure.
 
-Usage: check-layers.py AGENT_DIR [LIBDLOCKD_CORE.a]"""
+Usage: check-layers.py AGENT_DIR [LIBDLOCKD_CORE.a]
+       check-layers.py --self-test   (the checks find what they must, on a
+                                      small tree made for the purpose)"""
 import os
 import re
 import subprocess
@@ -21,15 +23,15 @@ LAYERS = {"base": 0, "core": 1, "backend": 2, "front": 2, "shell": 3}
 OUTSIDE = {"wire.h", "shm.h", "dlock.h"}
 SHELL_ONLY = {"redisproc.h"}
 FORBIDDEN = re.compile(
-    r"^(ev_\w+|redis\w+|socket|connect|bind|listen|accept4?|recv\w*|send\w*|"
+    r"^(ev_\w+|redis\w+|socket|connect|bind|listen|accept4?|recv|recvfrom|recvmsg|recvmmsg|"
+    r"send|sendto|sendmsg|sendmmsg|"
     r"clock_gettime|gettimeofday|time|getrandom|timerfd_\w+|epoll_\w+|poll|select|"
     r"sd_\w+|fork|exec\w*|"
     # base's own clock and randomness: the core gets time and random bits passed in
     r"now_ns|realtime_us|random_u64|random_unit|random_bytes)$"
 )
 
-def main():
-    root = sys.argv[1]
+def check(root, lib=None):
     errors = []
     where = {}  # header basename -> layer
     files = []
@@ -89,17 +91,56 @@ def main():
     for v in list(edges):
         if v not in index:
             strong(v)
-    if len(sys.argv) > 2:
-        out = subprocess.run(["nm", "-u", sys.argv[2]], capture_output=True, text=True, check=True)
+    if lib:
+        out = subprocess.run(["nm", "-u", lib], capture_output=True, text=True, check=True)
         for line in out.stdout.splitlines():
             parts = line.split()
             if len(parts) == 2 and parts[0] == "U" and FORBIDDEN.match(parts[1]):
                 errors.append(f"the core library uses {parts[1]}: the core does no I/O and reads no clock")
+    return errors, len(files), sum(len(v) for v in edges.values())
+
+
+def self_test():
+    """A tree with one include pointing up and one cycle inside a layer, and
+    a clean one: the first must give exactly those two errors."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        for layer in LAYERS:
+            os.mkdir(os.path.join(d, layer))
+        def put(path, text):
+            with open(os.path.join(d, path), "w") as f:
+                f.write(text)
+        put("base/a.h", "")
+        put("core/b.h", '#include "a.h"\n')
+        put("front/c.h", '#include "b.h"\n')
+        put("shell/e.c", '#include "c.h"\n')
+        clean, _, _ = check(d)
+        put("core/f.c", '#include "b.h"\n#include "c.h"\n')  # core includes front
+        put("front/d.h", '#include "c.h"\n')
+        put("front/c.c", '#include "d.h"\n')                 # c <-> d
+        dirty, _, _ = check(d)
+    up = [e for e in dirty if "includes point down" in e and "core/f.c" in e]
+    cyc = [e for e in dirty if e == "include cycle: c <-> d"]
+    symbols = all(FORBIDDEN.match(n) for n in ("ev_run", "redisAsyncCommand", "socket",
+                                               "clock_gettime", "now_ns", "random_bytes"))
+    symbols = symbols and not any(FORBIDDEN.match(n) for n in ("table_init", "theap_set",
+                                                                "eventually", "sendable"))
+    ok = not clean and len(dirty) == 2 and len(up) == 1 and len(cyc) == 1 and symbols
+    print("self-test:", "ok" if ok else
+          f"FAIL (clean tree: {clean}, broken tree: {dirty}, symbol patterns: {symbols})")
+    return 0 if ok else 1
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    errors, nfiles, nedges = check(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
     for e in errors:
         print(e)
-    print(f"{len(files)} files in {len(LAYERS)} layers, {sum(len(v) for v in edges.values())} "
-          f"include edges: {'FAIL' if errors else 'ok'}")
+    print(f"{nfiles} files in {len(LAYERS)} layers, {nedges} include edges: "
+          f"{'FAIL' if errors else 'ok'}")
     return 1 if errors else 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
