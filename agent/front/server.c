@@ -158,7 +158,8 @@ void conn_send_event(struct conn *c, const struct wire_event *m)
  * process_input once the frame at hand is done with. */
 static void conn_fail(struct conn *c, uint32_t id, int code, const char *msg)
 {
-    log_warn("client pid %d uid %d: %s; closing its connection", (int)c->cc.pid, (int)c->cc.uid, msg);
+    log_warn("client pid %d uid %d: %s; closing its connection", (int)c->cc.pid, (int)c->cc.uid,
+             msg);
     conn_send_error(c, id, code, msg);
     conn_flush(c);
     c->closing = true;

@@ -24,7 +24,7 @@ struct uid_use {
     uid_t uid;
     unsigned nconns;
     struct core_account acct; /* leases and waiters of its connections */
-    size_t out_bytes; /* output queued on all its connections */
+    size_t out_bytes;         /* output queued on all its connections */
 };
 
 struct conn {
@@ -36,7 +36,7 @@ struct conn {
     ev_io rio, wio;
     ev_timer handshake; /* closes a peer that does not say HELLO in time */
     struct wire_buf in, out;
-    size_t out_counted; /* the part of out.len counted in uu->out_bytes */
+    size_t out_counted;    /* the part of out.len counted in uu->out_bytes */
     struct core_client cc; /* the peer as the lock core knows it: pid, uid, comm, groups */
     gid_t gid;
     uint32_t gids[PEER_GROUPS_MAX]; /* gid and supplementary groups (cc.gids points here) */

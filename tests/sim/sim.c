@@ -31,7 +31,7 @@ const char *const fault_names[F_KINDS] = {
 };
 
 /* The checks and the faults that excuse them. */
-#define EXCUSE_MUTEX  (X_DATA_LOSS | X_UNDETECTED_LOSS | X_CLOCK_FORWARD | X_DRIFT)
+#define EXCUSE_MUTEX (X_DATA_LOSS | X_UNDETECTED_LOSS | X_CLOCK_FORWARD | X_DRIFT)
 /* Tokens follow the order of the acquires on Redis; grants follow it too
  * only while one lease at a time is valid, so whatever breaks mutual
  * exclusion may also deliver an earlier token after a later one. */
