@@ -52,9 +52,9 @@ void env_print_log(const char *path, int max_lines);
 /* Counts the lines of a log file (0 when missing). */
 int env_log_lines(const char *path);
 
-/* Other children of a run (the quorum part's). env_spawn forks and execs argv
- * with stdout and stderr going to log; the child dies with us, even if we are
- * killed with SIGKILL. */
+/* Other children of a run (the agents). env_spawn starts argv with stdout
+ * and stderr going to log (proc_spawn); the child dies with us, even if we
+ * are killed with SIGKILL. Its pid, or -1 after printing why. */
 pid_t env_spawn(char *const argv[], const char *log);
 /* Forks redis-server on a unix socket only, without persistence, as
  * env_start does, and does not wait for it: 0, or -1 after printing why. */

@@ -9,9 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,45 +49,11 @@ double ns_to_s(uint64_t ns)
 
 pid_t env_spawn(char *const argv[], const char *log)
 {
-    pid_t parent = getpid();
-    /* The child inherits no descriptor but 0, 1 and 2 (a hiredis socket may
-     * lack close-on-exec): the highest to close, in case close_range fails. */
-    struct rlimit rl;
-    int max_fd = 4096;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 65536)
-        max_fd = (int)rl.rlim_cur;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid != 0)
-        return pid;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-        _exit(127);
-    signal(SIGPIPE, SIG_DFL);
-    int in = open("/dev/null", O_RDONLY);
-    int out = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (in < 0 || out < 0)
-        _exit(126);
-    dup2(in, 0);
-    dup2(out, 1);
-    dup2(out, 2);
-#ifdef SYS_close_range
-    if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)
-#endif
-        for (int fd = 3; fd < max_fd; fd++)
-            close(fd);
-    execvp(argv[0], argv);
-    dprintf(2, "exec %s: %s\n", argv[0], strerror(errno));
-    _exit(127);
-}
-
-static int status_code(int st)
-{
-    if (WIFEXITED(st))
-        return WEXITSTATUS(st);
-    if (WIFSIGNALED(st))
-        return 128 + WTERMSIG(st);
-    return -1;
+    char err[512];
+    pid_t pid = proc_spawn(argv, log, NULL, err, sizeof err, NULL);
+    if (pid < 0)
+        fprintf(stderr, "dlock-bench: %s\n", err);
+    return pid;
 }
 
 /* Reaps the children of pids (those > 0) as they exit, zeroing their pids,
@@ -107,7 +70,7 @@ static void reap_until(pid_t *pids, int n, int *status, int ms)
             pid_t r = waitpid(pids[i], &st, WNOHANG);
             if (r == pids[i] || r < 0) {
                 if (status)
-                    status[i] = r == pids[i] ? status_code(st) : -1;
+                    status[i] = r == pids[i] ? proc_exit_code(st) : -1;
                 pids[i] = 0;
             } else {
                 left++;
@@ -314,7 +277,6 @@ static int start_agent(struct env *e)
     s.started = now_ns();
     e->agent_pid = env_spawn(argv, e->agent_log);
     if (e->agent_pid < 0) {
-        fprintf(stderr, "dlock-bench: fork: %s\n", strerror(errno));
         e->agent_pid = 0;
         return -1;
     }

@@ -86,7 +86,6 @@ static int start_agents(const struct env *e, int n, struct fleet_count *out)
                                     .started = now_ns()};
         pids[i] = env_spawn(argv, logs[i]);
         if (pids[i] < 0) {
-            fprintf(stderr, "dlock-bench: fork: %s\n", strerror(errno));
             pids[i] = 0;
             return -1;
         }

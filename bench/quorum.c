@@ -146,7 +146,6 @@ static int start_agent(struct agent *a)
     a->started = now_ns();
     a->pid = env_spawn(argv, a->log);
     if (a->pid < 0) {
-        fprintf(stderr, "dlock-bench: fork: %s\n", strerror(errno));
         a->pid = 0;
         return -1;
     }

@@ -48,7 +48,7 @@ static void fail(struct redisproc *r, const char *fmt, ...)
     va_end(ap);
 }
 
-static int status_code(int wstatus)
+int proc_exit_code(int wstatus)
 {
     if (WIFEXITED(wstatus))
         return WEXITSTATUS(wstatus);
@@ -186,6 +186,63 @@ static void child(char *const argv[], const char *log, const char *dir, int err_
     _exit(127);
 }
 
+pid_t proc_spawn(char *const argv[], const char *log, const char *dir, char *err, size_t errlen,
+                 int *status)
+{
+    const char *prog = argv[0];
+    if (status)
+        *status = -1;
+    struct rlimit rl;
+    int max_fd = 4096;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 65536)
+        max_fd = (int)rl.rlim_cur;
+    int pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "cannot start %s: pipe: %s", prog, strerror(errno));
+        return -1;
+    }
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(pipefd[0]);
+        close(pipefd[1]);
+        snprintf(err, errlen, "cannot start %s: fork: %s", prog, strerror(e));
+        return -1;
+    }
+    if (pid == 0) {
+        close(pipefd[0]);
+        child(argv, log, dir, pipefd[1], parent, max_fd);
+    }
+    close(pipefd[1]);
+    /* EOF: exec succeeded (the pipe closed with it); two ints: it failed. */
+    int e[2] = {0, 0};
+    ssize_t got;
+    while ((got = read(pipefd[0], e, sizeof e)) < 0 && errno == EINTR)
+        ;
+    close(pipefd[0]);
+    if (got != (ssize_t)sizeof e)
+        return pid;
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (status)
+        *status = proc_exit_code(st);
+    const char *why = strerror(e[1]);
+    if (e[0] == STAGE_EXEC && e[1] == ENOENT && !strchr(prog, '/'))
+        snprintf(err, errlen, "cannot run %s: %s (is it on PATH?)", prog, why);
+    else if (e[0] == STAGE_EXEC)
+        snprintf(err, errlen, "cannot run %s: %s", prog, why);
+    else if (e[0] == STAGE_LOG)
+        snprintf(err, errlen, "cannot start %s: log file %s: %s", prog, log, why);
+    else if (e[0] == STAGE_DIR)
+        snprintf(err, errlen, "cannot start %s: directory %s: %s", prog, dir, why);
+    else
+        snprintf(err, errlen, "cannot start %s: /dev/null: %s", prog, why);
+    return -1;
+}
+
 int redisproc_spawn(struct redisproc *r, const struct redisproc_opts *o)
 {
     memset(r, 0, sizeof *r);
@@ -253,54 +310,9 @@ int redisproc_spawn(struct redisproc *r, const struct redisproc_opts *o)
     }
     argv[n] = NULL;
 
-    struct rlimit rl;
-    int max_fd = 4096;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 65536)
-        max_fd = (int)rl.rlim_cur;
-    int pipefd[2];
-    if (pipe2(pipefd, O_CLOEXEC) != 0) {
-        fail(r, "cannot start %s: pipe: %s", prog, strerror(errno));
+    pid_t pid = proc_spawn((char *const *)argv, o->log, o->dir, r->err, sizeof r->err, &r->status);
+    if (pid < 0)
         return -1;
-    }
-    pid_t parent = getpid();
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close(pipefd[0]);
-        close(pipefd[1]);
-        fail(r, "cannot start %s: fork: %s", prog, strerror(e));
-        return -1;
-    }
-    if (pid == 0) {
-        close(pipefd[0]);
-        child((char *const *)argv, o->log, o->dir, pipefd[1], parent, max_fd);
-    }
-    close(pipefd[1]);
-    /* EOF: exec succeeded (the pipe closed with it); two ints: it failed. */
-    int e[2] = {0, 0};
-    ssize_t got;
-    while ((got = read(pipefd[0], e, sizeof e)) < 0 && errno == EINTR)
-        ;
-    close(pipefd[0]);
-    if (got == (ssize_t)sizeof e) {
-        int st;
-        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-            ;
-        r->status = status_code(st);
-        const char *err = strerror(e[1]);
-        if (e[0] == STAGE_EXEC && e[1] == ENOENT && !strchr(prog, '/'))
-            fail(r, "cannot run %s: %s (is it on PATH?)", prog, err);
-        else if (e[0] == STAGE_EXEC)
-            fail(r, "cannot run %s: %s", prog, err);
-        else if (e[0] == STAGE_LOG)
-            fail(r, "cannot start %s: log file %s: %s", prog, o->log, err);
-        else if (e[0] == STAGE_DIR)
-            fail(r, "cannot start %s: directory %s: %s", prog, o->dir, err);
-        else
-            fail(r, "cannot start %s: /dev/null: %s", prog, err);
-        return -1;
-    }
     r->pid = pid;
     return 0;
 }
@@ -331,7 +343,7 @@ bool redisproc_alive(struct redisproc *r)
     pid_t w = waitpid(r->pid, &st, WNOHANG);
     if (w == 0)
         return true;
-    r->status = w == r->pid ? status_code(st) : -1;
+    r->status = w == r->pid ? proc_exit_code(st) : -1;
     r->pid = 0;
     r->paused = false;
     return false;
@@ -339,7 +351,7 @@ bool redisproc_alive(struct redisproc *r)
 
 void redisproc_reaped(struct redisproc *r, int wstatus)
 {
-    r->status = status_code(wstatus);
+    r->status = proc_exit_code(wstatus);
     r->pid = 0;
     r->paused = false;
 }
@@ -403,7 +415,7 @@ static int reap_within(struct redisproc *r, int ms)
         int st;
         pid_t w = waitpid(r->pid, &st, WNOHANG);
         if (w == r->pid || (w < 0 && errno != EINTR)) {
-            r->status = w == r->pid ? status_code(st) : -1; /* ECHILD: reaped elsewhere */
+            r->status = w == r->pid ? proc_exit_code(st) : -1; /* ECHILD: reaped elsewhere */
             r->pid = 0;
             r->paused = false;
             return 1;
@@ -434,7 +446,7 @@ void redisproc_kill(struct redisproc *r)
     pid_t w;
     while ((w = waitpid(r->pid, &st, 0)) < 0 && errno == EINTR)
         ;
-    r->status = w == r->pid ? status_code(st) : -1;
+    r->status = w == r->pid ? proc_exit_code(st) : -1;
     r->pid = 0;
     r->paused = false;
 }

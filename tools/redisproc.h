@@ -21,6 +21,17 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+/* The process launcher under it, for other programs too (the benchmark's
+ * agents): starts argv[0] (looked up on PATH) as a child that dies with the
+ * calling thread, with stdin on /dev/null, stdout and stderr appended to log
+ * (NULL: /dev/null), in dir (NULL: here), with default signal dispositions
+ * and no other descriptor. Returns its pid once it has exec'd, or -1 with why
+ * in err (and, when it had started, *status its exit code; else -1). */
+pid_t proc_spawn(char *const argv[], const char *log, const char *dir, char *err, size_t errlen,
+                 int *status);
+/* A wait status as one code: the exit status, 128 + the signal, or -1. */
+int proc_exit_code(int wstatus);
+
 struct redisproc_opts {
     const char *program;     /* NULL: "redis-server", looked up on PATH */
     const char *unix_socket; /* the server's unix socket, or NULL for none */
