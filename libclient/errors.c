@@ -32,6 +32,7 @@ static const char *const error_messages[] = {
     "the agent's policy does not allow this lock name for this user",          /* DLOCK_EDENIED */
     "the dlock agent did not answer in time (stopped or wedged?)",             /* DLOCK_ENOANSWER */
     "this client already holds this lock (locks are not re-entrant)",          /* DLOCK_EHELD */
+    "Redis failed over: the lease is in doubt until its key is confirmed",     /* DLOCK_EFAILOVER */
 };
 
 _Static_assert(sizeof(error_messages) / sizeof(error_messages[0]) == 1 - DLOCK_ERRNO_MIN,

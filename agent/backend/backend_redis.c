@@ -108,6 +108,7 @@ struct rb {
     size_t prefix_len;
     char channel[160];
     bool closing;
+    bool sharded; /* Redis Cluster: sharded pub/sub */
     bool subscribed;
     int last_error;
     char last_error_text[160];
@@ -663,6 +664,14 @@ struct backend *backend_redis_new(struct ev_loop *loop, const struct config *cfg
                                   const struct redis_addr *addr,
                                   const struct backend_events *events)
 {
+    return backend_redis_new_opts(loop, cfg, addr, NULL, events);
+}
+
+struct backend *backend_redis_new_opts(struct ev_loop *loop, const struct config *cfg,
+                                       const struct redis_addr *addr,
+                                       const struct redis_node_opts *opts,
+                                       const struct backend_events *events)
+{
     struct rb *b = calloc(1, sizeof *b);
     if (!b)
         return NULL;
@@ -671,7 +680,10 @@ struct backend *backend_redis_new(struct ev_loop *loop, const struct config *cfg
     b->cfg = cfg;
     b->addr = addr;
     b->ev = *events;
-    if (cfg->mode == REDIS_MODE_QUORUM) {
+    b->sharded = opts && opts->sharded;
+    if (opts && opts->label) {
+        snprintf(b->label, sizeof b->label, "%s", opts->label);
+    } else if (cfg->mode == REDIS_MODE_QUORUM) {
         char a[300];
         snprintf(b->label, sizeof b->label, "redis %s", config_addr_str(addr, a, sizeof a));
     } else {

@@ -8,10 +8,21 @@
 #include "backend.h"
 #include "config.h"
 
+/* How a node is used, when it is one of several (cluster, sentinel). */
+struct redis_node_opts {
+    const char *label; /* for logs: "redis ADDR", "master ADDR"; copied; NULL: by mode */
+    bool sharded;      /* Redis Cluster: sharded pub/sub (SSUBSCRIBE, SPUBLISH) */
+};
+
 /* Creates the backend for the node at addr and starts connecting; never
- * fails but for memory. */
+ * fails but for memory. addr must outlive it. */
 struct backend *backend_redis_new(struct ev_loop *loop, const struct config *cfg,
                                   const struct redis_addr *addr,
                                   const struct backend_events *events);
+/* The same, used as opts says. */
+struct backend *backend_redis_new_opts(struct ev_loop *loop, const struct config *cfg,
+                                       const struct redis_addr *addr,
+                                       const struct redis_node_opts *opts,
+                                       const struct backend_events *events);
 
 #endif

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* backends.c -- the store of each Redis mode, made in one place: a single
- * node, or the quorum of core/backend_quorum.c over single nodes, with its
- * timer on the loop and the agent's clocks. */
+ * node, the quorum of core/backend_quorum.c over single nodes (with its
+ * timer on the loop and the agent's clocks), Redis Cluster, or the master
+ * that Sentinel names. */
 #include "backends.h"
 
 #include <stdlib.h>
 
+#include "backend_cluster.h"
 #include "backend_quorum.h"
 #include "backend_redis.h"
+#include "backend_sentinel.h"
 #include "util.h"
 
 /* What the quorum backend needs from the loop: its timer, the clocks, and
@@ -92,6 +95,10 @@ struct backend *backend_new(struct ev_loop *loop, const struct config *cfg,
     switch (cfg->mode) {
     case REDIS_MODE_QUORUM:
         return quorum_new(loop, cfg, ev);
+    case REDIS_MODE_CLUSTER:
+        return backend_cluster_new(loop, cfg, ev);
+    case REDIS_MODE_SENTINEL:
+        return backend_sentinel_new(loop, cfg, ev);
     case REDIS_MODE_SINGLE:
         break;
     }

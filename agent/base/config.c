@@ -50,6 +50,8 @@ void config_defaults(struct config *c)
     c->reconnect_min_ms = 50;
     c->reconnect_max_ms = 2000;
     c->node_timeout_ms = 20;
+    c->wait_timeout_ms = 100;
+    c->topology_refresh_ms = 2000;
 }
 
 int config_parse_addr(const char *text, struct redis_addr *out)
@@ -188,6 +190,9 @@ static const struct u32_key u32_keys[] = {
     U32KEY("redis", reconnect_min_ms),
     U32KEY("redis", reconnect_max_ms),
     U32KEY("redis", node_timeout_ms),
+    U32KEY("redis", wait_replicas),
+    U32KEY("redis", wait_timeout_ms),
+    U32KEY("redis", topology_refresh_ms),
     {"policy", "max_leases_per_uid", offsetof(struct config, policy.max_leases_per_uid)},
     {"policy", "max_waiters_per_uid", offsetof(struct config, policy.max_waiters_per_uid)},
     {"policy", "max_connections_per_uid", offsetof(struct config, policy.max_connections_per_uid)},
@@ -395,6 +400,16 @@ static int set_special(struct config *c, const char *section, const char *key, c
         return copy_str(c->redis_user, sizeof c->redis_user, v);
     if (redis && strcmp(key, "password") == 0)
         return copy_str(c->redis_password, sizeof c->redis_password, v);
+    if (redis && strcmp(key, "sentinel_master") == 0)
+        return v[0] && !strpbrk(v, " \t\r\n")
+                   ? copy_str(c->sentinel_master, sizeof c->sentinel_master, v)
+                   : -1;
+    if (redis && strcmp(key, "sentinel_user") == 0)
+        return copy_str(c->sentinel_user, sizeof c->sentinel_user, v);
+    if (redis && strcmp(key, "sentinel_password") == 0)
+        return copy_str(c->sentinel_password, sizeof c->sentinel_password, v);
+    if (redis && strcmp(key, "mode") == 0)
+        return config_parse_mode(v, &c->mode_setting);
     if (redis && strcmp(key, "database") == 0) {
         uint32_t db;
         if (parse_u32(v, &db, 10) || db > 1000000)
@@ -411,6 +426,10 @@ static const char *special_range(const char *key)
 {
     if (strcmp(key, "database") == 0)
         return " (must be between 0 and 1000000)";
+    if (strcmp(key, "mode") == 0)
+        return " (auto, single, quorum, cluster or sentinel)";
+    if (strcmp(key, "sentinel_master") == 0)
+        return " (a master name, without blanks)";
     if (strcmp(key, "socket_mode") == 0 || strcmp(key, "status_socket_mode") == 0)
         return " (an octal mode between 0 and 0777)";
     if (strcmp(key, "renew_fraction") == 0)
@@ -603,6 +622,9 @@ static const struct u32_range u32_ranges[] = {
     RANGE("redis", reconnect_min_ms, 10, 60000, NULL, NULL),
     RANGE("redis", reconnect_max_ms, 10, 60000, NULL, NULL),
     RANGE("redis", node_timeout_ms, 1, 60000, NULL, NULL),
+    RANGE("redis", wait_replicas, 0, 64, "no WAIT", NULL),
+    RANGE("redis", wait_timeout_ms, 1, 60000, NULL, NULL),
+    RANGE("redis", topology_refresh_ms, 100, 600000, NULL, NULL),
     POLICY_RANGE(max_leases_per_uid, 100000000),
     POLICY_RANGE(max_waiters_per_uid, 100000000),
     POLICY_RANGE(max_connections_per_uid, 65536),
@@ -674,6 +696,10 @@ static int check_relations(const struct config *c, char *err, size_t errlen)
     if (c->reconnect_min_ms > c->reconnect_max_ms)
         return above("redis", "reconnect_min_ms", c->reconnect_min_ms, "reconnect_max_ms",
                      c->reconnect_max_ms, "", err, errlen);
+    if (c->wait_replicas && c->wait_timeout_ms >= c->command_timeout_ms)
+        return above("redis", "wait_timeout_ms", c->wait_timeout_ms, "command_timeout_ms",
+                     c->command_timeout_ms - 1,
+                     " (a WAIT that outlasts it would take Redis for a dead one)", err, errlen);
     if (c->mode == REDIS_MODE_QUORUM && c->node_timeout_ms >= c->min_ttl_ms) {
         snprintf(err, errlen,
                  "[redis] node_timeout_ms = %u: must be between 1 and %u in quorum mode (below "
@@ -684,14 +710,41 @@ static int check_relations(const struct config *c, char *err, size_t errlen)
     return 0;
 }
 
-/* The one place the Redis mode is chosen, from the [redis] settings: one
- * node is single-node mode, an odd number from 3 to 9 quorum mode. NULL, or
- * why the settings make no mode (c->mode is then single). */
+int config_parse_mode(const char *text, enum redis_mode_setting *out)
+{
+    static const char *const names[] = {"auto", "single", "quorum", "cluster", "sentinel"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(text, names[i]) == 0) {
+            *out = (enum redis_mode_setting)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* The one place the Redis mode is chosen, from the [redis] settings: with
+ * mode = auto, one node is single-node mode, an odd number from 3 to 9
+ * quorum mode; cluster and sentinel are asked for by name. NULL, or why the
+ * settings make no mode (c->mode is then single). */
 static const char *choose_mode(struct config *c)
 {
     c->mode = REDIS_MODE_SINGLE;
-    if (c->nnodes == 1)
-        return NULL;
+    switch (c->mode_setting) {
+    case REDIS_ASK_CLUSTER:
+        c->mode = REDIS_MODE_CLUSTER;
+        return c->redis_db ? "cluster mode has database 0 only" : NULL;
+    case REDIS_ASK_SENTINEL:
+        c->mode = REDIS_MODE_SENTINEL;
+        return c->sentinel_master[0] ? NULL : "sentinel mode needs [redis] sentinel_master";
+    case REDIS_ASK_SINGLE:
+        return c->nnodes == 1 ? NULL : "single mode takes one Redis address";
+    case REDIS_ASK_AUTO:
+        if (c->nnodes == 1)
+            return NULL;
+        break;
+    case REDIS_ASK_QUORUM:
+        break;
+    }
     if (c->nnodes < 3 || c->nnodes > CONFIG_MAX_NODES || c->nnodes % 2 == 0)
         return "quorum mode needs an odd number of Redis nodes, 3 to 9 (or one node)";
     c->mode = REDIS_MODE_QUORUM;
@@ -727,6 +780,10 @@ const char *config_mode_name(enum redis_mode mode)
     switch (mode) {
     case REDIS_MODE_QUORUM:
         return "quorum";
+    case REDIS_MODE_CLUSTER:
+        return "cluster";
+    case REDIS_MODE_SENTINEL:
+        return "sentinel";
     case REDIS_MODE_SINGLE:
         break;
     }

@@ -49,10 +49,21 @@ struct policy {
 
 /* How the agent uses Redis: chosen once, by config_validate(), from [redis]. */
 enum redis_mode {
-    REDIS_MODE_SINGLE, /* one node */
-    REDIS_MODE_QUORUM, /* a majority of 3, 5, 7 or 9 independent nodes (docs/quorum.md) */
+    REDIS_MODE_SINGLE,   /* one node */
+    REDIS_MODE_QUORUM,   /* a majority of 3, 5, 7 or 9 independent nodes (docs/quorum.md) */
+    REDIS_MODE_CLUSTER,  /* Redis Cluster, found through seed nodes (docs/cluster.md) */
+    REDIS_MODE_SENTINEL, /* the master that Sentinel names (docs/failover.md) */
 };
-/* The mode's name: "single", "quorum". */
+/* What [redis] mode asks for: auto (by the number of addresses: one is
+ * single, 3 to 9 quorum) or a mode by name. */
+enum redis_mode_setting {
+    REDIS_ASK_AUTO,
+    REDIS_ASK_SINGLE,
+    REDIS_ASK_QUORUM,
+    REDIS_ASK_CLUSTER,
+    REDIS_ASK_SENTINEL,
+};
+/* The mode's name: "single", "quorum", "cluster", "sentinel". */
 const char *config_mode_name(enum redis_mode mode);
 
 /* A Redis address: TCP host and port, or a unix socket path. */
@@ -91,7 +102,9 @@ struct config {
     uint32_t progress_limit_ms;
     int log_level;
     /* [redis] */
-    struct redis_addr nodes[CONFIG_MAX_NODES]; /* one: single-node mode; 3, 5, 7, 9: quorum */
+    /* One: single-node mode; 3, 5, 7, 9: quorum; cluster: seed nodes;
+     * sentinel: the sentinels. */
+    struct redis_addr nodes[CONFIG_MAX_NODES];
     unsigned nnodes;
     char redis_user[128];
     char redis_password[256];
@@ -101,7 +114,20 @@ struct config {
     uint32_t reconnect_min_ms;
     uint32_t reconnect_max_ms;
     uint32_t node_timeout_ms; /* quorum: how long an acquire waits for a node */
-    enum redis_mode mode;     /* set by config_validate(), from the settings above */
+    /* Acquires and renewals are followed by WAIT wait_replicas
+     * wait_timeout_ms: granted or extended only once that many replicas
+     * have the write (0: no WAIT). */
+    uint32_t wait_replicas;
+    uint32_t wait_timeout_ms;
+    /* Cluster: the slot map is read again this often (and on redirects);
+     * sentinel: the sentinels are asked for the master this often (and on
+     * +switch-master). */
+    uint32_t topology_refresh_ms;
+    char sentinel_master[128]; /* sentinel mode: the master's name at the sentinels */
+    char sentinel_user[128];   /* AUTH at the sentinels (empty: none) */
+    char sentinel_password[256];
+    enum redis_mode_setting mode_setting; /* [redis] mode */
+    enum redis_mode mode;                 /* set by config_validate(), from the settings above */
     /* [policy] */
     struct policy policy;
 };
@@ -128,6 +154,9 @@ int config_load_file(struct config *c, const char *path, char *err, size_t errle
 /* Sets one key of a section from its text value, as a file line would. */
 int config_set(struct config *c, const char *section, const char *key, const char *value, char *err,
                size_t errlen);
+
+/* Parses [redis] mode: auto, single, quorum, cluster, sentinel. 0 or -1. */
+int config_parse_mode(const char *text, enum redis_mode_setting *out);
 
 /* Parses "host:port", "[v6addr]:port" or "unix:/path". */
 int config_parse_addr(const char *text, struct redis_addr *out);

@@ -27,6 +27,7 @@ struct backend_req {
     bool notify;        /* release: publish a release notice for waiters */
     uint64_t floor;     /* acquire: the fencing token is at least this (0: the node's clock) */
     uint64_t fence;     /* fence: raise the slot's high-water mark to at least this */
+    bool asking;        /* Redis Cluster: send ASKING first (the answer to an ASK redirect) */
 };
 
 enum backend_outcome {
@@ -41,8 +42,14 @@ struct backend_result {
     uint64_t fence;               /* acquire DONE: the grant's fencing token */
     long long pttl_ms;            /* acquire TAKEN: the holder's remaining TTL, 0 unknown */
     uint64_t at;                  /* agent clock (CLOCK_BOOTTIME ns) of the answer */
+    /* With err from a Redis error reply: its text ("MOVED 42 10.0.0.2:6379",
+     * "TRYAGAIN ..."), valid during the callback only; else NULL. */
+    const char *error_text;
 };
 typedef void (*backend_cb)(void *arg, const struct backend_result *r);
+
+/* Which lock names a failover may have cost their keys. */
+typedef bool (*backend_affected_fn)(void *farg, const char *name, size_t len);
 
 /* What the backend tells its user without being asked. */
 struct backend_events {
@@ -54,6 +61,14 @@ struct backend_events {
     void (*on_subscribed)(void *arg);
     /* Commands can be sent again after the store was unreachable. */
     void (*on_ready)(void *arg);
+    /* The store failed over (a replica became the master; replication is
+     * asynchronous): the keys of the names for which affected(farg, ...) is
+     * true (every name when affected is NULL) may be gone. The backend
+     * answers every command sent before the failover with an error, never
+     * with the old master's word, so only renewals sent after this call can
+     * confirm a key. affected and farg are valid during the call only. May
+     * be NULL for stores that never fail over. */
+    void (*on_doubt)(void *arg, backend_affected_fn affected, void *farg);
 };
 
 /* The health of one Redis node, for operators. */
@@ -95,6 +110,12 @@ struct backend_ops {
     /* Raises the fencing mark of the key's slot to req->fence while the key
      * holds token (quorum mode writes the token back; may be NULL). */
     int (*fence)(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg);
+    /* Release notices for name are wanted (on) or no longer (off): the
+     * backend subscribes to the name's channel, and says it is subscribed
+     * with a notice for the name (a release may have come just before), and
+     * again after every resubscription. May be NULL: notices for every name
+     * arrive without asking. */
+    int (*watch)(struct backend *b, const char *name, size_t len, bool on);
     /* Reads the lock key and its holder record. */
     int (*lookup)(struct backend *b, const char *name, size_t len, backend_lookup_cb cb, void *arg);
     /* Writes what the operations of this loop turn queued (called once per

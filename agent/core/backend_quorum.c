@@ -637,10 +637,25 @@ static void q_destroy(struct backend *be)
     teardown((struct qb *)be, true);
 }
 
+/* Notices may come from any node: each is asked (a node keeps the names
+ * while its link is down, and subscribes when it is back). */
+static int q_watch(struct backend *be, const char *name, size_t len, bool on)
+{
+    struct qb *q = (struct qb *)be;
+    int rc = DLOCK_ENOMEM;
+    for (unsigned i = 0; i < q->n; i++) {
+        struct backend *nb = q->node[i].be;
+        if (nb->ops->watch && nb->ops->watch(nb, name, len, on) == 0)
+            rc = 0;
+    }
+    return rc;
+}
+
 static const struct backend_ops q_ops = {
     .acquire = q_acquire,
     .renew = q_renew,
     .release = q_release,
+    .watch = q_watch,
     .lookup = q_lookup,
     .flush = q_flush,
     .pending = q_pending,

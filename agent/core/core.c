@@ -292,10 +292,18 @@ static void lease_lose(struct core *k, struct lease *le, int reason, bool may_ow
     lock_settle(k, l, now);
 }
 
+/* The deadline the holder sees: while a failover leaves the lease in doubt,
+ * the moment the doubt began, which has passed: the lease is not valid. */
+static uint64_t lease_shown_deadline(const struct lease *le)
+{
+    return le->doubt_since && le->doubt_since < le->deadline ? le->doubt_since : le->deadline;
+}
+
 /* Shows the lease as it is now in the holder's lease page. */
 static void lease_publish(struct core *k, const struct lease *le)
 {
-    k->env.slot_write(k->env.arg, le->owner, le->slot, le->state, le->id, le->fence, le->deadline);
+    k->env.slot_write(k->env.arg, le->owner, le->slot, le->state, le->id, le->fence,
+                      lease_shown_deadline(le));
 }
 
 /* Sets the state of a live lease (HELD or JEOPARDY), shows it in the lease
@@ -304,8 +312,10 @@ static void lease_report(struct core *k, struct lease *le, uint8_t state, int re
 {
     le->state = state;
     lease_publish(k, le);
-    struct wire_event ev = {
-        .lease_id = le->id, .state = state, .reason = reason, .deadline_ns = le->deadline};
+    struct wire_event ev = {.lease_id = le->id,
+                            .state = state,
+                            .reason = reason,
+                            .deadline_ns = lease_shown_deadline(le)};
     k->env.event(k->env.arg, le->owner, &ev);
 }
 
@@ -359,13 +369,23 @@ static void on_renewed(void *arg, const struct backend_result *r)
     le->renew_sent = 0;
     if (r->err == 0)
         histo_add(&k->stats.renew, now - sent);
-    if (r->err == 0 && r->outcome == BACKEND_DONE) {
+    if (r->err == 0 && r->outcome == BACKEND_DONE && le->doubt_since && sent < le->doubt_since) {
+        /* Sent before the failover: it confirms nothing on the new master.
+         * (Backends answer such commands with an error; this is the core's
+         * own guard.) Ask again at once. */
+        timer_set(k, &le->timer, now);
+    } else if (r->err == 0 && r->outcome == BACKEND_DONE) {
+        if (le->doubt_since)
+            log_info("lease on %s confirmed after the failover", le->lock->name);
+        le->doubt_since = 0;
         k->stats.renewals++;
         le->renewals++;
         le->deadline = validity_end(PLANTED(CORE_BUG_RENEW_FROM_REPLY) ? now : sent, le->ttl_ms);
         lease_schedule(k, le, sent);
-        lease_publish(k, le);
-        lease_set_state(k, le, DLOCK_STATE_HELD, 0);
+        if (le->state == DLOCK_STATE_HELD)
+            lease_publish(k, le);
+        else
+            lease_report(k, le, DLOCK_STATE_HELD, 0);
     } else if (r->err == 0) {
         /* The key is gone or not ours; in quorum mode, on a majority: the
          * nodes that renewed it must let it go. */
@@ -513,6 +533,21 @@ static bool ride_outage(struct core *k, struct lock *l, struct waiter *w, int er
     return true;
 }
 
+/* Waiters found the lock taken: from now on they want its release notices.
+ * The store says when it listens with a notice (a release may have come
+ * meanwhile), which makes them try again. Until then, and if it cannot
+ * listen, the fallback retry stands. */
+static void lock_watch(struct core *k, struct lock *l)
+{
+    if (!l->qhead || l->watched || !k->backend->ops->watch)
+        return;
+    int rc = k->backend->ops->watch(k->backend, l->name, l->name_len, true);
+    if (rc == 0)
+        l->watched = true;
+    else
+        log_debug("cannot listen for releases of %s now (%s)", l->name, errname(rc));
+}
+
 /* An acquire's callback argument: the lock stays while it is in flight. */
 struct acquire_ref {
     struct core *k;
@@ -553,6 +588,7 @@ static void on_acquired(void *arg, const struct backend_result *r)
             withdraw_key(k, l, now);
         if (w && w->try_once)
             waiter_finish(k, w, DLOCK_EBUSY, now);
+        lock_watch(k, l);
         if (l->qhead && !l->notice_missed) {
             uint64_t delay = waiter_retry_delay(k->cfg->retry_fallback_ms, r->pttl_ms, jitter(k));
             timer_set(k, &l->retry, now + delay);
@@ -603,10 +639,15 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
     }
 }
 
-/* After any change to a lock: start the next acquire, or free the lock. */
+/* After any change to a lock: start the next acquire, stop listening for
+ * its release notices once nobody here waits, or free the lock. */
 static void lock_settle(struct core *k, struct lock *l, uint64_t now)
 {
     lock_kick(k, l, now);
+    if (l->watched && !l->qhead) {
+        l->watched = false;
+        k->backend->ops->watch(k->backend, l->name, l->name_len, false);
+    }
     table_lock_release_if_idle(&k->table, l);
 }
 
@@ -845,6 +886,31 @@ void core_store_ready(struct core *k, uint64_t now)
     k->ready_seq++;
     retry_orphans(k, now);
     kick_all(k, now);
+}
+
+/* The store failed over: every lease it may have cost its key is shown
+ * invalid (JEOPARDY, DLOCK_EFAILOVER) and renewed at once; the first renewal
+ * sent from now on that finds the key makes it HELD again, one that finds it
+ * gone makes it LOST. A renewal already in flight confirms nothing (the
+ * backend fails it); the retry after it does. */
+void core_doubt(struct core *k, bool (*affected)(void *farg, const char *name, size_t len),
+                void *farg, uint64_t now)
+{
+    for (size_t b = 0; b < k->table.nbuckets; b++) {
+        for (struct lock *l = k->table.buckets[b]; l; l = l->hnext) {
+            struct lease *le = l->holder;
+            if (!le || now >= le->deadline || (affected && !affected(farg, l->name, l->name_len)))
+                continue;
+            log_info("lease on %s held by pid %d: in doubt after a failover until its key is "
+                     "confirmed",
+                     l->name, (int)le->owner->pid);
+            k->stats.doubts++;
+            le->doubt_since = now;
+            lease_report(k, le, DLOCK_STATE_JEOPARDY, DLOCK_EFAILOVER);
+            if (!le->renew_sent)
+                timer_set(k, &le->timer, now);
+        }
+    }
 }
 
 /* ---- timers ---- */

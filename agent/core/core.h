@@ -116,6 +116,10 @@ void core_client_policy(struct core *k, struct core_client *c, uint64_t now);
 void core_notice(struct core *k, const char *name, size_t len, uint64_t now);
 void core_resubscribed(struct core *k, uint64_t now);
 void core_store_ready(struct core *k, uint64_t now);
+/* The store failed over (struct backend_events.on_doubt): the leases on the
+ * names affected says (all with NULL) are in doubt until renewed. */
+void core_doubt(struct core *k, bool (*affected)(void *farg, const char *name, size_t len),
+                void *farg, uint64_t now);
 
 /* Runs every timer due at now. */
 void core_tick(struct core *k, uint64_t now);

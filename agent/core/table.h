@@ -52,7 +52,11 @@ struct lease {
     int stopped;             /* why renewal stopped, 0 while it goes on */
     uint32_t ttl_ms;
     uint32_t renewals; /* that succeeded */
-    uint8_t state;     /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
+    /* When the store failed over under the lease, 0 if it did not: the key
+     * may be gone, so the lease is shown invalid until a renewal sent after
+     * then confirms it. */
+    uint64_t doubt_since;
+    uint8_t state; /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
     char token[TOKEN_HEX + 1];
 };
 
@@ -68,6 +72,7 @@ struct lock {
     uint32_t acq_ttl_ms;
     bool acquiring;     /* an acquire is in flight */
     bool notice_missed; /* a release notice came while acquiring */
+    bool watched;       /* the store was asked for the name's release notices */
     char acq_token[TOKEN_HEX + 1];
     uint16_t name_len;
     char name[]; /* NUL-terminated */

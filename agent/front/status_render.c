@@ -445,6 +445,7 @@ static const struct {
     COUNTER(renewals, "Lease renewals that succeeded."),
     COUNTER(renewal_failures, "Lease renewals that failed without proof of loss."),
     COUNTER(losses, "Leases lost."),
+    COUNTER(doubts, "Leases put in doubt by a Redis failover until their key was confirmed."),
     COUNTER(timeouts, "Acquire waits that ran out."),
     COUNTER(refused, "Acquire requests and connections refused by a limit before reaching Redis."),
     COUNTER(denied, "Acquire requests the access policy did not allow."),

@@ -129,6 +129,12 @@ static void on_subscribed(void *arg)
     core_resubscribed(&a->core, now_ns());
 }
 
+static void on_doubt(void *arg, backend_affected_fn affected, void *farg)
+{
+    struct agent *a = arg;
+    core_doubt(&a->core, affected, farg, now_ns());
+}
+
 static void on_ready(void *arg)
 {
     struct agent *a = arg;
@@ -327,8 +333,11 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     if (status_open_http(&a->status, cfg->metrics_listen) != 0)
         log_warn("running without the HTTP metrics endpoint");
     unix_listen_close_unused();
-    struct backend_events ev = {
-        .arg = a, .on_notice = on_notice, .on_subscribed = on_subscribed, .on_ready = on_ready};
+    struct backend_events ev = {.arg = a,
+                                .on_notice = on_notice,
+                                .on_subscribed = on_subscribed,
+                                .on_ready = on_ready,
+                                .on_doubt = on_doubt};
     a->backend = backend_new(loop, cfg, &ev);
     if (!a->backend)
         goto fail_backend;
