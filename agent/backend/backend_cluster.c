@@ -1,12 +1,912 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* backend_cluster.c -- not yet. */
+/* backend_cluster.c -- Redis Cluster (docs/cluster.md): the slot map read
+ * with CLUSTER SLOTS through a control link to any known node, one
+ * single-node backend (backend_redis.c: a pipelined command link and a
+ * sharded notice link) per master, every script routed by its lock key's
+ * slot (all of a lock's keys share it), MOVED and ASK followed, TRYAGAIN and
+ * CLUSTERDOWN retried for up to command_timeout_ms, the map read again on
+ * redirects, on errors and every topology_refresh_ms, and a master failover
+ * (a replica of the old master now serves its slots) reported to the core
+ * as doubt over the names of those slots. */
 #include "backend_cluster.h"
 
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include "backend_redis.h"
+#include "dlock.h"
+#include "keys.h"
 #include "log.h"
+#include "redis_link.h"
+#include "util.h"
+
+#define MAX_REDIRECTS 5 /* MOVED and ASK answers followed for one command */
+#define MAX_REPLICAS  8 /* replicas remembered per master, to tell a failover */
+#define RETRY_MIN_NS  (10 * NS_PER_MS)
+#define RETRY_MAX_NS  (200 * NS_PER_MS)
+#define SOON_NS       (100 * NS_PER_MS) /* the least time between two map reads */
+#define NO_NODE       UINT16_MAX
+
+/* A node of the cluster that served slots: its single-node backend is made
+ * when it is first seen as a master and kept (a demoted master answers
+ * MOVED, a dead one fails its commands). */
+struct cnode {
+    struct cl *cl;
+    struct redis_addr addr; /* stable: the node backend keeps a pointer */
+    char name[280];         /* "host:port" */
+    char id[41];            /* the cluster node id */
+    char label[300];        /* "redis host:port", for logs */
+    struct backend *b;
+    /* Raised when the node lost its slots to a replica: answers to
+     * commands sent before then are taken for errors. */
+    unsigned gen;
+    unsigned nreplicas;
+    char replica[MAX_REPLICAS][280]; /* "host:port" of its replicas, last map */
+};
+
+/* A name whose release notices are wanted, and the node asked for them. */
+struct watched {
+    struct watched *next;
+    uint16_t node; /* NO_NODE: not subscribed anywhere yet */
+    uint16_t len;
+    unsigned slot;
+    char name[];
+};
+
+enum cop_kind { C_ACQUIRE, C_RENEW, C_RELEASE, C_FENCE, C_LOOKUP };
+
+/* A command of the core on its way through the cluster. */
+struct cop {
+    TAILQ_ENTRY(cop) q;
+    struct cl *cl;
+    enum cop_kind kind;
+    struct backend_req req; /* pointers into text */
+    backend_cb cb;
+    backend_lookup_cb lookup_cb;
+    void *arg;
+    unsigned slot;
+    uint16_t node; /* where it was sent */
+    unsigned gen;  /* that node's gen when sent */
+    unsigned redirects;
+    bool in_flight;   /* at a node; else waiting for its retry timer */
+    uint64_t give_up; /* TRYAGAIN / CLUSTERDOWN retries end then */
+    uint64_t backoff;
+    ev_timer retry;
+    char text[]; /* name, token, holder, each NUL-terminated */
+};
+
+struct cl {
+    struct backend base;
+    struct ev_loop *loop;
+    const struct config *cfg;
+    struct backend_events ev;
+    size_t prefix_len;
+    struct cnode **node;
+    size_t nnodes, cap;
+    uint16_t owner[KEY_SLOTS]; /* index into node, NO_NODE unknown */
+    bool have_map;
+    bool closing;
+    /* The control link, to one candidate address at a time. */
+    struct redis_link ctl;
+    struct redis_link_cmd ctl_cmd;
+    bool ctl_busy; /* CLUSTER SLOTS in flight */
+    struct redis_addr ctl_addr;
+    unsigned ctl_next; /* the next candidate */
+    char ctl_label[64];
+    ev_timer refresh; /* periodic, and soon after a redirect or error */
+    uint64_t last_read;
+    TAILQ_HEAD(, cop) ops;
+    struct watched **watch;
+    size_t nwatch_buckets, nwatched;
+};
+
+static int cop_send(struct cop *op);
+static void refresh_soon(struct cl *cl);
+
+/* ---- nodes ---- */
+
+static int addr_name(const char *host, long long port, char *out, size_t cap)
+{
+    int n = strchr(host, ':') ? snprintf(out, cap, "[%s]:%lld", host, port)
+                              : snprintf(out, cap, "%s:%lld", host, port);
+    return n > 0 && (size_t)n < cap ? 0 : -1;
+}
+
+static uint16_t node_find(const struct cl *cl, const char *name)
+{
+    for (size_t i = 0; i < cl->nnodes; i++)
+        if (strcmp(cl->node[i]->name, name) == 0)
+            return (uint16_t)i;
+    return NO_NODE;
+}
+
+static void on_node_notice(void *arg, const char *name, size_t len)
+{
+    struct cnode *n = arg;
+    n->cl->ev.on_notice(n->cl->ev.arg, name, len);
+}
+
+static void on_node_subscribed(void *arg)
+{
+    struct cnode *n = arg;
+    n->cl->ev.on_subscribed(n->cl->ev.arg);
+}
+
+static void on_node_ready(void *arg)
+{
+    struct cnode *n = arg;
+    n->cl->ev.on_ready(n->cl->ev.arg);
+}
+
+/* The node that serves name (host:port), made when first seen. */
+static uint16_t node_get(struct cl *cl, const char *name)
+{
+    uint16_t i = node_find(cl, name);
+    if (i != NO_NODE)
+        return i;
+    if (cl->nnodes >= NO_NODE)
+        return NO_NODE;
+    if (cl->nnodes == cl->cap) {
+        size_t cap = cl->cap ? cl->cap * 2 : 8;
+        struct cnode **v = realloc(cl->node, cap * sizeof *v);
+        if (!v)
+            return NO_NODE;
+        cl->node = v;
+        cl->cap = cap;
+    }
+    struct cnode *n = calloc(1, sizeof *n);
+    if (!n || config_parse_addr(name, &n->addr) != 0) {
+        free(n);
+        return NO_NODE;
+    }
+    n->cl = cl;
+    snprintf(n->name, sizeof n->name, "%s", name);
+    snprintf(n->label, sizeof n->label, "redis %s", name);
+    struct backend_events ev = {.arg = n,
+                                .on_notice = on_node_notice,
+                                .on_subscribed = on_node_subscribed,
+                                .on_ready = on_node_ready};
+    struct redis_node_opts opts = {.label = n->label, .sharded = true};
+    n->b = backend_redis_new_opts(cl->loop, cl->cfg, &n->addr, &opts, &ev);
+    if (!n->b) {
+        free(n);
+        return NO_NODE;
+    }
+    log_info("cluster: master %s", name);
+    cl->node[cl->nnodes] = n;
+    return (uint16_t)cl->nnodes++;
+}
+
+/* ---- watched names ---- */
+
+static uint64_t name_hash(const char *s, size_t len)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+static struct watched **watch_slot(struct cl *cl, const char *name, size_t len)
+{
+    struct watched **p = &cl->watch[name_hash(name, len) % cl->nwatch_buckets];
+    while (*p && !((*p)->len == len && memcmp((*p)->name, name, len) == 0))
+        p = &(*p)->next;
+    return p;
+}
+
+static int watch_grow(struct cl *cl)
+{
+    size_t nb = cl->nwatch_buckets ? cl->nwatch_buckets * 2 : 64;
+    struct watched **v = calloc(nb, sizeof *v);
+    if (!v)
+        return -1;
+    for (size_t b = 0; b < cl->nwatch_buckets; b++) {
+        for (struct watched *w = cl->watch[b], *next; w; w = next) {
+            next = w->next;
+            struct watched **head = &v[name_hash(w->name, w->len) % nb];
+            w->next = *head;
+            *head = w;
+        }
+    }
+    free(cl->watch);
+    cl->watch = v;
+    cl->nwatch_buckets = nb;
+    return 0;
+}
+
+/* Tells the node asked for w's notices that they are no longer wanted. */
+static void watch_unroute(struct cl *cl, struct watched *w)
+{
+    if (w->node == NO_NODE)
+        return;
+    struct backend *b = cl->node[w->node]->b;
+    if (b->ops->watch)
+        b->ops->watch(b, w->name, w->len, false);
+    w->node = NO_NODE;
+}
+
+/* Asks the node that serves w's slot for its notices, after telling the one
+ * asked before that they are no longer wanted there. */
+static void watch_route(struct cl *cl, struct watched *w)
+{
+    uint16_t to = cl->owner[w->slot];
+    if (to == w->node)
+        return;
+    watch_unroute(cl, w);
+    if (to == NO_NODE)
+        return;
+    struct backend *b = cl->node[to]->b;
+    if (!b->ops->watch || b->ops->watch(b, w->name, w->len, true) == 0)
+        w->node = to;
+}
+
+static int cl_watch(struct backend *be, const char *name, size_t len, bool on)
+{
+    struct cl *cl = (struct cl *)be;
+    if (on && cl->nwatched >= cl->nwatch_buckets && watch_grow(cl) != 0)
+        return DLOCK_ENOMEM;
+    struct watched **p = watch_slot(cl, name, len), *w = *p;
+    if (!on) {
+        if (w) {
+            watch_unroute(cl, w);
+            *p = w->next;
+            free(w);
+            cl->nwatched--;
+        }
+        return 0;
+    }
+    if (w)
+        return 0;
+    w = malloc(sizeof *w + len + 1);
+    if (!w)
+        return DLOCK_ENOMEM;
+    w->next = NULL;
+    w->node = NO_NODE;
+    w->len = (uint16_t)len;
+    memcpy(w->name, name, len);
+    w->name[len] = '\0';
+    char key[CONFIG_PREFIX_MAX + 1100];
+    size_t klen = cl->prefix_len + len < sizeof key ? cl->prefix_len + len : 0;
+    memcpy(key, cl->cfg->prefix, cl->prefix_len);
+    memcpy(key + cl->prefix_len, name, klen ? len : 0);
+    w->slot = key_slot(key, klen);
+    *p = w;
+    cl->nwatched++;
+    watch_route(cl, w);
+    return 0;
+}
+
+/* The map changed: every watched name is asked of the node that serves it
+ * now. */
+static void rewatch_all(struct cl *cl)
+{
+    for (size_t b = 0; b < cl->nwatch_buckets; b++)
+        for (struct watched *w = cl->watch[b]; w; w = w->next)
+            watch_route(cl, w);
+}
+
+/* ---- failover ---- */
+
+struct doubt_ctx {
+    const struct cl *cl;
+    const uint8_t *slots; /* bitmap */
+};
+
+static bool doubt_affected(void *farg, const char *name, size_t len)
+{
+    const struct doubt_ctx *d = farg;
+    char key[CONFIG_PREFIX_MAX + 1100];
+    if (d->cl->prefix_len + len > sizeof key)
+        return true;
+    memcpy(key, d->cl->cfg->prefix, d->cl->prefix_len);
+    memcpy(key + d->cl->prefix_len, name, len);
+    unsigned s = key_slot(key, d->cl->prefix_len + len);
+    return d->slots[s / 8] & (1u << (s % 8));
+}
+
+static bool is_replica_of(const struct cnode *master, const char *name)
+{
+    for (unsigned r = 0; r < master->nreplicas; r++)
+        if (strcmp(master->replica[r], name) == 0)
+            return true;
+    return false;
+}
+
+/* Slot s goes from node `from` to node `to` (indexes, NO_NODE unknown). A
+ * replica of from taking it over is a failover: marked in slots. */
+static bool failed_over(const struct cl *cl, uint16_t from, uint16_t to)
+{
+    return from != NO_NODE && to != NO_NODE && from != to &&
+           is_replica_of(cl->node[from], cl->node[to]->name);
+}
+
+/* The masters in failed (a bitmap over node indexes) lost their slots to
+ * replicas: their answers to commands sent before now no longer count, and
+ * the names of the slots in `slots` are in doubt. The map already routes
+ * them to the new masters, so the core's renewals go there. */
+static void report_failover(struct cl *cl, const uint8_t *slots, const bool *failed)
+{
+    for (size_t i = 0; i < cl->nnodes; i++) {
+        if (!failed[i])
+            continue;
+        cl->node[i]->gen++;
+        log_warn("cluster: %s failed over to a replica: its leases are in doubt until renewed "
+                 "on the new master",
+                 cl->node[i]->name);
+    }
+    if (cl->ev.on_doubt) {
+        struct doubt_ctx d = {.cl = cl, .slots = slots};
+        cl->ev.on_doubt(cl->ev.arg, doubt_affected, &d);
+    }
+}
+
+/* ---- the slot map ---- */
+
+/* The "host:port" of a node entry of CLUSTER SLOTS ([ip, port, id, ...]);
+ * an empty ip means the node that answered. */
+static int entry_name(const struct cl *cl, const redisReply *e, char *out, size_t cap,
+                      const char **id)
+{
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
+        e->element[0]->type != REDIS_REPLY_STRING || e->element[1]->type != REDIS_REPLY_INTEGER)
+        return -1;
+    const char *host = e->element[0]->str;
+    if (!host[0] || strcmp(host, "?") == 0)
+        host = cl->ctl_addr.host;
+    *id = e->elements >= 3 && e->element[2]->type == REDIS_REPLY_STRING ? e->element[2]->str : "";
+    return addr_name(host, e->element[1]->integer, out, cap);
+}
+
+/* Reads a CLUSTER SLOTS reply into the map: -1 (map unchanged) when it is
+ * malformed. */
+static int load_map(struct cl *cl, const redisReply *rep)
+{
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements == 0)
+        return -1;
+    uint16_t *owner = malloc(sizeof cl->owner);
+    uint16_t *master = calloc(rep->elements, sizeof *master); /* of each range */
+    bool *failed = NULL;
+    if (!owner || !master)
+        goto bad;
+    for (size_t s = 0; s < KEY_SLOTS; s++)
+        owner[s] = NO_NODE;
+    /* Every range checked, its master made; the replicas wait until the
+     * whole reply is known to be good. */
+    for (size_t r = 0; r < rep->elements; r++) {
+        const redisReply *range = rep->element[r];
+        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 ||
+            range->element[0]->type != REDIS_REPLY_INTEGER ||
+            range->element[1]->type != REDIS_REPLY_INTEGER)
+            goto bad;
+        long long lo = range->element[0]->integer, hi = range->element[1]->integer;
+        char name[280];
+        const char *id;
+        if (lo < 0 || hi >= KEY_SLOTS || lo > hi ||
+            entry_name(cl, range->element[2], name, sizeof name, &id) != 0 ||
+            (master[r] = node_get(cl, name)) == NO_NODE)
+            goto bad;
+        snprintf(cl->node[master[r]]->id, sizeof cl->node[master[r]]->id, "%s", id);
+        for (long long s = lo; s <= hi; s++)
+            owner[s] = master[r];
+    }
+    /* Failovers, judged with the replica lists of the previous map. */
+    failed = calloc(cl->nnodes, sizeof *failed);
+    if (!failed)
+        goto bad;
+    uint8_t slots[KEY_SLOTS / 8] = {0};
+    bool any_failover = false, changed = false;
+    for (size_t s = 0; s < KEY_SLOTS; s++) {
+        changed |= owner[s] != cl->owner[s];
+        if (failed_over(cl, cl->owner[s], owner[s])) {
+            slots[s / 8] |= (uint8_t)(1u << (s % 8));
+            failed[cl->owner[s]] = true;
+            any_failover = true;
+        }
+    }
+    /* The new replica lists, of every master in the reply. */
+    for (size_t r = 0; r < rep->elements; r++)
+        cl->node[master[r]]->nreplicas = 0;
+    for (size_t r = 0; r < rep->elements; r++) {
+        const redisReply *range = rep->element[r];
+        struct cnode *m = cl->node[master[r]];
+        for (size_t e = 3; e < range->elements && m->nreplicas < MAX_REPLICAS; e++) {
+            char rn[280];
+            const char *id;
+            if (entry_name(cl, range->element[e], rn, sizeof rn, &id) == 0 && !is_replica_of(m, rn))
+                snprintf(m->replica[m->nreplicas++], sizeof m->replica[0], "%s", rn);
+        }
+    }
+    memcpy(cl->owner, owner, sizeof cl->owner);
+    bool first = !cl->have_map;
+    cl->have_map = true;
+    if (first || changed) {
+        size_t covered = 0;
+        for (size_t s = 0; s < KEY_SLOTS; s++)
+            covered += cl->owner[s] != NO_NODE;
+        log_info("cluster: slot map read: %zu masters known, %zu of %d slots served", cl->nnodes,
+                 covered, KEY_SLOTS);
+    }
+    if (any_failover)
+        report_failover(cl, slots, failed);
+    if (changed)
+        rewatch_all(cl);
+    if (first)
+        cl->ev.on_ready(cl->ev.arg);
+    free(owner);
+    free(master);
+    free(failed);
+    return 0;
+bad:
+    free(owner);
+    free(master);
+    free(failed);
+    log_warn("cluster: malformed CLUSTER SLOTS reply from %s", cl->ctl_label);
+    return -1;
+}
+
+/* A slot changes hands on a MOVED answer: the map follows at once (a
+ * replica that took over is a failover), and is read again soon. */
+static void note_moved(struct cl *cl, unsigned slot, uint16_t to)
+{
+    uint16_t from = cl->owner[slot];
+    if (failed_over(cl, from, to)) {
+        /* Every slot of the old master went to the replica. */
+        uint8_t slots[KEY_SLOTS / 8] = {0};
+        bool *failed = calloc(cl->nnodes, sizeof *failed);
+        for (size_t s = 0; s < KEY_SLOTS; s++) {
+            if (cl->owner[s] == from) {
+                cl->owner[s] = to;
+                slots[s / 8] |= (uint8_t)(1u << (s % 8));
+            }
+        }
+        if (failed) {
+            failed[from] = true;
+            report_failover(cl, slots, failed);
+            free(failed);
+        } else {
+            /* No memory to say which: every name is in doubt. */
+            cl->node[from]->gen++;
+            if (cl->ev.on_doubt)
+                cl->ev.on_doubt(cl->ev.arg, NULL, NULL);
+        }
+    } else {
+        cl->owner[slot] = to;
+    }
+    rewatch_all(cl);
+    refresh_soon(cl);
+}
+
+/* ---- the control link ---- */
+
+/* The candidates for the control link: the seeds, then every node known. */
+static void next_candidate(struct cl *cl)
+{
+    size_t total = cl->cfg->nnodes + cl->nnodes;
+    unsigned i = cl->ctl_next++ % (unsigned)total;
+    cl->ctl_addr = i < cl->cfg->nnodes ? cl->cfg->nodes[i] : cl->node[i - cl->cfg->nnodes]->addr;
+    char a[300];
+    snprintf(cl->ctl_label, sizeof cl->ctl_label, "cluster %s",
+             config_addr_str(&cl->ctl_addr, a, sizeof a));
+}
+
+static void on_slots(redisAsyncContext *ac, void *r, void *priv)
+{
+    struct cl *cl = priv;
+    const redisReply *rep = r;
+    redis_link_answered(&cl->ctl, &cl->ctl_cmd, rep);
+    cl->ctl_busy = false;
+    if (!rep || cl->closing)
+        return;
+    if (rep->type == REDIS_REPLY_ERROR) {
+        log_warn("%s: CLUSTER SLOTS refused: %s", cl->ctl_label, rep->str);
+        redis_link_fail(&cl->ctl, "not a cluster node");
+        return;
+    }
+    if (load_map(cl, rep) != 0)
+        redis_link_fail(&cl->ctl, "malformed slot map");
+}
+
+static void read_map(struct cl *cl)
+{
+    if (cl->ctl_busy || !cl->ctl.connected)
+        return;
+    const char *argv[] = {"CLUSTER", "SLOTS"};
+    const size_t len[] = {7, 5};
+    if (redis_link_send(&cl->ctl, &cl->ctl_cmd, on_slots, cl, 2, argv, len) == 0) {
+        cl->ctl_busy = true;
+        cl->last_read = now_ns();
+        redis_link_flush(&cl->ctl);
+    }
+}
+
+static void on_refresh(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct cl *cl = w->data;
+    read_map(cl);
+    ev_timer_set(w, cl->cfg->topology_refresh_ms / 1000.0, 0.0);
+    ev_timer_start(loop, w);
+}
+
+/* Reads the map again soon (at most every SOON_NS). */
+static void refresh_soon(struct cl *cl)
+{
+    if (cl->closing)
+        return;
+    uint64_t now = now_ns(), at = cl->last_read + SOON_NS;
+    ev_timer_stop(cl->loop, &cl->refresh);
+    ev_timer_set(&cl->refresh, at > now ? (double)(at - now) / 1e9 : 0.0, 0.0);
+    ev_timer_start(cl->loop, &cl->refresh);
+}
+
+static void ctl_setup(void *arg, struct redis_link *l)
+{
+}
+
+static void ctl_ready(void *arg, struct redis_link *l)
+{
+    read_map(arg);
+}
+
+/* The control link failed: the next attempt goes to the next candidate. */
+static void ctl_error(void *arg, int code, const char *text)
+{
+    next_candidate(arg);
+}
+
+/* ---- commands ---- */
+
+static void cop_free(struct cop *op)
+{
+    struct cl *cl = op->cl;
+    ev_timer_stop(cl->loop, &op->retry);
+    TAILQ_REMOVE(&cl->ops, op, q);
+    free(op);
+}
+
+static void cop_finish(struct cop *op, const struct backend_result *r)
+{
+    if (op->kind == C_LOOKUP)
+        op->lookup_cb(op->arg, r->err ? r->err : DLOCK_EBACKEND, NULL);
+    else if (op->cb)
+        op->cb(op->arg, r);
+    cop_free(op);
+}
+
+static void cop_fail(struct cop *op, int err)
+{
+    struct backend_result r = {.err = err, .at = now_ns()};
+    cop_finish(op, &r);
+}
+
+static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct cop *op = w->data;
+    int rc = cop_send(op);
+    if (rc)
+        cop_fail(op, rc);
+}
+
+/* TRYAGAIN (keys of a slot being moved) or CLUSTERDOWN: again after a
+ * backoff, until command_timeout_ms after the first try. */
+static bool cop_retry_later(struct cop *op, uint64_t now)
+{
+    if (now >= op->give_up)
+        return false;
+    op->backoff = op->backoff ? op->backoff * 2 : RETRY_MIN_NS;
+    if (op->backoff > RETRY_MAX_NS)
+        op->backoff = RETRY_MAX_NS;
+    ev_timer_set(&op->retry, (double)op->backoff / 1e9, 0.0);
+    ev_timer_start(op->cl->loop, &op->retry);
+    return true;
+}
+
+/* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the slot and the node. */
+static int parse_redirect(const char *text, unsigned *slot, char *name, size_t cap)
+{
+    const char *p = strchr(text, ' ');
+    if (!p)
+        return -1;
+    char *end;
+    unsigned long s = strtoul(p + 1, &end, 10);
+    if (end == p + 1 || *end != ' ' || s >= KEY_SLOTS || !end[1] || strlen(end + 1) >= cap)
+        return -1;
+    *slot = (unsigned)s;
+    snprintf(name, cap, "%s", end + 1);
+    return 0;
+}
+
+static void on_node_result(struct cop *op, const struct backend_result *r)
+{
+    struct cl *cl = op->cl;
+    op->in_flight = false;
+    struct cnode *n = cl->node[op->node];
+    if (cl->closing)
+        goto done;
+    if (n->gen != op->gen) {
+        /* Sent to a master that has failed over since: its word no longer
+         * counts (backend.h, on_doubt). */
+        cop_fail(op, DLOCK_EUNAVAIL);
+        return;
+    }
+    const char *t = r->err ? r->error_text : NULL;
+    if (!t) {
+        if (r->err == DLOCK_EUNAVAIL || r->err == DLOCK_EREADONLY)
+            refresh_soon(cl); /* the master may be gone, or a replica now */
+        goto done;
+    }
+    bool moved = strncmp(t, "MOVED ", 6) == 0, ask = strncmp(t, "ASK ", 4) == 0;
+    if (moved || ask) {
+        unsigned slot;
+        char name[280];
+        uint16_t to;
+        if (op->redirects >= MAX_REDIRECTS || parse_redirect(t, &slot, name, sizeof name) != 0 ||
+            (to = node_get(cl, name)) == NO_NODE) {
+            log_warn("cluster: %s: not followed", t);
+            goto done;
+        }
+        op->redirects++;
+        if (moved) {
+            note_moved(cl, slot, to);
+            op->req.asking = false;
+        } else {
+            op->req.asking = true;
+            op->node = to;
+        }
+        int rc = cop_send(op);
+        if (rc)
+            cop_fail(op, rc);
+        return;
+    }
+    if (strncmp(t, "TRYAGAIN", 8) == 0 && op->kind == C_RENEW && !op->req.lock_key_only) {
+        /* The slot's keys are split between two masters: the lock key
+         * alone is served at once, by one or the other (after ASK). */
+        op->req.lock_key_only = true;
+        int rc = cop_send(op);
+        if (rc)
+            cop_fail(op, rc);
+        return;
+    }
+    if (strncmp(t, "TRYAGAIN", 8) == 0 || strncmp(t, "CLUSTERDOWN", 11) == 0) {
+        if (t[0] == 'C')
+            refresh_soon(cl);
+        op->req.asking = false;
+        if (cop_retry_later(op, r->at))
+            return;
+        struct backend_result u = *r;
+        u.err = DLOCK_EUNAVAIL;
+        cop_finish(op, &u);
+        return;
+    }
+done:
+    cop_finish(op, r);
+}
+
+static void on_node_cb(void *arg, const struct backend_result *r)
+{
+    on_node_result(arg, r);
+}
+
+static void on_node_lookup(void *arg, int err, const struct backend_holder *h)
+{
+    struct cop *op = arg;
+    op->in_flight = false;
+    if (err == DLOCK_EUNAVAIL || err == DLOCK_EBACKEND)
+        refresh_soon(op->cl);
+    op->lookup_cb(op->arg, err, h);
+    cop_free(op);
+}
+
+/* Sends op to the node its slot is served by (or, after ASK, the node the
+ * redirect named). */
+static int cop_send(struct cop *op)
+{
+    struct cl *cl = op->cl;
+    if (cl->closing)
+        return DLOCK_EUNAVAIL;
+    uint16_t to = op->req.asking ? op->node : cl->owner[op->slot];
+    if (to == NO_NODE) {
+        refresh_soon(cl);
+        return DLOCK_EUNAVAIL;
+    }
+    struct backend *b = cl->node[to]->b;
+    op->node = to;
+    op->gen = cl->node[to]->gen;
+    int rc;
+    switch (op->kind) {
+    case C_ACQUIRE:
+        rc = b->ops->acquire(b, &op->req, on_node_cb, op);
+        break;
+    case C_RENEW:
+        rc = b->ops->renew(b, &op->req, on_node_cb, op);
+        break;
+    case C_RELEASE:
+        rc = b->ops->release(b, &op->req, on_node_cb, op);
+        break;
+    case C_FENCE:
+        rc = b->ops->fence(b, &op->req, on_node_cb, op);
+        break;
+    default:
+        rc = b->ops->lookup(b, op->req.name, op->req.len, on_node_lookup, op);
+        break;
+    }
+    op->in_flight = rc == 0;
+    return rc;
+}
+
+static int submit(struct cl *cl, enum cop_kind kind, const struct backend_req *req, backend_cb cb,
+                  backend_lookup_cb lookup_cb, void *arg)
+{
+    if (!cl->have_map)
+        return DLOCK_EUNAVAIL;
+    size_t tlen = req->token ? 32 : 0, hlen = req->holder ? strlen(req->holder) : 0;
+    struct cop *op = calloc(1, sizeof *op + cl->prefix_len + req->len + 1 + tlen + 1 + hlen + 1);
+    if (!op)
+        return DLOCK_ENOMEM;
+    op->cl = cl;
+    op->kind = kind;
+    op->req = *req;
+    op->req.asking = false;
+    op->cb = cb;
+    op->lookup_cb = lookup_cb;
+    op->arg = arg;
+    /* The key (for its slot), then the name, token and holder copies. */
+    char *key = op->text;
+    memcpy(key, cl->cfg->prefix, cl->prefix_len);
+    memcpy(key + cl->prefix_len, req->name, req->len);
+    key[cl->prefix_len + req->len] = '\0';
+    op->slot = key_slot(key, cl->prefix_len + req->len);
+    op->req.name = key + cl->prefix_len;
+    char *token = key + cl->prefix_len + req->len + 1;
+    memcpy(token, req->token ? req->token : "", tlen);
+    token[tlen] = '\0';
+    op->req.token = req->token ? token : NULL;
+    char *holder = token + tlen + 1;
+    memcpy(holder, req->holder ? req->holder : "", hlen);
+    holder[hlen] = '\0';
+    op->req.holder = req->holder ? holder : NULL;
+    op->give_up = now_ns() + (uint64_t)cl->cfg->command_timeout_ms * NS_PER_MS;
+    ev_timer_init(&op->retry, on_retry, 0.0, 0.0);
+    op->retry.data = op;
+    TAILQ_INSERT_TAIL(&cl->ops, op, q);
+    int rc = cop_send(op);
+    if (rc) {
+        TAILQ_REMOVE(&cl->ops, op, q);
+        free(op);
+    }
+    return rc;
+}
+
+static int cl_acquire(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    return submit((struct cl *)be, C_ACQUIRE, req, cb, NULL, arg);
+}
+
+static int cl_renew(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    return submit((struct cl *)be, C_RENEW, req, cb, NULL, arg);
+}
+
+static int cl_release(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    return submit((struct cl *)be, C_RELEASE, req, cb, NULL, arg);
+}
+
+static int cl_fence(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    return submit((struct cl *)be, C_FENCE, req, cb, NULL, arg);
+}
+
+static int cl_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
+                     void *arg)
+{
+    struct backend_req req = {.name = name, .len = len};
+    return submit((struct cl *)be, C_LOOKUP, &req, NULL, cb, arg);
+}
+
+static void cl_flush(struct backend *be)
+{
+    struct cl *cl = (struct cl *)be;
+    for (size_t i = 0; i < cl->nnodes; i++)
+        cl->node[i]->b->ops->flush(cl->node[i]->b);
+}
+
+static size_t cl_pending(const struct backend *be)
+{
+    const struct cl *cl = (const struct cl *)be;
+    size_t n = 0;
+    const struct cop *op;
+    TAILQ_FOREACH(op, &cl->ops, q)
+    n++;
+    return n;
+}
+
+/* The masters that serve slots now, each with its health. */
+static size_t cl_nodes(const struct backend *be, struct backend_node *out, size_t max)
+{
+    const struct cl *cl = (const struct cl *)be;
+    size_t n = 0;
+    for (size_t i = 0; i < cl->nnodes; i++) {
+        bool serves = false;
+        for (size_t s = 0; s < KEY_SLOTS && !serves; s++)
+            serves = cl->owner[s] == i;
+        if (!serves)
+            continue;
+        if (n < max)
+            cl->node[i]->b->ops->nodes(cl->node[i]->b, &out[n], 1);
+        n++;
+    }
+    return n;
+}
+
+static void cl_destroy(struct backend *be)
+{
+    struct cl *cl = (struct cl *)be;
+    cl->closing = true;
+    ev_timer_stop(cl->loop, &cl->refresh);
+    redis_link_close(&cl->ctl);
+    /* The nodes answer what they hold (as errors); what waits for a retry
+     * is answered here. */
+    for (size_t i = 0; i < cl->nnodes; i++)
+        cl->node[i]->b->ops->destroy(cl->node[i]->b);
+    while (!TAILQ_EMPTY(&cl->ops))
+        cop_fail(TAILQ_FIRST(&cl->ops), DLOCK_EUNAVAIL);
+    for (size_t i = 0; i < cl->nnodes; i++)
+        free(cl->node[i]);
+    free(cl->node);
+    for (size_t b = 0; b < cl->nwatch_buckets; b++) {
+        for (struct watched *w = cl->watch[b], *next; w; w = next) {
+            next = w->next;
+            free(w);
+        }
+    }
+    free(cl->watch);
+    free(cl);
+}
+
+static const struct backend_ops cl_ops = {
+    .acquire = cl_acquire,
+    .renew = cl_renew,
+    .release = cl_release,
+    .fence = cl_fence,
+    .watch = cl_watch,
+    .lookup = cl_lookup,
+    .flush = cl_flush,
+    .pending = cl_pending,
+    .nodes = cl_nodes,
+    .destroy = cl_destroy,
+};
 
 struct backend *backend_cluster_new(struct ev_loop *loop, const struct config *cfg,
                                     const struct backend_events *events)
 {
-    log_error("cluster mode is not built yet");
-    return NULL;
+    struct cl *cl = calloc(1, sizeof *cl);
+    if (!cl || watch_grow(cl) != 0) {
+        free(cl);
+        return NULL;
+    }
+    cl->base.ops = &cl_ops;
+    cl->loop = loop;
+    cl->cfg = cfg;
+    cl->ev = *events;
+    cl->prefix_len = strlen(cfg->prefix);
+    for (size_t s = 0; s < KEY_SLOTS; s++)
+        cl->owner[s] = NO_NODE;
+    TAILQ_INIT(&cl->ops);
+    if (key_has_hash_tag(cfg->prefix, cl->prefix_len))
+        log_warn("cluster: the prefix %s has a hash tag: every lock lives in one slot, on one "
+                 "master",
+                 cfg->prefix);
+    next_candidate(cl);
+    struct redis_link_hooks hooks = {
+        .arg = cl, .setup = ctl_setup, .ready = ctl_ready, .error = ctl_error};
+    redis_link_init(&cl->ctl, loop, cfg, &cl->ctl_addr, cl->ctl_label, "control", 0, &hooks);
+    ev_timer_init(&cl->refresh, on_refresh, cfg->topology_refresh_ms / 1000.0, 0.0);
+    cl->refresh.data = cl;
+    ev_timer_start(loop, &cl->refresh);
+    redis_link_start(&cl->ctl);
+    return &cl->base;
 }

@@ -20,7 +20,7 @@
 #include "wire.h"
 #include "util.h"
 
-enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_COUNT };
+enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_RENEW_LOCK, S_COUNT };
 
 /* Acquire: SET NX PX, and on success the fencing token: one more than the
  * high-water mark of the lock key's hash slot (KEYS[2], shared by every name
@@ -74,6 +74,10 @@ static const char *const script_src[S_COUNT] = {
     "local v = redis.pcall('get', KEYS[1]) local h = redis.pcall('get', KEYS[2]) "
     "if type(v) ~= 'string' then v = '' end if type(h) ~= 'string' then h = '' end "
     "return {v, h, redis.call('pttl', KEYS[1])}",
+    /* Renew the lock key alone (while Redis Cluster moves its slot): the
+     * holder record, for operators only, keeps its last TTL. */
+    "if redis.call('get', KEYS[1]) == ARGV[1] then "
+    "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0",
 };
 
 /* A command in flight on the command connection. */
@@ -84,6 +88,7 @@ struct rcmd {
     void *arg;
     uint8_t script;
     bool retried; /* already re-sent with EVAL after NOSCRIPT */
+    bool asking;  /* Redis Cluster: ASKING goes first */
     uint32_t ttl_ms;
     /* acquire: the token's floor (0: the server's clock); fence: the token;
      * release: nonzero to publish the notice */
@@ -140,12 +145,21 @@ static void note_error(struct rb *b, int code, const char *text)
     snprintf(b->last_error_text, sizeof b->last_error_text, "%s", text);
 }
 
+/* The answers of Redis Cluster while slots move or fail over: not the
+ * node's health. */
+static bool is_redirect(const char *msg)
+{
+    return strncmp(msg, "MOVED ", 6) == 0 || strncmp(msg, "ASK ", 4) == 0 ||
+           strncmp(msg, "TRYAGAIN", 8) == 0;
+}
+
 /* The result of a script's integer reply (or of err): acquire: the token
  * when taken, else the holder's PTTL negated (0: unknown); the others: 1
  * done, 0 not our key. */
-static struct backend_result result_of(const struct rcmd *c, int err, long long n, uint64_t at)
+static struct backend_result result_of(const struct rcmd *c, int err, const char *text, long long n,
+                                       uint64_t at)
 {
-    struct backend_result r = {.err = err, .at = at};
+    struct backend_result r = {.err = err, .at = at, .error_text = err ? text : NULL};
     if (err)
         return r;
     if (c->script == S_ACQUIRE && n > 0) {
@@ -166,6 +180,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
     struct rcmd *c = priv;
     redisReply *rep = r;
     int err = 0;
+    const char *text = NULL;
     long long result = 0;
     uint64_t at = redis_link_answered(&b->cmd, &c->lc, rep);
     if (!rep) {
@@ -181,8 +196,14 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
             if (cmd_send(b, c) == 0)
                 return;
             err = DLOCK_EUNAVAIL;
+        } else if (is_redirect(rep->str)) {
+            /* Redis Cluster moves the slot: the cluster backend follows. */
+            err = DLOCK_EBACKEND;
+            text = rep->str;
+            log_debug("%s: %s", b->label, rep->str);
         } else {
             err = redis_error_code(rep->str);
+            text = rep->str;
             note_error(b, err, rep->str);
             log_warn("%s: %s", b->label, rep->str);
         }
@@ -208,7 +229,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
     if (c->script == S_LOOKUP) {
         c->lookup_cb(c->arg, err ? err : DLOCK_EBACKEND, NULL);
     } else if (c->cb) {
-        struct backend_result res = result_of(c, err, result, at);
+        struct backend_result res = result_of(c, err, text, result, at);
         c->cb(c->arg, &res);
     }
     free(c);
@@ -244,14 +265,17 @@ static struct slot_tags slot_tags; /* built once, by the first backend */
 static bool slot_tags_ready;
 
 /* KEYS: the lock; acquire: the slot's high-water mark, the holder record,
- * the legacy counter; fence: the high-water mark; the others: the holder
- * record. */
+ * the legacy counter; fence: the high-water mark; renewal of the lock key
+ * alone: nothing else; the others: the holder record. */
 static void add_keys(const struct rb *b, const struct rcmd *c, struct args *a, struct side_keys *k)
 {
     size_t key_len = b->prefix_len + c->name_len;
     bool acquire = c->script == S_ACQUIRE, fence = c->script == S_FENCE;
-    arg(a, acquire ? "4" : "2", 1);
+    bool alone = c->script == S_RENEW_LOCK;
+    arg(a, acquire ? "4" : alone ? "1" : "2", 1);
     arg(a, c->key, key_len);
+    if (alone)
+        return;
     if (acquire || fence)
         arg(a, k->hw, fence_hw_key(&slot_tags, c->key, key_len, b->prefix_len, k->hw));
     if (!fence)
@@ -266,7 +290,7 @@ static void add_argv(const struct rb *b, const struct rcmd *c, struct args *a)
     unsigned long long num = c->num;
     if (c->script != S_LOOKUP)
         arg(a, c->token, 32);
-    if (c->script == S_ACQUIRE || c->script == S_RENEW)
+    if (c->script == S_ACQUIRE || c->script == S_RENEW || c->script == S_RENEW_LOCK)
         arg(a, a->ttl, (size_t)snprintf(a->ttl, sizeof a->ttl, "%u", c->ttl_ms));
     switch (c->script) {
     case S_ACQUIRE:
@@ -303,12 +327,16 @@ static int cmd_send(struct rb *b, struct rcmd *c)
     }
     add_keys(b, c, &a, &keys);
     add_argv(b, c, &a);
+    /* Pipelined right before the script, on the same connection: an ASK
+     * redirect's target serves it. Its +OK needs no callback. */
+    if (c->asking && redisAsyncCommand(b->cmd.ac, NULL, NULL, "ASKING") != REDIS_OK)
+        return DLOCK_EUNAVAIL;
     return redis_link_send(&b->cmd, &c->lc, on_reply, c, a.n, a.v, a.len);
 }
 
 static int submit_with(struct backend *be, enum script s, const char *name, size_t len,
                        const char *token, const char *holder, uint32_t ttl_ms, uint64_t num,
-                       backend_cb cb, backend_lookup_cb lookup_cb, void *arg)
+                       bool asking, backend_cb cb, backend_lookup_cb lookup_cb, void *arg)
 {
     struct rb *b = (struct rb *)be;
     if (!b->cmd.connected || b->closing)
@@ -323,6 +351,7 @@ static int submit_with(struct backend *be, enum script s, const char *name, size
     c->arg = arg;
     c->script = (uint8_t)s;
     c->retried = false;
+    c->asking = asking;
     c->ttl_ms = ttl_ms;
     c->num = num;
     c->name_len = (uint16_t)len;
@@ -342,13 +371,13 @@ static int submit(struct backend *be, enum script s, const struct backend_req *r
                   backend_cb cb, void *arg)
 {
     return submit_with(be, s, req->name, req->len, req->token, s == S_ACQUIRE ? req->holder : NULL,
-                       req->ttl_ms, num, cb, NULL, arg);
+                       req->ttl_ms, num, req->asking, cb, NULL, arg);
 }
 
 static int rb_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
                      void *arg)
 {
-    return submit_with(be, S_LOOKUP, name, len, NULL, NULL, 0, 0, NULL, cb, arg);
+    return submit_with(be, S_LOOKUP, name, len, NULL, NULL, 0, 0, false, NULL, cb, arg);
 }
 
 static int rb_acquire(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
@@ -358,7 +387,7 @@ static int rb_acquire(struct backend *be, const struct backend_req *req, backend
 
 static int rb_renew(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    return submit(be, S_RENEW, req, 0, cb, arg);
+    return submit(be, req->lock_key_only ? S_RENEW_LOCK : S_RENEW, req, 0, cb, arg);
 }
 
 static int rb_release(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)

@@ -28,6 +28,10 @@ struct backend_req {
     uint64_t floor;     /* acquire: the fencing token is at least this (0: the node's clock) */
     uint64_t fence;     /* fence: raise the slot's high-water mark to at least this */
     bool asking;        /* Redis Cluster: send ASKING first (the answer to an ASK redirect) */
+    /* renew: the lock key alone, not its holder record: Redis Cluster
+     * refuses a script whose keys a slot migration has split (TRYAGAIN),
+     * never one of a single key. */
+    bool lock_key_only;
 };
 
 enum backend_outcome {
