@@ -104,6 +104,8 @@ static struct {
     int nrq;
     struct tclient *clients[16];
     int nclients;
+    char watch[MAX_REC][68]; /* "+name" / "-name", in call order */
+    int nwatch;
 } F;
 
 static struct tclient *tc(struct core_client *c)
@@ -226,6 +228,13 @@ static int fb_release(struct backend *b, const struct backend_req *req, backend_
     return fb_queue(R_RELEASE, req, cb, arg);
 }
 
+static int fb_watch(struct backend *b, const char *name, size_t len, bool on)
+{
+    cr_assert_lt(F.nwatch, MAX_REC);
+    snprintf(F.watch[F.nwatch++], sizeof F.watch[0], "%c%.*s", on ? '+' : '-', (int)len, name);
+    return 0;
+}
+
 static int fb_lookup(struct backend *b, const char *name, size_t len, backend_lookup_cb cb,
                      void *arg)
 {
@@ -257,6 +266,7 @@ static const struct backend_ops fb_ops = {
     .acquire = fb_acquire,
     .renew = fb_renew,
     .release = fb_release,
+    .watch = fb_watch,
     .lookup = fb_lookup,
     .flush = fb_flush,
     .pending = fb_pending,
@@ -1116,6 +1126,163 @@ Test(core, a_notice_while_acquiring_retries_at_once)
     cr_assert_eq(pending(R_ACQUIRE, "m")->sent, T0 + 2 * MS);
     reply(pending(R_ACQUIRE, "m"), T0 + 3 * MS, BACKEND_DONE);
     granted(id);
+}
+
+/* ---- release notices per name ---- */
+
+/* An uncontended grant asks for no notices; a waiter that found the lock
+ * taken asks for the name's, and lets go of them once granted. */
+Test(core, notices_are_wanted_only_while_a_waiter_finds_the_lock_taken)
+{
+    F.cfg.retry_fallback_ms = 60000;
+    struct tclient *a = client(1);
+    hold(a, "free", 5000, 0, 0, MS);
+    cr_assert_eq(F.nwatch, 0, "an uncontended grant asked for notices");
+    uint32_t id = acquire(a, "busy", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    cr_assert_eq(F.nwatch, 0, "asked before the store said taken");
+    reply_at(pending(R_ACQUIRE, "busy"), T0 + 2 * MS, 0, BACKEND_TAKEN, 0, 30000);
+    cr_assert_eq(F.nwatch, 1);
+    cr_assert_str_eq(F.watch[0], "+busy");
+    /* The store confirms the subscription with a notice: try again now. */
+    core_notice(&F.k, "busy", 4, T0 + 3 * MS);
+    F.now = T0 + 3 * MS;
+    cr_assert_eq(req_count(R_ACQUIRE, "busy"), 2, "the confirmation did not retry");
+    reply_at(pending(R_ACQUIRE, "busy"), T0 + 4 * MS, 0, BACKEND_TAKEN, 0, 30000);
+    cr_assert_eq(F.nwatch, 1, "asked twice for one name");
+    core_notice(&F.k, "busy", 4, T0 + 9 * MS);
+    F.now = T0 + 9 * MS;
+    reply(pending(R_ACQUIRE, "busy"), T0 + 10 * MS, BACKEND_DONE);
+    granted(id);
+    cr_assert_eq(F.nwatch, 2);
+    cr_assert_str_eq(F.watch[1], "-busy", "still listening with nobody waiting");
+}
+
+/* A try-once that finds the lock taken leaves nobody waiting: no notices;
+ * a waiter that gives up lets go of them. */
+Test(core, a_waiter_that_gives_up_lets_go_of_the_notices)
+{
+    struct tclient *a = client(1);
+    uint32_t once = acquire(a, "t", 5000, 0, 0, 0);
+    reply_at(pending(R_ACQUIRE, "t"), T0 + MS, 0, BACKEND_TAKEN, 0, 30000);
+    refused(once, DLOCK_EBUSY);
+    cr_assert_eq(F.nwatch, 0);
+    uint32_t id = acquire(a, "t", 5000, 100, 0, 0);
+    reply_at(pending(R_ACQUIRE, "t"), T0 + 2 * MS, 0, BACKEND_TAKEN, 0, 30000);
+    cr_assert_eq(F.nwatch, 1);
+    run_until(T0 + 200 * MS);
+    refused(id, DLOCK_ETIMEDOUT);
+    cr_assert_eq(F.nwatch, 2);
+    cr_assert_str_eq(F.watch[1], "-t");
+}
+
+/* ---- failover doubt ---- */
+
+/* The page's last word on lease l. */
+static const struct pagew *page_of(uint64_t l)
+{
+    for (int i = F.npw - 1; i >= 0; i--)
+        if (F.pw[i].lease_id == l)
+            return &F.pw[i];
+    cr_assert_fail("lease %llx never written to its page", (unsigned long long)l);
+    return NULL;
+}
+
+static bool every_name(void *farg, const char *name, size_t len)
+{
+    return true;
+}
+
+static bool name_is_a(void *farg, const char *name, size_t len)
+{
+    return len == 1 && name[0] == 'a';
+}
+
+/* A failover: the lease shows invalid at once, JEOPARDY with
+ * DLOCK_EFAILOVER, and is renewed at once; the renewal finding the key makes
+ * it HELD with a deadline from that renewal. */
+Test(core, a_failover_puts_a_lease_in_doubt_until_a_renewal_confirms_it)
+{
+    struct tclient *c = client(1);
+    uint64_t l = hold(c, "a", 3000, 0, 0, MS);
+    run_until(T0 + 100 * MS);
+    core_doubt(&F.k, every_name, NULL, F.now);
+    struct event *j = event_n(l, DLOCK_STATE_JEOPARDY, 0);
+    cr_assert_not_null(j);
+    cr_assert_eq(j->ev.reason, DLOCK_EFAILOVER);
+    cr_assert_eq(page_of(l)->deadline, T0 + 100 * MS, "the page still shows the lease valid");
+    cr_assert_eq(j->ev.deadline_ns, T0 + 100 * MS);
+    cr_assert_eq(F.k.stats.doubts, 1);
+    run_until(F.now);
+    struct req *r = pending(R_RENEW, "a");
+    cr_assert_eq(r->sent, T0 + 100 * MS, "not renewed at once");
+    reply(r, T0 + 103 * MS, BACKEND_DONE);
+    struct event *h = event_n(l, DLOCK_STATE_HELD, 0);
+    cr_assert_not_null(h, "not HELD after the key was confirmed");
+    cr_assert_eq(page_of(l)->deadline, lease_deadline(T0 + 100 * MS, 3000));
+    cr_assert_eq(page_of(l)->state, DLOCK_STATE_HELD);
+}
+
+/* The renewal finds the key gone on the new master: LOST at once. Leases on
+ * names the failover did not touch are left alone. */
+Test(core, a_lease_whose_key_the_failover_lost_is_lost)
+{
+    struct tclient *c = client(1);
+    uint64_t la = hold(c, "a", 3000, 0, 0, MS);
+    uint64_t lb = hold(c, "b", 3000, 0, 0, MS);
+    run_until(T0 + 100 * MS);
+    core_doubt(&F.k, name_is_a, NULL, F.now);
+    run_until(F.now);
+    cr_assert_null(event_n(lb, DLOCK_STATE_JEOPARDY, 0), "a lease the failover did not touch");
+    cr_assert_eq(req_count(R_RENEW, "b"), 0);
+    reply(pending(R_RENEW, "a"), T0 + 102 * MS, BACKEND_NOT_OURS);
+    struct event *lost = event_n(la, DLOCK_STATE_LOST, 0);
+    cr_assert_not_null(lost);
+    cr_assert_eq(lost->ev.reason, DLOCK_ELOST);
+    cr_assert_null(event_n(la, DLOCK_STATE_HELD, 0));
+}
+
+/* A renewal already in flight when the failover became known confirms
+ * nothing, even if it says the key is there: another goes out at once. */
+Test(core, a_renewal_sent_before_the_failover_confirms_nothing)
+{
+    struct tclient *c = client(1);
+    uint64_t l = hold(c, "a", 3000, 0, 0, MS);
+    uint64_t due = lease_next_renew(T0, 3000, F.cfg.renew_fraction);
+    run_until(due);
+    struct req *old = pending(R_RENEW, "a");
+    core_doubt(&F.k, NULL, NULL, due + MS);
+    F.now = due + MS;
+    reply(old, due + 2 * MS, BACKEND_DONE);
+    cr_assert_null(event_n(l, DLOCK_STATE_HELD, 0), "confirmed by the old master's word");
+    cr_assert_eq(page_of(l)->deadline, due + MS);
+    run_until(F.now);
+    struct req *again = pending(R_RENEW, "a");
+    cr_assert_eq(again->sent, due + 2 * MS);
+    reply(again, due + 4 * MS, BACKEND_DONE);
+    cr_assert_not_null(event_n(l, DLOCK_STATE_HELD, 0));
+    cr_assert_eq(page_of(l)->deadline, lease_deadline(due + 2 * MS, 3000));
+}
+
+/* Renewals that fail after a failover keep the lease invalid, and it is
+ * LOST at its deadline. */
+Test(core, a_lease_in_doubt_that_cannot_be_renewed_is_lost_at_its_deadline)
+{
+    struct tclient *c = client(1);
+    uint64_t l = hold(c, "a", 1000, 0, 0, MS);
+    uint64_t deadline = lease_deadline(T0, 1000);
+    run_until(T0 + 50 * MS);
+    core_doubt(&F.k, NULL, NULL, F.now);
+    while (!event_n(l, DLOCK_STATE_LOST, 0)) {
+        run_until(core_next_due(&F.k));
+        int n = req_count(R_RENEW, "a");
+        struct req *r = n ? req_n(R_RENEW, "a", n - 1) : NULL;
+        if (r && !r->answered)
+            reply_at(r, F.now + MS, DLOCK_EUNAVAIL, BACKEND_DONE, 0, 0);
+        cr_assert_eq(page_of(l)->deadline, T0 + 50 * MS, "shown valid while in doubt");
+        cr_assert_leq(F.now, deadline + MS);
+    }
+    cr_assert_null(event_n(l, DLOCK_STATE_HELD, 0));
+    cr_assert_geq(event_n(l, DLOCK_STATE_LOST, 0)->at, deadline);
 }
 
 /* Without a notice the waiter tries again right after the holder's key
