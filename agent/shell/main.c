@@ -16,7 +16,7 @@
 #include "log.h"
 #include "wire.h"
 
-enum { OPT_PREFIX = 256, OPT_TTL, OPT_DEV };
+enum { OPT_PREFIX = 256, OPT_TTL, OPT_DEV, OPT_MODE };
 
 static void usage(FILE *f)
 {
@@ -30,7 +30,9 @@ static void usage(FILE *f)
             "                       beside the client socket: DIR/status.sock for\n"
             "                       DIR/dlock.sock, else X-status.sock for X.sock); \"\" for none\n"
             "  -r, --redis ADDR     Redis at host:port or unix:/path; repeat for quorum\n"
-            "                       mode over 3, 5, 7 or 9 independent nodes\n"
+            "                       mode over 3, 5, 7 or 9 independent nodes (cluster mode:\n"
+            "                       seed nodes; sentinel mode: the sentinels)\n"
+            "      --mode MODE      auto (default), single, quorum, cluster or sentinel\n"
             "      --prefix STR     key prefix (default dlock:)\n"
             "      --default-ttl MS lease TTL when a client asks for none (default 30000; at\n"
             "                       most max_ttl_ms, 45000 by default)\n"
@@ -43,7 +45,7 @@ static void usage(FILE *f)
 
 /* Command-line settings, applied over the file. */
 struct flags {
-    const char *config, *socket, *status_socket, *prefix, *ttl;
+    const char *config, *socket, *status_socket, *prefix, *ttl, *mode;
     char redis[CONFIG_MAX_NODES * 400]; /* the -r addresses, comma-separated */
     unsigned nredis;
     int verbose;
@@ -58,6 +60,7 @@ static int parse_flags(int argc, char **argv, struct flags *f)
                                              {"redis", required_argument, NULL, 'r'},
                                              {"prefix", required_argument, NULL, OPT_PREFIX},
                                              {"default-ttl", required_argument, NULL, OPT_TTL},
+                                             {"mode", required_argument, NULL, OPT_MODE},
                                              {"check", no_argument, NULL, 'n'},
                                              {"verbose", no_argument, NULL, 'v'},
                                              {"dev", no_argument, NULL, OPT_DEV},
@@ -86,6 +89,9 @@ static int parse_flags(int argc, char **argv, struct flags *f)
             f->nredis++;
             break;
         }
+        case OPT_MODE:
+            f->mode = optarg;
+            break;
         case OPT_PREFIX:
             f->prefix = optarg;
             break;
@@ -134,6 +140,7 @@ static int build_config(struct config *cfg, const struct flags *f)
     } over[] = {{"agent", "socket", f->socket},
                 {"agent", "status_socket", f->status_socket},
                 {"redis", "address", f->nredis ? f->redis : NULL},
+                {"redis", "mode", f->mode},
                 {"agent", "prefix", f->prefix},
                 {"agent", "default_ttl_ms", f->ttl}};
     for (size_t i = 0; i < sizeof over / sizeof over[0]; i++)
@@ -160,12 +167,22 @@ bad:
     return -1;
 }
 
+/* Masters of a Redis Cluster the descriptor budget allows for. */
+#define CLUSTER_MASTERS_BUDGET 128
+
 /* Descriptors the agent may hold at once: one per client connection, the
- * status and HTTP pools, two links per Redis node, and a margin for the
- * listeners, the loop, the timer, the log and short-lived files. */
+ * status and HTTP pools, two links per Redis node (cluster: per master, and
+ * the control link; sentinel: the master's two and two per sentinel), and a
+ * margin for the listeners, the loop, the timer, the log and short-lived
+ * files. */
 static unsigned long descriptors_needed(const struct config *cfg)
 {
-    return (unsigned long)cfg->max_connections + 2 * STATUS_CONNS + 2 * cfg->nnodes + 64;
+    unsigned long links = 2ul * cfg->nnodes;
+    if (cfg->mode == REDIS_MODE_CLUSTER)
+        links = 2ul * CLUSTER_MASTERS_BUDGET + 1;
+    else if (cfg->mode == REDIS_MODE_SENTINEL)
+        links += 2;
+    return (unsigned long)cfg->max_connections + 2 * STATUS_CONNS + links + 64;
 }
 
 /* SIGHUP: the file is read again; the access policy and the log level
@@ -273,9 +290,18 @@ int main(int argc, char **argv)
             log_warn("max_ttl_ms is %u: a node that restarts is left out of quorums that long; "
                      "set it to the longest TTL clients use",
                      cfg.max_ttl_ms);
-    } else
+    } else if (cfg.mode == REDIS_MODE_CLUSTER) {
+        log_info("dlockd %s started; Redis Cluster through %u seed node(s), first %s, key prefix "
+                 "'%s'",
+                 DLOCK_VERSION, cfg.nnodes, config_addr_str(&cfg.nodes[0], addr, sizeof addr),
+                 cfg.prefix);
+    } else if (cfg.mode == REDIS_MODE_SENTINEL) {
+        log_info("dlockd %s started; the master '%s' of %u sentinel(s), key prefix '%s'",
+                 DLOCK_VERSION, cfg.sentinel_master, cfg.nnodes, cfg.prefix);
+    } else {
         log_info("dlockd %s started; Redis at %s, key prefix '%s'", DLOCK_VERSION,
                  config_addr_str(&cfg.nodes[0], addr, sizeof addr), cfg.prefix);
+    }
     hup.flags = f;
     hup.cfg = &cfg;
     hup.agent = &agent;
