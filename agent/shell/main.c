@@ -273,6 +273,10 @@ int main(int argc, char **argv)
             log_warn("max_ttl_ms is %u: a node that restarts is left out of quorums that long; "
                      "set it to the longest TTL clients use",
                      cfg.max_ttl_ms);
+    } else if (cfg.mode == REDIS_MODE_SENTINEL) {
+        log_info("dlockd %s started; sentinel mode: master %s named by %u sentinel(s), key "
+                 "prefix '%s'",
+                 DLOCK_VERSION, cfg.sentinel_master, cfg.nnodes, cfg.prefix);
     } else
         log_info("dlockd %s started; Redis at %s, key prefix '%s'", DLOCK_VERSION,
                  config_addr_str(&cfg.nodes[0], addr, sizeof addr), cfg.prefix);
