@@ -44,7 +44,7 @@ int sentinel_switch_parse(const char *msg, size_t len, const char *master, struc
             break;
         i++; /* the space */
     }
-    if (n != 5 || i != len)
+    if (n != 5 || word[4] + wlen[4] != msg + len)
         return -1;
     struct redis_addr old, to_addr;
     if (sentinel_addr(word[1], wlen[1], word[2], wlen[2], &old) != 0 ||
