@@ -224,6 +224,15 @@ static void m_ready(void *arg)
     s->ev.on_ready(s->ev.arg);
 }
 
+/* Asks the sentinels again after a backoff (a master that was not, or
+ * could not be made). */
+static void reask_later(struct sb *s)
+{
+    ev_timer_stop(s->loop, &s->reask);
+    ev_timer_set(&s->reask, backoff_s(s->cfg, s->role_fails++), 0.0);
+    ev_timer_start(s->loop, &s->reask);
+}
+
 /* ROLE says the master is not (called inside its hiredis callback). */
 static void m_not_master(void *arg, const char *role)
 {
@@ -235,9 +244,7 @@ static void m_not_master(void *arg, const char *role)
     snprintf(why, sizeof why, "it is a %s, not the master", role);
     abandon(s, why);
     /* The sentinels may not know yet: ask them again after a while. */
-    ev_timer_stop(s->loop, &s->reask);
-    ev_timer_set(&s->reask, backoff_s(s->cfg, s->role_fails++), 0.0);
-    ev_timer_start(s->loop, &s->reask);
+    reask_later(s);
 }
 
 static void connect_master(struct sb *s, const struct redis_addr *addr)
@@ -245,6 +252,7 @@ static void connect_master(struct sb *s, const struct redis_addr *addr)
     struct master *m = calloc(1, sizeof *m);
     if (!m) {
         log_error("sentinel: out of memory for the master's backend");
+        reask_later(s);
         return;
     }
     char a[300];
@@ -259,6 +267,7 @@ static void connect_master(struct sb *s, const struct redis_addr *addr)
     if (!m->be) {
         free(m);
         log_error("sentinel: out of memory for the master's backend");
+        reask_later(s);
         return;
     }
     s->m = m;
@@ -362,10 +371,10 @@ static void ask(struct sb *s)
         return;
     const char *argv[] = {"SENTINEL", "get-master-addr-by-name", s->cfg->sentinel_master};
     size_t len[] = {8, 23, strlen(s->cfg->sentinel_master)};
-    if (redis_link_send(&s->q, &s->ask, on_ask, s, 3, argv, len) == 0) {
+    /* Written by hiredis' write watcher (this may run inside a reply's
+     * callback). */
+    if (redis_link_send(&s->q, &s->ask, on_ask, s, 3, argv, len) == 0)
         s->asking = true;
-        redis_link_flush(&s->q);
-    }
 }
 
 /* Messages of the +switch-master channel, and its subscription. */
