@@ -431,6 +431,23 @@ void hs_agent_start(int i, const char *agent_ini, const char *redis_ini)
     agent_settle(i);
 }
 
+void hs_agent_start_single(int i, const char *agent_ini, const char *redis_ini)
+{
+    int m = hs_master();
+    cr_assert_geq(m, 0, "no master");
+    char sentinels[sizeof H.redis_addr];
+    memcpy(sentinels, H.redis_addr, sizeof sentinels);
+    snprintf(H.redis_addr, sizeof H.redis_addr, "127.0.0.1:%d", HS.redis_port[m]);
+    char rini[2048];
+    snprintf(rini, sizeof rini, "user = %s\npassword = %s\n%s", HS_USER, HS_PASSWORD,
+             redis_ini ? redis_ini : "");
+    h_agent_config(i, agent_ini, rini);
+    h_agent_start_n(i);
+    memcpy(H.redis_addr, sentinels, sizeof sentinels);
+    HS.nagents++;
+    agent_settle(i);
+}
+
 /* ---- teardown ---- */
 
 static void log_tail(const char *path, int lines)

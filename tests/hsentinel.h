@@ -56,6 +56,10 @@ void hs_start(void);
  * subscribed to its release channel on the master. */
 void hs_agent_start(int i, const char *agent_ini, const char *redis_ini);
 
+/* Agent i in single-node mode on the current master (no sentinels), like
+ * hs_agent_start() otherwise. */
+void hs_agent_start_single(int i, const char *agent_ini, const char *redis_ini);
+
 /* A command on Redis server i (reconnecting if needed); NULL when it cannot
  * be reached. Free the reply with freeReplyObject(). */
 redisReply *hs_cmd(int i, const char *fmt, ...);

@@ -259,13 +259,15 @@ STEST(sentinel, next_sentinel)
 
 /* wait_replicas = 1: with both replicas stopped, WAIT counts none, so an
  * acquire fails (and leaves no key) and a renewal fails (JEOPARDY) until
- * they are back; an agent without it is not held up. */
+ * they are back, in sentinel mode as in single-node mode; an agent without
+ * it is not held up. */
 STEST(sentinel, wait_replicas_needs_a_replica)
 {
     hs_start();
     hs_agent_start(0, "outage_wait_ms = 0", "wait_replicas = 1\nwait_timeout_ms = 100");
     hs_agent_start(1, "outage_wait_ms = 0", NULL);
-    struct h_cl *a = h_client_at(0), *b = h_client_at(1);
+    hs_agent_start_single(2, "outage_wait_ms = 0", "wait_replicas = 1");
+    struct h_cl *a = h_client_at(0), *b = h_client_at(1), *c = h_client_at(2);
     dlock_lease *held = h_must_acquire(a, "w-held", 10000);
     int m = hs_master();
     for (int r = 0; r < HS_REDIS; r++)
@@ -274,6 +276,8 @@ STEST(sentinel, wait_replicas_needs_a_replica)
     dlock_lease *none = NULL;
     cr_assert_eq(h_acquire(a, "w-new", 5000, 0, &none), DLOCK_EUNAVAIL);
     H_WAIT_UNTIL(H_EVENT_MS, !hs_exists(m, h_key("w-new"))); /* withdrawn */
+    cr_assert_eq(h_acquire(c, "w-single", 5000, 0, &none), DLOCK_EUNAVAIL, "single-node mode");
+    H_WAIT_UNTIL(H_EVENT_MS, !hs_exists(m, h_key("w-single")));
     dlock_lease *other = h_must_acquire(b, "w-other", 5000);
     cr_assert_eq(dlock_lease_release(other), 0);
     H_WAIT_UNTIL(H_EVENT_MS, h_events(a, held, DLOCK_STATE_JEOPARDY));
@@ -284,6 +288,8 @@ STEST(sentinel, wait_replicas_needs_a_replica)
     H_WAIT_UNTIL(H_EVENT_MS, h_events(a, held, DLOCK_STATE_HELD));
     cr_assert(dlock_lease_valid(held));
     dlock_lease *n = h_must_acquire(a, "w-new", 5000);
+    cr_assert_eq(dlock_lease_release(n), 0);
+    n = h_must_acquire(c, "w-single", 5000);
     cr_assert_eq(dlock_lease_release(n), 0);
     cr_assert_eq(dlock_lease_release(held), 0);
 }
