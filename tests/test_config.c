@@ -1185,3 +1185,119 @@ Test(policy, bad_lines)
     expect_good(&c, "policy", "max_leases_per_uid", "10");
     cr_assert_eq(c.policy.max_leases_per_uid, 10);
 }
+
+/* ---- sentinel mode, WAIT ---- */
+
+Test(sentinel, defaults)
+{
+    struct config c;
+    memset(&c, 0x5a, sizeof c);
+    config_defaults(&c);
+    cr_assert_eq(c.mode_setting, REDIS_ASK_AUTO);
+    cr_assert_str_eq(c.sentinel_master, "");
+    cr_assert_str_eq(c.sentinel_user, "");
+    cr_assert_str_eq(c.sentinel_password, "");
+    cr_assert_eq(c.wait_replicas, 0);
+    cr_assert_eq(c.wait_timeout_ms, 100);
+    cr_assert_eq(c.topology_refresh_ms, 2000);
+}
+
+Test(sentinel, from_a_file)
+{
+    struct config c;
+    config_defaults(&c);
+    char path[256], err[512];
+    int rc = load_text(&c,
+                       "[redis]\n"
+                       "mode = sentinel\n"
+                       "sentinel_master = mymaster\n"
+                       "address = 10.0.0.1:26379, 10.0.0.2:26379\n"
+                       "address = 10.0.0.3:26379\n"
+                       "sentinel_user = watcher\n"
+                       "sentinel_password = s3cret\n"
+                       "user = dlock\n"
+                       "password = other\n"
+                       "wait_replicas = 1\n"
+                       "wait_timeout_ms = 50\n"
+                       "topology_refresh_ms = 500\n",
+                       path, sizeof path, err, sizeof err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.mode, REDIS_MODE_SENTINEL);
+    cr_assert_str_eq(config_mode_name(c.mode), "sentinel");
+    cr_assert_eq(c.nnodes, 3, "the address lines are the sentinels");
+    cr_assert_str_eq(c.nodes[2].host, "10.0.0.3");
+    cr_assert_eq(c.nodes[2].port, 26379);
+    cr_assert_str_eq(c.sentinel_master, "mymaster");
+    cr_assert_str_eq(c.sentinel_user, "watcher");
+    cr_assert_str_eq(c.sentinel_password, "s3cret");
+    cr_assert_str_eq(c.redis_user, "dlock", "the master's credentials are apart");
+    cr_assert_str_eq(c.redis_password, "other");
+    cr_assert_eq(c.wait_replicas, 1);
+    cr_assert_eq(c.wait_timeout_ms, 50);
+    cr_assert_eq(c.topology_refresh_ms, 500);
+}
+
+/* Any number of sentinels, 1 to 9 (unlike quorum mode's odd counts). */
+Test(sentinel, any_number_of_sentinels)
+{
+    for (unsigned n = 1; n <= CONFIG_MAX_NODES; n++) {
+        struct config c;
+        config_defaults(&c);
+        nodes_n(&c, n);
+        expect_good(&c, "redis", "mode", "sentinel");
+        expect_good(&c, "redis", "sentinel_master", "m");
+        char err[256] = "";
+        cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%u sentinels: %s", n, err);
+        cr_assert_eq(c.mode, REDIS_MODE_SENTINEL, "%u sentinels", n);
+    }
+}
+
+Test(sentinel, needs_the_master_name)
+{
+    EXPECT_INVALID("sentinel_master", c_.mode_setting = REDIS_ASK_SENTINEL);
+    EXPECT_VALID(c_.mode_setting = REDIS_ASK_SENTINEL, strcpy(c_.sentinel_master, "m"));
+    /* A master name is one word. */
+    expect_bad("redis", "sentinel_master", "");
+    expect_bad("redis", "sentinel_master", "my master");
+    expect_bad("redis", "sentinel_master", "m\t");
+    expect_bad("redis", "mode", "sentinels");
+    expect_bad("redis", "mode", "");
+    struct config c;
+    config_defaults(&c);
+    expect_good(&c, "redis", "mode", "auto");
+    cr_assert_eq(c.mode_setting, REDIS_ASK_AUTO);
+    expect_good(&c, "redis", "mode", "sentinel");
+    cr_assert_eq(c.mode_setting, REDIS_ASK_SENTINEL);
+}
+
+/* WAIT must answer before the watchdog takes Redis for dead. */
+Test(sentinel, wait_timeout_below_command_timeout)
+{
+    EXPECT_INVALID("wait_timeout_ms = 2000: must not exceed command_timeout_ms (1999)",
+                   c_.wait_replicas = 1, c_.wait_timeout_ms = 2000);
+    EXPECT_VALID(c_.wait_replicas = 1, c_.wait_timeout_ms = 1999);
+    /* Without WAIT it does not matter. */
+    EXPECT_VALID(c_.wait_replicas = 0, c_.wait_timeout_ms = 2000);
+    /* In every mode. */
+    EXPECT_INVALID("wait_timeout_ms", nodes_n(&c_, 3), c_.wait_replicas = 2,
+                   c_.wait_timeout_ms = 5000);
+}
+
+Test(sentinel, bounds)
+{
+    static const struct bounded b[] = {
+        {"redis", "wait_replicas", 0, 64, NULL, NULL},
+        {"redis", "wait_timeout_ms", 1, 60000, NULL, NULL},
+        {"redis", "topology_refresh_ms", 100, 600000, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
+        const char *err = try_value(&b[i], b[i].lo, b[i].lo_with);
+        cr_assert_null(err, "%s = %u refused: %s", b[i].key, (unsigned)b[i].lo, err);
+        err = try_value(&b[i], b[i].hi, b[i].hi_with);
+        cr_assert_null(err, "%s = %u refused: %s", b[i].key, (unsigned)b[i].hi, err);
+        if (b[i].lo > 0)
+            expect_out_of_range(&b[i], b[i].lo - 1, b[i].lo_with);
+        expect_out_of_range(&b[i], b[i].hi + 1, b[i].hi_with);
+    }
+}

@@ -2,7 +2,8 @@
 /* backend_redis.c -- single-node Redis backend: one pipelined command
  * link and one pub/sub link (redis_link.c: set-up, reconnection with
  * backoff and jitter, the command watchdog), Lua scripts called with
- * EVALSHA, and the node's health: its run id, its persistence and the
+ * EVALSHA (each acquire and renewal followed by WAIT when wait_replicas asks
+ * for replicas), and the node's health: its run id, its persistence and the
  * exclusion after a restart (quorum mode), round-trip time and last error. */
 #include "backend_redis.h"
 
@@ -80,6 +81,9 @@ static const char *const script_src[S_COUNT] = {
     "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0",
 };
 
+/* Where the WAIT after an acquire or renewal is (wait_replicas). */
+enum { W_NONE, W_SENT, W_UNSENT };
+
 /* A command in flight on the command connection. */
 struct rcmd {
     struct redis_link_cmd lc; /* in flight on the command link */
@@ -89,6 +93,15 @@ struct rcmd {
     uint8_t script;
     bool retried; /* already re-sent with EVAL after NOSCRIPT */
     bool asking;  /* Redis Cluster: ASKING goes first */
+    /* wait_replicas: the WAIT sent right after the script (W_SENT), or that
+     * could not be sent (W_UNSENT: the write is reported as unconfirmed). */
+    uint8_t wait;
+    bool answered; /* the script's reply is in (kept below until WAIT answers) */
+    bool resend;   /* NOSCRIPT: send the script again once the WAIT answered */
+    int s_err;     /* the script's reply, reported with the WAIT's */
+    long long s_result;
+    char s_text[160]; /* the script's error reply (a redirect), reported with the WAIT's */
+    struct redis_link_cmd wait_lc; /* the WAIT in flight */
     uint32_t ttl_ms;
     /* acquire: the token's floor (0: the server's clock); fence: the token;
      * release: nonzero to publish the notice */
@@ -123,6 +136,9 @@ struct rb {
     uint8_t link_persist; /* P_* bits: what CONFIG GET said on this command link */
     bool durable;         /* appendonly yes, appendfsync always (quorum mode) */
     bool config_refused;  /* CONFIG GET was refused once: logged then only */
+    bool check_master;    /* sentinel mode: ROLE must say master (redis_node_opts) */
+    void (*not_master)(void *arg, const char *role);
+    void *not_master_arg;
 };
 
 /* The answers of CONFIG GET appendonly and appendfsync. */
@@ -174,6 +190,26 @@ static struct backend_result result_of(const struct rcmd *c, int err, const char
     return r;
 }
 
+/* Whether the write of c took effect: an acquire that took the key, a
+ * renewal that extended it. */
+static bool wrote(const struct rcmd *c, long long result)
+{
+    return c->script == S_ACQUIRE ? result > 0 : result == 1;
+}
+
+/* The end of a command: its callback; text is the error reply's. */
+static void cmd_done(struct rb *b, struct rcmd *c, int err, const char *text, long long result,
+                     uint64_t at)
+{
+    if (c->script == S_LOOKUP) {
+        c->lookup_cb(c->arg, err ? err : DLOCK_EBACKEND, NULL);
+    } else if (c->cb) {
+        struct backend_result res = result_of(c, err, text, result, at);
+        c->cb(c->arg, &res);
+    }
+    free(c);
+}
+
 static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     struct rb *b = rb_of(ac);
@@ -193,6 +229,11 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
             redisAsyncCommand(b->cmd.ac, on_script_loaded, (void *)(intptr_t)c->script,
                               "SCRIPT LOAD %s", script_src[c->script]);
             c->retried = true;
+            if (c->wait == W_SENT) {
+                /* Its WAIT is still to answer: the script goes again after it. */
+                c->resend = true;
+                return;
+            }
             if (cmd_send(b, c) == 0)
                 return;
             err = DLOCK_EUNAVAIL;
@@ -226,13 +267,63 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
         note_error(b, err, "unexpected reply type");
         log_warn("%s: unexpected reply type %d", b->label, rep->type);
     }
-    if (c->script == S_LOOKUP) {
-        c->lookup_cb(c->arg, err ? err : DLOCK_EBACKEND, NULL);
-    } else if (c->cb) {
-        struct backend_result res = result_of(c, err, text, result, at);
-        c->cb(c->arg, &res);
+    if (c->wait == W_SENT) {
+        /* The WAIT behind it says whether the write counts. */
+        c->answered = true;
+        c->s_err = err;
+        c->s_result = result;
+        snprintf(c->s_text, sizeof c->s_text, "%s", text ? text : "");
+        return;
     }
-    free(c);
+    if (c->wait == W_UNSENT && !err && wrote(c, result)) {
+        err = DLOCK_EUNAVAIL;
+        note_error(b, err, "WAIT could not be sent");
+        log_warn("%s: WAIT could not be sent after the %s of %s: not confirmed", b->label,
+                 c->script == S_ACQUIRE ? "acquire" : "renewal", c->key + b->prefix_len);
+    }
+    cmd_done(b, c, err, text, result, at);
+}
+
+/* WAIT's answer, after the acquire or renewal it follows: the write is
+ * reported done only when at least wait_replicas replicas acknowledged it,
+ * else as a failure (DLOCK_EUNAVAIL): the core then withdraws the acquire,
+ * or treats the renewal as failed (JEOPARDY, retried until the deadline). */
+static void on_wait(redisAsyncContext *ac, void *r, void *priv)
+{
+    struct rb *b = rb_of(ac);
+    struct rcmd *c = priv;
+    redisReply *rep = r;
+    uint64_t at = redis_link_answered(&b->cmd, &c->wait_lc, rep);
+    c->wait = W_NONE;
+    if (c->resend && rep) {
+        c->resend = false;
+        if (cmd_send(b, c) == 0)
+            return;
+    }
+    int err = c->answered ? c->s_err : DLOCK_EUNAVAIL;
+    long long result = c->s_result;
+    const char *what = c->script == S_ACQUIRE ? "acquire" : "renewal";
+    if (!rep) {
+        if (!err)
+            err = DLOCK_EUNAVAIL; /* the link is going away */
+    } else if (err || !wrote(c, result)) {
+        /* Nothing written (taken, not ours) or failed: WAIT adds nothing. */
+    } else if (rep->type == REDIS_REPLY_ERROR) {
+        err = redis_error_code(rep->str);
+        note_error(b, err, rep->str);
+        log_warn("%s: WAIT after the %s of %s refused: %s", b->label, what, c->key + b->prefix_len,
+                 rep->str);
+    } else if (rep->type != REDIS_REPLY_INTEGER || rep->integer < b->cfg->wait_replicas) {
+        char text[160];
+        snprintf(text, sizeof text, "WAIT: %lld of %u replicas acknowledged within %u ms",
+                 rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1ll, b->cfg->wait_replicas,
+                 b->cfg->wait_timeout_ms);
+        err = DLOCK_EUNAVAIL;
+        note_error(b, err, text);
+        log_warn("%s: %s: the %s of %s is not confirmed (wait_replicas)", b->label, text, what,
+                 c->key + b->prefix_len);
+    }
+    cmd_done(b, c, err, c->s_text[0] ? c->s_text : NULL, result, at);
 }
 
 /* The arguments of one command, for redisAsyncCommandArgv, and room for
@@ -331,7 +422,22 @@ static int cmd_send(struct rb *b, struct rcmd *c)
      * redirect's target serves it. Its +OK needs no callback. */
     if (c->asking && redisAsyncCommand(b->cmd.ac, NULL, NULL, "ASKING") != REDIS_OK)
         return DLOCK_EUNAVAIL;
-    return redis_link_send(&b->cmd, &c->lc, on_reply, c, a.n, a.v, a.len);
+    int rc = redis_link_send(&b->cmd, &c->lc, on_reply, c, a.n, a.v, a.len);
+    c->answered = false;
+    c->s_text[0] = '\0';
+    c->wait = W_NONE;
+    if (rc == 0 && b->cfg->wait_replicas &&
+        (c->script == S_ACQUIRE || c->script == S_RENEW || c->script == S_RENEW_LOCK)) {
+        /* On the same connection, so it waits for this write: the grant or
+         * renewal counts once that many replicas have it. */
+        char n[16], ms[16];
+        const char *argv[3] = {"WAIT", n, ms};
+        size_t len[3] = {4, (size_t)snprintf(n, sizeof n, "%u", b->cfg->wait_replicas),
+                         (size_t)snprintf(ms, sizeof ms, "%u", b->cfg->wait_timeout_ms)};
+        c->wait = redis_link_send(&b->cmd, &c->wait_lc, on_wait, c, 3, argv, len) == 0 ? W_SENT
+                                                                                       : W_UNSENT;
+    }
+    return rc;
 }
 
 static int submit_with(struct backend *be, enum script s, const char *name, size_t len,
@@ -351,6 +457,7 @@ static int submit_with(struct backend *be, enum script s, const char *name, size
     c->arg = arg;
     c->script = (uint8_t)s;
     c->retried = false;
+    c->resend = false;
     c->asking = asking;
     c->ttl_ms = ttl_ms;
     c->num = num;
@@ -578,6 +685,37 @@ static void on_info(redisAsyncContext *ac, void *r, void *priv)
     }
 }
 
+/* ROLE, part of the command link's set-up in sentinel mode: a node that
+ * is no longer the master (a failover demoted it, or the sentinels' answer
+ * is stale) gets no command; its owner asks the sentinels again. */
+static void on_role(redisAsyncContext *ac, void *r, void *priv)
+{
+    struct redis_link *l = ac->data;
+    struct rb *b = l->hooks.arg;
+    const redisReply *rep = r;
+    if (!rep || redis_link_failed(l))
+        return;
+    const char *role = "unknown";
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 &&
+        rep->element[0]->type == REDIS_REPLY_STRING)
+        role = rep->element[0]->str;
+    if (strcmp(role, "master") == 0)
+        return;
+    if (rep->type == REDIS_REPLY_ERROR) {
+        log_error("%s: ROLE refused (%s): cannot tell whether it is the master", b->label,
+                  rep->str);
+        note_error(b, redis_error_code(rep->str), rep->str);
+    } else {
+        char text[160];
+        snprintf(text, sizeof text, "ROLE says %s, not master", role);
+        log_warn("%s: %s", b->label, text);
+        note_error(b, DLOCK_EREADONLY, text);
+    }
+    redis_link_fail(l, "not the master");
+    if (b->not_master)
+        b->not_master(b->not_master_arg, role);
+}
+
 static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
 {
     struct rb *b = rb_of(ac);
@@ -620,6 +758,8 @@ static void link_setup(void *arg, struct redis_link *l)
         redisAsyncCommand(ac, on_persistence, "appendonly", "CONFIG GET appendonly");
         redisAsyncCommand(ac, on_persistence, "appendfsync", "CONFIG GET appendfsync");
     }
+    if (b->check_master)
+        redisAsyncCommand(ac, on_role, NULL, "ROLE");
     redisAsyncCommand(ac, on_info, NULL, "INFO server");
     for (int s = 0; s < S_COUNT; s++)
         redisAsyncCommand(ac, on_script_loaded, (void *)(intptr_t)s, "SCRIPT LOAD %s",
@@ -710,6 +850,11 @@ struct backend *backend_redis_new_opts(struct ev_loop *loop, const struct config
     b->addr = addr;
     b->ev = *events;
     b->sharded = opts && opts->sharded;
+    if (opts && opts->check_master) {
+        b->check_master = true;
+        b->not_master = opts->not_master;
+        b->not_master_arg = opts->arg;
+    }
     if (opts && opts->label) {
         snprintf(b->label, sizeof b->label, "%s", opts->label);
     } else if (cfg->mode == REDIS_MODE_QUORUM) {

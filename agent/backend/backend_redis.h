@@ -12,6 +12,13 @@
 struct redis_node_opts {
     const char *label; /* for logs: "redis ADDR", "master ADDR"; copied; NULL: by mode */
     bool sharded;      /* Redis Cluster: sharded pub/sub (SSUBSCRIBE, SPUBLISH) */
+    /* Sentinel mode: the command link's set-up asks ROLE, and a node that is
+     * not a master (or refuses ROLE) gets no command: the link is dropped
+     * and not_master(arg, role) is called, from inside a hiredis callback
+     * (the owner must not destroy the backend there). */
+    bool check_master;
+    void (*not_master)(void *arg, const char *role);
+    void *arg;
 };
 
 /* Creates the backend for the node at addr and starts connecting; never

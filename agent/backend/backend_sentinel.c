@@ -1,12 +1,741 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* backend_sentinel.c -- not yet. */
+/* backend_sentinel.c -- the Redis master that Sentinel names
+ * (docs/failover.md). One sentinel at a time is asked, on a query link,
+ * SENTINEL get-master-addr-by-name (at start, every topology_refresh_ms, and
+ * after a failure), and listened to, on a pub/sub link, for +switch-master;
+ * when it cannot be reached or does not answer, the next one of the list is
+ * used. The master is one single-node backend (backend_redis.c) whose
+ * command link checks with ROLE that it is the master; every operation is
+ * passed to it.
+ *
+ * When the master changes (+switch-master, a new answer of the sentinels, a
+ * ROLE or READONLY answer of the master itself), the old master's backend is
+ * given up: the answers still to come from it are turned into errors, and it
+ * is destroyed from a timer (never from inside its own callbacks), which
+ * answers what it still has in flight with DLOCK_EUNAVAIL. If a command
+ * could have been answered by it since the last failover, every lease is put
+ * in doubt (events.on_doubt) before the new master's backend is even made,
+ * so no answer of the new master can come before the doubt. */
 #include "backend_sentinel.h"
 
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_redis.h"
+#include "dlock.h"
 #include "log.h"
+#include "redis_link.h"
+#include "sentinel_msg.h"
+#include "util.h"
+
+/* The health of one sentinel, for the status socket. */
+struct sentinel_health {
+    int last_error;
+    char last_error_text[160];
+};
+
+struct sb;
+
+/* One master's backend: the current one, or one given up and waiting for
+ * the reaper. */
+struct master {
+    struct sb *s;
+    struct redis_addr addr; /* the backend's address: lives as long as it */
+    struct backend *be;
+    char label[320];
+    struct master *next; /* on the list of given-up masters */
+};
+
+/* An operation passed to the master: its answer is an error when the master
+ * was given up meanwhile (gen changed). */
+struct sop {
+    struct sb *s;
+    unsigned gen;
+    backend_cb cb;
+    backend_lookup_cb lookup_cb;
+    void *arg;
+};
+
+/* A name whose release notices are wanted, and whether the current master
+ * was told. */
+struct watched {
+    char *name;
+    size_t len;
+    bool sent;
+};
+
+struct sb {
+    struct backend base;
+    struct backend_ops ops; /* watch only when the master's backend has it */
+    struct ev_loop *loop;
+    const struct config *cfg;
+    /* cfg with the sentinels' credentials and database 0: their links' own. */
+    struct config scfg;
+    struct backend_events ev;
+    bool closing;
+
+    /* The sentinel in use and its two links. */
+    unsigned cur;
+    unsigned failures; /* sentinels given up in a row: a whole round backs off */
+    struct redis_link q, p;
+    char slabel[320];
+    struct redis_link_cmd ask; /* the question in flight on q */
+    bool asking;
+    bool subscribed; /* to +switch-master on p */
+    struct sentinel_health health[CONFIG_MAX_NODES];
+
+    /* The master. */
+    struct master *m; /* NULL until the sentinels name one, and while switching */
+    struct master *dying;
+    unsigned gen;        /* bumped whenever a master is given up */
+    bool confirmed;      /* a master's command link came up since the last doubt */
+    unsigned role_fails; /* masters that were not, in a row: the next question waits */
+    int master_error;    /* why there is no master, for the status */
+    char master_error_text[160];
+    size_t pending;
+
+    ev_timer refresh; /* every topology_refresh_ms: ask again */
+    ev_timer rotate;  /* deferred: the next sentinel */
+    ev_timer reap;    /* deferred: destroy given-up masters */
+    ev_timer reask;   /* after a master that was not: ask again, with backoff */
+
+    struct watched *w;
+    size_t nw, capw;
+};
+
+static void ask(struct sb *s);
+static void start_links(struct sb *s);
+static int sb_watch(struct backend *be, const char *name, size_t len, bool on);
+
+static const struct redis_addr *sentinel_at(const struct sb *s, unsigned i)
+{
+    return &s->cfg->nodes[i];
+}
+
+/* A delay with exponential backoff and full jitter over the reconnect
+ * settings, for the attempt-th retry. */
+static double backoff_s(const struct config *cfg, unsigned attempt)
+{
+    double cap = cfg->reconnect_min_ms;
+    for (unsigned i = 0; i < attempt && cap < cfg->reconnect_max_ms; i++)
+        cap *= 2;
+    if (cap > cfg->reconnect_max_ms)
+        cap = cfg->reconnect_max_ms;
+    return (cap / 2 + cap / 2 * random_unit()) / 1000.0;
+}
+
+/* Copies text into dst, cut to fit. */
+static void copy_text(char *dst, size_t cap, const char *text)
+{
+    size_t n = strnlen(text, cap - 1);
+    memcpy(dst, text, n);
+    dst[n] = '\0';
+}
+
+static void note_master_error(struct sb *s, int code, const char *text)
+{
+    s->master_error = code;
+    copy_text(s->master_error_text, sizeof s->master_error_text, text);
+}
+
+/* ---- the master ---- */
+
+/* Gives the current master up: what it still answers is an error, it is
+ * destroyed from the reaper, and when a command could have been answered by
+ * it since the last doubt, every lease is in doubt from now on. */
+static void abandon(struct sb *s, const char *why)
+{
+    struct master *m = s->m;
+    if (!m)
+        return;
+    log_warn("%s: given up: %s", m->label, why);
+    note_master_error(s, DLOCK_EUNAVAIL, why);
+    s->m = NULL;
+    s->gen++;
+    m->next = s->dying;
+    s->dying = m;
+    ev_timer_start(s->loop, &s->reap);
+    if (s->confirmed) {
+        s->confirmed = false;
+        log_warn("sentinel: master %s failed over: every lease is in doubt until a renewal on the "
+                 "new master confirms it",
+                 s->cfg->sentinel_master);
+        if (s->ev.on_doubt)
+            s->ev.on_doubt(s->ev.arg, NULL, NULL);
+    }
+}
+
+static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct sb *s = w->data;
+    struct master *m = s->dying;
+    s->dying = NULL;
+    while (m) {
+        struct master *next = m->next;
+        m->be->ops->destroy(m->be); /* answers its commands in flight */
+        free(m);
+        m = next;
+    }
+}
+
+/* Tells the current master of the names it was not told yet. */
+static void rewatch(struct sb *s)
+{
+    struct master *m = s->m;
+    if (!m || !m->be->ops->watch)
+        return;
+    for (size_t i = 0; i < s->nw; i++)
+        if (!s->w[i].sent)
+            s->w[i].sent = m->be->ops->watch(m->be, s->w[i].name, s->w[i].len, true) == 0;
+}
+
+static void m_notice(void *arg, const char *name, size_t len)
+{
+    struct master *m = arg;
+    if (m == m->s->m)
+        m->s->ev.on_notice(m->s->ev.arg, name, len);
+}
+
+static void m_subscribed(void *arg)
+{
+    struct master *m = arg;
+    struct sb *s = m->s;
+    if (m != s->m)
+        return;
+    rewatch(s);
+    s->ev.on_subscribed(s->ev.arg);
+}
+
+static void m_ready(void *arg)
+{
+    struct master *m = arg;
+    struct sb *s = m->s;
+    if (m != s->m)
+        return;
+    /* From now on its answers may confirm keys: giving it up is a failover. */
+    s->confirmed = true;
+    s->role_fails = 0;
+    s->master_error = 0;
+    s->master_error_text[0] = '\0';
+    rewatch(s);
+    s->ev.on_ready(s->ev.arg);
+}
+
+/* Asks the sentinels again after a backoff (a master that was not, or
+ * could not be made). */
+static void reask_later(struct sb *s)
+{
+    ev_timer_stop(s->loop, &s->reask);
+    ev_timer_set(&s->reask, backoff_s(s->cfg, s->role_fails++), 0.0);
+    ev_timer_start(s->loop, &s->reask);
+}
+
+/* ROLE says the master is not (called inside its hiredis callback). */
+static void m_not_master(void *arg, const char *role)
+{
+    struct master *m = arg;
+    struct sb *s = m->s;
+    if (m != s->m)
+        return;
+    char why[200];
+    snprintf(why, sizeof why, "it is a %s, not the master", role);
+    abandon(s, why);
+    /* The sentinels may not know yet: ask them again after a while. */
+    reask_later(s);
+}
+
+static void connect_master(struct sb *s, const struct redis_addr *addr)
+{
+    struct master *m = calloc(1, sizeof *m);
+    if (!m) {
+        log_error("sentinel: out of memory for the master's backend");
+        reask_later(s);
+        return;
+    }
+    char a[300];
+    m->s = s;
+    m->addr = *addr;
+    snprintf(m->label, sizeof m->label, "master %s", config_addr_str(addr, a, sizeof a));
+    struct redis_node_opts o = {
+        .label = m->label, .check_master = true, .not_master = m_not_master, .arg = m};
+    struct backend_events ev = {
+        .arg = m, .on_notice = m_notice, .on_subscribed = m_subscribed, .on_ready = m_ready};
+    m->be = backend_redis_new_opts(s->loop, s->cfg, &m->addr, &o, &ev);
+    if (!m->be) {
+        free(m);
+        log_error("sentinel: out of memory for the master's backend");
+        reask_later(s);
+        return;
+    }
+    s->m = m;
+    /* Watches go to the master when its backend takes them. */
+    s->ops.watch = m->be->ops->watch ? sb_watch : NULL;
+    for (size_t i = 0; i < s->nw; i++)
+        s->w[i].sent = false;
+    rewatch(s);
+}
+
+/* The sentinels name addr as the master (from, for the log). */
+static void master_is(struct sb *s, const struct redis_addr *addr, const char *from)
+{
+    char a[300], b[300];
+    config_addr_str(addr, a, sizeof a);
+    if (s->m && sentinel_addr_same(&s->m->addr, addr))
+        return;
+    if (s->m) {
+        char why[400];
+        snprintf(why, sizeof why, "%s names %s as the master now", from, a);
+        log_warn("sentinel: master %s moved from %s to %s (%s)", s->cfg->sentinel_master,
+                 config_addr_str(&s->m->addr, b, sizeof b), a, from);
+        abandon(s, why);
+    } else {
+        log_info("sentinel: master %s is at %s (%s)", s->cfg->sentinel_master, a, from);
+    }
+    connect_master(s, addr);
+}
+
+/* ---- the sentinels ---- */
+
+static void note_sentinel(struct sb *s, int code, const char *text)
+{
+    struct sentinel_health *h = &s->health[s->cur];
+    h->last_error = code;
+    copy_text(h->last_error_text, sizeof h->last_error_text, text);
+}
+
+/* The sentinel in use failed: the next one, from the loop (at once, or
+ * after a backoff when a whole round failed). */
+static void schedule_rotate(struct sb *s)
+{
+    if (s->closing || ev_is_active(&s->rotate))
+        return;
+    s->failures++;
+    unsigned n = s->cfg->nnodes;
+    double delay = s->failures % n == 0 ? backoff_s(s->cfg, s->failures / n - 1) : 0.0;
+    ev_timer_set(&s->rotate, delay, 0.0);
+    ev_timer_start(s->loop, &s->rotate);
+}
+
+static void on_rotate(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct sb *s = w->data;
+    redis_link_close(&s->q);
+    redis_link_close(&s->p);
+    s->asking = false;
+    s->subscribed = false;
+    s->cur = (s->cur + 1) % s->cfg->nnodes;
+    start_links(s);
+}
+
+/* The answer to SENTINEL get-master-addr-by-name: [ip, port], or nil when
+ * the sentinel does not know the master. */
+static void on_ask(redisAsyncContext *ac, void *r, void *priv)
+{
+    struct sb *s = priv;
+    const redisReply *rep = r;
+    redis_link_answered(&s->q, &s->ask, rep);
+    s->asking = false;
+    if (!rep)
+        return; /* the link is going away: it says so itself */
+    char text[200];
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+        rep->element[0]->type == REDIS_REPLY_STRING &&
+        rep->element[1]->type == REDIS_REPLY_STRING) {
+        struct redis_addr addr;
+        if (sentinel_addr(rep->element[0]->str, rep->element[0]->len, rep->element[1]->str,
+                          rep->element[1]->len, &addr) == 0) {
+            master_is(s, &addr, s->slabel);
+            return;
+        }
+        snprintf(text, sizeof text, "a master address that is none");
+    } else if (rep->type == REDIS_REPLY_NIL) {
+        snprintf(text, sizeof text, "does not know master %s", s->cfg->sentinel_master);
+    } else if (rep->type == REDIS_REPLY_ERROR) {
+        snprintf(text, sizeof text, "%s", rep->str);
+    } else {
+        snprintf(text, sizeof text, "unexpected reply type %d", rep->type);
+    }
+    log_warn("%s: %s; trying the next sentinel", s->slabel, text);
+    note_sentinel(s, rep->type == REDIS_REPLY_ERROR ? redis_error_code(rep->str) : DLOCK_EBACKEND,
+                  text);
+    schedule_rotate(s);
+}
+
+/* Asks the sentinel in use where the master is (one question at a time). */
+static void ask(struct sb *s)
+{
+    if (s->asking || !s->q.connected || s->closing)
+        return;
+    const char *argv[] = {"SENTINEL", "get-master-addr-by-name", s->cfg->sentinel_master};
+    size_t len[] = {8, 23, strlen(s->cfg->sentinel_master)};
+    /* Written by hiredis' write watcher (this may run inside a reply's
+     * callback). */
+    if (redis_link_send(&s->q, &s->ask, on_ask, s, 3, argv, len) == 0)
+        s->asking = true;
+}
+
+/* Messages of the +switch-master channel, and its subscription. */
+static void on_switch(redisAsyncContext *ac, void *r, void *priv)
+{
+    struct sb *s = ((struct redis_link *)ac->data)->hooks.arg;
+    const redisReply *rep = r;
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
+        rep->element[0]->type != REDIS_REPLY_STRING)
+        return;
+    const char *kind = rep->element[0]->str;
+    const redisReply *payload = rep->element[2];
+    if (strcmp(kind, "subscribe") == 0) {
+        redis_link_ready(&s->p);
+        return;
+    }
+    if (strcmp(kind, "message") != 0 || payload->type != REDIS_REPLY_STRING)
+        return;
+    struct redis_addr to;
+    int rc = sentinel_switch_parse(payload->str, payload->len, s->cfg->sentinel_master, &to);
+    if (rc < 0) {
+        log_warn("%s: +switch-master message not understood: %.*s", s->slabel,
+                 (int)(payload->len < 200 ? payload->len : 200), payload->str);
+        return;
+    }
+    if (rc == 1) {
+        char from[400];
+        snprintf(from, sizeof from, "+switch-master from %s", s->slabel);
+        master_is(s, &to, from);
+    }
+}
+
+static void sl_setup(void *arg, struct redis_link *l)
+{
+    struct sb *s = arg;
+    if (l == &s->p)
+        redisAsyncCommand(l->ac, on_switch, NULL, "SUBSCRIBE +switch-master");
+}
+
+static void sl_ready(void *arg, struct redis_link *l)
+{
+    struct sb *s = arg;
+    if (l == &s->q) {
+        s->failures = 0;
+        s->health[s->cur].last_error = 0;
+        s->health[s->cur].last_error_text[0] = '\0';
+    } else {
+        log_info("%s: subscribed to +switch-master", s->slabel);
+        s->subscribed = true;
+    }
+    /* Also after the subscription: a switch may have come before it. */
+    ask(s);
+}
+
+static void sl_error(void *arg, int code, const char *text)
+{
+    struct sb *s = arg;
+    note_sentinel(s, code, text);
+    schedule_rotate(s);
+}
+
+static void sl_down(void *arg, struct redis_link *l)
+{
+    struct sb *s = arg;
+    if (l == &s->p)
+        s->subscribed = false;
+    schedule_rotate(s);
+}
+
+/* Opens the two links to the sentinel in use. */
+static void start_links(struct sb *s)
+{
+    char a[300];
+    snprintf(s->slabel, sizeof s->slabel, "sentinel %s",
+             config_addr_str(sentinel_at(s, s->cur), a, sizeof a));
+    struct redis_link_hooks hooks = {
+        .arg = s, .setup = sl_setup, .ready = sl_ready, .error = sl_error, .down = sl_down};
+    redis_link_init(&s->q, s->loop, &s->scfg, sentinel_at(s, s->cur), s->slabel, "query", 0,
+                    &hooks);
+    redis_link_init(&s->p, s->loop, &s->scfg, sentinel_at(s, s->cur), s->slabel, "+switch-master",
+                    REDIS_LINK_USER_READY, &hooks);
+    redis_link_start(&s->q);
+    redis_link_start(&s->p);
+}
+
+static void on_refresh(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    ask(w->data);
+}
+
+static void on_reask(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    ask(w->data);
+}
+
+/* ---- operations: passed to the master ---- */
+
+static void op_done(void *arg, const struct backend_result *r)
+{
+    struct sop *o = arg;
+    struct sb *s = o->s;
+    s->pending--;
+    struct backend_result res = *r;
+    if (o->gen != s->gen) {
+        /* Sent to a master given up since: its word counts for nothing. */
+        res = (struct backend_result){.err = DLOCK_EUNAVAIL, .at = r->at};
+    } else if (r->err == DLOCK_EREADONLY && s->m) {
+        /* The master was demoted: the sentinels will name the new one. */
+        abandon(s, "it answers READONLY: a replica now");
+        ev_timer_stop(s->loop, &s->reask);
+        ev_timer_set(&s->reask, 0.0, 0.0);
+        ev_timer_start(s->loop, &s->reask);
+    }
+    if (o->cb)
+        o->cb(o->arg, &res);
+    free(o);
+}
+
+static void op_lookup_done(void *arg, int err, const struct backend_holder *h)
+{
+    struct sop *o = arg;
+    struct sb *s = o->s;
+    s->pending--;
+    if (o->gen != s->gen) {
+        err = DLOCK_EUNAVAIL;
+        h = NULL;
+    }
+    o->lookup_cb(o->arg, err, h);
+    free(o);
+}
+
+static struct sop *sop_new(struct sb *s, backend_cb cb, backend_lookup_cb lookup_cb, void *arg)
+{
+    struct sop *o = malloc(sizeof *o);
+    if (o)
+        *o = (struct sop){.s = s, .gen = s->gen, .cb = cb, .lookup_cb = lookup_cb, .arg = arg};
+    return o;
+}
+
+enum op { OP_ACQUIRE, OP_RENEW, OP_RELEASE, OP_FENCE };
+
+static int forward(struct backend *be, enum op op, const struct backend_req *req, backend_cb cb,
+                   void *arg)
+{
+    struct sb *s = (struct sb *)be;
+    struct master *m = s->m;
+    if (!m || s->closing)
+        return DLOCK_EUNAVAIL;
+    const struct backend_ops *mo = m->be->ops;
+    int (*fn)(struct backend *, const struct backend_req *, backend_cb, void *) =
+        op == OP_ACQUIRE   ? mo->acquire
+        : op == OP_RENEW   ? mo->renew
+        : op == OP_RELEASE ? mo->release
+                           : mo->fence;
+    if (!fn)
+        return DLOCK_EBACKEND;
+    struct sop *o = sop_new(s, cb, NULL, arg);
+    if (!o)
+        return DLOCK_ENOMEM;
+    int rc = fn(m->be, req, op_done, o);
+    if (rc) {
+        free(o);
+        return rc;
+    }
+    s->pending++;
+    return 0;
+}
+
+static int sb_acquire(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    return forward(be, OP_ACQUIRE, req, cb, arg);
+}
+
+static int sb_renew(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    return forward(be, OP_RENEW, req, cb, arg);
+}
+
+static int sb_release(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    return forward(be, OP_RELEASE, req, cb, arg);
+}
+
+static int sb_fence(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
+{
+    return forward(be, OP_FENCE, req, cb, arg);
+}
+
+static int sb_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
+                     void *arg)
+{
+    struct sb *s = (struct sb *)be;
+    struct master *m = s->m;
+    if (!m || s->closing)
+        return DLOCK_EUNAVAIL;
+    struct sop *o = sop_new(s, NULL, cb, arg);
+    if (!o)
+        return DLOCK_ENOMEM;
+    int rc = m->be->ops->lookup(m->be, name, len, op_lookup_done, o);
+    if (rc) {
+        free(o);
+        return rc;
+    }
+    s->pending++;
+    return 0;
+}
+
+static struct watched *watched_find(struct sb *s, const char *name, size_t len)
+{
+    for (size_t i = 0; i < s->nw; i++)
+        if (s->w[i].len == len && memcmp(s->w[i].name, name, len) == 0)
+            return &s->w[i];
+    return NULL;
+}
+
+/* Kept here too, so that a new master is told of every name. */
+static int sb_watch(struct backend *be, const char *name, size_t len, bool on)
+{
+    struct sb *s = (struct sb *)be;
+    struct master *m = s->m;
+    struct watched *w = watched_find(s, name, len);
+    if (!on) {
+        if (!w)
+            return 0;
+        if (w->sent && m && m->be->ops->watch)
+            m->be->ops->watch(m->be, name, len, false);
+        free(w->name);
+        *w = s->w[--s->nw];
+        return 0;
+    }
+    if (w)
+        return 0;
+    if (s->nw == s->capw) {
+        size_t cap = s->capw ? 2 * s->capw : 16;
+        struct watched *nw = realloc(s->w, cap * sizeof *nw);
+        if (!nw)
+            return DLOCK_ENOMEM;
+        s->w = nw;
+        s->capw = cap;
+    }
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return DLOCK_ENOMEM;
+    memcpy(copy, name, len);
+    copy[len] = '\0';
+    w = &s->w[s->nw++];
+    *w = (struct watched){.name = copy, .len = len, .sent = false};
+    if (m && m->be->ops->watch)
+        w->sent = m->be->ops->watch(m->be, name, len, true) == 0;
+    return 0;
+}
+
+static void sb_flush(struct backend *be)
+{
+    struct sb *s = (struct sb *)be;
+    if (s->m)
+        s->m->be->ops->flush(s->m->be);
+}
+
+static size_t sb_pending(const struct backend *be)
+{
+    return ((const struct sb *)be)->pending;
+}
+
+/* The master first, then one entry per sentinel ("sentinel ADDR"): connected
+ * and subscribed (to +switch-master) for the one in use. */
+static size_t sb_nodes(const struct backend *be, struct backend_node *out, size_t max)
+{
+    const struct sb *s = (const struct sb *)be;
+    size_t n = 0;
+    if (max > 0) {
+        if (s->m) {
+            s->m->be->ops->nodes(s->m->be, out, 1);
+        } else {
+            memset(out, 0, sizeof *out);
+            snprintf(out->addr, sizeof out->addr, "master %s (not known)", s->cfg->sentinel_master);
+            out->last_error = s->master_error;
+            memcpy(out->last_error_text, s->master_error_text, sizeof out->last_error_text);
+        }
+        n = 1;
+    }
+    for (unsigned i = 0; i < s->cfg->nnodes && n < max; i++, n++) {
+        struct backend_node *o = &out[n];
+        char a[300];
+        memset(o, 0, sizeof *o);
+        snprintf(o->addr, sizeof o->addr, "sentinel %s",
+                 config_addr_str(sentinel_at(s, i), a, sizeof a));
+        if (i == s->cur) {
+            o->connected = s->q.connected;
+            o->subscribed = s->subscribed;
+            o->last_rtt_ns = s->q.last_rtt;
+        }
+        o->last_error = s->health[i].last_error;
+        memcpy(o->last_error_text, s->health[i].last_error_text, sizeof o->last_error_text);
+    }
+    return 1 + s->cfg->nnodes;
+}
+
+static void sb_destroy(struct backend *be)
+{
+    struct sb *s = (struct sb *)be;
+    s->closing = true;
+    ev_timer_stop(s->loop, &s->refresh);
+    ev_timer_stop(s->loop, &s->rotate);
+    ev_timer_stop(s->loop, &s->reask);
+    redis_link_close(&s->q);
+    redis_link_close(&s->p);
+    /* The master too: its commands in flight are answered (with an error)
+     * while s still stands; the operations refuse from now on. */
+    if (s->m) {
+        s->m->next = s->dying;
+        s->dying = s->m;
+        s->m = NULL;
+    }
+    on_reap(s->loop, &s->reap, 0);
+    ev_timer_stop(s->loop, &s->reap);
+    for (size_t i = 0; i < s->nw; i++)
+        free(s->w[i].name);
+    free(s->w);
+    free(s);
+}
+
+static const struct backend_ops sb_ops = {
+    .acquire = sb_acquire,
+    .renew = sb_renew,
+    .release = sb_release,
+    .fence = sb_fence,
+    .lookup = sb_lookup,
+    .flush = sb_flush,
+    .pending = sb_pending,
+    .nodes = sb_nodes,
+    .destroy = sb_destroy,
+};
 
 struct backend *backend_sentinel_new(struct ev_loop *loop, const struct config *cfg,
                                      const struct backend_events *events)
 {
-    log_error("sentinel mode is not built yet");
-    return NULL;
+    struct sb *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->ops = sb_ops;
+    s->base.ops = &s->ops;
+    s->loop = loop;
+    s->cfg = cfg;
+    s->ev = *events;
+    /* The sentinels' links log in with the sentinels' credentials, and
+     * select no database (a sentinel has none). */
+    s->scfg = *cfg;
+    snprintf(s->scfg.redis_user, sizeof s->scfg.redis_user, "%s", cfg->sentinel_user);
+    snprintf(s->scfg.redis_password, sizeof s->scfg.redis_password, "%s", cfg->sentinel_password);
+    s->scfg.redis_db = 0;
+    note_master_error(s, DLOCK_EUNAVAIL, "no sentinel has named it yet");
+    double every = cfg->topology_refresh_ms / 1000.0;
+    ev_timer_init(&s->refresh, on_refresh, every, every);
+    ev_timer_init(&s->rotate, on_rotate, 0.0, 0.0);
+    ev_timer_init(&s->reap, on_reap, 0.0, 0.0);
+    ev_timer_init(&s->reask, on_reask, 0.0, 0.0);
+    s->refresh.data = s->rotate.data = s->reap.data = s->reask.data = s;
+    ev_timer_start(loop, &s->refresh);
+    log_info("sentinel mode: master %s, %u sentinel%s", cfg->sentinel_master, cfg->nnodes,
+             cfg->nnodes == 1 ? "" : "s");
+    start_links(s);
+    return &s->base;
 }

@@ -42,7 +42,8 @@ struct status_snapshot {
     unsigned connections;
     size_t leases;
     struct agent_stats stats;
-    struct backend_node nodes[CONFIG_MAX_NODES];
+    /* Sentinel mode: the master and up to CONFIG_MAX_NODES sentinels. */
+    struct backend_node nodes[CONFIG_MAX_NODES + 1];
     size_t nnodes;
 };
 

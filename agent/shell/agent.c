@@ -161,8 +161,9 @@ static void src_snapshot(void *arg, struct status_snapshot *s)
     s->stats = a->core.stats;
     s->nnodes = 0;
     if (a->backend) {
-        size_t n = a->backend->ops->nodes(a->backend, s->nodes, CONFIG_MAX_NODES);
-        s->nnodes = n < CONFIG_MAX_NODES ? n : CONFIG_MAX_NODES;
+        const size_t max = sizeof s->nodes / sizeof s->nodes[0];
+        size_t n = a->backend->ops->nodes(a->backend, s->nodes, max);
+        s->nnodes = n < max ? n : max;
     }
 }
 

@@ -296,7 +296,8 @@ int main(int argc, char **argv)
                  DLOCK_VERSION, cfg.nnodes, config_addr_str(&cfg.nodes[0], addr, sizeof addr),
                  cfg.prefix);
     } else if (cfg.mode == REDIS_MODE_SENTINEL) {
-        log_info("dlockd %s started; the master '%s' of %u sentinel(s), key prefix '%s'",
+        log_info("dlockd %s started; sentinel mode: master %s named by %u sentinel(s), key "
+                 "prefix '%s'",
                  DLOCK_VERSION, cfg.sentinel_master, cfg.nnodes, cfg.prefix);
     } else {
         log_info("dlockd %s started; Redis at %s, key prefix '%s'", DLOCK_VERSION,
