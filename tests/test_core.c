@@ -1263,6 +1263,26 @@ Test(core, a_renewal_sent_before_the_failover_confirms_nothing)
     cr_assert_eq(page_of(l)->deadline, lease_deadline(due + 2 * MS, 3000));
 }
 
+/* A renewal after a failover that found no link is sent again as soon as
+ * the store is back, not at its next retry. */
+Test(core, a_lease_in_doubt_is_renewed_when_the_store_is_back)
+{
+    struct tclient *c = client(1);
+    uint64_t l = hold(c, "a", 3000, 0, 0, MS);
+    run_until(T0 + 100 * MS);
+    core_doubt(&F.k, NULL, NULL, F.now);
+    run_until(F.now);
+    reply_at(pending(R_RENEW, "a"), T0 + 101 * MS, DLOCK_EUNAVAIL, BACKEND_DONE, 0, 0);
+    cr_assert_gt(core_next_due(&F.k), T0 + 110 * MS, "the retry is not immediate by itself");
+    core_store_ready(&F.k, T0 + 110 * MS);
+    F.now = T0 + 110 * MS;
+    run_until(F.now);
+    struct req *r = pending(R_RENEW, "a");
+    cr_assert_eq(r->sent, T0 + 110 * MS);
+    reply(r, T0 + 111 * MS, BACKEND_DONE);
+    cr_assert_not_null(event_n(l, DLOCK_STATE_HELD, 0));
+}
+
 /* Renewals that fail after a failover keep the lease invalid, and it is
  * LOST at its deadline. */
 Test(core, a_lease_in_doubt_that_cannot_be_renewed_is_lost_at_its_deadline)

@@ -25,6 +25,7 @@ int redis_error_code(const char *msg)
         {"WRONGPASS", DLOCK_EAUTH},
         {"NOPERM", DLOCK_EAUTH},
         {"MASTERDOWN", DLOCK_EUNAVAIL},
+        {"NOREPLICAS", DLOCK_EUNAVAIL}, /* min-replicas-to-write: not enough replicas */
         {"BUSY", DLOCK_EUNAVAIL},
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)

@@ -878,13 +878,27 @@ void core_resubscribed(struct core *k, uint64_t now)
     kick_all(k, now);
 }
 
-/* The command link is up again: unconfirmed releases go out, and waiters
- * that rode out the outage try at once. */
+/* Leases in doubt after a failover whose renewal failed for want of a link
+ * are renewed at once, not at their next retry. */
+static void renew_doubted(struct core *k, uint64_t now)
+{
+    for (size_t b = 0; b < k->table.nbuckets; b++) {
+        for (struct lock *l = k->table.buckets[b]; l; l = l->hnext) {
+            struct lease *le = l->holder;
+            if (le && le->doubt_since && !le->renew_sent && !le->stopped && now < le->deadline)
+                timer_set(k, &le->timer, now);
+        }
+    }
+}
+
+/* The command link is up again: unconfirmed releases go out, leases in
+ * doubt are renewed, and waiters that rode out the outage try at once. */
 void core_store_ready(struct core *k, uint64_t now)
 {
     k->down_since = 0;
     k->ready_seq++;
     retry_orphans(k, now);
+    renew_doubted(k, now);
     kick_all(k, now);
 }
 
