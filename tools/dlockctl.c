@@ -65,6 +65,7 @@ struct run_state {
     bool lost;
     bool announced; /* the loss was reported on stderr */
     int lost_reason;
+    int jeopardy_reason; /* of the last JEOPARDY event, 0 after HELD */
     pid_t child;
     bool child_done;
     int child_status;
@@ -739,6 +740,8 @@ static void on_lease_event(dlock_client *c, dlock_lease *lease, dlock_state stat
 {
     struct run_state *st = arg;
     (void)c;
+    if (lease == st->lease && state != DLOCK_STATE_LOST)
+        st->jeopardy_reason = state == DLOCK_STATE_JEOPARDY ? reason : 0;
     if (lease != st->lease || state != DLOCK_STATE_LOST || st->lost)
         return;
     st->lost = true;
@@ -793,8 +796,16 @@ static void supervise(dlock_client *c, struct run_state *st, const struct run_op
          * else's: that is a loss too. */
         int64_t left_ns = stopping ? -1 : lease_left_ns(st->lease);
         if (left_ns == 0 && !st->lost) {
-            st->lost = true;
-            st->lost_reason = DLOCK_EUNAVAIL; /* the agent could not prove it */
+            /* Its event says why, when the agent sent one (a failover puts
+             * the lease in doubt: it is no longer proven held). */
+            if (dlock_client_dispatch(c) == 0 && st->jeopardy_reason == DLOCK_EFAILOVER) {
+                st->lost = true;
+                st->lost_reason = DLOCK_EFAILOVER;
+            }
+            if (!st->lost) {
+                st->lost = true;
+                st->lost_reason = DLOCK_EUNAVAIL; /* the agent could not prove it */
+            }
             continue;
         }
         int timeout = left_ns < 0 ? -1 : (int)(left_ns / 1000000 + 1);
