@@ -316,12 +316,24 @@ static bool is_replica_of(const struct cnode *master, const char *name)
     return false;
 }
 
-/* Slot s goes from node `from` to node `to` (indexes, NO_NODE unknown). A
- * replica of from taking it over is a failover: marked in slots. */
+/* Whether the agent's command link to node i is up. */
+static bool node_up(const struct cl *cl, uint16_t i)
+{
+    struct backend_node info;
+    return cl->node[i]->b->ops->nodes(cl->node[i]->b, &info, 1) == 1 && info.connected;
+}
+
+/* A slot goes from node `from` to node `to` (indexes, NO_NODE unknown). It
+ * failed over when a replica of `from` took it over, or when `from` is out
+ * of the agent's reach: a migration needs the old master up (MIGRATE), and
+ * CLUSTER SLOTS leaves out replicas that have not synced yet, so the
+ * replica lists alone may miss a promotion. Taking a migration for a
+ * failover costs a renewal; the reverse could cost a lock. */
 static bool failed_over(const struct cl *cl, uint16_t from, uint16_t to)
 {
-    return from != NO_NODE && to != NO_NODE && from != to &&
-           is_replica_of(cl->node[from], cl->node[to]->name);
+    if (from == NO_NODE || to == NO_NODE || from == to)
+        return false;
+    return is_replica_of(cl->node[from], cl->node[to]->name) || !node_up(cl, from);
 }
 
 /* The masters in failed (a bitmap over node indexes) lost their slots to
@@ -596,6 +608,7 @@ static bool cop_retry_later(struct cop *op, uint64_t now)
 {
     if (now >= op->give_up)
         return false;
+    op->redirects = 0; /* the ASK that may come again is a new one */
     op->backoff = op->backoff ? op->backoff * 2 : RETRY_MIN_NS;
     if (op->backoff > RETRY_MAX_NS)
         op->backoff = RETRY_MAX_NS;
