@@ -166,14 +166,18 @@ static void node_spawn(int i)
 {
     struct hc_node *n = node_at(i);
     cr_assert_eq(n->proc.pid, 0, "cluster node %d already runs", i);
-    char conf[H_PATH + 32];
+    char conf[H_PATH + 32], rdb[32];
     snprintf(conf, sizeof conf, "%s/nodes-%d.conf", H.dir, n->port);
+    /* A replica stores the RDB of its full sync: each node its own file. */
+    snprintf(rdb, sizeof rdb, "dump-%d.rdb", n->port);
     const char *extra[] = {"--cluster-enabled",
                            "yes",
                            "--cluster-config-file",
                            conf,
                            "--cluster-node-timeout",
                            "1000",
+                           "--dbfilename",
+                           rdb,
                            NULL};
     struct redisproc_opts o = {
         .port = n->port, .bind = "127.0.0.1", .dir = H.dir, .log = n->log, .extra = extra};
@@ -316,12 +320,17 @@ int hc_is_master(int i)
 
 struct slot_map {
     int8_t owner[KEY_SLOTS]; /* node index, or -1: none, or not one of ours */
+    /* The master each node is listed as a replica of, or -1. CLUSTER SLOTS
+     * lists a replica only once its replication offset is known to be above
+     * 0: in a fresh cluster, after its master's first write. */
+    int8_t replica_of[HC_NODES];
 };
 
 /* Node i's CLUSTER SLOTS: 0, or -1 when it gives none. */
 static int read_slots(int i, struct slot_map *m)
 {
     memset(m->owner, -1, sizeof m->owner);
+    memset(m->replica_of, -1, sizeof m->replica_of);
     redisReply *r = try_cmd(i, "CLUSTER SLOTS");
     if (!r || r->type != REDIS_REPLY_ARRAY) {
         if (r)
@@ -341,6 +350,15 @@ static int read_slots(int i, struct slot_map *m)
         for (long long s = lo; s <= hi && s < KEY_SLOTS; s++)
             if (s >= 0)
                 m->owner[s] = (int8_t)owner;
+        for (size_t k2 = 3; k2 < e->elements; k2++) {
+            const redisReply *rep = e->element[k2];
+            if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 ||
+                rep->element[1]->type != REDIS_REPLY_INTEGER)
+                continue;
+            int node = node_of_port((long)rep->element[1]->integer);
+            if (node >= 0)
+                m->replica_of[node] = (int8_t)owner;
+        }
     }
     freeReplyObject(r);
     return 0;
@@ -447,41 +465,20 @@ int hc_replica_of(int m)
 }
 
 /* Why the cluster is not yet as hc_wait_ok() wants it, into why; 1 when it
- * is. */
-static int cluster_ok(char *why, size_t cap)
+ * is. With listed, every replica must also be listed as its master's in
+ * every node's CLUSTER SLOTS (clients learn the replicas there). */
+static int cluster_ok(char *why, size_t cap, int listed)
 {
     static struct slot_map first, cur;
-    int have_first = 0;
+    int replica[HC_NODES] = {0}, any = 0;
     for (int i = 0; i < HC_NODES; i++) {
         if (!hc_running(i))
             continue;
-        redisReply *r = try_cmd(i, "CLUSTER INFO");
-        int ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
-        if (r)
-            freeReplyObject(r);
-        if (!ok) {
-            snprintf(why, cap, "node %d (port %d) is not cluster_state:ok", i, HC.node[i].port);
-            return 0;
-        }
-        if (read_slots(i, have_first ? &cur : &first) != 0) {
-            snprintf(why, cap, "node %d gives no slot map", i);
-            return 0;
-        }
-        const struct slot_map *m = have_first ? &cur : &first;
-        for (unsigned s = 0; s < KEY_SLOTS; s++)
-            if (m->owner[s] < 0 || !hc_running(m->owner[s])) {
-                snprintf(why, cap, "node %d: slot %u is served by %s", i, s,
-                         m->owner[s] < 0 ? "no node" : "a node that does not run");
-                return 0;
-            }
-        if (have_first && memcmp(first.owner, cur.owner, sizeof first.owner) != 0) {
-            snprintf(why, cap, "node %d's slot map differs from the first node's", i);
-            return 0;
-        }
-        have_first = 1;
+        any = 1;
         char role[32], link[32];
         node_info(i, "replication", "role", role, sizeof role);
         if (strcmp(role, "slave") == 0) {
+            replica[i] = 1;
             node_info(i, "replication", "master_link_status", link, sizeof link);
             if (strcmp(link, "up") != 0) {
                 snprintf(why, cap, "replica %d's link to its master is %s", i,
@@ -493,9 +490,45 @@ static int cluster_ok(char *why, size_t cap)
             return 0;
         }
     }
-    if (!have_first) {
+    if (!any) {
         snprintf(why, cap, "no node runs");
         return 0;
+    }
+    int have_first = 0, first_node = -1;
+    for (int i = 0; i < HC_NODES; i++) {
+        if (!hc_running(i))
+            continue;
+        redisReply *r = try_cmd(i, "CLUSTER INFO");
+        int ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+        if (r)
+            freeReplyObject(r);
+        if (!ok) {
+            snprintf(why, cap, "node %d (port %d) is not cluster_state:ok", i, HC.node[i].port);
+            return 0;
+        }
+        struct slot_map *m = have_first ? &cur : &first;
+        if (read_slots(i, m) != 0) {
+            snprintf(why, cap, "node %d gives no slot map", i);
+            return 0;
+        }
+        for (unsigned s = 0; s < KEY_SLOTS; s++)
+            if (m->owner[s] < 0 || !hc_running(m->owner[s]) || replica[m->owner[s]]) {
+                snprintf(why, cap, "node %d: slot %u is served by %s", i, s,
+                         m->owner[s] < 0 ? "no node of ours" : "a node that is down or a replica");
+                return 0;
+            }
+        if (have_first && memcmp(first.owner, cur.owner, sizeof first.owner) != 0) {
+            snprintf(why, cap, "node %d's slot map differs from node %d's", i, first_node);
+            return 0;
+        }
+        if (!have_first)
+            first_node = i;
+        have_first = 1;
+        for (int k = 0; listed && k < HC_NODES; k++)
+            if (replica[k] && m->replica_of[k] < 0) {
+                snprintf(why, cap, "node %d's CLUSTER SLOTS does not list replica %d", i, k);
+                return 0;
+            }
     }
     return 1;
 }
@@ -504,7 +537,7 @@ void hc_wait_ok(int timeout_ms)
 {
     char why[256] = "";
     int64_t end = h_now_ms() + timeout_ms;
-    while (!cluster_ok(why, sizeof why)) {
+    while (!cluster_ok(why, sizeof why, 1)) {
         if (h_now_ms() > end)
             cr_assert_fail("the cluster is not ok after %d ms: %s", timeout_ms, why);
         h_pump_all(20);
@@ -588,6 +621,30 @@ void hc_start(void)
         freeReplyObject(r);
     }
     cluster_create();
+    /* Every master writes (and deletes) a key, so that its replica's
+     * replication offset leaves 0 and CLUSTER SLOTS lists it: without a
+     * write that takes until the master's first replication ping (10 s). */
+    char why[256] = "";
+    int64_t end = h_now_ms() + HC_START_MS;
+    while (!cluster_ok(why, sizeof why, 0)) {
+        if (h_now_ms() > end)
+            cr_assert_fail("the cluster is not ok after %d ms: %s", HC_START_MS, why);
+        h_sleep_ms(20);
+    }
+    int masters[HC_NODES];
+    int n = hc_masters(masters);
+    for (int k = 0; k < n; k++) {
+        char key[32];
+        static struct slot_map map;
+        any_slots(&map);
+        for (unsigned i = 0;; i++) {
+            snprintf(key, sizeof key, "hc-start-%u", i);
+            if (map.owner[hc_slot(key)] == masters[k])
+                break;
+        }
+        freeReplyObject(hc_cmd(masters[k], "SET %s 1", key));
+        freeReplyObject(hc_cmd(masters[k], "DEL %s", key));
+    }
     hc_wait_ok(HC_START_MS);
 }
 
@@ -730,19 +787,37 @@ redisReply *hc_key_cmd_from(int start, const char *key, const char *fmt, ...)
     return r;
 }
 
-/* Fails the test on an error reply (a redirect: node i does not serve key). */
-static void no_error(int i, const redisReply *r, const char *what, const char *key)
+/* Fails the test on an error reply (MOVED: node i does not serve key) but
+ * ASK; returns 1 for ASK: the node is migrating the slot away and no longer
+ * has the key. */
+static int no_error(int i, const redisReply *r, const char *what, const char *key)
 {
+    if (r->type == REDIS_REPLY_ERROR && is_error(r, "ASK "))
+        return 1;
     if (r->type == REDIS_REPLY_ERROR)
         cr_assert_fail("%s %s on cluster node %d: %s", what, key, i, r->str);
+    return 0;
+}
+
+/* The key helpers below send ASKING first: a node importing the slot then
+ * answers for the keys it has (elsewhere ASKING changes nothing). */
+static redisReply *asking_cmd(int i, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = must_vcmd(i, 1, fmt, ap);
+    va_end(ap);
+    return r;
 }
 
 char *hc_get(int i, const char *key)
 {
-    redisReply *r = hc_cmd(i, "GET %s", key);
-    no_error(i, r, "GET", key);
+    redisReply *r = asking_cmd(i, "GET %s", key);
+    int moved = no_error(i, r, "GET", key);
     char *v = NULL;
-    if (r->type == REDIS_REPLY_STRING)
+    if (moved)
+        ;
+    else if (r->type == REDIS_REPLY_STRING)
         v = keep(r->str);
     else
         cr_assert_eq(r->type, REDIS_REPLY_NIL, "GET %s on node %d: reply type %d", key, i, r->type);
@@ -750,13 +825,18 @@ char *hc_get(int i, const char *key)
     return v;
 }
 
-static long long int_cmd(int i, const char *what, const char *key, const char *fmt, ...)
+/* An integer reply; `absent` when the node answers ASK (it has not the key). */
+static long long int_cmd(int i, long long absent, const char *what, const char *key,
+                         const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = must_vcmd(i, 0, fmt, ap);
+    redisReply *r = must_vcmd(i, 1, fmt, ap);
     va_end(ap);
-    no_error(i, r, what, key);
+    if (no_error(i, r, what, key)) {
+        freeReplyObject(r);
+        return absent;
+    }
     cr_assert_eq(r->type, REDIS_REPLY_INTEGER, "%s %s on node %d: reply type %d", what, key, i,
                  r->type);
     long long v = r->integer;
@@ -766,24 +846,24 @@ static long long int_cmd(int i, const char *what, const char *key, const char *f
 
 int hc_exists(int i, const char *key)
 {
-    return (int)int_cmd(i, "EXISTS", key, "EXISTS %s", key);
+    return (int)int_cmd(i, 0, "EXISTS", key, "EXISTS %s", key);
 }
 
 long long hc_pttl(int i, const char *key)
 {
-    return int_cmd(i, "PTTL", key, "PTTL %s", key);
+    return int_cmd(i, -2, "PTTL", key, "PTTL %s", key);
 }
 
 void hc_del(int i, const char *key)
 {
-    int_cmd(i, "DEL", key, "DEL %s", key);
+    int_cmd(i, 0, "DEL", key, "DEL %s", key);
 }
 
 long long hc_count_slot(int i, unsigned slot)
 {
     char what[32];
     snprintf(what, sizeof what, "slot %u", slot);
-    return int_cmd(i, "CLUSTER COUNTKEYSINSLOT", what, "CLUSTER COUNTKEYSINSLOT %u", slot);
+    return int_cmd(i, 0, "CLUSTER COUNTKEYSINSLOT", what, "CLUSTER COUNTKEYSINSLOT %u", slot);
 }
 
 void hc_key_gone(const char *file, int line, int node, const char *key)
@@ -976,7 +1056,7 @@ int hc_kill_master(int i)
                         }
             }
         if (promoted >= 0 && hc_running(promoted) && hc_is_master(promoted) &&
-            cluster_ok(why, sizeof why))
+            cluster_ok(why, sizeof why, 1))
             return promoted;
         if (h_now_ms() > end)
             cr_assert_fail("no replica of node %d was promoted within %d ms (%s)", i,
@@ -989,6 +1069,10 @@ void hc_node_restart(int i)
 {
     struct hc_node *n = node_at(i);
     cr_assert_eq(n->proc.pid, 0, "cluster node %d still runs", i);
+    /* Without the RDB of an earlier full sync: it starts empty. */
+    char rdb[32];
+    snprintf(rdb, sizeof rdb, "dump-%d.rdb", n->port);
+    unlink(h_path(rdb));
     node_spawn(i);
     cr_assert_eq(node_wait_ready(i), 0, "cluster node %d: port %d was taken meanwhile", i, n->port);
     hc_wait_ok(HC_FAILOVER_MS);
@@ -1048,7 +1132,7 @@ void hc_agent_config(int i, const char *agent_ini, const char *redis_ini, unsign
 /* Starts dlockd with conf on sock, logging to log; returns its pid. */
 static pid_t dlockd_spawn(const char *conf, const char *sock, const char *log)
 {
-    char *argv[] = {DLOCKD_PATH, "-c", (char *)conf, "-s", (char *)sock, "-v", NULL};
+    char *argv[] = {DLOCKD_PATH, "-c", (char *)conf, "-s", (char *)sock, NULL};
     char err[512];
     pid_t pid = proc_spawn(argv, log, NULL, err, sizeof err, NULL);
     cr_assert_gt(pid, 0, "%s", err);

@@ -75,15 +75,17 @@ void hc_skip(const char *why);
 /* ---- the cluster ---- */
 
 /* Starts the 6 nodes (redis-server --cluster-enabled yes, node timeout
- * 1000 ms, bound to 127.0.0.1, on free ports whose bus ports are free too),
- * forms the cluster with redis-cli --cluster create ... --cluster-replicas 1,
- * and waits until every node says cluster_state:ok, every node's CLUSTER
- * SLOTS covers all 16384 slots with the same masters, and every replica's
- * link to its master is up. */
+ * 1000 ms, bound to 127.0.0.1, on free ports whose bus ports are free too,
+ * each with its own RDB file name for the full syncs of a replica), forms
+ * the cluster with redis-cli --cluster create ... --cluster-replicas 1, has
+ * every master write once (CLUSTER SLOTS lists a replica only once its
+ * replication offset is above 0), and waits until the cluster is ok as
+ * hc_wait_ok() says. */
 void hc_start(void);
-/* Waits (pumping the harness's clients) until the cluster is as hc_start()
- * leaves it, among the nodes that run: all ok, all agreeing on a complete
- * slot map served by running masters, every replica's link up. */
+/* Waits (pumping the harness's clients) until, among the nodes that run,
+ * every node says cluster_state:ok, every node's CLUSTER SLOTS covers all
+ * 16384 slots with the same running masters and lists every replica, and
+ * every replica's link to its master is up. */
 void hc_wait_ok(int timeout_ms);
 
 int hc_running(int i);
@@ -133,9 +135,12 @@ redisReply *hc_cmd_argv(int i, int argc, const char **argv);
 redisReply *hc_key_cmd(const char *key, const char *fmt, ...);
 redisReply *hc_key_cmd_from(int start, const char *key, const char *fmt, ...);
 
-/* On node i, which must answer for the key (a redirect fails the test):
- * the value or NULL (a string kept until cleanup); EXISTS; PTTL (-2 no key,
- * -1 no TTL); DEL. */
+/* What node i holds under key: the value or NULL (a string kept until
+ * cleanup); EXISTS; PTTL (-2 no key, -1 no TTL); and DEL. They send ASKING
+ * first, so that the new master of a slot being moved answers for the keys
+ * it has already; the old master's ASK (it has not the key, or no longer)
+ * counts as no key; a replica answers for its master's keys; MOVED (the
+ * node has nothing to do with the key's slot) fails the test. */
 char *hc_get(int i, const char *key);
 int hc_exists(int i, const char *key);
 long long hc_pttl(int i, const char *key);
@@ -193,7 +198,8 @@ void hc_node_restart(int i);
 /* Which nodes an agent is given as seeds: a bit per node; 0 is all. */
 #define HC_SEED(i) (1u << (i))
 
-/* Writes agent i's config: [agent] with log_level = debug and its status
+/* Writes agent i's config (the agent runs without -v: log_level is the
+ * config's): [agent] with log_level = debug and its status
  * socket unless agent_ini sets them, then agent_ini (may be NULL); [redis]
  * with mode = cluster, an address line naming the seed nodes, short connect
  * and reconnect times unless redis_ini sets them, then redis_ini (may be
