@@ -1,0 +1,823 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* test_cluster.c -- dlockd in cluster mode on a real Redis Cluster of 3
+ * masters and 3 replicas (hcluster.h), driven through libdlock and read on
+ * the nodes with hiredis:
+ *
+ * - locks on every master: their keys on the master of their slot and
+ *   nowhere else, deleted by the release, waiters on another agent woken by
+ *   the release notice;
+ * - a slot moved to another master while leases in it are held, at once and
+ *   with renewals, releases and acquires while it is MIGRATING/IMPORTING:
+ *   the leases stay held throughout, their keys move and are renewed on the
+ *   new master, nothing stays behind on the old one, waiters are woken;
+ * - a master killed under held leases and its replica promoted: every lease
+ *   ends HELD, its key confirmed on the new master, or LOST, and none is
+ *   valid while its key is missing there once the agent has put it in doubt;
+ * - fencing tokens of a name increasing across slot moves and a failover;
+ * - the shared counters of test_quorum_chaos.c over the cluster, through a
+ *   failover and a slot move, with wait_replicas = 1.
+ *
+ * Each test starts its own cluster (a few seconds). */
+#define H_TEST_TIMEOUT_S 180
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hcluster.h"
+
+/* With this fallback (the longest there is), a waiter behind a holder of
+ * LONG_TTL is not retried before about LONG_TTL: one granted within
+ * H_EVENT_MS of the release was woken by the release notice. */
+#define SLOW_FALLBACK "retry_fallback_ms = 60000"
+#define LONG_TTL      30000
+/* Renewals every 1.5 s of a LONG_TTL lease, so that a test sees several
+ * while it holds a slot in migration. */
+#define FAST_RENEWAL "renew_fraction = 0.05"
+
+/* The cluster, then agents 0..n-1, agent i with the seeds seeds[i] (NULL:
+ * every node for every agent). */
+static void start(int n, const char *agent_ini, const char *redis_ini, const unsigned *seeds)
+{
+    hc_start();
+    for (int i = 0; i < n; i++)
+        hc_agent_config(i, agent_ini, redis_ini, seeds ? seeds[i] : 0);
+    for (int i = 0; i < n; i++)
+        hc_agent_start(i);
+}
+
+static uint64_t parse_u64(const char *s, const char *what)
+{
+    cr_assert_not_null(s, "%s: missing", what);
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    cr_assert(end != s && *end == '\0' && s[0] >= '0' && s[0] <= '9',
+              "%s: '%s' is not a decimal number", what, s);
+    return (uint64_t)v;
+}
+
+/* What lease l on name leaves on master m, the master of its slot: its token
+ * under the lock key, with a TTL no longer than the lease's; the holder
+ * record "TOKEN HOST PID UID COMMAND" with a TTL; the slot's fencing mark at
+ * least the lease's fence; and no key of the slot on any other master.
+ * Returns the token. */
+static const char *check_held(int m, const char *name, const dlock_lease *l)
+{
+    unsigned slot = hc_name_slot(name);
+    cr_assert_eq(hc_slot_node(slot), m, "%s: slot %u is not on node %d", name, slot, m);
+    const char *key = hc_lock_key(name);
+    char *tok = hc_get(m, key);
+    cr_assert(h_is_token(tok), "%s on node %d: '%s' is no token", key, m, tok ? tok : "(none)");
+    long long pttl = hc_pttl(m, key);
+    cr_assert(pttl > 0 && pttl <= (long long)dlock_lease_ttl_ms(l), "%s on node %d: PTTL %lld", key,
+              m, pttl);
+    const char *hkey = hc_holder_key(name);
+    char *rec = hc_get(m, hkey);
+    cr_assert(rec && strncmp(rec, tok, 32) == 0 && rec[32] == ' ',
+              "%s on node %d: '%s' is no holder record of token %s", hkey, m, rec ? rec : "(none)",
+              tok);
+    cr_assert_gt(hc_pttl(m, hkey), 0, "%s has no TTL", hkey);
+    uint64_t mark = parse_u64(hc_get(m, hc_mark_key(name)), hc_mark_key(name));
+    cr_assert_geq(mark, dlock_lease_fence(l), "%s: mark %" PRIu64 " below the fence %" PRIu64, name,
+                  mark, dlock_lease_fence(l));
+    int masters[HC_NODES];
+    int n = hc_masters(masters);
+    for (int k = 0; k < n; k++)
+        if (masters[k] != m)
+            cr_assert_eq(hc_count_slot(masters[k], slot), 0,
+                         "master %d holds keys of slot %u (of %s), served by %d", masters[k], slot,
+                         name, m);
+    return tok;
+}
+
+/* Fails unless every lease of ls is valid and its client got neither a
+ * JEOPARDY nor a LOST event for it. */
+static void assert_held(struct h_cl *cl, dlock_lease *const *ls, int n)
+{
+    for (int k = 0; k < n; k++) {
+        cr_assert(dlock_lease_valid(ls[k]), "lease on %s is not valid", dlock_lease_name(ls[k]));
+        cr_assert_eq(h_events(cl, ls[k], DLOCK_STATE_JEOPARDY), 0, "lease on %s went JEOPARDY",
+                     dlock_lease_name(ls[k]));
+        cr_assert_eq(h_events(cl, ls[k], DLOCK_STATE_LOST), 0, "lease on %s was LOST",
+                     dlock_lease_name(ls[k]));
+    }
+}
+
+/* Keeps asserting the leases held for ms. */
+static void held_for(int ms, struct h_cl *cl, dlock_lease *const *ls, int n)
+{
+    int64_t end = h_now_ms() + ms;
+    while (h_now_ms() < end) {
+        assert_held(cl, ls, n);
+        h_pump_all(10);
+    }
+    assert_held(cl, ls, n);
+}
+
+/* Waits until the PTTL of key on node rises above a value read before it (a
+ * renewal reached that node), asserting meanwhile that the key stays there
+ * and that the leases stay held. */
+static void wait_renewal_on(int node, const char *key, struct h_cl *cl, dlock_lease *const *ls,
+                            int n)
+{
+    long long lowest = hc_pttl(node, key);
+    cr_assert_gt(lowest, 0, "%s is not on node %d (PTTL %lld)", key, node, lowest);
+    int64_t end = h_now_ms() + H_EVENT_MS;
+    for (;;) {
+        assert_held(cl, ls, n);
+        long long p = hc_pttl(node, key);
+        cr_assert_gt(p, 0, "%s left node %d (PTTL %lld)", key, node, p);
+        if (p > lowest)
+            return;
+        lowest = p;
+        if (h_now_ms() > end)
+            cr_assert_fail("%s on node %d was not renewed within %d ms", key, node, H_EVENT_MS);
+        h_pump_all(20);
+    }
+}
+
+/* After the last release in a slot: no lock key or holder record of the
+ * names on `node`, and only the slot's mark left in the slot there; none of
+ * the slot's keys on `old`. */
+static void check_slot_empty(int node, int old, char (*names)[64], int n)
+{
+    unsigned slot = hc_name_slot(names[0]);
+    for (int k = 0; k < n; k++) {
+        HC_KEY_GONE(node, hc_lock_key(names[k]));
+        HC_KEY_GONE(node, hc_holder_key(names[k]));
+    }
+    cr_assert_eq(hc_count_slot(node, slot), 1, "slot %u holds %lld keys, not only its mark", slot,
+                 hc_count_slot(node, slot));
+    cr_assert_eq(hc_exists(node, hc_mark_key(names[0])), 1);
+    if (old >= 0)
+        cr_assert_eq(hc_count_slot(old, slot), 0, "keys of slot %u left on its old master %d", slot,
+                     old);
+}
+
+/* ---- a: every master ---- */
+
+HCTEST(cluster, locks_on_every_master_and_waiters_woken_on_another_agent)
+{
+    /* Agent 0 knows one node to start with, agent 1 two others. */
+    const unsigned seeds[] = {HC_SEED(0), HC_SEED(4) | HC_SEED(2)};
+    start(2, SLOW_FALLBACK, NULL, seeds);
+    struct h_cl *a = h_client_at(0), *b = h_client_at(1);
+    int m[HC_NODES];
+    cr_assert_eq(hc_masters(m), 3);
+    char names[3][64];
+    dlock_lease *l[3];
+    const char *tok[3];
+    for (int k = 0; k < 3; k++) {
+        hc_name_on(m[k], "spread", names[k], sizeof names[k]);
+        l[k] = h_must_acquire(a, names[k], LONG_TTL);
+        tok[k] = check_held(m[k], names[k], l[k]);
+    }
+    struct h_acq w[3];
+    for (int k = 0; k < 3; k++)
+        h_acquire_async(b, names[k], LONG_TTL, DLOCK_WAIT_FOREVER, &w[k]);
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    H_HOLDS_FOR(300, !w[0].done && !w[1].done && !w[2].done);
+    for (int k = 0; k < 3; k++)
+        cr_assert_str_eq(hc_get(m[k], hc_lock_key(names[k])), tok[k],
+                         "a waiter touched the holder's key");
+    for (int k = 0; k < 3; k++) {
+        uint64_t f = dlock_lease_fence(l[k]);
+        cr_assert_eq(dlock_lease_release(l[k]), 0);
+        H_WAIT_UNTIL(H_EVENT_MS, w[k].done);
+        cr_assert_eq(w[k].status, 0, "waiter for %s: %s (%d)", names[k],
+                     dlock_strerror(w[k].status), w[k].status);
+        cr_assert_gt(dlock_lease_fence(w[k].lease), f);
+        const char *t2 = check_held(m[k], names[k], w[k].lease);
+        cr_assert_str_neq(t2, tok[k]);
+    }
+    for (int k = 0; k < 3; k++) {
+        uint64_t f = dlock_lease_fence(w[k].lease);
+        cr_assert_eq(dlock_lease_release(w[k].lease), 0);
+        check_slot_empty(m[k], -1, &names[k], 1);
+        cr_assert_eq(parse_u64(hc_get(m[k], hc_mark_key(names[k])), "mark"), f);
+    }
+}
+
+/* ---- b: slot migration ---- */
+
+#define NMIG 4
+
+/* NMIG names in one slot of master `from`, held by cl; their tokens. */
+static unsigned hold_slot_names(struct h_cl *cl, int from, char (*names)[64], dlock_lease **l,
+                                const char **tok)
+{
+    hc_name_on(from, "mig0", names[0], sizeof names[0]);
+    unsigned slot = hc_name_slot(names[0]);
+    for (int k = 1; k < NMIG; k++) {
+        char base[16];
+        snprintf(base, sizeof base, "mig%d", k);
+        hc_name_in_slot(slot, base, names[k], sizeof names[k]);
+    }
+    for (int k = 0; k < NMIG; k++) {
+        l[k] = h_must_acquire(cl, names[k], LONG_TTL);
+        tok[k] = check_held(from, names[k], l[k]);
+    }
+    return slot;
+}
+
+HCTEST(cluster, leases_stay_held_while_their_slot_moves)
+{
+    const unsigned seeds[] = {HC_SEED(1), HC_SEED(3) | HC_SEED(5)};
+    start(2, SLOW_FALLBACK "\n" FAST_RENEWAL, NULL, seeds);
+    struct h_cl *a = h_client_at(0), *b = h_client_at(1);
+    int m[HC_NODES];
+    cr_assert_eq(hc_masters(m), 3);
+    int from = m[0], to = m[1];
+    char names[NMIG][64];
+    dlock_lease *l[NMIG];
+    const char *tok[NMIG];
+    unsigned slot = hold_slot_names(a, from, names, l, tok);
+    /* A waiter on the other agent, subscribed on the old master. */
+    struct h_acq w;
+    h_acquire_async(b, names[0], LONG_TTL, DLOCK_WAIT_FOREVER, &w);
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    H_HOLDS_FOR(300, !w.done);
+
+    hc_move_slot(slot, to);
+    assert_held(a, l, NMIG);
+    cr_assert_eq(hc_count_slot(from, slot), 0);
+    for (int k = 0; k < NMIG; k++) {
+        cr_assert_str_eq(hc_get(to, hc_lock_key(names[k])), tok[k]);
+        check_held(to, names[k], l[k]);
+    }
+    for (int k = 0; k < NMIG; k++)
+        wait_renewal_on(to, hc_lock_key(names[k]), a, l, NMIG);
+    held_for(500, a, l, NMIG);
+    cr_assert(!w.done, "the waiter got %s while it was held", names[0]);
+
+    /* Woken on the new master by the release notice. */
+    uint64_t f0 = dlock_lease_fence(l[0]);
+    cr_assert_eq(dlock_lease_release(l[0]), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
+    cr_assert_gt(dlock_lease_fence(w.lease), f0);
+    check_held(to, names[0], w.lease);
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+    for (int k = 1; k < NMIG; k++)
+        cr_assert_eq(dlock_lease_release(l[k]), 0);
+    check_slot_empty(to, from, names, NMIG);
+}
+
+HCTEST(cluster, leases_stay_held_through_renewals_and_releases_mid_migration)
+{
+    const unsigned seeds[] = {0, HC_SEED(2)};
+    start(2, SLOW_FALLBACK "\n" FAST_RENEWAL, NULL, seeds);
+    struct h_cl *a = h_client_at(0), *b = h_client_at(1);
+    int m[HC_NODES];
+    cr_assert_eq(hc_masters(m), 3);
+    int from = m[2], to = m[0];
+    char names[NMIG + 1][64];
+    dlock_lease *l[NMIG];
+    const char *tok[NMIG];
+    unsigned slot = hold_slot_names(a, from, names, l, tok);
+    hc_name_in_slot(slot, "late", names[NMIG], sizeof names[NMIG]);
+    struct h_acq w1;
+    h_acquire_async(b, names[1], LONG_TTL, DLOCK_WAIT_FOREVER, &w1);
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    H_HOLDS_FOR(300, !w1.done);
+
+    /* MIGRATING on the old master, IMPORTING on the new one, no key moved:
+     * the old master renews them all. */
+    struct hc_migration mig;
+    hc_migrate_begin(&mig, slot, to);
+    for (int k = 0; k < NMIG; k++)
+        wait_renewal_on(from, hc_lock_key(names[k]), a, l, NMIG);
+
+    /* The keys of two names move: their renewals follow ASK to the new
+     * master; the others' are still served by the old one. */
+    const char *moved[] = {hc_lock_key(names[0]), hc_holder_key(names[0]), hc_lock_key(names[1]),
+                           hc_holder_key(names[1])};
+    cr_assert_eq(hc_migrate_keys(&mig, moved, 4), 4);
+    cr_assert_str_eq(hc_get(to, moved[0]), tok[0]);
+    cr_assert_str_eq(hc_get(to, moved[2]), tok[1]);
+    wait_renewal_on(to, moved[0], a, l, NMIG);
+    wait_renewal_on(to, moved[2], a, l, NMIG);
+    wait_renewal_on(from, hc_lock_key(names[2]), a, l, NMIG);
+    wait_renewal_on(from, hc_lock_key(names[3]), a, l, NMIG);
+    /* The lock key of a third name moves without its holder record: a
+     * script over both gets TRYAGAIN from either node, the lock key alone
+     * is renewed on the new master (docs/cluster.md). */
+    const char *split[] = {hc_lock_key(names[2])};
+    cr_assert_eq(hc_migrate_keys(&mig, split, 1), 1);
+    wait_renewal_on(to, split[0], a, l, NMIG);
+    wait_renewal_on(to, split[0], a, l, NMIG);
+    cr_assert_gt(hc_pttl(from, hc_holder_key(names[2])), 0);
+
+    /* Releases mid-migration: one whose keys moved (the waiter's), one whose
+     * keys did not. */
+    uint64_t f1 = dlock_lease_fence(l[1]);
+    cr_assert_eq(dlock_lease_release(l[1]), 0);
+    cr_assert_eq(dlock_lease_release(l[3]), 0);
+    dlock_lease *still[] = {l[0], l[2]};
+    HC_KEY_GONE(to, moved[2]);
+    HC_KEY_GONE(to, moved[3]);
+    HC_KEY_GONE(from, hc_lock_key(names[3]));
+    HC_KEY_GONE(from, hc_holder_key(names[3]));
+    assert_held(a, still, 2);
+    /* The other keys move too, the mark with them, while the slot is still
+     * the old master's. An acquire of a free name of the slot now goes to
+     * the old master, which sends it on with ASK, and gets TRYAGAIN from the
+     * new one (its lock key is not there) until the slot is the new
+     * master's, then MOVED from the old one. The agent retries TRYAGAIN for
+     * command_timeout_ms and a waiter rides out outage_wait_ms more: the
+     * move ends well within that. */
+    hc_migrate_some(&mig, 1L << 30);
+    cr_assert_eq(hc_count_slot(from, slot), 0);
+    cr_assert_gt(hc_pttl(to, hc_holder_key(names[2])), 0);
+    struct h_acq late;
+    h_acquire_async(a, names[NMIG], LONG_TTL, 60000, &late);
+    cr_assert_eq(dlock_client_ping(a->c), 0);
+    held_for(1000, a, still, 2);
+    hc_migrate_finish(&mig);
+    assert_held(a, still, 2);
+    H_WAIT_UNTIL(H_EVENT_MS, w1.done && late.done);
+    cr_assert_eq(w1.status, 0, "waiter: %s (%d)", dlock_strerror(w1.status), w1.status);
+    cr_assert_gt(dlock_lease_fence(w1.lease), f1);
+    check_held(to, names[1], w1.lease);
+    cr_assert_eq(late.status, 0, "acquire begun mid-migration: %s (%d)",
+                 dlock_strerror(late.status), late.status);
+    check_held(to, names[NMIG], late.lease);
+    cr_assert_eq(hc_count_slot(from, slot), 0);
+    for (int k = 0; k < 2; k++) {
+        cr_assert_str_eq(hc_get(to, hc_lock_key(dlock_lease_name(still[k]))), tok[2 * k]);
+        wait_renewal_on(to, hc_lock_key(dlock_lease_name(still[k])), a, still, 2);
+    }
+    /* The split name's holder record is renewed with its lock again. */
+    wait_renewal_on(to, hc_holder_key(names[2]), a, still, 2);
+
+    /* A waiter that subscribes on the new master is woken there. */
+    struct h_acq w2;
+    h_acquire_async(b, names[2], LONG_TTL, DLOCK_WAIT_FOREVER, &w2);
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    H_HOLDS_FOR(300, !w2.done);
+    cr_assert_eq(dlock_lease_release(l[2]), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, w2.done);
+    cr_assert_eq(w2.status, 0, "waiter: %s (%d)", dlock_strerror(w2.status), w2.status);
+
+    cr_assert_eq(dlock_lease_release(l[0]), 0);
+    cr_assert_eq(dlock_lease_release(w1.lease), 0);
+    cr_assert_eq(dlock_lease_release(w2.lease), 0);
+    cr_assert_eq(dlock_lease_release(late.lease), 0);
+    check_slot_empty(to, from, names, NMIG + 1);
+}
+
+/* ---- c: failover ---- */
+
+/* One lease followed through a failover. */
+struct tracked {
+    struct h_cl *cl;
+    dlock_lease *l;
+    char name[64];
+    int node;      /* the master of its slot after the failover */
+    char tok[33];  /* its token */
+    int key_gone;  /* its key was deleted on the new master */
+    int in_doubt;  /* the failover concerns it: it must be put in doubt */
+    int doubted;   /* a JEOPARDY event with DLOCK_EFAILOVER came */
+    int confirmed; /* a HELD event came after that */
+    int lost;      /* a LOST event came */
+};
+
+/* Reads t's events so far. */
+static void track_events(struct tracked *t)
+{
+    t->doubted = t->confirmed = t->lost = 0;
+    for (int i = 0; i < t->cl->nev; i++) {
+        const struct h_event *e = &t->cl->ev[i];
+        if (e->lease != t->l)
+            continue;
+        if (e->state == DLOCK_STATE_JEOPARDY && e->reason == DLOCK_EFAILOVER) {
+            t->doubted = 1;
+            t->confirmed = 0;
+        } else if (e->state == DLOCK_STATE_HELD && t->doubted) {
+            t->confirmed = 1;
+        } else if (e->state == DLOCK_STATE_LOST) {
+            t->lost = 1;
+        }
+    }
+}
+
+/* Whenever a lease is valid, its key holds its token on its master. A lease
+ * whose key is gone is checked from its doubt (or loss) on: until the
+ * agent has seen the failover, it cannot know. */
+static void check_valid_means_key(struct tracked *t, int n)
+{
+    for (int k = 0; k < n; k++) {
+        track_events(&t[k]);
+        if (t[k].key_gone && !t[k].doubted && !t[k].lost)
+            continue;
+        if (!dlock_lease_valid(t[k].l))
+            continue;
+        char *v = hc_get(t[k].node, hc_lock_key(t[k].name));
+        cr_assert(v && strcmp(v, t[k].tok) == 0,
+                  "lease on %s is valid but its key on node %d holds %s, not its token %s",
+                  t[k].name, t[k].node, v ? v : "nothing", t[k].tok);
+    }
+}
+
+static int all_settled(struct tracked *t, int n)
+{
+    for (int k = 0; k < n; k++) {
+        track_events(&t[k]);
+        if (t[k].in_doubt && !t[k].lost && !t[k].confirmed)
+            return 0;
+    }
+    return 1;
+}
+
+HCTEST(cluster, failover_ends_every_lease_held_or_lost)
+{
+    start(2, NULL, NULL, NULL);
+    struct h_cl *cl[2] = {h_client_at(0), h_client_at(1)};
+    int m[HC_NODES];
+    cr_assert_eq(hc_masters(m), 3);
+    int victim = m[0], other = m[1];
+    int replica = hc_replica_of(victim);
+    cr_assert_geq(replica, 0);
+    /* Agent 0: three leases on the victim; agent 1: two on the victim, one
+     * on another master. */
+    enum { N = 6 };
+    struct tracked t[N];
+    memset(t, 0, sizeof t);
+    for (int k = 0; k < N; k++) {
+        int agent = k < 3 ? 0 : 1;
+        int on = k == N - 1 ? other : victim;
+        char base[16];
+        snprintf(base, sizeof base, "fo%d", k);
+        hc_name_on(on, base, t[k].name, sizeof t[k].name);
+        t[k].cl = cl[agent];
+        t[k].l = h_must_acquire(cl[agent], t[k].name, LONG_TTL);
+        snprintf(t[k].tok, sizeof t[k].tok, "%s", check_held(on, t[k].name, t[k].l));
+        t[k].node = on == victim ? replica : on;
+        t[k].in_doubt = on == victim;
+    }
+    /* The replica has every key of the victim's leases. */
+    for (int k = 0; k < N; k++)
+        if (t[k].in_doubt) {
+            const char *key = hc_lock_key(t[k].name);
+            H_WAIT_UNTIL(H_EVENT_MS,
+                         hc_get(replica, key) && !strcmp(hc_get(replica, key), t[k].tok));
+        }
+
+    /* Agent 0 sees nothing of the failover until its lease's key is gone on
+     * the new master. */
+    struct tracked *x = &t[0];
+    h_agent_pause(0);
+    int promoted = hc_kill_master(victim);
+    cr_assert_eq(promoted, replica);
+    hc_del(promoted, hc_lock_key(x->name));
+    hc_del(promoted, hc_holder_key(x->name));
+    x->key_gone = 1;
+    h_agent_resume(0);
+
+    int64_t end = h_now_ms() + 2 * H_EVENT_MS;
+    for (;;) {
+        check_valid_means_key(t, N);
+        if (all_settled(t, N))
+            break;
+        if (h_now_ms() > end) {
+            for (int k = 0; k < N; k++)
+                fprintf(stderr, "%s: in doubt %d, doubted %d, confirmed %d, lost %d, valid %d\n",
+                        t[k].name, t[k].in_doubt, t[k].doubted, t[k].confirmed, t[k].lost,
+                        dlock_lease_valid(t[k].l));
+            cr_assert_fail("not every lease on the failed master ended HELD or LOST within %d ms",
+                           2 * H_EVENT_MS);
+        }
+        h_pump_all(10);
+    }
+    cr_assert(x->lost, "the lease whose key was deleted on the new master was not lost");
+    cr_assert(!dlock_lease_valid(x->l));
+    for (int k = 1; k < N; k++) {
+        cr_assert(!t[k].lost, "lease on %s was lost although its key was on the new master",
+                  t[k].name);
+        cr_assert_eq(dlock_lease_state(t[k].l), DLOCK_STATE_HELD, "lease on %s: %s", t[k].name,
+                     dlock_state_name(dlock_lease_state(t[k].l)));
+        cr_assert(dlock_lease_valid(t[k].l), "lease on %s is not valid", t[k].name);
+    }
+    /* And so it stays. */
+    int64_t until = h_now_ms() + 2000;
+    while (h_now_ms() < until) {
+        check_valid_means_key(t, N);
+        for (int k = 1; k < N; k++)
+            cr_assert(dlock_lease_valid(t[k].l), "lease on %s is no longer valid", t[k].name);
+        h_pump_all(10);
+    }
+    cr_assert_eq(dlock_lease_release(x->l), DLOCK_ELOST);
+    for (int k = 1; k < N; k++) {
+        cr_assert_eq(dlock_lease_release(t[k].l), 0);
+        HC_KEY_GONE(t[k].node, hc_lock_key(t[k].name));
+        HC_KEY_GONE(t[k].node, hc_holder_key(t[k].name));
+    }
+    cr_assert_eq(hc_exists(promoted, hc_lock_key(x->name)), 0);
+    /* The old master comes back as a replica; the agents carry on. */
+    hc_node_restart(victim);
+    for (int k = 0; k < N; k++) {
+        dlock_lease *l = NULL;
+        int rc = h_acquire(t[k].cl, t[k].name, LONG_TTL, H_EVENT_MS, &l);
+        cr_assert_eq(rc, 0, "acquire %s after the failover: %s (%d)", t[k].name, dlock_strerror(rc),
+                     rc);
+        check_held(t[k].node, t[k].name, l);
+        cr_assert_eq(dlock_lease_release(l), 0);
+    }
+}
+
+/* ---- d: fencing ---- */
+
+/* Acquires and releases name n times, alternating between the clients; each
+ * fence must be above the one before (*prev, updated). */
+static void cycles(struct h_cl **cl, const char *name, int n, uint64_t *prev, const char *when)
+{
+    for (int i = 0; i < n; i++) {
+        dlock_lease *l = NULL;
+        int rc = h_acquire(cl[i % 2], name, 5000, H_EVENT_MS, &l);
+        cr_assert_eq(rc, 0, "%s: acquire %d of %s: %s (%d)", when, i, name, dlock_strerror(rc), rc);
+        uint64_t f = dlock_lease_fence(l);
+        cr_assert_gt(f, *prev, "%s: fence %" PRIu64 " after %" PRIu64, when, f, *prev);
+        *prev = f;
+        cr_assert_eq(dlock_lease_release(l), 0);
+    }
+}
+
+HCTEST(cluster, fencing_tokens_increase_across_slot_moves_and_a_failover)
+{
+    start(2, NULL, "wait_replicas = 1", NULL);
+    struct h_cl *cl[2] = {h_client_at(0), h_client_at(1)};
+    int m[HC_NODES];
+    cr_assert_eq(hc_masters(m), 3);
+    char name[64];
+    hc_name_on(m[0], "fence", name, sizeof name);
+    unsigned slot = hc_name_slot(name);
+    uint64_t prev = 0;
+    cycles(cl, name, 10, &prev, "before");
+    cr_assert_eq(parse_u64(hc_get(m[0], hc_mark_key(name)), "mark"), prev);
+
+    hc_move_slot(slot, m[1]);
+    cr_assert_eq(parse_u64(hc_get(m[1], hc_mark_key(name)), "mark"), prev);
+    cycles(cl, name, 10, &prev, "after the move");
+
+    /* Held while the slot starts to move, its keys moved ahead of the mark,
+     * released mid-migration, acquired again from then on. */
+    dlock_lease *l = NULL;
+    cr_assert_eq(h_acquire(cl[0], name, LONG_TTL, H_EVENT_MS, &l), 0);
+    cr_assert_gt(dlock_lease_fence(l), prev);
+    prev = dlock_lease_fence(l);
+    struct hc_migration mig;
+    hc_migrate_begin(&mig, slot, m[2]);
+    const char *keys[] = {hc_lock_key(name), hc_holder_key(name)};
+    cr_assert_eq(hc_migrate_keys(&mig, keys, 2), 2);
+    cr_assert_eq(dlock_lease_release(l), 0);
+    struct h_acq next;
+    h_acquire_async(cl[1], name, 5000, 60000, &next);
+    cr_assert_eq(dlock_client_ping(cl[1]->c), 0);
+    hc_migrate_finish(&mig);
+    H_WAIT_UNTIL(H_EVENT_MS, next.done);
+    cr_assert_eq(next.status, 0, "acquire begun mid-migration: %s (%d)",
+                 dlock_strerror(next.status), next.status);
+    cr_assert_gt(dlock_lease_fence(next.lease), prev);
+    prev = dlock_lease_fence(next.lease);
+    cr_assert_eq(dlock_lease_release(next.lease), 0);
+    cycles(cl, name, 5, &prev, "after the move in steps");
+
+    /* wait_replicas = 1: the replica had the mark before the grant. */
+    int promoted = hc_kill_master(m[2]);
+    cr_assert_eq(parse_u64(hc_get(promoted, hc_mark_key(name)), "mark"), prev,
+                 "the promoted replica lacks the last grant's mark");
+    /* Its replica back, so that grants can wait for one again. */
+    hc_node_restart(m[2]);
+    cycles(cl, name, 10, &prev, "after the failover");
+    cr_assert_eq(parse_u64(hc_get(promoted, hc_mark_key(name)), "mark"), prev);
+}
+
+/* ---- e: shared counters ---- */
+
+#define NAGENTS      3
+#define PER_AGENT    3
+#define NTHREADS     (NAGENTS * PER_AGENT)
+#define NNAMES       3
+#define LEASE_TTL    1500
+#define ACQUIRE_WAIT 1000
+
+/* Results a client may meet while masters fail and slots move; anything
+ * else is counted as unexpected. */
+static int expected_failure(int rc)
+{
+    switch (rc) {
+    case DLOCK_EBUSY:
+    case DLOCK_ETIMEDOUT:
+    case DLOCK_EUNAVAIL:
+    case DLOCK_ELOST:
+    case DLOCK_EDISCONNECTED:
+    case DLOCK_EFAILOVER:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* One counter in a fenced store per lock name (see test_quorum_chaos.c):
+ * a write checks dlock_lease_valid() inside the store's mutex and is skipped
+ * when the lease is not valid. */
+struct store {
+    pthread_mutex_t mu;
+    long counter;
+    uint64_t last_fence;
+    long writes, skipped, lost_updates, stale_fences;
+    uint64_t bad_fence, bad_prev;
+};
+
+struct worker {
+    pthread_t tid;
+    const char *sock;
+    struct store *stores;
+    char (*names)[64];
+    atomic_int *stop;
+    unsigned seed;
+    long grants, failures[64], unexpected;
+    int unexpected_rc;
+};
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+static void count_failure(struct worker *w, int rc)
+{
+    if (!expected_failure(rc)) {
+        if (!w->unexpected++)
+            w->unexpected_rc = rc;
+    } else if (-rc < 64) {
+        w->failures[-rc]++;
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    dlock_client *c = NULL;
+    while (!atomic_load(w->stop)) {
+        if (!c && dlock_client_open(&c, w->sock) != 0) {
+            c = NULL;
+            sleep_ms(20);
+            continue;
+        }
+        int j = (int)(rand_r(&w->seed) % NNAMES);
+        struct store *st = &w->stores[j];
+        dlock_acquire_options o = {.ttl_ms = LEASE_TTL, .wait_ms = ACQUIRE_WAIT};
+        dlock_lease *l = NULL;
+        int rc = dlock_lease_acquire(c, w->names[j], &o, &l);
+        if (rc != 0) {
+            count_failure(w, rc);
+            if (rc == DLOCK_EDISCONNECTED) {
+                dlock_client_close(c);
+                c = NULL;
+            }
+            sleep_ms(1 + (int)(rand_r(&w->seed) % 5));
+            continue;
+        }
+        w->grants++;
+        uint64_t fence = dlock_lease_fence(l);
+        pthread_mutex_lock(&st->mu);
+        long read = st->counter;
+        pthread_mutex_unlock(&st->mu);
+        /* Mostly a few milliseconds; one hold in 8 lasts about the TTL, so
+         * that renewals run through the failover and the slot move. */
+        if (rand_r(&w->seed) % 8 == 0)
+            sleep_ms(300 + (int)(rand_r(&w->seed) % 1200));
+        else
+            sleep_ms(1 + (int)(rand_r(&w->seed) % 5));
+        pthread_mutex_lock(&st->mu);
+        if (dlock_lease_valid(l)) {
+            if (st->counter != read)
+                st->lost_updates++;
+            if (fence <= st->last_fence && !st->stale_fences++) {
+                st->bad_fence = fence;
+                st->bad_prev = st->last_fence;
+            }
+            st->counter = read + 1;
+            st->last_fence = fence;
+            st->writes++;
+        } else {
+            st->skipped++;
+        }
+        pthread_mutex_unlock(&st->mu);
+        rc = dlock_lease_release(l);
+        if (rc != 0)
+            count_failure(w, rc);
+        if (rc == DLOCK_EDISCONNECTED) {
+            dlock_client_close(c);
+            c = NULL;
+        }
+    }
+    dlock_client_close(c);
+    return NULL;
+}
+
+/* The test's own pace: lets the workers run for ms. */
+static void run_for(int ms)
+{
+    int64_t end = h_now_ms() + ms;
+    while (h_now_ms() < end)
+        sleep_ms(20);
+}
+
+HCTEST(cluster, shared_counters_under_a_failover_and_a_slot_move)
+{
+    /* Info, not debug: the logs stay short enough for the harness to show
+     * their tails when the test fails. */
+    start(NAGENTS, "log_level = info", "wait_replicas = 1", NULL);
+    int m[HC_NODES];
+    cr_assert_eq(hc_masters(m), 3);
+    static char names[NNAMES][64];
+    for (int j = 0; j < NNAMES; j++) {
+        char base[16];
+        snprintf(base, sizeof base, "set%d", j);
+        hc_name_on(m[j], base, names[j], sizeof names[j]);
+    }
+    const char *given = getenv("DLOCK_CHAOS_SEED");
+    unsigned seed =
+        given ? (unsigned)strtoul(given, NULL, 10) : (unsigned)time(NULL) ^ (unsigned)getpid();
+    cr_log_info("seed %u", seed);
+
+    static struct store st[NNAMES];
+    memset(st, 0, sizeof st);
+    for (int j = 0; j < NNAMES; j++)
+        pthread_mutex_init(&st[j].mu, NULL);
+    atomic_int stop = 0;
+    static struct worker w[NTHREADS];
+    memset(w, 0, sizeof w);
+    for (int t = 0; t < NTHREADS; t++) {
+        w[t].sock = H.agent[t / PER_AGENT].sock;
+        w[t].stores = st;
+        w[t].names = names;
+        w[t].stop = &stop;
+        w[t].seed = seed + (unsigned)t * 7919u;
+        cr_assert_eq(pthread_create(&w[t].tid, NULL, worker_main, &w[t]), 0);
+    }
+
+    run_for(3000);
+    /* The master of the first name fails; once its replica took over, it
+     * comes back as that replica's replica (wait_replicas = 1 needs one). */
+    int victim = hc_slot_node(hc_name_slot(names[0]));
+    int promoted = hc_kill_master(victim);
+    hc_node_restart(victim);
+    run_for(2000);
+    /* The second name's slot moves to the promoted node, in steps. */
+    unsigned slot = hc_name_slot(names[1]);
+    int to = hc_slot_node(slot) == promoted ? m[2] : promoted;
+    struct hc_migration mig;
+    hc_migrate_begin(&mig, slot, to);
+    run_for(1000);
+    hc_migrate_some(&mig, 1L << 30);
+    run_for(1000);
+    hc_migrate_finish(&mig);
+    run_for(3000);
+
+    atomic_store(&stop, 1);
+    for (int t = 0; t < NTHREADS; t++)
+        pthread_join(w[t].tid, NULL);
+
+    long grants = 0, unexpected = 0, fails[64] = {0};
+    int unexpected_rc = 0;
+    for (int t = 0; t < NTHREADS; t++) {
+        grants += w[t].grants;
+        if (w[t].unexpected && !unexpected)
+            unexpected_rc = w[t].unexpected_rc;
+        unexpected += w[t].unexpected;
+        for (int e = 0; e < 64; e++)
+            fails[e] += w[t].failures[e];
+    }
+    long writes = 0;
+    for (int j = 0; j < NNAMES; j++) {
+        cr_log_info("%s: %ld writes, %ld skipped (lease no longer valid)", names[j], st[j].writes,
+                    st[j].skipped);
+        writes += st[j].writes;
+    }
+    cr_log_info("clients: %ld grants; busy %ld, timed out %ld, unavailable %ld, lost %ld, "
+                "failover %ld, disconnected %ld",
+                grants, fails[-DLOCK_EBUSY], fails[-DLOCK_ETIMEDOUT], fails[-DLOCK_EUNAVAIL],
+                fails[-DLOCK_ELOST], fails[-DLOCK_EFAILOVER], fails[-DLOCK_EDISCONNECTED]);
+    for (int j = 0; j < NNAMES; j++) {
+        cr_assert_eq(st[j].lost_updates, 0, "%s: %ld lost update(s) in %ld writes", names[j],
+                     st[j].lost_updates, st[j].writes);
+        cr_assert_eq(st[j].stale_fences, 0,
+                     "%s: %ld write(s) with a fence not above the previous one (first: %" PRIu64
+                     " after %" PRIu64 ")",
+                     names[j], st[j].stale_fences, st[j].bad_fence, st[j].bad_prev);
+        cr_assert_eq(st[j].counter, st[j].writes);
+        pthread_mutex_destroy(&st[j].mu);
+    }
+    cr_assert_eq(unexpected, 0, "%ld unexpected result(s), first %s (%d)", unexpected,
+                 dlock_strerror(unexpected_rc), unexpected_rc);
+    cr_assert_geq(writes, 30, "only %ld writes: too little progress to mean anything", writes);
+}
