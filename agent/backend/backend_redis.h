@@ -12,6 +12,12 @@
 struct redis_node_opts {
     const char *label; /* for logs: "redis ADDR", "master ADDR"; copied; NULL: by mode */
     bool sharded;      /* Redis Cluster: sharded pub/sub (SSUBSCRIBE, SPUBLISH) */
+    /* Sharded: the node no longer serves the release channel of a watched
+     * name (a MOVED answer to its subscription, or the unasked sunsubscribe
+     * of a slot that moved away). The node has forgotten the name; its owner
+     * watches it where it lives now. May be NULL. */
+    void (*dropped)(void *arg, const char *name, size_t len);
+    void *arg;
 };
 
 /* Creates the backend for the node at addr and starts connecting; never
