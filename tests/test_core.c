@@ -104,6 +104,11 @@ static struct {
     int nrq;
     struct tclient *clients[16];
     int nclients;
+    struct {
+        char name[64];
+        bool on;
+    } watch[MAX_REC];
+    int nwatch;
 } F;
 
 static struct tclient *tc(struct core_client *c)
@@ -226,6 +231,17 @@ static int fb_release(struct backend *b, const struct backend_req *req, backend_
     return fb_queue(R_RELEASE, req, cb, arg);
 }
 
+/* The names the core listens to, and every change it asked for. */
+static int fb_watch(struct backend *b, const char *name, size_t len, bool on)
+{
+    cr_assert_lt(F.nwatch, MAX_REC);
+    cr_assert_lt(len, sizeof F.watch[0].name);
+    memcpy(F.watch[F.nwatch].name, name, len);
+    F.watch[F.nwatch].name[len] = '\0';
+    F.watch[F.nwatch++].on = on;
+    return 0;
+}
+
 static int fb_lookup(struct backend *b, const char *name, size_t len, backend_lookup_cb cb,
                      void *arg)
 {
@@ -257,6 +273,7 @@ static const struct backend_ops fb_ops = {
     .acquire = fb_acquire,
     .renew = fb_renew,
     .release = fb_release,
+    .watch = fb_watch,
     .lookup = fb_lookup,
     .flush = fb_flush,
     .pending = fb_pending,
@@ -1116,6 +1133,79 @@ Test(core, a_notice_while_acquiring_retries_at_once)
     cr_assert_eq(pending(R_ACQUIRE, "m")->sent, T0 + 2 * MS);
     reply(pending(R_ACQUIRE, "m"), T0 + 3 * MS, BACKEND_DONE);
     granted(id);
+}
+
+/* Whether the core listens to name's release notices now, by the last
+ * change it asked for. */
+static bool watching(const char *name)
+{
+    for (int i = F.nwatch - 1; i >= 0; i--)
+        if (strcmp(F.watch[i].name, name) == 0)
+            return F.watch[i].on;
+    return false;
+}
+
+static int watch_calls(const char *name)
+{
+    int n = 0;
+    for (int i = 0; i < F.nwatch; i++)
+        n += strcmp(F.watch[i].name, name) == 0;
+    return n;
+}
+
+/* The core listens to a name's notices from its first "taken" answer while
+ * waiters remain, once, and no longer when the last waiter leaves; a grant
+ * or a try-once never makes it listen. The confirmation of the
+ * subscription comes as a notice: the waiter tries again at once (a
+ * release may have come between the answer and the subscription). */
+Test(core, a_waiter_listens_from_the_taken_answer_until_it_leaves)
+{
+    F.cfg.retry_fallback_ms = 60000;
+    struct tclient *a = client(1);
+    uint64_t lease = hold(a, "free", 5000, 0, 0, MS);
+    cr_assert_eq(watch_calls("free"), 0, "a grant made the core listen");
+    release(a, lease);
+    uint32_t t1 = acquire(a, "busy", 5000, 0, 0, 0);
+    reply_at(pending(R_ACQUIRE, "busy"), F.now + MS, 0, BACKEND_TAKEN, 0, 30000);
+    refused(t1, DLOCK_EBUSY);
+    cr_assert_eq(watch_calls("busy"), 0, "a try-once made the core listen");
+
+    uint32_t id = acquire(a, "w", 5000, 2000, 0, 0);
+    uint64_t start = F.now;
+    reply_at(pending(R_ACQUIRE, "w"), start + MS, 0, BACKEND_TAKEN, 0, 30000);
+    cr_assert(watching("w"));
+    core_notice(&F.k, "w", 1, start + 2 * MS); /* the confirmation */
+    cr_assert_eq(req_count(R_ACQUIRE, "w"), 2, "the confirmation did not wake the waiter");
+    reply_at(pending(R_ACQUIRE, "w"), start + 3 * MS, 0, BACKEND_TAKEN, 0, 30000);
+    cr_assert_eq(watch_calls("w"), 1, "asked to listen twice");
+    run_until(start + 2000 * MS);
+    refused(id, DLOCK_ETIMEDOUT);
+    cr_assert_not(watching("w"), "still listening without a waiter");
+    cr_assert_eq(watch_calls("w"), 2);
+}
+
+/* A waiter that comes after the last one left, while the lock still waits
+ * for the retry of that one's "taken" answer, is not tried before the retry:
+ * the core listens again for it, and the confirmation tries at once. */
+Test(core, a_new_waiter_behind_a_pending_retry_listens_again)
+{
+    F.cfg.retry_fallback_ms = 60000;
+    struct tclient *a = client(1), *b = client(2);
+    uint32_t ia = acquire(a, "r", 5000, 500, 0, 0);
+    uint64_t start = F.now;
+    reply_at(pending(R_ACQUIRE, "r"), start + MS, 0, BACKEND_TAKEN, 0, 30000);
+    run_until(start + 500 * MS);
+    refused(ia, DLOCK_ETIMEDOUT);
+    cr_assert_not(watching("r"));
+    run_until(start + 600 * MS);
+    uint32_t ib = acquire(b, "r", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    cr_assert_eq(req_count(R_ACQUIRE, "r"), 1, "tried before the retry");
+    cr_assert(watching("r"), "the new waiter would miss the release");
+    core_notice(&F.k, "r", 1, start + 601 * MS);
+    cr_assert_eq(req_count(R_ACQUIRE, "r"), 2, "the confirmation did not wake the waiter");
+    reply(pending(R_ACQUIRE, "r"), start + 602 * MS, BACKEND_DONE);
+    granted(ib);
+    cr_assert_not(watching("r"));
 }
 
 /* Without a notice the waiter tries again right after the holder's key
