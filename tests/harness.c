@@ -778,6 +778,17 @@ static int notice_links(int i, int up[H_MAX_NODES])
     return n;
 }
 
+int h_agent_notices_up(int i)
+{
+    int up[H_MAX_NODES], n = notice_links(i, up);
+    if (n < 0)
+        return 0;
+    for (int k = 0; k < (H.nnodes > 1 ? H.nnodes : 1); k++)
+        if (h_node_running(k) && (k >= n || !up[k]))
+            return 0;
+    return 1;
+}
+
 /* Nodes of 0..H.nnodes-1 that run and are not paused. */
 static int nodes_up(void)
 {
@@ -850,15 +861,11 @@ static void agent_settle(int i, dlock_client *c)
     }
     if (rc != 0 && rc != DLOCK_EBUSY)
         return;
-    for (;;) {
-        int up[H_MAX_NODES], n = notice_links(i, up), all = 1;
-        for (int k = 0; k < (quorum ? H.nnodes : 1); k++)
-            if (h_node_running(k) && (k >= n || !up[k]))
-                all = 0;
-        if (n < 0 || all || h_now_ms() >= end)
-            return;
+    int up[H_MAX_NODES];
+    if (notice_links(i, up) < 0)
+        return; /* no status socket to ask */
+    while (!h_agent_notices_up(i) && h_now_ms() < end)
         h_sleep_ms(5);
-    }
 }
 
 /* Starts agent i; with settle, waits for it to reach Redis (agent_settle()). */

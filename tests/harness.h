@@ -298,6 +298,9 @@ void h_agent_config(int i, const char *agent_ini, const char *redis_ini);
  * nodes are excluded from quorums after their start (up to the agent's
  * max_ttl_ms, read from its config file, plus 3 s; at most 25 s). */
 void h_agent_start_n(int i);
+/* Whether agent i's status shows its notice link up to every node that
+ * runs (0 when it has no status socket). */
+int h_agent_notices_up(int i);
 /* Starts agent i like h_agent_start_n() but returns as soon as a client can
  * open: it neither probes Redis nor waits for its subscriptions. */
 void h_agent_spawn(int i);
