@@ -351,8 +351,11 @@ static void refused(struct notice_link *n, const char *err)
     }
     struct wname *w = head.w;
     if (!head.sub) {
-        /* The subscription goes with the connection at the latest. */
-        log_debug("%s: unsubscription of %s refused: %s", n->label, w->name, err);
+        /* The subscription goes with the connection at the latest; until
+         * then its notices keep coming. */
+        log_warn("%s: unsubscribing from the release notices of %s refused: %s", n->label, w->name,
+                 err);
+        n->hooks.error(n->hooks.arg, redis_error_code(err), err);
         settle(n, w);
         return;
     }
