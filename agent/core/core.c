@@ -646,7 +646,8 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
 static void lock_settle(struct core *k, struct lock *l, uint64_t now)
 {
     lock_kick(k, l, now);
-    if (l->qhead && !l->holder && !l->acquiring && tnode_queued(&l->retry))
+    if (l->qhead && !l->holder && !l->acquiring && tnode_queued(&l->retry) &&
+        !PLANTED(CORE_BUG_NO_REWATCH))
         lock_watch(k, l);
     if (l->watched && !l->qhead) {
         l->watched = false;
