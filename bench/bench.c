@@ -549,11 +549,11 @@ static void report_check(const struct check_result *r)
 
 /* A row of the fleet table. */
 static void frow(const char *what, const char *rate, const char *cpu, const char *ratio,
-                 const char *cmds, const char *notices, const char *subs, const char *agents,
-                 const char *target)
+                 const char *cmds, const char *notices, const char *subs, const char *chans,
+                 const char *agents, const char *target)
 {
-    printf("  %-22s %9s %11s %10s %10s %10s %12s %12s%s%s\n", what, rate, cpu, ratio, cmds, notices,
-           subs, agents, *target ? "   " : "", target);
+    printf("  %-22s %9s %11s %10s %10s %10s %12s %9s %12s%s%s\n", what, rate, cpu, ratio, cmds,
+           notices, subs, chans, agents, *target ? "   " : "", target);
 }
 
 static const char *fmt_fixed(double v)
@@ -581,7 +581,7 @@ static const struct fleet_row *fleet_base(const struct fleet_result *f, int k)
 
 static void report_fleet_row(const struct fleet_row *r, const struct fleet_row *base)
 {
-    char t[64], subs[24];
+    char t[64], subs[24], chans[24];
     double b = base ? base->redis_cpu_us : 0;
     t[0] = '\0';
     if (r->agents == TARGET_FLEET_AGENTS && b > 0)
@@ -593,9 +593,13 @@ static void report_fleet_row(const struct fleet_row *r, const struct fleet_row *
         snprintf(subs, sizeof subs, "%lld", r->subscribers);
     else
         snprintf(subs, sizeof subs, "changed");
+    if (r->channels >= 0)
+        snprintf(chans, sizeof chans, "%lld", r->channels);
+    else
+        snprintf(chans, sizeof chans, "changed");
     frow(fleet_label(r), fmt_count(r->s.per_s), fmt_us(r->redis_cpu_us),
          fmt_ratio(r->redis_cpu_us, b), fmt_fixed(r->commands), fmt_fixed(r->publishes), subs,
-         fmt_us(r->agents_cpu_us), t);
+         chans, fmt_us(r->agents_cpu_us), t);
 }
 
 /* A row of the fleet checks. */
@@ -648,18 +652,18 @@ static void report_fleet(const struct fleet_result *f)
     double wall = 0;
     for (int i = 0; i < f->ncounts; i++)
         wall += f->count[i].wall_s;
-    printf("\nfleet: agents on one Redis, each subscribed to its release channel; 1 client on "
-           "agent 0, %s acquire+release pairs per row on one name (try-once, TTL %d s; %.1f s in "
-           "all)\n",
+    printf("\nfleet: agents on one Redis, each listening only on the channels of names it waits "
+           "for; 1 client on agent 0, %s acquire+release pairs per row on one name (try-once, TTL "
+           "%d s; %.1f s in all)\n",
            fmt_count((double)f->pairs), BENCH_TTL_MS / 1000, wall);
     frow("agents", "pairs/s", "Redis CPU", "x 1 agent", "commands", "notices", "subscribers",
-         "agents' CPU", "target");
-    frow("", "", "per pair", "", "per pair", "per pair", "", "per pair", "");
+         "channels", "agents' CPU", "target");
+    frow("", "", "per pair", "", "per pair", "per pair", "of its name", "listened", "per pair", "");
     for (int i = 0; i < f->ncounts; i++)
         for (int k = 0; k < 2; k++)
             report_fleet_row(&f->count[i].row[k], fleet_base(f, k));
-    printf(
-        "  (Redis counts no Pub/Sub messages delivered: each notice goes to every subscriber)\n");
+    printf("  (Redis counts no Pub/Sub messages delivered: each notice goes to the subscribers of "
+           "its name's channel)\n");
     report_fleet_checks(f);
 }
 
@@ -729,8 +733,8 @@ static int phase_fleet(const struct opts *o, struct env *e)
         return 0;
     if (env_check(e, &who) != 0)
         return -1; /* said at the end */
-    /* The run's own agent listens on the release channel too: it goes first,
-     * so that the fleet's agents are the only ones there. Its log and status
+    /* The run's own agent goes first, so that the fleet's agents are the only
+     * ones on Redis (their connections are counted). Its log and status
      * are reported at the end, as when this part does not run. */
     env_stop_agent(e);
     progress("fleet: 1 client on agent 0 of a growing number of agents on one Redis");

@@ -142,6 +142,12 @@ void plain_close(struct plain *p);
 /* SET key token NX PX ttl, then EVALSHA compare-and-delete. */
 int plain_pair(struct plain *p, const char *name, uint64_t *mid);
 int plain_ping(struct plain *p);
+/* SET of the lock key of `name` NX PX ttl_ms with a value of no dlock agent's:
+ * 0, or PLAIN_EBUSY when it is taken. */
+int plain_hold(struct plain *p, const char *name, long long ttl_ms);
+/* DEL of that key, then PUBLISH of the name on `channel`, as a client that
+ * releases a dlock key by itself may do to wake dlock's waiters at once. */
+int plain_drop_notify(struct plain *p, const char *name, const char *channel);
 /* GET of the lock key of `name`: 0 when it holds a string, PLAIN_EREPLY when
  * it is missing. */
 int plain_get(struct plain *p, const char *name);
@@ -162,6 +168,9 @@ char *redis_info(struct plain *p, const char *sections);
 int info_value(const char *info, const char *field, char *buf, size_t len);
 /* Subscribers of a Pub/Sub channel (PUBSUB NUMSUB): -1 on failure. */
 long long redis_numsub(struct plain *p, const char *channel);
+/* Channels matching pattern that have subscribers (PUBSUB CHANNELS): -1 on
+ * failure. */
+long long redis_channels(struct plain *p, const char *pattern);
 /* CONFIG GET maxclients: -1 on failure. */
 long long redis_maxclients(struct plain *p);
 
@@ -312,7 +321,9 @@ struct fleet_row {
     double redis_cpu_us;   /* Redis' CPU (used_cpu_user + used_cpu_sys) per pair */
     double commands;       /* Redis commands per pair (total_commands_processed) */
     double publishes;      /* PUBLISH calls per pair (commandstats: from scripts too) */
-    long long subscribers; /* of the release channel, before and after; -1 if it changed */
+    long long subscribers; /* of the pairs' name's release channel, before and after; -1 if it
+                              changed */
+    long long channels;    /* dlock channels with subscribers, before and after; -1 if changed */
     double agents_cpu_us;  /* all the agents' CPU per pair (/proc clock ticks) */
     double others_pct;     /* other processes' CPU, % of a core; -1: under 1 s */
     /* Waiter rows only. */
@@ -337,7 +348,7 @@ struct fleet_result {
 };
 
 /* For each agent count: starts that many agents on the run's Redis (whose
- * own agent must be stopped: it would listen on the channel too), waits
+ * own agent must be stopped: its connections would count too), waits
  * until each is usable, times `pairs` pairs per row, and stops them. 0, or
  * -1 after printing why; out->ncounts says how many counts completed. */
 int run_fleet(struct env *e, const int *counts, int ncounts, long pairs, struct fleet_result *out);

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* fleet.c -- what the release notices cost Redis as the agents on it grow in
- * number. Every release publishes one notice on the release channel, to which
- * every agent on that Redis subscribes: N agents, N deliveries. For each agent
- * count, N agents run on the run's Redis, and one client on agent 0 times
- * try-once acquire+release pairs on one name, while Redis' CPU and counters
- * are read around them; a second row does the same while a client of another
- * agent waits for a lock held there. The agents are stopped before the next
- * count starts. */
+ * number. Every release publishes one notice on its name's own channel, to
+ * which an agent subscribes only while it has a waiter for that name: the
+ * agents that do not wait for it cost nothing. For each agent count, N agents
+ * run on the run's Redis, and one client on agent 0 times try-once
+ * acquire+release pairs on one name, while Redis' CPU and counters are read
+ * around them; a second row does the same while a client of another agent
+ * waits for another name, held there (so that agent listens on that name's
+ * channel). The agents are stopped before the next count starts. */
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,18 +19,23 @@
 #include "bench.h"
 #include "dlock.h"
 
-#define READY_MS        10000 /* how long an agent may take to become usable */
-#define SUBSCRIBE_MS    10000 /* and all of them to be on the release channel */
-#define GRANT_MS        10000 /* how long the waiter may take to get its lock */
-#define WARMUP_MAX      1000  /* untimed pairs before each row, at most */
-#define SETTLE_MS       50    /* how long Redis' script count may take to settle */
-#define LOG_TAIL        20    /* log lines printed when something fails */
-#define MAX_CONNECTIONS 16    /* each agent's max_connections: a few clients */
-#define REDIS_SPARE     16    /* Redis connections needed beside two per agent */
+#define READY_MS        10000  /* how long an agent may take to become usable */
+#define LINKS_MS        10000  /* and all of them to have both their Redis connections */
+#define SUBSCRIBE_MS    10000  /* and the waiter's agent to listen on the held name's channel */
+#define GRANT_MS        10000  /* how long the waiter may take to get its lock */
+#define HOLD_MS         600000 /* the plain client's hold of the waiter row's name */
+#define WARMUP_MAX      1000   /* untimed pairs before each row, at most */
+#define SETTLE_MS       50     /* how long Redis' script count may take to settle */
+#define LOG_TAIL        20     /* log lines printed when something fails */
+#define MAX_CONNECTIONS 16     /* each agent's max_connections: a few clients */
+#define REDIS_SPARE     16     /* Redis connections needed beside two per agent */
 
-static const char channel[] = BENCH_PREFIX "@released";
 static const char pair_name[] = "bench-fleet";
 static const char held_name[] = "bench-fleet-held"; /* the waiter row's other name */
+/* Their release channels (docs/protocol.md, "On Redis"). */
+#define CHANNEL(name) BENCH_PREFIX "{" BENCH_PREFIX name "} released"
+static const char pair_channel[] = CHANNEL("bench-fleet");
+static const char held_channel[] = CHANNEL("bench-fleet-held");
 
 /* File scope, so that fleet_kill() can reach them from a signal handler.
  * One count's agents run at a time. */
@@ -197,23 +203,54 @@ static int settled_counters(struct probe *pr, struct counters *c)
     return 0;
 }
 
-static long long numsub(struct probe *pr)
+static long long numsub(struct probe *pr, const char *channel)
 {
     pr->sent++;
     return redis_numsub(pr->p, channel);
 }
 
-/* Waits until n agents are on the release channel. Not an error when they
- * are not: the subscribers column shows how many were. */
-static void wait_subscribed(struct probe *pr, int n)
+/* How many of dlock's channels have subscribers. */
+static long long channels(struct probe *pr)
+{
+    pr->sent++;
+    return redis_channels(pr->p, BENCH_PREFIX "*");
+}
+
+/* Redis' connected_clients, the probe's own included; -1 on failure. */
+static long long clients(struct probe *pr)
+{
+    char *info = redis_info(pr->p, "clients");
+    pr->sent++;
+    char v[32];
+    long long n =
+        info && info_value(info, "connected_clients", v, sizeof v) == 0 ? strtoll(v, NULL, 10) : -1;
+    free(info);
+    return n;
+}
+
+/* Waits until the n agents have both their connections (commands and
+ * notices) beside the probe's. Not an error when they do not: the figures
+ * then show it. */
+static void wait_links(struct probe *pr, int n)
+{
+    uint64_t end = now_ns() + LINKS_MS * 1000000ull;
+    long long have;
+    while ((have = clients(pr)) >= 0 && have < 2LL * n + 1 && now_ns() < end)
+        sleep_ms(5);
+    if (have < 2LL * n + 1)
+        fprintf(stderr, "dlock-bench: %lld Redis connection(s) with %d agent(s) up\n", have, n);
+}
+
+/* Waits until the waiter's agent listens on the held name's channel. */
+static void wait_listening(struct probe *pr)
 {
     uint64_t end = now_ns() + SUBSCRIBE_MS * 1000000ull;
     long long subs;
-    while ((subs = numsub(pr)) >= 0 && subs < n && now_ns() < end)
+    while ((subs = numsub(pr, held_channel)) >= 0 && subs < 1 && now_ns() < end)
         sleep_ms(5);
-    if (subs != n)
-        fprintf(stderr, "dlock-bench: %lld subscriber(s) of %s with %d agent(s) up\n", subs,
-                channel, n);
+    if (subs != 1)
+        fprintf(stderr, "dlock-bench: %lld subscriber(s) of %s with its waiter queued\n", subs,
+                held_channel);
 }
 
 /* CPU ticks of the agents, and of the agents, Redis and the benchmark. */
@@ -259,7 +296,8 @@ static int measure(const struct env *e, struct probe *pr, dlock_client *c, long 
     struct proc_sample m0, m1;
     uint64_t agents0, own0, agents1, own1;
     int rc = -1;
-    r->subscribers = numsub(pr);
+    r->subscribers = numsub(pr, pair_channel);
+    r->channels = channels(pr);
     if (settled_counters(pr, &c0) != 0)
         goto out;
     own_ticks(e, &agents0, &own0);
@@ -290,9 +328,10 @@ static int measure(const struct env *e, struct probe *pr, dlock_client *c, long 
     uint64_t busy = m1.cpu_ticks - m0.cpu_ticks, own = own1 - own0;
     m1.cpu_ticks = m0.cpu_ticks + (busy > own ? busy - own : 0);
     r->others_pct = ns_to_s(m1.t_ns - m0.t_ns) >= 1.0 ? proc_cpu_pct(&m0, &m1) : -1;
-    long long subs = numsub(pr);
-    if (subs != r->subscribers)
+    if (numsub(pr, pair_channel) != r->subscribers)
         r->subscribers = -1; /* it changed during the row */
+    if (channels(pr) != r->channels)
+        r->channels = -1;
     rc = 0;
 out:
     lat_free(&lat);
@@ -343,30 +382,32 @@ static dlock_client *open_client(const char *sock)
     return c;
 }
 
-/* The second row: on the last agent, one client holds another name and a
- * second client waits for it through the whole measurement; then the holder
- * releases it and the waiter must get it. */
+/* The second row: another name is held in Redis by a plain client (the
+ * probe, for longer than any row takes), and a client of the last agent waits
+ * for it through the whole measurement, so that agent listens on that name's
+ * channel; then the probe deletes the key and publishes the name on the
+ * channel, and the waiter must get it. */
 static int measure_with_waiter(const struct env *e, struct probe *pr, dlock_client *c, int n_agents,
                                long n, struct fleet_row *r)
 {
-    const char *sock = socks[n_agents - 1];
-    dlock_client *hc = open_client(sock), *wc = hc ? open_client(sock) : NULL;
+    dlock_client *wc = open_client(socks[n_agents - 1]);
     struct waiter w = {0};
-    dlock_lease *held = NULL;
+    bool held = false;
     int rc = -1;
     if (!wc)
         goto out;
-    dlock_acquire_options o = {.ttl_ms = BENCH_TTL_MS, .wait_ms = DLOCK_WAIT_NONE};
-    int err = dlock_lease_acquire(hc, held_name, &o, &held);
+    int err = plain_hold(pr->p, held_name, HOLD_MS);
+    pr->sent++;
     if (err != 0) {
-        fprintf(stderr, "dlock-bench: acquire of %s for the waiter row: %s\n", held_name,
-                dlock_strerror(err));
+        fprintf(stderr, "dlock-bench: SET NX of %s for the waiter row: %s\n", held_name,
+                plain_strerror(err));
         goto out;
     }
-    o.wait_ms = DLOCK_WAIT_FOREVER;
+    held = true;
+    dlock_acquire_options o = {.ttl_ms = BENCH_TTL_MS, .wait_ms = DLOCK_WAIT_FOREVER};
     err = dlock_lease_acquire_async(wc, held_name, &o, on_waiter, &w);
     /* The agent reads a connection's requests in order: once the ping is
-     * answered, the acquire is queued behind the holder. */
+     * answered, the acquire is queued. */
     if (err == 0)
         err = dlock_client_ping(wc);
     if (err != 0 || w.done) {
@@ -374,14 +415,17 @@ static int measure_with_waiter(const struct env *e, struct probe *pr, dlock_clie
                 dlock_strerror(err ? err : w.status));
         goto out;
     }
+    /* Its agent found the name taken and listens for its release. */
+    wait_listening(pr);
     if (measure(e, pr, c, n, r) != 0)
         goto out;
     if (dlock_client_dispatch(wc) == 0)
         r->waited = !w.done;
-    err = dlock_lease_release(held);
-    held = NULL;
+    err = plain_drop_notify(pr->p, held_name, held_channel);
+    pr->sent += 2;
+    held = false;
     if (err != 0) {
-        fprintf(stderr, "dlock-bench: release of %s: %s\n", held_name, dlock_strerror(err));
+        fprintf(stderr, "dlock-bench: release of %s: %s\n", held_name, plain_strerror(err));
         goto out;
     }
     wait_answer(wc, &w, GRANT_MS);
@@ -390,10 +434,11 @@ static int measure_with_waiter(const struct env *e, struct probe *pr, dlock_clie
         dlock_lease_release(w.lease);
     rc = 0;
 out:
-    if (held)
-        dlock_lease_release(held);
+    if (held) {
+        plain_drop_notify(pr->p, held_name, held_channel);
+        pr->sent += 2;
+    }
     dlock_client_close(wc);
-    dlock_client_close(hc);
     return rc;
 }
 
@@ -414,7 +459,7 @@ static int run_count(const struct env *e, struct probe *pr, int n, long pairs,
     dlock_client *c = NULL;
     int rc = start_agents(e, n, out);
     if (rc == 0) {
-        wait_subscribed(pr, n);
+        wait_links(pr, n);
         c = open_client(socks[0]);
         rc = c ? 0 : -1;
     }
@@ -430,7 +475,7 @@ static int run_count(const struct env *e, struct probe *pr, int n, long pairs,
     return rc;
 }
 
-/* Redis holds two connections per agent (commands, subscription): redis-server
+/* Redis holds two connections per agent (commands, notices): redis-server
  * lowers maxclients to what its descriptor limit allows. The benchmark holds a
  * few descriptors whatever the count, and each agent raises its own limit to
  * what its max_connections needs. */

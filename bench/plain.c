@@ -128,6 +128,45 @@ int plain_pair(struct plain *p, const char *name, uint64_t *mid)
     return rc;
 }
 
+int plain_hold(struct plain *p, const char *name, long long ttl_ms)
+{
+    char key[256], px[24];
+    int klen = snprintf(key, sizeof key, "%s%s", BENCH_PREFIX, name);
+    int plen = snprintf(px, sizeof px, "%lld", ttl_ms);
+    const char *argv[] = {"SET", key, "plain-holder", "NX", "PX", px};
+    size_t lens[] = {3, (size_t)klen, 12, 2, 2, (size_t)plen};
+    redisReply *r = command(p, 6, argv, lens);
+    if (!r)
+        return PLAIN_EIO;
+    int rc = r->type == REDIS_REPLY_STATUS ? 0
+             : r->type == REDIS_REPLY_NIL  ? PLAIN_EBUSY
+                                           : PLAIN_EREPLY;
+    freeReplyObject(r);
+    return rc;
+}
+
+int plain_drop_notify(struct plain *p, const char *name, const char *channel)
+{
+    char key[256];
+    int klen = snprintf(key, sizeof key, "%s%s", BENCH_PREFIX, name);
+    const char *del[] = {"DEL", key};
+    size_t del_lens[] = {3, (size_t)klen};
+    const char *pub[] = {"PUBLISH", channel, name};
+    size_t pub_lens[] = {7, strlen(channel), strlen(name)};
+    redisReply *r = command(p, 2, del, del_lens);
+    if (!r)
+        return PLAIN_EIO;
+    int rc = r->type == REDIS_REPLY_INTEGER && r->integer == 1 ? 0 : PLAIN_EREPLY;
+    freeReplyObject(r);
+    r = command(p, 3, pub, pub_lens);
+    if (!r)
+        return PLAIN_EIO;
+    if (r->type != REDIS_REPLY_INTEGER)
+        rc = PLAIN_EREPLY;
+    freeReplyObject(r);
+    return rc;
+}
+
 int plain_ping(struct plain *p)
 {
     const char *argv[] = {"PING"};
@@ -276,6 +315,17 @@ long long redis_numsub(struct plain *p, const char *channel)
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[1]->type == REDIS_REPLY_INTEGER)
         v = r->element[1]->integer;
+    if (r)
+        freeReplyObject(r);
+    return v;
+}
+
+long long redis_channels(struct plain *p, const char *pattern)
+{
+    const char *argv[] = {"PUBSUB", "CHANNELS", pattern};
+    size_t lens[] = {6, 8, strlen(pattern)};
+    redisReply *r = command(p, 3, argv, lens);
+    long long v = r && r->type == REDIS_REPLY_ARRAY ? (long long)r->elements : -1;
     if (r)
         freeReplyObject(r);
     return v;

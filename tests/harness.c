@@ -604,6 +604,25 @@ const char *h_key(const char *name)
     return b;
 }
 
+const char *h_channel(const char *name)
+{
+    static char bufs[8][512];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, sizeof bufs[0], "dlock:{dlock:%s} released", name);
+    return b;
+}
+
+long long h_node_channels(int i, const char *pattern)
+{
+    redisReply *r = h_node_cmd(i, "PUBSUB CHANNELS %s", pattern);
+    cr_assert_eq(r->type, REDIS_REPLY_ARRAY, "PUBSUB CHANNELS on node %d: reply type %d", i,
+                 r->type);
+    long long n = (long long)r->elements;
+    freeReplyObject(r);
+    return n;
+}
+
 /* ---- dlockd ---- */
 
 static struct h_agent *agent_at(int i)
@@ -742,13 +761,32 @@ static long long conf_number(int i, const char *key, long long dflt)
     return conf_value(i, key, v, sizeof v) ? strtoll(v, NULL, 10) : dflt;
 }
 
-/* The release channel of agent i: "<prefix>@released", the prefix read from
- * its config file (the agent's default when absent). */
-static void agent_channel(int i, char *out, size_t len)
+/* Whether agent i's notice link to each node is up, as its status says
+ * ("subscribed", the nodes in order), into up; the number of nodes, or -1
+ * when the agent has no status socket. */
+static int notice_links(int i, int up[H_MAX_NODES])
 {
-    char prefix[128] = "dlock:";
-    conf_value(i, "prefix", prefix, sizeof prefix);
-    snprintf(out, len, "%s@released", prefix);
+    const char *s = h_status_ask(i, "status-json\n");
+    if (!s || !*s)
+        return -1;
+    int n = 0;
+    for (const char *p = s; n < H_MAX_NODES && (p = strstr(p, "\"subscribed\":")); n++) {
+        p += strlen("\"subscribed\":");
+        p += strspn(p, " ");
+        up[n] = strncmp(p, "true", 4) == 0;
+    }
+    return n;
+}
+
+int h_agent_notices_up(int i)
+{
+    int up[H_MAX_NODES], n = notice_links(i, up);
+    if (n < 0)
+        return 0;
+    for (int k = 0; k < (H.nnodes > 1 ? H.nnodes : 1); k++)
+        if (h_node_running(k) && (k >= n || !up[k]))
+            return 0;
+    return 1;
 }
 
 /* Nodes of 0..H.nnodes-1 that run and are not paused. */
@@ -772,12 +810,13 @@ static int on_every_running_node(const char *key)
 /* A fresh agent accepts clients before its Redis links are up. So that tests
  * do not race that start-up, take and give back a probe lock until Redis
  * answers (any answer but EUNAVAIL ends the probe: a test may configure a
- * Redis the agent cannot use), then wait for the release-channel
- * subscription. Neither wait fails the test: the test itself will.
+ * Redis the agent cannot use), then wait until its status shows the notice
+ * link up (it subscribes to nothing before a waiter needs it). Neither wait
+ * fails the test: the test itself will.
  *
  * In quorum mode a grant needs only a majority, so the probe goes on until a
  * grant has put the probe key on every node that runs (all the agent's links
- * are up), and the subscription is awaited on every such node. Nodes excluded
+ * are up), and the notice link is awaited to every such node. Nodes excluded
  * from quorums after their start make the probe fail with ENOQUORUM for up
  * to max_ttl_ms, so the probe may take that long. */
 static void agent_settle(int i, dlock_client *c)
@@ -822,19 +861,11 @@ static void agent_settle(int i, dlock_client *c)
     }
     if (rc != 0 && rc != DLOCK_EBUSY)
         return;
-    char mine[200], other[200];
-    agent_channel(i, mine, sizeof mine);
-    long long want = 1;
-    for (int j = 0; j < H_MAX_AGENTS; j++) {
-        if (j == i || !H.agent[j].pid)
-            continue;
-        agent_channel(j, other, sizeof other);
-        if (strcmp(mine, other) == 0)
-            want++;
-    }
-    for (int n = 0; n < (quorum ? H.nnodes : 1); n++)
-        while (h_node_running(n) && h_node_subscribers(n, mine) < want && h_now_ms() < end)
-            h_sleep_ms(5);
+    int up[H_MAX_NODES];
+    if (notice_links(i, up) < 0)
+        return; /* no status socket to ask */
+    while (!h_agent_notices_up(i) && h_now_ms() < end)
+        h_sleep_ms(5);
 }
 
 /* Starts agent i; with settle, waits for it to reach Redis (agent_settle()). */

@@ -249,6 +249,8 @@ void h_node_set_px(int i, const char *key, const char *val, long long px);
 void h_node_del(int i, const char *key);
 /* PUBSUB NUMSUB channel on node i. */
 long long h_node_subscribers(int i, const char *channel);
+/* PUBSUB CHANNELS pattern on node i: how many channels have subscribers. */
+long long h_node_channels(int i, const char *pattern);
 /* INFO server uptime_in_seconds of node i. */
 long long h_node_uptime_s(int i);
 
@@ -289,13 +291,16 @@ void h_agent_config(int i, const char *agent_ini, const char *redis_ini);
  * h_agent_config() was called) and waits until a client can open and, when
  * Redis is up (in quorum mode: a majority of the nodes), until the agent has
  * reached it (a probe lock "__harness_probe__" is taken and given back) and
- * subscribed to its release channel (on every node that runs). In
+ * its status shows its notice link up (to every node that runs). In
  * single-node mode node 0 is given with -r; in quorum mode the nodes come
  * from the config file, and the probe goes on until a grant has put its key
  * on every node that runs (so all the agent's links are up), also while the
  * nodes are excluded from quorums after their start (up to the agent's
  * max_ttl_ms, read from its config file, plus 3 s; at most 25 s). */
 void h_agent_start_n(int i);
+/* Whether agent i's status shows its notice link up to every node that
+ * runs (0 when it has no status socket). */
+int h_agent_notices_up(int i);
 /* Starts agent i like h_agent_start_n() but returns as soon as a client can
  * open: it neither probes Redis nor waits for its subscriptions. */
 void h_agent_spawn(int i);
@@ -345,6 +350,8 @@ void h_acquire_async(struct h_cl *cl, const char *name, uint32_t ttl_ms, int64_t
                      struct h_acq *acq);
 /* The Redis key of lock name under the default prefix. */
 const char *h_key(const char *name);
+/* The release channel of lock name under the default prefix. */
+const char *h_channel(const char *name);
 
 /* ---- forked holder processes ---- */
 

@@ -339,7 +339,7 @@ ITEST(agent_cli, status_socket_goes_beside_a_given_client_socket)
     snprintf(out, sizeof out, "%s", h_path("a.out"));
     char *argv[] = {DLOCKD_PATH, "-s", sock, "-r", H.redis_addr, NULL};
     pid_t pid = h_spawn(argv, out);
-    H_WAIT_UNTIL(H_START_MS, h_read_file(out) && strstr(h_read_file(out), "subscribed"));
+    H_WAIT_UNTIL(H_START_MS, h_read_file(out) && strstr(h_read_file(out), "notice link up"));
     cr_assert_eq(access(status, F_OK), 0, "no %s:\n%s", status, h_read_file(out));
     int st = h_ctl(10000, "-s", sock, "status", "--json", NULL);
     const char *answer = h_read_file(h_path("ctl.out"));
@@ -357,7 +357,7 @@ ITEST(agent_cli, status_socket_goes_beside_a_given_client_socket)
     char *argv2[] = {DLOCKD_PATH, "-s", sock, "-S", custom, "-r", H.redis_addr, NULL};
     snprintf(out, sizeof out, "%s", h_path("custom.out"));
     pid = h_spawn(argv2, out);
-    H_WAIT_UNTIL(H_START_MS, h_read_file(out) && strstr(h_read_file(out), "subscribed"));
+    H_WAIT_UNTIL(H_START_MS, h_read_file(out) && strstr(h_read_file(out), "notice link up"));
     cr_assert_eq(access(custom, F_OK), 0, "no %s:\n%s", custom, h_read_file(out));
     cr_assert_neq(access(status, F_OK), 0, "%s is there too", status);
     kill(pid, SIGTERM);
@@ -365,7 +365,7 @@ ITEST(agent_cli, status_socket_goes_beside_a_given_client_socket)
     char *argv3[] = {DLOCKD_PATH, "-s", sock, "-S", "", "-r", H.redis_addr, NULL};
     snprintf(out, sizeof out, "%s", h_path("none.out"));
     pid = h_spawn(argv3, out);
-    H_WAIT_UNTIL(H_START_MS, h_read_file(out) && strstr(h_read_file(out), "subscribed"));
+    H_WAIT_UNTIL(H_START_MS, h_read_file(out) && strstr(h_read_file(out), "notice link up"));
     cr_assert_null(strstr(h_read_file(out), "status socket on"), "%s", h_read_file(out));
     cr_assert_neq(access(status, F_OK), 0, "%s is there", status);
     kill(pid, SIGTERM);

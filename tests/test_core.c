@@ -104,7 +104,10 @@ static struct {
     int nrq;
     struct tclient *clients[16];
     int nclients;
-    char watch[MAX_REC][68]; /* "+name" / "-name", in call order */
+    struct {
+        char name[64];
+        bool on;
+    } watch[MAX_REC];
     int nwatch;
 } F;
 
@@ -228,10 +231,14 @@ static int fb_release(struct backend *b, const struct backend_req *req, backend_
     return fb_queue(R_RELEASE, req, cb, arg);
 }
 
+/* The names the core listens to, and every change it asked for. */
 static int fb_watch(struct backend *b, const char *name, size_t len, bool on)
 {
     cr_assert_lt(F.nwatch, MAX_REC);
-    snprintf(F.watch[F.nwatch++], sizeof F.watch[0], "%c%.*s", on ? '+' : '-', (int)len, name);
+    cr_assert_lt(len, sizeof F.watch[0].name);
+    memcpy(F.watch[F.nwatch].name, name, len);
+    F.watch[F.nwatch].name[len] = '\0';
+    F.watch[F.nwatch++].on = on;
     return 0;
 }
 
@@ -1128,51 +1135,77 @@ Test(core, a_notice_while_acquiring_retries_at_once)
     granted(id);
 }
 
-/* ---- release notices per name ---- */
+/* Whether the core listens to name's release notices now, by the last
+ * change it asked for. */
+static bool watching(const char *name)
+{
+    for (int i = F.nwatch - 1; i >= 0; i--)
+        if (strcmp(F.watch[i].name, name) == 0)
+            return F.watch[i].on;
+    return false;
+}
 
-/* An uncontended grant asks for no notices; a waiter that found the lock
- * taken asks for the name's, and lets go of them once granted. */
-Test(core, notices_are_wanted_only_while_a_waiter_finds_the_lock_taken)
+static int watch_calls(const char *name)
+{
+    int n = 0;
+    for (int i = 0; i < F.nwatch; i++)
+        n += strcmp(F.watch[i].name, name) == 0;
+    return n;
+}
+
+/* The core listens to a name's notices from its first "taken" answer while
+ * waiters remain, once, and no longer when the last waiter leaves; a grant
+ * or a try-once never makes it listen. The confirmation of the
+ * subscription comes as a notice: the waiter tries again at once (a
+ * release may have come between the answer and the subscription). */
+Test(core, a_waiter_listens_from_the_taken_answer_until_it_leaves)
 {
     F.cfg.retry_fallback_ms = 60000;
     struct tclient *a = client(1);
-    hold(a, "free", 5000, 0, 0, MS);
-    cr_assert_eq(F.nwatch, 0, "an uncontended grant asked for notices");
-    uint32_t id = acquire(a, "busy", 5000, DLOCK_WAIT_FOREVER, 0, 0);
-    cr_assert_eq(F.nwatch, 0, "asked before the store said taken");
-    reply_at(pending(R_ACQUIRE, "busy"), T0 + 2 * MS, 0, BACKEND_TAKEN, 0, 30000);
-    cr_assert_eq(F.nwatch, 1);
-    cr_assert_str_eq(F.watch[0], "+busy");
-    /* The store confirms the subscription with a notice: try again now. */
-    core_notice(&F.k, "busy", 4, T0 + 3 * MS);
-    F.now = T0 + 3 * MS;
-    cr_assert_eq(req_count(R_ACQUIRE, "busy"), 2, "the confirmation did not retry");
-    reply_at(pending(R_ACQUIRE, "busy"), T0 + 4 * MS, 0, BACKEND_TAKEN, 0, 30000);
-    cr_assert_eq(F.nwatch, 1, "asked twice for one name");
-    core_notice(&F.k, "busy", 4, T0 + 9 * MS);
-    F.now = T0 + 9 * MS;
-    reply(pending(R_ACQUIRE, "busy"), T0 + 10 * MS, BACKEND_DONE);
-    granted(id);
-    cr_assert_eq(F.nwatch, 2);
-    cr_assert_str_eq(F.watch[1], "-busy", "still listening with nobody waiting");
+    uint64_t lease = hold(a, "free", 5000, 0, 0, MS);
+    cr_assert_eq(watch_calls("free"), 0, "a grant made the core listen");
+    release(a, lease);
+    uint32_t t1 = acquire(a, "busy", 5000, 0, 0, 0);
+    reply_at(pending(R_ACQUIRE, "busy"), F.now + MS, 0, BACKEND_TAKEN, 0, 30000);
+    refused(t1, DLOCK_EBUSY);
+    cr_assert_eq(watch_calls("busy"), 0, "a try-once made the core listen");
+
+    uint32_t id = acquire(a, "w", 5000, 2000, 0, 0);
+    uint64_t start = F.now;
+    reply_at(pending(R_ACQUIRE, "w"), start + MS, 0, BACKEND_TAKEN, 0, 30000);
+    cr_assert(watching("w"));
+    core_notice(&F.k, "w", 1, start + 2 * MS); /* the confirmation */
+    cr_assert_eq(req_count(R_ACQUIRE, "w"), 2, "the confirmation did not wake the waiter");
+    reply_at(pending(R_ACQUIRE, "w"), start + 3 * MS, 0, BACKEND_TAKEN, 0, 30000);
+    cr_assert_eq(watch_calls("w"), 1, "asked to listen twice");
+    run_until(start + 2000 * MS);
+    refused(id, DLOCK_ETIMEDOUT);
+    cr_assert_not(watching("w"), "still listening without a waiter");
+    cr_assert_eq(watch_calls("w"), 2);
 }
 
-/* A try-once that finds the lock taken leaves nobody waiting: no notices;
- * a waiter that gives up lets go of them. */
-Test(core, a_waiter_that_gives_up_lets_go_of_the_notices)
+/* A waiter that comes after the last one left, while the lock still waits
+ * for the retry of that one's "taken" answer, is not tried before the retry:
+ * the core listens again for it, and the confirmation tries at once. */
+Test(core, a_new_waiter_behind_a_pending_retry_listens_again)
 {
-    struct tclient *a = client(1);
-    uint32_t once = acquire(a, "t", 5000, 0, 0, 0);
-    reply_at(pending(R_ACQUIRE, "t"), T0 + MS, 0, BACKEND_TAKEN, 0, 30000);
-    refused(once, DLOCK_EBUSY);
-    cr_assert_eq(F.nwatch, 0);
-    uint32_t id = acquire(a, "t", 5000, 100, 0, 0);
-    reply_at(pending(R_ACQUIRE, "t"), T0 + 2 * MS, 0, BACKEND_TAKEN, 0, 30000);
-    cr_assert_eq(F.nwatch, 1);
-    run_until(T0 + 200 * MS);
-    refused(id, DLOCK_ETIMEDOUT);
-    cr_assert_eq(F.nwatch, 2);
-    cr_assert_str_eq(F.watch[1], "-t");
+    F.cfg.retry_fallback_ms = 60000;
+    struct tclient *a = client(1), *b = client(2);
+    uint32_t ia = acquire(a, "r", 5000, 500, 0, 0);
+    uint64_t start = F.now;
+    reply_at(pending(R_ACQUIRE, "r"), start + MS, 0, BACKEND_TAKEN, 0, 30000);
+    run_until(start + 500 * MS);
+    refused(ia, DLOCK_ETIMEDOUT);
+    cr_assert_not(watching("r"));
+    run_until(start + 600 * MS);
+    uint32_t ib = acquire(b, "r", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    cr_assert_eq(req_count(R_ACQUIRE, "r"), 1, "tried before the retry");
+    cr_assert(watching("r"), "the new waiter would miss the release");
+    core_notice(&F.k, "r", 1, start + 601 * MS);
+    cr_assert_eq(req_count(R_ACQUIRE, "r"), 2, "the confirmation did not wake the waiter");
+    reply(pending(R_ACQUIRE, "r"), start + 602 * MS, BACKEND_DONE);
+    granted(ib);
+    cr_assert_not(watching("r"));
 }
 
 /* ---- failover doubt ---- */

@@ -110,10 +110,13 @@ ITEST(interop, foreign_release_notice_wakes_waiter)
     struct h_acq w;
     h_acquire_async(a, "polite", 5000, DLOCK_WAIT_FOREVER, &w);
     cr_assert_eq(dlock_client_ping(a->c), 0);
+    /* The waiter's agent listens on the name's channel once it found the
+     * lock taken. */
+    H_WAIT_UNTIL(H_EVENT_MS, h_node_subscribers(0, h_channel("polite")) == 1);
     H_HOLDS_FOR(300, !w.done);
     int64_t t0 = h_now_ms();
     cr_assert_eq(classic_release(h_key("polite"), "othertoken"), 1);
-    freeReplyObject(h_redis_cmd("PUBLISH %s %s", "dlock:@released", "polite"));
+    freeReplyObject(h_redis_cmd("PUBLISH %s %s", h_channel("polite"), "polite"));
     H_WAIT_UNTIL(H_EVENT_MS, w.done); /* the fallback retry is 30 s off */
     cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
     cr_log_info("granted %lld ms after the notice", (long long)(w.at_ms - t0));
@@ -126,12 +129,12 @@ ITEST(interop, dlock_release_publishes_notice)
     struct h_cl *a = h_client();
     dlock_lease *l = h_must_acquire(a, "pub", 5000);
 
-    /* A second hiredis connection subscribed to the release channel. */
+    /* A second hiredis connection subscribed to the name's release channel. */
     struct timeval tv = {2, 0};
     redisContext *sub = redisConnectUnixWithTimeout(H.redis_sock, tv);
     cr_assert(sub && !sub->err);
     redisSetTimeout(sub, tv);
-    redisReply *r = redisCommand(sub, "SUBSCRIBE %s", "dlock:@released");
+    redisReply *r = redisCommand(sub, "SUBSCRIBE %s", h_channel("pub"));
     cr_assert_not_null(r);
     freeReplyObject(r);
 
@@ -142,7 +145,7 @@ ITEST(interop, dlock_release_publishes_notice)
     cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
     cr_assert_eq(r->elements, 3);
     cr_assert_str_eq(r->element[0]->str, "message");
-    cr_assert_str_eq(r->element[1]->str, "dlock:@released");
+    cr_assert_str_eq(r->element[1]->str, "dlock:{dlock:pub} released");
     cr_assert_str_eq(r->element[2]->str, "pub");
     freeReplyObject(r);
     redisFree(sub);

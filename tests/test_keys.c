@@ -151,3 +151,37 @@ Test(keys, holder_and_legacy_keys)
     cr_assert_str_eq(out, "{locks}:job fence");
     cr_assert_eq(slot_of(out), slot_of("{locks}:job"));
 }
+
+Test(keys, release_channel_lies_in_the_lock_keys_slot)
+{
+    /* Lock names hold no brace (docs/protocol.md): a lock key has a hash tag
+     * only from its prefix. */
+    const char *cases[][2] = {
+        {"dlock:", "foo"}, {"dlock:", "job"},   {"dlock:", "a.b-c/d:e"},
+        {"p:", "hello"},   {"{locks}:", "job"}, {"a{locks}:", "x"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char key[128], ch[256], holder[256];
+        int klen = snprintf(key, sizeof key, "%s%s", cases[i][0], cases[i][1]);
+        size_t plen = strlen(cases[i][0]);
+        size_t n = release_channel(key, (size_t)klen, plen, ch);
+        cr_assert_eq(n, strlen(ch));
+        cr_assert_leq(n, plen + (size_t)klen + SIDE_KEY_EXTRA);
+        cr_assert_eq(strncmp(ch, cases[i][0], plen), 0, "'%s' does not start with the prefix", ch);
+        cr_assert_eq(slot_of(ch), slot_of(key), "'%s' and '%s' in different slots", ch, key);
+        cr_assert(strstr(ch, RELEASED_SUFFIX) == ch + n - strlen(RELEASED_SUFFIX));
+        /* Named like the holder record, with its own suffix. */
+        size_t hn = holder_key(key, (size_t)klen, plen, holder);
+        cr_assert_eq(n - strlen(RELEASED_SUFFIX), hn - strlen(HOLDER_SUFFIX));
+        cr_assert_eq(memcmp(ch, holder, hn - strlen(HOLDER_SUFFIX)), 0);
+    }
+    char out[128];
+    cr_assert_eq(release_channel("dlock:job", 9, 6, out), strlen("dlock:{dlock:job} released"));
+    cr_assert_str_eq(out, "dlock:{dlock:job} released");
+    release_channel("{locks}:job", 11, 8, out);
+    cr_assert_str_eq(out, "{locks}:job released");
+    /* CLUSTER KEYSLOT gives 12182 for "foo". */
+    release_channel("foo", 3, 0, out);
+    cr_assert_str_eq(out, "{foo} released");
+    cr_assert_eq(slot_of(out), 12182);
+}

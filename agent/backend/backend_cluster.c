@@ -141,6 +141,8 @@ static void on_node_ready(void *arg)
     n->cl->ev.on_ready(n->cl->ev.arg);
 }
 
+static void on_node_dropped(void *arg, const char *name, size_t len);
+
 /* The node that serves name (host:port), made when first seen. */
 static uint16_t node_get(struct cl *cl, const char *name)
 {
@@ -169,7 +171,8 @@ static uint16_t node_get(struct cl *cl, const char *name)
                                 .on_notice = on_node_notice,
                                 .on_subscribed = on_node_subscribed,
                                 .on_ready = on_node_ready};
-    struct redis_node_opts opts = {.label = n->label, .sharded = true};
+    struct redis_node_opts opts = {
+        .label = n->label, .sharded = true, .dropped = on_node_dropped, .arg = n};
     n->b = backend_redis_new_opts(cl->loop, cl->cfg, &n->addr, &opts, &ev);
     if (!n->b) {
         free(n);
@@ -280,13 +283,32 @@ static int cl_watch(struct backend *be, const char *name, size_t len, bool on)
     return 0;
 }
 
-/* The map changed: every watched name is asked of the node that serves it
+/* After a map read: every watched name is asked of the node that serves it
  * now. */
 static void rewatch_all(struct cl *cl)
 {
     for (size_t b = 0; b < cl->nwatch_buckets; b++)
         for (struct watched *w = cl->watch[b]; w; w = w->next)
             watch_route(cl, w);
+}
+
+/* A node no longer serves a watched name's channel (its slot moved away,
+ * or it answered the subscription with a redirect) and has forgotten it:
+ * asked of the node that serves it by the map, now if the map already
+ * says another, else after the map is read again. Until then the waiters
+ * have their fallback retry. */
+static void on_node_dropped(void *arg, const char *name, size_t len)
+{
+    struct cnode *n = arg;
+    struct cl *cl = n->cl;
+    struct watched *w = *watch_slot(cl, name, len);
+    if (!w || w->node == NO_NODE || cl->node[w->node] != n)
+        return;
+    w->node = NO_NODE;
+    if (cl->owner[w->slot] != NO_NODE && cl->node[cl->owner[w->slot]] != n)
+        watch_route(cl, w);
+    else
+        refresh_soon(cl);
 }
 
 /* ---- failover ---- */
@@ -444,8 +466,7 @@ static int load_map(struct cl *cl, const redisReply *rep)
     }
     if (any_failover)
         report_failover(cl, slots, failed);
-    if (changed)
-        rewatch_all(cl);
+    rewatch_all(cl);
     if (first)
         cl->ev.on_ready(cl->ev.arg);
     free(owner);

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* backend_redis.c -- single-node Redis backend: one pipelined command
- * link and one pub/sub link (redis_link.c: set-up, reconnection with
- * backoff and jitter, the command watchdog), Lua scripts called with
- * EVALSHA (each acquire and renewal followed by WAIT when wait_replicas asks
- * for replicas), and the node's health: its run id, its persistence and the
- * exclusion after a restart (quorum mode), round-trip time and last error. */
+ * link (redis_link.c: set-up, reconnection with backoff and jitter, the
+ * command watchdog) and one notice link (notice_link.c: a channel per
+ * watched name), Lua scripts called with EVALSHA (each acquire and renewal
+ * followed by WAIT when wait_replicas asks for replicas), and the node's
+ * health: its run id, its persistence and the exclusion after a restart
+ * (quorum mode), round-trip time and last error. */
 #include "backend_redis.h"
 
 #include <hiredis/async.h>
@@ -17,6 +18,7 @@
 #include "dlock.h"
 #include "keys.h"
 #include "log.h"
+#include "notice_link.h"
 #include "redis_link.h"
 #include "wire.h"
 #include "util.h"
@@ -58,12 +60,15 @@ static const char *const script_src[S_COUNT] = {
     "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[2], ARGV[2]) "
     "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0",
     /* Release: compare-and-delete of the lock and its holder record, then
-     * tell the waiting agents (unless there is no channel: the clean-up
-     * after an acquire that missed). The slot's high-water mark stays. The
-     * legacy counter needs no delete: our grant deleted it, and no other
-     * grant of the name can come before our release. */
+     * tell the agents waiting for the name on its own channel (ARGV[2],
+     * with sharded pub/sub when ARGV[4] is 's'), unless there is no channel:
+     * the clean-up after an acquire that missed. The slot's high-water mark
+     * stays. The legacy counter needs no delete: our grant deleted it, and no
+     * other grant of the name can come before our release. */
     "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1], KEYS[2]) "
-    "if ARGV[2] ~= '' then redis.call('publish', ARGV[2], ARGV[3]) end "
+    "if ARGV[2] ~= '' then "
+    "if ARGV[4] == 's' then redis.call('spublish', ARGV[2], ARGV[3]) "
+    "else redis.call('publish', ARGV[2], ARGV[3]) end end "
     "return 1 end return 0",
     /* Fence (quorum mode): while the key is ours, raise the slot's
      * high-water mark to the grant's token. */
@@ -121,13 +126,14 @@ struct rb {
     const struct redis_addr *addr;
     char label[320]; /* "redis" or, in quorum mode, "redis ADDR", for logs */
     struct backend_events ev;
-    struct redis_link cmd, sub;
+    struct redis_link cmd;
+    struct notice_link *notices;
     char sha[S_COUNT][41]; /* empty until SCRIPT LOAD answered */
     size_t prefix_len;
-    char channel[160];
     bool closing;
-    bool sharded; /* Redis Cluster: sharded pub/sub */
-    bool subscribed;
+    bool sharded;                                             /* Redis Cluster: sharded pub/sub */
+    void (*dropped)(void *arg, const char *name, size_t len); /* see redis_node_opts */
+    void *dropped_arg;
     int last_error;
     char last_error_text[160];
     uint64_t excluded_until;
@@ -350,6 +356,7 @@ struct side_keys {
     char hw[CONFIG_PREFIX_MAX + FENCE_HW_EXTRA + 1];
     char holder[SIDE_KEY_MAX];
     char legacy[SIDE_KEY_MAX];
+    char channel[SIDE_KEY_MAX]; /* release: the name's release channel */
 };
 
 static struct slot_tags slot_tags; /* built once, by the first backend */
@@ -376,7 +383,7 @@ static void add_keys(const struct rb *b, const struct rcmd *c, struct args *a, s
 }
 
 /* ARGV: the token (but for lookup), then each script's own. */
-static void add_argv(const struct rb *b, const struct rcmd *c, struct args *a)
+static void add_argv(const struct rb *b, const struct rcmd *c, struct args *a, struct side_keys *k)
 {
     unsigned long long num = c->num;
     if (c->script != S_LOOKUP)
@@ -390,8 +397,12 @@ static void add_argv(const struct rb *b, const struct rcmd *c, struct args *a)
         arg(a, c->key + b->prefix_len + c->name_len + 1, c->holder_len);
         break;
     case S_RELEASE:
-        arg(a, b->channel, c->num ? strlen(b->channel) : 0);
+        /* The channel, or empty for no notice; the name; how to publish. */
+        arg(a, k->channel,
+            c->num ? release_channel(c->key, b->prefix_len + c->name_len, b->prefix_len, k->channel)
+                   : 0);
         arg(a, c->key + b->prefix_len, c->name_len);
+        arg(a, b->sharded ? "s" : "", b->sharded);
         break;
     case S_FENCE:
         arg(a, a->num, (size_t)snprintf(a->num, sizeof a->num, "%llu", num));
@@ -417,7 +428,7 @@ static int cmd_send(struct rb *b, struct rcmd *c)
         arg(&a, script_src[c->script], strlen(script_src[c->script]));
     }
     add_keys(b, c, &a, &keys);
-    add_argv(b, c, &a);
+    add_argv(b, c, &a, &keys);
     /* Pipelined right before the script, on the same connection: an ASK
      * redirect's target serves it. Its +OK needs no callback. */
     if (c->asking && redisAsyncCommand(b->cmd.ac, NULL, NULL, "ASKING") != REDIS_OK)
@@ -526,7 +537,7 @@ static size_t rb_nodes(const struct backend *be, struct backend_node *out, size_
     memset(out, 0, sizeof *out);
     config_addr_str(b->addr, out->addr, sizeof out->addr);
     out->connected = b->cmd.connected;
-    out->subscribed = b->subscribed;
+    out->subscribed = notice_link_up(b->notices);
     out->last_rtt_ns = b->cmd.last_rtt;
     out->last_error = b->last_error;
     memcpy(out->last_error_text, b->last_error_text, sizeof out->last_error_text);
@@ -725,33 +736,14 @@ static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
         memcpy(b->sha[s], rep->str, 41);
 }
 
-static void on_pubsub(redisAsyncContext *ac, void *r, void *priv)
-{
-    struct rb *b = rb_of(ac);
-    redisReply *rep = r;
-    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3)
-        return;
-    const redisReply *kind = rep->element[0], *payload = rep->element[2];
-    if (kind->type != REDIS_REPLY_STRING)
-        return;
-    if (strcmp(kind->str, "message") == 0 && payload->type == REDIS_REPLY_STRING)
-        b->ev.on_notice(b->ev.arg, payload->str, payload->len);
-    else if (strcmp(kind->str, "subscribe") == 0)
-        redis_link_ready(&b->sub);
-}
-
 /* ---- the links ---- */
 
-/* The set-up of each link, after AUTH and SELECT: the subscription, or the
- * node's persistence (quorum mode), its run id and the scripts. */
+/* The set-up of the command link, after AUTH and SELECT: the node's
+ * persistence (quorum mode), its run id and the scripts. */
 static void link_setup(void *arg, struct redis_link *l)
 {
     struct rb *b = arg;
     redisAsyncContext *ac = l->ac;
-    if (l == &b->sub) {
-        redisAsyncCommand(ac, on_pubsub, NULL, "SUBSCRIBE %s", b->channel);
-        return;
-    }
     if (b->cfg->mode == REDIS_MODE_QUORUM) {
         /* Answered before INFO, whose reply decides on the exclusion. */
         b->link_persist = 0;
@@ -769,13 +761,7 @@ static void link_setup(void *arg, struct redis_link *l)
 static void link_ready(void *arg, struct redis_link *l)
 {
     struct rb *b = arg;
-    if (l == &b->sub) {
-        log_info("%s: subscribed to %s", b->label, b->channel);
-        b->subscribed = true;
-        b->ev.on_subscribed(b->ev.arg);
-    } else {
-        b->ev.on_ready(b->ev.arg);
-    }
+    b->ev.on_ready(b->ev.arg);
 }
 
 static void link_error(void *arg, int code, const char *text)
@@ -783,20 +769,38 @@ static void link_error(void *arg, int code, const char *text)
     note_error(arg, code, text);
 }
 
-static void link_down(void *arg, struct redis_link *l)
-{
-    struct rb *b = arg;
-    if (l == &b->sub)
-        b->subscribed = false;
-}
-
-/* The command link stopped answering: the server is hung, and the pub/sub
+/* The command link stopped answering: the server is hung, and the notice
  * link with it. */
 static void link_stalled(void *arg, struct redis_link *l)
 {
     struct rb *b = arg;
-    if (l == &b->cmd)
-        redis_link_drop(&b->sub);
+    notice_link_drop(b->notices);
+}
+
+/* ---- release notices ---- */
+
+static int rb_watch(struct backend *be, const char *name, size_t len, bool on)
+{
+    return notice_link_watch(((struct rb *)be)->notices, name, len, on);
+}
+
+static void on_notice(void *arg, const char *name, size_t len)
+{
+    struct rb *b = arg;
+    b->ev.on_notice(b->ev.arg, name, len);
+}
+
+static void on_subscribed(void *arg)
+{
+    struct rb *b = arg;
+    b->ev.on_subscribed(b->ev.arg);
+}
+
+static void on_dropped(void *arg, const char *name, size_t len)
+{
+    struct rb *b = arg;
+    if (b->dropped)
+        b->dropped(b->dropped_arg, name, len);
 }
 
 /* The commands queued during this loop turn go out in one write now,
@@ -804,6 +808,7 @@ static void link_stalled(void *arg, struct redis_link *l)
 static void rb_flush(struct backend *be)
 {
     redis_link_flush(&((struct rb *)be)->cmd);
+    notice_link_flush(((struct rb *)be)->notices);
 }
 
 static void rb_destroy(struct backend *be)
@@ -812,7 +817,7 @@ static void rb_destroy(struct backend *be)
     b->closing = true;
     ev_timer_stop(b->loop, &b->join);
     redis_link_close(&b->cmd);
-    redis_link_close(&b->sub);
+    notice_link_free(b->notices);
     free(b);
 }
 
@@ -821,6 +826,7 @@ static const struct backend_ops rb_ops = {
     .renew = rb_renew,
     .release = rb_release,
     .fence = rb_fence,
+    .watch = rb_watch,
     .lookup = rb_lookup,
     .flush = rb_flush,
     .pending = rb_pending,
@@ -850,10 +856,12 @@ struct backend *backend_redis_new_opts(struct ev_loop *loop, const struct config
     b->addr = addr;
     b->ev = *events;
     b->sharded = opts && opts->sharded;
-    if (opts && opts->check_master) {
-        b->check_master = true;
+    if (opts) {
+        b->check_master = opts->check_master;
         b->not_master = opts->not_master;
         b->not_master_arg = opts->arg;
+        b->dropped = opts->dropped;
+        b->dropped_arg = opts->arg;
     }
     if (opts && opts->label) {
         snprintf(b->label, sizeof b->label, "%s", opts->label);
@@ -868,18 +876,24 @@ struct backend *backend_redis_new_opts(struct ev_loop *loop, const struct config
         slot_tags_build(&slot_tags);
         slot_tags_ready = true;
     }
-    snprintf(b->channel, sizeof b->channel, "%s@released", cfg->prefix);
+    struct notice_hooks nh = {.arg = b,
+                              .notice = on_notice,
+                              .subscribed = on_subscribed,
+                              .dropped = on_dropped,
+                              .error = link_error};
+    b->notices = notice_link_new(loop, cfg, addr, b->label, b->sharded, &nh);
+    if (!b->notices) {
+        free(b);
+        return NULL;
+    }
     struct redis_link_hooks hooks = {.arg = b,
                                      .setup = link_setup,
                                      .ready = link_ready,
                                      .error = link_error,
-                                     .down = link_down,
                                      .stalled = link_stalled};
     redis_link_init(&b->cmd, loop, cfg, addr, b->label, "command", REDIS_LINK_SELECT, &hooks);
-    redis_link_init(&b->sub, loop, cfg, addr, b->label, "pub/sub", REDIS_LINK_USER_READY, &hooks);
     ev_timer_init(&b->join, on_join, 0.0, 0.0);
     b->join.data = b;
     redis_link_start(&b->cmd);
-    redis_link_start(&b->sub);
     return &b->base;
 }

@@ -18,6 +18,11 @@ struct redis_node_opts {
      * (the owner must not destroy the backend there). */
     bool check_master;
     void (*not_master)(void *arg, const char *role);
+    /* Sharded: the node no longer serves the release channel of a watched
+     * name (a MOVED answer to its subscription, or the unasked sunsubscribe
+     * of a slot that moved away). The node has forgotten the name; its owner
+     * watches it where it lives now. May be NULL. */
+    void (*dropped)(void *arg, const char *name, size_t len);
     void *arg;
 };
 

@@ -5,16 +5,25 @@
  * jitter, drops deferred out of hiredis' callbacks, and a watchdog that
  * drops a link on which commands wait while nothing comes back. Every
  * backend opens its links through it: single-node Redis (a command and a
- * pub/sub link per node), and the Cluster and Sentinel links.
+ * notice link per node), and the Cluster and Sentinel links.
+ *
+ * Two flavours share all of that. The asynchronous one is hiredis' async
+ * context: the owner sends commands with callbacks, which find the link as
+ * ac->data. The raw one (REDIS_LINK_RAW) is a plain non-blocking
+ * redisContext on libev watchers, for pub/sub: hiredis 0.14's async context
+ * knows only SUBSCRIBE and PSUBSCRIBE, and would abort on the pushes of
+ * sharded pub/sub. The owner of a raw link writes commands with
+ * redis_link_raw_send() and gets every reply and push, in order, through
+ * its reply hook.
  *
  * The owner embeds struct redis_link, reads its public fields, and hears of
- * it through struct redis_link_hooks; hiredis callbacks of its commands find
- * the link as ac->data. */
+ * it through struct redis_link_hooks. */
 #ifndef DLOCKD_REDIS_LINK_H
 #define DLOCKD_REDIS_LINK_H
 
 #include <ev.h>
 #include <hiredis/async.h>
+#include <hiredis/hiredis.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/queue.h>
@@ -26,9 +35,9 @@ struct redis_link;
 struct redis_link_hooks {
     void *arg;
     /* Connected, AUTH and SELECT queued: queue the link's own set-up
-     * commands on l->ac (a pub/sub link subscribes here). Their replies come
-     * before the link is ready; one that must stop the link calls
-     * redis_link_fail(). */
+     * commands on l->ac. Their replies come before the link is ready; one
+     * that must stop the link calls redis_link_fail(). Not called for a raw
+     * link (may then be NULL): its set-up is AUTH and PING. */
     void (*setup)(void *arg, struct redis_link *l);
     /* Set up: commands may go (after the closing PING, or, with
      * REDIS_LINK_USER_READY, when the owner called redis_link_ready()). */
@@ -43,6 +52,9 @@ struct redis_link_hooks {
     /* The watchdog dropped the link: Redis stopped answering (the owner may
      * drop its other links to that server). May be NULL. */
     void (*stalled)(void *arg, struct redis_link *l);
+    /* A raw link that is ready: each reply and push that comes, in order;
+     * r is freed after the call. The hook may send, fail or drop the link. */
+    void (*reply)(void *arg, struct redis_link *l, const redisReply *r);
 };
 
 enum {
@@ -50,6 +62,7 @@ enum {
     REDIS_LINK_USER_READY = 2, /* ready when the owner says so (pub/sub: the subscription's
                                   confirmation), not after the set-up; the connect timeout
                                   then covers the connect only */
+    REDIS_LINK_RAW = 4,        /* the raw flavour: a plain non-blocking redisContext */
 };
 
 /* A command sent with redis_link_send(), embedded in the owner's record:
@@ -61,7 +74,7 @@ struct redis_link_cmd {
 
 struct redis_link {
     /* Read only, for the owner. */
-    redisAsyncContext *ac; /* NULL while down */
+    redisAsyncContext *ac; /* NULL while down (and always for a raw link) */
     bool connected;        /* set up: commands may go */
     size_t pending;        /* commands sent with redis_link_send() not yet answered */
     uint64_t last_reply;   /* when one of them was last answered */
@@ -83,6 +96,13 @@ struct redis_link {
     ev_timer timer;                        /* connect and set-up timeout, then reconnect backoff */
     ev_timer kill;                         /* deferred drop of the connection */
     ev_timer watchdog;                     /* while commands are in flight */
+    /* The raw flavour. */
+    redisContext *rc;         /* NULL while down */
+    bool raw_connecting;      /* the socket's connect is in progress */
+    unsigned raw_gen;         /* a new one with every connection made or dropped */
+    const char *raw_setup[2]; /* the set-up commands sent, for the log */
+    unsigned raw_setup_seen;  /* their replies come in order */
+    ev_io rio, wio;           /* readable; writable (connect, or output pending) */
 };
 
 /* Sets the link up to connect to addr with cfg's credentials, timeouts and
@@ -123,6 +143,11 @@ int redis_link_send(struct redis_link *l, struct redis_link_cmd *c, redisCallbac
 uint64_t redis_link_answered(struct redis_link *l, struct redis_link_cmd *c, const void *reply);
 /* Writes the commands queued during this loop turn now, in one write. */
 void redis_link_flush(struct redis_link *l);
+
+/* Writes a command on a connected raw link, in the loop turn's write
+ * (redis_link_flush(), or when the socket takes it). Its reply comes
+ * through the reply hook. 0, DLOCK_EUNAVAIL, or DLOCK_ENOMEM. */
+int redis_link_raw_send(struct redis_link *l, int argc, const char **argv, const size_t *argvlen);
 
 /* A Redis error reply as a DLOCK_E* code (OOM, READONLY, LOADING, NOAUTH...;
  * else DLOCK_EBACKEND). */

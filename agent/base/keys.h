@@ -20,9 +20,12 @@
 /* The suffix of the per-name fencing counter of earlier versions, still
  * read (and then deleted) so that tokens keep rising across an upgrade. */
 #define LEGACY_FENCE_SUFFIX " fence"
-/* The most a holder or legacy counter key adds to its lock key (besides the
- * prefix again). */
-#define SIDE_KEY_EXTRA (sizeof "{}" - 1 + sizeof HOLDER_SUFFIX - 1)
+/* The suffix of a lock's release channel (a Pub/Sub channel, not a key). */
+#define RELEASED_SUFFIX " released"
+/* The most a holder record, legacy counter or release channel name adds to
+ * its lock key (besides the prefix again): the longest suffix is the
+ * channel's. */
+#define SIDE_KEY_EXTRA (sizeof "{}" - 1 + sizeof RELEASED_SUFFIX - 1)
 
 /* The longest slot tag: the tags are decimal numbers below 10^6. */
 #define SLOT_TAG_MAX 6
@@ -70,5 +73,11 @@ size_t fence_hw_key(const struct slot_tags *t, const char *key, size_t len, size
 size_t holder_key(const char *key, size_t len, size_t prefix_len, char *out);
 /* The same with LEGACY_FENCE_SUFFIX: the earlier per-name counter. */
 size_t legacy_fence_key(const char *key, size_t len, size_t prefix_len, char *out);
+/* The same with RELEASED_SUFFIX: the lock's release channel, on which its
+ * release notices go ("prefix{key} released", or "key released" for a key
+ * with a hash tag). It lies in the lock key's Cluster slot (lock names hold
+ * no brace), so the release script may SPUBLISH on it in Redis Cluster, and
+ * starts with the prefix, so ACL channel patterns cover it. */
+size_t release_channel(const char *key, size_t len, size_t prefix_len, char *out);
 
 #endif

@@ -639,11 +639,16 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
     }
 }
 
-/* After any change to a lock: start the next acquire, stop listening for
- * its release notices once nobody here waits, or free the lock. */
+/* After any change to a lock: start the next acquire, listen for its
+ * release notices while waiters wait for a retry (a waiter that came after
+ * the last one left, behind the retry of the last "taken" answer, must not
+ * miss the release either), stop once nobody here waits, or free the lock. */
 static void lock_settle(struct core *k, struct lock *l, uint64_t now)
 {
     lock_kick(k, l, now);
+    if (l->qhead && !l->holder && !l->acquiring && tnode_queued(&l->retry) &&
+        !PLANTED(CORE_BUG_NO_REWATCH))
+        lock_watch(k, l);
     if (l->watched && !l->qhead) {
         l->watched = false;
         k->backend->ops->watch(k->backend, l->name, l->name_len, false);

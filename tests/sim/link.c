@@ -4,10 +4,17 @@
  * by flush, delivered in order after a random delay, answered with the
  * agent's clock at arrival; a lost connection fails what is in flight with
  * DLOCK_EUNAVAIL (each command having run on the node or not), reconnects
- * with backoff and jitter, then reports on_ready and on_subscribed. Like
- * the real single-node backend it has a command watchdog and, in quorum
- * mode, the restart exclusion read from the node's run id, uptime and
- * persistence. Callbacks come only from events, never from inside a call. */
+ * with backoff and jitter, then reports on_ready and, once the notice
+ * connection is up and the watched names are asked for again,
+ * on_subscribed. Release notices are per name, as in notice_link.c: the
+ * watch op asks the node for a name's channel (or drops it) on the notice
+ * connection, whose own delays and order are independent of the command
+ * connection's; the node confirms each subscription with a notice for the
+ * name, publishes a release only to the links subscribed to its name, and
+ * forgets a connection's subscriptions when it is lost. Like the real
+ * single-node backend it has a command watchdog and, in quorum mode, the
+ * restart exclusion read from the node's run id, uptime and persistence.
+ * Callbacks come only from events, never from inside a call. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +23,17 @@
 #include "dlock.h"
 #include "sim.h"
 
-static const char *const kind_name[] = {"acquire", "renew", "release", "fence", "lookup", "notice"};
+/* A bug of the model's own for the planted-bug tests: subscriptions are
+ * not confirmed with a notice. */
+bool sim_bug_no_confirm;
+#ifdef DLOCK_PLANTED_BUGS
+#define BUG_NO_CONFIRM sim_bug_no_confirm
+#else
+#define BUG_NO_CONFIRM 0
+#endif
+
+static const char *const kind_name[] = {"acquire", "renew",  "release",   "fence",
+                                        "lookup",  "notice", "subscribe", "unsubscribe"};
 
 static struct msg *msg_new(struct link *l, uint8_t kind)
 {
@@ -65,10 +82,11 @@ static void to_node(struct link *l, struct msg *m)
         hold(l, m, false);
         return;
     }
+    uint64_t *fifo = m->kind >= OP_SUBSCRIBE ? &l->sub_at : &l->to_node_at;
     uint64_t at = s->now + net_delay(s) + l->lag;
-    if (at < l->to_node_at)
-        at = l->to_node_at;
-    l->to_node_at = at;
+    if (at < *fifo)
+        at = *fifo;
+    *fifo = at;
     m->in_event = true;
     ev_push(s, at, EV_REQ_ARRIVE, 0, 0, m);
 }
@@ -156,6 +174,35 @@ static int l_lookup(struct backend *b, const char *name, size_t len, backend_loo
     return submit(b, OP_LOOKUP, &req, NULL, cb, arg);
 }
 
+/* SUBSCRIBE or UNSUBSCRIBE of name idx on the notice connection: nothing
+ * waits for it. */
+static void send_subscription(struct link *l, int idx, bool on)
+{
+    struct sim *s = l->s;
+    struct msg *m = msg_new(l, on ? OP_SUBSCRIBE : OP_UNSUBSCRIBE);
+    m->cb_done = true;
+    m->epoch = l->epoch;
+    m->state = M_SENT;
+    m->name_len = (uint16_t)strlen(s->names[idx]);
+    memcpy(m->name, s->names[idx], m->name_len);
+    TRACE(s, "agent%u -> node%u #%" PRIu64 " %s %s", l->ag->id, l->nd->id, m->id,
+          kind_name[m->kind], s->names[idx]);
+    to_node(l, m);
+}
+
+static int l_watch(struct backend *b, const char *name, size_t len, bool on)
+{
+    struct link *l = (struct link *)b;
+    int idx = sim_name_index(l->s, name, len);
+    if (l->closing || idx < 0)
+        return idx < 0 ? DLOCK_EINVAL : 0;
+    l->want[idx] = on;
+    /* While the notice connection is down, the name waits for it. */
+    if (l->subscribed)
+        send_subscription(l, idx, on);
+    return 0;
+}
+
 static void l_flush(struct backend *b)
 {
     struct link *l = (struct link *)b;
@@ -211,6 +258,7 @@ static const struct backend_ops link_ops = {
     .renew = l_renew,
     .release = l_release,
     .fence = l_fence,
+    .watch = l_watch,
     .lookup = l_lookup,
     .flush = l_flush,
     .pending = l_pending,
@@ -273,13 +321,38 @@ void link_reply(struct msg *m)
 
 void link_publish(struct link *l, const char *name, size_t len)
 {
-    if (!l->subscribed || l->closing)
+    int idx = sim_name_index(l->s, name, len);
+    if (!l->subscribed || l->closing || idx < 0 || !l->nsub[idx])
         return;
     struct msg *m = msg_new(l, OP_NOTICE);
     m->cb_done = true; /* nothing waits for it */
     m->epoch = l->epoch;
     m->name_len = (uint16_t)len;
     memcpy(m->name, name, len);
+    to_agent(l, m);
+}
+
+/* The node runs m, a SUBSCRIBE or UNSUBSCRIBE, if the connection it came on
+ * still stands; a subscription is confirmed with a notice for its name. */
+void link_subscription(struct msg *m)
+{
+    struct link *l = m->l;
+    struct sim *s = l->s;
+    int idx = sim_name_index(s, m->name, m->name_len);
+    m->state = M_EXECUTED;
+    if (m->epoch != l->epoch || !l->subscribed || l->closing || idx < 0) {
+        msg_maybe_free(m);
+        return;
+    }
+    l->nsub[idx] = m->kind == OP_SUBSCRIBE;
+    TRACE(s, "node%u runs #%" PRIu64 " %s %s from agent%u", l->nd->id, m->id, kind_name[m->kind],
+          s->names[idx], l->ag->id);
+    if (m->kind != OP_SUBSCRIBE) {
+        msg_maybe_free(m);
+        return;
+    }
+    m->kind = OP_NOTICE;
+    m->confirm = true;
     to_agent(l, m);
 }
 
@@ -337,6 +410,7 @@ void link_drop(struct link *l, const char *why)
         return;
     TRACE(s, "agent%u: link to node%u lost (%s)", l->ag->id, l->nd->id, why);
     l->connected = l->subscribed = l->connecting = false;
+    memset(l->nsub, 0, sizeof l->nsub); /* the node forgets the subscriptions */
     l->epoch++;
     l->watchdog_armed = false;
     l->watchdog_gen++;
@@ -506,9 +580,13 @@ void link_event(struct sim *s, const struct event *e)
             hold(l, m, true);
             break;
         }
-        if (m->epoch == l->epoch && l->subscribed && l->have_ev) {
-            TRACE(s, "agent%u <- node%u notice %.*s", l->ag->id, l->nd->id, (int)m->name_len,
-                  m->name);
+        int idx = sim_name_index(s, m->name, m->name_len);
+        /* A confirmation is reported while the name is wanted, a message
+         * always (as notice_link.c does). */
+        if (m->epoch == l->epoch && l->subscribed && l->have_ev &&
+            (!m->confirm || (idx >= 0 && l->want[idx] && !BUG_NO_CONFIRM))) {
+            TRACE(s, "agent%u <- node%u %s %.*s", l->ag->id, l->nd->id,
+                  m->confirm ? "subscribed to" : "notice", (int)m->name_len, m->name);
             l->ev.on_notice(l->ev.arg, m->name, m->name_len);
         }
         msg_maybe_free(m);
@@ -533,7 +611,10 @@ void link_event(struct sim *s, const struct event *e)
                 break;
             }
             l->subscribed = true;
-            TRACE(s, "agent%u: subscribed on node%u", l->ag->id, l->nd->id);
+            TRACE(s, "agent%u: notice link to node%u up", l->ag->id, l->nd->id);
+            for (unsigned i = 0; i < s->nnames; i++)
+                if (l->want[i])
+                    send_subscription(l, (int)i, true);
             if (l->have_ev)
                 l->ev.on_subscribed(l->ev.arg);
         }

@@ -13,7 +13,7 @@
 
 struct bug {
     const char *name;
-    int core; /* enum core_bug, or -1: the model's own */
+    int core; /* enum core_bug, or the model's own: -1 release_no_compare, -2 no_confirm */
 };
 
 static const struct bug bugs[] = {
@@ -25,6 +25,8 @@ static const struct bug bugs[] = {
     {"jeopardy_valid", CORE_BUG_JEOPARDY_VALID},
     {"quorum_low_fence", CORE_BUG_QUORUM_LOW_FENCE},
     {"release_no_compare", -1},
+    {"no_rewatch", CORE_BUG_NO_REWATCH},
+    {"no_confirm", -2},
 #endif
     {NULL, 0},
 };
@@ -63,8 +65,10 @@ static int set_bug(const char *name)
 #ifdef DLOCK_PLANTED_BUGS
         if (b->core >= 0)
             core_bug = (enum core_bug)b->core;
-        else
+        else if (b->core == -1)
             sim_bug_release_no_compare = true;
+        else
+            sim_bug_no_confirm = true;
 #endif
         return 0;
     }

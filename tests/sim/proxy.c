@@ -65,6 +65,7 @@ static int p_acquire(struct backend *b, const struct backend_req *req, backend_c
     pc->arg = arg;
     snprintf(pc->name, sizeof pc->name, "%.*s", (int)req->len, req->name);
     memcpy(pc->token, req->token, 32);
+    sim_acquire_sent(p->ag, req->name, req->len);
     int rc = p->inner->ops->acquire(p->inner, req, on_acquired, pc);
     if (rc)
         free(pc);
@@ -90,6 +91,12 @@ static int p_fence(struct backend *b, const struct backend_req *req, backend_cb 
 {
     struct proxy *p = (struct proxy *)b;
     return p->inner->ops->fence ? p->inner->ops->fence(p->inner, req, cb, arg) : DLOCK_EINVAL;
+}
+
+static int p_watch(struct backend *b, const char *name, size_t len, bool on)
+{
+    struct proxy *p = (struct proxy *)b;
+    return p->inner->ops->watch ? p->inner->ops->watch(p->inner, name, len, on) : 0;
 }
 
 static int p_lookup(struct backend *b, const char *name, size_t len, backend_lookup_cb cb,
@@ -141,6 +148,7 @@ static const struct backend_ops proxy_ops = {
     .renew = p_renew,
     .release = p_release,
     .fence = p_fence,
+    .watch = p_watch,
     .lookup = p_lookup,
     .flush = p_flush,
     .pending = p_pending,

@@ -2,7 +2,7 @@
 /* redis.c -- the simulator's model of a Redis node: string keys with TTLs
  * on the node's own clock (expired when the clock has passed them, as
  * Redis does), the four scripts of agent/backend/backend_redis.c with their
- * exact semantics (docs/fencing.md), pub/sub of release notices, restarts
+ * exact semantics (docs/fencing.md), per-name release notices, restarts
  * with and without persistence, failovers that lose the last writes, and
  * stalls. */
 #include <inttypes.h>
@@ -206,6 +206,7 @@ static const struct keynames *names_of(const struct msg *m)
     return &cache[i].kn;
 }
 
+/* To the agents subscribed to the name's channel on this node. */
 static void publish(struct node *nd, const struct msg *m)
 {
     struct sim *s = nd->s;
@@ -255,8 +256,10 @@ static long long run_release(struct node *nd, struct msg *m, const struct keynam
         return 0;
     kdel(nd, kn->lock);
     kdel(nd, kn->holder);
-    if (m->notify)
+    if (m->notify) {
         publish(nd, m);
+        sim_released(nd->s, m->name, m->name_len);
+    }
     return 1;
 }
 
@@ -330,6 +333,17 @@ static void node_exec(struct node *nd, struct msg *m)
           (int)m->name_len, m->name, m->l->ag->id, m->n);
 }
 
+/* Runs m and answers it (a subscription is confirmed by the link). */
+static void node_run(struct node *nd, struct msg *m)
+{
+    if (m->kind == OP_SUBSCRIBE || m->kind == OP_UNSUBSCRIBE) {
+        link_subscription(m);
+        return;
+    }
+    node_exec(nd, m);
+    link_reply(m);
+}
+
 /* A request reaches the node. */
 void node_arrive(struct node *nd, struct msg *m)
 {
@@ -344,8 +358,7 @@ void node_arrive(struct node *nd, struct msg *m)
         TAILQ_INSERT_TAIL(&nd->stallq, m, nlink);
         return;
     }
-    node_exec(nd, m);
-    link_reply(m);
+    node_run(nd, m);
 }
 
 /* The stall ends: everything queued runs, in arrival order; what came on a
@@ -362,8 +375,7 @@ void node_stall_end(struct node *nd)
             msg_maybe_free(m);
             continue;
         }
-        node_exec(nd, m);
-        link_reply(m);
+        node_run(nd, m);
     }
 }
 

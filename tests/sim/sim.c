@@ -43,6 +43,74 @@ static bool fault_free(const struct sim *s)
     return s->nfaults == 0;
 }
 
+/* ---- the wake-up check ----
+ *
+ * In a run without faults and with the fallback retry a minute off, a
+ * waiter is woken by a release only through the notices: each release of a
+ * name's key on a node (with its notice) must be followed within WAKE_BOUND
+ * by an acquire of the name from every agent that has a waiter for it (and
+ * no lease of it, which it hands over itself), or by a grant. That is a few
+ * of the slowest one-way delays (20 ms) and a quorum's wait for its last
+ * nodes: the notice, or the "taken" answer, the subscription and its
+ * confirmation when the release came between them. */
+#define WAKE_BOUND MS(250)
+
+/* Does agent a wait for name n through Redis: a waiting client, and no
+ * client holding it there? */
+static bool agent_waits(const struct sim *s, unsigned a, unsigned n)
+{
+    bool waits = false;
+    for (unsigned i = 0; i < s->nclients; i++) {
+        const struct sclient *c = &s->clients[i];
+        if (c->ag != &s->agents[a])
+            continue;
+        if (c->state == C_WAITING && c->acq_name == n && c->acq_wait_ms != 0)
+            waits = true;
+        if ((c->state == C_HOLDING || c->state == C_RELEASING) && c->lease_name == n)
+            return false;
+    }
+    return waits;
+}
+
+void sim_released(struct sim *s, const char *name, size_t len)
+{
+    int n = sim_name_index(s, name, len);
+    if (!s->notices_only || n < 0)
+        return;
+    for (unsigned a = 0; a < s->nagents; a++)
+        if (!s->wake_due[a][n] && agent_waits(s, a, (unsigned)n))
+            s->wake_due[a][n] = s->now + WAKE_BOUND;
+}
+
+void sim_acquire_sent(struct agent *ag, const char *name, size_t len)
+{
+    int n = sim_name_index(ag->s, name, len);
+    if (n >= 0)
+        ag->s->wake_due[ag->id][n] = 0;
+}
+
+static void check_wakeup(struct sim *s)
+{
+    if (!s->notices_only)
+        return;
+    for (unsigned a = 0; a < s->nagents; a++) {
+        for (unsigned n = 0; n < s->nnames; n++) {
+            uint64_t due = s->wake_due[a][n];
+            if (!due)
+                continue;
+            if (!agent_waits(s, a, n)) {
+                s->wake_due[a][n] = 0;
+            } else if (s->now > due) {
+                violation(s, "wake-up", 0,
+                          "agent%u waits for %s, released on a node %" PRIu64
+                          " ms ago, and has not tried again",
+                          a, s->names[n], (uint64_t)((s->now - due + WAKE_BOUND) / 1000000));
+                s->wake_due[a][n] = 0;
+            }
+        }
+    }
+}
+
 static struct link *link_of(struct sim *s, unsigned agent, unsigned node)
 {
     return &s->links[agent * s->nnodes + node];
@@ -104,6 +172,7 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
     }
     unsigned name = c->acq_name;
     ag->watch_granted = true;
+    s->wake_due[ag->id][name] = 0;
     if (ag->watch_token)
         memcpy(c->lease_token, ag->watch_token, 33);
     else
@@ -958,6 +1027,11 @@ static int setup(struct sim *s)
     if (rng_chance(r, 80))
         plan_faults(s, span);
     s->res->fault_free = fault_free(s);
+    if (fault_free(s) && rng_chance(r, 50)) {
+        s->notices_only = true;
+        for (unsigned a = 0; a < s->nagents; a++)
+            s->agents[a].cfg.retry_fallback_ms = 60000;
+    }
 
     struct core_env env = {.granted = env_granted,
                            .error = env_error,
@@ -1190,6 +1264,7 @@ int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res)
             agent_after(&s->agents[a]);
         check_mutex(s);
         check_keys(s);
+        check_wakeup(s);
         check_settle(s);
     }
     if (!s->stop && !s->settling && !res->violation) {

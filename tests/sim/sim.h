@@ -75,7 +75,10 @@ enum msg_state { M_QUEUED, M_SENT, M_AT_NODE, M_EXECUTED, M_LOST };
 
 struct link;
 
-enum { OP_NOTICE = OP_LOOKUP + 1 };
+/* The notice connection's: a release notice or a subscription's
+ * confirmation (to the agent), a subscription asked for or dropped (to the
+ * node). */
+enum { OP_NOTICE = OP_LOOKUP + 1, OP_SUBSCRIBE, OP_UNSUBSCRIBE };
 
 struct msg {
     LIST_ENTRY(msg) all;    /* every message alive, for the clean-up */
@@ -86,6 +89,7 @@ struct msg {
     uint64_t id;
     uint8_t kind, state;
     bool cb_done, in_event, in_stallq, in_held, discard, notify;
+    bool confirm;  /* a notice: the confirmation of a subscription */
     bool to_agent; /* held: an answer or notice (else a request) */
     uint32_t ttl_ms;
     uint64_t floor, fence;
@@ -159,7 +163,13 @@ struct link {
     struct msgq held; /* cut off by a partition, both ways, in order */
     size_t npending;
     uint64_t to_node_at, to_agent_at, notice_at; /* FIFO: last delivery times */
-    uint64_t last_reply;                         /* agent clock */
+    uint64_t sub_at;                             /* the notice connection's, to the node */
+    /* Release notices: the names the agent watches (kept across
+     * connections), and those the node holds a subscription of on this
+     * connection (lost with it). Indexed as sim.names. */
+    bool want[SIM_MAX_NAMES];
+    bool nsub[SIM_MAX_NAMES];
+    uint64_t last_reply; /* agent clock */
     uint64_t watchdog_gen;
     bool watchdog_armed;
     uint64_t join_gen;
@@ -351,7 +361,11 @@ struct sim {
     bool wall_apart;                       /* the agents' wall clocks disagree */
     bool any_step_back;                    /* a node clock ever stepped back */
     bool me_off, fence_off;                /* checks off after an excused violation */
-    char late[SIM_MAX_LATE][33];           /* tokens of acquires that ran after they failed */
+    /* A run without faults whose agents retry after "taken" only when the
+     * holder's key expires (the fallback is a minute): the wake-up check. */
+    bool notices_only;
+    uint64_t wake_due[SIM_MAX_AGENTS][SIM_MAX_NAMES]; /* virtual; 0: none */
+    char late[SIM_MAX_LATE][33]; /* tokens of acquires that ran after they failed */
     unsigned nlate;
     struct sim_result *res;
     bool stop;
@@ -391,9 +405,13 @@ void node_preload(struct node *nd, const char *name, uint64_t legacy, uint64_t m
 bool node_key_live(const struct node *nd, const struct rkey *k);
 bool node_key_expired(const struct node *nd, const struct rkey *k);
 extern bool sim_bug_release_no_compare;
+extern bool sim_bug_no_confirm;
 
 /* sim.c */
 bool sim_quorum_available(void);
+void sim_released(struct sim *s, const char *name,
+                  size_t len); /* a node deleted a key, notifying */
+void sim_acquire_sent(struct agent *ag, const char *name, size_t len);
 int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res);
 
 /* proxy.c */
@@ -409,6 +427,8 @@ void link_event(struct sim *s, const struct event *e);
 void link_reply(struct msg *m); /* the node answered m */
 void link_node_down(struct link *l);
 void link_publish(struct link *l, const char *name, size_t len);
+void link_subscription(struct msg *m); /* the node runs a SUBSCRIBE or UNSUBSCRIBE */
+int sim_name_index(const struct sim *s, const char *name, size_t len); /* -1: none */
 void msg_maybe_free(struct msg *m);
 void link_teardown(struct link *l);
 

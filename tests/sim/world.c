@@ -243,3 +243,11 @@ void violation(struct sim *s, const char *kind, unsigned excl_mask, const char *
     }
     s->stop = true;
 }
+
+int sim_name_index(const struct sim *s, const char *name, size_t len)
+{
+    for (unsigned i = 0; i < s->nnames; i++)
+        if (strlen(s->names[i]) == len && memcmp(s->names[i], name, len) == 0)
+            return (int)i;
+    return -1;
+}

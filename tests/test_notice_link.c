@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* test_notice_link.c -- the single-node backend's release notices on a real
+ * redis-server, driven in this process on its own libev loop: thousands of
+ * names subscribed (in steps) and subscribed again after the connection is
+ * lost, each confirmation reported as a notice; names watched off while the
+ * link is down stay off; and a sharded node (Redis Cluster, one node here):
+ * SSUBSCRIBE, the release script's SPUBLISH, and a name the node lets go
+ * (the unasked sunsubscribe when its slot leaves the node, a subscription
+ * refused for a slot it does not serve) reported as dropped. */
+#include <ev.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "backend_redis.h"
+#include "config.h"
+#include "harness.h"
+#include "keys.h"
+#include "log.h"
+
+#define NAMES 3000
+
+static struct {
+    struct config cfg;
+    struct ev_loop *loop;
+    ev_timer tick;
+    struct backend *b;
+    int ready, subscribed;
+    unsigned char notified[NAMES]; /* notices per name "nI" */
+    int notices;                   /* in all */
+    char last_notice[64];
+    char dropped[64];
+    int ndropped;
+    int results;
+    struct backend_result last;
+} T;
+
+static int name_index(const char *name, size_t len)
+{
+    if (len < 2 || name[0] != 'n')
+        return -1;
+    int i = atoi(name + 1);
+    return i >= 0 && i < NAMES ? i : -1;
+}
+
+static void on_notice(void *arg, const char *name, size_t len)
+{
+    int i = name_index(name, len);
+    if (i >= 0 && T.notified[i] < 255)
+        T.notified[i]++;
+    T.notices++;
+    snprintf(T.last_notice, sizeof T.last_notice, "%.*s", (int)len, name);
+}
+
+static void on_subscribed(void *arg)
+{
+    T.subscribed++;
+}
+
+static void on_ready(void *arg)
+{
+    T.ready++;
+}
+
+static void on_dropped(void *arg, const char *name, size_t len)
+{
+    T.ndropped++;
+    snprintf(T.dropped, sizeof T.dropped, "%.*s", (int)len, name);
+}
+
+static void on_result(void *arg, const struct backend_result *r)
+{
+    T.results++;
+    T.last = *r;
+    T.last.error_text = NULL;
+}
+
+static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+}
+
+/* One turn of the loop, as dlockd runs it: the backend's queued writes go
+ * out, then the loop waits for something (10 ms at most). */
+static void turn(void)
+{
+    T.b->ops->flush(T.b);
+    ev_run(T.loop, EVRUN_ONCE);
+}
+
+#define RUN_UNTIL(timeout_ms, cond)                                                                \
+    do {                                                                                           \
+        int64_t end_ = h_now_ms() + (timeout_ms);                                                  \
+        while (!(cond)) {                                                                          \
+            if (h_now_ms() > end_)                                                                 \
+                cr_assert_fail("%s:%d: not true within %d ms: %s", __FILE__, __LINE__,             \
+                               (int)(timeout_ms), #cond);                                          \
+            turn();                                                                                \
+        }                                                                                          \
+    } while (0)
+
+static bool notice_link_up(void)
+{
+    struct backend_node n;
+    return T.b->ops->nodes(T.b, &n, 1) == 1 && n.subscribed;
+}
+
+/* The backend for node 0, set up: commands go, and the notice link is up. */
+static void backend_start(bool sharded)
+{
+    memset(&T, 0, sizeof T);
+    signal(SIGPIPE, SIG_IGN); /* as dlockd: a write to a lost connection fails */
+    log_set_level(LOG_WARN);
+    config_defaults(&T.cfg);
+    T.cfg.reconnect_min_ms = 20;
+    T.cfg.reconnect_max_ms = 200;
+    cr_assert_eq(config_parse_addr(H.redis_addr, &T.cfg.nodes[0]), 0);
+    T.cfg.nnodes = 1;
+    T.loop = ev_loop_new(EVFLAG_AUTO);
+    ev_timer_init(&T.tick, on_tick, 0.01, 0.01);
+    ev_timer_start(T.loop, &T.tick);
+    struct backend_events ev = {
+        .on_notice = on_notice, .on_subscribed = on_subscribed, .on_ready = on_ready};
+    struct redis_node_opts opts = {.sharded = sharded, .dropped = on_dropped};
+    T.b = backend_redis_new_opts(T.loop, &T.cfg, &T.cfg.nodes[0], &opts, &ev);
+    cr_assert_not_null(T.b);
+    RUN_UNTIL(H_EVENT_MS, T.ready && T.subscribed && notice_link_up());
+}
+
+static void backend_stop(void)
+{
+    T.b->ops->destroy(T.b);
+    ev_timer_stop(T.loop, &T.tick);
+    ev_loop_destroy(T.loop);
+}
+
+static void watch(const char *name, bool on)
+{
+    cr_assert_eq(T.b->ops->watch(T.b, name, strlen(name), on), 0, "watch %s", name);
+}
+
+static int names_notified(int from, int to)
+{
+    int n = 0;
+    for (int i = from; i < to; i++)
+        n += T.notified[i] > 0;
+    return n;
+}
+
+/* A lock taken and given back through the backend, with its notice. */
+static void take_and_release(const char *name)
+{
+    static const char token[] = "0123456789abcdef0123456789abcdef";
+    struct backend_req req = {.name = name,
+                              .len = strlen(name),
+                              .token = token,
+                              .holder = "test",
+                              .ttl_ms = 5000,
+                              .notify = true};
+    int before = T.results;
+    cr_assert_eq(T.b->ops->acquire(T.b, &req, on_result, NULL), 0);
+    RUN_UNTIL(H_EVENT_MS, T.results > before);
+    cr_assert_eq(T.last.err, 0, "acquire %s: %d", name, T.last.err);
+    cr_assert_eq(T.last.outcome, BACKEND_DONE, "acquire %s: outcome %d", name, T.last.outcome);
+    cr_assert_eq(T.b->ops->release(T.b, &req, on_result, NULL), 0);
+    RUN_UNTIL(H_EVENT_MS, T.results > before + 1);
+    cr_assert_eq(T.last.err, 0, "release %s: %d", name, T.last.err);
+    cr_assert_eq(T.last.outcome, BACKEND_DONE);
+}
+
+ITEST(notice_link, thousands_of_names_and_again_after_the_connection_is_lost)
+{
+    h_redis_start();
+    backend_start(false);
+    cr_assert_eq(h_node_channels(0, "*"), 0);
+    char name[16];
+    for (int i = 0; i < NAMES; i++) {
+        snprintf(name, sizeof name, "n%d", i);
+        watch(name, true);
+    }
+    /* Each subscription is confirmed with a notice for its name. */
+    RUN_UNTIL(H_EVENT_MS, names_notified(0, NAMES) == NAMES);
+    cr_assert_eq(h_node_channels(0, "dlock:*"), NAMES);
+    cr_assert_eq(h_node_subscribers(0, h_channel("n7")), 1);
+
+    /* A release publishes on the name's own channel. */
+    int before = T.notified[7];
+    take_and_release("n7");
+    RUN_UNTIL(H_EVENT_MS, T.notified[7] > before);
+
+    /* The connection is lost; some names are watched off meanwhile. */
+    memset(T.notified, 0, sizeof T.notified);
+    int subscribed = T.subscribed;
+    redisReply *r = h_redis_cmd("CLIENT KILL TYPE pubsub");
+    cr_assert(r->type == REDIS_REPLY_INTEGER && r->integer == 1, "killed %lld connections",
+              r->integer);
+    freeReplyObject(r);
+    for (int i = NAMES / 2; i < NAMES; i++) {
+        snprintf(name, sizeof name, "n%d", i);
+        watch(name, false);
+    }
+    /* Subscribed again, each name still watched confirmed again, then the
+     * owner told. */
+    RUN_UNTIL(H_EVENT_MS, T.subscribed > subscribed && names_notified(0, NAMES / 2) == NAMES / 2);
+    cr_assert_eq(h_node_channels(0, "dlock:*"), NAMES / 2);
+    cr_assert_eq(h_node_subscribers(0, h_channel("n1")), 1);
+    cr_assert_eq(h_node_subscribers(0, h_channel("n2999")), 0);
+    cr_assert(notice_link_up());
+
+    /* Off, on and off again in one turn: none is left. */
+    for (int i = 0; i < NAMES / 2; i++) {
+        snprintf(name, sizeof name, "n%d", i);
+        watch(name, false);
+        watch(name, true);
+        watch(name, false);
+    }
+    RUN_UNTIL(H_EVENT_MS, h_node_channels(0, "dlock:*") == 0);
+    backend_stop();
+}
+
+static void cluster_ok(void)
+{
+    redisReply *r = h_redis_cmd("CLUSTER ADDSLOTSRANGE 0 16383");
+    cr_assert(r->type == REDIS_REPLY_STATUS, "CLUSTER ADDSLOTSRANGE: %s", r->str ? r->str : "?");
+    freeReplyObject(r);
+    int ok = 0;
+    int64_t end = h_now_ms() + H_EVENT_MS;
+    while (!ok && h_now_ms() < end) {
+        r = h_redis_cmd("CLUSTER INFO");
+        ok = r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok") != NULL;
+        freeReplyObject(r);
+        if (!ok)
+            h_sleep_ms(20);
+    }
+    cr_assert(ok, "the one-node cluster is not ok");
+}
+
+static long long shard_channels(void)
+{
+    redisReply *r = h_redis_cmd("PUBSUB SHARDCHANNELS");
+    cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
+    long long n = (long long)r->elements;
+    freeReplyObject(r);
+    return n;
+}
+
+ITEST(notice_link, sharded_node_of_a_cluster)
+{
+    h_node_set_args(0, "--cluster-enabled yes --cluster-port 0 --cluster-config-file nodes0.conf");
+    h_redis_start();
+    cluster_ok();
+    backend_start(true);
+    watch("job", true);
+    RUN_UNTIL(H_EVENT_MS, T.notices == 1);
+    cr_assert_str_eq(T.last_notice, "job");
+    cr_assert_eq(shard_channels(), 1);
+    cr_assert_eq(h_node_channels(0, "*"), 0, "subscribed to a plain channel");
+
+    /* The release script publishes with SPUBLISH, which comes back as an
+     * smessage. */
+    take_and_release("job");
+    RUN_UNTIL(H_EVENT_MS, T.notices == 2);
+    cr_assert_str_eq(T.last_notice, "job");
+
+    /* The slot leaves the node: the node says so, and the owner hears it. */
+    char ch[128];
+    size_t n = release_channel("dlock:job", 9, 6, ch);
+    unsigned slot = key_slot(ch, n);
+    cr_assert_eq(slot, key_slot("dlock:job", 9));
+    redisReply *r = h_redis_cmd("CLUSTER DELSLOTS %u", slot);
+    cr_assert_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    RUN_UNTIL(H_EVENT_MS, T.ndropped == 1);
+    cr_assert_str_eq(T.dropped, "job");
+    cr_assert_eq(shard_channels(), 0);
+
+    /* Asked for again there, it is refused: dropped again, the link stays. */
+    watch("job", true);
+    RUN_UNTIL(H_EVENT_MS, T.ndropped == 2);
+    cr_assert_str_eq(T.dropped, "job");
+    watch("n1", true);
+    RUN_UNTIL(H_EVENT_MS, T.notified[1] == 1);
+    cr_assert_eq(shard_channels(), 1);
+    cr_assert(notice_link_up());
+    backend_stop();
+}
