@@ -20,8 +20,6 @@
  * Each test starts its own cluster (a few seconds). */
 #define H_TEST_TIMEOUT_S 180
 #include <inttypes.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +27,7 @@
 #include <unistd.h>
 
 #include "hcluster.h"
+#include "lockset.h"
 
 /* With this fallback (the longest there is), a waiter behind a holder of
  * LONG_TTL is not retried before about LONG_TTL: one granted within
@@ -622,105 +621,11 @@ static int expected_failure(int rc)
     }
 }
 
-/* One counter in a fenced store per lock name (see test_quorum_chaos.c):
- * a write checks dlock_lease_valid() inside the store's mutex and is skipped
- * when the lease is not valid. */
-struct store {
-    pthread_mutex_t mu;
-    long counter;
-    uint64_t last_fence;
-    long writes, skipped, lost_updates, stale_fences;
-    uint64_t bad_fence, bad_prev;
-};
-
-struct worker {
-    pthread_t tid;
-    const char *sock;
-    struct store *stores;
-    char (*names)[64];
-    atomic_int *stop;
-    unsigned seed;
-    long grants, failures[64], unexpected;
-    int unexpected_rc;
-};
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0)
         ;
-}
-
-static void count_failure(struct worker *w, int rc)
-{
-    if (!expected_failure(rc)) {
-        if (!w->unexpected++)
-            w->unexpected_rc = rc;
-    } else if (-rc < 64) {
-        w->failures[-rc]++;
-    }
-}
-
-static void *worker_main(void *arg)
-{
-    struct worker *w = arg;
-    dlock_client *c = NULL;
-    while (!atomic_load(w->stop)) {
-        if (!c && dlock_client_open(&c, w->sock) != 0) {
-            c = NULL;
-            sleep_ms(20);
-            continue;
-        }
-        int j = (int)(rand_r(&w->seed) % NNAMES);
-        struct store *st = &w->stores[j];
-        dlock_acquire_options o = {.ttl_ms = LEASE_TTL, .wait_ms = ACQUIRE_WAIT};
-        dlock_lease *l = NULL;
-        int rc = dlock_lease_acquire(c, w->names[j], &o, &l);
-        if (rc != 0) {
-            count_failure(w, rc);
-            if (rc == DLOCK_EDISCONNECTED) {
-                dlock_client_close(c);
-                c = NULL;
-            }
-            sleep_ms(1 + (int)(rand_r(&w->seed) % 5));
-            continue;
-        }
-        w->grants++;
-        uint64_t fence = dlock_lease_fence(l);
-        pthread_mutex_lock(&st->mu);
-        long read = st->counter;
-        pthread_mutex_unlock(&st->mu);
-        /* Mostly a few milliseconds; one hold in 8 lasts about the TTL, so
-         * that renewals run through the failover and the slot move. */
-        if (rand_r(&w->seed) % 8 == 0)
-            sleep_ms(300 + (int)(rand_r(&w->seed) % 1200));
-        else
-            sleep_ms(1 + (int)(rand_r(&w->seed) % 5));
-        pthread_mutex_lock(&st->mu);
-        if (dlock_lease_valid(l)) {
-            if (st->counter != read)
-                st->lost_updates++;
-            if (fence <= st->last_fence && !st->stale_fences++) {
-                st->bad_fence = fence;
-                st->bad_prev = st->last_fence;
-            }
-            st->counter = read + 1;
-            st->last_fence = fence;
-            st->writes++;
-        } else {
-            st->skipped++;
-        }
-        pthread_mutex_unlock(&st->mu);
-        rc = dlock_lease_release(l);
-        if (rc != 0)
-            count_failure(w, rc);
-        if (rc == DLOCK_EDISCONNECTED) {
-            dlock_client_close(c);
-            c = NULL;
-        }
-    }
-    dlock_client_close(c);
-    return NULL;
 }
 
 /* The test's own pace: lets the workers run for ms. */
@@ -744,26 +649,23 @@ HCTEST(cluster, shared_counters_under_a_failover_and_a_slot_move)
         snprintf(base, sizeof base, "set%d", j);
         hc_name_on(m[j], base, names[j], sizeof names[j]);
     }
-    const char *given = getenv("DLOCK_CHAOS_SEED");
-    unsigned seed =
-        given ? (unsigned)strtoul(given, NULL, 10) : (unsigned)time(NULL) ^ (unsigned)getpid();
-    cr_log_info("seed %u", seed);
-
-    static struct store st[NNAMES];
-    memset(st, 0, sizeof st);
+    /* One counter per name (lockset.c). Mostly a few milliseconds; one hold
+     * in 8 lasts about the TTL, so that renewals run through the failover
+     * and the slot move. */
+    struct ls_params p = {.nnames = NNAMES,
+                          .ttl_ms = LEASE_TTL,
+                          .wait_ms = ACQUIRE_WAIT,
+                          .long_hold = 8,
+                          .long_min_ms = 300,
+                          .long_span_ms = 1200,
+                          .expected = expected_failure};
     for (int j = 0; j < NNAMES; j++)
-        pthread_mutex_init(&st[j].mu, NULL);
-    atomic_int stop = 0;
-    static struct worker w[NTHREADS];
-    memset(w, 0, sizeof w);
-    for (int t = 0; t < NTHREADS; t++) {
-        w[t].sock = H.agent[t / PER_AGENT].sock;
-        w[t].stores = st;
-        w[t].names = names;
-        w[t].stop = &stop;
-        w[t].seed = seed + (unsigned)t * 7919u;
-        cr_assert_eq(pthread_create(&w[t].tid, NULL, worker_main, &w[t]), 0);
-    }
+        p.names[j] = names[j];
+    const char *socks[NTHREADS];
+    for (int t = 0; t < NTHREADS; t++)
+        socks[t] = H.agent[t / PER_AGENT].sock;
+    static struct ls_run run;
+    ls_start(&run, &p, socks, NTHREADS, ls_seed());
 
     run_for(3000);
     /* The master of the first name fails; once its replica took over, it
@@ -783,41 +685,11 @@ HCTEST(cluster, shared_counters_under_a_failover_and_a_slot_move)
     hc_migrate_finish(&mig);
     run_for(3000);
 
-    atomic_store(&stop, 1);
-    for (int t = 0; t < NTHREADS; t++)
-        pthread_join(w[t].tid, NULL);
-
-    long grants = 0, unexpected = 0, fails[64] = {0};
-    int unexpected_rc = 0;
-    for (int t = 0; t < NTHREADS; t++) {
-        grants += w[t].grants;
-        if (w[t].unexpected && !unexpected)
-            unexpected_rc = w[t].unexpected_rc;
-        unexpected += w[t].unexpected;
-        for (int e = 0; e < 64; e++)
-            fails[e] += w[t].failures[e];
-    }
-    long writes = 0;
-    for (int j = 0; j < NNAMES; j++) {
-        cr_log_info("%s: %ld writes, %ld skipped (lease no longer valid)", names[j], st[j].writes,
-                    st[j].skipped);
-        writes += st[j].writes;
-    }
+    ls_stop(&run);
     cr_log_info("clients: %ld grants; busy %ld, timed out %ld, unavailable %ld, lost %ld, "
                 "failover %ld, disconnected %ld",
-                grants, fails[-DLOCK_EBUSY], fails[-DLOCK_ETIMEDOUT], fails[-DLOCK_EUNAVAIL],
-                fails[-DLOCK_ELOST], fails[-DLOCK_EFAILOVER], fails[-DLOCK_EDISCONNECTED]);
-    for (int j = 0; j < NNAMES; j++) {
-        cr_assert_eq(st[j].lost_updates, 0, "%s: %ld lost update(s) in %ld writes", names[j],
-                     st[j].lost_updates, st[j].writes);
-        cr_assert_eq(st[j].stale_fences, 0,
-                     "%s: %ld write(s) with a fence not above the previous one (first: %" PRIu64
-                     " after %" PRIu64 ")",
-                     names[j], st[j].stale_fences, st[j].bad_fence, st[j].bad_prev);
-        cr_assert_eq(st[j].counter, st[j].writes);
-        pthread_mutex_destroy(&st[j].mu);
-    }
-    cr_assert_eq(unexpected, 0, "%ld unexpected result(s), first %s (%d)", unexpected,
-                 dlock_strerror(unexpected_rc), unexpected_rc);
-    cr_assert_geq(writes, 30, "only %ld writes: too little progress to mean anything", writes);
+                run.grants, ls_failures(&run, DLOCK_EBUSY), ls_failures(&run, DLOCK_ETIMEDOUT),
+                ls_failures(&run, DLOCK_EUNAVAIL), ls_failures(&run, DLOCK_ELOST),
+                ls_failures(&run, DLOCK_EFAILOVER), ls_failures(&run, DLOCK_EDISCONNECTED));
+    ls_check(&run, 30);
 }
