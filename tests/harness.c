@@ -635,7 +635,6 @@ static struct h_agent *agent_at(int i)
  * including the newline and the terminating NUL). */
 #define INI_LINE_MAX 199
 
-/* Appends "key = value" to f unless `given` already sets key. */
 /* Does the INI text set key (at the start of a line, then blanks or '=')? */
 static int sets_key(const char *ini, const char *key)
 {
@@ -648,7 +647,7 @@ static int sets_key(const char *ini, const char *key)
     return 0;
 }
 
-static void default_key(FILE *f, const char *given, const char *key, const char *value)
+void h_ini_default(FILE *f, const char *given, const char *key, const char *value)
 {
     if (given && sets_key(given, key))
         return;
@@ -661,11 +660,11 @@ void h_agent_config(int i, const char *agent_ini, const char *redis_ini)
     FILE *f = fopen(a->conf, "w");
     cr_assert_not_null(f, "cannot write %s", a->conf);
     fprintf(f, "[agent]\n");
-    default_key(f, agent_ini, "log_level", "debug");
+    h_ini_default(f, agent_ini, "log_level", "debug");
     /* Never the system's status socket. */
     char status[H_PATH];
     snprintf(status, sizeof status, "%s/status%d.sock", H.dir, i);
-    default_key(f, agent_ini, "status_socket", status);
+    h_ini_default(f, agent_ini, "status_socket", status);
     if (agent_ini)
         fprintf(f, "%s\n", agent_ini);
     char addr[INI_LINE_MAX + 1] = "";
@@ -680,17 +679,17 @@ void h_agent_config(int i, const char *agent_ini, const char *redis_ini)
     cr_assert_leq(strlen("address = \n") + strlen(addr), INI_LINE_MAX,
                   "the address line is too long for the agent's config file");
     fprintf(f, "\n[redis]\naddress = %s\n", addr);
-    default_key(f, redis_ini, "connect_timeout_ms", "500");
-    default_key(f, redis_ini, "reconnect_min_ms", "20");
-    default_key(f, redis_ini, "reconnect_max_ms", "250");
+    h_ini_default(f, redis_ini, "connect_timeout_ms", "500");
+    h_ini_default(f, redis_ini, "reconnect_min_ms", "20");
+    h_ini_default(f, redis_ini, "reconnect_max_ms", "250");
     if (redis_ini)
         fprintf(f, "%s\n", redis_ini);
     fclose(f);
 }
 
-void h_agent_log_tail(int i, int lines)
+void h_log_tail(const char *path, int lines)
 {
-    const char *log = h_read_file(H.agent[i].log);
+    const char *log = h_read_file(path);
     if (!log)
         return;
     const char *p = log + strlen(log);
@@ -698,7 +697,12 @@ void h_agent_log_tail(int i, int lines)
     while (p > log && n <= lines)
         if (*--p == '\n')
             n++;
-    fprintf(stderr, "---- tail of %s ----\n%s\n----\n", H.agent[i].log, p);
+    fprintf(stderr, "---- tail of %s ----\n%s\n----\n", path, p);
+}
+
+void h_agent_log_tail(int i, int lines)
+{
+    h_log_tail(H.agent[i].log, lines);
 }
 
 int h_agent_alive(int i)

@@ -39,6 +39,7 @@
 #include <hiredis/hiredis.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "dlock.h"
@@ -327,6 +328,11 @@ void h_agent_resume(int i); /* SIGCONT */
 int h_agent_alive(int i);
 /* Prints the last `lines` lines of agent i's log to stderr. */
 void h_agent_log_tail(int i, int lines);
+/* Prints the last lines of a log file on stderr. */
+void h_log_tail(const char *path, int lines);
+/* Writes "key = value" to f unless the INI text `given` (may be NULL) sets
+ * key already: a default under a test's own settings. */
+void h_ini_default(FILE *f, const char *given, const char *key, const char *value);
 
 /* ---- clients ---- */
 

@@ -1080,25 +1080,6 @@ void hc_node_restart(int i)
 
 /* ---- agents ---- */
 
-/* Does the INI text set key (at the start of a line, then blanks or '=')? */
-static int sets_key(const char *ini, const char *key)
-{
-    size_t n = strlen(key);
-    for (const char *p = ini; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
-        p += strspn(p, " \t");
-        if (strncmp(p, key, n) == 0 && (p[n] == ' ' || p[n] == '\t' || p[n] == '='))
-            return 1;
-    }
-    return 0;
-}
-
-static void default_key(FILE *f, const char *given, const char *key, const char *value)
-{
-    if (given && sets_key(given, key))
-        return;
-    fprintf(f, "%s = %s\n", key, value);
-}
-
 void hc_agent_config(int i, const char *agent_ini, const char *redis_ini, unsigned seeds)
 {
     cr_assert(i >= 0 && i < H_MAX_AGENTS, "no agent slot %d", i);
@@ -1106,10 +1087,10 @@ void hc_agent_config(int i, const char *agent_ini, const char *redis_ini, unsign
     FILE *f = fopen(a->conf, "w");
     cr_assert_not_null(f, "cannot write %s", a->conf);
     fprintf(f, "[agent]\n");
-    default_key(f, agent_ini, "log_level", "debug");
+    h_ini_default(f, agent_ini, "log_level", "debug");
     char status[H_PATH];
     snprintf(status, sizeof status, "%s/status%d.sock", H.dir, i);
-    default_key(f, agent_ini, "status_socket", status);
+    h_ini_default(f, agent_ini, "status_socket", status);
     if (agent_ini)
         fprintf(f, "%s\n", agent_ini);
     fprintf(f, "\n[redis]\nmode = cluster\naddress = ");
@@ -1121,9 +1102,9 @@ void hc_agent_config(int i, const char *agent_ini, const char *redis_ini, unsign
             first = 0;
         }
     fprintf(f, "\n");
-    default_key(f, redis_ini, "connect_timeout_ms", "500");
-    default_key(f, redis_ini, "reconnect_min_ms", "20");
-    default_key(f, redis_ini, "reconnect_max_ms", "250");
+    h_ini_default(f, redis_ini, "connect_timeout_ms", "500");
+    h_ini_default(f, redis_ini, "reconnect_min_ms", "20");
+    h_ini_default(f, redis_ini, "reconnect_max_ms", "250");
     if (redis_ini)
         fprintf(f, "%s\n", redis_ini);
     fclose(f);

@@ -447,24 +447,11 @@ void hs_agent_start_single(int i, const char *agent_ini, const char *redis_ini)
 
 /* ---- teardown ---- */
 
-static void log_tail(const char *path, int lines)
-{
-    const char *log = h_read_file(path);
-    if (!log)
-        return;
-    const char *p = log + strlen(log);
-    int n = 0;
-    while (p > log && n <= lines)
-        if (*--p == '\n')
-            n++;
-    fprintf(stderr, "---- tail of %s ----\n%s\n----\n", path, p);
-}
-
 void hs_teardown(void)
 {
     for (int s = 0; s < HS_SENTINELS; s++) {
         if (!H.passed && HS.sentinel_port[s])
-            log_tail(HS.sentinel[s].log, 15);
+            h_log_tail(HS.sentinel[s].log, 15);
         hs_sentinel_kill(s);
     }
     for (int i = 0; i < HS_REDIS; i++)
