@@ -924,7 +924,7 @@ void core_doubt(struct core *k, bool (*affected)(void *farg, const char *name, s
                      "confirmed",
                      l->name, (int)le->owner->pid);
             k->stats.doubts++;
-            le->doubt_since = now;
+            le->doubt_since = PLANTED(CORE_BUG_DOUBT_IGNORED) ? 0 : now;
             lease_report(k, le, DLOCK_STATE_JEOPARDY, DLOCK_EFAILOVER);
             if (!le->renew_sent)
                 timer_set(k, &le->timer, now);

@@ -159,6 +159,7 @@ enum core_bug {
     CORE_BUG_JEOPARDY_VALID,   /* a failed renewal extends the deadline anyway */
     CORE_BUG_QUORUM_LOW_FENCE, /* quorum: grants the lowest proposal, writes back nowhere */
     CORE_BUG_NO_REWATCH,       /* a waiter behind a pending retry does not listen for notices */
+    CORE_BUG_DOUBT_IGNORED,    /* a failover leaves the leases' pages valid until renewed */
 };
 extern enum core_bug core_bug;
 #endif

@@ -14,6 +14,12 @@
  * forgets a connection's subscriptions when it is lost. Like the real
  * single-node backend it has a command watchdog and, in quorum mode, the
  * restart exclusion read from the node's run id, uptime and persistence.
+ * In sentinel mode the link follows the master as backend_sentinel.c does:
+ * what it sends goes to the master it knows of (a request for a master that
+ * has failed over meanwhile is lost), and when it hears of a failover
+ * (link_doubt) it reports on_doubt, then gives the old master up: whatever
+ * that master has not answered is answered with DLOCK_EUNAVAIL, never with
+ * its word, and the link connects to the new master.
  * Callbacks come only from events, never from inside a call. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -182,6 +188,7 @@ static void send_subscription(struct link *l, int idx, bool on)
     struct msg *m = msg_new(l, on ? OP_SUBSCRIBE : OP_UNSUBSCRIBE);
     m->cb_done = true;
     m->epoch = l->epoch;
+    m->master_gen = l->known_gen;
     m->state = M_SENT;
     m->name_len = (uint16_t)strlen(s->names[idx]);
     memcpy(m->name, s->names[idx], m->name_len);
@@ -212,6 +219,7 @@ static void l_flush(struct backend *b)
         TAILQ_REMOVE(&l->queued, m, link);
         TAILQ_INSERT_TAIL(&l->inflight, m, link);
         m->epoch = l->epoch;
+        m->master_gen = l->known_gen;
         m->sent_at = agent_now(l->ag);
         m->state = M_SENT;
         to_node(l, m);
@@ -434,6 +442,23 @@ void link_node_down(struct link *l)
         ev_push(l->s, l->s->now + net_delay(l->s), EV_LINK_DROP, l->idx, l->epoch, NULL);
 }
 
+/* Sentinel mode: the agent hears that its node failed over. As in
+ * backend_sentinel.c, leases are put in doubt first (on_doubt), then the old
+ * master is given up: from now on only the new master's answers count, what
+ * the old one has not answered fails with DLOCK_EUNAVAIL (from this event),
+ * and the link connects again, to the new master. */
+void link_doubt(struct link *l)
+{
+    struct sim *s = l->s;
+    TRACE(s, "agent%u: hears that node%u failed over (master generation %" PRIu64 ")", l->ag->id,
+          l->nd->id, l->nd->master_gen);
+    l->known_gen = l->nd->master_gen;
+    if (l->have_ev && l->ev.on_doubt)
+        l->ev.on_doubt(l->ev.arg, NULL, NULL);
+    if (l->connected || l->connecting)
+        link_drop(l, "the master failed over");
+}
+
 /* The restart exclusion (quorum mode), as note_server() in the real
  * backend decides it from INFO and CONFIG GET on every new command link. */
 static void note_server(struct link *l)
@@ -570,7 +595,10 @@ void link_event(struct sim *s, const struct event *e)
         if (!m->cb_done && m->epoch == l->epoch && l->connected) {
             l->last_reply = agent_now(l->ag);
             l->last_rtt = l->last_reply - m->sent_at;
-            answer(l, m, 0);
+            /* Sentinel mode: an answer of a master given up is an error
+             * (link_doubt closes its connection first, so this is the
+             * guarantee's second line). */
+            answer(l, m, s->sentinel && m->master_gen != l->known_gen ? DLOCK_EUNAVAIL : 0);
         }
         msg_maybe_free(m);
         break;

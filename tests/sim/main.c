@@ -27,22 +27,24 @@ static const struct bug bugs[] = {
     {"release_no_compare", -1},
     {"no_rewatch", CORE_BUG_NO_REWATCH},
     {"no_confirm", -2},
+    {"doubt_ignored", CORE_BUG_DOUBT_IGNORED},
 #endif
     {NULL, 0},
 };
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dlock-sim [--seeds A..B | --seed N] [--mode single|quorum] [--trace]\n"
-               "                 [--bug NAME] [--expect-violation] [--twice] [--quiet]\n"
-               "  --seeds A..B        run seeds A to B, print a summary (default 1..1000)\n"
-               "  --seed N            run seed N (with --trace: every event)\n"
-               "  --mode M            force single or quorum mode (else the seed chooses)\n"
-               "  --trace             print every event\n"
-               "  --bug NAME          plant a known bug (dlock-sim-planted only)\n"
-               "  --expect-violation  exit 0 only if some seed finds a violation\n"
-               "  --twice             run every seed twice and compare the traces' digests\n"
-               "  DLOCK_SIM_MAX_SEEDS caps the number of seeds of a range (slow builds)\n");
+    fprintf(f,
+            "usage: dlock-sim [--seeds A..B | --seed N] [--mode single|quorum|sentinel]\n"
+            "                 [--trace] [--bug NAME] [--expect-violation] [--twice] [--quiet]\n"
+            "  --seeds A..B        run seeds A to B, print a summary (default 1..1000)\n"
+            "  --seed N            run seed N (with --trace: every event)\n"
+            "  --mode M            force single, quorum or sentinel mode (else the seed chooses)\n"
+            "  --trace             print every event\n"
+            "  --bug NAME          plant a known bug (dlock-sim-planted only)\n"
+            "  --expect-violation  exit 0 only if some seed finds a violation\n"
+            "  --twice             run every seed twice and compare the traces' digests\n"
+            "  DLOCK_SIM_MAX_SEEDS caps the number of seeds of a range (slow builds)\n");
 }
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -87,7 +89,7 @@ static int set_bug(const char *name)
 static const char *mode_flag(const struct sim_opts *o, const struct sim_result *r)
 {
     (void)o;
-    return r->quorum ? "--mode quorum" : "--mode single";
+    return r->quorum ? "--mode quorum" : r->sentinel ? "--mode sentinel" : "--mode single";
 }
 
 int main(int argc, char **argv)
@@ -129,6 +131,8 @@ int main(int argc, char **argv)
                 opts.mode = MODE_SINGLE;
             else if (strcmp(v, "quorum") == 0)
                 opts.mode = MODE_QUORUM;
+            else if (strcmp(v, "sentinel") == 0)
+                opts.mode = MODE_SENTINEL;
             else {
                 usage(stderr);
                 return 2;
@@ -167,7 +171,7 @@ int main(int argc, char **argv)
     log_set_level(LOG_ERROR);
 
     uint64_t runs = 0, violations = 0, excused = 0, grants = 0, vtime = 0, nquorum = 0;
-    uint64_t fault_free = 0, ex_mutex = 0, ex_fence = 0, ex_orphan = 0;
+    uint64_t nsentinel = 0, fault_free = 0, ex_mutex = 0, ex_fence = 0, ex_orphan = 0, ex_late = 0;
     unsigned faults[F_KINDS] = {0};
     int rc = 0;
     for (uint64_t seed = first; seed <= last; seed++) {
@@ -190,18 +194,24 @@ int main(int argc, char **argv)
         grants += r.grants;
         vtime += r.end_time;
         nquorum += r.quorum;
+        nsentinel += r.sentinel;
         fault_free += r.fault_free;
         excused += r.excused_count;
         ex_mutex += r.excused_mutex;
         ex_fence += r.excused_fence;
         ex_orphan += r.excused_orphan;
+        ex_late += r.excused_late;
         for (int k = 0; k < F_KINDS; k++)
             faults[k] += r.faults_seen[k];
         if (single_seed) {
             printf("seed %" PRIu64 ": %s mode, %u node(s), %s, %" PRIu64 " grants, %" PRIu64
                    " ms virtual, digest %016" PRIx64 "\n",
-                   seed, r.quorum ? "quorum" : "single", r.nnodes,
-                   r.fault_free ? "no faults" : "faults", r.grants, r.end_time / 1000000, r.digest);
+                   seed,
+                   r.quorum     ? "quorum"
+                   : r.sentinel ? "sentinel"
+                                : "single",
+                   r.nnodes, r.fault_free ? "no faults" : "faults", r.grants, r.end_time / 1000000,
+                   r.digest);
             if (r.excused)
                 printf("seed %" PRIu64 ": %u violation(s) excused by faults the contract "
                        "excludes\n",
@@ -227,12 +237,13 @@ int main(int argc, char **argv)
     }
     if (!single_seed || !opts.quiet) {
         printf("\n%s: seeds %" PRIu64 "..%" PRIu64 ": %" PRIu64 " run (%" PRIu64 " quorum, %" PRIu64
-               " without faults), %" PRIu64 " violation(s), %" PRIu64
+               " sentinel, %" PRIu64 " without faults), %" PRIu64 " violation(s), %" PRIu64
                " excused by excluded faults\n",
-               prog, first, first + runs - 1, runs, nquorum, fault_free, violations, excused);
+               prog, first, first + runs - 1, runs, nquorum, nsentinel, fault_free, violations,
+               excused);
         printf("  excused: mutual exclusion %" PRIu64 ", fencing %" PRIu64 ", orphan keys %" PRIu64
-               "\n",
-               ex_mutex, ex_fence, ex_orphan);
+               ", late doubt %" PRIu64 "\n",
+               ex_mutex, ex_fence, ex_orphan, ex_late);
         printf("  grants %" PRIu64 ", mean virtual time %.3f s\n  faults:", grants,
                runs ? (double)vtime / (double)runs / 1e9 : 0.0);
         for (int k = 0; k < F_KINDS; k++)

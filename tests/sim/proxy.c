@@ -5,7 +5,9 @@
  * checks what the core does with the answer before it returns: an acquire
  * that failed, or that took the key without a grant, or (when the store asks
  * for it) missed, must be followed by a release of its token at once; and
- * the token of a grant is known for the key-life check. */
+ * the token of a grant is known for the key-life check. In sentinel mode
+ * the renewals are watched too: one sent after the agent heard of a
+ * failover, and answered that the key is there, confirms its lease. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,10 +74,41 @@ static int p_acquire(struct backend *b, const struct backend_req *req, backend_c
     return rc;
 }
 
+/* A renewal, sent at sent_at (agent clock). */
+struct prenew {
+    struct agent *ag;
+    backend_cb cb;
+    void *arg;
+    uint64_t sent_at;
+    char token[33];
+};
+
+static void on_renewed(void *arg, const struct backend_result *r)
+{
+    struct prenew *pr = arg;
+    if (!r->err && r->outcome == BACKEND_DONE && pr->ag->core_live)
+        sim_renewed(pr->ag, pr->token, pr->sent_at);
+    pr->cb(pr->arg, r);
+    free(pr);
+}
+
 static int p_renew(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
 {
     struct proxy *p = (struct proxy *)b;
-    return p->inner->ops->renew(p->inner, req, cb, arg);
+    if (!p->ag->s->sentinel)
+        return p->inner->ops->renew(p->inner, req, cb, arg);
+    struct prenew *pr = calloc(1, sizeof *pr);
+    if (!pr)
+        return DLOCK_ENOMEM;
+    pr->ag = p->ag;
+    pr->cb = cb;
+    pr->arg = arg;
+    pr->sent_at = agent_now(p->ag);
+    memcpy(pr->token, req->token, 32);
+    int rc = p->inner->ops->renew(p->inner, req, on_renewed, pr);
+    if (rc)
+        free(pr);
+    return rc;
 }
 
 static int p_release(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)

@@ -347,7 +347,9 @@ static void node_run(struct node *nd, struct msg *m)
 /* A request reaches the node. */
 void node_arrive(struct node *nd, struct msg *m)
 {
-    if (!nd->up) {
+    /* Sentinel mode: sent to a master that has failed over since, which
+     * is another server than this one now. */
+    if (!nd->up || (nd->s->sentinel && m->master_gen != nd->master_gen)) {
         m->state = M_LOST;
         msg_maybe_free(m);
         return;
@@ -434,6 +436,7 @@ void node_failover(struct node *nd, uint64_t rollback_ns, uint64_t down_ns)
     }
     nd->log_undo = save;
     nd->nundo = nd->undo_head = 0;
+    nd->master_gen++;
     node_down(nd, down_ns);
     /* The replica has been up for long. */
     nd->started_at = -(int64_t)3600000000000ll;

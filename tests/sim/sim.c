@@ -147,6 +147,20 @@ static int fifo_find(struct agent *ag, const struct sclient *c)
 
 static void fence_excuse(struct sim *s, unsigned name);
 static bool lease_valid(const struct sclient *c, uint64_t *deadline);
+
+/* Sentinel mode: a renewal sent at sent_at (agent clock) found the key of
+ * ag's lease with token: it confirms a lease in doubt if sent after the
+ * agent heard of the failover. */
+void sim_renewed(struct agent *ag, const char *token, uint64_t sent_at)
+{
+    struct sim *s = ag->s;
+    for (unsigned i = 0; i < s->nclients; i++) {
+        struct sclient *c = &s->clients[i];
+        if (c->ag == ag && c->state == C_HOLDING && c->doubted && sent_at >= c->doubt_at &&
+            strncmp(c->lease_token, token, 32) == 0)
+            c->doubted = false;
+    }
+}
 static void client_next(struct sclient *c, uint64_t delay);
 static void client_crash_at(struct sclient *c, uint64_t delay);
 
@@ -227,6 +241,7 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
     c->lease_fence = g->fence;
     c->lease_name = name;
     c->releasing_sent = false;
+    c->doubted = false;
     /* Hold for a while, now and then far beyond plan without touching the
      * lease (a paused process); now and then crash while holding. */
     uint64_t ttl = MS(g->ttl_ms), hold;
@@ -377,6 +392,25 @@ static void ag_ready(void *arg)
     struct agent *ag = arg;
     if (ag->core_live)
         core_store_ready(&ag->core, agent_now(ag));
+}
+
+/* Sentinel mode: the backend heard of a failover. Every lease the agent's
+ * clients hold is in doubt until a renewal sent from now on confirms it. */
+static void ag_doubt(void *arg, backend_affected_fn affected, void *farg)
+{
+    struct agent *ag = arg;
+    struct sim *s = ag->s;
+    if (!ag->core_live)
+        return;
+    uint64_t now = agent_now(ag);
+    for (unsigned i = 0; i < s->nclients; i++) {
+        struct sclient *c = &s->clients[i];
+        if (c->ag == ag && c->state == C_HOLDING) {
+            c->doubted = true;
+            c->doubt_at = now;
+        }
+    }
+    core_doubt(&ag->core, affected, farg, now);
 }
 
 #if SIM_HAVE_QUORUM
@@ -554,18 +588,46 @@ static bool lease_valid(const struct sclient *c, uint64_t *deadline)
     return agent_now(c->ag) < p->deadline;
 }
 
+/* Sentinel mode: c's agent was paused when the node failed over and has not
+ * heard of it yet. Its leases may show valid without their keys on the new
+ * master: the window docs/failover.md names ("Before that moment ..."). */
+static bool late_doubt(const struct sclient *c)
+{
+    return c->ag->doubts_due > 0;
+}
+
+/* A check broken by c's lease in that window: excused once per lease (the
+ * check stays on for the others). */
+static void late_excuse(struct sim *s, struct sclient *c, const char *kind, const char *what)
+{
+    if (c->late_excused == c->lease_id)
+        return;
+    c->late_excused = c->lease_id;
+    violation(s, kind, X_LATE_DOUBT,
+              "client%u on agent%u: %s, while agent%u has not heard of the failover (it was "
+              "paused then)",
+              c->id, c->ag->id, what, c->ag->id);
+}
+
 static void check_mutex(struct sim *s)
 {
     if (s->me_off)
         return;
     for (unsigned n = 0; n < s->nnames; n++) {
         const struct sclient *holder = NULL;
+        struct sclient *late = NULL;
         uint64_t hd = 0;
+        unsigned valid = 0;
         for (unsigned i = 0; i < s->nclients; i++) {
-            const struct sclient *c = &s->clients[i];
+            struct sclient *c = &s->clients[i];
             uint64_t d;
             if (c->lease_name != n || !lease_valid(c, &d))
                 continue;
+            valid++;
+            if (late_doubt(c)) {
+                late = c;
+                continue;
+            }
             if (!holder) {
                 holder = c;
                 hd = d;
@@ -582,6 +644,8 @@ static void check_mutex(struct sim *s)
                 s->me_off = true;
             return;
         }
+        if (late && valid > 1)
+            late_excuse(s, late, "mutual exclusion", "another lease of the name is valid too");
     }
 }
 
@@ -590,7 +654,8 @@ static void check_mutex(struct sim *s)
  * long (in single mode such a loss is a fault the contract excludes). */
 static bool node_holds(struct sim *s, struct node *nd, unsigned name, const char *token)
 {
-    if (nd->lost_data && s->now < nd->lost_at + MS(s->agents[0].cfg.max_ttl_ms) * 21 / 20)
+    if (!s->sentinel && nd->lost_data &&
+        s->now < nd->lost_at + MS(s->agents[0].cfg.max_ttl_ms) * 21 / 20)
         return true;
     const char *key = s->lock_keys[name];
     for (unsigned i = 0; i < nd->nkeys; i++) {
@@ -609,7 +674,7 @@ static void check_keys(struct sim *s)
     if (s->me_off)
         return;
     for (unsigned i = 0; i < s->nclients; i++) {
-        const struct sclient *c = &s->clients[i];
+        struct sclient *c = &s->clients[i];
         uint64_t d;
         if (!lease_valid(c, &d) || !c->lease_token[0])
             continue;
@@ -618,6 +683,10 @@ static void check_keys(struct sim *s)
             holding += node_holds(s, &s->nodes[n], c->lease_name, c->lease_token);
         if (holding * 2 > s->nnodes)
             continue;
+        if (late_doubt(c)) {
+            late_excuse(s, c, "key life", "a valid lease whose key is gone");
+            continue;
+        }
         violation(s, "key life", EXCUSE_MUTEX,
                   "client%u on agent%u holds %s (fence %" PRIu64 ", %" PRId64
                   " ms left) but its key is on %u of %u node(s)",
@@ -625,6 +694,29 @@ static void check_keys(struct sim *s)
                   ((int64_t)d - (int64_t)agent_now(c->ag)) / 1000000, holding, s->nnodes);
         if (!s->stop)
             s->me_off = true;
+        return;
+    }
+}
+
+/* Sentinel mode: once its agent has heard of a failover, a lease shows
+ * valid only after a renewal sent since then found its key (the core's
+ * doubt, docs/failover.md, steps 2 and 4). */
+static void check_doubt(struct sim *s)
+{
+    if (!s->sentinel)
+        return;
+    for (unsigned i = 0; i < s->nclients; i++) {
+        const struct sclient *c = &s->clients[i];
+        uint64_t d;
+        if (!c->doubted || !lease_valid(c, &d))
+            continue;
+        violation(s, "doubt", 0,
+                  "client%u on agent%u shows %s valid (fence %" PRIu64 ", %" PRId64
+                  " ms left) after agent%u heard of a failover %" PRIu64
+                  " ms ago, and no renewal sent since has confirmed it",
+                  c->id, c->ag->id, s->names[c->lease_name], c->lease_fence,
+                  ((int64_t)d - (int64_t)agent_now(c->ag)) / 1000000, c->ag->id,
+                  (agent_now(c->ag) - c->doubt_at) / 1000000);
         return;
     }
 }
@@ -731,7 +823,12 @@ static void note_mark_loss(struct sim *s, unsigned node)
  * fencing marks were lost since that grant and the clock that then makes
  * the token stands behind it (docs/fencing.md, "When it breaks"): in single
  * mode, a node clock that stepped back; in quorum mode, agents' wall clocks
- * further apart than the time between the two grants. */
+ * further apart than the time between the two grants. In sentinel mode the
+ * marks a failover lost are the case docs/failover.md ("Fencing tokens
+ * across a failover") allows: a token is at least the node's clock at its
+ * grant, so one not above the previous token F was made while that clock
+ * stood at or behind F (F came from a mark ahead of the clock, or the clock
+ * stepped back), where the order holds only while the clock is past F. */
 static void fence_excuse(struct sim *s, unsigned name)
 {
     uint64_t since = s->last_fence_at[name];
@@ -740,7 +837,12 @@ static void fence_excuse(struct sim *s, unsigned name)
         lost |= s->nodes[n].lost_data && s->nodes[n].lost_at >= since;
     if (!lost)
         return;
-    if (!s->quorum && s->any_step_back)
+    if (s->sentinel)
+        excl_note(s, X_MARK_LOST_CLOCK,
+                  "the node lost its fencing marks since the previous grant (token %" PRIu64
+                  "), and its clock at the new grant was not past that token",
+                  s->last_fence[name]);
+    else if (!s->quorum && s->any_step_back)
         excl_note(s, X_MARK_LOST_CLOCK,
                   "the node lost its fencing marks since the previous grant, and its clock "
                   "stepped back");
@@ -756,6 +858,24 @@ static void fence_excuse(struct sim *s, unsigned name)
                   "fencing marks lost on a node since the previous grant, %" PRIu64
                   " ms before, while the agents' wall clocks are %" PRId64 " ms apart",
                   (s->now - since) / 1000000, (hi - lo) / 1000);
+}
+
+/* Sentinel mode: every agent hears of nd's failover at once (before the new
+ * master serves), through its loop: one that is paused hears of it when it
+ * runs again, and until then may show leases valid that the failover cost
+ * their keys (excused, X_LATE_DOUBT). */
+static void announce_failover(struct sim *s, struct node *nd)
+{
+    for (unsigned a = 0; a < s->nagents; a++) {
+        struct agent *ag = &s->agents[a];
+        if (ag->paused_until > s->now) {
+            ag->doubts_due++;
+            excl_note(s, X_LATE_DOUBT, "agent%u was paused when node%u failed over", a, nd->id);
+            ev_push(s, s->now, EV_DOUBT, a, 0, NULL);
+        } else {
+            link_doubt(link_of(s, a, nd->id));
+        }
+    }
 }
 
 static void fault_start(struct sim *s, struct fault *f)
@@ -795,6 +915,14 @@ static void fault_start(struct sim *s, struct fault *f)
         node_restart(nd, f->dur);
         break;
     case F_FAILOVER:
+        if (s->sentinel) {
+            /* The agents hear of it (their leases are in doubt): the
+             * contract holds, but for the agents that hear late. */
+            note_mark_loss(s, nd->id);
+            node_failover(nd, (uint64_t)f->amount, f->dur);
+            announce_failover(s, nd);
+            break;
+        }
         if (!s->quorum)
             excl_note(s, X_DATA_LOSS, "the node failed over losing %" PRId64 " ms of writes",
                       f->amount / 1000000);
@@ -863,7 +991,11 @@ static void fault_end(struct sim *s, struct fault *f)
 
 static void plan_faults(struct sim *s, uint64_t span)
 {
-    static const unsigned weight[F_KINDS] = {20, 15, 14, 15, 8, 5, 4, 6, 3, 3, 12, 10, 4};
+    static const unsigned weights[F_KINDS] = {20, 15, 14, 15, 8, 5, 4, 6, 3, 3, 12, 10, 4};
+    /* Sentinel mode is about failovers, and the agents paused across them. */
+    static const unsigned sentinel_weights[F_KINDS] = {20, 15, 14, 15, 40, 5, 4,
+                                                       6,  3,  3,  12, 15, 4};
+    const unsigned *weight = s->sentinel ? sentinel_weights : weights;
     unsigned total = 0;
     for (int k = 0; k < F_KINDS; k++)
         total += weight[k];
@@ -939,6 +1071,18 @@ static void plan_faults(struct sim *s, uint64_t span)
 
 /* ---- the schedule a seed makes ---- */
 
+/* A third of the seeds that draw single mode run in sentinel mode: chosen by
+ * the seed alone, outside the random stream, so that the single and quorum
+ * runs of every seed are what they were before sentinel mode came. */
+static bool sentinel_seed(uint64_t seed)
+{
+    uint64_t z = seed + 0x5e471e15e471e1ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return z % 3 == 0;
+}
+
 static int setup(struct sim *s)
 {
     struct rng *r = &s->rng;
@@ -949,8 +1093,12 @@ static int setup(struct sim *s)
         s->quorum = false;
     else if (s->opts.mode == MODE_QUORUM)
         s->quorum = true;
-    else
+    else if (s->opts.mode == MODE_SENTINEL)
+        s->sentinel = true;
+    else {
         s->quorum = SIM_HAVE_QUORUM && pick;
+        s->sentinel = !s->quorum && sentinel_seed(s->seed);
+    }
     s->nnodes = s->quorum ? (rng_chance(r, 70) ? 3 : 5) : 1;
     s->nagents = (unsigned)rng_range(r, 2, SIM_MAX_AGENTS);
     s->nclients = (unsigned)rng_range(r, 2, 8);
@@ -965,6 +1113,7 @@ static int setup(struct sim *s)
     s->ttl_lo = (uint32_t)rng_range(r, 300, 1000);
     s->ttl_hi = (uint32_t)rng_range(r, s->ttl_lo, 3000);
     s->res->quorum = s->quorum;
+    s->res->sentinel = s->sentinel;
     s->res->nnodes = s->nnodes;
 
     struct config tmpl;
@@ -979,7 +1128,9 @@ static int setup(struct sim *s)
     tmpl.reconnect_max_ms = (uint32_t)rng_range(r, 100, 400);
     tmpl.node_timeout_ms = (uint32_t)rng_range(r, 50, 100);
     tmpl.nnodes = s->nnodes;
-    tmpl.mode = s->quorum ? REDIS_MODE_QUORUM : REDIS_MODE_SINGLE;
+    tmpl.mode = s->quorum     ? REDIS_MODE_QUORUM
+                : s->sentinel ? REDIS_MODE_SENTINEL
+                              : REDIS_MODE_SINGLE;
     for (unsigned n = 0; n < s->nnodes; n++) {
         char addr[32];
         snprintf(addr, sizeof addr, "10.0.0.%u:6379", n + 1);
@@ -1047,7 +1198,8 @@ static int setup(struct sim *s)
         struct backend_events ev = {.arg = ag,
                                     .on_notice = ag_notice,
                                     .on_subscribed = ag_subscribed,
-                                    .on_ready = ag_ready};
+                                    .on_ready = ag_ready,
+                                    .on_doubt = s->sentinel ? ag_doubt : NULL};
         if (!s->quorum) {
             link_set_events(link_of(s, a, 0), &ev);
             ag->be = &link_of(s, a, 0)->base;
@@ -1123,6 +1275,8 @@ static struct agent *agent_of(struct sim *s, const struct event *e)
     case EV_CLIENT:
         /* A client's request waits while its agent is stopped. */
         return s->clients[e->a].ag;
+    case EV_DOUBT:
+        return &s->agents[e->a];
     default:
         return NULL;
     }
@@ -1174,6 +1328,10 @@ static void dispatch(struct sim *s, const struct event *e)
     case EV_SETTLE_CHECK:
         check_orphans(s);
         s->stop = true;
+        break;
+    case EV_DOUBT:
+        s->agents[e->a].doubts_due--;
+        link_doubt(link_of(s, e->a, 0));
         break;
     default:
         link_event(s, e);
@@ -1243,8 +1401,12 @@ int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res)
     TRACE(s,
           "seed %" PRIu64 ": %s mode, %u node(s), %u agents, %u clients, %u name(s), %u "
           "fault(s)%s",
-          seed, s->quorum ? "quorum" : "single", s->nnodes, s->nagents, s->nclients, s->nnames,
-          s->nfaults, s->excl_text[0] ? "; excluded faults planned" : "");
+          seed,
+          s->quorum     ? "quorum"
+          : s->sentinel ? "sentinel"
+                        : "single",
+          s->nnodes, s->nagents, s->nclients, s->nnames, s->nfaults,
+          s->excl_text[0] ? "; excluded faults planned" : "");
     struct event e;
     while (!s->stop && ev_pop(s, &e)) {
         if (e.time > s->hard_end) {
@@ -1264,6 +1426,7 @@ int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res)
             agent_after(&s->agents[a]);
         check_mutex(s);
         check_keys(s);
+        check_doubt(s);
         check_wakeup(s);
         check_settle(s);
     }

@@ -57,6 +57,7 @@ enum ev_type {
     EV_FAULT_END,      /* a: fault */
     EV_RUN_END,        /* clients stop starting new work */
     EV_SETTLE_CHECK,   /* the orphan-key check */
+    EV_DOUBT,          /* a: agent: it hears of a failover (sentinel mode) */
     EV_COUNT
 };
 
@@ -85,7 +86,8 @@ struct msg {
     TAILQ_ENTRY(msg) link;  /* the link's queued or in-flight list */
     TAILQ_ENTRY(msg) nlink; /* the node's stall queue or the link's held list */
     struct link *l;
-    uint64_t epoch; /* the connection it went out on */
+    uint64_t epoch;      /* the connection it went out on */
+    uint64_t master_gen; /* sentinel mode: the node's master generation when sent */
     uint64_t id;
     uint8_t kind, state;
     bool cb_done, in_event, in_stallq, in_held, discard, notify;
@@ -128,9 +130,10 @@ struct node {
     bool up;      /* false while restarting */
     bool stalled;
     uint64_t run_id;
-    int64_t started_at; /* virtual; below 0: before the run */
-    bool lost_data;     /* lost keys (restart without persistence, failover) */
-    uint64_t lost_at;   /* virtual */
+    uint64_t master_gen; /* sentinel mode: bumped by every failover (a new master) */
+    int64_t started_at;  /* virtual; below 0: before the run */
+    bool lost_data;      /* lost keys (restart without persistence, failover) */
+    uint64_t lost_at;    /* virtual */
     int64_t skew_ns, step_ns;
     int32_t ppm;
     struct rkey *keys;
@@ -177,6 +180,10 @@ struct link {
     uint64_t run_id;
     bool durable;
     uint64_t excluded_until; /* agent clock */
+    /* Sentinel mode: the master generation the agent knows of (its node's
+     * master_gen when it last heard of a failover): what it sends goes to
+     * that master, and only that master's answers count. */
+    uint64_t known_gen;
     int last_error;
     uint64_t last_rtt;
 };
@@ -218,6 +225,12 @@ struct sclient {
     uint64_t pause_touch; /* agent clock of its last touch before the pause */
     bool releasing_sent;
     uint32_t rel_req;
+    /* Sentinel mode: its agent heard of a failover at doubt_at (agent
+     * clock) while it held the lease; a renewal sent from then on must
+     * confirm the key before the lease shows valid again. */
+    bool doubted;
+    uint64_t doubt_at;
+    uint64_t late_excused; /* the lease whose late-doubt window was excused */
     struct page_slot page[SIM_PAGE_SLOTS];
     uint32_t gids[1];
 };
@@ -247,6 +260,7 @@ struct agent {
     uint64_t tick_due, tick_gen;
     uint64_t paused_until; /* virtual: its process runs nothing before */
     uint64_t qt_due, qt_gen;
+    unsigned doubts_due; /* sentinel mode: failovers it has not heard of (paused) */
     char host[16];
     struct fifo_ent fifo[SIM_MAX_NAMES][SIM_MAX_CLIENTS];
     unsigned nfifo[SIM_MAX_NAMES];
@@ -291,11 +305,12 @@ enum excl {
     X_RESURRECT = 32,       /* a failover brought back keys already deleted */
     X_LATE_ACQUIRE = 64,    /* a stalled node ran an acquire after the agent's clean-up gave up */
     X_STEP_BACK = 128,      /* a node's clock stepped back: keys outlive their TTL */
+    X_LATE_DOUBT = 256,     /* sentinel: an agent paused across a failover hears of it late */
 };
 
 /* ---- the world ---- */
 
-enum sim_mode { MODE_ANY, MODE_SINGLE, MODE_QUORUM };
+enum sim_mode { MODE_ANY, MODE_SINGLE, MODE_QUORUM, MODE_SENTINEL };
 
 struct sim_opts {
     enum sim_mode mode;
@@ -317,8 +332,9 @@ struct sim_result {
     uint64_t grants;
     unsigned faults_seen[F_KINDS];
     unsigned excused_count;
-    unsigned excused_mutex, excused_fence, excused_orphan;
+    unsigned excused_mutex, excused_fence, excused_orphan, excused_late;
     bool quorum;
+    bool sentinel;
     unsigned nnodes;
     bool fault_free;
 };
@@ -334,6 +350,7 @@ struct sim {
     uint64_t msg_ids;
     LIST_HEAD(, msg) all_msgs;
     bool quorum;
+    bool sentinel; /* one node whose failovers the agents hear of (doubt) */
     unsigned nnodes, nagents, nclients, nnames;
     struct node nodes[SIM_MAX_NODES];
     struct agent agents[SIM_MAX_AGENTS];
@@ -416,6 +433,7 @@ int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res);
 
 /* proxy.c */
 struct backend *proxy_new(struct agent *ag, struct backend *inner);
+void sim_renewed(struct agent *ag, const char *token, uint64_t sent_at); /* confirmed */
 
 /* link.c */
 void link_init(struct sim *s, struct link *l, struct agent *ag, struct node *nd, unsigned idx);
@@ -426,6 +444,7 @@ void link_set_partition(struct link *l, bool on);
 void link_event(struct sim *s, const struct event *e);
 void link_reply(struct msg *m); /* the node answered m */
 void link_node_down(struct link *l);
+void link_doubt(struct link *l); /* sentinel: the agent gives the old master up */
 void link_publish(struct link *l, const char *name, size_t len);
 void link_subscription(struct msg *m); /* the node runs a SUBSCRIBE or UNSUBSCRIBE */
 int sim_name_index(const struct sim *s, const char *name, size_t len); /* -1: none */

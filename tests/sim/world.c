@@ -227,7 +227,9 @@ void violation(struct sim *s, const char *kind, unsigned excl_mask, const char *
     if (s->excl & excl_mask) {
         r->excused = true;
         r->excused_count++;
-        if (strcmp(kind, "mutual exclusion") == 0 || strcmp(kind, "key life") == 0)
+        if (excl_mask == X_LATE_DOUBT)
+            r->excused_late++;
+        else if (strcmp(kind, "mutual exclusion") == 0 || strcmp(kind, "key life") == 0)
             r->excused_mutex++;
         else if (strcmp(kind, "fencing") == 0)
             r->excused_fence++;
