@@ -21,6 +21,8 @@
 #define TARGET_VALID_VS_PING    500.0 /* agent round trip p50 / valid() */
 #define TARGET_FLEET_CPU_RATIO  1.2   /* Redis CPU per pair, 100 agents / 1 agent */
 #define TARGET_FLEET_AGENTS     100   /* the agent count that target is for */
+#define TARGET_REDIS_CPU_RATIO  0.6   /* dlock / plain, Redis CPU per pair, many clients */
+#define TARGET_DELAY_LATENCY    0.6   /* dlock / plain, 1 client, p50, Redis across a delay */
 
 struct opts {
     long pairs;     /* -n */
@@ -33,6 +35,7 @@ struct opts {
     long quorum_pairs;           /* -m, 0 = no quorum part */
     int fleet[FLEET_MAX_COUNTS]; /* -F, agent counts */
     int nfleet;                  /* 0 = no fleet part */
+    double delay_us;             /* -D, one-way delay; 0 = no delayed part */
     bool quick;                  /* -q */
     bool keep;                   /* -K */
 };
@@ -53,6 +56,7 @@ static void on_signal(int sig)
     struct env *e = &the_env;
     quorum_kill();
     fleet_kill();
+    delay_kill();
     if (e->agent_pid > 0)
         kill(e->agent_pid, SIGKILL);
     if (e->redis.pid > 0)
@@ -81,7 +85,7 @@ static void install_signals(void)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: dlock-bench [-qK] [-n PAIRS] [-c CLIENTS] [-d SECONDS] [-l LEASES] "
-               "[-w SECONDS] [-k CALLS] [-m PAIRS] [-F LIST]\n"
+               "[-w SECONDS] [-k CALLS] [-m PAIRS] [-F LIST] [-D US]\n"
                "  -n PAIRS    acquire+release pairs of the 1-client run, and per row of the\n"
                "              fleet run (default 20000)\n"
                "  -c CLIENTS  threads of the many-client run (default 50)\n"
@@ -93,6 +97,8 @@ static void usage(FILE *f)
                "              (default 10000; 0 skips it)\n"
                "  -F LIST     agent counts of the fleet run, comma-separated\n"
                "              (default 1,10,100; 0 skips it)\n"
+               "  -D US       one-way delay of the proxy in front of Redis in the delayed\n"
+               "              run, microseconds (default 100; 0 skips it)\n"
                "  -q          quick run: 2000 pairs, 1 s, 10000 leases, 12 s window,\n"
                "              1000000 calls per loop, 5000 round trips, 1000 quorum pairs,\n"
                "              fleet of 1 and 4 agents\n"
@@ -133,12 +139,12 @@ static int parse_counts(const char *s, struct opts *o)
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
     const char *fleet = NULL;
-    double v[7] = {-1, -1, -1, -1, -1, -1, -1}; /* n c d l w k m, -1 = not given */
-    static const char letters[] = "ncdlwkm";
-    static const double lo[] = {1, 1, 0.1, 1, 1, 1000, 0},
-                        hi[] = {1e8, 1000, 3600, 1e7, 3600, 1e10, 1e8};
+    double v[8] = {-1, -1, -1, -1, -1, -1, -1, -1}; /* n c d l w k m D, -1 = not given */
+    static const char letters[] = "ncdlwkmD";
+    static const double lo[] = {1, 1, 0.1, 1, 1, 1000, 0, 0},
+                        hi[] = {1e8, 1000, 3600, 1e7, 3600, 1e10, 1e8, 1e6};
     int ch;
-    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:qKh")) != -1) {
+    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:D:qKh")) != -1) {
         const char *at = strchr(letters, ch);
         if (ch == 'F') {
             fleet = optarg;
@@ -167,6 +173,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     o->calls = v[5] > 0 ? (long)v[5] : o->quick ? 1000000 : 10000000;
     o->round_trips = o->quick ? 5000 : 20000;
     o->quorum_pairs = v[6] >= 0 ? (long)v[6] : o->quick ? 1000 : 10000;
+    o->delay_us = v[7] >= 0 ? v[7] : 100;
     if (parse_counts(fleet ? fleet : o->quick ? "1,4" : "1,10,100", o) != 0) {
         fprintf(stderr,
                 "dlock-bench: -F takes up to %d agent counts, each 1 to %d, "
@@ -305,6 +312,22 @@ static void report_single(const struct opts *o, const struct pair_result *d,
     report_cpu(d, p);
 }
 
+/* Redis' CPU per pair (INFO cpu), dlock against plain. */
+static void report_redis_cpu(const char *what, const struct pair_result *d,
+                             const struct pair_result *p)
+{
+    char t[64];
+    if (d->redis_cpu_us < 0 || p->redis_cpu_us <= 0) {
+        row(what, d->redis_cpu_us < 0 ? "-" : fmt_us(d->redis_cpu_us),
+            p->redis_cpu_us < 0 ? "-" : fmt_us(p->redis_cpu_us), "", "(INFO cpu not read)");
+        return;
+    }
+    snprintf(t, sizeof t, "<= %.2f  %s", TARGET_REDIS_CPU_RATIO,
+             verdict(d->redis_cpu_us <= TARGET_REDIS_CPU_RATIO * p->redis_cpu_us));
+    row(what, fmt_us(d->redis_cpu_us), fmt_us(p->redis_cpu_us),
+        fmt_ratio(d->redis_cpu_us, p->redis_cpu_us), t);
+}
+
 static void report_multi(const struct opts *o, const struct pair_result *d,
                          const struct pair_result *p)
 {
@@ -325,8 +348,77 @@ static void report_multi(const struct opts *o, const struct pair_result *d,
     row("pair latency mean", fmt_us(d->s.mean_us), fmt_us(p->s.mean_us),
         fmt_ratio(d->s.mean_us, p->s.mean_us), "");
     row("pairs done", fmt_count((double)d->s.n), fmt_count((double)p->s.n), "", "");
+    report_redis_cpu("Redis CPU per pair", d, p);
     report_errors(d, p);
     report_cpu(d, p);
+}
+
+/* ---- report: Redis across a delay ---- */
+
+static void report_delay_head(const struct delay_result *r)
+{
+    char v[64], t[96];
+    printf("\nRedis across a network: a proxy delays each chunk %.0f us each way; an agent of its "
+           "own (-r at the proxy) and the plain client both go through it\n",
+           r->delay_us);
+    row("figure", "through proxy", "direct", "added", "");
+    row("Redis PING p50 (plain hiredis)", fmt_us(r->ping_proxied.p50_us),
+        fmt_us(r->ping_direct.p50_us), "", "");
+    snprintf(v, sizeof v, "%.1f", r->ping_proxied.p50_us - r->ping_direct.p50_us);
+    snprintf(t, sizeof t, "(context: %.0f us asked, round trip)", 2 * r->delay_us);
+    row("  added by the proxy, p50 (us)", v, "", "", t);
+    snprintf(v, sizeof v, "%.1f", r->ping_proxied.p99_us - r->ping_direct.p99_us);
+    row("  added by the proxy, p99 (us)", v, "", "", "(context)");
+    snprintf(v, sizeof v, "%.1f / %.1f", r->late.p50_us, r->late.p99_us);
+    snprintf(t, sizeof t, "(context: %s chunks, max %.1f us)", fmt_count((double)r->late.chunks),
+             r->late.max_us);
+    row("  chunk late p50 / p99 (us)", v, "", "", t);
+}
+
+static void report_delay(const struct delay_result *r, const struct pair_result *loop_dm,
+                         const struct pair_result *loop_pm)
+{
+    char t[64];
+    report_delay_head(r);
+    printf("\n  1 client, %s acquire+release pairs on one name (try-once, TTL %d s)\n",
+           fmt_count((double)r->pairs), BENCH_TTL_MS / 1000);
+    row_head();
+    const struct pair_result *d = &r->d1, *p = &r->p1;
+    double rp50 = p->s.p50_us > 0 ? d->s.p50_us / p->s.p50_us : 0;
+    snprintf(t, sizeof t, "<= %.2f  %s", TARGET_DELAY_LATENCY,
+             verdict(rp50 > 0 && rp50 <= TARGET_DELAY_LATENCY));
+    row("pair latency p50", fmt_us(d->s.p50_us), fmt_us(p->s.p50_us),
+        fmt_ratio(d->s.p50_us, p->s.p50_us), t);
+    row("pair latency p90", fmt_us(d->s.p90_us), fmt_us(p->s.p90_us),
+        fmt_ratio(d->s.p90_us, p->s.p90_us), "");
+    row("pair latency p99", fmt_us(d->s.p99_us), fmt_us(p->s.p99_us),
+        fmt_ratio(d->s.p99_us, p->s.p99_us), "");
+    row("  acquire part p50", fmt_us(d->acquire.p50_us), fmt_us(p->acquire.p50_us),
+        fmt_ratio(d->acquire.p50_us, p->acquire.p50_us), "(SET NX PX for plain)");
+    row("  release part p50", fmt_us(d->release.p50_us), fmt_us(p->release.p50_us),
+        fmt_ratio(d->release.p50_us, p->release.p50_us), "(EVALSHA for plain)");
+    report_errors(d, p);
+    d = &r->dm;
+    p = &r->pm;
+    printf("\n  %d clients on distinct names, %.1f s each\n", r->clients, r->seconds);
+    row_head();
+    double rt = p->s.per_s > 0 ? d->s.per_s / p->s.per_s : 0;
+    snprintf(t, sizeof t, ">= %.2f  %s", TARGET_THROUGHPUT_RATIO,
+             verdict(rt >= TARGET_THROUGHPUT_RATIO));
+    row("aggregate pairs/s", fmt_count(d->s.per_s), fmt_count(p->s.per_s),
+        fmt_ratio(d->s.per_s, p->s.per_s), t);
+    row("pair latency p50", fmt_us(d->s.p50_us), fmt_us(p->s.p50_us),
+        fmt_ratio(d->s.p50_us, p->s.p50_us), "");
+    row("pair latency p99", fmt_us(d->s.p99_us), fmt_us(p->s.p99_us),
+        fmt_ratio(d->s.p99_us, p->s.p99_us), "");
+    report_redis_cpu("Redis CPU per pair", d, p);
+    if (loop_dm && loop_pm)
+        report_redis_cpu("  the same, loopback run above", loop_dm, loop_pm);
+    report_errors(d, p);
+    report_cpu(d, p);
+    printf("  checked on the way: agent ready after %s ms, %d log line(s) at warn or above, exit "
+           "status %d after SIGTERM\n",
+           fmt_count(r->agent_ready_ms), r->log_lines, r->agent_exit);
 }
 
 /* A row of the lease table: figure, value, target. */
@@ -674,6 +766,10 @@ static void progress(const char *what)
     fprintf(stderr, "dlock-bench: %s\n", what);
 }
 
+/* The loopback many-client figures, for the delayed part's Redis CPU rows. */
+static struct pair_result loop_dm, loop_pm;
+static bool loop_done;
+
 static int phase_pairs(const struct opts *o, struct env *e)
 {
     struct pair_result d1, p1, dm, pm;
@@ -686,6 +782,22 @@ static int phase_pairs(const struct opts *o, struct env *e)
     if (run_multi(&dlock_driver, &plain_driver, e, o->clients, o->seconds, &dm, &pm) != 0)
         return -1;
     report_multi(o, &dm, &pm);
+    fflush(stdout);
+    loop_dm = dm;
+    loop_pm = pm;
+    loop_done = true;
+    return 0;
+}
+
+static int phase_delay(const struct opts *o, struct env *e)
+{
+    static struct delay_result r;
+    if (o->delay_us <= 0)
+        return 0;
+    fprintf(stderr, "dlock-bench: Redis across a delay of %.0f us each way\n", o->delay_us);
+    if (run_delay(e, o->delay_us, o->pairs, o->clients, o->seconds, &r) != 0)
+        return -1;
+    report_delay(&r, loop_done ? &loop_dm : NULL, loop_done ? &loop_pm : NULL);
     fflush(stdout);
     return 0;
 }
@@ -772,6 +884,8 @@ int main(int argc, char **argv)
     printf("dlock-bench: %ld cores, redis-server %s, dlockd %s\n", sysconf(_SC_NPROCESSORS_ONLN),
            e->redis_version, DLOCKD_PATH);
     int rc = phase_pairs(&o, e);
+    if (rc == 0)
+        rc = phase_delay(&o, e);
     if (rc == 0)
         rc = phase_quorum(&o, e);
     if (rc == 0)

@@ -173,6 +173,9 @@ long long redis_numsub(struct plain *p, const char *channel);
 long long redis_channels(struct plain *p, const char *pattern);
 /* CONFIG GET maxclients: -1 on failure. */
 long long redis_maxclients(struct plain *p);
+/* Redis' own CPU so far (INFO cpu: used_cpu_user + used_cpu_sys), seconds:
+ * -1 on failure. */
+double redis_cpu_seconds(struct plain *p);
 
 /* ---- acquire+release pairs (pairs.c) ---- */
 
@@ -202,6 +205,7 @@ struct pair_result {
     long errors;
     int first_error;
     struct cpu_share cpu;
+    double redis_cpu_us; /* run_multi: Redis' CPU (INFO cpu) per pair; -1 unknown */
 };
 
 /* N timed pairs on one name with each driver, after a short untimed warm-up,
@@ -305,6 +309,48 @@ struct check_result {
 
 /* One held lease; `calls` per timed loop, `round_trips` of each kind. */
 int run_check(struct env *e, long calls, long round_trips, struct check_result *out);
+
+/* ---- Redis across a network: a delay proxy (delayproxy.c, delay.c) ---- */
+
+struct delayproxy;
+
+/* How late the proxy released the chunks past their due time. */
+struct delay_lateness {
+    long chunks;
+    double p50_us, p99_us, max_us;
+};
+
+/* Listens on listen_path; for each connection, connects to target_path and
+ * forwards each chunk read either way delay_ns after it arrived, in order.
+ * Runs in a thread of its own. NULL after printing why. */
+struct delayproxy *delayproxy_start(const char *listen_path, const char *target_path,
+                                    uint64_t delay_ns);
+/* Stops the thread, closes every connection, unlinks the socket; late (may
+ * be NULL) gets the proxy's lateness over its life. */
+void delayproxy_stop(struct delayproxy *d, struct delay_lateness *late);
+
+struct delay_result {
+    double delay_us; /* one way, as asked */
+    long pairs;
+    int clients;
+    double seconds;
+    struct summary ping_direct, ping_proxied; /* Redis PING, plain hiredis */
+    struct delay_lateness late;
+    double agent_ready_ms;
+    struct pair_result d1, p1; /* 1 client */
+    struct pair_result dm, pm; /* `clients` clients */
+    int log_lines;             /* of the part's agent, level warn and up */
+    int agent_exit;            /* its status after SIGTERM */
+};
+
+/* Starts a delay proxy in front of the run's Redis and an agent of its own
+ * whose -r points at the proxy; measures PING direct and through the proxy,
+ * then run_single and run_multi for dlock and plain, both through the proxy;
+ * stops both. 0, or -1 after printing why. */
+int run_delay(struct env *e, double delay_us, long pairs, int clients, double seconds,
+              struct delay_result *out);
+/* SIGKILLs the part's agent and unlinks its files: async-signal-safe. */
+void delay_kill(void);
 
 /* ---- many agents on one Redis (fleet.c) ---- */
 

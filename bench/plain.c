@@ -345,3 +345,15 @@ long long redis_maxclients(struct plain *p)
         freeReplyObject(r);
     return v;
 }
+
+double redis_cpu_seconds(struct plain *p)
+{
+    char *info = redis_info(p, "cpu");
+    char user[32], sys[32];
+    double v = -1;
+    if (info && info_value(info, "used_cpu_user", user, sizeof user) == 0 &&
+        info_value(info, "used_cpu_sys", sys, sizeof sys) == 0)
+        v = strtod(user, NULL) + strtod(sys, NULL);
+    free(info);
+    return v;
+}
