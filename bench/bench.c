@@ -355,6 +355,16 @@ static void report_multi(const struct opts *o, const struct pair_result *d,
 
 /* ---- report: Redis across a delay ---- */
 
+/* How late the proxy released its chunks: the precision of the delay. */
+static void report_late(const char *what, const struct delay_lateness *l)
+{
+    char v[64], t[96];
+    snprintf(v, sizeof v, "%.1f / %.1f us", l->p50_us, l->p99_us);
+    snprintf(t, sizeof t, "(context: %s chunks, max %.1f us)", fmt_count((double)l->chunks),
+             l->max_us);
+    row(what, v, "", "", t);
+}
+
 static void report_delay_head(const struct delay_result *r)
 {
     char v[64], t[96];
@@ -369,10 +379,7 @@ static void report_delay_head(const struct delay_result *r)
     row("  added by the proxy, p50 (us)", v, "", "", t);
     snprintf(v, sizeof v, "%.1f", r->ping_proxied.p99_us - r->ping_direct.p99_us);
     row("  added by the proxy, p99 (us)", v, "", "", "(context)");
-    snprintf(v, sizeof v, "%.1f / %.1f", r->late.p50_us, r->late.p99_us);
-    snprintf(t, sizeof t, "(context: %s chunks, max %.1f us)", fmt_count((double)r->late.chunks),
-             r->late.max_us);
-    row("  chunk late p50 / p99 (us)", v, "", "", t);
+    report_late("  chunk late p50/p99, PINGs", &r->late_ping);
 }
 
 static void report_delay(const struct delay_result *r, const struct pair_result *loop_dm,
@@ -397,6 +404,7 @@ static void report_delay(const struct delay_result *r, const struct pair_result 
         fmt_ratio(d->acquire.p50_us, p->acquire.p50_us), "(SET NX PX for plain)");
     row("  release part p50", fmt_us(d->release.p50_us), fmt_us(p->release.p50_us),
         fmt_ratio(d->release.p50_us, p->release.p50_us), "(EVALSHA for plain)");
+    report_late("proxy chunk late p50/p99", &r->late_single);
     report_errors(d, p);
     d = &r->dm;
     p = &r->pm;
@@ -414,6 +422,7 @@ static void report_delay(const struct delay_result *r, const struct pair_result 
     report_redis_cpu("Redis CPU per pair", d, p);
     if (loop_dm && loop_pm)
         report_redis_cpu("  the same, loopback run above", loop_dm, loop_pm);
+    report_late("proxy chunk late p50/p99", &r->late_multi);
     report_errors(d, p);
     report_cpu(d, p);
     printf("  checked on the way: agent ready after %s ms, %d log line(s) at warn or above, exit "

@@ -325,9 +325,11 @@ struct delay_lateness {
  * Runs in a thread of its own. NULL after printing why. */
 struct delayproxy *delayproxy_start(const char *listen_path, const char *target_path,
                                     uint64_t delay_ns);
-/* Stops the thread, closes every connection, unlinks the socket; late (may
- * be NULL) gets the proxy's lateness over its life. */
-void delayproxy_stop(struct delayproxy *d, struct delay_lateness *late);
+/* How late the chunks went out since the last call (or the start), and a
+ * fresh count from now on. */
+void delayproxy_lateness(struct delayproxy *d, struct delay_lateness *out);
+/* Stops the thread, closes every connection, unlinks the socket. */
+void delayproxy_stop(struct delayproxy *d);
 
 struct delay_result {
     double delay_us; /* one way, as asked */
@@ -335,7 +337,8 @@ struct delay_result {
     int clients;
     double seconds;
     struct summary ping_direct, ping_proxied; /* Redis PING, plain hiredis */
-    struct delay_lateness late;
+    /* During the PINGs, the 1-client run and the many-client run. */
+    struct delay_lateness late_ping, late_single, late_multi;
     double agent_ready_ms;
     struct pair_result d1, p1; /* 1 client */
     struct pair_result dm, pm; /* `clients` clients */

@@ -118,18 +118,22 @@ int run_delay(struct env *e, double delay_us, long pairs, int clients, double se
     snprintf(d.redis_sock, sizeof d.redis_sock, "%s", proxy_sock);
     d.agent_pid = 0;
     int rc = measure_pings(e, out);
+    delayproxy_lateness(proxy, &out->late_ping);
     if (rc == 0)
         rc = start_agent(&d, out);
     if (rc == 0) {
         fprintf(stderr, "dlock-bench: delayed: 1 client, dlock and plain hiredis in turns\n");
+        delayproxy_lateness(proxy, &out->late_single); /* from here on */
         rc = run_single(&dlock_driver, &plain_driver, &d, pairs, &out->d1, &out->p1);
+        delayproxy_lateness(proxy, &out->late_single);
     }
     if (rc == 0) {
         fprintf(stderr, "dlock-bench: delayed: many clients, dlock and plain hiredis in turns\n");
         rc = run_multi(&dlock_driver, &plain_driver, &d, clients, seconds, &out->dm, &out->pm);
+        delayproxy_lateness(proxy, &out->late_multi);
     }
     stop_agent(&d, out);
-    delayproxy_stop(proxy, &out->late);
+    delayproxy_stop(proxy);
     unlink(agent_sock);
     if (!e->keep)
         unlink(agent_log);

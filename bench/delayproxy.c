@@ -62,7 +62,9 @@ struct delayproxy {
     bool running;
     struct conn *conns;
     struct tag ltag, ttag, etag;
-    /* How late each chunk went out past its due time, ns. */
+    /* How late each chunk went out past its due time, ns, since the last
+     * delayproxy_lateness(); under mu. */
+    pthread_mutex_t mu;
     uint64_t *late;
     size_t nlate;
     long chunks;
@@ -194,9 +196,11 @@ static void flush_due(struct delayproxy *d, struct conn *c, struct dir *dr, uint
             continue;
         }
         if (k->off == 0) {
+            pthread_mutex_lock(&d->mu);
             if (d->nlate < LATE_CAP)
                 d->late[d->nlate++] = now - k->due;
             d->chunks++;
+            pthread_mutex_unlock(&d->mu);
         }
         k->off += (size_t)n;
         if (k->off < k->len)
@@ -291,6 +295,7 @@ struct delayproxy *delayproxy_start(const char *listen_path, const char *target_
     snprintf(d->listen_path, sizeof d->listen_path, "%s", listen_path);
     snprintf(d->target_path, sizeof d->target_path, "%s", target_path);
     d->delay_ns = delay_ns;
+    pthread_mutex_init(&d->mu, NULL);
     d->late = malloc(LATE_CAP * sizeof *d->late);
     unlink(listen_path);
     d->lfd = unix_socket(listen_path, true);
@@ -307,7 +312,7 @@ struct delayproxy *delayproxy_start(const char *listen_path, const char *target_
         pthread_create(&d->tid, NULL, proxy_main, d) != 0) {
         fprintf(stderr, "dlock-bench: cannot start the delay proxy on %s: %s\n", listen_path,
                 strerror(errno));
-        delayproxy_stop(d, NULL);
+        delayproxy_stop(d);
         return NULL;
     }
     d->running = true;
@@ -320,22 +325,24 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* How late the chunks went out past their due times: the precision of the
- * delay. Read once the thread has stopped. */
-static void lateness(const struct delayproxy *d, struct delay_lateness *out)
+void delayproxy_lateness(struct delayproxy *d, struct delay_lateness *out)
 {
     memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&d->mu);
     size_t n = d->nlate;
     out->chunks = d->chunks;
-    if (n == 0)
-        return;
-    qsort(d->late, n, sizeof *d->late, cmp_u64);
-    out->p50_us = (double)d->late[n / 2] / 1e3;
-    out->p99_us = (double)d->late[n * 99 / 100] / 1e3;
-    out->max_us = (double)d->late[n - 1] / 1e3;
+    if (n > 0) {
+        qsort(d->late, n, sizeof *d->late, cmp_u64);
+        out->p50_us = (double)d->late[n / 2] / 1e3;
+        out->p99_us = (double)d->late[n * 99 / 100] / 1e3;
+        out->max_us = (double)d->late[n - 1] / 1e3;
+    }
+    d->nlate = 0;
+    d->chunks = 0;
+    pthread_mutex_unlock(&d->mu);
 }
 
-void delayproxy_stop(struct delayproxy *d, struct delay_lateness *late)
+void delayproxy_stop(struct delayproxy *d)
 {
     if (!d)
         return;
@@ -345,8 +352,6 @@ void delayproxy_stop(struct delayproxy *d, struct delay_lateness *late)
             fprintf(stderr, "dlock-bench: cannot wake the delay proxy\n");
         pthread_join(d->tid, NULL);
     }
-    if (late)
-        lateness(d, late);
     while (d->conns) {
         struct conn *c = d->conns;
         d->conns = c->next;
@@ -358,6 +363,7 @@ void delayproxy_stop(struct delayproxy *d, struct delay_lateness *late)
             close(fds[i]);
     if (d->lfd >= 0)
         unlink(d->listen_path);
+    pthread_mutex_destroy(&d->mu);
     free(d->late);
     free(d);
 }
