@@ -372,14 +372,14 @@ static void report_delay_head(const struct delay_result *r)
            "own (-r at the proxy) and the plain client both go through it\n",
            r->delay_us);
     row("figure", "through proxy", "direct", "added", "");
-    row("Redis PING p50 (plain hiredis)", fmt_us(r->ping_proxied.p50_us),
-        fmt_us(r->ping_direct.p50_us), "", "");
     snprintf(v, sizeof v, "%.1f", r->ping_proxied.p50_us - r->ping_direct.p50_us);
-    snprintf(t, sizeof t, "(context: %.0f us asked, round trip)", 2 * r->delay_us);
-    row("  added by the proxy, p50 (us)", v, "", "", t);
+    snprintf(t, sizeof t, "(context: added us; %.0f us asked per round trip)", 2 * r->delay_us);
+    row("Redis PING p50 (plain hiredis)", fmt_us(r->ping_proxied.p50_us),
+        fmt_us(r->ping_direct.p50_us), v, t);
     snprintf(v, sizeof v, "%.1f", r->ping_proxied.p99_us - r->ping_direct.p99_us);
-    row("  added by the proxy, p99 (us)", v, "", "", "(context)");
-    report_late("  chunk late p50/p99, PINGs", &r->late_ping);
+    row("Redis PING p99 (plain hiredis)", fmt_us(r->ping_proxied.p99_us),
+        fmt_us(r->ping_direct.p99_us), v, "(context)");
+    report_late("proxy chunk late p50/p99", &r->late_ping);
 }
 
 static void report_delay(const struct delay_result *r, const struct pair_result *loop_dm,
