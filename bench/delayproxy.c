@@ -45,6 +45,7 @@ struct conn {
     struct conn *next;
     struct dir up, down; /* client -> Redis, Redis -> client */
     bool dead;
+    bool out_up, out_down; /* EPOLLOUT is watched for up.to, down.to */
 };
 
 /* What epoll reports: a tag per descriptor. */
@@ -217,8 +218,14 @@ static void flush_due(struct delayproxy *d, struct conn *c, struct dir *dr, uint
 static void rewatch(struct delayproxy *d, struct conn *c)
 {
     struct tag *t = (struct tag *)(c + 1);
-    watch(d, EPOLL_CTL_MOD, c->up.from, EPOLLIN | (c->down.blocked ? EPOLLOUT : 0), &t[0]);
-    watch(d, EPOLL_CTL_MOD, c->down.from, EPOLLIN | (c->up.blocked ? EPOLLOUT : 0), &t[1]);
+    if (c->out_down != c->down.blocked) {
+        c->out_down = c->down.blocked;
+        watch(d, EPOLL_CTL_MOD, c->down.to, EPOLLIN | (c->out_down ? EPOLLOUT : 0), &t[0]);
+    }
+    if (c->out_up != c->up.blocked) {
+        c->out_up = c->up.blocked;
+        watch(d, EPOLL_CTL_MOD, c->up.to, EPOLLIN | (c->out_up ? EPOLLOUT : 0), &t[1]);
+    }
 }
 
 /* Flushes what is due everywhere, drops dead connections, and sets the timer
@@ -228,7 +235,6 @@ static void service(struct delayproxy *d)
     uint64_t now = mono_ns(), next = 0;
     for (struct conn **pc = &d->conns; *pc;) {
         struct conn *c = *pc;
-        bool was = c->up.blocked || c->down.blocked;
         flush_due(d, c, &c->up, now);
         flush_due(d, c, &c->down, now);
         if (c->dead) {
@@ -236,8 +242,7 @@ static void service(struct delayproxy *d)
             conn_free(d, c);
             continue;
         }
-        if (was != (c->up.blocked || c->down.blocked))
-            rewatch(d, c);
+        rewatch(d, c);
         struct dir *ds[2] = {&c->up, &c->down};
         for (int k = 0; k < 2; k++)
             if (ds[k]->head && !ds[k]->blocked && (next == 0 || ds[k]->head->due < next))
