@@ -19,7 +19,8 @@
 static volatile pid_t agent_pid;
 static char agent_sock[BENCH_PATH], agent_log[BENCH_PATH], proxy_sock[BENCH_PATH];
 
-/* PINGs to Redis on sock, n of them; their summary. -1 when one failed. */
+/* n PINGs to Redis on sock, on a fresh connection, each timed into l: 0, or
+ * -1 after printing why. */
 static int pings(const char *sock, long n, struct lat *l)
 {
     struct plain *p = plain_open(sock);
