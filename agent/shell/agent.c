@@ -24,28 +24,52 @@
 #include "util.h"
 
 #define conn_of(client) ((struct conn *)((char *)(client)-offsetof(struct conn, cc)))
+#define agent_of(conn)  ((struct agent *)((char *)(conn)->srv - offsetof(struct agent, server)))
 
 /* ---- the core's effects, on connections and their lease pages ---- */
+
+/* A reply or event was queued for a client: it goes out as soon as the event
+ * being handled is done, not after every other event of this loop turn. A
+ * grant that came with one node's answer must not wait while the loop reads
+ * the answers of slower nodes, or notices, or other clients. The replies of
+ * one event still leave together, and Redis commands keep their batch (they
+ * go out before the loop blocks). */
+static void reply_soon(struct conn *c)
+{
+    struct agent *a = agent_of(c);
+    if (!a->in_prepare && !ev_is_pending(&a->reply_flush))
+        ev_feed_event(a->loop, &a->reply_flush, EV_CUSTOM);
+}
+
+static void on_reply_flush(struct ev_loop *loop, ev_idle *w, int revents)
+{
+    struct agent *a = w->data;
+    server_flush(&a->server);
+}
 
 static void env_granted(void *arg, struct core_client *c, uint32_t req_id,
                         const struct wire_granted *g)
 {
     conn_send_granted(conn_of(c), req_id, g);
+    reply_soon(conn_of(c));
 }
 
 static void env_error(void *arg, struct core_client *c, uint32_t req_id, int code, const char *msg)
 {
     conn_send_error(conn_of(c), req_id, code, msg);
+    reply_soon(conn_of(c));
 }
 
 static void env_ok(void *arg, struct core_client *c, uint32_t req_id)
 {
     conn_send_ok(conn_of(c), req_id);
+    reply_soon(conn_of(c));
 }
 
 static void env_event(void *arg, struct core_client *c, const struct wire_event *ev)
 {
     conn_send_event(conn_of(c), ev);
+    reply_soon(conn_of(c));
 }
 
 static uint32_t env_slot_alloc(void *arg, struct core_client *c)
@@ -238,16 +262,19 @@ static void arm_tick(struct agent *a, uint64_t due)
 }
 
 /* Before the loop blocks: replies to clients go out first (they wait on
- * them), then the batch of Redis commands; a broken Redis link can queue
- * more replies, hence the second client flush. Last, the one timer is
- * pointed at the earliest node of the heap. */
+ * them; most left already, right after the event that made them), then the
+ * batch of Redis commands; a broken Redis link can queue more replies, hence
+ * the second client flush. Last, the one timer is pointed at the earliest
+ * node of the heap. */
 static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 {
     struct agent *a = w->data;
+    a->in_prepare = true;
     log_flush_suppressed();
     server_flush(&a->server);
     a->backend->ops->flush(a->backend);
     server_flush(&a->server);
+    a->in_prepare = false;
     arm_tick(a, core_next_due(&a->core));
 }
 
@@ -349,6 +376,9 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     ev_prepare_init(&a->prepare, on_prepare);
     a->prepare.data = a;
     ev_prepare_start(loop, &a->prepare);
+    ev_idle_init(&a->reply_flush, on_reply_flush);
+    ev_set_priority(&a->reply_flush, EV_MAXPRI);
+    a->reply_flush.data = a;
     ev_signal_init(&a->sigterm, on_signal, SIGTERM);
     ev_signal_init(&a->sigint, on_signal, SIGINT);
     a->sigterm.data = a->sigint.data = a;
@@ -382,6 +412,7 @@ void agent_free(struct agent *a)
         close(a->tick_fd);
     a->tick_fd = -1;
     ev_prepare_stop(a->loop, &a->prepare);
+    ev_clear_pending(a->loop, &a->reply_flush); /* fed by the closes above */
     ev_signal_stop(a->loop, &a->sigterm);
     ev_signal_stop(a->loop, &a->sigint);
     core_free(&a->core);

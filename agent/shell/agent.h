@@ -27,6 +27,11 @@ struct agent {
     uint64_t tick_due;  /* what tick_fd is armed at, 0 = disarmed */
     ev_io tick;         /* tick_fd readable: timers are due */
     ev_prepare prepare; /* flushes output, re-arms `tick` */
+    /* Never started, only fed at the highest priority: the replies queued
+     * by one event go out right after it, ahead of the other events of the
+     * same loop turn (in_prepare: not while `prepare` flushes anyway). */
+    ev_idle reply_flush;
+    bool in_prepare;
     ev_signal sigterm, sigint;
     ev_timer shutdown_timer;
     double shutdown_deadline;
