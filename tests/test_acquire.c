@@ -45,6 +45,9 @@ ITEST(acquire, key_holds_token_release_deletes_it)
 
     cr_assert_eq(dlock_lease_release(l), 0);
     H_KEY_GONE(h_key("alpha"));
+    /* The release did not wait for its OK: a ping reads it on the way (the
+     * agent answers in order) and the library drops it. */
+    cr_assert_eq(dlock_client_ping(a->c), 0);
 
     /* Nothing to dispatch (nothing to read): it returns rather than waiting
      * for the agent, which has nothing more to send (a dispatch that blocked
