@@ -187,7 +187,11 @@ DLOCK_EXPORT int dlock_lease_acquire_async(dlock_client *client, const char *nam
  * order, so the release takes effect before anything the client sends after
  * it: an acquire of the same name right behind it on the same client finds
  * the lease given up (never DLOCK_EHELD) and its key deleted first on Redis,
- * and is granted unless another waiter is served first. */
+ * and is granted unless another waiter is served first. Nothing orders it
+ * with other connections: a try-once acquire through another client (even
+ * of the same process) may still find the lock taken for a moment. Use
+ * dlock_lease_release_sync() when that matters (or acquire with a wait:
+ * waiters are woken by the release). */
 DLOCK_EXPORT int dlock_lease_release(dlock_lease *lease);
 
 /* Releases the lease and frees its handle, whatever the outcome, waiting for

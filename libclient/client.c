@@ -475,11 +475,36 @@ static int send_simple(dlock_client *c, enum req_kind kind, uint64_t lease_id, s
     return pending_send(c, p, wire_put_empty(&c->out, p->id, WIRE_T_PING));
 }
 
+/* Queues RELEASE and writes what the socket takes, without waiting for
+ * anything. Its answer is dropped when it comes: the request is filed as
+ * abandoned, so its id is not reused while it is in flight. */
+static int release_nowait(dlock_client *c, uint64_t lease_id)
+{
+    if (c->err)
+        return DLOCK_EDISCONNECTED;
+    struct pending *p = pending_new(c, REQ_RELEASE, NULL, 0);
+    /* Without memory for the record, an id of its own still keeps the answer
+     * from being taken for another request's: the agent answers a RELEASE
+     * as soon as it reads it, long before the ids come round again. */
+    uint32_t id = p ? p->id : new_id(c);
+    struct wire_release m = {.lease_id = lease_id};
+    int rc = wire_put_release(&c->out, id, &m);
+    if (rc != 0) {
+        free(p);
+        return rc;
+    }
+    if (p) {
+        p->abandoned = true;
+        if (pending_link(c, p) != 0)
+            free(p);
+    }
+    return flush_nowait(c);
+}
+
 /* Gives a lease back without waiting: a grant nobody wants any more. */
 static void release_unwanted(dlock_client *c, uint64_t lease_id)
 {
-    uint32_t id;
-    (void)send_simple(c, REQ_RELEASE, lease_id, NULL, &id);
+    (void)release_nowait(c, lease_id);
 }
 
 /* ---- handling frames ---- */
@@ -1003,30 +1028,6 @@ static int release_round_trip(dlock_client *c, dlock_lease *l)
     return w.status;
 }
 
-/* Queues RELEASE and writes what the socket takes, without waiting for
- * anything. Its answer is dropped when it comes: the request is filed as
- * abandoned, so its id is not reused while it is in flight. */
-static int release_nowait(dlock_client *c, dlock_lease *l)
-{
-    struct pending *p = pending_new(c, REQ_RELEASE, NULL, 0);
-    /* Without memory for the record, an id of its own still keeps the answer
-     * from being taken for another request's: the agent answers a RELEASE
-     * as soon as it reads it, long before the ids come round again. */
-    uint32_t id = p ? p->id : new_id(c);
-    struct wire_release m = {.lease_id = l->id};
-    int rc = wire_put_release(&c->out, id, &m);
-    if (rc != 0) {
-        free(p);
-        return rc;
-    }
-    if (p) {
-        p->abandoned = true;
-        if (pending_link(c, p) != 0)
-            free(p);
-    }
-    return flush_nowait(c);
-}
-
 /* What a release reports before asking the agent anything, or 1 when the
  * lease is still with the agent. */
 static int release_gone(const dlock_lease *lease)
@@ -1053,7 +1054,7 @@ int dlock_lease_release(dlock_lease *lease)
         /* The verdict is the lease page's, read before the RELEASE goes:
          * valid up to the release, or not provably held any more. */
         int verdict = dlock_lease_valid(lease) ? 0 : DLOCK_ELOST;
-        rc = release_nowait(c, lease);
+        rc = release_nowait(c, lease->id);
         if (rc == 0)
             rc = verdict;
     }
