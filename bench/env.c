@@ -213,7 +213,7 @@ int agent_probe(const char *sock, uint32_t ttl_ms)
     dlock_lease *l;
     rc = dlock_lease_acquire(c, "bench-probe", &o, &l);
     if (rc == 0)
-        rc = dlock_lease_release(l);
+        rc = dlock_lease_release_sync(l); /* the agent's answer, not the page's */
     dlock_client_close(c);
     return rc;
 }

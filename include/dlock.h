@@ -21,9 +21,9 @@
  *
  * Ownership: a dlock_client is owned by the caller until dlock_client_close().
  * A dlock_lease is owned by its client; it stays valid until
- * dlock_lease_release() or dlock_client_close(), whichever comes first, even
- * after the lease was lost. Strings returned by accessors are borrowed from the
- * lease and live as long as it does.
+ * dlock_lease_release(), dlock_lease_release_sync() or dlock_client_close(),
+ * whichever comes first, even after the lease was lost. Strings returned by accessors are borrowed
+ * from the lease and live as long as it does.
  */
 #ifndef DLOCK_H
 #define DLOCK_H
@@ -86,7 +86,7 @@ typedef enum dlock_state {
     DLOCK_STATE_HELD = 1,     /* the agent keeps the lease renewed */
     DLOCK_STATE_JEOPARDY = 2, /* renewal failing, still within its deadline */
     DLOCK_STATE_LOST = 3,     /* no longer provably held; stop using it */
-    DLOCK_STATE_RELEASED = 4  /* given up by dlock_lease_release() */
+    DLOCK_STATE_RELEASED = 4  /* given up by dlock_lease_release() or _sync() */
 } dlock_state;
 
 typedef struct dlock_client dlock_client;
@@ -164,14 +164,44 @@ DLOCK_EXPORT int dlock_lease_acquire_async(dlock_client *client, const char *nam
                                            const dlock_acquire_options *opts, dlock_acquire_cb cb,
                                            void *arg);
 
-/* Releases the lease and frees its handle, whatever the outcome. One round
- * trip to the agent, which answers once it has given the lease up; the key is
- * deleted on Redis right behind (see docs/protocol.md). Returns 0,
- * DLOCK_ELOST if the lease had been lost (even if its event was not yet
- * dispatched), DLOCK_EDISCONNECTED if the agent is gone (it released the lease
- * when the connection dropped), or DLOCK_ENOANSWER if the agent did not
- * answer within 10 s. */
+/* Releases the lease and frees its handle at once, whatever the outcome,
+ * without a round trip: the verdict comes from the lease page, and the
+ * RELEASE is sent without waiting for the agent's answer (which the library
+ * drops when it comes). Returns:
+ * - 0: the lease was valid up to the release (held or in jeopardy, deadline
+ *   not passed). The agent deletes the key on Redis (compare-and-delete)
+ *   shortly after and a waiter elsewhere is woken by the release notice, as
+ *   with dlock_lease_release_sync(); if the agent dies first, the key expires
+ *   at its TTL.
+ * - DLOCK_ELOST: the lease was lost, or its deadline had passed, before the
+ *   release (the lease page says so, or a LOST event was already received).
+ * - DLOCK_EDISCONNECTED: the agent is gone (known from an earlier call, or
+ *   the send found the connection closed): it released the lease when the
+ *   connection dropped, or its key expires at its TTL.
+ * - DLOCK_ENOMEM: no memory to queue the request; the lease stays held
+ *   until the client is closed.
+ * It never blocks on the agent: if the socket is full, the RELEASE waits in
+ * the client's output buffer and goes out with the next call on the client
+ * (dlock_client_dispatch() included), or the agent releases the lease when
+ * the client is closed. The agent handles the frames of a connection in
+ * order, so the release takes effect before anything the client sends after
+ * it: an acquire of the same name right behind it on the same client finds
+ * the lease given up (never DLOCK_EHELD) and its key deleted first on Redis,
+ * and is granted unless another waiter is served first. Nothing orders it
+ * with other connections: a try-once acquire through another client (even
+ * of the same process) may still find the lock taken for a moment. Use
+ * dlock_lease_release_sync() when that matters (or acquire with a wait:
+ * waiters are woken by the release). */
 DLOCK_EXPORT int dlock_lease_release(dlock_lease *lease);
+
+/* Releases the lease and frees its handle, whatever the outcome, waiting for
+ * the agent's word: one round trip to the agent, which answers once it has
+ * given the lease up; the key is deleted on Redis right behind (see
+ * docs/protocol.md). Returns 0, DLOCK_ELOST if the lease had been lost (even
+ * if its event was not yet dispatched), DLOCK_EDISCONNECTED if the agent is
+ * gone (it released the lease when the connection dropped), or
+ * DLOCK_ENOANSWER if the agent did not answer within 10 s. */
+DLOCK_EXPORT int dlock_lease_release_sync(dlock_lease *lease);
 
 /* The lock name (borrowed, NUL-terminated). */
 DLOCK_EXPORT const char *dlock_lease_name(const dlock_lease *lease);

@@ -74,7 +74,7 @@ struct dlock_lease {
     uint32_t ttl_ms;
     dlock_state state;
     int lost_reason;
-    bool releasing; /* inside dlock_lease_release(): no events, no second release */
+    bool releasing; /* inside dlock_lease_release_sync(): no events, no second release */
     char name[];
 };
 
@@ -371,8 +371,9 @@ static ssize_t read_some(dlock_client *c)
 
 /* ---- writing ---- */
 
-/* Writes the frame encoded in c->out whole. Frames are tiny, so waiting a
- * little for POLLOUT is simpler than an output queue. While waiting, whatever
+/* Writes c->out whole: the frame just encoded, behind any a release left
+ * queued (flush_nowait()). Frames are tiny, so waiting a little for POLLOUT
+ * is simpler than an output queue for requests that wait for their answer. While waiting, whatever
  * the agent sends is read (and handled later): an agent whose replies we did
  * not read stops reading our requests. An agent that reads nothing for
  * WRITE_TIMEOUT_MS counts as gone. */
@@ -406,14 +407,45 @@ static int flush_out(dlock_client *c)
     return rc;
 }
 
-/* Writes the frame just encoded for p (rc is the encoder's result) and, once
- * it is out, files p among the requests in flight; frees p on failure. */
+/* Writes what c->out holds without waiting: what the socket does not take
+ * stays there, in order, ahead of any later frame, and goes out with the next
+ * call on the client (flush_out() or dispatch). Returns 0, or
+ * DLOCK_EDISCONNECTED when the agent is gone. */
+static int flush_nowait(dlock_client *c)
+{
+    size_t off = 0;
+    int rc = 0;
+    while (off < c->out.len) {
+        ssize_t n = send(c->fd, c->out.data + off, c->out.len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        rc = DLOCK_EDISCONNECTED;
+        client_fail(c, rc);
+        c->out.len = off = 0;
+        break;
+    }
+    if (off) {
+        memmove(c->out.data, c->out.data + off, c->out.len - off);
+        c->out.len -= off;
+    }
+    return rc;
+}
+
+/* Writes the frame just encoded for p (rc is the encoder's result; frames
+ * queued before it go out first) and, once it is out, files p among the
+ * requests in flight; frees p on failure. An encoder that failed added
+ * nothing to c->out. */
 static int pending_send(dlock_client *c, struct pending *p, int rc)
 {
     if (rc == 0)
         rc = flush_out(c);
     if (rc != 0) {
-        c->out.len = 0;
         free(p);
         return rc;
     }
@@ -443,11 +475,36 @@ static int send_simple(dlock_client *c, enum req_kind kind, uint64_t lease_id, s
     return pending_send(c, p, wire_put_empty(&c->out, p->id, WIRE_T_PING));
 }
 
+/* Queues RELEASE and writes what the socket takes, without waiting for
+ * anything. Its answer is dropped when it comes: the request is filed as
+ * abandoned, so its id is not reused while it is in flight. */
+static int release_nowait(dlock_client *c, uint64_t lease_id)
+{
+    if (c->err)
+        return DLOCK_EDISCONNECTED;
+    struct pending *p = pending_new(c, REQ_RELEASE, NULL, 0);
+    /* Without memory for the record, an id of its own still keeps the answer
+     * from being taken for another request's: the agent answers a RELEASE
+     * as soon as it reads it, long before the ids come round again. */
+    uint32_t id = p ? p->id : new_id(c);
+    struct wire_release m = {.lease_id = lease_id};
+    int rc = wire_put_release(&c->out, id, &m);
+    if (rc != 0) {
+        free(p);
+        return rc;
+    }
+    if (p) {
+        p->abandoned = true;
+        if (pending_link(c, p) != 0)
+            free(p);
+    }
+    return flush_nowait(c);
+}
+
 /* Gives a lease back without waiting: a grant nobody wants any more. */
 static void release_unwanted(dlock_client *c, uint64_t lease_id)
 {
-    uint32_t id;
-    (void)send_simple(c, REQ_RELEASE, lease_id, NULL, &id);
+    (void)release_nowait(c, lease_id);
 }
 
 /* ---- handling frames ---- */
@@ -836,6 +893,8 @@ int dlock_client_dispatch(dlock_client *client)
 {
     if (!client)
         return DLOCK_EINVAL;
+    if (client->out.len && !client->err)
+        (void)flush_nowait(client); /* releases left queued by a full socket */
     read_input(client);
     notify_broken(client);
     return client->err ? DLOCK_EDISCONNECTED : 0;
@@ -969,20 +1028,47 @@ static int release_round_trip(dlock_client *c, dlock_lease *l)
     return w.status;
 }
 
+/* What a release reports before asking the agent anything, or 1 when the
+ * lease is still with the agent. */
+static int release_gone(const dlock_lease *lease)
+{
+    dlock_client *c = lease->client;
+    if (state_is_final(lease->state)) {
+        /* Gone already: the agent no longer knows it. A loss caused by the
+         * connection dropping is reported as such. */
+        bool dropped = lease->state == DLOCK_STATE_LOST && c->err && lease->lost_reason == c->err;
+        return dropped ? DLOCK_EDISCONNECTED : DLOCK_ELOST;
+    }
+    if (c->err)
+        return DLOCK_EDISCONNECTED;
+    return 1;
+}
+
 int dlock_lease_release(dlock_lease *lease)
 {
     if (!lease || lease->releasing)
         return DLOCK_EINVAL;
     dlock_client *c = lease->client;
-    int rc;
-    if (state_is_final(lease->state)) {
-        /* Gone already: the agent no longer knows it. A loss caused by the
-         * connection dropping is reported as such. */
-        bool dropped = lease->state == DLOCK_STATE_LOST && c->err && lease->lost_reason == c->err;
-        rc = dropped ? DLOCK_EDISCONNECTED : DLOCK_ELOST;
-    } else if (c->err) {
-        rc = DLOCK_EDISCONNECTED;
-    } else {
+    int rc = release_gone(lease);
+    if (rc == 1) {
+        /* The verdict is the lease page's, read before the RELEASE goes:
+         * valid up to the release, or not provably held any more. */
+        int verdict = dlock_lease_valid(lease) ? 0 : DLOCK_ELOST;
+        rc = release_nowait(c, lease->id);
+        if (rc == 0)
+            rc = verdict;
+    }
+    lease_free(lease);
+    return rc;
+}
+
+int dlock_lease_release_sync(dlock_lease *lease)
+{
+    if (!lease || lease->releasing)
+        return DLOCK_EINVAL;
+    dlock_client *c = lease->client;
+    int rc = release_gone(lease);
+    if (rc == 1) {
         lease->releasing = true;
         rc = release_round_trip(c, lease);
     }

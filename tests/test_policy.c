@@ -225,7 +225,9 @@ ITEST(policy, limit_errors_name_the_limit_hit)
     cr_assert_str_eq(limit_message(a), "per-connection waiter limit (1) reached");
     cr_assert_eq(h_acquire(b, "b1", 30000, 0, &l), DLOCK_ELIMIT);
     cr_assert_str_eq(limit_message(b), uid_limit("lease", 3));
-    cr_assert_eq(dlock_lease_release(h2), 0);
+    /* Waits for the agent: b's acquire below, through another connection,
+     * must find the lease given up. */
+    cr_assert_eq(dlock_lease_release_sync(h2), 0);
     cr_assert_eq(h_acquire(b, "b1", 30000, 0, &l), DLOCK_ELIMIT);
     cr_assert_str_eq(limit_message(b), uid_limit("waiter", 1));
     /* The agent's words are for the code it sent; other codes read as ever. */

@@ -849,7 +849,9 @@ static int finish(struct run_state *st, const struct run_opts *o)
         announce_loss(st, o, st->lost_reason);
         return EXIT_LOST;
     }
-    int rc = dlock_lease_release(st->lease);
+    /* The agent's own word, not the lease page's: the exit status says the
+     * lock was held until the agent gave it up. */
+    int rc = dlock_lease_release_sync(st->lease);
     if (rc != 0) {
         /* Lost, or no answer, at some moment we cannot place: CMD may have
          * run unprotected. */
