@@ -440,8 +440,7 @@ void h_redis_restart(void)
     h_node_restart(0);
 }
 
-/* Keeps s until teardown. */
-static char *keep_string(const char *s)
+char *h_keep(const char *s)
 {
     if (H.nstrs == H.capstrs) {
         size_t cap = H.capstrs ? 2 * H.capstrs : 64;
@@ -470,7 +469,7 @@ char *h_node_get(int i, const char *key)
     redisReply *r = h_node_cmd(i, "GET %s", key);
     char *v = NULL;
     if (r->type == REDIS_REPLY_STRING)
-        v = keep_string(r->str);
+        v = h_keep(r->str);
     else
         cr_assert_eq(r->type, REDIS_REPLY_NIL, "GET %s on node %d: unexpected reply type %d", key,
                      i, r->type);

@@ -328,6 +328,8 @@ void h_agent_resume(int i); /* SIGCONT */
 int h_agent_alive(int i);
 /* Prints the last `lines` lines of agent i's log to stderr. */
 void h_agent_log_tail(int i, int lines);
+/* A copy of s, kept until the teardown. */
+char *h_keep(const char *s);
 /* Prints the last lines of a log file on stderr. */
 void h_log_tail(const char *path, int lines);
 /* Writes "key = value" to f unless the INI text `given` (may be NULL) sets

@@ -28,23 +28,6 @@ struct hc_cluster HC;
 #define PORT_MAX   22000
 #define BUS_OFFSET 10000
 
-/* ---- strings kept until cleanup ---- */
-
-static char *keep(const char *s)
-{
-    if (HC.nstrs == HC.capstrs) {
-        size_t cap = HC.capstrs ? 2 * HC.capstrs : 64;
-        char **p = realloc(HC.strs, cap * sizeof *p);
-        cr_assert_not_null(p);
-        HC.strs = p;
-        HC.capstrs = cap;
-    }
-    char *copy = strdup(s);
-    cr_assert_not_null(copy);
-    HC.strs[HC.nstrs++] = copy;
-    return copy;
-}
-
 /* ---- fixtures ---- */
 
 static void drop_conn(struct hc_node *n)
@@ -55,16 +38,13 @@ static void drop_conn(struct hc_node *n)
     }
 }
 
-/* Kills every node and forgets the connections and strings. */
+/* Kills every node and forgets the connections. */
 static void cluster_stop(void)
 {
     for (int i = 0; i < HC_NODES; i++) {
         redisproc_kill(&HC.node[i].proc);
         drop_conn(&HC.node[i]);
     }
-    for (size_t i = 0; i < HC.nstrs; i++)
-        free(HC.strs[i]);
-    free(HC.strs);
     memset(&HC, 0, sizeof HC);
 }
 
@@ -818,7 +798,7 @@ char *hc_get(int i, const char *key)
     if (moved)
         ;
     else if (r->type == REDIS_REPLY_STRING)
-        v = keep(r->str);
+        v = h_keep(r->str);
     else
         cr_assert_eq(r->type, REDIS_REPLY_NIL, "GET %s on node %d: reply type %d", key, i, r->type);
     freeReplyObject(r);

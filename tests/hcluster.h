@@ -51,8 +51,6 @@ struct hc_node {
 
 struct hc_cluster {
     struct hc_node node[HC_NODES];
-    char **strs; /* strings handed out by hc_get(), freed at cleanup */
-    size_t nstrs, capstrs;
 };
 
 extern struct hc_cluster HC;
