@@ -328,13 +328,11 @@ static void report_redis_cpu(const char *what, const struct pair_result *d,
         fmt_ratio(d->redis_cpu_us, p->redis_cpu_us), t);
 }
 
-static void report_multi(const struct opts *o, const struct pair_result *d,
-                         const struct pair_result *p)
+/* The rows both many-client tables share: throughput against its target,
+ * then the pair latencies (with the mean and the count when `all`). */
+static void throughput_rows(const struct pair_result *d, const struct pair_result *p, bool all)
 {
     char t[64];
-    printf("\n%d clients on distinct names, %.1f s each (a thread and a connection per "
-           "client; %ld cores)\n",
-           o->clients, o->seconds, sysconf(_SC_NPROCESSORS_ONLN));
     row_head();
     double r = p->s.per_s > 0 ? d->s.per_s / p->s.per_s : 0;
     snprintf(t, sizeof t, ">= %.2f  %s", TARGET_THROUGHPUT_RATIO,
@@ -345,9 +343,20 @@ static void report_multi(const struct opts *o, const struct pair_result *d,
         fmt_ratio(d->s.p50_us, p->s.p50_us), "");
     row("pair latency p99", fmt_us(d->s.p99_us), fmt_us(p->s.p99_us),
         fmt_ratio(d->s.p99_us, p->s.p99_us), "");
+    if (!all)
+        return;
     row("pair latency mean", fmt_us(d->s.mean_us), fmt_us(p->s.mean_us),
         fmt_ratio(d->s.mean_us, p->s.mean_us), "");
     row("pairs done", fmt_count((double)d->s.n), fmt_count((double)p->s.n), "", "");
+}
+
+static void report_multi(const struct opts *o, const struct pair_result *d,
+                         const struct pair_result *p)
+{
+    printf("\n%d clients on distinct names, %.1f s each (a thread and a connection per "
+           "client; %ld cores)\n",
+           o->clients, o->seconds, sysconf(_SC_NPROCESSORS_ONLN));
+    throughput_rows(d, p, true);
     report_redis_cpu("Redis CPU per pair", d, p);
     report_errors(d, p);
     report_cpu(d, p);
@@ -409,16 +418,7 @@ static void report_delay(const struct delay_result *r, const struct pair_result 
     d = &r->dm;
     p = &r->pm;
     printf("\n  %d clients on distinct names, %.1f s each\n", r->clients, r->seconds);
-    row_head();
-    double rt = p->s.per_s > 0 ? d->s.per_s / p->s.per_s : 0;
-    snprintf(t, sizeof t, ">= %.2f  %s", TARGET_THROUGHPUT_RATIO,
-             verdict(rt >= TARGET_THROUGHPUT_RATIO));
-    row("aggregate pairs/s", fmt_count(d->s.per_s), fmt_count(p->s.per_s),
-        fmt_ratio(d->s.per_s, p->s.per_s), t);
-    row("pair latency p50", fmt_us(d->s.p50_us), fmt_us(p->s.p50_us),
-        fmt_ratio(d->s.p50_us, p->s.p50_us), "");
-    row("pair latency p99", fmt_us(d->s.p99_us), fmt_us(p->s.p99_us),
-        fmt_ratio(d->s.p99_us, p->s.p99_us), "");
+    throughput_rows(d, p, false);
     report_redis_cpu("Redis CPU per pair", d, p);
     if (loop_dm && loop_pm)
         report_redis_cpu("  the same, loopback run above", loop_dm, loop_pm);
