@@ -31,6 +31,8 @@ void config_defaults(struct config *c)
     c->max_ttl_ms = 45000;
     c->renew_fraction = 1.0 / 3.0;
     c->retry_fallback_ms = 100;
+    c->cohort_handoffs = 32;
+    c->cohort_ms = 20;
     c->max_name_len = 200;
     c->max_leases_per_conn = 100000;
     c->max_waiters_per_conn = 1024;
@@ -174,6 +176,8 @@ static const struct u32_key u32_keys[] = {
     U32KEY("agent", min_ttl_ms),
     U32KEY("agent", max_ttl_ms),
     U32KEY("agent", retry_fallback_ms),
+    U32KEY("agent", cohort_handoffs),
+    U32KEY("agent", cohort_ms),
     U32KEY("agent", max_name_len),
     U32KEY("agent", max_leases_per_conn),
     U32KEY("agent", max_waiters_per_conn),
@@ -603,6 +607,9 @@ static const struct u32_range u32_ranges[] = {
           "a crashed agent's locks stay taken for up to a TTL"),
     RANGE("agent", retry_fallback_ms, 10, 60000, NULL,
           "every waiting lock asks Redis this often when no release notice comes"),
+    RANGE("agent", cohort_handoffs, 0, 1000, "no handoff: every grant goes to Redis",
+          "each grant from Redis reserves this many more fencing tokens"),
+    RANGE("agent", cohort_ms, 1, 60000, NULL, "other hosts may wait this long for a name"),
     RANGE("agent", max_name_len, 1, 1024, NULL, "the protocol's limit"),
     RANGE("agent", max_leases_per_conn, 1, 1000000, NULL,
           "each connection maps a lease page of 40 bytes per lease"),

@@ -89,6 +89,11 @@ struct config {
     uint32_t max_ttl_ms;
     double renew_fraction;
     uint32_t retry_fallback_ms;
+    /* Cohort handoff: a lock released here while another local process
+     * waits for it passes to that process without Redis, up to this many
+     * times per grant from Redis (0: never) and for at most cohort_ms. */
+    uint32_t cohort_handoffs;
+    uint32_t cohort_ms;
     uint32_t max_name_len;
     uint32_t max_leases_per_conn;
     uint32_t max_waiters_per_conn;
