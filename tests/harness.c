@@ -215,7 +215,8 @@ static void kill_reap(pid_t pid)
 
 int h_is_token(const char *s)
 {
-    if (!s || strlen(s) != 32)
+    /* A lock key's value: the token, then the holder record after a space. */
+    if (!s || strlen(s) < 32 || (s[32] != '\0' && s[32] != ' '))
         return 0;
     for (int i = 0; i < 32; i++)
         if (!isdigit((unsigned char)s[i]) && !(s[i] >= 'a' && s[i] <= 'f'))

@@ -277,7 +277,8 @@ long long h_redis_count_keys(const char *pattern); /* KEYS pattern */
 void h_redis_set_px(const char *key, const char *val, long long px);
 /* SET key val NX PX px: 1 when set, 0 when refused (nil reply). */
 int h_redis_set_nx_px(const char *key, const char *val, long long px);
-/* 1 when s is 32 lowercase hex characters. */
+/* 1 when s is a dlock value: 32 lowercase hex characters (the token), alone or
+ * followed by a space and the holder record. */
 int h_is_token(const char *s);
 
 /* ---- dlockd ---- */

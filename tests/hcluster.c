@@ -657,16 +657,6 @@ const char *hc_lock_key(const char *name)
     return b;
 }
 
-const char *hc_holder_key(const char *name)
-{
-    char key[512];
-    int n = snprintf(key, sizeof key, PREFIX "%s", name);
-    cr_assert(n > 0 && (size_t)n < sizeof key);
-    char *b = key_buf();
-    holder_key(key, (size_t)n, strlen(PREFIX), b);
-    return b;
-}
-
 const char *hc_mark_key(const char *name)
 {
     char key[512];

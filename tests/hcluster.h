@@ -105,11 +105,9 @@ int hc_slot_node(unsigned slot);
 int hc_key_node(const char *key);
 
 /* A lock's keys under the default prefix (docs/protocol.md), in rotating
- * static buffers: the lock key "dlock:NAME", its holder record
- * "dlock:{dlock:NAME} holder", and its slot's fencing mark
+ * static buffers: the lock key "dlock:NAME" and its slot's fencing mark
  * "dlock:{TAG} fence-hw". */
 const char *hc_lock_key(const char *name);
-const char *hc_holder_key(const char *name);
 const char *hc_mark_key(const char *name);
 /* The slot of a name's lock key. */
 unsigned hc_name_slot(const char *name);

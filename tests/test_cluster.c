@@ -59,9 +59,9 @@ static uint64_t parse_u64(const char *s, const char *what)
     return (uint64_t)v;
 }
 
-/* What lease l on name leaves on master m, the master of its slot: its token
- * under the lock key, with a TTL no longer than the lease's; the holder
- * record "TOKEN HOST PID UID COMMAND" with a TTL; the slot's fencing mark at
+/* What lease l on name leaves on master m, the master of its slot: its
+ * holder record "TOKEN HOST PID UID COMMAND" under the lock key, with a TTL
+ * no longer than the lease's; the slot's fencing mark at
  * least the lease's fence; and no key of the slot on any other master.
  * Returns the token. */
 static const char *check_held(int m, const char *name, const dlock_lease *l)
@@ -74,12 +74,8 @@ static const char *check_held(int m, const char *name, const dlock_lease *l)
     long long pttl = hc_pttl(m, key);
     cr_assert(pttl > 0 && pttl <= (long long)dlock_lease_ttl_ms(l), "%s on node %d: PTTL %lld", key,
               m, pttl);
-    const char *hkey = hc_holder_key(name);
-    char *rec = hc_get(m, hkey);
-    cr_assert(rec && strncmp(rec, tok, 32) == 0 && rec[32] == ' ',
-              "%s on node %d: '%s' is no holder record of token %s", hkey, m, rec ? rec : "(none)",
-              tok);
-    cr_assert_gt(hc_pttl(m, hkey), 0, "%s has no TTL", hkey);
+    cr_assert(strlen(tok) > 33 && tok[32] == ' ', "%s on node %d: '%s' holds no holder record", key,
+              m, tok);
     uint64_t mark = parse_u64(hc_get(m, hc_mark_key(name)), hc_mark_key(name));
     cr_assert_geq(mark, dlock_lease_fence(l), "%s: mark %" PRIu64 " below the fence %" PRIu64, name,
                   mark, dlock_lease_fence(l));
@@ -139,7 +135,7 @@ static void wait_renewal_on(int node, const char *key, struct h_cl *cl, dlock_le
     }
 }
 
-/* After the last release in a slot: no lock key or holder record of the
+/* After the last release in a slot: no lock key of the
  * names on `node`, and only the slot's mark left in the slot there; none of
  * the slot's keys on `old`. */
 static void check_slot_empty(int node, int old, char (*names)[64], int n)
@@ -147,7 +143,6 @@ static void check_slot_empty(int node, int old, char (*names)[64], int n)
     unsigned slot = hc_name_slot(names[0]);
     for (int k = 0; k < n; k++) {
         HC_KEY_GONE(node, hc_lock_key(names[k]));
-        HC_KEY_GONE(node, hc_holder_key(names[k]));
     }
     cr_assert_eq(hc_count_slot(node, slot), 1, "slot %u holds %lld keys, not only its mark", slot,
                  hc_count_slot(node, slot));
@@ -293,23 +288,21 @@ HCTEST(cluster, leases_stay_held_through_renewals_and_releases_mid_migration)
 
     /* The keys of two names move: their renewals follow ASK to the new
      * master; the others' are still served by the old one. */
-    const char *moved[] = {hc_lock_key(names[0]), hc_holder_key(names[0]), hc_lock_key(names[1]),
-                           hc_holder_key(names[1])};
-    cr_assert_eq(hc_migrate_keys(&mig, moved, 4), 4);
+    const char *moved[] = {hc_lock_key(names[0]), hc_lock_key(names[1])};
+    cr_assert_eq(hc_migrate_keys(&mig, moved, 2), 2);
     cr_assert_str_eq(hc_get(to, moved[0]), tok[0]);
-    cr_assert_str_eq(hc_get(to, moved[2]), tok[1]);
+    cr_assert_str_eq(hc_get(to, moved[1]), tok[1]);
     wait_renewal_on(to, moved[0], a, l, NMIG);
-    wait_renewal_on(to, moved[2], a, l, NMIG);
+    wait_renewal_on(to, moved[1], a, l, NMIG);
     wait_renewal_on(from, hc_lock_key(names[2]), a, l, NMIG);
     wait_renewal_on(from, hc_lock_key(names[3]), a, l, NMIG);
-    /* The lock key of a third name moves without its holder record: a
-     * script over both gets TRYAGAIN from either node, the lock key alone
-     * is renewed on the new master (docs/cluster.md). */
+    /* The lock key of a third name moves on its own, without its slot's
+     * fencing mark: a renewal touches the lock key alone, so the new master
+     * renews it at once (after ASK). */
     const char *split[] = {hc_lock_key(names[2])};
     cr_assert_eq(hc_migrate_keys(&mig, split, 1), 1);
     wait_renewal_on(to, split[0], a, l, NMIG);
     wait_renewal_on(to, split[0], a, l, NMIG);
-    cr_assert_gt(hc_pttl(from, hc_holder_key(names[2])), 0);
 
     /* Releases mid-migration: one whose keys moved (the waiter's), one whose
      * keys did not. */
@@ -317,10 +310,8 @@ HCTEST(cluster, leases_stay_held_through_renewals_and_releases_mid_migration)
     cr_assert_eq(dlock_lease_release(l[1]), 0);
     cr_assert_eq(dlock_lease_release(l[3]), 0);
     dlock_lease *still[] = {l[0], l[2]};
-    HC_KEY_GONE(to, moved[2]);
-    HC_KEY_GONE(to, moved[3]);
+    HC_KEY_GONE(to, moved[1]);
     HC_KEY_GONE(from, hc_lock_key(names[3]));
-    HC_KEY_GONE(from, hc_holder_key(names[3]));
     assert_held(a, still, 2);
     /* The other keys move too, the mark with them, while the slot is still
      * the old master's. An acquire of a free name of the slot now goes to
@@ -331,7 +322,6 @@ HCTEST(cluster, leases_stay_held_through_renewals_and_releases_mid_migration)
      * move ends well within that. */
     hc_migrate_some(&mig, 1L << 30);
     cr_assert_eq(hc_count_slot(from, slot), 0);
-    cr_assert_gt(hc_pttl(to, hc_holder_key(names[2])), 0);
     struct h_acq late;
     h_acquire_async(a, names[NMIG], LONG_TTL, 60000, &late);
     cr_assert_eq(dlock_client_ping(a->c), 0);
@@ -350,8 +340,6 @@ HCTEST(cluster, leases_stay_held_through_renewals_and_releases_mid_migration)
         cr_assert_str_eq(hc_get(to, hc_lock_key(dlock_lease_name(still[k]))), tok[2 * k]);
         wait_renewal_on(to, hc_lock_key(dlock_lease_name(still[k])), a, still, 2);
     }
-    /* The split name's holder record is renewed with its lock again. */
-    wait_renewal_on(to, hc_holder_key(names[2]), a, still, 2);
 
     /* A waiter that subscribes on the new master is woken there. */
     struct h_acq w2;
@@ -377,7 +365,7 @@ struct tracked {
     dlock_lease *l;
     char name[64];
     int node;      /* the master of its slot after the failover */
-    char tok[33];  /* its token */
+    char tok[256]; /* its value: token and holder record */
     int key_gone;  /* its key was deleted on the new master */
     int in_doubt;  /* the failover concerns it: it must be put in doubt */
     int doubted;   /* a JEOPARDY event with DLOCK_EFAILOVER came */
@@ -473,7 +461,6 @@ HCTEST(cluster, failover_ends_every_lease_held_or_lost)
     int promoted = hc_kill_master(victim);
     cr_assert_eq(promoted, replica);
     hc_del(promoted, hc_lock_key(x->name));
-    hc_del(promoted, hc_holder_key(x->name));
     x->key_gone = 1;
     h_agent_resume(0);
 
@@ -513,7 +500,6 @@ HCTEST(cluster, failover_ends_every_lease_held_or_lost)
     for (int k = 1; k < N; k++) {
         cr_assert_eq(dlock_lease_release(t[k].l), 0);
         HC_KEY_GONE(t[k].node, hc_lock_key(t[k].name));
-        HC_KEY_GONE(t[k].node, hc_holder_key(t[k].name));
     }
     cr_assert_eq(hc_exists(promoted, hc_lock_key(x->name)), 0);
     /* The old master comes back as a replica; the agents carry on. */
@@ -570,8 +556,8 @@ HCTEST(cluster, fencing_tokens_increase_across_slot_moves_and_a_failover)
     prev = dlock_lease_fence(l);
     struct hc_migration mig;
     hc_migrate_begin(&mig, slot, m[2]);
-    const char *keys[] = {hc_lock_key(name), hc_holder_key(name)};
-    cr_assert_eq(hc_migrate_keys(&mig, keys, 2), 2);
+    const char *keys[] = {hc_lock_key(name)};
+    cr_assert_eq(hc_migrate_keys(&mig, keys, 1), 1);
     cr_assert_eq(dlock_lease_release(l), 0);
     struct h_acq next;
     h_acquire_async(cl[1], name, 5000, 60000, &next);

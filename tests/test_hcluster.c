@@ -83,7 +83,6 @@ HCTEST(hcluster, forms_with_a_complete_slot_map_and_routes_by_key)
     char name[64];
     hc_name_on(m[2], "job", name, sizeof name);
     cr_assert_eq(hc_key_node(hc_lock_key(name)), m[2]);
-    cr_assert_eq(hc_slot(hc_holder_key(name)), hc_name_slot(name));
     cr_assert_eq(hc_slot(hc_mark_key(name)), hc_name_slot(name));
     cr_assert_str_eq(hc_mark_key("job"), "dlock:{21206} fence-hw"); /* docs/fencing.md */
 }

@@ -695,15 +695,6 @@ static void on_node_result(struct cop *op, const struct backend_result *r)
             cop_fail(op, rc);
         return;
     }
-    if (strncmp(t, "TRYAGAIN", 8) == 0 && op->kind == C_RENEW && !op->req.lock_key_only) {
-        /* The slot's keys are split between two masters: the lock key
-         * alone is served at once, by one or the other (after ASK). */
-        op->req.lock_key_only = true;
-        int rc = cop_send(op);
-        if (rc)
-            cop_fail(op, rc);
-        return;
-    }
     if (strncmp(t, "TRYAGAIN", 8) == 0 || strncmp(t, "CLUSTERDOWN", 11) == 0) {
         if (t[0] == 'C')
             refresh_soon(cl);

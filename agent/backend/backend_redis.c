@@ -23,67 +23,68 @@
 #include "wire.h"
 #include "util.h"
 
-enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_RENEW_LOCK, S_COUNT };
+enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_COUNT };
 
-/* Acquire: SET NX PX, and on success the fencing token: one more than the
+/* The lock key's value is the holder record, "TOKEN HOST PID UID COMM"
+ * (docs/protocol.md): who holds it, for operators, without a key of its
+ * own. The other scripts are given the token alone: LUA_OURS says whether
+ * a value is the record of that token. (A value equal to the token is
+ * ours too: the form of earlier versions.)
+ *
+ * Acquire: SET NX PX, and on success the fencing token: one more than the
  * high-water mark of the lock key's hash slot (KEYS[2], shared by every name
  * of the slot, kept without expiry), but never below the server's clock in
  * microseconds, so that it keeps rising after the mark was lost. In quorum
  * mode the floor is the agent's clock (ARGV[3]) rather than the server's, so
- * that the nodes usually agree on the token. The per-name counter of earlier
- * versions (KEYS[4]) counts too, and is deleted: the mark, now above it,
- * carries it on. Both are read with pcall: a foreign value of another type
- * must not abort the script after SET NX took the lock; and only a whole
- * number in [0, 2^53) counts, the range Lua's doubles hold exactly (our
- * tokens, microseconds since 1970, are far below it): anything else (1e30,
- * inf, a fraction) reads as 0, or the token would leave the range of a
- * 64-bit reply. When taken: the holder's remaining PTTL, negated. The token
- * goes through string.format: Lua's own number-to-string conversion keeps
- * only 14 digits. */
+ * that the nodes usually agree on the token. The mark is read with pcall: a
+ * foreign value of another type must not abort the script after SET NX took
+ * the lock; and only a whole number in [0, 2^53) counts, the range Lua's
+ * doubles hold exactly (our tokens, microseconds since 1970, are far below
+ * it): anything else (1e30, inf, a fraction) reads as 0, or the token would
+ * leave the range of a 64-bit reply. When taken: the holder's remaining
+ * PTTL, negated. The token goes through string.format: Lua's own
+ * number-to-string conversion keeps only 14 digits. */
 #define LUA_MARK                                                                                   \
     "local function mark(k) local n = tonumber(redis.pcall('get', k)) "                            \
     "if type(n) == 'number' and n >= 0 and n < 9007199254740992 and n % 1 == 0 "                   \
     "then return n end return 0 end "
+#define LUA_OURS                                                                                   \
+    "local v = redis.call('get', KEYS[1]) "                                                        \
+    "local ours = v == ARGV[1] or (v and string.sub(v, 1, 33) == ARGV[1] .. ' ') "
 static const char *const script_src[S_COUNT] = {
     LUA_MARK "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
              "local fence = tonumber(ARGV[3]) "
              "if not fence then local t = redis.call('time') "
              "fence = tonumber(t[1]) * 1000000 + tonumber(t[2]) end "
-             "for _, k in ipairs({KEYS[2], KEYS[4]}) do local last = mark(k) "
-             "if last >= fence then fence = last + 1 end end "
+             "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "
              "redis.call('set', KEYS[2], string.format('%d', fence)) "
-             "redis.call('del', KEYS[4]) "
-             "redis.call('set', KEYS[3], ARGV[4], 'PX', ARGV[2]) "
              "return fence end "
              "local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end return -t",
-    /* Renew: compare-and-pexpire, the holder record too. */
-    "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[2], ARGV[2]) "
-    "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0",
-    /* Release: compare-and-delete of the lock and its holder record, then
-     * tell the agents waiting for the name on its own channel (ARGV[2],
-     * with sharded pub/sub when ARGV[4] is 's'), unless there is no channel:
-     * the clean-up after an acquire that missed. The slot's high-water mark
-     * stays. The legacy counter needs no delete: our grant deleted it, and no
-     * other grant of the name can come before our release. */
-    "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1], KEYS[2]) "
-    "if ARGV[2] ~= '' then "
-    "if ARGV[4] == 's' then redis.call('spublish', ARGV[2], ARGV[3]) "
-    "else redis.call('publish', ARGV[2], ARGV[3]) end end "
-    "return 1 end return 0",
+    /* Renew: compare-and-pexpire. */
+    LUA_OURS "if ours then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0",
+    /* Release: compare-and-delete, then tell the agents waiting for the
+     * name on its own channel (ARGV[2], with sharded pub/sub when ARGV[4] is
+     * 's'), unless there is no channel: the clean-up after an acquire that
+     * missed. The slot's high-water mark stays. */
+    LUA_OURS "if ours then redis.call('del', KEYS[1]) "
+             "if ARGV[2] ~= '' then "
+             "if ARGV[4] == 's' then redis.call('spublish', ARGV[2], ARGV[3]) "
+             "else redis.call('publish', ARGV[2], ARGV[3]) end end "
+             "return 1 end return 0",
     /* Fence (quorum mode): while the key is ours, raise the slot's
      * high-water mark to the grant's token. */
-    LUA_MARK "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end "
-             "if mark(KEYS[2]) < tonumber(ARGV[2]) then "
-             "redis.call('set', KEYS[2], ARGV[2]) end return 1",
-    /* Lookup (for operators): the value, the holder record, the PTTL. A
-     * value of another type than string reads as empty. */
+    LUA_MARK LUA_OURS "if not ours then return 0 end "
+                      "if mark(KEYS[2]) < tonumber(ARGV[2]) then "
+                      "redis.call('set', KEYS[2], ARGV[2]) end return 1",
+    /* Lookup (for operators): the token, the holder record, the PTTL. The
+     * record is the value; a separate record key is read too, for keys of
+     * earlier versions. A value of another type than string reads as
+     * empty. */
     "local v = redis.pcall('get', KEYS[1]) local h = redis.pcall('get', KEYS[2]) "
     "if type(v) ~= 'string' then v = '' end if type(h) ~= 'string' then h = '' end "
+    "local sp = string.find(v, ' ', 1, true) "
+    "if h == '' and sp then h = v v = string.sub(v, 1, sp - 1) end "
     "return {v, h, redis.call('pttl', KEYS[1])}",
-    /* Renew the lock key alone (while Redis Cluster moves its slot): the
-     * holder record, for operators only, keeps its last TTL. */
-    "if redis.call('get', KEYS[1]) == ARGV[1] then "
-    "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0",
 };
 
 /* Where the WAIT after an acquire or renewal is (wait_replicas). */
@@ -115,7 +116,7 @@ struct rcmd {
     uint16_t holder_len;
     char token[33];
     /* prefix + name, NUL-terminated (name is key + prefix_len), then the
-     * holder record (acquire) */
+     * key's value (acquire): the token, and the holder record after a space */
     char key[];
 };
 
@@ -354,47 +355,44 @@ static void arg(struct args *a, const char *s, size_t len)
  * the arguments until the command is sent. */
 struct side_keys {
     char hw[CONFIG_PREFIX_MAX + FENCE_HW_EXTRA + 1];
-    char holder[SIDE_KEY_MAX];
-    char legacy[SIDE_KEY_MAX];
+    char holder[SIDE_KEY_MAX]; /* lookup: the record key of earlier versions */
     char channel[SIDE_KEY_MAX]; /* release: the name's release channel */
 };
 
 static struct slot_tags slot_tags; /* built once, by the first backend */
 static bool slot_tags_ready;
 
-/* KEYS: the lock; acquire: the slot's high-water mark, the holder record,
- * the legacy counter; fence: the high-water mark; renewal of the lock key
- * alone: nothing else; the others: the holder record. */
+/* KEYS: the lock; acquire and fence: the slot's high-water mark; lookup:
+ * the holder record of earlier versions; renewal and release: nothing
+ * else. */
 static void add_keys(const struct rb *b, const struct rcmd *c, struct args *a, struct side_keys *k)
 {
     size_t key_len = b->prefix_len + c->name_len;
-    bool acquire = c->script == S_ACQUIRE, fence = c->script == S_FENCE;
-    bool alone = c->script == S_RENEW_LOCK;
-    arg(a, acquire ? "4" : alone ? "1" : "2", 1);
+    bool marked = c->script == S_ACQUIRE || c->script == S_FENCE;
+    bool two = marked || c->script == S_LOOKUP;
+    arg(a, two ? "2" : "1", 1);
     arg(a, c->key, key_len);
-    if (alone)
-        return;
-    if (acquire || fence)
+    if (marked)
         arg(a, k->hw, fence_hw_key(&slot_tags, c->key, key_len, b->prefix_len, k->hw));
-    if (!fence)
+    else if (two)
         arg(a, k->holder, holder_key(c->key, key_len, b->prefix_len, k->holder));
-    if (acquire)
-        arg(a, k->legacy, legacy_fence_key(c->key, key_len, b->prefix_len, k->legacy));
 }
 
-/* ARGV: the token (but for lookup), then each script's own. */
+/* ARGV: the holder record (acquire) or the token (but for lookup), then
+ * each script's own. */
 static void add_argv(const struct rb *b, const struct rcmd *c, struct args *a, struct side_keys *k)
 {
     unsigned long long num = c->num;
-    if (c->script != S_LOOKUP)
+    if (c->script == S_ACQUIRE)
+        arg(a, c->key + b->prefix_len + c->name_len + 1, c->holder_len);
+    else if (c->script != S_LOOKUP)
         arg(a, c->token, 32);
-    if (c->script == S_ACQUIRE || c->script == S_RENEW || c->script == S_RENEW_LOCK)
+    if (c->script == S_ACQUIRE || c->script == S_RENEW)
         arg(a, a->ttl, (size_t)snprintf(a->ttl, sizeof a->ttl, "%u", c->ttl_ms));
     switch (c->script) {
     case S_ACQUIRE:
         /* The floor, or empty for the server's clock. */
         arg(a, a->num, num ? (size_t)snprintf(a->num, sizeof a->num, "%llu", num) : 0);
-        arg(a, c->key + b->prefix_len + c->name_len + 1, c->holder_len);
         break;
     case S_RELEASE:
         /* The channel, or empty for no notice; the name; how to publish. */
@@ -438,7 +436,7 @@ static int cmd_send(struct rb *b, struct rcmd *c)
     c->s_text[0] = '\0';
     c->wait = W_NONE;
     if (rc == 0 && b->cfg->wait_replicas &&
-        (c->script == S_ACQUIRE || c->script == S_RENEW || c->script == S_RENEW_LOCK)) {
+        (c->script == S_ACQUIRE || c->script == S_RENEW)) {
         /* On the same connection, so it waits for this write: the grant or
          * renewal counts once that many replicas have it. */
         char n[16], ms[16];
@@ -458,7 +456,8 @@ static int submit_with(struct backend *be, enum script s, const char *name, size
     struct rb *b = (struct rb *)be;
     if (!b->cmd.connected || b->closing)
         return DLOCK_EUNAVAIL;
-    size_t hlen = holder ? strlen(holder) : 0;
+    /* acquire: the key's value, the token and the holder record after it */
+    size_t hlen = holder ? (holder[0] ? 33 + strlen(holder) : 32) : 0;
     struct rcmd *c = malloc(sizeof *c + b->prefix_len + len + 1 + hlen + 1);
     if (!c)
         return DLOCK_ENOMEM;
@@ -478,7 +477,11 @@ static int submit_with(struct backend *be, enum script s, const char *name, size
     memcpy(c->key, b->cfg->prefix, b->prefix_len);
     memcpy(c->key + b->prefix_len, name, len);
     c->key[b->prefix_len + len] = '\0';
-    memcpy(c->key + b->prefix_len + len + 1, holder ? holder : "", hlen + 1);
+    char *value = c->key + b->prefix_len + len + 1;
+    if (holder && holder[0])
+        snprintf(value, hlen + 1, "%s %s", c->token, holder);
+    else
+        memcpy(value, holder ? c->token : "", hlen + 1);
     int rc = cmd_send(b, c);
     if (rc)
         free(c);
@@ -505,7 +508,7 @@ static int rb_acquire(struct backend *be, const struct backend_req *req, backend
 
 static int rb_renew(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    return submit(be, req->lock_key_only ? S_RENEW_LOCK : S_RENEW, req, 0, cb, arg);
+    return submit(be, S_RENEW, req, 0, cb, arg);
 }
 
 static int rb_release(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)

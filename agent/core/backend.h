@@ -22,16 +22,14 @@ struct backend_req {
     const char *name; /* the lock name, not NUL-terminated */
     size_t len;
     const char *token;  /* our token for the key: 32 hex characters */
-    const char *holder; /* acquire: the holder record stored beside the key */
+    /* acquire: who holds it ("HOST PID UID COMMAND"), stored after the token
+     * in the key's value */
+    const char *holder;
     uint32_t ttl_ms;    /* acquire, renew, fence: the key's TTL from now */
     bool notify;        /* release: publish a release notice for waiters */
     uint64_t floor;     /* acquire: the fencing token is at least this (0: the node's clock) */
     uint64_t fence;     /* fence: raise the slot's high-water mark to at least this */
     bool asking;        /* Redis Cluster: send ASKING first (the answer to an ASK redirect) */
-    /* renew: the lock key alone, not its holder record: Redis Cluster
-     * refuses a script whose keys a slot migration has split (TRYAGAIN),
-     * never one of a single key. */
-    bool lock_key_only;
 };
 
 enum backend_outcome {
@@ -92,7 +90,8 @@ struct backend_node {
 
 /* What the store holds for a lock name right now: the lock key's value (a
  * dlock token, or whatever another client stored), dlock's holder record
- * ("TOKEN HOST PID UID COMMAND", empty when none), the key's PTTL, and on
+ * ("TOKEN HOST PID UID COMMAND", the whole value of a dlock key; empty when
+ * none), the key's PTTL, and on
  * how many of how many nodes that value is. value is empty when free. */
 #define BACKEND_RECORD_MAX 256
 struct backend_holder {

@@ -617,10 +617,10 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
         l->acq_ttl_ms = w->ttl_ms;
         l->notice_missed = false;
         /* Who holds it, for operators looking from any host. */
-        char holder[BACKEND_RECORD_MAX];
+        char holder[BACKEND_RECORD_MAX - TOKEN_HEX - 1];
         const struct core_client *c = w->owner;
-        snprintf(holder, sizeof holder, "%s %s %d %u %s", l->acq_token, k->host, (int)c->pid,
-                 (unsigned)c->uid, c->comm);
+        snprintf(holder, sizeof holder, "%s %d %u %s", k->host, (int)c->pid, (unsigned)c->uid,
+                 c->comm);
         struct backend_req req = {.name = l->name,
                                   .len = l->name_len,
                                   .token = l->acq_token,

@@ -172,7 +172,7 @@ static uint64_t kmark(struct node *nd, const char *name)
 /* ---- the scripts ---- */
 
 struct keynames {
-    char lock[SIM_KEY_MAX], holder[SIM_KEY_MAX], mark[SIM_KEY_MAX], legacy[SIM_KEY_MAX];
+    char lock[SIM_KEY_MAX], mark[SIM_KEY_MAX], legacy[SIM_KEY_MAX];
 };
 
 static void names_make(const char *name, size_t name_len, struct keynames *kn)
@@ -180,9 +180,7 @@ static void names_make(const char *name, size_t name_len, struct keynames *kn)
     size_t plen = strlen(SIM_PREFIX);
     int len = snprintf(kn->lock, sizeof kn->lock, "%s%.*s", SIM_PREFIX, (int)name_len, name);
     char buf[2 * SIM_KEY_MAX];
-    size_t n = holder_key(kn->lock, (size_t)len, plen, buf);
-    snprintf(kn->holder, sizeof kn->holder, "%.*s", (int)n, buf);
-    n = legacy_fence_key(kn->lock, (size_t)len, plen, buf);
+    size_t n = legacy_fence_key(kn->lock, (size_t)len, plen, buf);
     snprintf(kn->legacy, sizeof kn->legacy, "%.*s", (int)n, buf);
     n = fence_hw_key(tags, kn->lock, (size_t)len, plen, buf);
     snprintf(kn->mark, sizeof kn->mark, "%.*s", (int)n, buf);
@@ -222,40 +220,42 @@ static long long run_acquire(struct node *nd, struct msg *m, const struct keynam
         long long t = k->expire_ms ? k->expire_ms - now_ms : -1;
         return t < 0 ? 0 : -t;
     }
-    kset(nd, kn->lock, m->token, now_ms + m->ttl_ms);
+    /* The value: the token, then the holder record. */
+    char val[SIM_VAL_MAX];
+    snprintf(val, sizeof val, "%.32s %.*s", m->token, SIM_VAL_MAX - 34, m->holder);
+    kset(nd, kn->lock, val, now_ms + m->ttl_ms);
     uint64_t fence = m->floor ? m->floor : (uint64_t)(node_clock_ns(nd) / 1000);
-    const char *marks[2] = {kn->mark, kn->legacy};
-    for (int i = 0; i < 2; i++) {
-        uint64_t last = kmark(nd, marks[i]);
-        if (last >= fence)
-            fence = last + 1;
-    }
+    uint64_t last = kmark(nd, kn->mark);
+    if (last >= fence)
+        fence = last + 1;
     char v[24];
     snprintf(v, sizeof v, "%" PRIu64, fence);
     kset(nd, kn->mark, v, 0);
-    kdel(nd, kn->legacy);
-    kset(nd, kn->holder, m->holder, now_ms + m->ttl_ms);
     return (long long)fence;
+}
+
+/* Is k's value the record of token (the token, a space, the holder)? */
+static bool ours(const struct rkey *k, const char *token)
+{
+    size_t n = strlen(token);
+    return k && strncmp(k->val, token, n) == 0 && (k->val[n] == ' ' || k->val[n] == '\0');
 }
 
 static long long run_renew(struct node *nd, struct msg *m, const struct keynames *kn)
 {
     const struct rkey *k = kget(nd, kn->lock);
-    if (!k || strcmp(k->val, m->token) != 0)
+    if (!ours(k, m->token))
         return 0;
-    int64_t at = node_ms(nd) + m->ttl_ms;
-    kpexpire(nd, kn->holder, at);
-    kpexpire(nd, kn->lock, at);
+    kpexpire(nd, kn->lock, node_ms(nd) + m->ttl_ms);
     return 1;
 }
 
 static long long run_release(struct node *nd, struct msg *m, const struct keynames *kn)
 {
     const struct rkey *k = kget(nd, kn->lock);
-    if (!k || (strcmp(k->val, m->token) != 0 && !BUG_RELEASE_NO_COMPARE))
+    if (!k || (!ours(k, m->token) && !BUG_RELEASE_NO_COMPARE))
         return 0;
     kdel(nd, kn->lock);
-    kdel(nd, kn->holder);
     if (m->notify) {
         publish(nd, m);
         sim_released(nd->s, m->name, m->name_len);
@@ -266,7 +266,7 @@ static long long run_release(struct node *nd, struct msg *m, const struct keynam
 static long long run_fence(struct node *nd, struct msg *m, const struct keynames *kn)
 {
     const struct rkey *k = kget(nd, kn->lock);
-    if (!k || strcmp(k->val, m->token) != 0)
+    if (!ours(k, m->token))
         return 0;
     if (kmark(nd, kn->mark) < m->fence) {
         char v[24];
@@ -283,15 +283,14 @@ static void run_lookup(struct node *nd, struct msg *m, const struct keynames *kn
         return;
     memset(h, 0, sizeof *h);
     const struct rkey *k = kget(nd, kn->lock);
-    const struct rkey *r = kget(nd, kn->holder);
     if (k) {
-        snprintf(h->value, sizeof h->value, "%s", k->val);
+        /* The token, and the whole value as the record. */
+        snprintf(h->value, sizeof h->value, "%.*s", (int)strcspn(k->val, " "), k->val);
+        snprintf(h->record, sizeof h->record, "%s", k->val);
         h->pttl = k->expire_ms ? k->expire_ms - node_ms(nd) : -1;
     } else {
         h->pttl = -2;
     }
-    if (r)
-        snprintf(h->record, sizeof h->record, "%s", r->val);
     h->nodes = 1;
     h->nodes_holding = h->value[0] != '\0';
 }
@@ -460,7 +459,7 @@ void node_preload(struct node *nd, const char *name, uint64_t legacy, uint64_t m
     }
 }
 
-/* A lock key or holder record alive now (not a fencing mark). */
+/* A lock key alive now (not a fencing mark). */
 bool node_key_live(const struct node *nd, const struct rkey *k)
 {
     return !expired(nd, k) && !strstr(k->name, " fence");

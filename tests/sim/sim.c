@@ -661,7 +661,8 @@ static bool node_holds(struct sim *s, struct node *nd, unsigned name, const char
     for (unsigned i = 0; i < nd->nkeys; i++) {
         const struct rkey *k = &nd->keys[i];
         if (strcmp(k->name, key) == 0)
-            return !node_key_expired(nd, k) && strcmp(k->val, token) == 0;
+            return !node_key_expired(nd, k) && strncmp(k->val, token, 32) == 0 &&
+                   (k->val[32] == ' ' || k->val[32] == '\0');
     }
     return false;
 }
@@ -766,7 +767,7 @@ static bool late_token(const struct sim *s, const char *v)
     return false;
 }
 
-/* Once settled, no lock key or holder record is left on any node: but for
+/* Once settled, no lock key is left on any node: but for
  * the keys of acquires that ran after they had failed (a known limit,
  * named), every one was released or withdrawn. */
 static void check_orphans(struct sim *s)
