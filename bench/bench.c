@@ -249,6 +249,17 @@ static const char *fmt_us(double us)
     return b;
 }
 
+/* A wait: in us, or in ms from 10 ms up. */
+static const char *fmt_wait(double us)
+{
+    char *b = buf_next();
+    if (us >= 10000)
+        snprintf(b, 48, "%.1f ms", us / 1e3);
+    else
+        snprintf(b, 48, "%.1f us", us);
+    return b;
+}
+
 static const char *fmt_pct(double pct)
 {
     char *b = buf_next();
@@ -909,11 +920,11 @@ static void report_cohort(const struct cohort_result *c)
              verdict(son <= TARGET_COHORT_SPREAD), verdict(soff <= TARGET_COHORT_SPREAD));
     row("spread (max-min)/mean", fmt_pct(son), fmt_pct(soff), "", t);
     const struct summary *won = &on->host_wait[0], *woff = &off->host_wait[0];
-    row("wait per acquire p50", fmt_us(won->p50_us), fmt_us(woff->p50_us),
+    row("wait per acquire p50", fmt_wait(won->p50_us), fmt_wait(woff->p50_us),
         fmt_ratio(won->p50_us, woff->p50_us), "(context)");
-    row("wait per acquire p99", fmt_us(won->p99_us), fmt_us(woff->p99_us),
+    row("wait per acquire p99", fmt_wait(won->p99_us), fmt_wait(woff->p99_us),
         fmt_ratio(won->p99_us, woff->p99_us), "(context)");
-    row("wait per acquire max", fmt_us(won->max_us), fmt_us(woff->max_us), "", "(context)");
+    row("wait per acquire max", fmt_wait(won->max_us), fmt_wait(woff->max_us), "", "(context)");
     row("counter at the end", fmt_counter(on), fmt_counter(off), "", "== grants");
     int fon, foff;
     long eon = contend_errors(on, &fon), eoff = contend_errors(off, &foff);
@@ -952,12 +963,12 @@ static void report_hosts(const struct contend_run *r)
             r->w[i].agent == 1 ? fmt_count((double)r->w[i].grants) : "", "", "");
     }
     const struct summary *a = &r->host_wait[0], *b = &r->host_wait[1];
-    row("wait per acquire p50", fmt_us(a->p50_us), fmt_us(b->p50_us), "", "(context)");
-    row("wait per acquire p99", fmt_us(a->p99_us), fmt_us(b->p99_us), "", "");
+    row("wait per acquire p50", fmt_wait(a->p50_us), fmt_wait(b->p50_us), "", "(context)");
+    row("wait per acquire p99", fmt_wait(a->p99_us), fmt_wait(b->p99_us), "", "");
     double lim = (CONTEND_COHORT_MS + TARGET_WAIT_SLACK_MS) * 1e3;
     snprintf(t, sizeof t, "<= %.0f ms (cohort_ms + %.0f)  %s", lim / 1e3, TARGET_WAIT_SLACK_MS,
              verdict(a->n > 0 && b->n > 0 && a->max_us <= lim && b->max_us <= lim));
-    row("wait per acquire max", fmt_us(a->max_us), fmt_us(b->max_us), "", t);
+    row("wait per acquire max", fmt_wait(a->max_us), fmt_wait(b->max_us), "", t);
     row("grants/s in all", fmt_count(r->per_s), "", "", "(context)");
     row("counter at the end", fmt_counter(r), "", "", "== grants");
     int first;

@@ -113,8 +113,8 @@ static void note(struct report *h, int err)
 
 /* Runs in the forked process, and never returns: _exit() skips the
  * benchmark's own clean-up (atexit), which is the parent's. */
-static void worker(const char *agent_sock, const char *redis_sock, double seconds, int out, int go,
-                   pid_t parent)
+_Noreturn static void worker(const char *agent_sock, const char *redis_sock, double seconds,
+                             int out, int go, pid_t parent)
 {
     /* Die with the benchmark; and the benchmark's handlers are not ours. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -263,7 +263,7 @@ static int run_workers(const struct env *e, struct contend_run *r, const int *ag
         struct contend_worker *w = &r->w[i];
         struct lat *l = &host[w->agent];
         if (read_full(fds[i], &h, sizeof h, deadline) != 0 || lat_reserve(l, l->n + h.waits) != 0 ||
-            read_full(fds[i], l->v + l->n, h.waits * sizeof *l->v, deadline) != 0) {
+            (h.waits && read_full(fds[i], l->v + l->n, h.waits * sizeof *l->v, deadline) != 0)) {
             fprintf(stderr, "dlock-bench: worker %d did not report\n", i);
             goto out;
         }
