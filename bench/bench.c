@@ -13,8 +13,9 @@
 
 /* The project's performance targets (bench/README.md); reported, never
  * asserted. */
-#define TARGET_LATENCY_RATIO    1.25 /* dlock / plain, 1 client, p50 and mean */
-#define TARGET_THROUGHPUT_RATIO 2.0  /* dlock / plain, many clients, pairs/s */
+#define TARGET_LATENCY_RATIO    1.15 /* dlock / plain, 1 client, p50 and mean */
+#define TARGET_THROUGHPUT_LOOP  1.0  /* dlock / plain, many clients, pairs/s, loopback */
+#define TARGET_THROUGHPUT_DELAY 2.0  /* the same with Redis across the delay */
 #define TARGET_AGENT_CPU        5.0  /* % of one core with the leases held */
 #define TARGET_BYTES_PER_LEASE  512.0
 #define TARGET_VALID_NS         50.0  /* dlock_lease_valid(), ns per call */
@@ -23,6 +24,12 @@
 #define TARGET_FLEET_AGENTS     100   /* the agent count that target is for */
 #define TARGET_REDIS_CPU_RATIO  0.6   /* dlock / plain, Redis CPU per pair, many clients */
 #define TARGET_DELAY_LATENCY    0.6   /* dlock / plain, 1 client, p50, Redis across a delay */
+#define TARGET_WAKE_P50_US      150.0 /* cross-agent wake, release_sync -> waiter's return */
+#define TARGET_COHORT_RATIO     2.0   /* grants/s, cohort handoff on / off, one agent */
+#define TARGET_COHORT_SPREAD    10.0  /* (max - min) / mean of the grants per process, % */
+#define TARGET_SHARE_MIN        35.0  /* each host's share of the grants, two hosts, % */
+#define TARGET_SHARE_MAX        65.0
+#define TARGET_WAIT_SLACK_MS    10.0 /* max wait per acquire, two hosts: cohort_ms + this */
 
 struct opts {
     long pairs;     /* -n */
@@ -36,6 +43,9 @@ struct opts {
     int fleet[FLEET_MAX_COUNTS]; /* -F, agent counts */
     int nfleet;                  /* 0 = no fleet part */
     double delay_us;             /* -D, one-way delay; 0 = no delayed part */
+    long wake_rounds;            /* -W, 0 = no cross-agent wake part */
+    int cohort_procs;            /* -C, 0 = no cohort part */
+    int host_procs;              /* -H, per agent, 0 = no two hosts part */
     bool quick;                  /* -q */
     bool keep;                   /* -K */
 };
@@ -56,6 +66,7 @@ static void on_signal(int sig)
     struct env *e = &the_env;
     quorum_kill();
     fleet_kill();
+    side_kill();
     delay_kill();
     if (e->agent_pid > 0)
         kill(e->agent_pid, SIGKILL);
@@ -85,11 +96,13 @@ static void install_signals(void)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: dlock-bench [-qK] [-n PAIRS] [-c CLIENTS] [-d SECONDS] [-l LEASES] "
-               "[-w SECONDS] [-k CALLS] [-m PAIRS] [-F LIST] [-D US]\n"
+               "[-w SECONDS] [-k CALLS] [-m PAIRS] [-F LIST] [-D US] [-W ROUNDS] [-C PROCS] "
+               "[-H PROCS]\n"
                "  -n PAIRS    acquire+release pairs of the 1-client runs (loopback and\n"
                "              delayed), and per row of the fleet run (default 20000)\n"
                "  -c CLIENTS  threads of the many-client runs (default 50)\n"
-               "  -d SECONDS  duration of the many-client runs (default 3)\n"
+               "  -d SECONDS  duration of the many-client runs, and of each cohort and\n"
+               "              two hosts run (default 3)\n"
                "  -l LEASES   leases held at once (default 100000)\n"
                "  -w SECONDS  window over which the held leases are watched (default 30)\n"
                "  -k CALLS    calls per timed loop of the lease check (default 10000000)\n"
@@ -99,9 +112,13 @@ static void usage(FILE *f)
                "              (default 1,10,100; 0 skips it)\n"
                "  -D US       one-way delay of the proxy in front of Redis in the delayed\n"
                "              run, microseconds (default 100; 0 skips it)\n"
+               "  -W ROUNDS   rounds of the cross-agent wake run (default 2000; 0 skips it)\n"
+               "  -C PROCS    worker processes of the cohort runs (default 4; 0 skips them)\n"
+               "  -H PROCS    worker processes per agent of the two hosts run (default 2;\n"
+               "              0 skips it)\n"
                "  -q          quick run: 2000 pairs, 1 s, 10000 leases, 12 s window,\n"
                "              1000000 calls per loop, 5000 round trips, 1000 quorum pairs,\n"
-               "              fleet of 1 and 4 agents\n"
+               "              fleet of 1 and 4 agents, 200 wake rounds\n"
                "  -K          keep the temp dir (logs, configurations) at the end\n"
                "Starts its own redis-server (from PATH) and dlockd; see bench/README.md.\n");
 }
@@ -139,12 +156,23 @@ static int parse_counts(const char *s, struct opts *o)
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
     const char *fleet = NULL;
-    double v[8] = {-1, -1, -1, -1, -1, -1, -1, -1}; /* n c d l w k m D, -1 = not given */
-    static const char letters[] = "ncdlwkmD";
-    static const double lo[] = {1, 1, 0.1, 1, 1, 1000, 0, 0},
-                        hi[] = {1e8, 1000, 3600, 1e7, 3600, 1e10, 1e8, 1e6};
+    /* n c d l w k m D W C H, -1 = not given */
+    double v[11] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    static const char letters[] = "ncdlwkmDWCH";
+    static const double lo[] = {1, 1, 0.1, 1, 1, 1000, 0, 0, 0, 0, 0},
+                        hi[] = {1e8,
+                                1000,
+                                3600,
+                                1e7,
+                                3600,
+                                1e10,
+                                1e8,
+                                1e6,
+                                1e6,
+                                SIDE_MAX_WORKERS,
+                                SIDE_MAX_WORKERS / 2};
     int ch;
-    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:D:qKh")) != -1) {
+    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:D:W:C:H:qKh")) != -1) {
         const char *at = strchr(letters, ch);
         if (ch == 'F') {
             fleet = optarg;
@@ -174,6 +202,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     o->round_trips = o->quick ? 5000 : 20000;
     o->quorum_pairs = v[6] >= 0 ? (long)v[6] : o->quick ? 1000 : 10000;
     o->delay_us = v[7] >= 0 ? v[7] : 100;
+    o->wake_rounds = v[8] >= 0 ? (long)v[8] : o->quick ? 200 : 2000;
+    o->cohort_procs = v[9] >= 0 ? (int)v[9] : 4;
+    o->host_procs = v[10] >= 0 ? (int)v[10] : 2;
     if (parse_counts(fleet ? fleet : o->quick ? "1,4" : "1,10,100", o) != 0) {
         fprintf(stderr,
                 "dlock-bench: -F takes up to %d agent counts, each 1 to %d, "
@@ -215,6 +246,17 @@ static const char *fmt_us(double us)
 {
     char *b = buf_next();
     snprintf(b, 48, "%.1f us", us);
+    return b;
+}
+
+/* A wait: in us, or in ms from 10 ms up. */
+static const char *fmt_wait(double us)
+{
+    char *b = buf_next();
+    if (us >= 10000)
+        snprintf(b, 48, "%.1f ms", us / 1e3);
+    else
+        snprintf(b, 48, "%.1f us", us);
     return b;
 }
 
@@ -330,13 +372,13 @@ static void report_redis_cpu(const char *what, const struct pair_result *d,
 
 /* The rows both many-client tables share: throughput against its target,
  * then the pair latencies (with the mean and the count when `all`). */
-static void throughput_rows(const struct pair_result *d, const struct pair_result *p, bool all)
+static void throughput_rows(const struct pair_result *d, const struct pair_result *p, bool all,
+                            double target)
 {
     char t[64];
     row_head();
     double r = p->s.per_s > 0 ? d->s.per_s / p->s.per_s : 0;
-    snprintf(t, sizeof t, ">= %.2f  %s", TARGET_THROUGHPUT_RATIO,
-             verdict(r >= TARGET_THROUGHPUT_RATIO));
+    snprintf(t, sizeof t, ">= %.2f  %s", target, verdict(r >= target));
     row("aggregate pairs/s", fmt_count(d->s.per_s), fmt_count(p->s.per_s),
         fmt_ratio(d->s.per_s, p->s.per_s), t);
     row("pair latency p50", fmt_us(d->s.p50_us), fmt_us(p->s.p50_us),
@@ -356,7 +398,7 @@ static void report_multi(const struct opts *o, const struct pair_result *d,
     printf("\n%d clients on distinct names, %.1f s each (a thread and a connection per "
            "client; %ld cores)\n",
            o->clients, o->seconds, sysconf(_SC_NPROCESSORS_ONLN));
-    throughput_rows(d, p, true);
+    throughput_rows(d, p, true, TARGET_THROUGHPUT_LOOP);
     report_redis_cpu("Redis CPU per pair", d, p);
     report_errors(d, p);
     report_cpu(d, p);
@@ -418,7 +460,7 @@ static void report_delay(const struct delay_result *r, const struct pair_result 
     d = &r->dm;
     p = &r->pm;
     printf("\n  %d clients on distinct names, %.1f s each\n", r->clients, r->seconds);
-    throughput_rows(d, p, false);
+    throughput_rows(d, p, false, TARGET_THROUGHPUT_DELAY);
     report_redis_cpu("Redis CPU per pair", d, p);
     if (loop_dm && loop_pm)
         report_redis_cpu("  the same, loopback run above", loop_dm, loop_pm);
@@ -768,6 +810,175 @@ static void report_fleet(const struct fleet_result *f)
     report_fleet_checks(f);
 }
 
+/* ---- report: contended names ---- */
+
+/* How the part's agents came up and went down. */
+static void report_side_agents(const struct side_agent *a, int n)
+{
+    printf("  checked on the way: agents ready after");
+    for (int i = 0; i < n; i++)
+        printf("%s %s ms", i ? "," : "", fmt_count(a[i].ready_ms));
+    printf("; log lines at warn or above");
+    for (int i = 0; i < n; i++)
+        printf("%s %d", i ? "," : "", a[i].log_lines);
+    printf("; exit status after SIGTERM");
+    for (int i = 0; i < n; i++)
+        printf("%s %d", i ? "," : "", a[i].exit);
+    printf("\n");
+}
+
+static void report_wake(const struct wake_result *r)
+{
+    char t[64], v[32];
+    printf("\ncross-agent wake: a client of one agent holds a name, a client of another waits for "
+           "it;\n%s rounds, roles swapping, each a %d ms settle then dlock_lease_release_sync() -> "
+           "the waiter's acquire returns (CLOCK_MONOTONIC)\n",
+           fmt_count((double)r->rounds), r->settle_ms);
+    row("figure", "wake", "Redis PING", "x PING", "target");
+    double ping = r->ping.p50_us;
+    snprintf(t, sizeof t, "<= %.0f us  %s", TARGET_WAKE_P50_US,
+             verdict(r->wake.n > 0 && r->wake.p50_us <= TARGET_WAKE_P50_US));
+    row("p50", fmt_us(r->wake.p50_us), fmt_us(ping), fmt_ratio(r->wake.p50_us, ping), t);
+    row("p90", fmt_us(r->wake.p90_us), fmt_us(r->ping.p90_us), fmt_ratio(r->wake.p90_us, ping),
+        "(x PING: over the PING p50)");
+    row("p99", fmt_us(r->wake.p99_us), fmt_us(r->ping.p99_us), fmt_ratio(r->wake.p99_us, ping), "");
+    row("max", fmt_us(r->wake.max_us), fmt_us(r->ping.max_us), fmt_ratio(r->wake.max_us, ping), "");
+    row("rounds timed", fmt_count((double)r->wake.n), fmt_count((double)r->ping.n), "",
+        "(PING: plain hiredis, after the same pause)");
+    row("Redis PING p50, no pause", "", fmt_us(r->ping_busy.p50_us),
+        fmt_ratio(r->wake.p50_us, r->ping_busy.p50_us),
+        "(context: right after the previous round)");
+    snprintf(v, sizeof v, "%ld / %ld", r->early, r->not_listening);
+    row("waiter back early / not listened", v, "", "", "0 / 0");
+    snprintf(t, sizeof t, "0%s%s", r->errors ? "  first: " : "",
+             r->errors ? dlock_strerror(r->first_error) : "");
+    row("failed releases and acquires", fmt_count((double)r->errors), "", "", t);
+    report_side_agents(r->agent, 2);
+}
+
+static const char *contend_strerror(int err)
+{
+    return err == CONTEND_EREDIS ? "the GET or SET of the counter failed" : dlock_strerror(err);
+}
+
+/* (max - min) / mean of the grants per worker, in %. */
+static double spread_pct(const struct contend_run *r)
+{
+    long lo = 0, hi = 0;
+    for (int i = 0; i < r->nworkers; i++) {
+        lo = i == 0 || r->w[i].grants < lo ? r->w[i].grants : lo;
+        hi = i == 0 || r->w[i].grants > hi ? r->w[i].grants : hi;
+    }
+    double mean = r->nworkers ? (double)r->grants / r->nworkers : 0;
+    return mean > 0 ? 100.0 * (double)(hi - lo) / mean : 0;
+}
+
+static long contend_errors(const struct contend_run *r, int *first)
+{
+    long n = 0;
+    *first = 0;
+    for (int i = 0; i < r->nworkers; i++) {
+        if (r->w[i].errors && !n)
+            *first = r->w[i].first_error;
+        n += r->w[i].errors;
+    }
+    return n;
+}
+
+/* The counter check: the counter at the end against the grants. */
+static const char *fmt_counter(const struct contend_run *r)
+{
+    char *b = buf_next();
+    if (r->counter < 0)
+        snprintf(b, 48, "not read");
+    else if (r->counter == r->grants)
+        snprintf(b, 48, "%s  ok", fmt_count((double)r->counter));
+    else
+        snprintf(b, 48, "LOST UPDATES: %s", fmt_count((double)(r->grants - r->counter)));
+    return b;
+}
+
+static void report_cohort(const struct cohort_result *c)
+{
+    char t[64], what[48];
+    const struct contend_run *on = &c->on, *off = &c->off;
+    printf("\ncohort: %d processes on one agent, one name, %.1f s per run: waiting acquire, GET + "
+           "SET of a counter on Redis, release\n",
+           on->nworkers, on->seconds);
+    row("figure", "handoff on", "handoff off", "ratio", "target");
+    double ratio = off->per_s > 0 ? on->per_s / off->per_s : 0;
+    snprintf(t, sizeof t, ">= %.2f  %s", TARGET_COHORT_RATIO,
+             verdict(ratio >= TARGET_COHORT_RATIO));
+    row("grants/s", fmt_count(on->per_s), fmt_count(off->per_s), fmt_ratio(on->per_s, off->per_s),
+        t);
+    for (int i = 0; i < on->nworkers; i++) {
+        snprintf(what, sizeof what, "  grants of process %d", i);
+        row(what, fmt_count((double)on->w[i].grants), fmt_count((double)off->w[i].grants), "", "");
+    }
+    double son = spread_pct(on), soff = spread_pct(off);
+    snprintf(t, sizeof t, "<= %.0f %%  %s / %s", TARGET_COHORT_SPREAD,
+             verdict(son <= TARGET_COHORT_SPREAD), verdict(soff <= TARGET_COHORT_SPREAD));
+    row("spread (max-min)/mean", fmt_pct(son), fmt_pct(soff), "", t);
+    const struct summary *won = &on->host_wait[0], *woff = &off->host_wait[0];
+    row("wait per acquire p50", fmt_wait(won->p50_us), fmt_wait(woff->p50_us),
+        fmt_ratio(won->p50_us, woff->p50_us), "(context)");
+    row("wait per acquire p99", fmt_wait(won->p99_us), fmt_wait(woff->p99_us),
+        fmt_ratio(won->p99_us, woff->p99_us), "(context)");
+    row("wait per acquire max", fmt_wait(won->max_us), fmt_wait(woff->max_us), "", "(context)");
+    row("counter at the end", fmt_counter(on), fmt_counter(off), "", "== grants");
+    int fon, foff;
+    long eon = contend_errors(on, &fon), eoff = contend_errors(off, &foff);
+    row("failed acquires and releases", fmt_count((double)eon), fmt_count((double)eoff), "", "0");
+    if (eon)
+        printf("    handoff on, first error: %s\n", contend_strerror(fon));
+    if (eoff)
+        printf("    handoff off, first error: %s\n", contend_strerror(foff));
+    printf("  (configurations: cohort_handoffs = 32 and 0, cohort_ms = %d)\n", CONTEND_COHORT_MS);
+    report_side_agents(on->agent, 1);
+    report_side_agents(off->agent, 1);
+}
+
+static void report_hosts(const struct contend_run *r)
+{
+    char t[64], what[48];
+    int per = r->nworkers / 2;
+    printf(
+        "\ntwo hosts: 2 agents (cohort_handoffs = 32, cohort_ms = %d), %d processes on each, one "
+        "name, %.1f s: waiting acquire, GET + SET of a counter, release\n",
+        CONTEND_COHORT_MS, per, r->seconds);
+    row("figure", "host A", "host B", "", "target");
+    double share[2];
+    for (int k = 0; k < 2; k++)
+        share[k] = r->grants > 0 ? 100.0 * (double)r->host_grants[k] / (double)r->grants : 0;
+    bool ok = true;
+    for (int k = 0; k < 2; k++)
+        ok = ok && share[k] >= TARGET_SHARE_MIN && share[k] <= TARGET_SHARE_MAX;
+    snprintf(t, sizeof t, "%.0f-%.0f %%  %s", TARGET_SHARE_MIN, TARGET_SHARE_MAX, verdict(ok));
+    row("share of the grants", fmt_pct(share[0]), fmt_pct(share[1]), "", t);
+    row("grants", fmt_count((double)r->host_grants[0]), fmt_count((double)r->host_grants[1]), "",
+        "");
+    for (int i = 0; i < r->nworkers; i++) {
+        snprintf(what, sizeof what, "  grants of process %d", i);
+        row(what, r->w[i].agent == 0 ? fmt_count((double)r->w[i].grants) : "",
+            r->w[i].agent == 1 ? fmt_count((double)r->w[i].grants) : "", "", "");
+    }
+    const struct summary *a = &r->host_wait[0], *b = &r->host_wait[1];
+    row("wait per acquire p50", fmt_wait(a->p50_us), fmt_wait(b->p50_us), "", "(context)");
+    row("wait per acquire p99", fmt_wait(a->p99_us), fmt_wait(b->p99_us), "", "");
+    double lim = (CONTEND_COHORT_MS + TARGET_WAIT_SLACK_MS) * 1e3;
+    snprintf(t, sizeof t, "<= %.0f ms (cohort_ms + %.0f)  %s", lim / 1e3, TARGET_WAIT_SLACK_MS,
+             verdict(a->n > 0 && b->n > 0 && a->max_us <= lim && b->max_us <= lim));
+    row("wait per acquire max", fmt_wait(a->max_us), fmt_wait(b->max_us), "", t);
+    row("grants/s in all", fmt_count(r->per_s), "", "", "(context)");
+    row("counter at the end", fmt_counter(r), "", "", "== grants");
+    int first;
+    long errors = contend_errors(r, &first);
+    row("failed acquires and releases", fmt_count((double)errors), "", "", "0");
+    if (errors)
+        printf("    first error: %s\n", contend_strerror(first));
+    report_side_agents(r->agent, 2);
+}
+
 /* ---- the run ---- */
 
 static void progress(const char *what)
@@ -807,6 +1018,44 @@ static int phase_delay(const struct opts *o, struct env *e)
     if (run_delay(e, o->delay_us, o->pairs, o->clients, o->seconds, &r) != 0)
         return -1;
     report_delay(&r, loop_done ? &loop_dm : NULL, loop_done ? &loop_pm : NULL);
+    fflush(stdout);
+    return 0;
+}
+
+static int phase_wake(const struct opts *o, struct env *e)
+{
+    static struct wake_result r;
+    if (o->wake_rounds == 0)
+        return 0;
+    progress("cross-agent wake: a holder on one agent, a waiter on another");
+    if (run_wake(e, o->wake_rounds, &r) != 0)
+        return -1;
+    report_wake(&r);
+    fflush(stdout);
+    return 0;
+}
+
+static int phase_cohort(const struct opts *o, struct env *e)
+{
+    static struct cohort_result r;
+    if (o->cohort_procs == 0)
+        return 0;
+    if (run_cohort(e, o->cohort_procs, o->seconds, &r) != 0)
+        return -1;
+    report_cohort(&r);
+    fflush(stdout);
+    return 0;
+}
+
+static int phase_hosts(const struct opts *o, struct env *e)
+{
+    static struct contend_run r;
+    if (o->host_procs == 0)
+        return 0;
+    progress("two hosts: worker processes on two agents, one name");
+    if (run_hosts(e, o->host_procs, o->seconds, &r) != 0)
+        return -1;
+    report_hosts(&r);
     fflush(stdout);
     return 0;
 }
@@ -895,6 +1144,12 @@ int main(int argc, char **argv)
     int rc = phase_pairs(&o, e);
     if (rc == 0)
         rc = phase_delay(&o, e);
+    if (rc == 0)
+        rc = phase_wake(&o, e);
+    if (rc == 0)
+        rc = phase_cohort(&o, e);
+    if (rc == 0)
+        rc = phase_hosts(&o, e);
     if (rc == 0)
         rc = phase_quorum(&o, e);
     if (rc == 0)

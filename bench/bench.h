@@ -404,4 +404,93 @@ int run_fleet(struct env *e, const int *counts, int ncounts, long pairs, struct 
 /* SIGKILLs the part's agents and unlinks their files: async-signal-safe. */
 void fleet_kill(void);
 
+/* ---- agents of their own for the contended parts (side.c) ---- */
+
+#define SIDE_MAX 4 /* agents of one part at once */
+
+/* One agent of a part, on the run's Redis, with a configuration of its own. */
+struct side_agent {
+    const char *tag;      /* in: file names DIR/TAG.sock, TAG.log, TAG-dlockd.conf */
+    const char *settings; /* in: lines added to the [agent] section ("cohort_handoffs = 0\n") */
+    char sock[BENCH_PATH], log[BENCH_PATH], conf[BENCH_PATH];
+    pid_t pid;
+    double ready_ms; /* from its start until a try-once acquire succeeded */
+    int log_lines;   /* at level warn and up, once stopped */
+    int exit;        /* its status after SIGTERM, once stopped */
+};
+
+/* Writes each agent's configuration, starts them all on the run's Redis and
+ * waits until each grants a lock. 0, or -1 after printing why (the caller
+ * still calls side_stop). */
+int side_start(const struct env *e, struct side_agent *a, int n);
+/* Stops them (SIGTERM, SIGKILL if they linger), counts their log lines and
+ * removes their files unless the run keeps them. */
+void side_stop(const struct env *e, struct side_agent *a, int n);
+/* SIGKILLs the agents and worker processes of these parts, and unlinks their
+ * files: async-signal-safe. */
+void side_kill(void);
+/* A worker process forked by a part, for side_kill(); 0 to forget it. */
+void side_track_worker(int slot, pid_t pid);
+#define SIDE_MAX_WORKERS 64
+
+/* CLOCK_MONOTONIC, ns. */
+uint64_t monotonic_ns(void);
+
+/* ---- cross-agent wake (wake.c) ---- */
+
+struct wake_result {
+    long rounds;
+    int settle_ms;
+    struct summary wake;      /* release_sync called -> the waiter's acquire returned */
+    struct summary ping;      /* plain hiredis PING after the same settle pause */
+    struct summary ping_busy; /* and right after the previous round */
+    long not_listening;       /* rounds where no agent listened on the name after the settle */
+    long early;               /* rounds where the waiter returned before the release */
+    long errors;              /* failed acquires or releases */
+    int first_error;
+    struct side_agent agent[2];
+};
+
+/* Two agents of their own on the run's Redis; a client on one holds a name
+ * while a client on the other waits for it, `rounds` times, the roles
+ * swapping each round. 0, or -1 after printing why. */
+int run_wake(struct env *e, long rounds, struct wake_result *out);
+
+/* ---- contended: worker processes on one name (contend.c) ---- */
+
+#define CONTEND_COHORT_MS 20 /* cohort_ms written in the configurations (the default) */
+
+/* One worker process. */
+struct contend_worker {
+    int agent; /* index of its agent */
+    long grants, errors;
+    int first_error; /* a DLOCK_E* code, or CONTEND_EREDIS */
+    double wall_s;   /* its loop */
+};
+
+#define CONTEND_EREDIS (-1000) /* the critical section's GET or SET failed */
+
+struct contend_run {
+    int nworkers, nagents;
+    double seconds;
+    struct contend_worker w[SIDE_MAX_WORKERS];
+    long grants;                        /* all workers */
+    double per_s;                       /* grants over the longest worker loop */
+    long long counter;                  /* the counter key at the end; -1 unknown */
+    long host_grants[SIDE_MAX];         /* the grants of each agent's workers */
+    struct summary host_wait[SIDE_MAX]; /* their acquires' waits */
+    struct side_agent agent[SIDE_MAX];
+};
+
+struct cohort_result {
+    struct contend_run on, off; /* cohort_handoffs 32 and 0 */
+};
+
+/* `procs` worker processes on one agent, one name, `seconds`; with cohort
+ * handoff on, then off, each on an agent of its own. 0, or -1 after printing
+ * why. */
+int run_cohort(struct env *e, int procs, double seconds, struct cohort_result *out);
+/* Two agents, `procs` worker processes on each. */
+int run_hosts(struct env *e, int procs, double seconds, struct contend_run *out);
+
 #endif

@@ -1,0 +1,366 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* contend.c -- one lock name contended by worker processes: the cohort part
+ * (the processes of one agent, with cohort handoff on and off) and the two
+ * hosts part (two agents, the processes of each taking turns with the other's).
+ * Each worker is a forked process with its own dlock client and its own
+ * hiredis connection, made after the fork; it loops for a while on a waiting
+ * acquire, a critical section (a GET of a counter key and a SET of the counter
+ * + 1) and a release, timing each acquire, and reports its counts and waits to
+ * the parent through a pipe. The counter at the end must equal the grants
+ * (mutual exclusion). */
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "dlock.h"
+
+#define READY_MS   10000 /* how long the workers may take to connect */
+#define REPORT_MS  30000 /* and to report, past the end of their loops */
+#define WAIT_MS    10000 /* a worker's acquire gives up after this */
+#define WORKER_RAN 0x5a  /* the byte a worker sends once connected */
+
+static const char name[] = "bench-contend";
+static const char counter_key[] = "bench-contend-counter";
+
+/* What a worker sends at the end, followed by `waits` uint64_t, ns. */
+struct report {
+    long grants, errors;
+    int first_error;
+    uint64_t wall_ns;
+    uint64_t waits;
+};
+
+/* ---- pipes ---- */
+
+static int write_full(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Reads len bytes before the deadline (monotonic_ns): 0, or -1 (EOF, error, late). */
+static int read_full(int fd, void *buf, size_t len, uint64_t deadline)
+{
+    char *p = buf;
+    while (len > 0) {
+        uint64_t now = monotonic_ns();
+        if (now >= deadline)
+            return -1;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int r = poll(&pfd, 1, (int)((deadline - now) / 1000000ull) + 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            continue; /* the deadline check above ends it */
+        ssize_t n = read(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* ---- the worker process ---- */
+
+/* GET of the counter, SET of the counter + 1. */
+static int critical_section(redisContext *r)
+{
+    redisReply *g = redisCommand(r, "GET %s", counter_key);
+    if (!g)
+        return -1;
+    long long v = 0;
+    int rc = 0;
+    if (g->type == REDIS_REPLY_STRING)
+        v = strtoll(g->str, NULL, 10);
+    else if (g->type != REDIS_REPLY_NIL)
+        rc = -1;
+    freeReplyObject(g);
+    if (rc != 0)
+        return -1;
+    redisReply *s = redisCommand(r, "SET %s %lld", counter_key, v + 1);
+    rc = s && s->type == REDIS_REPLY_STATUS ? 0 : -1;
+    if (s)
+        freeReplyObject(s);
+    return rc;
+}
+
+static void note(struct report *h, int err)
+{
+    if (h->errors++ == 0)
+        h->first_error = err;
+}
+
+/* Runs in the forked process, and never returns: _exit() skips the
+ * benchmark's own clean-up (atexit), which is the parent's. */
+_Noreturn static void worker(const char *agent_sock, const char *redis_sock, double seconds,
+                             int out, int go, pid_t parent)
+{
+    /* Die with the benchmark; and the benchmark's handlers are not ours. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(1);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    dlock_client *c = NULL;
+    redisContext *r = NULL;
+    if (dlock_client_open(&c, agent_sock) == 0)
+        r = redisConnectUnix(redis_sock);
+    unsigned char ran = r && !r->err ? WORKER_RAN : 0;
+    if (write_full(out, &ran, 1) != 0 || !ran)
+        _exit(1);
+    char b;
+    ssize_t n;
+    while ((n = read(go, &b, 1)) != 0) /* the parent closes it: go */
+        if (n < 0 && errno != EINTR)
+            _exit(1);
+    struct report h = {0};
+    struct lat waits = {0};
+    dlock_acquire_options o = {.ttl_ms = BENCH_TTL_MS, .wait_ms = WAIT_MS};
+    uint64_t start = monotonic_ns(), end = start + (uint64_t)(seconds * 1e9);
+    while (monotonic_ns() < end) {
+        dlock_lease *l;
+        uint64_t t0 = monotonic_ns();
+        int rc = dlock_lease_acquire(c, name, &o, &l);
+        uint64_t t1 = monotonic_ns();
+        if (rc != 0) {
+            note(&h, rc);
+            if (rc == DLOCK_ETIMEDOUT)
+                continue;
+            break;
+        }
+        lat_push(&waits, t1 - t0);
+        if (critical_section(r) != 0) {
+            note(&h, CONTEND_EREDIS);
+            dlock_lease_release(l);
+            break;
+        }
+        h.grants++;
+        rc = dlock_lease_release(l);
+        if (rc != 0)
+            note(&h, rc);
+    }
+    h.wall_ns = monotonic_ns() - start;
+    h.waits = waits.n;
+    int rc = write_full(out, &h, sizeof h);
+    if (rc == 0 && waits.n)
+        rc = write_full(out, waits.v, waits.n * sizeof *waits.v);
+    dlock_client_close(c);
+    redisFree(r);
+    _exit(rc == 0 ? 0 : 1);
+}
+
+/* ---- the parent ---- */
+
+static pid_t pids[SIDE_MAX_WORKERS];
+static int fds[SIDE_MAX_WORKERS];
+
+static void stop_workers(int n, bool kill_them)
+{
+    for (int i = 0; i < n; i++) {
+        if (pids[i] > 0 && kill_them)
+            kill(pids[i], SIGKILL);
+    }
+    for (int i = 0; i < n; i++) {
+        if (pids[i] > 0)
+            waitpid(pids[i], NULL, 0);
+        pids[i] = 0;
+        side_track_worker(i, 0);
+        if (fds[i] >= 0)
+            close(fds[i]);
+        fds[i] = -1;
+    }
+}
+
+static long long redis_int(redisContext *r, const char *fmt, const char *key)
+{
+    redisReply *x = redisCommand(r, fmt, key);
+    long long v = -1;
+    if (x && x->type == REDIS_REPLY_STRING)
+        v = strtoll(x->str, NULL, 10);
+    else if (x && x->type == REDIS_REPLY_STATUS)
+        v = 0;
+    if (x)
+        freeReplyObject(x);
+    return v;
+}
+
+/* Forks the workers (worker i on agent agent_of[i]), lets them go together,
+ * collects their reports. The parent kills and reaps them on any failure. */
+static int run_workers(const struct env *e, struct contend_run *r, const int *agent_of)
+{
+    int n = r->nworkers, go[2] = {-1, -1}, rc = -1;
+    struct lat host[SIDE_MAX] = {{0}};
+    for (int i = 0; i < n; i++)
+        fds[i] = -1;
+    if (pipe2(go, O_CLOEXEC) != 0) {
+        fprintf(stderr, "dlock-bench: pipe: %s\n", strerror(errno));
+        return -1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t parent = getpid();
+    int started = 0;
+    for (; started < n; started++) {
+        int fd[2];
+        if (pipe2(fd, O_CLOEXEC) != 0) {
+            fprintf(stderr, "dlock-bench: pipe: %s\n", strerror(errno));
+            goto out;
+        }
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(go[1]);
+            close(fd[0]);
+            worker(r->agent[agent_of[started]].sock, e->redis_sock, r->seconds, fd[1], go[0],
+                   parent);
+        }
+        close(fd[1]);
+        if (pid < 0) {
+            fprintf(stderr, "dlock-bench: fork: %s\n", strerror(errno));
+            close(fd[0]);
+            goto out;
+        }
+        pids[started] = pid;
+        side_track_worker(started, pid);
+        fds[started] = fd[0];
+        r->w[started].agent = agent_of[started];
+    }
+    uint64_t deadline = monotonic_ns() + READY_MS * 1000000ull;
+    for (int i = 0; i < n; i++) {
+        unsigned char ran = 0;
+        if (read_full(fds[i], &ran, 1, deadline) != 0 || ran != WORKER_RAN) {
+            fprintf(stderr, "dlock-bench: worker %d did not connect to its agent and Redis\n", i);
+            goto out;
+        }
+    }
+    close(go[1]); /* go */
+    go[1] = -1;
+    deadline = monotonic_ns() + (uint64_t)(r->seconds * 1e9) + REPORT_MS * 1000000ull;
+    double longest = 0;
+    for (int i = 0; i < n; i++) {
+        struct report h;
+        struct contend_worker *w = &r->w[i];
+        struct lat *l = &host[w->agent];
+        if (read_full(fds[i], &h, sizeof h, deadline) != 0 || lat_reserve(l, l->n + h.waits) != 0 ||
+            (h.waits && read_full(fds[i], l->v + l->n, h.waits * sizeof *l->v, deadline) != 0)) {
+            fprintf(stderr, "dlock-bench: worker %d did not report\n", i);
+            goto out;
+        }
+        l->n += h.waits;
+        w->grants = h.grants;
+        w->errors = h.errors;
+        w->first_error = h.first_error;
+        w->wall_s = ns_to_s(h.wall_ns);
+        r->grants += h.grants;
+        r->host_grants[w->agent] += h.grants;
+        longest = w->wall_s > longest ? w->wall_s : longest;
+    }
+    for (int i = 0; i < n; i++) {
+        int st = 0;
+        if (waitpid(pids[i], &st, 0) != pids[i]) {
+            fprintf(stderr, "dlock-bench: waitpid: %s\n", strerror(errno));
+            goto out;
+        }
+        pids[i] = 0;
+        if (proc_exit_code(st) != 0) {
+            fprintf(stderr, "dlock-bench: worker %d exited with %d\n", i, proc_exit_code(st));
+            goto out;
+        }
+    }
+    r->per_s = longest > 0 ? (double)r->grants / longest : 0;
+    for (int k = 0; k < r->nagents; k++)
+        lat_summarise(&host[k], 0, &r->host_wait[k]);
+    rc = 0;
+out:
+    stop_workers(started, rc != 0);
+    if (go[1] >= 0)
+        close(go[1]);
+    close(go[0]);
+    for (int k = 0; k < SIDE_MAX; k++)
+        lat_free(&host[k]);
+    return rc;
+}
+
+/* Starts the run's agents, runs its workers, checks the counter, stops. */
+static int contend(struct env *e, struct contend_run *r, const int *agent_of)
+{
+    r->counter = -1;
+    redisContext *c = redisConnectUnix(e->redis_sock);
+    if (!c || c->err) {
+        fprintf(stderr, "dlock-bench: cannot open a hiredis connection\n");
+        redisFree(c);
+        return -1;
+    }
+    int rc = redis_int(c, "SET %s 0", counter_key) == 0 ? 0 : -1;
+    if (rc != 0)
+        fprintf(stderr, "dlock-bench: cannot reset %s\n", counter_key);
+    if (rc == 0)
+        rc = side_start(e, r->agent, r->nagents);
+    if (rc == 0)
+        rc = run_workers(e, r, agent_of);
+    side_stop(e, r->agent, r->nagents);
+    if (rc == 0)
+        r->counter = redis_int(c, "GET %s", counter_key);
+    redisFree(c);
+    return rc;
+}
+
+int run_cohort(struct env *e, int procs, double seconds, struct cohort_result *out)
+{
+    int agent_of[SIDE_MAX_WORKERS] = {0};
+    memset(out, 0, sizeof *out);
+    struct contend_run *runs[2] = {&out->on, &out->off};
+    static const char *tags[2] = {"cohort-on", "cohort-off"};
+    static const char *settings[2] = {"cohort_handoffs = 32\n", "cohort_handoffs = 0\n"};
+    for (int k = 0; k < 2; k++) {
+        struct contend_run *r = runs[k];
+        r->nworkers = procs;
+        r->nagents = 1;
+        r->seconds = seconds;
+        r->agent[0].tag = tags[k];
+        r->agent[0].settings = settings[k];
+        fprintf(stderr, "dlock-bench: cohort: %d processes on one agent, cohort handoff %s\n",
+                procs, k == 0 ? "on" : "off");
+        if (contend(e, r, agent_of) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int run_hosts(struct env *e, int procs, double seconds, struct contend_run *out)
+{
+    int agent_of[SIDE_MAX_WORKERS];
+    static char settings[64];
+    snprintf(settings, sizeof settings, "cohort_handoffs = 32\ncohort_ms = %d\n",
+             CONTEND_COHORT_MS);
+    memset(out, 0, sizeof *out);
+    out->nworkers = 2 * procs;
+    out->nagents = 2;
+    out->seconds = seconds;
+    out->agent[0] = (struct side_agent){.tag = "hosts-a", .settings = settings};
+    out->agent[1] = (struct side_agent){.tag = "hosts-b", .settings = settings};
+    for (int i = 0; i < out->nworkers; i++)
+        agent_of[i] = i / procs;
+    return contend(e, out, agent_of);
+}
