@@ -17,6 +17,7 @@
  * outage_wait_ms. */
 #include <criterion/criterion.h>
 #include <stdbool.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,8 @@ struct req {
     char name[64];
     char token[TOKEN_HEX + 1];
     uint32_t ttl_ms;
+    uint32_t block; /* acquire: tokens reserved for handoffs */
+    bool waiting;   /* acquire: joins the waiting-hosts record when taken */
     bool notify;
     uint64_t sent;
     backend_cb cb;
@@ -210,6 +213,8 @@ static int fb_queue(enum rkind kind, const struct backend_req *req, backend_cb c
         memcpy(r->token, req->token, TOKEN_HEX);
     r->ttl_ms = req->ttl_ms;
     r->notify = req->notify;
+    r->block = req->block;
+    r->waiting = req->waiter_id != NULL;
     r->sent = F.now;
     r->cb = cb;
     r->arg = arg;
@@ -288,6 +293,9 @@ static void setup(void)
     memset(&F, 0, sizeof F);
     log_set_level(LOG_ERROR);
     config_defaults(&F.cfg);
+    /* Most tests look at the store's traffic: cohort handoff is off but in
+     * the tests that turn it on. */
+    F.cfg.cohort_handoffs = 0;
     F.backend.ops = &fb_ops;
     F.now = T0;
     F.rnd = 0x9e3779b97f4a7c15ull;
@@ -1453,4 +1461,118 @@ Test(core, a_wait_that_ends_in_an_outage_says_so)
     fail_acquires_until("end", DLOCK_EUNAVAIL, T0 + 1000 * MS);
     refused(id, DLOCK_EUNAVAIL);
     cr_assert_eq(answer_to(id)->at, T0 + 1000 * MS);
+}
+
+/* ---- cohort handoff ---- */
+
+/* a holds "x" from the store (fence 100, TTL 3 s, asked at T0); the acquire
+ * reserved the cohort's tokens. */
+static uint64_t cohort_grant(struct tclient *a, uint32_t handoffs, uint64_t *deadline)
+{
+    F.cfg.cohort_handoffs = handoffs;
+    uint32_t ia = acquire(a, "x", 3000, DLOCK_WAIT_FOREVER, 0, 0);
+    struct req *r = pending(R_ACQUIRE, "x");
+    cr_assert_eq(r->block, handoffs, "the acquire reserved %u tokens, not %u", r->block, handoffs);
+    cr_assert(r->waiting, "a waiting acquire does not join the waiting-hosts record");
+    reply_at(r, T0 + MS, 0, BACKEND_DONE, 100, 0);
+    uint64_t la = granted(ia);
+    if (deadline)
+        *deadline = answer_to(ia)->g.deadline_ns;
+    return la;
+}
+
+Test(core, handoff_passes_the_key_to_a_local_waiter_without_the_store)
+{
+    struct tclient *a = client(1), *b = client(2), *c = client(3);
+    uint64_t deadline;
+    uint64_t la = cohort_grant(a, 2, &deadline);
+    uint32_t ib = acquire(b, "x", 3000, DLOCK_WAIT_FOREVER, 0, 0);
+    uint32_t ic = acquire(c, "x", 3000, DLOCK_WAIT_FOREVER, 0, 0);
+    run_until(T0 + 10 * MS);
+    int before = F.nrq;
+    release(a, la);
+    uint64_t lb = granted(ib);
+    cr_assert_eq(F.nrq, before, "a handoff sent something to the store");
+    cr_assert_eq(answer_to(ib)->g.fence, 101, "handoff token %" PRIu64, answer_to(ib)->g.fence);
+    cr_assert_leq(answer_to(ib)->g.deadline_ns, deadline,
+                  "the handoff outlives the key's validity");
+    core_flush(&F.k, F.now);
+    cr_assert_eq(F.nrq, before, "the key handed over was released");
+    release(b, lb);
+    uint64_t lc = granted(ic);
+    cr_assert_eq(answer_to(ic)->g.fence, 102);
+    /* The same key, renewed under its token when due. */
+    run_until(tick_after(T0, 3000, F.now));
+    struct req *rn = pending(R_RENEW, "x");
+    cr_assert_str_eq(rn->token, req_n(R_ACQUIRE, "x", 0)->token);
+    reply(rn, F.now + MS, BACKEND_DONE);
+    /* Two handoffs were reserved: the next release goes to the store, and
+     * so does the next acquire. */
+    uint32_t ia = acquire(a, "x", 3000, DLOCK_WAIT_FOREVER, 0, 0);
+    before = F.nrq;
+    release(c, lc);
+    cr_assert_null(answer_to(ia), "a third handoff");
+    cr_assert_eq(F.rq[before].kind, R_RELEASE);
+    cr_assert_eq(F.rq[before + 1].kind, R_ACQUIRE);
+    cr_assert_eq(F.k.stats.handoffs, 2);
+}
+
+Test(core, a_key_released_with_nobody_waiting_is_kept_until_the_turn_ends)
+{
+    struct tclient *a = client(1), *b = client(2);
+    uint64_t la = cohort_grant(a, 8, NULL);
+    int before = F.nrq;
+    release(a, la);
+    cr_assert_eq(F.nrq, before, "released before the end of the turn");
+    /* An acquire in the same turn takes the key over, even a try-once. */
+    uint32_t ib = acquire(b, "x", 3000, 0, 0, 0);
+    uint64_t lb = granted(ib);
+    cr_assert_eq(answer_to(ib)->g.fence, 101);
+    cr_assert_eq(F.nrq, before);
+    release(b, lb);
+    core_flush(&F.k, F.now);
+    cr_assert_eq(F.nrq, before + 1);
+    cr_assert_eq(F.rq[before].kind, R_RELEASE);
+    cr_assert(F.rq[before].notify);
+    cr_assert_str_eq(F.rq[before].token, req_n(R_ACQUIRE, "x", 0)->token);
+    /* After the turn: a new acquire goes to the store. */
+    acquire(b, "x", 3000, 0, 0, 0);
+    cr_assert_eq(req_count(R_ACQUIRE, "x"), 2);
+    cr_assert_not(pending(R_ACQUIRE, "x")->waiting, "a try-once acquire joins the record");
+}
+
+Test(core, no_handoff_after_the_cohort_time_or_in_jeopardy_or_doubt)
+{
+    struct tclient *a = client(1), *b = client(2);
+    uint64_t la = cohort_grant(a, 8, NULL);
+    uint32_t ib = acquire(b, "x", 3000, DLOCK_WAIT_FOREVER, 0, 0);
+    /* cohort_ms after the acquire was sent: the store's turn. */
+    run_until(T0 + (uint64_t)F.cfg.cohort_ms * MS);
+    int before = F.nrq;
+    release(a, la);
+    cr_assert_null(answer_to(ib));
+    cr_assert_eq(F.rq[before].kind, R_RELEASE);
+    reply_at(pending(R_ACQUIRE, "x"), F.now + MS, 0, BACKEND_DONE, 200, 0);
+    uint64_t lb = granted(ib);
+
+    /* A renewal that failed: no handoff from a lease in jeopardy. */
+    struct tclient *c = client(3);
+    uint32_t ic = acquire(c, "x", 3000, DLOCK_WAIT_FOREVER, 0, 0);
+    run_until(tick_after(F.now - MS, 3000, F.now));
+    reply_at(pending(R_RENEW, "x"), F.now + MS, DLOCK_EUNAVAIL, BACKEND_DONE, 0, 0);
+    before = F.nrq;
+    release(b, lb);
+    cr_assert_null(answer_to(ic), "handed over from a lease in jeopardy");
+    cr_assert_eq(F.rq[before].kind, R_RELEASE);
+    reply_at(pending(R_ACQUIRE, "x"), F.now + MS, 0, BACKEND_DONE, 300, 0);
+    uint64_t lc = granted(ic);
+
+    /* A failover puts it in doubt: none either. */
+    struct tclient *d = client(4);
+    uint32_t id = acquire(d, "x", 3000, DLOCK_WAIT_FOREVER, 0, 0);
+    core_doubt(&F.k, NULL, NULL, F.now);
+    before = F.nrq;
+    release(c, lc);
+    cr_assert_null(answer_to(id), "handed over from a lease in doubt");
+    cr_assert_eq(F.rq[before].kind, R_RELEASE);
 }

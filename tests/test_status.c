@@ -1456,8 +1456,8 @@ ITEST(status, holder_names_a_lock_taken_through_another_agent)
     cr_assert_eq(st, 0, "exit %d: %s", st, R.err);
     char want[256];
     snprintf(want, sizeof want,
-             "shared: held by pid %d (test_status), uid %u, on host %s; token %.32s",
-             (int)getpid(), (unsigned)getuid(), host, h_redis_get(h_key("shared")));
+             "shared: held by pid %d (test_status), uid %u, on host %s; token %.32s", (int)getpid(),
+             (unsigned)getuid(), host, h_redis_get(h_key("shared")));
     cr_assert(strncmp(R.out, want, strlen(want)) == 0, "got: %s\nwant: %s", R.out, want);
     st = CTL("-S", sock0, "holder", "--json", "shared");
     cr_assert_eq(st, 0);

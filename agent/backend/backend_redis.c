@@ -51,23 +51,55 @@ enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_COUNT };
 #define LUA_OURS                                                                                   \
     "local v = redis.call('get', KEYS[1]) "                                                        \
     "local ours = v == ARGV[1] or (v and string.sub(v, 1, 33) == ARGV[1] .. ' ') "
+/* The waiting-hosts record (KEYS[3] of acquire): a hash of agent id ->
+ * "SINCE EXPIRES", server times in ms. queue_turn() drops the expired
+ * entries and returns the id of the oldest other one, or nil; join() adds
+ * or refreshes the caller's (ARGV[5]) for ARGV[6] ms, keeping its SINCE. */
+#define LUA_QUEUE                                                                                  \
+    "local us local function clock() if not us then local t = redis.call('time') "                 \
+    "us = tonumber(t[1]) * 1000000 + tonumber(t[2]) end return us end "                            \
+    "local me = ARGV[5] "                                                                          \
+    "local function queue_turn() if redis.call('exists', KEYS[3]) == 0 then return nil end "       \
+    "local now = math.floor(clock() / 1000) local all = redis.call('hgetall', KEYS[3]) "           \
+    "local first, first_since for i = 1, #all, 2 do "                                              \
+    "local since, exp = string.match(all[i + 1], '^(%d+) (%d+)$') "                                \
+    "since = tonumber(since) exp = tonumber(exp) "                                                 \
+    "if not exp or exp <= now then redis.call('hdel', KEYS[3], all[i]) "                           \
+    "elseif all[i] ~= me and (not first or since < first_since) then "                             \
+    "first, first_since = all[i], since end end "                                                  \
+    "if first and me ~= '' then local mine = redis.call('hget', KEYS[3], me) "                     \
+    "if mine and tonumber(string.match(mine, '^(%d+)')) <= first_since then return nil end end "   \
+    "return first end "                                                                            \
+    "local function join() if me == '' then return end "                                           \
+    "local now = math.floor(clock() / 1000) local want = tonumber(ARGV[6]) "                       \
+    "local mine = redis.call('hget', KEYS[3], me) "                                                \
+    "local since = mine and string.match(mine, '^(%d+) ') or string.format('%d', now) "            \
+    "redis.call('hset', KEYS[3], me, since .. ' ' .. string.format('%d', now + want)) "            \
+    "if redis.call('pttl', KEYS[3]) < want then redis.call('pexpire', KEYS[3], want) end end "
 static const char *const script_src[S_COUNT] = {
-    LUA_MARK "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
-             "local fence = tonumber(ARGV[3]) "
-             "if not fence then local t = redis.call('time') "
-             "fence = tonumber(t[1]) * 1000000 + tonumber(t[2]) end "
-             "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "
-             "redis.call('set', KEYS[2], string.format('%d', fence)) "
-             "return fence end "
-             "local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end return -t",
+    /* Acquire: another host's turn (the oldest entry of the waiting-hosts
+     * record is not ours) counts as taken; else SET NX PX, and on success
+     * leave the record and make the token. A waiting caller that did not
+     * get the lock joins the record. The slot's mark is raised to the token
+     * plus ARGV[4]: the tokens in between are the agent's to hand over. */
+    LUA_MARK LUA_QUEUE
+    "if queue_turn() then join() return 0 end "
+    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+    "if me ~= '' then redis.call('hdel', KEYS[3], me) end "
+    "local fence = tonumber(ARGV[3]) if not fence then fence = clock() end "
+    "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "
+    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) "
+    "return fence end "
+    "join() local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end return -t",
     /* Renew: compare-and-pexpire. */
     LUA_OURS "if ours then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0",
     /* Release: compare-and-delete, then tell the agents waiting for the
      * name on its own channel (ARGV[2], with sharded pub/sub when ARGV[4] is
-     * 's'), unless there is no channel: the clean-up after an acquire that
-     * missed. The slot's high-water mark stays. */
+     * 's') when some wait (the waiting-hosts record, KEYS[2], exists) and
+     * there is a channel (none for the clean-up after an acquire that
+     * missed). The slot's high-water mark stays. */
     LUA_OURS "if ours then redis.call('del', KEYS[1]) "
-             "if ARGV[2] ~= '' then "
+             "if ARGV[2] ~= '' and redis.call('exists', KEYS[2]) == 1 then "
              "if ARGV[4] == 's' then redis.call('spublish', ARGV[2], ARGV[3]) "
              "else redis.call('publish', ARGV[2], ARGV[3]) end end "
              "return 1 end return 0",
@@ -112,9 +144,12 @@ struct rcmd {
     /* acquire: the token's floor (0: the server's clock); fence: the token;
      * release: nonzero to publish the notice */
     uint64_t num;
+    uint32_t block;   /* acquire: see backend_req */
+    uint32_t want_ms; /* acquire: see backend_req */
     uint16_t name_len;
     uint16_t holder_len;
     char token[33];
+    char waiter_id[BACKEND_WAITER_ID_MAX + 1]; /* acquire: empty for try-once */
     /* prefix + name, NUL-terminated (name is key + prefix_len), then the
      * key's value (acquire): the token, and the holder record after a space */
     char key[];
@@ -337,9 +372,9 @@ static void on_wait(redisAsyncContext *ac, void *r, void *priv)
  * the numbers among them. */
 struct args {
     int n;
-    const char *v[12];
-    size_t len[12];
-    char ttl[16], num[24];
+    const char *v[14];
+    size_t len[14];
+    char ttl[16], num[24], block[16], want[16];
 };
 
 static void arg(struct args *a, const char *s, size_t len)
@@ -355,26 +390,29 @@ static void arg(struct args *a, const char *s, size_t len)
  * the arguments until the command is sent. */
 struct side_keys {
     char hw[CONFIG_PREFIX_MAX + FENCE_HW_EXTRA + 1];
-    char holder[SIDE_KEY_MAX]; /* lookup: the record key of earlier versions */
+    char holder[SIDE_KEY_MAX];  /* lookup: the record key of earlier versions */
+    char waiting[SIDE_KEY_MAX]; /* acquire, release: the waiting-hosts record */
     char channel[SIDE_KEY_MAX]; /* release: the name's release channel */
 };
 
 static struct slot_tags slot_tags; /* built once, by the first backend */
 static bool slot_tags_ready;
 
-/* KEYS: the lock; acquire and fence: the slot's high-water mark; lookup:
- * the holder record of earlier versions; renewal and release: nothing
- * else. */
+/* KEYS: the lock; acquire and fence: the slot's high-water mark; acquire
+ * and release: the waiting-hosts record; lookup: the holder record of
+ * earlier versions; renewal: nothing else. */
 static void add_keys(const struct rb *b, const struct rcmd *c, struct args *a, struct side_keys *k)
 {
     size_t key_len = b->prefix_len + c->name_len;
-    bool marked = c->script == S_ACQUIRE || c->script == S_FENCE;
-    bool two = marked || c->script == S_LOOKUP;
-    arg(a, two ? "2" : "1", 1);
+    enum script s = c->script;
+    bool marked = s == S_ACQUIRE || s == S_FENCE, waiting = s == S_ACQUIRE || s == S_RELEASE;
+    arg(a, s == S_ACQUIRE ? "3" : s == S_RENEW ? "1" : "2", 1);
     arg(a, c->key, key_len);
     if (marked)
         arg(a, k->hw, fence_hw_key(&slot_tags, c->key, key_len, b->prefix_len, k->hw));
-    else if (two)
+    if (waiting)
+        arg(a, k->waiting, waiting_key(c->key, key_len, b->prefix_len, k->waiting));
+    if (s == S_LOOKUP)
         arg(a, k->holder, holder_key(c->key, key_len, b->prefix_len, k->holder));
 }
 
@@ -393,6 +431,9 @@ static void add_argv(const struct rb *b, const struct rcmd *c, struct args *a, s
     case S_ACQUIRE:
         /* The floor, or empty for the server's clock. */
         arg(a, a->num, num ? (size_t)snprintf(a->num, sizeof a->num, "%llu", num) : 0);
+        arg(a, a->block, (size_t)snprintf(a->block, sizeof a->block, "%u", c->block));
+        arg(a, c->waiter_id, strlen(c->waiter_id));
+        arg(a, a->want, (size_t)snprintf(a->want, sizeof a->want, "%u", c->want_ms));
         break;
     case S_RELEASE:
         /* The channel, or empty for no notice; the name; how to publish. */
@@ -435,8 +476,7 @@ static int cmd_send(struct rb *b, struct rcmd *c)
     c->answered = false;
     c->s_text[0] = '\0';
     c->wait = W_NONE;
-    if (rc == 0 && b->cfg->wait_replicas &&
-        (c->script == S_ACQUIRE || c->script == S_RENEW)) {
+    if (rc == 0 && b->cfg->wait_replicas && (c->script == S_ACQUIRE || c->script == S_RENEW)) {
         /* On the same connection, so it waits for this write: the grant or
          * renewal counts once that many replicas have it. */
         char n[16], ms[16];
@@ -451,7 +491,8 @@ static int cmd_send(struct rb *b, struct rcmd *c)
 
 static int submit_with(struct backend *be, enum script s, const char *name, size_t len,
                        const char *token, const char *holder, uint32_t ttl_ms, uint64_t num,
-                       bool asking, backend_cb cb, backend_lookup_cb lookup_cb, void *arg)
+                       const struct backend_req *req, backend_cb cb, backend_lookup_cb lookup_cb,
+                       void *arg)
 {
     struct rb *b = (struct rb *)be;
     if (!b->cmd.connected || b->closing)
@@ -468,7 +509,11 @@ static int submit_with(struct backend *be, enum script s, const char *name, size
     c->script = (uint8_t)s;
     c->retried = false;
     c->resend = false;
-    c->asking = asking;
+    c->asking = req && req->asking;
+    c->block = req && s == S_ACQUIRE ? req->block : 0;
+    c->want_ms = req && s == S_ACQUIRE ? req->want_ms : 0;
+    snprintf(c->waiter_id, sizeof c->waiter_id, "%s",
+             req && s == S_ACQUIRE && req->waiter_id ? req->waiter_id : "");
     c->ttl_ms = ttl_ms;
     c->num = num;
     c->name_len = (uint16_t)len;
@@ -492,13 +537,13 @@ static int submit(struct backend *be, enum script s, const struct backend_req *r
                   backend_cb cb, void *arg)
 {
     return submit_with(be, s, req->name, req->len, req->token, s == S_ACQUIRE ? req->holder : NULL,
-                       req->ttl_ms, num, req->asking, cb, NULL, arg);
+                       req->ttl_ms, num, req, cb, NULL, arg);
 }
 
 static int rb_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
                      void *arg)
 {
-    return submit_with(be, S_LOOKUP, name, len, NULL, NULL, 0, 0, false, NULL, cb, arg);
+    return submit_with(be, S_LOOKUP, name, len, NULL, NULL, 0, 0, NULL, NULL, cb, arg);
 }
 
 static int rb_acquire(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)

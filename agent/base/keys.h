@@ -15,11 +15,15 @@
  * which no lock name may contain, so no lock key can ever equal it; and it
  * differs from the holder and legacy counter suffixes. */
 #define FENCE_HW_SUFFIX " fence-hw"
-/* The suffix of a lock's holder record: who holds it, for operators. */
+/* The suffix of the separate holder record of earlier versions (now the
+ * record is the lock key's value), still read by lookups. */
 #define HOLDER_SUFFIX " holder"
-/* The suffix of the per-name fencing counter of earlier versions, still
- * read (and then deleted) so that tokens keep rising across an upgrade. */
+/* The suffix of the per-name fencing counter of earlier versions (no longer
+ * read). */
 #define LEGACY_FENCE_SUFFIX " fence"
+/* The suffix of a lock's waiting-hosts record: the agents whose clients
+ * wait for the name, served oldest first (docs/protocol.md). */
+#define WAITING_SUFFIX " waiting"
 /* The suffix of a lock's release channel (a Pub/Sub channel, not a key). */
 #define RELEASED_SUFFIX " released"
 /* The most a holder record, legacy counter or release channel name adds to
@@ -73,6 +77,8 @@ size_t fence_hw_key(const struct slot_tags *t, const char *key, size_t len, size
 size_t holder_key(const char *key, size_t len, size_t prefix_len, char *out);
 /* The same with LEGACY_FENCE_SUFFIX: the earlier per-name counter. */
 size_t legacy_fence_key(const char *key, size_t len, size_t prefix_len, char *out);
+/* The same with WAITING_SUFFIX: the lock's waiting-hosts record. */
+size_t waiting_key(const char *key, size_t len, size_t prefix_len, char *out);
 /* The same with RELEASED_SUFFIX: the lock's release channel, on which its
  * release notices go ("prefix{key} released", or "key released" for a key
  * with a hash tag). It lies in the lock key's Cluster slot (lock names hold

@@ -17,19 +17,31 @@
 
 struct backend;
 
+/* The longest agent id of the waiting-hosts record. */
+#define BACKEND_WAITER_ID_MAX 16
+
 /* One request; the strings are copied before the call returns. */
 struct backend_req {
     const char *name; /* the lock name, not NUL-terminated */
     size_t len;
-    const char *token;  /* our token for the key: 32 hex characters */
+    const char *token; /* our token for the key: 32 hex characters */
     /* acquire: who holds it ("HOST PID UID COMMAND"), stored after the token
      * in the key's value */
     const char *holder;
-    uint32_t ttl_ms;    /* acquire, renew, fence: the key's TTL from now */
-    bool notify;        /* release: publish a release notice for waiters */
-    uint64_t floor;     /* acquire: the fencing token is at least this (0: the node's clock) */
-    uint64_t fence;     /* fence: raise the slot's high-water mark to at least this */
-    bool asking;        /* Redis Cluster: send ASKING first (the answer to an ASK redirect) */
+    uint32_t ttl_ms; /* acquire, renew, fence: the key's TTL from now */
+    bool notify;     /* release: publish a release notice for waiters */
+    uint64_t floor;  /* acquire: the fencing token is at least this (0: the node's clock) */
+    /* acquire: the tokens after the grant's own reserved for handoffs within
+     * the agent (the slot's mark is raised to the token + block) */
+    uint32_t block;
+    /* acquire by a waiting client: the agent's id, under which it joins the
+     * name's waiting-hosts record when the lock is taken or another host's
+     * turn, for want_ms (NULL: a try-once acquire, which neither joins nor
+     * jumps the queue) */
+    const char *waiter_id;
+    uint32_t want_ms;
+    uint64_t fence; /* fence: raise the slot's high-water mark to at least this */
+    bool asking;    /* Redis Cluster: send ASKING first (the answer to an ASK redirect) */
 };
 
 enum backend_outcome {

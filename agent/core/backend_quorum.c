@@ -61,10 +61,15 @@ struct qop {
     uint32_t ttl_ms;
     long long min_pttl; /* acquire: the shortest PTTL of another holder seen */
     uint64_t floor;     /* acquire: every node's floor for its token */
-    uint64_t fence;     /* acquire: the grant's token, from phase 1 */
-    bool released;      /* release: some node deleted the key */
-    bool notify;        /* release: publish the notice */
-    int err;            /* the first error a node gave */
+    /* acquire: the grant's token, from phase 1, plus the block reserved
+     * after it: the value the slot's mark must reach on a majority */
+    uint64_t fence;
+    uint32_t block;   /* acquire: see backend_req */
+    uint32_t want_ms; /* acquire: see backend_req */
+    char waiter_id[BACKEND_WAITER_ID_MAX + 1];
+    bool released; /* release: some node deleted the key */
+    bool notify;   /* release: publish the notice */
+    int err;       /* the first error a node gave */
     uint8_t answer[QMAX];
     uint64_t proposed[QMAX]; /* acquire: each node's token */
     uint64_t counter[QMAX];  /* acquire phase 2: each node's counter as known */
@@ -133,6 +138,11 @@ static struct qop *op_new(struct qb *q, enum qkind kind, const struct backend_re
         return NULL;
     op->holder = op->name + req->len + 1;
     memcpy(op->holder, holder ? holder : "", hlen + 1);
+    if (kind == Q_ACQUIRE) {
+        op->block = req->block;
+        op->want_ms = req->want_ms;
+        snprintf(op->waiter_id, sizeof op->waiter_id, "%s", req->waiter_id ? req->waiter_id : "");
+    }
     op->qb = q;
     op->kind = (uint8_t)kind;
     op->phase = 1;
@@ -175,7 +185,7 @@ static void op_finish(struct qop *op, int err, enum backend_outcome outcome, uin
     op_untime(op);
     struct backend_result r = {.err = err, .outcome = outcome, .at = now};
     if (!err && outcome == BACKEND_DONE && op->kind == Q_ACQUIRE)
-        r.fence = op->fence;
+        r.fence = op->fence - op->block;
     if (!err && outcome == BACKEND_TAKEN)
         r.pttl_ms = op->min_pttl > 0 ? op->min_pttl : 0;
     if (op->cb)
@@ -208,6 +218,9 @@ static void op_send(struct qop *op, unsigned i)
                               .ttl_ms = op->ttl_ms,
                               .notify = op->notify,
                               .floor = op->floor,
+                              .block = op->block,
+                              .waiter_id = op->waiter_id[0] ? op->waiter_id : NULL,
+                              .want_ms = op->want_ms,
                               .fence = op->fence};
     int rc;
     switch (op->kind) {
@@ -390,7 +403,8 @@ static void on_node_reply(void *arg, const struct backend_result *r)
         } else if (op->kind == Q_ACQUIRE && op->phase == 1) {
             if (r->outcome == BACKEND_DONE) {
                 op->answer[i] = A_OK;
-                op->proposed[i] = r->fence;
+                /* The mark it now holds: the token and its block. */
+                op->proposed[i] = r->fence + op->block;
             } else {
                 op->answer[i] = A_NO;
                 if (op->min_pttl < 0 || r->pttl_ms < op->min_pttl)

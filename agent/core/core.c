@@ -472,35 +472,38 @@ static void lease_due(struct core *k, struct lease *le, uint64_t now)
 
 /* ---- acquiring ---- */
 
-static void grant(struct core *k, struct lock *l, struct waiter *w, uint64_t deadline,
-                  uint64_t fence, uint64_t now)
+/* Gives the key that l's token names to waiter w as a new lease: valid
+ * until deadline, with its fencing token, granted at `from` (the acquire's
+ * send time, or the handoff). Shown in w's lease page and answered. NULL
+ * when it cannot be (w is answered with the error; the caller lets the key
+ * go). */
+static struct lease *lease_start(struct core *k, struct lock *l, struct waiter *w,
+                                 const char *token, uint32_t ttl_ms, uint64_t deadline,
+                                 uint64_t fence, uint64_t from, uint64_t now)
 {
     struct core_client *c = w->owner;
     struct lease *le = table_lease_new(&k->table, l, c);
     if (!le) {
-        release_key(k, l, l->acq_token, l->acq_ttl_ms, now);
         waiter_finish(k, w, DLOCK_ENOMEM, now);
-        return;
+        return NULL;
     }
-    memcpy(le->token, l->acq_token, sizeof le->token);
-    le->ttl_ms = l->acq_ttl_ms;
+    memcpy(le->token, token, sizeof le->token);
+    le->ttl_ms = ttl_ms;
     le->deadline = deadline;
     le->state = DLOCK_STATE_HELD;
     le->fence = fence;
     le->slot = k->env.slot_alloc(k->env.arg, c);
     if (le->slot == UINT32_MAX) {
         table_lease_free(&k->table, le);
-        release_key(k, l, l->acq_token, l->acq_ttl_ms, now);
         waiter_finish(k, w, DLOCK_ELIMIT, now);
-        return;
+        return NULL;
     }
-    le->granted_at = l->acq_sent;
+    le->granted_at = from;
     if (w->max_hold_ms)
-        le->hold_until = l->acq_sent + (uint64_t)w->max_hold_ms * NS_PER_MS;
+        le->hold_until = from + (uint64_t)w->max_hold_ms * NS_PER_MS;
     le->progress_ns = (uint64_t)w->progress_ms * NS_PER_MS;
     lease_link(c, le);
     lease_publish(k, le);
-    lease_schedule(k, le, l->acq_sent);
     struct wire_granted g = {.lease_id = le->id,
                              .deadline_ns = deadline,
                              .fence = fence,
@@ -508,10 +511,97 @@ static void grant(struct core *k, struct lock *l, struct waiter *w, uint64_t dea
                              .slot = le->slot};
     k->env.granted(k->env.arg, c, w->req_id, &g);
     k->stats.grants++;
-    histo_add(&k->stats.acquire, now - l->acq_sent);
     log_debug("granted %s to pid %d (lease %llx, fence %llu)", l->name, (int)c->pid,
               (unsigned long long)le->id, (unsigned long long)fence);
     waiter_finish(k, w, 0, now);
+    return le;
+}
+
+/* A grant from the store: the key is ours from l->acq_sent, with the tokens
+ * after fence reserved for handoffs. */
+static void grant(struct core *k, struct lock *l, struct waiter *w, uint64_t deadline,
+                  uint64_t fence, uint64_t now)
+{
+    struct lease *le =
+        lease_start(k, l, w, l->acq_token, l->acq_ttl_ms, deadline, fence, l->acq_sent, now);
+    if (!le) {
+        release_key(k, l, l->acq_token, l->acq_ttl_ms, now);
+        return;
+    }
+    lease_schedule(k, le, l->acq_sent);
+    histo_add(&k->stats.acquire, now - l->acq_sent);
+    l->cohort_left = k->cfg->cohort_handoffs;
+    l->cohort_next = fence + 1;
+    l->cohort_end = l->acq_sent + (uint64_t)k->cfg->cohort_ms * NS_PER_MS;
+}
+
+/* The kept key of l passes to its first waiter, without the store: a new
+ * lease, valid until the released lease's deadline at most, with the next
+ * reserved token. Its renewal stays due when the released lease's was (at
+ * once when the TTL differs). */
+static void hand_over(struct core *k, struct lock *l, uint64_t now)
+{
+    struct waiter *w = l->qhead;
+    uint32_t ttl_ms = w->ttl_ms; /* w is gone once answered */
+    l->kept = false;
+    uint64_t deadline = l->kept_deadline, fresh = validity_end(now, ttl_ms);
+    if (fresh < deadline)
+        deadline = fresh;
+    uint64_t fence = l->cohort_next;
+    if (PLANTED(CORE_BUG_HANDOFF_SAME_FENCE))
+        fence--;
+    struct lease *le = lease_start(k, l, w, l->kept_token, ttl_ms, deadline, fence, now, now);
+    if (!le) {
+        release_key(k, l, l->kept_token, l->kept_ttl_ms, now);
+        return;
+    }
+    l->cohort_next++;
+    l->cohort_left--;
+    k->stats.handoffs++;
+    lease_timer(k, le, ttl_ms == l->kept_ttl_ms ? l->kept_renew_due : now);
+}
+
+/* May the key of lease le, released now, pass to a local acquire? While
+ * the grant from the store has tokens left and its cohort time runs, and
+ * while the lease is plainly valid: HELD, no renewal in flight or stopped,
+ * no failover in doubt, and at least half its TTL left. */
+static bool may_keep(const struct core *k, const struct lease *le, uint64_t now)
+{
+    const struct lock *l = le->lock;
+    uint64_t half = (uint64_t)le->ttl_ms * NS_PER_MS / 2;
+    return l->cohort_left && now < l->cohort_end && !k->shutting_down &&
+           le->state == DLOCK_STATE_HELD && !le->renew_sent && !le->stopped && !le->doubt_since &&
+           now + half < le->deadline;
+}
+
+/* Keeps le's key on its lock for a local acquire in this loop turn. */
+static void keep_key(struct core *k, struct lease *le)
+{
+    struct lock *l = le->lock;
+    l->kept = true;
+    memcpy(l->kept_token, le->token, sizeof l->kept_token);
+    l->kept_deadline = le->deadline;
+    l->kept_ttl_ms = le->ttl_ms;
+    l->kept_renew_due = tnode_queued(&le->timer) ? le->timer.due : le->deadline;
+    if (!l->kept_listed) {
+        l->kept_listed = true;
+        l->kept_next = k->kept;
+        k->kept = l;
+    }
+}
+
+void core_flush(struct core *k, uint64_t now)
+{
+    while (k->kept) {
+        struct lock *l = k->kept;
+        k->kept = l->kept_next;
+        l->kept_listed = false;
+        if (l->kept) {
+            l->kept = false;
+            release_key(k, l, l->kept_token, l->kept_ttl_ms, now);
+        }
+        lock_settle(k, l, now); /* frees it if idle */
+    }
 }
 
 /* The store is unreachable (err) for waiter w at its turn. A waiter that may
@@ -597,10 +687,19 @@ static void on_acquired(void *arg, const struct backend_result *r)
     lock_settle(k, l, now);
 }
 
+/* How long an entry of this agent in a waiting-hosts record lasts: beyond
+ * the longest fallback retry, which refreshes it while a client waits. */
+static uint32_t want_ms(const struct core *k)
+{
+    return 3 * k->cfg->retry_fallback_ms;
+}
+
 /* Sends an acquire for the first waiter when nothing stands in the way. */
 static void lock_kick(struct core *k, struct lock *l, uint64_t now)
 {
-    while (l->qhead && !l->holder && !l->acquiring && !tnode_queued(&l->retry)) {
+    while (l->kept && l->qhead && !l->holder)
+        hand_over(k, l, now);
+    while (l->qhead && !l->holder && !l->acquiring && !l->kept && !tnode_queued(&l->retry)) {
         struct waiter *w = l->qhead;
         if (k->shutting_down) {
             waiter_finish(k, w, DLOCK_ESHUTDOWN, now);
@@ -625,7 +724,10 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
                                   .len = l->name_len,
                                   .token = l->acq_token,
                                   .holder = holder,
-                                  .ttl_ms = w->ttl_ms};
+                                  .ttl_ms = w->ttl_ms,
+                                  .block = k->cfg->cohort_handoffs,
+                                  .waiter_id = w->try_once ? NULL : k->waiter_id,
+                                  .want_ms = want_ms(k)};
         int rc = k->backend->ops->acquire(k->backend, &req, on_acquired, ref);
         if (rc == 0) {
             l->acquiring = true;
@@ -796,12 +898,16 @@ void core_release(struct core *k, struct core_client *c, uint32_t req_id, uint64
         return;
     }
     struct lock *l = le->lock;
-    release_key(k, l, le->token, le->ttl_ms, now);
+    if (may_keep(k, le, now))
+        keep_key(k, le);
+    else
+        release_key(k, l, le->token, le->ttl_ms, now);
     lease_drop(k, le);
     k->env.ok(k->env.arg, c, req_id);
     k->stats.releases++;
-    /* The next local waiter's acquire goes out right behind the release on
-     * the same pipeline, so the store sees them in that order. */
+    /* A kept key passes to the next local waiter; else that waiter's acquire
+     * goes out right behind the release on the same pipeline, so the store
+     * sees them in that order. */
     lock_settle(k, l, now);
 }
 
@@ -915,6 +1021,7 @@ void core_store_ready(struct core *k, uint64_t now)
 void core_doubt(struct core *k, bool (*affected)(void *farg, const char *name, size_t len),
                 void *farg, uint64_t now)
 {
+    core_flush(k, now); /* kept keys are not handed over in doubt */
     for (size_t b = 0; b < k->table.nbuckets; b++) {
         for (struct lock *l = k->table.buckets[b]; l; l = l->hnext) {
             struct lease *le = l->holder;
@@ -1004,6 +1111,10 @@ int core_init(struct core *k, const struct config *cfg, const struct core_env *e
     tnode_init(&k->orphan_retry, TK_AGENT);
     snprintf(k->host, sizeof k->host, "%s", host && host[0] ? host : "?");
     one_word(k->host);
+    uint64_t id;
+    if (k->env.random(k->env.arg, &id) != 0)
+        id = seed ^ 0x9e3779b97f4a7c15ull;
+    snprintf(k->waiter_id, sizeof k->waiter_id, "%016llx", (unsigned long long)id);
     return table_init(&k->table, seed);
 }
 

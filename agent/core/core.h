@@ -83,7 +83,10 @@ struct core {
     uint64_t down_since;       /* store unreachable since, 0 while it answers */
     int down_err;              /* then: DLOCK_EUNAVAIL or DLOCK_ENOQUORUM */
     bool shutting_down;
-    char host[64]; /* for holder records */
+    struct lock *kept; /* locks kept for a handoff in this loop turn */
+    char host[64];     /* for holder records */
+    /* This agent's id in the waiting-hosts records of the store. */
+    char waiter_id[BACKEND_WAITER_ID_MAX + 1];
 };
 
 /* Sets the core up; the backend may be attached later (core_attach_backend),
@@ -98,6 +101,11 @@ void core_attach_backend(struct core *k, struct backend *backend);
  * Requests in flight hold references into the core: destroy the backend
  * first, and it must answer each of them (an error will do) as it goes. */
 void core_free(struct core *k);
+
+/* At the end of each loop turn, before the backend's batch is sent: locks
+ * released in the turn that no local acquire took over are released to the
+ * store. */
+void core_flush(struct core *k, uint64_t now);
 
 /* Requests of a client; the answer goes out through env (at once or later). */
 void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
@@ -152,14 +160,15 @@ void core_foreach_lock(const struct core *k, void (*fn)(void *arg, const struct 
  * compiled only into its copy of the core. */
 enum core_bug {
     CORE_BUG_NONE,
-    CORE_BUG_NO_DRIFT,         /* validity without the drift allowance */
-    CORE_BUG_RENEW_FROM_REPLY, /* renewal extends from the reply, not the send */
-    CORE_BUG_GRANT_LATE,       /* grants a reply that came after the validity */
-    CORE_BUG_NO_WITHDRAW,      /* an unanswered acquire is not withdrawn */
-    CORE_BUG_JEOPARDY_VALID,   /* a failed renewal extends the deadline anyway */
-    CORE_BUG_QUORUM_LOW_FENCE, /* quorum: grants the lowest proposal, writes back nowhere */
-    CORE_BUG_NO_REWATCH,       /* a waiter behind a pending retry does not listen for notices */
-    CORE_BUG_DOUBT_IGNORED,    /* a failover leaves the leases' pages valid until renewed */
+    CORE_BUG_NO_DRIFT,           /* validity without the drift allowance */
+    CORE_BUG_RENEW_FROM_REPLY,   /* renewal extends from the reply, not the send */
+    CORE_BUG_GRANT_LATE,         /* grants a reply that came after the validity */
+    CORE_BUG_NO_WITHDRAW,        /* an unanswered acquire is not withdrawn */
+    CORE_BUG_JEOPARDY_VALID,     /* a failed renewal extends the deadline anyway */
+    CORE_BUG_QUORUM_LOW_FENCE,   /* quorum: grants the lowest proposal, writes back nowhere */
+    CORE_BUG_NO_REWATCH,         /* a waiter behind a pending retry does not listen for notices */
+    CORE_BUG_DOUBT_IGNORED,      /* a failover leaves the leases' pages valid until renewed */
+    CORE_BUG_HANDOFF_SAME_FENCE, /* a handoff grants the previous holder's token again */
 };
 extern enum core_bug core_bug;
 #endif

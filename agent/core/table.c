@@ -102,7 +102,7 @@ struct lock *table_lock_get(struct table *t, const char *name, size_t len)
 
 bool table_lock_release_if_idle(struct table *t, struct lock *l)
 {
-    if (l->holder || l->qhead || l->acquiring || tnode_queued(&l->retry))
+    if (l->holder || l->qhead || l->acquiring || l->kept_listed || tnode_queued(&l->retry))
         return false;
     struct lock **p = &t->buckets[l->hash & (t->nbuckets - 1)];
     while (*p != l)

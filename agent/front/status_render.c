@@ -442,6 +442,8 @@ static const struct {
     }
     COUNTER(grants, "Leases granted."),
     COUNTER(releases, "Leases released by their holder."),
+    COUNTER(handoffs,
+            "Leases granted by cohort handoff: passed on within the agent without Redis."),
     COUNTER(renewals, "Lease renewals that succeeded."),
     COUNTER(renewal_failures, "Lease renewals that failed without proof of loss."),
     COUNTER(losses, "Leases lost."),

@@ -261,7 +261,9 @@ static void arm_tick(struct agent *a, uint64_t due)
     a->tick_due = due;
 }
 
-/* Before the loop blocks: replies to clients go out first (they wait on
+/* Before the loop blocks: locks released in this turn that no local acquire
+ * took over are released to Redis (core_flush); replies to clients go out
+ * first (they wait on
  * them; most left already, right after the event that made them), then the
  * batch of Redis commands; a broken Redis link can queue more replies, hence
  * the second client flush. Last, the one timer is pointed at the earliest
@@ -271,6 +273,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
     struct agent *a = w->data;
     a->in_prepare = true;
     log_flush_suppressed();
+    core_flush(&a->core, now_ns());
     server_flush(&a->server);
     a->backend->ops->flush(a->backend);
     server_flush(&a->server);

@@ -136,6 +136,7 @@ static int submit(struct backend *b, uint8_t kind, const struct backend_req *req
     m->ttl_ms = req->ttl_ms;
     m->notify = req->notify;
     m->floor = req->floor;
+    m->block = req->block;
     m->fence = req->fence;
     m->state = M_QUEUED;
     if (kind == OP_LOOKUP) {

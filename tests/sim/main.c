@@ -28,6 +28,7 @@ static const struct bug bugs[] = {
     {"no_rewatch", CORE_BUG_NO_REWATCH},
     {"no_confirm", -2},
     {"doubt_ignored", CORE_BUG_DOUBT_IGNORED},
+    {"handoff_same_fence", CORE_BUG_HANDOFF_SAME_FENCE},
 #endif
     {NULL, 0},
 };

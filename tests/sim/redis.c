@@ -229,7 +229,7 @@ static long long run_acquire(struct node *nd, struct msg *m, const struct keynam
     if (last >= fence)
         fence = last + 1;
     char v[24];
-    snprintf(v, sizeof v, "%" PRIu64, fence);
+    snprintf(v, sizeof v, "%" PRIu64, fence + m->block);
     kset(nd, kn->mark, v, 0);
     return (long long)fence;
 }

@@ -190,7 +190,7 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
     if (ag->watch_token)
         memcpy(c->lease_token, ag->watch_token, 33);
     else
-        c->lease_token[0] = '\0';
+        memcpy(c->lease_token, ag->released_token[name], 33);
     if (g->deadline_ns <= agent_now(ag))
         violation(s, "validity", 0,
                   "agent%u granted %s to client%u with no validity left (deadline %" PRId64
@@ -516,6 +516,7 @@ static void client_release(struct sclient *c)
     c->rel_req = ++c->next_req;
     TRACE(s, "agent%u: client%u releases %s (lease %" PRIx64 ")", ag->id, c->id,
           s->names[c->lease_name], c->lease_id);
+    memcpy(ag->released_token[c->lease_name], c->lease_token, 33);
     core_release(&ag->core, &c->cc, c->rel_req, c->lease_id, agent_now(ag));
     c->state = C_IDLE;
     c->lease_id = 0;
@@ -1246,6 +1247,7 @@ static int setup(struct sim *s)
 static void agent_after(struct agent *ag)
 {
     struct sim *s = ag->s;
+    core_flush(&ag->core, agent_now(ag));
     ag->seam->ops->flush(ag->seam);
     uint64_t due = core_next_due(&ag->core);
     if (due == ag->tick_due)

@@ -95,6 +95,7 @@ struct msg {
     bool to_agent; /* held: an answer or notice (else a request) */
     uint32_t ttl_ms;
     uint64_t floor, fence;
+    uint32_t block;     /* acquire: tokens reserved after the grant's */
     uint64_t sent_at;   /* agent clock */
     uint64_t failed_at; /* agent clock when answered with an error */
     backend_cb cb;
@@ -253,6 +254,9 @@ struct agent {
     struct backend *seam; /* what the core sees: be, watched (proxy.c) */
     /* The acquire whose answer the core is handling now. */
     const char *watch_token;
+    /* The token of the lease last released per name: a grant outside an
+     * acquire's answer is a cohort handoff of that key. */
+    char released_token[SIM_MAX_NAMES][33];
     bool watch_released, watch_granted;
     int64_t boot_ns; /* its CLOCK_BOOTTIME at virtual 0 */
     int32_t ppm;

@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* test_cohort.c -- cohort handoff with real agents on a real Redis: a lock
+ * released while another client of the same agent waits passes to it
+ * without Redis, with a fresh, higher fencing token and a lease that is
+ * renewed like any other; the cohort is bounded, and a host that waits in
+ * the name's waiting-hosts record gets the lock before the holder's host
+ * takes it again from Redis. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+/* A counter of agent i's metrics (status socket). */
+static long long metric(int i, const char *name)
+{
+    const char *out = h_status_ask(i, "metrics\n");
+    cr_assert_not_null(out, "no metrics from agent %d", i);
+    char needle[128];
+    snprintf(needle, sizeof needle, "\n%s ", name);
+    const char *p = strstr(out, needle);
+    cr_assert_not_null(p, "no %s in the metrics of agent %d", name, i);
+    return strtoll(p + strlen(needle), NULL, 10);
+}
+
+/* The waiting-hosts record of name: how many agents it lists. */
+static long long waiting_hosts(const char *name)
+{
+    char key[256];
+    snprintf(key, sizeof key, "dlock:{dlock:%s} waiting", name);
+    redisReply *r = h_redis_cmd("HLEN %s", key);
+    long long n = r->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+ITEST(cohort, handoff_keeps_the_key_and_gives_a_higher_token)
+{
+    h_start("cohort_handoffs = 4\ncohort_ms = 60000");
+    struct h_cl *a = h_client(), *b = h_client();
+    dlock_lease *la = h_must_acquire(a, "job", 2000);
+    char *value = h_keep(h_redis_get(h_key("job")));
+    struct h_acq w;
+    h_acquire_async(b, "job", 2000, DLOCK_WAIT_FOREVER, &w);
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    cr_assert_not(w.done);
+    long long grants = metric(0, "dlock_grants_total");
+    uint64_t fa = dlock_lease_fence(la);
+    cr_assert_eq(dlock_lease_release(la), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
+    cr_assert_eq(dlock_lease_fence(w.lease), fa + 1, "handoff token %llu after %llu",
+                 (unsigned long long)dlock_lease_fence(w.lease), (unsigned long long)fa);
+    cr_assert(dlock_lease_valid(w.lease));
+    cr_assert_eq(metric(0, "dlock_handoffs_total"), 1);
+    cr_assert_eq(metric(0, "dlock_grants_total"), grants + 1);
+    /* The key never left Redis: the same value, renewed for the new holder
+     * past the first lease's TTL. */
+    cr_assert_str_eq(h_redis_get(h_key("job")), value);
+    int64_t end = h_now_ms() + 3000;
+    H_WAIT_UNTIL(5000, h_now_ms() >= end);
+    cr_assert(dlock_lease_valid(w.lease), "the handed-over lease was not renewed");
+    cr_assert_eq(dlock_lease_state(w.lease), DLOCK_STATE_HELD);
+    cr_assert_str_eq(h_redis_get(h_key("job")), value);
+    /* Its release is a release: the key goes. */
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+    H_KEY_GONE(h_key("job"));
+    /* The next grant from Redis is above every token of the cohort. */
+    dlock_lease *again = h_must_acquire(a, "job", 2000);
+    cr_assert_gt(dlock_lease_fence(again), fa + 4, "the reserved tokens were granted again");
+    cr_assert_eq(dlock_lease_release(again), 0);
+}
+
+ITEST(cohort, off_every_grant_comes_from_redis)
+{
+    h_start("cohort_handoffs = 0");
+    struct h_cl *a = h_client(), *b = h_client();
+    dlock_lease *la = h_must_acquire(a, "job", 2000);
+    char *value = h_keep(h_redis_get(h_key("job")));
+    struct h_acq w;
+    h_acquire_async(b, "job", 2000, DLOCK_WAIT_FOREVER, &w);
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    cr_assert_eq(dlock_lease_release(la), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, 0);
+    cr_assert_str_neq(h_redis_get(h_key("job")), value, "the key was handed over");
+    cr_assert_eq(metric(0, "dlock_handoffs_total"), 0);
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+}
+
+/* Host A hands the lock from client to client; host B waits. Once A's
+ * cohort is spent, B is served before A takes the lock again from Redis,
+ * even though A's next acquire goes out right behind its release. */
+ITEST(cohort, a_waiting_host_goes_before_the_holders_host_takes_it_again)
+{
+    h_start_two("cohort_handoffs = 1\ncohort_ms = 60000");
+    struct h_cl *a1 = h_client_at(0), *a2 = h_client_at(0), *b = h_client_at(1);
+    dlock_lease *l1 = h_must_acquire(a1, "turn", 5000);
+    uint64_t f0 = dlock_lease_fence(l1);
+
+    struct h_acq wb, wa2, wa1;
+    h_acquire_async(b, "turn", 5000, DLOCK_WAIT_FOREVER, &wb);
+    /* B found the lock taken: it is in the waiting-hosts record. */
+    H_WAIT_UNTIL(H_EVENT_MS, waiting_hosts("turn") == 1);
+    h_acquire_async(a2, "turn", 5000, DLOCK_WAIT_FOREVER, &wa2);
+    cr_assert_eq(dlock_client_ping(a2->c), 0);
+
+    /* The one handoff of the cohort. */
+    cr_assert_eq(dlock_lease_release(l1), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, wa2.done);
+    cr_assert_eq(wa2.status, 0);
+    cr_assert_eq(dlock_lease_fence(wa2.lease), f0 + 1);
+    cr_assert_not(wb.done, "B was granted while A held the lock");
+
+    /* A asks again behind its own holder, then the cohort ends: the lock
+     * goes back to Redis, and B's turn comes first. */
+    h_acquire_async(a1, "turn", 5000, DLOCK_WAIT_FOREVER, &wa1);
+    cr_assert_eq(dlock_client_ping(a1->c), 0);
+    cr_assert_eq(dlock_lease_release(wa2.lease), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, wb.done);
+    cr_assert_eq(wb.status, 0, "B: %s (%d)", dlock_strerror(wb.status), wb.status);
+    cr_assert_not(wa1.done, "A took the lock again before the waiting host");
+    uint64_t fb = dlock_lease_fence(wb.lease);
+    cr_assert_gt(fb, f0 + 1);
+    /* A is in the record now, and gets the lock when B lets go. */
+    H_WAIT_UNTIL(H_EVENT_MS, waiting_hosts("turn") == 1);
+    cr_assert_eq(dlock_lease_release(wb.lease), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, wa1.done);
+    cr_assert_eq(wa1.status, 0);
+    cr_assert_gt(dlock_lease_fence(wa1.lease), fb);
+    cr_assert_eq(dlock_lease_release(wa1.lease), 0);
+    H_KEY_GONE(h_key("turn"));
+    H_WAIT_UNTIL(H_EVENT_MS, waiting_hosts("turn") == 0);
+}
+
+/* A try-once acquire neither joins the record nor jumps it: while another
+ * host waits its turn, a free lock is busy to it. A foreign client of the
+ * classic convention knows nothing of the record and takes a free lock. */
+ITEST(cohort, try_once_and_foreign_clients_with_a_waiting_host)
+{
+    h_start_two(NULL);
+    struct h_cl *a = h_client_at(0), *b = h_client_at(1), *c = h_client_at(0);
+    dlock_lease *la = h_must_acquire(a, "q", 5000);
+    struct h_acq wb;
+    h_acquire_async(b, "q", 5000, DLOCK_WAIT_FOREVER, &wb);
+    H_WAIT_UNTIL(H_EVENT_MS, waiting_hosts("q") == 1);
+    dlock_lease *lc = NULL;
+    cr_assert_eq(h_acquire(c, "q", 5000, 0, &lc), DLOCK_EBUSY);
+    cr_assert_eq(dlock_lease_release(la), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, wb.done);
+    cr_assert_eq(wb.status, 0);
+    cr_assert_eq(waiting_hosts("q"), 0, "B's entry stayed after its grant");
+    cr_assert_eq(dlock_lease_release(wb.lease), 0);
+    H_KEY_GONE(h_key("q"));
+    cr_assert_eq(h_redis_set_nx_px(h_key("q"), "foreign", 5000), 1);
+}
