@@ -80,7 +80,7 @@ struct req {
     char token[TOKEN_HEX + 1];
     uint32_t ttl_ms;
     uint32_t block; /* acquire: tokens reserved for handoffs */
-    bool waiting;   /* acquire: joins the waiting-hosts record when taken */
+    bool waiting;   /* acquire: names the agent and joins the waiting-hosts record when taken */
     bool notify;
     uint64_t sent;
     backend_cb cb;
@@ -214,7 +214,7 @@ static int fb_queue(enum rkind kind, const struct backend_req *req, backend_cb c
     r->ttl_ms = req->ttl_ms;
     r->notify = req->notify;
     r->block = req->block;
-    r->waiting = req->waiter_id != NULL;
+    r->waiting = req->waiter_id && req->want_ms > 0;
     r->sent = F.now;
     r->cb = cb;
     r->arg = arg;

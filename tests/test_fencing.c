@@ -64,6 +64,11 @@ static uint64_t parse_u64(const char *s, const char *what)
     return (uint64_t)v;
 }
 
+/* Without cohort handoff, a grant reserves no tokens after its own: the mark
+ * holds the last token granted (block_of_the_cohort_is_reserved tests the
+ * block). */
+#define NO_BLOCK "cohort_handoffs = 0"
+
 static uint64_t mark_value(const char *name)
 {
     return parse_u64(h_redis_get(hw_key(name)), "fencing high-water mark");
@@ -99,7 +104,7 @@ static uint64_t take(struct h_cl *cl, const char *name, uint32_t ttl_ms, dlock_l
 
 ITEST(fencing, strictly_increasing_over_1000_cycles)
 {
-    h_start(NULL);
+    h_start(NO_BLOCK);
     struct h_cl *a = h_client();
     uint64_t prev = 0;
     for (int i = 0; i < 1000; i++) {
@@ -115,7 +120,7 @@ ITEST(fencing, strictly_increasing_over_1000_cycles)
 
 ITEST(fencing, strictly_increasing_across_two_agents)
 {
-    h_start_two(NULL);
+    h_start_two(NO_BLOCK);
     struct h_cl *cl[2] = {h_client_at(0), h_client_at(1)};
     uint64_t prev = 0;
     for (int i = 0; i < 200; i++) {
@@ -141,7 +146,7 @@ ITEST(fencing, strictly_increasing_across_two_agents)
 
 ITEST(fencing, greater_after_agent_restart)
 {
-    h_start(NULL);
+    h_start(NO_BLOCK);
     struct h_cl *a = h_client();
     uint64_t f1 = take(a, "restart", 5000, NULL);
     /* Held at SIGTERM: the agent gives it up on the way out. */
@@ -171,7 +176,7 @@ ITEST(fencing, greater_after_agent_restart)
 ITEST(fencing, mark_holds_the_last_fence_without_expiry_and_no_name_key_stays)
 {
     /* The retention of earlier versions is still accepted, and ignored. */
-    h_start("fence_retention_ms = 200");
+    h_start(NO_BLOCK "\nfence_retention_ms = 200");
     const char *log = h_read_file(H.agent[0].log);
     cr_assert(log && strstr(log, "fence_retention_ms is obsolete and ignored"),
               "no warning about fence_retention_ms in the agent's log");
@@ -193,7 +198,7 @@ ITEST(fencing, mark_holds_the_last_fence_without_expiry_and_no_name_key_stays)
 
 ITEST(fencing, greater_after_the_mark_was_deleted)
 {
-    h_start(NULL);
+    h_start(NO_BLOCK);
     struct h_cl *a = h_client();
     uint64_t f1 = take(a, "idle", 5000, NULL);
     cr_assert_eq(h_redis_exists(hw_key("idle")), 1);
@@ -213,7 +218,7 @@ ITEST(fencing, greater_after_the_mark_was_deleted)
 
 ITEST(fencing, greater_after_redis_lost_its_data)
 {
-    h_start(NULL);
+    h_start(NO_BLOCK);
     struct h_cl *a = h_client();
     uint64_t f1 = take(a, "flush", 5000, NULL);
     H_KEY_GONE(h_key("flush"));
@@ -238,7 +243,7 @@ ITEST(fencing, mark_ahead_of_the_clock_still_grows_for_every_name_of_the_slot)
     /* A mark beyond the server's clock (say, tokens taken on a server whose
      * clock ran ahead): the next token is one more, not the clock, for any
      * name of the slot. */
-    h_start(NULL);
+    h_start(NO_BLOCK);
     struct h_cl *a = h_client();
     char mate[64];
     slot_mate("ahead", mate, sizeof mate);
@@ -261,7 +266,7 @@ ITEST(fencing, mark_ahead_of_the_clock_still_grows_for_every_name_of_the_slot)
  * "taken by someone else" with our own key left behind. */
 ITEST(fencing, a_foreign_mark_reads_as_zero)
 {
-    h_start(NULL);
+    h_start(NO_BLOCK);
     struct h_cl *a = h_client();
     static const char *const junk[] = {"1e30", "inf", "-5", "12.5", "9007199254740993", "x"};
     for (size_t i = 0; i < sizeof junk / sizeof junk[0]; i++) {
@@ -281,7 +286,7 @@ ITEST(fencing, a_foreign_mark_reads_as_zero)
 
 ITEST(fencing, names_share_the_mark_of_their_slot_only)
 {
-    h_start(NULL);
+    h_start(NO_BLOCK);
     struct h_cl *a = h_client();
     /* "x" and "y" lie in different slots, each with its own mark. */
     cr_assert_str_neq(hw_key("x"), hw_key("y"));
@@ -308,7 +313,7 @@ ITEST(fencing, counter_of_the_per_name_scheme_is_not_read)
     /* A counter left by a version that kept one per name is neither read
      * nor deleted (docs/fencing.md, "Upgrading"): tokens come from the
      * slot's mark and the clock; the counter expires by its own TTL. */
-    h_start(NULL);
+    h_start(NO_BLOCK);
     struct h_cl *a = h_client();
     const char *old = "dlock:{dlock:upgraded} fence";
     uint64_t ahead = redis_time_us() + 3600ull * 1000000ull;
@@ -329,7 +334,7 @@ ITEST(fencing, mark_with_a_hash_tag_prefix)
 {
     /* docs/fencing.md: with a prefix that has a hash tag of its own, every
      * lock is in that tag's slot, and so is the one mark they share. */
-    h_start("prefix = {locks}:");
+    h_start(NO_BLOCK "\nprefix = {locks}:");
     struct h_cl *a = h_client();
     dlock_lease *l = NULL;
     uint64_t f = take(a, "tagged", 5000, &l);
@@ -347,7 +352,7 @@ ITEST(fencing, mark_with_a_hash_tag_prefix)
 
 ITEST(fencing, dlockctl_run_passes_the_fence)
 {
-    h_start(NULL);
+    h_start(NO_BLOCK);
     char script[512];
     snprintf(script, sizeof script, "echo \"$DLOCK_FENCE\" > %s", h_path("fence"));
     int st = h_ctl(5000, "-s", H.agent[0].sock, "run", "job", "--", "sh", "-c", script, NULL);
@@ -359,4 +364,22 @@ ITEST(fencing, dlockctl_run_passes_the_fence)
     struct h_cl *a = h_client();
     uint64_t next = take(a, "job", 5000, NULL);
     cr_assert_gt(next, f);
+}
+
+/* With cohort handoff (cohort_handoffs = 32, the default), a grant from Redis
+ * reserves the 32 tokens after its own for handoffs within the agent: the
+ * mark holds the last of them, and the next grant from Redis, by any agent,
+ * is above it. */
+ITEST(fencing, block_of_the_cohort_is_reserved)
+{
+    h_start_two(NULL);
+    struct h_cl *a = h_client_at(0), *b = h_client_at(1);
+    dlock_lease *l = NULL;
+    uint64_t f1 = take(a, "blk", 5000, &l);
+    cr_assert_eq(mark_value("blk"), f1 + 32, "mark %" PRIu64 " after token %" PRIu64,
+                 mark_value("blk"), f1);
+    cr_assert_eq(dlock_lease_release(l), 0);
+    H_KEY_GONE(h_key("blk"));
+    uint64_t f2 = take(b, "blk", 5000, NULL);
+    cr_assert_gt(f2, f1 + 32);
 }

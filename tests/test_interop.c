@@ -125,8 +125,8 @@ ITEST(interop, foreign_release_notice_wakes_waiter)
 
 ITEST(interop, dlock_release_publishes_notice)
 {
-    h_start(NULL);
-    struct h_cl *a = h_client();
+    h_start_two(NULL);
+    struct h_cl *a = h_client_at(0);
     dlock_lease *l = h_must_acquire(a, "pub", 5000);
 
     /* A second hiredis connection subscribed to the name's release channel. */
@@ -138,6 +138,11 @@ ITEST(interop, dlock_release_publishes_notice)
     cr_assert_not_null(r);
     freeReplyObject(r);
 
+    /* A client of another agent waits: the release is published. */
+    struct h_cl *b = h_client_at(1);
+    struct h_acq w;
+    h_acquire_async(b, "pub", 5000, DLOCK_WAIT_FOREVER, &w);
+    H_WAIT_UNTIL(H_EVENT_MS, h_redis_exists("dlock:{dlock:pub} waiting") == 1);
     cr_assert_eq(dlock_lease_release(l), 0);
     void *vr = NULL;
     cr_assert_eq(redisGetReply(sub, &vr), REDIS_OK, "no release notice within 2 s");

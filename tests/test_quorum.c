@@ -345,7 +345,7 @@ ITEST(quorum, repeated_r_flags_run_quorum_mode)
 
 ITEST(quorum, grant_puts_key_and_fence_on_every_node)
 {
-    h_quorum_start(3, 2, NULL, NULL);
+    h_quorum_start(3, 2, "cohort_handoffs = 0" /* the marks hold the fence itself */, NULL);
     struct h_cl *a = h_client_at(0);
     dlock_lease *l = h_must_acquire(a, "every", 1500);
     uint64_t f = dlock_lease_fence(l);
@@ -538,7 +538,7 @@ ITEST(quorum, holder_told_when_its_majority_hangs)
 
 ITEST(quorum, every_clogged_subset_of_five)
 {
-    h_quorum_start(5, 1, NULL, NULL);
+    h_quorum_start(5, 1, "cohort_handoffs = 0" /* the marks hold the fence itself */, NULL);
     struct h_cl *a = h_client();
     for (int mask = 0; mask < 32; mask++) {
         char name[32], foreign[32];
@@ -815,7 +815,7 @@ static uint64_t fenced_cycle(struct h_cl *cl, const char *name, uint64_t prev, u
 
 ITEST(quorum, fences_increase_across_agents_and_node_replacements)
 {
-    h_quorum_start(3, 3, NULL, NULL);
+    h_quorum_start(3, 3, "cohort_handoffs = 0" /* the marks hold the fence itself */, NULL);
     struct h_cl *cl[3] = {h_client_at(0), h_client_at(1), h_client_at(2)};
     /* Marks far ahead of every clock: tokens must come from them. */
     uint64_t big = (uint64_t)realtime_us() + 1000000000000ull;

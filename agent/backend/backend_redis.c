@@ -53,13 +53,16 @@ enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_COUNT };
     "local ours = v == ARGV[1] or (v and string.sub(v, 1, 33) == ARGV[1] .. ' ') "
 /* The waiting-hosts record (KEYS[3] of acquire): a hash of agent id ->
  * "SINCE EXPIRES", server times in ms. queue_turn() drops the expired
- * entries and returns the id of the oldest other one, or nil; join() adds
- * or refreshes the caller's (ARGV[5]) for ARGV[6] ms, keeping its SINCE. */
+ * entries and returns the id of the oldest live entry of another agent when
+ * it is older than the caller's (ARGV[5]), else nil; join() adds or
+ * refreshes the caller's entry for ARGV[6] ms, keeping its SINCE (0: a
+ * try-once acquire, which does not join). */
 #define LUA_QUEUE                                                                                  \
     "local us local function clock() if not us then local t = redis.call('time') "                 \
     "us = tonumber(t[1]) * 1000000 + tonumber(t[2]) end return us end "                            \
-    "local me = ARGV[5] "                                                                          \
+    "local me, queued = ARGV[5], false "                                                           \
     "local function queue_turn() if redis.call('exists', KEYS[3]) == 0 then return nil end "       \
+    "queued = true "                                                                               \
     "local now = math.floor(clock() / 1000) local all = redis.call('hgetall', KEYS[3]) "           \
     "local first, first_since for i = 1, #all, 2 do "                                              \
     "local since, exp = string.match(all[i + 1], '^(%d+) (%d+)$') "                                \
@@ -67,25 +70,27 @@ enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_COUNT };
     "if not exp or exp <= now then redis.call('hdel', KEYS[3], all[i]) "                           \
     "elseif all[i] ~= me and (not first or since < first_since) then "                             \
     "first, first_since = all[i], since end end "                                                  \
-    "if first and me ~= '' then local mine = redis.call('hget', KEYS[3], me) "                     \
+    "if first then local mine = redis.call('hget', KEYS[3], me) "                                  \
     "if mine and tonumber(string.match(mine, '^(%d+)')) <= first_since then return nil end end "   \
     "return first end "                                                                            \
-    "local function join() if me == '' then return end "                                           \
-    "local now = math.floor(clock() / 1000) local want = tonumber(ARGV[6]) "                       \
+    "local function join() local want = tonumber(ARGV[6]) if want == 0 then return end "           \
+    "local now = math.floor(clock() / 1000) "                                                      \
     "local mine = redis.call('hget', KEYS[3], me) "                                                \
     "local since = mine and string.match(mine, '^(%d+) ') or string.format('%d', now) "            \
     "redis.call('hset', KEYS[3], me, since .. ' ' .. string.format('%d', now + want)) "            \
     "if redis.call('pttl', KEYS[3]) < want then redis.call('pexpire', KEYS[3], want) end end "
 static const char *const script_src[S_COUNT] = {
     /* Acquire: another host's turn (the oldest entry of the waiting-hosts
-     * record is not ours) counts as taken; else SET NX PX, and on success
-     * leave the record and make the token. A waiting caller that did not
-     * get the lock joins the record. The slot's mark is raised to the token
-     * plus ARGV[4]: the tokens in between are the agent's to hand over. */
+     * record is not ours) counts as taken, with no PTTL (0); else SET NX PX
+     * of the value (ARGV[1]) for ARGV[2] ms, and on success leave the
+     * record and make the token (ARGV[3]: the floor, see above). A waiting
+     * caller that did not get the lock joins the record. The slot's mark is
+     * raised to the token plus ARGV[4]: the tokens in between are the
+     * agent's to hand over. */
     LUA_MARK LUA_QUEUE
     "if queue_turn() then join() return 0 end "
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
-    "if me ~= '' then redis.call('hdel', KEYS[3], me) end "
+    "if queued then redis.call('hdel', KEYS[3], me) end "
     "local fence = tonumber(ARGV[3]) if not fence then fence = clock() end "
     "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "
     "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) "

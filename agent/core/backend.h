@@ -34,10 +34,10 @@ struct backend_req {
     /* acquire: the tokens after the grant's own reserved for handoffs within
      * the agent (the slot's mark is raised to the token + block) */
     uint32_t block;
-    /* acquire by a waiting client: the agent's id, under which it joins the
-     * name's waiting-hosts record when the lock is taken or another host's
-     * turn, for want_ms (NULL: a try-once acquire, which neither joins nor
-     * jumps the queue) */
+    /* acquire: the agent's id in the name's waiting-hosts record (NULL:
+     * none), and for how long a waiting acquire that does not get the lock
+     * joins the record (0: a try-once acquire, which neither joins nor jumps
+     * it) */
     const char *waiter_id;
     uint32_t want_ms;
     uint64_t fence; /* fence: raise the slot's high-water mark to at least this */

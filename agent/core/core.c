@@ -726,8 +726,8 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
                                   .holder = holder,
                                   .ttl_ms = w->ttl_ms,
                                   .block = k->cfg->cohort_handoffs,
-                                  .waiter_id = w->try_once ? NULL : k->waiter_id,
-                                  .want_ms = want_ms(k)};
+                                  .waiter_id = k->waiter_id,
+                                  .want_ms = w->try_once ? 0 : want_ms(k)};
         int rc = k->backend->ops->acquire(k->backend, &req, on_acquired, ref);
         if (rc == 0) {
             l->acquiring = true;
