@@ -186,21 +186,24 @@ DLOCK_EXPORT int dlock_lease_acquire_async(dlock_client *client, const char *nam
  * the client is closed. The agent handles the frames of a connection in
  * order, so the release takes effect before anything the client sends after
  * it: an acquire of the same name right behind it on the same client finds
- * the lease given up (never DLOCK_EHELD) and its key deleted first on Redis,
- * and is granted unless another waiter is served first. Nothing orders it
- * with other connections: a try-once acquire through another client (even
- * of the same process) may still find the lock taken for a moment. Use
+ * the lease given up (never DLOCK_EHELD) and its key deleted first on Redis
+ * (or handed over to it, or to another client of the agent that asked in the
+ * same loop turn, without Redis: see docs/protocol.md), and is granted
+ * unless another waiter is served first. Nothing orders it with other
+ * connections: a try-once acquire through another client (even of the same
+ * process) may still find the lock taken for a moment. Use
  * dlock_lease_release_sync() when that matters (or acquire with a wait:
  * waiters are woken by the release). */
 DLOCK_EXPORT int dlock_lease_release(dlock_lease *lease);
 
 /* Releases the lease and frees its handle, whatever the outcome, waiting for
  * the agent's word: one round trip to the agent, which answers once it has
- * given the lease up; the key is deleted on Redis right behind (see
- * docs/protocol.md). Returns 0, DLOCK_ELOST if the lease had been lost (even
- * if its event was not yet dispatched), DLOCK_EDISCONNECTED if the agent is
- * gone (it released the lease when the connection dropped), or
- * DLOCK_ENOANSWER if the agent did not answer within 10 s. */
+ * given the lease up; the key is deleted on Redis right behind, or handed
+ * over to another client of the agent that asks for the name in the same
+ * loop turn (see docs/protocol.md). Returns 0, DLOCK_ELOST if the lease had
+ * been lost (even if its event was not yet dispatched), DLOCK_EDISCONNECTED
+ * if the agent is gone (it released the lease when the connection dropped),
+ * or DLOCK_ENOANSWER if the agent did not answer within 10 s. */
 DLOCK_EXPORT int dlock_lease_release_sync(dlock_lease *lease);
 
 /* The lock name (borrowed, NUL-terminated). */
