@@ -100,11 +100,12 @@ static const char *const script_src[S_COUNT] = {
     LUA_OURS "if ours then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0",
     /* Release: compare-and-delete, then tell the agents waiting for the
      * name on its own channel (ARGV[2], with sharded pub/sub when ARGV[4] is
-     * 's') when some wait (the waiting-hosts record, KEYS[2], exists) and
-     * there is a channel (none for the clean-up after an acquire that
-     * missed). The slot's high-water mark stays. */
+     * 's') when some wait (the waiting-hosts record, KEYS[2], exists; on
+     * Redis Cluster, where it is not named, always) and there is a channel
+     * (none for the clean-up after an acquire that missed). The slot's
+     * high-water mark stays. */
     LUA_OURS "if ours then redis.call('del', KEYS[1]) "
-             "if ARGV[2] ~= '' and redis.call('exists', KEYS[2]) == 1 then "
+             "if ARGV[2] ~= '' and (not KEYS[2] or redis.call('exists', KEYS[2]) == 1) then "
              "if ARGV[4] == 's' then redis.call('spublish', ARGV[2], ARGV[3]) "
              "else redis.call('publish', ARGV[2], ARGV[3]) end end "
              "return 1 end return 0",
@@ -410,8 +411,11 @@ static void add_keys(const struct rb *b, const struct rcmd *c, struct args *a, s
 {
     size_t key_len = b->prefix_len + c->name_len;
     enum script s = c->script;
-    bool marked = s == S_ACQUIRE || s == S_FENCE, waiting = s == S_ACQUIRE || s == S_RELEASE;
-    arg(a, s == S_ACQUIRE ? "3" : s == S_RENEW ? "1" : "2", 1);
+    /* On Redis Cluster a release names the lock key alone, so that a slot
+     * migration never splits it (TRYAGAIN): it publishes whenever asked. */
+    bool marked = s == S_ACQUIRE || s == S_FENCE,
+         waiting = s == S_ACQUIRE || (s == S_RELEASE && !b->sharded);
+    arg(a, s == S_ACQUIRE ? "3" : s == S_RENEW || (s == S_RELEASE && !waiting) ? "1" : "2", 1);
     arg(a, c->key, key_len);
     if (marked)
         arg(a, k->hw, fence_hw_key(&slot_tags, c->key, key_len, b->prefix_len, k->hw));
