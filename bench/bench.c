@@ -31,6 +31,8 @@
 #define TARGET_SHARE_MAX        65.0
 #define TARGET_WAIT_SLACK_MS    10.0 /* max wait per acquire, two hosts: cohort_ms + this */
 
+const char *bench_handoff_setting = "";
+
 struct opts {
     long pairs;     /* -n */
     int clients;    /* -c */
@@ -119,6 +121,8 @@ static void usage(FILE *f)
                "  -q          quick run: 2000 pairs, 1 s, 10000 leases, 12 s window,\n"
                "              1000000 calls per loop, 5000 round trips, 1000 quorum pairs,\n"
                "              fleet of 1 and 4 agents, 200 wake rounds\n"
+               "  -O          handoff off: the agents of the pair, delayed and single/quorum\n"
+               "              runs take every grant from Redis (cohort_handoffs = 0)\n"
                "  -K          keep the temp dir (logs, configurations) at the end\n"
                "Starts its own redis-server (from PATH) and dlockd; see bench/README.md.\n");
 }
@@ -172,7 +176,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                                 SIDE_MAX_WORKERS,
                                 SIDE_MAX_WORKERS / 2};
     int ch;
-    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:D:W:C:H:qKh")) != -1) {
+    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:D:W:C:H:qKOh")) != -1) {
         const char *at = strchr(letters, ch);
         if (ch == 'F') {
             fleet = optarg;
@@ -180,6 +184,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             o->quick = true;
         } else if (ch == 'K') {
             o->keep = true;
+        } else if (ch == 'O') {
+            bench_handoff_setting = "cohort_handoffs = 0\n";
         } else if (ch == 'h') {
             usage(stdout);
             exit(0);

@@ -192,6 +192,11 @@ struct driver {
 
 extern const struct driver dlock_driver, plain_driver;
 
+/* -O: the run's agent, the delayed part's and the single/quorum part's run
+ * with cohort_handoffs = 0 (every grant from Redis): the settings line their
+ * configuration files get, empty by default. */
+extern const char *bench_handoff_setting;
+
 /* CPU of each process over a measurement, in percent of one core. */
 struct cpu_share {
     double agent, redis, bench;

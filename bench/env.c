@@ -157,7 +157,8 @@ static int write_conf(const struct env *e)
     FILE *f = fopen(e->conf, "w");
     if (!f)
         return -1;
-    fprintf(f, "[agent]\nmax_leases_per_conn = 200000\nlog_level = warn\nstatus_socket =\n");
+    fprintf(f, "[agent]\nmax_leases_per_conn = 200000\nlog_level = warn\nstatus_socket =\n%s",
+            bench_handoff_setting);
     return fclose(f);
 }
 

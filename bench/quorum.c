@@ -74,8 +74,9 @@ static int write_conf(const struct agent *a)
     FILE *f = fopen(a->conf, "w");
     if (!f)
         return -1;
-    fprintf(f, "[agent]\nlog_level = warn\nstatus_socket =\nmax_ttl_ms = %d\ndefault_ttl_ms = %d\n",
-            QUORUM_TTL_MS, QUORUM_TTL_MS);
+    fprintf(f,
+            "[agent]\nlog_level = warn\nstatus_socket =\nmax_ttl_ms = %d\ndefault_ttl_ms = %d\n%s",
+            QUORUM_TTL_MS, QUORUM_TTL_MS, bench_handoff_setting);
     return fclose(f);
 }
 

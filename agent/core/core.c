@@ -532,7 +532,6 @@ static void grant(struct core *k, struct lock *l, struct waiter *w, uint64_t dea
     histo_add(&k->stats.acquire, now - l->acq_sent);
     l->cohort_left = k->cfg->cohort_handoffs;
     l->cohort_next = fence + 1;
-    l->cohort_end = l->acq_sent + (uint64_t)k->cfg->cohort_ms * NS_PER_MS;
 }
 
 /* The kept key of l passes to its first waiter, without the store: a new
@@ -550,9 +549,9 @@ static void hand_over(struct core *k, struct lock *l, uint64_t now)
     uint64_t fence = l->cohort_next;
     if (PLANTED(CORE_BUG_HANDOFF_SAME_FENCE))
         fence--;
-    struct lease *le = lease_start(k, l, w, l->kept_token, ttl_ms, deadline, fence, now, now);
+    struct lease *le = lease_start(k, l, w, l->acq_token, ttl_ms, deadline, fence, now, now);
     if (!le) {
-        release_key(k, l, l->kept_token, l->kept_ttl_ms, now);
+        release_key(k, l, l->acq_token, l->kept_ttl_ms, now);
         return;
     }
     l->cohort_next++;
@@ -569,7 +568,8 @@ static bool may_keep(const struct core *k, const struct lease *le, uint64_t now)
 {
     const struct lock *l = le->lock;
     uint64_t half = (uint64_t)le->ttl_ms * NS_PER_MS / 2;
-    return l->cohort_left && now < l->cohort_end && !k->shutting_down &&
+    uint64_t cohort_end = l->acq_sent + (uint64_t)k->cfg->cohort_ms * NS_PER_MS;
+    return l->cohort_left && now < cohort_end && !k->shutting_down &&
            le->state == DLOCK_STATE_HELD && !le->renew_sent && !le->stopped && !le->doubt_since &&
            now + half < le->deadline;
 }
@@ -579,7 +579,8 @@ static void keep_key(struct core *k, struct lease *le)
 {
     struct lock *l = le->lock;
     l->kept = true;
-    memcpy(l->kept_token, le->token, sizeof l->kept_token);
+    /* The key's token is the one its grant from the store was asked with,
+     * in acq_token, which no acquire has used since. */
     l->kept_deadline = le->deadline;
     l->kept_ttl_ms = le->ttl_ms;
     l->kept_renew_due = tnode_queued(&le->timer) ? le->timer.due : le->deadline;
@@ -598,7 +599,7 @@ void core_flush(struct core *k, uint64_t now)
         l->kept_listed = false;
         if (l->kept) {
             l->kept = false;
-            release_key(k, l, l->kept_token, l->kept_ttl_ms, now);
+            release_key(k, l, l->acq_token, l->kept_ttl_ms, now);
         }
         lock_settle(k, l, now); /* frees it if idle */
     }

@@ -73,21 +73,20 @@ struct lock {
     bool acquiring;     /* an acquire is in flight */
     bool notice_missed; /* a release notice came while acquiring */
     bool watched;       /* the store was asked for the name's release notices */
-    /* Cohort handoff (docs/architecture.md): after a grant from the store,
-     * the next tokens reserved with it, how many are left, and until when
-     * the key may pass from one local holder to the next. */
+    /* Cohort handoff (docs/architecture.md): after a grant from the store
+     * (sent at acq_sent, under acq_token), the next token reserved with it
+     * and how many are left. */
     uint32_t cohort_left;
-    uint64_t cohort_next, cohort_end;
+    uint64_t cohort_next;
     /* Released by its holder in this loop turn while the key may still pass
-     * on: kept (with the released lease's token, validity, TTL and next
-     * renewal) for a local acquire in the same turn; else released to the
-     * store at the end of the turn (core_flush). */
+     * on: kept (with the released lease's validity, TTL and next renewal;
+     * the key's token is acq_token) for a local acquire in the same turn;
+     * else released to the store at the end of the turn (core_flush). */
     bool kept;
     bool kept_listed;       /* on the core's list of kept locks */
     struct lock *kept_next; /* on that list */
     uint64_t kept_deadline, kept_renew_due;
     uint32_t kept_ttl_ms;
-    char kept_token[TOKEN_HEX + 1];
     char acq_token[TOKEN_HEX + 1];
     uint16_t name_len;
     char name[]; /* NUL-terminated */
