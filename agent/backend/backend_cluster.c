@@ -247,6 +247,21 @@ static void watch_route(struct cl *cl, struct watched *w)
         w->node = to;
 }
 
+/* To the master of the name's slot as the map has it (no redirect is
+ * followed: the entry lapses by itself when this misses). */
+static void cl_leave(struct backend *be, const struct backend_req *req)
+{
+    struct cl *cl = (struct cl *)be;
+    char key[CONFIG_PREFIX_MAX + 1100];
+    if (cl->prefix_len + req->len >= sizeof key)
+        return;
+    memcpy(key, cl->cfg->prefix, cl->prefix_len);
+    memcpy(key + cl->prefix_len, req->name, req->len);
+    uint16_t to = cl->owner[key_slot(key, cl->prefix_len + req->len)];
+    if (to != NO_NODE && cl->node[to]->b->ops->leave)
+        cl->node[to]->b->ops->leave(cl->node[to]->b, req);
+}
+
 static int cl_watch(struct backend *be, const char *name, size_t len, bool on)
 {
     struct cl *cl = (struct cl *)be;
@@ -898,6 +913,7 @@ static const struct backend_ops cl_ops = {
     .release = cl_release,
     .fence = cl_fence,
     .watch = cl_watch,
+    .leave = cl_leave,
     .lookup = cl_lookup,
     .flush = cl_flush,
     .pending = cl_pending,

@@ -836,6 +836,21 @@ static void link_stalled(void *arg, struct redis_link *l)
 
 /* ---- release notices ---- */
 
+/* HDEL on the command link, unanswered (as ASKING): the entry lapses by
+ * itself when this is lost. */
+static void rb_leave(struct backend *be, const struct backend_req *req)
+{
+    struct rb *b = (struct rb *)be;
+    if (!b->cmd.connected || b->closing || !req->waiter_id ||
+        b->prefix_len + req->len > CONFIG_PREFIX_MAX + WIRE_MAX_NAME)
+        return;
+    char key[CONFIG_PREFIX_MAX + WIRE_MAX_NAME + 1], rec[SIDE_KEY_MAX];
+    memcpy(key, b->cfg->prefix, b->prefix_len);
+    memcpy(key + b->prefix_len, req->name, req->len);
+    size_t n = waiting_key(key, b->prefix_len + req->len, b->prefix_len, rec);
+    redisAsyncCommand(b->cmd.ac, NULL, NULL, "HDEL %b %s", rec, n, req->waiter_id);
+}
+
 static int rb_watch(struct backend *be, const char *name, size_t len, bool on)
 {
     return notice_link_watch(((struct rb *)be)->notices, name, len, on);
@@ -884,6 +899,7 @@ static const struct backend_ops rb_ops = {
     .release = rb_release,
     .fence = rb_fence,
     .watch = rb_watch,
+    .leave = rb_leave,
     .lookup = rb_lookup,
     .flush = rb_flush,
     .pending = rb_pending,

@@ -563,6 +563,13 @@ static int sb_fence(struct backend *be, const struct backend_req *req, backend_c
     return forward(be, OP_FENCE, req, cb, arg);
 }
 
+static void sb_leave(struct backend *be, const struct backend_req *req)
+{
+    struct master *m = ((struct sb *)be)->m;
+    if (m && m->be->ops->leave)
+        m->be->ops->leave(m->be, req);
+}
+
 static int sb_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
                      void *arg)
 {
@@ -702,6 +709,7 @@ static const struct backend_ops sb_ops = {
     .renew = sb_renew,
     .release = sb_release,
     .fence = sb_fence,
+    .leave = sb_leave,
     .lookup = sb_lookup,
     .flush = sb_flush,
     .pending = sb_pending,

@@ -131,6 +131,10 @@ struct backend_ops {
      * again after every resubscription. May be NULL: notices for every name
      * arrive without asking. */
     int (*watch)(struct backend *b, const char *name, size_t len, bool on);
+    /* The agent (req->waiter_id) no longer waits for req->name: its entry
+     * leaves the name's waiting-hosts record, so that other hosts need not
+     * wait for it to lapse. Nothing answers; may be NULL. */
+    void (*leave)(struct backend *b, const struct backend_req *req);
     /* Reads the lock key and its holder record. */
     int (*lookup)(struct backend *b, const char *name, size_t len, backend_lookup_cb cb, void *arg);
     /* Writes what the operations of this loop turn queued (called once per

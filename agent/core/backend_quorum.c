@@ -665,11 +665,22 @@ static int q_watch(struct backend *be, const char *name, size_t len, bool on)
     return rc;
 }
 
+static void q_leave(struct backend *be, const struct backend_req *req)
+{
+    struct qb *q = (struct qb *)be;
+    for (unsigned i = 0; i < q->n; i++) {
+        struct backend *nb = q->node[i].be;
+        if (nb->ops->leave)
+            nb->ops->leave(nb, req);
+    }
+}
+
 static const struct backend_ops q_ops = {
     .acquire = q_acquire,
     .renew = q_renew,
     .release = q_release,
     .watch = q_watch,
+    .leave = q_leave,
     .lookup = q_lookup,
     .flush = q_flush,
     .pending = q_pending,

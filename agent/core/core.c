@@ -659,11 +659,14 @@ static void on_acquired(void *arg, const struct backend_result *r)
         if (w && !ride_outage(k, l, w, r->err, now))
             waiter_finish(k, w, r->err, now);
         /* Unanswered, or failed halfway: the store may have set the key all
-         * the same. Compare-and-delete is harmless if it did not. */
+         * the same (or joined the record). Compare-and-delete is harmless if
+         * it did not. */
+        l->joined |= l->acq_waiting;
         if (!PLANTED(CORE_BUG_NO_WITHDRAW))
             withdraw_key(k, l, now);
     } else if (r->outcome == BACKEND_DONE) {
         k->down_since = 0;
+        l->joined = false; /* the acquire took its entry out */
         uint64_t deadline = validity_end(l->acq_sent, l->acq_ttl_ms);
         if (w && !k->shutting_down && (now < deadline || PLANTED(CORE_BUG_GRANT_LATE))) {
             grant(k, l, w, deadline, r->fence, now);
@@ -674,6 +677,7 @@ static void on_acquired(void *arg, const struct backend_result *r)
         }
     } else {
         k->down_since = 0;
+        l->joined |= l->acq_waiting;
         /* Quorum mode: some nodes may have taken the key for us. */
         if (k->backend->release_after_miss)
             withdraw_key(k, l, now);
@@ -715,6 +719,7 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
         *ref = (struct acquire_ref){.k = k, .l = l};
         l->acq_sent = now;
         l->acq_ttl_ms = w->ttl_ms;
+        l->acq_waiting = !w->try_once;
         l->notice_missed = false;
         /* Who holds it, for operators looking from any host. */
         char holder[BACKEND_RECORD_MAX - TOKEN_HEX - 1];
@@ -755,6 +760,14 @@ static void lock_settle(struct core *k, struct lock *l, uint64_t now)
     if (l->watched && !l->qhead) {
         l->watched = false;
         k->backend->ops->watch(k->backend, l->name, l->name_len, false);
+    }
+    if (l->joined && !l->qhead && !l->acquiring) {
+        /* Nobody here waits any more (they gave up): other hosts need not
+         * wait for the entry to lapse. */
+        l->joined = false;
+        struct backend_req req = {.name = l->name, .len = l->name_len, .waiter_id = k->waiter_id};
+        if (k->backend->ops->leave)
+            k->backend->ops->leave(k->backend, &req);
     }
     table_lock_release_if_idle(&k->table, l);
 }
