@@ -530,8 +530,7 @@ static void grant(struct core *k, struct lock *l, struct waiter *w, uint64_t dea
     }
     lease_schedule(k, le, l->acq_sent);
     histo_add(&k->stats.acquire, now - l->acq_sent);
-    l->cohort_left = k->cfg->cohort_handoffs;
-    l->cohort_next = fence + 1;
+    l->cohort_next = fence + 1; /* cohort_left: the block the acquire reserved */
 }
 
 /* The kept key of l passes to its first waiter, without the store: a new
@@ -720,6 +719,9 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
         l->acq_sent = now;
         l->acq_ttl_ms = w->ttl_ms;
         l->acq_waiting = !w->try_once;
+        /* The tokens this acquire reserves, handed out only if it grants (a
+         * reload of the settings meanwhile does not change them). */
+        l->cohort_left = k->cfg->cohort_handoffs;
         l->notice_missed = false;
         /* Who holds it, for operators looking from any host. */
         char holder[BACKEND_RECORD_MAX - TOKEN_HEX - 1];
@@ -731,7 +733,7 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
                                   .token = l->acq_token,
                                   .holder = holder,
                                   .ttl_ms = w->ttl_ms,
-                                  .block = k->cfg->cohort_handoffs,
+                                  .block = l->cohort_left,
                                   .waiter_id = k->waiter_id,
                                   .want_ms = w->try_once ? 0 : want_ms(k)};
         int rc = k->backend->ops->acquire(k->backend, &req, on_acquired, ref);

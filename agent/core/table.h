@@ -77,7 +77,7 @@ struct lock {
     bool joined;        /* a waiting acquire may have joined the waiting-hosts record */
     /* Cohort handoff (docs/architecture.md): after a grant from the store
      * (sent at acq_sent, under acq_token), the next token reserved with it
-     * and how many are left. */
+     * and how many are left (set when the acquire is sent: its block). */
     uint32_t cohort_left;
     uint64_t cohort_next;
     /* Released by its holder in this loop turn while the key may still pass
