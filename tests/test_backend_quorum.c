@@ -412,6 +412,41 @@ Test(quorum_backend, the_highest_proposal_is_written_back_before_the_grant)
     cr_assert_eq(res.r.fence, 105);
 }
 
+/* With a block of tokens reserved for cohort handoffs, each node's mark is
+ * its proposal plus the block: the highest proposal wins, the write-back
+ * raises the other node's mark to that plus the block, and the grant's
+ * token is the winning proposal itself. */
+Test(quorum_backend, a_reserved_block_is_written_back_above_the_winning_token)
+{
+    q = quorum(3);
+    struct result res = {0};
+    struct backend_req req = {.name = "job",
+                              .len = 3,
+                              .token = token,
+                              .holder = "holder-record",
+                              .ttl_ms = 5000,
+                              .block = 32,
+                              .waiter_id = "0123456789abcdef",
+                              .want_ms = 300};
+    cr_assert_eq(q->ops->acquire(q, &req, on_result, &res), 0);
+    for (unsigned i = 0; i < 3; i++) {
+        const struct fcmd *c = &nodes[i]->cmd[0];
+        cr_assert_eq(c->req.block, 32, "node %u: block %u", i, c->req.block);
+        cr_assert_eq(c->req.want_ms, 300);
+        cr_assert_str_eq(c->req.waiter_id, "0123456789abcdef");
+    }
+    answer(0, 0, BACKEND_DONE, 100, 0);
+    answer(1, 0, BACKEND_DONE, 105, 0);
+    cr_assert_eq(res.calls, 0, "granted before the write-back");
+    const struct fcmd *w = &nodes[0]->cmd[1];
+    cr_assert_eq(w->op, F_FENCE);
+    cr_assert_eq(w->req.fence, 105 + 32, "written back %llu", (unsigned long long)w->req.fence);
+    answer(0, 1, BACKEND_DONE, 0, 0);
+    cr_assert_eq(res.calls, 1);
+    cr_assert_eq(res.r.outcome, BACKEND_DONE);
+    cr_assert_eq(res.r.fence, 105);
+}
+
 #ifdef DLOCK_PLANTED_BUGS
 /* The planted bug: the lowest proposal, written back nowhere. */
 Test(quorum_backend, planted_low_fence)
