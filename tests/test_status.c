@@ -1475,6 +1475,10 @@ ITEST(status, holder_names_a_lock_taken_through_another_agent)
     h_redis_set_px(h_key("plain"), "someone-else", 10000);
     cr_assert_eq(CTL("-S", sock0, "holder", "plain"), 0);
     cr_assert(strstr(R.out, "held by a client outside dlock (value 'someone-else')"), "%s", R.out);
+    /* Even one whose words look like a holder record's, but with no token. */
+    h_redis_set_px(h_key("words"), "a b 1 2 c", 10000);
+    cr_assert_eq(CTL("-S", sock0, "holder", "words"), 0);
+    cr_assert(strstr(R.out, "held by a client outside dlock (value 'a b 1 2 c')"), "%s", R.out);
     /* Control bytes in a stored value never reach the terminal. */
     h_redis_set_px(h_key("esc"), "tok\033]0;x\007\nforged: free", 10000);
     cr_assert_eq(CTL("-S", sock0, "holder", "esc"), 0);

@@ -115,13 +115,14 @@ static const char *const script_src[S_COUNT] = {
                       "if mark(KEYS[2]) < tonumber(ARGV[2]) then "
                       "redis.call('set', KEYS[2], ARGV[2]) end return 1",
     /* Lookup (for operators): the token, the holder record, the PTTL. The
-     * record is the value; a separate record key is read too, for keys of
-     * earlier versions. A value of another type than string reads as
-     * empty. */
+     * record is the value when it starts with a token (32 lowercase hex
+     * characters and a space; any other value is a foreign client's, shown
+     * whole); a separate record key is read too, for keys of earlier
+     * versions. A value of another type than string reads as empty. */
     "local v = redis.pcall('get', KEYS[1]) local h = redis.pcall('get', KEYS[2]) "
     "if type(v) ~= 'string' then v = '' end if type(h) ~= 'string' then h = '' end "
-    "local sp = string.find(v, ' ', 1, true) "
-    "if h == '' and sp then h = v v = string.sub(v, 1, sp - 1) end "
+    "local _, e = string.find(v, '^[0-9a-f]+ ') "
+    "if h == '' and e == 33 then h = v v = string.sub(v, 1, 32) end "
     "return {v, h, redis.call('pttl', KEYS[1])}",
 };
 
