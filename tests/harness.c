@@ -1591,6 +1591,17 @@ const char *h_status_ask(int agent, const char *req)
     return out;
 }
 
+long long h_metric(int agent, const char *name)
+{
+    const char *out = h_status_ask(agent, "metrics\n");
+    cr_assert_not_null(out, "no metrics from agent %d", agent);
+    char needle[128];
+    snprintf(needle, sizeof needle, "\n%s ", name);
+    const char *p = strstr(out, needle);
+    cr_assert_not_null(p, "no %s in the metrics of agent %d", name, agent);
+    return strtoll(p + strlen(needle), NULL, 10);
+}
+
 /* ---- JSON ---- */
 
 static const char *json_value(const char *p, int depth);

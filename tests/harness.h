@@ -404,6 +404,9 @@ const char *h_path(const char *name);
  * unless the test configured another) and returns the whole answer, in a
  * static buffer; NULL when the socket cannot be reached. */
 const char *h_status_ask(int agent, const char *req);
+/* The value of counter `name` (e.g. "dlock_releases_total") in agent i's
+ * metrics; fails the test when it is not there. */
+long long h_metric(int agent, const char *name);
 
 /* ---- JSON ---- */
 

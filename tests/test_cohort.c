@@ -11,18 +11,6 @@
 
 #include "harness.h"
 
-/* A counter of agent i's metrics (status socket). */
-static long long metric(int i, const char *name)
-{
-    const char *out = h_status_ask(i, "metrics\n");
-    cr_assert_not_null(out, "no metrics from agent %d", i);
-    char needle[128];
-    snprintf(needle, sizeof needle, "\n%s ", name);
-    const char *p = strstr(out, needle);
-    cr_assert_not_null(p, "no %s in the metrics of agent %d", name, i);
-    return strtoll(p + strlen(needle), NULL, 10);
-}
-
 /* The waiting-hosts record of name: how many agents it lists. */
 static long long waiting_hosts(const char *name)
 {
@@ -62,7 +50,7 @@ ITEST(cohort, handoff_keeps_the_key_and_gives_a_higher_token)
     cr_assert_eq(dlock_lease_fence(w.lease), fa + 1, "handoff token %llu after %llu",
                  (unsigned long long)dlock_lease_fence(w.lease), (unsigned long long)fa);
     cr_assert(dlock_lease_valid(w.lease));
-    cr_assert_eq(metric(0, "dlock_handoffs_total"), 1);
+    cr_assert_eq(h_metric(0, "dlock_handoffs_total"), 1);
     /* The key never left Redis: the same value, renewed for the new holder
      * past the first lease's TTL. */
     cr_assert_str_eq(h_redis_get(h_key("job")), value);
@@ -88,7 +76,7 @@ ITEST(cohort, off_every_grant_comes_from_redis)
     struct h_acq w = pass_on(&value, &fa);
     cr_assert_gt(dlock_lease_fence(w.lease), fa);
     cr_assert_str_neq(h_redis_get(h_key("job")), value, "the key was handed over");
-    cr_assert_eq(metric(0, "dlock_handoffs_total"), 0);
+    cr_assert_eq(h_metric(0, "dlock_handoffs_total"), 0);
     cr_assert_eq(dlock_lease_release(w.lease), 0);
 }
 

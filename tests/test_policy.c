@@ -87,17 +87,6 @@ static int nobody_sees(const char *name)
     return st;
 }
 
-static long long metric(const char *name)
-{
-    const char *out = h_status_ask(0, "metrics\n");
-    cr_assert_not_null(out, "no metrics");
-    char needle[128];
-    snprintf(needle, sizeof needle, "\n%s ", name);
-    const char *p = strstr(out, needle);
-    cr_assert_not_null(p, "no %s in metrics", name);
-    return strtoll(p + strlen(needle), NULL, 10);
-}
-
 static void open_dir(void)
 {
     cr_assert_eq(chmod(H.dir, 0755), 0);
@@ -118,7 +107,7 @@ ITEST(policy, other_uid_denied_counted_logged_and_blind)
     struct h_cl *root = h_client();
     dlock_lease *l = h_must_acquire(root, "root-secret", 30000);
     cr_assert_eq(acquire_as_nobody("anything"), DLOCK_EDENIED);
-    cr_assert_eq(metric("dlock_denied_total"), 1);
+    cr_assert_eq(h_metric(0, "dlock_denied_total"), 1);
     cr_assert(log_has("denied: pid") && log_has("uid 65534"), "not logged");
     /* Root sees the lease on the status socket; nobody does not. */
     cr_assert_not_null(strstr(h_status_ask(0, "status-json\n"), "\"name\":\"root-secret\""));
@@ -181,7 +170,7 @@ ITEST(policy, per_uid_limits)
     H_WAIT_UNTIL(H_EVENT_MS, strstr(h_status_ask(0, "leases-json u1\n"), "\"waiters\":1"));
     dlock_lease *l2 = NULL;
     cr_assert_eq(h_acquire(a, "u2", 30000, 0, &l2), DLOCK_ELIMIT);
-    cr_assert_eq(metric("dlock_refused_total"), 1);
+    cr_assert_eq(h_metric(0, "dlock_refused_total"), 1);
     /* Connections: a, b and one more; a fourth is turned away. */
     dlock_client *c3 = NULL, *c4 = NULL;
     cr_assert_eq(h_client_try_open(0, &c3), 0);
@@ -262,7 +251,7 @@ ITEST(policy, dlockctl_run_exits_77_when_denied)
     h_start("[policy]\nallow = 0 __harness_probe__\nallow = 65534 *\n");
     int st = h_ctl(5000, "-s", H.agent[0].sock, "run", "-n", "job", "--", "true", NULL);
     cr_assert_eq(st, 77, "dlockctl run exit status %d", st);
-    cr_assert_eq(metric("dlock_denied_total"), 1);
+    cr_assert_eq(h_metric(0, "dlock_denied_total"), 1);
 }
 
 ITEST(policy, status_socket_belongs_to_its_group)

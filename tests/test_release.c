@@ -10,30 +10,18 @@
 
 #include "harness.h"
 
-/* A counter of agent 0's metrics (status socket). */
-static long long metric(const char *name)
-{
-    const char *out = h_status_ask(0, "metrics\n");
-    cr_assert_not_null(out, "no metrics");
-    char needle[128];
-    snprintf(needle, sizeof needle, "\n%s ", name);
-    const char *p = strstr(out, needle);
-    cr_assert_not_null(p, "no %s in metrics", name);
-    return strtoll(p + strlen(needle), NULL, 10);
-}
-
 ITEST(release, fast_returns_0_and_the_key_goes)
 {
     h_start(NULL);
     struct h_cl *a = h_client();
     dlock_lease *l = h_must_acquire(a, "fast", 30000);
-    long long m0 = metric("dlock_releases_total");
+    long long m0 = h_metric(0, "dlock_releases_total");
     cr_assert(h_is_token(h_redis_get(h_key("fast"))));
     int rc = dlock_lease_release(l);
     cr_assert_eq(rc, 0, "release: %s (%d)", dlock_strerror(rc), rc);
     /* Deleted by the agent, long before its 30 s TTL. */
     H_KEY_GONE(h_key("fast"));
-    H_WAIT_UNTIL(H_EVENT_MS, metric("dlock_releases_total") == m0 + 1);
+    H_WAIT_UNTIL(H_EVENT_MS, h_metric(0, "dlock_releases_total") == m0 + 1);
 }
 
 ITEST(release, lost_lease_seen_as_an_event_gives_elost)
@@ -73,7 +61,7 @@ ITEST(release, then_acquire_on_the_same_connection_is_granted)
     struct h_cl *a = h_client();
     /* The agent handles a connection's frames in order: each RELEASE is done
      * with before the ACQUIRE right behind it, never EHELD, never EBUSY. */
-    long long m0 = metric("dlock_releases_total");
+    long long m0 = h_metric(0, "dlock_releases_total");
     dlock_lease *l = h_must_acquire(a, "order", 30000);
     for (int i = 0; i < 500; i++) {
         cr_assert_eq(dlock_lease_release(l), 0, "release %d", i);
@@ -85,7 +73,7 @@ ITEST(release, then_acquire_on_the_same_connection_is_granted)
     cr_assert(h_is_token(tok), "the last grant has no key");
     cr_assert_eq(dlock_lease_release(l), 0);
     H_KEY_GONE(h_key("order"));
-    H_WAIT_UNTIL(H_EVENT_MS, metric("dlock_releases_total") == m0 + 501);
+    H_WAIT_UNTIL(H_EVENT_MS, h_metric(0, "dlock_releases_total") == m0 + 501);
 }
 
 ITEST(release, then_close_deletes_the_key)
@@ -93,12 +81,12 @@ ITEST(release, then_close_deletes_the_key)
     h_start(NULL);
     struct h_cl *a = h_client();
     dlock_lease *l = h_must_acquire(a, "closing", 30000);
-    long long m0 = metric("dlock_releases_total");
+    long long m0 = h_metric(0, "dlock_releases_total");
     cr_assert_eq(dlock_lease_release(l), 0);
     h_client_close(a);
     H_KEY_GONE(h_key("closing"));
     /* Released by the RELEASE, which came before the close, not by the close. */
-    H_WAIT_UNTIL(H_EVENT_MS, metric("dlock_releases_total") == m0 + 1);
+    H_WAIT_UNTIL(H_EVENT_MS, h_metric(0, "dlock_releases_total") == m0 + 1);
 }
 
 static int count_done(const struct h_acq *acq, int n)
@@ -123,7 +111,7 @@ ITEST(release, many_without_dispatch_neither_block_nor_get_lost)
     }
     H_WAIT_UNTIL(30000, count_done(acq, N) == N);
     cr_assert_eq(h_redis_count_keys(h_key("many-*")), N);
-    long long m0 = metric("dlock_releases_total");
+    long long m0 = h_metric(0, "dlock_releases_total");
     /* With the agent stopped nothing is read: 20000 RELEASEs (400 KB) fill
      * the socket, and the rest wait in the client's output buffer. */
     h_agent_pause(0);
@@ -141,7 +129,7 @@ ITEST(release, many_without_dispatch_neither_block_nor_get_lost)
     }
     cr_assert_eq(left, 0, "%lld keys left of %d", left, N);
     cr_assert_eq(dlock_client_ping(a->c), 0);
-    cr_assert_eq(metric("dlock_releases_total") - m0, N);
+    cr_assert_eq(h_metric(0, "dlock_releases_total") - m0, N);
     free(acq);
 }
 
@@ -150,11 +138,11 @@ ITEST(release, sync_returns_the_agents_verdict)
     h_start(NULL);
     struct h_cl *a = h_client();
     dlock_lease *l = h_must_acquire(a, "sync", 30000);
-    long long m0 = metric("dlock_releases_total");
+    long long m0 = h_metric(0, "dlock_releases_total");
     int rc = dlock_lease_release_sync(l);
     cr_assert_eq(rc, 0, "release_sync: %s (%d)", dlock_strerror(rc), rc);
     /* The agent answered: it gave the lease up before. */
-    cr_assert_eq(metric("dlock_releases_total"), m0 + 1);
+    cr_assert_eq(h_metric(0, "dlock_releases_total"), m0 + 1);
     H_KEY_GONE(h_key("sync"));
 
     /* Lost, event unread: the agent says ENOTFOUND, reported as ELOST. */
