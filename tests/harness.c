@@ -574,25 +574,31 @@ int h_redis_set_nx_px(const char *key, const char *val, long long px)
     return ok;
 }
 
-void h_key_gone(const char *file, int line, int node, const char *key)
+void h_key_gone_at(const char *file, int line, const char *where, int node, const char *key,
+                   long long (*pttl_of)(int node, const char *key))
 {
     int64_t end = h_now_ms() + H_EVENT_MS;
     int64_t expires_after = INT64_MAX; /* the key cannot have expired before */
     for (;;) {
         int64_t before = h_now_ms();
-        long long pttl = h_node_pttl(node, key);
+        long long pttl = pttl_of(node, key);
         if (pttl == -2) {
             cr_assert_lt(h_now_ms(), expires_after,
-                         "%s:%d: %s on node %d was not seen deleted before its TTL ran out", file,
-                         line, key, node);
+                         "%s:%d: %s on %s %d was not seen deleted before its TTL ran out", file,
+                         line, key, where, node);
             return;
         }
         expires_after = pttl >= 0 ? before + pttl : INT64_MAX;
         if (before > end)
-            cr_assert_fail("%s:%d: %s still on node %d after %d ms (PTTL %lld)", file, line, key,
-                           node, H_EVENT_MS, pttl);
+            cr_assert_fail("%s:%d: %s still on %s %d after %d ms (PTTL %lld)", file, line, key,
+                           where, node, H_EVENT_MS, pttl);
         h_pump_all(2);
     }
+}
+
+void h_key_gone(const char *file, int line, int node, const char *key)
+{
+    h_key_gone_at(file, line, "node", node, key, h_node_pttl);
 }
 
 const char *h_key(const char *name)

@@ -207,6 +207,10 @@ void h_sleep_ms(int ms);
 #define H_KEY_GONE(key)            h_key_gone(__FILE__, __LINE__, 0, key)
 #define H_NODE_KEY_GONE(node, key) h_key_gone(__FILE__, __LINE__, node, key)
 void h_key_gone(const char *file, int line, int node, const char *key);
+/* The same for any kind of node: `where` names it in the failure, pttl_of
+ * reads a key's PTTL there (-2: no such key). */
+void h_key_gone_at(const char *file, int line, const char *where, int node, const char *key,
+                   long long (*pttl_of)(int node, const char *key));
 
 /* ---- redis-server nodes ----
  *

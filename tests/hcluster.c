@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "text.h"
+
 #ifndef DLOCKD_PATH
 #error "DLOCKD_PATH must be defined (path of the dlockd binary)"
 #endif
@@ -261,30 +263,13 @@ redisReply *hc_cmd_argv(int i, int argc, const char **argv)
     return r;
 }
 
-/* The value of "field:" in an INFO-style text, copied into out ("" when absent). */
-static void info_field(const char *text, const char *field, char *out, size_t cap)
-{
-    out[0] = '\0';
-    size_t n = strlen(field);
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
-        if (strncmp(p, field, n) == 0 && p[n] == ':') {
-            p += n + 1;
-            size_t len = strcspn(p, "\r\n");
-            if (len >= cap)
-                len = cap - 1;
-            memcpy(out, p, len);
-            out[len] = '\0';
-            return;
-        }
-}
-
 /* A field of node i's INFO section, or "" when it does not answer. */
 static void node_info(int i, const char *section, const char *field, char *out, size_t cap)
 {
     out[0] = '\0';
     redisReply *r = try_cmd(i, "INFO %s", section);
     if (r && r->type == REDIS_REPLY_STRING)
-        info_field(r->str, field, out, cap);
+        text_info_field(r->str, field, out, cap);
     if (r)
         freeReplyObject(r);
 }
@@ -838,24 +823,7 @@ long long hc_count_slot(int i, unsigned slot)
 
 void hc_key_gone(const char *file, int line, int node, const char *key)
 {
-    int64_t end = h_now_ms() + H_EVENT_MS;
-    int64_t expires_after = INT64_MAX; /* the key cannot have expired before */
-    for (;;) {
-        int64_t before = h_now_ms();
-        long long pttl = hc_pttl(node, key);
-        if (pttl == -2) {
-            cr_assert_lt(h_now_ms(), expires_after,
-                         "%s:%d: %s on cluster node %d was not seen deleted before its TTL ran "
-                         "out",
-                         file, line, key, node);
-            return;
-        }
-        expires_after = pttl >= 0 ? before + pttl : INT64_MAX;
-        if (before > end)
-            cr_assert_fail("%s:%d: %s still on cluster node %d after %d ms (PTTL %lld)", file, line,
-                           key, node, H_EVENT_MS, pttl);
-        h_pump_all(2);
-    }
+    h_key_gone_at(file, line, "cluster node", node, key, hc_pttl);
 }
 
 /* ---- moving a slot ---- */

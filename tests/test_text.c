@@ -146,3 +146,20 @@ Test(text, printable_copies_are_cut_between_characters)
     text_printable(exact, strlen(odd) + 1, odd);
     cr_assert_str_eq(exact, "???\xd0\x96");
 }
+
+Test(text, info_field_finds_whole_field_names)
+{
+    const char *info = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\n"
+                       "uptime_in_seconds:42\r\nuptime:x\r\n";
+    char out[16];
+    text_info_field(info, "run_id", out, sizeof out);
+    cr_assert_str_eq(out, "abc123");
+    text_info_field(info, "uptime_in_seconds", out, sizeof out);
+    cr_assert_str_eq(out, "42");
+    text_info_field(info, "uptime", out, sizeof out);
+    cr_assert_str_eq(out, "x", "a field whose name starts another's: %s", out);
+    text_info_field(info, "missing", out, sizeof out);
+    cr_assert_str_eq(out, "");
+    text_info_field(info, "redis_version", out, 4);
+    cr_assert_str_eq(out, "7.0", "cut to fit");
+}

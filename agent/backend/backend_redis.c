@@ -21,6 +21,7 @@
 #include "notice_link.h"
 #include "redis_link.h"
 #include "wire.h"
+#include "text.h"
 #include "util.h"
 
 enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_COUNT };
@@ -607,24 +608,6 @@ static size_t rb_nodes(const struct backend *be, struct backend_node *out, size_
 
 /* ---- connection set-up ---- */
 
-/* The value of "field:" in an INFO reply, copied into out (empty if none). */
-static void info_field(const char *info, const char *field, char *out, size_t cap)
-{
-    out[0] = '\0';
-    size_t flen = strlen(field);
-    for (const char *p = info; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
-        if (strncmp(p, field, flen) != 0 || p[flen] != ':')
-            continue;
-        p += flen + 1;
-        size_t n = strcspn(p, "\r\n");
-        if (n >= cap)
-            n = cap - 1;
-        memcpy(out, p, n);
-        out[n] = '\0';
-        return;
-    }
-}
-
 /* CONFIG GET appendonly / appendfsync (priv: which), sent before INFO on
  * every command link in quorum mode. A refusal (an ACL without CONFIG, a
  * renamed command) or an unknown answer leaves the node one that may lose
@@ -713,8 +696,8 @@ static void note_server(struct rb *b, const redisReply *rep)
     if (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_STATUS)
         return;
     char run_id[41], uptime[24];
-    info_field(rep->str, "run_id", run_id, sizeof run_id);
-    info_field(rep->str, "uptime_in_seconds", uptime, sizeof uptime);
+    text_info_field(rep->str, "run_id", run_id, sizeof run_id);
+    text_info_field(rep->str, "uptime_in_seconds", uptime, sizeof uptime);
     bool restarted = b->run_id[0] && strcmp(run_id, b->run_id) != 0;
     bool first = !b->run_id[0];
     bool was_durable = b->durable;

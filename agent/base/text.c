@@ -67,3 +67,20 @@ void text_printable(char *dst, size_t cap, const char *src)
     }
     dst[out] = '\0';
 }
+
+void text_info_field(const char *info, const char *field, char *out, size_t cap)
+{
+    out[0] = '\0';
+    size_t flen = strlen(field);
+    for (const char *p = info; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (strncmp(p, field, flen) != 0 || p[flen] != ':')
+            continue;
+        p += flen + 1;
+        size_t n = strcspn(p, "\r\n");
+        if (n >= cap)
+            n = cap - 1;
+        memcpy(out, p, n);
+        out[n] = '\0';
+        return;
+    }
+}

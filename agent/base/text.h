@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* text.h -- strings from outside (lock names, command names, Redis values)
  * made safe to show: one UTF-8 decoder, and a printable copy for text
- * output. Pure, no I/O. */
+ * output; and a field of Redis' INFO text. Pure, no I/O. */
 #ifndef DLOCKD_TEXT_H
 #define DLOCKD_TEXT_H
 
@@ -24,5 +24,10 @@ bool text_is_control(uint32_t cp);
  * never longer than src; when it does not fit it is cut between
  * characters. */
 void text_printable(char *dst, size_t cap, const char *src);
+
+/* The value of "field:" in the text of a Redis INFO reply (lines
+ * "name:value", CRLF-terminated), copied into out (cap >= 1 bytes, cut to
+ * fit); empty when the field is not there. */
+void text_info_field(const char *info, const char *field, char *out, size_t cap);
 
 #endif
