@@ -189,6 +189,17 @@ static redisReply *sentinel_cmd(int s, const char *fmt, ...)
     return r;
 }
 
+/* Fails the test unless r is an answer other than an error; frees it. */
+static void reply_ok(redisReply *r, const char *who, int i, const char *fmt)
+{
+    cr_assert_not_null(r, "%s %d did not answer %s", who, i, fmt);
+    int err = r->type == REDIS_REPLY_ERROR;
+    char text[256];
+    snprintf(text, sizeof text, "%s", err ? r->str : "");
+    freeReplyObject(r);
+    cr_assert_not(err, "%s %d: %s: %s", who, i, fmt, text);
+}
+
 void hs_ok(int i, const char *fmt, ...)
 {
     cr_assert(i >= 0 && i < HS_REDIS && HS.redis[i].pid, "Redis server %d is not running", i);
@@ -196,12 +207,7 @@ void hs_ok(int i, const char *fmt, ...)
     va_start(ap, fmt);
     redisReply *r = vcmd_at(&HS.conn[i], HS.redis_port[i], fmt, ap);
     va_end(ap);
-    cr_assert_not_null(r, "Redis server %d did not answer %s", i, fmt);
-    int err = r->type == REDIS_REPLY_ERROR;
-    char text[256];
-    snprintf(text, sizeof text, "%s", err ? r->str : "");
-    freeReplyObject(r);
-    cr_assert_not(err, "Redis server %d: %s: %s", i, fmt, text);
+    reply_ok(r, "Redis server", i, fmt);
 }
 
 void hs_sentinel_ok(int s, const char *fmt, ...)
@@ -210,12 +216,7 @@ void hs_sentinel_ok(int s, const char *fmt, ...)
     va_start(ap, fmt);
     redisReply *r = sentinel_vcmd(s, fmt, ap);
     va_end(ap);
-    cr_assert_not_null(r, "sentinel %d did not answer %s", s, fmt);
-    int err = r->type == REDIS_REPLY_ERROR;
-    char text[256];
-    snprintf(text, sizeof text, "%s", err ? r->str : "");
-    freeReplyObject(r);
-    cr_assert_not(err, "sentinel %d: %s: %s", s, fmt, text);
+    reply_ok(r, "sentinel", s, fmt);
 }
 
 char *hs_get(int i, const char *key)

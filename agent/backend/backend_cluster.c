@@ -22,6 +22,7 @@
 #include "log.h"
 #include "redis_link.h"
 #include "util.h"
+#include "wire.h"
 
 #define MAX_REDIRECTS 5 /* MOVED and ASK answers followed for one command */
 #define MAX_REPLICAS  8 /* replicas remembered per master, to tell a failover */
@@ -37,7 +38,6 @@ struct cnode {
     struct cl *cl;
     struct redis_addr addr; /* stable: the node backend keeps a pointer */
     char name[280];         /* "host:port" */
-    char id[41];            /* the cluster node id */
     char label[300];        /* "redis host:port", for logs */
     struct backend *b;
     /* Raised when the node lost its slots to a replica: answers to
@@ -71,7 +71,6 @@ struct cop {
     uint16_t node; /* where it was sent */
     unsigned gen;  /* that node's gen when sent */
     unsigned redirects;
-    bool in_flight;   /* at a node; else waiting for its retry timer */
     uint64_t give_up; /* TRYAGAIN / CLUSTERDOWN retries end then */
     uint64_t backoff;
     ev_timer retry;
@@ -80,6 +79,7 @@ struct cop {
 
 struct cl {
     struct backend base;
+    uint64_t watch_seed; /* of the watched names' hash set */
     struct ev_loop *loop;
     const struct config *cfg;
     struct backend_events ev;
@@ -185,17 +185,9 @@ static uint16_t node_get(struct cl *cl, const char *name)
 
 /* ---- watched names ---- */
 
-static uint64_t name_hash(const char *s, size_t len)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
-
 static struct watched **watch_slot(struct cl *cl, const char *name, size_t len)
 {
-    struct watched **p = &cl->watch[name_hash(name, len) % cl->nwatch_buckets];
+    struct watched **p = &cl->watch[name_hash(cl->watch_seed, name, len) % cl->nwatch_buckets];
     while (*p && !((*p)->len == len && memcmp((*p)->name, name, len) == 0))
         p = &(*p)->next;
     return p;
@@ -210,7 +202,7 @@ static int watch_grow(struct cl *cl)
     for (size_t b = 0; b < cl->nwatch_buckets; b++) {
         for (struct watched *w = cl->watch[b], *next; w; w = next) {
             next = w->next;
-            struct watched **head = &v[name_hash(w->name, w->len) % nb];
+            struct watched **head = &v[name_hash(cl->watch_seed, w->name, w->len) % nb];
             w->next = *head;
             *head = w;
         }
@@ -247,17 +239,24 @@ static void watch_route(struct cl *cl, struct watched *w)
         w->node = to;
 }
 
+/* The hash slot of lock name's key (names longer than the protocol allows
+ * never reach a backend). */
+static unsigned name_slot(const struct cl *cl, const char *name, size_t len)
+{
+    char key[CONFIG_PREFIX_MAX + WIRE_MAX_NAME];
+    if (len > WIRE_MAX_NAME)
+        len = WIRE_MAX_NAME;
+    memcpy(key, cl->cfg->prefix, cl->prefix_len);
+    memcpy(key + cl->prefix_len, name, len);
+    return key_slot(key, cl->prefix_len + len);
+}
+
 /* To the master of the name's slot as the map has it (no redirect is
  * followed: the entry lapses by itself when this misses). */
 static void cl_leave(struct backend *be, const struct backend_req *req)
 {
     struct cl *cl = (struct cl *)be;
-    char key[CONFIG_PREFIX_MAX + 1100];
-    if (cl->prefix_len + req->len >= sizeof key)
-        return;
-    memcpy(key, cl->cfg->prefix, cl->prefix_len);
-    memcpy(key + cl->prefix_len, req->name, req->len);
-    uint16_t to = cl->owner[key_slot(key, cl->prefix_len + req->len)];
+    uint16_t to = cl->owner[name_slot(cl, req->name, req->len)];
     if (to != NO_NODE && cl->node[to]->b->ops->leave)
         cl->node[to]->b->ops->leave(cl->node[to]->b, req);
 }
@@ -287,11 +286,7 @@ static int cl_watch(struct backend *be, const char *name, size_t len, bool on)
     w->len = (uint16_t)len;
     memcpy(w->name, name, len);
     w->name[len] = '\0';
-    char key[CONFIG_PREFIX_MAX + 1100];
-    size_t klen = cl->prefix_len + len < sizeof key ? cl->prefix_len + len : 0;
-    memcpy(key, cl->cfg->prefix, cl->prefix_len);
-    memcpy(key + cl->prefix_len, name, klen ? len : 0);
-    w->slot = key_slot(key, klen);
+    w->slot = name_slot(cl, name, len);
     *p = w;
     cl->nwatched++;
     watch_route(cl, w);
@@ -336,12 +331,7 @@ struct doubt_ctx {
 static bool doubt_affected(void *farg, const char *name, size_t len)
 {
     const struct doubt_ctx *d = farg;
-    char key[CONFIG_PREFIX_MAX + 1100];
-    if (d->cl->prefix_len + len > sizeof key)
-        return true;
-    memcpy(key, d->cl->cfg->prefix, d->cl->prefix_len);
-    memcpy(key + d->cl->prefix_len, name, len);
-    unsigned s = key_slot(key, d->cl->prefix_len + len);
+    unsigned s = name_slot(d->cl, name, len);
     return d->slots[s / 8] & (1u << (s % 8));
 }
 
@@ -397,8 +387,7 @@ static void report_failover(struct cl *cl, const uint8_t *slots, const bool *fai
 
 /* The "host:port" of a node entry of CLUSTER SLOTS ([ip, port, id, ...]);
  * an empty ip means the node that answered. */
-static int entry_name(const struct cl *cl, const redisReply *e, char *out, size_t cap,
-                      const char **id)
+static int entry_name(const struct cl *cl, const redisReply *e, char *out, size_t cap)
 {
     if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
         e->element[0]->type != REDIS_REPLY_STRING || e->element[1]->type != REDIS_REPLY_INTEGER)
@@ -406,7 +395,6 @@ static int entry_name(const struct cl *cl, const redisReply *e, char *out, size_
     const char *host = e->element[0]->str;
     if (!host[0] || strcmp(host, "?") == 0)
         host = cl->ctl_addr.host;
-    *id = e->elements >= 3 && e->element[2]->type == REDIS_REPLY_STRING ? e->element[2]->str : "";
     return addr_name(host, e->element[1]->integer, out, cap);
 }
 
@@ -433,12 +421,10 @@ static int load_map(struct cl *cl, const redisReply *rep)
             goto bad;
         long long lo = range->element[0]->integer, hi = range->element[1]->integer;
         char name[280];
-        const char *id;
         if (lo < 0 || hi >= KEY_SLOTS || lo > hi ||
-            entry_name(cl, range->element[2], name, sizeof name, &id) != 0 ||
+            entry_name(cl, range->element[2], name, sizeof name) != 0 ||
             (master[r] = node_get(cl, name)) == NO_NODE)
             goto bad;
-        snprintf(cl->node[master[r]]->id, sizeof cl->node[master[r]]->id, "%s", id);
         for (long long s = lo; s <= hi; s++)
             owner[s] = master[r];
     }
@@ -464,8 +450,7 @@ static int load_map(struct cl *cl, const redisReply *rep)
         struct cnode *m = cl->node[master[r]];
         for (size_t e = 3; e < range->elements && m->nreplicas < MAX_REPLICAS; e++) {
             char rn[280];
-            const char *id;
-            if (entry_name(cl, range->element[e], rn, sizeof rn, &id) == 0 && !is_replica_of(m, rn))
+            if (entry_name(cl, range->element[e], rn, sizeof rn) == 0 && !is_replica_of(m, rn))
                 snprintf(m->replica[m->nreplicas++], sizeof m->replica[0], "%s", rn);
         }
     }
@@ -671,7 +656,6 @@ static int parse_redirect(const char *text, unsigned *slot, char *name, size_t c
 static void on_node_result(struct cop *op, const struct backend_result *r)
 {
     struct cl *cl = op->cl;
-    op->in_flight = false;
     struct cnode *n = cl->node[op->node];
     if (cl->closing)
         goto done;
@@ -681,12 +665,11 @@ static void on_node_result(struct cop *op, const struct backend_result *r)
         cop_fail(op, DLOCK_EUNAVAIL);
         return;
     }
+    if (r->err == DLOCK_EUNAVAIL || r->err == DLOCK_EREADONLY)
+        refresh_soon(cl); /* the master may be gone, or a replica now */
     const char *t = r->err ? r->error_text : NULL;
-    if (!t) {
-        if (r->err == DLOCK_EUNAVAIL || r->err == DLOCK_EREADONLY)
-            refresh_soon(cl); /* the master may be gone, or a replica now */
+    if (!t)
         goto done;
-    }
     bool moved = strncmp(t, "MOVED ", 6) == 0, ask = strncmp(t, "ASK ", 4) == 0;
     if (moved || ask) {
         unsigned slot;
@@ -733,7 +716,6 @@ static void on_node_cb(void *arg, const struct backend_result *r)
 static void on_node_lookup(void *arg, int err, const struct backend_holder *h)
 {
     struct cop *op = arg;
-    op->in_flight = false;
     if (err == DLOCK_EUNAVAIL || err == DLOCK_EBACKEND)
         refresh_soon(op->cl);
     op->lookup_cb(op->arg, err, h);
@@ -773,7 +755,6 @@ static int cop_send(struct cop *op)
         rc = b->ops->lookup(b, op->req.name, op->req.len, on_node_lookup, op);
         break;
     }
-    op->in_flight = rc == 0;
     return rc;
 }
 
@@ -930,6 +911,7 @@ struct backend *backend_cluster_new(struct ev_loop *loop, const struct config *c
         return NULL;
     }
     cl->base.ops = &cl_ops;
+    cl->watch_seed = random_u64();
     cl->loop = loop;
     cl->cfg = cfg;
     cl->ev = *events;

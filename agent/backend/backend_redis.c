@@ -155,9 +155,9 @@ struct rcmd {
     uint32_t block;   /* acquire: see backend_req */
     uint32_t want_ms; /* acquire: see backend_req */
     uint16_t name_len;
-    uint16_t holder_len;
+    uint16_t value_len;
     char token[33];
-    char waiter_id[BACKEND_WAITER_ID_MAX + 1]; /* acquire: empty for try-once */
+    char waiter_id[BACKEND_WAITER_ID_MAX + 1]; /* acquire: the agent's id, or empty */
     /* prefix + name, NUL-terminated (name is key + prefix_len), then the
      * key's value (acquire): the token, and the holder record after a space */
     char key[];
@@ -433,7 +433,7 @@ static void add_argv(const struct rb *b, const struct rcmd *c, struct args *a, s
 {
     unsigned long long num = c->num;
     if (c->script == S_ACQUIRE)
-        arg(a, c->key + b->prefix_len + c->name_len + 1, c->holder_len);
+        arg(a, c->key + b->prefix_len + c->name_len + 1, c->value_len);
     else if (c->script != S_LOOKUP)
         arg(a, c->token, 32);
     if (c->script == S_ACQUIRE || c->script == S_RENEW)
@@ -500,44 +500,46 @@ static int cmd_send(struct rb *b, struct rcmd *c)
     return rc;
 }
 
-static int submit_with(struct backend *be, enum script s, const char *name, size_t len,
-                       const char *token, const char *holder, uint32_t ttl_ms, uint64_t num,
-                       const struct backend_req *req, backend_cb cb, backend_lookup_cb lookup_cb,
-                       void *arg)
+/* Sends script s for req (the fields s uses) with num (see rcmd.num). */
+static int submit_with(struct backend *be, enum script s, const struct backend_req *req,
+                       uint64_t num, backend_cb cb, backend_lookup_cb lookup_cb, void *arg)
 {
     struct rb *b = (struct rb *)be;
     if (!b->cmd.connected || b->closing)
         return DLOCK_EUNAVAIL;
+    bool acquire = s == S_ACQUIRE;
+    const char *holder = acquire && req->holder ? req->holder : "";
     /* acquire: the key's value, the token and the holder record after it */
-    size_t hlen = holder ? (holder[0] ? 33 + strlen(holder) : 32) : 0;
-    struct rcmd *c = malloc(sizeof *c + b->prefix_len + len + 1 + hlen + 1);
+    size_t vlen = acquire ? (holder[0] ? 33 + strlen(holder) : 32) : 0;
+    size_t len = req->len;
+    struct rcmd *c = malloc(sizeof *c + b->prefix_len + len + 1 + vlen + 1);
     if (!c)
         return DLOCK_ENOMEM;
     c->cb = cb;
     c->lookup_cb = lookup_cb;
-    c->holder_len = (uint16_t)hlen;
+    c->value_len = (uint16_t)vlen;
     c->arg = arg;
     c->script = (uint8_t)s;
     c->retried = false;
     c->resend = false;
-    c->asking = req && req->asking;
-    c->block = req && s == S_ACQUIRE ? req->block : 0;
-    c->want_ms = req && s == S_ACQUIRE ? req->want_ms : 0;
+    c->asking = req->asking;
+    c->block = acquire ? req->block : 0;
+    c->want_ms = acquire ? req->want_ms : 0;
     snprintf(c->waiter_id, sizeof c->waiter_id, "%s",
-             req && s == S_ACQUIRE && req->waiter_id ? req->waiter_id : "");
-    c->ttl_ms = ttl_ms;
+             acquire && req->waiter_id ? req->waiter_id : "");
+    c->ttl_ms = req->ttl_ms;
     c->num = num;
     c->name_len = (uint16_t)len;
-    memcpy(c->token, token ? token : "", token ? 32 : 1);
+    memcpy(c->token, req->token ? req->token : "", req->token ? 32 : 1);
     c->token[32] = '\0';
     memcpy(c->key, b->cfg->prefix, b->prefix_len);
-    memcpy(c->key + b->prefix_len, name, len);
+    memcpy(c->key + b->prefix_len, req->name, len);
     c->key[b->prefix_len + len] = '\0';
     char *value = c->key + b->prefix_len + len + 1;
-    if (holder && holder[0])
-        snprintf(value, hlen + 1, "%s %s", c->token, holder);
+    if (holder[0])
+        snprintf(value, vlen + 1, "%s %s", c->token, holder);
     else
-        memcpy(value, holder ? c->token : "", hlen + 1);
+        memcpy(value, acquire ? c->token : "", vlen + 1);
     int rc = cmd_send(b, c);
     if (rc)
         free(c);
@@ -547,14 +549,14 @@ static int submit_with(struct backend *be, enum script s, const char *name, size
 static int submit(struct backend *be, enum script s, const struct backend_req *req, uint64_t num,
                   backend_cb cb, void *arg)
 {
-    return submit_with(be, s, req->name, req->len, req->token, s == S_ACQUIRE ? req->holder : NULL,
-                       req->ttl_ms, num, req, cb, NULL, arg);
+    return submit_with(be, s, req, num, cb, NULL, arg);
 }
 
 static int rb_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
                      void *arg)
 {
-    return submit_with(be, S_LOOKUP, name, len, NULL, NULL, 0, 0, NULL, NULL, cb, arg);
+    struct backend_req req = {.name = name, .len = len};
+    return submit_with(be, S_LOOKUP, &req, 0, NULL, cb, arg);
 }
 
 static int rb_acquire(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)

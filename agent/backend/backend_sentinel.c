@@ -115,18 +115,6 @@ static const struct redis_addr *sentinel_at(const struct sb *s, unsigned i)
     return &s->cfg->nodes[i];
 }
 
-/* A delay with exponential backoff and full jitter over the reconnect
- * settings, for the attempt-th retry. */
-static double backoff_s(const struct config *cfg, unsigned attempt)
-{
-    double cap = cfg->reconnect_min_ms;
-    for (unsigned i = 0; i < attempt && cap < cfg->reconnect_max_ms; i++)
-        cap *= 2;
-    if (cap > cfg->reconnect_max_ms)
-        cap = cfg->reconnect_max_ms;
-    return (cap / 2 + cap / 2 * random_unit()) / 1000.0;
-}
-
 /* Copies text into dst, cut to fit. */
 static void copy_text(char *dst, size_t cap, const char *text)
 {
@@ -229,7 +217,7 @@ static void m_ready(void *arg)
 static void reask_later(struct sb *s)
 {
     ev_timer_stop(s->loop, &s->reask);
-    ev_timer_set(&s->reask, backoff_s(s->cfg, s->role_fails++), 0.0);
+    ev_timer_set(&s->reask, redis_backoff_s(s->cfg, s->role_fails++), 0.0);
     ev_timer_start(s->loop, &s->reask);
 }
 
@@ -314,7 +302,7 @@ static void schedule_rotate(struct sb *s)
         return;
     s->failures++;
     unsigned n = s->cfg->nnodes;
-    double delay = s->failures % n == 0 ? backoff_s(s->cfg, s->failures / n - 1) : 0.0;
+    double delay = s->failures % n == 0 ? redis_backoff_s(s->cfg, s->failures / n - 1) : 0.0;
     ev_timer_set(&s->rotate, delay, 0.0);
     ev_timer_start(s->loop, &s->rotate);
 }
@@ -460,12 +448,8 @@ static void start_links(struct sb *s)
     redis_link_start(&s->p);
 }
 
-static void on_refresh(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    ask(w->data);
-}
-
-static void on_reask(struct ev_loop *loop, ev_timer *w, int revents)
+/* The refresh and reask timers: ask the sentinel again. */
+static void on_ask_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     ask(w->data);
 }
@@ -736,10 +720,10 @@ struct backend *backend_sentinel_new(struct ev_loop *loop, const struct config *
     s->scfg.redis_db = 0;
     note_master_error(s, DLOCK_EUNAVAIL, "no sentinel has named it yet");
     double every = cfg->topology_refresh_ms / 1000.0;
-    ev_timer_init(&s->refresh, on_refresh, every, every);
+    ev_timer_init(&s->refresh, on_ask_timer, every, every);
     ev_timer_init(&s->rotate, on_rotate, 0.0, 0.0);
     ev_timer_init(&s->reap, on_reap, 0.0, 0.0);
-    ev_timer_init(&s->reask, on_reask, 0.0, 0.0);
+    ev_timer_init(&s->reask, on_ask_timer, 0.0, 0.0);
     s->refresh.data = s->rotate.data = s->reap.data = s->reask.data = s;
     ev_timer_start(loop, &s->refresh);
     log_info("sentinel mode: master %s, %u sentinel%s", cfg->sentinel_master, cfg->nnodes,

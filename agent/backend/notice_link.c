@@ -66,17 +66,6 @@ struct notice_link {
 
 /* ---- the set ---- */
 
-/* FNV-1a, seeded per node so that names cannot be picked to collide. */
-static uint64_t name_hash(uint64_t seed, const char *s, size_t len)
-{
-    uint64_t h = 0xcbf29ce484222325ull ^ seed;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
 static struct wname *find(const struct notice_link *n, const char *name, size_t len)
 {
     uint64_t h = name_hash(n->seed, name, len);

@@ -65,21 +65,24 @@ static int auth_args(const struct config *cfg, const char *argv[3])
     return cfg->redis_password[0] ? 2 : 0;
 }
 
-/* Arms the reconnect timer: exponential backoff with full jitter. */
-static void schedule_reconnect(struct redis_link *l)
+double redis_backoff_s(const struct config *cfg, unsigned attempt)
 {
-    const struct config *cfg = l->cfg;
-    if (l->closing)
-        return;
     double cap = cfg->reconnect_min_ms;
-    for (unsigned i = 0; i < l->attempt && cap < cfg->reconnect_max_ms; i++)
+    for (unsigned i = 0; i < attempt && cap < cfg->reconnect_max_ms; i++)
         cap *= 2;
     if (cap > cfg->reconnect_max_ms)
         cap = cfg->reconnect_max_ms;
-    double delay = cap / 2 + cap / 2 * random_unit();
-    l->attempt++;
+    return (cap / 2 + cap / 2 * random_unit()) / 1000.0;
+}
+
+/* Arms the reconnect timer: exponential backoff with full jitter. */
+static void schedule_reconnect(struct redis_link *l)
+{
+    if (l->closing)
+        return;
+    double delay = redis_backoff_s(l->cfg, l->attempt++);
     ev_timer_stop(l->loop, &l->timer);
-    ev_timer_set(&l->timer, delay / 1000.0, 0.0);
+    ev_timer_set(&l->timer, delay, 0.0);
     ev_timer_start(l->loop, &l->timer);
 }
 

@@ -153,4 +153,9 @@ int redis_link_raw_send(struct redis_link *l, int argc, const char **argv, const
  * else DLOCK_EBACKEND). */
 int redis_error_code(const char *msg);
 
+/* The delay before the attempt-th retry (from 0), in seconds: exponential
+ * backoff from reconnect_min_ms to reconnect_max_ms, with full jitter (half
+ * the cap, plus up to half of it at random). */
+double redis_backoff_s(const struct config *cfg, unsigned attempt);
+
 #endif

@@ -77,3 +77,13 @@ void one_word(char *s)
         if ((unsigned char)*s <= 0x20 || *s == 0x7f)
             *s = '?';
 }
+
+uint64_t name_hash(uint64_t seed, const char *s, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325ull ^ seed;
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 0x100000001b3ull;
+    }
+    return h ^ (h >> 29);
+}

@@ -22,6 +22,9 @@ double random_unit(void);
 /* 64 random bits from the kernel (for hash seeds; the clock if the kernel
  * would give none). */
 uint64_t random_u64(void);
+/* A hash of a lock name for hash tables: FNV-1a, seeded (per run, from
+ * random_u64) so that local clients cannot pick names that collide. */
+uint64_t name_hash(uint64_t seed, const char *s, size_t len);
 /* n bytes from the kernel's CSPRNG. 0, or -1 if the kernel would give none. */
 int random_bytes(void *dst, size_t n);
 /* Replaces blanks and control characters with '?': a word that can neither

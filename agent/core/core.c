@@ -660,7 +660,6 @@ static void on_acquired(void *arg, const struct backend_result *r)
         /* Unanswered, or failed halfway: the store may have set the key all
          * the same (or joined the record). Compare-and-delete is harmless if
          * it did not. */
-        l->joined |= l->acq_waiting;
         if (!PLANTED(CORE_BUG_NO_WITHDRAW))
             withdraw_key(k, l, now);
     } else if (r->outcome == BACKEND_DONE) {
@@ -676,7 +675,6 @@ static void on_acquired(void *arg, const struct backend_result *r)
         }
     } else {
         k->down_since = 0;
-        l->joined |= l->acq_waiting;
         /* Quorum mode: some nodes may have taken the key for us. */
         if (k->backend->release_after_miss)
             withdraw_key(k, l, now);
@@ -701,8 +699,8 @@ static uint32_t want_ms(const struct core *k)
 /* Sends an acquire for the first waiter when nothing stands in the way. */
 static void lock_kick(struct core *k, struct lock *l, uint64_t now)
 {
-    while (l->kept && l->qhead && !l->holder)
-        hand_over(k, l, now);
+    if (l->kept && l->qhead)
+        hand_over(k, l, now); /* it clears kept */
     while (l->qhead && !l->holder && !l->acquiring && !l->kept && !tnode_queued(&l->retry)) {
         struct waiter *w = l->qhead;
         if (k->shutting_down) {
@@ -718,7 +716,6 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
         *ref = (struct acquire_ref){.k = k, .l = l};
         l->acq_sent = now;
         l->acq_ttl_ms = w->ttl_ms;
-        l->acq_waiting = !w->try_once;
         /* The tokens this acquire reserves, handed out only if it grants (a
          * reload of the settings meanwhile does not change them). */
         l->cohort_left = k->cfg->cohort_handoffs;
@@ -740,6 +737,8 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
         if (rc == 0) {
             l->acquiring = true;
             l->acq_for = w;
+            /* Unless it grants, it may leave the agent in the record. */
+            l->joined |= !w->try_once;
             return;
         }
         free(ref);
@@ -759,17 +758,20 @@ static void lock_settle(struct core *k, struct lock *l, uint64_t now)
     if (l->qhead && !l->holder && !l->acquiring && tnode_queued(&l->retry) &&
         !PLANTED(CORE_BUG_NO_REWATCH))
         lock_watch(k, l);
-    if (l->watched && !l->qhead) {
-        l->watched = false;
-        k->backend->ops->watch(k->backend, l->name, l->name_len, false);
-    }
-    if (l->joined && !l->qhead && !l->acquiring) {
-        /* Nobody here waits any more (they gave up): other hosts need not
-         * wait for the entry to lapse. */
-        l->joined = false;
-        struct backend_req req = {.name = l->name, .len = l->name_len, .waiter_id = k->waiter_id};
-        if (k->backend->ops->leave)
-            k->backend->ops->leave(k->backend, &req);
+    if (!l->qhead) {
+        if (l->watched) {
+            l->watched = false;
+            k->backend->ops->watch(k->backend, l->name, l->name_len, false);
+        }
+        if (l->joined && !l->acquiring) {
+            /* Nobody here waits any more (they gave up): other hosts need
+             * not wait for the entry to lapse. */
+            l->joined = false;
+            struct backend_req req = {
+                .name = l->name, .len = l->name_len, .waiter_id = k->waiter_id};
+            if (k->backend->ops->leave)
+                k->backend->ops->leave(k->backend, &req);
+        }
     }
     table_lock_release_if_idle(&k->table, l);
 }

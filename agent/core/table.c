@@ -9,17 +9,6 @@
 
 #define SLOT_BITS 32
 
-/* FNV-1a, seeded per agent run so names cannot be picked to collide. */
-static uint64_t name_hash(uint64_t seed, const char *s, size_t len)
-{
-    uint64_t h = 0xcbf29ce484222325ull ^ seed;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 0x100000001b3ull;
-    }
-    return h ^ (h >> 29);
-}
-
 int table_init(struct table *t, uint64_t seed)
 {
     memset(t, 0, sizeof *t);

@@ -71,7 +71,6 @@ struct lock {
     uint64_t acq_sent;      /* send time of the in-flight acquire */
     uint32_t acq_ttl_ms;
     bool acquiring;     /* an acquire is in flight */
-    bool acq_waiting;   /* for a waiting client (not try-once): it joins the record */
     bool notice_missed; /* a release notice came while acquiring */
     bool watched;       /* the store was asked for the name's release notices */
     bool joined;        /* a waiting acquire may have joined the waiting-hosts record */
