@@ -838,7 +838,7 @@ static void report_wake(const struct wake_result *r)
     char t[64], v[32];
     printf("\ncross-agent wake: a client of one agent holds a name, a client of another waits for "
            "it;\n%s rounds, roles swapping, each a %d ms settle then dlock_lease_release_sync() -> "
-           "the waiter's acquire returns (CLOCK_MONOTONIC)\n",
+           "the waiter's acquire returns (CLOCK_BOOTTIME)\n",
            fmt_count((double)r->rounds), r->settle_ms);
     row("figure", "wake", "Redis PING", "x PING", "target");
     double ping = r->ping.p50_us;

@@ -438,9 +438,6 @@ void side_kill(void);
 void side_track_worker(int slot, pid_t pid);
 #define SIDE_MAX_WORKERS 64
 
-/* CLOCK_MONOTONIC, ns. */
-uint64_t monotonic_ns(void);
-
 /* ---- cross-agent wake (wake.c) ---- */
 
 struct wake_result {

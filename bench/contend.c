@@ -56,12 +56,12 @@ static int write_full(int fd, const void *buf, size_t len)
     return 0;
 }
 
-/* Reads len bytes before the deadline (monotonic_ns): 0, or -1 (EOF, error, late). */
+/* Reads len bytes before the deadline (now_ns): 0, or -1 (EOF, error, late). */
 static int read_full(int fd, void *buf, size_t len, uint64_t deadline)
 {
     char *p = buf;
     while (len > 0) {
-        uint64_t now = monotonic_ns();
+        uint64_t now = now_ns();
         if (now >= deadline)
             return -1;
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
@@ -138,12 +138,12 @@ _Noreturn static void worker(const char *agent_sock, const char *redis_sock, dou
     struct report h = {0};
     struct lat waits = {0};
     dlock_acquire_options o = {.ttl_ms = BENCH_TTL_MS, .wait_ms = WAIT_MS};
-    uint64_t start = monotonic_ns(), end = start + (uint64_t)(seconds * 1e9);
-    while (monotonic_ns() < end) {
+    uint64_t start = now_ns(), end = start + (uint64_t)(seconds * 1e9);
+    while (now_ns() < end) {
         dlock_lease *l;
-        uint64_t t0 = monotonic_ns();
+        uint64_t t0 = now_ns();
         int rc = dlock_lease_acquire(c, name, &o, &l);
-        uint64_t t1 = monotonic_ns();
+        uint64_t t1 = now_ns();
         if (rc != 0) {
             note(&h, rc);
             if (rc == DLOCK_ETIMEDOUT)
@@ -161,7 +161,7 @@ _Noreturn static void worker(const char *agent_sock, const char *redis_sock, dou
         if (rc != 0)
             note(&h, rc);
     }
-    h.wall_ns = monotonic_ns() - start;
+    h.wall_ns = now_ns() - start;
     h.waits = waits.n;
     int rc = write_full(out, &h, sizeof h);
     if (rc == 0 && waits.n)
@@ -246,7 +246,7 @@ static int run_workers(const struct env *e, struct contend_run *r, const int *ag
         fds[started] = fd[0];
         r->w[started].agent = agent_of[started];
     }
-    uint64_t deadline = monotonic_ns() + READY_MS * 1000000ull;
+    uint64_t deadline = now_ns() + READY_MS * 1000000ull;
     for (int i = 0; i < n; i++) {
         unsigned char ran = 0;
         if (read_full(fds[i], &ran, 1, deadline) != 0 || ran != WORKER_RAN) {
@@ -256,7 +256,7 @@ static int run_workers(const struct env *e, struct contend_run *r, const int *ag
     }
     close(go[1]); /* go */
     go[1] = -1;
-    deadline = monotonic_ns() + (uint64_t)(r->seconds * 1e9) + REPORT_MS * 1000000ull;
+    deadline = now_ns() + (uint64_t)(r->seconds * 1e9) + REPORT_MS * 1000000ull;
     double longest = 0;
     for (int i = 0; i < n; i++) {
         struct report h;

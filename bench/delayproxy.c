@@ -71,13 +71,6 @@ struct delayproxy {
     long chunks;
 };
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_BOOTTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int set_nonblock(int fd)
 {
     int fl = fcntl(fd, F_GETFL);
@@ -170,7 +163,7 @@ static void on_readable(struct delayproxy *d, struct conn *c, struct dir *dr)
             return;
         }
         k->next = NULL;
-        k->due = mono_ns() + d->delay_ns;
+        k->due = now_ns() + d->delay_ns;
         k->len = (size_t)n;
         k->off = 0;
         if (dr->tail)
@@ -232,7 +225,7 @@ static void rewatch(struct delayproxy *d, struct conn *c)
  * for the earliest chunk still waiting. */
 static void service(struct delayproxy *d)
 {
-    uint64_t now = mono_ns(), next = 0;
+    uint64_t now = now_ns(), next = 0;
     for (struct conn **pc = &d->conns; *pc;) {
         struct conn *c = *pc;
         flush_due(d, c, &c->up, now);

@@ -18,13 +18,6 @@
 static volatile pid_t agent_pids[SIDE_MAX], worker_pids[SIDE_MAX_WORKERS];
 static char files[SIDE_MAX][3][BENCH_PATH];
 
-uint64_t monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void side_track_worker(int slot, pid_t pid)
 {
     if (slot >= 0 && slot < SIDE_MAX_WORKERS)

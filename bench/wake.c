@@ -30,7 +30,7 @@ struct side {
     bool started;
     long asked, served; /* acquires asked of the thread, and done */
     int status;
-    uint64_t t_done; /* monotonic_ns() when the last acquire returned */
+    uint64_t t_done; /* now_ns() when the last acquire returned */
 };
 
 struct wake {
@@ -60,7 +60,7 @@ static void *waiter_main(void *p)
         pthread_mutex_unlock(&w->mu);
         dlock_lease *l = NULL;
         int rc = dlock_lease_acquire(s->c, name, &o, &l);
-        uint64_t t = monotonic_ns();
+        uint64_t t = now_ns();
         pthread_mutex_lock(&w->mu);
         s->t_done = t;
         s->status = rc;
@@ -128,7 +128,7 @@ static long long round_once(struct wake *w, struct plain *p, int h, bool timed, 
     bool early = served(w, v);
     if (early)
         out->early++;
-    uint64_t start = monotonic_ns();
+    uint64_t start = now_ns();
     int rc = dlock_lease_release_sync(w->s[h].lease);
     w->s[h].lease = NULL;
     if (rc != 0)

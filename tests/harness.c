@@ -1162,6 +1162,18 @@ void h_acquire_async(struct h_cl *cl, const char *name, uint32_t ttl_ms, int64_t
     cr_assert_eq(rc, 0, "acquire_async %s: %s (%d)", name, dlock_strerror(rc), rc);
 }
 
+int h_acq_done(const struct h_acq *acq, int n, int *ok)
+{
+    int done = 0, good = 0;
+    for (int i = 0; i < n; i++) {
+        done += acq[i].done;
+        good += acq[i].done && acq[i].status == 0;
+    }
+    if (ok)
+        *ok = good;
+    return done;
+}
+
 /* ---- forked holders ---- */
 
 /* Writes all of buf; in the child, errors just end it. */

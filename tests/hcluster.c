@@ -63,7 +63,7 @@ void hc_teardown(void)
         if (out && !strstr(out, "[OK] All 16384 slots covered"))
             fprintf(stderr, "---- redis-cli --cluster create ----\n%s\n", out);
     }
-    /* The agents go first (they may still hold leases on the cluster). */
+    /* A paused agent is resumed, so that h_teardown() can stop it. */
     for (int i = 0; i < H_MAX_AGENTS; i++)
         if (H.agent[i].pid)
             h_agent_resume(i);

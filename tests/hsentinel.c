@@ -221,15 +221,9 @@ void hs_sentinel_ok(int s, const char *fmt, ...)
 
 char *hs_get(int i, const char *key)
 {
-    static char buf[8][512];
-    static int next;
     redisReply *r = hs_cmd(i, "GET %s", key);
     cr_assert_not_null(r, "Redis server %d did not answer GET", i);
-    char *out = NULL;
-    if (r->type == REDIS_REPLY_STRING) {
-        out = buf[next++ % 8];
-        snprintf(out, sizeof buf[0], "%s", r->str);
-    }
+    char *out = r->type == REDIS_REPLY_STRING ? h_keep(r->str) : NULL;
     freeReplyObject(r);
     return out;
 }

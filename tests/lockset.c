@@ -5,17 +5,9 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-}
 
 static void count_failure(struct ls_worker *w, int rc)
 {
@@ -36,9 +28,9 @@ static void fenced_update(struct ls_worker *w, struct ls_store *st, const dlock_
     long read = st->counter;
     pthread_mutex_unlock(&st->mu);
     if (rand_r(&w->seed) % p->long_hold == 0)
-        sleep_ms(p->long_min_ms + (int)(rand_r(&w->seed) % (unsigned)p->long_span_ms));
+        h_sleep_ms(p->long_min_ms + (int)(rand_r(&w->seed) % (unsigned)p->long_span_ms));
     else
-        sleep_ms(1 + (int)(rand_r(&w->seed) % 5));
+        h_sleep_ms(1 + (int)(rand_r(&w->seed) % 5));
     pthread_mutex_lock(&st->mu);
     if (dlock_lease_valid(l)) {
         if (st->counter != read)
@@ -65,7 +57,7 @@ static void *worker_main(void *arg)
         if (!c && dlock_client_open(&c, w->sock) != 0) {
             c = NULL;
             w->open_failures++;
-            sleep_ms(20);
+            h_sleep_ms(20);
             continue;
         }
         int j = r->p.nnames > 1 ? (int)(rand_r(&w->seed) % (unsigned)r->p.nnames) : 0;
@@ -77,7 +69,7 @@ static void *worker_main(void *arg)
             fenced_update(w, &r->store[j], l);
             rc = dlock_lease_release(l);
         } else {
-            sleep_ms(1 + (int)(rand_r(&w->seed) % 5));
+            h_sleep_ms(1 + (int)(rand_r(&w->seed) % 5));
         }
         if (rc != 0)
             count_failure(w, rc);

@@ -12,17 +12,6 @@
 
 #define BURST 40000 /* over 1 MiB of replies: the agent stops reading such a client */
 
-static int count_done(const struct h_acq *acq, int n, int *ok)
-{
-    int done = 0;
-    *ok = 0;
-    for (int i = 0; i < n; i++) {
-        done += acq[i].done;
-        *ok += acq[i].done && acq[i].status == 0;
-    }
-    return done;
-}
-
 static int count_lost(const struct h_acq *acq, int n)
 {
     int lost = 0;
@@ -45,7 +34,7 @@ ITEST(client, async_burst_without_dispatch_completes)
         h_acquire_async(a, name, 30000, 0, &acq[i]);
     }
     int ok = 0;
-    H_WAIT_UNTIL(30000, count_done(acq, BURST, &ok) == BURST);
+    H_WAIT_UNTIL(30000, h_acq_done(acq, BURST, &ok) == BURST);
     cr_assert_eq(ok, BURST, "%d of %d granted", ok, BURST);
     cr_assert_eq(a->disconnected, 0);
     free(acq);
@@ -64,7 +53,7 @@ ITEST(client, many_lost_events_at_once)
         h_acquire_async(a, name, 600, 0, &acq[i]);
     }
     int ok = 0;
-    H_WAIT_UNTIL(30000, count_done(acq, N, &ok) == N);
+    H_WAIT_UNTIL(30000, h_acq_done(acq, N, &ok) == N);
     cr_assert_eq(ok, N);
     /* Every key vanishes behind the agent's back: every lease is lost. */
     freeReplyObject(h_redis_cmd("FLUSHALL"));

@@ -609,21 +609,6 @@ static int expected_failure(int rc)
     }
 }
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-}
-
-/* The test's own pace: lets the workers run for ms. */
-static void run_for(int ms)
-{
-    int64_t end = h_now_ms() + ms;
-    while (h_now_ms() < end)
-        sleep_ms(20);
-}
-
 HCTEST(cluster, shared_counters_under_a_failover_and_a_slot_move)
 {
     /* Info, not debug: the logs stay short enough for the harness to show
@@ -655,23 +640,23 @@ HCTEST(cluster, shared_counters_under_a_failover_and_a_slot_move)
     static struct ls_run run;
     ls_start(&run, &p, socks, NTHREADS, ls_seed());
 
-    run_for(3000);
+    h_sleep_ms(3000); /* the workers run meanwhile */
     /* The master of the first name fails; once its replica took over, it
      * comes back as that replica's replica (wait_replicas = 1 needs one). */
     int victim = hc_slot_node(hc_name_slot(names[0]));
     int promoted = hc_kill_master(victim);
     hc_node_restart(victim);
-    run_for(2000);
+    h_sleep_ms(2000);
     /* The second name's slot moves to the promoted node, in steps. */
     unsigned slot = hc_name_slot(names[1]);
     int to = hc_slot_node(slot) == promoted ? m[2] : promoted;
     struct hc_migration mig;
     hc_migrate_begin(&mig, slot, to);
-    run_for(1000);
+    h_sleep_ms(1000);
     hc_migrate_some(&mig, 1L << 30);
-    run_for(1000);
+    h_sleep_ms(1000);
     hc_migrate_finish(&mig);
-    run_for(3000);
+    h_sleep_ms(3000);
 
     ls_stop(&run);
     cr_log_info("clients: %ld grants; busy %ld, timed out %ld, unavailable %ld, lost %ld, "

@@ -89,14 +89,6 @@ ITEST(release, then_close_deletes_the_key)
     H_WAIT_UNTIL(H_EVENT_MS, h_metric(0, "dlock_releases_total") == m0 + 1);
 }
 
-static int count_done(const struct h_acq *acq, int n)
-{
-    int done = 0;
-    for (int i = 0; i < n; i++)
-        done += acq[i].done && acq[i].status == 0;
-    return done;
-}
-
 ITEST(release, many_without_dispatch_neither_block_nor_get_lost)
 {
     h_start("max_leases_per_conn = 100000\nmax_waiters_per_conn = 100000\nlog_level = warn");
@@ -109,7 +101,8 @@ ITEST(release, many_without_dispatch_neither_block_nor_get_lost)
         snprintf(name, sizeof name, "many-%d", i);
         h_acquire_async(a, name, 30000, 0, &acq[i]);
     }
-    H_WAIT_UNTIL(30000, count_done(acq, N) == N);
+    int ok = 0;
+    H_WAIT_UNTIL(30000, (h_acq_done(acq, N, &ok), ok == N));
     cr_assert_eq(h_redis_count_keys(h_key("many-*")), N);
     long long m0 = h_metric(0, "dlock_releases_total");
     /* With the agent stopped nothing is read: 20000 RELEASEs (400 KB) fill

@@ -107,14 +107,6 @@ ITEST(watchdog, stopped_holder_process_keeps_its_lease)
     H_KEY_GONE(h_key("stopped"));
 }
 
-static int count_done(const struct h_acq *w, int n)
-{
-    int k = 0;
-    for (int i = 0; i < n; i++)
-        k += w[i].done;
-    return k;
-}
-
 ITEST(watchdog, thousand_leases_all_renewed)
 {
     h_start(NULL);
@@ -126,7 +118,7 @@ ITEST(watchdog, thousand_leases_all_renewed)
         snprintf(name, sizeof name, "bulk-%d", i);
         h_acquire_async(a, name, 1500, 0, &w[i]);
     }
-    H_WAIT_UNTIL(H_EVENT_MS, count_done(w, N) == N);
+    H_WAIT_UNTIL(H_EVENT_MS, h_acq_done(w, N, NULL) == N);
     for (int i = 0; i < N; i++)
         cr_assert_eq(w[i].status, 0, "lease %d: %s", i, dlock_strerror(w[i].status));
     H_HOLDS_FOR(3500, h_events(a, NULL, DLOCK_STATE_LOST) == 0);
