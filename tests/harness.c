@@ -653,26 +653,42 @@ static int sets_key(const char *ini, const char *key)
     return 0;
 }
 
-void h_ini_default(FILE *f, const char *given, const char *key, const char *value)
+/* Writes "key = value" to f unless the INI text `given` (may be NULL) sets
+ * key already: a default under a test's own settings. */
+static void ini_default(FILE *f, const char *given, const char *key, const char *value)
 {
     if (given && sets_key(given, key))
         return;
     fprintf(f, "%s = %s\n", key, value);
 }
 
-void h_agent_config(int i, const char *agent_ini, const char *redis_ini)
+void h_agent_config_addr(int i, const char *agent_ini, const char *addr, const char *redis_ini)
 {
     struct h_agent *a = agent_at(i);
     FILE *f = fopen(a->conf, "w");
     cr_assert_not_null(f, "cannot write %s", a->conf);
     fprintf(f, "[agent]\n");
-    h_ini_default(f, agent_ini, "log_level", "debug");
+    ini_default(f, agent_ini, "log_level", "debug");
     /* Never the system's status socket. */
     char status[H_PATH];
     snprintf(status, sizeof status, "%s/status%d.sock", H.dir, i);
-    h_ini_default(f, agent_ini, "status_socket", status);
+    ini_default(f, agent_ini, "status_socket", status);
     if (agent_ini)
         fprintf(f, "%s\n", agent_ini);
+    /* The agent reads lines of up to INI_LINE_MAX bytes, newline included. */
+    cr_assert_leq(strlen("address = \n") + strlen(addr), INI_LINE_MAX,
+                  "the address line is too long for the agent's config file");
+    fprintf(f, "\n[redis]\naddress = %s\n", addr);
+    ini_default(f, redis_ini, "connect_timeout_ms", "500");
+    ini_default(f, redis_ini, "reconnect_min_ms", "20");
+    ini_default(f, redis_ini, "reconnect_max_ms", "250");
+    if (redis_ini)
+        fprintf(f, "%s\n", redis_ini);
+    fclose(f);
+}
+
+void h_agent_config(int i, const char *agent_ini, const char *redis_ini)
+{
     char addr[INI_LINE_MAX + 1] = "";
     if (H.nnodes > 1)
         for (int n = 0; n < H.nnodes; n++) {
@@ -681,16 +697,7 @@ void h_agent_config(int i, const char *agent_ini, const char *redis_ini)
         }
     else
         snprintf(addr, sizeof addr, "%s", H.redis_addr);
-    /* The agent reads lines of up to INI_LINE_MAX bytes, newline included. */
-    cr_assert_leq(strlen("address = \n") + strlen(addr), INI_LINE_MAX,
-                  "the address line is too long for the agent's config file");
-    fprintf(f, "\n[redis]\naddress = %s\n", addr);
-    h_ini_default(f, redis_ini, "connect_timeout_ms", "500");
-    h_ini_default(f, redis_ini, "reconnect_min_ms", "20");
-    h_ini_default(f, redis_ini, "reconnect_max_ms", "250");
-    if (redis_ini)
-        fprintf(f, "%s\n", redis_ini);
-    fclose(f);
+    h_agent_config_addr(i, agent_ini, addr, redis_ini);
 }
 
 void h_log_tail(const char *path, int lines)

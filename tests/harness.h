@@ -293,6 +293,8 @@ int h_is_token(const char *s);
  * separated by commas (quorum mode); it must fit in the 199 bytes of a line
  * dlockd reads, which the socket paths in DIR do for H_MAX_NODES nodes. */
 void h_agent_config(int i, const char *agent_ini, const char *redis_ini);
+/* The same with the address line given (any form the agent takes). */
+void h_agent_config_addr(int i, const char *agent_ini, const char *addr, const char *redis_ini);
 /* Starts agent i with its config (written with defaults unless
  * h_agent_config() was called) and waits until a client can open and, when
  * Redis is up (in quorum mode: a majority of the nodes), until the agent has
@@ -337,9 +339,6 @@ void h_agent_log_tail(int i, int lines);
 char *h_keep(const char *s);
 /* Prints the last lines of a log file on stderr. */
 void h_log_tail(const char *path, int lines);
-/* Writes "key = value" to f unless the INI text `given` (may be NULL) sets
- * key already: a default under a test's own settings. */
-void h_ini_default(FILE *f, const char *given, const char *key, const char *value);
 
 /* ---- clients ---- */
 

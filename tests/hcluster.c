@@ -1020,32 +1020,16 @@ void hc_node_restart(int i)
 
 void hc_agent_config(int i, const char *agent_ini, const char *redis_ini, unsigned seeds)
 {
-    cr_assert(i >= 0 && i < H_MAX_AGENTS, "no agent slot %d", i);
-    struct h_agent *a = &H.agent[i];
-    FILE *f = fopen(a->conf, "w");
-    cr_assert_not_null(f, "cannot write %s", a->conf);
-    fprintf(f, "[agent]\n");
-    h_ini_default(f, agent_ini, "log_level", "debug");
-    char status[H_PATH];
-    snprintf(status, sizeof status, "%s/status%d.sock", H.dir, i);
-    h_ini_default(f, agent_ini, "status_socket", status);
-    if (agent_ini)
-        fprintf(f, "%s\n", agent_ini);
-    fprintf(f, "\n[redis]\nmode = cluster\naddress = ");
-    int first = 1;
+    char addr[512] = "";
     for (int n = 0; n < HC_NODES; n++)
         if (!seeds || (seeds & HC_SEED(n))) {
             cr_assert_gt(HC.node[n].port, 0, "node %d has no port yet (hc_start() first)", n);
-            fprintf(f, "%s%s", first ? "" : ", ", hc_addr(n));
-            first = 0;
+            size_t used = strlen(addr);
+            snprintf(addr + used, sizeof addr - used, "%s%s", used ? ", " : "", hc_addr(n));
         }
-    fprintf(f, "\n");
-    h_ini_default(f, redis_ini, "connect_timeout_ms", "500");
-    h_ini_default(f, redis_ini, "reconnect_min_ms", "20");
-    h_ini_default(f, redis_ini, "reconnect_max_ms", "250");
-    if (redis_ini)
-        fprintf(f, "%s\n", redis_ini);
-    fclose(f);
+    char redis[1024];
+    snprintf(redis, sizeof redis, "mode = cluster\n%s", redis_ini ? redis_ini : "");
+    h_agent_config_addr(i, agent_ini, addr, redis);
 }
 
 /* Starts dlockd with conf on sock, logging to log; returns its pid. */
