@@ -157,7 +157,10 @@ static int write_conf(const struct env *e)
     FILE *f = fopen(e->conf, "w");
     if (!f)
         return -1;
-    fprintf(f, "[agent]\nmax_leases_per_conn = 200000\nlog_level = warn\nstatus_socket =\n%s",
+    /* The parts hold up to 100k leases from one uid: no per-uid caps. */
+    fprintf(f,
+            "[agent]\nmax_leases_per_conn = 200000\nlog_level = warn\nstatus_socket =\n%s"
+            "[policy]\nmax_leases_per_uid = 0\nmax_waiters_per_uid = 0\nrenew_budget_per_uid = 0\n",
             bench_handoff_setting);
     return fclose(f);
 }

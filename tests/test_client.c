@@ -22,7 +22,8 @@ static int count_lost(const struct h_acq *acq, int n)
 
 ITEST(client, async_burst_without_dispatch_completes)
 {
-    h_start("max_leases_per_conn = 100000\nmax_waiters_per_conn = 100000\nlog_level = info");
+    h_start("max_leases_per_conn = 100000\nmax_waiters_per_conn = 100000\nlog_level = info\n"
+            "[policy]\nmax_leases_per_uid = 0\nmax_waiters_per_uid = 0\nrenew_budget_per_uid = 0");
     struct h_cl *a = h_client();
     struct h_acq *acq = calloc(BURST, sizeof *acq);
     cr_assert_not_null(acq);
@@ -42,7 +43,8 @@ ITEST(client, async_burst_without_dispatch_completes)
 
 ITEST(client, many_lost_events_at_once)
 {
-    h_start("max_leases_per_conn = 100000\nmax_waiters_per_conn = 100000\nlog_level = warn");
+    h_start("max_leases_per_conn = 100000\nmax_waiters_per_conn = 100000\nlog_level = warn\n"
+            "[policy]\nmax_leases_per_uid = 0\nmax_waiters_per_uid = 0\nrenew_budget_per_uid = 0");
     struct h_cl *a = h_client();
     enum { N = 20000 };
     struct h_acq *acq = calloc(N, sizeof *acq);

@@ -37,7 +37,7 @@
 #define T0 (1000000 * MS)
 
 #define MAX_REC   1024
-#define MAX_SLOTS 8
+#define MAX_SLOTS 320
 
 /* ---- the fake environment ---- */
 
@@ -654,6 +654,40 @@ Test(core, per_uid_account_counts_every_client_of_the_uid)
     cr_assert_eq(acct.leases, 1);
 }
 
+Test(core, renewal_budget_of_a_uid_counts_one_second_over_ttl)
+{
+    F.cfg.policy.renew_budget_per_uid = 3;
+    struct core_account acct = {0}, other = {0};
+    struct tclient *a = client(1), *b = client(2), *c = client(3);
+    a->cc.acct = &acct;
+    b->cc.acct = &acct;
+    c->cc.acct = &other;
+    hold(a, "r1", 1000, 0, 0, MS);
+    hold(b, "r2", 1000, 0, 0, MS);
+    cr_assert_eq(acct.load, 2000, "two leases of TTL 1 s count 2 (in thousandths)");
+    /* A lease of 500 ms counts 2: over the budget of 3, for the uid's every client. */
+    uint32_t i3 = acquire(a, "r3", 500, 0, 0, 0);
+    refused(i3, DLOCK_ELIMIT);
+    cr_assert_not_null(strstr(answer_to(i3)->msg, "per-uid renewal budget (3) reached"), "%s",
+                       answer_to(i3)->msg);
+    cr_assert_eq(req_count(R_ACQUIRE, "r3"), 0, "a refused acquire reached the store");
+    uint64_t l3 = hold(a, "r3", 1000, 0, 0, MS);
+    /* A waiter counts as the lease it may become; the budget is full. */
+    refused(acquire(b, "r1", 30000, DLOCK_WAIT_FOREVER, 0, 0), DLOCK_ELIMIT);
+    /* Another uid has a budget of its own. */
+    hold(c, "r4", 500, 0, 0, MS);
+    /* A lease given back, or a client gone, gives its share back. */
+    release(a, l3);
+    cr_assert_eq(acct.load, 2000);
+    uint32_t iw = acquire(b, "r1", 30000, DLOCK_WAIT_FOREVER, 0, 0);
+    cr_assert_null(answer_to(iw), "the waiter was answered");
+    cr_assert_eq(acct.load, 2000 + 34);
+    core_client_drop(&F.k, &a->cc, 0, F.now);
+    core_client_drop(&F.k, &b->cc, 0, F.now);
+    cr_assert_eq(acct.load, 0, "the account does not balance");
+    cr_assert_eq(acct.leases + acct.waiters, 0);
+}
+
 /* ---- validity and renewals ---- */
 
 Test(core, validity_is_send_time_plus_ttl_minus_drift)
@@ -779,6 +813,41 @@ Test(core, failed_renewals_give_jeopardy_then_lost_at_the_deadline)
     cr_assert_not_null(req_n(R_RELEASE, "f", 0));
     /* Gone: a release says so. */
     refused(release(a, l), DLOCK_ENOTFOUND);
+}
+
+Test(core, leases_in_jeopardy_retry_a_bounded_number_per_loop_turn)
+{
+    enum { N = 300, BOUND = 256 };
+    struct tclient *cl[2] = {client(1), client(2)};
+    uint32_t id[N];
+    char name[16];
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "j%d", i);
+        id[i] = acquire(cl[i % 2], name, 3000, 0, 0, 0);
+    }
+    for (int i = 0; i < N; i++)
+        reply(&F.rq[i], T0 + MS, BACKEND_DONE);
+    for (int i = 0; i < N; i++)
+        granted(id[i]);
+    /* Renewals due together go out together, however many. */
+    uint64_t due = lease_next_renew(T0, 3000, F.cfg.renew_fraction);
+    run_until(due);
+    int first = F.nrq;
+    cr_assert_eq(first, 2 * N, "renewals due together did not all go");
+    for (int i = N; i < 2 * N; i++)
+        reply_at(&F.rq[i], due + 10 * MS, DLOCK_EUNAVAIL, BACKEND_DONE, 0, 0);
+    core_flush(&F.k, F.now);
+    /* Every lease is in jeopardy and retries at the same time: one loop
+     * turn sends a bounded number, the next turn the rest. */
+    uint64_t retry = core_next_due(&F.k);
+    run_until(retry);
+    cr_assert_eq(F.nrq - 2 * N, BOUND, "%d retries in one turn", F.nrq - 2 * N);
+    core_flush(&F.k, F.now);
+    run_until(core_next_due(&F.k));
+    cr_assert_gt(F.now, retry);
+    cr_assert_eq(F.nrq - 2 * N, N, "the deferred retries did not go in the next turn");
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(F.pw[F.npw - 1 - i].state, DLOCK_STATE_JEOPARDY);
 }
 
 Test(core, an_unanswered_renewal_gives_jeopardy_when_overdue_then_lost)

@@ -91,7 +91,8 @@ ITEST(release, then_close_deletes_the_key)
 
 ITEST(release, many_without_dispatch_neither_block_nor_get_lost)
 {
-    h_start("max_leases_per_conn = 100000\nmax_waiters_per_conn = 100000\nlog_level = warn");
+    h_start("max_leases_per_conn = 100000\nmax_waiters_per_conn = 100000\nlog_level = warn\n"
+            "[policy]\nmax_leases_per_uid = 0\nmax_waiters_per_uid = 0\nrenew_budget_per_uid = 0");
     struct h_cl *a = h_client();
     enum { N = 20000 };
     struct h_acq *acq = calloc(N, sizeof *acq);

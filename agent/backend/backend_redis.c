@@ -133,6 +133,7 @@ enum { W_NONE, W_SENT, W_UNSENT };
 /* A command in flight on the command connection. */
 struct rcmd {
     struct redis_link_cmd lc; /* in flight on the command link */
+    TAILQ_ENTRY(rcmd) q;      /* while it waits for room in the pipeline */
     backend_cb cb;
     backend_lookup_cb lookup_cb; /* instead of cb, for S_LOOKUP */
     void *arg;
@@ -171,6 +172,10 @@ struct rb {
     char label[320]; /* "redis" or, in quorum mode, "redis ADDR", for logs */
     struct backend_events ev;
     struct redis_link cmd;
+    /* Commands waiting for room in the pipeline (PIPELINE_MAX): renewals,
+     * releases and fences first, then acquires and lookups. */
+    TAILQ_HEAD(, rcmd) queue[2];
+    size_t queued;
     struct notice_link *notices;
     char sha[S_COUNT][41]; /* empty until SCRIPT LOAD answered */
     size_t prefix_len;
@@ -500,6 +505,50 @@ static int cmd_send(struct rb *b, struct rcmd *c)
     return rc;
 }
 
+/* ---- the pipeline ---- */
+
+/* Commands (and WAITs) in flight on the command link at most. Past it,
+ * commands wait in the agent, where a renewal goes ahead of every acquire:
+ * a flood of acquires fills this queue, not Redis' input ahead of the
+ * renewals that keep leases alive. Deep enough that pipelining is never the
+ * limit (a batch this size takes Redis a few ms). */
+#define PIPELINE_MAX 256
+
+/* The queue a command waits in: 0 for what keeps or ends a lease. */
+static int queue_of(const struct rcmd *c)
+{
+    return c->script == S_ACQUIRE || c->script == S_LOOKUP;
+}
+
+/* Sends the commands that wait, in queue order, while there is room; fails
+ * them when the link is down (from the loop, never inside a call). */
+static void pump(struct rb *b)
+{
+    for (int i = 0; i < 2; i++) {
+        struct rcmd *c;
+        while (b->queued && (c = TAILQ_FIRST(&b->queue[i]))) {
+            bool up = b->cmd.connected && !b->closing;
+            if (up && b->cmd.pending >= PIPELINE_MAX)
+                return;
+            TAILQ_REMOVE(&b->queue[i], c, q);
+            b->queued--;
+            int rc = up ? cmd_send(b, c) : DLOCK_EUNAVAIL;
+            if (rc)
+                cmd_done(b, c, rc, NULL, 0, now_ns());
+        }
+    }
+}
+
+/* Sends c now when nothing waits and the pipeline has room, else queues it. */
+static int cmd_submit(struct rb *b, struct rcmd *c)
+{
+    if (!b->queued && b->cmd.pending < PIPELINE_MAX)
+        return cmd_send(b, c);
+    TAILQ_INSERT_TAIL(&b->queue[queue_of(c)], c, q);
+    b->queued++;
+    return 0;
+}
+
 /* Sends script s for req (the fields s uses) with num (see rcmd.num). */
 static int submit_with(struct backend *be, enum script s, const struct backend_req *req,
                        uint64_t num, backend_cb cb, backend_lookup_cb lookup_cb, void *arg)
@@ -540,7 +589,7 @@ static int submit_with(struct backend *be, enum script s, const struct backend_r
         snprintf(value, vlen + 1, "%s %s", c->token, holder);
     else
         memcpy(value, acquire ? c->token : "", vlen + 1);
-    int rc = cmd_send(b, c);
+    int rc = cmd_submit(b, c);
     if (rc)
         free(c);
     return rc;
@@ -587,7 +636,8 @@ static bool rb_counts(const struct backend *be, uint64_t now)
 
 static size_t rb_pending(const struct backend *be)
 {
-    return ((const struct rb *)be)->cmd.pending;
+    const struct rb *b = (const struct rb *)be;
+    return b->cmd.pending + b->queued;
 }
 
 static size_t rb_nodes(const struct backend *be, struct backend_node *out, size_t max)
@@ -865,6 +915,7 @@ static void on_dropped(void *arg, const char *name, size_t len)
  * rather than one turn later when hiredis' write watcher fires. */
 static void rb_flush(struct backend *be)
 {
+    pump((struct rb *)be);
     redis_link_flush(&((struct rb *)be)->cmd);
     notice_link_flush(((struct rb *)be)->notices);
 }
@@ -873,6 +924,7 @@ static void rb_destroy(struct backend *be)
 {
     struct rb *b = (struct rb *)be;
     b->closing = true;
+    pump(b); /* what waits is answered: the link is closing */
     ev_timer_stop(b->loop, &b->join);
     redis_link_close(&b->cmd);
     notice_link_free(b->notices);
@@ -910,6 +962,8 @@ struct backend *backend_redis_new_opts(struct ev_loop *loop, const struct config
     if (!b)
         return NULL;
     b->base.ops = &rb_ops;
+    TAILQ_INIT(&b->queue[0]);
+    TAILQ_INIT(&b->queue[1]);
     b->loop = loop;
     b->cfg = cfg;
     b->addr = addr;

@@ -41,6 +41,12 @@ void config_defaults(struct config *c)
     /* One uid cannot take every connection or pin much memory. */
     c->policy.max_connections_per_uid = 256;
     c->policy.max_output_per_uid = 16u << 20;
+    /* Nor take the Redis pipeline from the others: a host's real load sits
+     * far below these; a flood of short leases does not
+     * (docs/architecture.md, "Fair renewal"). */
+    c->policy.max_leases_per_uid = 10000;
+    c->policy.max_waiters_per_uid = 4096;
+    c->policy.renew_budget_per_uid = 600;
     c->shutdown_timeout_ms = 2000;
     c->outage_wait_ms = 2000;
     c->log_level = LOG_INFO;
@@ -201,6 +207,7 @@ static const struct u32_key u32_keys[] = {
     {"policy", "max_waiters_per_uid", offsetof(struct config, policy.max_waiters_per_uid)},
     {"policy", "max_connections_per_uid", offsetof(struct config, policy.max_connections_per_uid)},
     {"policy", "max_output_per_uid", offsetof(struct config, policy.max_output_per_uid)},
+    {"policy", "renew_budget_per_uid", offsetof(struct config, policy.renew_budget_per_uid)},
 };
 
 int config_check_groups(const struct config *c, char *err, size_t errlen)
@@ -637,6 +644,7 @@ static const struct u32_range u32_ranges[] = {
     POLICY_RANGE(max_connections_per_uid, 65536),
     {"policy", "max_output_per_uid", offsetof(struct config, policy.max_output_per_uid), 65536,
      1u << 30, NULL, "bytes of unread replies one uid may pin; its connections wait past it"},
+    POLICY_RANGE(renew_budget_per_uid, 1000000),
 };
 
 /* "[section] key = value: must be between lo and hi (0: zero | why)". */

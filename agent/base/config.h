@@ -45,6 +45,10 @@ struct policy {
     uint32_t max_waiters_per_uid;
     uint32_t max_connections_per_uid; /* 0 = no limit */
     uint32_t max_output_per_uid;      /* bytes of replies queued for one uid */
+    /* What one uid's leases and waiters may ask of the renewal pipeline: the
+     * sum of 1 s / TTL over them, so a lease of TTL 100 ms counts 10 and one
+     * of 30 s a thirtieth; 0 = no limit. */
+    uint32_t renew_budget_per_uid;
 };
 
 /* How the agent uses Redis: chosen once, by config_validate(), from [redis]. */

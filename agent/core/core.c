@@ -18,6 +18,8 @@
 
 #define ORPHAN_RETRY_NS    (1000 * NS_PER_MS)
 #define MAX_FINITE_WAIT_MS (366ll * 24 * 3600 * 1000)
+/* Renewals of leases in jeopardy sent in one loop turn at most. */
+#define RETRIES_PER_TURN 256
 
 #ifdef DLOCK_PLANTED_BUGS
 enum core_bug core_bug;
@@ -75,36 +77,56 @@ static int new_token(struct core *k, char out[TOKEN_HEX + 1])
 
 /* ---- per-client lists ---- */
 
+/* A lease's (or a waiter's, which may become one) share of its uid's renewal
+ * budget: 1 s / TTL in thousandths, since a lease asks for a renewal every
+ * TTL x renew_fraction. A uid's many short leases cost what they ask of the
+ * pipeline, not what they number. */
+static uint64_t renew_load(uint32_t ttl_ms)
+{
+    return ttl_ms ? (1000000 + ttl_ms - 1) / ttl_ms : 0;
+}
+
+/* Counts a lease or a waiter of ttl_ms into (add) or out of the uid's account. */
+static void acct_count(struct core_account *a, bool lease, uint32_t ttl_ms, bool add)
+{
+    if (!a)
+        return;
+    uint32_t *n = lease ? &a->leases : &a->waiters;
+    if (add) {
+        (*n)++;
+        a->load += renew_load(ttl_ms);
+    } else {
+        (*n)--;
+        a->load -= renew_load(ttl_ms);
+    }
+}
+
 static void lease_link(struct core_client *c, struct lease *le)
 {
     LIST_INSERT_HEAD(&c->leases, le, olink);
     c->nleases++;
-    if (c->acct)
-        c->acct->leases++;
+    acct_count(c->acct, true, le->ttl_ms, true);
 }
 
 static void lease_unlink(struct core_client *c, struct lease *le)
 {
     LIST_REMOVE(le, olink);
     c->nleases--;
-    if (c->acct)
-        c->acct->leases--;
+    acct_count(c->acct, true, le->ttl_ms, false);
 }
 
 static void waiter_link(struct core_client *c, struct waiter *w)
 {
     LIST_INSERT_HEAD(&c->waiters, w, olink);
     c->nwaiters++;
-    if (c->acct)
-        c->acct->waiters++;
+    acct_count(c->acct, false, w->ttl_ms, true);
 }
 
 static void waiter_unlink(struct core_client *c, struct waiter *w)
 {
     LIST_REMOVE(w, olink);
     c->nwaiters--;
-    if (c->acct)
-        c->acct->waiters--;
+    acct_count(c->acct, false, w->ttl_ms, false);
 }
 
 /* ---- waiters ---- */
@@ -443,6 +465,12 @@ static void lease_due(struct core *k, struct lease *le, uint64_t now)
         timer_set(k, &le->timer, le->deadline);
         return;
     }
+    if (le->state == DLOCK_STATE_JEOPARDY && k->turn_retries >= RETRIES_PER_TURN) {
+        /* A bounded number of leases in jeopardy try again per loop turn:
+         * after an outage they do not all go at once, ahead of the rest. */
+        timer_set(k, &le->timer, now + 1);
+        return;
+    }
     int why = hold_check(k, le, now);
     if (why) {
         lease_stop(k, le, now, why);
@@ -466,6 +494,8 @@ static void lease_due(struct core *k, struct lease *le, uint64_t now)
         return;
     }
     le->renew_sent = now;
+    if (le->state == DLOCK_STATE_JEOPARDY)
+        k->turn_retries++;
     /* Overdue when unanswered for half of the validity left. */
     timer_set(k, &le->timer, now + (le->deadline - now) / 2);
 }
@@ -592,6 +622,7 @@ static void keep_key(struct core *k, struct lease *le)
 
 void core_flush(struct core *k, uint64_t now)
 {
+    k->turn_retries = 0;
     while (k->kept) {
         struct lock *l = k->kept;
         k->kept = l->kept_next;
@@ -786,7 +817,8 @@ static uint32_t bound(uint32_t asked, uint32_t dflt, uint32_t limit)
 /* Is a limit in the way of one more waiter on c? 0, or DLOCK_ELIMIT with the
  * limit hit named in why (per connection or per uid, leases or waiters): the
  * code alone cannot tell a holder which one to look at. */
-static int limit_check(const struct core *k, const struct core_client *c, char *why, size_t len)
+static int limit_check(const struct core *k, const struct core_client *c, uint32_t ttl_ms,
+                       char *why, size_t len)
 {
     const struct config *cfg = k->cfg;
     const struct policy *pol = &cfg->policy;
@@ -810,6 +842,15 @@ static int limit_check(const struct core *k, const struct core_client *c, char *
     if (pol->max_waiters_per_uid && c->acct->waiters >= pol->max_waiters_per_uid) {
         snprintf(why, len, "per-uid waiter limit (%u) reached for uid %u", pol->max_waiters_per_uid,
                  (unsigned)c->uid);
+        return DLOCK_ELIMIT;
+    }
+    if (pol->renew_budget_per_uid &&
+        c->acct->load + renew_load(ttl_ms) > (uint64_t)pol->renew_budget_per_uid * 1000) {
+        snprintf(why, len,
+                 "per-uid renewal budget (%u) reached for uid %u: a lease of TTL %u ms counts "
+                 "%.3g of it (1 s / TTL); longer TTLs cost less",
+                 pol->renew_budget_per_uid, (unsigned)c->uid, (unsigned)ttl_ms,
+                 (double)renew_load(ttl_ms) / 1000);
         return DLOCK_ELIMIT;
     }
     return 0;
@@ -859,14 +900,14 @@ static int acquire_check(struct core *k, const struct core_client *c, const stru
         return DLOCK_EDENIED;
     }
     rc = reacquire_check(k, c, m, why, len);
-    return rc ? rc : limit_check(k, c, why, len);
+    return rc ? rc : limit_check(k, c, *ttl, why, len);
 }
 
 void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
                   const struct wire_acquire *m, uint64_t now)
 {
     uint32_t ttl = 0;
-    char why[128] = "";
+    char why[192] = "";
     int rc = acquire_check(k, c, m, &ttl, why, sizeof why);
     if (rc) {
         if (rc == DLOCK_EDENIED)

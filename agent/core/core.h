@@ -30,6 +30,8 @@
  * The driver owns it and points every client of that uid at it. */
 struct core_account {
     uint32_t leases, waiters;
+    /* Their claim on the renewal pipeline: the sum of renew_load(ttl). */
+    uint64_t load;
 };
 
 /* One client (a connection in dlockd) as the core sees it. The driver fills
@@ -83,8 +85,9 @@ struct core {
     uint64_t down_since;       /* store unreachable since, 0 while it answers */
     int down_err;              /* then: DLOCK_EUNAVAIL or DLOCK_ENOQUORUM */
     bool shutting_down;
-    struct lock *kept; /* locks kept for a handoff in this loop turn */
-    char host[64];     /* for holder records */
+    struct lock *kept;     /* locks kept for a handoff in this loop turn */
+    unsigned turn_retries; /* renewals of leases in jeopardy sent in this loop turn */
+    char host[64];         /* for holder records */
     /* This agent's id in the waiting-hosts records of the store. */
     char waiter_id[BACKEND_WAITER_ID_MAX + 1];
 };
@@ -150,10 +153,23 @@ struct core_lock_view {
     uint64_t fence, granted_at, deadline;
     uint32_t ttl_ms, renewals;
 };
-/* Calls fn for every lock the core knows (held here, waited for, or both),
- * in no particular order. */
-void core_foreach_lock(const struct core *k, void (*fn)(void *arg, const struct core_lock_view *v),
-                       void *arg);
+/* Called with each lock of a walk; false stops the walk after the lock's
+ * hash bucket (the rest of the bucket is still visited). */
+typedef bool (*core_lock_fn)(void *arg, const struct core_lock_view *v);
+/* Calls fn for the locks the core knows (held here, waited for, or both), in
+ * no particular order, a part at a time: a walk may be spread over many
+ * calls, in different loop turns, while locks come and go in between. Start
+ * with *cursor = 0; each call does about `budget` units of work (a lock or a
+ * bucket of the table each), leaves in *cursor where to go on, and returns
+ * false once the walk is complete. A lock known from the first call to the
+ * last is visited exactly once; one added or removed meanwhile at most once
+ * (table_walk()). */
+bool core_walk_locks(const struct core *k, uint64_t *cursor, size_t budget, core_lock_fn fn,
+                     void *arg);
+/* Calls fn for the lock of one name, when the core knows it; whether it
+ * did. */
+bool core_find_lock(const struct core *k, const char *name, size_t len, core_lock_fn fn,
+                    void *arg);
 
 #ifdef DLOCK_PLANTED_BUGS
 /* Known bugs the simulator must catch (tests/sim): set by the simulator,
