@@ -4,8 +4,9 @@
  * peers that never say HELLO, and one uid's many connections. In each case a
  * victim lease with a 2 s TTL, held by another client of the same agent,
  * must stay HELD the whole time (no JEOPARDY or LOST event) and the agent
- * must keep answering the victim's pings between attack rounds. The status
- * socket and HTTP attacks are in test_status.c. */
+ * must keep answering the victim's pings between attack rounds. A release
+ * goes through while its uid is over its output cap. The status socket and
+ * HTTP attacks are in test_status.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -407,6 +408,71 @@ ITEST(abuse, a_raised_cap_takes_effect_at_reload)
     cr_assert_eq(h_raw_read_frame(b, 20000, &h, body, sizeof body), 1,
                  "b was not answered after the cap was raised");
     cr_assert_eq(h.id, 7);
+}
+
+/* Sends RELEASE frames of a lease nobody holds on a non-blocking peer,
+ * never reading the answers, until the socket takes nothing for a second or
+ * max bytes went out. Returns the bytes sent. */
+static size_t flood_bogus_releases(int fd, size_t max)
+{
+    struct wire_buf b = {0};
+    for (int i = 0; i < 64; i++)
+        wire_put_release(&b, (uint32_t)i + 2, &(struct wire_release){.lease_id = 999999999});
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    size_t sent = 0;
+    for (;;) {
+        while (sent < max) {
+            ssize_t n = send(fd, b.data, b.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n <= 0)
+                break;
+            sent += (size_t)n;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        if (sent >= max || poll(&p, 1, 1000) == 0)
+            break;
+    }
+    wire_buf_free(&b);
+    return sent;
+}
+
+/* A RELEASE is taken even while its uid is over its output cap: the lease
+ * is given up and its key deleted at once, not once the uid's replies are
+ * read (dlock_lease_release() has long returned by then). Other requests of
+ * the uid still wait, and a flood of releases that give up nothing is not
+ * read without bound. */
+ITEST(abuse, a_release_is_taken_while_its_uid_is_over_its_output_cap)
+{
+    h_start("[policy]\nmax_output_per_uid = 65536");
+    struct h_cl *v = h_client();
+    dlock_lease *l = h_must_acquire(v, "freed", 40000);
+    cr_assert(h_redis_exists(h_key("freed")));
+    long long releases = h_metric(0, "dlock_releases_total");
+    /* A peer of the same uid fills the uid's cap (64 KiB, far below the
+     * connection's own mark of 1 MiB) with replies it never reads, until
+     * the agent stops reading it. */
+    int a = h_raw_connect(0), c = h_raw_connect(0);
+    h_raw_hello(a);
+    h_raw_hello(c); /* before the flood: a HELLO waits for room */
+    cr_assert_gt(flood_until_unread(a), 65536u);
+    /* The release goes through the throttle: the key is deleted long before
+     * its 40 s TTL, and renewal stops (the agent holds no lease). */
+    cr_assert_eq(dlock_lease_release(l), 0);
+    H_KEY_GONE(h_key("freed"));
+    H_WAIT_UNTIL(H_EVENT_MS, h_metric(0, "dlock_leases") == 0);
+    cr_assert_eq(h_metric(0, "dlock_releases_total"), releases + 1);
+    /* Releases that give up no lease stop being read after the first: the
+     * peer's socket fills up, as for any other request. */
+    size_t sent = flood_bogus_releases(c, 64u << 20);
+    cr_assert_lt(sent, 64u << 20, "the agent read %zu bytes of bogus releases past its cap", sent);
+    /* The first was taken, and answered: no such lease. */
+    struct wire_hdr h;
+    uint8_t body[WIRE_MAX_BODY];
+    struct wire_error e;
+    cr_assert_eq(h_raw_read_frame(c, H_EVENT_MS, &h, body, sizeof body), 1);
+    cr_assert_eq(h.type, WIRE_T_ERROR);
+    cr_assert_eq(h.id, 2);
+    cr_assert_eq(wire_get_error(body, h.len, &e), 0);
+    cr_assert_eq(e.code, DLOCK_ENOTFOUND);
 }
 
 /* ---- handshake and per-uid connections ---- */

@@ -35,8 +35,9 @@ static void mark_dirty(struct conn *c)
 
 /* Whether c may queue more replies: its own output is under the high-water
  * mark and its uid's, over all its connections, under the per-uid cap. A
- * client that does not read its replies stops being read; one uid's many
- * connections together pin no more output memory than the cap. */
+ * client that does not read its replies stops being read (but for its
+ * releases: conn_takes_release()); one uid's many connections together pin
+ * no more output memory than the cap. */
 static bool conn_has_room(const struct conn *c)
 {
     return c->out.len < OUT_HIGH_WATER && c->uu->out_bytes < c->srv->cfg->policy.max_output_per_uid;
@@ -60,9 +61,40 @@ static void conn_account(struct conn *c)
     }
 }
 
+/* Whether c, out of room, still takes a RELEASE at the head of its input.
+ * A release must not wait for the replies its uid leaves unread: its
+ * caller (dlock_lease_release()) has moved on, and the lease would stay
+ * renewed for as long as they are. Its answer is one small OK per lease
+ * given up, so this is bounded by the connection's leases; a RELEASE that
+ * gives up none (an unknown id, answered with an ERROR) stalls the rest
+ * until there is room again. */
+static bool conn_takes_release(const struct conn *c)
+{
+    return c->hello && !c->release_stalled;
+}
+
+/* Whether c's socket should be read now: with room, always; out of room,
+ * only while the next frame may be a RELEASE it takes (an incomplete
+ * header, or a RELEASE whose body is still coming). Whatever else comes
+ * next waits in the kernel, as before: the input buffer never holds more
+ * than a frame and a chunk. */
+static bool conn_wants_input(struct conn *c)
+{
+    if (c->closing)
+        return false;
+    if (conn_has_room(c)) {
+        c->release_stalled = false;
+        return true;
+    }
+    struct wire_hdr h;
+    return conn_takes_release(c) &&
+           (wire_hdr_decode(c->in.data, c->in.len, WIRE_MAX_BODY, &h) <= 0 ||
+            h.type == WIRE_T_RELEASE);
+}
+
 static void conn_update_reading(struct conn *c)
 {
-    bool want = !c->closing && conn_has_room(c);
+    bool want = conn_wants_input(c);
     if (want && !c->reading)
         ev_io_start(c->srv->loop, &c->rio);
     else if (!want && c->reading)
@@ -260,13 +292,20 @@ static void handle_frame(struct conn *c, const struct wire_hdr *h, const uint8_t
     }
 }
 
-/* Handles every whole frame in the input buffer. Returns -1 if the
- * connection was closed. */
+/* Handles every whole frame in the input buffer, in order. Returns -1 if
+ * the connection was closed. */
 static int process_input(struct conn *c)
 {
     size_t off = 0;
-    /* Each frame may queue a reply: none is taken while c has no room. */
-    while (!c->closing && conn_has_room(c)) {
+    /* Each frame may queue a reply: while c has no room, only a RELEASE at
+     * the head is taken (conn_takes_release()); any other frame waits, and
+     * so does every frame behind it. */
+    while (!c->closing) {
+        bool room = conn_has_room(c);
+        if (room)
+            c->release_stalled = false;
+        else if (!conn_takes_release(c))
+            break;
         struct wire_hdr h;
         int got = wire_hdr_decode(c->in.data + off, c->in.len - off, WIRE_MAX_BODY, &h);
         if (got < 0) {
@@ -275,8 +314,13 @@ static int process_input(struct conn *c)
         }
         if (got == 0 || c->in.len - off < WIRE_HDR_LEN + (size_t)h.len)
             break;
+        if (!room && h.type != WIRE_T_RELEASE)
+            break;
+        uint32_t held = c->cc.nleases;
         handle_frame(c, &h, c->in.data + off + WIRE_HDR_LEN);
         off += WIRE_HDR_LEN + h.len;
+        if (!room && c->cc.nleases >= held)
+            c->release_stalled = true;
     }
     if (c->closing) {
         conn_close(c);

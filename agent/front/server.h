@@ -45,6 +45,9 @@ struct conn {
     bool dirty;   /* has output waiting for the next flush */
     bool reading; /* rio is active */
     bool closing; /* being torn down */
+    /* Out of room, it sent a RELEASE that gave up no lease: no more of its
+     * frames are taken until it has room again. */
+    bool release_stalled;
     struct conn *dirty_next;
     struct lease_page page; /* mapped at hello */
 };
