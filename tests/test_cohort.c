@@ -148,7 +148,8 @@ ITEST(cohort, try_once_and_foreign_clients_with_a_waiting_host)
 }
 
 /* A host whose waiters all give up leaves the record at once: the other
- * hosts need not wait for its entry to lapse (30 s with this fallback). */
+ * hosts need not wait for its entry to lapse (3 s, the cap, with this
+ * fallback). */
 ITEST(cohort, a_host_whose_waiters_give_up_leaves_the_record)
 {
     h_start_two("retry_fallback_ms = 10000");
@@ -166,4 +167,55 @@ ITEST(cohort, a_host_whose_waiters_give_up_leaves_the_record)
     dlock_lease *lc = NULL;
     cr_assert_eq(h_acquire(c, "gone", 5000, 0, &lc), 0);
     cr_assert_eq(dlock_lease_release(lc), 0);
+}
+
+/* The server's clock in ms (the record's times are the server's). */
+static long long server_ms(void)
+{
+    redisReply *r = h_redis_cmd("TIME");
+    long long ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+/* Writes an entry of agent id into name's record, older than any other,
+ * that lapses ttl_ms from now (what an agent that died wrote). */
+static void plant_entry(const char *name, const char *id, long long ttl_ms)
+{
+    long long now = server_ms();
+    char key[256];
+    snprintf(key, sizeof key, "dlock:{dlock:%s} waiting", name);
+    char value[64];
+    snprintf(value, sizeof value, "%lld %lld", now - 1000, now + ttl_ms);
+    redisReply *r = h_redis_cmd("HSET %s %s %s", key, id, value);
+    cr_assert_eq(r->type, REDIS_REPLY_INTEGER, "HSET: %s", r->str ? r->str : "?");
+    freeReplyObject(r);
+    freeReplyObject(h_redis_cmd("PEXPIRE %s %lld", key, ttl_ms));
+}
+
+/* How long another host's entry holds a free lock back is the reader's
+ * bound, not the writer's setting: an entry that claims more than the cap
+ * (3 s) counts as lapsed; one within it holds the others back until it
+ * lapses. */
+ITEST(cohort, a_dead_hosts_entry_holds_the_others_back_no_longer_than_the_cap)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    /* As an agent with retry_fallback_ms = 60000 wrote it before the cap. */
+    plant_entry("far", "00000000deadbeef", 180000);
+    struct h_acq w;
+    h_acquire_async(a, "far", 5000, DLOCK_WAIT_FOREVER, &w);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, 0, "%s (%d)", dlock_strerror(w.status), w.status);
+    cr_assert_eq(waiting_hosts("far"), 0, "the entry past the cap was not dropped");
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+    /* Within the cap, the dead host keeps its turn: the agent joins the
+     * record behind it, and is granted once it lapses. */
+    plant_entry("near", "00000000deadbeef", 2500);
+    h_acquire_async(a, "near", 5000, DLOCK_WAIT_FOREVER, &w);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done || waiting_hosts("near") == 2);
+    cr_assert_not(w.done, "granted past another host's live entry");
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, 0, "%s (%d)", dlock_strerror(w.status), w.status);
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
 }

@@ -57,7 +57,14 @@ enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_COUNT };
  * entries and returns the id of the oldest live entry of another agent when
  * it is older than the caller's (ARGV[5]), else nil; join() adds or
  * refreshes the caller's entry for ARGV[6] ms, keeping its SINCE (0: a
- * try-once acquire, which does not join). */
+ * try-once acquire, which does not join). No entry lives longer than
+ * BACKEND_WAIT_ENTRY_MAX_MS: join() writes no longer one,
+ * and queue_turn() drops one that claims more, so that no agent's setting
+ * (nor an earlier version's) makes the other hosts wait long for an agent
+ * that died. */
+#define STRINGIFY(x)   #x
+#define STRING_OF(x)   STRINGIFY(x)
+#define WAIT_ENTRY_MAX STRING_OF(BACKEND_WAIT_ENTRY_MAX_MS)
 #define LUA_QUEUE                                                                                  \
     "local us local function clock() if not us then local t = redis.call('time') "                 \
     "us = tonumber(t[1]) * 1000000 + tonumber(t[2]) end return us end "                            \
@@ -68,13 +75,15 @@ enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_COUNT };
     "local first, first_since for i = 1, #all, 2 do "                                              \
     "local since, exp = string.match(all[i + 1], '^(%d+) (%d+)$') "                                \
     "since = tonumber(since) exp = tonumber(exp) "                                                 \
-    "if not exp or exp <= now then redis.call('hdel', KEYS[3], all[i]) "                           \
+    "if not exp or exp <= now or exp > now + " WAIT_ENTRY_MAX " then "                             \
+    "redis.call('hdel', KEYS[3], all[i]) "                                                         \
     "elseif all[i] ~= me and (not first or since < first_since) then "                             \
     "first, first_since = all[i], since end end "                                                  \
     "if first then local mine = redis.call('hget', KEYS[3], me) "                                  \
     "if mine and tonumber(string.match(mine, '^(%d+)')) <= first_since then return nil end end "   \
     "return first end "                                                                            \
-    "local function join() local want = tonumber(ARGV[6]) if want == 0 then return end "           \
+    "local function join() local want = math.min(tonumber(ARGV[6]), " WAIT_ENTRY_MAX ") "          \
+    "if want <= 0 then return end "                                                                \
     "local now = math.floor(clock() / 1000) "                                                      \
     "local mine = redis.call('hget', KEYS[3], me) "                                                \
     "local since = mine and string.match(mine, '^(%d+) ') or string.format('%d', now) "            \

@@ -19,6 +19,9 @@ struct backend;
 
 /* The longest agent id of the waiting-hosts record. */
 #define BACKEND_WAITER_ID_MAX 16
+/* The longest life of an entry of the waiting-hosts record: the store's
+ * scripts hold every agent to it, whatever its settings (docs/protocol.md). */
+#define BACKEND_WAIT_ENTRY_MAX_MS 3000
 
 /* One request; the strings are copied before the call returns. */
 struct backend_req {

@@ -721,10 +721,13 @@ static void on_acquired(void *arg, const struct backend_result *r)
 }
 
 /* How long an entry of this agent in a waiting-hosts record lasts: beyond
- * the longest fallback retry, which refreshes it while a client waits. */
+ * the longest fallback retry, which refreshes it while a client waits, up
+ * to the store's cap (with a fallback over a third of it, the entry may
+ * lapse between two retries: the host then waits without its place). */
 static uint32_t want_ms(const struct core *k)
 {
-    return 3 * k->cfg->retry_fallback_ms;
+    uint32_t want = 3 * k->cfg->retry_fallback_ms;
+    return want < BACKEND_WAIT_ENTRY_MAX_MS ? want : BACKEND_WAIT_ENTRY_MAX_MS;
 }
 
 /* Sends an acquire for the first waiter when nothing stands in the way. */
