@@ -359,3 +359,21 @@ ITEST(acquire, fencing_tokens_increase_across_agent_restarts)
             h_agent_start_n(0);
     }
 }
+
+/* wait_replicas with no replica to acknowledge: the acquire fails with a
+ * message that names WAIT, not as a Redis that cannot be reached, and the
+ * key it wrote is taken back. */
+ITEST(acquire, a_write_no_replica_acknowledges_is_named_in_the_error)
+{
+    h_redis_start();
+    h_agent_config(0, NULL, "wait_replicas = 1\nwait_timeout_ms = 50");
+    h_agent_spawn(0);
+    struct h_cl *a = h_client();
+    const char *want = "WAIT: 0 of 1 replicas acknowledged within 50 ms (wait_replicas)";
+    int rc = 0;
+    dlock_lease *l = NULL;
+    /* The first tries may come before the agent's link to Redis is up. */
+    H_WAIT_UNTIL(H_EVENT_MS, (rc = h_acquire(a, "w", 5000, 0, &l)) == DLOCK_EUNAVAIL &&
+                                 strstr(dlock_client_strerror(a->c, rc), want));
+    H_KEY_GONE(h_key("w"));
+}

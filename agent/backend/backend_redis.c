@@ -378,13 +378,15 @@ static void on_wait(redisAsyncContext *ac, void *r, void *priv)
         log_warn("%s: WAIT after the %s of %s refused: %s", b->label, what, c->key + b->prefix_len,
                  rep->str);
     } else if (rep->type != REDIS_REPLY_INTEGER || rep->integer < b->cfg->wait_replicas) {
-        char text[160];
-        snprintf(text, sizeof text, "WAIT: %lld of %u replicas acknowledged within %u ms",
+        /* Named in the answer, not as "unreachable": the write took, and
+         * Redis answers. */
+        snprintf(c->s_text, sizeof c->s_text,
+                 "WAIT: %lld of %u replicas acknowledged within %u ms (wait_replicas)",
                  rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1ll, b->cfg->wait_replicas,
                  b->cfg->wait_timeout_ms);
         err = DLOCK_EUNAVAIL;
-        note_error(b, err, text);
-        log_warn("%s: %s: the %s of %s is not confirmed (wait_replicas)", b->label, text, what,
+        note_error(b, err, c->s_text);
+        log_warn("%s: %s: the %s of %s is not confirmed", b->label, c->s_text, what,
                  c->key + b->prefix_len);
     }
     cmd_done(b, c, err, c->s_text[0] ? c->s_text : NULL, result, at);

@@ -60,7 +60,8 @@ struct backend_result {
     long long pttl_ms;            /* acquire TAKEN: the holder's remaining TTL, 0 unknown */
     uint64_t at;                  /* agent clock (CLOCK_BOOTTIME ns) of the answer */
     /* With err from a Redis error reply: its text ("MOVED 42 10.0.0.2:6379",
-     * "TRYAGAIN ..."), valid during the callback only; else NULL. */
+     * "TRYAGAIN ..."), or what else failed ("WAIT: 0 of 1 replicas
+     * acknowledged ..."); valid during the callback only; else NULL. */
     const char *error_text;
 };
 typedef void (*backend_cb)(void *arg, const struct backend_result *r);

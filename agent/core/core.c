@@ -137,10 +137,22 @@ static const char *answer_text(struct core *k, int err, uint64_t now, char *buf,
 {
     char why[160];
     const struct backend *b = k->backend;
-    if (err != DLOCK_ENOQUORUM || !b->ops->excluded || !b->ops->excluded(b, now, why, sizeof why))
+    if (err == DLOCK_ENOQUORUM && b->ops->excluded && b->ops->excluded(b, now, why, sizeof why))
+        snprintf(buf, len, "%s: %s", errname(err), why);
+    else if ((err == DLOCK_EUNAVAIL || err == DLOCK_ENOQUORUM) && k->store_why[0])
+        snprintf(buf, len, "%s: %s", errname(err), k->store_why);
+    else
         return errname(err);
-    snprintf(buf, len, "%s: %s", errname(err), why);
     return buf;
+}
+
+/* Keeps what the store said of an acquire's failure (a WAIT that fell
+ * short, a refusal), for the answers while it lasts: "unreachable" alone
+ * would send an operator after the wrong cause. */
+static void note_store_why(struct core *k, const struct backend_result *r)
+{
+    snprintf(k->store_why, sizeof k->store_why, "%s",
+             r->err && r->error_text ? r->error_text : "");
 }
 
 /* Removes a waiter; err != 0 answers its request with that error. */
@@ -685,6 +697,7 @@ static void on_acquired(void *arg, const struct backend_result *r)
     uint64_t now = r->at;
     l->acquiring = false;
     l->acq_for = NULL;
+    note_store_why(k, r);
     if (r->err) {
         if (w && !ride_outage(k, l, w, r->err, now))
             waiter_finish(k, w, r->err, now);

@@ -84,6 +84,7 @@ struct core {
     unsigned ready_seq;        /* counts the times the store came back */
     uint64_t down_since;       /* store unreachable since, 0 while it answers */
     int down_err;              /* then: DLOCK_EUNAVAIL or DLOCK_ENOQUORUM */
+    char store_why[128];       /* what the store said of the last acquire's failure */
     bool shutting_down;
     struct lock *kept;     /* locks kept for a handoff in this loop turn */
     unsigned turn_retries; /* renewals of leases in jeopardy sent in this loop turn */
