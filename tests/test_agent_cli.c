@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* test_agent_cli.c -- dlockd as a program: configuration check, dev mode,
- * socket file handling (stale replaced, live refused, mode), sockets passed
- * by the service manager and readiness notification. */
+ * socket file handling (stale replaced, live refused, mode and group, a
+ * directory others may write refused unless sticky, a planted symbolic link
+ * never followed), sockets passed by the service manager and readiness
+ * notification. */
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
@@ -384,8 +386,9 @@ static pid_t agent_as_nobody(const char *agent_ini)
     snprintf(conf, sizeof conf, "%s/dlockd.conf", run);
     snprintf(log, sizeof log, "%s/agent.log", run);
     cr_assert_eq(chmod(H.dir, 0711), 0);
-    cr_assert_eq(mkdir(run, 0777), 0);
-    cr_assert_eq(chmod(run, 0777), 0);
+    /* Sticky: nobody may make the sockets here, and nobody else remove them. */
+    cr_assert_eq(mkdir(run, 0700), 0);
+    cr_assert_eq(chmod(run, 01777), 0);
     FILE *f = fopen(conf, "w");
     cr_assert(f);
     fprintf(f,
@@ -453,4 +456,168 @@ ITEST(agent_cli, an_unknown_socket_group_is_refused_by_the_check)
     int st = pclose(p);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "%s", out);
     cr_assert(strstr(out, "socket_group = no-such-group-here: no such group"), "%s", out);
+}
+
+/* ---- socket directories ---- */
+
+#define NOBODY 65534
+
+/* DIR/name, a new directory with this mode (whatever the umask). */
+static const char *new_dir(const char *name, mode_t mode)
+{
+    const char *d = h_path(name);
+    cr_assert_eq(mkdir(d, 0700), 0, "mkdir %s", d);
+    cr_assert_eq(chmod(d, mode), 0);
+    return d;
+}
+
+/* Runs dlockd with its client socket at dir/x.sock and no status socket,
+ * expects it to refuse to start, and returns its output. */
+static const char *refused_in(const char *dir)
+{
+    char sock[H_PATH + 16], out[H_PATH + 16];
+    snprintf(sock, sizeof sock, "%s/x.sock", dir);
+    snprintf(out, sizeof out, "%s.out", dir);
+    char *argv[] = {DLOCKD_PATH, "-s", sock, "-S", "", "-r", H.redis_addr, NULL};
+    int st = run_agent(argv, out);
+    const char *log = h_read_file(out);
+    cr_assert_eq(st, 1, "dlockd exited %d:\n%s", st, log ? log : "");
+    cr_assert_neq(access(sock, F_OK), 0, "%s was made", sock);
+    return log ? log : "";
+}
+
+/* Another user could replace the socket in a directory its group or everyone
+ * may write: the agent refuses to start, naming the directory and why; also
+ * when it is a directory above. */
+ITEST(agent_cli, refuses_a_socket_directory_others_may_write)
+{
+    h_redis_start();
+    const struct {
+        const char *name;
+        mode_t mode;
+        const char *says;
+    } cases[] = {
+        {"open", 0777, "open is writable by everyone (mode 0777) and not sticky"},
+        {"shared", 0770, "shared is writable by its group (mode 0770) and not sticky"},
+        {"open/inner", 0755, "open is writable by everyone (mode 0777) and not sticky"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *log = refused_in(new_dir(cases[i].name, cases[i].mode));
+        cr_assert(strstr(log, cases[i].says) && strstr(log, "not listening on"), "%s: %s",
+                  cases[i].name, log);
+    }
+}
+
+/* A sticky directory that everyone may write (as /tmp) is accepted; the
+ * sockets get the configured mode and group whatever the umask. */
+ITEST(agent_cli, a_sticky_directory_is_accepted_with_the_configured_mode_and_group)
+{
+    h_redis_start();
+    const char *dir = new_dir("tmp", 01777);
+    /* As root, any group; otherwise our own. */
+    gid_t gid = geteuid() == 0 ? NOBODY : getegid();
+    char conf[H_PATH + 16], out[H_PATH + 16], sock[H_PATH + 16], status[H_PATH + 16];
+    snprintf(conf, sizeof conf, "%s", h_path("sticky.conf"));
+    snprintf(out, sizeof out, "%s", h_path("sticky.out"));
+    snprintf(sock, sizeof sock, "%s/x.sock", dir);
+    snprintf(status, sizeof status, "%s/s.sock", dir);
+    FILE *f = fopen(conf, "w");
+    cr_assert(f);
+    fprintf(f,
+            "[agent]\nsocket = %s\nsocket_mode = 0640\nsocket_group = %u\nstatus_socket = %s\n"
+            "status_socket_mode = 0604\nstatus_socket_group = %u\n[redis]\naddress = %s\n",
+            sock, (unsigned)gid, status, (unsigned)gid, H.redis_addr);
+    fclose(f);
+    mode_t old = umask(0); /* a wide umask of the agent changes nothing */
+    char *argv[] = {DLOCKD_PATH, "-c", conf, NULL};
+    pid_t pid = h_spawn(argv, out);
+    umask(old);
+    /* Started: both sockets are made, and SIGTERM is handled. */
+    H_WAIT_UNTIL(H_START_MS, h_read_file(out) && strstr(h_read_file(out), "started;"));
+    const struct {
+        const char *path;
+        mode_t mode;
+    } want[] = {{sock, 0640}, {status, 0604}};
+    for (int i = 0; i < 2; i++) {
+        struct stat st;
+        cr_assert_eq(lstat(want[i].path, &st), 0, "%s", want[i].path);
+        cr_assert(S_ISSOCK(st.st_mode), "%s", want[i].path);
+        cr_assert_eq(st.st_mode & 07777, want[i].mode, "%s: mode %04o", want[i].path,
+                     (unsigned)(st.st_mode & 07777));
+        cr_assert_eq(st.st_gid, gid, "%s: group %u", want[i].path, (unsigned)st.st_gid);
+    }
+    cr_assert_eq(kill(pid, SIGTERM), 0);
+    cr_assert_eq(h_wait_child(pid, H_STOP_MS), 0);
+}
+
+/* As nobody, the attack of a user who may write the socket's directory:
+ * as soon as a socket appears at path, it is moved away and a symbolic link
+ * to target put in its place, again and again until killed. */
+static pid_t swap_for_link(const char *path, const char *target)
+{
+    pid_t pid = h_fork();
+    if (pid == 0) {
+        if (setgroups(0, NULL) != 0 || setgid(NOBODY) != 0 || setuid(NOBODY) != 0)
+            _exit(100);
+        char aside[H_PATH * 2];
+        snprintf(aside, sizeof aside, "%s.aside", path);
+        for (;;) {
+            struct stat st;
+            if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && rename(path, aside) == 0)
+                symlink(target, path);
+        }
+    }
+    /* Under way once it runs as nobody. */
+    char status[64];
+    snprintf(status, sizeof status, "/proc/%d/status", (int)pid);
+    H_WAIT_UNTIL(H_EVENT_MS, h_read_file(status) && strstr(h_read_file(status), "Uid:\t65534"));
+    return pid;
+}
+
+/* A root agent never changes a root file through a symbolic link that
+ * another user puts at its socket path once the socket is bound: in a
+ * directory that user may write, the agent refuses to start; in a sticky
+ * one, the user cannot move the agent's socket. A directory of another user
+ * is refused too. */
+ITEST(agent_cli, a_symlink_at_the_socket_path_is_never_followed)
+{
+    if (geteuid() != 0)
+        h_skip("needs root: the agent runs as root, the attacker as nobody");
+    h_redis_start();
+    cr_assert_eq(chmod(H.dir, 0711), 0);
+    const char *target = h_path("precious");
+    write_file(target, "root only\n");
+    cr_assert_eq(chmod(target, 0600), 0);
+    const char *dirs[] = {new_dir("open", 0777), new_dir("tmp", 01777)};
+    for (int i = 0; i < 2; i++) {
+        char sock[H_PATH + 16], out[H_PATH + 16];
+        snprintf(sock, sizeof sock, "%s/x.sock", dirs[i]);
+        snprintf(out, sizeof out, "%s.out", dirs[i]);
+        pid_t attacker = swap_for_link(sock, target);
+        char *argv[] = {DLOCKD_PATH, "-s", sock, "-S", "", "-r", H.redis_addr, NULL};
+        pid_t agent = h_spawn(argv, out);
+        if (i == 0) {
+            int st = h_wait_child(agent, 5000);
+            cr_assert_eq(st, 1, "dlockd in %s exited %d: %s", dirs[i], st, h_read_file(out));
+        } else {
+            H_WAIT_UNTIL(H_START_MS, h_read_file(out) && strstr(h_read_file(out), "started;"));
+            struct stat st;
+            cr_assert_eq(lstat(sock, &st), 0);
+            cr_assert(S_ISSOCK(st.st_mode), "the agent's socket was replaced");
+            cr_assert_eq(kill(agent, SIGTERM), 0);
+            cr_assert_eq(h_wait_child(agent, H_STOP_MS), 0);
+        }
+        kill(attacker, SIGKILL);
+        h_wait_child(attacker, H_STOP_MS);
+        struct stat t;
+        cr_assert_eq(stat(target, &t), 0);
+        cr_assert_eq(t.st_mode & 07777, 0600, "the target's mode is %04o",
+                     (unsigned)(t.st_mode & 07777));
+        cr_assert_eq(t.st_uid, 0);
+        cr_assert_str_eq(h_read_file(target), "root only\n");
+    }
+    /* A directory of another user: it may replace the socket as it likes. */
+    const char *theirs = new_dir("theirs", 0755);
+    cr_assert_eq(chown(theirs, NOBODY, NOBODY), 0);
+    cr_assert(strstr(refused_in(theirs), "theirs belongs to uid 65534"));
 }

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,70 @@
 
 #include "log.h"
 #include "util.h"
+
+/* Why dir, or one of the directories above it, could let another user
+ * replace a socket made in it (and so stand in for the agent, or turn the
+ * agent's changes of the file onto another one): a directory owned by
+ * another user than root and us, or that its group or everyone may write
+ * without the sticky bit. NULL when none can. As OpenSSH's StrictModes,
+ * from the canonical path up to the root. why holds the message. */
+static const char *unsafe_dir(const char *dir, char *why, size_t cap)
+{
+    char real[PATH_MAX];
+    if (!realpath(dir, real)) {
+        snprintf(why, cap, "socket directory %s: %s", dir, strerror(errno));
+        return why;
+    }
+    uid_t me = geteuid();
+    for (;;) {
+        struct stat st;
+        if (stat(real, &st) != 0) {
+            snprintf(why, cap, "socket directory %s: %s", real, strerror(errno));
+            return why;
+        }
+        if (st.st_uid != 0 && st.st_uid != me) {
+            snprintf(why, cap,
+                     "%s belongs to uid %u, neither root nor the agent's user (uid %u), who "
+                     "could replace the socket in it",
+                     real, (unsigned)st.st_uid, (unsigned)me);
+            return why;
+        }
+        if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) {
+            snprintf(why, cap,
+                     "%s is writable by %s (mode %04o) and not sticky: another user could "
+                     "replace the socket in it",
+                     real, st.st_mode & S_IWOTH ? "everyone" : "its group",
+                     (unsigned)(st.st_mode & 07777));
+            return why;
+        }
+        char *slash = strrchr(real, '/');
+        if (!slash || slash == real) {
+            if (real[1] == '\0')
+                return NULL;
+            real[1] = '\0'; /* the root comes last */
+        } else {
+            *slash = '\0';
+        }
+    }
+}
+
+/* The directory of the socket at path must be safe (unsafe_dir()). */
+static int check_socket_dir(const char *path)
+{
+    char dir[PATH_MAX], why[PATH_MAX + 200];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        slash[slash == dir] = '\0';
+    if (!unsafe_dir(dir, why, sizeof why))
+        return 0;
+    log_error("not listening on %s: %s; use a directory that only root and the agent's user "
+              "may write (as /run/dlock), or a sticky one (as /tmp)",
+              path, why);
+    return -1;
+}
 
 /* Is something already serving on path? A stale file refuses connections. */
 static int socket_in_use(const struct sockaddr_un *sa)
@@ -102,7 +167,8 @@ static int group_id(const char *group, gid_t *out)
 }
 
 /* Gives the socket file at path to group: an error that says why when it
- * cannot (a wrong group is no success). 0 or -1. */
+ * cannot (a wrong group is no success). Never through a symbolic link. 0 or
+ * -1. */
 static int give_to_group(const char *path, const char *group)
 {
     gid_t gid;
@@ -110,7 +176,7 @@ static int give_to_group(const char *path, const char *group)
         log_error("cannot give %s to group %s: no such group", path, group);
         return -1;
     }
-    if (chown(path, (uid_t)-1, gid) == 0)
+    if (fchownat(AT_FDCWD, path, (uid_t)-1, gid, AT_SYMLINK_NOFOLLOW) == 0)
         return 0;
     int e = errno;
     log_error("cannot give %s to group %s: %s%s", path, group, strerror(e),
@@ -139,6 +205,30 @@ static int adopt_socket(int fd, const char *path, const char *group)
     return fd;
 }
 
+/* Binds fd to sa's path, the file made with the given mode from the start:
+ * Linux gives it the socket's mode (0777) less the umask, which is set for
+ * the call (the agent sets up its sockets before it starts a thread). Then
+ * the file is checked, never followed: a socket of ours, with that mode
+ * (a default ACL of the directory may have overridden the umask; the
+ * directory is safe, so the name is still ours to chmod). 0, or -1 with
+ * errno set. */
+static int bind_with_mode(int fd, const struct sockaddr_un *sa, unsigned mode)
+{
+    mode_t old = umask(~mode & 0777);
+    int rc = bind(fd, (const struct sockaddr *)sa, sizeof *sa);
+    umask(old);
+    if (rc != 0)
+        return -1;
+    struct stat st;
+    if (lstat(sa->sun_path, &st) != 0)
+        return -1;
+    if (!S_ISSOCK(st.st_mode) || st.st_uid != geteuid()) {
+        errno = EEXIST; /* replaced under our feet */
+        return -1;
+    }
+    return (st.st_mode & 07777) == mode ? 0 : chmod(sa->sun_path, mode);
+}
+
 int unix_listen(const char *path, unsigned mode, const char *group, bool *inherited)
 {
     int fd = inherited_socket(path);
@@ -151,18 +241,18 @@ int unix_listen(const char *path, unsigned mode, const char *group, bool *inheri
         return -1;
     }
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-    if (prepare_path(&sa) != 0)
+    if (check_socket_dir(path) != 0 || prepare_path(&sa) != 0)
         return -1;
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    if (fd < 0 || bind_with_mode(fd, &sa, mode) != 0) {
         log_error("cannot listen on %s: %s", sa.sun_path, strerror(errno));
         if (fd >= 0)
             close(fd);
         return -1;
     }
-    /* The group before the mode, and both before anyone may connect. */
+    /* The group, then the backlog: nobody may connect before. */
     int rc = group[0] ? give_to_group(path, group) : 0; /* logs why */
-    if (rc == 0 && (chmod(sa.sun_path, mode) != 0 || listen(fd, 128) != 0)) {
+    if (rc == 0 && listen(fd, 128) != 0) {
         log_error("cannot listen on %s: %s", sa.sun_path, strerror(errno));
         rc = -1;
     }
