@@ -48,6 +48,7 @@ struct opts {
     long wake_rounds;            /* -W, 0 = no cross-agent wake part */
     int cohort_procs;            /* -C, 0 = no cohort part */
     int host_procs;              /* -H, per agent, 0 = no two hosts part */
+    double fair_seconds;         /* -A, window of each fairness run, 0 = no fairness part */
     bool quick;                  /* -q */
     bool keep;                   /* -K */
 };
@@ -99,7 +100,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: dlock-bench [-qK] [-n PAIRS] [-c CLIENTS] [-d SECONDS] [-l LEASES] "
                "[-w SECONDS] [-k CALLS] [-m PAIRS] [-F LIST] [-D US] [-W ROUNDS] [-C PROCS] "
-               "[-H PROCS]\n"
+               "[-H PROCS] [-A SECONDS]\n"
                "  -n PAIRS    acquire+release pairs of the 1-client runs (loopback and\n"
                "              delayed), and per row of the fleet run (default 20000)\n"
                "  -c CLIENTS  threads of the many-client runs (default 50)\n"
@@ -118,9 +119,12 @@ static void usage(FILE *f)
                "  -C PROCS    worker processes of the cohort runs (default 4; 0 skips them)\n"
                "  -H PROCS    worker processes per agent of the two hosts run (default 2;\n"
                "              0 skips it)\n"
+               "  -A SECONDS  window of each run of the fairness part: a victim's renewal\n"
+               "              lateness alone and beside another uid's flood (default 5;\n"
+               "              0 skips it; needs root)\n"
                "  -q          quick run: 2000 pairs, 1 s, 10000 leases, 12 s window,\n"
                "              1000000 calls per loop, 5000 round trips, 1000 quorum pairs,\n"
-               "              fleet of 1 and 4 agents, 200 wake rounds\n"
+               "              fleet of 1 and 4 agents, 200 wake rounds, 2 s fairness runs\n"
                "  -O          handoff off: the agents of the pair, delayed and single/quorum\n"
                "              runs take every grant from Redis (cohort_handoffs = 0)\n"
                "  -K          keep the temp dir (logs, configurations) at the end\n"
@@ -160,23 +164,16 @@ static int parse_counts(const char *s, struct opts *o)
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
     const char *fleet = NULL;
-    /* n c d l w k m D W C H, -1 = not given */
-    double v[11] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-    static const char letters[] = "ncdlwkmDWCH";
-    static const double lo[] = {1, 1, 0.1, 1, 1, 1000, 0, 0, 0, 0, 0},
-                        hi[] = {1e8,
-                                1000,
-                                3600,
-                                1e7,
-                                3600,
-                                1e10,
-                                1e8,
-                                1e6,
-                                1e6,
-                                SIDE_MAX_WORKERS,
-                                SIDE_MAX_WORKERS / 2};
+    /* n c d l w k m D W C H A, -1 = not given */
+    double v[12] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    static const char letters[] = "ncdlwkmDWCHA";
+    static const double
+        lo[] = {1, 1, 0.1, 1, 1, 1000, 0, 0, 0, 0, 0, 0},
+        hi[] = {
+            1e8, 1000, 3600, 1e7, 3600, 1e10, 1e8, 1e6, 1e6, SIDE_MAX_WORKERS, SIDE_MAX_WORKERS / 2,
+            600};
     int ch;
-    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:D:W:C:H:qKOh")) != -1) {
+    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:D:W:C:H:A:qKOh")) != -1) {
         const char *at = strchr(letters, ch);
         if (ch == 'F') {
             fleet = optarg;
@@ -211,6 +208,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     o->wake_rounds = v[8] >= 0 ? (long)v[8] : o->quick ? 200 : 2000;
     o->cohort_procs = v[9] >= 0 ? (int)v[9] : 4;
     o->host_procs = v[10] >= 0 ? (int)v[10] : 2;
+    o->fair_seconds = v[11] >= 0 ? v[11] : o->quick ? 2.0 : 5.0;
     if (parse_counts(fleet ? fleet : o->quick ? "1,4" : "1,10,100", o) != 0) {
         fprintf(stderr,
                 "dlock-bench: -F takes up to %d agent counts, each 1 to %d, "
@@ -987,6 +985,45 @@ static void report_hosts(const struct contend_run *r)
 
 /* ---- the run ---- */
 
+/* A victim's renewal lateness alone and under a flood, for each attack. */
+static void report_fairness(const struct fairness_result *r, double seconds)
+{
+    printf("\nfairness: an agent with the default settings; a victim (the bench's uid) holds 8 "
+           "leases; another uid (nobody) keeps 1000 try-once acquires of fresh names in flight on "
+           "each of its connections; %.1f s per run; sent late = a renewal's send time (read off "
+           "its deadline) - its due time; confirmed = shown in the lease page - sent\n",
+           seconds);
+    if (r->skipped) {
+        printf("  skipped: %s\n", r->skipped);
+        return;
+    }
+    for (int i = 0; i + 1 < FAIRNESS_RUNS; i += 2) {
+        const struct fairness_run *a = &r->run[i], *f = &r->run[i + 1];
+        char head[96], t[64];
+        snprintf(head, sizeof head, "victim TTL %u ms", (unsigned)a->victim_ttl_ms);
+        snprintf(t, sizeof t, "flood %d x %d, TTL %u ms", f->flood_conns, 1000,
+                 (unsigned)f->flood_ttl_ms);
+        printf("\n");
+        row(head, "alone", t, "", "target");
+        row("renewals seen", fmt_count((double)a->renewals), fmt_count((double)f->renewals), "",
+            "");
+        row("sent late p50", fmt_us(a->late.p50_us), fmt_us(f->late.p50_us), "", "(context)");
+        row("sent late p99", fmt_us(a->late.p99_us), fmt_us(f->late.p99_us), "", "");
+        row("sent late max", fmt_us(a->late.max_us), fmt_us(f->late.max_us), "", "");
+        row("confirmed p50", fmt_us(a->shown.p50_us), fmt_us(f->shown.p50_us), "", "(context)");
+        row("confirmed p99", fmt_us(a->shown.p99_us), fmt_us(f->shown.p99_us), "", "");
+        row("confirmed max", fmt_us(a->shown.max_us), fmt_us(f->shown.max_us), "", "");
+        row("JEOPARDY events", fmt_count((double)a->jeopardy), fmt_count((double)f->jeopardy), "",
+            "");
+        snprintf(t, sizeof t, "all HELD  %s",
+                 verdict(a->lost + f->lost == 0 && f->held == 8 && a->held == 8));
+        row("leases HELD at the end (of 8)", fmt_count(a->held), fmt_count(f->held), "", t);
+        row("flood: granted", "", fmt_count((double)f->granted), "", "");
+        row("flood: refused (DLOCK_ELIMIT)", "", fmt_count((double)f->refused), "", "");
+        row("flood: other errors", "", fmt_count((double)f->other), "", "");
+    }
+}
+
 static void progress(const char *what)
 {
     fprintf(stderr, "dlock-bench: %s\n", what);
@@ -1062,6 +1099,19 @@ static int phase_hosts(const struct opts *o, struct env *e)
     if (run_hosts(e, o->host_procs, o->seconds, &r) != 0)
         return -1;
     report_hosts(&r);
+    fflush(stdout);
+    return 0;
+}
+
+static int phase_fairness(const struct opts *o, struct env *e)
+{
+    static struct fairness_result r;
+    if (o->fair_seconds == 0)
+        return 0;
+    progress("fairness: a victim's renewals alone and beside another uid's flood");
+    if (run_fairness(e, o->fair_seconds, &r) != 0)
+        return -1;
+    report_fairness(&r, o->fair_seconds);
     fflush(stdout);
     return 0;
 }
@@ -1156,6 +1206,8 @@ int main(int argc, char **argv)
         rc = phase_cohort(&o, e);
     if (rc == 0)
         rc = phase_hosts(&o, e);
+    if (rc == 0)
+        rc = phase_fairness(&o, e);
     if (rc == 0)
         rc = phase_quorum(&o, e);
     if (rc == 0)

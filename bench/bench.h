@@ -495,4 +495,31 @@ int run_cohort(struct env *e, int procs, double seconds, struct cohort_result *o
 /* Two agents, `procs` worker processes on each. */
 int run_hosts(struct env *e, int procs, double seconds, struct contend_run *out);
 
+/* ---- renewal lateness under another uid's flood (fairness.c) ---- */
+
+#define FAIRNESS_RUNS 4
+
+struct fairness_run {
+    uint32_t victim_ttl_ms;
+    int flood_conns; /* 0: the victim alone */
+    uint32_t flood_ttl_ms;
+    struct summary late;          /* each victim renewal: its send time - its due time */
+    struct summary shown;         /* ... the time it showed in the lease page - its send time */
+    long renewals;                /* of the victim's leases, seen */
+    long jeopardy;                /* JEOPARDY events of the victim's leases */
+    int lost, held;               /* the victim's leases at the end */
+    long granted, refused, other; /* the flood's acquires */
+};
+
+struct fairness_result {
+    const char *skipped; /* why the part did not run, or NULL */
+    struct fairness_run run[FAIRNESS_RUNS];
+};
+
+/* An agent of its own with the default settings on the run's Redis; a
+ * victim's leases watched for `seconds` alone and beside a flood from
+ * nobody, for two attacks. 0 (skipped when not root), or -1 after printing
+ * why. */
+int run_fairness(struct env *e, double seconds, struct fairness_result *out);
+
 #endif
