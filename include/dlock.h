@@ -56,7 +56,7 @@ extern "C" {
 #define DLOCK_ETIMEDOUT     (-8)  /* the wait ran out before the lock was free */
 #define DLOCK_ENAMETOOLONG  (-9)  /* lock name longer than the agent allows */
 #define DLOCK_EBADNAME      (-10) /* lock name empty or with forbidden bytes */
-#define DLOCK_ELIMIT        (-11) /* lease or waiter limit hit, per connection or per uid */
+#define DLOCK_ELIMIT        (-11) /* a lease, waiter or renewal limit, per connection or per uid */
 #define DLOCK_ENOTFOUND     (-12) /* no such lease on this connection */
 #define DLOCK_ELOST         (-13) /* the lease was lost before it was released */
 #define DLOCK_EUNAVAIL      (-14) /* Redis is unreachable from the agent */
