@@ -227,6 +227,23 @@ Test(file, unix_address_and_unix_socket_path)
     cr_assert_str_eq(c.nodes[0].host, "");
 }
 
+/* The warnings of config_warnings(), one per line. */
+static char warned[4096];
+
+static void collect_warning(void *arg, const char *msg)
+{
+    (void)arg;
+    size_t n = strlen(warned);
+    snprintf(warned + n, sizeof warned - n, "%s\n", msg);
+}
+
+/* How many warnings c gets, their text in warned. */
+static int warnings_of(const struct config *c)
+{
+    warned[0] = '\0';
+    return config_warnings(c, collect_warning, NULL);
+}
+
 /* The source tree: from the build (unit.cmake), else from this file's path. */
 static void source_file(char *buf, size_t len, const char *rel)
 {
@@ -269,6 +286,7 @@ Test(file, packaged_dlockd_conf_matches_defaults)
     c.status_socket_set = d.status_socket_set;
     cr_assert_eq(memcmp(&c, &d, sizeof c), 0, "%s does not spell out the defaults", path);
     cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(config_warnings(&c, collect_warning, NULL), 0, "warned: %s", warned);
 }
 
 Test(file, unknown_key_names_file_line_and_key)
@@ -868,7 +886,7 @@ Test(validate, ttl_ranges)
     EXPECT_INVALID("default_ttl_ms", c_.default_ttl_ms = 29);
     EXPECT_INVALID("default_ttl_ms", c_.default_ttl_ms = 86400001);
     EXPECT_INVALID("default_ttl_ms", c_.default_ttl_ms = 0);
-    EXPECT_VALID(c_.min_ttl_ms = 10);
+    EXPECT_VALID(c_.min_ttl_ms = 10, c_.renew_fraction = 0.05);
     EXPECT_VALID(c_.min_ttl_ms = c_.max_ttl_ms = c_.default_ttl_ms = 1000);
     EXPECT_VALID(c_.default_ttl_ms = c_.min_ttl_ms);
     EXPECT_VALID(c_.default_ttl_ms = c_.max_ttl_ms);
@@ -978,6 +996,131 @@ Test(validate, renew_fraction_range)
     EXPECT_VALID(c_.renew_fraction = 0.5);
 }
 
+/* The arithmetic of the checks is the core's (agent/core/table.c): valid
+ * for ttl - ttl/100 - 2 ms after a send, renewed at ttl x fraction after
+ * the previous send, or at half the validity when that would come within a
+ * rounding quantum (a quarter of the period, at most 10 ms) of its end. */
+Test(validate, renewal_arithmetic_is_the_core_s)
+{
+    cr_assert_float_eq(config_lease_validity_ms(30), 27.7, 1e-9);
+    cr_assert_float_eq(config_renew_after_ms(30, 1.0 / 3), 10.0, 1e-9);
+    cr_assert_float_eq(config_renew_margin_ms(30, 1.0 / 3), 17.7, 1e-9);
+    /* 8 ms + a quantum of 2 ms would pass the validity of 7.9 ms. */
+    cr_assert_float_eq(config_renew_after_ms(10, 0.8), 3.95, 1e-9);
+    cr_assert_float_eq(config_renew_margin_ms(10, 0.8), 3.95, 1e-9);
+    /* Either side of the switch: 50.4 + 10 >= 60.37; 51.2 + 10 < 61.36. */
+    cr_assert_float_eq(config_renew_after_ms(63, 0.8), 30.185, 1e-9);
+    cr_assert_float_eq(config_renew_margin_ms(64, 0.8), 10.16, 1e-9);
+    cr_assert_float_eq(config_renew_margin_ms(10, 0.05), 7.4, 1e-9);
+}
+
+/* Past 1000 ms the checks look no further: no TTL leaves a renewal less
+ * than 10 ms there, whatever the fraction. */
+Test(validate, long_leases_leave_renewals_time)
+{
+    const double fractions[] = {0.05, 0.2, 1.0 / 3, 0.5, 0.7, 0.8};
+    for (size_t i = 0; i < sizeof fractions / sizeof fractions[0]; i++)
+        for (uint32_t t = 1000; t <= 200000; t++)
+            cr_assert_geq(config_renew_margin_ms(t, fractions[i]), 10.0, "ttl %u, fraction %g",
+                          (unsigned)t, fractions[i]);
+}
+
+/* A lease whose renewals have less than 5 ms to come back is lost on the
+ * first late one: refused, naming both settings and what would do. */
+Test(validate, leases_that_cannot_be_kept_are_refused)
+{
+    EXPECT_INVALID("[agent] min_ttl_ms = 10 with renew_fraction = 0.8: leases of 10 ms cannot be "
+                   "kept",
+                   c_.min_ttl_ms = 10, c_.renew_fraction = 0.8);
+    EXPECT_INVALID("a renewal has 4.0 ms to come back (JEOPARDY after 2.0)", c_.min_ttl_ms = 10,
+                   c_.renew_fraction = 0.8);
+    EXPECT_INVALID("set min_ttl_ms to 23 or more", c_.min_ttl_ms = 10, c_.renew_fraction = 0.8);
+    EXPECT_INVALID("min_ttl_ms = 12 with renew_fraction = 0.8", c_.min_ttl_ms = 12,
+                   c_.renew_fraction = 0.8);
+    /* The default fraction too, and the 10 ms the range allows. */
+    EXPECT_INVALID("set min_ttl_ms to 19 or more", c_.min_ttl_ms = 10);
+    /* From 5 ms on, a warning (below). */
+    EXPECT_VALID(c_.min_ttl_ms = 13, c_.renew_fraction = 0.8);
+    EXPECT_VALID(c_.min_ttl_ms = 11);
+    /* The shortest lease is the one that counts: max_ttl_ms caps the rest. */
+    EXPECT_VALID(c_.min_ttl_ms = c_.default_ttl_ms = c_.max_ttl_ms = 1000, c_.renew_fraction = 0.8);
+}
+
+/* Settings that pass but leave renewals little time are warned about,
+ * once each; the defaults and the packaged file (above) are not. */
+Test(validate, fragile_leases_are_warned)
+{
+    struct config c;
+    config_defaults(&c);
+    char err[512] = "";
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(warnings_of(&c), 0, "%s", warned);
+    c.renew_fraction = 0.8; /* 13.85 ms at 30 ms, 10.16 at 64 ms */
+    cr_assert_eq(warnings_of(&c), 0, "%s", warned);
+    c.min_ttl_ms = 22;
+    cr_assert_eq(warnings_of(&c), 1);
+    cr_assert(strstr(warned, "[agent] min_ttl_ms = 22 with renew_fraction = 0.8: leases of 22 ms "
+                             "are fragile") &&
+                  strstr(warned, "set min_ttl_ms to 23 or more"),
+              "%s", warned);
+    c.min_ttl_ms = 23;
+    cr_assert_eq(warnings_of(&c), 0, "%s", warned);
+    /* At the default fraction: fragile up to 18 ms; a lower fraction
+     * helps. */
+    c.renew_fraction = 1.0 / 3;
+    c.min_ttl_ms = 15;
+    cr_assert_eq(warnings_of(&c), 1);
+    cr_assert(strstr(warned, "7.8 ms to come back") && strstr(warned, "or lower renew_fraction"),
+              "%s", warned);
+    c.min_ttl_ms = 19;
+    cr_assert_eq(warnings_of(&c), 0, "%s", warned);
+}
+
+/* A renewal that waits for replicas may take wait_timeout_ms: more than the
+ * shortest lease has for it is a warning. */
+Test(validate, a_wait_longer_than_short_renewals_is_warned)
+{
+    struct config c;
+    config_defaults(&c);
+    c.wait_replicas = 1; /* waits up to 100 ms; 30 ms leases have 17.7 */
+    cr_assert_eq(warnings_of(&c), 1);
+    cr_assert(strstr(warned, "[redis] wait_timeout_ms = 100 with wait_replicas = 1") &&
+                  strstr(warned, "leases of 30 ms have 17.7 ms"),
+              "%s", warned);
+    c.min_ttl_ms = 200; /* 129.3 ms */
+    c.default_ttl_ms = 200;
+    cr_assert_eq(warnings_of(&c), 0, "%s", warned);
+    c.wait_replicas = 0;
+    c.min_ttl_ms = 30;
+    cr_assert_eq(warnings_of(&c), 0, "%s", warned);
+}
+
+/* In quorum mode, an acquire that waits node_timeout_ms for a silent node
+ * past the shortest lease's validity fails: a warning. */
+Test(validate, a_node_timeout_past_the_validity_is_warned)
+{
+    struct config c;
+    config_defaults(&c);
+    char err[512] = "";
+    nodes_n(&c, 3);
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(warnings_of(&c), 0, "default quorum: %s", warned);
+    c.min_ttl_ms = 400;
+    c.default_ttl_ms = 1000;
+    c.node_timeout_ms = 394; /* the validity is 394 ms */
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(warnings_of(&c), 1);
+    cr_assert(strstr(warned, "[redis] node_timeout_ms = 394: an acquire of a lease of 400 ms"),
+              "%s", warned);
+    c.node_timeout_ms = 393;
+    cr_assert_eq(warnings_of(&c), 0, "%s", warned);
+    /* Single-node mode does not use it. */
+    nodes_n(&c, 1);
+    c.node_timeout_ms = 399;
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(warnings_of(&c), 0, "%s", warned);
+}
+
 Test(validate, max_name_len_range)
 {
     EXPECT_INVALID("max_name_len", c_.max_name_len = 0);
@@ -1021,9 +1164,13 @@ struct bounded {
 
 #define WEEK_MS 604800000u
 static const struct bounded bounded[] = {
-    {"agent", "default_ttl_ms", 10, WEEK_MS, "min_ttl_ms=10", "max_ttl_ms=604800000"},
-    {"agent", "min_ttl_ms", 10, WEEK_MS, NULL, "max_ttl_ms=604800000 default_ttl_ms=604800000"},
-    {"agent", "max_ttl_ms", 10, WEEK_MS, "min_ttl_ms=10 default_ttl_ms=10", NULL},
+    /* A lease of 10 ms can be kept only when renewed early (check_timing). */
+    {"agent", "default_ttl_ms", 10, WEEK_MS, "min_ttl_ms=10 renew_fraction=0.05",
+     "max_ttl_ms=604800000"},
+    {"agent", "min_ttl_ms", 10, WEEK_MS, "renew_fraction=0.05",
+     "max_ttl_ms=604800000 default_ttl_ms=604800000"},
+    {"agent", "max_ttl_ms", 10, WEEK_MS, "min_ttl_ms=10 default_ttl_ms=10 renew_fraction=0.05",
+     NULL},
     {"agent", "retry_fallback_ms", 10, 60000, NULL, NULL},
     {"agent", "max_name_len", 1, 1024, NULL, NULL},
     {"agent", "max_leases_per_conn", 1, 1000000, NULL, NULL},

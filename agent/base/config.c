@@ -725,6 +725,122 @@ static int check_relations(const struct config *c, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- timing: whether leases of every allowed TTL can be kept ---- */
+
+/* A renewal has less than this to come back: one that fails or is late
+ * cannot be retried in time (lease_renew_retry() waits 5 ms at least), and
+ * on a busy host such leases are lost within a second. Refused. */
+#define MARGIN_REFUSED_MS 5.0
+/* Less than this: a scheduling delay of a few milliseconds on the agent's
+ * or Redis' host puts the lease in JEOPARDY, twice that loses it. Warned. */
+#define MARGIN_FRAGILE_MS 10.0
+/* Above this TTL every renewal has at least MARGIN_FRAGILE_MS: it is sent at
+ * ttl x fraction (>= 0.05, so >= 50 ms, whose rounding quantum is 10 ms) only
+ * when that leaves more than a quantum, else at half the validity. */
+#define MARGIN_TTL_SCAN 1000u
+
+double config_lease_validity_ms(uint32_t ttl_ms)
+{
+    return ttl_ms - (ttl_ms / 100.0 + 2);
+}
+
+double config_renew_after_ms(uint32_t ttl_ms, double fraction)
+{
+    double validity = config_lease_validity_ms(ttl_ms), period = ttl_ms * fraction;
+    double quantum = period / 4 < 10 ? period / 4 : 10;
+    return period + quantum >= validity ? validity / 2 : period;
+}
+
+double config_renew_margin_ms(uint32_t ttl_ms, double fraction)
+{
+    return config_lease_validity_ms(ttl_ms) - config_renew_after_ms(ttl_ms, fraction);
+}
+
+/* The allowed TTL whose renewals have the least time to come back. */
+static uint32_t tightest_ttl(const struct config *c)
+{
+    uint32_t hi = c->max_ttl_ms < MARGIN_TTL_SCAN ? c->max_ttl_ms : MARGIN_TTL_SCAN;
+    uint32_t at = c->min_ttl_ms;
+    for (uint32_t t = c->min_ttl_ms + 1; t <= hi; t++)
+        if (config_renew_margin_ms(t, c->renew_fraction) <
+            config_renew_margin_ms(at, c->renew_fraction))
+            at = t;
+    return at;
+}
+
+/* The least min_ttl_ms from which every TTL's renewals have `need` ms. */
+static uint32_t min_ttl_for(double fraction, double need, uint32_t from)
+{
+    uint32_t ok = from;
+    for (uint32_t t = from; t <= MARGIN_TTL_SCAN; t++)
+        if (config_renew_margin_ms(t, fraction) < need)
+            ok = t + 1;
+    return ok;
+}
+
+/* "[agent] min_ttl_ms = M with renew_fraction = F: leases of T ms ...",
+ * and what would give their renewals `need` ms. */
+static void margin_note(const struct config *c, uint32_t ttl, double need, const char *verdict,
+                        char *out, size_t cap)
+{
+    double f = c->renew_fraction, m = config_renew_margin_ms(ttl, f);
+    snprintf(out, cap,
+             "[agent] min_ttl_ms = %u with renew_fraction = %g: leases of %u ms %s: a renewal has "
+             "%.1f ms to come back (JEOPARDY after %.1f); set min_ttl_ms to %u or more%s",
+             (unsigned)c->min_ttl_ms, f, (unsigned)ttl, verdict, m, m / 2,
+             (unsigned)min_ttl_for(f, need, ttl),
+             config_renew_margin_ms(ttl, 0.05) >= need ? ", or lower renew_fraction" : "");
+}
+
+/* Settings that leave a renewal no time to come back. */
+static int check_timing(const struct config *c, char *err, size_t errlen)
+{
+    uint32_t ttl = tightest_ttl(c);
+    if (config_renew_margin_ms(ttl, c->renew_fraction) >= MARGIN_REFUSED_MS)
+        return 0;
+    margin_note(c, ttl, MARGIN_FRAGILE_MS, "cannot be kept", err, errlen);
+    return -1;
+}
+
+int config_warnings(const struct config *c, void (*warn)(void *arg, const char *msg), void *arg)
+{
+    char msg[600];
+    int n = 0;
+    uint32_t ttl = tightest_ttl(c);
+    double margin = config_renew_margin_ms(ttl, c->renew_fraction);
+    if (margin < MARGIN_FRAGILE_MS) {
+        margin_note(c, ttl, MARGIN_FRAGILE_MS, "are fragile", msg, sizeof msg);
+        warn(arg, msg);
+        n++;
+    }
+    if (c->wait_replicas && c->wait_timeout_ms >= margin) {
+        snprintf(msg, sizeof msg,
+                 "[redis] wait_timeout_ms = %u with wait_replicas = %u: a renewal waits that long "
+                 "for a slow replica, but leases of %u ms have %.1f ms for it: they are lost "
+                 "whenever a replica lags that long",
+                 (unsigned)c->wait_timeout_ms, (unsigned)c->wait_replicas, (unsigned)ttl, margin);
+        warn(arg, msg);
+        n++;
+    }
+    double validity = config_lease_validity_ms(c->min_ttl_ms);
+    if (c->mode == REDIS_MODE_QUORUM && c->node_timeout_ms >= validity) {
+        snprintf(msg, sizeof msg,
+                 "[redis] node_timeout_ms = %u: an acquire of a lease of %u ms (min_ttl_ms) that "
+                 "waits for a silent node is decided after the lease's validity (%.1f ms): it "
+                 "fails",
+                 (unsigned)c->node_timeout_ms, (unsigned)c->min_ttl_ms, validity);
+        warn(arg, msg);
+        n++;
+    }
+    return n;
+}
+
+static void log_warning(void *arg, const char *msg)
+{
+    (void)arg;
+    log_warn("%s", msg);
+}
+
 int config_parse_mode(const char *text, enum redis_mode_setting *out)
 {
     static const char *const names[] = {"auto", "single", "quorum", "cluster", "sentinel"};
@@ -770,7 +886,8 @@ int config_validate(struct config *c, char *err, size_t errlen)
 {
     /* First: the checks below depend on the mode. */
     const char *mode_why = choose_mode(c);
-    if (check_ranges(c, err, errlen) != 0 || check_relations(c, err, errlen) != 0)
+    if (check_ranges(c, err, errlen) != 0 || check_relations(c, err, errlen) != 0 ||
+        check_timing(c, err, errlen) != 0)
         return -1;
     const char *why = NULL;
     if (!prefix_ok(c->prefix))
@@ -784,8 +901,10 @@ int config_validate(struct config *c, char *err, size_t errlen)
         why = "the same Redis node is listed twice";
     else if (strcmp(c->socket, c->status_socket) == 0)
         why = "socket and status_socket must differ";
-    if (!why)
+    if (!why) {
+        config_warnings(c, log_warning, NULL);
         return 0;
+    }
     snprintf(err, errlen, "%s", why);
     return -1;
 }

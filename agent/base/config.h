@@ -179,6 +179,20 @@ int config_parse_nodes(struct config *c, const char *text, bool append);
  * the rules between settings (min <= max). 0, or -1 with a message naming
  * the setting, its value and the range. */
 int config_validate(struct config *c, char *err, size_t errlen);
+/* Settings that pass config_validate() but make leases fragile (their
+ * renewals have little time to come back; see check_timing() in config.c):
+ * each is passed to warn as one message. config_validate() logs them
+ * (dlockd -n shows them). Returns how many. */
+int config_warnings(const struct config *c, void (*warn)(void *arg, const char *msg), void *arg);
+/* The renewal arithmetic of the core (lease_deadline(), lease_next_renew()
+ * in agent/core/table.c), in ms, for the checks: how long a lease of ttl_ms
+ * is valid after a send (ttl - ttl/100 - 2), when its next renewal is sent
+ * after the previous send (before the rounding down, which only makes it
+ * earlier), and the time that renewal has to come back before the validity
+ * ends. */
+double config_lease_validity_ms(uint32_t ttl_ms);
+double config_renew_after_ms(uint32_t ttl_ms, double fraction);
+double config_renew_margin_ms(uint32_t ttl_ms, double fraction);
 
 /* Formats an address for logs. */
 const char *config_addr_str(const struct redis_addr *a, char *buf, size_t len);
