@@ -159,7 +159,8 @@ void log_flush_suppressed(void)
     pthread_mutex_unlock(&lock);
 }
 
-static void vlog(enum log_level level, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static void vlog(enum log_level level, const char *fmt,
+                                                       va_list ap)
 {
     char line[1024];
     vsnprintf(line, sizeof line, fmt, ap);
