@@ -21,6 +21,7 @@
 #include "keys.h"
 #include "log.h"
 #include "redis_link.h"
+#include "replies.h"
 #include "util.h"
 #include "wire.h"
 
@@ -107,13 +108,6 @@ static int cop_send(struct cop *op);
 static void refresh_soon(struct cl *cl);
 
 /* ---- nodes ---- */
-
-static int addr_name(const char *host, long long port, char *out, size_t cap)
-{
-    int n = strchr(host, ':') ? snprintf(out, cap, "[%s]:%lld", host, port)
-                              : snprintf(out, cap, "%s:%lld", host, port);
-    return n > 0 && (size_t)n < cap ? 0 : -1;
-}
 
 static uint16_t node_find(const struct cl *cl, const char *name)
 {
@@ -385,19 +379,6 @@ static void report_failover(struct cl *cl, const uint8_t *slots, const bool *fai
 
 /* ---- the slot map ---- */
 
-/* The "host:port" of a node entry of CLUSTER SLOTS ([ip, port, id, ...]);
- * an empty ip means the node that answered. */
-static int entry_name(const struct cl *cl, const redisReply *e, char *out, size_t cap)
-{
-    if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
-        e->element[0]->type != REDIS_REPLY_STRING || e->element[1]->type != REDIS_REPLY_INTEGER)
-        return -1;
-    const char *host = e->element[0]->str;
-    if (!host[0] || strcmp(host, "?") == 0)
-        host = cl->ctl_addr.host;
-    return addr_name(host, e->element[1]->integer, out, cap);
-}
-
 /* Reads a CLUSTER SLOTS reply into the map: -1 (map unchanged) when it is
  * malformed. */
 static int load_map(struct cl *cl, const redisReply *rep)
@@ -414,15 +395,10 @@ static int load_map(struct cl *cl, const redisReply *rep)
     /* Every range checked, its master made; the replicas wait until the
      * whole reply is known to be good. */
     for (size_t r = 0; r < rep->elements; r++) {
-        const redisReply *range = rep->element[r];
-        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 ||
-            range->element[0]->type != REDIS_REPLY_INTEGER ||
-            range->element[1]->type != REDIS_REPLY_INTEGER)
-            goto bad;
-        long long lo = range->element[0]->integer, hi = range->element[1]->integer;
+        const char *self = cl->ctl_addr.host; /* the node that answered */
+        long long lo, hi;
         char name[280];
-        if (lo < 0 || hi >= KEY_SLOTS || lo > hi ||
-            entry_name(cl, range->element[2], name, sizeof name) != 0 ||
+        if (reply_slots_range(rep->element[r], self, &lo, &hi, name, sizeof name) != 0 ||
             (master[r] = node_get(cl, name)) == NO_NODE)
             goto bad;
         for (long long s = lo; s <= hi; s++)
@@ -450,7 +426,8 @@ static int load_map(struct cl *cl, const redisReply *rep)
         struct cnode *m = cl->node[master[r]];
         for (size_t e = 3; e < range->elements && m->nreplicas < MAX_REPLICAS; e++) {
             char rn[280];
-            if (entry_name(cl, range->element[e], rn, sizeof rn) == 0 && !is_replica_of(m, rn))
+            if (reply_slots_node(range->element[e], cl->ctl_addr.host, rn, sizeof rn) == 0 &&
+                !is_replica_of(m, rn))
                 snprintf(m->replica[m->nreplicas++], sizeof m->replica[0], "%s", rn);
         }
     }
@@ -638,21 +615,6 @@ static bool cop_retry_later(struct cop *op, uint64_t now)
     return true;
 }
 
-/* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the slot and the node. */
-static int parse_redirect(const char *text, unsigned *slot, char *name, size_t cap)
-{
-    const char *p = strchr(text, ' ');
-    if (!p)
-        return -1;
-    char *end;
-    unsigned long s = strtoul(p + 1, &end, 10);
-    if (end == p + 1 || *end != ' ' || s >= KEY_SLOTS || !end[1] || strlen(end + 1) >= cap)
-        return -1;
-    *slot = (unsigned)s;
-    snprintf(name, cap, "%s", end + 1);
-    return 0;
-}
-
 static void on_node_result(struct cop *op, const struct backend_result *r)
 {
     struct cl *cl = op->cl;
@@ -675,7 +637,7 @@ static void on_node_result(struct cop *op, const struct backend_result *r)
         unsigned slot;
         char name[280];
         uint16_t to;
-        if (op->redirects >= MAX_REDIRECTS || parse_redirect(t, &slot, name, sizeof name) != 0 ||
+        if (op->redirects >= MAX_REDIRECTS || reply_redirect(t, &slot, name, sizeof name) != 0 ||
             (to = node_get(cl, name)) == NO_NODE) {
             log_warn("cluster: %s: not followed", t);
             goto done;

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "notice_link.h"
 #include "redis_link.h"
+#include "replies.h"
 #include "wire.h"
 #include "text.h"
 #include "util.h"
@@ -225,40 +226,11 @@ static void note_error(struct rb *b, int code, const char *text)
     snprintf(b->last_error_text, sizeof b->last_error_text, "%s", text);
 }
 
-/* The answers of Redis Cluster while slots move or fail over: not the
- * node's health. */
-static bool is_redirect(const char *msg)
-{
-    return strncmp(msg, "MOVED ", 6) == 0 || strncmp(msg, "ASK ", 4) == 0 ||
-           strncmp(msg, "TRYAGAIN", 8) == 0;
-}
-
-/* The result of a script's integer reply (or of err): acquire: the token
- * when taken, else the holder's PTTL negated (0: unknown); the others: 1
- * done, 0 not our key. */
-static struct backend_result result_of(const struct rcmd *c, int err, const char *text, long long n,
-                                       uint64_t at)
-{
-    struct backend_result r = {.err = err, .at = at, .error_text = err ? text : NULL};
-    if (err)
-        return r;
-    if (c->script == S_ACQUIRE && n > 0) {
-        r.outcome = BACKEND_DONE;
-        r.fence = (uint64_t)n;
-    } else if (c->script == S_ACQUIRE) {
-        r.outcome = BACKEND_TAKEN;
-        r.pttl_ms = -n;
-    } else {
-        r.outcome = n == 1 ? BACKEND_DONE : BACKEND_NOT_OURS;
-    }
-    return r;
-}
-
 /* Whether the write of c took effect: an acquire that took the key, a
  * renewal that extended it. */
 static bool wrote(const struct rcmd *c, long long result)
 {
-    return c->script == S_ACQUIRE ? result > 0 : result == 1;
+    return reply_wrote(c->script == S_ACQUIRE, result);
 }
 
 /* The end of a command: its callback; text is the error reply's. */
@@ -268,7 +240,7 @@ static void cmd_done(struct rb *b, struct rcmd *c, int err, const char *text, lo
     if (c->script == S_LOOKUP) {
         c->lookup_cb(c->arg, err ? err : DLOCK_EBACKEND, NULL);
     } else if (c->cb) {
-        struct backend_result res = result_of(c, err, text, result, at);
+        struct backend_result res = reply_result(c->script == S_ACQUIRE, err, text, result, at);
         c->cb(c->arg, &res);
     }
     free(c);
@@ -279,55 +251,39 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
     struct rb *b = rb_of(ac);
     struct rcmd *c = priv;
     redisReply *rep = r;
-    int err = 0;
-    const char *text = NULL;
-    long long result = 0;
     uint64_t at = redis_link_answered(&b->cmd, &c->lc, rep);
-    if (!rep) {
-        err = DLOCK_EUNAVAIL; /* the link is going away */
-    } else if (rep->type == REDIS_REPLY_ERROR) {
-        if (strncmp(rep->str, "NOSCRIPT", 8) == 0 && !c->retried) {
-            /* The server lost its script cache (restart, SCRIPT FLUSH): send
-             * the script itself, which loads it again. Not a lost lease. */
-            b->sha[c->script][0] = '\0';
-            redisAsyncCommand(b->cmd.ac, on_script_loaded, (void *)(intptr_t)c->script,
-                              "SCRIPT LOAD %s", script_src[c->script]);
-            c->retried = true;
-            if (c->wait == W_SENT) {
-                /* Its WAIT is still to answer: the script goes again after it. */
-                c->resend = true;
-                return;
-            }
-            if (cmd_send(b, c) == 0)
-                return;
-            err = DLOCK_EUNAVAIL;
-        } else if (is_redirect(rep->str)) {
-            /* Redis Cluster moves the slot: the cluster backend follows. */
-            err = DLOCK_EBACKEND;
-            text = rep->str;
-            log_debug("%s: %s", b->label, rep->str);
-        } else {
-            err = redis_error_code(rep->str);
-            text = rep->str;
-            note_error(b, err, rep->str);
-            log_warn("%s: %s", b->label, rep->str);
+    struct script_reply sr;
+    reply_script(rep, c->script == S_LOOKUP, &sr);
+    int err = sr.err;
+    const char *text = sr.text;
+    long long result = sr.n;
+    if (sr.kind == SR_NOSCRIPT && !c->retried) {
+        /* The server lost its script cache (restart, SCRIPT FLUSH): send
+         * the script itself, which loads it again. Not a lost lease. */
+        b->sha[c->script][0] = '\0';
+        redisAsyncCommand(b->cmd.ac, on_script_loaded, (void *)(intptr_t)c->script,
+                          "SCRIPT LOAD %s", script_src[c->script]);
+        c->retried = true;
+        if (c->wait == W_SENT) {
+            /* Its WAIT is still to answer: the script goes again after it. */
+            c->resend = true;
+            return;
         }
-    } else if (rep->type == REDIS_REPLY_INTEGER && rep->integer > -(1ll << 53) &&
-               rep->integer < (1ll << 53)) {
-        /* Tokens, PTTLs and flags: a value out of that range is no answer
-         * of ours (and could not be negated safely). */
-        result = rep->integer;
-    } else if (c->script == S_LOOKUP && rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
-               rep->element[2]->type == REDIS_REPLY_INTEGER) {
-        struct backend_holder h = {.pttl = rep->element[2]->integer, .nodes = 1};
-        snprintf(h.value, sizeof h.value, "%s", rep->element[0]->str ? rep->element[0]->str : "");
-        snprintf(h.record, sizeof h.record, "%s", rep->element[1]->str ? rep->element[1]->str : "");
-        h.nodes_holding = h.value[0] != '\0';
-        c->lookup_cb(c->arg, 0, &h);
+        if (cmd_send(b, c) == 0)
+            return;
+        err = DLOCK_EUNAVAIL;
+        text = NULL;
+    } else if (sr.kind == SR_REDIRECT) {
+        /* Redis Cluster moves the slot: the cluster backend follows. */
+        log_debug("%s: %s", b->label, text);
+    } else if (sr.kind == SR_ERROR || sr.kind == SR_NOSCRIPT) {
+        note_error(b, err, text);
+        log_warn("%s: %s", b->label, text);
+    } else if (sr.kind == SR_HOLDER) {
+        c->lookup_cb(c->arg, 0, &sr.holder);
         free(c);
         return;
-    } else {
-        err = DLOCK_EBACKEND;
+    } else if (sr.kind == SR_UNEXPECTED) {
         note_error(b, err, "unexpected reply type");
         log_warn("%s: unexpected reply type %d", b->label, rep->type);
     }
