@@ -3,6 +3,7 @@
  * tests (see harness.h). */
 #include "harness.h"
 
+#include <criterion/hooks.h>
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -45,6 +46,64 @@ void h_sleep_ms(int ms)
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
+}
+
+/* DLOCK_TEST_SCALE, or 1 when it is unset or not a number from 1 to
+ * H_SCALE_MAX (said once on stderr). */
+static double read_scale(void)
+{
+    const char *v = getenv("DLOCK_TEST_SCALE");
+    if (!v || !*v)
+        return 1;
+    char *end;
+    errno = 0;
+    double s = strtod(v, &end);
+    if (errno || *end || !(s >= 1 && s <= H_SCALE_MAX)) {
+        fprintf(stderr, "DLOCK_TEST_SCALE=%s: not a number from 1 to %g; using 1\n", v,
+                H_SCALE_MAX);
+        return 1;
+    }
+    return s;
+}
+
+double h_scale(void)
+{
+    static double scale; /* 0 until read */
+    if (scale == 0)
+        scale = read_scale();
+    return scale;
+}
+
+int h_scaled_ms(int ms)
+{
+    double v = ms * h_scale();
+    return v < INT32_MAX ? (int)v : INT32_MAX;
+}
+
+int64_t h_deadline(int ms)
+{
+    return h_now_ms() + h_scaled_ms(ms);
+}
+
+/* Criterion's timeout of every test in the executable scales too. The runner
+ * calls this before it starts a test, and reads a test's timeout when it
+ * starts it. */
+ReportHook(PRE_ALL)(struct criterion_test_set *set)
+{
+    double scale = h_scale();
+    if (scale == 1)
+        return;
+    for (struct criterion_ordered_set_node *s = set->suites->first; s; s = s->next) {
+        struct criterion_suite_set *suite = (void *)(s + 1);
+        if (suite->suite.data)
+            suite->suite.data->timeout *= scale;
+        for (struct criterion_ordered_set_node *t = suite->tests ? suite->tests->first : NULL; t;
+             t = t->next) {
+            struct criterion_test *test = (void *)(t + 1);
+            if (test->data)
+                test->data->timeout *= scale;
+        }
+    }
 }
 
 const char *h_path(const char *name)
@@ -182,7 +241,7 @@ static int status_code(int st)
 
 int h_wait_child(pid_t pid, int timeout_ms)
 {
-    int64_t end = h_now_ms() + timeout_ms;
+    int64_t end = h_deadline(timeout_ms);
     for (;;) {
         int st;
         pid_t r = waitpid(pid, &st, WNOHANG);
@@ -240,7 +299,8 @@ static redisContext *node_connect(const struct h_node *n, int timeout_ms)
         redisFree(c);
         return NULL;
     }
-    struct timeval cmd_tv = {2, 0};
+    int cmd_ms = h_scaled_ms(2000);
+    struct timeval cmd_tv = {cmd_ms / 1000, (cmd_ms % 1000) * 1000};
     redisSetTimeout(c, cmd_tv);
     return c;
 }
@@ -290,7 +350,7 @@ static void node_spawn(int i)
 static void node_wait_ready(int i)
 {
     struct h_node *n = node_at(i);
-    if (redisproc_wait_ready(&n->proc, H_START_MS) != 0) {
+    if (redisproc_wait_ready(&n->proc, h_scaled_ms(H_START_MS)) != 0) {
         node_log_tail(n);
         char why[sizeof n->proc.err];
         snprintf(why, sizeof why, "%s", n->proc.err);
@@ -337,7 +397,8 @@ void h_redis_spare(const char *name)
     char log[H_PATH + 8];
     snprintf(log, sizeof log, "%s.log", h_path(name));
     struct redisproc_opts o = {.unix_socket = h_path(name), .dir = H.dir, .log = log};
-    cr_assert_eq(redisproc_start(r, &o, H_START_MS), 0, "spare redis-server: %s", r->err);
+    cr_assert_eq(redisproc_start(r, &o, h_scaled_ms(H_START_MS)), 0, "spare redis-server: %s",
+                 r->err);
 }
 
 void h_node_resume(int i)
@@ -349,7 +410,7 @@ void h_node_stop(int i)
 {
     struct h_node *n = node_at(i);
     node_drop_conn(n);
-    redisproc_stop(&n->proc, H_STOP_MS);
+    redisproc_stop(&n->proc, h_scaled_ms(H_STOP_MS));
 }
 
 void h_node_kill(int i)
@@ -386,7 +447,7 @@ static redisReply *node_vcmd(int i, const char *fmt, va_list ap)
     if (n->conn && n->conn->err)
         node_drop_conn(n);
     if (!n->conn)
-        n->conn = node_connect(n, 1000);
+        n->conn = node_connect(n, h_scaled_ms(1000));
     cr_assert_not_null(n->conn, "cannot connect to the test's redis-server %d", i);
     redisReply *r = redisvCommand(n->conn, fmt, ap);
     cr_assert_not_null(r, "redis command '%s' on node %d failed: %s", fmt, i, n->conn->errstr);
@@ -577,7 +638,7 @@ int h_redis_set_nx_px(const char *key, const char *val, long long px)
 void h_key_gone_at(const char *file, int line, const char *where, int node, const char *key,
                    long long (*pttl_of)(int node, const char *key))
 {
-    int64_t end = h_now_ms() + H_EVENT_MS;
+    int64_t end = h_deadline(H_EVENT_MS);
     int64_t expires_after = INT64_MAX; /* the key cannot have expired before */
     for (;;) {
         int64_t before = h_now_ms();
@@ -591,7 +652,7 @@ void h_key_gone_at(const char *file, int line, const char *where, int node, cons
         expires_after = pttl >= 0 ? before + pttl : INT64_MAX;
         if (before > end)
             cr_assert_fail("%s:%d: %s still on %s %d after %d ms (PTTL %lld)", file, line, key,
-                           where, node, H_EVENT_MS, pttl);
+                           where, node, h_scaled_ms(H_EVENT_MS), pttl);
         h_pump_all(2);
     }
 }
@@ -846,7 +907,7 @@ static void agent_settle(int i, dlock_client *c)
     long long wait = 2000;
     if (quorum)
         wait = max_ttl + 3000 < 25000 ? max_ttl + 3000 : 25000;
-    int64_t end = h_now_ms() + wait;
+    int64_t end = h_deadline((int)wait);
     uint32_t ttl = 1000;
     if (ttl < min_ttl)
         ttl = (uint32_t)min_ttl;
@@ -863,7 +924,7 @@ static void agent_settle(int i, dlock_client *c)
         int everywhere = 1;
         if (rc == 0 && quorum) {
             /* The nodes beyond the majority may answer a moment later. */
-            int64_t t = h_now_ms() + 200;
+            int64_t t = h_deadline(200);
             while (!(everywhere = on_every_running_node(probe_key)) && h_now_ms() < t)
                 h_sleep_ms(5);
         }
@@ -897,7 +958,7 @@ static void agent_start(int i, int settle)
         argv[6] = NULL; /* quorum mode: the node list of the config file */
     a->pid = spawn(argv, a->log, 0);
     a->paused = 0;
-    int64_t end = h_now_ms() + H_START_MS;
+    int64_t end = h_deadline(H_START_MS);
     int rc = 0;
     for (;;) {
         if (!h_agent_alive(i)) {
@@ -913,8 +974,8 @@ static void agent_start(int i, int settle)
         }
         if (h_now_ms() > end) {
             h_agent_log_tail(i, 40);
-            cr_assert_fail("dlockd did not accept a client within %d ms (last: %s)", H_START_MS,
-                           rc ? dlock_strerror(rc) : "no socket");
+            cr_assert_fail("dlockd did not accept a client within %d ms (last: %s)",
+                           h_scaled_ms(H_START_MS), rc ? dlock_strerror(rc) : "no socket");
         }
         h_sleep_ms(5);
     }
@@ -997,7 +1058,7 @@ int h_agent_stop(int i)
         kill_reap(a->pid);
         a->pid = 0;
         h_agent_log_tail(i, 40);
-        cr_assert_fail("dlockd did not exit within %d ms of SIGTERM", H_STOP_MS);
+        cr_assert_fail("dlockd did not exit within %d ms of SIGTERM", h_scaled_ms(H_STOP_MS));
     }
     a->pid = 0;
     return st;
@@ -1088,6 +1149,7 @@ static void dispatch(struct h_cl *cl)
 
 void h_pump(struct h_cl *cl, int timeout_ms)
 {
+    timeout_ms = h_scaled_ms(timeout_ms);
     if (cl->disconnected) {
         if (timeout_ms > 0)
             h_sleep_ms(timeout_ms);
@@ -1100,6 +1162,7 @@ void h_pump(struct h_cl *cl, int timeout_ms)
 
 void h_pump_all(int timeout_ms)
 {
+    timeout_ms = h_scaled_ms(timeout_ms);
     struct pollfd p[H_MAX_CLIENTS];
     struct h_cl *who[H_MAX_CLIENTS];
     int n = 0;
@@ -1256,7 +1319,7 @@ void h_holder_spawn(struct h_holder *h, const char *name, uint32_t ttl_ms, int64
 static int holder_read(struct h_holder *h, int timeout_ms, int *out)
 {
     struct pollfd p = {.fd = h->rep_fd, .events = POLLIN};
-    int64_t end = h_now_ms() + timeout_ms;
+    int64_t end = h_deadline(timeout_ms);
     for (;;) {
         int left = (int)(end - h_now_ms());
         int pr = poll(&p, 1, left > 0 ? left : 0);
@@ -1285,7 +1348,8 @@ int h_holder_poll(struct h_holder *h, int timeout_ms)
 void h_holder_start(struct h_holder *h, const char *name, uint32_t ttl_ms)
 {
     h_holder_spawn(h, name, ttl_ms, 0);
-    cr_assert(h_holder_poll(h, H_START_MS), "holder did not answer within %d ms", H_START_MS);
+    cr_assert(h_holder_poll(h, H_START_MS), "holder did not answer within %d ms",
+              h_scaled_ms(H_START_MS));
     cr_assert_eq(h->acquire_rc, 0, "holder's acquire of %s: %s (%d)", name,
                  dlock_strerror(h->acquire_rc), h->acquire_rc);
 }
@@ -1344,7 +1408,7 @@ int h_ctl(int timeout_ms, ...)
     if (st == -1) {
         const char *out = h_read_file(h_path("ctl.out"));
         fprintf(stderr, "---- dlockctl output ----\n%s\n", out ? out : "");
-        cr_assert_fail("dlockctl did not exit within %d ms", timeout_ms);
+        cr_assert_fail("dlockctl did not exit within %d ms", h_scaled_ms(timeout_ms));
     }
     return st;
 }
@@ -1427,9 +1491,9 @@ static int read_exact(int fd, uint8_t *buf, size_t n, int64_t end_ms)
     return 1;
 }
 
-int h_raw_read_frame(int fd, int timeout_ms, struct wire_hdr *h, uint8_t *body, size_t cap)
+/* h_raw_read_frame() until end_ms. */
+static int read_frame_until(int fd, int64_t end, struct wire_hdr *h, uint8_t *body, size_t cap)
 {
-    int64_t end = h_now_ms() + timeout_ms;
     uint8_t hdr[WIRE_HDR_LEN];
     int r = read_exact(fd, hdr, sizeof hdr, end);
     if (r != 1)
@@ -1442,6 +1506,11 @@ int h_raw_read_frame(int fd, int timeout_ms, struct wire_hdr *h, uint8_t *body, 
     if (r == 0)
         cr_assert_fail("the agent closed the connection in the middle of a frame");
     return r;
+}
+
+int h_raw_read_frame(int fd, int timeout_ms, struct wire_hdr *h, uint8_t *body, size_t cap)
+{
+    return read_frame_until(fd, h_deadline(timeout_ms), h, body, cap);
 }
 
 uint32_t h_raw_hello(int fd)
@@ -1463,13 +1532,12 @@ uint32_t h_raw_hello(int fd)
 
 int h_raw_expect_close(int fd, int timeout_ms, int *err_code)
 {
-    int64_t end = h_now_ms() + timeout_ms;
+    int64_t end = h_deadline(timeout_ms);
     *err_code = 0;
     for (;;) {
         struct wire_hdr h;
         uint8_t body[WIRE_MAX_BODY];
-        int left = (int)(end - h_now_ms());
-        int r = h_raw_read_frame(fd, left > 0 ? left : 0, &h, body, sizeof body);
+        int r = read_frame_until(fd, end, &h, body, sizeof body);
         if (r == 0 || r == -2)
             return 1;
         if (r == -1)

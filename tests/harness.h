@@ -55,7 +55,8 @@
 #define H_MAX_FDS      16
 #define H_PATH         200
 
-/* Deadlines used throughout (milliseconds). */
+/* Deadlines used throughout (milliseconds), before the time scale
+ * (h_scale()) multiplies them where they are waited for. */
 #define H_START_MS 5000 /* redis-server / dlockd to come up */
 #define H_STOP_MS  5000 /* a process to exit after SIGTERM */
 /* Something the agent does at once (an answer, an event, a key deleted), or
@@ -150,10 +151,11 @@ void h_finish(void);
 /* Cleans up and marks the test skipped (Criterion runs no .fini then). */
 void h_skip(const char *why);
 
-/* Criterion's timeout of each ITEST() of a test file, in seconds; a file
- * whose tests need longer defines it before including this header. It is one
- * for the whole file: Criterion drops (and leaks) the pending timeouts that
- * end after a shorter one added later. */
+/* Criterion's timeout of each ITEST() of a test file, in seconds, before the
+ * time scale (the harness multiplies every test's timeout by h_scale() before
+ * Criterion starts them); a file whose tests need longer defines it before
+ * including this header. It is one for the whole file: Criterion drops (and
+ * leaks) the pending timeouts that end after a shorter one added later. */
 #ifndef H_TEST_TIMEOUT_S
 #define H_TEST_TIMEOUT_S 60
 #endif
@@ -172,22 +174,41 @@ void h_skip(const char *why);
 int64_t h_now_ms(void);
 void h_sleep_ms(int ms);
 
+/* The time scale: the number in the environment variable DLOCK_TEST_SCALE
+ * (1 when unset; from 1 to H_SCALE_MAX), read once. On a slow or busy machine
+ * it stretches every deadline: H_WAIT_UNTIL, h_deadline(), h_pump(), the
+ * waits for processes, sockets, redis-servers and agents (h_wait_child(),
+ * h_ctl(), h_raw_read_frame(), h_agent_start_n() ...) and Criterion's timeout
+ * of each test. It never stretches what a test asserts over a span of time
+ * (H_HOLDS_FOR), nor the agent's own settings. It is at most H_SCALE_MAX so
+ * that a wait for something "at once" stays shorter than the timers the tests
+ * tell it from: a waiter behind a holder of 30 s TTL retries after about
+ * 30 s, and H_EVENT_MS x H_SCALE_MAX is 25 s. */
+#define H_SCALE_MAX 2.5
+double h_scale(void);
+/* ms times the scale: how long to wait for something that takes ms on an
+ * idle machine. */
+int h_scaled_ms(int ms);
+/* h_now_ms() + h_scaled_ms(ms): the end of a wait. */
+int64_t h_deadline(int ms);
+
 /* Waits until cond is true, pumping every client (so their events and async
  * acquires are delivered) between evaluations; fails the test when timeout_ms
- * passes first. */
+ * (scaled) passes first. */
 #define H_WAIT_UNTIL(timeout_ms, cond)                                                             \
     do {                                                                                           \
-        int64_t h_end_ = h_now_ms() + (timeout_ms);                                                \
+        int64_t h_end_ = h_deadline(timeout_ms);                                                   \
         while (!(cond)) {                                                                          \
             if (h_now_ms() > h_end_)                                                               \
                 cr_assert_fail("%s:%d: not true within %d ms: %s", __FILE__, __LINE__,             \
-                               (int)(timeout_ms), #cond);                                          \
+                               h_scaled_ms(timeout_ms), #cond);                                    \
             h_pump_all(2);                                                                         \
         }                                                                                          \
     } while (0)
 
 /* Keeps checking that cond stays true for duration_ms (pumping clients);
- * fails the test the first time it is false. */
+ * fails the test the first time it is false. Not scaled: a longer span would
+ * be another check. */
 #define H_HOLDS_FOR(duration_ms, cond)                                                             \
     do {                                                                                           \
         int64_t h_end_ = h_now_ms() + (duration_ms);                                               \
@@ -346,7 +367,7 @@ struct h_cl *h_client(void); /* to agent 0; fails the test on error */
 struct h_cl *h_client_at(int agent);
 int h_client_try_open(int agent, dlock_client **out);
 void h_client_close(struct h_cl *cl);
-/* Dispatches what the agent sent, waiting up to timeout_ms for it. */
+/* Dispatches what the agent sent, waiting up to timeout_ms (scaled) for it. */
 void h_pump(struct h_cl *cl, int timeout_ms);
 void h_pump_all(int timeout_ms);
 /* Events of cl (for lease, or any lease when NULL) in the given state. */
@@ -372,7 +393,7 @@ const char *h_channel(const char *name);
 
 /* Forks a child that opens its own client to agent 0 and acquires name. */
 void h_holder_spawn(struct h_holder *h, const char *name, uint32_t ttl_ms, int64_t wait_ms);
-/* Waits up to timeout_ms for the child's acquire result: 1 and h->acquire_rc
+/* Waits up to timeout_ms (scaled) for the child's acquire result: 1 and h->acquire_rc
  * set, or 0 when it has not answered yet. */
 int h_holder_poll(struct h_holder *h, int timeout_ms);
 /* Spawns and waits for the acquire, which must succeed. */
@@ -392,11 +413,11 @@ pid_t h_fork(void);
  * to the file `out` (NULL: DIR/child.out), in its own process group; the child
  * is killed at teardown. */
 pid_t h_spawn(char *const argv[], const char *out);
-/* Waits for pid up to timeout_ms; returns its exit status, 128+signal when
+/* Waits for pid up to timeout_ms (scaled); returns its exit status, 128+signal when
  * killed, or -1 on timeout (the child is then left running). */
 int h_wait_child(pid_t pid, int timeout_ms);
 /* Runs dlockctl with the given arguments (NULL-terminated, without argv[0])
- * and returns its exit status; fails the test if it runs past timeout_ms. */
+ * and returns its exit status; fails the test if it runs past timeout_ms (scaled). */
 int h_ctl(int timeout_ms, ...);
 pid_t h_ctl_spawn(const char *const *args);
 /* Reads a whole file into a static buffer (NULL when it does not exist). */
@@ -429,10 +450,11 @@ int h_raw_send(int fd, const void *buf, size_t n);
 int h_raw_send_buf(int fd, struct wire_buf *b); /* sends and frees */
 /* Sends HELLO and expects HELLO_OK; returns the agent's max_name_len. */
 uint32_t h_raw_hello(int fd);
-/* Reads one frame: 1 read (header in *h, body copied to body[0..cap)),
- * 0 on EOF, -1 on timeout, -2 on a read error (e.g. ECONNRESET). */
+/* Reads one frame within timeout_ms (scaled): 1 read (header in *h, body
+ * copied to body[0..cap)), 0 on EOF, -1 on timeout, -2 on a read error (e.g.
+ * ECONNRESET). */
 int h_raw_read_frame(int fd, int timeout_ms, struct wire_hdr *h, uint8_t *body, size_t cap);
-/* Expects the agent to close the connection within timeout_ms, reading any
+/* Expects the agent to close the connection within timeout_ms (scaled), reading any
  * frames before; *err_code gets the code of an ERROR frame seen (0 if none).
  * Returns 1 when closed, 0 on timeout. */
 int h_raw_expect_close(int fd, int timeout_ms, int *err_code);
