@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""Writes the seed corpora of the fuzz targets (corpus/<target>/).
+
+The seeds are small inputs in each target's format (README.md) that reach
+the code worth fuzzing from the start: a handshake and the requests after
+it, a configuration file of each mode, replies of each kind Redis and
+Sentinel give. They are checked in; run this again after changing it (it
+replaces the files it makes and leaves the others, such as crash
+regressions, alone).
+
+Usage: make-corpus.py [CORPUS_DIR]   (default: corpus/ beside this file)"""
+import os
+import struct
+import sys
+
+HELLO, ACQUIRE, RELEASE, PING = 0x01, 0x02, 0x03, 0x04
+HELLO_OK, GRANTED, OK, ERROR, EVENT = 0x81, 0x82, 0x83, 0x84, 0x85
+MAGIC, VERSION = 0x4B434C44, 1
+CONTROL = 0xFFFF  # fuzz_agent: a frame for the harness, not the agent
+FIRST_LEASE = 1 << 32  # the first lease id of a fresh agent (table.c)
+REUSED_LEASE = 2 << 32  # the next lease of the first slot, once it was freed
+
+
+def frame(ftype, body=b"", fid=0):
+    return struct.pack("<IHHI", len(body), ftype, 0, fid) + body
+
+
+def hello(fid=1, version=VERSION):
+    return frame(HELLO, struct.pack("<IHH", MAGIC, version, 0), fid)
+
+
+def acquire(name, fid=2, ttl=0, wait=0, flags=0, max_hold=0, progress=0):
+    name = name.encode()
+    body = struct.pack("<IqIIIH", ttl, wait, flags, max_hold, progress, len(name)) + name
+    return frame(ACQUIRE, body, fid)
+
+
+def release(lease, fid=3):
+    return frame(RELEASE, struct.pack("<Q", lease), fid)
+
+
+def control(action, arg=0, body=b""):
+    return frame(CONTROL, body, action | arg << 8)
+
+
+def to_peer(n):
+    return control(0, n)
+
+
+def wait_ms(ms):
+    return control(4, ms)
+
+
+def agent_seeds():
+    lease = FIRST_LEASE
+    done = b"\x00"  # the store stub: every answer a success
+    return {
+        "hello-acquire-release": done + hello() + acquire("a") + release(lease) + frame(PING, fid=4),
+        "try-once-busy": done + hello() + acquire("a") + to_peer(1) + hello() + acquire("a", wait=0),
+        # peer 1 waits; peer 0's release hands the key over (cohort handoff)
+        "handoff": done + hello() + acquire("a") + to_peer(1) + hello()
+        + acquire("a", wait=-1) + to_peer(0) + release(lease) + to_peer(1) + release(REUSED_LEASE),
+        # a short TTL, renewed while time passes; a bounded hold; a touch
+        "renew": done + hello() + acquire("l/short", ttl=30, max_hold=40, progress=25)
+        + wait_ms(20) + control(5, 0, struct.pack("<Q", 1)) + wait_ms(25),
+        # taken, then an error of the store, then granted (two bits an answer)
+        "store-taken-error": bytes([0b00_00_10_01]) + hello() + acquire("a", wait=2000)
+        + acquire("x/1") + wait_ms(30) + acquire("l"),
+        "store-not-ours": bytes([0b01_01_01_00]) + hello() + acquire("a", ttl=30) + wait_ms(25)
+        + release(lease),
+        "failover": done + hello() + acquire("a") + acquire("l") + control(2) + control(1)
+        + control(6) + wait_ms(5),
+        "limits": done + hello() + b"".join(acquire("x/%d" % i, fid=10 + i) for i in range(10)),
+        "bad-requests": done + hello() + acquire("") + acquire("b") + acquire("a" * 300)
+        + acquire("a", flags=1) + acquire("a", wait=-2) + release(12345)
+        + frame(0x42, b"?") + frame(PING, b"x"),
+        "no-hello": done + acquire("a", fid=1),
+        "bad-version": done + hello(version=9),
+        "bad-header": done + hello() + struct.pack("<IHHI", 5000, ACQUIRE, 0, 1),
+        "closed-abruptly": done + hello() + acquire("a") + to_peer(1) + hello()
+        + acquire("a", wait=-1) + control(3) + to_peer(0) + release(lease),
+        "third-peer-refused": done + hello() + to_peer(1) + hello() + to_peer(2) + hello(),
+        "partial-frame": done + hello() + acquire("a")[:20],
+        # a client that reads no reply: the agent queues them, then stops
+        # reading it (its uid's output cap), but still takes its release
+        "deaf-release": done + hello() + acquire("a") + control(7)
+        + b"".join(frame(PING, fid=100 + i) for i in range(60)) + release(lease)
+        + to_peer(1) + hello() + acquire("a", wait=-1) + to_peer(0) + control(7),
+        # SIGHUP: a policy that no longer lets the waiter wait, then the first
+        "policy-reload": done + hello() + acquire("a") + to_peer(1) + hello()
+        + acquire("a", wait=-1) + control(8, 0) + acquire("x/1") + control(8, 1),
+        # SIGTERM with a lease, a waiter and a release in flight
+        "shutdown": done + hello() + acquire("a") + to_peer(1) + hello()
+        + acquire("a", wait=-1) + to_peer(0) + release(lease) + control(9),
+    }
+
+
+def wire_seeds():
+    granted = struct.pack("<QQQII", FIRST_LEASE, 123456789, 1000, 30000, 0)
+    msg = b"lock name is empty"
+    return {
+        "hello": hello(),
+        "hello-ok": frame(HELLO_OK, struct.pack("<HHIIIQ", 1, 0, 200, 100000, 30000, 42), 1),
+        "acquire": acquire("build/main", ttl=30000, wait=-1),
+        "release": release(FIRST_LEASE),
+        "ping-ok": frame(PING, fid=7) + frame(OK, fid=7),
+        "granted": frame(GRANTED, granted, 2),
+        "error": frame(ERROR, struct.pack("<iH", -10, len(msg)) + msg, 2),
+        "event": frame(EVENT, struct.pack("<QHHiQ", FIRST_LEASE, 3, 0, -13, 99)),
+        "stream": hello() + acquire("a") + release(FIRST_LEASE) + frame(PING, fid=4),
+        "socket-path": b"/run/dlock/dlock.sock",
+        "socket-path-x": b"/tmp/x.sock",
+    }
+
+
+def config_seeds(root):
+    with open(os.path.join(root, "packaging", "dlockd.conf"), "rb") as f:
+        packaged = f.read()
+    flags = b"\0".join([b"/tmp/a.sock", b"", b"127.0.0.1:7000", b"auto", b"p:", b"5000"]) + b"\0"
+    return {
+        "packaged": packaged,
+        "quorum": b"[redis]\naddress = 10.0.0.1:6379, 10.0.0.2:6379\n"
+        b"address = 10.0.0.3:6379\nnode_timeout_ms = 20\n[agent]\nmin_ttl_ms = 100\n",
+        "cluster": b"[redis]\nmode = cluster\naddress = [::1]:7000 unix:/run/redis.sock\n"
+        b"topology_refresh_ms = 500\n",
+        "sentinel": b"[redis]\nmode = sentinel\nsentinel_master = mymaster\n"
+        b"address = 10.0.0.1:26379\nwait_replicas = 1\nwait_timeout_ms = 100\n",
+        "policy": b"[policy]\nallow = * build/*\nallow = @adm deploy/* 0 *\nsee_all = root @adm\n"
+        b"max_leases_per_uid = 10\nmax_output_per_uid = 65536\n",
+        "agent": b"[agent]\nsocket = /tmp/d.sock\nstatus_socket =\nprefix = {dl}:\n"
+        b"renew_fraction = 0.5\nlog_level = debug\nsocket_mode = 0600\n"
+        b"metrics_listen = 127.0.0.1:9464\nfence_retention_ms = 100\n",
+        "errors": b"[agent]\nmin_ttl_ms = 50\nmax_ttl_ms = 40\n[nowhere]\nkey = 1\n",
+        "flags": b"[agent]\nsocket = /tmp/f.sock\n\0" + flags,
+    }
+
+
+def bulk(s):
+    s = s.encode() if isinstance(s, str) else s
+    return b"$%d\r\n%s\r\n" % (len(s), s)
+
+
+def array(*items):
+    return b"*%d\r\n" % len(items) + b"".join(items)
+
+
+def node(host, port, nid="07c37dfeb235213a872192d90877d0cd55635b91"):
+    return array(bulk(host), b":%d\r\n" % port, bulk(nid))
+
+
+def replies_seeds():
+    token = "0123456789abcdef0123456789abcdef"
+    record = token + " host 1234 1000 worker"
+    info = ("# Server\r\nredis_version:7.0.15\r\nrun_id:8f6e8a3c1d0b4e2f9a7c6b5d4e3f2a1b0c9d8e7f\r\n"
+            "uptime_in_seconds:12\r\n")
+    switch = "mymaster 10.0.0.1 6379 10.0.0.2 6380"
+    return {
+        "acquire-token": b":1700000000000001\r\n",
+        "acquire-taken": b":-1500\r\n:0\r\n",
+        "renew-done": b":1\r\n",
+        "lookup": array(bulk(token), bulk(record), b":2500\r\n"),
+        "lookup-foreign": array(bulk("someone else's value"), b"$-1\r\n", b":-1\r\n"),
+        "noscript": b"-NOSCRIPT No matching script. Please use EVAL.\r\n",
+        "moved": b"-MOVED 3999 127.0.0.1:6381\r\n-ASK 12 [::1]:7002\r\n-TRYAGAIN x\r\n",
+        "errors": b"-READONLY You can't write against a read only replica.\r\n"
+        b"-OOM command not allowed\r\n-CLUSTERDOWN The cluster is down\r\n",
+        "info": bulk(info),
+        "cluster-slots": array(
+            array(b":0\r\n", b":5460\r\n", node("127.0.0.1", 7000), node("127.0.0.1", 7003)),
+            array(b":5461\r\n", b":16383\r\n", node("", 7001), node("::1", 7004))),
+        "sentinel-master": array(bulk("10.0.0.2"), bulk("6379")) + b"*-1\r\n",
+        "sentinel-switch": array(bulk("message"), bulk("+switch-master"), bulk(switch)),
+        "status-nil": b"+OK\r\n$-1\r\n+PONG\r\n",
+    }
+
+
+def write(corpus, target, seeds):
+    d = os.path.join(corpus, target)
+    os.makedirs(d, exist_ok=True)
+    for name, data in seeds.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    corpus = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "corpus")
+    root = os.path.dirname(os.path.dirname(here))
+    write(corpus, "agent", agent_seeds())
+    write(corpus, "wire", wire_seeds())
+    write(corpus, "config", config_seeds(root))
+    write(corpus, "replies", replies_seeds())
+
+
+if __name__ == "__main__":
+    main()
