@@ -5,7 +5,9 @@
  * stopped), and the usage and agent errors give 64 and 69; durations in
  * seconds or with a unit, as flock(1) takes them; a Redis outage gives 69,
  * not the busy code; connection errors name the socket and the reason; the
- * help of each command; the status socket found beside the client socket. */
+ * help of each command; the status socket found beside the client socket; a
+ * failover's doubt stops CMD even when it clears at once, another JEOPARDY
+ * does not (against a stand-in agent that sends those events). */
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -13,12 +15,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
+#include "shm.h"
 
 /* A shell loop of at most ~10 s, so a CMD that is never stopped cannot
  * outlive the test for long. */
@@ -603,4 +610,194 @@ ITEST(dlockctl, status_socket_is_found_beside_the_client_socket)
     cr_assert_eq(CTL("-s", h_path("other.sock"), "status"), 69);
     SAYS("beside other.sock", other, "No such file");
     cr_assert(strstr(ctl_out(), "beside the client socket"), "%s", ctl_out());
+}
+
+/* ---- failover ---- */
+
+/* A stand-in for dlockd, enough for one `dlockctl run`: the handshake with a
+ * lease page, one grant (lease 1, fence 7, in slot 0), then the events a test
+ * sends, and the OK of a release. It lets a test send events that the real
+ * agent sends only around a Redis failover. */
+struct fake {
+    int lfd, fd;
+    struct shm_slot *slot; /* slot 0 of the lease page */
+};
+
+static int64_t boot_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void fake_listen(struct fake *f, const char *path)
+{
+    f->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(f->lfd, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    cr_assert_eq(bind(f->lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    cr_assert_eq(listen(f->lfd, 4), 0);
+}
+
+/* A memfd of size bytes. */
+static int fake_memfd(const char *name, size_t size)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(ftruncate(fd, (off_t)size), 0);
+    return fd;
+}
+
+/* HELLO_OK with the lease page and touch page of 4 slots attached. */
+static void fake_hello(struct fake *f, uint32_t id)
+{
+    int fds[2] = {fake_memfd("fake-leases", shm_page_size(4)),
+                  fake_memfd("fake-touch", shm_touch_size(4))};
+    void *page = mmap(NULL, shm_page_size(4), PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+    cr_assert_neq(page, MAP_FAILED);
+    *(struct shm_hdr *)page = (struct shm_hdr){.magic = SHM_MAGIC,
+                                               .version = SHM_VERSION,
+                                               .slot_size = sizeof(struct shm_slot),
+                                               .nslots = 4};
+    f->slot = shm_slots(page);
+    struct wire_buf b = {0};
+    struct wire_hello_ok ok = {.version = WIRE_VERSION,
+                               .max_name_len = 200,
+                               .max_leases = 4,
+                               .default_ttl_ms = 30000,
+                               .clock_ns = (uint64_t)boot_ns()};
+    cr_assert_eq(wire_put_hello_ok(&b, id, &ok), 0);
+    union {
+        struct cmsghdr hdr;
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+    } u;
+    memset(&u, 0, sizeof u);
+    struct iovec iov = {.iov_base = b.data, .iov_len = b.len};
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(2 * sizeof(int));
+    memcpy(CMSG_DATA(cm), fds, sizeof fds);
+    cr_assert_eq(sendmsg(f->fd, &msg, MSG_NOSIGNAL), (ssize_t)b.len);
+    wire_buf_free(&b);
+    close(fds[0]);
+    close(fds[1]);
+}
+
+/* Takes dlockctl's connection, answers its HELLO and grants its ACQUIRE. */
+static void fake_grant(struct fake *f)
+{
+    struct pollfd p = {.fd = f->lfd, .events = POLLIN};
+    cr_assert_eq(poll(&p, 1, h_scaled_ms(H_EVENT_MS)), 1, "dlockctl did not connect");
+    f->fd = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
+    cr_assert_geq(f->fd, 0);
+    struct wire_hdr h;
+    uint8_t body[WIRE_MAX_BODY];
+    cr_assert_eq(h_raw_read_frame(f->fd, H_EVENT_MS, &h, body, sizeof body), 1);
+    cr_assert_eq(h.type, WIRE_T_HELLO);
+    fake_hello(f, h.id);
+    cr_assert_eq(h_raw_read_frame(f->fd, H_EVENT_MS, &h, body, sizeof body), 1);
+    cr_assert_eq(h.type, WIRE_T_ACQUIRE);
+    int64_t deadline = boot_ns() + 60 * 1000000000ll;
+    shm_slot_write(f->slot, DLOCK_STATE_HELD, 1, 7, deadline);
+    struct wire_buf b = {0};
+    struct wire_granted g = {
+        .lease_id = 1, .deadline_ns = (uint64_t)deadline, .fence = 7, .ttl_ms = 30000, .slot = 0};
+    cr_assert_eq(wire_put_granted(&b, h.id, &g), 0);
+    cr_assert_eq(h_raw_send_buf(f->fd, &b), 0);
+}
+
+/* JEOPARDY for reason, then HELD again, both already over in the lease page
+ * and sent in one write: the lease was in JEOPARDY for less time than
+ * dlockctl takes to look. A failover's doubt shows the lease invalid from
+ * the moment it began (as the agent does), another reason keeps its
+ * deadline. */
+static void fake_jeopardy_then_held(struct fake *f, int reason)
+{
+    int64_t now = boot_ns(), deadline = now + 60 * 1000000000ll;
+    int64_t shown = reason == DLOCK_EFAILOVER ? now : deadline;
+    struct wire_buf b = {0};
+    shm_slot_write(f->slot, DLOCK_STATE_JEOPARDY, 1, 7, shown);
+    cr_assert_eq(wire_put_event(&b, 0,
+                                &(struct wire_event){.lease_id = 1,
+                                                     .state = DLOCK_STATE_JEOPARDY,
+                                                     .reason = reason,
+                                                     .deadline_ns = (uint64_t)shown}),
+                 0);
+    shm_slot_write(f->slot, DLOCK_STATE_HELD, 1, 7, deadline);
+    cr_assert_eq(wire_put_event(&b, 0,
+                                &(struct wire_event){.lease_id = 1,
+                                                     .state = DLOCK_STATE_HELD,
+                                                     .deadline_ns = (uint64_t)deadline}),
+                 0);
+    cr_assert_eq(h_raw_send_buf(f->fd, &b), 0);
+}
+
+/* Bytes sent on fd that its peer has not read yet. */
+static int unread_by_peer(int fd)
+{
+    int n = -1;
+    cr_assert_eq(ioctl(fd, SIOCOUTQ, &n), 0);
+    return n;
+}
+
+/* `dlockctl run` through the stand-in agent, with a CMD that says it
+ * started, notes a SIGTERM, and exits 0 once DIR/go exists (or after 30 s). */
+static pid_t run_through_fake(struct fake *f)
+{
+    const char *sock = h_path("fake.sock");
+    fake_listen(f, sock);
+    char script[1024];
+    snprintf(script, sizeof script,
+             "trap 'touch %s; exit 143' TERM; touch %s; "
+             "i=0; while [ ! -e %s ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
+             h_path("terminated"), h_path("started"), h_path("go"));
+    const char *args[] = {"-s", sock, "run", "job", "--", "sh", "-c", script, NULL};
+    pid_t pid = h_ctl_spawn(args);
+    fake_grant(f);
+    H_WAIT_UNTIL(H_EVENT_MS, exists(h_path("started")));
+    return pid;
+}
+
+/* A failover puts the lease in doubt: CMD is stopped and dlockctl exits 79,
+ * also when the doubt is over (HELD again) before dlockctl looks. */
+ITEST(dlockctl, a_failover_doubt_stops_the_command_even_when_it_clears_at_once)
+{
+    struct fake f;
+    pid_t pid = run_through_fake(&f);
+    fake_jeopardy_then_held(&f, DLOCK_EFAILOVER);
+    int st = h_wait_child(pid, H_EVENT_MS);
+    const char *out = h_read_file(h_path("ctl.out"));
+    cr_assert_eq(st, 79, "dlockctl exited %d: %s", st, out ? out : "");
+    cr_assert(exists(h_path("terminated")), "CMD got no SIGTERM");
+    cr_assert(out && strstr(out, "dlockctl: lease on job lost: Redis failed over"), "%s",
+              out ? out : "");
+}
+
+/* A JEOPARDY of another kind (a renewal late or failing) leaves the lease
+ * valid up to its deadline: CMD runs on, and its exit status is passed on
+ * after the release. */
+ITEST(dlockctl, another_jeopardy_that_clears_leaves_the_command_running)
+{
+    struct fake f;
+    pid_t pid = run_through_fake(&f);
+    fake_jeopardy_then_held(&f, DLOCK_EUNAVAIL);
+    /* dlockctl has read both events before CMD is let go. */
+    H_WAIT_UNTIL(H_EVENT_MS, unread_by_peer(f.fd) == 0);
+    FILE *go = fopen(h_path("go"), "w");
+    cr_assert(go);
+    fclose(go);
+    struct wire_hdr h;
+    uint8_t body[WIRE_MAX_BODY];
+    cr_assert_eq(h_raw_read_frame(f.fd, H_EVENT_MS, &h, body, sizeof body), 1);
+    cr_assert_eq(h.type, WIRE_T_RELEASE);
+    struct wire_buf b = {0};
+    cr_assert_eq(wire_put_empty(&b, h.id, WIRE_T_OK), 0);
+    cr_assert_eq(h_raw_send_buf(f.fd, &b), 0);
+    int st = h_wait_child(pid, H_EVENT_MS);
+    cr_assert_eq(st, 0, "dlockctl exited %d: %s", st, h_read_file(h_path("ctl.out")));
+    cr_assert(!exists(h_path("terminated")), "CMD got a SIGTERM");
 }

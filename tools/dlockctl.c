@@ -61,11 +61,11 @@ struct run_opts {
 
 /* State shared with the event callback and the main loop. */
 struct run_state {
+    dlock_client *client;
     dlock_lease *lease;
     bool lost;
     bool announced; /* the loss was reported on stderr */
     int lost_reason;
-    int jeopardy_reason; /* of the last JEOPARDY event, 0 after HELD */
     pid_t child;
     bool child_done;
     int child_status;
@@ -132,7 +132,8 @@ static void help_run(FILE *f)
             "usage: dlockctl run [OPTIONS] NAME [--] CMD [ARG...]\n\n"
             "Takes the lock NAME through the agent, runs CMD while holding it (with\n"
             "DLOCK_NAME and DLOCK_FENCE, the fencing token, in its environment), releases it\n"
-            "when CMD exits, and exits with CMD's status. A lost lease stops CMD.\n\n"
+            "when CMD exits, and exits with CMD's status. A lost lease stops CMD, and so\n"
+            "does one put in doubt by a failover of Redis.\n\n"
             "Options:\n"
             "  -w, --wait, --timeout DURATION\n"
             "                             wait at most DURATION for the lock; 0: do not wait,\n"
@@ -735,17 +736,28 @@ static void drain_signals(struct run_state *st)
     reap_child(st); /* a SIGCHLD may have been coalesced with an earlier one */
 }
 
+/* A lease event ends the run when the lease is lost, and when a failover of
+ * Redis puts it in doubt (JEOPARDY, DLOCK_EFAILOVER): from that moment it is
+ * not proven held, the promoted replica may lack its key and another host
+ * may hold the lock there, and CMD cannot be paused until the agent knows.
+ * That the doubt clears a moment later (HELD: the key was there) does not
+ * undo the stop: CMD must not rely on what it could not be sure of
+ * (docs/failover.md). Other JEOPARDY events leave the lease valid up to its
+ * deadline, which supervise() watches. */
 static void on_lease_event(dlock_client *c, dlock_lease *lease, dlock_state state, int reason,
                            void *arg)
 {
     struct run_state *st = arg;
     (void)c;
-    if (lease == st->lease && state != DLOCK_STATE_LOST)
-        st->jeopardy_reason = state == DLOCK_STATE_JEOPARDY ? reason : 0;
-    if (lease != st->lease || state != DLOCK_STATE_LOST || st->lost)
+    if (lease != st->lease || st->lost)
         return;
-    st->lost = true;
-    st->lost_reason = reason ? reason : DLOCK_ELOST;
+    if (state == DLOCK_STATE_LOST) {
+        st->lost = true;
+        st->lost_reason = reason ? reason : DLOCK_ELOST;
+    } else if (state == DLOCK_STATE_JEOPARDY && reason == DLOCK_EFAILOVER) {
+        st->lost = true;
+        st->lost_reason = DLOCK_EFAILOVER;
+    }
 }
 
 static void announce_loss(struct run_state *st, const struct run_opts *o, int reason)
@@ -796,12 +808,9 @@ static void supervise(dlock_client *c, struct run_state *st, const struct run_op
          * else's: that is a loss too. */
         int64_t left_ns = stopping ? -1 : lease_left_ns(st->lease);
         if (left_ns == 0 && !st->lost) {
-            /* Its event says why, when the agent sent one (a failover puts
-             * the lease in doubt: it is no longer proven held). */
-            if (dlock_client_dispatch(c) == 0 && st->jeopardy_reason == DLOCK_EFAILOVER) {
-                st->lost = true;
-                st->lost_reason = DLOCK_EFAILOVER;
-            }
+            /* Its event says why, when the agent sent one (on_lease_event):
+             * a failover's doubt, or the loss. */
+            dlock_client_dispatch(c);
             if (!st->lost) {
                 st->lost = true;
                 st->lost_reason = DLOCK_EUNAVAIL; /* the agent could not prove it */
@@ -840,6 +849,9 @@ static void supervise(dlock_client *c, struct run_state *st, const struct run_op
 /* Releases the lease after CMD exited and picks the exit code. */
 static int finish(struct run_state *st, const struct run_opts *o)
 {
+    /* What the agent said before CMD exited counts too: a doubt or loss
+     * whose event came with the exit. */
+    dlock_client_dispatch(st->client);
     if (st->lost) {
         /* Nothing is left to give back that closing the connection does not
          * give back: the agent releases every lease of a closed connection
@@ -906,7 +918,7 @@ static int run(const struct run_opts *o)
     int rc = open_client(o, &c);
     if (rc != 0)
         return rc;
-    struct run_state st = {.kill_at = -1};
+    struct run_state st = {.client = c, .kill_at = -1};
     dlock_acquire_options ao = {.ttl_ms = o->ttl_ms, .wait_ms = o->wait_ms};
     dlock_client_set_event_cb(c, on_lease_event, &st);
     rc = dlock_lease_acquire(c, o->name, &ao, &st.lease);
