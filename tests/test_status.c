@@ -7,7 +7,10 @@
  * with an error and cost only their connection; a peer that keeps writing
  * holds up no one, on the socket or over HTTP; names and command names with
  * any bytes give valid UTF-8 JSON and text without control characters; no
- * agent means exit 69.
+ * agent means exit 69. Listings of thousands of leases arrive whole when
+ * read in small pieces, also while leases come and go; a plain name lists
+ * its one lease; peers that ask and never read cost the agent little memory
+ * and hold up no other client.
  *
  * The JSON and the exposition format are checked by small strict parsers
  * below, not by a library. */
@@ -17,6 +20,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1838,4 +1842,307 @@ ITEST(status, odd_bytes_in_names_give_valid_utf8_without_controls)
     ans = raw_query("holder-json odd-comm\n", 21);
     cr_assert(j_is(j_must(clean_json(ans, "holder-json"), "comm"), ODD_COMM_JSON), "%s", ans);
     cr_assert_eq(h_holder_release(&h), 0);
+}
+
+/* ---- long listings, rendered as the peer reads ----
+ *
+ * A listing is rendered a part at a time while the peer drains it, and each
+ * lease as it is when its line is written. These tests hold thousands of
+ * leases, so that an answer is many times the agent's buffer. */
+
+#define MANY_MAX    8000
+#define MANY_WINDOW 256 /* acquires in flight */
+#define SLOW_PIECE  512 /* bytes per read of a slow reader */
+#define BIG_ANSWER  (8 << 20)
+
+static struct h_acq many[MANY_MAX];
+static char big[BIG_ANSWER];
+
+static const char *many_name(const char *prefix, int i)
+{
+    static char name[256];
+    snprintf(name, sizeof name, "%s-%05d", prefix, i);
+    return name;
+}
+
+/* Takes the leases prefix-from .. prefix-(to-1) through cl (TTL ttl_ms),
+ * MANY_WINDOW at a time; each must be granted. */
+static void hold_many(struct h_cl *cl, const char *prefix, int from, int to, uint32_t ttl_ms)
+{
+    cr_assert_leq(to, MANY_MAX);
+    int next = from, ok = 0;
+    int64_t end = h_deadline(WAIT_MS);
+    while (h_acq_done(many + from, to - from, &ok) < to - from) {
+        cr_assert_lt(h_now_ms(), end, "%d of %d acquires answered",
+                     h_acq_done(many + from, to - from, NULL), to - from);
+        int done = h_acq_done(many + from, next - from, NULL);
+        for (; next < to && next - from - done < MANY_WINDOW; next++)
+            h_acquire_async(cl, many_name(prefix, next), ttl_ms, DLOCK_WAIT_NONE, &many[next]);
+        h_pump(cl, 50);
+    }
+    cr_assert_eq(ok, to - from, "%d of %d leases granted", ok, to - from);
+}
+
+/* Sends req on a new status connection and reads the answer until the agent
+ * closes, in pieces of SLOW_PIECE bytes, yielding the CPU between pieces;
+ * once `at` bytes are in, calls midway (when given) once. Returns the answer
+ * (in big). */
+static const char *slow_query(const char *req, size_t at, void (*midway)(void *), void *arg)
+{
+    int fd = peer_connect(status_sock(), 0);
+    cr_assert_geq(fd, 0, "connect %s: %s", status_sock(), strerror(errno));
+    cr_assert_eq(h_raw_send(fd, req, strlen(req)), 0);
+    size_t n = 0;
+    int64_t end = h_deadline(WAIT_MS);
+    for (;;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        cr_assert_gt(poll(&pfd, 1, (int)(end - h_now_ms() > 0 ? end - h_now_ms() : 0)), 0,
+                     "no end of the answer to %s within %d ms; got %zu bytes", req, WAIT_MS, n);
+        cr_assert_lt(n + SLOW_PIECE, sizeof big, "answer too long");
+        ssize_t r = read(fd, big + n, SLOW_PIECE);
+        if (r == 0)
+            break;
+        cr_assert_gt(r, 0, "read: %s", strerror(errno));
+        n += (size_t)r;
+        if (midway && n >= at) {
+            midway(arg);
+            midway = NULL;
+        }
+        sched_yield();
+    }
+    close(fd);
+    big[n] = '\0';
+    return big;
+}
+
+/* The leases array of a long answer (j_leases() would be quadratic). */
+static const char *leases_of(const char *doc)
+{
+    return j_must(doc, "leases");
+}
+
+/* The names in a JSON leases array (each once: sorted and unique), into
+ * names[]; returns how many. Walks the array once (j_elem would be
+ * quadratic here). */
+static int json_names(const char *arr, char (*names)[256], int max)
+{
+    int n = 0;
+    cr_assert_eq(*arr, '[', "\"leases\" is not an array");
+    const char *p = j_ws(arr + 1);
+    while (*p == '{') {
+        cr_assert_lt(n, max, "more than %d leases", max);
+        j_str(p, "name", names[n++], sizeof names[0]);
+        p = j_ws(j_skip(p, 1));
+        if (*p == ',')
+            p = j_ws(p + 1);
+    }
+    cr_assert_eq(*p, ']');
+    qsort(names, (size_t)n, sizeof names[0], cmp_names);
+    for (int i = 1; i < n; i++)
+        cr_assert_str_neq(names[i - 1], names[i], "%s listed twice", names[i]);
+    return n;
+}
+
+/* The same for the first words of the lines of a text table after its
+ * header. */
+static int text_names(const char *text, char (*names)[256], int max)
+{
+    int n = 0;
+    const char *p = strchr(text, '\n');
+    cr_assert_not_null(p, "no header line");
+    for (p++; *p; p = next_line(p)) {
+        cr_assert_lt(n, max, "more than %d leases", max);
+        size_t len = strcspn(p, " \n");
+        cr_assert_lt(len, sizeof names[0]);
+        memcpy(names[n], p, len);
+        names[n++][len] = '\0';
+    }
+    qsort(names, (size_t)n, sizeof names[0], cmp_names);
+    for (int i = 1; i < n; i++)
+        cr_assert_str_neq(names[i - 1], names[i], "%s listed twice", names[i]);
+    return n;
+}
+
+static bool listed(char (*names)[256], int n, const char *name)
+{
+    return bsearch(name, names, (size_t)n, sizeof names[0], cmp_names) != NULL;
+}
+
+static char names_seen[MANY_MAX + 16][256];
+
+ITEST(status, a_long_listing_read_in_small_pieces_arrives_whole)
+{
+    enum { N = 3000 };
+    start_agent();
+    struct h_cl *a = h_client();
+    hold_many(a, "many", 0, N, 30000);
+
+    const char *ans = slow_query("leases-json\n", 0, NULL, NULL);
+    cr_assert_gt(strlen(ans), (size_t)(N * 100), "%zu bytes", strlen(ans));
+    int n = json_names(leases_of(j_doc(ans)), names_seen, MANY_MAX + 16);
+    cr_assert_eq(n, N, "%d of %d leases listed", n, N);
+    for (int i = 0; i < N; i++)
+        cr_assert(listed(names_seen, n, many_name("many", i)), "%s missing", many_name("many", i));
+
+    ans = slow_query("leases\n", 0, NULL, NULL);
+    cr_assert_eq(count_lines(ans), N + 1, "a header and %d leases", N);
+    cr_assert_eq(text_names(ans, names_seen, MANY_MAX + 16), N);
+    cr_assert(listed(names_seen, N, many_name("many", N - 1)));
+
+    /* status-json: the agent, nodes and counters, then every lease. */
+    const char *doc = j_doc(slow_query("status-json\n", 0, NULL, NULL));
+    cr_assert_eq(j_int(j_must(doc, "agent"), "pid"), H.agent[0].pid);
+    cr_assert_geq(j_int(j_must(doc, "counters"), "grants"), N);
+    cr_assert_eq(json_names(leases_of(doc), names_seen, MANY_MAX + 16), N);
+
+    /* A glob walks every lease and lists the matches. */
+    ans = slow_query("leases-json many-00*\n", 0, NULL, NULL);
+    cr_assert_eq(json_names(leases_of(j_doc(ans)), names_seen, MANY_MAX + 16), 1000,
+                 "many-00000..00999");
+}
+
+/* During a listing, leases of the first third of the names are released and
+ * as many new ones again are taken: the table grows (its buckets double)
+ * while the walk is under way. */
+struct churn {
+    struct h_cl *cl;
+    int n;
+};
+
+static void churn(void *arg)
+{
+    struct churn *c = arg;
+    for (int i = 0; i < c->n / 3; i++)
+        cr_assert_eq(dlock_lease_release(many[i].lease), 0);
+    hold_many(c->cl, "new", c->n, c->n + c->n, 30000);
+}
+
+ITEST(status, leases_come_and_go_during_a_listing)
+{
+    enum { N = 1500 };
+    start_agent();
+    struct h_cl *a = h_client();
+    hold_many(a, "old", 0, N, 30000);
+    struct churn c = {a, N};
+    const char *ans = slow_query("leases-json\n", 4096, churn, &c);
+    /* Well-formed, each name once; every lease held throughout is there;
+     * the released and the new ones may be or not. */
+    int n = json_names(leases_of(j_doc(ans)), names_seen, MANY_MAX + 16);
+    for (int i = N / 3; i < N; i++)
+        cr_assert(listed(names_seen, n, many_name("old", i)), "%s missing", many_name("old", i));
+    for (int i = 0; i < n; i++)
+        cr_assert(strncmp(names_seen[i], "old-", 4) == 0 || strncmp(names_seen[i], "new-", 4) == 0,
+                  "%s listed", names_seen[i]);
+    cr_assert_leq(n, N + N, "%d listed", n);
+    /* The next listing shows the table as it is now. */
+    n = json_names(leases_of(j_doc(slow_query("leases-json\n", 0, NULL, NULL))), names_seen,
+                   MANY_MAX + 16);
+    cr_assert_eq(n, N - N / 3 + N);
+    cr_assert_not(listed(names_seen, n, many_name("old", 0)));
+    cr_assert(listed(names_seen, n, many_name("new", N)));
+}
+
+ITEST(status, a_plain_name_lists_its_one_lease)
+{
+    start_agent();
+    struct h_cl *a = h_client();
+    h_must_acquire(a, "lit-a", 30000);
+    h_must_acquire(a, "lit-ab", 30000);
+    h_must_acquire(a, "lit-b", 30000);
+    h_must_acquire(a, "lit-a*", 30000); /* glob characters are allowed in names */
+    QUERY("leases", "lit-a");
+    cr_assert_str_eq(listed_names(R.out), "lit-a");
+    QUERY("leases", "--json", "lit-ab");
+    cr_assert_str_eq(listed_json_names(R.out), "lit-ab");
+    QUERY("leases", "lit-none");
+    cr_assert_eq(count_lines(R.out), 1, "the header alone:\n%s", R.out);
+    QUERY("leases", "--json", "lit-none");
+    cr_assert_eq(j_len(j_leases(j_doc(R.out))), 0);
+    /* A glob is still a glob. */
+    QUERY("leases", "lit-a*");
+    cr_assert_str_eq(listed_names(R.out), "lit-a lit-a* lit-ab");
+    QUERY("leases", "lit-a\\*");
+    cr_assert_str_eq(listed_names(R.out), "lit-a*");
+}
+
+/* The agent's resident memory, in KiB. */
+static long agent_rss_kb(void)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)H.agent[0].pid);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+            break;
+    fclose(f);
+    cr_assert_gt(kb, 0);
+    return kb;
+}
+
+/* The renewals of one lease, by its plain name. */
+static long long renewals_of(const char *name)
+{
+    QUERY("leases", "--json", name);
+    const char *l = j_lease(j_leases(j_doc(R.out)), name);
+    cr_assert_not_null(l, "%s not listed: %s", name, R.out);
+    return j_int(l, "renewals");
+}
+
+#define STALLED      15         /* peers that ask and never read: all slots but one */
+#define STALL_LEASES 8000       /* of about 400 bytes each in JSON: 3 MB an answer */
+#define STALL_RSS_KB (8 * 1024) /* the whole answers would take 15 x 3 MB */
+
+ITEST(status, peers_that_never_read_cost_bounded_memory_and_delay_no_one)
+{
+    start_agent();
+    struct h_cl *a = h_client();
+    char prefix[192];
+    memset(prefix, 'p', sizeof prefix - 1);
+    prefix[sizeof prefix - 1] = '\0';
+    hold_many(a, prefix, 0, STALL_LEASES, 30000);
+    struct h_cl *b = h_client();
+    dlock_lease *l = h_must_acquire(b, "busy", 1500);
+    /* Once, read whole, so that what a listing allocates is allocated. */
+    cr_assert_eq(json_names(leases_of(j_doc(slow_query("leases-json\n", 0, NULL, NULL))),
+                            names_seen, MANY_MAX + 16),
+                 STALL_LEASES + 1);
+    long before = agent_rss_kb();
+
+    int fd[STALLED];
+    for (int i = 0; i < STALLED; i++) {
+        fd[i] = peer_connect(status_sock(), 0);
+        cr_assert_geq(fd[i], 0);
+        cr_assert_eq(h_raw_send(fd[i], "leases-json\n", 12), 0);
+        /* The agent has begun the answer (and would have rendered all of it
+         * by now if it rendered answers whole). */
+        struct pollfd pfd = {.fd = fd[i], .events = POLLIN};
+        cr_assert_eq(poll(&pfd, 1, h_scaled_ms(WAIT_MS)), 1, "no answer to peer %d", i);
+    }
+    long grown = agent_rss_kb() - before;
+    cr_assert_lt(grown, STALL_RSS_KB, "%d peers that read nothing cost the agent %ld KiB", STALLED,
+                 grown);
+
+    /* While they stall, the short lease is renewed, and another client's
+     * acquire and release go through. */
+    long long r0 = renewals_of("busy");
+    H_WAIT_UNTIL(WAIT_MS, renewals_of("busy") >= r0 + 2);
+    dlock_lease *m = h_must_acquire(a, "meanwhile", 30000);
+    cr_assert_eq(dlock_lease_release_sync(m), 0);
+    for (int i = 0; i < STALLED; i++) {
+        struct pollfd pfd = {.fd = fd[i], .events = POLLRDHUP};
+        cr_assert_eq(poll(&pfd, 1, 0), 0, "peer %d was dropped before the renewals", i);
+    }
+    cr_assert_eq(h_events(b, l, DLOCK_STATE_JEOPARDY), 0, "the lease was in jeopardy");
+    cr_assert_eq(h_events(b, l, DLOCK_STATE_LOST), 0, "the lease was lost");
+    cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_HELD);
+
+    /* A peer that never reads is dropped at its deadline. */
+    for (int i = 0; i < STALLED; i++) {
+        struct pollfd pfd = {.fd = fd[i], .events = POLLRDHUP};
+        cr_assert_eq(poll(&pfd, 1, h_scaled_ms(WAIT_MS)), 1, "peer %d not dropped", i);
+        close(fd[i]);
+    }
+    cr_assert_eq(dlock_lease_release(l), 0);
 }

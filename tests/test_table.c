@@ -476,6 +476,136 @@ Test(table, dequeue_of_acq_for_waiter_clears_acq_for)
     table_free(&t);
 }
 
+/* ---- the walk over the locks, spread over many calls ---- */
+
+#define WALK_NAMES 6000
+
+struct walk_seen {
+    int count[WALK_NAMES];
+    size_t visited; /* in the current call */
+    size_t stop_at; /* fn answers false at this visit of a call (0: never) */
+};
+
+static bool walk_count(void *arg, const struct lock *l)
+{
+    struct walk_seen *s = arg;
+    int i = atoi(l->name + 1);
+    cr_assert(i >= 0 && i < WALK_NAMES, "unexpected lock %s", l->name);
+    s->count[i]++;
+    return ++s->visited != s->stop_at;
+}
+
+static void walk_name(char *buf, size_t len, int i)
+{
+    snprintf(buf, len, "w%05d", i);
+}
+
+static size_t longest_chain(const struct table *t)
+{
+    size_t most = 0;
+    for (size_t b = 0; b < t->nbuckets; b++) {
+        size_t n = 0;
+        for (const struct lock *l = t->buckets[b]; l; l = l->hnext)
+            n++;
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
+/* Between the calls of a walk, names come (the table doubles twice) and go:
+ * each name known throughout is visited exactly once, any other at most
+ * once; no call walks much past its budget. */
+Test(table, walk_resumes_across_growth_and_churn)
+{
+    struct table t;
+    cr_assert_eq(table_init(&t, 99), 0);
+    static struct walk_seen s;
+    memset(&s, 0, sizeof s);
+    char name[16];
+    enum { FIRST = 1500 };
+    for (int i = 0; i < FIRST; i++) {
+        walk_name(name, sizeof name, i);
+        get(&t, name);
+    }
+    size_t nbuckets = t.nbuckets;
+    uint64_t cursor = 0;
+    int added = FIRST, removed = 0, calls = 0;
+    for (bool more = true; more; calls++) {
+        s.visited = 0;
+        size_t chain = longest_chain(&t);
+        more = table_walk(&t, &cursor, 16, walk_count, &s);
+        cr_assert_leq(s.visited, 16 + chain, "call %d visited %zu locks", calls, s.visited);
+        for (int k = 0; k < 12 && added < WALK_NAMES; k++) {
+            walk_name(name, sizeof name, added++);
+            get(&t, name);
+        }
+        if (calls % 2 == 0 && removed < FIRST / 3) {
+            walk_name(name, sizeof name, removed++);
+            cr_assert(table_lock_release_if_idle(&t, find(&t, name)));
+        }
+    }
+    cr_assert_eq(cursor, 0);
+    cr_assert_geq(t.nbuckets, 4 * nbuckets, "the table grew from %zu to %zu buckets only", nbuckets,
+                  t.nbuckets);
+    for (int i = 0; i < WALK_NAMES; i++) {
+        if (i >= removed && i < FIRST)
+            cr_assert_eq(s.count[i], 1, "w%05d visited %d times", i, s.count[i]);
+        else
+            cr_assert_leq(s.count[i], 1, "w%05d visited %d times", i, s.count[i]);
+    }
+    table_free(&t);
+}
+
+/* A walk of an empty table visits its buckets and ends; fn's false ends a
+ * call after the current bucket, and the next call goes on from there. */
+Test(table, walk_stops_when_asked_and_goes_on)
+{
+    struct table t;
+    cr_assert_eq(table_init(&t, 5), 0);
+    static struct walk_seen s;
+    memset(&s, 0, sizeof s);
+    uint64_t cursor = 0;
+    int calls = 0;
+    while (table_walk(&t, &cursor, 100, walk_count, &s))
+        calls++;
+    cr_assert_eq(calls, (int)(t.nbuckets / 100), "%d calls for %zu buckets", calls, t.nbuckets);
+    char name[16];
+    for (int i = 0; i < 500; i++) {
+        walk_name(name, sizeof name, i);
+        get(&t, name);
+    }
+    cursor = 0;
+    calls = 0;
+    for (bool more = true; more; calls++) {
+        s.visited = 0;
+        s.stop_at = 1; /* stop after the first lock's bucket */
+        more = table_walk(&t, &cursor, SIZE_MAX, walk_count, &s);
+        cr_assert_leq(s.visited, longest_chain(&t));
+    }
+    cr_assert_geq(calls, 500 / (int)longest_chain(&t));
+    for (int i = 0; i < 500; i++)
+        cr_assert_eq(s.count[i], 1, "w%05d visited %d times", i, s.count[i]);
+    table_free(&t);
+}
+
+/* The queue length is kept on the lock. */
+Test(table, waiters_are_counted)
+{
+    struct table t;
+    cr_assert_eq(table_init(&t, 8), 0);
+    struct lock *l = get(&t, "counted");
+    struct waiter w[3] = {0};
+    for (int i = 0; i < 3; i++)
+        table_waiter_enqueue(l, &w[i]);
+    cr_assert_eq(l->nwaiters, 3);
+    table_waiter_dequeue(&w[1]);
+    cr_assert_eq(l->nwaiters, 2);
+    table_waiter_dequeue(&w[0]);
+    table_waiter_dequeue(&w[2]);
+    cr_assert_eq(l->nwaiters, 0);
+    table_free(&t);
+}
+
 /* ---- validity arithmetic ---- */
 
 Test(validity, drift_is_ttl_over_100_plus_2ms)

@@ -1149,29 +1149,54 @@ void core_shutdown(struct core *k)
     k->shutting_down = true;
 }
 
-void core_foreach_lock(const struct core *k, void (*fn)(void *arg, const struct core_lock_view *v),
-                       void *arg)
+/* A lock as the status shows it; its waiters are counted by the queue. */
+static void lock_view(const struct lock *l, struct core_lock_view *v)
 {
-    for (size_t b = 0; b < k->table.nbuckets; b++) {
-        for (const struct lock *l = k->table.buckets[b]; l; l = l->hnext) {
-            uint32_t n = 0;
-            for (const struct waiter *w = l->qhead; w; w = w->qnext)
-                n++;
-            struct core_lock_view v = {
-                .name = l->name, .name_len = l->name_len, .waiters = n, .acquiring = l->acquiring};
-            const struct lease *le = l->holder;
-            if (le) {
-                v.holder = le->owner;
-                v.state = le->state;
-                v.fence = le->fence;
-                v.granted_at = le->granted_at;
-                v.deadline = le->deadline;
-                v.ttl_ms = le->ttl_ms;
-                v.renewals = le->renewals;
-            }
-            fn(arg, &v);
-        }
+    *v = (struct core_lock_view){.name = l->name,
+                                 .name_len = l->name_len,
+                                 .waiters = l->nwaiters,
+                                 .acquiring = l->acquiring};
+    const struct lease *le = l->holder;
+    if (le) {
+        v->holder = le->owner;
+        v->state = le->state;
+        v->fence = le->fence;
+        v->granted_at = le->granted_at;
+        v->deadline = le->deadline;
+        v->ttl_ms = le->ttl_ms;
+        v->renewals = le->renewals;
     }
+}
+
+struct lock_walk {
+    core_lock_fn fn;
+    void *arg;
+};
+
+static bool walk_one(void *arg, const struct lock *l)
+{
+    struct lock_walk *w = arg;
+    struct core_lock_view v;
+    lock_view(l, &v);
+    return w->fn(w->arg, &v);
+}
+
+bool core_walk_locks(const struct core *k, uint64_t *cursor, size_t budget, core_lock_fn fn,
+                     void *arg)
+{
+    struct lock_walk w = {fn, arg};
+    return table_walk(&k->table, cursor, budget, walk_one, &w);
+}
+
+bool core_find_lock(const struct core *k, const char *name, size_t len, core_lock_fn fn, void *arg)
+{
+    const struct lock *l = table_lock_find(&k->table, name, len);
+    if (!l)
+        return false;
+    struct core_lock_view v;
+    lock_view(l, &v);
+    fn(arg, &v);
+    return true;
 }
 
 /* ---- life ---- */

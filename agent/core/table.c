@@ -59,7 +59,7 @@ static void rehash(struct table *t)
     t->nbuckets = n;
 }
 
-struct lock *table_lock_find(struct table *t, const char *name, size_t len)
+struct lock *table_lock_find(const struct table *t, const char *name, size_t len)
 {
     uint64_t h = name_hash(t->seed, name, len);
     for (struct lock *l = t->buckets[h & (t->nbuckets - 1)]; l; l = l->hnext)
@@ -100,6 +100,38 @@ bool table_lock_release_if_idle(struct table *t, struct lock *l)
     t->nlocks--;
     free(l);
     return true;
+}
+
+static uint64_t bits_reversed(uint64_t v)
+{
+    v = ((v >> 1) & 0x5555555555555555ull) | ((v & 0x5555555555555555ull) << 1);
+    v = ((v >> 2) & 0x3333333333333333ull) | ((v & 0x3333333333333333ull) << 2);
+    v = ((v >> 4) & 0x0f0f0f0f0f0f0f0full) | ((v & 0x0f0f0f0f0f0f0f0full) << 4);
+    return __builtin_bswap64(v);
+}
+
+/* Buckets are visited by their index with its bits reversed, counting up.
+ * When the table doubles, bucket b splits into b and b + n, both of which
+ * come right where b came: the buckets before the cursor stay before it. */
+bool table_walk(const struct table *t, uint64_t *cursor, size_t budget,
+                bool (*fn)(void *arg, const struct lock *l), void *arg)
+{
+    uint64_t v = *cursor, mask = t->nbuckets - 1;
+    size_t spent = 0;
+    bool more = true;
+    do {
+        for (const struct lock *l = t->buckets[v & mask]; l; l = l->hnext) {
+            spent++;
+            if (!fn(arg, l))
+                more = false;
+        }
+        spent++;
+        /* The next index in reverse-bit order over the mask's bits. */
+        v |= ~mask;
+        v = bits_reversed(bits_reversed(v) + 1);
+    } while (v != 0 && more && spent < budget);
+    *cursor = v;
+    return v != 0;
 }
 
 static int slot_alloc(struct table *t, uint32_t *idx)
@@ -170,6 +202,7 @@ void table_lease_free(struct table *t, struct lease *le)
 
 void table_waiter_enqueue(struct lock *l, struct waiter *w)
 {
+    l->nwaiters++;
     w->lock = l;
     w->qnext = NULL;
     w->qprev = l->qtail;
@@ -183,6 +216,7 @@ void table_waiter_enqueue(struct lock *l, struct waiter *w)
 void table_waiter_dequeue(struct waiter *w)
 {
     struct lock *l = w->lock;
+    l->nwaiters--;
     if (w->qprev)
         w->qprev->qnext = w->qnext;
     else

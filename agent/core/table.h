@@ -66,6 +66,7 @@ struct lock {
     uint64_t hash;
     struct lease *holder;
     struct waiter *qhead, *qtail;
+    uint32_t nwaiters;      /* in the queue */
     struct waiter *acq_for; /* waiter the in-flight acquire is for (may be NULL) */
     struct tnode retry;     /* fallback retry */
     uint64_t acq_sent;      /* send time of the in-flight acquire */
@@ -108,11 +109,24 @@ int table_init(struct table *t, uint64_t seed);
 void table_free(struct table *t); /* frees every lock, lease and waiter */
 
 /* Lock lookup and creation; a lock is freed by table_lock_release_if_idle. */
-struct lock *table_lock_find(struct table *t, const char *name, size_t len);
+struct lock *table_lock_find(const struct table *t, const char *name, size_t len);
 struct lock *table_lock_get(struct table *t, const char *name, size_t len); /* find or create */
 /* Frees l if nothing refers to it (no holder, waiters, acquire or timer).
  * Returns true when it was freed. */
 bool table_lock_release_if_idle(struct table *t, struct lock *l);
+
+/* A walk over the locks that may go on in later calls, while locks are
+ * added and removed (and the table grows) in between. The cursor names the
+ * next bucket in reverse-bit order (as Redis' SCAN does), so a growth of
+ * the table between two calls neither repeats nor skips a bucket: every lock
+ * present from the first call to the last is visited exactly once, one added
+ * or removed meanwhile at most once. Start with *cursor = 0. Each call visits
+ * whole buckets, from *cursor on, until `budget` units are spent (a bucket
+ * costs one, each of its locks one more) or fn returns false (the rest of
+ * that bucket is still visited); it leaves in *cursor where to go on and
+ * returns false once the walk is complete. The table is not changed. */
+bool table_walk(const struct table *t, uint64_t *cursor, size_t budget,
+                bool (*fn)(void *arg, const struct lock *l), void *arg);
 
 /* Leases: create (holder of l, id assigned), find by id, remove and free. */
 struct lease *table_lease_new(struct table *t, struct lock *l, struct core_client *owner);

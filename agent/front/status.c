@@ -1,13 +1,17 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* status.c -- the read-only status socket: one request line in, the whole
- * answer out, then the agent closes. Requests (docs/status.md):
+/* status.c -- the read-only status socket: one request line in, the answer
+ * out, then the agent closes. Requests (docs/status.md):
  *
  *   status | status-json | leases [PATTERN] | leases-json [PATTERN] | metrics
  *
  * and, when configured, the same metrics over HTTP (GET /metrics) for
- * Prometheus to scrape. Answers are rendered in memory at once
- * (status_render.c), from a snapshot of the agent in that loop turn, and
- * written without blocking the loop. */
+ * Prometheus to scrape. An answer that lists leases is rendered a part at a
+ * time as the peer reads it (status_render.c): one part per writable event,
+ * each a bounded slice of the lock table, and only once what the peer has
+ * not read yet is below a low-water mark. So no loop turn does more than a
+ * slice per peer, and a peer that asks and never reads holds one buffer of
+ * at most about STATUS_HIGH_WATER bytes until its deadline. The metrics do
+ * not grow with the leases and are rendered at once. */
 #include "status.h"
 
 #include <errno.h>
@@ -36,27 +40,18 @@
  * holds a slot for less time. */
 static const double deadline_s[2] = {5.0, 2.0};
 
-/* The answer to one request line (without its newline). */
-static void answer(const struct status_source *a, const struct asker *who, const char *req,
-                   struct sbuf *b)
-{
-    char cmd[32] = "", arg[REQ_MAX] = "", extra[2] = "";
-    int n = sscanf(req, "%31s %255s %1s", cmd, arg, extra);
-    bool one = n == 1, upto2 = n == 1 || n == 2;
-    if (one && strcmp(cmd, "status") == 0)
-        render_status_text(a, who, b);
-    else if (one && strcmp(cmd, "status-json") == 0)
-        render_status_json(a, who, b);
-    else if (upto2 && strcmp(cmd, "leases") == 0)
-        render_leases_text(a, who, n == 2 ? arg : NULL, b);
-    else if (upto2 && strcmp(cmd, "leases-json") == 0)
-        render_leases_json(a, who, n == 2 ? arg : NULL, b);
-    else if (one && strcmp(cmd, "metrics") == 0)
-        render_metrics(a, b);
-    else
-        sb_printf(b, "error: unknown request; try status, status-json, leases [PATTERN], "
-                     "leases-json [PATTERN], metrics or holder[-json] NAME\n");
-}
+/* A listing goes out a part at a time: the next part is rendered when less
+ * than STATUS_LOW_WATER bytes of the last wait to be sent, and stops once
+ * STATUS_HIGH_WATER bytes wait. A peer's part walks its share of
+ * STATUS_TURN_LOCKS, shared among the listings under way: each is one part
+ * per loop turn at most (one writable event), so all of them together walk
+ * at most STATUS_TURN_LOCKS locks (or table buckets) in a turn, however many
+ * peers ask. The kernel holds at most about STATUS_SNDBUF more of each
+ * answer (Linux doubles it). */
+#define STATUS_LOW_WATER  (16 * 1024)
+#define STATUS_HIGH_WATER (64 * 1024)
+#define STATUS_TURN_LOCKS 512
+#define STATUS_SNDBUF     (32 * 1024)
 
 /* ---- connections ---- */
 
@@ -71,14 +66,19 @@ struct sconn {
     char req[HTTP_REQ_MAX + 1];
     size_t reqlen;
     struct sbuf out;
-    size_t sent;
+    size_t sent;    /* of out */
+    bool sent_any;  /* some of the answer went out */
+    bool listing;   /* more parts of ans are to come */
     size_t drained; /* input read away after the answer */
+    struct status_answer ans;
     struct asker who;
 };
 
 static void sconn_close(struct sconn *c)
 {
     struct status *st = c->st;
+    if (c->listing)
+        st->listings--;
     ev_io_stop(st->loop, &c->io);
     ev_timer_stop(st->loop, &c->timer);
     close(c->fd);
@@ -116,10 +116,50 @@ static void on_drain(struct ev_loop *loop, ev_io *w, int revents)
     sconn_close(c); /* the client closed, failed, or sent too much */
 }
 
-/* Sends what the socket takes; the answer's size bounds the loop. */
+/* The next part of a listing, when little of the last is left to send: the
+ * unsent rest moves to the front of the buffer, and the part is rendered
+ * after it. Out of memory before anything went out, the answer is an error
+ * line; after, the connection is closed (false), which cuts the answer. */
+static bool render_more(struct sconn *c)
+{
+    struct sbuf *b = &c->out;
+    if (!c->listing || b->len - c->sent >= STATUS_LOW_WATER)
+        return true;
+    if (c->sent) {
+        memmove(b->p, b->p + c->sent, b->len - c->sent);
+        b->len -= c->sent;
+        c->sent = 0;
+    }
+    struct status *st = c->st;
+    size_t share = STATUS_TURN_LOCKS / st->listings;
+    if (status_answer_next(&st->src, &c->ans, share, STATUS_HIGH_WATER, b)) {
+        c->listing = false;
+        st->listings--;
+    }
+    if (!b->oom)
+        return true;
+    if (c->sent_any)
+        return false;
+    free(b->p);
+    *b = (struct sbuf){0};
+    if (c->listing) {
+        c->listing = false;
+        st->listings--;
+    }
+    sb_printf(b, "error: out of memory\n");
+    return true;
+}
+
+/* Sends what the socket takes, after rendering at most one more part of a
+ * listing. While the listing goes on with the socket writable, the loop
+ * comes back to it in the next turn, after the other events. */
 static void on_write(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct sconn *c = w->data;
+    if (!render_more(c)) {
+        sconn_close(c);
+        return;
+    }
     while (c->sent < c->out.len) {
         ssize_t n = send(c->fd, c->out.p + c->sent, c->out.len - c->sent, MSG_NOSIGNAL);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -131,7 +171,10 @@ static void on_write(struct ev_loop *loop, ev_io *w, int revents)
             return;
         }
         c->sent += (size_t)n;
+        c->sent_any = true;
     }
+    if (c->listing)
+        return;
     shutdown(c->fd, SHUT_WR);
     sconn_watch(c, on_drain, EV_READ);
 }
@@ -235,6 +278,35 @@ static bool holder_query(struct sconn *c)
     return true;
 }
 
+/* The answer to one request line (without its newline): a listing, whose
+ * parts on_write() renders, or a whole answer in out. */
+static void answer(struct sconn *c, const char *req)
+{
+    char cmd[32] = "", arg[REQ_MAX] = "", extra[2] = "";
+    int n = sscanf(req, "%31s %255s %1s", cmd, arg, extra);
+    bool one = n == 1, upto2 = n == 1 || n == 2;
+    static const struct {
+        const char *cmd;
+        enum status_query query;
+        bool pattern;
+    } listings[] = {{"status", SQ_STATUS, false},
+                    {"status-json", SQ_STATUS_JSON, false},
+                    {"leases", SQ_LEASES, true},
+                    {"leases-json", SQ_LEASES_JSON, true}};
+    for (size_t i = 0; i < sizeof listings / sizeof listings[0]; i++)
+        if (strcmp(cmd, listings[i].cmd) == 0 && (listings[i].pattern ? upto2 : one)) {
+            status_answer_init(&c->ans, listings[i].query, &c->who, n == 2 ? arg : NULL);
+            c->listing = true;
+            c->st->listings++;
+            return;
+        }
+    if (one && strcmp(cmd, "metrics") == 0)
+        render_metrics(&c->st->src, &c->out);
+    else
+        sb_printf(&c->out, "error: unknown request; try status, status-json, leases [PATTERN], "
+                           "leases-json [PATTERN], metrics or holder[-json] NAME\n");
+}
+
 static void respond(struct sconn *c)
 {
     c->req[c->reqlen] = '\0';
@@ -247,7 +319,7 @@ static void respond(struct sconn *c)
         http_answer(c);
     } else {
         c->req[strcspn(c->req, "\r\n")] = '\0';
-        answer(&c->st->src, &c->who, c->req, &c->out);
+        answer(c, c->req);
     }
     if (c->out.oom) {
         free(c->out.p);
@@ -305,6 +377,9 @@ static void sconn_new(struct status *st, int fd, bool http)
     c->serial = ++st->serial;
     c->fd = fd;
     c->http = http;
+    /* Little of an answer waits in the kernel either. */
+    int sndbuf = STATUS_SNDBUF;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     struct ucred cred;
     socklen_t len = sizeof cred;
     uint32_t gids[PEER_GROUPS_MAX];

@@ -23,6 +23,7 @@ struct status {
     struct listener lst;
     LIST_HEAD(, sconn) conns;
     unsigned nconns[2]; /* open queries: [0] status socket, [1] HTTP */
+    unsigned listings;  /* answers being rendered a part at a time */
     char path[108];
     bool inherited; /* passed by the service manager */
     int hfd;        /* the HTTP metrics listener, -1 when off */

@@ -49,15 +49,51 @@ void sb_printf(struct sbuf *b, const char *fmt, ...)
     }
 }
 
+/* Appends len bytes as they are. */
+static void sb_put(struct sbuf *b, const char *p, size_t len)
+{
+    if (b->oom)
+        return;
+    if (b->cap - b->len <= len) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap - b->len <= len)
+            cap *= 2;
+        char *np = realloc(b->p, cap);
+        if (!np) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, p, len);
+    b->len += len;
+    b->p[b->len] = '\0';
+}
+
+/* Printable ASCII that a JSON string holds as it is. */
+static bool json_plain(unsigned char ch)
+{
+    return ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
+}
+
 /* A JSON string, quoted and escaped. Names and command names may hold any
  * byte, and JSON must be UTF-8: control characters (C1 too, which
  * terminals obey) are escaped, and every byte outside a well-formed UTF-8
- * sequence is written as U+FFFD. */
+ * sequence is written as U+FFFD. Runs of plain ASCII go in one copy. */
 static void sb_json_str(struct sbuf *b, const char *s)
 {
     size_t len = strlen(s);
-    sb_printf(b, "\"");
+    sb_put(b, "\"", 1);
     for (size_t i = 0; i < len;) {
+        size_t run = i;
+        while (run < len && json_plain((unsigned char)s[run]))
+            run++;
+        if (run > i) {
+            sb_put(b, s + i, run - i);
+            i = run;
+            continue;
+        }
         uint32_t cp;
         size_t n = utf8_seq(s + i, len - i, &cp);
         if (n == 0)
@@ -67,10 +103,10 @@ static void sb_json_str(struct sbuf *b, const char *s)
         else if (text_is_control(cp))
             sb_printf(b, "\\u%04x", (unsigned)cp);
         else
-            sb_printf(b, "%.*s", (int)n, s + i);
+            sb_put(b, s + i, n);
         i += n ? n : 1;
     }
-    sb_printf(b, "\"");
+    sb_put(b, "\"", 1);
 }
 
 /* A Prometheus label value, which must be UTF-8: backslash, quote and
@@ -106,22 +142,63 @@ struct fval {
     char buf[32];
 };
 
+/* A number in decimal, without printf: listings write millions. */
+static size_t num_text(char out[24], long long n)
+{
+    char tmp[24];
+    size_t len = 0;
+    unsigned long long u = n < 0 ? 0ull - (unsigned long long)n : (unsigned long long)n;
+    do {
+        tmp[len++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    size_t k = 0;
+    if (n < 0)
+        out[k++] = '-';
+    while (len)
+        out[k++] = tmp[--len];
+    return k;
+}
+
+static void sb_blanks(struct sbuf *b, size_t n)
+{
+    static const char blanks[] = "                                ";
+    for (size_t k; n; n -= k) {
+        k = n < sizeof blanks - 1 ? n : sizeof blanks - 1;
+        sb_put(b, blanks, k);
+    }
+}
+
+/* s (len bytes) padded with blanks to |width|: before it when width is
+ * positive, after it when negative, as printf's %*s does. */
+static void sb_pad(struct sbuf *b, const char *s, size_t len, int width)
+{
+    size_t w = width < 0 ? (size_t)-width : (size_t)width, pad = len < w ? w - len : 0;
+    if (width > 0)
+        sb_blanks(b, pad);
+    sb_put(b, s, len);
+    if (width < 0)
+        sb_blanks(b, pad);
+}
+
 /* Writes one field: JSON (a member after its key) or a text column
  * (blank-free, printable, padded to width; negative width: left-aligned). */
 static void put_json(struct sbuf *b, enum fkind kind, const struct fval *v)
 {
+    char num[24];
     if (kind == F_STR)
         sb_json_str(b, v->s);
     else if (kind == F_BOOL)
-        sb_printf(b, "%s", v->n ? "true" : "false");
+        sb_put(b, v->n ? "true" : "false", v->n ? 4 : 5);
     else
-        sb_printf(b, "%lld", v->n);
+        sb_put(b, num, num_text(num, v->n));
 }
 
 static void put_text(struct sbuf *b, enum fkind kind, int width, const struct fval *v)
 {
+    char num[24];
     if (kind == F_NUM) {
-        sb_printf(b, "%*lld", width, v->n);
+        sb_pad(b, num, num_text(num, v->n), width);
         return;
     }
     const char *s = kind == F_BOOL ? (v->n ? "yes" : "no") : v->s;
@@ -130,7 +207,7 @@ static void put_text(struct sbuf *b, enum fkind kind, int width, const struct fv
      * would obey. */
     char shown[WIRE_MAX_NAME + 1]; /* the longest field: a name */
     text_printable(shown, sizeof shown, s);
-    sb_printf(b, "%*s", width, shown);
+    sb_pad(b, shown, strlen(shown), width);
 }
 
 /* ---- leases ---- */
@@ -207,46 +284,50 @@ static const struct lease_field lease_fields[] = {
 };
 #define NLEASE_FIELDS (sizeof lease_fields / sizeof lease_fields[0])
 
-/* The leases an asker may see whose names match a pattern, rendered one by one. */
+/* One part of a listing: the leases of one slice of the walk. */
 struct lease_walk {
-    const struct asker *who;
-    const char *pattern;
-    uint64_t now;
+    struct status_answer *a;
+    uint64_t now; /* when this part is written */
+    size_t high;
     struct sbuf *b;
-    bool json, first;
 };
 
-static void lease_one(void *arg, const struct status_lease *l)
+static bool is_json(enum status_query q)
+{
+    return q == SQ_STATUS_JSON || q == SQ_LEASES_JSON;
+}
+
+/* Writes the lease's line, when the asker may see it and its name matches;
+ * false once the buffer is full enough for this part. */
+static bool lease_one(void *arg, const struct status_lease *l)
 {
     struct lease_walk *w = arg;
-    if ((!w->who->all && l->uid != w->who->uid) ||
-        (w->pattern && fnmatch(w->pattern, l->name, 0) != 0))
-        return;
+    struct status_answer *a = w->a;
+    if ((!a->who.all && l->uid != a->who.uid) ||
+        (a->pattern[0] && !a->literal && fnmatch(a->pattern, l->name, 0) != 0))
+        return true;
     struct sbuf *b = w->b;
-    if (w->json)
-        sb_printf(b, "%s{", w->first ? "" : ",");
+    bool json = is_json(a->query);
+    if (json)
+        sb_put(b, a->listed ? ",{" : "{", a->listed ? 2 : 1);
     for (size_t i = 0; i < NLEASE_FIELDS; i++) {
         const struct lease_field *f = &lease_fields[i];
         struct fval v = {0};
         f->get(l, w->now, &v);
-        if (w->json) {
-            sb_printf(b, "%s\"%s\":", i ? "," : "", f->key);
+        if (json) {
+            sb_put(b, i ? ",\"" : "\"", i ? 2 : 1);
+            sb_put(b, f->key, strlen(f->key));
+            sb_put(b, "\":", 2);
             put_json(b, f->kind, &v);
         } else {
-            sb_printf(b, "%s", i ? " " : "");
+            if (i)
+                sb_put(b, " ", 1);
             put_text(b, f->kind, f->width, &v);
         }
     }
-    sb_printf(b, w->json ? "}" : "\n");
-    w->first = false;
-}
-
-static void each_lease(const struct status_source *src, const struct asker *who,
-                       const char *pattern, bool json, uint64_t now, struct sbuf *b)
-{
-    struct lease_walk w = {
-        .who = who, .pattern = pattern, .now = now, .b = b, .json = json, .first = true};
-    src->each_lease(src->arg, lease_one, &w);
+    sb_put(b, json ? "}" : "\n", 1);
+    a->listed = true;
+    return b->len < w->high;
 }
 
 static void leases_header(struct sbuf *b)
@@ -254,25 +335,6 @@ static void leases_header(struct sbuf *b)
     for (size_t i = 0; i < NLEASE_FIELDS; i++)
         sb_printf(b, "%s%*s", i ? " " : "", lease_fields[i].width, lease_fields[i].head);
     sb_printf(b, "\n");
-}
-
-void render_leases_text(const struct status_source *src, const struct asker *who,
-                        const char *pattern, struct sbuf *b)
-{
-    struct status_snapshot s;
-    src->snapshot(src->arg, &s);
-    leases_header(b);
-    each_lease(src, who, pattern, false, s.now, b);
-}
-
-void render_leases_json(const struct status_source *src, const struct asker *who,
-                        const char *pattern, struct sbuf *b)
-{
-    struct status_snapshot s;
-    src->snapshot(src->arg, &s);
-    sb_printf(b, "{\"leases\":[");
-    each_lease(src, who, pattern, true, s.now, b);
-    sb_printf(b, "]}\n");
 }
 
 /* ---- nodes ---- */
@@ -460,9 +522,11 @@ static unsigned long long counter_value(const struct status_snapshot *s, size_t 
     return *(const uint64_t *)((const char *)&s->stats + counters[i].offset);
 }
 
-/* ---- status ---- */
+/* ---- the answers that list leases ---- */
 
-void render_status_json(const struct status_source *src, const struct asker *who, struct sbuf *b)
+enum { PART_HEAD, PART_LEASES, PART_TAIL, PART_DONE };
+
+static void status_json_head(const struct status_source *src, struct sbuf *b)
 {
     struct status_snapshot s;
     src->snapshot(src->arg, &s);
@@ -476,11 +540,9 @@ void render_status_json(const struct status_source *src, const struct asker *who
     for (size_t i = 0; i < NCOUNTERS; i++)
         sb_printf(b, "%s\"%s\":%llu", i ? "," : "", counters[i].name, counter_value(&s, i));
     sb_printf(b, "},\"leases\":[");
-    each_lease(src, who, NULL, true, s.now, b);
-    sb_printf(b, "]}\n");
 }
 
-void render_status_text(const struct status_source *src, const struct asker *who, struct sbuf *b)
+static void status_text_head(const struct status_source *src, struct sbuf *b)
 {
     struct status_snapshot s;
     src->snapshot(src->arg, &s);
@@ -501,7 +563,59 @@ void render_status_text(const struct status_source *src, const struct asker *who
     }
     sb_printf(b, "\n\n");
     leases_header(b);
-    each_lease(src, who, NULL, false, s.now, b);
+}
+
+void status_answer_init(struct status_answer *a, enum status_query query, const struct asker *who,
+                        const char *pattern)
+{
+    memset(a, 0, sizeof *a);
+    a->query = query;
+    a->who = *who;
+    if (pattern && (query == SQ_LEASES || query == SQ_LEASES_JSON)) {
+        snprintf(a->pattern, sizeof a->pattern, "%s", pattern);
+        /* Without *, ? , [ or \ a glob matches one name only. */
+        a->literal = strpbrk(a->pattern, "*?[\\") == NULL;
+    }
+}
+
+/* The leases of one slice of the walk, or the one lease of a plain name.
+ * True when no lease is left to write. */
+static bool answer_leases(const struct status_source *src, struct status_answer *a, size_t budget,
+                          size_t high, struct sbuf *b)
+{
+    struct lease_walk w = {.a = a, .now = now_ns(), .high = high, .b = b};
+    if (a->literal) {
+        src->find_lease(src->arg, a->pattern, lease_one, &w);
+        return true;
+    }
+    return !src->walk_leases(src->arg, &a->cursor, budget, lease_one, &w);
+}
+
+bool status_answer_next(const struct status_source *src, struct status_answer *a, size_t budget,
+                        size_t high, struct sbuf *b)
+{
+    if (a->part == PART_HEAD) {
+        if (a->query == SQ_STATUS)
+            status_text_head(src, b);
+        else if (a->query == SQ_STATUS_JSON)
+            status_json_head(src, b);
+        else if (a->query == SQ_LEASES)
+            leases_header(b);
+        else
+            sb_printf(b, "{\"leases\":[");
+        a->part = PART_LEASES;
+    }
+    if (a->part == PART_LEASES) {
+        if (b->len >= high || !answer_leases(src, a, budget, high, b))
+            return false;
+        a->part = PART_TAIL;
+    }
+    if (a->part == PART_TAIL) {
+        if (is_json(a->query))
+            sb_printf(b, "]}\n");
+        a->part = PART_DONE;
+    }
+    return true;
 }
 
 /* ---- metrics ---- */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* status_render.h -- the status socket's answers rendered from a snapshot of
- * the agent (docs/status.md): text tables, JSON and Prometheus metrics, each
- * field described once, in one table, for all three. No I/O. */
+/* status_render.h -- the status socket's answers rendered from what the
+ * agent shows of itself (docs/status.md): text tables, JSON and Prometheus
+ * metrics, each field described once, in one table, for all three; the
+ * listings a part at a time. No I/O. */
 #ifndef DLOCKD_STATUS_RENDER_H
 #define DLOCKD_STATUS_RENDER_H
 
@@ -47,14 +48,23 @@ struct status_snapshot {
     size_t nnodes;
 };
 
-/* Where the snapshot comes from (the agent's loop provides it). */
-typedef void (*status_lease_fn)(void *fnarg, const struct status_lease *l);
+/* Where the snapshot comes from (the agent's loop provides it). A lease
+ * function returns false to end the current part of a walk early. */
+typedef bool (*status_lease_fn)(void *fnarg, const struct status_lease *l);
 struct status_source {
     const struct config *cfg;
     void *arg;
     void (*snapshot)(void *arg, struct status_snapshot *out);
-    /* Calls fn for every lease held through the agent. */
-    void (*each_lease)(void *arg, status_lease_fn fn, void *fnarg);
+    /* Calls fn for the leases of the next part of a walk over every lock
+     * held or waited for through the agent, about `budget` locks (held or
+     * not) at a time; the walk goes on across calls and loop turns while
+     * leases come and go. *cursor = 0 starts it; false once it is complete.
+     * A lease held throughout the walk is seen exactly once, one granted or
+     * ended meanwhile at most once. */
+    bool (*walk_leases)(void *arg, uint64_t *cursor, size_t budget, status_lease_fn fn,
+                        void *fnarg);
+    /* Calls fn for the lease on one name, when one is held through the agent. */
+    void (*find_lease)(void *arg, const char *name, status_lease_fn fn, void *fnarg);
     /* Reads what the store holds for a name (the "holder" query). */
     int (*lookup)(void *arg, const char *name, size_t len, backend_lookup_cb cb, void *cbarg);
 };
@@ -65,13 +75,36 @@ struct asker {
     uint32_t uid;
 };
 
-/* The answers. pattern: an fnmatch(3) glob over names, NULL for all. */
-void render_status_text(const struct status_source *src, const struct asker *who, struct sbuf *b);
-void render_status_json(const struct status_source *src, const struct asker *who, struct sbuf *b);
-void render_leases_text(const struct status_source *src, const struct asker *who,
-                        const char *pattern, struct sbuf *b);
-void render_leases_json(const struct status_source *src, const struct asker *who,
-                        const char *pattern, struct sbuf *b);
+/* The answers that list leases. Each is rendered a part at a time, as the
+ * peer reads: the head (the agent, its nodes and counters: one snapshot)
+ * in the first part, then the leases of a walk over the lock table a slice
+ * at a time, each lease as it is when its line is written, then the tail.
+ * So a long listing is no snapshot of one instant. */
+enum status_query { SQ_STATUS, SQ_STATUS_JSON, SQ_LEASES, SQ_LEASES_JSON };
+
+#define STATUS_PATTERN_MAX 255
+
+struct status_answer {
+    enum status_query query;
+    struct asker who;
+    char pattern[STATUS_PATTERN_MAX + 1]; /* an fnmatch(3) glob; "" for all */
+    bool literal;                         /* the pattern is a name: one lookup, no walk */
+    uint8_t part;                         /* the next to write: head, leases, tail, or done */
+    bool listed;                          /* a lease was written (JSON: the commas) */
+    uint64_t cursor;                      /* of the walk */
+};
+
+/* An answer to query from who; pattern (leases queries only) may be NULL
+ * for all leases. */
+void status_answer_init(struct status_answer *a, enum status_query query, const struct asker *who,
+                        const char *pattern);
+/* Appends the next part of the answer to b: at most `budget` locks walked,
+ * and no more leases once b holds `high` bytes (a lease's line may end past
+ * it). Returns true when the answer is complete. */
+bool status_answer_next(const struct status_source *src, struct status_answer *a, size_t budget,
+                        size_t high, struct sbuf *b);
+/* The metrics: counters, histograms and per-node gauges; their size does
+ * not grow with the leases, so they are rendered at once. */
 void render_metrics(const struct status_source *src, struct sbuf *b);
 /* What the store holds for name (the name as the client sent it). */
 void render_holder(const char *name, int err, const struct backend_holder *h, bool json,

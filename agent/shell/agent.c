@@ -196,10 +196,11 @@ struct lease_walk {
     void *fnarg;
 };
 
-static void src_lock(void *arg, const struct core_lock_view *v)
+/* A lock with a local holder, as the status shows its lease. */
+static bool src_lock(void *arg, const struct core_lock_view *v)
 {
     if (!v->holder)
-        return;
+        return true;
     struct lease_walk *w = arg;
     struct status_lease l = {.name = v->name,
                              .state = v->state,
@@ -212,14 +213,22 @@ static void src_lock(void *arg, const struct core_lock_view *v)
                              .ttl_ms = v->ttl_ms,
                              .renewals = v->renewals,
                              .waiters = v->waiters};
-    w->fn(w->fnarg, &l);
+    return w->fn(w->fnarg, &l);
 }
 
-static void src_each_lease(void *arg, status_lease_fn fn, void *fnarg)
+static bool src_walk_leases(void *arg, uint64_t *cursor, size_t budget, status_lease_fn fn,
+                            void *fnarg)
 {
     const struct agent *a = arg;
     struct lease_walk w = {.fn = fn, .fnarg = fnarg};
-    core_foreach_lock(&a->core, src_lock, &w);
+    return core_walk_locks(&a->core, cursor, budget, src_lock, &w);
+}
+
+static void src_find_lease(void *arg, const char *name, status_lease_fn fn, void *fnarg)
+{
+    const struct agent *a = arg;
+    struct lease_walk w = {.fn = fn, .fnarg = fnarg};
+    core_find_lock(&a->core, name, strlen(name), src_lock, &w);
 }
 
 static int src_lookup(void *arg, const char *name, size_t len, backend_lookup_cb cb, void *cbarg)
@@ -357,7 +366,8 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     struct status_source src = {.cfg = cfg,
                                 .arg = a,
                                 .snapshot = src_snapshot,
-                                .each_lease = src_each_lease,
+                                .walk_leases = src_walk_leases,
+                                .find_lease = src_find_lease,
                                 .lookup = src_lookup};
     if (status_open(&a->status, loop, &src, cfg->status_socket, cfg->status_socket_mode) != 0)
         log_warn("running without a status socket");
