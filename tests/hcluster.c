@@ -172,7 +172,7 @@ static void node_spawn(int i)
 static int node_wait_ready(int i)
 {
     struct hc_node *n = node_at(i);
-    if (redisproc_wait_ready(&n->proc, H_START_MS) == 0)
+    if (redisproc_wait_ready(&n->proc, h_scaled_ms(H_START_MS)) == 0)
         return 0;
     char why[sizeof n->proc.err];
     snprintf(why, sizeof why, "%s", n->proc.err);
@@ -501,10 +501,10 @@ static int cluster_ok(char *why, size_t cap, int listed)
 void hc_wait_ok(int timeout_ms)
 {
     char why[256] = "";
-    int64_t end = h_now_ms() + timeout_ms;
+    int64_t end = h_deadline(timeout_ms);
     while (!cluster_ok(why, sizeof why, 1)) {
         if (h_now_ms() > end)
-            cr_assert_fail("the cluster is not ok after %d ms: %s", timeout_ms, why);
+            cr_assert_fail("the cluster is not ok after %d ms: %s", h_scaled_ms(timeout_ms), why);
         h_pump_all(20);
     }
 }
@@ -530,7 +530,7 @@ static void cluster_create(void)
     const char *log = h_path("cluster-create.log");
     pid_t pid = proc_spawn(argv, log, H.dir, err, sizeof err, NULL);
     cr_assert_gt(pid, 0, "%s", err);
-    int64_t end = h_now_ms() + HC_START_MS;
+    int64_t end = h_deadline(HC_START_MS);
     for (;;) {
         int st;
         pid_t w = waitpid(pid, &st, WNOHANG);
@@ -590,10 +590,10 @@ void hc_start(void)
      * replication offset leaves 0 and CLUSTER SLOTS lists it: without a
      * write that takes until the master's first replication ping (10 s). */
     char why[256] = "";
-    int64_t end = h_now_ms() + HC_START_MS;
+    int64_t end = h_deadline(HC_START_MS);
     while (!cluster_ok(why, sizeof why, 0)) {
         if (h_now_ms() > end)
-            cr_assert_fail("the cluster is not ok after %d ms: %s", HC_START_MS, why);
+            cr_assert_fail("the cluster is not ok after %d ms: %s", h_scaled_ms(HC_START_MS), why);
         h_sleep_ms(20);
     }
     int masters[HC_NODES];
@@ -700,7 +700,7 @@ static int redirect_node(const redisReply *r)
 static redisReply *key_vcmd(int start, const char *key, const char *fmt, va_list ap)
 {
     int node = start, asking = 0;
-    int64_t end = h_now_ms() + HC_SETTLE_MS;
+    int64_t end = h_deadline(HC_SETTLE_MS);
     for (;;) {
         va_list copy;
         va_copy(copy, ap);
@@ -938,7 +938,7 @@ void hc_migrate_finish(struct hc_migration *m)
                       hc_cmd(masters[k], "CLUSTER SETSLOT %u NODE %s", m->slot, HC.node[m->to].id),
                       "SETSLOT NODE");
     /* Every running node, replicas too, agrees. */
-    int64_t end = h_now_ms() + HC_SETTLE_MS;
+    int64_t end = h_deadline(HC_SETTLE_MS);
     static struct slot_map map;
     for (int i = 0; i < HC_NODES; i++) {
         if (!hc_running(i))
@@ -976,7 +976,7 @@ int hc_kill_master(int i)
     int r = hc_replica_of(i);
     cr_assert_geq(r, 0, "master %d has no running replica", i);
     hc_kill(i);
-    int64_t end = h_now_ms() + HC_FAILOVER_MS;
+    int64_t end = h_deadline(HC_FAILOVER_MS);
     char why[256] = "";
     for (;;) {
         int promoted = -1;
@@ -1050,7 +1050,7 @@ static void agent_probe(int i)
     cr_assert_eq(rc, 0, "dlock_client_open to agent %d: %s", i, dlock_strerror(rc));
     int masters[HC_NODES];
     int n = hc_masters(masters);
-    int64_t end = h_now_ms() + HC_AGENT_MS;
+    int64_t end = h_deadline(HC_AGENT_MS);
     for (int k = 0; k < n; k++) {
         char name[64];
         hc_name_on(masters[k], "__probe__", name, sizeof name);
@@ -1083,7 +1083,7 @@ void hc_agent_start(int i)
         hc_agent_config(i, NULL, NULL, 0);
     a->pid = dlockd_spawn(a->conf, a->sock, a->log);
     a->paused = 0;
-    int64_t end = h_now_ms() + H_START_MS;
+    int64_t end = h_deadline(H_START_MS);
     for (;;) {
         if (!h_agent_alive(i)) {
             h_agent_log_tail(i, 40);
@@ -1098,7 +1098,7 @@ void hc_agent_start(int i)
         if (h_now_ms() > end) {
             h_agent_log_tail(i, 40);
             cr_assert_fail("dlockd %d did not accept a client within %d ms (last: %s)", i,
-                           H_START_MS, dlock_strerror(rc));
+                           h_scaled_ms(H_START_MS), dlock_strerror(rc));
         }
         h_sleep_ms(5);
     }

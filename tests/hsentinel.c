@@ -77,7 +77,7 @@ static void redis_start(int i)
         HS.redis_port[i] = free_port();
         struct redisproc_opts o = {
             .port = HS.redis_port[i], .dir = dir, .log = logpath, .extra = replica};
-        if (redisproc_start(&HS.redis[i], &o, H_START_MS) == 0)
+        if (redisproc_start(&HS.redis[i], &o, h_scaled_ms(H_START_MS)) == 0)
             break;
         HS.redis_port[i] = 0;
         cr_assert_lt(attempt, 4, "redis-server %d: %s", i, HS.redis[i].err);
@@ -118,7 +118,7 @@ static void sentinel_start(int s)
         pid_t pid = proc_spawn(argv, logpath, dir, p->err, sizeof p->err, &p->status);
         if (pid > 0) {
             p->pid = pid;
-            if (redisproc_wait_ready(p, H_START_MS) == 0)
+            if (redisproc_wait_ready(p, h_scaled_ms(H_START_MS)) == 0)
                 break;
             redisproc_kill(p);
         }
@@ -384,7 +384,7 @@ static void agent_settle(int i)
 {
     dlock_client *c = NULL;
     cr_assert_eq(h_client_try_open(i, &c), 0);
-    int64_t end = h_now_ms() + 20000;
+    int64_t end = h_deadline(20000);
     int rc;
     for (;;) {
         dlock_lease *l = NULL;

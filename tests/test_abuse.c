@@ -129,7 +129,7 @@ static size_t flood_until_unread(int fd)
     for (;;) {
         sent += peer_flood_pings(fd, 8u << 20);
         struct pollfd p = {.fd = fd, .events = POLLOUT};
-        if (poll(&p, 1, 1000) == 0)
+        if (poll(&p, 1, h_scaled_ms(1000)) == 0)
             return sent;
     }
 }
@@ -213,7 +213,7 @@ ITEST(abuse, descriptor_exhaustion_neither_spins_nor_stalls)
     for (int round = 0; round < 4; round++) {
         /* A full backlog refuses at once (EAGAIN): those are tried again
          * once the agent had a moment. */
-        int64_t end = h_now_ms() + 20000;
+        int64_t end = h_deadline(20000);
         while (nidle < (round + 1) * IDLE / 4 && h_now_ms() < end) {
             int fd = peer_connect();
             if (fd >= 0)
@@ -329,7 +329,7 @@ static int slow_readers(int n)
             peer_flood_pings(fds[i], 4u << 20);
             pfd[i] = (struct pollfd){.fd = fds[i], .events = POLLOUT};
         }
-        if (poll(pfd, (nfds_t)ok, 1000) <= 0)
+        if (poll(pfd, (nfds_t)ok, h_scaled_ms(1000)) <= 0)
             break;
     }
     return ok;
@@ -428,7 +428,7 @@ static size_t flood_bogus_releases(int fd, size_t max)
             sent += (size_t)n;
         }
         struct pollfd p = {.fd = fd, .events = POLLOUT};
-        if (sent >= max || poll(&p, 1, 1000) == 0)
+        if (sent >= max || poll(&p, 1, h_scaled_ms(1000)) == 0)
             break;
     }
     wire_buf_free(&b);

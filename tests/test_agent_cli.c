@@ -277,7 +277,7 @@ ITEST(agent_cli, serves_sockets_passed_by_the_service_manager)
     }
     /* READY=1 comes once the sockets listen. */
     char msg[256] = "";
-    int64_t end = h_now_ms() + H_START_MS;
+    int64_t end = h_deadline(H_START_MS);
     while (!strstr(msg, "READY=1")) {
         cr_assert_lt(h_now_ms(), end, "no READY=1 on NOTIFY_SOCKET");
         ssize_t n = recv(nfd, msg, sizeof msg - 1, MSG_DONTWAIT);

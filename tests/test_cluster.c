@@ -121,7 +121,7 @@ static void wait_renewal_on(int node, const char *key, struct h_cl *cl, dlock_le
 {
     long long lowest = hc_pttl(node, key);
     cr_assert_gt(lowest, 0, "%s is not on node %d (PTTL %lld)", key, node, lowest);
-    int64_t end = h_now_ms() + H_EVENT_MS;
+    int64_t end = h_deadline(H_EVENT_MS);
     for (;;) {
         assert_held(cl, ls, n);
         long long p = hc_pttl(node, key);
@@ -130,7 +130,8 @@ static void wait_renewal_on(int node, const char *key, struct h_cl *cl, dlock_le
             return;
         lowest = p;
         if (h_now_ms() > end)
-            cr_assert_fail("%s on node %d was not renewed within %d ms", key, node, H_EVENT_MS);
+            cr_assert_fail("%s on node %d was not renewed within %d ms", key, node,
+                           h_scaled_ms(H_EVENT_MS));
         h_pump_all(20);
     }
 }
@@ -465,7 +466,7 @@ HCTEST(cluster, failover_ends_every_lease_held_or_lost)
     x->key_gone = 1;
     h_agent_resume(0);
 
-    int64_t end = h_now_ms() + 2 * H_EVENT_MS;
+    int64_t end = h_deadline(2 * H_EVENT_MS);
     for (;;) {
         check_valid_means_key(t, N);
         if (all_settled(t, N))
@@ -476,7 +477,7 @@ HCTEST(cluster, failover_ends_every_lease_held_or_lost)
                         t[k].name, t[k].in_doubt, t[k].doubted, t[k].confirmed, t[k].lost,
                         dlock_lease_valid(t[k].l));
             cr_assert_fail("not every lease on the failed master ended HELD or LOST within %d ms",
-                           2 * H_EVENT_MS);
+                           h_scaled_ms(2 * H_EVENT_MS));
         }
         h_pump_all(10);
     }

@@ -144,7 +144,8 @@ ITEST(dlockctl, lease_lost_terminates_command_and_exits_79)
 
     h_redis_del(h_key("fragile"));
     int st = h_wait_child(pid, H_EVENT_MS);
-    cr_assert_neq(st, -1, "dlockctl still running %d ms after its lease was lost", H_EVENT_MS);
+    cr_assert_neq(st, -1, "dlockctl still running %d ms after its lease was lost",
+                  h_scaled_ms(H_EVENT_MS));
     cr_assert_eq(st, 79, "dlockctl exit %d after the lease was lost", st);
     const char *term = h_read_file(h_path("term"));
     cr_assert_not_null(term, "CMD did not receive SIGTERM");

@@ -127,7 +127,7 @@ ITEST(lost, release_with_unread_lost_event_reports_elost)
     dlock_lease *l = h_must_acquire(a, "unread", 600);
     h_redis_del(h_key("unread"));
     struct pollfd p = {.fd = dlock_client_fd(a->c), .events = POLLIN};
-    cr_assert_eq(poll(&p, 1, H_EVENT_MS), 1, "no event from the agent");
+    cr_assert_eq(poll(&p, 1, h_scaled_ms(H_EVENT_MS)), 1, "no event from the agent");
     int rc = dlock_lease_release(l);
     cr_assert_eq(rc, DLOCK_ELOST, "release: %s (%d)", dlock_strerror(rc), rc);
 }

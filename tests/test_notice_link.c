@@ -91,11 +91,11 @@ static void turn(void)
 
 #define RUN_UNTIL(timeout_ms, cond)                                                                \
     do {                                                                                           \
-        int64_t end_ = h_now_ms() + (timeout_ms);                                                  \
+        int64_t end_ = h_deadline(timeout_ms);                                                     \
         while (!(cond)) {                                                                          \
             if (h_now_ms() > end_)                                                                 \
                 cr_assert_fail("%s:%d: not true within %d ms: %s", __FILE__, __LINE__,             \
-                               (int)(timeout_ms), #cond);                                          \
+                               h_scaled_ms(timeout_ms), #cond);                                    \
             turn();                                                                                \
         }                                                                                          \
     } while (0)
@@ -240,7 +240,7 @@ static void cluster_ok(void)
     cr_assert(r->type == REDIS_REPLY_STATUS, "CLUSTER ADDSLOTSRANGE: %s", r->str ? r->str : "?");
     freeReplyObject(r);
     int ok = 0;
-    int64_t end = h_now_ms() + H_EVENT_MS;
+    int64_t end = h_deadline(H_EVENT_MS);
     while (!ok && h_now_ms() < end) {
         r = h_redis_cmd("CLUSTER INFO");
         ok = r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok") != NULL;

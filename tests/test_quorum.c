@@ -313,7 +313,7 @@ ITEST(quorum, repeated_r_flags_run_quorum_mode)
      * (once its links are up: the grant itself needs only two). */
     for (int n = 0; n < 3; n++)
         H_WAIT_UNTIL(5000, node_clients(n) >= 3);
-    int64_t end = h_now_ms() + 5000;
+    int64_t end = h_deadline(5000);
     for (;;) {
         dlock_lease *l = NULL;
         dlock_acquire_options o = {.ttl_ms = 1500, .wait_ms = 0};
@@ -325,7 +325,7 @@ ITEST(quorum, repeated_r_flags_run_quorum_mode)
             char *tok = any_value(h_key("flags"));
             cr_assert(h_is_token(tok), "granted, but no token on the nodes");
             cr_assert_geq(nodes_holding(h_key("flags"), tok), 2, "granted without a majority");
-            int64_t t = h_now_ms() + 300;
+            int64_t t = h_deadline(300);
             while (!(everywhere = nodes_holding(h_key("flags"), tok) == 3) && h_now_ms() < t)
                 h_sleep_ms(5);
             cr_assert_eq(dlock_lease_release(l), 0);
@@ -333,8 +333,8 @@ ITEST(quorum, repeated_r_flags_run_quorum_mode)
         }
         if (everywhere)
             break;
-        cr_assert_lt(h_now_ms(), end, "no grant on all three nodes within 5 s (last: %s)",
-                     dlock_strerror(rc));
+        cr_assert_lt(h_now_ms(), end, "no grant on all three nodes within %d ms (last: %s)",
+                     h_scaled_ms(5000), dlock_strerror(rc));
         h_sleep_ms(10);
     }
     dlock_client_close(c);
@@ -492,8 +492,9 @@ static void majority_goes_away(int hang)
      * test got to run; it must then be before t0 + ttl. */
     int64_t invalid_at = 0;
     while (!h_events(a, l, DLOCK_STATE_LOST)) {
-        cr_assert_lt(h_now_ms(), t0 + ttl + H_EVENT_MS,
-                     "no LOST event %u ms after the majority went", ttl + H_EVENT_MS);
+        cr_assert_lt(h_now_ms(), t0 + ttl + h_scaled_ms(H_EVENT_MS),
+                     "no LOST event %d ms after the majority went",
+                     (int)ttl + h_scaled_ms(H_EVENT_MS));
         int64_t before = h_now_ms();
         bool valid = dlock_lease_valid(l);
         cr_assert(!valid || before < t0 + ttl, "valid %lld ms after the majority went (ttl %u)",
@@ -649,9 +650,9 @@ static void crash_restart(int n)
      * (its renewals cannot reach a majority), and never while it is valid. */
     struct h_acq w;
     h_acquire_async(c2, "cr", ttl, 10000, &w);
-    int64_t end = h_now_ms() + 10000;
+    int64_t end = h_deadline(10000);
     while (!w.done) {
-        cr_assert_lt(h_now_ms(), end, "client 2 still waiting after 10 s");
+        cr_assert_lt(h_now_ms(), end, "client 2 still waiting after %d ms", h_scaled_ms(10000));
         h_pump_all(2);
         if (w.done && w.status == 0)
             cr_assert_not(dlock_lease_valid(l1),
@@ -695,11 +696,11 @@ ITEST(quorum, two_restarted_nodes_leave_no_quorum)
     cr_assert_neq(rc, 0, "granted with two of three nodes just restarted");
     cr_assert_eq(rc, DLOCK_ENOQUORUM, "%s (%d)", dlock_strerror(rc), rc);
     /* max_ttl_ms after the restart they count again. */
-    int64_t end = h_now_ms() + 5000 + H_EVENT_MS;
+    int64_t end = h_deadline(5000 + H_EVENT_MS);
     while ((rc = h_acquire(a, "two", 1500, 0, &l)) != 0) {
         cr_assert_eq(rc, DLOCK_ENOQUORUM, "%s (%d)", dlock_strerror(rc), rc);
         cr_assert_lt(h_now_ms(), end, "still no quorum %d ms after the restarts",
-                     5000 + H_EVENT_MS);
+                     h_scaled_ms(5000 + H_EVENT_MS));
         h_pump_all(20);
     }
     int64_t el = h_now_ms() - t0;

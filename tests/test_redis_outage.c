@@ -16,7 +16,7 @@ static int is_backend_error(int rc)
  * every failure on the way must be a backend error or EBUSY. */
 static dlock_lease *acquire_eventually(struct h_cl *cl, const char *name, int timeout_ms)
 {
-    int64_t end = h_now_ms() + timeout_ms;
+    int64_t end = h_deadline(timeout_ms);
     int last = 0, tries = 0;
     for (;;) {
         dlock_lease *l = NULL;
@@ -28,7 +28,7 @@ static dlock_lease *acquire_eventually(struct h_cl *cl, const char *name, int ti
                   name, dlock_strerror(rc), rc);
         last = rc;
         cr_assert_lt(h_now_ms(), end, "acquire %s still failing after %d ms (%d tries, last %s)",
-                     name, timeout_ms, tries, dlock_strerror(last));
+                     name, h_scaled_ms(timeout_ms), tries, dlock_strerror(last));
         h_pump_all(20);
     }
 }
@@ -182,7 +182,7 @@ ITEST(redis_outage, failed_renewal_reports_jeopardy_then_held)
     char *tok;
     dlock_lease *l = hold_across_hiccup(&a, &tok);
     /* The events of the hang were pumped during it; give stragglers time. */
-    int64_t end = h_now_ms() + 1000;
+    int64_t end = h_deadline(1000);
     while (h_now_ms() < end && !h_events(a, l, DLOCK_STATE_JEOPARDY))
         h_pump_all(5);
     cr_assert_eq(h_events(a, l, DLOCK_STATE_LOST), 0);

@@ -36,7 +36,7 @@ ITEST(redisproc, starts_answers_and_stops)
 {
     struct redisproc r;
     struct redisproc_opts o = opts("a.sock");
-    cr_assert_eq(redisproc_start(&r, &o, H_START_MS), 0, "%s", r.err);
+    cr_assert_eq(redisproc_start(&r, &o, h_scaled_ms(H_START_MS)), 0, "%s", r.err);
     cr_assert_gt(r.pid, 0);
     cr_assert(redisproc_alive(&r));
     cr_assert_eq(redisproc_ping(&r, 1000), 0);
@@ -44,11 +44,12 @@ ITEST(redisproc, starts_answers_and_stops)
     struct stat st;
     cr_assert_eq(stat(o.unix_socket, &st), 0);
     cr_assert_eq(st.st_mode & 0777, 0700, "socket mode %o", st.st_mode & 0777);
-    cr_assert_eq(redisproc_stop(&r, H_STOP_MS), 0, "redis-server exit status %d", r.status);
+    cr_assert_eq(redisproc_stop(&r, h_scaled_ms(H_STOP_MS)), 0, "redis-server exit status %d",
+                 r.status);
     cr_assert_eq(r.pid, 0);
     cr_assert_not(redisproc_alive(&r));
     cr_assert_neq(redisproc_ping(&r, 200), 0, "a stopped server answers");
-    cr_assert_eq(redisproc_stop(&r, H_STOP_MS), -1, "stopping twice");
+    cr_assert_eq(redisproc_stop(&r, h_scaled_ms(H_STOP_MS)), -1, "stopping twice");
     cr_assert_eq(access(h_path("dump.rdb"), F_OK), -1, "a server without persistence saved");
 }
 
@@ -63,7 +64,7 @@ ITEST(redisproc, not_on_path_is_reported_at_spawn)
                   strstr(r.err, "is it on PATH?"),
               "%s", r.err);
     o.program = "/nonexistent/redis-server";
-    cr_assert_eq(redisproc_start(&r, &o, H_START_MS), -1);
+    cr_assert_eq(redisproc_start(&r, &o, h_scaled_ms(H_START_MS)), -1);
     cr_assert(strstr(r.err, "cannot run /nonexistent/redis-server: No such file"), "%s", r.err);
 }
 
@@ -73,7 +74,7 @@ ITEST(redisproc, bad_argument_is_reported_with_the_server_words)
     struct redisproc_opts o = opts("a.sock");
     const char *extra[] = {"--no-such-directive", "1", NULL};
     o.extra = extra;
-    cr_assert_eq(redisproc_start(&r, &o, H_START_MS), -1);
+    cr_assert_eq(redisproc_start(&r, &o, h_scaled_ms(H_START_MS)), -1);
     cr_assert_eq(r.pid, 0);
     cr_assert(strstr(r.err, "exited at start (status 1)"), "%s", r.err);
     cr_assert(strstr(r.err, "no-such-directive"), "the server's complaint is missing: %s", r.err);
@@ -113,7 +114,7 @@ ITEST(redisproc, pause_resume_kill)
 {
     struct redisproc r;
     struct redisproc_opts o = opts("a.sock");
-    cr_assert_eq(redisproc_start(&r, &o, H_START_MS), 0, "%s", r.err);
+    cr_assert_eq(redisproc_start(&r, &o, h_scaled_ms(H_START_MS)), 0, "%s", r.err);
     cr_assert_eq(redisproc_pause(&r), 0);
     cr_assert(r.paused);
     cr_assert(redisproc_alive(&r), "a paused server runs");
@@ -131,9 +132,9 @@ ITEST(redisproc, paused_server_stops)
 {
     struct redisproc r;
     struct redisproc_opts o = opts("a.sock");
-    cr_assert_eq(redisproc_start(&r, &o, H_START_MS), 0, "%s", r.err);
+    cr_assert_eq(redisproc_start(&r, &o, h_scaled_ms(H_START_MS)), 0, "%s", r.err);
     cr_assert_eq(redisproc_pause(&r), 0);
-    cr_assert_eq(redisproc_stop(&r, H_STOP_MS), 0, "status %d", r.status);
+    cr_assert_eq(redisproc_stop(&r, h_scaled_ms(H_STOP_MS)), 0, "status %d", r.status);
 }
 
 ITEST(redisproc, persistence_on_request_keeps_data_across_restarts)
@@ -143,20 +144,20 @@ ITEST(redisproc, persistence_on_request_keeps_data_across_restarts)
     o.persist = true;
     const char *extra[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
     o.extra = extra;
-    cr_assert_eq(redisproc_start(&r, &o, H_START_MS), 0, "%s", r.err);
+    cr_assert_eq(redisproc_start(&r, &o, h_scaled_ms(H_START_MS)), 0, "%s", r.err);
     redisContext *c = redisConnectUnix(r.sock);
     cr_assert(c && !c->err);
     freeReplyObject(redisCommand(c, "SET kept yes"));
     redisFree(c);
     redisproc_kill(&r);
-    cr_assert_eq(redisproc_start(&r, &o, H_START_MS), 0, "%s", r.err);
+    cr_assert_eq(redisproc_start(&r, &o, h_scaled_ms(H_START_MS)), 0, "%s", r.err);
     c = redisConnectUnix(r.sock);
     cr_assert(c && !c->err);
     redisReply *rep = redisCommand(c, "GET kept");
     cr_assert(rep && rep->type == REDIS_REPLY_STRING, "the key did not survive a kill");
     freeReplyObject(rep);
     redisFree(c);
-    cr_assert_eq(redisproc_stop(&r, H_STOP_MS), 0);
+    cr_assert_eq(redisproc_stop(&r, h_scaled_ms(H_STOP_MS)), 0);
 }
 
 ITEST(redisproc, tcp_port)
@@ -167,7 +168,7 @@ ITEST(redisproc, tcp_port)
     for (int tries = 0; tries < 20 && !port; tries++) {
         int cand = 20000 + (int)(getpid() * 7 + tries * 131) % 30000;
         struct redisproc_opts o = {.port = cand, .dir = H.dir, .log = h_path("tcp.log")};
-        if (redisproc_start(&r, &o, H_START_MS) == 0)
+        if (redisproc_start(&r, &o, h_scaled_ms(H_START_MS)) == 0)
             port = cand;
     }
     cr_assert_neq(port, 0, "no free TCP port: %s", r.err);
@@ -183,5 +184,5 @@ ITEST(redisproc, tcp_port)
     cr_assert_not_null(strstr(rep->str, want), "another server on port %d", port);
     freeReplyObject(rep);
     redisFree(c);
-    cr_assert_eq(redisproc_stop(&r, H_STOP_MS), 0);
+    cr_assert_eq(redisproc_stop(&r, h_scaled_ms(H_STOP_MS)), 0);
 }

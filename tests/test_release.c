@@ -42,7 +42,7 @@ ITEST(release, lost_lease_seen_on_the_page_only_gives_elost)
     dlock_lease *l = h_must_acquire(a, "lost-page", 600);
     h_redis_del(h_key("lost-page"));
     /* No dispatch: the LOST event stays unread, only the page tells. */
-    int64_t end = h_now_ms() + H_EVENT_MS;
+    int64_t end = h_deadline(H_EVENT_MS);
     while (dlock_lease_valid(l) && h_now_ms() < end)
         h_sleep_ms(10);
     cr_assert_eq(dlock_lease_valid(l), 0, "the lease page never showed the loss");
@@ -115,7 +115,7 @@ ITEST(release, many_without_dispatch_neither_block_nor_get_lost)
     }
     h_agent_resume(0);
     /* Dispatching writes what waited and reads the answers. */
-    int64_t end = h_now_ms() + 30000;
+    int64_t end = h_deadline(30000);
     long long left;
     while ((left = h_redis_count_keys(h_key("many-*"))) > 0 && h_now_ms() < end) {
         cr_assert_eq(dlock_client_dispatch(a->c), 0);
@@ -142,7 +142,7 @@ ITEST(release, sync_returns_the_agents_verdict)
     /* Lost, event unread: the agent says ENOTFOUND, reported as ELOST. */
     l = h_must_acquire(a, "sync-lost", 600);
     h_redis_del(h_key("sync-lost"));
-    int64_t end = h_now_ms() + H_EVENT_MS;
+    int64_t end = h_deadline(H_EVENT_MS);
     while (dlock_lease_valid(l) && h_now_ms() < end)
         h_sleep_ms(10);
     rc = dlock_lease_release_sync(l);

@@ -119,7 +119,7 @@ static int recv_fds(int fd, uint8_t *buf, size_t n, int fds[2])
         struct msghdr msg = {
             .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, 3000) <= 0)
+        if (poll(&p, 1, h_scaled_ms(3000)) <= 0)
             return -1;
         ssize_t r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
         if (r <= 0)
@@ -548,7 +548,7 @@ ITEST(shm, killed_agent_lease_invalid_before_another_agent_grants)
     h_pump_all(50);
     cr_assert(dlock_lease_valid(la));
     h_agent_kill(0);
-    int64_t end = h_now_ms() + H_EVENT_MS;
+    int64_t end = h_deadline(H_EVENT_MS);
     while (!w.done) {
         cr_assert_lt(h_now_ms(), end, "the other agent never got the lock");
         h_pump(b, 1);

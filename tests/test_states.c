@@ -201,7 +201,7 @@ static void hold_times(const char *agent_ini, const uint32_t asked[3], int64_t o
         l[i] = acquire_bounded(cl[i], name, 2000, asked[i], 0);
         out[i] = -1;
     }
-    int64_t end = h_now_ms() + H_EVENT_MS;
+    int64_t end = h_deadline(H_EVENT_MS);
     while (out[0] < 0 || out[1] < 0 || out[2] < 0) {
         cr_assert_lt(h_now_ms(), end, "no JEOPARDY(EHOLDLIMIT) for every holder: %lld %lld %lld",
                      (long long)out[0], (long long)out[1], (long long)out[2]);
@@ -324,7 +324,7 @@ ITEST(states, stalled_holder_that_touches_again_is_held_again)
 
     /* Touch at once and keep touching: renewed again, HELD, never invalid. */
     dlock_lease_touch(l);
-    int64_t end = h_now_ms() + H_EVENT_MS, next_touch = h_now_ms() + 50;
+    int64_t end = h_deadline(H_EVENT_MS), next_touch = h_now_ms() + 50;
     while (!h_events(a, l, DLOCK_STATE_HELD)) {
         cr_assert_lt(h_now_ms(), end, "no HELD after touching again");
         cr_assert_eq(h_events(a, l, DLOCK_STATE_LOST), 0, "lost although touched in time");
@@ -400,12 +400,12 @@ ITEST(states, touching_a_lost_lease_is_no_progress_for_another)
     H_WAIT_UNTIL(H_EVENT_MS, h_events(a, old, DLOCK_STATE_LOST) > 0);
     int64_t t0 = h_now_ms();
     dlock_lease *l = acquire_bounded(a, "new", 1500, 0, 500);
-    int64_t end = t0 + H_EVENT_MS, next_touch = 0;
+    int64_t end = t0 + h_scaled_ms(H_EVENT_MS), next_touch = 0;
     while (!h_events(a, l, DLOCK_STATE_JEOPARDY)) {
         cr_assert_lt(h_now_ms(), end,
                      "a lease never touched did not stall in %d ms (progress 500 ms): touches of "
                      "a lost lease in the same slot counted for it",
-                     H_EVENT_MS);
+                     h_scaled_ms(H_EVENT_MS));
         if (h_now_ms() >= next_touch) {
             dlock_lease_touch(old);
             next_touch = h_now_ms() + 50;
