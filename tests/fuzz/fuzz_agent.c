@@ -12,8 +12,10 @@
  * what to do (see control()). At the end every connection is shut down,
  * the agent closes them, and the agent is freed: leaks show.
  *
- * What the agent writes back must be well-formed frames of the agent's kinds;
- * anything else aborts. */
+ * What the agent writes back must be well-formed frames of the agent's kinds,
+ * and once every client is gone, every key the store granted must have been
+ * released (or found gone), unless the store failed meanwhile (a release
+ * may then wait for a retry); anything else aborts. */
 #include <errno.h>
 #include <ev.h>
 #include <linux/sockios.h>
@@ -59,6 +61,7 @@ struct stub_op {
     enum op_kind kind;
     backend_cb cb;
     void *arg;
+    char token[33]; /* the key's token (acquire, renew, release) */
     size_t len;
     char name[]; /* OP_NOTICE */
 };
@@ -73,13 +76,18 @@ struct stub {
     unsigned answers; /* answered so far */
     uint64_t fence;
     bool tell_ready; /* on_ready is due: at start, and after an error */
+    bool failed;     /* an answer was an error */
     bool closing;
+    /* The tokens of the keys the store holds for the agent: granted, and
+     * neither released nor found gone by a renewal since. */
+    char (*held)[33];
+    size_t nheld, held_cap;
 };
 
 static struct stub *the_stub;
 
-static int stub_queue(struct stub *s, enum op_kind kind, backend_cb cb, void *arg, const char *name,
-                      size_t len)
+static int stub_queue(struct stub *s, enum op_kind kind, const struct backend_req *req,
+                      backend_cb cb, void *arg, const char *name, size_t len)
 {
     if (s->closing)
         return DLOCK_EUNAVAIL;
@@ -89,6 +97,8 @@ static int stub_queue(struct stub *s, enum op_kind kind, backend_cb cb, void *ar
     op->kind = kind;
     op->cb = cb;
     op->arg = arg;
+    if (req && req->token)
+        snprintf(op->token, sizeof op->token, "%s", req->token);
     op->len = len;
     if (len)
         memcpy(op->name, name, len);
@@ -99,22 +109,51 @@ static int stub_queue(struct stub *s, enum op_kind kind, backend_cb cb, void *ar
     return 0;
 }
 
+/* The store's record of the keys it holds for the agent. */
+static void key_held(struct stub *s, const char *token)
+{
+    if (s->nheld == s->held_cap) {
+        size_t cap = s->held_cap ? 2 * s->held_cap : 16;
+        char(*v)[33] = realloc(s->held, cap * sizeof *v);
+        if (!v)
+            abort();
+        s->held = v;
+        s->held_cap = cap;
+    }
+    memcpy(s->held[s->nheld++], token, 33);
+}
+
+static void key_gone(struct stub *s, const char *token)
+{
+    for (size_t i = 0; i < s->nheld; i++) {
+        if (strcmp(s->held[i], token) == 0) {
+            memcpy(s->held[i], s->held[--s->nheld], 33);
+            return;
+        }
+    }
+}
+
 /* The next answer, by two bits of the input's first byte: acquires are
  * granted, taken or fail; the rest are done, not ours, or fail. */
-static struct backend_result stub_answer(struct stub *s, enum op_kind kind)
+static struct backend_result stub_answer(struct stub *s, const struct stub_op *op)
 {
     unsigned pick = (s->script >> (2 * (s->answers++ % 4))) & 3;
     struct backend_result r = {.at = now_ns()};
     if (pick == 2) {
         r.err = DLOCK_EUNAVAIL;
+        s->failed = true;
         s->tell_ready = true; /* "reconnected" at the next turn */
-    } else if (kind == OP_ACQUIRE && pick == 1) {
+    } else if (op->kind == OP_ACQUIRE && pick == 1) {
         r.outcome = BACKEND_TAKEN;
         r.pttl_ms = s->answers % 50;
-    } else if (kind == OP_ACQUIRE) {
+    } else if (op->kind == OP_ACQUIRE) {
+        key_held(s, op->token);
         r.outcome = BACKEND_DONE;
         r.fence = (s->fence += 100);
     } else {
+        /* A release deletes the key, a renewal may find it gone. */
+        if (op->kind == OP_RELEASE || (op->kind == OP_RENEW && pick == 1))
+            key_gone(s, op->token);
         r.outcome = pick == 1 ? BACKEND_NOT_OURS : BACKEND_DONE;
     }
     return r;
@@ -138,9 +177,11 @@ static void on_stub_idle(struct ev_loop *l, ev_idle *w, int revents)
         s->pending--;
         if (op->kind == OP_NOTICE) {
             s->ev.on_notice(s->ev.arg, op->name, op->len);
-        } else if (op->cb) {
-            struct backend_result r = stub_answer(s, op->kind);
-            op->cb(op->arg, &r);
+        } else {
+            /* A release nobody waits for is carried out all the same. */
+            struct backend_result r = stub_answer(s, op);
+            if (op->cb)
+                op->cb(op->arg, &r);
         }
         free(op);
         op = next;
@@ -149,28 +190,28 @@ static void on_stub_idle(struct ev_loop *l, ev_idle *w, int revents)
 
 static int stub_acquire(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    return stub_queue((struct stub *)b, OP_ACQUIRE, cb, arg, NULL, 0);
+    return stub_queue((struct stub *)b, OP_ACQUIRE, req, cb, arg, NULL, 0);
 }
 
 static int stub_renew(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    return stub_queue((struct stub *)b, OP_RENEW, cb, arg, NULL, 0);
+    return stub_queue((struct stub *)b, OP_RENEW, req, cb, arg, NULL, 0);
 }
 
 static int stub_release(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    return stub_queue((struct stub *)b, OP_RELEASE, cb, arg, NULL, 0);
+    return stub_queue((struct stub *)b, OP_RELEASE, req, cb, arg, NULL, 0);
 }
 
 static int stub_fence(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    return stub_queue((struct stub *)b, OP_FENCE, cb, arg, NULL, 0);
+    return stub_queue((struct stub *)b, OP_FENCE, req, cb, arg, NULL, 0);
 }
 
 /* A subscription is confirmed with a notice for the name (backend.h). */
 static int stub_watch(struct backend *b, const char *name, size_t len, bool on)
 {
-    return on ? stub_queue((struct stub *)b, OP_NOTICE, NULL, NULL, name, len) : 0;
+    return on ? stub_queue((struct stub *)b, OP_NOTICE, NULL, NULL, NULL, name, len) : 0;
 }
 
 static void stub_leave(struct backend *b, const struct backend_req *req)
@@ -216,6 +257,7 @@ static void stub_destroy(struct backend *b)
         free(op);
     }
     the_stub = NULL;
+    free(s->held);
     free(s);
 }
 
@@ -257,6 +299,7 @@ struct peer {
     int fd;          /* -1: not connected */
     bool eof;        /* the agent closed the connection */
     bool deaf;       /* reads none of the agent's replies */
+    bool hello_ok;   /* the agent said HELLO_OK */
     uint64_t *touch; /* the touch page, once HELLO_OK brought it */
     size_t touch_len;
     struct wire_buf in; /* what the agent wrote, not yet checked */
@@ -265,7 +308,8 @@ struct peer {
 static struct peer peers[NPEERS];
 
 /* Whether the agent's bytes so far are whole frames of its kinds, with
- * bodies that decode (a frame cut at the end of the buffer waits). */
+ * bodies that decode (a frame cut at the end of the buffer waits); HELLO_OK
+ * comes once, before anything but the ERROR that refuses the handshake. */
 static void check_frames(struct peer *p)
 {
     size_t off = 0;
@@ -282,9 +326,13 @@ static void check_frames(struct peer *p)
         struct wire_error e;
         struct wire_event ev;
         bool good = false;
+        if (!p->hello_ok && h.type != WIRE_T_HELLO_OK && h.type != WIRE_T_ERROR)
+            abort(); /* an answer before the handshake */
         switch (h.type) {
         case WIRE_T_HELLO_OK:
-            good = wire_get_hello_ok(body, h.len, &ok) == 0 && ok.version == WIRE_VERSION;
+            good = !p->hello_ok && wire_get_hello_ok(body, h.len, &ok) == 0 &&
+                   ok.version == WIRE_VERSION && ok.max_leases == cfg.max_leases_per_conn;
+            p->hello_ok = true;
             break;
         case WIRE_T_GRANTED:
             good = wire_get_granted(body, h.len, &g) == 0 && g.slot < cfg.max_leases_per_conn;
@@ -604,6 +652,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     for (int turn = 0; turn < 10 && a.server.nconns; turn++)
         settle(&a);
+    if (!a.server.nconns && !the_stub->pending && !the_stub->failed && the_stub->nheld) {
+        fprintf(stderr,
+                "fuzz_agent: every client is gone, and the store still holds %zu key(s) "
+                "for the agent, first token %s\n",
+                the_stub->nheld, the_stub->held[0]);
+        abort();
+    }
     agent_free(&a);
     for (int i = 0; i < NPEERS; i++)
         peer_close(&peers[i]);
