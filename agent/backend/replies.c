@@ -82,6 +82,15 @@ bool reply_wrote(bool acquire, long long n)
     return acquire ? n > 0 : n == 1;
 }
 
+/* Whether host may name a node: Redis names its nodes by IP address or host
+ * name, never by a socket path (which the agent's address syntax would take
+ * for one: "unix:/path"). A reply must not point the agent at a local
+ * socket. */
+static bool node_host_ok(const char *host)
+{
+    return strncmp(host, "unix:", 5) != 0 && !strchr(host, '/');
+}
+
 int reply_redirect(const char *text, unsigned *slot, char *name, size_t cap)
 {
     const char *p = strchr(text, ' ');
@@ -89,7 +98,8 @@ int reply_redirect(const char *text, unsigned *slot, char *name, size_t cap)
         return -1;
     char *end;
     unsigned long s = strtoul(p + 1, &end, 10);
-    if (end == p + 1 || *end != ' ' || s >= KEY_SLOTS || !end[1] || strlen(end + 1) >= cap)
+    if (end == p + 1 || *end != ' ' || s >= KEY_SLOTS || !end[1] || strlen(end + 1) >= cap ||
+        !node_host_ok(end + 1))
         return -1;
     *slot = (unsigned)s;
     snprintf(name, cap, "%s", end + 1);
@@ -104,6 +114,8 @@ int reply_slots_node(const redisReply *e, const char *self, char *out, size_t ca
     const char *host = e->element[0]->str;
     if (!host[0] || strcmp(host, "?") == 0)
         host = self;
+    if (!node_host_ok(host))
+        return -1;
     long long port = e->element[1]->integer;
     int n = strchr(host, ':') ? snprintf(out, cap, "[%s]:%lld", host, port)
                               : snprintf(out, cap, "%s:%lld", host, port);

@@ -49,12 +49,13 @@ struct backend_result reply_result(bool acquire, int err, const char *text, long
 bool reply_wrote(bool acquire, long long n);
 
 /* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the slot, and the node's
- * "host:port" into name (cap bytes). 0, or -1 when malformed. */
+ * "host:port" into name (cap bytes). 0, or -1 when malformed (a socket
+ * path, "unix:/...", is no node's name). */
 int reply_redirect(const char *text, unsigned *slot, char *name, size_t cap);
 
 /* The "host:port" of a node entry of CLUSTER SLOTS ([ip, port, id, ...])
  * into out (cap bytes); an empty ip (or "?") means the node that answered,
- * whose host is self. 0, or -1 when malformed or too long. */
+ * whose host is self. 0, or -1 when malformed, too long or a socket path. */
 int reply_slots_node(const redisReply *e, const char *self, char *out, size_t cap);
 
 /* One range of CLUSTER SLOTS ([first, last, master, replica...]): its
