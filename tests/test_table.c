@@ -730,10 +730,11 @@ Test(validity, renewals_due_in_same_quantum_share_due_time)
     }
 }
 
-/* With the tightest settings config_validate accepts (min_ttl_ms >= 10,
- * renew_fraction <= 0.8), the renewal must still fall due before the lease's
- * deadline; agent.c's lease_due() treats a timer firing at or after the
- * deadline as a lost lease. */
+/* Over the whole range of each setting (min_ttl_ms >= 10, renew_fraction
+ * <= 0.8: config_validate refuses some of these pairs, as too short to hold a
+ * lease, but the arithmetic must hold for all), the renewal must still fall
+ * due before the lease's deadline; the core's lease_due() treats a timer
+ * firing at or after the deadline as a lost lease. */
 Test(validity, next_renew_comes_before_deadline_for_valid_settings)
 {
     for (size_t f = 0; f < sizeof fractions / sizeof fractions[0]; f++) {
