@@ -39,6 +39,13 @@ struct env {
 /* Makes the temp dir, starts redis-server and dlockd and waits until both
  * answer. 0, or -1 after printing why (the caller still calls env_stop). */
 int env_start(struct env *e);
+/* The parts of env_start(): the paths of the files in e->dir, redis-server
+ * (ready, its version read), and a dlockd (the one at path dlockd) with
+ * e->conf, ready once a try-once acquire is answered. 0, or -1 after printing
+ * why. */
+void env_set_paths(struct env *e);
+int env_start_redis(struct env *e);
+int env_start_agent(struct env *e, const char *dlockd);
 /* Stops both children (SIGTERM, then SIGKILL after a deadline) and removes
  * the temp dir. Idempotent. */
 void env_stop(struct env *e);

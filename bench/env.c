@@ -165,7 +165,7 @@ static int write_conf(const struct env *e)
     return fclose(f);
 }
 
-static void set_paths(struct env *e)
+void env_set_paths(struct env *e)
 {
     snprintf(e->redis_sock, sizeof e->redis_sock, "%s/redis.sock", e->dir);
     snprintf(e->agent_sock, sizeof e->agent_sock, "%s/dlock.sock", e->dir);
@@ -184,7 +184,7 @@ int env_spawn_redis(struct redisproc *r, const char *dir, const char *sock, cons
     return 0;
 }
 
-static int start_redis(struct env *e)
+int env_start_redis(struct env *e)
 {
     if (env_spawn_redis(&e->redis, e->dir, e->redis_sock, e->redis_log) != 0)
         return -1;
@@ -271,13 +271,13 @@ int agents_wait_ready(struct agent_start *a, int n, uint32_t ttl_ms, int deadlin
     return 0;
 }
 
-static int start_agent(struct env *e)
+int env_start_agent(struct env *e, const char *dlockd)
 {
-    char redis_addr[BENCH_PATH + 8];
+    char redis_addr[BENCH_PATH + 8], what[BENCH_PATH + 16];
     snprintf(redis_addr, sizeof redis_addr, "unix:%s", e->redis_sock);
-    char *argv[] = {DLOCKD_PATH, "-s", e->agent_sock, "-r", redis_addr, "-c", e->conf, NULL};
-    struct agent_start s = {
-        .what = "dlockd (" DLOCKD_PATH ")", .sock = e->agent_sock, .log = e->agent_log};
+    snprintf(what, sizeof what, "dlockd (%s)", dlockd);
+    char *argv[] = {(char *)dlockd, "-s", e->agent_sock, "-r", redis_addr, "-c", e->conf, NULL};
+    struct agent_start s = {.what = what, .sock = e->agent_sock, .log = e->agent_log};
     s.started = now_ns();
     e->agent_pid = env_spawn(argv, e->agent_log);
     if (e->agent_pid < 0) {
@@ -301,14 +301,14 @@ int env_start(struct env *e)
         e->dir[0] = '\0';
         return -1;
     }
-    set_paths(e);
+    env_set_paths(e);
     if (write_conf(e) != 0) {
         fprintf(stderr, "dlock-bench: cannot write %s: %s\n", e->conf, strerror(errno));
         return -1;
     }
-    if (start_redis(e) != 0)
+    if (env_start_redis(e) != 0)
         return -1;
-    return start_agent(e);
+    return env_start_agent(e, DLOCKD_PATH);
 }
 
 /* ---- stop ---- */

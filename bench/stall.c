@@ -89,29 +89,13 @@ static int start(struct env *e, const struct opts *o, char *status_sock, size_t 
         return -1;
     }
     e->keep = o->keep;
-    snprintf(e->redis_sock, sizeof e->redis_sock, "%s/redis.sock", e->dir);
-    snprintf(e->agent_sock, sizeof e->agent_sock, "%s/dlock.sock", e->dir);
-    snprintf(e->conf, sizeof e->conf, "%s/dlockd.conf", e->dir);
-    snprintf(e->redis_log, sizeof e->redis_log, "%s/redis.log", e->dir);
-    snprintf(e->agent_log, sizeof e->agent_log, "%s/dlockd.log", e->dir);
+    env_set_paths(e);
     snprintf(status_sock, len, "%s/status.sock", e->dir);
     if (write_conf(e, o->dlockd, status_sock) != 0)
         return -1;
-    if (env_spawn_redis(&e->redis, e->dir, e->redis_sock, e->redis_log) != 0 ||
-        redisproc_wait_ready(&e->redis, 10000) != 0)
+    if (env_start_redis(e) != 0)
         return -1;
-    char redis_addr[BENCH_PATH + 8];
-    snprintf(redis_addr, sizeof redis_addr, "unix:%s", e->redis_sock);
-    char *argv[] = {(char *)o->dlockd, "-s", e->agent_sock, "-r", redis_addr, "-c", e->conf, NULL};
-    struct agent_start s = {.what = "dlockd", .sock = e->agent_sock, .log = e->agent_log};
-    s.started = now_ns();
-    e->agent_pid = env_spawn(argv, e->agent_log);
-    if (e->agent_pid < 0) {
-        e->agent_pid = 0;
-        return -1;
-    }
-    s.pid = &e->agent_pid;
-    return agents_wait_ready(&s, 1, 30000, 10000);
+    return env_start_agent(e, o->dlockd);
 }
 
 /* ---- the leases ---- */
