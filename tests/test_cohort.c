@@ -22,6 +22,30 @@ static long long waiting_hosts(const char *name)
     return n;
 }
 
+/* The server's clock in ms (the record's times are the server's). */
+static long long server_ms(void)
+{
+    redisReply *r = h_redis_cmd("TIME");
+    long long ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+/* When the of name's record lapses (server ms), the only
+ * entry there; -1 when there is none. */
+static long long entry_expires(const char *name)
+{
+    char key[256];
+    snprintf(key, sizeof key, "dlock:{dlock:%s} waiting", name);
+    redisReply *r = h_redis_cmd("HGETALL %s", key);
+    long long since = -1, exp = -1;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        sscanf(r->element[1]->str, "%lld %lld", &since, &exp) != 2)
+        exp = -1;
+    freeReplyObject(r);
+    return exp;
+}
+
 /* Client a of agent 0 holds "job" (TTL 2 s) while client b waits for it;
  * a releases, b is granted. Returns b's grant; *value is the key's value
  * while a held it, *fa a's fencing token. */
@@ -149,7 +173,7 @@ ITEST(cohort, try_once_and_foreign_clients_with_a_waiting_host)
 
 /* A host whose waiters all give up leaves the record at once: the other
  * hosts need not wait for its entry to lapse (3 s, the cap, with this
- * fallback). */
+ * fallback); it is gone before it could have lapsed. */
 ITEST(cohort, a_host_whose_waiters_give_up_leaves_the_record)
 {
     h_start_two("retry_fallback_ms = 10000");
@@ -158,24 +182,17 @@ ITEST(cohort, a_host_whose_waiters_give_up_leaves_the_record)
     struct h_acq wb;
     h_acquire_async(b, "gone", 5000, 300, &wb);
     H_WAIT_UNTIL(H_EVENT_MS, waiting_hosts("gone") == 1);
+    long long expires = entry_expires("gone");
     H_WAIT_UNTIL(H_EVENT_MS, wb.done);
     cr_assert_eq(wb.status, DLOCK_ETIMEDOUT, "%s (%d)", dlock_strerror(wb.status), wb.status);
     H_WAIT_UNTIL(H_EVENT_MS, waiting_hosts("gone") == 0);
+    cr_assert_lt(server_ms(), expires, "the entry lapsed; the host did not leave");
     cr_assert_eq(dlock_lease_release(la), 0);
     H_KEY_GONE(h_key("gone"));
     /* The free lock is not busy to a try-once of host A. */
     dlock_lease *lc = NULL;
     cr_assert_eq(h_acquire(c, "gone", 5000, 0, &lc), 0);
     cr_assert_eq(dlock_lease_release(lc), 0);
-}
-
-/* The server's clock in ms (the record's times are the server's). */
-static long long server_ms(void)
-{
-    redisReply *r = h_redis_cmd("TIME");
-    long long ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
-    freeReplyObject(r);
-    return ms;
 }
 
 /* Writes an entry of agent id into name's record, older than any other,
@@ -215,6 +232,49 @@ ITEST(cohort, a_dead_hosts_entry_holds_the_others_back_no_longer_than_the_cap)
     h_acquire_async(a, "near", 5000, DLOCK_WAIT_FOREVER, &w);
     H_WAIT_UNTIL(H_EVENT_MS, w.done || waiting_hosts("near") == 2);
     cr_assert_not(w.done, "granted past another host's live entry");
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, 0, "%s (%d)", dlock_strerror(w.status), w.status);
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+}
+
+/* Two hosts that joined the record in the same millisecond are ordered by
+ * their ids, the same for both: the agent does not take the lock while a
+ * live entry as old as its own has the lower id. */
+ITEST(cohort, hosts_that_joined_in_the_same_millisecond_go_by_id)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    const char *low = "0000000000000000";
+    plant_entry("tie", low, 2800);
+    struct h_acq w;
+    h_acquire_async(a, "tie", 5000, DLOCK_WAIT_FOREVER, &w);
+    H_WAIT_UNTIL(H_EVENT_MS, waiting_hosts("tie") == 2);
+    /* The agent's own entry: its id, SINCE and EXPIRES. */
+    const char *key = "dlock:{dlock:tie} waiting";
+    redisReply *r = h_redis_cmd("HGETALL %s", key);
+    cr_assert_eq(r->elements, 4);
+    int mine = strcmp(r->element[0]->str, low) == 0 ? 2 : 0;
+    long long since = 0, expires = 0;
+    cr_assert_eq(sscanf(r->element[mine + 1]->str, "%lld %lld", &since, &expires), 2);
+    char id[32];
+    snprintf(id, sizeof id, "%s", r->element[mine]->str);
+    freeReplyObject(r);
+    cr_assert_gt(strcmp(id, low), 0);
+    /* The planted host joined in the same millisecond, and its id is lower. */
+    char value[64];
+    snprintf(value, sizeof value, "%lld %lld", since, server_ms() + 2800);
+    freeReplyObject(h_redis_cmd("HSET %s %s %s", key, low, value));
+    /* The agent tries again (its entry is refreshed) and still waits. */
+    H_WAIT_UNTIL(H_EVENT_MS, w.done || ({
+                                 redisReply *e = h_redis_cmd("HGET %s %s", key, id);
+                                 long long s2 = 0, e2 = 0;
+                                 if (e->str)
+                                     sscanf(e->str, "%lld %lld", &s2, &e2);
+                                 freeReplyObject(e);
+                                 e2 > expires;
+                             }));
+    cr_assert_not(w.done, "granted ahead of a host as old with a lower id");
+    /* Once that host's entry lapses, the lock is the agent's. */
     H_WAIT_UNTIL(H_EVENT_MS, w.done);
     cr_assert_eq(w.status, 0, "%s (%d)", dlock_strerror(w.status), w.status);
     cr_assert_eq(dlock_lease_release(w.lease), 0);

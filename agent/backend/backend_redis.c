@@ -56,7 +56,9 @@ enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_COUNT };
 /* The waiting-hosts record (KEYS[3] of acquire): a hash of agent id ->
  * "SINCE EXPIRES", server times in ms. queue_turn() drops the expired
  * entries and returns the id of the oldest live entry of another agent when
- * it is older than the caller's (ARGV[5]), else nil; join() adds or
+ * it is older than the caller's (ARGV[5]), else nil: entries are ordered by
+ * SINCE, then by agent id, so that two hosts that joined in the same
+ * millisecond agree on which goes first; join() adds or
  * refreshes the caller's entry for ARGV[6] ms, keeping its SINCE (0: a
  * try-once acquire, which does not join). No entry lives longer than
  * BACKEND_WAIT_ENTRY_MAX_MS: join() writes no longer one,
@@ -78,10 +80,13 @@ enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_COUNT };
     "since = tonumber(since) exp = tonumber(exp) "                                                 \
     "if not exp or exp <= now or exp > now + " WAIT_ENTRY_MAX " then "                             \
     "redis.call('hdel', KEYS[3], all[i]) "                                                         \
-    "elseif all[i] ~= me and (not first or since < first_since) then "                             \
+    "elseif all[i] ~= me and (not first or since < first_since or "                                \
+    "(since == first_since and all[i] < first)) then "                                             \
     "first, first_since = all[i], since end end "                                                  \
     "if first then local mine = redis.call('hget', KEYS[3], me) "                                  \
-    "if mine and tonumber(string.match(mine, '^(%d+)')) <= first_since then return nil end end "   \
+    "if mine then local ms = tonumber(string.match(mine, '^(%d+)')) "                              \
+    "if ms and (ms < first_since or (ms == first_since and me < first)) then return nil end end "  \
+    "end "                                                                                         \
     "return first end "                                                                            \
     "local function join() local want = math.min(tonumber(ARGV[6]), " WAIT_ENTRY_MAX ") "          \
     "if want <= 0 then return end "                                                                \
