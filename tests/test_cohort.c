@@ -237,10 +237,10 @@ ITEST(cohort, a_dead_hosts_entry_holds_the_others_back_no_longer_than_the_cap)
     cr_assert_eq(dlock_lease_release(w.lease), 0);
 }
 
-/* Two hosts that joined the record in the same millisecond are ordered by
+/* Two hosts whose entries joined the record at the same time are ordered by
  * their ids, the same for both: the agent does not take the lock while a
  * live entry as old as its own has the lower id. */
-ITEST(cohort, hosts_that_joined_in_the_same_millisecond_go_by_id)
+ITEST(cohort, hosts_that_joined_at_the_same_time_go_by_id)
 {
     h_start(NULL);
     struct h_cl *a = h_client();
@@ -260,7 +260,7 @@ ITEST(cohort, hosts_that_joined_in_the_same_millisecond_go_by_id)
     snprintf(id, sizeof id, "%s", r->element[mine]->str);
     freeReplyObject(r);
     cr_assert_gt(strcmp(id, low), 0);
-    /* The planted host joined in the same millisecond, and its id is lower. */
+    /* The planted host joined at the same time, and its id is lower. */
     char value[64];
     snprintf(value, sizeof value, "%lld %lld", since, server_ms() + 2800);
     freeReplyObject(h_redis_cmd("HSET %s %s %s", key, low, value));

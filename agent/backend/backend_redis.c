@@ -54,17 +54,17 @@ enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_COUNT };
     "local v = redis.call('get', KEYS[1]) "                                                        \
     "local ours = v == ARGV[1] or (v and string.sub(v, 1, 33) == ARGV[1] .. ' ') "
 /* The waiting-hosts record (KEYS[3] of acquire): a hash of agent id ->
- * "SINCE EXPIRES", server times in ms. queue_turn() drops the expired
- * entries and returns the id of the oldest live entry of another agent when
- * it is older than the caller's (ARGV[5]), else nil: entries are ordered by
- * SINCE, then by agent id, so that two hosts that joined in the same
- * millisecond agree on which goes first; join() adds or
- * refreshes the caller's entry for ARGV[6] ms, keeping its SINCE (0: a
- * try-once acquire, which does not join). No entry lives longer than
- * BACKEND_WAIT_ENTRY_MAX_MS: join() writes no longer one,
- * and queue_turn() drops one that claims more, so that no agent's setting
- * (nor an earlier version's) makes the other hosts wait long for an agent
- * that died. */
+ * "SINCE EXPIRES", server times, SINCE in microseconds (in ms from earlier
+ * versions, told apart by size: us_of()), EXPIRES in ms. queue_turn() drops
+ * the expired entries and returns the id of the oldest live entry of
+ * another agent when it is older than the caller's (ARGV[5]), else nil;
+ * entries are ordered by SINCE, then by agent id, so that every host agrees
+ * on which goes first. join() adds or refreshes the caller's entry for
+ * ARGV[6] ms, keeping its SINCE (0: a try-once acquire, which does not
+ * join). No entry lives longer than BACKEND_WAIT_ENTRY_MAX_MS: join() writes
+ * no longer one, and queue_turn() drops one that claims more, so that no
+ * agent's setting (nor an earlier version's) makes the other hosts wait
+ * long for an agent that died. */
 #define STRINGIFY(x)   #x
 #define STRING_OF(x)   STRINGIFY(x)
 #define WAIT_ENTRY_MAX STRING_OF(BACKEND_WAIT_ENTRY_MAX_MS)
@@ -72,27 +72,29 @@ enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_COUNT };
     "local us local function clock() if not us then local t = redis.call('time') "                 \
     "us = tonumber(t[1]) * 1000000 + tonumber(t[2]) end return us end "                            \
     "local me, queued = ARGV[5], false "                                                           \
+    "local function us_of(v) local n = tonumber(v) if n and n < 1e14 then n = n * 1000 end "       \
+    "return n end "                                                                                \
     "local function queue_turn() if redis.call('exists', KEYS[3]) == 0 then return nil end "       \
     "queued = true "                                                                               \
     "local now = math.floor(clock() / 1000) local all = redis.call('hgetall', KEYS[3]) "           \
     "local first, first_since for i = 1, #all, 2 do "                                              \
     "local since, exp = string.match(all[i + 1], '^(%d+) (%d+)$') "                                \
-    "since = tonumber(since) exp = tonumber(exp) "                                                 \
+    "since = us_of(since) exp = tonumber(exp) "                                                    \
     "if not exp or exp <= now or exp > now + " WAIT_ENTRY_MAX " then "                             \
     "redis.call('hdel', KEYS[3], all[i]) "                                                         \
     "elseif all[i] ~= me and (not first or since < first_since or "                                \
     "(since == first_since and all[i] < first)) then "                                             \
     "first, first_since = all[i], since end end "                                                  \
     "if first then local mine = redis.call('hget', KEYS[3], me) "                                  \
-    "if mine then local ms = tonumber(string.match(mine, '^(%d+)')) "                              \
-    "if ms and (ms < first_since or (ms == first_since and me < first)) then return nil end end "  \
+    "if mine then local t = us_of(string.match(mine, '^(%d+)')) "                                  \
+    "if t and (t < first_since or (t == first_since and me < first)) then return nil end end "     \
     "end "                                                                                         \
     "return first end "                                                                            \
     "local function join() local want = math.min(tonumber(ARGV[6]), " WAIT_ENTRY_MAX ") "          \
     "if want <= 0 then return end "                                                                \
     "local now = math.floor(clock() / 1000) "                                                      \
     "local mine = redis.call('hget', KEYS[3], me) "                                                \
-    "local since = mine and string.match(mine, '^(%d+) ') or string.format('%d', now) "            \
+    "local since = mine and string.match(mine, '^(%d+) ') or string.format('%d', clock()) "        \
     "redis.call('hset', KEYS[3], me, since .. ' ' .. string.format('%d', now + want)) "            \
     "if redis.call('pttl', KEYS[3]) < want then redis.call('pexpire', KEYS[3], want) end end "
 static const char *const script_src[S_COUNT] = {
