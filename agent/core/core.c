@@ -151,8 +151,7 @@ static const char *answer_text(struct core *k, int err, uint64_t now, char *buf,
  * would send an operator after the wrong cause. */
 static void note_store_why(struct core *k, const struct backend_result *r)
 {
-    snprintf(k->store_why, sizeof k->store_why, "%s",
-             r->err && r->error_text ? r->error_text : "");
+    snprintf(k->store_why, sizeof k->store_why, "%s", r->err && r->error_text ? r->error_text : "");
 }
 
 /* Removes a waiter; err != 0 answers its request with that error. */
@@ -477,9 +476,14 @@ static void lease_due(struct core *k, struct lease *le, uint64_t now)
         timer_set(k, &le->timer, le->deadline);
         return;
     }
+    if (k->retries_at != now) {
+        k->retries_at = now;
+        k->turn_retries = 0;
+    }
     if (le->state == DLOCK_STATE_JEOPARDY && k->turn_retries >= RETRIES_PER_TURN) {
-        /* A bounded number of leases in jeopardy try again per loop turn:
-         * after an outage they do not all go at once, ahead of the rest. */
+        /* A bounded number of leases in jeopardy try again per loop turn
+         * (per tick: each turn has a time of its own): after an outage they
+         * do not all go at once, ahead of the rest. */
         timer_set(k, &le->timer, now + 1);
         return;
     }
@@ -634,7 +638,6 @@ static void keep_key(struct core *k, struct lease *le)
 
 void core_flush(struct core *k, uint64_t now)
 {
-    k->turn_retries = 0;
     while (k->kept) {
         struct lock *l = k->kept;
         k->kept = l->kept_next;

@@ -87,8 +87,9 @@ struct core {
     char store_why[128];       /* what the store said of the last acquire's failure */
     bool shutting_down;
     struct lock *kept;     /* locks kept for a handoff in this loop turn */
-    unsigned turn_retries; /* renewals of leases in jeopardy sent in this loop turn */
-    char host[64];         /* for holder records */
+    unsigned turn_retries; /* renewals of leases in jeopardy sent at retries_at */
+    uint64_t retries_at;
+    char host[64]; /* for holder records */
     /* This agent's id in the waiting-hosts records of the store. */
     char waiter_id[BACKEND_WAITER_ID_MAX + 1];
 };
@@ -169,8 +170,7 @@ bool core_walk_locks(const struct core *k, uint64_t *cursor, size_t budget, core
                      void *arg);
 /* Calls fn for the lock of one name, when the core knows it; whether it
  * did. */
-bool core_find_lock(const struct core *k, const char *name, size_t len, core_lock_fn fn,
-                    void *arg);
+bool core_find_lock(const struct core *k, const char *name, size_t len, core_lock_fn fn, void *arg);
 
 #ifdef DLOCK_PLANTED_BUGS
 /* Known bugs the simulator must catch (tests/sim): set by the simulator,
