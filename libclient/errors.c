@@ -15,7 +15,7 @@ static const char *const error_messages[] = {
     "timed out waiting for the lock",             /* DLOCK_ETIMEDOUT */
     "lock name too long",                         /* DLOCK_ENAMETOOLONG */
     "invalid lock name",                          /* DLOCK_EBADNAME */
-    "lease or waiter limit reached",              /* DLOCK_ELIMIT */
+    "lease, waiter or renewal limit reached",     /* DLOCK_ELIMIT */
     "no such lease",                              /* DLOCK_ENOTFOUND */
     "lease lost",                                 /* DLOCK_ELOST */
     "Redis is unreachable",                       /* DLOCK_EUNAVAIL */
