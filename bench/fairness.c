@@ -194,17 +194,17 @@ static int one_run(const char *sock, uint32_t victim_ttl, int conns, uint32_t fl
     int out[2] = {-1, -1};
     pid_t pid = 0;
     if (conns) {
-        if (pipe(out) != 0)
-            return -1;
         fflush(NULL);
-        pid = fork();
+        if (pipe(out) != 0 || (pid = fork()) < 0) {
+            fprintf(stderr, "dlock-bench: fairness: %s\n", strerror(errno));
+            dlock_client_close(c); /* the leases go with it */
+            return -1;
+        }
         if (pid == 0) {
             close(out[0]);
             flood(sock, conns, flood_ttl, seconds, out[1]);
         }
         close(out[1]);
-        if (pid < 0)
-            return -1;
         side_track_worker(0, pid);
     }
     struct lat late = {0}, shown = {0};
