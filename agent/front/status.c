@@ -74,11 +74,19 @@ struct sconn {
     struct asker who;
 };
 
+/* A listing is done (whole, cut or failed): it no longer takes a share. */
+static void listing_end(struct sconn *c)
+{
+    if (c->listing) {
+        c->listing = false;
+        c->st->listings--;
+    }
+}
+
 static void sconn_close(struct sconn *c)
 {
     struct status *st = c->st;
-    if (c->listing)
-        st->listings--;
+    listing_end(c);
     ev_io_stop(st->loop, &c->io);
     ev_timer_stop(st->loop, &c->timer);
     close(c->fd);
@@ -132,20 +140,15 @@ static bool render_more(struct sconn *c)
     }
     struct status *st = c->st;
     size_t share = STATUS_TURN_LOCKS / st->listings;
-    if (status_answer_next(&st->src, &c->ans, share, STATUS_HIGH_WATER, b)) {
-        c->listing = false;
-        st->listings--;
-    }
+    if (status_answer_next(&st->src, &c->ans, share, STATUS_HIGH_WATER, b))
+        listing_end(c);
     if (!b->oom)
         return true;
     if (c->sent_any)
         return false;
     free(b->p);
     *b = (struct sbuf){0};
-    if (c->listing) {
-        c->listing = false;
-        st->listings--;
-    }
+    listing_end(c);
     sb_printf(b, "error: out of memory\n");
     return true;
 }
