@@ -250,6 +250,10 @@ static void op_send(struct qop *op, unsigned i)
 static bool node_counts(const struct qb *q, unsigned i, uint64_t now)
 {
     const struct backend *be = q->node[i].be;
+#ifdef DLOCK_PLANTED_BUGS
+    if (core_bug == CORE_BUG_QUORUM_NO_EXCLUSION)
+        return true;
+#endif
     return !be->ops->counts || be->ops->counts(be, now);
 }
 

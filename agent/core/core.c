@@ -221,6 +221,10 @@ static void on_released(void *arg, const struct backend_result *r)
         send_orphan(k, o, r->at);
         return;
     }
+    if (r->err && PLANTED(CORE_BUG_DROP_RELEASE)) {
+        free(o);
+        return;
+    }
     if (r->err) {
         /* Not done, or not known to be done: compare-and-delete again. */
         log_debug("release of %s not confirmed (%s); will retry", o->name, errname(r->err));
@@ -316,7 +320,8 @@ static void lease_lose(struct core *k, struct lease *le, int reason, bool may_ow
     struct lock *l = le->lock;
     struct core_client *c = le->owner;
     struct wire_event ev = {.lease_id = le->id, .state = DLOCK_STATE_LOST, .reason = reason};
-    k->env.event(k->env.arg, c, &ev);
+    if (!PLANTED(CORE_BUG_SILENT_LOSS))
+        k->env.event(k->env.arg, c, &ev);
     log_info("lease on %s held by pid %d lost: %s", l->name, (int)c->pid, errname(reason));
     k->stats.losses++;
     if (may_own)
@@ -370,6 +375,10 @@ static void lease_timer(struct core *k, struct lease *le, uint64_t due)
 /* The next renewal after one sent at t_send succeeded. */
 static void lease_schedule(struct core *k, struct lease *le, uint64_t t_send)
 {
+    if (PLANTED(CORE_BUG_RENEW_STORM) && le->renewals) {
+        lease_timer(k, le, t_send + 1);
+        return;
+    }
     lease_timer(k, le, lease_next_renew(t_send, le->ttl_ms, k->cfg->renew_fraction));
 }
 
@@ -407,7 +416,7 @@ static void on_renewed(void *arg, const struct backend_result *r)
          * (Backends answer such commands with an error; this is the core's
          * own guard.) Ask again at once. */
         timer_set(k, &le->timer, now);
-    } else if (r->err == 0 && r->outcome == BACKEND_DONE) {
+    } else if (r->err == 0 && (r->outcome == BACKEND_DONE || PLANTED(CORE_BUG_NOT_OURS_RENEWS))) {
         if (le->doubt_since)
             log_info("lease on %s confirmed after the failover", le->lock->name);
         le->doubt_since = 0;
@@ -435,9 +444,9 @@ static void on_renewed(void *arg, const struct backend_result *r)
  * and ignored when older than the grant (a slot's previous lease). */
 static int hold_check(struct core *k, const struct lease *le, uint64_t now)
 {
-    if (le->hold_until && now >= le->hold_until)
+    if (le->hold_until && now >= le->hold_until && !PLANTED(CORE_BUG_HOLD_FOREVER))
         return DLOCK_EHOLDLIMIT;
-    if (!le->progress_ns)
+    if (!le->progress_ns || PLANTED(CORE_BUG_NO_PROGRESS))
         return 0;
     uint64_t touched = k->env.slot_touched(k->env.arg, le->owner, le->slot);
     if (touched > now)
@@ -472,7 +481,8 @@ static void lease_due(struct core *k, struct lease *le, uint64_t now)
         return;
     }
     if (le->renew_sent) {
-        lease_set_state(k, le, DLOCK_STATE_JEOPARDY, DLOCK_EUNAVAIL);
+        if (!PLANTED(CORE_BUG_NO_JEOPARDY))
+            lease_set_state(k, le, DLOCK_STATE_JEOPARDY, DLOCK_EUNAVAIL);
         timer_set(k, &le->timer, le->deadline);
         return;
     }
@@ -614,9 +624,9 @@ static bool may_keep(const struct core *k, const struct lease *le, uint64_t now)
     const struct lock *l = le->lock;
     uint64_t half = (uint64_t)le->ttl_ms * NS_PER_MS / 2;
     uint64_t cohort_end = l->acq_sent + (uint64_t)k->cfg->cohort_ms * NS_PER_MS;
-    return l->cohort_left && now < cohort_end && !k->shutting_down &&
-           le->state == DLOCK_STATE_HELD && !le->renew_sent && !le->stopped && !le->doubt_since &&
-           now + half < le->deadline;
+    return l->cohort_left && (now < cohort_end || PLANTED(CORE_BUG_COHORT_UNBOUNDED)) &&
+           !k->shutting_down && le->state == DLOCK_STATE_HELD && !le->renew_sent && !le->stopped &&
+           !le->doubt_since && now + half < le->deadline;
 }
 
 /* Keeps le's key on its lock for a local acquire in this loop turn. */
@@ -656,7 +666,8 @@ void core_flush(struct core *k, uint64_t now)
  * now. */
 static bool ride_outage(struct core *k, struct lock *l, struct waiter *w, int err, uint64_t now)
 {
-    if ((err != DLOCK_EUNAVAIL && err != DLOCK_ENOQUORUM) || w->try_once || k->shutting_down)
+    if ((err != DLOCK_EUNAVAIL && err != DLOCK_ENOQUORUM) || w->try_once || k->shutting_down ||
+        PLANTED(CORE_BUG_NO_OUTAGE_RIDE))
         return false;
     uint64_t grace = (uint64_t)k->cfg->outage_wait_ms * NS_PER_MS;
     if (!k->down_since)

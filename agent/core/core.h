@@ -177,15 +177,25 @@ bool core_find_lock(const struct core *k, const char *name, size_t len, core_loc
  * compiled only into its copy of the core. */
 enum core_bug {
     CORE_BUG_NONE,
-    CORE_BUG_NO_DRIFT,           /* validity without the drift allowance */
-    CORE_BUG_RENEW_FROM_REPLY,   /* renewal extends from the reply, not the send */
-    CORE_BUG_GRANT_LATE,         /* grants a reply that came after the validity */
-    CORE_BUG_NO_WITHDRAW,        /* an unanswered acquire is not withdrawn */
-    CORE_BUG_JEOPARDY_VALID,     /* a failed renewal extends the deadline anyway */
-    CORE_BUG_QUORUM_LOW_FENCE,   /* quorum: grants the lowest proposal, writes back nowhere */
-    CORE_BUG_NO_REWATCH,         /* a waiter behind a pending retry does not listen for notices */
-    CORE_BUG_DOUBT_IGNORED,      /* a failover leaves the leases' pages valid until renewed */
-    CORE_BUG_HANDOFF_SAME_FENCE, /* a handoff grants the previous holder's token again */
+    CORE_BUG_NO_DRIFT,            /* validity without the drift allowance */
+    CORE_BUG_RENEW_FROM_REPLY,    /* renewal extends from the reply, not the send */
+    CORE_BUG_GRANT_LATE,          /* grants a reply that came after the validity */
+    CORE_BUG_NO_WITHDRAW,         /* an unanswered acquire is not withdrawn */
+    CORE_BUG_JEOPARDY_VALID,      /* a failed renewal extends the deadline anyway */
+    CORE_BUG_QUORUM_LOW_FENCE,    /* quorum: grants the lowest proposal, writes back nowhere */
+    CORE_BUG_NO_REWATCH,          /* a waiter behind a pending retry does not listen for notices */
+    CORE_BUG_DOUBT_IGNORED,       /* a failover leaves the leases' pages valid until renewed */
+    CORE_BUG_HANDOFF_SAME_FENCE,  /* a handoff grants the previous holder's token again */
+    CORE_BUG_HOLD_FOREVER,        /* renewal goes on past the maximum hold */
+    CORE_BUG_NO_PROGRESS,         /* a stalled holder's lease is renewed all the same */
+    CORE_BUG_SILENT_LOSS,         /* a lost lease leaves its page without a LOST event */
+    CORE_BUG_NO_JEOPARDY,         /* an overdue renewal is not reported before the deadline */
+    CORE_BUG_COHORT_UNBOUNDED,    /* handoffs go on past cohort_ms */
+    CORE_BUG_DROP_RELEASE,        /* a release that failed is not sent again */
+    CORE_BUG_NOT_OURS_RENEWS,     /* a renewal answered "not yours" extends the lease */
+    CORE_BUG_NO_OUTAGE_RIDE,      /* a waiter fails at the first outage */
+    CORE_BUG_RENEW_STORM,         /* renews again as soon as a renewal is confirmed */
+    CORE_BUG_QUORUM_NO_EXCLUSION, /* quorum: a restarted node counts at once */
 };
 extern enum core_bug core_bug;
 #endif

@@ -29,6 +29,16 @@ static const struct bug bugs[] = {
     {"no_confirm", -2},
     {"doubt_ignored", CORE_BUG_DOUBT_IGNORED},
     {"handoff_same_fence", CORE_BUG_HANDOFF_SAME_FENCE},
+    {"hold_forever", CORE_BUG_HOLD_FOREVER},
+    {"no_progress", CORE_BUG_NO_PROGRESS},
+    {"silent_loss", CORE_BUG_SILENT_LOSS},
+    {"no_jeopardy", CORE_BUG_NO_JEOPARDY},
+    {"cohort_unbounded", CORE_BUG_COHORT_UNBOUNDED},
+    {"drop_release", CORE_BUG_DROP_RELEASE},
+    {"not_ours_renews", CORE_BUG_NOT_OURS_RENEWS},
+    {"no_outage_ride", CORE_BUG_NO_OUTAGE_RIDE},
+    {"renew_storm", CORE_BUG_RENEW_STORM},
+    {"quorum_no_exclusion", CORE_BUG_QUORUM_NO_EXCLUSION},
 #endif
     {NULL, 0},
 };

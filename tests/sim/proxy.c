@@ -5,9 +5,11 @@
  * checks what the core does with the answer before it returns: an acquire
  * that failed, or that took the key without a grant, or (when the store asks
  * for it) missed, must be followed by a release of its token at once; and
- * the token of a grant is known for the key-life check. In sentinel mode
- * the renewals are watched too: one sent after the agent heard of a
- * failover, and answered that the key is there, confirms its lease. */
+ * the token of a grant is known for the key-life check. The renewals are
+ * watched (their rate and bounded holds; in sentinel mode, one sent after
+ * the agent heard of a failover, and answered that the key is there,
+ * confirms its lease), and so are the releases, which must reach every
+ * node, and the acquires' answers, which tell an outage. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +37,7 @@ static void on_acquired(void *arg, const struct backend_result *r)
     struct agent *ag = pc->p->ag;
     struct sim *s = ag->s;
     const char *saved = ag->watch_token;
+    sim_acquire_answered(ag, r);
     ag->watch_token = pc->token;
     ag->watch_released = ag->watch_granted = false;
     pc->cb(pc->arg, r);
@@ -67,10 +70,12 @@ static int p_acquire(struct backend *b, const struct backend_req *req, backend_c
     pc->arg = arg;
     snprintf(pc->name, sizeof pc->name, "%.*s", (int)req->len, req->name);
     memcpy(pc->token, req->token, 32);
-    sim_acquire_sent(p->ag, req->name, req->len);
+    sim_acquire_sent(p->ag, req);
     int rc = p->inner->ops->acquire(p->inner, req, on_acquired, pc);
-    if (rc)
+    if (rc) {
         free(pc);
+        sim_acquire_answered(p->ag, &(struct backend_result){.err = rc, .at = agent_now(p->ag)});
+    }
     return rc;
 }
 
@@ -95,6 +100,7 @@ static void on_renewed(void *arg, const struct backend_result *r)
 static int p_renew(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
 {
     struct proxy *p = (struct proxy *)b;
+    sim_renew_sent(p->ag, req->token);
     if (!p->ag->s->sentinel)
         return p->inner->ops->renew(p->inner, req, cb, arg);
     struct prenew *pr = calloc(1, sizeof *pr);
@@ -117,6 +123,7 @@ static int p_release(struct backend *b, const struct backend_req *req, backend_c
     struct agent *ag = p->ag;
     if (ag->watch_token && req->token && memcmp(req->token, ag->watch_token, 32) == 0)
         ag->watch_released = true;
+    sim_release_sent(ag, req);
     return p->inner->ops->release(p->inner, req, cb, arg);
 }
 

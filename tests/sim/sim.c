@@ -82,11 +82,31 @@ void sim_released(struct sim *s, const char *name, size_t len)
             s->wake_due[a][n] = s->now + WAKE_BOUND;
 }
 
-void sim_acquire_sent(struct agent *ag, const char *name, size_t len)
+void sim_acquire_sent(struct agent *ag, const struct backend_req *req)
 {
-    int n = sim_name_index(ag->s, name, len);
-    if (n >= 0)
-        ag->s->wake_due[ag->id][n] = 0;
+    struct sim *s = ag->s;
+    int n = sim_name_index(s, req->name, req->len);
+    if (n < 0)
+        return;
+    s->wake_due[ag->id][n] = 0;
+    memcpy(ag->acq[n].token, req->token, 32);
+    ag->acq[n].token[32] = '\0';
+    ag->acq[n].sent_at = agent_now(ag);
+    ag->acq[n].sent_vt = s->now;
+    ag->acq[n].block = req->block;
+}
+
+/* The outage-aware liveness check sees the store's answers to acquires as
+ * the core does: the outage runs from its first failure until an acquire
+ * is answered or the store comes back (on_ready). */
+void sim_acquire_answered(struct agent *ag, const struct backend_result *r)
+{
+    if (r->err == DLOCK_EUNAVAIL || r->err == DLOCK_ENOQUORUM) {
+        if (!ag->down_since)
+            ag->down_since = r->at;
+    } else if (!r->err) {
+        ag->down_since = 0;
+    }
 }
 
 static void check_wakeup(struct sim *s)
@@ -164,6 +184,294 @@ void sim_renewed(struct agent *ag, const char *token, uint64_t sent_at)
 static void client_next(struct sclient *c, uint64_t delay);
 static void client_crash_at(struct sclient *c, uint64_t delay);
 
+/* ---- the promises of a lease's life ---- */
+
+/* What a send at t buys: the validity of docs/protocol.md (lease_deadline()). */
+static uint64_t validity_ns(uint32_t ttl_ms)
+{
+    return MS(ttl_ms) - MS(ttl_ms) / 100 - MS(2);
+}
+
+/* A bound the client asked for, else the agent's default, capped by its
+ * limit (docs/protocol.md, ACQUIRE). */
+static uint32_t hold_bound(uint32_t asked, uint32_t dflt, uint32_t limit)
+{
+    uint32_t v = asked ? asked : dflt;
+    return limit && (v == 0 || v > limit) ? limit : v;
+}
+
+/* The last touch of a paused holder's lease, as the core reads it: the
+ * later of its touch and the hold's start. */
+static uint64_t last_touch(const struct sclient *c)
+{
+    return c->pause_touch > c->hold_from ? c->pause_touch : c->hold_from;
+}
+
+/* Renewals of one lease per TTL: one per ttl x renew_fraction, twice that
+ * where the grid and the half-way rule move them, ten retries of a failing
+ * one (ttl/10 apart) and a few at once (a doubt, a stale answer). */
+static unsigned renew_limit(const struct config *cfg)
+{
+    return (unsigned)(2.0 / cfg->renew_fraction) + 20;
+}
+
+static struct sclient *holder_of(struct agent *ag, const char *token)
+{
+    struct sim *s = ag->s;
+    for (unsigned i = 0; i < s->nclients; i++) {
+        struct sclient *c = &s->clients[i];
+        if (c->ag == ag && c->state == C_HOLDING && c->lease_id &&
+            strncmp(c->lease_token, token, 32) == 0)
+            return c;
+    }
+    return NULL;
+}
+
+/* A renewal leaves for the key of token: not past a bounded hold (maximum
+ * hold, or a holder stalled beyond progress_ms), and not more often than
+ * documented (a storm is a violation with its seed, not a timeout). */
+void sim_renew_sent(struct agent *ag, const char *token)
+{
+    struct sim *s = ag->s;
+    struct sclient *c = holder_of(ag, token);
+    if (!c)
+        return;
+    uint64_t now = agent_now(ag);
+    const char *name = s->names[c->lease_name];
+    if (c->hold_ms && now >= c->hold_from + MS(c->hold_ms))
+        violation(s, "bounded hold", 0,
+                  "agent%u renews client%u's lease on %s %" PRIu64
+                  " ms after its maximum hold of %u ms ran out",
+                  ag->id, c->id, name, (uint64_t)(now - c->hold_from - MS(c->hold_ms)) / 1000000,
+                  c->hold_ms);
+    if (c->progress_ms && c->paused && now - last_touch(c) > MS(c->progress_ms))
+        violation(s, "progress", 0,
+                  "agent%u renews client%u's lease on %s, untouched for %" PRIu64
+                  " ms, beyond its progress_ms of %u",
+                  ag->id, c->id, name, (now - last_touch(c)) / 1000000, c->progress_ms);
+    if (!c->rn_count || now - c->rn_start >= MS(c->lease_ttl)) {
+        c->rn_start = now;
+        c->rn_count = 0;
+    }
+    if (++c->rn_count > renew_limit(&ag->cfg))
+        violation(s, "renewal rate", 0,
+                  "agent%u sent %u renewals of client%u's lease on %s (TTL %u ms) within one "
+                  "TTL; at most %u are documented",
+                  ag->id, c->rn_count, c->id, name, c->lease_ttl, renew_limit(&ag->cfg));
+}
+
+/* A lease valid by its client's rule is within its bounded hold: its last
+ * renewal was sent before the maximum hold ran out (or, for a paused holder,
+ * within progress_ms of its last touch), so its validity ends one validity
+ * after that at the latest. */
+static void check_hold(struct sim *s)
+{
+    for (unsigned i = 0; i < s->nclients; i++) {
+        struct sclient *c = &s->clients[i];
+        uint64_t d;
+        if (!lease_valid(c, &d))
+            continue;
+        uint64_t now = agent_now(c->ag), v = validity_ns(c->lease_ttl);
+        if (c->hold_ms && now >= c->hold_from + MS(c->hold_ms) + v) {
+            violation(s, "bounded hold", 0,
+                      "client%u on agent%u holds %s %" PRIu64
+                      " ms past its maximum hold of %u ms (TTL %u ms), still valid",
+                      c->id, c->ag->id, s->names[c->lease_name],
+                      (uint64_t)(now - c->hold_from - MS(c->hold_ms)) / 1000000, c->hold_ms,
+                      c->lease_ttl);
+            return;
+        }
+        if (c->progress_ms && c->paused && now >= last_touch(c) + MS(c->progress_ms) + v) {
+            violation(s, "progress", 0,
+                      "client%u on agent%u, paused, holds %s untouched for %" PRIu64
+                      " ms (progress_ms %u, TTL %u ms), still valid",
+                      c->id, c->ag->id, s->names[c->lease_name], (now - last_touch(c)) / 1000000,
+                      c->progress_ms, c->lease_ttl);
+            return;
+        }
+    }
+}
+
+/* A handoff passes the key of the agent's last grant from the store to a
+ * local waiter: within cohort_handoffs of that grant, with the next token of
+ * the block its acquire reserved, before cohort_ms from that acquire's send
+ * (docs/protocol.md, "Cohort handoff"). */
+static void check_handoff(struct agent *ag, unsigned name, const struct sclient *c, uint64_t fence)
+{
+    struct sim *s = ag->s;
+    struct cohort_rec *co = &ag->cohort[name];
+    uint64_t now = agent_now(ag);
+    if (strncmp(co->token, ag->released_token[name], 32) != 0) {
+        violation(s, "cohort", 0,
+                  "agent%u hands %s to client%u with a key its last grant from the store did "
+                  "not take",
+                  ag->id, s->names[name], c->id);
+        return;
+    }
+    co->handoffs++;
+    if (co->handoffs > co->block || co->handoffs > ag->cfg.cohort_handoffs)
+        violation(s, "cohort", 0,
+                  "agent%u hands %s to client%u: handoff %u of a grant whose acquire reserved %u "
+                  "(cohort_handoffs %u)",
+                  ag->id, s->names[name], c->id, co->handoffs, co->block, ag->cfg.cohort_handoffs);
+    else if (fence != co->fence0 + co->handoffs)
+        violation(s, "cohort", 0,
+                  "agent%u hands %s to client%u with token %" PRIu64
+                  ", not the next of the reserved block (%" PRIu64 ")",
+                  ag->id, s->names[name], c->id, fence, co->fence0 + co->handoffs);
+    else if (now >= co->sent_at + MS(ag->cfg.cohort_ms))
+        violation(s, "cohort", 0,
+                  "agent%u hands %s to client%u %" PRIu64
+                  " ms after the acquire of its key was sent, past cohort_ms (%u)",
+                  ag->id, s->names[name], c->id, (now - co->sent_at) / 1000000, ag->cfg.cohort_ms);
+}
+
+/* Sets the terms of c's new lease on name, for the checks above and the
+ * event contract; a grant from the store starts a cohort. */
+static void lease_terms(struct agent *ag, struct sclient *c, unsigned name,
+                        const struct wire_granted *g)
+{
+    struct sim *s = ag->s;
+    c->grant_at = agent_now(ag);
+    c->lease_ttl = g->ttl_ms;
+    c->hold_ms =
+        hold_bound(c->acq_max_hold, ag->cfg.default_max_hold_ms, ag->cfg.max_hold_limit_ms);
+    c->progress_ms =
+        hold_bound(c->acq_progress, ag->cfg.default_progress_ms, ag->cfg.progress_limit_ms);
+    c->lost_seen = c->jeopardy_seen = false;
+    c->rn_count = 0;
+    if (ag->watch_token) {
+        struct cohort_rec *co = &ag->cohort[name];
+        bool known = strncmp(ag->acq[name].token, ag->watch_token, 32) == 0;
+        memcpy(co->token, ag->watch_token, 33);
+        co->sent_at = known ? ag->acq[name].sent_at : c->grant_at;
+        co->sent_vt = known ? ag->acq[name].sent_vt : s->now;
+        co->block = known ? ag->acq[name].block : 0;
+        co->fence0 = g->fence;
+        co->handoffs = 0;
+        c->hold_from = co->sent_at;
+        c->key_since = co->sent_vt;
+    } else {
+        check_handoff(ag, name, c, g->fence);
+        c->hold_from = c->grant_at;
+        c->key_since = ag->cohort[name].sent_vt;
+    }
+    if (s->ngrants == s->grants_cap) {
+        size_t cap = s->grants_cap ? s->grants_cap * 2 : 64;
+        struct grant_rec *g2 = realloc(s->grants, cap * sizeof *g2);
+        if (!g2)
+            abort();
+        s->grants = g2;
+        s->grants_cap = cap;
+    }
+    memcpy(s->grants[s->ngrants].token, c->lease_token, 33);
+    s->grants[s->ngrants++].at = s->now;
+}
+
+/* Was a lease with this token granted at or after virtual time t? */
+static bool granted_since(const struct sim *s, const char *token, uint64_t t)
+{
+    for (size_t i = s->ngrants; i-- > 0 && s->grants[i].at >= t;)
+        if (strncmp(s->grants[i].token, token, 32) == 0)
+            return true;
+    return false;
+}
+
+/* ---- releases reach every node ----
+ *
+ * Every release the core sends (of a lease, a kept key, or the withdraw of
+ * an acquire) is retried until each node has confirmed it, until the key
+ * would have expired by itself (docs/quorum.md, "Release and waiting";
+ * docs/protocol.md). So a key with a released token may stay on a node only
+ * while the link to that node is unusable, and for RELEASE_SLACK after it
+ * is usable again: the core's one-second retry and a round trip. */
+#define RELEASE_SLACK MS(1200)
+#define RELEASE_STEP  MS(100)
+
+void sim_release_sent(struct agent *ag, const struct backend_req *req)
+{
+    struct sim *s = ag->s;
+    int n = sim_name_index(s, req->name, req->len);
+    if (n < 0 || !req->token)
+        return;
+    /* Once per token: its retries are the same release. */
+    for (size_t i = s->nintents; i-- > 0 && s->now - s->intents[i].at < MS(3000);)
+        if (s->intents[i].agent == ag->id && strncmp(s->intents[i].token, req->token, 32) == 0)
+            return;
+    if (s->nintents == s->intents_cap) {
+        size_t cap = s->intents_cap ? s->intents_cap * 2 : 64;
+        struct rel_intent *v = realloc(s->intents, cap * sizeof *v);
+        if (!v)
+            abort();
+        s->intents = v;
+        s->intents_cap = cap;
+    }
+    struct rel_intent *ri = &s->intents[s->nintents];
+    memset(ri, 0, sizeof *ri);
+    memcpy(ri->token, req->token, 32);
+    ri->agent = ag->id;
+    ri->name = (unsigned)n;
+    ri->at = s->now;
+    /* The core gives up a TTL after it first sends (the key's own TTL ran
+     * from before then); the longest TTL bounds it. */
+    ri->give_up = agent_now(ag) + MS(ag->cfg.max_ttl_ms);
+    ev_push(s, s->now + RELEASE_SLACK, EV_RELEASE_CHECK, (uint32_t)s->nintents, 0, NULL);
+    s->nintents++;
+}
+
+/* Is the link usable now: connected, the node up and answering, nothing in
+ * the way, its agent running and (sentinel) talking to the current master? */
+static bool link_usable(const struct sim *s, const struct link *l)
+{
+    return l->connected && !l->partitioned && l->lag == 0 && l->nd->up && !l->nd->stalled &&
+           l->ag->paused_until <= s->now && l->known_gen == l->nd->master_gen;
+}
+
+static void track_links(struct sim *s)
+{
+    for (unsigned i = 0; i < s->nagents * s->nnodes; i++) {
+        bool ok = link_usable(s, &s->links[i]);
+        if (!ok)
+            s->healthy_since[i] = UINT64_MAX;
+        else if (s->healthy_since[i] == UINT64_MAX)
+            s->healthy_since[i] = s->now;
+    }
+}
+
+static bool late_token(const struct sim *s, const char *v);
+
+static void check_release(struct sim *s, unsigned idx)
+{
+    struct rel_intent *ri = &s->intents[idx];
+    struct agent *ag = &s->agents[ri->agent];
+    if (agent_now(ag) >= ri->give_up || late_token(s, ri->token))
+        return;
+    bool pending = false;
+    for (unsigned n = 0; n < s->nnodes; n++) {
+        struct node *nd = &s->nodes[n];
+        if (nd->failover_at >= ri->at)
+            continue; /* keys may have come back (X_RESURRECT) */
+        const struct rkey *k = NULL;
+        for (unsigned i = 0; i < nd->nkeys && !k; i++)
+            if (strcmp(nd->keys[i].name, s->lock_keys[ri->name]) == 0)
+                k = &nd->keys[i];
+        if (!k || !node_key_live(nd, k) || strncmp(k->val, ri->token, 32) != 0)
+            continue;
+        uint64_t since = s->healthy_since[ri->agent * s->nnodes + n];
+        if (since != UINT64_MAX && s->now - (since > ri->at ? since : ri->at) >= RELEASE_SLACK) {
+            violation(s, "release", 0,
+                      "agent%u released %s (token %.8s) %" PRIu64
+                      " ms ago; node%u still holds the key, reachable for %" PRIu64 " ms",
+                      ri->agent, s->names[ri->name], ri->token, (s->now - ri->at) / 1000000, n,
+                      (s->now - since) / 1000000);
+            return;
+        }
+        pending = true;
+    }
+    if (pending)
+        ev_push(s, s->now + RELEASE_STEP, EV_RELEASE_CHECK, idx, 0, NULL);
+}
+
 static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
                         const struct wire_granted *g)
 {
@@ -191,6 +499,7 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
         memcpy(c->lease_token, ag->watch_token, 33);
     else
         memcpy(c->lease_token, ag->released_token[name], 33);
+    lease_terms(ag, c, name, g);
     if (g->deadline_ns <= agent_now(ag))
         violation(s, "validity", 0,
                   "agent%u granted %s to client%u with no validity left (deadline %" PRId64
@@ -221,14 +530,12 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
             s->last_fence[name] = g->fence;
             s->last_fence_at[name] = s->now;
         }
-    } else if (!s->fence_off && s->fence_seen[name] && g->fence <= s->last_fence[name]) {
+    } else if (s->fence_seen[name] && g->fence <= s->last_fence[name]) {
         fence_excuse(s, name);
         violation(s, "fencing", EXCUSE_FENCE,
                   "grant of %s to client%u on agent%u has token %" PRIu64
                   ", not above the previous grant's %" PRIu64,
                   s->names[name], c->id, ag->id, g->fence, s->last_fence[name]);
-        if (!s->stop)
-            s->fence_off = true;
     }
     s->fence_seen[name] = true;
     if (!overlap) {
@@ -272,18 +579,26 @@ static void env_error(void *arg, struct core_client *cc, uint32_t req_id, int co
         if (idx >= 0)
             fifo_remove(ag, c->acq_name, (unsigned)idx);
         bool outage = code == DLOCK_EUNAVAIL || code == DLOCK_ENOQUORUM;
+        /* A waiter rides out an outage of up to outage_wait_ms (measured
+         * from the store's first failure since it last answered an acquire
+         * or came back); one with a wait of its own may end with the
+         * outage's error when its wait runs out first. */
+        uint64_t down = ag->down_since ? agent_now(ag) - ag->down_since : 0;
+        bool ridden = ag->down_since && down >= MS(ag->cfg.outage_wait_ms);
         bool ok;
         if (c->acq_wait_ms < 0)
-            ok = outage && !fault_free(s);
+            ok = outage && !fault_free(s) && ridden;
         else if (c->acq_wait_ms == 0)
             ok = code == DLOCK_EBUSY || outage;
         else
-            ok = code == DLOCK_ETIMEDOUT || outage;
+            ok = code == DLOCK_ETIMEDOUT || (outage && ag->down_since);
         if (!ok) {
-            violation(s, c->acq_wait_ms < 0 && outage ? "liveness" : "protocol", 0,
-                      "client%u's acquire of %s (wait %" PRId64 " ms) on agent%u failed: %s%s",
+            violation(s, outage ? "liveness" : "protocol", 0,
+                      "client%u's acquire of %s (wait %" PRId64 " ms) on agent%u failed: %s%s "
+                      "(the store failing for %" PRIu64 " ms, outage_wait_ms %u)",
                       c->id, s->names[c->acq_name], c->acq_wait_ms, ag->id, dlock_strerror(code),
-                      fault_free(s) && outage ? " in a schedule without faults" : "");
+                      fault_free(s) && outage ? " in a schedule without faults" : "",
+                      down / 1000000, ag->cfg.outage_wait_ms);
             return;
         }
         c->state = C_IDLE;
@@ -311,17 +626,54 @@ static void env_ok(void *arg, struct core_client *cc, uint32_t req_id)
                   req_id);
 }
 
+static void check_event(struct agent *ag, struct sclient *c, const struct wire_event *ev);
+
 static void env_event(void *arg, struct core_client *cc, const struct wire_event *ev)
 {
     struct agent *ag = arg;
     struct sim *s = ag->s;
+    struct sclient *c = client_of(cc);
     if (!ag->core_live)
         return;
+    check_event(ag, c, ev);
     TRACE(s, "agent%u: client%u lease %" PRIx64 " %s (%s)", ag->id, client_of(cc)->id, ev->lease_id,
           ev->state == DLOCK_STATE_HELD       ? "HELD"
           : ev->state == DLOCK_STATE_JEOPARDY ? "JEOPARDY"
                                               : "LOST",
           ev->reason ? dlock_strerror(ev->reason) : "ok");
+}
+
+/* The event contract (docs/protocol.md, "Events"): events come for the
+ * lease the client holds, none after LOST, and a LOST at the deadline (not
+ * a renewal's "not yours") comes after a JEOPARDY, unless the agent was
+ * stopped when that JEOPARDY fell due. */
+static void check_event(struct agent *ag, struct sclient *c, const struct wire_event *ev)
+{
+    struct sim *s = ag->s;
+    if (s->stop)
+        return;
+    if (c->state != C_HOLDING || ev->lease_id != c->lease_id) {
+        violation(s, "events", 0,
+                  "client%u got an event for lease %" PRIx64 ", which it does not hold", c->id,
+                  ev->lease_id);
+        return;
+    }
+    const char *name = s->names[c->lease_name];
+    if (c->lost_seen) {
+        violation(s, "events", 0, "client%u got an event for its lease on %s after LOST", c->id,
+                  name);
+        return;
+    }
+    if (ev->state == DLOCK_STATE_JEOPARDY) {
+        c->jeopardy_seen = true;
+    } else if (ev->state == DLOCK_STATE_LOST) {
+        c->lost_seen = true;
+        bool paused = ag->paused_until + MS(c->lease_ttl) > s->now;
+        if (ev->reason != DLOCK_ELOST && !c->jeopardy_seen && !paused)
+            violation(s, "events", 0,
+                      "client%u's lease on %s was LOST (%s) with no JEOPARDY before it", c->id,
+                      name, dlock_strerror(ev->reason));
+    }
 }
 
 static uint32_t env_slot_alloc(void *arg, struct core_client *cc)
@@ -339,7 +691,15 @@ static uint32_t env_slot_alloc(void *arg, struct core_client *cc)
 
 static void env_slot_free(void *arg, struct core_client *cc, uint32_t slot)
 {
+    struct agent *ag = arg;
     struct sclient *c = client_of(cc);
+    /* A lease leaves its page other than by its release or its
+     * connection's close only after a LOST event. */
+    if (!c->dropping && c->state == C_HOLDING && slot == c->lease_slot && !c->lost_seen &&
+        slot < SIM_PAGE_SLOTS && c->page[slot].lease_id == c->lease_id && !ag->s->stop)
+        violation(ag->s, "events", 0,
+                  "client%u's lease on %s left its lease page without a LOST event", c->id,
+                  ag->s->names[c->lease_name]);
     if (slot < SIM_PAGE_SLOTS)
         memset(&c->page[slot], 0, sizeof c->page[slot]);
 }
@@ -390,6 +750,7 @@ static void ag_subscribed(void *arg)
 static void ag_ready(void *arg)
 {
     struct agent *ag = arg;
+    ag->down_since = 0;
     if (ag->core_live)
         core_store_ready(&ag->core, agent_now(ag));
 }
@@ -491,6 +852,8 @@ static void client_acquire(struct sclient *c)
         .progress_ms = rng_chance(&s->rng, 15) ? (uint32_t)rng_range(&s->rng, 100, 2000) : 0,
         .name = s->names[c->acq_name],
         .name_len = (uint16_t)strlen(s->names[c->acq_name])};
+    c->acq_max_hold = m.max_hold_ms;
+    c->acq_progress = m.progress_ms;
     unsigned n = ag->nfifo[c->acq_name];
     ag->fifo[c->acq_name][n] = (struct fifo_ent){.client = c->id,
                                                  .incarnation = c->incarnation,
@@ -535,7 +898,9 @@ static void client_crash(struct sclient *c)
         if (idx >= 0)
             fifo_remove(ag, c->acq_name, (unsigned)idx);
     }
+    c->dropping = true;
     core_client_drop(&ag->core, &c->cc, 0, agent_now(ag));
+    c->dropping = false;
     c->incarnation++;
     client_reset(c);
     c->state = C_IDLE;
@@ -610,9 +975,18 @@ static void late_excuse(struct sim *s, struct sclient *c, const char *kind, cons
               c->id, c->ag->id, what, c->ag->id);
 }
 
+/* An excused breach of exclusion stays excused while its fault may cause
+ * it: the checks of exclusion rest until then, then see the recovery. */
+static void me_excused(struct sim *s)
+{
+    uint64_t until = excuse_until(s, EXCUSE_MUTEX);
+    if (until > s->me_quiet_until)
+        s->me_quiet_until = until;
+}
+
 static void check_mutex(struct sim *s)
 {
-    if (s->me_off)
+    if (s->now <= s->me_quiet_until)
         return;
     for (unsigned n = 0; n < s->nnames; n++) {
         const struct sclient *holder = NULL;
@@ -641,8 +1015,7 @@ static void check_mutex(struct sim *s)
                       s->names[n], holder->id, holder->ag->id, holder->lease_fence,
                       ((int64_t)hd - (int64_t)agent_now(holder->ag)) / 1000000, c->id, c->ag->id,
                       c->lease_fence, ((int64_t)d - (int64_t)agent_now(c->ag)) / 1000000);
-            if (!s->stop)
-                s->me_off = true;
+            me_excused(s);
             return;
         }
         if (late && valid > 1)
@@ -650,22 +1023,25 @@ static void check_mutex(struct sim *s)
     }
 }
 
-/* Does node nd hold name's key with token? A node that lost its data less
- * than max_ttl_ms ago counts as holding it: it is kept out of quorums that
- * long (in single mode such a loss is a fault the contract excludes). */
-static bool node_holds(struct sim *s, struct node *nd, unsigned name, const char *token)
+/* Does node nd hold c's key: name's key with c's token? In quorum mode a
+ * node that lost its data after the key was set counts too, while the
+ * lease may still rest on it: for one TTL after the loss (a renewal sent
+ * since finds the key gone there), and only as long as no lease granted
+ * since holds the key there (the restart exclusion keeps such a node out of
+ * quorums: this is how the simulator sees that the core honours it). */
+static bool node_holds(struct sim *s, struct node *nd, const struct sclient *c)
 {
-    if (!s->sentinel && nd->lost_data &&
-        s->now < nd->lost_at + MS(s->agents[0].cfg.max_ttl_ms) * 21 / 20)
+    const char *key = s->lock_keys[c->lease_name];
+    const struct rkey *k = NULL;
+    for (unsigned i = 0; i < nd->nkeys && !k; i++)
+        if (strcmp(nd->keys[i].name, key) == 0 && !node_key_expired(nd, &nd->keys[i]))
+            k = &nd->keys[i];
+    if (k && strncmp(k->val, c->lease_token, 32) == 0 && (k->val[32] == ' ' || k->val[32] == '\0'))
         return true;
-    const char *key = s->lock_keys[name];
-    for (unsigned i = 0; i < nd->nkeys; i++) {
-        const struct rkey *k = &nd->keys[i];
-        if (strcmp(k->name, key) == 0)
-            return !node_key_expired(nd, k) && strncmp(k->val, token, 32) == 0 &&
-                   (k->val[32] == ' ' || k->val[32] == '\0');
-    }
-    return false;
+    if (!s->quorum || !nd->lost_data || nd->lost_at < c->key_since ||
+        s->now >= nd->lost_at + MS(c->lease_ttl) * 21 / 20 + MS(2))
+        return false;
+    return !k || !granted_since(s, k->val, c->key_since);
 }
 
 /* A lease valid by its client's rule has its key, with its token, alive on
@@ -673,7 +1049,7 @@ static bool node_holds(struct sim *s, struct node *nd, unsigned name, const char
  * mutual exclusion rests on, checked without waiting for a second holder. */
 static void check_keys(struct sim *s)
 {
-    if (s->me_off)
+    if (s->now <= s->me_quiet_until)
         return;
     for (unsigned i = 0; i < s->nclients; i++) {
         struct sclient *c = &s->clients[i];
@@ -682,7 +1058,7 @@ static void check_keys(struct sim *s)
             continue;
         unsigned holding = 0;
         for (unsigned n = 0; n < s->nnodes; n++)
-            holding += node_holds(s, &s->nodes[n], c->lease_name, c->lease_token);
+            holding += node_holds(s, &s->nodes[n], c);
         if (holding * 2 > s->nnodes)
             continue;
         if (late_doubt(c)) {
@@ -694,8 +1070,7 @@ static void check_keys(struct sim *s)
                   " ms left) but its key is on %u of %u node(s)",
                   c->id, c->ag->id, s->names[c->lease_name], c->lease_fence,
                   ((int64_t)d - (int64_t)agent_now(c->ag)) / 1000000, holding, s->nnodes);
-        if (!s->stop)
-            s->me_off = true;
+        me_excused(s);
         return;
     }
 }
@@ -917,6 +1292,7 @@ static void fault_start(struct sim *s, struct fault *f)
         node_restart(nd, f->dur);
         break;
     case F_FAILOVER:
+        nd->failover_at = s->now;
         if (s->sentinel) {
             /* The agents hear of it (their leases are in doubt): the
              * contract holds, but for the agents that hear late. */
@@ -1164,6 +1540,8 @@ static int setup(struct sim *s)
                 node_preload(&s->nodes[n], s->names[i], legacy, mark);
             }
     }
+    for (unsigned i = 0; i < SIM_MAX_AGENTS * SIM_MAX_NODES; i++)
+        s->healthy_since[i] = UINT64_MAX;
     for (unsigned a = 0; a < s->nagents; a++) {
         struct agent *ag = &s->agents[a];
         ag->s = s;
@@ -1336,6 +1714,9 @@ static void dispatch(struct sim *s, const struct event *e)
         s->agents[e->a].doubts_due--;
         link_doubt(link_of(s, e->a, 0));
         break;
+    case EV_RELEASE_CHECK:
+        check_release(s, e->a);
+        break;
     default:
         link_event(s, e);
         break;
@@ -1370,6 +1751,8 @@ static void teardown(struct sim *s)
         node_free(&s->nodes[n]);
     free(s->heap);
     free(s->ring);
+    free(s->intents);
+    free(s->grants);
 }
 
 static void print_ring(const struct sim *s)
@@ -1424,10 +1807,19 @@ int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res)
             ev_push(s, target->paused_until, e.type, e.a, e.b, e.p);
             continue;
         }
+        if (++res->events > SIM_MAX_EVENTS) {
+            violation(s, "runaway", 0,
+                      "the run took more than %u events by virtual time %" PRIu64
+                      " ms: a storm of timers or messages",
+                      SIM_MAX_EVENTS, s->now / 1000000);
+            break;
+        }
         dispatch(s, &e);
         for (unsigned a = 0; a < s->nagents; a++)
             agent_after(&s->agents[a]);
+        track_links(s);
         check_mutex(s);
+        check_hold(s);
         check_keys(s);
         check_doubt(s);
         check_wakeup(s);

@@ -23,6 +23,7 @@
 #define SIM_MAX_LATE    16
 #define SIM_KEY_MAX     96
 #define SIM_VAL_MAX     128
+#define SIM_MAX_EVENTS  4000000 /* a run beyond it is a storm: a violation */
 
 #define MS(x) ((uint64_t)(x)*1000000ull)
 #define US(x) ((uint64_t)(x)*1000ull)
@@ -58,6 +59,7 @@ enum ev_type {
     EV_RUN_END,        /* clients stop starting new work */
     EV_SETTLE_CHECK,   /* the orphan-key check */
     EV_DOUBT,          /* a: agent: it hears of a failover (sentinel mode) */
+    EV_RELEASE_CHECK,  /* a: release intent: is its key gone from every reachable node? */
     EV_COUNT
 };
 
@@ -131,10 +133,11 @@ struct node {
     bool up;      /* false while restarting */
     bool stalled;
     uint64_t run_id;
-    uint64_t master_gen; /* sentinel mode: bumped by every failover (a new master) */
-    int64_t started_at;  /* virtual; below 0: before the run */
-    bool lost_data;      /* lost keys (restart without persistence, failover) */
-    uint64_t lost_at;    /* virtual */
+    uint64_t master_gen;  /* sentinel mode: bumped by every failover (a new master) */
+    int64_t started_at;   /* virtual; below 0: before the run */
+    bool lost_data;       /* lost keys (restart without persistence, failover) */
+    uint64_t lost_at;     /* virtual */
+    uint64_t failover_at; /* virtual: the last failover (keys may have come back) */
     int64_t skew_ns, step_ns;
     int32_t ppm;
     struct rkey *keys;
@@ -232,6 +235,15 @@ struct sclient {
     bool doubted;
     uint64_t doubt_at;
     uint64_t late_excused; /* the lease whose late-doubt window was excused */
+    /* the lease's terms, for the bounded-hold and event checks */
+    uint32_t acq_max_hold, acq_progress; /* asked for */
+    uint64_t grant_at;                   /* agent clock */
+    uint64_t hold_from;                  /* agent clock: the acquire's send, or the handoff */
+    uint64_t key_since;                  /* virtual: the acquire that set the key was sent */
+    uint32_t lease_ttl, hold_ms, progress_ms;
+    bool lost_seen, jeopardy_seen, dropping;
+    uint64_t rn_start; /* renewal rate: the current window (agent clock) */
+    unsigned rn_count;
     struct page_slot page[SIM_PAGE_SLOTS];
     uint32_t gids[1];
 };
@@ -266,6 +278,23 @@ struct agent {
     uint64_t qt_due, qt_gen;
     unsigned doubts_due; /* sentinel mode: failovers it has not heard of (paused) */
     char host[16];
+    /* The cohort check: the acquire in flight per name, and the grant from
+     * the store whose key the handoffs pass on. */
+    struct acq_rec {
+        char token[33];
+        uint64_t sent_at; /* agent clock */
+        uint64_t sent_vt; /* virtual */
+        uint32_t block;
+    } acq[SIM_MAX_NAMES];
+    struct cohort_rec {
+        char token[33];
+        uint64_t sent_at, sent_vt, fence0;
+        uint32_t block;
+        unsigned handoffs;
+    } cohort[SIM_MAX_NAMES];
+    /* The outage-aware liveness check: the first failure of the store since
+     * it last answered an acquire or came back (agent clock; 0: none). */
+    uint64_t down_since;
     struct fifo_ent fifo[SIM_MAX_NAMES][SIM_MAX_CLIENTS];
     unsigned nfifo[SIM_MAX_NAMES];
 };
@@ -311,6 +340,7 @@ enum excl {
     X_STEP_BACK = 128,      /* a node's clock stepped back: keys outlive their TTL */
     X_LATE_DOUBT = 256,     /* sentinel: an agent paused across a failover hears of it late */
 };
+#define X_BITS 9
 
 /* ---- the world ---- */
 
@@ -336,6 +366,7 @@ struct sim_result {
     uint64_t grants;
     unsigned faults_seen[F_KINDS];
     unsigned excused_count;
+    uint64_t events;
     unsigned excused_mutex, excused_fence, excused_orphan, excused_late;
     bool quorum;
     bool sentinel;
@@ -376,12 +407,32 @@ struct sim {
     /* checker */
     unsigned excl;       /* X_* that happened */
     char excl_text[256]; /* the first of each, named */
+    /* Until when (virtual) each X_* excuses what it may cause: about one
+     * max_ttl after the fault, for ever for a clock that runs beyond the
+     * allowance. Past it, the checks see the core's recovery. */
+    uint64_t excl_until[X_BITS];
+    uint64_t me_quiet_until, fence_quiet_until; /* an excused violation's window */
     uint64_t last_fence[SIM_MAX_NAMES];
     bool fence_seen[SIM_MAX_NAMES];
     uint64_t last_fence_at[SIM_MAX_NAMES]; /* virtual time of that grant */
     bool wall_apart;                       /* the agents' wall clocks disagree */
     bool any_step_back;                    /* a node clock ever stepped back */
-    bool me_off, fence_off;                /* checks off after an excused violation */
+    /* Releases the cores sent: each must reach every node it can (the
+     * release check). */
+    struct rel_intent {
+        char token[33];
+        unsigned agent, name;
+        uint64_t at;      /* virtual */
+        uint64_t give_up; /* agent clock: the core retries until then */
+    } * intents;
+    size_t nintents, intents_cap;
+    /* Every grant's token and virtual time, for the quorum key-life rule. */
+    struct grant_rec {
+        char token[33];
+        uint64_t at;
+    } * grants;
+    size_t ngrants, grants_cap;
+    uint64_t healthy_since[SIM_MAX_AGENTS * SIM_MAX_NODES]; /* virtual; UINT64_MAX: not now */
     /* A run without faults whose agents retry after "taken" only when the
      * holder's key expires (the fallback is a minute): the wake-up check. */
     bool notices_only;
@@ -410,8 +461,11 @@ void tracef(struct sim *s, const char *fmt, ...) __attribute__((format(printf, 2
         if ((s)->opts.trace || (s)->opts.ring)                                                     \
             tracef((s), __VA_ARGS__);                                                              \
     } while (0)
-void violation(struct sim *s, const char *kind, unsigned excl_mask, const char *fmt, ...)
+/* Reports a violation; true when an excluded fault excuses it (then
+ * *until, if given, is when the excuse ends). */
+bool violation(struct sim *s, const char *kind, unsigned excl_mask, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+uint64_t excuse_until(const struct sim *s, unsigned excl_mask); /* 0: not excused now */
 void excl_note(struct sim *s, unsigned bit, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -432,7 +486,10 @@ extern bool sim_bug_no_confirm;
 bool sim_quorum_available(void);
 void sim_released(struct sim *s, const char *name,
                   size_t len); /* a node deleted a key, notifying */
-void sim_acquire_sent(struct agent *ag, const char *name, size_t len);
+void sim_acquire_sent(struct agent *ag, const struct backend_req *req);
+void sim_acquire_answered(struct agent *ag, const struct backend_result *r);
+void sim_renew_sent(struct agent *ag, const char *token);
+void sim_release_sent(struct agent *ag, const struct backend_req *req);
 int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res);
 
 /* proxy.c */

@@ -192,8 +192,31 @@ void tracef(struct sim *s, const char *fmt, ...)
 }
 
 /* Notes a fault the contract excludes, and names it (the first of its kind). */
+/* How long after it happens an excluded fault excuses what it can cause:
+ * a lost key, a key that expired early or a lost write is renewed by no
+ * lease past one max_ttl (and the drift allowance) after the fault; a clock
+ * that runs beyond the allowance does it for the whole run; the orphan-key
+ * and late-doubt excuses are judged where they are used. */
+static uint64_t excl_window(const struct sim *s, unsigned bit)
+{
+    switch (bit) {
+    case X_DATA_LOSS:
+    case X_UNDETECTED_LOSS:
+    case X_CLOCK_FORWARD:
+    case X_MARK_LOST_CLOCK:
+        return MS(s->agents[0].cfg.max_ttl_ms) * 21 / 20 + MS(100);
+    default:
+        return UINT64_MAX;
+    }
+}
+
 void excl_note(struct sim *s, unsigned bit, const char *fmt, ...)
 {
+    unsigned i = (unsigned)__builtin_ctz(bit);
+    uint64_t w = excl_window(s, bit);
+    uint64_t until = w == UINT64_MAX ? UINT64_MAX : s->now + w;
+    if (until > s->excl_until[i])
+        s->excl_until[i] = until;
     if (s->excl & bit)
         return;
     s->excl |= bit;
@@ -213,10 +236,17 @@ void excl_note(struct sim *s, unsigned bit, const char *fmt, ...)
     TRACE(s, "excluded fault: %s", what);
 }
 
-/* A check failed. When a fault that excludes it happened, the violation is
- * excused (counted, named, the check turned off by the caller); otherwise
- * the run stops with it. */
-void violation(struct sim *s, const char *kind, unsigned excl_mask, const char *fmt, ...)
+uint64_t excuse_until(const struct sim *s, unsigned excl_mask)
+{
+    uint64_t until = 0;
+    for (unsigned i = 0; i < X_BITS; i++)
+        if ((excl_mask & (1u << i)) && (s->excl & (1u << i)) && s->now <= s->excl_until[i] &&
+            s->excl_until[i] > until)
+            until = s->excl_until[i];
+    return until;
+}
+
+bool violation(struct sim *s, const char *kind, unsigned excl_mask, const char *fmt, ...)
 {
     char what[400];
     va_list ap;
@@ -224,7 +254,7 @@ void violation(struct sim *s, const char *kind, unsigned excl_mask, const char *
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     struct sim_result *r = s->res;
-    if (s->excl & excl_mask) {
+    if (excuse_until(s, excl_mask)) {
         r->excused = true;
         r->excused_count++;
         if (excl_mask == X_LATE_DOUBT)
@@ -236,7 +266,7 @@ void violation(struct sim *s, const char *kind, unsigned excl_mask, const char *
         else
             r->excused_orphan++;
         TRACE(s, "EXCUSED %s: %s (after: %s)", kind, what, s->excl_text);
-        return;
+        return true;
     }
     TRACE(s, "VIOLATION %s: %s", kind, what);
     if (!r->violation) {
@@ -244,6 +274,7 @@ void violation(struct sim *s, const char *kind, unsigned excl_mask, const char *
         snprintf(r->what, sizeof r->what, "%s: %s", kind, what);
     }
     s->stop = true;
+    return false;
 }
 
 int sim_name_index(const struct sim *s, const char *name, size_t len)
