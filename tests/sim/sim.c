@@ -451,6 +451,8 @@ static void check_release(struct sim *s, unsigned idx)
         struct node *nd = &s->nodes[n];
         if (nd->failover_at >= ri->at)
             continue; /* keys may have come back (X_RESURRECT) */
+        if (nd->stepped_back_at && nd->stepped_back_at + MS(ag->cfg.max_ttl_ms) >= ri->at)
+            continue; /* the key outlives the core's retries (X_STEP_BACK) */
         const struct rkey *k = NULL;
         for (unsigned i = 0; i < nd->nkeys && !k; i++)
             if (strcmp(nd->keys[i].name, s->lock_keys[ri->name]) == 0)
@@ -587,7 +589,7 @@ static void env_error(void *arg, struct core_client *cc, uint32_t req_id, int co
         bool ridden = ag->down_since && down >= MS(ag->cfg.outage_wait_ms);
         bool ok;
         if (c->acq_wait_ms < 0)
-            ok = outage && !fault_free(s) && ridden;
+            ok = outage && ridden && (!fault_free(s) || !ag->ever_ready);
         else if (c->acq_wait_ms == 0)
             ok = code == DLOCK_EBUSY || outage;
         else
@@ -751,6 +753,7 @@ static void ag_ready(void *arg)
 {
     struct agent *ag = arg;
     ag->down_since = 0;
+    ag->ever_ready = true;
     if (ag->core_live)
         core_store_ready(&ag->core, agent_now(ag));
 }
@@ -1214,22 +1217,26 @@ static void fence_excuse(struct sim *s, unsigned name)
         lost |= s->nodes[n].lost_data && s->nodes[n].lost_at >= since;
     if (!lost)
         return;
-    if (s->sentinel)
+    if (!s->quorum)
         excl_note(s, X_MARK_LOST_CLOCK,
                   "the node lost its fencing marks since the previous grant (token %" PRIu64
                   "), and its clock at the new grant was not past that token",
                   s->last_fence[name]);
-    else if (!s->quorum && s->any_step_back)
-        excl_note(s, X_MARK_LOST_CLOCK,
-                  "the node lost its fencing marks since the previous grant, and its clock "
-                  "stepped back");
     int64_t lo = s->agents[0].wall_skew_us, hi = lo;
     for (unsigned a = 1; a < s->nagents; a++) {
         int64_t v = s->agents[a].wall_skew_us;
         lo = v < lo ? v : lo;
         hi = v > hi ? v : hi;
     }
-    uint64_t span = (uint64_t)(hi - lo) * 1000 + MS(1);
+    uint64_t span = (uint64_t)(hi - lo) * 1000 + MS(1), slowest = UINT64_MAX;
+    for (unsigned a = 0; a < s->nagents; a++)
+        if (agent_wall_us(&s->agents[a]) < slowest)
+            slowest = agent_wall_us(&s->agents[a]);
+    if (s->quorum && s->last_fence[name] >= slowest)
+        excl_note(s, X_MARK_LOST_CLOCK,
+                  "fencing marks lost on a node since the previous grant, whose token %" PRIu64
+                  " ran ahead of the agents' wall clocks (a mark carried on from ahead)",
+                  s->last_fence[name]);
     if (s->quorum && s->now - since <= span)
         excl_note(s, X_MARK_LOST_CLOCK,
                   "fencing marks lost on a node since the previous grant, %" PRIu64
@@ -1323,6 +1330,7 @@ static void fault_start(struct sim *s, struct fault *f)
         break;
     case F_STEP_BACK:
         nd->step_ns -= f->amount;
+        nd->stepped_back_at = s->now;
         s->any_step_back = true;
         excl_note(s, X_STEP_BACK,
                   "node%u's clock stepped back %" PRId64
@@ -1373,11 +1381,25 @@ static void plan_faults(struct sim *s, uint64_t span)
     /* Sentinel mode is about failovers, and the agents paused across them. */
     static const unsigned sentinel_weights[F_KINDS] = {20, 15, 14, 15, 40, 5, 4,
                                                        6,  3,  3,  12, 15, 4};
-    const unsigned *weight = s->sentinel ? sentinel_weights : weights;
-    unsigned total = 0;
-    for (int k = 0; k < F_KINDS; k++)
+    const unsigned *base = s->sentinel ? sentinel_weights : weights;
+    /* Swarm testing: each seed turns fault kinds off (about two in five),
+     * so that the rest come more often and together; half the seeds bunch
+     * their faults into a window of under half a second, where several
+     * overlap (a fencing phase cut by one fault while another holds a
+     * node, say). */
+    unsigned weight[F_KINDS], total = 0;
+    for (int k = 0; k < F_KINDS; k++) {
+        weight[k] = rng_chance(&s->rng, 60) ? base[k] : 0;
         total += weight[k];
-    unsigned nf = (unsigned)rng_range(&s->rng, 1, 5);
+    }
+    if (!total)
+        total = weight[F_LINK_DROP] = base[F_LINK_DROP];
+    uint64_t from = MS(50), to = span;
+    if (rng_chance(&s->rng, 50)) {
+        from = rng_range(&s->rng, MS(50), span);
+        to = from + rng_range(&s->rng, MS(10), MS(400));
+    }
+    unsigned nf = (unsigned)rng_range(&s->rng, 1, s->quorum ? 8 : 5);
     for (unsigned i = 0; i < nf && s->nfaults < SIM_MAX_FAULTS; i++) {
         struct fault *f = &s->faults[s->nfaults++];
         unsigned r = (unsigned)rng_below(&s->rng, total);
@@ -1387,7 +1409,7 @@ static void plan_faults(struct sim *s, uint64_t span)
         f->kind = (uint8_t)k;
         f->agent = (unsigned)rng_below(&s->rng, s->nagents);
         f->node = (unsigned)rng_below(&s->rng, s->nnodes);
-        f->start = rng_range(&s->rng, MS(50), span);
+        f->start = rng_range(&s->rng, from, to);
         switch (k) {
         case F_PARTITION:
             f->dur = rng_range(&s->rng, MS(20), MS(3000));
@@ -1505,6 +1527,34 @@ static int setup(struct sim *s)
     tmpl.reconnect_min_ms = (uint32_t)rng_range(r, 10, 50);
     tmpl.reconnect_max_ms = (uint32_t)rng_range(r, 100, 400);
     tmpl.node_timeout_ms = (uint32_t)rng_range(r, 50, 100);
+    /* A wider space per seed: the renewal fraction over its whole range,
+     * cohort blocks of 0, 1 and a few tokens and short or long cohort
+     * times, agent-wide bounded holds, TTLs near min_ttl_ms, and no outage
+     * grace at all. */
+    if (rng_chance(r, 50))
+        tmpl.renew_fraction = (double)rng_range(r, 5, 80) / 100.0;
+    if (rng_chance(r, 60)) {
+        static const uint32_t blocks[] = {0, 1, 1, 2, 3, 4, 8, 100};
+        tmpl.cohort_handoffs = blocks[rng_below(r, sizeof blocks / sizeof blocks[0])];
+    }
+    if (rng_chance(r, 50))
+        tmpl.cohort_ms = (uint32_t)rng_range(r, 1, 300);
+    if (rng_chance(r, 15))
+        tmpl.default_max_hold_ms = (uint32_t)rng_range(r, 200, 5000);
+    if (rng_chance(r, 15))
+        tmpl.max_hold_limit_ms = (uint32_t)rng_range(r, 100, 3000);
+    if (rng_chance(r, 15))
+        tmpl.default_progress_ms = (uint32_t)rng_range(r, 100, 3000);
+    if (rng_chance(r, 15))
+        tmpl.progress_limit_ms = (uint32_t)rng_range(r, 100, 2000);
+    if (rng_chance(r, 20)) {
+        tmpl.min_ttl_ms = (uint32_t)rng_range(r, 10, 50);
+        s->ttl_lo = (uint32_t)rng_range(r, tmpl.min_ttl_ms, tmpl.min_ttl_ms + 100);
+        s->ttl_hi = (uint32_t)rng_range(r, s->ttl_lo, 1000);
+        tmpl.default_ttl_ms = (uint32_t)rng_range(r, s->ttl_lo, s->ttl_hi);
+    }
+    if (rng_chance(r, 15))
+        tmpl.outage_wait_ms = 0;
     tmpl.nnodes = s->nnodes;
     tmpl.mode = s->quorum     ? REDIS_MODE_QUORUM
                 : s->sentinel ? REDIS_MODE_SENTINEL
@@ -1528,7 +1578,8 @@ static int setup(struct sim *s)
     /* Counters of an earlier version, and marks of earlier runs, unequal
      * from node to node: tokens then come from them, not the clock, and
      * the nodes of a quorum propose different tokens. */
-    if (rng_chance(r, 25)) {
+    bool ahead = rng_chance(r, 30);
+    if (rng_chance(r, ahead ? 100 : 25)) {
         int64_t wall = 1700000000000000ll;
         for (unsigned n = 0; n < s->nnodes; n++)
             for (unsigned i = 0; i < s->nnames; i++) {
@@ -1536,7 +1587,7 @@ static int setup(struct sim *s)
                 if (rng_chance(r, 30))
                     legacy = (uint64_t)(wall + signed_range(r, -5000000, 50000));
                 if (rng_chance(r, 60))
-                    mark = (uint64_t)(wall + signed_range(r, -1000000, 30000));
+                    mark = (uint64_t)(wall + signed_range(r, -1000000, ahead ? 5000000 : 30000));
                 node_preload(&s->nodes[n], s->names[i], legacy, mark);
             }
     }

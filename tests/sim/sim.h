@@ -133,11 +133,12 @@ struct node {
     bool up;      /* false while restarting */
     bool stalled;
     uint64_t run_id;
-    uint64_t master_gen;  /* sentinel mode: bumped by every failover (a new master) */
-    int64_t started_at;   /* virtual; below 0: before the run */
-    bool lost_data;       /* lost keys (restart without persistence, failover) */
-    uint64_t lost_at;     /* virtual */
-    uint64_t failover_at; /* virtual: the last failover (keys may have come back) */
+    uint64_t master_gen;      /* sentinel mode: bumped by every failover (a new master) */
+    int64_t started_at;       /* virtual; below 0: before the run */
+    bool lost_data;           /* lost keys (restart without persistence, failover) */
+    uint64_t lost_at;         /* virtual */
+    uint64_t failover_at;     /* virtual: the last failover (keys may have come back) */
+    uint64_t stepped_back_at; /* virtual: its clock last stepped back (keys outlive their TTL) */
     int64_t skew_ns, step_ns;
     int32_t ppm;
     struct rkey *keys;
@@ -295,6 +296,7 @@ struct agent {
     /* The outage-aware liveness check: the first failure of the store since
      * it last answered an acquire or came back (agent clock; 0: none). */
     uint64_t down_since;
+    bool ever_ready; /* its store has come up once */
     struct fifo_ent fifo[SIM_MAX_NAMES][SIM_MAX_CLIENTS];
     unsigned nfifo[SIM_MAX_NAMES];
 };
