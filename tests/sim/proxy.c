@@ -100,7 +100,12 @@ static void on_renewed(void *arg, const struct backend_result *r)
 static int p_renew(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
 {
     struct proxy *p = (struct proxy *)b;
-    sim_renew_sent(p->ag, req->token);
+    if (sim_renew_sent(p->ag, req->token)) {
+        /* A storm: answer this one (the core finds nothing in flight) and
+         * leave the core. */
+        cb(arg, &(struct backend_result){.err = DLOCK_EUNAVAIL, .at = agent_now(p->ag)});
+        sim_wedged(p->ag->s);
+    }
     if (!p->ag->s->sentinel)
         return p->inner->ops->renew(p->inner, req, cb, arg);
     struct prenew *pr = calloc(1, sizeof *pr);

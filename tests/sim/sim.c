@@ -230,21 +230,21 @@ static struct sclient *holder_of(struct agent *ag, const char *token)
 /* A renewal leaves for the key of token: not past a bounded hold (maximum
  * hold, or a holder stalled beyond progress_ms), and not more often than
  * documented (a storm is a violation with its seed, not a timeout). */
-void sim_renew_sent(struct agent *ag, const char *token)
+bool sim_renew_sent(struct agent *ag, const char *token)
 {
     struct sim *s = ag->s;
     struct sclient *c = holder_of(ag, token);
     if (!c)
-        return;
+        return false;
     uint64_t now = agent_now(ag);
     const char *name = s->names[c->lease_name];
-    if (c->hold_ms && now >= c->hold_from + MS(c->hold_ms))
+    if (c->hold_ms && now >= c->hold_from + MS(c->hold_ms) && !s->stop)
         violation(s, "bounded hold", 0,
                   "agent%u renews client%u's lease on %s %" PRIu64
                   " ms after its maximum hold of %u ms ran out",
                   ag->id, c->id, name, (uint64_t)(now - c->hold_from - MS(c->hold_ms)) / 1000000,
                   c->hold_ms);
-    if (c->progress_ms && c->paused && now - last_touch(c) > MS(c->progress_ms))
+    if (c->progress_ms && c->paused && now - last_touch(c) > MS(c->progress_ms) && !s->stop)
         violation(s, "progress", 0,
                   "agent%u renews client%u's lease on %s, untouched for %" PRIu64
                   " ms, beyond its progress_ms of %u",
@@ -253,11 +253,20 @@ void sim_renew_sent(struct agent *ag, const char *token)
         c->rn_start = now;
         c->rn_count = 0;
     }
-    if (++c->rn_count > renew_limit(&ag->cfg))
+    if (++c->rn_count > renew_limit(&ag->cfg) && !s->stop)
         violation(s, "renewal rate", 0,
                   "agent%u sent %u renewals of client%u's lease on %s (TTL %u ms) within one "
                   "TTL; at most %u are documented",
                   ag->id, c->rn_count, c->id, name, c->lease_ttl, renew_limit(&ag->cfg));
+    /* Reported; a core that goes on may never return from this call. */
+    return s->stop && c->rn_count > 2 * renew_limit(&ag->cfg);
+}
+
+void sim_wedged(struct sim *s)
+{
+    if (!s->wedge_armed)
+        abort();
+    longjmp(s->wedge, 1);
 }
 
 /* A lease valid by its client's rule is within its bounded hold: its last
@@ -1774,6 +1783,23 @@ static void dispatch(struct sim *s, const struct event *e)
     }
 }
 
+/* Runs one event and lets the agents flush; false when a core had to be
+ * left in a loop (sim_wedged(): the violation is reported, the run ends). */
+static bool run_event(struct sim *s, const struct event *e)
+{
+    if (setjmp(s->wedge)) {
+        s->wedge_armed = false;
+        TRACE(s, "a core looped within one call: the run stops");
+        return false;
+    }
+    s->wedge_armed = true;
+    dispatch(s, e);
+    for (unsigned a = 0; a < s->nagents; a++)
+        agent_after(&s->agents[a]);
+    s->wedge_armed = false;
+    return true;
+}
+
 static void teardown(struct sim *s)
 {
     for (unsigned a = 0; a < s->nagents; a++) {
@@ -1865,9 +1891,8 @@ int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res)
                       SIM_MAX_EVENTS, s->now / 1000000);
             break;
         }
-        dispatch(s, &e);
-        for (unsigned a = 0; a < s->nagents; a++)
-            agent_after(&s->agents[a]);
+        if (!run_event(s, &e))
+            break;
         track_links(s);
         check_mutex(s);
         check_hold(s);

@@ -5,6 +5,7 @@
 #ifndef DLOCK_SIM_H
 #define DLOCK_SIM_H
 
+#include <setjmp.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -443,6 +444,10 @@ struct sim {
     unsigned nlate;
     struct sim_result *res;
     bool stop;
+    /* A core caught in a loop within one call (a renewal storm at one
+     * instant) is left through here once the violation is reported. */
+    jmp_buf wedge;
+    bool wedge_armed;
     /* trace */
     char (*ring)[160];
     unsigned ring_n, ring_pos;
@@ -490,7 +495,8 @@ void sim_released(struct sim *s, const char *name,
                   size_t len); /* a node deleted a key, notifying */
 void sim_acquire_sent(struct agent *ag, const struct backend_req *req);
 void sim_acquire_answered(struct agent *ag, const struct backend_result *r);
-void sim_renew_sent(struct agent *ag, const char *token);
+bool sim_renew_sent(struct agent *ag, const char *token); /* true: a storm, leave the core */
+void sim_wedged(struct sim *s) __attribute__((noreturn));
 void sim_release_sent(struct agent *ag, const struct backend_req *req);
 int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res);
 
