@@ -971,6 +971,16 @@ void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
     w->max_hold_ms = bound(m->max_hold_ms, cfg->default_max_hold_ms, cfg->max_hold_limit_ms);
     w->progress_ms = bound(m->progress_ms, cfg->default_progress_ms, cfg->progress_limit_ms);
     table_waiter_enqueue(l, w);
+    if (PLANTED(CORE_BUG_QUEUE_JUMP) && l->qhead && l->qhead->qnext && l->qhead->qnext != w) {
+        /* Goes ahead of every waiter but the first. */
+        struct waiter *first = l->qhead;
+        l->qtail = w->qprev;
+        l->qtail->qnext = NULL;
+        w->qnext = first->qnext;
+        w->qprev = first;
+        first->qnext->qprev = w;
+        first->qnext = w;
+    }
     waiter_link(c, w);
     /* Waits beyond a year are taken as forever (and cannot overflow). */
     if (m->wait_ms > 0 && m->wait_ms < MAX_FINITE_WAIT_MS)

@@ -196,6 +196,7 @@ enum core_bug {
     CORE_BUG_NO_OUTAGE_RIDE,      /* a waiter fails at the first outage */
     CORE_BUG_RENEW_STORM,         /* renews again as soon as a renewal is confirmed */
     CORE_BUG_QUORUM_NO_EXCLUSION, /* quorum: a restarted node counts at once */
+    CORE_BUG_QUEUE_JUMP,          /* a new waiter goes ahead of all but the first */
 };
 extern enum core_bug core_bug;
 #endif

@@ -39,6 +39,7 @@ static const struct bug bugs[] = {
     {"no_outage_ride", CORE_BUG_NO_OUTAGE_RIDE},
     {"renew_storm", CORE_BUG_RENEW_STORM},
     {"quorum_no_exclusion", CORE_BUG_QUORUM_NO_EXCLUSION},
+    {"queue_jump", CORE_BUG_QUEUE_JUMP},
 #endif
     {NULL, 0},
 };
