@@ -411,7 +411,8 @@ static void on_renewed(void *arg, const struct backend_result *r)
     le->renew_sent = 0;
     if (r->err == 0)
         histo_add(&k->stats.renew, now - sent);
-    if (r->err == 0 && r->outcome == BACKEND_DONE && le->doubt_since && sent < le->doubt_since) {
+    if (r->err == 0 && r->outcome == BACKEND_DONE && le->doubt_since && sent < le->doubt_since &&
+        !PLANTED(CORE_BUG_STALE_CONFIRM)) {
         /* Sent before the failover: it confirms nothing on the new master.
          * (Backends answer such commands with an error; this is the core's
          * own guard.) Ask again at once. */

@@ -197,6 +197,7 @@ enum core_bug {
     CORE_BUG_RENEW_STORM,         /* renews again as soon as a renewal is confirmed */
     CORE_BUG_QUORUM_NO_EXCLUSION, /* quorum: a restarted node counts at once */
     CORE_BUG_QUEUE_JUMP,          /* a new waiter goes ahead of all but the first */
+    CORE_BUG_STALE_CONFIRM,       /* a renewal sent before a doubt confirms the lease */
 };
 extern enum core_bug core_bug;
 #endif

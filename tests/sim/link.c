@@ -456,6 +456,20 @@ void link_doubt(struct link *l)
     l->known_gen = l->nd->master_gen;
     if (l->have_ev && l->ev.on_doubt)
         l->ev.on_doubt(l->ev.arg, NULL, NULL);
+    if (s->stale_answers) {
+        /* A backend that lets the old master's word through, against its
+         * guarantee: the renewals that master ran come back as done after
+         * the doubt. The core's own guard must not take them. */
+        struct msg *m, *next;
+        for (m = TAILQ_FIRST(&l->inflight); m; m = next) {
+            next = TAILQ_NEXT(m, link);
+            if (m->kind == OP_RENEW && m->state == M_EXECUTED && m->n == 1 && !m->cb_done) {
+                TRACE(s, "agent%u: a stale answer from the old master gets through", l->ag->id);
+                answer(l, m, 0);
+                msg_maybe_free(m);
+            }
+        }
+    }
     if (l->connected || l->connecting)
         link_drop(l, "the master failed over");
 }

@@ -40,6 +40,7 @@ static const struct bug bugs[] = {
     {"renew_storm", CORE_BUG_RENEW_STORM},
     {"quorum_no_exclusion", CORE_BUG_QUORUM_NO_EXCLUSION},
     {"queue_jump", CORE_BUG_QUEUE_JUMP},
+    {"stale_confirm", CORE_BUG_STALE_CONFIRM},
 #endif
     {NULL, 0},
 };

@@ -1523,6 +1523,8 @@ static int setup(struct sim *s)
     s->ttl_hi = (uint32_t)rng_range(r, s->ttl_lo, 3000);
     s->res->quorum = s->quorum;
     s->res->sentinel = s->sentinel;
+    if (s->sentinel)
+        s->stale_answers = rng_chance(r, 30);
     s->res->nnodes = s->nnodes;
 
     struct config tmpl;

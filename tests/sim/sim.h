@@ -388,7 +388,8 @@ struct sim {
     uint64_t msg_ids;
     LIST_HEAD(, msg) all_msgs;
     bool quorum;
-    bool sentinel; /* one node whose failovers the agents hear of (doubt) */
+    bool sentinel;      /* one node whose failovers the agents hear of (doubt) */
+    bool stale_answers; /* sentinel: renewals answered by the old master get through */
     unsigned nnodes, nagents, nclients, nnames;
     struct node nodes[SIM_MAX_NODES];
     struct agent agents[SIM_MAX_AGENTS];
