@@ -186,6 +186,7 @@ int main(int argc, char **argv)
     uint64_t runs = 0, violations = 0, excused = 0, grants = 0, vtime = 0, nquorum = 0;
     uint64_t nsentinel = 0, fault_free = 0, ex_mutex = 0, ex_fence = 0, ex_orphan = 0, ex_late = 0;
     unsigned faults[F_KINDS] = {0};
+    uint64_t cov[COV_COUNT] = {0};
     int rc = 0;
     for (uint64_t seed = first; seed <= last; seed++) {
         struct sim_result r;
@@ -216,6 +217,8 @@ int main(int argc, char **argv)
         ex_late += r.excused_late;
         for (int k = 0; k < F_KINDS; k++)
             faults[k] += r.faults_seen[k];
+        for (int k = 0; k < COV_COUNT; k++)
+            cov[k] += r.cov[k];
         if (single_seed) {
             printf("seed %" PRIu64 ": %s mode, %u node(s), %s, %" PRIu64 " grants, %" PRIu64
                    " ms virtual, digest %016" PRIx64 "\n",
@@ -257,6 +260,10 @@ int main(int argc, char **argv)
         printf("  excused: mutual exclusion %" PRIu64 ", fencing %" PRIu64 ", orphan keys %" PRIu64
                ", late doubt %" PRIu64 "\n",
                ex_mutex, ex_fence, ex_orphan, ex_late);
+        printf("  reached:");
+        for (int k = 0; k < COV_COUNT; k++)
+            printf("%s %s %" PRIu64, k ? "," : "", coverage_names[k], cov[k]);
+        printf("\n");
         printf("  grants %" PRIu64 ", mean virtual time %.3f s\n  faults:", grants,
                runs ? (double)vtime / (double)runs / 1e9 : 0.0);
         for (int k = 0; k < F_KINDS; k++)

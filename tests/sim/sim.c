@@ -30,6 +30,15 @@ const char *const fault_names[F_KINDS] = {
     "lag",        "agent-pause",  "fresh-node",
 };
 
+const char *const coverage_names[COV_COUNT] = {
+    "cohort blocks used up",
+    "bounded holds stopped",
+    "LOST events",
+    "waiters failed after outage_wait_ms",
+    "releases pending past 1.2 s",
+    "excuse windows ended with a lease checked",
+};
+
 /* The checks and the faults that excuse them. */
 #define EXCUSE_MUTEX (X_DATA_LOSS | X_UNDETECTED_LOSS | X_CLOCK_FORWARD | X_DRIFT)
 /* Tokens follow the order of the acquires on Redis; grants follow it too
@@ -318,6 +327,8 @@ static void check_handoff(struct agent *ag, unsigned name, const struct sclient 
         return;
     }
     co->handoffs++;
+    if (co->handoffs == co->block)
+        s->res->cov[COV_BLOCK_END]++;
     if (co->handoffs > co->block || co->handoffs > ag->cfg.cohort_handoffs)
         violation(s, "cohort", 0,
                   "agent%u hands %s to client%u: handoff %u of a grant whose acquire reserved %u "
@@ -479,8 +490,11 @@ static void check_release(struct sim *s, unsigned idx)
         }
         pending = true;
     }
-    if (pending)
+    if (pending) {
+        if (s->now - ri->at <= RELEASE_SLACK)
+            s->res->cov[COV_RELEASE_LAG]++;
         ev_push(s, s->now + RELEASE_STEP, EV_RELEASE_CHECK, idx, 0, NULL);
+    }
 }
 
 static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
@@ -603,6 +617,8 @@ static void env_error(void *arg, struct core_client *cc, uint32_t req_id, int co
             ok = code == DLOCK_EBUSY || outage;
         else
             ok = code == DLOCK_ETIMEDOUT || (outage && ag->down_since);
+        if (ok && c->acq_wait_ms < 0)
+            s->res->cov[COV_OUTAGE_FAIL]++;
         if (!ok) {
             violation(s, outage ? "liveness" : "protocol", 0,
                       "client%u's acquire of %s (wait %" PRId64 " ms) on agent%u failed: %s%s "
@@ -677,8 +693,11 @@ static void check_event(struct agent *ag, struct sclient *c, const struct wire_e
     }
     if (ev->state == DLOCK_STATE_JEOPARDY) {
         c->jeopardy_seen = true;
+        if (ev->reason == DLOCK_EHOLDLIMIT || ev->reason == DLOCK_ESTALLED)
+            s->res->cov[COV_HOLD_STOP]++;
     } else if (ev->state == DLOCK_STATE_LOST) {
         c->lost_seen = true;
+        s->res->cov[COV_LOST]++;
         bool paused = ag->paused_until + MS(c->lease_ttl) > s->now;
         if (ev->reason != DLOCK_ELOST && !c->jeopardy_seen && !paused)
             violation(s, "events", 0,
@@ -1000,6 +1019,17 @@ static void check_mutex(struct sim *s)
 {
     if (s->now <= s->me_quiet_until)
         return;
+    if (s->me_quiet_until) {
+        /* The window ended: from here on the recovery is checked. */
+        s->me_quiet_until = 0;
+        for (unsigned i = 0; i < s->nclients; i++) {
+            uint64_t d;
+            if (lease_valid(&s->clients[i], &d)) {
+                s->res->cov[COV_RECOVERED]++;
+                break;
+            }
+        }
+    }
     for (unsigned n = 0; n < s->nnames; n++) {
         const struct sclient *holder = NULL;
         struct sclient *late = NULL;

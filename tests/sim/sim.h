@@ -345,6 +345,20 @@ enum excl {
 };
 #define X_BITS 9
 
+/* What the runs reached, for the summary: that the new checks are not
+ * vacuous (a cohort that used its whole block, a bounded hold that
+ * stopped renewal, and so on). */
+enum coverage {
+    COV_BLOCK_END,   /* a handoff took the last token of its block */
+    COV_HOLD_STOP,   /* renewal stopped for a maximum hold or a stalled holder */
+    COV_LOST,        /* a LOST event */
+    COV_OUTAGE_FAIL, /* a waiter for ever failed after riding out an outage */
+    COV_RELEASE_LAG, /* a released key still on a node 1.2 s after its release */
+    COV_RECOVERED,   /* an excuse's window ended with a lease valid and checked again */
+    COV_COUNT
+};
+extern const char *const coverage_names[COV_COUNT];
+
 /* ---- the world ---- */
 
 enum sim_mode { MODE_ANY, MODE_SINGLE, MODE_QUORUM, MODE_SENTINEL };
@@ -370,6 +384,7 @@ struct sim_result {
     unsigned faults_seen[F_KINDS];
     unsigned excused_count;
     uint64_t events;
+    unsigned cov[COV_COUNT];
     unsigned excused_mutex, excused_fence, excused_orphan, excused_late;
     bool quorum;
     bool sentinel;
