@@ -311,6 +311,11 @@ static void acquire_fence(struct qop *op, uint64_t now)
         if (write_back && quorum_fence_write_back(took[i], op->proposed[i], op->fence)) {
             op_send(op, i);
             sent++;
+#ifdef DLOCK_PLANTED_BUGS
+            /* Counts the write-back as confirmed before any answer. */
+            if (core_bug == CORE_BUG_QUORUM_FENCE_UNCONFIRMED)
+                op->counter[i] = op->fence;
+#endif
         }
     }
     if (sent)

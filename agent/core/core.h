@@ -198,6 +198,7 @@ enum core_bug {
     CORE_BUG_QUORUM_NO_EXCLUSION, /* quorum: a restarted node counts at once */
     CORE_BUG_QUEUE_JUMP,          /* a new waiter goes ahead of all but the first */
     CORE_BUG_STALE_CONFIRM,       /* a renewal sent before a doubt confirms the lease */
+    CORE_BUG_QUORUM_FENCE_UNCONFIRMED, /* quorum: a write-back counts before it is answered */
 };
 extern enum core_bug core_bug;
 #endif

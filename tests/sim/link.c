@@ -80,14 +80,12 @@ static void hold(struct link *l, struct msg *m, bool to_agent)
     TAILQ_INSERT_TAIL(&l->held, m, nlink);
 }
 
-/* Puts m on the wire toward the node (in order behind what went before). */
+/* Puts m on the wire toward the node (in order behind what went before).
+ * A partition holds it when it arrives, behind what was on the wire
+ * before it: TCP keeps a connection's order whatever cuts it off. */
 static void to_node(struct link *l, struct msg *m)
 {
     struct sim *s = l->s;
-    if (l->partitioned) {
-        hold(l, m, false);
-        return;
-    }
     uint64_t *fifo = m->kind >= OP_SUBSCRIBE ? &l->sub_at : &l->to_node_at;
     uint64_t at = s->now + net_delay(s) + l->lag;
     if (at < *fifo)
@@ -100,10 +98,6 @@ static void to_node(struct link *l, struct msg *m)
 static void to_agent(struct link *l, struct msg *m)
 {
     struct sim *s = l->s;
-    if (l->partitioned) {
-        hold(l, m, true);
-        return;
-    }
     uint64_t *fifo = m->kind == OP_NOTICE ? &l->notice_at : &l->to_agent_at;
     uint64_t at = s->now + net_delay(s) + l->lag;
     if (at < *fifo)

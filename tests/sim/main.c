@@ -41,6 +41,7 @@ static const struct bug bugs[] = {
     {"quorum_no_exclusion", CORE_BUG_QUORUM_NO_EXCLUSION},
     {"queue_jump", CORE_BUG_QUEUE_JUMP},
     {"stale_confirm", CORE_BUG_STALE_CONFIRM},
+    {"quorum_fence_unconfirmed", CORE_BUG_QUORUM_FENCE_UNCONFIRMED},
 #endif
     {NULL, 0},
 };

@@ -152,6 +152,15 @@ static int64_t signed_range(struct rng *r, int64_t lo, int64_t hi)
 
 /* ---- the agents' environment ---- */
 
+/* Has every link of the agent been up once (the start-up is over)? */
+static bool store_came_up(const struct agent *ag)
+{
+    for (unsigned n = 0; n < ag->s->nnodes; n++)
+        if (!ag->s->links[ag->id * ag->s->nnodes + n].run_id)
+            return false;
+    return true;
+}
+
 static struct sclient *client_of(struct core_client *c)
 {
     return (struct sclient *)c;
@@ -612,7 +621,7 @@ static void env_error(void *arg, struct core_client *cc, uint32_t req_id, int co
         bool ridden = ag->down_since && down >= MS(ag->cfg.outage_wait_ms);
         bool ok;
         if (c->acq_wait_ms < 0)
-            ok = outage && ridden && (!fault_free(s) || !ag->ever_ready);
+            ok = outage && ridden && (!fault_free(s) || !store_came_up(ag));
         else if (c->acq_wait_ms == 0)
             ok = code == DLOCK_EBUSY || outage;
         else
@@ -781,7 +790,6 @@ static void ag_ready(void *arg)
 {
     struct agent *ag = arg;
     ag->down_since = 0;
-    ag->ever_ready = true;
     if (ag->core_live)
         core_store_ready(&ag->core, agent_now(ag));
 }

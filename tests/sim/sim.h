@@ -297,7 +297,6 @@ struct agent {
     /* The outage-aware liveness check: the first failure of the store since
      * it last answered an acquire or came back (agent clock; 0: none). */
     uint64_t down_since;
-    bool ever_ready; /* its store has come up once */
     struct fifo_ent fifo[SIM_MAX_NAMES][SIM_MAX_CLIENTS];
     unsigned nfifo[SIM_MAX_NAMES];
 };
