@@ -11,8 +11,8 @@ set -euo pipefail
 usage() {
     cat <<'EOF'
 usage: tests/sim/mutate.sh [--seeds N] [--quorum-seeds N] [--first S] [--only ID[,ID...]]
-                           [--mutants FILE] [--jobs J] [--seed-timeout S] [--no-baseline]
-                           [--keep] [--list]
+                           [--mutants FILE] [--jobs J] [--seed-timeout S] [--task-timeout S]
+                           [--no-baseline] [--keep] [--list]
   --seeds N          seeds per mode (default 3000)
   --quorum-seeds N   seeds in quorum mode (default: as --seeds)
   --first S          the first seed of every range (default 1)
@@ -20,7 +20,9 @@ usage: tests/sim/mutate.sh [--seeds N] [--quorum-seeds N] [--first S] [--only ID
   --mutants FILE     the list of mutants (default tests/sim/mutants.txt)
   --jobs J           runs in parallel (default: the number of CPUs)
   --seed-timeout S   a seed that runs longer than S s of real time counts as
-                     caught, check "timeout" (default 20)
+                     caught, check "timeout" (default 10)
+  --task-timeout S   a mode's whole budget that runs longer than S s is cut
+                     short and shown as SLOW (default 60 s + 10 ms a seed)
   --no-baseline      do not run the unchanged core first (it must find nothing)
   --keep             keep the temporary directory (its path is printed)
   --list             list the mutants and check that each still applies
@@ -37,7 +39,8 @@ first=1
 only=
 list=0
 jobs=$(nproc 2>/dev/null || echo 2)
-seed_timeout=20
+seed_timeout=10
+task_timeout=
 baseline=1
 keep=0
 mutants="$root/tests/sim/mutants.txt"
@@ -50,6 +53,7 @@ while (($#)); do
     --mutants) mutants=${2:?}; shift 2 ;;
     --jobs) jobs=${2:?}; shift 2 ;;
     --seed-timeout) seed_timeout=${2:?}; shift 2 ;;
+    --task-timeout) task_timeout=${2:?}; shift 2 ;;
     --no-baseline) baseline=0; shift ;;
     --keep) keep=1; shift ;;
     --list) list=1; shift ;;
@@ -58,7 +62,7 @@ while (($#)); do
     esac
 done
 qseeds=${qseeds:-$seeds}
-for n in "$seeds" "$qseeds" "$first" "$jobs" "$seed_timeout"; do
+for n in "$seeds" "$qseeds" "$first" "$jobs" "$seed_timeout" "${task_timeout:-1}"; do
     [[ $n =~ ^[0-9]+$ && $n -gt 0 ]] || { usage >&2; exit 2; }
 done
 [[ -r $mutants ]] || { echo "mutate.sh: cannot read $mutants" >&2; exit 2; }
@@ -163,10 +167,15 @@ fi
 # ---- the copy and its build ----
 start=$SECONDS
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dlock-mutate.XXXXXX")
+# Ends a process of ours and everything it started, by process id.
+kill_tree() {
+    local c
+    for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do kill_tree "$c"; done
+    kill "$1" 2>/dev/null || true
+}
 cleanup() {
-    local pids
-    pids=$(jobs -p)
-    [[ -z $pids ]] || kill $pids 2>/dev/null || true
+    local p
+    for p in $(jobs -p); do kill_tree "$p"; done
     if ((keep)); then echo "kept $tmp"; else rm -rf -- "$tmp"; fi
 }
 trap cleanup EXIT
@@ -223,18 +232,20 @@ echo "mutate.sh: built ${#built[@]} mutant(s) in $((SECONDS - start)) s"
 
 # ---- the runs ----
 # One task per mutant and mode: "ID MODE". A task's result file holds
-# "caught SEED KIND", "missed" or "error TEXT".
+# "caught SEED KIND", "missed", "slow" or "error TEXT".
 run_task() {
-    local id=$1 mode=$2 n=$seeds out line
+    local id=$1 mode=$2 n=$seeds out line rc
     [[ $mode == quorum ]] && n=$qseeds
-    local last=$((first + n - 1))
-    out=$("$bin/$id" --mode "$mode" --seeds "$first..$last" --stop-first \
+    local last=$((first + n - 1)) cap=${task_timeout:-$((60 + n / 100))}
+    out=$(timeout "$cap" "$bin/$id" --mode "$mode" --seeds "$first..$last" --stop-first \
         --seed-timeout "$seed_timeout" 2>&1) && rc=0 || rc=$?
     line=$(grep -m1 -E '^(VIOLATION seed=|TIMEOUT seed=)' <<<"$out" || true)
     if [[ $line =~ ^VIOLATION\ seed=([0-9]+)\ kind=(.*)$ ]]; then
         echo "caught ${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
     elif [[ $line =~ ^TIMEOUT\ seed=([0-9]+)$ ]]; then
         echo "caught ${BASH_REMATCH[1]} timeout"
+    elif ((rc == 124)); then
+        echo "slow"
     elif ((rc == 0)); then
         echo "missed"
     else
@@ -264,6 +275,7 @@ wait || true
 status=0
 caught=0
 total=0
+slow_n=0
 printf '\n%-28s %-8s %-18s %-7s %-9s %s\n' MUTANT RESULT CHECK SEED MODE "EVERY MODE"
 if ((baseline)); then
     for mode in single quorum sentinel; do
@@ -287,7 +299,7 @@ for id in "${ids[@]}"; do
         status=1
         continue
     fi
-    best= every=
+    best= every= slow=0
     for mode in ${m_modes[$id]}; do
         r=$(cat "$res/$id.$mode" 2>/dev/null || echo "error no result")
         read -r what seed kind <<<"$r"
@@ -296,6 +308,7 @@ for id in "${ids[@]}"; do
             every+=" $mode:$seed"
             if [[ -z $best ]] || ((seed < ${best%% *})); then best="$seed $kind $mode"; fi ;;
         missed) every+=" $mode:-" ;;
+        slow) every+=" $mode:SLOW"; slow=1 ;;
         *) every+=" $mode:ERROR"; echo "  $id $mode: $r" >&2; status=1 ;;
         esac
     done
@@ -305,11 +318,14 @@ for id in "${ids[@]}"; do
         read -r seed kind mode <<<"$best"
         caught=$((caught + 1))
         printf '%-28s %-8s %-18s %-7s %-9s%s%s\n' "$id" caught "$kind" "$seed" "$mode" "$every" "$note"
+    elif ((slow)); then
+        slow_n=$((slow_n + 1))
+        printf '%-28s %-8s %-18s %-7s %-9s%s%s\n' "$id" SLOW - - - "$every" "$note"
     else
         printf '%-28s %-8s %-18s %-7s %-9s%s%s\n' "$id" MISSED - - - "$every" "$note"
     fi
 done
 echo
-echo "caught $caught of $total (${#stale[@]} stale, ${#broken[@]} not built);" \
+echo "caught $caught of $total ($slow_n slow, ${#stale[@]} stale, ${#broken[@]} not built);" \
     "$seeds seeds per mode, quorum $qseeds, from seed $first; $((SECONDS - start)) s"
 exit $status
