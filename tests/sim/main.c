@@ -2,9 +2,11 @@
 /* main.c -- dlock-sim's command line: one seed with its trace, or a range
  * of seeds with a summary (tests/sim/README.md). */
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "sim.h"
@@ -51,6 +53,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: dlock-sim [--seeds A..B | --seed N] [--mode single|quorum|sentinel]\n"
             "                 [--trace] [--bug NAME] [--expect-violation] [--twice] [--quiet]\n"
+            "                 [--stop-first] [--seed-timeout S]\n"
             "  --seeds A..B        run seeds A to B, print a summary (default 1..1000)\n"
             "  --seed N            run seed N (with --trace: every event)\n"
             "  --mode M            force single, quorum or sentinel mode (else the seed chooses)\n"
@@ -58,6 +61,11 @@ static void usage(FILE *f)
             "  --bug NAME          plant a known bug (dlock-sim-planted only)\n"
             "  --expect-violation  exit 0 only if some seed finds a violation\n"
             "  --twice             run every seed twice and compare the traces' digests\n"
+            "  --stop-first        stop at the first violation, and also print it as one line\n"
+            "                      \"VIOLATION seed=N kind=K\" (K the check, spaces as '-')\n"
+            "  --seed-timeout S    a seed that runs S seconds of real time ends the program\n"
+            "                      with \"TIMEOUT seed=N\" and exit status 3 (a core that\n"
+            "                      loops or storms names its seed instead of hanging)\n"
             "  DLOCK_SIM_MAX_SEEDS caps the number of seeds of a range (slow builds)\n");
 }
 
@@ -100,6 +108,40 @@ static int set_bug(const char *name)
     return -1;
 }
 
+/* The line a seed that runs too long leaves behind: made before the seed
+ * runs, written by the alarm's handler (write(2) is async-signal-safe). */
+static char timeout_line[64];
+static size_t timeout_len;
+
+static void on_seed_alarm(int sig)
+{
+    (void)sig;
+    ssize_t n = write(STDOUT_FILENO, timeout_line, timeout_len);
+    (void)n;
+    _exit(3);
+}
+
+static void seed_alarm(uint64_t seed, unsigned secs)
+{
+    if (!secs)
+        return;
+    int n = snprintf(timeout_line, sizeof timeout_line, "TIMEOUT seed=%" PRIu64 "\n", seed);
+    timeout_len = n > 0 ? (size_t)n : 0;
+    alarm(secs);
+}
+
+/* "VIOLATION seed=N kind=K": the check that fired (the part of what before
+ * ": "), its spaces as '-', for scripts such as tests/sim/mutate.sh. */
+static void print_machine_line(uint64_t seed, const char *what)
+{
+    const char *end = strstr(what, ": ");
+    size_t len = end ? (size_t)(end - what) : strlen(what);
+    printf("VIOLATION seed=%" PRIu64 " kind=", seed);
+    for (size_t i = 0; i < len; i++)
+        putchar(what[i] == ' ' ? '-' : what[i]);
+    putchar('\n');
+}
+
 static const char *mode_flag(const struct sim_opts *o, const struct sim_result *r)
 {
     (void)o;
@@ -110,7 +152,8 @@ int main(int argc, char **argv)
 {
     struct sim_opts opts = {.mode = MODE_ANY};
     uint64_t first = 1, last = 1000;
-    bool single_seed = false, twice = false;
+    bool single_seed = false, twice = false, stop_first = false;
+    unsigned seed_timeout = 0;
     const char *prog = "dlock-sim";
 #ifdef DLOCK_PLANTED_BUGS
     prog = "dlock-sim-planted";
@@ -163,6 +206,16 @@ int main(int argc, char **argv)
             opts.expect_violation = true;
         } else if (strcmp(a, "--twice") == 0) {
             twice = true;
+        } else if (strcmp(a, "--stop-first") == 0) {
+            stop_first = true;
+        } else if (strcmp(a, "--seed-timeout") == 0 && v) {
+            uint64_t secs;
+            if (parse_u64(v, &secs) || secs == 0 || secs > 86400) {
+                usage(stderr);
+                return 2;
+            }
+            seed_timeout = (unsigned)secs;
+            i++;
         } else if (strcmp(a, "--quiet") == 0) {
             opts.quiet = true;
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -183,6 +236,8 @@ int main(int argc, char **argv)
         last - first + 1 > max_seeds)
         last = first + max_seeds - 1;
     log_set_level(LOG_ERROR);
+    if (seed_timeout)
+        signal(SIGALRM, on_seed_alarm);
 
     uint64_t runs = 0, violations = 0, excused = 0, grants = 0, vtime = 0, nquorum = 0;
     uint64_t nsentinel = 0, fault_free = 0, ex_mutex = 0, ex_fence = 0, ex_orphan = 0, ex_late = 0;
@@ -191,6 +246,7 @@ int main(int argc, char **argv)
     int rc = 0;
     for (uint64_t seed = first; seed <= last; seed++) {
         struct sim_result r;
+        seed_alarm(seed, seed_timeout);
         if (sim_run(seed, &opts, &r) != 0) {
             fprintf(stderr, "dlock-sim: seed %" PRIu64 ": set-up failed\n", seed);
             return 2;
@@ -234,9 +290,15 @@ int main(int argc, char **argv)
                        "excludes\n",
                        seed, r.excused_count);
         }
+        if (seed_timeout)
+            alarm(0);
         if (!r.violation)
             continue;
         violations++;
+        if (stop_first) {
+            print_machine_line(seed, r.what);
+            fflush(stdout);
+        }
         if (violations <= MAX_REPORTED && !(opts.expect_violation && opts.quiet)) {
             printf("\nseed %" PRIu64 ": VIOLATION %s\n", seed, r.what);
             if (!opts.trace) {
@@ -249,7 +311,7 @@ int main(int argc, char **argv)
             printf("replay: %s --seed %" PRIu64 " %s%s%s --trace\n", prog, seed,
                    mode_flag(&opts, &r), opts.bug ? " --bug " : "", opts.bug ? opts.bug : "");
         }
-        if (opts.expect_violation || violations >= MAX_REPORTED)
+        if (opts.expect_violation || stop_first || violations >= MAX_REPORTED)
             break;
     }
     if (!single_seed || !opts.quiet) {
