@@ -95,7 +95,7 @@ static void on_renewed(void *arg, const struct backend_result *r)
 static int p_renew(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
 {
     struct proxy *p = (struct proxy *)b;
-    if (!p->ag->s->sentinel)
+    if (!p->ag->s->sentinel && !p->ag->s->cluster)
         return p->inner->ops->renew(p->inner, req, cb, arg);
     struct prenew *pr = calloc(1, sizeof *pr);
     if (!pr)
