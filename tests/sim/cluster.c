@@ -20,16 +20,16 @@
 #include "sim.h"
 
 /* Bugs of the model's own backend, for the planted-bug tests: a failover
- * seen in the map is not reported as doubt; an answer of a master that has
- * failed over since the command was sent is taken for its word. */
+ * seen in the map is not reported as doubt; an ASK is followed as if it
+ * were a MOVED (the map takes the importing node for the slot's owner). */
 bool sim_bug_cluster_no_doubt;
-bool sim_bug_cluster_stale_answer;
+bool sim_bug_cluster_ask_as_moved;
 #ifdef DLOCK_PLANTED_BUGS
 #define BUG_NO_DOUBT     sim_bug_cluster_no_doubt
-#define BUG_STALE_ANSWER sim_bug_cluster_stale_answer
+#define BUG_ASK_AS_MOVED sim_bug_cluster_ask_as_moved
 #else
 #define BUG_NO_DOUBT     0
-#define BUG_STALE_ANSWER 0
+#define BUG_ASK_AS_MOVED 0
 #endif
 
 #define MAX_REDIRECTS 5
@@ -143,15 +143,15 @@ static struct link *link_at(struct sim *s, unsigned agent, unsigned node)
     return &s->links[agent * s->nnodes + node];
 }
 
-/* Has ag not yet heard of a failover of a master that serves name's slot?
- * Until its map shows the new master, its leases there may be valid
- * without their keys: the window of docs/failover.md ("Redis Cluster"). */
+/* Has ag not yet heard of a failover of a master that served name's slot
+ * then (wherever the slot went since)? Until its map shows the new master,
+ * its leases of the name may be valid without their keys: the window of
+ * docs/failover.md ("Redis Cluster"). */
 bool cluster_unheard(const struct agent *ag, unsigned name)
 {
     struct sim *s = ag->s;
     for (unsigned n = 0; n < s->nnodes; n++)
-        if (link_at(s, ag->id, n)->known_gen != s->nodes[n].master_gen &&
-            cluster_serves(s, name, n))
+        if (link_at(s, ag->id, n)->known_gen < s->cl_fail_gen[name][n])
             return true;
     return false;
 }
@@ -168,6 +168,9 @@ bool cluster_failover(struct sim *s, struct fault *f)
             return false;
         }
     }
+    for (unsigned n = 0; n < s->nnames; n++)
+        if (cluster_serves(s, n, f->node))
+            s->cl_fail_gen[n][f->node] = s->nodes[f->node].master_gen + 1;
     excl_note(s, X_LATE_DOUBT,
               "node%u failed over: the agents hear of it at their next read of the slot map",
               f->node);
@@ -519,7 +522,7 @@ static void on_node_result(void *arg, const struct backend_result *r)
     struct cb *cb = op->cb;
     if (cb->closing)
         goto done;
-    if (cb->gen[op->node] != op->gen && !BUG_STALE_ANSWER) {
+    if (cb->gen[op->node] != op->gen) {
         /* Sent to a master that has failed over since: its word no longer
          * counts (backend.h, on_doubt). */
         cop_fail(op, DLOCK_EUNAVAIL);
@@ -540,7 +543,7 @@ static void on_node_result(void *arg, const struct backend_result *r)
             goto done;
         }
         op->redirects++;
-        if (moved) {
+        if (moved || BUG_ASK_AS_MOVED) {
             note_moved(cb, op->cslot, (int)node - 1);
             op->req.asking = false;
         } else {

@@ -14,7 +14,7 @@
 struct bug {
     const char *name;
     int core; /* enum core_bug, or the model's own: -1 release_no_compare, -2 no_confirm,
-               * -3 cluster_no_doubt, -4 cluster_stale_answer */
+               * -3 cluster_no_doubt, -4 cluster_ask_as_moved */
 };
 
 static const struct bug bugs[] = {
@@ -31,7 +31,7 @@ static const struct bug bugs[] = {
     {"doubt_ignored", CORE_BUG_DOUBT_IGNORED},
     {"handoff_same_fence", CORE_BUG_HANDOFF_SAME_FENCE},
     {"cluster_no_doubt", -3},
-    {"cluster_stale_answer", -4},
+    {"cluster_ask_as_moved", -4},
 #endif
     {NULL, 0},
 };
@@ -79,7 +79,7 @@ static int set_bug(const char *name)
         else if (b->core == -3)
             sim_bug_cluster_no_doubt = true;
         else
-            sim_bug_cluster_stale_answer = true;
+            sim_bug_cluster_ask_as_moved = true;
 #endif
         return 0;
     }

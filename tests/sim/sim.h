@@ -381,6 +381,10 @@ struct sim {
     struct cslot cslots[SIM_MAX_NAMES];
     unsigned ncslots;
     unsigned name_cslot[SIM_MAX_NAMES]; /* index into cslots */
+    /* The master generation a failover of a node that served the name gave
+     * it (0: none): an agent whose link knows an older one has not heard of
+     * it yet, wherever the slot has gone since. */
+    uint64_t cl_fail_gen[SIM_MAX_NAMES][SIM_MAX_NODES];
     unsigned nnodes, nagents, nclients, nnames;
     struct node nodes[SIM_MAX_NODES];
     struct agent agents[SIM_MAX_AGENTS];
@@ -475,7 +479,7 @@ enum redirect cluster_route(struct node *nd, const struct msg *m, unsigned *to);
 bool cluster_serves(const struct sim *s, unsigned name, unsigned node);
 bool cluster_unheard(const struct agent *ag, unsigned name);
 extern bool sim_bug_cluster_no_doubt;
-extern bool sim_bug_cluster_stale_answer;
+extern bool sim_bug_cluster_ask_as_moved;
 
 /* proxy.c */
 struct backend *proxy_new(struct agent *ag, struct backend *inner);
