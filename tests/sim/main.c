@@ -14,7 +14,7 @@
 struct bug {
     const char *name;
     int core; /* enum core_bug, or the model's own: -1 release_no_compare, -2 no_confirm,
-               * -3 cluster_no_doubt, -4 cluster_ask_as_moved */
+               * -3 cluster_no_doubt, -4 cluster_ask_as_moved, -5 cluster_stale_owner */
 };
 
 static const struct bug bugs[] = {
@@ -32,6 +32,7 @@ static const struct bug bugs[] = {
     {"handoff_same_fence", CORE_BUG_HANDOFF_SAME_FENCE},
     {"cluster_no_doubt", -3},
     {"cluster_ask_as_moved", -4},
+    {"cluster_stale_owner", -5},
 #endif
     {NULL, 0},
 };
@@ -78,8 +79,10 @@ static int set_bug(const char *name)
             sim_bug_no_confirm = true;
         else if (b->core == -3)
             sim_bug_cluster_no_doubt = true;
-        else
+        else if (b->core == -4)
             sim_bug_cluster_ask_as_moved = true;
+        else
+            sim_bug_cluster_stale_owner = true;
 #endif
         return 0;
     }

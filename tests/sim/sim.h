@@ -480,6 +480,7 @@ bool cluster_serves(const struct sim *s, unsigned name, unsigned node);
 bool cluster_unheard(const struct agent *ag, unsigned name);
 extern bool sim_bug_cluster_no_doubt;
 extern bool sim_bug_cluster_ask_as_moved;
+extern bool sim_bug_cluster_stale_owner;
 
 /* proxy.c */
 struct backend *proxy_new(struct agent *ag, struct backend *inner);
