@@ -608,9 +608,9 @@ static void late_excuse(struct sim *s, struct sclient *c, const char *kind, cons
         return;
     c->late_excused = c->lease_id;
     violation(s, kind, X_LATE_DOUBT,
-              "client%u on agent%u: %s, while agent%u has not heard of the failover (it was "
-              "paused then)",
-              c->id, c->ag->id, what, c->ag->id);
+              "client%u on agent%u: %s, while agent%u has not heard of the failover (%s)", c->id,
+              c->ag->id, what, c->ag->id,
+              s->cluster ? "its slot map does not show it yet" : "it was paused then");
 }
 
 static void check_mutex(struct sim *s)
