@@ -132,6 +132,7 @@ static int submit(struct backend *b, uint8_t kind, const struct backend_req *req
     m->floor = req->floor;
     m->block = req->block;
     m->fence = req->fence;
+    m->asking = req->asking;
     m->state = M_QUEUED;
     if (kind == OP_LOOKUP) {
         m->holder_out = calloc(1, sizeof *m->holder_out);
@@ -290,6 +291,21 @@ static void answer(struct link *l, struct msg *m, int err)
         return;
     }
     struct backend_result r = {.err = err, .at = at};
+    char text[64];
+    if (!err && m->redirect != R_NONE) {
+        /* Cluster mode: an error reply of the node, as backend_redis.c
+         * passes it on (DLOCK_EBACKEND with its text). */
+        int idx = sim_name_index(s, m->name, m->name_len);
+        unsigned slot = idx >= 0 ? s->cslots[s->name_cslot[idx]].slot : 0;
+        if (m->redirect == R_TRYAGAIN)
+            snprintf(text, sizeof text, "TRYAGAIN Multiple keys request during rehashing of slot");
+        else
+            snprintf(text, sizeof text, "%s %u 10.0.0.%u:6379",
+                     m->redirect == R_MOVED ? "MOVED" : "ASK", slot, m->redirect_to + 1u);
+        r.err = err = DLOCK_EBACKEND;
+        r.error_text = text;
+        m->failed_at = at;
+    }
     if (!err) {
         if (m->kind == OP_ACQUIRE && m->n > 0) {
             r.outcome = BACKEND_DONE;
@@ -303,7 +319,8 @@ static void answer(struct link *l, struct msg *m, int err)
     }
     TRACE(s, "agent%u <- node%u #%" PRIu64 " %s %.*s: %s", l->ag->id, l->nd->id, m->id,
           kind_name[m->kind], (int)m->name_len, m->name,
-          err                          ? dlock_strerror(err)
+          r.error_text                 ? r.error_text
+          : err                        ? dlock_strerror(err)
           : r.outcome == BACKEND_DONE  ? "done"
           : r.outcome == BACKEND_TAKEN ? "taken"
                                        : "not ours");
@@ -319,6 +336,22 @@ void link_reply(struct msg *m)
         msg_maybe_free(m);
         return;
     }
+    to_agent(l, m);
+}
+
+/* Cluster mode: the node no longer serves name idx's channel (its slot
+ * moved away): it ends the subscription with an sunsubscribe message. */
+void link_sunsubscribe(struct link *l, unsigned idx)
+{
+    if (!l->subscribed || l->closing || !l->nsub[idx])
+        return;
+    l->nsub[idx] = false;
+    struct msg *m = msg_new(l, OP_NOTICE);
+    m->cb_done = true;
+    m->dropped = true;
+    m->epoch = l->epoch;
+    m->name_len = (uint16_t)strlen(l->s->names[idx]);
+    memcpy(m->name, l->s->names[idx], m->name_len);
     to_agent(l, m);
 }
 
@@ -345,6 +378,17 @@ void link_subscription(struct msg *m)
     m->state = M_EXECUTED;
     if (m->epoch != l->epoch || !l->subscribed || l->closing || idx < 0) {
         msg_maybe_free(m);
+        return;
+    }
+    unsigned to;
+    if (s->cluster && m->kind == OP_SUBSCRIBE && cluster_route(l->nd, m, &to) != R_NONE) {
+        /* SSUBSCRIBE on a node that does not serve the channel's slot:
+         * MOVED, and the agent's notice link forgets the name. */
+        TRACE(s, "node%u refuses #%" PRIu64 " subscribe %s from agent%u: MOVED to node%u",
+              l->nd->id, m->id, s->names[idx], l->ag->id, to);
+        m->kind = OP_NOTICE;
+        m->dropped = true;
+        to_agent(l, m);
         return;
     }
     l->nsub[idx] = m->kind == OP_SUBSCRIBE;
@@ -497,9 +541,17 @@ static void note_server(struct link *l)
     ev_push(s, agent_virt(l->ag, l->excluded_until), EV_LINK_JOIN, l->idx, ++l->join_gen, NULL);
 }
 
+/* Cluster mode: the master the agent knows of failed over, and its
+ * address refuses connections (the replica that took over is another
+ * server, which the agent connects to once its slot map names it). */
+static bool master_gone(const struct link *l)
+{
+    return l->s->cluster && l->known_gen != l->nd->master_gen;
+}
+
 static bool reachable(const struct link *l)
 {
-    return l->nd->up && !l->nd->stalled && !l->partitioned;
+    return l->nd->up && !master_gone(l) && !l->nd->stalled && !l->partitioned;
 }
 
 static void connect_attempt(struct link *l)
@@ -513,7 +565,7 @@ static void connect_attempt(struct link *l)
         /* Connect, then AUTH/CONFIG GET/INFO/SCRIPT LOAD/PING answered. */
         uint64_t t = s->now + 2 * net_delay(s) + 2 * net_delay(s);
         ev_push(s, t, EV_LINK_UP, l->idx, gen, NULL);
-    } else if (!l->nd->up) {
+    } else if (!l->nd->up || master_gone(l)) {
         /* Refused at once. */
         ev_push(s, s->now + 2 * net_delay(s), EV_LINK_UP, l->idx, gen, NULL);
     } else {
@@ -571,10 +623,15 @@ static void heal(struct link *l)
             if (!m->to_agent)
                 m->state = M_LOST;
             msg_maybe_free(m);
-        } else if (m->to_agent) {
-            to_agent(l, m);
         } else {
-            to_node(l, m);
+            /* Delivered now, in order: they left before anything still on
+             * the wire, which must not overtake them. */
+            m->in_event = true;
+            ev_push(l->s, l->s->now,
+                    !m->to_agent           ? EV_REQ_ARRIVE
+                    : m->kind == OP_NOTICE ? EV_NOTICE_ARRIVE
+                                           : EV_REPLY_ARRIVE,
+                    0, 0, m);
         }
     }
 }
@@ -607,7 +664,9 @@ void link_event(struct sim *s, const struct event *e)
             /* Sentinel mode: an answer of a master given up is an error
              * (link_doubt closes its connection first, so this is the
              * guarantee's second line). */
-            answer(l, m, s->sentinel && m->master_gen != l->known_gen ? DLOCK_EUNAVAIL : 0);
+            answer(l, m,
+                   (s->sentinel || s->cluster) && m->master_gen != l->known_gen ? DLOCK_EUNAVAIL
+                                                                                : 0);
         }
         msg_maybe_free(m);
         break;
@@ -618,6 +677,18 @@ void link_event(struct sim *s, const struct event *e)
             break;
         }
         int idx = sim_name_index(s, m->name, m->name_len);
+        if (m->dropped) {
+            /* Cluster mode: the node ended the subscription; the notice
+             * link forgets the name, and says so (notice_link.c). */
+            if (m->epoch == l->epoch && l->subscribed && idx >= 0 && l->want[idx]) {
+                TRACE(s, "agent%u <- node%u sunsubscribe %s", l->ag->id, l->nd->id, s->names[idx]);
+                l->want[idx] = false;
+                if (l->dropped)
+                    l->dropped(l->dropped_arg, m->name, m->name_len);
+            }
+            msg_maybe_free(m);
+            break;
+        }
         /* A confirmation is reported while the name is wanted, a message
          * always (as notice_link.c does). */
         if (m->epoch == l->epoch && l->subscribed && l->have_ev &&
@@ -702,13 +773,14 @@ void link_start(struct link *l)
             l->attempt_gen, NULL);
 }
 
+/* Partitions may overlap: the link is cut off until the last one ends. */
 void link_set_partition(struct link *l, bool on)
 {
-    if (l->partitioned == on)
-        return;
-    l->partitioned = on;
-    if (!on)
+    if (on) {
+        l->partitioned++;
+    } else if (l->partitioned && --l->partitioned == 0) {
         heal(l);
+    }
 }
 
 /* The backend is destroyed: what is unanswered fails now. */

@@ -15,7 +15,8 @@
 
 struct bug {
     const char *name;
-    int core; /* enum core_bug, or the model's own: -1 release_no_compare, -2 no_confirm */
+    int core; /* enum core_bug, or the model's own: -1 release_no_compare, -2 no_confirm,
+               * -3 cluster_no_doubt, -4 cluster_ask_as_moved, -5 cluster_stale_owner */
 };
 
 static const struct bug bugs[] = {
@@ -44,6 +45,9 @@ static const struct bug bugs[] = {
     {"queue_jump", CORE_BUG_QUEUE_JUMP},
     {"stale_confirm", CORE_BUG_STALE_CONFIRM},
     {"quorum_fence_unconfirmed", CORE_BUG_QUORUM_FENCE_UNCONFIRMED},
+    {"cluster_no_doubt", -3},
+    {"cluster_ask_as_moved", -4},
+    {"cluster_stale_owner", -5},
 #endif
     {NULL, 0},
 };
@@ -51,12 +55,13 @@ static const struct bug bugs[] = {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: dlock-sim [--seeds A..B | --seed N] [--mode single|quorum|sentinel]\n"
+            "usage: dlock-sim [--seeds A..B | --seed N] [--mode single|quorum|sentinel|cluster]\n"
             "                 [--trace] [--bug NAME] [--expect-violation] [--twice] [--quiet]\n"
             "                 [--stop-first] [--seed-timeout S]\n"
             "  --seeds A..B        run seeds A to B, print a summary (default 1..1000)\n"
             "  --seed N            run seed N (with --trace: every event)\n"
-            "  --mode M            force single, quorum or sentinel mode (else the seed chooses)\n"
+            "  --mode M            force single, quorum, sentinel or cluster mode (else the seed\n"
+            "                      chooses)\n"
             "  --trace             print every event\n"
             "  --bug NAME          plant a known bug (dlock-sim-planted only)\n"
             "  --expect-violation  exit 0 only if some seed finds a violation\n"
@@ -91,8 +96,14 @@ static int set_bug(const char *name)
             core_bug = (enum core_bug)b->core;
         else if (b->core == -1)
             sim_bug_release_no_compare = true;
-        else
+        else if (b->core == -2)
             sim_bug_no_confirm = true;
+        else if (b->core == -3)
+            sim_bug_cluster_no_doubt = true;
+        else if (b->core == -4)
+            sim_bug_cluster_ask_as_moved = true;
+        else
+            sim_bug_cluster_stale_owner = true;
 #endif
         return 0;
     }
@@ -145,7 +156,10 @@ static void print_machine_line(uint64_t seed, const char *what)
 static const char *mode_flag(const struct sim_opts *o, const struct sim_result *r)
 {
     (void)o;
-    return r->quorum ? "--mode quorum" : r->sentinel ? "--mode sentinel" : "--mode single";
+    return r->quorum     ? "--mode quorum"
+           : r->sentinel ? "--mode sentinel"
+           : r->cluster  ? "--mode cluster"
+                         : "--mode single";
 }
 
 int main(int argc, char **argv)
@@ -190,6 +204,8 @@ int main(int argc, char **argv)
                 opts.mode = MODE_QUORUM;
             else if (strcmp(v, "sentinel") == 0)
                 opts.mode = MODE_SENTINEL;
+            else if (strcmp(v, "cluster") == 0)
+                opts.mode = MODE_CLUSTER;
             else {
                 usage(stderr);
                 return 2;
@@ -240,7 +256,8 @@ int main(int argc, char **argv)
         signal(SIGALRM, on_seed_alarm);
 
     uint64_t runs = 0, violations = 0, excused = 0, grants = 0, vtime = 0, nquorum = 0;
-    uint64_t nsentinel = 0, fault_free = 0, ex_mutex = 0, ex_fence = 0, ex_orphan = 0, ex_late = 0;
+    uint64_t ncluster = 0, nsentinel = 0, fault_free = 0, ex_mutex = 0, ex_fence = 0, ex_orphan = 0,
+             ex_late = 0;
     unsigned faults[F_KINDS] = {0};
     uint64_t cov[COV_COUNT] = {0};
     int rc = 0;
@@ -266,6 +283,7 @@ int main(int argc, char **argv)
         vtime += r.end_time;
         nquorum += r.quorum;
         nsentinel += r.sentinel;
+        ncluster += r.cluster;
         fault_free += r.fault_free;
         excused += r.excused_count;
         ex_mutex += r.excused_mutex;
@@ -282,6 +300,7 @@ int main(int argc, char **argv)
                    seed,
                    r.quorum     ? "quorum"
                    : r.sentinel ? "sentinel"
+                   : r.cluster  ? "cluster"
                                 : "single",
                    r.nnodes, r.fault_free ? "no faults" : "faults", r.grants, r.end_time / 1000000,
                    r.digest);
@@ -316,10 +335,10 @@ int main(int argc, char **argv)
     }
     if (!single_seed || !opts.quiet) {
         printf("\n%s: seeds %" PRIu64 "..%" PRIu64 ": %" PRIu64 " run (%" PRIu64 " quorum, %" PRIu64
-               " sentinel, %" PRIu64 " without faults), %" PRIu64 " violation(s), %" PRIu64
-               " excused by excluded faults\n",
-               prog, first, first + runs - 1, runs, nquorum, nsentinel, fault_free, violations,
-               excused);
+               " sentinel, %" PRIu64 " cluster, %" PRIu64 " without faults), %" PRIu64
+               " violation(s), %" PRIu64 " excused by excluded faults\n",
+               prog, first, first + runs - 1, runs, nquorum, nsentinel, ncluster, fault_free,
+               violations, excused);
         printf("  excused: mutual exclusion %" PRIu64 ", fencing %" PRIu64 ", orphan keys %" PRIu64
                ", late doubt %" PRIu64 "\n",
                ex_mutex, ex_fence, ex_orphan, ex_late);

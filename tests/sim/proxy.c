@@ -106,7 +106,7 @@ static int p_renew(struct backend *b, const struct backend_req *req, backend_cb 
         cb(arg, &(struct backend_result){.err = DLOCK_EUNAVAIL, .at = agent_now(p->ag)});
         sim_wedged(p->ag->s);
     }
-    if (!p->ag->s->sentinel)
+    if (!p->ag->s->sentinel && !p->ag->s->cluster)
         return p->inner->ops->renew(p->inner, req, cb, arg);
     struct prenew *pr = calloc(1, sizeof *pr);
     if (!pr)

@@ -136,6 +136,7 @@ static void kset(struct node *nd, const char *name, const char *val, int64_t exp
     }
     snprintf(k->val, sizeof k->val, "%s", val);
     k->expire_ms = expire_ms;
+    k->set_at = nd->s->now;
 }
 
 static void kdel(struct node *nd, const char *name)
@@ -339,6 +340,18 @@ static void node_run(struct node *nd, struct msg *m)
         link_subscription(m);
         return;
     }
+    unsigned to = 0;
+    m->redirect = nd->s->cluster ? (uint8_t)cluster_route(nd, m, &to) : R_NONE;
+    if (m->redirect != R_NONE) {
+        /* Cluster mode: MOVED, ASK or TRYAGAIN instead of the script. */
+        m->redirect_to = (uint8_t)to;
+        m->state = M_EXECUTED;
+        TRACE(nd->s, "node%u answers #%" PRIu64 " %.*s from agent%u: %s node%u", nd->id, m->id,
+              (int)m->name_len, m->name, m->l->ag->id,
+              (const char *[]){"", "MOVED", "ASK", "TRYAGAIN"}[m->redirect], to);
+        link_reply(m);
+        return;
+    }
     node_exec(nd, m);
     link_reply(m);
 }
@@ -348,7 +361,7 @@ void node_arrive(struct node *nd, struct msg *m)
 {
     /* Sentinel mode: sent to a master that has failed over since, which
      * is another server than this one now. */
-    if (!nd->up || (nd->s->sentinel && m->master_gen != nd->master_gen)) {
+    if (!nd->up || ((nd->s->sentinel || nd->s->cluster) && m->master_gen != nd->master_gen)) {
         m->state = M_LOST;
         msg_maybe_free(m);
         return;
@@ -457,6 +470,43 @@ void node_preload(struct node *nd, const char *name, uint64_t legacy, uint64_t m
         snprintf(v, sizeof v, "%" PRIu64, mark);
         kset(nd, kn.mark, v, 0);
     }
+}
+
+/* ---- cluster mode ---- */
+
+/* How many keys m's script names, and how many of them nd has: acquire
+ * names the lock key, the slot's fencing mark and the waiting-hosts record
+ * (which the model has not: always missing), fence the first two, the
+ * others the lock key alone. Expired keys are missing (and go, as a lookup
+ * makes them go in Redis). */
+void node_keys_present(struct node *nd, const struct msg *m, unsigned *nkeys, unsigned *present)
+{
+    const struct keynames *kn = names_of(m);
+    *nkeys = m->kind == OP_ACQUIRE ? 3 : m->kind == OP_FENCE ? 2 : 1;
+    *present = kget(nd, kn->lock) != NULL;
+    if (*nkeys > 1)
+        *present += kget(nd, kn->mark) != NULL;
+}
+
+/* MIGRATE of one key of hash slot `slot` from src to dst (DUMP, RESTORE
+ * with the TTL left, DEL): false when src has none left. */
+bool node_migrate_one(struct node *src, struct node *dst, unsigned slot)
+{
+    for (unsigned i = 0; i < src->nkeys; i++) {
+        struct rkey *k = &src->keys[i];
+        if (key_slot(k->name, strlen(k->name)) != slot)
+            continue;
+        struct rkey copy = *k;
+        if (!kget(src, copy.name))
+            return true; /* expired: gone, try again */
+        int64_t left = copy.expire_ms ? copy.expire_ms - node_ms(src) : 0;
+        kdel(src, copy.name);
+        kset(dst, copy.name, copy.val, copy.expire_ms ? node_ms(dst) + left : 0);
+        TRACE(src->s, "node%u migrates %s to node%u (%" PRId64 " ms left)", src->id, copy.name,
+              dst->id, left);
+        return true;
+    }
+    return false;
 }
 
 /* A lock key alive now (not a fencing mark). */

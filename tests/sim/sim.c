@@ -27,7 +27,7 @@ bool sim_quorum_available(void)
 const char *const fault_names[F_KINDS] = {
     "link-drop",  "partition",    "node-stall", "restart",     "failover",
     "step-small", "step-forward", "step-back",  "agent-drift", "node-drift",
-    "lag",        "agent-pause",  "fresh-node",
+    "lag",        "agent-pause",  "fresh-node", "slot-move",
 };
 
 const char *const coverage_names[COV_COUNT] = {
@@ -488,8 +488,19 @@ static void check_release(struct sim *s, unsigned idx)
                 k = &nd->keys[i];
         if (!k || !node_key_live(nd, k) || strncmp(k->val, ri->token, 32) != 0)
             continue;
+        /* Usable since: the link to the node (cluster mode: every link,
+         * since the release may have to follow the slot to its new owner),
+         * and not before the release or before the key came to the node
+         * (a key a slot move brought). */
         uint64_t since = s->healthy_since[ri->agent * s->nnodes + n];
-        if (since != UINT64_MAX && s->now - (since > ri->at ? since : ri->at) >= RELEASE_SLACK) {
+        for (unsigned o = 0; s->cluster && o < s->nnodes; o++)
+            if (s->healthy_since[ri->agent * s->nnodes + o] > since)
+                since = s->healthy_since[ri->agent * s->nnodes + o];
+        if (since != UINT64_MAX && since < ri->at)
+            since = ri->at;
+        if (since != UINT64_MAX && since < k->set_at)
+            since = k->set_at;
+        if (since != UINT64_MAX && s->now - since >= RELEASE_SLACK) {
             violation(s, "release", 0,
                       "agent%u released %s (token %.8s) %" PRIu64
                       " ms ago; node%u still holds the key, reachable for %" PRIu64 " ms",
@@ -794,8 +805,9 @@ static void ag_ready(void *arg)
         core_store_ready(&ag->core, agent_now(ag));
 }
 
-/* Sentinel mode: the backend heard of a failover. Every lease the agent's
- * clients hold is in doubt until a renewal sent from now on confirms it. */
+/* Sentinel and cluster mode: the backend heard of a failover. Every lease
+ * the agent's clients hold on a name it affects (every name in sentinel
+ * mode) is in doubt until a renewal sent from now on confirms it. */
 static void ag_doubt(void *arg, backend_affected_fn affected, void *farg)
 {
     struct agent *ag = arg;
@@ -805,7 +817,9 @@ static void ag_doubt(void *arg, backend_affected_fn affected, void *farg)
     uint64_t now = agent_now(ag);
     for (unsigned i = 0; i < s->nclients; i++) {
         struct sclient *c = &s->clients[i];
-        if (c->ag == ag && c->state == C_HOLDING) {
+        if (c->ag == ag && c->state == C_HOLDING &&
+            (!affected ||
+             affected(farg, s->names[c->lease_name], strlen(s->names[c->lease_name])))) {
             c->doubted = true;
             c->doubt_at = now;
         }
@@ -998,7 +1012,7 @@ static bool lease_valid(const struct sclient *c, uint64_t *deadline)
  * master: the window docs/failover.md names ("Before that moment ..."). */
 static bool late_doubt(const struct sclient *c)
 {
-    return c->ag->doubts_due > 0;
+    return c->ag->doubts_due > 0 || (c->s->cluster && cluster_unheard(c->ag, c->lease_name));
 }
 
 /* A check broken by c's lease in that window: excused once per lease (the
@@ -1009,9 +1023,9 @@ static void late_excuse(struct sim *s, struct sclient *c, const char *kind, cons
         return;
     c->late_excused = c->lease_id;
     violation(s, kind, X_LATE_DOUBT,
-              "client%u on agent%u: %s, while agent%u has not heard of the failover (it was "
-              "paused then)",
-              c->id, c->ag->id, what, c->ag->id);
+              "client%u on agent%u: %s, while agent%u has not heard of the failover (%s)", c->id,
+              c->ag->id, what, c->ag->id,
+              s->cluster ? "its slot map does not show it yet" : "it was paused then");
 }
 
 /* An excused breach of exclusion stays excused while its fault may cause
@@ -1108,8 +1122,11 @@ static void check_keys(struct sim *s)
             continue;
         unsigned holding = 0;
         for (unsigned n = 0; n < s->nnodes; n++)
-            holding += node_holds(s, &s->nodes[n], c);
-        if (holding * 2 > s->nnodes)
+            holding += (!s->cluster || cluster_serves(s, c->lease_name, n)) &&
+                       node_holds(s, &s->nodes[n], c);
+        /* Cluster mode: on the master that owns the slot, or on the one
+         * importing it while it migrates. */
+        if (s->cluster ? holding > 0 : holding * 2 > s->nnodes)
             continue;
         if (late_doubt(c)) {
             late_excuse(s, c, "key life", "a valid lease whose key is gone");
@@ -1130,7 +1147,7 @@ static void check_keys(struct sim *s)
  * doubt, docs/failover.md, steps 2 and 4). */
 static void check_doubt(struct sim *s)
 {
-    if (!s->sentinel)
+    if (!s->sentinel && !s->cluster)
         return;
     for (unsigned i = 0; i < s->nclients; i++) {
         const struct sclient *c = &s->clients[i];
@@ -1347,6 +1364,14 @@ static void fault_start(struct sim *s, struct fault *f)
         break;
     case F_FAILOVER:
         nd->failover_at = s->now;
+        if (s->cluster) {
+            /* The agents hear of it when they read the slot map. */
+            if (!cluster_failover(s, f))
+                break;
+            note_mark_loss(s, nd->id);
+            node_failover(nd, (uint64_t)f->amount, f->dur);
+            break;
+        }
         if (s->sentinel) {
             /* The agents hear of it (their leases are in doubt): the
              * contract holds, but for the agents that hear late. */
@@ -1384,6 +1409,9 @@ static void fault_start(struct sim *s, struct fault *f)
                   " ms: its keys outlive their TTL (orphan keys only)",
                   nd->id, f->amount / 1000000);
         break;
+    case F_SLOT_MOVE:
+        cluster_slot_move(s, f);
+        break;
     default:
         break;
     }
@@ -1417,6 +1445,9 @@ static void fault_end(struct sim *s, struct fault *f)
     case F_FAILOVER:
         nd->up = true;
         break;
+    case F_SLOT_MOVE:
+        cluster_slot_move_end(s, f);
+        break;
     default:
         break;
     }
@@ -1428,7 +1459,10 @@ static void plan_faults(struct sim *s, uint64_t span)
     /* Sentinel mode is about failovers, and the agents paused across them. */
     static const unsigned sentinel_weights[F_KINDS] = {20, 15, 14, 15, 40, 5, 4,
                                                        6,  3,  3,  12, 15, 4};
-    const unsigned *base = s->sentinel ? sentinel_weights : weights;
+    /* Cluster mode: failovers of a master, and slot moves. */
+    static const unsigned cluster_weights[F_KINDS] = {20, 15, 14, 15, 25, 5, 4,
+                                                      6,  3,  3,  12, 12, 4, 30};
+    const unsigned *base = s->cluster ? cluster_weights : s->sentinel ? sentinel_weights : weights;
     /* Swarm testing: each seed turns fault kinds off (about two in five),
      * so that the rest come more often and together; half the seeds bunch
      * their faults into a window of under half a second, where several
@@ -1460,7 +1494,9 @@ static void plan_faults(struct sim *s, uint64_t span)
         switch (k) {
         case F_PARTITION:
             f->dur = rng_range(&s->rng, MS(20), MS(3000));
-            f->nodes_mask = s->quorum ? (unsigned)rng_range(&s->rng, 1, (1u << s->nnodes) - 1) : 1;
+            f->nodes_mask = s->quorum || s->cluster
+                                ? (unsigned)rng_range(&s->rng, 1, (1u << s->nnodes) - 1)
+                                : 1;
             break;
         case F_NODE_STALL:
             f->dur = rng_range(&s->rng, MS(10), MS(2500));
@@ -1468,7 +1504,9 @@ static void plan_faults(struct sim *s, uint64_t span)
         case F_LAG:
             f->dur = rng_range(&s->rng, MS(50), MS(3000));
             f->amount = (int64_t)rng_range(&s->rng, MS(5), MS(300));
-            f->nodes_mask = s->quorum ? (unsigned)rng_range(&s->rng, 1, (1u << s->nnodes) - 1) : 1;
+            f->nodes_mask = s->quorum || s->cluster
+                                ? (unsigned)rng_range(&s->rng, 1, (1u << s->nnodes) - 1)
+                                : 1;
             break;
         case F_AGENT_PAUSE:
             f->dur = rng_range(&s->rng, MS(5), MS(3000));
@@ -1542,11 +1580,16 @@ static int setup(struct sim *s)
         s->quorum = true;
     else if (s->opts.mode == MODE_SENTINEL)
         s->sentinel = true;
+    else if (s->opts.mode == MODE_CLUSTER)
+        s->cluster = true;
     else {
         s->quorum = SIM_HAVE_QUORUM && pick;
         s->sentinel = !s->quorum && sentinel_seed(s->seed);
+        s->cluster = !s->quorum && !s->sentinel && cluster_seed(s->seed);
     }
-    s->nnodes = s->quorum ? (rng_chance(r, 70) ? 3 : 5) : 1;
+    s->nnodes = s->quorum    ? (rng_chance(r, 70) ? 3 : 5)
+                : s->cluster ? (rng_chance(r, 50) ? 3 : 2)
+                             : 1;
     s->nagents = (unsigned)rng_range(r, 2, SIM_MAX_AGENTS);
     s->nclients = (unsigned)rng_range(r, 2, 8);
     s->nnames = rng_chance(r, 50) ? 1 : (unsigned)rng_range(r, 2, SIM_MAX_NAMES);
@@ -1563,6 +1606,7 @@ static int setup(struct sim *s)
     s->res->sentinel = s->sentinel;
     if (s->sentinel)
         s->stale_answers = rng_chance(r, 30);
+    s->res->cluster = s->cluster;
     s->res->nnodes = s->nnodes;
 
     struct config tmpl;
@@ -1607,6 +1651,7 @@ static int setup(struct sim *s)
     tmpl.nnodes = s->nnodes;
     tmpl.mode = s->quorum     ? REDIS_MODE_QUORUM
                 : s->sentinel ? REDIS_MODE_SENTINEL
+                : s->cluster  ? REDIS_MODE_CLUSTER
                               : REDIS_MODE_SINGLE;
     for (unsigned n = 0; n < s->nnodes; n++) {
         char addr[32];
@@ -1654,6 +1699,8 @@ static int setup(struct sim *s)
         for (unsigned n = 0; n < s->nnodes; n++)
             link_init(s, link_of(s, a, n), ag, &s->nodes[n], a * s->nnodes + n);
     }
+    if (s->cluster)
+        cluster_setup(s);
     uint64_t span = MS(rng_range(r, 2000, 8000));
     if (rng_chance(r, 80))
         plan_faults(s, span);
@@ -1680,7 +1727,12 @@ static int setup(struct sim *s)
                                     .on_subscribed = ag_subscribed,
                                     .on_ready = ag_ready,
                                     .on_doubt = s->sentinel ? ag_doubt : NULL};
-        if (!s->quorum) {
+        if (s->cluster) {
+            ev.on_doubt = ag_doubt;
+            ag->be = cluster_backend_new(ag, &ev);
+            if (!ag->be)
+                return -1;
+        } else if (!s->quorum) {
             link_set_events(link_of(s, a, 0), &ev);
             ag->be = &link_of(s, a, 0)->base;
         } else {
@@ -1757,6 +1809,7 @@ static struct agent *agent_of(struct sim *s, const struct event *e)
         /* A client's request waits while its agent is stopped. */
         return s->clients[e->a].ag;
     case EV_DOUBT:
+    case EV_CLUSTER:
         return &s->agents[e->a];
     default:
         return NULL;
@@ -1816,6 +1869,10 @@ static void dispatch(struct sim *s, const struct event *e)
         break;
     case EV_RELEASE_CHECK:
         check_release(s, e->a);
+        break;
+    case EV_CLUSTER:
+    case EV_SLOT_MOVE:
+        cluster_event(s, e);
         break;
     default:
         link_event(s, e);
@@ -1907,6 +1964,7 @@ int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res)
           seed,
           s->quorum     ? "quorum"
           : s->sentinel ? "sentinel"
+          : s->cluster  ? "cluster"
                         : "single",
           s->nnodes, s->nagents, s->nclients, s->nnames, s->nfaults,
           s->excl_text[0] ? "; excluded faults planned" : "");

@@ -61,6 +61,8 @@ enum ev_type {
     EV_SETTLE_CHECK,   /* the orphan-key check */
     EV_DOUBT,          /* a: agent: it hears of a failover (sentinel mode) */
     EV_RELEASE_CHECK,  /* a: release intent: is its key gone from every reachable node? */
+    EV_CLUSTER,        /* a: agent; b: what (cluster.c): its backend's map read, timers */
+    EV_SLOT_MOVE,      /* a: fault: a step of a slot's migration (cluster mode) */
     EV_COUNT
 };
 
@@ -93,6 +95,10 @@ struct msg {
     uint64_t master_gen; /* sentinel mode: the node's master generation when sent */
     uint64_t id;
     uint8_t kind, state;
+    uint8_t redirect;    /* cluster mode: the node's answer was a redirect (enum redirect) */
+    uint8_t redirect_to; /* MOVED or ASK: the node named */
+    bool asking;         /* cluster mode: sent after ASKING */
+    bool dropped;        /* a notice: the node ended the subscription (sunsubscribe) */
     bool cb_done, in_event, in_stallq, in_held, discard, notify;
     bool confirm;  /* a notice: the confirmation of a subscription */
     bool to_agent; /* held: an answer or notice (else a request) */
@@ -119,6 +125,7 @@ struct rkey {
     char name[SIM_KEY_MAX];
     char val[SIM_VAL_MAX];
     int64_t expire_ms; /* node clock, ms; 0: none */
+    uint64_t set_at;   /* virtual: when it was last written (set, restored, migrated) */
 };
 
 struct undo {
@@ -163,7 +170,8 @@ struct link {
     unsigned idx; /* in sim.links */
     struct backend_events ev;
     bool have_ev;
-    bool connected, subscribed, connecting, closing, partitioned;
+    bool connected, subscribed, connecting, closing;
+    unsigned partitioned; /* the partitions that cut it off now */
     uint64_t lag;         /* added to every delay (a lag fault) */
     uint64_t epoch;       /* increases with every new connection */
     uint64_t attempt_gen; /* identifies the current connection attempt */
@@ -192,6 +200,10 @@ struct link {
     uint64_t known_gen;
     int last_error;
     uint64_t last_rtt;
+    /* Cluster mode: the node ended a subscription (a MOVED answer to it, or
+     * its slot moved away), and the link forgot the name. */
+    void (*dropped)(void *arg, const char *name, size_t len);
+    void *dropped_arg;
 };
 
 /* ---- clients ---- */
@@ -317,6 +329,7 @@ enum fault_kind {
     F_LAG,          /* an agent's messages to and from nodes take much longer */
     F_AGENT_PAUSE,  /* an agent's process stops (SIGSTOP, a long page fault), then goes on */
     F_FRESH,        /* a node was started less than max_ttl_ms before the run */
+    F_SLOT_MOVE,    /* cluster: a name's slot migrates to another master, with its keys */
     F_KINDS
 };
 extern const char *const fault_names[F_KINDS];
@@ -360,7 +373,17 @@ extern const char *const coverage_names[COV_COUNT];
 
 /* ---- the world ---- */
 
-enum sim_mode { MODE_ANY, MODE_SINGLE, MODE_QUORUM, MODE_SENTINEL };
+enum sim_mode { MODE_ANY, MODE_SINGLE, MODE_QUORUM, MODE_SENTINEL, MODE_CLUSTER };
+
+/* Cluster mode: a hash slot of the run's names, where it truly is. */
+struct cslot {
+    unsigned slot;
+    int owner;  /* node */
+    int mig_to; /* node it migrates to (IMPORTING there, MIGRATING on owner); -1: none */
+};
+
+/* Cluster mode: a node's answer that is not the script's. */
+enum redirect { R_NONE, R_MOVED, R_ASK, R_TRYAGAIN };
 
 struct sim_opts {
     enum sim_mode mode;
@@ -387,6 +410,7 @@ struct sim_result {
     unsigned excused_mutex, excused_fence, excused_orphan, excused_late;
     bool quorum;
     bool sentinel;
+    bool cluster;
     unsigned nnodes;
     bool fault_free;
 };
@@ -404,6 +428,14 @@ struct sim {
     bool quorum;
     bool sentinel;      /* one node whose failovers the agents hear of (doubt) */
     bool stale_answers; /* sentinel: renewals answered by the old master get through */
+    bool cluster;       /* nodes are the masters of a Redis Cluster (cluster.c) */
+    struct cslot cslots[SIM_MAX_NAMES];
+    unsigned ncslots;
+    unsigned name_cslot[SIM_MAX_NAMES]; /* index into cslots */
+    /* The master generation a failover of a node that served the name gave
+     * it (0: none): an agent whose link knows an older one has not heard of
+     * it yet, wherever the slot has gone since. */
+    uint64_t cl_fail_gen[SIM_MAX_NAMES][SIM_MAX_NODES];
     unsigned nnodes, nagents, nclients, nnames;
     struct node nodes[SIM_MAX_NODES];
     struct agent agents[SIM_MAX_AGENTS];
@@ -500,6 +532,8 @@ void node_failover(struct node *nd, uint64_t rollback_ns, uint64_t down_ns);
 void node_stall_end(struct node *nd);
 void node_preload(struct node *nd, const char *name, uint64_t legacy, uint64_t mark);
 bool node_key_live(const struct node *nd, const struct rkey *k);
+void node_keys_present(struct node *nd, const struct msg *m, unsigned *nkeys, unsigned *present);
+bool node_migrate_one(struct node *src, struct node *dst, unsigned slot);
 bool node_key_expired(const struct node *nd, const struct rkey *k);
 extern bool sim_bug_release_no_compare;
 extern bool sim_bug_no_confirm;
@@ -514,6 +548,21 @@ bool sim_renew_sent(struct agent *ag, const char *token); /* true: a storm, leav
 void sim_wedged(struct sim *s) __attribute__((noreturn));
 void sim_release_sent(struct agent *ag, const struct backend_req *req);
 int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res);
+
+/* cluster.c */
+bool cluster_seed(uint64_t seed);
+void cluster_setup(struct sim *s); /* after the nodes and agents' configurations */
+struct backend *cluster_backend_new(struct agent *ag, const struct backend_events *ev);
+void cluster_event(struct sim *s, const struct event *e);
+bool cluster_failover(struct sim *s, struct fault *f); /* false: skipped */
+void cluster_slot_move(struct sim *s, struct fault *f);
+void cluster_slot_move_end(struct sim *s, struct fault *f);
+enum redirect cluster_route(struct node *nd, const struct msg *m, unsigned *to);
+bool cluster_serves(const struct sim *s, unsigned name, unsigned node);
+bool cluster_unheard(const struct agent *ag, unsigned name);
+extern bool sim_bug_cluster_no_doubt;
+extern bool sim_bug_cluster_ask_as_moved;
+extern bool sim_bug_cluster_stale_owner;
 
 /* proxy.c */
 struct backend *proxy_new(struct agent *ag, struct backend *inner);
@@ -530,7 +579,8 @@ void link_reply(struct msg *m); /* the node answered m */
 void link_node_down(struct link *l);
 void link_doubt(struct link *l); /* sentinel: the agent gives the old master up */
 void link_publish(struct link *l, const char *name, size_t len);
-void link_subscription(struct msg *m); /* the node runs a SUBSCRIBE or UNSUBSCRIBE */
+void link_sunsubscribe(struct link *l, unsigned idx); /* cluster: the node ends it */
+void link_subscription(struct msg *m);                /* the node runs a SUBSCRIBE or UNSUBSCRIBE */
 int sim_name_index(const struct sim *s, const char *name, size_t len); /* -1: none */
 void msg_maybe_free(struct msg *m);
 void link_teardown(struct link *l);
