@@ -344,17 +344,31 @@ static bool node_up(const struct cl *cl, uint16_t i)
     return cl->node[i]->b->ops->nodes(cl->node[i]->b, &info, 1) == 1 && info.connected;
 }
 
-/* A slot goes from node `from` to node `to` (indexes, NO_NODE unknown). It
- * failed over when a replica of `from` took it over, or when `from` is out
- * of the agent's reach: a migration needs the old master up (MIGRATE), and
- * CLUSTER SLOTS leaves out replicas that have not synced yet, so the
- * replica lists alone may miss a promotion. Taking a migration for a
- * failover costs a renewal; the reverse could cost a lock. */
-static bool failed_over(const struct cl *cl, uint16_t from, uint16_t to)
+/* The master whose replica node i was by the previous map, or NO_NODE. */
+static uint16_t promoted_from(const struct cl *cl, uint16_t i)
+{
+    for (size_t m = 0; m < cl->nnodes; m++)
+        if (m != i && is_replica_of(cl->node[m], cl->node[i]->name))
+            return (uint16_t)m;
+    return NO_NODE;
+}
+
+/* A slot goes from node `from` to node `to` (indexes, NO_NODE unknown): the
+ * master that failed over, or NO_NODE when none did. It failed over when a
+ * replica of `from` took it over, or when `from` is out of the agent's
+ * reach: a migration needs the old master up (MIGRATE), and CLUSTER SLOTS
+ * leaves out replicas that have not synced yet, so the replica lists alone
+ * may miss a promotion. And when `to` was a replica of another master: the
+ * slot moved there since the agent's map said `from`, and that master then
+ * failed over, perhaps losing the keys MIGRATE wrote to it. Taking a
+ * migration for a failover costs a renewal; the reverse could cost a lock. */
+static uint16_t failed_over(const struct cl *cl, uint16_t from, uint16_t to)
 {
     if (from == NO_NODE || to == NO_NODE || from == to)
-        return false;
-    return is_replica_of(cl->node[from], cl->node[to]->name) || !node_up(cl, from);
+        return NO_NODE;
+    if (is_replica_of(cl->node[from], cl->node[to]->name) || !node_up(cl, from))
+        return from;
+    return promoted_from(cl, to);
 }
 
 /* The masters in failed (a bitmap over node indexes) lost their slots to
@@ -412,9 +426,10 @@ static int load_map(struct cl *cl, const redisReply *rep)
     bool any_failover = false, changed = false;
     for (size_t s = 0; s < KEY_SLOTS; s++) {
         changed |= owner[s] != cl->owner[s];
-        if (failed_over(cl, cl->owner[s], owner[s])) {
+        uint16_t gone = failed_over(cl, cl->owner[s], owner[s]);
+        if (gone != NO_NODE) {
             slots[s / 8] |= (uint8_t)(1u << (s % 8));
-            failed[cl->owner[s]] = true;
+            failed[gone] = true;
             any_failover = true;
         }
     }
@@ -463,23 +478,25 @@ bad:
 static void note_moved(struct cl *cl, unsigned slot, uint16_t to)
 {
     uint16_t from = cl->owner[slot];
-    if (failed_over(cl, from, to)) {
-        /* Every slot of the old master went to the replica. */
+    uint16_t gone = failed_over(cl, from, to);
+    if (gone != NO_NODE) {
+        /* Every slot of the master that failed over went to the replica,
+         * and so did this one. */
         uint8_t slots[KEY_SLOTS / 8] = {0};
         bool *failed = calloc(cl->nnodes, sizeof *failed);
         for (size_t s = 0; s < KEY_SLOTS; s++) {
-            if (cl->owner[s] == from) {
+            if (cl->owner[s] == gone || s == slot) {
                 cl->owner[s] = to;
                 slots[s / 8] |= (uint8_t)(1u << (s % 8));
             }
         }
         if (failed) {
-            failed[from] = true;
+            failed[gone] = true;
             report_failover(cl, slots, failed);
             free(failed);
         } else {
             /* No memory to say which: every name is in doubt. */
-            cl->node[from]->gen++;
+            cl->node[gone]->gen++;
             if (cl->ev.on_doubt)
                 cl->ev.on_doubt(cl->ev.arg, NULL, NULL);
         }
