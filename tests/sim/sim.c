@@ -27,7 +27,7 @@ bool sim_quorum_available(void)
 const char *const fault_names[F_KINDS] = {
     "link-drop",  "partition",    "node-stall", "restart",     "failover",
     "step-small", "step-forward", "step-back",  "agent-drift", "node-drift",
-    "lag",        "agent-pause",  "fresh-node", "slot-move",
+    "lag",        "agent-pause",  "fresh-node", "slot-move",   "fence-cut",
 };
 
 const char *const coverage_names[COV_COUNT] = {
@@ -1350,6 +1350,9 @@ static void fault_start(struct sim *s, struct fault *f)
             if (f->nodes_mask & (1u << n))
                 link_of(s, f->agent, n)->lag += (uint64_t)f->amount;
         break;
+    case F_FENCE_CUT:
+        link_of(s, f->agent, f->node)->cut_fence = true;
+        break;
     case F_AGENT_PAUSE:
         if (s->agents[f->agent].paused_until < s->now + f->dur)
             s->agents[f->agent].paused_until = s->now + f->dur;
@@ -1441,6 +1444,9 @@ static void fault_end(struct sim *s, struct fault *f)
             if (f->nodes_mask & (1u << n))
                 link_of(s, f->agent, n)->lag -= (uint64_t)f->amount;
         break;
+    case F_FENCE_CUT:
+        link_of(s, f->agent, f->node)->cut_fence = false;
+        break;
     case F_RESTART:
     case F_FAILOVER:
         nd->up = true;
@@ -1455,7 +1461,7 @@ static void fault_end(struct sim *s, struct fault *f)
 
 static void plan_faults(struct sim *s, uint64_t span)
 {
-    static const unsigned weights[F_KINDS] = {20, 15, 14, 15, 8, 5, 4, 6, 3, 3, 12, 10, 4};
+    static const unsigned weights[F_KINDS] = {20, 15, 14, 15, 8, 5, 4, 6, 3, 3, 12, 10, 4, 0, 12};
     /* Sentinel mode is about failovers, and the agents paused across them. */
     static const unsigned sentinel_weights[F_KINDS] = {20, 15, 14, 15, 40, 5, 4,
                                                        6,  3,  3,  12, 15, 4};
@@ -1471,6 +1477,8 @@ static void plan_faults(struct sim *s, uint64_t span)
     unsigned weight[F_KINDS], total = 0;
     for (int k = 0; k < F_KINDS; k++) {
         weight[k] = rng_chance(&s->rng, 60) ? base[k] : 0;
+        if (k == F_FENCE_CUT && !s->quorum)
+            weight[k] = 0; /* only quorum mode writes marks back */
         total += weight[k];
     }
     if (!total)
@@ -1510,6 +1518,9 @@ static void plan_faults(struct sim *s, uint64_t span)
             break;
         case F_AGENT_PAUSE:
             f->dur = rng_range(&s->rng, MS(5), MS(3000));
+            break;
+        case F_FENCE_CUT:
+            f->dur = rng_range(&s->rng, MS(100), MS(3000)); /* armed that long */
             break;
         case F_RESTART:
             f->dur = rng_range(&s->rng, MS(5), MS(500));

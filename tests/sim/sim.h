@@ -171,6 +171,7 @@ struct link {
     struct backend_events ev;
     bool have_ev;
     bool connected, subscribed, connecting, closing;
+    bool cut_fence;       /* a fence-cut fault: the next write-back is lost with the connection */
     unsigned partitioned; /* the partitions that cut it off now */
     uint64_t lag;         /* added to every delay (a lag fault) */
     uint64_t epoch;       /* increases with every new connection */
@@ -330,6 +331,7 @@ enum fault_kind {
     F_AGENT_PAUSE,  /* an agent's process stops (SIGSTOP, a long page fault), then goes on */
     F_FRESH,        /* a node was started less than max_ttl_ms before the run */
     F_SLOT_MOVE,    /* cluster: a name's slot migrates to another master, with its keys */
+    F_FENCE_CUT,    /* quorum: an agent's next fencing write-back to a node is lost, and its link */
     F_KINDS
 };
 extern const char *const fault_names[F_KINDS];
