@@ -94,6 +94,8 @@ static void on_renewed(void *arg, const struct backend_result *r)
     if (!r->err && r->outcome == BACKEND_DONE && pr->ag->core_live)
         sim_renewed(pr->ag, pr->token, pr->sent_at);
     pr->cb(pr->arg, r);
+    if (pr->ag->core_live)
+        sim_renew_answered(pr->ag, pr->token, r);
     free(pr);
 }
 
@@ -106,8 +108,6 @@ static int p_renew(struct backend *b, const struct backend_req *req, backend_cb 
         cb(arg, &(struct backend_result){.err = DLOCK_EUNAVAIL, .at = agent_now(p->ag)});
         sim_wedged(p->ag->s);
     }
-    if (!p->ag->s->sentinel && !p->ag->s->cluster)
-        return p->inner->ops->renew(p->inner, req, cb, arg);
     struct prenew *pr = calloc(1, sizeof *pr);
     if (!pr)
         return DLOCK_ENOMEM;

@@ -256,6 +256,8 @@ bool sim_renew_sent(struct agent *ag, const char *token)
         return false;
     uint64_t now = agent_now(ag);
     const char *name = s->names[c->lease_name];
+    c->doubt_renew = false;
+    c->rn_inflight++;
     if (c->hold_ms && now >= c->hold_from + MS(c->hold_ms) && !s->stop)
         violation(s, "bounded hold", 0,
                   "agent%u renews client%u's lease on %s %" PRIu64
@@ -280,11 +282,61 @@ bool sim_renew_sent(struct agent *ag, const char *token)
     return s->stop && c->rn_count > 2 * renew_limit(&ag->cfg);
 }
 
+/* A renewal's answer came back to the core (which has handled it): "not
+ * yours" is proof of loss, LOST at once (docs/protocol.md, "Events"). */
+void sim_renew_answered(struct agent *ag, const char *token, const struct backend_result *r)
+{
+    struct sim *s = ag->s;
+    struct sclient *c = holder_of(ag, token);
+    if (!c)
+        return;
+    if (c->rn_inflight)
+        c->rn_inflight--;
+    if (!r->err && r->outcome == BACKEND_NOT_OURS && !c->lost_seen && !s->stop)
+        violation(s, "events", 0,
+                  "a renewal of client%u's lease on %s was answered \"not yours\", and the lease "
+                  "was not LOST",
+                  c->id, s->names[c->lease_name]);
+}
+
 void sim_wedged(struct sim *s)
 {
     if (!s->wedge_armed)
         abort();
     longjmp(s->wedge, 1);
+}
+
+/* What an event turn must have finished (docs/protocol.md, "Events";
+ * docs/failover.md): a page back to HELD was told with a HELD event; a lost
+ * lease's key was released; a lease in doubt was renewed at once; a lease
+ * whose deadline passed, its agent running, was LOST then. */
+static void check_turn(struct sim *s)
+{
+    for (unsigned i = 0; i < s->nclients && !s->stop; i++) {
+        struct sclient *c = &s->clients[i];
+        struct agent *ag = c->ag;
+        const char *name = s->names[c->lease_name];
+        bool running = ag->paused_until + MS(1) < s->now;
+        uint64_t now = agent_now(ag);
+        if (c->held_due)
+            violation(s, "events", 0, "client%u's lease on %s shows HELD again with no HELD event",
+                      c->id, name);
+        else if (c->release_due)
+            violation(s, "clean-up", 0,
+                      "client%u's lease on %s was LOST and its key was not released", c->id, name);
+        else if (c->state == C_HOLDING && !c->lost_seen && c->doubted && c->doubt_renew &&
+                 !c->stopped && running && now > c->doubt_at + MS(1))
+            violation(s, "doubt", 0,
+                      "client%u's lease on %s is in doubt since %" PRIu64
+                      " ms and was not renewed at once",
+                      c->id, name, (now - c->doubt_at) / 1000000);
+        else if (c->state == C_HOLDING && !c->lost_seen && !c->doubted && running &&
+                 c->lease_slot < SIM_PAGE_SLOTS && c->page[c->lease_slot].lease_id == c->lease_id &&
+                 now > c->page[c->lease_slot].deadline + MS(1))
+            violation(s, "events", 0,
+                      "client%u's lease on %s passed its deadline %" PRIu64 " ms ago, not LOST",
+                      c->id, name, (now - c->page[c->lease_slot].deadline) / 1000000);
+    }
 }
 
 /* A lease valid by its client's rule is within its bounded hold: its last
@@ -367,8 +419,9 @@ static void lease_terms(struct agent *ag, struct sclient *c, unsigned name,
         hold_bound(c->acq_max_hold, ag->cfg.default_max_hold_ms, ag->cfg.max_hold_limit_ms);
     c->progress_ms =
         hold_bound(c->acq_progress, ag->cfg.default_progress_ms, ag->cfg.progress_limit_ms);
-    c->lost_seen = c->jeopardy_seen = false;
-    c->rn_count = 0;
+    c->lost_seen = c->jeopardy_seen = c->held_due = c->release_due = false;
+    c->stopped = c->doubt_renew = false;
+    c->rn_count = c->rn_inflight = 0;
     if (ag->watch_token) {
         struct cohort_rec *co = &ag->cohort[name];
         bool known = strncmp(ag->acq[name].token, ag->watch_token, 32) == 0;
@@ -423,6 +476,9 @@ void sim_release_sent(struct agent *ag, const struct backend_req *req)
     int n = sim_name_index(s, req->name, req->len);
     if (n < 0 || !req->token)
         return;
+    for (unsigned i = 0; i < s->nclients; i++)
+        if (s->clients[i].ag == ag && strncmp(s->clients[i].lease_token, req->token, 32) == 0)
+            s->clients[i].release_due = false;
     /* Once per token: its retries are the same release. */
     for (size_t i = s->nintents; i-- > 0 && s->now - s->intents[i].at < MS(3000);)
         if (s->intents[i].agent == ag->id && strncmp(s->intents[i].token, req->token, 32) == 0)
@@ -711,13 +767,32 @@ static void check_event(struct agent *ag, struct sclient *c, const struct wire_e
                   name);
         return;
     }
+    uint64_t now = agent_now(ag);
     if (ev->state == DLOCK_STATE_JEOPARDY) {
         c->jeopardy_seen = true;
-        if (ev->reason == DLOCK_EHOLDLIMIT || ev->reason == DLOCK_ESTALLED)
+        if (ev->reason == DLOCK_EHOLDLIMIT || ev->reason == DLOCK_ESTALLED) {
             s->res->cov[COV_HOLD_STOP]++;
+            c->stopped = true;
+        }
+        if (ev->reason == DLOCK_ESTALLED && !c->paused)
+            violation(s, "progress", 0,
+                      "client%u touches its lease on %s all the time, and its renewal stopped as "
+                      "stalled",
+                      c->id, name);
+        if (ev->reason == DLOCK_EHOLDLIMIT && now < c->hold_from + MS(c->hold_ms))
+            violation(s, "bounded hold", 0,
+                      "client%u's lease on %s stopped for its maximum hold %" PRIu64
+                      " ms before it ran out",
+                      c->id, name, (uint64_t)(c->hold_from + MS(c->hold_ms) - now) / 1000000);
+    } else if (ev->state == DLOCK_STATE_HELD) {
+        c->held_due = false;
+        c->stopped = false;
     } else if (ev->state == DLOCK_STATE_LOST) {
         c->lost_seen = true;
         s->res->cov[COV_LOST]++;
+        /* The key may still be its: released at once (after "not yours",
+         * only in quorum mode, from the nodes that renewed it). */
+        c->release_due = ev->reason != DLOCK_ELOST || s->quorum;
         bool paused = ag->paused_until + MS(c->lease_ttl) > s->now;
         if (ev->reason != DLOCK_ELOST && !c->jeopardy_seen && !paused)
             violation(s, "events", 0,
@@ -761,6 +836,9 @@ static void env_slot_write(void *arg, struct core_client *cc, uint32_t slot, uin
     if (slot >= SIM_PAGE_SLOTS)
         return;
     struct page_slot *p = &c->page[slot];
+    if (c->state == C_HOLDING && slot == c->lease_slot && lease_id == c->lease_id &&
+        p->lease_id == lease_id && p->state == DLOCK_STATE_JEOPARDY && state == DLOCK_STATE_HELD)
+        c->held_due = true;
     p->state = state;
     p->lease_id = lease_id;
     p->fence = fence;
@@ -820,8 +898,10 @@ static void ag_doubt(void *arg, backend_affected_fn affected, void *farg)
         if (c->ag == ag && c->state == C_HOLDING &&
             (!affected ||
              affected(farg, s->names[c->lease_name], strlen(s->names[c->lease_name])))) {
+            uint64_t d;
             c->doubted = true;
             c->doubt_at = now;
+            c->doubt_renew = lease_valid(c, &d) && !c->rn_inflight && !c->stopped;
         }
     }
     core_doubt(&ag->core, affected, farg, now);
@@ -2003,6 +2083,7 @@ int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res)
         if (!run_event(s, &e))
             break;
         track_links(s);
+        check_turn(s);
         check_mutex(s);
         check_hold(s);
         check_keys(s);

@@ -257,7 +257,12 @@ struct sclient {
     uint64_t key_since;                  /* virtual: the acquire that set the key was sent */
     uint32_t lease_ttl, hold_ms, progress_ms;
     bool lost_seen, jeopardy_seen, dropping;
-    uint64_t rn_start; /* renewal rate: the current window (agent clock) */
+    bool held_due;        /* the page went from JEOPARDY to HELD: a HELD event is due */
+    bool release_due;     /* LOST: the release of its key is due in the same turn */
+    bool stopped;         /* renewal stopped for a bounded hold (JEOPARDY, not HELD since) */
+    bool doubt_renew;     /* in doubt: a renewal is due at once (none in flight) */
+    unsigned rn_inflight; /* renewals of its lease unanswered */
+    uint64_t rn_start;    /* renewal rate: the current window (agent clock) */
     unsigned rn_count;
     struct page_slot page[SIM_PAGE_SLOTS];
     uint32_t gids[1];
@@ -547,6 +552,7 @@ void sim_released(struct sim *s, const char *name,
 void sim_acquire_sent(struct agent *ag, const struct backend_req *req);
 void sim_acquire_answered(struct agent *ag, const struct backend_result *r);
 bool sim_renew_sent(struct agent *ag, const char *token); /* true: a storm, leave the core */
+void sim_renew_answered(struct agent *ag, const char *token, const struct backend_result *r);
 void sim_wedged(struct sim *s) __attribute__((noreturn));
 void sim_release_sent(struct agent *ag, const struct backend_req *req);
 int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res);
