@@ -1256,10 +1256,12 @@ static bool faults_over(const struct sim *s)
     return true;
 }
 
+/* Every link up, and idle: nothing sent is still unanswered (a release
+ * held up by a lag that just ended may still be on its way). */
 static bool links_up(const struct sim *s)
 {
     for (unsigned i = 0; i < s->nagents * s->nnodes; i++)
-        if (!s->links[i].connected || !s->links[i].subscribed)
+        if (!s->links[i].connected || !s->links[i].subscribed || s->links[i].npending)
             return false;
     return true;
 }
