@@ -400,6 +400,13 @@ static void check_handoff(struct agent *ag, unsigned name, const struct sclient 
                   "agent%u hands %s to client%u with token %" PRIu64
                   ", not the next of the reserved block (%" PRIu64 ")",
                   ag->id, s->names[name], c->id, fence, co->fence0 + co->handoffs);
+    else if (now + MS(ag->released_ttl[name]) / 2 >= ag->released_deadline[name])
+        violation(s, "cohort", 0,
+                  "agent%u hands %s to client%u from a lease with %" PRId64
+                  " ms left, not more than half its TTL (%u ms)",
+                  ag->id, s->names[name], c->id,
+                  ((int64_t)ag->released_deadline[name] - (int64_t)now) / 1000000,
+                  ag->released_ttl[name]);
     else if (now >= co->sent_at + MS(ag->cfg.cohort_ms))
         violation(s, "cohort", 0,
                   "agent%u hands %s to client%u %" PRIu64
@@ -1013,6 +1020,9 @@ static void client_release(struct sclient *c)
     TRACE(s, "agent%u: client%u releases %s (lease %" PRIx64 ")", ag->id, c->id,
           s->names[c->lease_name], c->lease_id);
     memcpy(ag->released_token[c->lease_name], c->lease_token, 33);
+    ag->released_ttl[c->lease_name] = c->lease_ttl;
+    ag->released_deadline[c->lease_name] =
+        c->lease_slot < SIM_PAGE_SLOTS ? c->page[c->lease_slot].deadline : 0;
     core_release(&ag->core, &c->cc, c->rel_req, c->lease_id, agent_now(ag));
     c->state = C_IDLE;
     c->lease_id = 0;

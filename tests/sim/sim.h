@@ -289,6 +289,8 @@ struct agent {
     /* The token of the lease last released per name: a grant outside an
      * acquire's answer is a cohort handoff of that key. */
     char released_token[SIM_MAX_NAMES][33];
+    uint64_t released_deadline[SIM_MAX_NAMES]; /* that lease's, agent clock */
+    uint32_t released_ttl[SIM_MAX_NAMES];
     bool watch_released, watch_granted;
     int64_t boot_ns; /* its CLOCK_BOOTTIME at virtual 0 */
     int32_t ppm;
