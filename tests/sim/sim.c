@@ -414,6 +414,22 @@ static void check_handoff(struct agent *ag, unsigned name, const struct sclient 
                   ag->id, s->names[name], c->id, (now - co->sent_at) / 1000000, ag->cfg.cohort_ms);
 }
 
+/* Makes room in a growing array of *cap elements of size bytes for one
+ * more after the n it holds. */
+static void room_for(size_t n, size_t *cap, void **array, size_t size)
+{
+    if (n < *cap)
+        return;
+    size_t more = *cap ? *cap * 2 : 64;
+    void *p = realloc(*array, more * size);
+    if (!p) {
+        fprintf(stderr, "dlock-sim: out of memory\n");
+        exit(2);
+    }
+    *array = p;
+    *cap = more;
+}
+
 /* Sets the terms of c's new lease on name, for the checks above and the
  * event contract; a grant from the store starts a cohort. */
 static void lease_terms(struct agent *ag, struct sclient *c, unsigned name,
@@ -445,14 +461,7 @@ static void lease_terms(struct agent *ag, struct sclient *c, unsigned name,
         c->hold_from = c->grant_at;
         c->key_since = ag->cohort[name].sent_vt;
     }
-    if (s->ngrants == s->grants_cap) {
-        size_t cap = s->grants_cap ? s->grants_cap * 2 : 64;
-        struct grant_rec *g2 = realloc(s->grants, cap * sizeof *g2);
-        if (!g2)
-            abort();
-        s->grants = g2;
-        s->grants_cap = cap;
-    }
+    room_for(s->ngrants, &s->grants_cap, (void **)&s->grants, sizeof *s->grants);
     memcpy(s->grants[s->ngrants].token, c->lease_token, 33);
     s->grants[s->ngrants++].at = s->now;
 }
@@ -490,14 +499,7 @@ void sim_release_sent(struct agent *ag, const struct backend_req *req)
     for (size_t i = s->nintents; i-- > 0 && s->now - s->intents[i].at < MS(3000);)
         if (s->intents[i].agent == ag->id && strncmp(s->intents[i].token, req->token, 32) == 0)
             return;
-    if (s->nintents == s->intents_cap) {
-        size_t cap = s->intents_cap ? s->intents_cap * 2 : 64;
-        struct rel_intent *v = realloc(s->intents, cap * sizeof *v);
-        if (!v)
-            abort();
-        s->intents = v;
-        s->intents_cap = cap;
-    }
+    room_for(s->nintents, &s->intents_cap, (void **)&s->intents, sizeof *s->intents);
     struct rel_intent *ri = &s->intents[s->nintents];
     memset(ri, 0, sizeof *ri);
     memcpy(ri->token, req->token, 32);
