@@ -152,9 +152,12 @@ static int64_t signed_range(struct rng *r, int64_t lo, int64_t hi)
 
 /* ---- the agents' environment ---- */
 
-/* Has every link of the agent been up once (the start-up is over)? */
+/* Has every link of the agent been up once, and its store said it was
+ * ready (the start-up is over: a cluster's first map read)? */
 static bool store_came_up(const struct agent *ag)
 {
+    if (!ag->ready_once)
+        return false;
     for (unsigned n = 0; n < ag->s->nnodes; n++)
         if (!ag->s->links[ag->id * ag->s->nnodes + n].run_id)
             return false;
@@ -545,6 +548,8 @@ static void check_release(struct sim *s, unsigned idx)
         struct node *nd = &s->nodes[n];
         if (nd->failover_at >= ri->at)
             continue; /* keys may have come back (X_RESURRECT) */
+        if (s->cluster && !cluster_serves(s, ri->name, n))
+            continue; /* a key left in a slot the node no longer serves: nobody reads it */
         if (nd->stepped_back_at && nd->stepped_back_at + MS(ag->cfg.max_ttl_ms) >= ri->at)
             continue; /* the key outlives the core's retries (X_STEP_BACK) */
         const struct rkey *k = NULL;
@@ -888,6 +893,7 @@ static void ag_ready(void *arg)
 {
     struct agent *ag = arg;
     ag->down_since = 0;
+    ag->ready_once = true;
     if (ag->core_live)
         core_store_ready(&ag->core, agent_now(ag));
 }

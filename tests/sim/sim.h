@@ -317,6 +317,7 @@ struct agent {
     /* The outage-aware liveness check: the first failure of the store since
      * it last answered an acquire or came back (agent clock; 0: none). */
     uint64_t down_since;
+    bool ready_once; /* its store has reported on_ready once */
     struct fifo_ent fifo[SIM_MAX_NAMES][SIM_MAX_CLIENTS];
     unsigned nfifo[SIM_MAX_NAMES];
 };
