@@ -219,13 +219,16 @@ static void l_flush(struct backend *b)
         m->sent_at = agent_now(l->ag);
         m->state = M_SENT;
         if (m->kind == OP_FENCE && l->cut_fence) {
-            /* A fence-cut fault: the write-back never reaches the node,
-             * and the connection is reset under it. */
+            /* A fence-cut fault: the write-back never reaches the node.
+             * Half the time the connection is reset under it at once; else
+             * it dies silently, and the agent's watchdog finds out. */
             l->cut_fence = false;
             m->discard = true;
-            TRACE(l->s, "agent%u: the write-back #%" PRIu64 " to node%u is cut off", l->ag->id,
-                  m->id, l->nd->id);
-            ev_push(l->s, l->s->now + net_delay(l->s), EV_LINK_DROP, l->idx, l->epoch, NULL);
+            bool reset = rng_chance(&l->s->rng, 50);
+            TRACE(l->s, "agent%u: the write-back #%" PRIu64 " to node%u is cut off%s", l->ag->id,
+                  m->id, l->nd->id, reset ? ", the connection reset" : "");
+            if (reset)
+                ev_push(l->s, l->s->now + net_delay(l->s), EV_LINK_DROP, l->idx, l->epoch, NULL);
         }
         to_node(l, m);
         any = true;
