@@ -13,6 +13,8 @@
  * - a master killed under held leases and its replica promoted: every lease
  *   ends HELD, its key confirmed on the new master, or LOST, and none is
  *   valid while its key is missing there once the agent has put it in doubt;
+ *   and a slot that moved, unseen by the agent, to a master that then failed
+ *   over is in doubt too;
  * - fencing tokens of a name increasing across slot moves and a failover;
  * - the shared counters of test_quorum_chaos.c over the cluster, through a
  *   failover and a slot move, with wait_replicas = 1.
@@ -514,6 +516,55 @@ HCTEST(cluster, failover_ends_every_lease_held_or_lost)
         check_held(t[k].node, t[k].name, l);
         cr_assert_eq(dlock_lease_release(l), 0);
     }
+}
+
+/* The slot of a held lease moves to another master while the agent sees
+ * nothing (stopped), and that master then fails over, its promoted replica
+ * without the lease's key (the writes of MIGRATE lost with its last ones).
+ * The agent's next map shows the slot going from its old master, still up,
+ * to a node that was another master's replica: a failover all the same. The
+ * lease is put in doubt (JEOPARDY, DLOCK_EFAILOVER) before its renewal finds
+ * the key gone, not left valid until then. */
+HCTEST(cluster, a_moved_slot_whose_new_master_failed_over_is_in_doubt)
+{
+    /* A lease of 90 s, renewed every 30 s: the map read after the resume
+     * comes long before its next renewal. */
+    start(1, "max_ttl_ms = 120000", NULL, NULL);
+    struct h_cl *cl = h_client_at(0);
+    int m[HC_NODES];
+    cr_assert_eq(hc_masters(m), 3);
+    int from = m[0], to = m[1];
+    int replica = hc_replica_of(to);
+    cr_assert_geq(replica, 0);
+    char name[64];
+    hc_name_on(from, "stale", name, sizeof name);
+    dlock_lease *l = h_must_acquire(cl, name, 3 * LONG_TTL);
+    check_held(from, name, l);
+
+    h_agent_pause(0);
+    hc_move_slot(hc_name_slot(name), to);
+    const char *key = hc_lock_key(name);
+    H_WAIT_UNTIL(H_EVENT_MS, hc_exists(replica, key));
+    int promoted = hc_kill_master(to);
+    cr_assert_eq(promoted, replica);
+    hc_del(promoted, key);
+    h_agent_resume(0);
+
+    H_WAIT_UNTIL(3 * LONG_TTL, h_events(cl, l, DLOCK_STATE_LOST) > 0);
+    int doubt = -1, lost = -1;
+    for (int i = 0; i < cl->nev; i++) {
+        if (cl->ev[i].lease != l)
+            continue;
+        if (doubt < 0 && cl->ev[i].state == DLOCK_STATE_JEOPARDY &&
+            cl->ev[i].reason == DLOCK_EFAILOVER)
+            doubt = i;
+        if (lost < 0 && cl->ev[i].state == DLOCK_STATE_LOST)
+            lost = i;
+    }
+    cr_assert_geq(doubt, 0, "the lease was LOST without being put in doubt first");
+    cr_assert_lt(doubt, lost);
+    cr_assert(!dlock_lease_valid(l));
+    cr_assert_eq(dlock_lease_release(l), DLOCK_ELOST);
 }
 
 /* ---- d: fencing ---- */
