@@ -550,8 +550,15 @@ static void check_release(struct sim *s, unsigned idx)
             continue; /* keys may have come back (X_RESURRECT) */
         if (s->cluster && !cluster_serves(s, ri->name, n))
             continue; /* a key left in a slot the node no longer serves: nobody reads it */
-        if (nd->stepped_back_at && nd->stepped_back_at + MS(ag->cfg.max_ttl_ms) >= ri->at)
-            continue; /* the key outlives the core's retries (X_STEP_BACK) */
+        /* The key outlives the core's retries (X_STEP_BACK): its node's
+         * clock stepped back, or in cluster mode the clock of the node a
+         * slot move brought it from (MIGRATE carries the TTL left). */
+        uint64_t back = nd->stepped_back_at;
+        for (unsigned o = 0; s->cluster && o < s->nnodes; o++)
+            if (s->nodes[o].stepped_back_at > back)
+                back = s->nodes[o].stepped_back_at;
+        if (back && back + MS(ag->cfg.max_ttl_ms) >= ri->at)
+            continue;
         const struct rkey *k = NULL;
         for (unsigned i = 0; i < nd->nkeys && !k; i++)
             if (strcmp(nd->keys[i].name, s->lock_keys[ri->name]) == 0)
@@ -644,6 +651,7 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
         if (g->fence > s->last_fence[name]) {
             s->last_fence[name] = g->fence;
             s->last_fence_at[name] = s->now;
+            s->last_fence_sent[name] = c->key_since;
         }
     } else if (s->fence_seen[name] && g->fence <= s->last_fence[name]) {
         fence_excuse(s, name);
@@ -656,6 +664,7 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
     if (!overlap) {
         s->last_fence[name] = g->fence;
         s->last_fence_at[name] = s->now;
+        s->last_fence_sent[name] = c->key_since;
     }
     c->state = C_HOLDING;
     c->lease_id = g->lease_id;
@@ -1375,10 +1384,13 @@ static void note_mark_loss(struct sim *s, unsigned node)
  * stepped back), where the order holds only while the clock is past F. */
 static void fence_excuse(struct sim *s, unsigned name)
 {
-    uint64_t since = s->last_fence_at[name];
+    /* The previous grant's mark was written when its acquire ran, after it
+     * was sent: a loss since then may have taken it, even one that came
+     * before that grant's answer (a failover the agent had not heard of). */
+    uint64_t since = s->last_fence_at[name], written = s->last_fence_sent[name];
     bool lost = false;
     for (unsigned n = 0; n < s->nnodes; n++)
-        lost |= s->nodes[n].lost_data && s->nodes[n].lost_at >= since;
+        lost |= s->nodes[n].lost_data && s->nodes[n].lost_at >= written;
     if (!lost)
         return;
     if (!s->quorum)

@@ -474,9 +474,10 @@ struct sim {
     uint64_t me_quiet_until, fence_quiet_until; /* an excused violation's window */
     uint64_t last_fence[SIM_MAX_NAMES];
     bool fence_seen[SIM_MAX_NAMES];
-    uint64_t last_fence_at[SIM_MAX_NAMES]; /* virtual time of that grant */
-    bool wall_apart;                       /* the agents' wall clocks disagree */
-    bool any_step_back;                    /* a node clock ever stepped back */
+    uint64_t last_fence_at[SIM_MAX_NAMES];   /* virtual time of that grant */
+    uint64_t last_fence_sent[SIM_MAX_NAMES]; /* virtual: when its acquire was sent */
+    bool wall_apart;                         /* the agents' wall clocks disagree */
+    bool any_step_back;                      /* a node clock ever stepped back */
     /* Releases the cores sent: each must reach every node it can (the
      * release check). */
     struct rel_intent {
