@@ -122,14 +122,38 @@ static int p_renew(struct backend *b, const struct backend_req *req, backend_cb 
     return rc;
 }
 
+/* A release, for the release check: its attempts and when they end. */
+struct prelease {
+    struct agent *ag;
+    backend_cb cb;
+    void *arg;
+    int intent;
+};
+
+static void on_released(void *arg, const struct backend_result *r)
+{
+    struct prelease *pr = arg;
+    sim_release_answered(pr->ag->s, pr->intent);
+    pr->cb(pr->arg, r);
+    free(pr);
+}
+
 static int p_release(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
 {
     struct proxy *p = (struct proxy *)b;
     struct agent *ag = p->ag;
     if (ag->watch_token && req->token && memcmp(req->token, ag->watch_token, 32) == 0)
         ag->watch_released = true;
-    sim_release_sent(ag, req);
-    return p->inner->ops->release(p->inner, req, cb, arg);
+    struct prelease *pr = calloc(1, sizeof *pr);
+    if (!pr)
+        return DLOCK_ENOMEM;
+    *pr = (struct prelease){.ag = ag, .cb = cb, .arg = arg, .intent = sim_release_sent(ag, req)};
+    int rc = p->inner->ops->release(p->inner, req, on_released, pr);
+    if (rc) {
+        sim_release_answered(ag->s, pr->intent);
+        free(pr);
+    }
+    return rc;
 }
 
 static int p_fence(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)

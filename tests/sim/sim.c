@@ -489,19 +489,21 @@ static bool granted_since(const struct sim *s, const char *token, uint64_t t)
 #define RELEASE_SLACK MS(1200)
 #define RELEASE_STEP  MS(100)
 
-void sim_release_sent(struct agent *ag, const struct backend_req *req)
+int sim_release_sent(struct agent *ag, const struct backend_req *req)
 {
     struct sim *s = ag->s;
     int n = sim_name_index(s, req->name, req->len);
     if (n < 0 || !req->token)
-        return;
+        return -1;
     for (unsigned i = 0; i < s->nclients; i++)
         if (s->clients[i].ag == ag && strncmp(s->clients[i].lease_token, req->token, 32) == 0)
             s->clients[i].release_due = false;
     /* Once per token: its retries are the same release. */
     for (size_t i = s->nintents; i-- > 0 && s->now - s->intents[i].at < MS(3000);)
-        if (s->intents[i].agent == ag->id && strncmp(s->intents[i].token, req->token, 32) == 0)
-            return;
+        if (s->intents[i].agent == ag->id && strncmp(s->intents[i].token, req->token, 32) == 0) {
+            s->intents[i].inflight++;
+            return (int)i;
+        }
     room_for(s->nintents, &s->intents_cap, (void **)&s->intents, sizeof *s->intents);
     struct rel_intent *ri = &s->intents[s->nintents];
     memset(ri, 0, sizeof *ri);
@@ -512,8 +514,21 @@ void sim_release_sent(struct agent *ag, const struct backend_req *req)
     /* The core gives up a TTL after it first sends (the key's own TTL ran
      * from before then); the longest TTL bounds it. */
     ri->give_up = agent_now(ag) + MS(ag->cfg.max_ttl_ms);
+    ri->inflight = 1;
     ev_push(s, s->now + RELEASE_SLACK, EV_RELEASE_CHECK, (uint32_t)s->nintents, 0, NULL);
-    s->nintents++;
+    return (int)s->nintents++;
+}
+
+/* An attempt of the release was answered (the core retries a failed one
+ * when its store comes back, or a second later). */
+void sim_release_answered(struct sim *s, int intent)
+{
+    if (intent < 0 || (size_t)intent >= s->nintents)
+        return;
+    struct rel_intent *ri = &s->intents[intent];
+    if (ri->inflight)
+        ri->inflight--;
+    ri->done_at = s->now;
 }
 
 /* Is the link usable now: connected, the node up and answering, nothing in
@@ -577,6 +592,12 @@ static void check_release(struct sim *s, unsigned idx)
             since = ri->at;
         if (since != UINT64_MAX && since < k->set_at)
             since = k->set_at;
+        /* An attempt still unanswered (in quorum mode, held up by another
+         * node until its watchdog fires) is retried once it is. */
+        if (ri->inflight)
+            since = UINT64_MAX;
+        else if (since != UINT64_MAX && since < ri->done_at)
+            since = ri->done_at;
         if (since != UINT64_MAX && s->now - since >= RELEASE_SLACK) {
             violation(s, "release", 0,
                       "agent%u released %s (token %.8s) %" PRIu64

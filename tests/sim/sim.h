@@ -483,8 +483,10 @@ struct sim {
     struct rel_intent {
         char token[33];
         unsigned agent, name;
-        uint64_t at;      /* virtual */
-        uint64_t give_up; /* agent clock: the core retries until then */
+        uint64_t at;       /* virtual */
+        uint64_t give_up;  /* agent clock: the core retries until then */
+        unsigned inflight; /* attempts sent and not answered yet */
+        uint64_t done_at;  /* virtual: the last attempt was answered */
     } * intents;
     size_t nintents, intents_cap;
     /* Every grant's token and virtual time, for the quorum key-life rule. */
@@ -558,7 +560,8 @@ void sim_acquire_answered(struct agent *ag, const struct backend_result *r);
 bool sim_renew_sent(struct agent *ag, const char *token); /* true: a storm, leave the core */
 void sim_renew_answered(struct agent *ag, const char *token, const struct backend_result *r);
 void sim_wedged(struct sim *s) __attribute__((noreturn));
-void sim_release_sent(struct agent *ag, const struct backend_req *req);
+int sim_release_sent(struct agent *ag, const struct backend_req *req); /* its intent, or -1 */
+void sim_release_answered(struct sim *s, int intent);
 int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res);
 
 /* cluster.c */
