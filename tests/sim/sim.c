@@ -102,6 +102,7 @@ void sim_acquire_sent(struct agent *ag, const struct backend_req *req)
     ag->acq[n].token[32] = '\0';
     ag->acq[n].sent_at = agent_now(ag);
     ag->acq[n].sent_vt = s->now;
+    ag->acq[n].wall_us = agent_wall_us(ag);
     ag->acq[n].block = req->block;
 }
 
@@ -186,7 +187,7 @@ static int fifo_find(struct agent *ag, const struct sclient *c)
     return -1;
 }
 
-static void fence_excuse(struct sim *s, unsigned name);
+static void fence_excuse(struct sim *s, unsigned name, uint64_t floor);
 static bool lease_valid(const struct sclient *c, uint64_t *deadline);
 
 /* Sentinel mode: a renewal sent at sent_at (agent clock) found the key of
@@ -454,6 +455,7 @@ static void lease_terms(struct agent *ag, struct sclient *c, unsigned name,
         memcpy(co->token, ag->watch_token, 33);
         co->sent_at = known ? ag->acq[name].sent_at : c->grant_at;
         co->sent_vt = known ? ag->acq[name].sent_vt : s->now;
+        co->wall_us = known ? ag->acq[name].wall_us : agent_wall_us(ag);
         co->block = known ? ag->acq[name].block : 0;
         co->fence0 = g->fence;
         co->handoffs = 0;
@@ -675,7 +677,7 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
             s->last_fence_sent[name] = c->key_since;
         }
     } else if (s->fence_seen[name] && g->fence <= s->last_fence[name]) {
-        fence_excuse(s, name);
+        fence_excuse(s, name, ag->cohort[name].wall_us);
         violation(s, "fencing", EXCUSE_FENCE,
                   "grant of %s to client%u on agent%u has token %" PRIu64
                   ", not above the previous grant's %" PRIu64,
@@ -1403,7 +1405,7 @@ static void note_mark_loss(struct sim *s, unsigned node)
  * grant, so one not above the previous token F was made while that clock
  * stood at or behind F (F came from a mark ahead of the clock, or the clock
  * stepped back), where the order holds only while the clock is past F. */
-static void fence_excuse(struct sim *s, unsigned name)
+static void fence_excuse(struct sim *s, unsigned name, uint64_t floor)
 {
     /* The previous grant's mark was written when its acquire ran, after it
      * was sent: a loss since then may have taken it, even one that came
@@ -1425,15 +1427,13 @@ static void fence_excuse(struct sim *s, unsigned name)
         lo = v < lo ? v : lo;
         hi = v > hi ? v : hi;
     }
-    uint64_t span = (uint64_t)(hi - lo) * 1000 + MS(1), slowest = UINT64_MAX;
-    for (unsigned a = 0; a < s->nagents; a++)
-        if (agent_wall_us(&s->agents[a]) < slowest)
-            slowest = agent_wall_us(&s->agents[a]);
-    if (s->quorum && s->last_fence[name] >= slowest)
+    uint64_t span = (uint64_t)(hi - lo) * 1000 + MS(1);
+    if (s->quorum && s->last_fence[name] >= floor)
         excl_note(s, X_MARK_LOST_CLOCK,
                   "fencing marks lost on a node since the previous grant, whose token %" PRIu64
-                  " ran ahead of the agents' wall clocks (a mark carried on from ahead)",
-                  s->last_fence[name]);
+                  " ran ahead of the new grant's floor, its agent's wall clock %" PRIu64
+                  " (a mark carried on from ahead)",
+                  s->last_fence[name], floor);
     if (s->quorum && s->now - since <= span)
         excl_note(s, X_MARK_LOST_CLOCK,
                   "fencing marks lost on a node since the previous grant, %" PRIu64

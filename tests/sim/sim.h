@@ -306,11 +306,12 @@ struct agent {
         char token[33];
         uint64_t sent_at; /* agent clock */
         uint64_t sent_vt; /* virtual */
+        uint64_t wall_us; /* its wall clock then: a quorum acquire's floor */
         uint32_t block;
     } acq[SIM_MAX_NAMES];
     struct cohort_rec {
         char token[33];
-        uint64_t sent_at, sent_vt, fence0;
+        uint64_t sent_at, sent_vt, wall_us, fence0;
         uint32_t block;
         unsigned handoffs;
     } cohort[SIM_MAX_NAMES];
