@@ -1395,16 +1395,16 @@ static void note_mark_loss(struct sim *s, unsigned node)
     s->nodes[node].lost_at = s->now;
 }
 
-/* A token not above the previous one is what the contract allows when the
- * fencing marks were lost since that grant and the clock that then makes
- * the token stands behind it (docs/fencing.md, "When it breaks"): in single
- * mode, a node clock that stepped back; in quorum mode, agents' wall clocks
- * further apart than the time between the two grants. In sentinel mode the
- * marks a failover lost are the case docs/failover.md ("Fencing tokens
- * across a failover") allows: a token is at least the node's clock at its
- * grant, so one not above the previous token F was made while that clock
- * stood at or behind F (F came from a mark ahead of the clock, or the clock
- * stepped back), where the order holds only while the clock is past F. */
+/* A token not above the previous one F is what the contract allows when the
+ * fencing marks were lost since F's grant and the clock that then makes the
+ * token stands at or behind F (docs/fencing.md, "When it breaks";
+ * docs/failover.md, "Fencing tokens across a failover"). In single,
+ * sentinel and cluster mode a token is at least the node's clock at its
+ * grant, so one not above F was made while that clock stood at or behind F
+ * (it stepped back, or F came from a mark ahead of it). In quorum mode the
+ * token comes from the acquiring agent's wall clock (floor): the agents'
+ * clocks are further apart than the time between the grants, or F ran
+ * ahead of that floor. */
 static void fence_excuse(struct sim *s, unsigned name, uint64_t floor)
 {
     /* The previous grant's mark was written when its acquire ran, after it
