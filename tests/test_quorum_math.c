@@ -150,3 +150,29 @@ Test(fence, verdict_examples)
     const uint64_t zero[3] = {0, 0, 0};
     cr_assert_eq(quorum_fence_verdict(3, all, zero, none_open, 0), QV_NO_QUORUM);
 }
+
+/* The restart exclusion (docs/quorum.md): until max_ttl_ms after the node's
+ * start, by its uptime when first seen, or from now after a new run id; none
+ * for a node that keeps every write (after a restart, only if it did before
+ * too), or one seen again with the same run id. */
+Test(exclusion, from_the_start_of_a_node_that_may_have_lost_keys)
+{
+    const uint64_t S = 1000000000ull;
+    /* First seen, up 0 s or 1 s: it may have started just now. */
+    cr_assert_eq(quorum_exclusion_ns(true, false, false, false, 0, 30000), 30 * S);
+    cr_assert_eq(quorum_exclusion_ns(true, false, false, false, 1, 30000), 30 * S);
+    /* Up 11 s: started at least 10 s ago. */
+    cr_assert_eq(quorum_exclusion_ns(true, false, false, false, 11, 30000), 20 * S);
+    /* Up long enough: no lease from before its start is left. */
+    cr_assert_eq(quorum_exclusion_ns(true, false, false, false, 31, 30000), 0);
+    cr_assert_eq(quorum_exclusion_ns(true, false, false, false, 3600, 30000), 0);
+    /* A new run id is a start now, whatever its uptime. */
+    cr_assert_eq(quorum_exclusion_ns(false, true, false, false, 3600, 30000), 30 * S);
+    /* The same run id again: nothing was lost. */
+    cr_assert_eq(quorum_exclusion_ns(false, false, false, false, 0, 30000), 0);
+    /* Durable: first seen, or restarted after being durable before. */
+    cr_assert_eq(quorum_exclusion_ns(true, false, true, false, 0, 30000), 0);
+    cr_assert_eq(quorum_exclusion_ns(false, true, true, true, 0, 30000), 0);
+    /* Durable now but not before the restart: the writes before it may be lost. */
+    cr_assert_eq(quorum_exclusion_ns(false, true, true, false, 0, 30000), 30 * S);
+}

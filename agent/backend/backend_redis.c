@@ -19,6 +19,7 @@
 #include "keys.h"
 #include "log.h"
 #include "notice_link.h"
+#include "quorum.h"
 #include "redis_link.h"
 #include "replies.h"
 #include "wire.h"
@@ -682,18 +683,12 @@ static void on_join(struct ev_loop *loop, ev_timer *w, int revents)
         b->ev.on_ready(b->ev.arg);
 }
 
-/* Keeps the node out of quorums until max_ttl_ms after its start: up_s
- * seconds ago by its uptime, or now after a new run id. */
-static void exclude(struct rb *b, uint64_t up_s, bool restarted)
+/* Keeps the node out of quorums for excl_ns from now (quorum_exclusion_ns():
+ * until max_ttl_ms after its start, up_s seconds ago by its uptime, or now
+ * after a new run id). */
+static void exclude(struct rb *b, uint64_t excl_ns, uint64_t up_s, bool restarted)
 {
-    /* The uptime is the difference of two whole-second wall-clock stamps,
-     * so the server may have been up a second less: the start is taken as
-     * late as it can have been. */
-    uint64_t up_ns = restarted || up_s == 0 ? 0 : (up_s - 1) * NS_PER_SEC;
-    uint64_t excl_ns = (uint64_t)b->cfg->max_ttl_ms * NS_PER_MS;
-    if (up_ns >= excl_ns)
-        return;
-    uint64_t now = now_ns(), until = now + (excl_ns - up_ns);
+    uint64_t now = now_ns(), until = now + excl_ns;
     if (until > b->excluded_until)
         b->excluded_until = until;
     unsigned long long in_s = (b->excluded_until - now + NS_PER_SEC - 1) / NS_PER_SEC;
@@ -709,14 +704,9 @@ static void exclude(struct rb *b, uint64_t up_s, bool restarted)
     ev_timer_start(b->loop, &b->join);
 }
 
-/* INFO server, on every new command link: a node that restarted, or that
- * was started less than max_ttl_ms ago when first seen, may have lost keys
- * of leases that are still valid; in quorum mode it counts toward no quorum
- * until max_ttl_ms after its start. A new run id counts as a start now: the
- * node may as well be another server, up for long, put in its place. A node
- * that keeps every acknowledged write (appendonly yes, appendfsync always,
- * read just before) lost nothing, so it is not excluded; after a restart
- * only if it kept them before it too (docs/quorum.md). */
+/* INFO server, on every new command link: in quorum mode, the restart
+ * exclusion of quorum_exclusion_ns() (docs/quorum.md), from the run id, the
+ * uptime and the persistence read just before. */
 static void note_server(struct rb *b, const redisReply *rep)
 {
     if (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_STATUS)
@@ -733,13 +723,15 @@ static void note_server(struct rb *b, const redisReply *rep)
         log_warn("%s: restarted or replaced (run id %s, up %s s)", b->label, run_id, uptime);
     if (b->cfg->mode != REDIS_MODE_QUORUM || !(first || restarted))
         return;
-    if (b->durable && (first || was_durable)) {
+    uint64_t up_s = strtoull(uptime, NULL, 10);
+    uint64_t excl_ns =
+        quorum_exclusion_ns(first, restarted, b->durable, was_durable, up_s, b->cfg->max_ttl_ms);
+    if (b->durable && (first || was_durable))
         log_info("%s: appendonly yes, appendfsync always: a restart loses no acknowledged write, "
                  "no restart exclusion applies",
                  b->label);
-        return;
-    }
-    exclude(b, strtoull(uptime, NULL, 10), restarted);
+    else if (excl_ns)
+        exclude(b, excl_ns, up_s, restarted);
 }
 
 /* INFO server, part of the command link's set-up: answered before the link

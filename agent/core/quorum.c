@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* quorum.c -- the majority and fencing arithmetic of quorum mode. */
+/* quorum.c -- the majority, fencing and restart-exclusion arithmetic of
+ * quorum mode. */
 #include "quorum.h"
 
 enum quorum_verdict quorum_verdict(unsigned n, unsigned ok, unsigned no, unsigned open,
@@ -21,6 +22,18 @@ uint64_t quorum_fence_token(unsigned n, const bool took[], const uint64_t propos
         if (took[i] && proposed[i] > token)
             token = proposed[i];
     return token;
+}
+
+uint64_t quorum_exclusion_ns(bool first, bool restarted, bool durable, bool was_durable,
+                             uint64_t up_s, uint32_t max_ttl_ms)
+{
+    if (!first && !restarted)
+        return 0;
+    if (durable && (first || was_durable))
+        return 0;
+    uint64_t up_ns = restarted || up_s == 0 ? 0 : (up_s - 1) * 1000000000ull;
+    uint64_t excl_ns = (uint64_t)max_ttl_ms * 1000000ull;
+    return up_ns >= excl_ns ? 0 : excl_ns - up_ns;
 }
 
 bool quorum_fence_write_back(bool took, uint64_t proposed, uint64_t token)

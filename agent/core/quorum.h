@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* quorum.h -- the majority and fencing arithmetic of quorum mode. Pure. */
+/* quorum.h -- the majority, fencing and restart-exclusion arithmetic of
+ * quorum mode. Pure. */
 #ifndef DLOCKD_QUORUM_H
 #define DLOCKD_QUORUM_H
 
@@ -53,5 +54,24 @@ bool quorum_fence_write_back(bool took, uint64_t proposed, uint64_t token);
  * QV_NO_QUORUM. */
 enum quorum_verdict quorum_fence_verdict(unsigned n, const bool counts[], const uint64_t counter[],
                                          const bool open[], uint64_t token);
+
+/* ---- the restart exclusion (docs/quorum.md) ----
+ *
+ * A node may have lost keys of leases that are still valid when it
+ * restarted, or when it was started less than max_ttl_ms before it is first
+ * seen; it then counts toward no quorum until max_ttl_ms after its start. A
+ * new run id counts as a start now (another server, up for long, may have
+ * been put in its place). A node that keeps every acknowledged write
+ * (appendonly yes, appendfsync always) lost nothing: it is not excluded,
+ * after a restart only if it kept them before it too. */
+
+/* How long from now the node just connected again counts toward no quorum,
+ * in ns (0: it counts at once). first: it is seen for the first time;
+ * restarted: its run id changed; durable, was_durable: it keeps every
+ * acknowledged write now, and did when last seen; up_s: its uptime in whole
+ * seconds (a difference of two whole-second stamps: it may have been up a
+ * second less, so its start is taken as late as it can have been). */
+uint64_t quorum_exclusion_ns(bool first, bool restarted, bool durable, bool was_durable,
+                             uint64_t up_s, uint32_t max_ttl_ms);
 
 #endif

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "dlock.h"
+#include "quorum.h"
 #include "sim.h"
 
 /* A bug of the model's own for the planted-bug tests: subscriptions are
@@ -524,8 +525,10 @@ void link_doubt(struct link *l)
         link_drop(l, "the master failed over");
 }
 
-/* The restart exclusion (quorum mode), as note_server() in the real
- * backend decides it from INFO and CONFIG GET on every new command link. */
+/* The restart exclusion (quorum mode), decided by the core's own
+ * quorum_exclusion_ns() from what the command link read from INFO and
+ * CONFIG GET on every new connection, as note_server() in the real backend
+ * does. */
 static void note_server(struct link *l)
 {
     struct sim *s = l->s;
@@ -535,17 +538,15 @@ static void note_server(struct link *l)
     bool was_durable = l->durable;
     l->durable = nd->durable;
     l->run_id = nd->run_id;
-    if (!s->quorum || !(first || restarted))
-        return;
-    if (l->durable && (first || was_durable))
+    if (!s->quorum)
         return;
     int64_t up = (int64_t)s->now - nd->started_at;
     uint64_t up_s = up > 0 ? (uint64_t)up / 1000000000ull : 0;
-    uint64_t up_ns = restarted || up_s == 0 ? 0 : (up_s - 1) * 1000000000ull;
-    uint64_t excl = MS(l->ag->cfg.max_ttl_ms);
-    if (up_ns >= excl)
+    uint64_t excl =
+        quorum_exclusion_ns(first, restarted, l->durable, was_durable, up_s, l->ag->cfg.max_ttl_ms);
+    if (!excl)
         return;
-    uint64_t now = agent_now(l->ag), until = now + (excl - up_ns);
+    uint64_t now = agent_now(l->ag), until = now + excl;
     if (until > l->excluded_until)
         l->excluded_until = until;
     TRACE(s, "agent%u: node%u %s; excluded from quorums for %" PRIu64 " ms", l->ag->id, nd->id,
