@@ -519,3 +519,9 @@ bool node_key_expired(const struct node *nd, const struct rkey *k)
 {
     return expired(nd, k);
 }
+
+const struct rkey *node_key(const struct node *nd, const char *name)
+{
+    const struct rkey *k = kfind((struct node *)nd, name);
+    return k && !expired(nd, k) ? k : NULL;
+}

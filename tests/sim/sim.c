@@ -576,11 +576,8 @@ static void check_release(struct sim *s, unsigned idx)
                 back = s->nodes[o].stepped_back_at;
         if (back && back + MS(ag->cfg.max_ttl_ms) >= ri->at)
             continue;
-        const struct rkey *k = NULL;
-        for (unsigned i = 0; i < nd->nkeys && !k; i++)
-            if (strcmp(nd->keys[i].name, s->lock_keys[ri->name]) == 0)
-                k = &nd->keys[i];
-        if (!k || !node_key_live(nd, k) || strncmp(k->val, ri->token, 32) != 0)
+        const struct rkey *k = node_key(nd, s->lock_keys[ri->name]);
+        if (!k || strncmp(k->val, ri->token, 32) != 0)
             continue;
         /* Usable since: the link to the node (cluster mode: every link,
          * since the release may have to follow the slot to its new owner),
@@ -1225,11 +1222,7 @@ static void check_mutex(struct sim *s)
  * quorums: this is how the simulator sees that the core honours it). */
 static bool node_holds(struct sim *s, struct node *nd, const struct sclient *c)
 {
-    const char *key = s->lock_keys[c->lease_name];
-    const struct rkey *k = NULL;
-    for (unsigned i = 0; i < nd->nkeys && !k; i++)
-        if (strcmp(nd->keys[i].name, key) == 0 && !node_key_expired(nd, &nd->keys[i]))
-            k = &nd->keys[i];
+    const struct rkey *k = node_key(nd, s->lock_keys[c->lease_name]);
     if (k && strncmp(k->val, c->lease_token, 32) == 0 && (k->val[32] == ' ' || k->val[32] == '\0'))
         return true;
     if (!s->quorum || !nd->lost_data || nd->lost_at < c->key_since ||

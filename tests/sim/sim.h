@@ -549,6 +549,9 @@ bool node_key_live(const struct node *nd, const struct rkey *k);
 void node_keys_present(struct node *nd, const struct msg *m, unsigned *nkeys, unsigned *present);
 bool node_migrate_one(struct node *src, struct node *dst, unsigned slot);
 bool node_key_expired(const struct node *nd, const struct rkey *k);
+/* The key of that name on nd, unless it is absent or expired (the
+ * checker's read: nothing is removed). */
+const struct rkey *node_key(const struct node *nd, const char *name);
 extern bool sim_bug_release_no_compare;
 extern bool sim_bug_no_confirm;
 
