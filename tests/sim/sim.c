@@ -554,6 +554,8 @@ static void track_links(struct sim *s)
 
 static bool late_token(const struct sim *s, const char *v);
 
+#define MAX_U64(a, b) ((a) > (b) ? (a) : (b))
+
 static void check_release(struct sim *s, unsigned idx)
 {
     struct rel_intent *ri = &s->intents[idx];
@@ -572,31 +574,25 @@ static void check_release(struct sim *s, unsigned idx)
          * slot move brought it from (MIGRATE carries the TTL left). */
         uint64_t back = nd->stepped_back_at;
         for (unsigned o = 0; s->cluster && o < s->nnodes; o++)
-            if (s->nodes[o].stepped_back_at > back)
-                back = s->nodes[o].stepped_back_at;
+            back = MAX_U64(back, s->nodes[o].stepped_back_at);
         if (back && back + MS(ag->cfg.max_ttl_ms) >= ri->at)
             continue;
         const struct rkey *k = node_key(nd, s->lock_keys[ri->name]);
         if (!k || strncmp(k->val, ri->token, 32) != 0)
             continue;
-        /* Usable since: the link to the node (cluster mode: every link,
-         * since the release may have to follow the slot to its new owner),
-         * and not before the release or before the key came to the node
-         * (a key a slot move brought). */
+        /* Usable since: the latest of the link to the node coming up
+         * (cluster mode: every link, since the release may have to follow
+         * the slot to its new owner; UINT64_MAX, the largest, while one is
+         * down), the release, the key coming to the node (a slot move
+         * brings it) and the last attempt's answer; never while an attempt
+         * is unanswered (in quorum mode one node's silence holds it until
+         * its watchdog fires). */
         uint64_t since = s->healthy_since[ri->agent * s->nnodes + n];
         for (unsigned o = 0; s->cluster && o < s->nnodes; o++)
-            if (s->healthy_since[ri->agent * s->nnodes + o] > since)
-                since = s->healthy_since[ri->agent * s->nnodes + o];
-        if (since != UINT64_MAX && since < ri->at)
-            since = ri->at;
-        if (since != UINT64_MAX && since < k->set_at)
-            since = k->set_at;
-        /* An attempt still unanswered (in quorum mode, held up by another
-         * node until its watchdog fires) is retried once it is. */
+            since = MAX_U64(since, s->healthy_since[ri->agent * s->nnodes + o]);
+        since = MAX_U64(MAX_U64(since, ri->at), MAX_U64(k->set_at, ri->done_at));
         if (ri->inflight)
             since = UINT64_MAX;
-        else if (since != UINT64_MAX && since < ri->done_at)
-            since = ri->done_at;
         if (since != UINT64_MAX && s->now - since >= RELEASE_SLACK) {
             violation(s, "release", 0,
                       "agent%u released %s (token %.8s) %" PRIu64
