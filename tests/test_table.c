@@ -50,11 +50,11 @@ Test(table, get_creates_once_and_find_returns_it)
     cr_assert_eq(t.nlocks, 1);
     cr_assert_str_eq(l->name, "alpha");
     cr_assert_eq(l->name_len, 5);
-    cr_assert_null(l->holder);
+    cr_assert_eq(l->nholders, 0u);
     cr_assert_null(l->qhead);
     cr_assert_null(l->qtail);
     cr_assert_null(l->acq_for);
-    cr_assert_not(l->acquiring);
+    cr_assert_eq(l->phase, LOCK_IDLE);
     cr_assert_not(tnode_queued(&l->retry));
     cr_assert_eq(l->retry.kind, TK_LOCK);
 
@@ -156,7 +156,7 @@ Test(table, idle_lock_release_frees_and_forgets)
     cr_assert_not_null(find(&t, "stays"));
     /* Getting it again makes a fresh, idle lock. */
     l = get(&t, "gone");
-    cr_assert_null(l->holder);
+    cr_assert_eq(l->nholders, 0u);
     cr_assert_eq(t.nlocks, 2);
     table_free(&t);
 }
@@ -184,10 +184,10 @@ Test(table, release_if_idle_refuses_busy_locks)
     table_waiter_dequeue(&w);
 
     /* An acquire in flight keeps it. */
-    l->acquiring = true;
+    l->phase = LOCK_ACQUIRING;
     cr_assert_not(table_lock_release_if_idle(&t, l));
     cr_assert_eq(find(&t, "busy"), l);
-    l->acquiring = false;
+    l->phase = LOCK_IDLE;
 
     /* A queued retry timer keeps it. */
     cr_assert_eq(theap_set(&h, &l->retry, 100), 0);
@@ -213,7 +213,7 @@ Test(table, lease_new_sets_holder_and_is_found)
     struct core_client *owner = (struct core_client *)&t; /* any address: never read */
     struct lease *le = table_lease_new(&t, l, owner);
     cr_assert_not_null(le);
-    cr_assert_eq(l->holder, le);
+    cr_assert_eq(LIST_FIRST(&l->holders), le);
     cr_assert_eq(le->lock, l);
     cr_assert_eq(le->owner, owner);
     cr_assert_eq(le->timer.kind, TK_LEASE);
@@ -238,7 +238,7 @@ Test(table, lease_free_clears_holder_and_id)
     struct lease *le = table_lease_new(&t, l, NULL);
     uint64_t id = le->id;
     table_lease_free(&t, le);
-    cr_assert_null(l->holder);
+    cr_assert_eq(l->nholders, 0u);
     cr_assert_eq(t.nleases, 0);
     cr_assert_null(table_lease_find(&t, id));
     cr_assert(table_lock_release_if_idle(&t, l));
@@ -252,12 +252,13 @@ Test(table, lease_free_leaves_another_holder_alone)
     struct lock *l = get(&t, "res");
     struct lease *old = table_lease_new(&t, l, NULL);
     struct lease *cur = table_lease_new(&t, l, NULL);
-    cr_assert_eq(l->holder, cur);
+    cr_assert_eq(l->nholders, 2u);
     table_lease_free(&t, old);
-    cr_assert_eq(l->holder, cur, "freeing a non-holder lease cleared the holder");
+    cr_assert_eq(l->nholders, 1u);
+    cr_assert_eq(LIST_FIRST(&l->holders), cur, "freeing one holder's lease dropped another");
     cr_assert_eq(table_lease_find(&t, cur->id), cur);
     table_lease_free(&t, cur);
-    cr_assert_null(l->holder);
+    cr_assert_eq(l->nholders, 0u);
     table_free(&t);
 }
 
@@ -328,7 +329,7 @@ Test(table, lease_ids_unique_across_churn)
         int i = (int)(x % LIVE);
         dead[i] = live[i]->id;
         table_lease_free(&t, live[i]);
-        cr_assert_null(locks[i]->holder);
+        cr_assert_eq(locks[i]->nholders, 0u);
         cr_assert_null(table_lease_find(&t, dead[i]));
         live[i] = table_lease_new(&t, locks[i], NULL);
         cr_assert_not_null(live[i]);
@@ -339,7 +340,8 @@ Test(table, lease_ids_unique_across_churn)
     cr_assert_leq(t.nslots, LIVE, "slots leak: %u slots for %d live leases", t.nslots, LIVE);
     for (int i = 0; i < LIVE; i++) {
         cr_assert_eq(table_lease_find(&t, live[i]->id), live[i]);
-        cr_assert_eq(locks[i]->holder, live[i]);
+        cr_assert_eq(LIST_FIRST(&locks[i]->holders), live[i]);
+        cr_assert_eq(locks[i]->nholders, 1u);
         if (dead[i])
             cr_assert_null(table_lease_find(&t, dead[i]));
     }

@@ -174,7 +174,7 @@ static void waiter_expired(struct core *k, struct waiter *w, uint64_t now)
 {
     struct lock *l = w->lock;
     k->stats.timeouts++;
-    waiter_finish(k, w, k->down_since && !l->holder ? k->down_err : DLOCK_ETIMEDOUT, now);
+    waiter_finish(k, w, k->down_since && !l->nholders ? k->down_err : DLOCK_ETIMEDOUT, now);
     lock_settle(k, l, now);
 }
 
@@ -306,10 +306,13 @@ static void retry_orphans(struct core *k, uint64_t now)
 static void lease_drop(struct core *k, struct lease *le)
 {
     struct core_client *c = le->owner;
+    struct lock *l = le->lock;
     k->env.slot_free(k->env.arg, c, le->slot);
     theap_remove(&k->timers, &le->timer);
     lease_unlink(c, le);
     table_lease_free(&k->table, le);
+    if (!l->nholders && l->phase == LOCK_HELD)
+        l->phase = LOCK_IDLE;
 }
 
 /* The lease can no longer be proven valid: tell the holder, forget it. When
@@ -559,6 +562,7 @@ static struct lease *lease_start(struct core *k, struct lock *l, struct waiter *
     if (w->max_hold_ms)
         le->hold_until = from + (uint64_t)w->max_hold_ms * NS_PER_MS;
     le->progress_ns = (uint64_t)w->progress_ms * NS_PER_MS;
+    l->phase = LOCK_HELD;
     lease_link(c, le);
     lease_publish(k, le);
     struct wire_granted g = {.lease_id = le->id,
@@ -598,7 +602,7 @@ static void hand_over(struct core *k, struct lock *l, uint64_t now)
 {
     struct waiter *w = l->qhead;
     uint32_t ttl_ms = w->ttl_ms; /* w is gone once answered */
-    l->kept = false;
+    l->phase = LOCK_IDLE;
     uint64_t deadline = l->kept_deadline, fresh = validity_end(now, ttl_ms);
     if (fresh < deadline)
         deadline = fresh;
@@ -634,7 +638,7 @@ static bool may_keep(const struct core *k, const struct lease *le, uint64_t now)
 static void keep_key(struct core *k, struct lease *le)
 {
     struct lock *l = le->lock;
-    l->kept = true;
+    l->phase = LOCK_KEPT;
     /* The key's token is the one its grant from the store was asked with,
      * in acq_token, which no acquire has used since. */
     l->kept_deadline = le->deadline;
@@ -653,12 +657,28 @@ void core_flush(struct core *k, uint64_t now)
         struct lock *l = k->kept;
         k->kept = l->kept_next;
         l->kept_listed = false;
-        if (l->kept) {
-            l->kept = false;
+        if (l->phase == LOCK_KEPT) {
+            l->phase = LOCK_IDLE;
             release_key(k, l, l->acq_token, l->kept_ttl_ms, now);
         }
         lock_settle(k, l, now); /* frees it if idle */
     }
+}
+
+/* Waiters wait for a release notice, or the fallback retry at due. */
+static void lock_backoff(struct core *k, struct lock *l, uint64_t due)
+{
+    l->phase = LOCK_BACKOFF;
+    timer_set(k, &l->retry, due);
+}
+
+/* The fallback retry is not needed now: a notice came, or the store is back. */
+static void lock_unbackoff(struct core *k, struct lock *l)
+{
+    if (l->phase != LOCK_BACKOFF)
+        return;
+    theap_remove(&k->timers, &l->retry);
+    l->phase = LOCK_IDLE;
 }
 
 /* The store is unreachable (err) for waiter w at its turn. A waiter that may
@@ -677,7 +697,7 @@ static bool ride_outage(struct core *k, struct lock *l, struct waiter *w, int er
     if (now - k->down_since >= grace)
         return false;
     uint64_t retry = now + (uint64_t)k->cfg->retry_fallback_ms * NS_PER_MS;
-    timer_set(k, &l->retry, retry < k->down_since + grace ? retry : k->down_since + grace);
+    lock_backoff(k, l, retry < k->down_since + grace ? retry : k->down_since + grace);
     return true;
 }
 
@@ -710,7 +730,7 @@ static void on_acquired(void *arg, const struct backend_result *r)
     free(ref);
     struct waiter *w = l->acq_for;
     uint64_t now = r->at;
-    l->acquiring = false;
+    l->phase = LOCK_IDLE;
     l->acq_for = NULL;
     note_store_why(k, r);
     if (r->err) {
@@ -742,7 +762,7 @@ static void on_acquired(void *arg, const struct backend_result *r)
         lock_watch(k, l);
         if (l->qhead && !l->notice_missed) {
             uint64_t delay = waiter_retry_delay(k->cfg->retry_fallback_ms, r->pttl_ms, jitter(k));
-            timer_set(k, &l->retry, now + delay);
+            lock_backoff(k, l, now + delay);
         }
     }
     lock_settle(k, l, now);
@@ -761,9 +781,9 @@ static uint32_t want_ms(const struct core *k)
 /* Sends an acquire for the first waiter when nothing stands in the way. */
 static void lock_kick(struct core *k, struct lock *l, uint64_t now)
 {
-    if (l->kept && l->qhead)
-        hand_over(k, l, now); /* it clears kept */
-    while (l->qhead && !l->holder && !l->acquiring && !l->kept && !tnode_queued(&l->retry)) {
+    if (l->phase == LOCK_KEPT && l->qhead)
+        hand_over(k, l, now); /* the lock is HELD then, or IDLE if it failed */
+    while (l->qhead && l->phase == LOCK_IDLE) {
         struct waiter *w = l->qhead;
         if (k->shutting_down) {
             waiter_finish(k, w, DLOCK_ESHUTDOWN, now);
@@ -797,7 +817,7 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
                                   .want_ms = w->try_once ? 0 : want_ms(k)};
         int rc = k->backend->ops->acquire(k->backend, &req, on_acquired, ref);
         if (rc == 0) {
-            l->acquiring = true;
+            l->phase = LOCK_ACQUIRING;
             l->acq_for = w;
             /* Unless it grants, it may leave the agent in the record. */
             l->joined |= !w->try_once;
@@ -817,15 +837,14 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
 static void lock_settle(struct core *k, struct lock *l, uint64_t now)
 {
     lock_kick(k, l, now);
-    if (l->qhead && !l->holder && !l->acquiring && tnode_queued(&l->retry) &&
-        !PLANTED(CORE_BUG_NO_REWATCH))
+    if (l->qhead && l->phase == LOCK_BACKOFF && !PLANTED(CORE_BUG_NO_REWATCH))
         lock_watch(k, l);
     if (!l->qhead) {
         if (l->watched) {
             l->watched = false;
             k->backend->ops->watch(k->backend, l->name, l->name_len, false);
         }
-        if (l->joined && !l->acquiring) {
+        if (l->joined && l->phase != LOCK_ACQUIRING) {
             /* Nobody here waits any more (they gave up): other hosts need
              * not wait for the entry to lapse. */
             l->joined = false;
@@ -887,6 +906,16 @@ static int limit_check(const struct core *k, const struct core_client *c, uint32
     return 0;
 }
 
+/* Does c hold a lease on l? */
+static bool lock_held_by(const struct lock *l, const struct core_client *c)
+{
+    const struct lease *le;
+    LIST_FOREACH(le, &l->holders, hlink)
+    if (le->owner == c)
+        return true;
+    return false;
+}
+
 /* A client asking for a name it holds: locks are not re-entrant, and the
  * request would queue behind the client's own lease, for ever with an
  * endless wait. An immediate error instead. (Waiting twice for a name held
@@ -895,7 +924,7 @@ static int reacquire_check(struct core *k, const struct core_client *c,
                            const struct wire_acquire *m, char *why, size_t len)
 {
     const struct lock *l = table_lock_find(&k->table, m->name, m->name_len);
-    if (!l || !l->holder || l->holder->owner != c)
+    if (!l || !lock_held_by(l, c))
         return 0;
     snprintf(why, len, "this connection already holds %.*s (locks are not re-entrant)",
              (int)m->name_len, m->name);
@@ -958,7 +987,7 @@ void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
     }
     /* Try-once never jumps the queue: with a holder or waiters here, or an
      * acquire in flight, the answer is already "busy". */
-    if (m->wait_ms == 0 && (l->holder || l->qhead || l->acquiring)) {
+    if (m->wait_ms == 0 && (l->phase == LOCK_HELD || l->phase == LOCK_ACQUIRING || l->qhead)) {
         free(w);
         k->env.error(k->env.arg, c, req_id, DLOCK_EBUSY, errname(DLOCK_EBUSY));
         return;
@@ -1056,13 +1085,13 @@ void core_client_policy(struct core *k, struct core_client *c, uint64_t now)
 void core_notice(struct core *k, const char *name, size_t len, uint64_t now)
 {
     struct lock *l = table_lock_find(&k->table, name, len);
-    if (!l || !l->qhead || l->holder)
+    if (!l || !l->qhead || l->phase == LOCK_HELD)
         return;
-    if (l->acquiring) {
+    if (l->phase == LOCK_ACQUIRING) {
         l->notice_missed = true; /* our attempt may have raced the release */
         return;
     }
-    theap_remove(&k->timers, &l->retry);
+    lock_unbackoff(k, l);
     lock_settle(k, l, now);
 }
 
@@ -1073,10 +1102,10 @@ static void kick_all(struct core *k, uint64_t now)
     for (size_t b = 0; b < k->table.nbuckets; b++) {
         for (struct lock *l = k->table.buckets[b], *next; l; l = next) {
             next = l->hnext;
-            if (l->acquiring)
+            if (l->phase == LOCK_ACQUIRING)
                 l->notice_missed = true;
-            else if (l->qhead && !l->holder) {
-                theap_remove(&k->timers, &l->retry);
+            else if (l->qhead && l->phase != LOCK_HELD) {
+                lock_unbackoff(k, l);
                 lock_settle(k, l, now);
             }
         }
@@ -1095,8 +1124,9 @@ static void renew_doubted(struct core *k, uint64_t now)
 {
     for (size_t b = 0; b < k->table.nbuckets; b++) {
         for (struct lock *l = k->table.buckets[b]; l; l = l->hnext) {
-            struct lease *le = l->holder;
-            if (le && le->doubt_since && !le->renew_sent && !le->stopped && now < le->deadline)
+            struct lease *le;
+            LIST_FOREACH(le, &l->holders, hlink)
+            if (le->doubt_since && !le->renew_sent && !le->stopped && now < le->deadline)
                 timer_set(k, &le->timer, now);
         }
     }
@@ -1113,6 +1143,21 @@ void core_store_ready(struct core *k, uint64_t now)
     kick_all(k, now);
 }
 
+/* The key of le may be gone after a failover: it is shown invalid and
+ * renewed at once. */
+static void lease_doubt(struct core *k, struct lease *le, uint64_t now)
+{
+    if (now >= le->deadline)
+        return;
+    log_info("lease on %s held by pid %d: in doubt after a failover until its key is confirmed",
+             le->lock->name, (int)le->owner->pid);
+    k->stats.doubts++;
+    le->doubt_since = PLANTED(CORE_BUG_DOUBT_IGNORED) ? 0 : now;
+    lease_report(k, le, DLOCK_STATE_JEOPARDY, DLOCK_EFAILOVER);
+    if (!le->renew_sent)
+        timer_set(k, &le->timer, now);
+}
+
 /* The store failed over: every lease it may have cost its key is shown
  * invalid (JEOPARDY, DLOCK_EFAILOVER) and renewed at once; the first renewal
  * sent from now on that finds the key makes it HELD again, one that finds it
@@ -1124,17 +1169,11 @@ void core_doubt(struct core *k, bool (*affected)(void *farg, const char *name, s
     core_flush(k, now); /* kept keys are not handed over in doubt */
     for (size_t b = 0; b < k->table.nbuckets; b++) {
         for (struct lock *l = k->table.buckets[b]; l; l = l->hnext) {
-            struct lease *le = l->holder;
-            if (!le || now >= le->deadline || (affected && !affected(farg, l->name, l->name_len)))
+            if (!l->nholders || (affected && !affected(farg, l->name, l->name_len)))
                 continue;
-            log_info("lease on %s held by pid %d: in doubt after a failover until its key is "
-                     "confirmed",
-                     l->name, (int)le->owner->pid);
-            k->stats.doubts++;
-            le->doubt_since = PLANTED(CORE_BUG_DOUBT_IGNORED) ? 0 : now;
-            lease_report(k, le, DLOCK_STATE_JEOPARDY, DLOCK_EFAILOVER);
-            if (!le->renew_sent)
-                timer_set(k, &le->timer, now);
+            struct lease *le;
+            LIST_FOREACH(le, &l->holders, hlink)
+            lease_doubt(k, le, now);
         }
     }
 }
@@ -1153,9 +1192,12 @@ void core_tick(struct core *k, uint64_t now)
         case TK_WAITER:
             waiter_expired(k, container_of(t, struct waiter, timer), now);
             break;
-        case TK_LOCK:
-            lock_settle(k, container_of(t, struct lock, retry), now);
+        case TK_LOCK: {
+            struct lock *l = container_of(t, struct lock, retry);
+            l->phase = LOCK_IDLE; /* the fallback retry is due */
+            lock_settle(k, l, now);
             break;
+        }
         case TK_AGENT:
             retry_orphans(k, now);
             break;
@@ -1180,8 +1222,8 @@ static void lock_view(const struct lock *l, struct core_lock_view *v)
     *v = (struct core_lock_view){.name = l->name,
                                  .name_len = l->name_len,
                                  .waiters = l->nwaiters,
-                                 .acquiring = l->acquiring};
-    const struct lease *le = l->holder;
+                                 .acquiring = l->phase == LOCK_ACQUIRING};
+    const struct lease *le = LIST_FIRST(&l->holders);
     if (le) {
         v->holder = le->owner;
         v->state = le->state;

@@ -80,6 +80,7 @@ struct lock *table_lock_get(struct table *t, const char *name, size_t len)
     l->name_len = (uint16_t)len;
     memcpy(l->name, name, len);
     tnode_init(&l->retry, TK_LOCK);
+    LIST_INIT(&l->holders);
     if (t->nlocks >= t->nbuckets)
         rehash(t);
     struct lock **b = &t->buckets[l->hash & (t->nbuckets - 1)];
@@ -91,7 +92,8 @@ struct lock *table_lock_get(struct table *t, const char *name, size_t len)
 
 bool table_lock_release_if_idle(struct table *t, struct lock *l)
 {
-    if (l->holder || l->qhead || l->acquiring || l->kept_listed || tnode_queued(&l->retry))
+    if (l->phase != LOCK_IDLE || l->nholders || l->qhead || l->kept_listed ||
+        tnode_queued(&l->retry))
         return false;
     struct lock **p = &t->buckets[l->hash & (t->nbuckets - 1)];
     while (*p != l)
@@ -176,7 +178,8 @@ struct lease *table_lease_new(struct table *t, struct lock *l, struct core_clien
     le->lock = l;
     le->owner = owner;
     tnode_init(&le->timer, TK_LEASE);
-    l->holder = le;
+    LIST_INSERT_HEAD(&l->holders, le, hlink);
+    l->nholders++;
     t->nleases++;
     return le;
 }
@@ -194,8 +197,10 @@ void table_lease_free(struct table *t, struct lease *le)
     uint32_t idx = (uint32_t)le->id;
     t->slots[idx] = NULL;
     t->free_slots[t->nfree++] = idx;
-    if (le->lock && le->lock->holder == le)
-        le->lock->holder = NULL;
+    if (le->lock) {
+        LIST_REMOVE(le, hlink);
+        le->lock->nholders--;
+    }
     t->nleases--;
     free(le);
 }

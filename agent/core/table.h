@@ -42,6 +42,7 @@ struct lease {
     struct lock *lock;
     struct core_client *owner;
     LIST_ENTRY(lease) olink; /* the owner's list */
+    LIST_ENTRY(lease) hlink; /* the lock's holders */
     uint64_t deadline;       /* validity end, ns */
     uint64_t renew_sent;     /* send time of the renewal in flight, 0 if none */
     uint64_t fence;          /* fencing token of the grant */
@@ -60,18 +61,30 @@ struct lease {
     char token[TOKEN_HEX + 1];
 };
 
+/* Where a lock stands on this agent; exactly one at a time. */
+enum lock_phase {
+    LOCK_IDLE,      /* no local holder, nothing in flight: the next waiter's acquire may go */
+    LOCK_ACQUIRING, /* an acquire is in flight for the first waiter (acq_for) */
+    LOCK_BACKOFF,   /* taken elsewhere, or the store is down: waiters wait for a release
+                       notice or the fallback retry (the retry timer is set) */
+    LOCK_HELD,      /* local holders hold the key (holders is not empty) */
+    LOCK_KEPT,      /* its holder released it in this loop turn; the key is kept for a
+                       local waiter until the turn ends (core_flush) */
+};
+
 /* A lock name known to this agent: held locally, waited for, or both. */
 struct lock {
     struct lock *hnext; /* hash chain */
     uint64_t hash;
-    struct lease *holder;
+    enum lock_phase phase;
+    LIST_HEAD(, lease) holders; /* not empty exactly in LOCK_HELD */
+    uint32_t nholders;
     struct waiter *qhead, *qtail;
     uint32_t nwaiters;      /* in the queue */
     struct waiter *acq_for; /* waiter the in-flight acquire is for (may be NULL) */
-    struct tnode retry;     /* fallback retry */
+    struct tnode retry;     /* fallback retry: queued exactly in LOCK_BACKOFF */
     uint64_t acq_sent;      /* send time of the in-flight acquire */
     uint32_t acq_ttl_ms;
-    bool acquiring;     /* an acquire is in flight */
     bool notice_missed; /* a release notice came while acquiring */
     bool watched;       /* the store was asked for the name's release notices */
     bool joined;        /* a waiting acquire may have joined the waiting-hosts record */
@@ -80,12 +93,9 @@ struct lock {
      * and how many are left (set when the acquire is sent: its block). */
     uint32_t cohort_left;
     uint64_t cohort_next;
-    /* Released by its holder in this loop turn while the key may still pass
-     * on: kept (with the released lease's validity, TTL and next renewal;
-     * the key's token is acq_token) for a local acquire in the same turn;
-     * else released to the store at the end of the turn (core_flush). */
-    bool kept;
-    bool kept_listed;       /* on the core's list of kept locks */
+    /* LOCK_KEPT: the released lease's validity, TTL and next renewal (the
+     * key's token is acq_token), for a local acquire in the same turn. */
+    bool kept_listed;       /* on the core's list of kept locks (until core_flush) */
     struct lock *kept_next; /* on that list */
     uint64_t kept_deadline, kept_renew_due;
     uint32_t kept_ttl_ms;
@@ -111,7 +121,8 @@ void table_free(struct table *t); /* frees every lock, lease and waiter */
 /* Lock lookup and creation; a lock is freed by table_lock_release_if_idle. */
 struct lock *table_lock_find(const struct table *t, const char *name, size_t len);
 struct lock *table_lock_get(struct table *t, const char *name, size_t len); /* find or create */
-/* Frees l if nothing refers to it (no holder, waiters, acquire or timer).
+/* Frees l if nothing refers to it (LOCK_IDLE, no waiters, not listed as
+ * kept).
  * Returns true when it was freed. */
 bool table_lock_release_if_idle(struct table *t, struct lock *l);
 
@@ -128,7 +139,8 @@ bool table_lock_release_if_idle(struct table *t, struct lock *l);
 bool table_walk(const struct table *t, uint64_t *cursor, size_t budget,
                 bool (*fn)(void *arg, const struct lock *l), void *arg);
 
-/* Leases: create (holder of l, id assigned), find by id, remove and free. */
+/* Leases: create (one more holder of l, id assigned), find by id, remove
+ * (from l's holders) and free. */
 struct lease *table_lease_new(struct table *t, struct lock *l, struct core_client *owner);
 struct lease *table_lease_find(const struct table *t, uint64_t id);
 void table_lease_free(struct table *t, struct lease *le);
