@@ -53,7 +53,13 @@ static const struct quorum_clock vclock = {
 
 /* ---- scripted nodes: every command waits in a queue for the test ---- */
 
-enum fop { F_ACQUIRE, F_RENEW, F_RELEASE, F_FENCE, F_LOOKUP };
+enum fop {
+    F_ACQUIRE = BACKEND_ACQUIRE,
+    F_RENEW = BACKEND_RENEW,
+    F_RELEASE = BACKEND_RELEASE,
+    F_FENCE = BACKEND_FENCE,
+    F_LOOKUP
+};
 
 struct fcmd {
     enum fop op;
@@ -110,24 +116,9 @@ static int f_submit(struct backend *b, enum fop op, const struct backend_req *re
     return 0;
 }
 
-static int f_acquire(struct backend *b, const struct backend_req *r, backend_cb cb, void *arg)
+static int f_op(struct backend *b, const struct backend_req *r, backend_cb cb, void *arg)
 {
-    return f_submit(b, F_ACQUIRE, r, cb, NULL, arg);
-}
-
-static int f_renew(struct backend *b, const struct backend_req *r, backend_cb cb, void *arg)
-{
-    return f_submit(b, F_RENEW, r, cb, NULL, arg);
-}
-
-static int f_release(struct backend *b, const struct backend_req *r, backend_cb cb, void *arg)
-{
-    return f_submit(b, F_RELEASE, r, cb, NULL, arg);
-}
-
-static int f_fence(struct backend *b, const struct backend_req *r, backend_cb cb, void *arg)
-{
-    return f_submit(b, F_FENCE, r, cb, NULL, arg);
+    return f_submit(b, (int)r->op, r, cb, NULL, arg);
 }
 
 static int f_lookup(struct backend *b, const char *name, size_t len, backend_lookup_cb cb,
@@ -180,10 +171,7 @@ static void f_destroy(struct backend *b)
 }
 
 static const struct backend_ops f_ops = {
-    .acquire = f_acquire,
-    .renew = f_renew,
-    .release = f_release,
-    .fence = f_fence,
+    .op = f_op,
     .lookup = f_lookup,
     .flush = f_flush,
     .pending = f_pending,
@@ -328,15 +316,14 @@ static int send_acquire(struct result *res, uint64_t floor)
                               .holder = "holder-record",
                               .ttl_ms = 5000,
                               .floor = floor};
-    return q->ops->acquire(q, &req, on_result, res);
+    return q->ops->op(q, &req, on_result, res);
 }
 
-static int send_simple(int (*op)(struct backend *, const struct backend_req *, backend_cb, void *),
-                       struct result *res, bool notify)
+static int send_simple(enum backend_op op, struct result *res, bool notify)
 {
     struct backend_req req = {
-        .name = "job", .len = 3, .token = token, .ttl_ms = 5000, .notify = notify};
-    return op(q, &req, on_result, res);
+        .op = op, .name = "job", .len = 3, .token = token, .ttl_ms = 5000, .notify = notify};
+    return q->ops->op(q, &req, on_result, res);
 }
 
 /* ---- acquire ---- */
@@ -428,7 +415,7 @@ Test(quorum_backend, a_reserved_block_is_written_back_above_the_winning_token)
                               .block = 32,
                               .waiter_id = "0123456789abcdef",
                               .want_ms = 300};
-    cr_assert_eq(q->ops->acquire(q, &req, on_result, &res), 0);
+    cr_assert_eq(q->ops->op(q, &req, on_result, &res), 0);
     for (unsigned i = 0; i < 3; i++) {
         const struct fcmd *c = &nodes[i]->cmd[0];
         cr_assert_eq(c->req.block, 32, "node %u: block %u", i, c->req.block);
@@ -563,8 +550,8 @@ Test(quorum_backend, no_node_takes_the_command)
         nodes[i]->down = true;
     struct result res = {0};
     cr_assert_eq(send_acquire(&res, 0), DLOCK_ENOQUORUM);
-    cr_assert_eq(send_simple(q->ops->renew, &res, false), DLOCK_ENOQUORUM);
-    cr_assert_eq(send_simple(q->ops->release, &res, true), DLOCK_EUNAVAIL);
+    cr_assert_eq(send_simple(BACKEND_RENEW, &res, false), DLOCK_ENOQUORUM);
+    cr_assert_eq(send_simple(BACKEND_RELEASE, &res, true), DLOCK_EUNAVAIL);
     cr_assert_eq(res.calls, 0, "an error at once has no callback");
 }
 
@@ -607,7 +594,7 @@ Test(quorum_backend, renew_needs_a_majority_and_is_lost_on_one)
 {
     q = quorum(3);
     struct result res = {0};
-    cr_assert_eq(send_simple(q->ops->renew, &res, false), 0);
+    cr_assert_eq(send_simple(BACKEND_RENEW, &res, false), 0);
     cr_assert_eq(nodes[0]->cmd[0].op, F_RENEW);
     cr_assert_eq(nodes[0]->cmd[0].req.ttl_ms, 5000);
     answer(0, 0, BACKEND_DONE, 0, 0);
@@ -617,7 +604,7 @@ Test(quorum_backend, renew_needs_a_majority_and_is_lost_on_one)
     answer(2, 0, BACKEND_NOT_OURS, 0, 0);
     /* One not ours, one failed: in doubt, not lost. */
     struct result res2 = {0};
-    cr_assert_eq(send_simple(q->ops->renew, &res2, false), 0);
+    cr_assert_eq(send_simple(BACKEND_RENEW, &res2, false), 0);
     answer(0, 1, BACKEND_DONE, 0, 0);
     answer(1, 1, BACKEND_NOT_OURS, 0, 0);
     answer_err(2, 1, DLOCK_EUNAVAIL);
@@ -625,7 +612,7 @@ Test(quorum_backend, renew_needs_a_majority_and_is_lost_on_one)
     cr_assert_eq(res2.r.err, DLOCK_ENOQUORUM);
     /* Two not ours: lost. */
     struct result res3 = {0};
-    cr_assert_eq(send_simple(q->ops->renew, &res3, false), 0);
+    cr_assert_eq(send_simple(BACKEND_RENEW, &res3, false), 0);
     answer(0, 2, BACKEND_NOT_OURS, 0, 0);
     answer(1, 2, BACKEND_NOT_OURS, 0, 0);
     cr_assert_eq(res3.calls, 1);
@@ -637,7 +624,7 @@ Test(quorum_backend, release_goes_to_every_node_and_waits_for_all)
 {
     q = quorum(3);
     struct result res = {0};
-    cr_assert_eq(send_simple(q->ops->release, &res, true), 0);
+    cr_assert_eq(send_simple(BACKEND_RELEASE, &res, true), 0);
     for (unsigned i = 0; i < 3; i++) {
         cr_assert_eq(nodes[i]->cmd[0].op, F_RELEASE);
         cr_assert(nodes[i]->cmd[0].req.notify);
@@ -653,7 +640,7 @@ Test(quorum_backend, release_goes_to_every_node_and_waits_for_all)
     /* A node that failed leaves it unconfirmed: the core asks again. */
     struct result res2 = {0};
     nodes[2]->down = true;
-    cr_assert_eq(send_simple(q->ops->release, &res2, false), 0);
+    cr_assert_eq(send_simple(BACKEND_RELEASE, &res2, false), 0);
     cr_assert_not(nodes[0]->cmd[1].req.notify);
     answer(0, 1, BACKEND_DONE, 0, 0);
     answer(1, 1, BACKEND_DONE, 0, 0);
@@ -731,7 +718,7 @@ Test(quorum_backend, destroy_answers_open_operations_once)
             nodes[i]->answer_on_destroy = answering;
         struct result acq = {0}, ren = {0};
         cr_assert_eq(send_acquire(&acq, 0), 0);
-        cr_assert_eq(send_simple(q->ops->renew, &ren, false), 0);
+        cr_assert_eq(send_simple(BACKEND_RENEW, &ren, false), 0);
         struct backend_holder h = {0};
         cr_assert_eq(q->ops->lookup(q, "job", 3, on_lookup, &h), 0);
         answer_lookup(0, 2, "tok");

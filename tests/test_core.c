@@ -221,19 +221,12 @@ static int fb_queue(enum rkind kind, const struct backend_req *req, backend_cb c
     return 0;
 }
 
-static int fb_acquire(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
+static int fb_op(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    return fb_queue(R_ACQUIRE, req, cb, arg);
-}
-
-static int fb_renew(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return fb_queue(R_RENEW, req, cb, arg);
-}
-
-static int fb_release(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return fb_queue(R_RELEASE, req, cb, arg);
+    static const int kinds[] = {
+        [BACKEND_ACQUIRE] = R_ACQUIRE, [BACKEND_RENEW] = R_RENEW, [BACKEND_RELEASE] = R_RELEASE};
+    cr_assert_neq(req->op, BACKEND_FENCE, "the core never asks for a write-back");
+    return fb_queue(kinds[req->op], req, cb, arg);
 }
 
 /* The names the core listens to, and every change it asked for. */
@@ -275,9 +268,7 @@ static void fb_destroy(struct backend *b)
 }
 
 static const struct backend_ops fb_ops = {
-    .acquire = fb_acquire,
-    .renew = fb_renew,
-    .release = fb_release,
+    .op = fb_op,
     .watch = fb_watch,
     .lookup = fb_lookup,
     .flush = fb_flush,

@@ -160,25 +160,27 @@ static void take_and_release(const char *name)
                               .ttl_ms = 5000,
                               .notify = true};
     int before = T.results;
-    cr_assert_eq(T.b->ops->acquire(T.b, &req, on_result, NULL), 0);
+    cr_assert_eq(T.b->ops->op(T.b, &req, on_result, NULL), 0);
     RUN_UNTIL(H_EVENT_MS, T.results > before);
     cr_assert_eq(T.last.err, 0, "acquire %s: %d", name, T.last.err);
     cr_assert_eq(T.last.outcome, BACKEND_DONE, "acquire %s: outcome %d", name, T.last.outcome);
     /* Another host waits: it joins the name's waiting-hosts record, and the
      * release publishes only then. */
-    struct backend_req other = {.name = name,
+    struct backend_req other = {.op = BACKEND_ACQUIRE,
+                                .name = name,
                                 .len = strlen(name),
                                 .token = "fedcba9876543210fedcba9876543210",
                                 .holder = "other",
                                 .ttl_ms = 5000,
                                 .waiter_id = "otherhost",
                                 .want_ms = 5000};
-    cr_assert_eq(T.b->ops->acquire(T.b, &other, on_result, NULL), 0);
+    cr_assert_eq(T.b->ops->op(T.b, &other, on_result, NULL), 0);
     RUN_UNTIL(H_EVENT_MS, T.results > before + 1);
     cr_assert_eq(T.last.outcome, BACKEND_TAKEN, "the other host's acquire: outcome %d",
                  T.last.outcome);
     before++;
-    cr_assert_eq(T.b->ops->release(T.b, &req, on_result, NULL), 0);
+    req.op = BACKEND_RELEASE;
+    cr_assert_eq(T.b->ops->op(T.b, &req, on_result, NULL), 0);
     RUN_UNTIL(H_EVENT_MS, T.results > before + 1);
     cr_assert_eq(T.last.err, 0, "release %s: %d", name, T.last.err);
     cr_assert_eq(T.last.outcome, BACKEND_DONE);

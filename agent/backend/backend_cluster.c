@@ -57,13 +57,11 @@ struct watched {
     char name[];
 };
 
-enum cop_kind { C_ACQUIRE, C_RENEW, C_RELEASE, C_FENCE, C_LOOKUP };
-
 /* A command of the core on its way through the cluster. */
 struct cop {
     TAILQ_ENTRY(cop) q;
     struct cl *cl;
-    enum cop_kind kind;
+    bool lookup;            /* a lookup, else the operation req.op */
     struct backend_req req; /* pointers into text */
     backend_cb cb;
     backend_lookup_cb lookup_cb;
@@ -596,7 +594,7 @@ static void cop_free(struct cop *op)
 
 static void cop_finish(struct cop *op, const struct backend_result *r)
 {
-    if (op->kind == C_LOOKUP)
+    if (op->lookup)
         op->lookup_cb(op->arg, r->err ? r->err : DLOCK_EBACKEND, NULL);
     else if (op->cb)
         op->cb(op->arg, r);
@@ -716,28 +714,12 @@ static int cop_send(struct cop *op)
     struct backend *b = cl->node[to]->b;
     op->node = to;
     op->gen = cl->node[to]->gen;
-    int rc;
-    switch (op->kind) {
-    case C_ACQUIRE:
-        rc = b->ops->acquire(b, &op->req, on_node_cb, op);
-        break;
-    case C_RENEW:
-        rc = b->ops->renew(b, &op->req, on_node_cb, op);
-        break;
-    case C_RELEASE:
-        rc = b->ops->release(b, &op->req, on_node_cb, op);
-        break;
-    case C_FENCE:
-        rc = b->ops->fence(b, &op->req, on_node_cb, op);
-        break;
-    default:
-        rc = b->ops->lookup(b, op->req.name, op->req.len, on_node_lookup, op);
-        break;
-    }
-    return rc;
+    if (op->lookup)
+        return b->ops->lookup(b, op->req.name, op->req.len, on_node_lookup, op);
+    return b->ops->op(b, &op->req, on_node_cb, op);
 }
 
-static int submit(struct cl *cl, enum cop_kind kind, const struct backend_req *req, backend_cb cb,
+static int submit(struct cl *cl, bool lookup, const struct backend_req *req, backend_cb cb,
                   backend_lookup_cb lookup_cb, void *arg)
 {
     if (!cl->have_map)
@@ -747,7 +729,7 @@ static int submit(struct cl *cl, enum cop_kind kind, const struct backend_req *r
     if (!op)
         return DLOCK_ENOMEM;
     op->cl = cl;
-    op->kind = kind;
+    op->lookup = lookup;
     op->req = *req;
     op->req.asking = false;
     op->cb = cb;
@@ -780,31 +762,17 @@ static int submit(struct cl *cl, enum cop_kind kind, const struct backend_req *r
     return rc;
 }
 
-static int cl_acquire(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
+/* Any operation goes to the node that serves its key's slot as it is. */
+static int cl_op(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    return submit((struct cl *)be, C_ACQUIRE, req, cb, NULL, arg);
-}
-
-static int cl_renew(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return submit((struct cl *)be, C_RENEW, req, cb, NULL, arg);
-}
-
-static int cl_release(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return submit((struct cl *)be, C_RELEASE, req, cb, NULL, arg);
-}
-
-static int cl_fence(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return submit((struct cl *)be, C_FENCE, req, cb, NULL, arg);
+    return submit((struct cl *)be, false, req, cb, NULL, arg);
 }
 
 static int cl_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
                      void *arg)
 {
     struct backend_req req = {.name = name, .len = len};
-    return submit((struct cl *)be, C_LOOKUP, &req, NULL, cb, arg);
+    return submit((struct cl *)be, true, &req, NULL, cb, arg);
 }
 
 static void cl_flush(struct backend *be)
@@ -868,10 +836,7 @@ static void cl_destroy(struct backend *be)
 }
 
 static const struct backend_ops cl_ops = {
-    .acquire = cl_acquire,
-    .renew = cl_renew,
-    .release = cl_release,
-    .fence = cl_fence,
+    .op = cl_op,
     .watch = cl_watch,
     .leave = cl_leave,
     .lookup = cl_lookup,

@@ -583,24 +583,19 @@ static int rb_lookup(struct backend *be, const char *name, size_t len, backend_l
     return submit_with(be, S_LOOKUP, &req, 0, NULL, cb, arg);
 }
 
-static int rb_acquire(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
+static int rb_op(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    return submit(be, S_ACQUIRE, req, req->floor, cb, arg);
-}
-
-static int rb_renew(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return submit(be, S_RENEW, req, 0, cb, arg);
-}
-
-static int rb_release(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return submit(be, S_RELEASE, req, req->notify, cb, arg);
-}
-
-static int rb_fence(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return submit(be, S_FENCE, req, req->fence, cb, arg);
+    switch (req->op) {
+    case BACKEND_ACQUIRE:
+        return submit(be, S_ACQUIRE, req, req->floor, cb, arg);
+    case BACKEND_RENEW:
+        return submit(be, S_RENEW, req, 0, cb, arg);
+    case BACKEND_RELEASE:
+        return submit(be, S_RELEASE, req, req->notify, cb, arg);
+    case BACKEND_FENCE:
+        return submit(be, S_FENCE, req, req->fence, cb, arg);
+    }
+    return DLOCK_EBACKEND;
 }
 
 static bool rb_counts(const struct backend *be, uint64_t now)
@@ -898,10 +893,7 @@ static void rb_destroy(struct backend *be)
 }
 
 static const struct backend_ops rb_ops = {
-    .acquire = rb_acquire,
-    .renew = rb_renew,
-    .release = rb_release,
-    .fence = rb_fence,
+    .op = rb_op,
     .watch = rb_watch,
     .leave = rb_leave,
     .lookup = rb_lookup,

@@ -498,53 +498,23 @@ static struct sop *sop_new(struct sb *s, backend_cb cb, backend_lookup_cb lookup
     return o;
 }
 
-enum op { OP_ACQUIRE, OP_RENEW, OP_RELEASE, OP_FENCE };
-
-static int forward(struct backend *be, enum op op, const struct backend_req *req, backend_cb cb,
-                   void *arg)
+/* Any operation goes to the master of the moment as it is. */
+static int sb_op(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
     struct sb *s = (struct sb *)be;
     struct master *m = s->m;
     if (!m || s->closing)
         return DLOCK_EUNAVAIL;
-    const struct backend_ops *mo = m->be->ops;
-    int (*fn)(struct backend *, const struct backend_req *, backend_cb, void *) =
-        op == OP_ACQUIRE   ? mo->acquire
-        : op == OP_RENEW   ? mo->renew
-        : op == OP_RELEASE ? mo->release
-                           : mo->fence;
-    if (!fn)
-        return DLOCK_EBACKEND;
     struct sop *o = sop_new(s, cb, NULL, arg);
     if (!o)
         return DLOCK_ENOMEM;
-    int rc = fn(m->be, req, op_done, o);
+    int rc = m->be->ops->op(m->be, req, op_done, o);
     if (rc) {
         free(o);
         return rc;
     }
     s->pending++;
     return 0;
-}
-
-static int sb_acquire(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return forward(be, OP_ACQUIRE, req, cb, arg);
-}
-
-static int sb_renew(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return forward(be, OP_RENEW, req, cb, arg);
-}
-
-static int sb_release(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return forward(be, OP_RELEASE, req, cb, arg);
-}
-
-static int sb_fence(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return forward(be, OP_FENCE, req, cb, arg);
 }
 
 static void sb_leave(struct backend *be, const struct backend_req *req)
@@ -689,10 +659,7 @@ static void sb_destroy(struct backend *be)
 }
 
 static const struct backend_ops sb_ops = {
-    .acquire = sb_acquire,
-    .renew = sb_renew,
-    .release = sb_release,
-    .fence = sb_fence,
+    .op = sb_op,
     .leave = sb_leave,
     .lookup = sb_lookup,
     .flush = sb_flush,

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kind.h"
+
 struct backend;
 
 /* The longest agent id of the waiting-hosts record. */
@@ -23,9 +25,25 @@ struct backend;
  * scripts hold every agent to it, whatever its settings (docs/protocol.md). */
 #define BACKEND_WAIT_ENTRY_MAX_MS 3000
 
+/* What a request asks of the store. */
+enum backend_op {
+    /* Takes the key (SET NX with the holder record); the fencing token is at
+     * least req->floor. */
+    BACKEND_ACQUIRE,
+    /* Extends the key to ttl_ms while it holds token. */
+    BACKEND_RENEW,
+    /* Compare-and-delete, then (with notify) a release notice. */
+    BACKEND_RELEASE,
+    /* Raises the fencing mark of the key's slot to req->fence while the key
+     * holds token (the quorum's write-back). */
+    BACKEND_FENCE,
+};
+
 /* One request; the strings are copied before the call returns. */
 struct backend_req {
-    const char *name; /* the lock name, not NUL-terminated */
+    enum backend_op op;
+    enum lock_kind kind; /* which kind of lock the key is */
+    const char *name;    /* the lock name, not NUL-terminated */
     size_t len;
     const char *token; /* our token for the key: 32 hex characters */
     /* acquire: who holds it ("HOST PID UID COMMAND"), stored after the token
@@ -120,15 +138,12 @@ struct backend_holder {
 typedef void (*backend_lookup_cb)(void *arg, int err, const struct backend_holder *h);
 
 struct backend_ops {
-    /* SET NX with the holder record; the fencing token is at least req->floor. */
-    int (*acquire)(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg);
-    /* Extends the key to ttl_ms while it holds token. */
-    int (*renew)(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg);
-    /* Compare-and-delete, then (with notify) a release notice. cb may be NULL. */
-    int (*release)(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg);
-    /* Raises the fencing mark of the key's slot to req->fence while the key
-     * holds token (quorum mode writes the token back; may be NULL). */
-    int (*fence)(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg);
+    /* One operation on a lock's key, the one req->op names, for a lock of
+     * req->kind. Layers that only route requests (cluster, sentinel) forward
+     * any operation as it is. A store that cannot do it answers
+     * DLOCK_EBACKEND at once (the quorum layer has no BACKEND_FENCE of its
+     * own: it sends it to its nodes). cb may be NULL for a release. */
+    int (*op)(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg);
     /* Release notices for name are wanted (on) or no longer (off): the
      * backend subscribes to the name's channel, and says it is subscribed
      * with a notice for the name (a release may have come just before), and

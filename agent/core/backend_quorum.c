@@ -32,8 +32,6 @@
 
 #define QMAX CONFIG_MAX_NODES
 
-enum qkind { Q_ACQUIRE, Q_RENEW, Q_RELEASE };
-
 /* What a node said in the current phase of an operation. */
 enum qanswer { A_NONE, A_OPEN, A_OK, A_NO, A_FAILED };
 
@@ -51,11 +49,12 @@ struct qop {
     TAILQ_ENTRY(qop) link;  /* in qb.ops until freed */
     TAILQ_ENTRY(qop) tlink; /* in qb.timed while an acquire phase is open */
     struct qb *qb;
-    uint8_t kind;
-    uint8_t phase;    /* acquire: 1 taking the key, 2 writing the token back */
-    bool decided;     /* cb has been called */
-    unsigned refs;    /* node callbacks still to come */
-    uint64_t expires; /* end of the open acquire phase */
+    uint8_t opcode;    /* enum backend_op: ACQUIRE, RENEW or RELEASE */
+    uint8_t lock_kind; /* enum lock_kind */
+    uint8_t phase;     /* acquire: 1 taking the key, 2 writing the token back */
+    bool decided;      /* cb has been called */
+    unsigned refs;     /* node callbacks still to come */
+    uint64_t expires;  /* end of the open acquire phase */
     backend_cb cb;
     void *arg;
     uint32_t ttl_ms;
@@ -128,28 +127,29 @@ static void rearm(struct qb *q)
 
 /* ---- operations ---- */
 
-static struct qop *op_new(struct qb *q, enum qkind kind, const struct backend_req *req,
-                          backend_cb cb, void *arg)
+static struct qop *op_new(struct qb *q, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    const char *holder = kind == Q_ACQUIRE ? req->holder : NULL;
+    enum backend_op kind = req->op;
+    const char *holder = kind == BACKEND_ACQUIRE ? req->holder : NULL;
     size_t hlen = holder ? strlen(holder) : 0;
     struct qop *op = calloc(1, sizeof *op + req->len + 1 + hlen + 1);
     if (!op)
         return NULL;
     op->holder = op->name + req->len + 1;
     memcpy(op->holder, holder ? holder : "", hlen + 1);
-    if (kind == Q_ACQUIRE) {
+    if (kind == BACKEND_ACQUIRE) {
         op->block = req->block;
         op->want_ms = req->want_ms;
         snprintf(op->waiter_id, sizeof op->waiter_id, "%s", req->waiter_id ? req->waiter_id : "");
     }
     op->qb = q;
-    op->kind = (uint8_t)kind;
+    op->opcode = (uint8_t)kind;
+    op->lock_kind = (uint8_t)req->kind;
     op->phase = 1;
     op->cb = cb;
     op->arg = arg;
-    op->ttl_ms = kind == Q_RELEASE ? 0 : req->ttl_ms;
-    op->notify = kind == Q_RELEASE && req->notify;
+    op->ttl_ms = kind == BACKEND_RELEASE ? 0 : req->ttl_ms;
+    op->notify = kind == BACKEND_RELEASE && req->notify;
     op->min_pttl = -1;
     memcpy(op->token, req->token, 32);
     op->name_len = (uint16_t)req->len;
@@ -184,7 +184,7 @@ static void op_finish(struct qop *op, int err, enum backend_outcome outcome, uin
     op->decided = true;
     op_untime(op);
     struct backend_result r = {.err = err, .outcome = outcome, .at = now};
-    if (!err && outcome == BACKEND_DONE && op->kind == Q_ACQUIRE)
+    if (!err && outcome == BACKEND_DONE && op->opcode == BACKEND_ACQUIRE)
         r.fence = op->fence - op->block;
     if (!err && outcome == BACKEND_TAKEN)
         r.pttl_ms = op->min_pttl > 0 ? op->min_pttl : 0;
@@ -222,21 +222,10 @@ static void op_send(struct qop *op, unsigned i)
                               .waiter_id = op->waiter_id[0] ? op->waiter_id : NULL,
                               .want_ms = op->want_ms,
                               .fence = op->fence};
-    int rc;
-    switch (op->kind) {
-    case Q_ACQUIRE:
-        if (op->phase == 1)
-            rc = be->ops->acquire(be, &req, on_node_reply, arg);
-        else
-            rc = be->ops->fence ? be->ops->fence(be, &req, on_node_reply, arg) : DLOCK_EBACKEND;
-        break;
-    case Q_RENEW:
-        rc = be->ops->renew(be, &req, on_node_reply, arg);
-        break;
-    default:
-        rc = be->ops->release(be, &req, on_node_reply, arg);
-        break;
-    }
+    req.kind = (enum lock_kind)op->lock_kind;
+    /* An acquire's second phase writes the token back. */
+    req.op = op->opcode == BACKEND_ACQUIRE && op->phase == 2 ? BACKEND_FENCE : op->opcode;
+    int rc = be->ops->op(be, &req, on_node_reply, arg);
     if (rc == 0) {
         op->answer[i] = A_OPEN;
         op->refs++;
@@ -368,11 +357,11 @@ static void decide(struct qop *op, uint64_t now)
 {
     if (op->decided)
         return;
-    switch (op->kind) {
-    case Q_ACQUIRE:
+    switch (op->opcode) {
+    case BACKEND_ACQUIRE:
         acquire_decide(op, now);
         break;
-    case Q_RENEW:
+    case BACKEND_RENEW:
         switch (op_verdict(op, now, false)) {
         case QV_OPEN:
             break;
@@ -409,7 +398,7 @@ static void on_node_reply(void *arg, const struct backend_result *r)
             op->answer[i] = A_FAILED;
             if (!op->err)
                 op->err = r->err;
-        } else if (op->kind == Q_ACQUIRE && op->phase == 1) {
+        } else if (op->opcode == BACKEND_ACQUIRE && op->phase == 1) {
             if (r->outcome == BACKEND_DONE) {
                 op->answer[i] = A_OK;
                 /* The mark it now holds: the token and its block. */
@@ -421,9 +410,9 @@ static void on_node_reply(void *arg, const struct backend_result *r)
             }
         } else {
             op->answer[i] = r->outcome == BACKEND_DONE ? A_OK : A_NO;
-            if (op->kind == Q_ACQUIRE && r->outcome == BACKEND_DONE)
+            if (op->opcode == BACKEND_ACQUIRE && r->outcome == BACKEND_DONE)
                 op->counter[i] = op->fence; /* written back */
-            op->released |= op->kind == Q_RELEASE && r->outcome == BACKEND_DONE;
+            op->released |= op->opcode == BACKEND_RELEASE && r->outcome == BACKEND_DONE;
         }
         decide(op, r->at);
     }
@@ -460,41 +449,31 @@ static int op_start(struct qop *op, uint64_t now)
     for (unsigned i = 0; i < q->n; i++)
         op_send(op, i);
     if (op->refs == 0) {
-        int err = op->kind == Q_RELEASE ? op->err : DLOCK_ENOQUORUM;
+        int err = op->opcode == BACKEND_RELEASE ? op->err : DLOCK_ENOQUORUM;
         op_free(op);
         return err;
     }
-    if (op->kind == Q_ACQUIRE)
+    if (op->opcode == BACKEND_ACQUIRE)
         op_time(op, now);
     return 0;
 }
 
-static int q_acquire(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
+static int q_op(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
     struct qb *q = (struct qb *)be;
-    struct qop *op = op_new(q, Q_ACQUIRE, req, cb, arg);
+    if (req->op == BACKEND_FENCE)
+        return DLOCK_EBACKEND; /* the write-back is the quorum's own business */
+    struct qop *op = op_new(q, req, cb, arg);
     if (!op)
         return DLOCK_ENOMEM;
-    /* One floor for all nodes, so that they usually propose the same token
-     * and no write-back is needed: the wall clock, or the caller's floor
-     * when higher. */
-    uint64_t wall = q->clock.wall_us(q->clock.arg);
-    op->floor = req->floor > wall ? req->floor : wall;
+    if (req->op == BACKEND_ACQUIRE) {
+        /* One floor for all nodes, so that they usually propose the same
+         * token and no write-back is needed: the wall clock, or the caller's
+         * floor when higher. */
+        uint64_t wall = q->clock.wall_us(q->clock.arg);
+        op->floor = req->floor > wall ? req->floor : wall;
+    }
     return op_start(op, clock_now(q));
-}
-
-static int q_renew(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    struct qb *q = (struct qb *)be;
-    struct qop *op = op_new(q, Q_RENEW, req, cb, arg);
-    return op ? op_start(op, clock_now(q)) : DLOCK_ENOMEM;
-}
-
-static int q_release(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    struct qb *q = (struct qb *)be;
-    struct qop *op = op_new(q, Q_RELEASE, req, cb, arg);
-    return op ? op_start(op, clock_now(q)) : DLOCK_ENOMEM;
 }
 
 /* ---- lookup: every node's view, the most common value reported ---- */
@@ -685,9 +664,7 @@ static void q_leave(struct backend *be, const struct backend_req *req)
 }
 
 static const struct backend_ops q_ops = {
-    .acquire = q_acquire,
-    .renew = q_renew,
-    .release = q_release,
+    .op = q_op,
     .watch = q_watch,
     .leave = q_leave,
     .lookup = q_lookup,

@@ -239,9 +239,12 @@ static void on_released(void *arg, const struct backend_result *r)
 static void send_orphan(struct core *k, struct orphan *o, uint64_t now)
 {
     o->ready_seq = k->ready_seq;
-    struct backend_req req = {
-        .name = o->name, .len = o->name_len, .token = o->token, .notify = o->notify};
-    int rc = k->backend->ops->release(k->backend, &req, on_released, o);
+    struct backend_req req = {.op = BACKEND_RELEASE,
+                              .name = o->name,
+                              .len = o->name_len,
+                              .token = o->token,
+                              .notify = o->notify};
+    int rc = k->backend->ops->op(k->backend, &req, on_released, o);
     if (rc) {
         log_debug("cannot release %s now (%s); will retry when the store is back", o->name,
                   errname(rc));
@@ -513,11 +516,12 @@ static void lease_due(struct core *k, struct lease *le, uint64_t now)
         return;
     }
     *ref = (struct renew_ref){.k = k, .lease_id = le->id};
-    struct backend_req req = {.name = le->lock->name,
+    struct backend_req req = {.op = BACKEND_RENEW,
+                              .name = le->lock->name,
                               .len = le->lock->name_len,
                               .token = le->token,
                               .ttl_ms = le->ttl_ms};
-    int rc = k->backend->ops->renew(k->backend, &req, on_renewed, ref);
+    int rc = k->backend->ops->op(k->backend, &req, on_renewed, ref);
     if (rc) {
         free(ref);
         lease_renew_failed(k, le, now, rc);
@@ -807,7 +811,8 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
         const struct core_client *c = w->owner;
         snprintf(holder, sizeof holder, "%s %d %u %s", k->host, (int)c->pid, (unsigned)c->uid,
                  c->comm);
-        struct backend_req req = {.name = l->name,
+        struct backend_req req = {.op = BACKEND_ACQUIRE,
+                                  .name = l->name,
                                   .len = l->name_len,
                                   .token = l->acq_token,
                                   .holder = holder,
@@ -815,7 +820,7 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
                                   .block = l->cohort_left,
                                   .waiter_id = k->waiter_id,
                                   .want_ms = w->try_once ? 0 : want_ms(k)};
-        int rc = k->backend->ops->acquire(k->backend, &req, on_acquired, ref);
+        int rc = k->backend->ops->op(k->backend, &req, on_acquired, ref);
         if (rc == 0) {
             l->phase = LOCK_ACQUIRING;
             l->acq_for = w;

@@ -54,7 +54,13 @@ static bool stopped; /* the agent shut down (SIGTERM) */
 
 /* ---- the store stub ---- */
 
-enum op_kind { OP_ACQUIRE, OP_RENEW, OP_RELEASE, OP_FENCE, OP_NOTICE };
+enum op_kind {
+    OP_ACQUIRE = BACKEND_ACQUIRE,
+    OP_RENEW = BACKEND_RENEW,
+    OP_RELEASE = BACKEND_RELEASE,
+    OP_FENCE = BACKEND_FENCE,
+    OP_NOTICE
+};
 
 struct stub_op {
     struct stub_op *next;
@@ -188,24 +194,9 @@ static void on_stub_idle(struct ev_loop *l, ev_idle *w, int revents)
     }
 }
 
-static int stub_acquire(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
+static int stub_op(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    return stub_queue((struct stub *)b, OP_ACQUIRE, req, cb, arg, NULL, 0);
-}
-
-static int stub_renew(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return stub_queue((struct stub *)b, OP_RENEW, req, cb, arg, NULL, 0);
-}
-
-static int stub_release(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return stub_queue((struct stub *)b, OP_RELEASE, req, cb, arg, NULL, 0);
-}
-
-static int stub_fence(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return stub_queue((struct stub *)b, OP_FENCE, req, cb, arg, NULL, 0);
+    return stub_queue((struct stub *)b, (enum op_kind)req->op, req, cb, arg, NULL, 0);
 }
 
 /* A subscription is confirmed with a notice for the name (backend.h). */
@@ -262,10 +253,7 @@ static void stub_destroy(struct backend *b)
 }
 
 static const struct backend_ops stub_ops = {
-    .acquire = stub_acquire,
-    .renew = stub_renew,
-    .release = stub_release,
-    .fence = stub_fence,
+    .op = stub_op,
     .watch = stub_watch,
     .leave = stub_leave,
     .lookup = stub_lookup,

@@ -604,18 +604,9 @@ static int cop_send(struct cop *op)
     struct backend *b = &link_at(cb->s, cb->ag->id, (unsigned)to)->base;
     op->node = to;
     op->gen = cb->gen[to];
-    switch (op->kind) {
-    case OP_ACQUIRE:
-        return b->ops->acquire(b, &op->req, on_node_result, op);
-    case OP_RENEW:
-        return b->ops->renew(b, &op->req, on_node_result, op);
-    case OP_RELEASE:
-        return b->ops->release(b, &op->req, on_node_result, op);
-    case OP_FENCE:
-        return b->ops->fence(b, &op->req, on_node_result, op);
-    default:
+    if (op->kind == OP_LOOKUP)
         return b->ops->lookup(b, op->req.name, op->req.len, on_node_lookup, op);
-    }
+    return b->ops->op(b, &op->req, on_node_result, op);
 }
 
 static int submit(struct backend *be, uint8_t kind, const struct backend_req *req, backend_cb ucb,
@@ -660,24 +651,9 @@ static int submit(struct backend *be, uint8_t kind, const struct backend_req *re
     return rc;
 }
 
-static int c_acquire(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
+static int c_op(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    return submit(b, OP_ACQUIRE, req, cb, NULL, arg);
-}
-
-static int c_renew(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return submit(b, OP_RENEW, req, cb, NULL, arg);
-}
-
-static int c_release(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return submit(b, OP_RELEASE, req, cb, NULL, arg);
-}
-
-static int c_fence(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return submit(b, OP_FENCE, req, cb, NULL, arg);
+    return submit(b, (uint8_t)req->op, req, cb, NULL, arg);
 }
 
 static int c_lookup(struct backend *b, const char *name, size_t len, backend_lookup_cb cb,
@@ -770,10 +746,7 @@ static void c_destroy(struct backend *b)
 }
 
 static const struct backend_ops cluster_ops = {
-    .acquire = c_acquire,
-    .renew = c_renew,
-    .release = c_release,
-    .fence = c_fence,
+    .op = c_op,
     .watch = c_watch,
     .lookup = c_lookup,
     .flush = c_flush,

@@ -150,24 +150,9 @@ static int submit(struct backend *b, uint8_t kind, const struct backend_req *req
     return 0;
 }
 
-static int l_acquire(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
+static int l_op(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    return submit(b, OP_ACQUIRE, req, cb, NULL, arg);
-}
-
-static int l_renew(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return submit(b, OP_RENEW, req, cb, NULL, arg);
-}
-
-static int l_release(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return submit(b, OP_RELEASE, req, cb, NULL, arg);
-}
-
-static int l_fence(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
-{
-    return submit(b, OP_FENCE, req, cb, NULL, arg);
+    return submit(b, (uint8_t)req->op, req, cb, NULL, arg);
 }
 
 static int l_lookup(struct backend *b, const char *name, size_t len, backend_lookup_cb cb,
@@ -271,10 +256,7 @@ static void l_destroy(struct backend *b)
 }
 
 static const struct backend_ops link_ops = {
-    .acquire = l_acquire,
-    .renew = l_renew,
-    .release = l_release,
-    .fence = l_fence,
+    .op = l_op,
     .watch = l_watch,
     .lookup = l_lookup,
     .flush = l_flush,

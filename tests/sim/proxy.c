@@ -71,7 +71,7 @@ static int p_acquire(struct backend *b, const struct backend_req *req, backend_c
     snprintf(pc->name, sizeof pc->name, "%.*s", (int)req->len, req->name);
     memcpy(pc->token, req->token, 32);
     sim_acquire_sent(p->ag, req);
-    int rc = p->inner->ops->acquire(p->inner, req, on_acquired, pc);
+    int rc = p->inner->ops->op(p->inner, req, on_acquired, pc);
     if (rc) {
         free(pc);
         sim_acquire_answered(p->ag, &(struct backend_result){.err = rc, .at = agent_now(p->ag)});
@@ -116,7 +116,7 @@ static int p_renew(struct backend *b, const struct backend_req *req, backend_cb 
     pr->arg = arg;
     pr->sent_at = agent_now(p->ag);
     memcpy(pr->token, req->token, 32);
-    int rc = p->inner->ops->renew(p->inner, req, on_renewed, pr);
+    int rc = p->inner->ops->op(p->inner, req, on_renewed, pr);
     if (rc)
         free(pr);
     return rc;
@@ -148,7 +148,7 @@ static int p_release(struct backend *b, const struct backend_req *req, backend_c
     if (!pr)
         return DLOCK_ENOMEM;
     *pr = (struct prelease){.ag = ag, .cb = cb, .arg = arg, .intent = sim_release_sent(ag, req)};
-    int rc = p->inner->ops->release(p->inner, req, on_released, pr);
+    int rc = p->inner->ops->op(p->inner, req, on_released, pr);
     if (rc) {
         sim_release_answered(ag->s, pr->intent);
         free(pr);
@@ -156,10 +156,21 @@ static int p_release(struct backend *b, const struct backend_req *req, backend_c
     return rc;
 }
 
-static int p_fence(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
+/* The checker watches acquires, renewals and releases on their way. */
+static int p_op(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
 {
     struct proxy *p = (struct proxy *)b;
-    return p->inner->ops->fence ? p->inner->ops->fence(p->inner, req, cb, arg) : DLOCK_EINVAL;
+    switch (req->op) {
+    case BACKEND_ACQUIRE:
+        return p_acquire(b, req, cb, arg);
+    case BACKEND_RENEW:
+        return p_renew(b, req, cb, arg);
+    case BACKEND_RELEASE:
+        return p_release(b, req, cb, arg);
+    case BACKEND_FENCE:
+        break;
+    }
+    return p->inner->ops->op(p->inner, req, cb, arg);
 }
 
 static int p_watch(struct backend *b, const char *name, size_t len, bool on)
@@ -213,10 +224,7 @@ static void p_destroy(struct backend *b)
 }
 
 static const struct backend_ops proxy_ops = {
-    .acquire = p_acquire,
-    .renew = p_renew,
-    .release = p_release,
-    .fence = p_fence,
+    .op = p_op,
     .watch = p_watch,
     .lookup = p_lookup,
     .flush = p_flush,

@@ -76,7 +76,13 @@ struct event {
 
 /* ---- messages on a link ---- */
 
-enum op_kind { OP_ACQUIRE, OP_RENEW, OP_RELEASE, OP_FENCE, OP_LOOKUP };
+enum op_kind {
+    OP_ACQUIRE = BACKEND_ACQUIRE,
+    OP_RENEW = BACKEND_RENEW,
+    OP_RELEASE = BACKEND_RELEASE,
+    OP_FENCE = BACKEND_FENCE,
+    OP_LOOKUP
+};
 enum msg_state { M_QUEUED, M_SENT, M_AT_NODE, M_EXECUTED, M_LOST };
 
 struct link;
