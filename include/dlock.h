@@ -100,15 +100,24 @@ typedef struct dlock_acquire_options {
                         DLOCK_WAIT_FOREVER = wait until granted */
     uint32_t flags;  /* reserved, must be 0 */
     /* Bounded holds, against a hung holder renewed forever. 0 = the agent's
-     * default (none unless configured); the agent's maximum caps both. */
-    uint32_t max_hold_ms; /* renewal stops this long after the grant */
+     * default (none unless configured); the agent's maximum caps both.
+     * Both count from the moment the agent sent the winning acquire to Redis
+     * (for a lease granted by cohort handoff, from the handoff): a little
+     * before the grant reaches the caller, never from the request, so a wait
+     * for the lock does not eat into them (docs/protocol.md). */
+    uint32_t max_hold_ms; /* renewal stops this long after the acquire was
+                             sent to Redis */
     uint32_t progress_ms; /* renewal stops when dlock_lease_touch() was not
                              called for this long */
 } dlock_acquire_options;
 
 /* Called when a lease changes state without being asked (LOST, JEOPARDY, or
- * HELD again after JEOPARDY). `reason` is 0 or a DLOCK_E* code telling why.
- * The lease handle stays valid until released. */
+ * HELD again after JEOPARDY). `reason` is 0 for HELD; for JEOPARDY and LOST
+ * it is the DLOCK_E* code telling why (docs/protocol.md lists them), or, for
+ * a LOST, DLOCK_EDISCONNECTED or DLOCK_EPROTO when the connection broke. A
+ * LOST with reason 0 (which dlockd never sends) means a loss with no cause
+ * given: the lease counts as lost with DLOCK_ELOST. The lease handle stays
+ * valid until released. */
 typedef void (*dlock_event_cb)(dlock_client *client, dlock_lease *lease, dlock_state state,
                                int reason, void *arg);
 
@@ -152,7 +161,13 @@ DLOCK_EXPORT void dlock_client_set_event_cb(dlock_client *client, dlock_event_cb
  * outage_wait_ms does. DLOCK_ENOANSWER: the agent did not answer within the
  * wait plus 10 s (it is stopped or wedged; the request is abandoned).
  * DLOCK_EHELD, at once: this client already holds `name` (locks are not
- * re-entrant). */
+ * re-entrant). That answer wins, whatever the wait, over DLOCK_ELIMIT and
+ * over the DLOCK_EBUSY of a try-once, even while other clients wait for the
+ * name; only DLOCK_ESHUTDOWN, a bad name (DLOCK_EBADNAME,
+ * DLOCK_ENAMETOOLONG), DLOCK_EINVAL and DLOCK_EDENIED come before it. The
+ * client holds `name` from the grant until the agent has taken its release
+ * or lost the lease (LOST event); an acquire of it still pending is no hold
+ * (docs/protocol.md). */
 DLOCK_EXPORT int dlock_lease_acquire(dlock_client *client, const char *name,
                                      const dlock_acquire_options *opts, dlock_lease **out);
 
@@ -199,8 +214,8 @@ DLOCK_EXPORT int dlock_lease_release(dlock_lease *lease);
 /* Releases the lease and frees its handle, whatever the outcome, waiting for
  * the agent's word: one round trip to the agent, which answers once it has
  * given the lease up; the key is deleted on Redis right behind, or handed
- * over to another client of the agent that asks for the name in the same
- * loop turn (see docs/protocol.md). Returns 0, DLOCK_ELOST if the lease had
+ * over to a client of the agent (this one included) that asks for the name
+ * in the same loop turn (see docs/protocol.md). Returns 0, DLOCK_ELOST if the lease had
  * been lost (even if its event was not yet dispatched), DLOCK_EDISCONNECTED
  * if the agent is gone (it released the lease when the connection dropped),
  * or DLOCK_ENOANSWER if the agent did not answer within 10 s. */
@@ -216,7 +231,9 @@ DLOCK_EXPORT dlock_state dlock_lease_state(const dlock_lease *lease);
  * CLOCK_MONOTONIC, keeps counting while the host is suspended, as the lock's
  * Redis TTL does): the lease is
  * provably held until then. Read from the lease page, so every renewal moves
- * it; 0 once the lease is lost. Same cost and rules as dlock_lease_valid(). */
+ * it; 0 once the lease is lost. Never negative: nanoseconds since the boot,
+ * far below INT64_MAX, the same value the wire protocol carries as an
+ * unsigned 64-bit field. Same cost and rules as dlock_lease_valid(). */
 DLOCK_EXPORT int64_t dlock_lease_deadline_ns(const dlock_lease *lease);
 
 /* Is the lease provably held right now? True while the agent reports it

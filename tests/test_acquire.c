@@ -168,6 +168,46 @@ ITEST(acquire, asking_again_for_a_held_name_is_an_error_not_a_deadlock)
     cr_assert_eq(dlock_lease_release(h_must_acquire(a, "mine", 30000)), 0);
 }
 
+/* The rule of docs/protocol.md: an acquire of one's own name is EHELD
+ * whatever else the agent has for it, neither the try-once's EBUSY while
+ * another client waits for the name, nor the ELIMIT of a connection at its
+ * lease limit; only the checks before it (here the TTL range) answer first. */
+ITEST(acquire, eheld_wins_over_busy_and_limits_for_ones_own_lease)
+{
+    h_start("max_leases_per_conn = 1");
+    struct h_cl *a = h_client(), *b = h_client(), *c = h_client();
+    dlock_lease *held = h_must_acquire(a, "own", 30000);
+    struct h_acq w;
+    h_acquire_async(b, "own", 30000, DLOCK_WAIT_FOREVER, &w);
+    const char *ls;
+    H_WAIT_UNTIL(H_EVENT_MS,
+                 (ls = h_status_ask(0, "leases-json own\n")) && strstr(ls, "\"waiters\":1"));
+
+    dlock_lease *l = NULL;
+    int rc = h_acquire(c, "own", 30000, DLOCK_WAIT_NONE, &l);
+    cr_assert_eq(rc, DLOCK_EBUSY, "another client's try-once: %s (%d)", dlock_strerror(rc), rc);
+    rc = h_acquire(a, "own", 30000, DLOCK_WAIT_NONE, &l);
+    cr_assert_eq(rc, DLOCK_EHELD, "the holder's try-once: %s (%d)", dlock_strerror(rc), rc);
+    /* a is at its limit of one lease: another name is ELIMIT, its own EHELD. */
+    rc = h_acquire(a, "other", 30000, DLOCK_WAIT_NONE, &l);
+    cr_assert_eq(rc, DLOCK_ELIMIT, "a second name at the limit: %s (%d)", dlock_strerror(rc), rc);
+    rc = h_acquire(a, "own", 30000, 1000, &l);
+    cr_assert_eq(rc, DLOCK_EHELD, "the holder's wait at the limit: %s (%d)", dlock_strerror(rc),
+                 rc);
+    /* A TTL out of range is checked before. */
+    rc = h_acquire(a, "own", 60000, DLOCK_WAIT_NONE, &l);
+    cr_assert_eq(rc, DLOCK_EINVAL, "TTL of 60 s: %s (%d)", dlock_strerror(rc), rc);
+    cr_assert_null(l);
+
+    /* None of it touched the lease or the waiter. */
+    cr_assert(dlock_lease_valid(held));
+    cr_assert_not(w.done);
+    cr_assert_eq(dlock_lease_release(held), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+}
+
 ITEST(acquire, bounded_wait_times_out)
 {
     h_start(NULL);

@@ -92,6 +92,41 @@ ITEST(cohort, handoff_keeps_the_key_and_gives_a_higher_token)
     cr_assert_eq(dlock_lease_release(again), 0);
 }
 
+/* A handoff may go to the releasing connection itself (docs/protocol.md,
+ * "Cohort handoff"): a's two acquires wait behind b; b's release hands the
+ * key to a's first, whose release hands it to a's second, each a new lease
+ * with the next token of the block, on the same key. */
+ITEST(cohort, a_handoff_may_go_to_the_releasing_connection)
+{
+    h_start("cohort_handoffs = 4\ncohort_ms = 60000");
+    struct h_cl *a = h_client(), *b = h_client();
+    dlock_lease *lb = h_must_acquire(b, "self", 30000);
+    char *value = h_keep(h_redis_get(h_key("self")));
+    uint64_t fb = dlock_lease_fence(lb);
+    struct h_acq w1, w2;
+    h_acquire_async(a, "self", 30000, DLOCK_WAIT_FOREVER, &w1);
+    h_acquire_async(a, "self", 30000, DLOCK_WAIT_FOREVER, &w2);
+    cr_assert_eq(dlock_client_ping(a->c), 0);
+    cr_assert_not(w1.done || w2.done);
+    cr_assert_eq(dlock_lease_release(lb), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, w1.done);
+    cr_assert_eq(w1.status, 0, "first waiter: %s (%d)", dlock_strerror(w1.status), w1.status);
+    cr_assert_eq(dlock_lease_fence(w1.lease), fb + 1);
+    cr_assert_not(w2.done, "a's second acquire was granted while its first holds the lock");
+
+    /* a gives the lock up: its own second acquire gets it. */
+    cr_assert_eq(dlock_lease_release_sync(w1.lease), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, w2.done);
+    cr_assert_eq(w2.status, 0, "second waiter: %s (%d)", dlock_strerror(w2.status), w2.status);
+    cr_assert_eq(dlock_lease_fence(w2.lease), fb + 2, "not handed over: token %llu after %llu",
+                 (unsigned long long)dlock_lease_fence(w2.lease), (unsigned long long)fb);
+    cr_assert(dlock_lease_valid(w2.lease));
+    cr_assert_str_eq(h_redis_get(h_key("self")), value, "the key left Redis");
+    cr_assert_eq(h_metric(0, "dlock_handoffs_total"), 2);
+    cr_assert_eq(dlock_lease_release(w2.lease), 0);
+    H_KEY_GONE(h_key("self"));
+}
+
 ITEST(cohort, off_every_grant_comes_from_redis)
 {
     h_start("cohort_handoffs = 0");

@@ -952,6 +952,34 @@ Test(validate, mode_from_node_count)
     cr_assert_eq(c.mode, REDIS_MODE_SINGLE);
 }
 
+/* The status answers' "mode" (docs/status.md) is the mode chosen: one of
+ * four words, never "auto". */
+Test(validate, the_mode_status_shows_is_the_one_chosen)
+{
+    static const struct {
+        const char *setting;
+        unsigned nodes;
+        const char *shown;
+    } cases[] = {
+        {"auto", 1, "single"},       {"auto", 3, "quorum"},     {"single", 1, "single"},
+        {"quorum", 5, "quorum"},     {"cluster", 3, "cluster"}, {"sentinel", 1, "sentinel"},
+        {"sentinel", 3, "sentinel"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct config c;
+        config_defaults(&c);
+        nodes_n(&c, cases[i].nodes);
+        expect_good(&c, "redis", "mode", cases[i].setting);
+        if (strcmp(cases[i].setting, "sentinel") == 0)
+            expect_good(&c, "redis", "sentinel_master", "m");
+        char err[256] = "";
+        cr_assert_eq(config_validate(&c, err, sizeof err), 0, "mode = %s, %u node(s): %s",
+                     cases[i].setting, cases[i].nodes, err);
+        cr_assert_str_eq(config_mode_name(c.mode), cases[i].shown, "mode = %s, %u node(s)",
+                         cases[i].setting, cases[i].nodes);
+    }
+}
+
 Test(validate, a_node_listed_twice)
 {
     struct config c;

@@ -967,6 +967,12 @@ ITEST(quorum, holder_is_read_from_a_majority)
     dlock_lease *l = h_must_acquire(c, "seen", 1500);
     ALL_NODES_HOLD(h_key("seen"), any_value(h_key("seen")), 3);
     cr_assert_not_null(strstr(h_status_ask(0, "holder seen\n"), "on 3 of 3 nodes"));
+    const char *json = h_status_ask(0, "holder-json seen\n");
+    cr_assert(json && strstr(json, "\"dlock\":true,") &&
+                  strstr(json, ",\"nodes_holding\":3,\"nodes\":3}"),
+              "%s", json);
+    json = h_status_ask(0, "status-json\n");
+    cr_assert(json && strstr(json, "\"mode\":\"quorum\""), "%s", json);
     cr_assert_eq(dlock_lease_release(l), 0);
     /* Node 2 silent, a foreign value on node 1, node 0 free: no value (nor
      * its absence) is on a majority, so nobody can say. */
@@ -974,6 +980,10 @@ ITEST(quorum, holder_is_read_from_a_majority)
     h_node_pause(2);
     cr_assert_not_null(strstr(h_status_ask(0, "holder split\n"), "split: undetermined"), "%s",
                        h_status_ask(0, "holder split\n"));
+    /* The JSON's other form, with exactly these members (docs/status.md). */
+    json = h_status_ask(0, "holder-json split\n");
+    cr_assert(json && strcmp(json, "{\"name\":\"split\",\"undetermined\":true,\"nodes\":3}\n") == 0,
+              "%s", json);
     h_node_resume(2);
 }
 

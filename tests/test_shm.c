@@ -816,6 +816,72 @@ ITEST(shm, each_connection_has_its_own_page)
     munmap((void *)pb, size);
 }
 
+/* deadline_ns is one value in GRANTED, the lease page and EVENT
+ * (docs/protocol.md): nanoseconds on CLOCK_BOOTTIME with bit 63 clear, so
+ * that the wire's u64 and the page's int64_t agree. A maximum hold of 50 ms
+ * stops renewal before the first one, so the grant's deadline holds until
+ * the lease is lost: JEOPARDY carries it, and LOST carries its reason (a
+ * code, not 0) and deadline 0, and leaves the slot free. */
+ITEST(shm, one_deadline_in_granted_page_and_events)
+{
+    h_start(NULL);
+    int fd = h_raw_connect(0);
+    int fds[2];
+    struct wire_hello_ok ok;
+    cr_assert_eq(hello_fds(fd, fds, &ok), 0);
+    size_t size = shm_page_size(ok.max_leases);
+    const void *page = mmap(NULL, size, PROT_READ, MAP_SHARED, fds[0], 0);
+    cr_assert(page != MAP_FAILED);
+    close(fds[0]);
+    close(fds[1]);
+
+    int64_t before = now_ns();
+    struct wire_buf b = {0};
+    struct wire_acquire m = {.ttl_ms = 3000, .max_hold_ms = 50, .name = "one", .name_len = 3};
+    cr_assert_eq(wire_put_acquire(&b, 2, &m), 0);
+    cr_assert_eq(h_raw_send_buf(fd, &b), 0);
+    struct wire_hdr h;
+    uint8_t body[WIRE_MAX_BODY];
+    cr_assert_eq(h_raw_read_frame(fd, H_EVENT_MS, &h, body, sizeof body), 1);
+    cr_assert_eq(h.type, WIRE_T_GRANTED, "acquire answered with 0x%x", h.type);
+    struct wire_granted g;
+    cr_assert_eq(wire_get_granted(body, h.len, &g), 0);
+    cr_assert_eq(g.deadline_ns >> 63, 0, "bit 63 set: %" PRIu64, g.deadline_ns);
+    cr_assert_gt((int64_t)g.deadline_ns, before);
+    cr_assert_leq((int64_t)g.deadline_ns, now_ns() + MAX_VALID(3000));
+    struct shm_slot s;
+    cr_assert_eq(shm_slot_read(&shm_slots((void *)page)[g.slot], &s), 0);
+    cr_assert_eq(s.lease_id, g.lease_id);
+    cr_assert(s.state == DLOCK_STATE_HELD || s.state == DLOCK_STATE_JEOPARDY, "state %u", s.state);
+    cr_assert_eq(s.deadline_ns, (int64_t)g.deadline_ns);
+
+    struct wire_event ev;
+    cr_assert_eq(h_raw_read_frame(fd, H_EVENT_MS, &h, body, sizeof body), 1);
+    cr_assert_eq(h.type, WIRE_T_EVENT, "0x%x", h.type);
+    cr_assert_eq(h.id, 0);
+    cr_assert_eq(wire_get_event(body, h.len, &ev), 0);
+    cr_assert_eq(ev.lease_id, g.lease_id);
+    cr_assert_eq(ev.state, DLOCK_STATE_JEOPARDY);
+    cr_assert_eq(ev.reason, DLOCK_EHOLDLIMIT);
+    cr_assert_eq(ev.deadline_ns, g.deadline_ns, "JEOPARDY's deadline is not the grant's");
+    cr_assert_eq(shm_slot_read(&shm_slots((void *)page)[g.slot], &s), 0);
+    cr_assert_eq(s.state, DLOCK_STATE_JEOPARDY);
+    cr_assert_eq(s.deadline_ns, (int64_t)ev.deadline_ns);
+
+    cr_assert_eq(h_raw_read_frame(fd, H_EVENT_MS, &h, body, sizeof body), 1);
+    cr_assert_eq(h.type, WIRE_T_EVENT, "0x%x", h.type);
+    cr_assert_eq(wire_get_event(body, h.len, &ev), 0);
+    cr_assert_eq(ev.lease_id, g.lease_id);
+    cr_assert_eq(ev.state, DLOCK_STATE_LOST);
+    cr_assert_eq(ev.reason, DLOCK_EHOLDLIMIT, "LOST with reason %d", ev.reason);
+    cr_assert_eq(ev.deadline_ns, 0);
+    cr_assert_eq(shm_slot_read(&shm_slots((void *)page)[g.slot], &s), 0);
+    cr_assert_eq(s.state, 0);
+    cr_assert_eq(s.lease_id, 0);
+    cr_assert_eq(s.deadline_ns, 0);
+    munmap((void *)page, size);
+}
+
 /* ---- the seqlock: a reader never sees half a write ---- */
 
 #define TORN_CYCLES     400  /* grant and release cycles at least */

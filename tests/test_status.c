@@ -367,6 +367,26 @@ static const char *j_str(const char *obj, const char *key, char *out, size_t cap
     return out;
 }
 
+/* The member names of the object obj, in order, separated by commas (a
+ * static buffer): what the tests compare with the members documented. */
+static const char *j_keys(const char *obj)
+{
+    static char keys[1024];
+    cr_assert_eq(*obj, '{', "not an object: %.80s", obj);
+    keys[0] = '\0';
+    const char *p = j_ws(obj + 1);
+    while (*p != '}') {
+        const char *end = j_skip_string(p);
+        size_t n = strlen(keys), len = (size_t)(end - p) - 2;
+        cr_assert_lt(n + len + 2, sizeof keys);
+        snprintf(keys + n, sizeof keys - n, "%s%.*s", n ? "," : "", (int)len, p + 1);
+        p = j_ws(j_skip(j_ws(j_ws(end) + 1), 1));
+        if (*p == ',')
+            p = j_ws(p + 1);
+    }
+    return keys;
+}
+
 /* The array of leases in the answer doc ({"leases":[...], ...}). */
 static const char *j_leases(const char *doc)
 {
@@ -1492,6 +1512,87 @@ ITEST(status, holder_names_a_lock_taken_through_another_agent)
     cr_assert_not_null(j_doc(R.out));
     /* A name no lock can have is refused: a usage error, as for run. */
     cr_assert_eq(CTL("-S", sock0, "holder", "{x}"), 64);
+}
+
+/* The members of each JSON answer are exactly those docs/status.md lists,
+ * in its order, with the values it gives for a free name, a foreign value
+ * without expiry and a key of another type. */
+#define AGENT_KEYS "version,pid,mode,prefix,uptime_ms,connections"
+#define NODE_KEYS  "addr,connected,subscribed,rtt_us,last_error,excluded_for_ms,run_id,durable"
+#define COUNTER_KEYS                                                                               \
+    "grants,releases,handoffs,renewals,renewal_failures,losses,doubts,timeouts,refused,denied"
+#define LEASE_KEYS  "name,state,fence,pid,uid,comm,age_ms,ttl_ms,valid_ms,renewals,waiters"
+#define HOLDER_KEYS "name,held,dlock,value,host,pid,uid,comm,pttl_ms,nodes_holding,nodes"
+
+ITEST(status, json_members_are_exactly_the_documented_ones)
+{
+    start_agent();
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "members", 30000);
+    char s[256];
+
+    QUERY("status", "--json");
+    const char *doc = j_doc(R.out);
+    cr_assert_str_eq(j_keys(doc), "agent,nodes,counters,leases");
+    const char *agent = j_must(doc, "agent");
+    cr_assert_str_eq(j_keys(agent), AGENT_KEYS);
+    cr_assert_str_eq(j_str(agent, "mode", s, sizeof s), "single");
+    const char *node = j_elem(j_must(doc, "nodes"), 0);
+    cr_assert_str_eq(j_keys(node), NODE_KEYS);
+    /* The server's run id, read when the agent set up its link. */
+    j_str(node, "run_id", s, sizeof s);
+    cr_assert_eq(strlen(s), 40, "run_id \"%s\"", s);
+    for (const char *c = s; *c; c++)
+        cr_assert(is_hex(*c), "run_id \"%s\"", s);
+    cr_assert_eq(j_bool(node, "durable"), 0, "durable outside quorum mode");
+    cr_assert_eq(j_int(node, "excluded_for_ms"), 0);
+    cr_assert_str_eq(j_keys(j_must(doc, "counters")), COUNTER_KEYS);
+    const char *lease = j_lease(j_leases(doc), "members");
+    cr_assert_not_null(lease, "%s", R.out);
+    cr_assert_str_eq(j_keys(lease), LEASE_KEYS);
+
+    QUERY("leases", "--json", "members");
+    doc = j_doc(R.out);
+    cr_assert_str_eq(j_keys(doc), "leases");
+    cr_assert_str_eq(j_keys(j_elem(j_leases(doc), 0)), LEASE_KEYS);
+
+    /* holder-json of a dlock key: the token alone, and its record. */
+    QUERY("holder", "--json", "members");
+    doc = j_doc(R.out);
+    cr_assert_str_eq(j_keys(doc), HOLDER_KEYS);
+    cr_assert(j_bool(doc, "held") && j_bool(doc, "dlock"));
+    char tok[64];
+    snprintf(tok, sizeof tok, "%.32s", h_redis_get(h_key("members")));
+    cr_assert_str_eq(j_str(doc, "value", s, sizeof s), tok);
+    cr_assert_eq(j_int(doc, "pid"), getpid());
+    cr_assert_eq(j_int(doc, "nodes_holding"), 1);
+    cr_assert_eq(j_int(doc, "nodes"), 1);
+
+    /* A free name, a foreign value without expiry, a key of another type. */
+    freeReplyObject(h_redis_cmd("SET %s foreign", h_key("forever")));
+    freeReplyObject(h_redis_cmd("RPUSH %s x", h_key("listed")));
+    static const struct {
+        const char *name, *value;
+        int held;
+        long long pttl_ms;
+    } cases[] = {{"nobody", "", 0, 0}, {"forever", "foreign", 1, -1}, {"listed", "", 0, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        QUERY("holder", "--json", cases[i].name);
+        doc = j_doc(R.out);
+        cr_assert_str_eq(j_keys(doc), HOLDER_KEYS, "%s", cases[i].name);
+        cr_assert_str_eq(j_str(doc, "name", s, sizeof s), cases[i].name);
+        cr_assert_eq(j_bool(doc, "held"), cases[i].held, "%s: %s", cases[i].name, R.out);
+        cr_assert_eq(j_bool(doc, "dlock"), 0, "%s", cases[i].name);
+        cr_assert_str_eq(j_str(doc, "value", s, sizeof s), cases[i].value, "%s", cases[i].name);
+        cr_assert_str_eq(j_str(doc, "host", s, sizeof s), "", "%s", cases[i].name);
+        cr_assert_eq(j_int(doc, "pid"), 0, "%s", cases[i].name);
+        cr_assert_eq(j_int(doc, "uid"), 0, "%s", cases[i].name);
+        cr_assert_str_eq(j_str(doc, "comm", s, sizeof s), "", "%s", cases[i].name);
+        cr_assert_eq(j_int(doc, "pttl_ms"), cases[i].pttl_ms, "%s: %s", cases[i].name, R.out);
+        cr_assert_eq(j_int(doc, "nodes_holding"), cases[i].held, "%s", cases[i].name);
+        cr_assert_eq(j_int(doc, "nodes"), 1, "%s", cases[i].name);
+    }
+    cr_assert_eq(dlock_lease_release(l), 0);
 }
 
 /* ---- peers that keep writing ----
