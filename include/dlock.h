@@ -74,7 +74,8 @@ extern "C" {
 #define DLOCK_ENOANSWER     (-26) /* the agent did not answer in time (stopped, wedged) */
 #define DLOCK_EHELD         (-27) /* this client already holds the name (not re-entrant) */
 #define DLOCK_EFAILOVER     (-28) /* Redis failed over: the lease is in doubt until confirmed */
-#define DLOCK_ERRNO_MIN     (-28) /* lowest code in use */
+#define DLOCK_EKIND         (-29) /* the name is held as another kind of lock (or other permits) */
+#define DLOCK_ERRNO_MIN     (-29) /* lowest code in use */
 
 /* Wait values for dlock_acquire_options.wait_ms. */
 #define DLOCK_WAIT_NONE    0

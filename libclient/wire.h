@@ -32,6 +32,7 @@ enum wire_type {
     WIRE_T_ACQUIRE = 0x02,
     WIRE_T_RELEASE = 0x03,
     WIRE_T_PING = 0x04,
+    WIRE_T_ACQUIRE_EX = 0x05, /* ACQUIRE with a lock kind, an owner, several names */
     /* agent -> client */
     WIRE_T_HELLO_OK = 0x81,
     WIRE_T_GRANTED = 0x82,
@@ -60,14 +61,42 @@ struct wire_hello_ok {
     uint64_t clock_ns; /* the agent's CLOCK_BOOTTIME when it answered */
 };
 
+/* Lock kinds (ACQUIRE_EX; ACQUIRE is always WIRE_KIND_EXCLUSIVE). */
+enum wire_kind {
+    WIRE_KIND_EXCLUSIVE = 0, /* one holder */
+    WIRE_KIND_SHARED = 1,    /* the read side of a read-write lock: many holders */
+    WIRE_KIND_SEMAPHORE = 2, /* at most `permits` holders */
+};
+#define WIRE_KIND_MAX WIRE_KIND_SEMAPHORE
+
+/* ACQUIRE_EX flags. */
+#define WIRE_ACQ_REENTRANT 0x1u /* the owner may take a name it holds again */
+#define WIRE_ACQ_FLAGS     WIRE_ACQ_REENTRANT
+
+/* The most names one ACQUIRE_EX may carry. */
+#define WIRE_MAX_NAMES 64
+
+/* ACQUIRE and ACQUIRE_EX. ACQUIRE's body: u32 ttl_ms, i64 wait_ms, u32
+ * flags (0), u32 max_hold_ms, u32 progress_ms, u16 name_len, name.
+ * ACQUIRE_EX's body: the same first 24 bytes (flags: WIRE_ACQ_*), then u8
+ * kind, u8 0, u16 nnames (1 to WIRE_MAX_NAMES), u32 permits, u64 owner, and
+ * nnames times (u16 len, name). */
 struct wire_acquire {
     uint32_t ttl_ms;
     int64_t wait_ms; /* -1 = forever */
     uint32_t flags;
     uint32_t max_hold_ms; /* 0 = the agent's default */
     uint32_t progress_ms; /* 0 = the agent's default */
-    const char *name;     /* borrowed from the body, not NUL-terminated */
+    const char *name;     /* the first name: borrowed from the body, not NUL-terminated */
     uint16_t name_len;
+    /* ACQUIRE_EX only; ACQUIRE decodes as exclusive, 0, 0, one name. */
+    uint8_t kind;     /* enum wire_kind */
+    uint32_t permits; /* semaphore: the most holders; 0 otherwise */
+    uint64_t owner;   /* re-entrant: who owns the hold within the connection (0: the
+                         connection itself) */
+    uint16_t nnames;
+    /* Every name, as in the body (u16 len, name), for wire_acquire_name(). */
+    const uint8_t *names;
 };
 
 struct wire_release {
@@ -116,6 +145,10 @@ int wire_hdr_decode(const uint8_t *buf, size_t n, uint32_t max_body, struct wire
 int wire_put_hello(struct wire_buf *b, uint32_t id, const struct wire_hello *m);
 int wire_put_hello_ok(struct wire_buf *b, uint32_t id, const struct wire_hello_ok *m);
 int wire_put_acquire(struct wire_buf *b, uint32_t id, const struct wire_acquire *m);
+/* ACQUIRE_EX with the names names[0..nnames) of lengths lens[]; m->name,
+ * m->names and m->nnames are not read. */
+int wire_put_acquire_ex(struct wire_buf *b, uint32_t id, const struct wire_acquire *m,
+                        const char *const *names, const uint16_t *lens, uint16_t nnames);
 int wire_put_release(struct wire_buf *b, uint32_t id, const struct wire_release *m);
 int wire_put_empty(struct wire_buf *b, uint32_t id, uint16_t type); /* PING, OK */
 int wire_put_granted(struct wire_buf *b, uint32_t id, const struct wire_granted *m);
@@ -127,6 +160,12 @@ int wire_put_event(struct wire_buf *b, uint32_t id, const struct wire_event *m);
 int wire_get_hello(const uint8_t *body, size_t len, struct wire_hello *m);
 int wire_get_hello_ok(const uint8_t *body, size_t len, struct wire_hello_ok *m);
 int wire_get_acquire(const uint8_t *body, size_t len, struct wire_acquire *m);
+/* ACQUIRE_EX: DLOCK_EPROTO also when nnames is 0 or over WIRE_MAX_NAMES, or
+ * the names do not fill the body exactly. Kind, flags and permits are the
+ * agent's to judge (DLOCK_EINVAL), not the decoder's. */
+int wire_get_acquire_ex(const uint8_t *body, size_t len, struct wire_acquire *m);
+/* Name i (< m->nnames) of a decoded acquire. */
+void wire_acquire_name(const struct wire_acquire *m, uint16_t i, const char **name, uint16_t *len);
 int wire_get_release(const uint8_t *body, size_t len, struct wire_release *m);
 int wire_get_granted(const uint8_t *body, size_t len, struct wire_granted *m);
 int wire_get_error(const uint8_t *body, size_t len, struct wire_error *m);
