@@ -22,8 +22,9 @@
  * Ownership: a dlock_client is owned by the caller until dlock_client_close().
  * A dlock_lease is owned by its client; it stays valid until
  * dlock_lease_release(), dlock_lease_release_sync() or dlock_client_close(),
- * whichever comes first, even after the lease was lost. Strings returned by accessors are borrowed
- * from the lease and live as long as it does.
+ * whichever comes first, even after the lease was lost (a re-entered lease:
+ * until as many releases as acquires returned it). Strings returned by
+ * accessors are borrowed from the lease and live as long as it does.
  */
 #ifndef DLOCK_H
 #define DLOCK_H
@@ -93,13 +94,29 @@ typedef enum dlock_state {
 typedef struct dlock_client dlock_client;
 typedef struct dlock_lease dlock_lease;
 
+/* Lock kinds (dlock_lock_spec.kind): how many may hold a name at once. A
+ * name is held as one kind at a time; an acquire of another kind than the
+ * name's holders' waits (exclusive) or is refused with DLOCK_EKIND (shared
+ * against a semaphore, a semaphore against shared holders or of another
+ * permit count). See docs/protocol.md. */
+typedef enum dlock_kind {
+    DLOCK_KIND_EXCLUSIVE = 0, /* one holder (the default; the classic lock) */
+    DLOCK_KIND_SHARED = 1,    /* the read side of a read-write lock: any number of shared
+                                 holders, or one exclusive holder; once an exclusive acquire
+                                 waits, later shared ones queue behind it */
+    DLOCK_KIND_SEMAPHORE = 2  /* a counting semaphore: at most `permits` holders */
+} dlock_kind;
+
+/* Flags of dlock_acquire_options.flags. */
+#define DLOCK_ACQUIRE_REENTRANT 0x1u /* the owner may take a name it holds again (below) */
+
 /* Options for an acquire. The zero value is valid: the agent's default TTL,
  * try once without waiting. */
 typedef struct dlock_acquire_options {
     uint32_t ttl_ms; /* lease TTL on Redis; 0 = agent default (30 s) */
     int64_t wait_ms; /* 0 = try once, > 0 = wait at most this long,
                         DLOCK_WAIT_FOREVER = wait until granted */
-    uint32_t flags;  /* reserved, must be 0 */
+    uint32_t flags;  /* DLOCK_ACQUIRE_* flags, or 0; any other bit: DLOCK_EINVAL */
     /* Bounded holds, against a hung holder renewed forever. 0 = the agent's
      * default (none unless configured); the agent's maximum caps both.
      * Both count from the moment the agent sent the winning acquire to Redis
@@ -111,6 +128,30 @@ typedef struct dlock_acquire_options {
     uint32_t progress_ms; /* renewal stops when dlock_lease_touch() was not
                              called for this long */
 } dlock_acquire_options;
+
+/* What kind of lock an acquire asks for (dlock_lease_acquire_spec()). NULL,
+ * or the zero value, is the exclusive kind. The library refuses with
+ * DLOCK_EINVAL, before sending anything, an unknown kind, a semaphore with
+ * permits 0, permits on another kind, and an owner without
+ * DLOCK_ACQUIRE_REENTRANT.
+ *
+ * Re-entrancy (DLOCK_ACQUIRE_REENTRANT in the options): an acquire by the
+ * owner of a lease on the name (the same client and the same `owner`) is
+ * granted at once, whatever the wait, with the same lease: the same handle,
+ * fencing token and validity, one more hold (dlock_lease_holds()). Each
+ * release lowers the count; the last one releases the lease. The handle stays
+ * valid until as many releases as acquires that returned it. An acquire by
+ * another owner, even on the same client, waits like any other's (a
+ * try-once: DLOCK_EBUSY); a re-entrant acquire of another kind than the
+ * held lease's is DLOCK_EHELD (no upgrade, no downgrade). Closing the
+ * client, or the process dying, releases every hold at once. */
+typedef struct dlock_lock_spec {
+    uint32_t kind;    /* a dlock_kind */
+    uint32_t permits; /* DLOCK_KIND_SEMAPHORE: the most holders at once (>= 1), the same for
+                         every acquirer of the name; 0 for the other kinds */
+    uint64_t owner;   /* with DLOCK_ACQUIRE_REENTRANT: who owns the hold within this client,
+                         e.g. a thread id; 0 = the client itself */
+} dlock_lock_spec;
 
 /* Called when a lease changes state without being asked (LOST, JEOPARDY, or
  * HELD again after JEOPARDY). `reason` is 0 for HELD; for JEOPARDY and LOST
@@ -161,14 +202,16 @@ DLOCK_EXPORT void dlock_client_set_event_cb(dlock_client *client, dlock_event_cb
  * mode: DLOCK_ENOQUORUM), as an outage longer than the agent's
  * outage_wait_ms does. DLOCK_ENOANSWER: the agent did not answer within the
  * wait plus 10 s (it is stopped or wedged; the request is abandoned).
- * DLOCK_EHELD, at once: this client already holds `name` (locks are not
- * re-entrant). That answer wins, whatever the wait, over DLOCK_ELIMIT and
- * over the DLOCK_EBUSY of a try-once, even while other clients wait for the
- * name; only DLOCK_ESHUTDOWN, a bad name (DLOCK_EBADNAME,
- * DLOCK_ENAMETOOLONG), DLOCK_EINVAL and DLOCK_EDENIED come before it. The
- * client holds `name` from the grant until the agent has taken its release
- * or lost the lease (LOST event); an acquire of it still pending is no hold
- * (docs/protocol.md). */
+ * DLOCK_EHELD, at once: this client already holds `name` (and opts->flags
+ * lacks DLOCK_ACQUIRE_REENTRANT, below). That answer wins, whatever the
+ * wait, over DLOCK_ELIMIT and over the DLOCK_EBUSY of a try-once, even while
+ * other clients wait for the name; only DLOCK_ESHUTDOWN, a bad name
+ * (DLOCK_EBADNAME, DLOCK_ENAMETOOLONG), DLOCK_EINVAL and DLOCK_EDENIED come
+ * before it. The client holds `name` from the grant until the agent has
+ * taken its release or lost the lease (LOST event); an acquire of it still
+ * pending is no hold (docs/protocol.md). With DLOCK_ACQUIRE_REENTRANT, the
+ * acquire is that of an exclusive re-entrant lock owned by the client (see
+ * dlock_lock_spec). */
 DLOCK_EXPORT int dlock_lease_acquire(dlock_client *client, const char *name,
                                      const dlock_acquire_options *opts, dlock_lease **out);
 
@@ -179,6 +222,21 @@ DLOCK_EXPORT int dlock_lease_acquire(dlock_client *client, const char *name,
 DLOCK_EXPORT int dlock_lease_acquire_async(dlock_client *client, const char *name,
                                            const dlock_acquire_options *opts, dlock_acquire_cb cb,
                                            void *arg);
+
+/* dlock_lease_acquire() and dlock_lease_acquire_async() for the kind of lock
+ * spec asks for (NULL: exclusive; see dlock_lock_spec). Besides their
+ * errors: DLOCK_EKIND when the name is held, or waited for, as another kind
+ * (or as a semaphore of another permit count); DLOCK_EINVAL from the agent
+ * for a kind it does not support in its mode. An exclusive, non-re-entrant
+ * acquire goes on the wire as the plain ACQUIRE that agents of every
+ * version take. */
+DLOCK_EXPORT int dlock_lease_acquire_spec(dlock_client *client, const char *name,
+                                          const dlock_acquire_options *opts,
+                                          const dlock_lock_spec *spec, dlock_lease **out);
+DLOCK_EXPORT int dlock_lease_acquire_spec_async(dlock_client *client, const char *name,
+                                                const dlock_acquire_options *opts,
+                                                const dlock_lock_spec *spec, dlock_acquire_cb cb,
+                                                void *arg);
 
 /* Releases the lease and frees its handle at once, whatever the outcome,
  * without a round trip: the verdict comes from the lease page, and the
@@ -209,7 +267,13 @@ DLOCK_EXPORT int dlock_lease_acquire_async(dlock_client *client, const char *nam
  * connections: a try-once acquire through another client (even of the same
  * process) may still find the lock taken for a moment. Use
  * dlock_lease_release_sync() when that matters (or acquire with a wait:
- * waiters are woken by the release). */
+ * waiters are woken by the release).
+ * Of a re-entered lease (dlock_lease_holds() > 1), this and
+ * dlock_lease_release_sync() give up one hold: the RELEASE lowers the
+ * agent's count, the handle stays valid with one hold less, and the return
+ * value is as for the last hold (0 while the lease is valid); a lease
+ * already lost, or a client disconnected, sends nothing. The handle is freed
+ * with its last hold. */
 DLOCK_EXPORT int dlock_lease_release(dlock_lease *lease);
 
 /* Releases the lease and frees its handle, whatever the outcome, waiting for
@@ -219,11 +283,19 @@ DLOCK_EXPORT int dlock_lease_release(dlock_lease *lease);
  * in the same loop turn (see docs/protocol.md). Returns 0, DLOCK_ELOST if the lease had
  * been lost (even if its event was not yet dispatched), DLOCK_EDISCONNECTED
  * if the agent is gone (it released the lease when the connection dropped),
- * or DLOCK_ENOANSWER if the agent did not answer within 10 s. */
+ * or DLOCK_ENOANSWER if the agent did not answer within 10 s. Of a
+ * re-entered lease, it gives up one hold (see dlock_lease_release()). */
 DLOCK_EXPORT int dlock_lease_release_sync(dlock_lease *lease);
 
 /* The lock name (borrowed, NUL-terminated). */
 DLOCK_EXPORT const char *dlock_lease_name(const dlock_lease *lease);
+
+/* The kind of lock the lease holds (DLOCK_KIND_EXCLUSIVE for NULL). */
+DLOCK_EXPORT dlock_kind dlock_lease_kind(const dlock_lease *lease);
+
+/* How many holds the lease has: the re-entrant acquires that returned it
+ * and have not been released, 1 for a lease never re-entered (0 for NULL). */
+DLOCK_EXPORT uint32_t dlock_lease_holds(const dlock_lease *lease);
 
 /* The lease state as last reported by the agent. */
 DLOCK_EXPORT dlock_state dlock_lease_state(const dlock_lease *lease);

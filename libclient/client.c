@@ -59,6 +59,7 @@ struct pending {
     void *arg;
     struct waiter *waiter; /* release, ping; NULL when nobody waits */
     bool abandoned;        /* the caller gave up: undo a late grant */
+    uint8_t lock_kind;     /* acquire: the dlock_kind asked for */
     char name[];           /* acquire: the lock name, NUL-terminated */
 };
 
@@ -74,7 +75,12 @@ struct dlock_lease {
     uint32_t ttl_ms;
     dlock_state state;
     int lost_reason;
-    bool releasing; /* inside dlock_lease_release_sync(): no events, no second release */
+    /* Re-entrant grants of this lease and the first, not yet released: the
+     * handle is freed with the last. */
+    uint32_t holds;
+    uint8_t kind;   /* dlock_kind */
+    bool releasing; /* inside dlock_lease_release_sync(): no second release, and
+                       no events while it gives up the last hold (lease_quiet()) */
     char name[];
 };
 
@@ -219,8 +225,10 @@ static dlock_lease *lease_find(dlock_client *c, uint64_t id)
     return n ? container_of(n, dlock_lease, node) : NULL;
 }
 
-static dlock_lease *lease_new(dlock_client *c, const char *name, const struct wire_granted *g)
+static dlock_lease *lease_new(dlock_client *c, const struct pending *p,
+                              const struct wire_granted *g)
 {
+    const char *name = p->name;
     size_t len = strlen(name);
     dlock_lease *l = calloc(1, sizeof(*l) + len + 1);
     if (!l)
@@ -233,6 +241,8 @@ static dlock_lease *lease_new(dlock_client *c, const char *name, const struct wi
     l->touch = &c->touch[g->slot];
     l->ttl_ms = g->ttl_ms;
     l->state = DLOCK_STATE_HELD;
+    l->holds = 1;
+    l->kind = p->lock_kind;
     l->node.id = l->id;
     if (idmap_put(&c->leases_by_id, &l->node) != 0) {
         free(l);
@@ -253,6 +263,14 @@ static void lease_free(dlock_lease *l)
 static bool state_is_final(dlock_state s)
 {
     return s == DLOCK_STATE_LOST || s == DLOCK_STATE_RELEASED;
+}
+
+/* While dlock_lease_release_sync() gives up a lease's last hold, its events
+ * are not delivered: the release's result tells the caller. A lease that
+ * keeps other holds goes on being reported. */
+static bool lease_quiet(const dlock_lease *l)
+{
+    return l->releasing && l->holds <= 1;
 }
 
 /* ---- connection failure ---- */
@@ -290,7 +308,7 @@ static void notify_broken(dlock_client *c)
         l->state = DLOCK_STATE_LOST;
         __atomic_store_n(&l->gone, 1, __ATOMIC_RELEASE);
         l->lost_reason = c->err;
-        if (!l->releasing) {
+        if (!lease_quiet(l)) {
             LIST_REMOVE(l, link);
             LIST_INSERT_HEAD(&tell, l, link);
         }
@@ -509,6 +527,21 @@ static void release_unwanted(dlock_client *c, uint64_t lease_id)
 
 /* ---- handling frames ---- */
 
+/* A GRANTED for a lease this client has a handle of: the agent re-entered
+ * it for a re-entrant acquire, so the handle takes one more hold (same
+ * lease, same slot). Anything else under a known lease id breaks the
+ * protocol. */
+static int reentered(dlock_client *c, dlock_lease *l, const struct pending *p,
+                     const struct wire_granted *g)
+{
+    if (state_is_final(l->state) || l->slot != &shm_slots((void *)c->page)[g->slot] ||
+        strcmp(l->name, p->name) != 0 || l->holds == UINT32_MAX)
+        return DLOCK_EPROTO;
+    l->holds++;
+    l->ttl_ms = g->ttl_ms;
+    return 0;
+}
+
 static int on_granted(dlock_client *c, const struct wire_hdr *h, const uint8_t *body)
 {
     struct wire_granted g;
@@ -526,8 +559,17 @@ static int on_granted(dlock_client *c, const struct wire_hdr *h, const uint8_t *
         release_unwanted(c, g.lease_id);
         return 0;
     }
+    dlock_lease *l = lease_find(c, g.lease_id);
+    if (l) {
+        int rc = reentered(c, l, p, &g);
+        if (rc != 0)
+            return rc; /* p stays in flight: the broken connection completes it */
+        pending_unlink(c, p);
+        pending_complete(c, p, 0, l);
+        return 0;
+    }
     pending_unlink(c, p);
-    dlock_lease *l = lease_new(c, p->name, &g);
+    l = lease_new(c, p, &g);
     if (!l)
         release_unwanted(c, g.lease_id);
     pending_complete(c, p, l ? 0 : DLOCK_ENOMEM, l);
@@ -593,7 +635,7 @@ static int on_event(dlock_client *c, const struct wire_hdr *h, const uint8_t *bo
         __atomic_store_n(&l->gone, 1, __ATOMIC_RELEASE);
         l->lost_reason = ev.reason ? ev.reason : DLOCK_ELOST;
     }
-    if (!l->releasing && c->event_cb)
+    if (!lease_quiet(l) && c->event_cb)
         c->event_cb(c, l, l->state, ev.reason, c->event_arg);
     return 0;
 }
@@ -918,9 +960,22 @@ int dlock_client_ping(dlock_client *client)
 
 /* ---- acquire ---- */
 
-static int check_acquire(const dlock_client *c, const char *name, const dlock_acquire_options *opts)
+/* What the library itself refuses in a lock spec (the agent judges the rest,
+ * such as a kind its mode does not support). */
+static bool spec_ok(const dlock_acquire_options *opts, const dlock_lock_spec *spec)
 {
-    if (!c || !name || opts->flags != 0 || opts->wait_ms < DLOCK_WAIT_FOREVER)
+    if (spec->kind > DLOCK_KIND_SEMAPHORE)
+        return false;
+    if ((spec->kind == DLOCK_KIND_SEMAPHORE) != (spec->permits != 0))
+        return false;
+    return spec->owner == 0 || (opts->flags & DLOCK_ACQUIRE_REENTRANT);
+}
+
+static int check_acquire(const dlock_client *c, const char *name, const dlock_acquire_options *opts,
+                         const dlock_lock_spec *spec)
+{
+    if (!c || !name || (opts->flags & ~DLOCK_ACQUIRE_REENTRANT) != 0 ||
+        opts->wait_ms < DLOCK_WAIT_FOREVER || !spec_ok(opts, spec))
         return DLOCK_EINVAL;
     if (c->err)
         return DLOCK_EDISCONNECTED;
@@ -932,42 +987,67 @@ static int check_acquire(const dlock_client *c, const char *name, const dlock_ac
     return 0;
 }
 
-/* Validates and sends an ACQUIRE whose outcome goes to cb; *idp gets its id. */
-static int start_acquire(dlock_client *c, const char *name, const dlock_acquire_options *opts,
-                         dlock_acquire_cb cb, void *arg, uint32_t *idp)
+/* Encodes the acquire: a plain ACQUIRE when it is exclusive and not
+ * re-entrant, which agents of every version take; else ACQUIRE_EX. */
+static int put_acquire(dlock_client *c, uint32_t id, const char *name,
+                       const dlock_acquire_options *opts, const dlock_lock_spec *spec)
 {
-    static const dlock_acquire_options defaults;
-    if (!opts)
-        opts = &defaults;
-    if (c)
-        c->agent_err = 0; /* an older message says nothing of this request */
-    int rc = check_acquire(c, name, opts);
-    if (rc != 0)
-        return rc;
     size_t len = strlen(name);
-    struct pending *p = pending_new(c, REQ_ACQUIRE, name, len);
-    if (!p)
-        return DLOCK_ENOMEM;
     struct wire_acquire m = {.ttl_ms = opts->ttl_ms,
                              .wait_ms = opts->wait_ms,
-                             .flags = 0,
+                             .flags = opts->flags,
                              .max_hold_ms = opts->max_hold_ms,
                              .progress_ms = opts->progress_ms,
                              .name = name,
-                             .name_len = (uint16_t)len};
+                             .name_len = (uint16_t)len,
+                             .kind = (uint8_t)spec->kind,
+                             .permits = spec->permits,
+                             .owner = spec->owner};
+    if (spec->kind == DLOCK_KIND_EXCLUSIVE && opts->flags == 0)
+        return wire_put_acquire(&c->out, id, &m);
+    uint16_t len16 = (uint16_t)len;
+    return wire_put_acquire_ex(&c->out, id, &m, &name, &len16, 1);
+}
+
+/* Validates and sends an acquire whose outcome goes to cb; *idp gets its id. */
+static int start_acquire(dlock_client *c, const char *name, const dlock_acquire_options *opts,
+                         const dlock_lock_spec *spec, dlock_acquire_cb cb, void *arg, uint32_t *idp)
+{
+    static const dlock_acquire_options defaults;
+    static const dlock_lock_spec exclusive;
+    if (!opts)
+        opts = &defaults;
+    if (!spec)
+        spec = &exclusive;
+    if (c)
+        c->agent_err = 0; /* an older message says nothing of this request */
+    int rc = check_acquire(c, name, opts, spec);
+    if (rc != 0)
+        return rc;
+    struct pending *p = pending_new(c, REQ_ACQUIRE, name, strlen(name));
+    if (!p)
+        return DLOCK_ENOMEM;
     p->cb = cb;
     p->arg = arg;
+    p->lock_kind = (uint8_t)spec->kind;
     *idp = p->id;
-    return pending_send(c, p, wire_put_acquire(&c->out, p->id, &m));
+    return pending_send(c, p, put_acquire(c, p->id, name, opts, spec));
+}
+
+int dlock_lease_acquire_spec_async(dlock_client *client, const char *name,
+                                   const dlock_acquire_options *opts, const dlock_lock_spec *spec,
+                                   dlock_acquire_cb cb, void *arg)
+{
+    uint32_t id;
+    if (!cb)
+        return DLOCK_EINVAL;
+    return start_acquire(client, name, opts, spec, cb, arg, &id);
 }
 
 int dlock_lease_acquire_async(dlock_client *client, const char *name,
                               const dlock_acquire_options *opts, dlock_acquire_cb cb, void *arg)
 {
-    uint32_t id;
-    if (!cb)
-        return DLOCK_EINVAL;
-    return start_acquire(client, name, opts, cb, arg, &id);
+    return dlock_lease_acquire_spec_async(client, name, opts, NULL, cb, arg);
 }
 
 static void blocking_acquire_done(dlock_client *c, int status, dlock_lease *lease, void *arg)
@@ -979,14 +1059,15 @@ static void blocking_acquire_done(dlock_client *c, int status, dlock_lease *leas
     w->lease = lease;
 }
 
-int dlock_lease_acquire(dlock_client *client, const char *name, const dlock_acquire_options *opts,
-                        dlock_lease **out)
+int dlock_lease_acquire_spec(dlock_client *client, const char *name,
+                             const dlock_acquire_options *opts, const dlock_lock_spec *spec,
+                             dlock_lease **out)
 {
     if (!out)
         return DLOCK_EINVAL;
     struct waiter w = {0};
     uint32_t id;
-    int rc = start_acquire(client, name, opts, blocking_acquire_done, &w, &id);
+    int rc = start_acquire(client, name, opts, spec, blocking_acquire_done, &w, &id);
     if (rc != 0)
         return rc;
     /* The agent answers when the wait runs out; the slack only guards against
@@ -1004,6 +1085,12 @@ int dlock_lease_acquire(dlock_client *client, const char *name, const dlock_acqu
         return w.status;
     *out = w.lease;
     return 0;
+}
+
+int dlock_lease_acquire(dlock_client *client, const char *name, const dlock_acquire_options *opts,
+                        dlock_lease **out)
+{
+    return dlock_lease_acquire_spec(client, name, opts, NULL, out);
 }
 
 /* ---- release ---- */
@@ -1044,6 +1131,13 @@ static int release_gone(const dlock_lease *lease)
     return 1;
 }
 
+/* One hold of the lease given up: the handle goes with the last. */
+static void release_hold(dlock_lease *lease)
+{
+    if (--lease->holds == 0)
+        lease_free(lease);
+}
+
 int dlock_lease_release(dlock_lease *lease)
 {
     if (!lease || lease->releasing)
@@ -1058,7 +1152,7 @@ int dlock_lease_release(dlock_lease *lease)
         if (rc == 0)
             rc = verdict;
     }
-    lease_free(lease);
+    release_hold(lease);
     return rc;
 }
 
@@ -1069,10 +1163,13 @@ int dlock_lease_release_sync(dlock_lease *lease)
     dlock_client *c = lease->client;
     int rc = release_gone(lease);
     if (rc == 1) {
+        /* A callback run meanwhile may re-enter the lease (a hold more) but
+         * not release it: the handle outlives the round trip. */
         lease->releasing = true;
         rc = release_round_trip(c, lease);
+        lease->releasing = false;
     }
-    lease_free(lease);
+    release_hold(lease);
     return rc;
 }
 
@@ -1081,6 +1178,16 @@ int dlock_lease_release_sync(dlock_lease *lease)
 const char *dlock_lease_name(const dlock_lease *lease)
 {
     return lease ? lease->name : NULL;
+}
+
+dlock_kind dlock_lease_kind(const dlock_lease *lease)
+{
+    return lease ? (dlock_kind)lease->kind : DLOCK_KIND_EXCLUSIVE;
+}
+
+uint32_t dlock_lease_holds(const dlock_lease *lease)
+{
+    return lease ? lease->holds : 0;
 }
 
 /* A NULL handle is nothing the caller may rely on: report it as lost. */
