@@ -55,6 +55,7 @@ struct run_opts {
     char **argv;
     int64_t wait_ms;
     uint32_t ttl_ms;
+    dlock_lock_spec spec; /* run: -x (the zero value), -S or -p */
     int conflict_exit;
     int64_t kill_ms;
 };
@@ -135,6 +136,11 @@ static void help_run(FILE *f)
             "when CMD exits, and exits with CMD's status. A lost lease stops CMD, and so\n"
             "does one put in doubt by a failover of Redis.\n\n"
             "Options:\n"
+            "  -x, --exclusive            hold NAME alone (the default)\n"
+            "  -S, --shared               hold NAME shared: with any other shared holders,\n"
+            "                             never with an exclusive one (a read lock)\n"
+            "  -p, --permits N            hold one of N permits of NAME: at most N run at once\n"
+            "                             (a counting semaphore; every holder gives the same N)\n"
             "  -w, --wait, --timeout DURATION\n"
             "                             wait at most DURATION for the lock; 0: do not wait,\n"
             "                             as -n; 'forever' (the default): as long as it takes\n"
@@ -330,6 +336,9 @@ static int parse_run(int argc, char **argv, struct run_opts *o)
 {
     static const struct option longopts[] = {{"wait", required_argument, NULL, 'w'},
                                              {"timeout", required_argument, NULL, 'w'},
+                                             {"exclusive", no_argument, NULL, 'x'},
+                                             {"shared", no_argument, NULL, 'S'},
+                                             {"permits", required_argument, NULL, 'p'},
                                              {"nonblock", no_argument, NULL, 'n'},
                                              {"nb", no_argument, NULL, 'n'},
                                              {"ttl", required_argument, NULL, 't'},
@@ -342,10 +351,22 @@ static int parse_run(int argc, char **argv, struct run_opts *o)
     int ch, rc = 0;
     optind = 0; /* restart getopt on the sub-command */
     opterr = 0;
-    while (rc == 0 && (ch = getopt_long(argc, argv, "+:s:w:nt:E:k:h", longopts, NULL)) != -1) {
+    bool exclusive = false;
+    while (rc == 0 && (ch = getopt_long(argc, argv, "+:s:w:nt:E:k:xSp:h", longopts, NULL)) != -1) {
         switch (ch) {
         case 's':
             o->socket = optarg;
+            break;
+        case 'x':
+        case 'S':
+            /* The last of -x and -S wins, as with flock(1). */
+            exclusive = ch == 'x';
+            o->spec.kind = ch == 'x' ? DLOCK_KIND_EXCLUSIVE : DLOCK_KIND_SHARED;
+            break;
+        case 'p':
+            if (!parse_num(optarg, 1, UINT32_MAX, &v))
+                return usage_error(CMD_RUN, "invalid permit count (1 to 4294967295)", optarg);
+            o->spec.permits = (uint32_t)v;
             break;
         case 'w':
             if (strcmp(optarg, "forever") == 0)
@@ -378,6 +399,10 @@ static int parse_run(int argc, char **argv, struct run_opts *o)
     }
     if (rc != 0)
         return rc;
+    if (o->spec.permits && (exclusive || o->spec.kind == DLOCK_KIND_SHARED))
+        return usage_error(CMD_RUN, "--permits takes neither --shared nor --exclusive", NULL);
+    if (o->spec.permits)
+        o->spec.kind = DLOCK_KIND_SEMAPHORE;
     if (optind >= argc)
         return usage_error(CMD_RUN, "missing lock name", NULL);
     o->name = argv[optind++];
@@ -523,6 +548,7 @@ static int exit_status_of(int err, int taken)
     case DLOCK_ENAMETOOLONG:
         return EXIT_USAGE;
     case DLOCK_ENOMEM:
+    case DLOCK_EKIND: /* the name is used as another kind of lock */
         return EXIT_SOFTWARE;
     case DLOCK_EDENIED:
         return EXIT_NOPERM;
@@ -921,7 +947,7 @@ static int run(const struct run_opts *o)
     struct run_state st = {.client = c, .kill_at = -1};
     dlock_acquire_options ao = {.ttl_ms = o->ttl_ms, .wait_ms = o->wait_ms};
     dlock_client_set_event_cb(c, on_lease_event, &st);
-    rc = dlock_lease_acquire(c, o->name, &ao, &st.lease);
+    rc = dlock_lease_acquire_spec(c, o->name, &ao, &o->spec, &st.lease);
     if (rc != 0) {
         /* Only a lock that stayed taken is silent, as with flock -n; an
          * outage (the agent answers a wait that ran out during one with the
