@@ -246,6 +246,11 @@ int wire_get_acquire(const uint8_t *body, size_t len, struct wire_acquire *m)
     m->progress_ms = get32(body + 20);
     m->name_len = name_len;
     m->name = (const char *)body + ACQUIRE_FIXED;
+    m->kind = WIRE_KIND_EXCLUSIVE;
+    m->permits = 0;
+    m->owner = 0;
+    m->nnames = 1;
+    m->names = NULL;
     return 0;
 }
 

@@ -43,6 +43,7 @@ enum backend_op {
 struct backend_req {
     enum backend_op op;
     enum lock_kind kind; /* which kind of lock the key is */
+    uint32_t limit;      /* LOCK_SEMAPHORE: the most holders; else 0 */
     const char *name;    /* the lock name, not NUL-terminated */
     size_t len;
     const char *token; /* our token for the key: 32 hex characters */
@@ -69,6 +70,9 @@ enum backend_outcome {
     BACKEND_DONE,     /* acquire: taken by us; renew: extended; release: deleted; fence: raised */
     BACKEND_TAKEN,    /* acquire: someone else holds the key */
     BACKEND_NOT_OURS, /* renew, release, fence: the key is gone or holds another token */
+    /* acquire: the name is held as another counted kind (shared against a
+     * semaphore), or as a semaphore with another limit: never granted as asked */
+    BACKEND_MISMATCH,
 };
 
 struct backend_result {
@@ -180,6 +184,10 @@ struct backend {
      * nodes: the core releases after every such acquire, not only after
      * unanswered ones. */
     bool release_after_miss;
+    /* The kinds of lock beyond LOCK_EXCLUSIVE (which every store keeps) that
+     * it can keep: BACKEND_KIND() bits. The core refuses the others. */
+    uint32_t kinds;
 };
+#define BACKEND_KIND(kind) (1u << (kind))
 
 #endif

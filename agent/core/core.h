@@ -150,7 +150,11 @@ struct core_lock_view {
     const struct core_client *holder; /* the local holder's client, or NULL */
     uint32_t waiters;                 /* local waiters queued */
     bool acquiring;                   /* an acquire is in flight */
-    /* The local lease, when holder is set: */
+    uint32_t nholders;                /* local holders (leases) */
+    uint8_t kind;                     /* enum lock_kind of the holders, when holder is set */
+    uint32_t permits;                 /* a semaphore's permits */
+    uint32_t holds;                   /* the first holder's re-entrant holds */
+    /* The first local lease, when holder is set: */
     uint8_t state; /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
     uint64_t fence, granted_at, deadline;
     uint32_t ttl_ms, renewals;
