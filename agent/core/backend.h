@@ -96,9 +96,15 @@ struct backend_events {
     void *arg;
     /* A release notice for a lock name (not NUL-terminated). */
     void (*on_notice)(void *arg, const char *name, size_t len);
-    /* The notice subscription was (re)established: notices may have been
-     * missed, so every waiter should try again. */
+    /* The notice subscriptions were lost and the link set up anew: the store
+     * keeps no list of the names asked for (the core alone does), so the core
+     * asks for each again; notices may have been missed, so every waiter
+     * tries again. */
     void (*on_subscribed)(void *arg);
+    /* The store forgot one name's subscription (Redis Cluster: its slot
+     * moved): the core asks for it again. May be NULL in stores that never
+     * do. */
+    void (*on_unwatched)(void *arg, const char *name, size_t len);
     /* Commands can be sent again after the store was unreachable. */
     void (*on_ready)(void *arg);
     /* The store failed over (a replica became the master; replication is

@@ -1335,10 +1335,34 @@ static void kick_all(struct core *k, uint64_t now)
     }
 }
 
-/* Notices may have been missed while unsubscribed. */
+/* The store forgot that the lock's notices are wanted: ask again. */
+static void lock_rewatch(struct core *k, struct lock *l)
+{
+    if (!l->watched)
+        return;
+    l->watched = false;
+    lock_watch(k, l);
+}
+
+/* The store's notice subscriptions were lost and set up anew (a new
+ * connection, a failover, a slot that moved): the core alone knows which
+ * names are wanted, and asks for each again; notices may have been missed
+ * meanwhile, so every waiter tries again too. */
 void core_resubscribed(struct core *k, uint64_t now)
 {
+    for (size_t b = 0; b < k->table.nbuckets; b++)
+        for (struct lock *l = k->table.buckets[b]; l; l = l->hnext)
+            lock_rewatch(k, l);
     kick_all(k, now);
+}
+
+void core_unwatched(struct core *k, const char *name, size_t len, uint64_t now)
+{
+    struct lock *l = table_lock_find(&k->table, name, len);
+    if (!l)
+        return;
+    lock_rewatch(k, l);
+    core_notice(k, name, len, now); /* a release may have come meanwhile */
 }
 
 /* Leases in doubt after a failover whose renewal failed for want of a link

@@ -128,6 +128,9 @@ void core_client_policy(struct core *k, struct core_client *c, uint64_t now);
 /* Events of the store. */
 void core_notice(struct core *k, const char *name, size_t len, uint64_t now);
 void core_resubscribed(struct core *k, uint64_t now);
+/* The store forgot that one name's notices are wanted (its slot moved):
+ * the core asks again, and its waiters try again. */
+void core_unwatched(struct core *k, const char *name, size_t len, uint64_t now);
 void core_store_ready(struct core *k, uint64_t now);
 /* The store failed over (struct backend_events.on_doubt): the leases on the
  * names affected says (all with NULL) are in doubt until renewed. */
