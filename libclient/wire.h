@@ -69,7 +69,7 @@ enum wire_kind {
 };
 #define WIRE_KIND_MAX WIRE_KIND_SEMAPHORE
 
-/* ACQUIRE_EX flags. */
+/* ACQUIRE and ACQUIRE_EX flags. */
 #define WIRE_ACQ_REENTRANT 0x1u /* the owner may take a name it holds again */
 #define WIRE_ACQ_FLAGS     WIRE_ACQ_REENTRANT
 
@@ -77,7 +77,7 @@ enum wire_kind {
 #define WIRE_MAX_NAMES 64
 
 /* ACQUIRE and ACQUIRE_EX. ACQUIRE's body: u32 ttl_ms, i64 wait_ms, u32
- * flags (0), u32 max_hold_ms, u32 progress_ms, u16 name_len, name.
+ * flags (WIRE_ACQ_*), u32 max_hold_ms, u32 progress_ms, u16 name_len, name.
  * ACQUIRE_EX's body: the same first 24 bytes (flags: WIRE_ACQ_*), then u8
  * kind, u8 0, u16 nnames (1 to WIRE_MAX_NAMES), u32 permits, u64 owner, and
  * nnames times (u16 len, name). */
@@ -94,7 +94,7 @@ struct wire_acquire {
     uint32_t permits; /* semaphore: the most holders; 0 otherwise */
     uint64_t owner;   /* re-entrant: who owns the hold within the connection (0: the
                          connection itself) */
-    uint16_t nnames;
+    uint16_t nnames; /* 0 (from a caller that filled name only) means 1 */
     /* Every name, as in the body (u16 len, name), for wire_acquire_name(). */
     const uint8_t *names;
 };

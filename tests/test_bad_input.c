@@ -558,7 +558,7 @@ ITEST(bad_input, out_of_range_values_keep_the_connection)
     send_acquire_tw(fd, 3, "wait", 5000, -5);
     cr_assert_eq(reply(fd, 3, &code), WIRE_T_ERROR, "wait -5 accepted");
     cr_assert_eq(code, DLOCK_EINVAL, "wait -5: ERROR %d", code);
-    send_acquire_full(fd, 4, "fl", 2, 5000, 0, 1 /* reserved flags */, 0, 0);
+    send_acquire_full(fd, 4, "fl", 2, 5000, 0, 0x80000000u /* an unknown flag */, 0, 0);
     cr_assert_eq(reply(fd, 4, &code), WIRE_T_ERROR, "nonzero acquire flags accepted");
     cr_assert_eq(code, DLOCK_EINVAL, "acquire flags: ERROR %d", code);
     /* The largest bounded-hold values are a hold without a bound in practice,

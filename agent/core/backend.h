@@ -43,6 +43,7 @@ enum backend_op {
 struct backend_req {
     enum backend_op op;
     enum lock_kind kind; /* which kind of lock the key is */
+    uint32_t limit;      /* LOCK_SEMAPHORE: the most holders; else 0 */
     const char *name;    /* the lock name, not NUL-terminated */
     size_t len;
     const char *token; /* our token for the key: 32 hex characters */
@@ -69,6 +70,9 @@ enum backend_outcome {
     BACKEND_DONE,     /* acquire: taken by us; renew: extended; release: deleted; fence: raised */
     BACKEND_TAKEN,    /* acquire: someone else holds the key */
     BACKEND_NOT_OURS, /* renew, release, fence: the key is gone or holds another token */
+    /* acquire: the name is held as another counted kind (shared against a
+     * semaphore), or as a semaphore with another limit: never granted as asked */
+    BACKEND_MISMATCH,
 };
 
 struct backend_result {
@@ -92,9 +96,15 @@ struct backend_events {
     void *arg;
     /* A release notice for a lock name (not NUL-terminated). */
     void (*on_notice)(void *arg, const char *name, size_t len);
-    /* The notice subscription was (re)established: notices may have been
-     * missed, so every waiter should try again. */
+    /* The notice subscriptions were lost and the link set up anew: the store
+     * keeps no list of the names asked for (the core alone does), so the core
+     * asks for each again; notices may have been missed, so every waiter
+     * tries again. */
     void (*on_subscribed)(void *arg);
+    /* The store forgot one name's subscription (Redis Cluster: its slot
+     * moved): the core asks for it again. May be NULL in stores that never
+     * do. */
+    void (*on_unwatched)(void *arg, const char *name, size_t len);
     /* Commands can be sent again after the store was unreachable. */
     void (*on_ready)(void *arg);
     /* The store failed over (a replica became the master; replication is
@@ -180,6 +190,10 @@ struct backend {
      * nodes: the core releases after every such acquire, not only after
      * unanswered ones. */
     bool release_after_miss;
+    /* The kinds of lock beyond LOCK_EXCLUSIVE (which every store keeps) that
+     * it can keep: BACKEND_KIND() bits. The core refuses the others. */
+    uint32_t kinds;
 };
+#define BACKEND_KIND(kind) (1u << (kind))
 
 #endif

@@ -188,8 +188,9 @@ struct orphan {
     struct orphan *next;
     struct core *k;
     uint64_t expires;
-    bool notify;        /* publish the release notice (not for a missed acquire) */
-    unsigned ready_seq; /* core.ready_seq when sent */
+    bool notify;          /* publish the release notice (not for a missed acquire) */
+    unsigned ready_seq;   /* core.ready_seq when sent */
+    struct admit_ask ask; /* the kind of lock the key is */
     uint16_t name_len;
     char token[TOKEN_HEX + 1];
     char name[];
@@ -240,6 +241,8 @@ static void send_orphan(struct core *k, struct orphan *o, uint64_t now)
 {
     o->ready_seq = k->ready_seq;
     struct backend_req req = {.op = BACKEND_RELEASE,
+                              .kind = o->ask.kind,
+                              .limit = o->ask.permits,
                               .name = o->name,
                               .len = o->name_len,
                               .token = o->token,
@@ -257,8 +260,8 @@ static void send_orphan(struct core *k, struct orphan *o, uint64_t now)
  * is left out after an acquire that missed (the key was never granted): in
  * quorum mode such clean-ups are routine, and waking every waiter for each
  * would make them retry in a loop while the lock is held. */
-static void drop_key(struct core *k, const struct lock *l, const char *token, uint32_t ttl_ms,
-                     bool notify, uint64_t now)
+static void drop_key(struct core *k, const struct lock *l, const char *token,
+                     const struct admit_ask *ask, uint32_t ttl_ms, bool notify, uint64_t now)
 {
     struct orphan *o = malloc(sizeof *o + l->name_len + 1);
     if (!o) {
@@ -268,22 +271,35 @@ static void drop_key(struct core *k, const struct lock *l, const char *token, ui
     o->k = k;
     o->expires = now + (uint64_t)ttl_ms * NS_PER_MS;
     o->notify = notify;
+    o->ask = *ask;
     o->name_len = l->name_len;
     memcpy(o->token, token, sizeof o->token);
     memcpy(o->name, l->name, (size_t)l->name_len + 1);
     send_orphan(k, o, now);
 }
 
-static void release_key(struct core *k, const struct lock *l, const char *token, uint32_t ttl_ms,
-                        uint64_t now)
+/* Releases the key of the lock's last grant from the store (acq_token),
+ * which no lease holds, with a TTL of ttl_ms at most left. */
+static void release_grant(struct core *k, const struct lock *l, uint32_t ttl_ms, uint64_t now)
 {
-    drop_key(k, l, token, ttl_ms, true, now);
+    drop_key(k, l, l->acq_token, &l->acq_ask, ttl_ms, true, now);
+}
+
+/* Releases the key of lease le, unless another local holder shares it (the
+ * shared holders of one grant from the store). */
+static void release_lease_key(struct core *k, const struct lease *le, uint64_t now)
+{
+    const struct lease *o;
+    LIST_FOREACH(o, &le->lock->holders, hlink)
+    if (o != le && memcmp(o->token, le->token, TOKEN_HEX) == 0)
+        return;
+    drop_key(k, le->lock, le->token, &le->ask, le->ttl_ms, true, now);
 }
 
 /* After an acquire that did not take the lock, or whose answer is unknown. */
 static void withdraw_key(struct core *k, const struct lock *l, uint64_t now)
 {
-    drop_key(k, l, l->acq_token, l->acq_ttl_ms, false, now);
+    drop_key(k, l, l->acq_token, &l->acq_ask, l->acq_ttl_ms, false, now);
 }
 
 /* Sends the unconfirmed releases again. */
@@ -331,7 +347,7 @@ static void lease_lose(struct core *k, struct lease *le, int reason, bool may_ow
     log_info("lease on %s held by pid %d lost: %s", l->name, (int)c->pid, errname(reason));
     k->stats.losses++;
     if (may_own)
-        release_key(k, l, le->token, le->ttl_ms, now);
+        release_lease_key(k, le, now);
     lease_drop(k, le);
     lock_settle(k, l, now);
 }
@@ -517,6 +533,8 @@ static void lease_due(struct core *k, struct lease *le, uint64_t now)
     }
     *ref = (struct renew_ref){.k = k, .lease_id = le->id};
     struct backend_req req = {.op = BACKEND_RENEW,
+                              .kind = le->ask.kind,
+                              .limit = le->ask.permits,
                               .name = le->lock->name,
                               .len = le->lock->name_len,
                               .token = le->token,
@@ -552,6 +570,9 @@ static struct lease *lease_start(struct core *k, struct lock *l, struct waiter *
         return NULL;
     }
     memcpy(le->token, token, sizeof le->token);
+    le->ask = w->ask;
+    le->holder_id = w->holder_id;
+    le->holds = 1;
     le->ttl_ms = ttl_ms;
     le->deadline = deadline;
     le->state = DLOCK_STATE_HELD;
@@ -582,6 +603,22 @@ static struct lease *lease_start(struct core *k, struct lock *l, struct waiter *
     return le;
 }
 
+/* The owner of le takes it again (a re-entrant acquire): the same lease,
+ * one more hold; its token, fence and deadline do not change. */
+static void lease_reenter(struct core *k, struct lease *le, uint32_t req_id)
+{
+    le->holds++;
+    struct wire_granted g = {.lease_id = le->id,
+                             .deadline_ns = lease_shown_deadline(le),
+                             .fence = le->fence,
+                             .ttl_ms = le->ttl_ms,
+                             .slot = le->slot};
+    k->env.granted(k->env.arg, le->owner, req_id, &g);
+    k->stats.grants++;
+    log_debug("re-entered %s by pid %d (lease %llx, %u holds)", le->lock->name, (int)le->owner->pid,
+              (unsigned long long)le->id, (unsigned)le->holds);
+}
+
 /* A grant from the store: the key is ours from l->acq_sent, with the tokens
  * after fence reserved for handoffs. */
 static void grant(struct core *k, struct lock *l, struct waiter *w, uint64_t deadline,
@@ -590,7 +627,7 @@ static void grant(struct core *k, struct lock *l, struct waiter *w, uint64_t dea
     struct lease *le =
         lease_start(k, l, w, l->acq_token, l->acq_ttl_ms, deadline, fence, l->acq_sent, now);
     if (!le) {
-        release_key(k, l, l->acq_token, l->acq_ttl_ms, now);
+        release_grant(k, l, l->acq_ttl_ms, now);
         return;
     }
     lease_schedule(k, le, l->acq_sent);
@@ -615,7 +652,7 @@ static void hand_over(struct core *k, struct lock *l, uint64_t now)
         fence--;
     struct lease *le = lease_start(k, l, w, l->acq_token, ttl_ms, deadline, fence, now, now);
     if (!le) {
-        release_key(k, l, l->acq_token, l->kept_ttl_ms, now);
+        release_grant(k, l, l->kept_ttl_ms, now);
         return;
     }
     l->cohort_next++;
@@ -624,18 +661,84 @@ static void hand_over(struct core *k, struct lock *l, uint64_t now)
     lease_timer(k, le, ttl_ms == l->kept_ttl_ms ? l->kept_renew_due : now);
 }
 
-/* May the key of lease le, released now, pass to a local acquire? While
- * the grant from the store has tokens left and its cohort time runs, and
- * while the lease is plainly valid: HELD, no renewal in flight or stopped,
- * no failover in doubt, and at least half its TTL left. */
-static bool may_keep(const struct core *k, const struct lease *le, uint64_t now)
+/* May the lock's last grant from the store pass to one more local holder
+ * without the store? While it has tokens left and its cohort time runs. */
+static bool cohort_open(const struct core *k, const struct lock *l, uint64_t now)
 {
-    const struct lock *l = le->lock;
-    uint64_t half = (uint64_t)le->ttl_ms * NS_PER_MS / 2;
     uint64_t cohort_end = l->acq_sent + (uint64_t)k->cfg->cohort_ms * NS_PER_MS;
     return l->cohort_left && (now < cohort_end || PLANTED(CORE_BUG_COHORT_UNBOUNDED)) &&
-           !k->shutting_down && le->state == DLOCK_STATE_HELD && !le->renew_sent && !le->stopped &&
-           !le->doubt_since && now + half < le->deadline;
+           !k->shutting_down;
+}
+
+/* Is the lease plainly valid, so that its key may serve another holder:
+ * HELD, no renewal in flight or stopped, no failover in doubt, and at least
+ * half its TTL left? */
+static bool plainly_valid(const struct lease *le, uint64_t now)
+{
+    uint64_t half = (uint64_t)le->ttl_ms * NS_PER_MS / 2;
+    return le->state == DLOCK_STATE_HELD && !le->renew_sent && !le->stopped && !le->doubt_since &&
+           now + half < le->deadline;
+}
+
+/* May the key of lease le, released now, pass to a local acquire? An
+ * exclusive key, while its cohort is open and the lease plainly valid. */
+static bool may_keep(const struct core *k, const struct lease *le, uint64_t now)
+{
+    return le->ask.kind == LOCK_EXCLUSIVE && cohort_open(k, le->lock, now) &&
+           plainly_valid(le, now);
+}
+
+/* The shared holder whose grant one more local shared holder may join: the
+ * plainly valid one with the latest deadline, while the cohort is open;
+ * NULL when none may. */
+static const struct lease *join_source(const struct core *k, const struct lock *l, uint64_t now)
+{
+    const struct lease *best = NULL, *le;
+    if (!cohort_open(k, l, now))
+        return NULL;
+    LIST_FOREACH(le, &l->holders, hlink)
+    if (le->ask.kind == LOCK_SHARED && plainly_valid(le, now) &&
+        (!best || le->deadline > best->deadline))
+        best = le;
+    return best;
+}
+
+/* The first waiter, a shared request, joins the grant of the shared holder
+ * src: a new lease on src's key (the store's permit), valid until src's
+ * deadline at most, with the next reserved token. */
+static void join_holders(struct core *k, struct lock *l, const struct lease *src, uint64_t now)
+{
+    struct waiter *w = l->qhead;
+    uint32_t ttl_ms = w->ttl_ms; /* w is gone once answered */
+    uint64_t deadline = src->deadline, fresh = validity_end(now, ttl_ms);
+    if (fresh < deadline)
+        deadline = fresh;
+    /* Its first renewal comes with src's, or at once with another TTL. */
+    uint64_t due = ttl_ms == src->ttl_ms && tnode_queued(&src->timer) ? src->timer.due : now;
+    struct lease *le = lease_start(k, l, w, src->token, ttl_ms, deadline, l->cohort_next, now, now);
+    if (!le)
+        return; /* w was answered with the error; src keeps the key */
+    l->cohort_next++;
+    l->cohort_left--;
+    k->stats.handoffs++;
+    lease_timer(k, le, due);
+}
+
+/* What the lock has granted here, for the admission rule. */
+static struct admit_held held_here(const struct core *k, const struct lock *l, uint64_t now,
+                                   const struct lease **join)
+{
+    const struct lease *first = LIST_FIRST(&l->holders);
+    struct admit_held h = {.nholders = l->nholders};
+    *join = NULL;
+    if (first) {
+        h.kind = first->ask.kind;
+        h.permits = first->ask.permits;
+        if (h.kind == LOCK_SHARED)
+            *join = join_source(k, l, now);
+        h.can_join = *join != NULL;
+    }
+    return h;
 }
 
 /* Keeps le's key on its lock for a local acquire in this loop turn. */
@@ -663,10 +766,17 @@ void core_flush(struct core *k, uint64_t now)
         l->kept_listed = false;
         if (l->phase == LOCK_KEPT) {
             l->phase = LOCK_IDLE;
-            release_key(k, l, l->acq_token, l->kept_ttl_ms, now);
+            release_grant(k, l, l->kept_ttl_ms, now);
         }
         lock_settle(k, l, now); /* frees it if idle */
     }
+}
+
+/* The phase of a lock with nothing in flight: HELD with local holders,
+ * else IDLE. */
+static void lock_rest(struct lock *l)
+{
+    l->phase = l->nholders ? LOCK_HELD : LOCK_IDLE;
 }
 
 /* Waiters wait for a release notice, or the fallback retry at due. */
@@ -682,7 +792,7 @@ static void lock_unbackoff(struct core *k, struct lock *l)
     if (l->phase != LOCK_BACKOFF)
         return;
     theap_remove(&k->timers, &l->retry);
-    l->phase = LOCK_IDLE;
+    lock_rest(l);
 }
 
 /* The store is unreachable (err) for waiter w at its turn. A waiter that may
@@ -734,7 +844,7 @@ static void on_acquired(void *arg, const struct backend_result *r)
     free(ref);
     struct waiter *w = l->acq_for;
     uint64_t now = r->at;
-    l->phase = LOCK_IDLE;
+    lock_rest(l);
     l->acq_for = NULL;
     note_store_why(k, r);
     if (r->err) {
@@ -754,8 +864,15 @@ static void on_acquired(void *arg, const struct backend_result *r)
         } else {
             /* Nobody to give it to (waiter gone, agent stopping), or the reply
              * came too late to leave any validity: hand the key back. */
-            release_key(k, l, l->acq_token, l->acq_ttl_ms, now);
+            release_grant(k, l, l->acq_ttl_ms, now);
         }
+    } else if (r->outcome == BACKEND_MISMATCH) {
+        /* Held elsewhere as another counted kind, or another limit. */
+        k->down_since = 0;
+        if (k->backend->release_after_miss)
+            withdraw_key(k, l, now);
+        if (w)
+            waiter_finish(k, w, DLOCK_EKIND, now);
     } else {
         k->down_since = 0;
         /* Quorum mode: some nodes may have taken the key for us. */
@@ -782,17 +899,40 @@ static uint32_t want_ms(const struct core *k)
     return want < BACKEND_WAIT_ENTRY_MAX_MS ? want : BACKEND_WAIT_ENTRY_MAX_MS;
 }
 
-/* Sends an acquire for the first waiter when nothing stands in the way. */
+/* Admits the first waiters that the admission rule lets in (shared
+ * requests joining the local holders' grant), then sends an acquire for the
+ * first waiter when nothing stands in the way. */
 static void lock_kick(struct core *k, struct lock *l, uint64_t now)
 {
-    if (l->phase == LOCK_KEPT && l->qhead)
-        hand_over(k, l, now); /* the lock is HELD then, or IDLE if it failed */
-    while (l->qhead && l->phase == LOCK_IDLE) {
+    if (l->phase == LOCK_KEPT && l->qhead) {
+        if (l->qhead->ask.kind == LOCK_EXCLUSIVE) {
+            hand_over(k, l, now); /* the lock is HELD then, or IDLE if it failed */
+        } else {
+            l->phase = LOCK_IDLE; /* an exclusive key serves no other kind */
+            release_grant(k, l, l->kept_ttl_ms, now);
+        }
+    }
+    while (l->qhead) {
         struct waiter *w = l->qhead;
         if (k->shutting_down) {
             waiter_finish(k, w, DLOCK_ESHUTDOWN, now);
             continue;
         }
+        const struct lease *src;
+        struct admit_held h = held_here(k, l, now, &src);
+        enum admit_verdict v = admit_first(&h, &w->ask);
+        if (v == ADMIT_CLASH) { /* refused on arrival; kept as a guard */
+            waiter_finish(k, w, DLOCK_EKIND, now);
+            continue;
+        }
+        if (v == ADMIT_JOIN) {
+            join_holders(k, l, src, now);
+            continue;
+        }
+        /* To the store, one acquire at a time: beside local holders only
+         * for a semaphore's next permit. */
+        if (v == ADMIT_WAIT || (l->phase != LOCK_IDLE && l->phase != LOCK_HELD))
+            return;
         struct acquire_ref *ref = malloc(sizeof *ref);
         if (!ref || new_token(k, l->acq_token) != 0) {
             free(ref);
@@ -802,9 +942,11 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
         *ref = (struct acquire_ref){.k = k, .l = l};
         l->acq_sent = now;
         l->acq_ttl_ms = w->ttl_ms;
+        l->acq_ask = w->ask;
         /* The tokens this acquire reserves, handed out only if it grants (a
-         * reload of the settings meanwhile does not change them). */
-        l->cohort_left = k->cfg->cohort_handoffs;
+         * reload of the settings meanwhile does not change them); a
+         * semaphore's permits are each a grant of their own. */
+        l->cohort_left = w->ask.kind == LOCK_SEMAPHORE ? 0 : k->cfg->cohort_handoffs;
         l->notice_missed = false;
         /* Who holds it, for operators looking from any host. */
         char holder[BACKEND_RECORD_MAX - TOKEN_HEX - 1];
@@ -812,6 +954,8 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
         snprintf(holder, sizeof holder, "%s %d %u %s", k->host, (int)c->pid, (unsigned)c->uid,
                  c->comm);
         struct backend_req req = {.op = BACKEND_ACQUIRE,
+                                  .kind = w->ask.kind,
+                                  .limit = w->ask.permits,
                                   .name = l->name,
                                   .len = l->name_len,
                                   .token = l->acq_token,
@@ -911,34 +1055,64 @@ static int limit_check(const struct core *k, const struct core_client *c, uint32
     return 0;
 }
 
-/* Does c hold a lease on l? */
-static bool lock_held_by(const struct lock *l, const struct core_client *c)
+/* The lease of c on l, the one of holder id `holder` when there is one;
+ * NULL when c holds none. */
+static struct lease *lease_of(const struct lock *l, const struct core_client *c, uint64_t holder)
 {
-    const struct lease *le;
+    struct lease *le, *any = NULL;
     LIST_FOREACH(le, &l->holders, hlink)
-    if (le->owner == c)
-        return true;
-    return false;
+    {
+        if (le->owner != c)
+            continue;
+        if (le->holder_id == holder)
+            return le;
+        any = le;
+    }
+    return any;
 }
 
-/* A client asking for a name it holds: locks are not re-entrant, and the
- * request would queue behind the client's own lease, for ever with an
- * endless wait. An immediate error instead. (Waiting twice for a name held
- * elsewhere is fine: two threads sharing a client take turns.) */
+/* A client asking for a name it holds. A re-entrant request by the lease's
+ * owner takes it again (*reenter). Any other would queue behind the
+ * client's own lease, for ever with an endless wait: an immediate error
+ * instead. (A re-entrant request of another owner of the client waits, as
+ * two threads sharing a client take turns.) */
 static int reacquire_check(struct core *k, const struct core_client *c,
-                           const struct wire_acquire *m, char *why, size_t len)
+                           const struct wire_acquire *m, struct lease **reenter, char *why,
+                           size_t len)
 {
     const struct lock *l = table_lock_find(&k->table, m->name, m->name_len);
-    if (!l || !lock_held_by(l, c))
+    struct lease *le = l ? lease_of(l, c, m->owner) : NULL;
+    if (!le)
         return 0;
-    snprintf(why, len, "this connection already holds %.*s (locks are not re-entrant)",
-             (int)m->name_len, m->name);
-    return DLOCK_EHELD;
+    if (!(m->flags & WIRE_ACQ_REENTRANT)) {
+        snprintf(why, len,
+                 "this connection already holds %.*s (ask for a re-entrant acquire to take it "
+                 "again)",
+                 (int)m->name_len, m->name);
+        return DLOCK_EHELD;
+    }
+    if (le->holder_id != m->owner)
+        return 0;
+    if (le->ask.kind != m->kind || le->ask.permits != m->permits) {
+        snprintf(why, len, "%.*s is held here as another kind of lock: re-entry keeps the kind",
+                 (int)m->name_len, m->name);
+        return DLOCK_EHELD;
+    }
+    *reenter = le;
+    return 0;
+}
+
+/* Can a request for ask never share l with its holders or waiters? */
+static bool kind_clash(const struct lock *l, const struct admit_ask *ask)
+{
+    const struct lease *first = LIST_FIRST(&l->holders);
+    return (first && !admit_compatible(&first->ask, ask)) ||
+           (l->ncounted && !admit_compatible(&l->counted, ask));
 }
 
 /* 0, or the error to answer an acquire with; for a limit, why says which. */
 static int acquire_check(struct core *k, const struct core_client *c, const struct wire_acquire *m,
-                         uint32_t *ttl, char *why, size_t len)
+                         uint32_t *ttl, struct lease **reenter, char *why, size_t len)
 {
     const struct config *cfg = k->cfg;
     if (k->shutting_down)
@@ -947,8 +1121,23 @@ static int acquire_check(struct core *k, const struct core_client *c, const stru
     if (rc)
         return rc;
     *ttl = m->ttl_ms ? m->ttl_ms : cfg->default_ttl_ms;
-    if (m->flags || m->wait_ms < -1)
+    const char *bad = NULL;
+    struct admit_ask ask = {.kind = (enum lock_kind)m->kind, .permits = m->permits};
+    if (m->flags & ~WIRE_ACQ_FLAGS)
+        bad = "unknown acquire flags";
+    else if (m->wait_ms < -1)
+        bad = "a wait below -1 (forever)";
+    else if (m->nnames > 1)
+        bad = "one name per acquire: several names in one acquire are not supported";
+    else if (admit_check(&ask, &bad) == 0)
+        bad = ask.kind == LOCK_EXCLUSIVE || (k->backend->kinds & BACKEND_KIND(ask.kind))
+                  ? NULL
+                  : "this kind of lock is not available with this agent's Redis mode "
+                    "(docs/redis.md)";
+    if (bad) {
+        snprintf(why, len, "%s", bad);
         return DLOCK_EINVAL;
+    }
     if (*ttl < cfg->min_ttl_ms || *ttl > cfg->max_ttl_ms) {
         /* Named, so that whoever asked for a long TTL learns the agent's cap. */
         snprintf(why, len,
@@ -964,8 +1153,8 @@ static int acquire_check(struct core *k, const struct core_client *c, const stru
         log_info("denied: pid %d uid %u may not use lock %s", (int)c->pid, (unsigned)c->uid, name);
         return DLOCK_EDENIED;
     }
-    rc = reacquire_check(k, c, m, why, len);
-    return rc ? rc : limit_check(k, c, *ttl, why, len);
+    rc = reacquire_check(k, c, m, reenter, why, len);
+    return rc || *reenter ? rc : limit_check(k, c, *ttl, why, len);
 }
 
 void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
@@ -973,7 +1162,12 @@ void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
 {
     uint32_t ttl = 0;
     char why[192] = "";
-    int rc = acquire_check(k, c, m, &ttl, why, sizeof why);
+    struct lease *reenter = NULL;
+    int rc = acquire_check(k, c, m, &ttl, &reenter, why, sizeof why);
+    if (reenter) {
+        lease_reenter(k, reenter, req_id);
+        return;
+    }
     if (rc) {
         if (rc == DLOCK_EDENIED)
             k->stats.denied++;
@@ -990,9 +1184,22 @@ void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
             table_lock_release_if_idle(&k->table, l);
         return;
     }
-    /* Try-once never jumps the queue: with a holder or waiters here, or an
-     * acquire in flight, the answer is already "busy". */
-    if (m->wait_ms == 0 && (l->phase == LOCK_HELD || l->phase == LOCK_ACQUIRING || l->qhead)) {
+    struct admit_ask ask = {.kind = (enum lock_kind)m->kind, .permits = m->permits};
+    if (kind_clash(l, &ask)) {
+        free(w);
+        k->stats.refused++;
+        snprintf(why, sizeof why, "%s is held or waited for here as another kind of lock%s",
+                 l->name, m->kind == LOCK_SEMAPHORE ? ", or with other permits" : "");
+        k->env.error(k->env.arg, c, req_id, DLOCK_EKIND, why);
+        table_lock_release_if_idle(&k->table, l);
+        return;
+    }
+    /* Try-once never jumps the queue: with waiters here, an acquire in
+     * flight, or holders it must wait for, the answer is already "busy". */
+    const struct lease *src;
+    struct admit_held held = held_here(k, l, now, &src);
+    if (m->wait_ms == 0 && (l->qhead || l->phase == LOCK_ACQUIRING ||
+                            (held.nholders && admit_first(&held, &ask) == ADMIT_WAIT))) {
         free(w);
         k->env.error(k->env.arg, c, req_id, DLOCK_EBUSY, errname(DLOCK_EBUSY));
         return;
@@ -1002,6 +1209,8 @@ void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
     w->req_id = req_id;
     w->ttl_ms = ttl;
     w->try_once = m->wait_ms == 0;
+    w->ask = ask;
+    w->holder_id = m->owner;
     const struct config *cfg = k->cfg;
     w->max_hold_ms = bound(m->max_hold_ms, cfg->default_max_hold_ms, cfg->max_hold_limit_ms);
     w->progress_ms = bound(m->progress_ms, cfg->default_progress_ms, cfg->progress_limit_ms);
@@ -1031,12 +1240,21 @@ void core_release(struct core *k, struct core_client *c, uint32_t req_id, uint64
         k->env.error(k->env.arg, c, req_id, DLOCK_ENOTFOUND, "no such lease on this connection");
         return;
     }
+    if (le->holds > 1) {
+        /* A re-entered lease: the last release of its owner releases it. */
+        le->holds--;
+        k->env.ok(k->env.arg, c, req_id);
+        return;
+    }
     struct lock *l = le->lock;
     if (may_keep(k, le, now))
         keep_key(k, le);
     else
-        release_key(k, l, le->token, le->ttl_ms, now);
+        release_lease_key(k, le, now);
+    bool permit = le->ask.kind == LOCK_SEMAPHORE;
     lease_drop(k, le);
+    if (permit)
+        lock_unbackoff(k, l); /* a permit is free: the next waiter tries at once */
     k->env.ok(k->env.arg, c, req_id);
     k->stats.releases++;
     /* A kept key passes to the next local waiter; else that waiter's acquire
@@ -1063,7 +1281,7 @@ void core_client_drop(struct core *k, struct core_client *c, int reason, uint64_
                 .lease_id = le->id, .state = DLOCK_STATE_LOST, .reason = reason};
             k->env.event(k->env.arg, c, &ev);
         }
-        release_key(k, l, le->token, le->ttl_ms, now);
+        release_lease_key(k, le, now);
         lease_drop(k, le);
         lock_settle(k, l, now);
     }
@@ -1117,10 +1335,34 @@ static void kick_all(struct core *k, uint64_t now)
     }
 }
 
-/* Notices may have been missed while unsubscribed. */
+/* The store forgot that the lock's notices are wanted: ask again. */
+static void lock_rewatch(struct core *k, struct lock *l)
+{
+    if (!l->watched)
+        return;
+    l->watched = false;
+    lock_watch(k, l);
+}
+
+/* The store's notice subscriptions were lost and set up anew (a new
+ * connection, a failover, a slot that moved): the core alone knows which
+ * names are wanted, and asks for each again; notices may have been missed
+ * meanwhile, so every waiter tries again too. */
 void core_resubscribed(struct core *k, uint64_t now)
 {
+    for (size_t b = 0; b < k->table.nbuckets; b++)
+        for (struct lock *l = k->table.buckets[b]; l; l = l->hnext)
+            lock_rewatch(k, l);
     kick_all(k, now);
+}
+
+void core_unwatched(struct core *k, const char *name, size_t len, uint64_t now)
+{
+    struct lock *l = table_lock_find(&k->table, name, len);
+    if (!l)
+        return;
+    lock_rewatch(k, l);
+    core_notice(k, name, len, now); /* a release may have come meanwhile */
 }
 
 /* Leases in doubt after a failover whose renewal failed for want of a link
@@ -1199,7 +1441,7 @@ void core_tick(struct core *k, uint64_t now)
             break;
         case TK_LOCK: {
             struct lock *l = container_of(t, struct lock, retry);
-            l->phase = LOCK_IDLE; /* the fallback retry is due */
+            lock_rest(l); /* the fallback retry is due */
             lock_settle(k, l, now);
             break;
         }
@@ -1229,7 +1471,11 @@ static void lock_view(const struct lock *l, struct core_lock_view *v)
                                  .waiters = l->nwaiters,
                                  .acquiring = l->phase == LOCK_ACQUIRING};
     const struct lease *le = LIST_FIRST(&l->holders);
+    v->nholders = l->nholders;
     if (le) {
+        v->kind = (uint8_t)le->ask.kind;
+        v->permits = le->ask.permits;
+        v->holds = le->holds;
         v->holder = le->owner;
         v->state = le->state;
         v->fence = le->fence;

@@ -128,6 +128,9 @@ void core_client_policy(struct core *k, struct core_client *c, uint64_t now);
 /* Events of the store. */
 void core_notice(struct core *k, const char *name, size_t len, uint64_t now);
 void core_resubscribed(struct core *k, uint64_t now);
+/* The store forgot that one name's notices are wanted (its slot moved):
+ * the core asks again, and its waiters try again. */
+void core_unwatched(struct core *k, const char *name, size_t len, uint64_t now);
 void core_store_ready(struct core *k, uint64_t now);
 /* The store failed over (struct backend_events.on_doubt): the leases on the
  * names affected says (all with NULL) are in doubt until renewed. */
@@ -150,7 +153,11 @@ struct core_lock_view {
     const struct core_client *holder; /* the local holder's client, or NULL */
     uint32_t waiters;                 /* local waiters queued */
     bool acquiring;                   /* an acquire is in flight */
-    /* The local lease, when holder is set: */
+    uint32_t nholders;                /* local holders (leases) */
+    uint8_t kind;                     /* enum lock_kind of the holders, when holder is set */
+    uint32_t permits;                 /* a semaphore's permits */
+    uint32_t holds;                   /* the first holder's re-entrant holds */
+    /* The first local lease, when holder is set: */
     uint8_t state; /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
     uint64_t fence, granted_at, deadline;
     uint32_t ttl_ms, renewals;

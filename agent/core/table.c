@@ -208,6 +208,10 @@ void table_lease_free(struct table *t, struct lease *le)
 void table_waiter_enqueue(struct lock *l, struct waiter *w)
 {
     l->nwaiters++;
+    if (w->ask.kind != LOCK_EXCLUSIVE) {
+        l->ncounted++;
+        l->counted = w->ask;
+    }
     w->lock = l;
     w->qnext = NULL;
     w->qprev = l->qtail;
@@ -222,6 +226,8 @@ void table_waiter_dequeue(struct waiter *w)
 {
     struct lock *l = w->lock;
     l->nwaiters--;
+    if (w->ask.kind != LOCK_EXCLUSIVE)
+        l->ncounted--;
     if (w->qprev)
         w->qprev->qnext = w->qnext;
     else

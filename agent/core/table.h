@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
+#include "admit.h"
 #include "theap.h"
 #include "util.h"
 
@@ -33,6 +34,8 @@ struct waiter {
     uint32_t max_hold_ms; /* 0 = none */
     uint32_t progress_ms; /* 0 = none */
     bool try_once;
+    struct admit_ask ask; /* the kind asked for */
+    uint64_t holder_id;   /* re-entrant: the owner within the client (0: the client) */
 };
 
 /* A lease held for a local owner. */
@@ -57,7 +60,12 @@ struct lease {
      * may be gone, so the lease is shown invalid until a renewal sent after
      * then confirms it. */
     uint64_t doubt_since;
-    uint8_t state; /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
+    uint8_t state;        /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
+    struct admit_ask ask; /* the kind it is held as */
+    uint64_t holder_id;   /* re-entrant: the owner within the client (0: the client) */
+    uint32_t holds;       /* re-entrant holds: 1, plus one per re-entry */
+    /* The token of the key (or of the store's permit) that the lease holds:
+     * local shared holders of one grant from the store share it. */
     char token[TOKEN_HEX + 1];
 };
 
@@ -80,14 +88,19 @@ struct lock {
     LIST_HEAD(, lease) holders; /* not empty exactly in LOCK_HELD */
     uint32_t nholders;
     struct waiter *qhead, *qtail;
-    uint32_t nwaiters;      /* in the queue */
+    uint32_t nwaiters; /* in the queue */
+    /* The shared or semaphore waiters in the queue, and what they ask (all
+     * alike: admit_compatible()); nholders' kind is in each lease. */
+    uint32_t ncounted;
+    struct admit_ask counted;
     struct waiter *acq_for; /* waiter the in-flight acquire is for (may be NULL) */
     struct tnode retry;     /* fallback retry: queued exactly in LOCK_BACKOFF */
     uint64_t acq_sent;      /* send time of the in-flight acquire */
     uint32_t acq_ttl_ms;
-    bool notice_missed; /* a release notice came while acquiring */
-    bool watched;       /* the store was asked for the name's release notices */
-    bool joined;        /* a waiting acquire may have joined the waiting-hosts record */
+    struct admit_ask acq_ask; /* the kind it asks the store for */
+    bool notice_missed;       /* a release notice came while acquiring */
+    bool watched;             /* the store was asked for the name's release notices */
+    bool joined;              /* a waiting acquire may have joined the waiting-hosts record */
     /* Cohort handoff (docs/architecture.md): after a grant from the store
      * (sent at acq_sent, under acq_token), the next token reserved with it
      * and how many are left (set when the acquire is sent: its block). */

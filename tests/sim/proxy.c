@@ -242,6 +242,7 @@ struct backend *proxy_new(struct agent *ag, struct backend *inner)
         return NULL;
     p->base.ops = &proxy_ops;
     p->base.release_after_miss = inner->release_after_miss;
+    p->base.kinds = inner->kinds;
     p->inner = inner;
     p->ag = ag;
     return &p->base;
