@@ -341,14 +341,12 @@ int wire_get_acquire_ex(const uint8_t *body, size_t len, struct wire_acquire *m)
 
 void wire_acquire_name(const struct wire_acquire *m, uint16_t i, const char **name, uint16_t *len)
 {
-    if (i >= m->nnames) {
-        *name = NULL;
-        *len = 0;
-        return;
-    }
-    if (!m->names) {
-        *name = m->name;
-        *len = m->name_len;
+    if (!m->names || i >= m->nnames) {
+        /* A plain ACQUIRE's one name (nnames 0, from a caller that filled
+         * only name, counts as 1). */
+        bool first = !m->names && i == 0;
+        *name = first ? m->name : NULL;
+        *len = first ? m->name_len : 0;
         return;
     }
     const uint8_t *p = m->names;
