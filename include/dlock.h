@@ -130,26 +130,28 @@ typedef struct dlock_acquire_options {
 } dlock_acquire_options;
 
 /* What kind of lock an acquire asks for (dlock_lease_acquire_spec()). NULL,
- * or the zero value, is the exclusive kind. The library refuses with
- * DLOCK_EINVAL, before sending anything, an unknown kind, a semaphore with
- * permits 0, permits on another kind, and an owner without
- * DLOCK_ACQUIRE_REENTRANT.
+ * or the zero value, is the exclusive kind owned by the client. The library
+ * refuses with DLOCK_EINVAL, before sending anything, an unknown kind, a
+ * semaphore with permits 0, and permits on another kind.
  *
  * Re-entrancy (DLOCK_ACQUIRE_REENTRANT in the options): an acquire by the
- * owner of a lease on the name (the same client and the same `owner`) is
- * granted at once, whatever the wait, with the same lease: the same handle,
+ * owner of a lease on the name (the same client and the same `owner`, with
+ * or without the flag when the lease was taken) is granted at once, whatever
+ * the wait and whoever else waits, with the same lease: the same handle,
  * fencing token and validity, one more hold (dlock_lease_holds()). Each
- * release lowers the count; the last one releases the lease. The handle stays
- * valid until as many releases as acquires that returned it. An acquire by
- * another owner, even on the same client, waits like any other's (a
- * try-once: DLOCK_EBUSY); a re-entrant acquire of another kind than the
- * held lease's is DLOCK_EHELD (no upgrade, no downgrade). Closing the
- * client, or the process dying, releases every hold at once. */
+ * release lowers the count; the last one releases the lease. The handle
+ * stays valid until as many releases as acquires that returned it. A
+ * re-entrant acquire by another owner, even on the same client, waits like
+ * any other's (a try-once: DLOCK_EBUSY), and a re-entrant acquire of another
+ * kind or permit count than the held lease's is DLOCK_EHELD (no upgrade, no
+ * downgrade). Without the flag, an acquire of a name the client holds, by
+ * any owner, is DLOCK_EHELD. Closing the client, or the process dying,
+ * releases every hold at once. */
 typedef struct dlock_lock_spec {
     uint32_t kind;    /* a dlock_kind */
     uint32_t permits; /* DLOCK_KIND_SEMAPHORE: the most holders at once (>= 1), the same for
                          every acquirer of the name; 0 for the other kinds */
-    uint64_t owner;   /* with DLOCK_ACQUIRE_REENTRANT: who owns the hold within this client,
+    uint64_t owner;   /* who owns the lease within this client, for DLOCK_ACQUIRE_REENTRANT:
                          e.g. a thread id; 0 = the client itself */
 } dlock_lock_spec;
 
@@ -228,8 +230,8 @@ DLOCK_EXPORT int dlock_lease_acquire_async(dlock_client *client, const char *nam
  * errors: DLOCK_EKIND when the name is held, or waited for, as another kind
  * (or as a semaphore of another permit count); DLOCK_EINVAL from the agent
  * for a kind it does not support in its mode. An exclusive, non-re-entrant
- * acquire goes on the wire as the plain ACQUIRE that agents of every
- * version take. */
+ * acquire owned by the client (owner 0) goes on the wire as the plain
+ * ACQUIRE that agents of every version take. */
 DLOCK_EXPORT int dlock_lease_acquire_spec(dlock_client *client, const char *name,
                                           const dlock_acquire_options *opts,
                                           const dlock_lock_spec *spec, dlock_lease **out);

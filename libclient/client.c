@@ -962,20 +962,18 @@ int dlock_client_ping(dlock_client *client)
 
 /* What the library itself refuses in a lock spec (the agent judges the rest,
  * such as a kind its mode does not support). */
-static bool spec_ok(const dlock_acquire_options *opts, const dlock_lock_spec *spec)
+static bool spec_ok(const dlock_lock_spec *spec)
 {
     if (spec->kind > DLOCK_KIND_SEMAPHORE)
         return false;
-    if ((spec->kind == DLOCK_KIND_SEMAPHORE) != (spec->permits != 0))
-        return false;
-    return spec->owner == 0 || (opts->flags & DLOCK_ACQUIRE_REENTRANT);
+    return (spec->kind == DLOCK_KIND_SEMAPHORE) == (spec->permits != 0);
 }
 
 static int check_acquire(const dlock_client *c, const char *name, const dlock_acquire_options *opts,
                          const dlock_lock_spec *spec)
 {
     if (!c || !name || (opts->flags & ~DLOCK_ACQUIRE_REENTRANT) != 0 ||
-        opts->wait_ms < DLOCK_WAIT_FOREVER || !spec_ok(opts, spec))
+        opts->wait_ms < DLOCK_WAIT_FOREVER || !spec_ok(spec))
         return DLOCK_EINVAL;
     if (c->err)
         return DLOCK_EDISCONNECTED;
@@ -987,8 +985,9 @@ static int check_acquire(const dlock_client *c, const char *name, const dlock_ac
     return 0;
 }
 
-/* Encodes the acquire: a plain ACQUIRE when it is exclusive and not
- * re-entrant, which agents of every version take; else ACQUIRE_EX. */
+/* Encodes the acquire: a plain ACQUIRE when it is exclusive, not
+ * re-entrant and owned by the client, which agents of every version take;
+ * else ACQUIRE_EX. */
 static int put_acquire(dlock_client *c, uint32_t id, const char *name,
                        const dlock_acquire_options *opts, const dlock_lock_spec *spec)
 {
@@ -1003,7 +1002,7 @@ static int put_acquire(dlock_client *c, uint32_t id, const char *name,
                              .kind = (uint8_t)spec->kind,
                              .permits = spec->permits,
                              .owner = spec->owner};
-    if (spec->kind == DLOCK_KIND_EXCLUSIVE && opts->flags == 0)
+    if (spec->kind == DLOCK_KIND_EXCLUSIVE && opts->flags == 0 && spec->owner == 0)
         return wire_put_acquire(&c->out, id, &m);
     uint16_t len16 = (uint16_t)len;
     return wire_put_acquire_ex(&c->out, id, &m, &name, &len16, 1);

@@ -364,13 +364,15 @@ static int lacquire(dlock_client *c, const char *name, uint32_t flags, const dlo
     return dlock_lease_acquire_spec(c, name, &o, spec, out);
 }
 
-/* An exclusive, non-re-entrant acquire is a plain ACQUIRE (an agent of any
- * version takes it); every other one an ACQUIRE_EX carrying what was asked. */
+/* An exclusive, non-re-entrant acquire owned by the client is a plain
+ * ACQUIRE (an agent of any version takes it); every other one an ACQUIRE_EX
+ * carrying what was asked. */
 LTEST(plain_acquire_for_the_classic_lock_acquire_ex_otherwise)
 {
     dlock_client *c = f_client();
-    dlock_lease *l[6];
-    dlock_lock_spec sem3 = semaphore(3), own = owned(DLOCK_KIND_EXCLUSIVE, 42);
+    dlock_lease *l[7];
+    dlock_lock_spec sem3 = semaphore(3), own = owned(DLOCK_KIND_EXCLUSIVE, 42),
+                    own9 = owned(DLOCK_KIND_EXCLUSIVE, 9);
     dlock_acquire_options plain = {.ttl_ms = TTL},
                           re = {.ttl_ms = TTL, .flags = DLOCK_ACQUIRE_REENTRANT};
     cr_assert_eq(dlock_lease_acquire(c, "a", &plain, &l[0]), 0);
@@ -379,6 +381,7 @@ LTEST(plain_acquire_for_the_classic_lock_acquire_ex_otherwise)
     cr_assert_eq(lacquire(c, "d", 0, &sem3, &l[3]), 0);
     cr_assert_eq(lacquire(c, "e", DLOCK_ACQUIRE_REENTRANT, &own, &l[4]), 0);
     cr_assert_eq(dlock_lease_acquire(c, "f", &re, &l[5]), 0);
+    cr_assert_eq(lacquire(c, "g", 0, &own9, &l[6]), 0);
     static const struct {
         uint16_t type;
         uint32_t flags;
@@ -393,9 +396,10 @@ LTEST(plain_acquire_for_the_classic_lock_acquire_ex_otherwise)
         {WIRE_T_ACQUIRE_EX, 0, WIRE_KIND_SEMAPHORE, 3, 0, DLOCK_KIND_SEMAPHORE},
         {WIRE_T_ACQUIRE_EX, WIRE_ACQ_REENTRANT, WIRE_KIND_EXCLUSIVE, 0, 42, DLOCK_KIND_EXCLUSIVE},
         {WIRE_T_ACQUIRE_EX, WIRE_ACQ_REENTRANT, WIRE_KIND_EXCLUSIVE, 0, 0, DLOCK_KIND_EXCLUSIVE},
+        {WIRE_T_ACQUIRE_EX, 0, WIRE_KIND_EXCLUSIVE, 0, 9, DLOCK_KIND_EXCLUSIVE},
     };
-    cr_assert_eq(f_nlog(), 6);
-    for (int i = 0; i < 6; i++) {
+    cr_assert_eq(f_nlog(), 7);
+    for (int i = 0; i < 7; i++) {
         struct f_req r = f_req_at(i);
         cr_assert_eq(r.type, want[i].type, "request %d: type 0x%x", i, r.type);
         cr_assert_eq(r.flags, want[i].flags, "request %d: flags %u", i, r.flags);
@@ -420,15 +424,13 @@ LTEST(invalid_specs_are_refused_before_anything_is_sent)
     dlock_lease *l = NULL;
     dlock_lock_spec sem0 = semaphore(0), kind3 = {.kind = 3},
                     shared2 = {.kind = DLOCK_KIND_SHARED, .permits = 2},
-                    excl1 = {.kind = DLOCK_KIND_EXCLUSIVE, .permits = 1},
-                    own = owned(DLOCK_KIND_SHARED, 7);
+                    excl1 = {.kind = DLOCK_KIND_EXCLUSIVE, .permits = 1};
     cr_assert_eq(lacquire(c, "x", 0x2, NULL, &l), DLOCK_EINVAL, "an unknown flag");
     cr_assert_eq(lacquire(c, "x", 0x80000000u, NULL, &l), DLOCK_EINVAL, "an unknown flag");
     cr_assert_eq(lacquire(c, "x", 0, &kind3, &l), DLOCK_EINVAL, "an unknown kind");
     cr_assert_eq(lacquire(c, "x", 0, &sem0, &l), DLOCK_EINVAL, "a semaphore of 0 permits");
     cr_assert_eq(lacquire(c, "x", 0, &shared2, &l), DLOCK_EINVAL, "permits of a shared lock");
     cr_assert_eq(lacquire(c, "x", 0, &excl1, &l), DLOCK_EINVAL, "permits of an exclusive lock");
-    cr_assert_eq(lacquire(c, "x", 0, &own, &l), DLOCK_EINVAL, "an owner without re-entrancy");
     cr_assert_eq(dlock_lease_acquire_spec_async(c, "x", NULL, &kind3, NULL, NULL), DLOCK_EINVAL);
     cr_assert_null(l);
     cr_assert_eq(dlock_client_ping(c), 0);
@@ -824,6 +826,29 @@ ITEST(kinds, another_owner_on_the_same_client_waits)
     cr_assert_gt(dlock_lease_fence(w.lease), fence);
     cr_assert_eq(dlock_lease_holds(w.lease), 1);
     cr_assert_eq(dlock_lease_release(w.lease), 0);
+}
+
+/* The flag is the re-entrant acquire's: a lease taken without it is
+ * re-entered by its owner all the same. */
+ITEST(kinds, a_lease_taken_without_the_flag_is_reentered_by_its_owner)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    dlock_lock_spec t5 = owned(DLOCK_KIND_EXCLUSIVE, 5);
+    dlock_lease *l0 = must(a, "plain0", 0, NULL), *l5 = must(a, "plain5", 0, &t5);
+    cr_assert_eq(must(a, "plain0", DLOCK_ACQUIRE_REENTRANT, NULL), l0);
+    cr_assert_eq(must(a, "plain5", DLOCK_ACQUIRE_REENTRANT, &t5), l5);
+    cr_assert_eq(dlock_lease_holds(l0), 2);
+    cr_assert_eq(dlock_lease_holds(l5), 2);
+    dlock_lease *x = NULL;
+    expect_rc(acq(a, "plain5", DLOCK_WAIT_NONE, DLOCK_ACQUIRE_REENTRANT, NULL, &x), DLOCK_EBUSY,
+              "owner 0 on owner 5's lease", a);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(dlock_lease_release_sync(l0), 0);
+        cr_assert_eq(dlock_lease_release_sync(l5), 0);
+    }
+    H_KEY_GONE(h_key("plain0"));
+    H_KEY_GONE(h_key("plain5"));
 }
 
 /* Without the flag a held name is DLOCK_EHELD as before; with it, a kind
