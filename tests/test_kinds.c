@@ -928,6 +928,38 @@ ITEST(kinds, readers_share_a_writer_waits_and_later_readers_queue_behind_it)
     cr_assert_eq(dlock_lease_release(ra.lease), 0);
 }
 
+/* Readers hold together however far apart they come: a reader that comes
+ * long after the first (past any cohort of the agent's, or with handoffs
+ * off) is granted beside it while no writer waits. */
+ITEST(kinds, a_reader_long_after_the_first_is_granted_beside_it)
+{
+    h_start("cohort_ms = 1");
+    struct h_cl *r1 = h_client(), *r2 = h_client(), *r3 = h_client();
+    dlock_lease *l1 = must(r1, "late", 0, &SHARED);
+    h_sleep_ms(50); /* well past the 1 ms cohort of l1's grant */
+    dlock_lease *l2 = NULL;
+    expect_rc(acq(r2, "late", DLOCK_WAIT_NONE, 0, &SHARED, &l2), 0,
+              "a reader 50 ms after the first, try-once", r2);
+    struct h_acq w;
+    wait_async(r3, "late", 0, &SHARED, &w);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, 0, "a waiting reader beside two: %s", dlock_strerror(w.status));
+    cr_assert(dlock_lease_valid(l1) && dlock_lease_valid(l2) && dlock_lease_valid(w.lease));
+    cr_assert_eq(dlock_lease_release(l1), 0);
+    cr_assert_eq(dlock_lease_release(l2), 0);
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+}
+
+ITEST(kinds, readers_hold_together_with_handoffs_off)
+{
+    h_start("cohort_handoffs = 0");
+    struct h_cl *r1 = h_client(), *r2 = h_client();
+    dlock_lease *l1 = must(r1, "noho", 0, &SHARED), *l2 = NULL;
+    expect_rc(acq(r2, "noho", DLOCK_WAIT_NONE, 0, &SHARED, &l2), 0, "a second reader", r2);
+    cr_assert_gt(dlock_lease_fence(l2), dlock_lease_fence(l1));
+    cr_assert(dlock_lease_valid(l1) && dlock_lease_valid(l2));
+}
+
 /* Two owners of one client hold a name shared side by side: two leases. */
 ITEST(kinds, two_owners_of_one_client_hold_shared_together)
 {
