@@ -1464,13 +1464,13 @@ void core_shutdown(struct core *k)
 }
 
 /* A lock as the status shows it; its waiters are counted by the queue. */
-static void lock_view(const struct lock *l, struct core_lock_view *v)
+/* The view of lock l with its lease le (NULL: no local holder). */
+static void lock_view(const struct lock *l, const struct lease *le, struct core_lock_view *v)
 {
     *v = (struct core_lock_view){.name = l->name,
                                  .name_len = l->name_len,
                                  .waiters = l->nwaiters,
                                  .acquiring = l->phase == LOCK_ACQUIRING};
-    const struct lease *le = LIST_FIRST(&l->holders);
     v->nholders = l->nholders;
     if (le) {
         v->kind = (uint8_t)le->ask.kind;
@@ -1491,12 +1491,23 @@ struct lock_walk {
     void *arg;
 };
 
+/* Calls fn once per local holder of l, or once when it has none. */
+static bool view_each(const struct lock *l, core_lock_fn fn, void *arg)
+{
+    struct core_lock_view v;
+    const struct lease *le = LIST_FIRST(&l->holders);
+    bool more = true;
+    do {
+        lock_view(l, le, &v);
+        more &= fn(arg, &v);
+    } while (le && (le = LIST_NEXT(le, hlink)));
+    return more;
+}
+
 static bool walk_one(void *arg, const struct lock *l)
 {
     struct lock_walk *w = arg;
-    struct core_lock_view v;
-    lock_view(l, &v);
-    return w->fn(w->arg, &v);
+    return view_each(l, w->fn, w->arg);
 }
 
 bool core_walk_locks(const struct core *k, uint64_t *cursor, size_t budget, core_lock_fn fn,
@@ -1511,9 +1522,7 @@ bool core_find_lock(const struct core *k, const char *name, size_t len, core_loc
     const struct lock *l = table_lock_find(&k->table, name, len);
     if (!l)
         return false;
-    struct core_lock_view v;
-    lock_view(l, &v);
-    fn(arg, &v);
+    view_each(l, fn, arg);
     return true;
 }
 

@@ -33,6 +33,9 @@ struct status_lease {
     uint64_t granted_at, deadline; /* agent clock, ns */
     uint32_t ttl_ms, renewals;
     uint32_t waiters; /* local waiters for the name */
+    uint8_t kind;     /* enum lock_kind (core/kind.h) */
+    uint32_t permits; /* a semaphore's permits, else 0 */
+    uint32_t holds;   /* re-entrant holds of the lease (1 when not re-entered) */
 };
 
 /* The agent as one query sees it. */

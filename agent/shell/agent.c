@@ -212,7 +212,10 @@ static bool src_lock(void *arg, const struct core_lock_view *v)
                              .deadline = v->deadline,
                              .ttl_ms = v->ttl_ms,
                              .renewals = v->renewals,
-                             .waiters = v->waiters};
+                             .waiters = v->waiters,
+                             .kind = v->kind,
+                             .permits = v->permits,
+                             .holds = v->holds};
     return w->fn(w->fnarg, &l);
 }
 
