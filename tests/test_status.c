@@ -1279,6 +1279,10 @@ ITEST(status, metrics_are_valid_prometheus_text)
     check_exposition(R.out);
     cr_assert_eq(metric(R.out, "dlock_grants_total", NULL, NULL), grants + 1);
     cr_assert_eq(metric(R.out, "dlock_acquire_seconds_count", NULL, NULL), acquires + 1);
+    /* ... and in the gauge of its kind. */
+    cr_assert_eq(metric(R.out, "dlock_leases_by_kind", "kind", "exclusive"), 1);
+    cr_assert_eq(metric(R.out, "dlock_leases_by_kind", "kind", "shared"), 0);
+    cr_assert_eq(metric(R.out, "dlock_leases_by_kind", "kind", "semaphore"), 0);
 
     /* Renewals of a short lease show in the renewal histogram. */
     dlock_lease *s = h_must_acquire(a, "renewed", 1000);

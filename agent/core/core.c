@@ -326,6 +326,7 @@ static void lease_drop(struct core *k, struct lease *le)
 {
     struct core_client *c = le->owner;
     struct lock *l = le->lock;
+    k->leases_by_kind[le->ask.kind]--;
     k->env.slot_free(k->env.arg, c, le->slot);
     theap_remove(&k->timers, &le->timer);
     lease_unlink(c, le);
@@ -588,6 +589,7 @@ static struct lease *lease_start(struct core *k, struct lock *l, struct waiter *
         le->hold_until = from + (uint64_t)w->max_hold_ms * NS_PER_MS;
     le->progress_ns = (uint64_t)w->progress_ms * NS_PER_MS;
     l->phase = LOCK_HELD;
+    k->leases_by_kind[le->ask.kind]++;
     lease_link(c, le);
     lease_publish(k, le);
     struct wire_granted g = {.lease_id = le->id,

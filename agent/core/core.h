@@ -89,7 +89,8 @@ struct core {
     struct lock *kept;     /* locks kept for a handoff in this loop turn */
     unsigned turn_retries; /* renewals of leases in jeopardy sent at retries_at */
     uint64_t retries_at;
-    char host[64]; /* for holder records */
+    uint64_t leases_by_kind[LOCK_SEMAPHORE + 1]; /* leases held now, per enum lock_kind */
+    char host[64];                               /* for holder records */
     /* This agent's id in the waiting-hosts records of the store. */
     char waiter_id[BACKEND_WAITER_ID_MAX + 1];
 };

@@ -672,6 +672,14 @@ void render_metrics(const struct status_source *src, struct sbuf *b)
         sb_printf(b, "%s %llu\n", name, counter_value(&s, i));
     }
     gauge(b, "dlock_leases", "Leases held now.", (double)s.leases);
+    metric(b, "dlock_leases_by_kind", "gauge", "Leases held now, by kind of lock.");
+    for (int kind = LOCK_EXCLUSIVE; kind <= LOCK_SEMAPHORE; kind++) {
+        struct status_lease l = {.kind = (uint8_t)kind};
+        struct fval v = {0};
+        l_kind(&l, 0, &v);
+        sb_printf(b, "dlock_leases_by_kind{kind=\"%s\"} %llu\n", v.s,
+                  (unsigned long long)s.leases_by_kind[kind]);
+    }
     gauge(b, "dlock_connections", "Client connections now.", (double)s.connections);
     gauge(b, "dlock_uptime_seconds", "Time since the agent started.",
           (double)(s.now - s.started) / 1e9);

@@ -45,6 +45,7 @@ struct status_snapshot {
     bool quorum;           /* nodes count toward majorities */
     unsigned connections;
     size_t leases;
+    uint64_t leases_by_kind[LOCK_SEMAPHORE + 1]; /* per enum lock_kind */
     struct agent_stats stats;
     /* Sentinel mode: the master and up to CONFIG_MAX_NODES sentinels. */
     struct backend_node nodes[CONFIG_MAX_NODES + 1];

@@ -182,6 +182,7 @@ static void src_snapshot(void *arg, struct status_snapshot *s)
     s->mode = config_mode_name(a->cfg->mode);
     s->connections = a->server.nconns;
     s->leases = a->core.table.nleases;
+    memcpy(s->leases_by_kind, a->core.leases_by_kind, sizeof s->leases_by_kind);
     s->stats = a->core.stats;
     s->nnodes = 0;
     if (a->backend) {
