@@ -920,6 +920,7 @@ struct backend *backend_redis_new_opts(struct ev_loop *loop, const struct config
     if (!b)
         return NULL;
     b->base.ops = &rb_ops;
+    b->base.kinds = BACKEND_REDIS_KINDS;
     TAILQ_INIT(&b->queue[0]);
     TAILQ_INIT(&b->queue[1]);
     b->loop = loop;
