@@ -1,0 +1,363 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* scripts.c -- the Lua scripts of the agent, their keys, arguments and
+ * replies, as one table (scripts.h). */
+#include "scripts.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "dlock.h"
+
+/* The lock key's value is the holder record, "TOKEN HOST PID UID COMM"
+ * (docs/protocol.md): who holds it, for operators, without a key of its
+ * own. The other scripts are given the token alone: LUA_OURS says whether
+ * a value is the record of that token. (A value equal to the token is
+ * ours too: the form of earlier versions.)
+ *
+ * Acquire: SET NX PX, and on success the fencing token: one more than the
+ * high-water mark of the lock key's hash slot (KEYS[2], shared by every name
+ * of the slot, kept without expiry), but never below the server's clock in
+ * microseconds, so that it keeps rising after the mark was lost. In quorum
+ * mode the floor is the agent's clock (ARGV[3]) rather than the server's, so
+ * that the nodes usually agree on the token. The mark is read with pcall: a
+ * foreign value of another type must not abort the script after SET NX took
+ * the lock; and only a whole number in [0, 2^53) counts, the range Lua's
+ * doubles hold exactly (our tokens, microseconds since 1970, are far below
+ * it): anything else (1e30, inf, a fraction) reads as 0, or the token would
+ * leave the range of a 64-bit reply. When taken: the holder's remaining
+ * PTTL, negated. The token goes through string.format: Lua's own
+ * number-to-string conversion keeps only 14 digits. */
+#define LUA_MARK                                                                                   \
+    "local function mark(k) local n = tonumber(redis.pcall('get', k)) "                            \
+    "if type(n) == 'number' and n >= 0 and n < 9007199254740992 and n % 1 == 0 "                   \
+    "then return n end return 0 end "
+#define LUA_OURS                                                                                   \
+    "local v = redis.call('get', KEYS[1]) "                                                        \
+    "local ours = v == ARGV[1] or (v and string.sub(v, 1, 33) == ARGV[1] .. ' ') "
+/* The waiting-hosts record (KEYS[3] of acquire): a hash of agent id ->
+ * "SINCE EXPIRES", server times, SINCE in microseconds (in ms from earlier
+ * versions, told apart by size: us_of()), EXPIRES in ms. queue_turn() drops
+ * the expired entries and returns the id of the oldest live entry of
+ * another agent when it is older than the caller's (ARGV[5]), else nil;
+ * entries are ordered by SINCE, then by agent id, so that every host agrees
+ * on which goes first. join() adds or refreshes the caller's entry for
+ * ARGV[6] ms, keeping its SINCE (0: a try-once acquire, which does not
+ * join). No entry lives longer than BACKEND_WAIT_ENTRY_MAX_MS: join() writes
+ * no longer one, and queue_turn() drops one that claims more, so that no
+ * agent's setting (nor an earlier version's) makes the other hosts wait
+ * long for an agent that died. */
+#define STRINGIFY(x)   #x
+#define STRING_OF(x)   STRINGIFY(x)
+#define WAIT_ENTRY_MAX STRING_OF(BACKEND_WAIT_ENTRY_MAX_MS)
+#define LUA_QUEUE                                                                                  \
+    "local us local function clock() if not us then local t = redis.call('time') "                 \
+    "us = tonumber(t[1]) * 1000000 + tonumber(t[2]) end return us end "                            \
+    "local me, queued = ARGV[5], false "                                                           \
+    "local function us_of(v) local n = tonumber(v) if n and n < 1e14 then n = n * 1000 end "       \
+    "return n end "                                                                                \
+    "local function queue_turn() if redis.call('exists', KEYS[3]) == 0 then return nil end "       \
+    "queued = true "                                                                               \
+    "local now = math.floor(clock() / 1000) local all = redis.call('hgetall', KEYS[3]) "           \
+    "local first, first_since for i = 1, #all, 2 do "                                              \
+    "local since, exp = string.match(all[i + 1], '^(%d+) (%d+)$') "                                \
+    "since = us_of(since) exp = tonumber(exp) "                                                    \
+    "if not exp or exp <= now or exp > now + " WAIT_ENTRY_MAX " then "                             \
+    "redis.call('hdel', KEYS[3], all[i]) "                                                         \
+    "elseif all[i] ~= me and (not first or since < first_since or "                                \
+    "(since == first_since and all[i] < first)) then "                                             \
+    "first, first_since = all[i], since end end "                                                  \
+    "if first then local mine = redis.call('hget', KEYS[3], me) "                                  \
+    "if mine then local t = us_of(string.match(mine, '^(%d+)')) "                                  \
+    "if t and (t < first_since or (t == first_since and me < first)) then return nil end end "     \
+    "end "                                                                                         \
+    "return first end "                                                                            \
+    "local function join() local want = math.min(tonumber(ARGV[6]), " WAIT_ENTRY_MAX ") "          \
+    "if want <= 0 then return end "                                                                \
+    "local now = math.floor(clock() / 1000) "                                                      \
+    "local mine = redis.call('hget', KEYS[3], me) "                                                \
+    "local since = mine and string.match(mine, '^(%d+) ') or string.format('%d', clock()) "        \
+    "redis.call('hset', KEYS[3], me, since .. ' ' .. string.format('%d', now + want)) "            \
+    "if redis.call('pttl', KEYS[3]) < want then redis.call('pexpire', KEYS[3], want) end end "
+/* Acquire: another host's turn (the oldest entry of the waiting-hosts
+ * record is not ours) counts as taken, with no PTTL (0); else SET NX PX
+ * of the value (ARGV[1]) for ARGV[2] ms, and on success leave the
+ * record and make the token (ARGV[3]: the floor, see above). A waiting
+ * caller that did not get the lock joins the record. The slot's mark is
+ * raised to the token plus ARGV[4]: the tokens in between are the
+ * agent's to hand over. */
+static const char lua_acquire[] = LUA_MARK LUA_QUEUE
+    "if queue_turn() then join() return 0 end "
+    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+    "if queued then redis.call('hdel', KEYS[3], me) end "
+    "local fence = tonumber(ARGV[3]) if not fence then fence = clock() end "
+    "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "
+    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) "
+    "return fence end "
+    "join() local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end return -t";
+
+/* Renew: compare-and-pexpire. */
+static const char lua_renew[] =
+    LUA_OURS "if ours then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0";
+
+/* Release: compare-and-delete, then tell the agents waiting for the
+ * name on its own channel (ARGV[2], with sharded pub/sub when ARGV[4] is
+ * 's') when some wait (the waiting-hosts record, KEYS[2], exists; on
+ * Redis Cluster, where it is not named, always) and there is a channel
+ * (none for the clean-up after an acquire that missed). The slot's
+ * high-water mark stays. */
+static const char lua_release[] =
+    LUA_OURS "if ours then redis.call('del', KEYS[1]) "
+             "if ARGV[2] ~= '' and (not KEYS[2] or redis.call('exists', KEYS[2]) == 1) then "
+             "if ARGV[4] == 's' then redis.call('spublish', ARGV[2], ARGV[3]) "
+             "else redis.call('publish', ARGV[2], ARGV[3]) end end "
+             "return 1 end return 0";
+
+/* Fence (quorum mode): while the key is ours, raise the slot's
+ * high-water mark to the grant's token. */
+static const char lua_fence[] =
+    LUA_MARK LUA_OURS "if not ours then return 0 end "
+                      "if mark(KEYS[2]) < tonumber(ARGV[2]) then "
+                      "redis.call('set', KEYS[2], ARGV[2]) end return 1";
+
+/* Lookup (for operators): the token, the holder record, the PTTL. The
+ * record is the value when it starts with a token (32 lowercase hex
+ * characters and a space; any other value is a foreign client's, shown
+ * whole); a separate record key is read too, for keys of earlier
+ * versions. A value of another type than string reads as empty. */
+static const char lua_lookup[] =
+    "local v = redis.pcall('get', KEYS[1]) local h = redis.pcall('get', KEYS[2]) "
+    "if type(v) ~= 'string' then v = '' end if type(h) ~= 'string' then h = '' end "
+    "local _, e = string.find(v, '^[0-9a-f]+ ') "
+    "if h == '' and e == 33 then h = v v = string.sub(v, 1, 32) end "
+    "return {v, h, redis.call('pttl', KEYS[1])}";
+
+/* ---- keys and arguments ---- */
+
+static void arg(struct script_args *a, const char *s, size_t len)
+{
+    a->v[a->n] = s;
+    a->len[a->n++] = len;
+}
+
+/* A number among the arguments, held in a->num[i]. */
+static void arg_num(struct script_args *a, int i, unsigned long long n)
+{
+    arg(a, a->num[i], (size_t)snprintf(a->num[i], sizeof a->num[i], "%llu", n));
+}
+
+/* numkeys, then the lock key (written into a->key by script_command()). */
+static void arg_keys(struct script_args *a, int keys, const struct script_ctx *ctx,
+                     const struct backend_req *req)
+{
+    arg(a, a->numkeys, (size_t)snprintf(a->numkeys, sizeof a->numkeys, "%d", keys));
+    arg(a, a->key, ctx->prefix_len + req->len);
+}
+
+static size_t key_len(const struct script_ctx *ctx, const struct backend_req *req)
+{
+    return ctx->prefix_len + req->len;
+}
+
+/* The token (32 hex characters), or empty when the request has none. */
+static void arg_token(struct script_args *a, const struct backend_req *req)
+{
+    arg(a, req->token ? req->token : "", req->token ? 32 : 0);
+}
+
+/* KEYS: the lock, the slot's mark, the waiting-hosts record. ARGV: the
+ * key's value (the token, and the holder record after a space), the TTL,
+ * the token's floor (empty: the server's clock), the block, the agent's id
+ * (empty: none) and how long a waiting caller joins the record. */
+static void build_acquire(const struct script_ctx *ctx, const struct backend_req *req,
+                          struct script_args *a)
+{
+    size_t kl = key_len(ctx, req);
+    arg_keys(a, 3, ctx, req);
+    arg(a, a->hw, fence_hw_key(ctx->tags, a->key, kl, ctx->prefix_len, a->hw));
+    arg(a, a->side, waiting_key(a->key, kl, ctx->prefix_len, a->side));
+    const char *token = req->token ? req->token : "";
+    int n = req->holder && req->holder[0]
+                ? snprintf(a->value, sizeof a->value, "%.32s %s", token, req->holder)
+                : snprintf(a->value, sizeof a->value, "%.32s", token);
+    arg(a, a->value, n < (int)sizeof a->value ? (size_t)n : sizeof a->value - 1);
+    arg_num(a, 0, req->ttl_ms);
+    if (req->floor)
+        arg_num(a, 1, req->floor);
+    else
+        arg(a, "", 0);
+    arg_num(a, 2, req->block);
+    arg(a, req->waiter_id ? req->waiter_id : "", req->waiter_id ? strlen(req->waiter_id) : 0);
+    arg_num(a, 3, req->want_ms);
+}
+
+/* KEYS: the lock. ARGV: the token, the TTL. */
+static void build_renew(const struct script_ctx *ctx, const struct backend_req *req,
+                        struct script_args *a)
+{
+    arg_keys(a, 1, ctx, req);
+    arg_token(a, req);
+    arg_num(a, 0, req->ttl_ms);
+}
+
+/* KEYS: the lock, and but on Redis Cluster the waiting-hosts record. ARGV:
+ * the token, the release channel (empty: no notice), the name, and "s" to
+ * publish with SPUBLISH. */
+static void build_release(const struct script_ctx *ctx, const struct backend_req *req,
+                          struct script_args *a)
+{
+    size_t kl = key_len(ctx, req);
+    arg_keys(a, ctx->sharded ? 1 : 2, ctx, req);
+    if (!ctx->sharded)
+        arg(a, a->side, waiting_key(a->key, kl, ctx->prefix_len, a->side));
+    arg_token(a, req);
+    arg(a, a->channel, req->notify ? release_channel(a->key, kl, ctx->prefix_len, a->channel) : 0);
+    arg(a, req->name, req->len);
+    arg(a, ctx->sharded ? "s" : "", ctx->sharded);
+}
+
+/* KEYS: the lock, the slot's mark. ARGV: the token, the grant's token. */
+static void build_fence(const struct script_ctx *ctx, const struct backend_req *req,
+                        struct script_args *a)
+{
+    arg_keys(a, 2, ctx, req);
+    arg(a, a->hw, fence_hw_key(ctx->tags, a->key, key_len(ctx, req), ctx->prefix_len, a->hw));
+    arg_token(a, req);
+    arg_num(a, 0, req->fence);
+}
+
+/* KEYS: the lock, the holder record of earlier versions. */
+static void build_lookup(const struct script_ctx *ctx, const struct backend_req *req,
+                         struct script_args *a)
+{
+    arg_keys(a, 2, ctx, req);
+    arg(a, a->side, holder_key(a->key, key_len(ctx, req), ctx->prefix_len, a->side));
+}
+
+int script_command(enum script_id s, const char *sha, const struct script_ctx *ctx,
+                   const struct backend_req *req, struct script_args *a)
+{
+    const struct script_def *d = &script_table[s];
+    if (ctx->prefix_len > CONFIG_PREFIX_MAX || req->len > WIRE_MAX_NAME)
+        return DLOCK_EINVAL;
+    a->n = 0;
+    if (sha && sha[0]) {
+        arg(a, "EVALSHA", 7);
+        arg(a, sha, strlen(sha));
+    } else {
+        arg(a, "EVAL", 4);
+        arg(a, d->src, strlen(d->src));
+    }
+    memcpy(a->key, ctx->prefix, ctx->prefix_len);
+    memcpy(a->key + ctx->prefix_len, req->name, req->len);
+    a->key[ctx->prefix_len + req->len] = '\0';
+    d->build(ctx, req, a);
+    return 0;
+}
+
+/* ---- replies ---- */
+
+/* Acquire: the token when taken, else the holder's PTTL negated (0:
+ * unknown, or another host's turn). */
+static void decode_acquire(const redisReply *rep, struct script_result *out,
+                           struct backend_holder *h)
+{
+    if (out->kind != SR_RESULT)
+        return;
+    out->wrote = out->n > 0;
+    if (out->wrote) {
+        out->outcome = BACKEND_DONE;
+        out->fence = (uint64_t)out->n;
+    } else {
+        out->outcome = BACKEND_TAKEN;
+        out->pttl_ms = -out->n;
+    }
+}
+
+/* Renew, release, fence: 1 done, 0 not our key. */
+static void decode_flag(const redisReply *rep, struct script_result *out, struct backend_holder *h)
+{
+    if (out->kind != SR_RESULT)
+        return;
+    out->wrote = out->n == 1;
+    out->outcome = out->wrote ? BACKEND_DONE : BACKEND_NOT_OURS;
+}
+
+/* Lookup: [value, record, PTTL]; elements of another type than a string
+ * read as empty. */
+static void decode_lookup(const redisReply *rep, struct script_result *out,
+                          struct backend_holder *h)
+{
+    if (out->kind != SR_UNEXPECTED || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
+        rep->element[2]->type != REDIS_REPLY_INTEGER)
+        return;
+    *h = (struct backend_holder){.pttl = rep->element[2]->integer, .nodes = 1};
+    snprintf(h->value, sizeof h->value, "%s", rep->element[0]->str ? rep->element[0]->str : "");
+    snprintf(h->record, sizeof h->record, "%s", rep->element[1]->str ? rep->element[1]->str : "");
+    h->nodes_holding = h->value[0] != '\0';
+    out->kind = SR_HOLDER;
+    out->err = 0;
+}
+
+void script_decode(enum script_id s, const redisReply *rep, struct script_result *out,
+                   struct backend_holder *h)
+{
+    struct script_reply sr;
+    struct backend_holder spare;
+    reply_script(rep, &sr);
+    if (!h)
+        h = &spare;
+    *out = (struct script_result){.kind = sr.kind, .err = sr.err, .text = sr.text, .n = sr.n};
+    if (sr.kind == SR_RESULT || sr.kind == SR_UNEXPECTED)
+        script_table[s].decode(rep, out, h);
+    if (out->kind == SR_RESULT && script_table[s].lookup) {
+        /* An integer is no lookup's answer. */
+        out->kind = SR_UNEXPECTED;
+        out->err = DLOCK_EBACKEND;
+    }
+}
+
+struct backend_result script_backend_result(const struct script_result *sr, int err,
+                                            const char *text, uint64_t at)
+{
+    struct backend_result r = {.err = err, .at = at, .error_text = err ? text : NULL};
+    if (!err) {
+        r.outcome = sr->outcome;
+        r.fence = sr->fence;
+        r.pttl_ms = sr->pttl_ms;
+    }
+    return r;
+}
+
+const struct script_def script_table[SCRIPT_COUNT] = {
+    [SCRIPT_ACQUIRE] = {.what = "acquire",
+                        .src = lua_acquire,
+                        .keys = 3,
+                        .wait = true,
+                        .build = build_acquire,
+                        .decode = decode_acquire},
+    [SCRIPT_RENEW] = {.what = "renewal",
+                      .src = lua_renew,
+                      .keys = 1,
+                      .wait = true,
+                      .urgent = true,
+                      .build = build_renew,
+                      .decode = decode_flag},
+    [SCRIPT_RELEASE] = {.what = "release",
+                        .src = lua_release,
+                        .keys = 2,
+                        .urgent = true,
+                        .build = build_release,
+                        .decode = decode_flag},
+    [SCRIPT_FENCE] = {.what = "fence",
+                      .src = lua_fence,
+                      .keys = 2,
+                      .urgent = true,
+                      .build = build_fence,
+                      .decode = decode_flag},
+    [SCRIPT_LOOKUP] = {.what = "lookup",
+                       .src = lua_lookup,
+                       .keys = 2,
+                       .lookup = true,
+                       .build = build_lookup,
+                       .decode = decode_lookup},
+};
