@@ -484,3 +484,36 @@ ITEST(scripts, evalsha_and_noscript)
         freeReplyObject(rep);
     }
 }
+
+/* ---- a key of another type ---- */
+
+/* A hash or a list at the lock key (a foreign client's, or a counted kind's
+ * hash) is a key someone else holds: taken, not ours; never an error reply,
+ * which would cost a waiter its place or a holder its lease. */
+ITEST(scripts, a_key_of_another_type_is_taken_never_an_error)
+{
+    start();
+    struct names n = names_of("job");
+    const char *fill[] = {"HSET %s field value", "RPUSH %s item", "SADD %s member"};
+    for (size_t i = 0; i < sizeof fill / sizeof *fill; i++) {
+        cmdf("DEL %s", n.key);
+        cmdf(fill[i], n.key);
+        cmdf("PEXPIRE %s 7000", n.key);
+        struct script_result r = run(SCRIPT_ACQUIRE, acq("job", TOK_A, "00000000000000aa", 1000));
+        cr_assert_eq(r.outcome, BACKEND_TAKEN, "%s", fill[i]);
+        cr_assert(r.pttl_ms > 0 && r.pttl_ms <= 7000, "PTTL %lld", r.pttl_ms);
+        cr_assert_eq(cmd_int("HEXISTS %s 00000000000000aa", n.waiting), 1, "the waiter joined");
+        cr_assert_eq(run(SCRIPT_RENEW, tok("job", TOK_A)).outcome, BACKEND_NOT_OURS);
+        cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_A)).outcome, BACKEND_NOT_OURS);
+        struct backend_req f = tok("job", TOK_A);
+        f.fence = 5;
+        cr_assert_eq(run(SCRIPT_FENCE, f).outcome, BACKEND_NOT_OURS);
+        cr_assert_eq(cmd_int("EXISTS %s", n.key), 1, "left alone");
+        struct backend_holder h = lookup("job");
+        cr_assert_str_eq(h.value, "");
+        cr_assert(h.pttl > 0 && h.pttl <= 7000);
+    }
+    /* Without a TTL: taken, with no PTTL to wait for. */
+    cmdf("PERSIST %s", n.key);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, acq("job", TOK_A, NULL, 0)).pttl_ms, 0);
+}

@@ -12,7 +12,10 @@
  * (docs/protocol.md): who holds it, for operators, without a key of its
  * own. The other scripts are given the token alone: LUA_OURS says whether
  * a value is the record of that token. (A value equal to the token is
- * ours too: the form of earlier versions.)
+ * ours too: the form of earlier versions.) The value is read with pcall: a
+ * key of another type (a hash, a list) is someone else's, not ours, never
+ * an error reply, which would cost a holder its lease or a waiter its
+ * place. (Acquire's SET NX fails on a key of any type: taken.)
  *
  * Acquire: SET NX PX, and on success the fencing token: one more than the
  * high-water mark of the lock key's hash slot (KEYS[2], shared by every name
@@ -32,7 +35,7 @@
     "if type(n) == 'number' and n >= 0 and n < 9007199254740992 and n % 1 == 0 "                   \
     "then return n end return 0 end "
 #define LUA_OURS                                                                                   \
-    "local v = redis.call('get', KEYS[1]) "                                                        \
+    "local v = redis.pcall('get', KEYS[1]) if type(v) ~= 'string' then v = false end "             \
     "local ours = v == ARGV[1] or (v and string.sub(v, 1, 33) == ARGV[1] .. ' ') "
 /* The waiting-hosts record (KEYS[3] of acquire): a hash of agent id ->
  * "SINCE EXPIRES", server times, SINCE in microseconds (in ms from earlier
