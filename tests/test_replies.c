@@ -35,12 +35,11 @@ static struct script_reply script(const char *resp)
 }
 
 /* The reply of script s, decoded (and its holder, for a lookup). */
-static struct script_result decoded(enum script_id s, const char *resp, struct backend_holder *h)
+static struct script_result decoded(enum script_id s, const char *resp, struct script_holders *h)
 {
     redisReply *rep = parse(resp);
     struct script_result out;
-    struct backend_holder spare;
-    script_decode(s, rep, &out, h ? h : &spare);
+    script_decode(s, rep, &out, h);
     cr_assert(!out.text, "text outlives the reply");
     freeReplyObject(rep);
     return out;
@@ -77,16 +76,18 @@ Test(reply_script, integers_errors_and_the_rest)
 
 Test(script_decode, the_holder_lookup)
 {
-    struct backend_holder h;
+    struct script_holders h;
     struct script_result r = decoded(
         SCRIPT_LOOKUP,
         "*3\r\n$32\r\n0123456789abcdef0123456789abcdef\r\n$10\r\nhost 1 0 x\r\n:1500\r\n", &h);
     cr_assert_eq(r.kind, SR_HOLDER);
     cr_assert_eq(r.err, 0);
-    cr_assert_str_eq(h.value, "0123456789abcdef0123456789abcdef");
-    cr_assert_str_eq(h.record, "host 1 0 x");
-    cr_assert_eq(h.pttl, 1500);
-    cr_assert_eq(h.nodes_holding, 1);
+    cr_assert_str_eq(h.holder.value, "0123456789abcdef0123456789abcdef");
+    cr_assert_str_eq(h.holder.record, "host 1 0 x");
+    cr_assert_eq(h.holder.pttl, 1500);
+    cr_assert_eq(h.holder.nodes_holding, 1);
+    cr_assert_str_eq(h.kind, "");
+    cr_assert_eq(h.permits, 0);
     /* Not a lookup's shape, or a lookup's shape for another script. */
     r = decoded(SCRIPT_LOOKUP, "*2\r\n$1\r\na\r\n:1\r\n", &h);
     cr_assert_eq(r.kind, SR_UNEXPECTED);
@@ -94,6 +95,48 @@ Test(script_decode, the_holder_lookup)
     cr_assert_eq(decoded(SCRIPT_LOOKUP, ":1\r\n", &h).kind, SR_UNEXPECTED);
     cr_assert_eq(decoded(SCRIPT_RENEW, "*3\r\n$1\r\na\r\n$1\r\nb\r\n:1\r\n", NULL).kind,
                  SR_UNEXPECTED);
+}
+
+Test(script_decode, a_counted_lookup)
+{
+    struct script_holders h;
+    struct script_result r =
+        decoded(SCRIPT_LOOKUP,
+                "*11\r\n$0\r\n\r\n$0\r\n\r\n:900\r\n$5\r\nsem:3\r\n:2\r\n"
+                "$32\r\n0123456789abcdef0123456789abcdef\r\n:800\r\n$8\r\nh 1 0 cm\r\n"
+                "$32\r\nfedcba9876543210fedcba9876543210\r\n:900\r\n$0\r\n\r\n",
+                &h);
+    cr_assert_eq(r.kind, SR_HOLDER);
+    cr_assert_str_eq(h.kind, "sem:3");
+    cr_assert_str_eq(h.holder.value, "sem:3");
+    cr_assert_eq(h.holder.nodes_holding, 1);
+    cr_assert_eq(h.holder.pttl, 900);
+    cr_assert_eq(h.permits, 2);
+    cr_assert_eq(h.shown, 2);
+    cr_assert_str_eq(h.permit[0].token, "0123456789abcdef0123456789abcdef");
+    cr_assert_eq(h.permit[0].pttl_ms, 800);
+    cr_assert_str_eq(h.permit[0].record, "0123456789abcdef0123456789abcdef h 1 0 cm");
+    cr_assert_str_eq(h.holder.record, h.permit[0].record);
+    cr_assert_str_eq(h.permit[1].record, "fedcba9876543210fedcba9876543210");
+    /* A permit cut short is no lookup's answer. */
+    r = decoded(SCRIPT_LOOKUP,
+                "*7\r\n$0\r\n\r\n$0\r\n\r\n:900\r\n$6\r\nshared\r\n:1\r\n$1\r\na\r\n:5\r\n", &h);
+    cr_assert_eq(r.kind, SR_UNEXPECTED);
+}
+
+Test(script_decode, a_counted_acquire_of_another_kind)
+{
+    struct script_result r = decoded(SCRIPT_ACQUIRE_COUNTED, "$5\r\nsem:2\r\n", NULL);
+    cr_assert_eq(r.kind, SR_RESULT);
+    cr_assert_eq(r.err, 0);
+    cr_assert(r.mismatch);
+    cr_assert_eq(r.outcome, BACKEND_TAKEN);
+    cr_assert(!r.wrote);
+    cr_assert_str_eq(r.held, "sem:2");
+    r = decoded(SCRIPT_ACQUIRE_COUNTED, ":77\r\n", NULL);
+    cr_assert(r.outcome == BACKEND_DONE && r.fence == 77 && !r.mismatch);
+    /* A string is no answer of the exclusive acquire. */
+    cr_assert_eq(decoded(SCRIPT_ACQUIRE, "$5\r\nsem:2\r\n", NULL).kind, SR_UNEXPECTED);
 }
 
 Test(script_decode, what_a_scripts_integer_stands_for)
@@ -108,7 +151,10 @@ Test(script_decode, what_a_scripts_integer_stands_for)
     cr_assert_eq(r.pttl_ms, 800);
     cr_assert(!r.wrote);
     cr_assert_eq(decoded(SCRIPT_ACQUIRE, ":0\r\n", NULL).outcome, BACKEND_TAKEN);
-    for (enum script_id s = SCRIPT_RENEW; s <= SCRIPT_FENCE; s++) {
+    enum script_id flags[] = {SCRIPT_RENEW,         SCRIPT_RELEASE,         SCRIPT_FENCE,
+                              SCRIPT_RENEW_COUNTED, SCRIPT_RELEASE_COUNTED, SCRIPT_FENCE_COUNTED};
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
+        enum script_id s = flags[i];
         r = decoded(s, ":1\r\n", NULL);
         cr_assert(r.outcome == BACKEND_DONE && r.wrote);
         r = decoded(s, ":0\r\n", NULL);

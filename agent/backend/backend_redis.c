@@ -136,8 +136,8 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
     redisReply *rep = r;
     uint64_t at = redis_link_answered(&b->cmd, &c->lc, rep);
     struct script_result sr;
-    struct backend_holder holder;
-    script_decode(c->script, rep, &sr, &holder);
+    struct script_holders holders;
+    script_decode(c->script, rep, &sr, &holders);
     int err = sr.err;
     const char *text = sr.text;
     if (sr.kind == SR_NOSCRIPT && !c->retried) {
@@ -163,7 +163,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
         note_error(b, err, text);
         log_warn("%s: %s", b->label, text);
     } else if (sr.kind == SR_HOLDER) {
-        c->lookup_cb(c->arg, 0, &holder);
+        c->lookup_cb(c->arg, 0, &holders.holder);
         free(c);
         return;
     } else if (sr.kind == SR_UNEXPECTED) {
@@ -238,7 +238,7 @@ static int cmd_send(struct rb *b, struct rcmd *c)
     if (!b->cmd.connected || b->closing)
         return DLOCK_EUNAVAIL;
     struct script_args a;
-    int rc = script_command(c->script, b->sha[c->script], &b->sctx, &c->req, &a);
+    int rc = script_command(c->script, b->sha[c->script], &b->sctx, &c->req, 0, &a);
     if (rc)
         return rc;
     /* Pipelined right before the script, on the same connection: an ASK

@@ -25,7 +25,15 @@ enum script_id {
     SCRIPT_RENEW,   /* compare-and-PEXPIRE */
     SCRIPT_RELEASE, /* compare-and-DEL, then the release notice */
     SCRIPT_FENCE,   /* quorum mode: raise the slot's mark to the grant's token */
-    SCRIPT_LOOKUP,  /* for operators: the lock key's value, holder record and PTTL */
+    SCRIPT_LOOKUP,  /* for operators: the lock key's value, holder record and PTTL; a counted
+                       key's kind and live permits */
+    /* The counted kinds (docs/redis.md, "Counted kinds"): the shared side of
+     * a read-write lock and a semaphore of N permits, a permit per holder in
+     * a hash at the lock key. */
+    SCRIPT_ACQUIRE_COUNTED, /* a permit when fewer than the limit are live, and the turn is ours */
+    SCRIPT_RENEW_COUNTED,   /* the permit's expiry moves, and the key's with the latest */
+    SCRIPT_RELEASE_COUNTED, /* the permit goes (the key with the last), then the release notice */
+    SCRIPT_FENCE_COUNTED,   /* quorum mode: raise the slot's mark while the permit is live */
     SCRIPT_COUNT,
 };
 
@@ -38,6 +46,13 @@ struct script_ctx {
      * never splits it: TRYAGAIN) and publishes with SPUBLISH, always. */
     bool sharded;
 };
+
+/* The kind field of a counted key's hash, and its values: "shared", or
+ * "sem:N" (N permits, 1 <= N < 2^32). */
+#define SCRIPT_KIND_FIELD "~kind"
+#define SCRIPT_KIND_MAX   24
+/* The live permits a lookup shows at most (it counts them all). */
+#define SCRIPT_PERMITS_SHOWN 16
 
 /* The longest lock key (prefix + name), and any key the scripts name besides. */
 #define SCRIPT_KEY_MAX      (CONFIG_PREFIX_MAX + WIRE_MAX_NAME)
@@ -55,8 +70,10 @@ struct script_args {
     char key[SCRIPT_KEY_MAX + 1];                    /* the lock key */
     char hw[CONFIG_PREFIX_MAX + FENCE_HW_EXTRA + 1]; /* the slot's fencing mark */
     char side[SCRIPT_SIDE_KEY_MAX];                  /* waiting hosts, or the old holder key */
+    char readers[SCRIPT_SIDE_KEY_MAX];               /* acquires: the waiting readers' marks */
     char channel[SCRIPT_SIDE_KEY_MAX];               /* release: the name's channel */
     char value[BACKEND_RECORD_MAX];                  /* acquire: "TOKEN HOLDER" */
+    char kind[SCRIPT_KIND_MAX];                      /* counted acquire: "shared", "sem:N" */
     char num[4][24];                                 /* numbers among the arguments */
 };
 
@@ -78,6 +95,30 @@ struct script_result {
     enum backend_outcome outcome;
     uint64_t fence;
     long long pttl_ms;
+    /* Counted acquire: the name is held as another kind (or another N), so
+     * the acquire can never succeed as asked: outcome is TAKEN (nothing was
+     * written, nothing joined), and held is what the key says ("shared",
+     * "sem:3", or a foreign hash's field, cut to fit). */
+    bool mismatch;
+    char held[SCRIPT_KIND_MAX];
+};
+
+/* One live permit of a counted key. */
+struct script_permit {
+    char token[33];
+    long long pttl_ms;               /* until it lapses, by the server's clock */
+    char record[BACKEND_RECORD_MAX]; /* "TOKEN HOST PID UID COMMAND" */
+};
+
+/* What a lookup found. holder is as backend.h says for a string key; for a
+ * counted key (kind not empty), its value is the kind, its record the first
+ * live permit's, its pttl the key's (the latest permit's). */
+struct script_holders {
+    struct backend_holder holder;
+    char kind[SCRIPT_KIND_MAX]; /* a counted key's kind, else empty */
+    unsigned permits;           /* a counted key's live permits, all of them */
+    unsigned shown;             /* of which in permit[], at most SCRIPT_PERMITS_SHOWN */
+    struct script_permit permit[SCRIPT_PERMITS_SHOWN];
 };
 
 /* One entry of the table. */
@@ -91,32 +132,34 @@ struct script_def {
     bool wait;
     /* It keeps or ends a lease: sent ahead of acquires and lookups. */
     bool urgent;
-    /* A lookup: decoded into a struct backend_holder. */
+    /* A lookup: decoded into a struct script_holders. */
     bool lookup;
-    /* Appends KEYS and ARGV (numkeys first) for req to a. */
-    void (*build)(const struct script_ctx *ctx, const struct backend_req *req,
+    /* Appends KEYS and ARGV (numkeys first) for req (and permits) to a. */
+    void (*build)(const struct script_ctx *ctx, const struct backend_req *req, uint32_t permits,
                   struct script_args *a);
     /* Reads a reply that is neither an error nor missing (reply_script()
      * said SR_RESULT or SR_UNEXPECTED) into out, or into h for a lookup;
      * leaves kind SR_UNEXPECTED when it is none of the script's answers. */
-    void (*decode)(const redisReply *rep, struct script_result *out, struct backend_holder *h);
+    void (*decode)(const redisReply *rep, struct script_result *out, struct script_holders *h);
 };
 
 extern const struct script_def script_table[SCRIPT_COUNT];
 
 /* The command that runs script s for req: EVALSHA sha (or, with sha NULL
  * or empty, EVAL with the script's text), its keys and its arguments, into
- * a. The fields of req that s uses: every script the name; acquire the
- * token, holder, ttl_ms, floor, block, waiter_id, want_ms; renew the token
- * and ttl_ms; release the token and notify; fence the token and fence.
- * 0, or DLOCK_EINVAL when the name is too long for a key. */
+ * a. The fields of req that s uses: every script the name; acquire (either
+ * kind) the token, holder, ttl_ms, floor, block, waiter_id, want_ms; renew
+ * the token and ttl_ms; release the token and notify; fence the token and
+ * fence. permits: the counted acquire's kind, 0 for the shared kind, N for
+ * a semaphore of N permits (the other scripts ignore it). 0, or
+ * DLOCK_EINVAL when the name is too long for a key. */
 int script_command(enum script_id s, const char *sha, const struct script_ctx *ctx,
-                   const struct backend_req *req, struct script_args *a);
+                   const struct backend_req *req, uint32_t permits, struct script_args *a);
 
 /* Reads rep (NULL: none came), the reply to script s, into out; for a
- * lookup, the holder into h (may be NULL for the other scripts). */
+ * lookup, what it found into h (may be NULL for the other scripts). */
 void script_decode(enum script_id s, const redisReply *rep, struct script_result *out,
-                   struct backend_holder *h);
+                   struct script_holders *h);
 
 /* The result the core gets for a decoded reply, or for err (a DLOCK_E*
  * code: text goes with it as the error text) when err is nonzero; at: when

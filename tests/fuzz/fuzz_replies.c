@@ -168,13 +168,22 @@ static void check_text(const struct sbuf *b)
 
 /* ---- the decoders ---- */
 
-/* The holder of a lookup, as "holder NAME" and "holder-json NAME" show it. */
-static void holder(const struct backend_holder *h, const char *name)
+/* The holder of a lookup, as "holder NAME" and "holder-json NAME" show it,
+ * and a counted key's permits. */
+static void holder(const struct script_holders *hs, const char *name)
 {
+    const struct backend_holder *h = &hs->holder;
     terminated(h->value, sizeof h->value);
     terminated(h->record, sizeof h->record);
     if (h->nodes != 1 || h->nodes_holding != (h->value[0] != '\0'))
         abort();
+    terminated(hs->kind, sizeof hs->kind);
+    if (hs->shown > SCRIPT_PERMITS_SHOWN || (!hs->kind[0] && (hs->permits || hs->shown)))
+        abort();
+    for (unsigned i = 0; i < hs->shown; i++) {
+        terminated(hs->permit[i].token, sizeof hs->permit[i].token);
+        terminated(hs->permit[i].record, sizeof hs->permit[i].record);
+    }
     for (int json = 0; json < 2; json++) {
         struct sbuf b = {0};
         render_holder(name, 0, h, json, &b);
@@ -189,7 +198,7 @@ static void script(const redisReply *rep)
 {
     for (int s = 0; s < SCRIPT_COUNT; s++) {
         struct script_result sr;
-        struct backend_holder h;
+        struct script_holders h;
         script_decode(s, rep, &sr, &h);
         bool answered = sr.kind == SR_RESULT || sr.kind == SR_HOLDER;
         bool lookup = script_table[s].lookup;
@@ -201,14 +210,18 @@ static void script(const redisReply *rep)
             abort();
         if (sr.kind == SR_HOLDER)
             holder(&h, rep->element[0]->str ? rep->element[0]->str : "a");
+        terminated(sr.held, sizeof sr.held);
+        if (sr.mismatch && (s != SCRIPT_ACQUIRE_COUNTED || sr.outcome != BACKEND_TAKEN || sr.wrote))
+            abort();
         if (lookup)
             continue;
         struct backend_result r = script_backend_result(&sr, sr.err, sr.text, 1);
         if (r.err != sr.err || (r.err && r.error_text != sr.text))
             abort();
-        if (!r.err && s == SCRIPT_ACQUIRE && r.outcome == BACKEND_DONE && r.fence != (uint64_t)sr.n)
+        bool acquire = s == SCRIPT_ACQUIRE || s == SCRIPT_ACQUIRE_COUNTED;
+        if (!r.err && acquire && r.outcome == BACKEND_DONE && r.fence != (uint64_t)sr.n)
             abort();
-        if (!r.err && r.outcome == BACKEND_TAKEN && (s != SCRIPT_ACQUIRE || r.pttl_ms < 0))
+        if (!r.err && r.outcome == BACKEND_TAKEN && (!acquire || r.pttl_ms < 0))
             abort();
         if (!r.err && sr.wrote != (r.outcome == BACKEND_DONE))
             abort();
