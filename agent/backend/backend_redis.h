@@ -10,7 +10,7 @@
 
 /* The kinds of lock beyond the exclusive one that a Redis node keeps (its
  * scripts), and so every mode made of nodes that route (cluster, sentinel). */
-#define BACKEND_REDIS_KINDS 0u
+#define BACKEND_REDIS_KINDS (BACKEND_KIND(LOCK_SHARED) | BACKEND_KIND(LOCK_SEMAPHORE))
 
 /* How a node is used, when it is one of several (cluster, sentinel). */
 struct redis_node_opts {
