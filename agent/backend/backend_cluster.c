@@ -855,6 +855,7 @@ struct backend *backend_cluster_new(struct ev_loop *loop, const struct config *c
         return NULL;
     }
     cl->base.ops = &cl_ops;
+    cl->base.kinds = BACKEND_REDIS_KINDS;
     cl->watch_seed = random_u64();
     cl->loop = loop;
     cl->cfg = cfg;

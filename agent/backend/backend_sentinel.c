@@ -676,6 +676,7 @@ struct backend *backend_sentinel_new(struct ev_loop *loop, const struct config *
         return NULL;
     s->ops = sb_ops;
     s->base.ops = &s->ops;
+    s->base.kinds = BACKEND_REDIS_KINDS;
     s->loop = loop;
     s->cfg = cfg;
     s->ev = *events;

@@ -268,6 +268,20 @@ static void l_waiters(const struct status_lease *l, uint64_t now, struct fval *v
 {
     v->n = l->waiters;
 }
+static void l_kind(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    static const char *const names[] = {
+        [LOCK_EXCLUSIVE] = "exclusive", [LOCK_SHARED] = "shared", [LOCK_SEMAPHORE] = "semaphore"};
+    v->s = l->kind < sizeof names / sizeof names[0] ? names[l->kind] : "?";
+}
+static void l_permits(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    v->n = l->permits;
+}
+static void l_holds(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    v->n = l->holds;
+}
 
 static const struct lease_field lease_fields[] = {
     {"name", "NAME", -32, F_STR, l_name},
@@ -281,6 +295,9 @@ static const struct lease_field lease_fields[] = {
     {"valid_ms", "VALID_MS", 9, F_NUM, l_valid},
     {"renewals", "RENEWALS", 8, F_NUM, l_renewals},
     {"waiters", "WAITERS", 7, F_NUM, l_waiters},
+    {"kind", "KIND", -9, F_STR, l_kind},
+    {"permits", "PERMITS", 7, F_NUM, l_permits},
+    {"holds", "HOLDS", 5, F_NUM, l_holds},
 };
 #define NLEASE_FIELDS (sizeof lease_fields / sizeof lease_fields[0])
 
@@ -655,6 +672,14 @@ void render_metrics(const struct status_source *src, struct sbuf *b)
         sb_printf(b, "%s %llu\n", name, counter_value(&s, i));
     }
     gauge(b, "dlock_leases", "Leases held now.", (double)s.leases);
+    metric(b, "dlock_leases_by_kind", "gauge", "Leases held now, by kind of lock.");
+    for (int kind = LOCK_EXCLUSIVE; kind <= LOCK_SEMAPHORE; kind++) {
+        struct status_lease l = {.kind = (uint8_t)kind};
+        struct fval v = {0};
+        l_kind(&l, 0, &v);
+        sb_printf(b, "dlock_leases_by_kind{kind=\"%s\"} %llu\n", v.s,
+                  (unsigned long long)s.leases_by_kind[kind]);
+    }
     gauge(b, "dlock_connections", "Client connections now.", (double)s.connections);
     gauge(b, "dlock_uptime_seconds", "Time since the agent started.",
           (double)(s.now - s.started) / 1e9);
