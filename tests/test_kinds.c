@@ -1088,6 +1088,40 @@ ITEST(kinds, a_killed_permit_holder_frees_its_permit)
     cr_assert_gt(dlock_lease_fence(w.lease), fence);
 }
 
+/* Two agents on one Redis stand for two hosts: readers of both hold
+ * together, a semaphore counts the permits of both, and a mismatch found
+ * on Redis is DLOCK_EKIND. */
+ITEST(kinds, kinds_across_two_hosts)
+{
+    h_start_two(NULL);
+    struct h_cl *a = h_client_at(0), *b = h_client_at(1), *c = h_client_at(1);
+    dlock_lock_spec one = semaphore(1), two = semaphore(2);
+    dlock_lease *ra = must(a, "xr", 0, &SHARED), *rb = NULL;
+    expect_rc(acq(c, "xr", DLOCK_WAIT_NONE, 0, &SHARED, &rb), 0, "a reader on the other host", c);
+    cr_assert_gt(dlock_lease_fence(rb), dlock_lease_fence(ra));
+    dlock_lease *x = NULL;
+    cr_assert_eq(dlock_lease_release_sync(rb), 0);
+    expect_rc(acq(b, "xr", DLOCK_WAIT_NONE, 0, &two, &x), DLOCK_EKIND,
+              "a semaphore on a reader of another host", b);
+    expect_rc(acq(b, "xr", DLOCK_WAIT_NONE, 0, NULL, &x), DLOCK_EBUSY,
+              "a writer on a reader of another host", b);
+
+    dlock_lease *pa = must(a, "xp", 0, &one);
+    expect_rc(acq(b, "xp", DLOCK_WAIT_NONE, 0, &one, &x), DLOCK_EBUSY,
+              "the one permit, held on another host", b);
+    expect_rc(acq(b, "xp", DLOCK_WAIT_NONE, 0, &two, &x), DLOCK_EKIND,
+              "2 permits on 1 of another host", b);
+    expect_rc(acq(b, "xp", DLOCK_WAIT_NONE, 0, &SHARED, &x), DLOCK_EKIND,
+              "a reader on a semaphore of another host", b);
+    struct h_acq w;
+    wait_async(b, "xp", 0, &one, &w);
+    cr_assert_eq(dlock_lease_release(pa), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, 0, "the permit across hosts: %s", dlock_strerror(w.status));
+    cr_assert_eq(dlock_lease_release(ra), 0);
+    cr_assert_null(x);
+}
+
 /* ---- every kind ---- */
 
 /* Leases of every kind are renewed past their TTL, valid on the lease page
