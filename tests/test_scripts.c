@@ -1004,15 +1004,15 @@ ITEST(scripts, lookup_of_a_counted_key)
     lapse(n.key, 2); /* lapsed, not yet dropped: not shown */
     struct script_holders hs;
     struct backend_holder h = lookup_all("job", &hs);
-    cr_assert_str_eq(hs.kind, "sem:3");
+    cr_assert_str_eq(hs.holder.kind, "sem:3");
     cr_assert_str_eq(h.value, "sem:3");
     cr_assert_eq(h.nodes_holding, 1);
     cr_assert(h.pttl > 0 && h.pttl <= 20000, "PTTL %lld", h.pttl);
-    cr_assert_eq(hs.permits, 2);
-    cr_assert_eq(hs.shown, 2);
+    cr_assert_eq(hs.holder.permits, 2);
+    cr_assert_eq(hs.holder.shown, 2);
     bool seen[2] = {false, false};
-    for (unsigned i = 0; i < hs.shown; i++) {
-        const struct script_permit *p = &hs.permit[i];
+    for (unsigned i = 0; i < hs.holder.shown; i++) {
+        const struct backend_permit *p = &hs.holder.permit[i];
         int which = strcmp(p->token, tk(0)) == 0 ? 0 : strcmp(p->token, tk(1)) == 0 ? 1 : -1;
         cr_assert_geq(which, 0, "unknown permit %s", p->token);
         seen[which] = true;
@@ -1024,23 +1024,24 @@ ITEST(scripts, lookup_of_a_counted_key)
     }
     cr_assert(seen[0] && seen[1]);
     /* Permit 1 (20 s, taken after permit 0) lapses after permit 0 (10 s). */
-    const struct script_permit *p0 = &hs.permit[strcmp(hs.permit[0].token, tk(0)) != 0],
-                               *p1 = &hs.permit[strcmp(hs.permit[0].token, tk(0)) == 0];
+    const struct backend_permit
+        *p0 = &hs.holder.permit[strcmp(hs.holder.permit[0].token, tk(0)) != 0],
+        *p1 = &hs.holder.permit[strcmp(hs.holder.permit[0].token, tk(0)) == 0];
     cr_assert_gt(p1->pttl_ms, p0->pttl_ms);
-    cr_assert_str_eq(h.record, hs.permit[0].record);
+    cr_assert_str_eq(h.record, hs.holder.permit[0].record);
     /* Many readers: all counted, the first ones shown. */
     for (unsigned i = 0; i < SCRIPT_PERMITS_SHOWN + 4; i++)
         cr_assert_eq(counted("many", i, 0, 10000, NULL, 0).outcome, BACKEND_DONE);
     lookup_all("many", &hs);
-    cr_assert_str_eq(hs.kind, "shared");
-    cr_assert_eq(hs.permits, SCRIPT_PERMITS_SHOWN + 4);
-    cr_assert_eq(hs.shown, SCRIPT_PERMITS_SHOWN);
+    cr_assert_str_eq(hs.holder.kind, "shared");
+    cr_assert_eq(hs.holder.permits, SCRIPT_PERMITS_SHOWN + 4);
+    cr_assert_eq(hs.holder.shown, SCRIPT_PERMITS_SHOWN);
     /* An exclusive key reads as before. */
     run(SCRIPT_ACQUIRE, acq("excl", TOK_A, NULL, 0));
     h = lookup_all("excl", &hs);
     cr_assert_str_eq(h.value, TOK_A);
-    cr_assert_str_eq(hs.kind, "");
-    cr_assert_eq(hs.permits, 0);
+    cr_assert_str_eq(hs.holder.kind, "");
+    cr_assert_eq(hs.holder.permits, 0);
 }
 
 ITEST(scripts, fence_a_permit)
