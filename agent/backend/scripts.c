@@ -245,7 +245,7 @@ static const char lua_acquire_counted[] = LUA_MARK LUA_QUEUE LUA_READERS LUA_NOW
 static const char lua_renew_counted[] = LUA_NOW LUA_PERMITS LUA_MINE
     "if not exp then return 0 end "
     "if exp > now then redis.call('hset', KEYS[1], ARGV[1], "
-    "string.format('%d', now + tonumber(ARGV[2])) .. rest) end "
+    "string.format('%d', math.max(exp, now + tonumber(ARGV[2]))) .. rest) end "
     "local _, last = permits(nil) settle(last) if exp > now then return 1 end return 0";
 
 /* Release a permit (ARGV[1]); the key goes with its last live permit, and
