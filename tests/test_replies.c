@@ -86,8 +86,8 @@ Test(script_decode, the_holder_lookup)
     cr_assert_str_eq(h.holder.record, "host 1 0 x");
     cr_assert_eq(h.holder.pttl, 1500);
     cr_assert_eq(h.holder.nodes_holding, 1);
-    cr_assert_str_eq(h.kind, "");
-    cr_assert_eq(h.permits, 0);
+    cr_assert_str_eq(h.holder.kind, "");
+    cr_assert_eq(h.holder.permits, 0);
     /* Not a lookup's shape, or a lookup's shape for another script. */
     r = decoded(SCRIPT_LOOKUP, "*2\r\n$1\r\na\r\n:1\r\n", &h);
     cr_assert_eq(r.kind, SR_UNEXPECTED);
@@ -107,17 +107,17 @@ Test(script_decode, a_counted_lookup)
                 "$32\r\nfedcba9876543210fedcba9876543210\r\n:900\r\n$0\r\n\r\n",
                 &h);
     cr_assert_eq(r.kind, SR_HOLDER);
-    cr_assert_str_eq(h.kind, "sem:3");
+    cr_assert_str_eq(h.holder.kind, "sem:3");
     cr_assert_str_eq(h.holder.value, "sem:3");
     cr_assert_eq(h.holder.nodes_holding, 1);
     cr_assert_eq(h.holder.pttl, 900);
-    cr_assert_eq(h.permits, 2);
-    cr_assert_eq(h.shown, 2);
-    cr_assert_str_eq(h.permit[0].token, "0123456789abcdef0123456789abcdef");
-    cr_assert_eq(h.permit[0].pttl_ms, 800);
-    cr_assert_str_eq(h.permit[0].record, "0123456789abcdef0123456789abcdef h 1 0 cm");
-    cr_assert_str_eq(h.holder.record, h.permit[0].record);
-    cr_assert_str_eq(h.permit[1].record, "fedcba9876543210fedcba9876543210");
+    cr_assert_eq(h.holder.permits, 2);
+    cr_assert_eq(h.holder.shown, 2);
+    cr_assert_str_eq(h.holder.permit[0].token, "0123456789abcdef0123456789abcdef");
+    cr_assert_eq(h.holder.permit[0].pttl_ms, 800);
+    cr_assert_str_eq(h.holder.permit[0].record, "0123456789abcdef0123456789abcdef h 1 0 cm");
+    cr_assert_str_eq(h.holder.record, h.holder.permit[0].record);
+    cr_assert_str_eq(h.holder.permit[1].record, "fedcba9876543210fedcba9876543210");
     /* A permit cut short is no lookup's answer. */
     r = decoded(SCRIPT_LOOKUP,
                 "*7\r\n$0\r\n\r\n$0\r\n\r\n:900\r\n$6\r\nshared\r\n:1\r\n$1\r\na\r\n:5\r\n", &h);

@@ -938,12 +938,14 @@ ITEST(scripts, renew_a_permit)
     cr_assert_gt(after, before);
     cr_assert(after >= t0 + 30000 && after <= t1 + 30000);
     expires_with(n.key, after, t0, t1); /* the key follows its latest permit */
-    /* Shorter again: the key follows down to the latest permit left. */
+    /* A shorter TTL never brings a permit's expiry forward: local readers
+     * of one grant share its permit, each renewing it with its own TTL. */
     req.ttl_ms = 1000;
     t0 = server_ms();
     cr_assert_eq(run(SCRIPT_RENEW_COUNTED, req).outcome, BACKEND_DONE);
     t1 = server_ms();
-    expires_with(n.key, permit_expiry(n.key, 0), t0, t1);
+    cr_assert_eq(permit_expiry(n.key, 1), after, "a shorter renewal moved the permit's expiry");
+    expires_with(n.key, after, t0, t1);
     /* Not ours: an unknown token, a name without a key, an exclusive key. */
     cr_assert_eq(counted_op(SCRIPT_RENEW_COUNTED, "job", 7), BACKEND_NOT_OURS);
     cr_assert_eq(counted_op(SCRIPT_RENEW_COUNTED, "none", 0), BACKEND_NOT_OURS);
@@ -1004,15 +1006,15 @@ ITEST(scripts, lookup_of_a_counted_key)
     lapse(n.key, 2); /* lapsed, not yet dropped: not shown */
     struct script_holders hs;
     struct backend_holder h = lookup_all("job", &hs);
-    cr_assert_str_eq(hs.kind, "sem:3");
+    cr_assert_str_eq(hs.holder.kind, "sem:3");
     cr_assert_str_eq(h.value, "sem:3");
     cr_assert_eq(h.nodes_holding, 1);
     cr_assert(h.pttl > 0 && h.pttl <= 20000, "PTTL %lld", h.pttl);
-    cr_assert_eq(hs.permits, 2);
-    cr_assert_eq(hs.shown, 2);
+    cr_assert_eq(hs.holder.permits, 2);
+    cr_assert_eq(hs.holder.shown, 2);
     bool seen[2] = {false, false};
-    for (unsigned i = 0; i < hs.shown; i++) {
-        const struct script_permit *p = &hs.permit[i];
+    for (unsigned i = 0; i < hs.holder.shown; i++) {
+        const struct backend_permit *p = &hs.holder.permit[i];
         int which = strcmp(p->token, tk(0)) == 0 ? 0 : strcmp(p->token, tk(1)) == 0 ? 1 : -1;
         cr_assert_geq(which, 0, "unknown permit %s", p->token);
         seen[which] = true;
@@ -1024,23 +1026,24 @@ ITEST(scripts, lookup_of_a_counted_key)
     }
     cr_assert(seen[0] && seen[1]);
     /* Permit 1 (20 s, taken after permit 0) lapses after permit 0 (10 s). */
-    const struct script_permit *p0 = &hs.permit[strcmp(hs.permit[0].token, tk(0)) != 0],
-                               *p1 = &hs.permit[strcmp(hs.permit[0].token, tk(0)) == 0];
+    const struct backend_permit
+        *p0 = &hs.holder.permit[strcmp(hs.holder.permit[0].token, tk(0)) != 0],
+        *p1 = &hs.holder.permit[strcmp(hs.holder.permit[0].token, tk(0)) == 0];
     cr_assert_gt(p1->pttl_ms, p0->pttl_ms);
-    cr_assert_str_eq(h.record, hs.permit[0].record);
+    cr_assert_str_eq(h.record, hs.holder.permit[0].record);
     /* Many readers: all counted, the first ones shown. */
     for (unsigned i = 0; i < SCRIPT_PERMITS_SHOWN + 4; i++)
         cr_assert_eq(counted("many", i, 0, 10000, NULL, 0).outcome, BACKEND_DONE);
     lookup_all("many", &hs);
-    cr_assert_str_eq(hs.kind, "shared");
-    cr_assert_eq(hs.permits, SCRIPT_PERMITS_SHOWN + 4);
-    cr_assert_eq(hs.shown, SCRIPT_PERMITS_SHOWN);
+    cr_assert_str_eq(hs.holder.kind, "shared");
+    cr_assert_eq(hs.holder.permits, SCRIPT_PERMITS_SHOWN + 4);
+    cr_assert_eq(hs.holder.shown, SCRIPT_PERMITS_SHOWN);
     /* An exclusive key reads as before. */
     run(SCRIPT_ACQUIRE, acq("excl", TOK_A, NULL, 0));
     h = lookup_all("excl", &hs);
     cr_assert_str_eq(h.value, TOK_A);
-    cr_assert_str_eq(hs.kind, "");
-    cr_assert_eq(hs.permits, 0);
+    cr_assert_str_eq(hs.holder.kind, "");
+    cr_assert_eq(hs.holder.permits, 0);
 }
 
 ITEST(scripts, fence_a_permit)

@@ -1526,7 +1526,7 @@ ITEST(status, holder_names_a_lock_taken_through_another_agent)
 #define COUNTER_KEYS                                                                               \
     "grants,releases,handoffs,renewals,renewal_failures,losses,doubts,timeouts,refused,denied"
 #define LEASE_KEYS  "name,state,fence,pid,uid,comm,age_ms,ttl_ms,valid_ms,renewals,waiters,kind,permits,holds"
-#define HOLDER_KEYS "name,held,dlock,value,host,pid,uid,comm,pttl_ms,nodes_holding,nodes"
+#define HOLDER_KEYS "name,held,dlock,value,host,pid,uid,comm,pttl_ms,nodes_holding,nodes,kind,permits,holders"
 
 ITEST(status, json_members_are_exactly_the_documented_ones)
 {

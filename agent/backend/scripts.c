@@ -245,7 +245,7 @@ static const char lua_acquire_counted[] = LUA_MARK LUA_QUEUE LUA_READERS LUA_NOW
 static const char lua_renew_counted[] = LUA_NOW LUA_PERMITS LUA_MINE
     "if not exp then return 0 end "
     "if exp > now then redis.call('hset', KEYS[1], ARGV[1], "
-    "string.format('%d', now + tonumber(ARGV[2])) .. rest) end "
+    "string.format('%d', math.max(exp, now + tonumber(ARGV[2]))) .. rest) end "
     "local _, last = permits(nil) settle(last) if exp > now then return 1 end return 0";
 
 /* Release a permit (ARGV[1]); the key goes with its last live permit, and
@@ -465,23 +465,23 @@ static bool counted_of(const redisReply *rep, struct script_holders *h)
         rep->element[3]->type != REDIS_REPLY_STRING || rep->element[3]->len == 0 ||
         rep->element[4]->type != REDIS_REPLY_INTEGER || rep->element[4]->integer < 0)
         return false;
-    snprintf(h->kind, sizeof h->kind, "%s", rep->element[3]->str);
-    snprintf(h->holder.value, sizeof h->holder.value, "%s", h->kind);
-    h->permits =
+    snprintf(h->holder.kind, sizeof h->holder.kind, "%s", rep->element[3]->str);
+    snprintf(h->holder.value, sizeof h->holder.value, "%s", h->holder.kind);
+    h->holder.permits =
         (unsigned)(rep->element[4]->integer > UINT32_MAX ? UINT32_MAX : rep->element[4]->integer);
-    for (size_t i = 5; i < rep->elements && h->shown < SCRIPT_PERMITS_SHOWN; i += 3) {
+    for (size_t i = 5; i < rep->elements && h->holder.shown < SCRIPT_PERMITS_SHOWN; i += 3) {
         const redisReply *tok = rep->element[i], *ttl = rep->element[i + 1],
                          *rec = rep->element[i + 2];
         if (tok->type != REDIS_REPLY_STRING || ttl->type != REDIS_REPLY_INTEGER ||
             rec->type != REDIS_REPLY_STRING)
             return false;
-        struct script_permit *p = &h->permit[h->shown++];
+        struct backend_permit *p = &h->holder.permit[h->holder.shown++];
         snprintf(p->token, sizeof p->token, "%s", tok->str);
         p->pttl_ms = ttl->integer;
         snprintf(p->record, sizeof p->record, "%s%s%s", tok->str, rec->str[0] ? " " : "", rec->str);
     }
-    if (h->shown)
-        memcpy(h->holder.record, h->permit[0].record, sizeof h->holder.record);
+    if (h->holder.shown)
+        memcpy(h->holder.record, h->holder.permit[0].record, sizeof h->holder.record);
     h->holder.nodes_holding = h->holder.value[0] != '\0';
     return true;
 }

@@ -50,9 +50,9 @@ struct script_ctx {
 /* The kind field of a counted key's hash, and its values: "shared", or
  * "sem:N" (N permits, 1 <= N < 2^32). */
 #define SCRIPT_KIND_FIELD "~kind"
-#define SCRIPT_KIND_MAX   24
+#define SCRIPT_KIND_MAX   BACKEND_KIND_MAX
 /* The live permits a lookup shows at most (it counts them all). */
-#define SCRIPT_PERMITS_SHOWN 16
+#define SCRIPT_PERMITS_SHOWN BACKEND_PERMITS_SHOWN
 
 /* The longest lock key (prefix + name), and any key the scripts name besides. */
 #define SCRIPT_KEY_MAX      (CONFIG_PREFIX_MAX + WIRE_MAX_NAME)
@@ -103,22 +103,10 @@ struct script_result {
     char held[SCRIPT_KIND_MAX];
 };
 
-/* One live permit of a counted key. */
-struct script_permit {
-    char token[33];
-    long long pttl_ms;               /* until it lapses, by the server's clock */
-    char record[BACKEND_RECORD_MAX]; /* "TOKEN HOST PID UID COMMAND" */
-};
-
-/* What a lookup found. holder is as backend.h says for a string key; for a
- * counted key (kind not empty), its value is the kind, its record the first
- * live permit's, its pttl the key's (the latest permit's). */
+/* What a lookup found, as backend.h says (struct backend_holder: a counted
+ * key's kind and permits too). */
 struct script_holders {
     struct backend_holder holder;
-    char kind[SCRIPT_KIND_MAX]; /* a counted key's kind, else empty */
-    unsigned permits;           /* a counted key's live permits, all of them */
-    unsigned shown;             /* of which in permit[], at most SCRIPT_PERMITS_SHOWN */
-    struct script_permit permit[SCRIPT_PERMITS_SHOWN];
 };
 
 /* One entry of the table. */

@@ -712,13 +712,36 @@ struct holder_rec {
     unsigned uid;
 };
 
-static void holder_rec(const struct backend_holder *h, struct holder_rec *r)
+/* Reads "TOKEN HOST PID UID COMMAND" when it starts with token. */
+static void record_of(const char *record, const char *token, struct holder_rec *r)
 {
     memset(r, 0, sizeof *r);
-    size_t vlen = strlen(h->value);
-    r->ours =
-        vlen && strncmp(h->record, h->value, vlen) == 0 && h->record[vlen] == ' ' &&
-        sscanf(h->record + vlen + 1, "%63s %d %u %31s", r->host, &r->pid, &r->uid, r->comm) == 4;
+    size_t tlen = strlen(token);
+    r->ours = tlen && strncmp(record, token, tlen) == 0 && record[tlen] == ' ' &&
+              sscanf(record + tlen + 1, "%63s %d %u %31s", r->host, &r->pid, &r->uid, r->comm) == 4;
+}
+
+static void holder_rec(const struct backend_holder *h, struct holder_rec *r)
+{
+    record_of(h->record, h->kind[0] && h->shown ? h->permit[0].token : h->value, r);
+}
+
+/* A shared or semaphore key's permits, as JSON members. */
+static void permits_json(struct sbuf *b, const struct backend_holder *h)
+{
+    sb_printf(b, ",\"kind\":");
+    sb_json_str(b, h->kind[0] ? h->kind : h->value[0] ? "exclusive" : "");
+    sb_printf(b, ",\"permits\":%u,\"holders\":[", h->kind[0] ? h->permits : h->value[0] != '\0');
+    for (unsigned i = 0; h->kind[0] && i < h->shown; i++) {
+        struct holder_rec r;
+        record_of(h->permit[i].record, h->permit[i].token, &r);
+        sb_printf(b, "%s{\"host\":", i ? "," : "");
+        sb_json_str(b, r.host);
+        sb_printf(b, ",\"pid\":%d,\"uid\":%u,\"comm\":", r.pid, r.uid);
+        sb_json_str(b, r.comm);
+        sb_printf(b, ",\"pttl_ms\":%lld}", h->permit[i].pttl_ms);
+    }
+    sb_printf(b, "]");
 }
 
 static void holder_json(struct sbuf *b, const char *name, const struct backend_holder *h)
@@ -735,8 +758,29 @@ static void holder_json(struct sbuf *b, const char *name, const struct backend_h
     sb_json_str(b, r.host);
     sb_printf(b, ",\"pid\":%d,\"uid\":%u,\"comm\":", r.pid, r.uid);
     sb_json_str(b, r.comm);
-    sb_printf(b, ",\"pttl_ms\":%lld,\"nodes_holding\":%u,\"nodes\":%u}\n", held ? h->pttl : 0,
+    sb_printf(b, ",\"pttl_ms\":%lld,\"nodes_holding\":%u,\"nodes\":%u", held ? h->pttl : 0,
               h->nodes_holding, h->nodes);
+    permits_json(b, h);
+    sb_printf(b, "}\n");
+}
+
+/* A shared or semaphore key in text: its kind and each holder shown. */
+static void permits_text(struct sbuf *b, const char *name, const struct backend_holder *h)
+{
+    char kind[BACKEND_KIND_MAX];
+    text_printable(kind, sizeof kind, h->kind);
+    sb_printf(b, "%s: held as %s by %u holder%s", name, kind, h->permits,
+              h->permits == 1 ? "" : "s");
+    for (unsigned i = 0; i < h->shown; i++) {
+        struct holder_rec r;
+        record_of(h->permit[i].record, h->permit[i].token, &r);
+        char host[sizeof r.host], comm[sizeof r.comm];
+        text_printable(host, sizeof host, r.host);
+        text_printable(comm, sizeof comm, r.comm);
+        sb_printf(b, "%s pid %d (%s), uid %u, on host %s", i ? ";" : ":", r.pid, comm, r.uid, host);
+    }
+    if (h->shown < h->permits)
+        sb_printf(b, "; and %u more", h->permits - h->shown);
 }
 
 /* One line, without control characters, which a terminal would obey. */
@@ -752,7 +796,9 @@ static void holder_text(struct sbuf *b, const char *name, const struct backend_h
         sb_printf(b, "%s: free\n", name);
         return;
     }
-    if (r.ours)
+    if (h->kind[0])
+        permits_text(b, name, h);
+    else if (r.ours)
         sb_printf(b, "%s: held by pid %d (%s), uid %u, on host %s; token %s", name, r.pid, comm,
                   r.uid, host, value);
     else
