@@ -91,7 +91,8 @@ def agent_seeds():
         # the kinds: re-entered twice and released in turn, readers side by
         # side, a semaphore of 2 with a third waiting, a writer behind readers
         "reentrant": done + hello() + acquire_ex("a", flags=REENTRANT)
-        + acquire_ex("a", fid=3, flags=REENTRANT, wait=-1) + acquire_ex("a", fid=4, flags=REENTRANT, owner=7)
+        + acquire_ex("a", fid=3, flags=REENTRANT, wait=-1)
+        + acquire_ex("a", fid=4, flags=REENTRANT, owner=7)
         + release(lease, fid=5) + release(lease, fid=6) + acquire("a", fid=7),
         "shared": done + hello() + acquire_ex("r", kind=SHARED) + to_peer(1) + hello()
         + acquire_ex("r", kind=SHARED) + acquire("r", fid=3, wait=-1) + to_peer(0)
