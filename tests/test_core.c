@@ -1760,21 +1760,30 @@ Test(core, readers_share_one_grant_and_a_waiting_writer_holds_new_readers_back)
     cr_assert_null(answer_to(r3id), "a reader got in beside the writer");
 }
 
-Test(core, readers_join_only_while_the_cohort_lasts)
+Test(core, readers_join_while_the_cohort_lasts_then_ask_the_store_beside_the_others)
 {
     F.backend.kinds = BACKEND_KIND(LOCK_SHARED);
     F.cfg.cohort_handoffs = 1;
     struct tclient *r1 = client(1), *r2 = client(2), *r3 = client(3);
     const struct answer *g1 = shared_from_store(r1, "co");
     const struct answer *g2 = granted_answer(acquire_kind(r2, "co", LOCK_SHARED, 0, 0, 0, -1));
-    /* The grant's one reserved token is used: the third reader waits for
-     * the batch to end, then asks the store for a grant of its own. */
+    /* The grant's one reserved token is used: the third reader asks the
+     * store for a grant of its own, beside the other two. */
     uint32_t third = acquire_kind(r3, "co", LOCK_SHARED, 0, 0, 0, -1);
     cr_assert_null(answer_to(third));
-    cr_assert_eq(req_count(R_ACQUIRE, "co"), 1);
-    ok_answer(release(r1, g1->g.lease_id));
-    ok_answer(release(r2, g2->g.lease_id));
+    struct req *r = pending(R_ACQUIRE, "co");
     cr_assert_eq(req_count(R_ACQUIRE, "co"), 2);
+    reply_at(r, F.now + 1 * MS, 0, BACKEND_DONE, 50, 0);
+    const struct answer *g3 = granted_answer(third);
+    cr_assert_eq(g3->g.fence, 50);
+    /* Each grant's key goes with its last reader. */
+    ok_answer(release(r1, g1->g.lease_id));
+    cr_assert_eq(req_count(R_RELEASE, "co"), 0);
+    ok_answer(release(r2, g2->g.lease_id));
+    cr_assert_eq(req_count(R_RELEASE, "co"), 1);
+    ok_answer(release(r3, g3->g.lease_id));
+    cr_assert_eq(req_count(R_RELEASE, "co"), 2);
+    cr_assert_str_eq(req_n(R_RELEASE, "co", 1)->token, r->token);
 }
 
 Test(core, a_semaphore_asks_the_store_for_each_permit_up_to_its_count)

@@ -932,7 +932,7 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
             continue;
         }
         /* To the store, one acquire at a time: beside local holders only
-         * for a semaphore's next permit. */
+         * for a reader or a semaphore's next permit. */
         if (v == ADMIT_WAIT || (l->phase != LOCK_IDLE && l->phase != LOCK_HELD))
             return;
         struct acquire_ref *ref = malloc(sizeof *ref);
