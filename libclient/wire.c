@@ -141,6 +141,25 @@ int wire_put_hello_ok(struct wire_buf *b, uint32_t id, const struct wire_hello_o
     return 0;
 }
 
+/* The first 24 bytes of ACQUIRE and ACQUIRE_EX: TTL, wait, flags, bounds. */
+static void put_acquire_head(uint8_t *p, const struct wire_acquire *m)
+{
+    put32(p, m->ttl_ms);
+    put64(p + 4, (uint64_t)m->wait_ms);
+    put32(p + 12, m->flags);
+    put32(p + 16, m->max_hold_ms);
+    put32(p + 20, m->progress_ms);
+}
+
+static void get_acquire_head(const uint8_t *body, struct wire_acquire *m)
+{
+    m->ttl_ms = get32(body);
+    m->wait_ms = (int64_t)get64(body + 4);
+    m->flags = get32(body + 12);
+    m->max_hold_ms = get32(body + 16);
+    m->progress_ms = get32(body + 20);
+}
+
 int wire_put_acquire(struct wire_buf *b, uint32_t id, const struct wire_acquire *m)
 {
     if (m->name_len > WIRE_MAX_NAME)
@@ -148,11 +167,7 @@ int wire_put_acquire(struct wire_buf *b, uint32_t id, const struct wire_acquire 
     uint8_t *p = frame_start(b, WIRE_T_ACQUIRE, id, ACQUIRE_FIXED + (size_t)m->name_len);
     if (!p)
         return DLOCK_ENOMEM;
-    put32(p, m->ttl_ms);
-    put64(p + 4, (uint64_t)m->wait_ms);
-    put32(p + 12, m->flags);
-    put32(p + 16, m->max_hold_ms);
-    put32(p + 20, m->progress_ms);
+    put_acquire_head(p, m);
     put16(p + 24, m->name_len);
     if (m->name_len)
         memcpy(p + ACQUIRE_FIXED, m->name, m->name_len);
@@ -183,11 +198,7 @@ int wire_put_acquire_ex(struct wire_buf *b, uint32_t id, const struct wire_acqui
     uint8_t *p = frame_start(b, WIRE_T_ACQUIRE_EX, id, len);
     if (!p)
         return DLOCK_ENOMEM;
-    put32(p, m->ttl_ms);
-    put64(p + 4, (uint64_t)m->wait_ms);
-    put32(p + 12, m->flags);
-    put32(p + 16, m->max_hold_ms);
-    put32(p + 20, m->progress_ms);
+    put_acquire_head(p, m);
     p[24] = m->kind;
     p[25] = 0;
     put16(p + 26, nnames);
@@ -285,11 +296,7 @@ int wire_get_acquire(const uint8_t *body, size_t len, struct wire_acquire *m)
     uint16_t name_len = get16(body + 24);
     if (len != ACQUIRE_FIXED + (size_t)name_len)
         return DLOCK_EPROTO;
-    m->ttl_ms = get32(body);
-    m->wait_ms = (int64_t)get64(body + 4);
-    m->flags = get32(body + 12);
-    m->max_hold_ms = get32(body + 16);
-    m->progress_ms = get32(body + 20);
+    get_acquire_head(body, m);
     m->name_len = name_len;
     m->name = (const char *)body + ACQUIRE_FIXED;
     m->kind = WIRE_KIND_EXCLUSIVE;
@@ -324,11 +331,7 @@ int wire_get_acquire_ex(const uint8_t *body, size_t len, struct wire_acquire *m)
     if (nnames == 0 || nnames > WIRE_MAX_NAMES ||
         !names_fill(body + ACQ_EX_FIXED, len - ACQ_EX_FIXED, nnames))
         return DLOCK_EPROTO;
-    m->ttl_ms = get32(body);
-    m->wait_ms = (int64_t)get64(body + 4);
-    m->flags = get32(body + 12);
-    m->max_hold_ms = get32(body + 16);
-    m->progress_ms = get32(body + 20);
+    get_acquire_head(body, m);
     m->kind = body[24];
     m->nnames = nnames;
     m->permits = get32(body + 28);
