@@ -15,6 +15,7 @@
 #include <hiredis/hiredis.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,10 +177,10 @@ static void note(struct report *h, int err)
 
 /* A paced writer (write_one_in > 0) waits until its next grant would be 1 in
  * write_one_in of all the grants so far, or the loop ends: true to go on. */
-static bool pace(const struct contend_run *run, long writes, long *all, uint64_t end)
+static bool pace(const struct contend_run *run, long writes, atomic_long *all, uint64_t end)
 {
     struct timespec ts = {.tv_nsec = PACE_US * 1000L};
-    while (__atomic_load_n(all, __ATOMIC_RELAXED) < writes * run->write_one_in) {
+    while (atomic_load_explicit(all, memory_order_relaxed) < writes * run->write_one_in) {
         if (now_ns() >= end)
             return false;
         nanosleep(&ts, NULL);
@@ -191,7 +192,7 @@ static bool pace(const struct contend_run *run, long writes, long *all, uint64_t
  * skips the benchmark's own clean-up (atexit), which is the parent's. `all`
  * counts the grants of every worker (shared memory). */
 _Noreturn static void worker(const struct contend_run *run, int i, const char *redis_sock,
-                             long *all, int out, int go, pid_t parent)
+                             atomic_long *all, int out, int go, pid_t parent)
 {
     /* Die with the benchmark; and the benchmark's handlers are not ours. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -241,7 +242,7 @@ _Noreturn static void worker(const struct contend_run *run, int i, const char *r
             break;
         }
         h.grants++;
-        __atomic_add_fetch(all, 1, __ATOMIC_RELAXED);
+        atomic_fetch_add_explicit(all, 1, memory_order_relaxed);
         rc = dlock_lease_release(l);
         if (rc != 0)
             note(&h, rc);
@@ -331,12 +332,13 @@ static int run_workers(const struct env *e, struct contend_run *r, const int *ag
     for (int i = 0; i < n; i++)
         fds[i] = -1;
     /* The grants of all the workers, for a paced writer. */
-    long *all = mmap(NULL, sizeof *all, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    atomic_long *all =
+        mmap(NULL, sizeof *all, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (all == MAP_FAILED) {
         fprintf(stderr, "dlock-bench: mmap: %s\n", strerror(errno));
         return -1;
     }
-    *all = 0;
+    atomic_init(all, 0);
     if (pipe2(go, O_CLOEXEC) != 0) {
         fprintf(stderr, "dlock-bench: pipe: %s\n", strerror(errno));
         munmap(all, sizeof *all);
