@@ -23,8 +23,11 @@
  * A dlock_lease is owned by its client; it stays valid until
  * dlock_lease_release(), dlock_lease_release_sync() or dlock_client_close(),
  * whichever comes first, even after the lease was lost (a re-entered lease:
- * until as many releases as acquires returned it). Strings returned by
- * accessors are borrowed from the lease and live as long as it does.
+ * until as many releases as acquires returned it). A dlock_lease_set is owned
+ * by its client the same way, with its members' handles, until
+ * dlock_lease_set_release(), dlock_lease_set_release_sync() or
+ * dlock_client_close(). Strings returned by accessors are borrowed from the
+ * lease and live as long as it does.
  */
 #ifndef DLOCK_H
 #define DLOCK_H
@@ -177,9 +180,10 @@ typedef void (*dlock_acquire_cb)(dlock_client *client, int status, dlock_lease *
 DLOCK_EXPORT int dlock_client_open(dlock_client **out, const char *socket_path);
 
 /* Closes the connection; the agent releases every lease of this client.
- * Frees every lease handle of the client. Pending async acquires are dropped
- * without calling their callbacks. NULL is a no-op. Must not be called from a
- * callback of the same client (releasing leases and acquiring from one is fine). */
+ * Frees every lease handle and lease set of the client. Pending async
+ * acquires are dropped without calling their callbacks. NULL is a no-op.
+ * Must not be called from a callback of the same client (releasing leases
+ * and acquiring from one is fine). */
 DLOCK_EXPORT void dlock_client_close(dlock_client *client);
 
 /* The connection's file descriptor, for poll/epoll/libev: when it is
