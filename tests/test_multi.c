@@ -271,7 +271,7 @@ ITEST(multi, a_lost_member_makes_the_set_invalid)
     h_start(NULL);
     struct h_cl *a = h_client();
     dlock_lease_set *set = NULL;
-    cr_assert_eq(set_acq(a, NAMES("l-a", "l-b"), 2, 600, 0, 0, &set), 0);
+    cr_assert_eq(set_acq(a, NAMES("l-a", "l-b"), 2, 3000, 0, 0, &set), 0);
     dlock_lease *la = dlock_lease_set_lease(set, 0), *lb = dlock_lease_set_lease(set, 1);
     cr_assert(dlock_lease_set_valid(set));
     h_redis_del(h_key("l-b"));
@@ -291,7 +291,7 @@ ITEST(multi, a_member_lost_during_the_wait_fails_the_set)
     struct h_cl *b = h_client();
     dlock_lease *held = h_must_acquire(b, "w-b", TTL);
     struct taker t;
-    taker_start(&t, NAMES("w-b", "w-a"), 2, 600, DLOCK_WAIT_FOREVER);
+    taker_start(&t, NAMES("w-b", "w-a"), 2, 3000, DLOCK_WAIT_FOREVER);
     H_WAIT_UNTIL(H_EVENT_MS, h_redis_exists(h_key("w-a")));
     h_redis_del(h_key("w-a"));
     H_WAIT_UNTIL(H_EVENT_MS, __atomic_load_n(&t.lost_seen, __ATOMIC_ACQUIRE));
