@@ -23,12 +23,16 @@
  * A dlock_lease is owned by its client; it stays valid until
  * dlock_lease_release(), dlock_lease_release_sync() or dlock_client_close(),
  * whichever comes first, even after the lease was lost (a re-entered lease:
- * until as many releases as acquires returned it). Strings returned by
- * accessors are borrowed from the lease and live as long as it does.
+ * until as many releases as acquires returned it). A dlock_lease_set is owned
+ * by its client the same way, with its members' handles, until
+ * dlock_lease_set_release(), dlock_lease_set_release_sync() or
+ * dlock_client_close(). Strings returned by accessors are borrowed from the
+ * lease and live as long as it does.
  */
 #ifndef DLOCK_H
 #define DLOCK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -176,9 +180,10 @@ typedef void (*dlock_acquire_cb)(dlock_client *client, int status, dlock_lease *
 DLOCK_EXPORT int dlock_client_open(dlock_client **out, const char *socket_path);
 
 /* Closes the connection; the agent releases every lease of this client.
- * Frees every lease handle of the client. Pending async acquires are dropped
- * without calling their callbacks. NULL is a no-op. Must not be called from a
- * callback of the same client (releasing leases and acquiring from one is fine). */
+ * Frees every lease handle and lease set of the client. Pending async
+ * acquires are dropped without calling their callbacks. NULL is a no-op.
+ * Must not be called from a callback of the same client (releasing leases
+ * and acquiring from one is fine). */
 DLOCK_EXPORT void dlock_client_close(dlock_client *client);
 
 /* The connection's file descriptor, for poll/epoll/libev: when it is
@@ -288,6 +293,74 @@ DLOCK_EXPORT int dlock_lease_release(dlock_lease *lease);
  * or DLOCK_ENOANSWER if the agent did not answer within 10 s. Of a
  * re-entered lease, it gives up one hold (see dlock_lease_release()). */
 DLOCK_EXPORT int dlock_lease_release_sync(dlock_lease *lease);
+
+/* ---- Sets of names, all or nothing ----
+ *
+ * A lease set holds several names at once, or none of them. The library
+ * builds it from ordinary leases, one per name (the agent knows nothing of
+ * sets, so this works in every Redis mode, Cluster with names in different
+ * hash slots included; docs/protocol.md, "Several names"):
+ * - the names are taken one at a time in one global order, byte-wise
+ *   ascending (strcmp()), whatever the caller's order, each as
+ *   dlock_lease_acquire_spec() would take it with opts and spec;
+ * - opts->wait_ms is one wait for the whole set: each name gets what is left
+ *   of it (a name reached after the wait ran out gets one try);
+ * - when a name cannot be taken (taken, wait run out, any error), or a name
+ *   already taken is lost meanwhile, every name taken so far is released at
+ *   once, as by dlock_lease_release(), and the error is returned: the caller
+ *   is never given part of a set.
+ * Because every set is taken in the same order, clients that ask for
+ * overlapping sets, in whatever order, never deadlock: a client waits only
+ * for a name above every name it holds, so along a chain of clients each
+ * waiting for the next, the names waited for only rise and never come back
+ * to the first. (That holds for leases taken outside the set too only when
+ * they come before the set's names in the order.) Other observers see the
+ * members taken one by one for a moment, and given back after a failure. */
+
+/* The most names in one set. */
+#define DLOCK_SET_MAX 64
+
+typedef struct dlock_lease_set dlock_lease_set;
+
+/* Takes every name of names[0..n-1] (1 <= n <= DLOCK_SET_MAX, no two equal)
+ * or none; opts and spec as for dlock_lease_acquire_spec() (NULL for the
+ * defaults), the same for every name. On success *out is the set, owned by
+ * the client like a lease. Returns what the first name that could not be
+ * taken got (DLOCK_EBUSY for a try-once; a wait that ran out is
+ * DLOCK_ETIMEDOUT, also when the name it ran out on was tried once),
+ * DLOCK_ELOST when a name already taken was lost before the last was
+ * granted, DLOCK_EINVAL for n out of range, a NULL name, or a name given
+ * twice, and DLOCK_EBADNAME or DLOCK_ENAMETOOLONG for a bad name, before
+ * anything is sent. dlock_client_strerror() gives the agent's words on the
+ * name it refused. */
+DLOCK_EXPORT int dlock_lease_set_acquire(dlock_client *client, const char *const *names, size_t n,
+                                         const dlock_acquire_options *opts,
+                                         const dlock_lock_spec *spec, dlock_lease_set **out);
+
+/* How many names the set holds (0 for NULL). */
+DLOCK_EXPORT size_t dlock_lease_set_count(const dlock_lease_set *set);
+
+/* The lease of names[i] of the acquire, in the caller's order (NULL when i
+ * is out of range): an ordinary lease for its name, fencing token, validity
+ * and events (the client's event callback gets each member's). A member is
+ * released only with its set: dlock_lease_release() and _sync() refuse it
+ * with DLOCK_EINVAL (unless it holds re-entrant holds of its own, beside
+ * the set's: they give up one of those). */
+DLOCK_EXPORT dlock_lease *dlock_lease_set_lease(const dlock_lease_set *set, size_t i);
+
+/* Is every member valid right now (dlock_lease_valid())? A member lost, or
+ * past its deadline, makes the whole set invalid. Same cost per member and
+ * the same rules as dlock_lease_valid(). */
+DLOCK_EXPORT int dlock_lease_set_valid(const dlock_lease_set *set);
+
+/* Releases every member as dlock_lease_release() does (no round trip) and
+ * frees the set; returns 0, or the first error of a member in the caller's
+ * order (DLOCK_ELOST: that member was not valid up to the release). */
+DLOCK_EXPORT int dlock_lease_set_release(dlock_lease_set *set);
+
+/* The same with dlock_lease_release_sync(), one member after the other:
+ * returns once the agent has given every member up. */
+DLOCK_EXPORT int dlock_lease_set_release_sync(dlock_lease_set *set);
 
 /* The lock name (borrowed, NUL-terminated). */
 DLOCK_EXPORT const char *dlock_lease_name(const dlock_lease *lease);

@@ -81,7 +81,19 @@ struct dlock_lease {
     uint8_t kind;   /* dlock_kind */
     bool releasing; /* inside dlock_lease_release_sync(): no second release, and
                        no events while it gives up the last hold (lease_quiet()) */
+    /* Of the holds, those of lease sets (one per set): only the set
+     * releases them. */
+    uint32_t set_holds;
     char name[];
+};
+
+/* A lease set: one lease per name, all taken or none (dlock_lease_set_acquire()). */
+struct dlock_lease_set {
+    LIST_ENTRY(dlock_lease_set) link;
+    dlock_client *client;
+    bool releasing; /* inside dlock_lease_set_release_sync() */
+    size_t n;
+    dlock_lease *member[]; /* in the caller's order */
 };
 
 struct dlock_client {
@@ -99,6 +111,7 @@ struct dlock_client {
     int agent_err;
     char agent_msg[AGENT_MSG_MAX];
     LIST_HEAD(, dlock_lease) leases;
+    LIST_HEAD(, dlock_lease_set) sets;
     LIST_HEAD(, pending) pending;
     struct idmap leases_by_id, pending_by_id;
     struct wire_buf out;
@@ -872,6 +885,11 @@ static void client_free(dlock_client *c)
         LIST_REMOVE(l, link);
         free(l);
     }
+    dlock_lease_set *set;
+    while ((set = LIST_FIRST(&c->sets)) != NULL) {
+        LIST_REMOVE(set, link);
+        free(set);
+    }
     struct pending *p;
     while ((p = LIST_FIRST(&c->pending)) != NULL) {
         LIST_REMOVE(p, link);
@@ -1137,9 +1155,15 @@ static void release_hold(dlock_lease *lease)
         lease_free(lease);
 }
 
+/* A lease whose holds left are all its sets' is released with them only. */
+static bool release_refused(const dlock_lease *lease)
+{
+    return !lease || lease->releasing || lease->holds <= lease->set_holds;
+}
+
 int dlock_lease_release(dlock_lease *lease)
 {
-    if (!lease || lease->releasing)
+    if (release_refused(lease))
         return DLOCK_EINVAL;
     dlock_client *c = lease->client;
     int rc = release_gone(lease);
@@ -1157,7 +1181,7 @@ int dlock_lease_release(dlock_lease *lease)
 
 int dlock_lease_release_sync(dlock_lease *lease)
 {
-    if (!lease || lease->releasing)
+    if (release_refused(lease))
         return DLOCK_EINVAL;
     dlock_client *c = lease->client;
     int rc = release_gone(lease);
@@ -1170,6 +1194,175 @@ int dlock_lease_release_sync(dlock_lease *lease)
     }
     release_hold(lease);
     return rc;
+}
+
+/* ---- sets of names ---- */
+
+/* A name of a set and its place in the caller's order. */
+struct set_entry {
+    const char *name;
+    size_t i;
+};
+
+static int entry_cmp(const void *a, const void *b)
+{
+    const struct set_entry *x = a, *y = b;
+    return strcmp(x->name, y->name); /* byte-wise: as unsigned char */
+}
+
+/* Checks the set's arguments and writes the order to take the names in
+ * (byte-wise ascending), before anything is sent. */
+static int set_order(dlock_client *c, const char *const *names, size_t n,
+                     const dlock_acquire_options *opts, const dlock_lock_spec *spec,
+                     struct set_entry *order)
+{
+    if (!c || !names || n == 0 || n > DLOCK_SET_MAX)
+        return DLOCK_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        int rc = check_acquire(c, names[i], opts, spec);
+        if (rc != 0)
+            return rc;
+        order[i] = (struct set_entry){.name = names[i], .i = i};
+    }
+    qsort(order, n, sizeof order[0], entry_cmp);
+    for (size_t k = 1; k < n; k++)
+        if (strcmp(order[k - 1].name, order[k].name) == 0)
+            return DLOCK_EINVAL; /* one name twice: it would wait for itself */
+    return 0;
+}
+
+/* What is left of the set's one wait: a try-once (0) or an endless wait
+ * stays so; a deadline of -1 (a wait too long to count) passes the wait on. */
+static int64_t set_wait_left(int64_t wait_ms, int64_t deadline)
+{
+    if (wait_ms <= 0 || deadline < 0)
+        return wait_ms;
+    int64_t left = deadline - now_ms();
+    return left > 0 ? left : 0;
+}
+
+/* Gives back, as dlock_lease_release() does, the members taken so far: the
+ * first `taken` names of the order. */
+static void set_rollback(dlock_lease_set *set, const struct set_entry *order, size_t taken)
+{
+    for (size_t k = 0; k < taken; k++) {
+        dlock_lease *l = set->member[order[k].i];
+        l->set_holds--;
+        (void)dlock_lease_release(l);
+    }
+}
+
+/* Takes the names in order, each with what is left of the wait; 0 once
+ * every member is in the set, else the first failure, everything given
+ * back. */
+static int set_take(dlock_lease_set *set, const char *const *names, const struct set_entry *order,
+                    const dlock_acquire_options *opts, const dlock_lock_spec *spec)
+{
+    dlock_acquire_options o = *opts;
+    int64_t deadline = opts->wait_ms > 0 ? deadline_after(opts->wait_ms) : -1;
+    for (size_t k = 0; k < set->n; k++) {
+        dlock_lease *l = NULL;
+        o.wait_ms = set_wait_left(opts->wait_ms, deadline);
+        int rc = dlock_lease_acquire_spec(set->client, names[order[k].i], &o, spec, &l);
+        if (rc == DLOCK_EBUSY && opts->wait_ms != DLOCK_WAIT_NONE)
+            rc = DLOCK_ETIMEDOUT; /* the set's wait ran out before this name's turn */
+        if (rc != 0) {
+            set_rollback(set, order, k);
+            return rc;
+        }
+        l->set_holds++; /* from now on, only the set releases it */
+        set->member[order[k].i] = l;
+    }
+    /* A member lost while a later one was waited for: the set is not whole. */
+    for (size_t i = 0; i < set->n; i++)
+        if (set->member[i]->state == DLOCK_STATE_LOST) {
+            set_rollback(set, order, set->n);
+            return DLOCK_ELOST;
+        }
+    return 0;
+}
+
+int dlock_lease_set_acquire(dlock_client *client, const char *const *names, size_t n,
+                            const dlock_acquire_options *opts, const dlock_lock_spec *spec,
+                            dlock_lease_set **out)
+{
+    static const dlock_acquire_options defaults;
+    static const dlock_lock_spec exclusive;
+    struct set_entry order[DLOCK_SET_MAX];
+    if (!opts)
+        opts = &defaults;
+    if (!spec)
+        spec = &exclusive;
+    if (client)
+        client->agent_err = 0;
+    if (!out)
+        return DLOCK_EINVAL;
+    int rc = set_order(client, names, n, opts, spec, order);
+    if (rc != 0)
+        return rc;
+    dlock_lease_set *set = calloc(1, sizeof(*set) + n * sizeof(set->member[0]));
+    if (!set)
+        return DLOCK_ENOMEM;
+    set->client = client;
+    set->n = n;
+    rc = set_take(set, names, order, opts, spec);
+    if (rc != 0) {
+        free(set);
+        return rc;
+    }
+    LIST_INSERT_HEAD(&client->sets, set, link);
+    *out = set;
+    return 0;
+}
+
+size_t dlock_lease_set_count(const dlock_lease_set *set)
+{
+    return set ? set->n : 0;
+}
+
+dlock_lease *dlock_lease_set_lease(const dlock_lease_set *set, size_t i)
+{
+    return set && i < set->n ? set->member[i] : NULL;
+}
+
+int dlock_lease_set_valid(const dlock_lease_set *set)
+{
+    if (!set)
+        return 0;
+    for (size_t i = 0; i < set->n; i++)
+        if (!dlock_lease_valid(set->member[i]))
+            return 0;
+    return 1;
+}
+
+/* Releases every member with release() and frees the set; the first error
+ * in the caller's order. */
+static int set_release(dlock_lease_set *set, int (*release)(dlock_lease *))
+{
+    if (!set || set->releasing)
+        return DLOCK_EINVAL;
+    set->releasing = true; /* a callback run meanwhile cannot release it again */
+    int rc = 0;
+    for (size_t i = 0; i < set->n; i++) {
+        dlock_lease *l = set->member[i];
+        l->set_holds--;
+        int r = release(l);
+        if (rc == 0)
+            rc = r;
+    }
+    LIST_REMOVE(set, link);
+    free(set);
+    return rc;
+}
+
+int dlock_lease_set_release(dlock_lease_set *set)
+{
+    return set_release(set, dlock_lease_release);
+}
+
+int dlock_lease_set_release_sync(dlock_lease_set *set)
+{
+    return set_release(set, dlock_lease_release_sync);
 }
 
 /* ---- accessors ---- */
