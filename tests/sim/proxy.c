@@ -123,8 +123,12 @@ static int p_renew(struct backend *b, const struct backend_req *req, backend_cb 
     pr->who = who;
     memcpy(pr->token, req->token, 32);
     int rc = p->inner->ops->op(p->inner, req, on_renewed, pr);
-    if (rc)
+    if (rc) {
+        /* Failed at once: nothing is in flight. */
+        sim_renew_answered(p->ag, pr->token, who,
+                           &(struct backend_result){.err = rc, .at = agent_now(p->ag)});
         free(pr);
+    }
     return rc;
 }
 

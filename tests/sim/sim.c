@@ -42,7 +42,7 @@ const char *const coverage_names[COV_COUNT] = {
     "re-entries",
     "EKIND answers",
     "readers behind another host's writer",
-    "kinds refused by the store",
+    "kinds or name sets refused",
 };
 
 /* The checks and the faults that excuse them. */
@@ -307,9 +307,9 @@ bool sim_renew_sent(struct agent *ag, const char *token, uint32_t ttl_ms, int *w
     struct sclient *c = renewal_for(hs, n, now);
     const char *name = s->names[c->lease_name];
     *who = (int)c->id;
-    c->doubt_renew = false;
     c->rn_inflight++;
     for (unsigned i = 0; i < n; i++) {
+        hs[i]->doubt_renew = false; /* which of them it is for, the renewal does not say */
         over_hold += hs[i]->hold_ms && now >= hs[i]->hold_from + MS(hs[i]->hold_ms);
         stalled +=
             hs[i]->progress_ms && hs[i]->paused && now - last_touch(hs[i]) > MS(hs[i]->progress_ms);
@@ -867,6 +867,13 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
         return;
     }
     unsigned name = c->acq_name;
+    if (c->acq_set) {
+        violation(s, "multi-name", 0,
+                  "client%u was granted %s, one of a set of names, which the agent does not take "
+                  "all or nothing",
+                  c->id, s->names[name]);
+        return;
+    }
     /* The first grant in an acquire's answer is the store's; any other is
      * a handoff of a kept key (exclusive) or a join of the local holders'
      * permit (shared). */
@@ -946,7 +953,8 @@ static unsigned kind_sig(uint8_t kind, uint32_t permits)
 }
 
 /* A waiter's counted acquire refused: DLOCK_EINVAL where the agent's store
- * does not keep its kind (docs/redis.md), DLOCK_EKIND where the name is
+ * does not keep its kind (docs/redis.md) or for a set of names (one name
+ * per acquire), DLOCK_EKIND where the name is
  * held or waited for as another counted kind, or with other permits: some
  * client asked for one (or held one) lately, within two of the longest
  * TTLs (a permit may outlive its holder by a TTL). */
@@ -956,7 +964,7 @@ static void kind_refused(struct agent *ag, struct sclient *c, int code)
     unsigned n = c->acq_name, mine = kind_sig(c->acq_kind, c->acq_permits);
     bool ok = false;
     if (code == DLOCK_EINVAL) {
-        ok = !(ag->seam->kinds & BACKEND_KIND(c->acq_kind));
+        ok = c->acq_set || !(ag->seam->kinds & BACKEND_KIND(c->acq_kind));
         s->res->cov[COV_REFUSED] += ok;
     } else {
         s->res->cov[COV_EKIND]++;
@@ -1010,7 +1018,7 @@ static void env_error(void *arg, struct core_client *cc, uint32_t req_id, int co
         int idx = fifo_find(ag, c);
         if (idx >= 0)
             fifo_remove(ag, c->acq_name, (unsigned)idx);
-        if (code == DLOCK_EKIND || (code == DLOCK_EINVAL && c->acq_kind != LOCK_EXCLUSIVE)) {
+        if (code == DLOCK_EKIND || (code == DLOCK_EINVAL && (c->acq_kind || c->acq_set))) {
             kind_refused(ag, c, code);
             return;
         }
@@ -1247,6 +1255,18 @@ static void ag_ready(void *arg)
         core_store_ready(&ag->core, agent_now(ag));
 }
 
+/* Has c (or, as far as the renewals tell, a local holder of its permit
+ * with its TTL) a renewal in flight? */
+static bool renewing(struct agent *ag, const struct sclient *c)
+{
+    struct sclient *hs[SIM_MAX_CLIENTS];
+    unsigned n = holders_of(ag, c->lease_token, c->lease_ttl, hs);
+    bool any = c->rn_inflight;
+    for (unsigned i = 0; i < n; i++)
+        any |= hs[i]->rn_inflight > 0;
+    return any;
+}
+
 /* Sentinel and cluster mode: the backend heard of a failover. Every lease
  * the agent's clients hold on a name it affects (every name in sentinel
  * mode) is in doubt until a renewal sent from now on confirms it. */
@@ -1265,7 +1285,7 @@ static void ag_doubt(void *arg, backend_affected_fn affected, void *farg)
             uint64_t d;
             c->doubted = true;
             c->doubt_at = now;
-            c->doubt_renew = lease_valid(c, &d) && !c->rn_inflight && !c->stopped;
+            c->doubt_renew = lease_valid(c, &d) && !renewing(ag, c) && !c->stopped;
         }
     }
     core_doubt(&ag->core, affected, farg, now);
@@ -1373,6 +1393,22 @@ static void draw_kind(struct sim *s, struct sclient *c, struct wire_acquire *m)
     c->acq_permits = permits;
     c->acq_flags = m->flags;
     c->acq_owner = m->owner;
+    /* Now and then a set of two names: the agent takes one name per
+     * acquire (DLOCK_EINVAL), and must grant no part of a set. */
+    c->acq_set = rng_chance(r, 2);
+    if (c->acq_set) {
+        uint8_t *b = c->set_buf;
+        for (unsigned i = 0; i < 2; i++) {
+            const char *name = s->names[(n + i) % s->nnames];
+            size_t len = strlen(name);
+            b[0] = (uint8_t)len;
+            b[1] = 0;
+            memcpy(b + 2, name, len);
+            b += 2 + len;
+        }
+        m->nnames = 2;
+        m->names = c->set_buf;
+    }
 }
 
 static void client_acquire(struct sclient *c)

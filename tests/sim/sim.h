@@ -315,6 +315,8 @@ struct sclient {
      * for, and the lease's kind with the client's own count of its
      * re-entrant holds. */
     uint8_t acq_kind;
+    bool acq_set; /* over two names (refused: multi-name is not implemented) */
+    uint8_t set_buf[2 * (2 + 8)];
     uint32_t acq_permits, acq_flags, acq_ttl;
     uint64_t acq_owner;
     uint8_t lease_kind;
