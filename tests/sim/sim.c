@@ -247,7 +247,7 @@ static unsigned renew_limit(const struct config *cfg)
  * local shared holders of one grant from the store, who share its permit
  * and renew it each on its own. A renewal names the key and the TTL, not
  * the lease: it is the renewal of one of those whose TTL it has (of any,
- * if none has). */
+ * if none has, or ttl_ms is 0). */
 static unsigned holders_of(struct agent *ag, const char *token, uint32_t ttl_ms,
                            struct sclient **out)
 {
@@ -306,7 +306,9 @@ bool sim_renew_sent(struct agent *ag, const char *token, uint32_t ttl_ms, int *w
     uint64_t now = agent_now(ag);
     struct sclient *c = renewal_for(hs, n, now);
     const char *name = s->names[c->lease_name];
-    *who = (int)c->id;
+    /* Which of several holders it is for, nobody can tell from here. */
+    struct sclient *all[SIM_MAX_CLIENTS];
+    *who = n > 1 || holders_of(ag, token, 0, all) > 1 ? -2 - (int)c->id : (int)c->id;
     c->rn_inflight++;
     for (unsigned i = 0; i < n; i++) {
         hs[i]->doubt_renew = false; /* which of them it is for, the renewal does not say */
@@ -335,23 +337,19 @@ bool sim_renew_sent(struct agent *ag, const char *token, uint32_t ttl_ms, int *w
 }
 
 /* A renewal's answer came back to the core (which has handled it): "not
- * yours" is proof of loss, LOST at once (docs/protocol.md, "Events"): for
- * the local holders of a shared permit, the one whose renewal it was. */
+ * yours" is proof of loss, LOST at once (docs/protocol.md, "Events"), for
+ * the lease whose renewal it was (told when the key has one holder). */
 void sim_renew_answered(struct agent *ag, const char *token, int who,
                         const struct backend_result *r)
 {
     struct sim *s = ag->s;
-    struct sclient *c = who >= 0 ? &s->clients[who] : NULL;
+    bool shared = who < -1;
+    struct sclient *c = who >= 0 ? &s->clients[who] : shared ? &s->clients[-2 - who] : NULL;
     if (!c || c->state != C_HOLDING || strncmp(c->lease_token, token, 32) != 0)
         return;
     if (c->rn_inflight)
         c->rn_inflight--;
-    struct sclient *hs[SIM_MAX_CLIENTS];
-    unsigned n = holders_of(ag, token, c->lease_ttl, hs);
-    bool lost = c->lost_seen;
-    for (unsigned i = 0; i < n; i++)
-        lost |= hs[i]->lost_seen && hs[i]->lost_at == s->now;
-    if (!r->err && r->outcome == BACKEND_NOT_OURS && !lost && !s->stop)
+    if (!shared && !r->err && r->outcome == BACKEND_NOT_OURS && !c->lost_seen && !s->stop)
         violation(s, "events", 0,
                   "a renewal of client%u's lease on %s was answered \"not yours\", and the lease "
                   "was not LOST",
@@ -1150,7 +1148,6 @@ static void check_event(struct agent *ag, struct sclient *c, const struct wire_e
             c->doubted = false;
     } else if (ev->state == DLOCK_STATE_LOST) {
         c->lost_seen = true;
-        c->lost_at = s->now;
         s->res->cov[COV_LOST]++;
         /* The key may still be its: released at once (after "not yours",
          * only in quorum mode, from the nodes that renewed it), unless

@@ -301,7 +301,6 @@ struct sclient {
     uint64_t key_since;                  /* virtual: the acquire that set the key was sent */
     uint32_t lease_ttl, hold_ms, progress_ms;
     bool lost_seen, jeopardy_seen, dropping;
-    uint64_t lost_at;     /* virtual: the LOST event */
     bool held_due;        /* the page went from JEOPARDY to HELD: a HELD event is due */
     bool release_due;     /* LOST: the release of its key is due in the same turn */
     bool stopped;         /* renewal stopped for a bounded hold (JEOPARDY, not HELD since) */
@@ -660,7 +659,8 @@ void sim_released(struct sim *s, const char *name,
                   size_t len); /* a node deleted a key, notifying */
 void sim_acquire_sent(struct agent *ag, const struct backend_req *req);
 void sim_acquire_answered(struct agent *ag, const struct backend_result *r);
-/* true: a storm, leave the core; *who: the client it is counted for */
+/* true: a storm, leave the core; *who: the client it is counted for (-1:
+ * none; -2 - id: one of several holders of its key) */
 bool sim_renew_sent(struct agent *ag, const char *token, uint32_t ttl_ms, int *who);
 void sim_renew_answered(struct agent *ag, const char *token, int who,
                         const struct backend_result *r);
