@@ -2492,6 +2492,12 @@ static int setup(struct sim *s)
     /* Waiters are served once every holder ahead has held: a paused holder
      * holds up to 8 TTLs of at most max_ttl_ms, and each client can be one. */
     s->hard_end = s->run_end + MS(60000) + s->nclients * 8 * MS(s->agents[0].cfg.max_ttl_ms);
+    /* In quorum mode each node's waiting-hosts record orders the hosts by
+     * itself: when they disagree, every waiter is told "taken" (another
+     * host's turn) while the lock is free, and no release notice comes; the
+     * waiters try again by their fallback retry, here a minute or more. */
+    if (s->quorum && s->kinds && s->notices_only)
+        s->hard_end += s->nclients * MS(90000);
     s->running = true;
     ev_push(s, s->run_end, EV_RUN_END, 0, 0, NULL);
     return 0;
