@@ -294,7 +294,8 @@ static struct sclient *renewal_for(struct sclient **hs, unsigned n, uint64_t now
 /* A renewal leaves for the key of token: not past a bounded hold (maximum
  * hold, or a holder stalled beyond progress_ms), and not more often than
  * documented (a storm is a violation with its seed, not a timeout). *who:
- * the client it is counted for (-1: none). */
+ * the client it is counted for (-1: none; -2 - id: one of several holders
+ * of the key). */
 bool sim_renew_sent(struct agent *ag, const char *token, uint32_t ttl_ms, int *who)
 {
     struct sim *s = ag->s;
@@ -306,12 +307,13 @@ bool sim_renew_sent(struct agent *ag, const char *token, uint32_t ttl_ms, int *w
     uint64_t now = agent_now(ag);
     struct sclient *c = renewal_for(hs, n, now);
     const char *name = s->names[c->lease_name];
-    /* Which of several holders it is for, nobody can tell from here. */
+    /* Which of several holders it is for, nobody can tell from here: it
+     * counts as the renewal at once of each of them after a doubt. */
     struct sclient *all[SIM_MAX_CLIENTS];
     *who = n > 1 || holders_of(ag, token, 0, all) > 1 ? -2 - (int)c->id : (int)c->id;
     c->rn_inflight++;
     for (unsigned i = 0; i < n; i++) {
-        hs[i]->doubt_renew = false; /* which of them it is for, the renewal does not say */
+        hs[i]->doubt_renew = false;
         over_hold += hs[i]->hold_ms && now >= hs[i]->hold_from + MS(hs[i]->hold_ms);
         stalled +=
             hs[i]->progress_ms && hs[i]->paused && now - last_touch(hs[i]) > MS(hs[i]->progress_ms);
