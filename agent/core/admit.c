@@ -4,6 +4,13 @@
 
 #include "dlock.h"
 
+#ifdef DLOCK_PLANTED_BUGS
+#include "core.h"
+#define PLANTED(b) (core_bug == (b))
+#else
+#define PLANTED(b) 0
+#endif
+
 bool admit_compatible(const struct admit_ask *a, const struct admit_ask *b)
 {
     if (a->kind == LOCK_EXCLUSIVE || b->kind == LOCK_EXCLUSIVE)
@@ -20,7 +27,8 @@ enum admit_verdict admit_first(const struct admit_held *h, const struct admit_as
     struct admit_ask held = {.kind = h->kind, .permits = h->permits};
     if (!admit_compatible(&held, a))
         return ADMIT_CLASH;
-    if (a->kind == LOCK_EXCLUSIVE || h->kind == LOCK_EXCLUSIVE)
+    if (a->kind == LOCK_EXCLUSIVE ||
+        (h->kind == LOCK_EXCLUSIVE && !(PLANTED(CORE_BUG_READER_JOINS_WRITER) && h->can_join)))
         return ADMIT_WAIT;
     /* A reader joins the local readers' grant while it may take one more,
      * else asks the store for a grant of its own beside them. */

@@ -699,8 +699,8 @@ static const struct lease *join_source(const struct core *k, const struct lock *
     if (!cohort_open(k, l, now))
         return NULL;
     LIST_FOREACH(le, &l->holders, hlink)
-    if (le->ask.kind == LOCK_SHARED && plainly_valid(le, now) &&
-        (!best || le->deadline > best->deadline))
+    if ((le->ask.kind == LOCK_SHARED || PLANTED(CORE_BUG_READER_JOINS_WRITER)) &&
+        plainly_valid(le, now) && (!best || le->deadline > best->deadline))
         best = le;
     return best;
 }
@@ -717,7 +717,8 @@ static void join_holders(struct core *k, struct lock *l, const struct lease *src
         deadline = fresh;
     /* Its first renewal comes with src's, or at once with another TTL. */
     uint64_t due = ttl_ms == src->ttl_ms && tnode_queued(&src->timer) ? src->timer.due : now;
-    struct lease *le = lease_start(k, l, w, src->token, ttl_ms, deadline, l->cohort_next, now, now);
+    uint64_t fence = PLANTED(CORE_BUG_JOIN_SAME_FENCE) ? src->fence : l->cohort_next;
+    struct lease *le = lease_start(k, l, w, src->token, ttl_ms, deadline, fence, now, now);
     if (!le)
         return; /* w was answered with the error; src keeps the key */
     l->cohort_next++;
@@ -736,7 +737,7 @@ static struct admit_held held_here(const struct core *k, const struct lock *l, u
     if (first) {
         h.kind = first->ask.kind;
         h.permits = first->ask.permits;
-        if (h.kind == LOCK_SHARED)
+        if (h.kind == LOCK_SHARED || PLANTED(CORE_BUG_READER_JOINS_WRITER))
             *join = join_source(k, l, now);
         h.can_join = *join != NULL;
     }
@@ -957,7 +958,8 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
                  c->comm);
         struct backend_req req = {.op = BACKEND_ACQUIRE,
                                   .kind = w->ask.kind,
-                                  .limit = w->ask.permits,
+                                  .limit = w->ask.permits +
+                                           (w->ask.permits && PLANTED(CORE_BUG_SEM_OVER_LIMIT)),
                                   .name = l->name,
                                   .len = l->name_len,
                                   .token = l->acq_token,
@@ -1242,7 +1244,7 @@ void core_release(struct core *k, struct core_client *c, uint32_t req_id, uint64
         k->env.error(k->env.arg, c, req_id, DLOCK_ENOTFOUND, "no such lease on this connection");
         return;
     }
-    if (le->holds > 1) {
+    if (le->holds > 1 && !PLANTED(CORE_BUG_REENTRY_FIRST_RELEASE)) {
         /* A re-entered lease: the last release of its owner releases it. */
         le->holds--;
         k->env.ok(k->env.arg, c, req_id);

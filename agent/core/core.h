@@ -208,6 +208,10 @@ enum core_bug {
     CORE_BUG_QUEUE_JUMP,          /* a new waiter goes ahead of all but the first */
     CORE_BUG_STALE_CONFIRM,       /* a renewal sent before a doubt confirms the lease */
     CORE_BUG_QUORUM_FENCE_UNCONFIRMED, /* quorum: a write-back counts before it is answered */
+    CORE_BUG_REENTRY_FIRST_RELEASE,    /* a re-entered lease goes at its first release */
+    CORE_BUG_JOIN_SAME_FENCE,          /* a joining reader gets the holders' token again */
+    CORE_BUG_SEM_OVER_LIMIT,           /* a semaphore asks the store for one permit more */
+    CORE_BUG_READER_JOINS_WRITER,      /* a reader joins a writer's grant */
 };
 extern enum core_bug core_bug;
 #endif

@@ -656,6 +656,21 @@ static int c_op(struct backend *b, const struct backend_req *req, backend_cb cb,
     return submit(b, (uint8_t)req->op, req, cb, NULL, arg);
 }
 
+/* To the master of the name's slot by the map, unanswered (a redirect is
+ * not followed: the entry lapses), as backend_cluster.c's cl_leave. */
+static void c_leave(struct backend *be, const struct backend_req *req)
+{
+    struct cb *cb = (struct cb *)be;
+    int idx = sim_name_index(cb->s, req->name, req->len);
+    if (!cb->have_map || cb->closing || idx < 0)
+        return;
+    int to = cb->owner[cb->s->name_cslot[idx]];
+    if (to < 0)
+        return;
+    struct backend *b = &link_at(cb->s, cb->ag->id, (unsigned)to)->base;
+    b->ops->leave(b, req);
+}
+
 static int c_lookup(struct backend *b, const char *name, size_t len, backend_lookup_cb cb,
                     void *arg)
 {
@@ -748,6 +763,7 @@ static void c_destroy(struct backend *b)
 static const struct backend_ops cluster_ops = {
     .op = c_op,
     .watch = c_watch,
+    .leave = c_leave,
     .lookup = c_lookup,
     .flush = c_flush,
     .pending = c_pending,
@@ -783,6 +799,7 @@ struct backend *cluster_backend_new(struct agent *ag, const struct backend_event
     if (!cb)
         return NULL;
     cb->base.ops = &cluster_ops;
+    cb->base.kinds = BACKEND_KIND(LOCK_SHARED) | BACKEND_KIND(LOCK_SEMAPHORE);
     cb->s = s;
     cb->ag = ag;
     cb->ev = *ev;

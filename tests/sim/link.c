@@ -39,8 +39,8 @@ bool sim_bug_no_confirm;
 #define BUG_NO_CONFIRM 0
 #endif
 
-static const char *const kind_name[] = {"acquire", "renew",  "release",   "fence",
-                                        "lookup",  "notice", "subscribe", "unsubscribe"};
+static const char *const kind_name[] = {"acquire", "renew",     "release",     "fence", "lookup",
+                                        "notice",  "subscribe", "unsubscribe", "leave"};
 
 static struct msg *msg_new(struct link *l, uint8_t kind)
 {
@@ -87,7 +87,8 @@ static void hold(struct link *l, struct msg *m, bool to_agent)
 static void to_node(struct link *l, struct msg *m)
 {
     struct sim *s = l->s;
-    uint64_t *fifo = m->kind >= OP_SUBSCRIBE ? &l->sub_at : &l->to_node_at;
+    bool sub = m->kind == OP_SUBSCRIBE || m->kind == OP_UNSUBSCRIBE;
+    uint64_t *fifo = sub ? &l->sub_at : &l->to_node_at;
     uint64_t at = s->now + net_delay(s) + l->lag;
     if (at < *fifo)
         at = *fifo;
@@ -129,6 +130,9 @@ static int submit(struct backend *b, uint8_t kind, const struct backend_req *req
     if (req->holder)
         snprintf(m->holder, sizeof m->holder, "%s", req->holder);
     m->ttl_ms = req->ttl_ms;
+    m->lkind = (uint8_t)req->kind;
+    m->limit = req->limit;
+    m->want_ms = req->want_ms;
     m->notify = req->notify;
     m->floor = req->floor;
     m->block = req->block;
@@ -153,6 +157,17 @@ static int submit(struct backend *b, uint8_t kind, const struct backend_req *req
 static int l_op(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
 {
     return submit(b, (uint8_t)req->op, req, cb, NULL, arg);
+}
+
+/* HDEL of the agent's entry in the name's waiting-hosts record, on the
+ * command connection, unanswered (as backend_redis.c's): lost with the
+ * connection, the entry lapses. Only the seeds that mix kinds model the
+ * record: in the others nothing is sent (their runs are as before). */
+static void l_leave(struct backend *b, const struct backend_req *req)
+{
+    struct link *l = (struct link *)b;
+    if (l->s->kinds && req->waiter_id)
+        submit(b, OP_LEAVE, req, NULL, NULL, NULL);
 }
 
 static int l_lookup(struct backend *b, const char *name, size_t len, backend_lookup_cb cb,
@@ -258,6 +273,7 @@ static void l_destroy(struct backend *b)
 static const struct backend_ops link_ops = {
     .op = l_op,
     .watch = l_watch,
+    .leave = l_leave,
     .lookup = l_lookup,
     .flush = l_flush,
     .pending = l_pending,
@@ -302,7 +318,9 @@ static void answer(struct link *l, struct msg *m, int err)
         m->failed_at = at;
     }
     if (!err) {
-        if (m->kind == OP_ACQUIRE && m->n > 0) {
+        if (m->kind == OP_ACQUIRE && m->mismatch) {
+            r.outcome = BACKEND_MISMATCH;
+        } else if (m->kind == OP_ACQUIRE && m->n > 0) {
             r.outcome = BACKEND_DONE;
             r.fence = (uint64_t)m->n;
         } else if (m->kind == OP_ACQUIRE) {
@@ -314,11 +332,12 @@ static void answer(struct link *l, struct msg *m, int err)
     }
     TRACE(s, "agent%u <- node%u #%" PRIu64 " %s %.*s: %s", l->ag->id, l->nd->id, m->id,
           kind_name[m->kind], (int)m->name_len, m->name,
-          r.error_text                 ? r.error_text
-          : err                        ? dlock_strerror(err)
-          : r.outcome == BACKEND_DONE  ? "done"
-          : r.outcome == BACKEND_TAKEN ? "taken"
-                                       : "not ours");
+          r.error_text                    ? r.error_text
+          : err                           ? dlock_strerror(err)
+          : r.outcome == BACKEND_DONE     ? "done"
+          : r.outcome == BACKEND_TAKEN    ? "taken"
+          : r.outcome == BACKEND_MISMATCH ? "another kind"
+                                          : "not ours");
     if (m->cb)
         m->cb(m->arg, &r);
 }
@@ -745,6 +764,7 @@ void link_init(struct sim *s, struct link *l, struct agent *ag, struct node *nd,
     memset(l, 0, sizeof *l);
     l->base.ops = &link_ops;
     l->base.release_after_miss = false;
+    l->base.kinds = BACKEND_KIND(LOCK_SHARED) | BACKEND_KIND(LOCK_SEMAPHORE);
     l->s = s;
     l->ag = ag;
     l->nd = nd;

@@ -16,7 +16,8 @@
 struct bug {
     const char *name;
     int core; /* enum core_bug, or the model's own: -1 release_no_compare, -2 no_confirm,
-               * -3 cluster_no_doubt, -4 cluster_ask_as_moved, -5 cluster_stale_owner */
+               * -3 cluster_no_doubt, -4 cluster_ask_as_moved, -5 cluster_stale_owner,
+               * -6 counted_renew_shortens, -7 counted_no_mismatch */
 };
 
 static const struct bug bugs[] = {
@@ -48,6 +49,12 @@ static const struct bug bugs[] = {
     {"cluster_no_doubt", -3},
     {"cluster_ask_as_moved", -4},
     {"cluster_stale_owner", -5},
+    {"reentry_first_release", CORE_BUG_REENTRY_FIRST_RELEASE},
+    {"join_same_fence", CORE_BUG_JOIN_SAME_FENCE},
+    {"sem_over_limit", CORE_BUG_SEM_OVER_LIMIT},
+    {"reader_joins_writer", CORE_BUG_READER_JOINS_WRITER},
+    {"counted_renew_shortens", -6},
+    {"counted_no_mismatch", -7},
 #endif
     {NULL, 0},
 };
@@ -102,8 +109,12 @@ static int set_bug(const char *name)
             sim_bug_cluster_no_doubt = true;
         else if (b->core == -4)
             sim_bug_cluster_ask_as_moved = true;
-        else
+        else if (b->core == -5)
             sim_bug_cluster_stale_owner = true;
+        else if (b->core == -6)
+            sim_bug_counted_renew_shortens = true;
+        else
+            sim_bug_counted_no_mismatch = true;
 #endif
         return 0;
     }

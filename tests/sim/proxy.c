@@ -85,24 +85,29 @@ struct prenew {
     backend_cb cb;
     void *arg;
     uint64_t sent_at;
+    int who; /* the client it is counted for */
     char token[33];
 };
 
 static void on_renewed(void *arg, const struct backend_result *r)
 {
     struct prenew *pr = arg;
-    if (!r->err && r->outcome == BACKEND_DONE && pr->ag->core_live)
+    bool done = !r->err && r->outcome == BACKEND_DONE && pr->ag->core_live;
+    if (done)
         sim_renewed(pr->ag, pr->token, pr->sent_at);
     pr->cb(pr->arg, r);
+    if (done)
+        sim_renewed(pr->ag, NULL, 0);
     if (pr->ag->core_live)
-        sim_renew_answered(pr->ag, pr->token, r);
+        sim_renew_answered(pr->ag, pr->token, pr->who, r);
     free(pr);
 }
 
 static int p_renew(struct backend *b, const struct backend_req *req, backend_cb cb, void *arg)
 {
     struct proxy *p = (struct proxy *)b;
-    if (sim_renew_sent(p->ag, req->token)) {
+    int who;
+    if (sim_renew_sent(p->ag, req->token, req->ttl_ms, &who)) {
         /* A storm: answer this one (the core finds nothing in flight) and
          * leave the core. */
         cb(arg, &(struct backend_result){.err = DLOCK_EUNAVAIL, .at = agent_now(p->ag)});
@@ -115,10 +120,15 @@ static int p_renew(struct backend *b, const struct backend_req *req, backend_cb 
     pr->cb = cb;
     pr->arg = arg;
     pr->sent_at = agent_now(p->ag);
+    pr->who = who;
     memcpy(pr->token, req->token, 32);
     int rc = p->inner->ops->op(p->inner, req, on_renewed, pr);
-    if (rc)
+    if (rc) {
+        /* Failed at once: nothing is in flight. */
+        sim_renew_answered(p->ag, pr->token, who,
+                           &(struct backend_result){.err = rc, .at = agent_now(p->ag)});
         free(pr);
+    }
     return rc;
 }
 
@@ -179,6 +189,13 @@ static int p_watch(struct backend *b, const char *name, size_t len, bool on)
     return p->inner->ops->watch ? p->inner->ops->watch(p->inner, name, len, on) : 0;
 }
 
+static void p_leave(struct backend *b, const struct backend_req *req)
+{
+    struct proxy *p = (struct proxy *)b;
+    if (p->inner->ops->leave)
+        p->inner->ops->leave(p->inner, req);
+}
+
 static int p_lookup(struct backend *b, const char *name, size_t len, backend_lookup_cb cb,
                     void *arg)
 {
@@ -226,6 +243,7 @@ static void p_destroy(struct backend *b)
 static const struct backend_ops proxy_ops = {
     .op = p_op,
     .watch = p_watch,
+    .leave = p_leave,
     .lookup = p_lookup,
     .flush = p_flush,
     .pending = p_pending,

@@ -37,10 +37,16 @@ const char *const coverage_names[COV_COUNT] = {
     "waiters failed after outage_wait_ms",
     "releases pending past 1.2 s",
     "excuse windows ended with a lease checked",
+    "shared joins",
+    "semaphore permits beside local holders",
+    "re-entries",
+    "EKIND answers",
+    "readers behind another host's writer",
+    "kinds or name sets refused",
 };
 
 /* The checks and the faults that excuse them. */
-#define EXCUSE_MUTEX (X_DATA_LOSS | X_UNDETECTED_LOSS | X_CLOCK_FORWARD | X_DRIFT)
+#define EXCUSE_MUTEX (X_DATA_LOSS | X_UNDETECTED_LOSS | X_CLOCK_FORWARD | X_DRIFT | X_PERMIT_CLOCK)
 /* Tokens follow the order of the acquires on Redis; grants follow it too
  * only while one lease at a time is valid, so whatever breaks mutual
  * exclusion may also deliver an earlier token after a later one. */
@@ -188,20 +194,20 @@ static int fifo_find(struct agent *ag, const struct sclient *c)
 }
 
 static void fence_excuse(struct sim *s, unsigned name, uint64_t floor);
+static void fence_excuse_from(struct sim *s, uint64_t since, uint64_t written, uint64_t prev,
+                              uint64_t floor);
 static bool lease_valid(const struct sclient *c, uint64_t *deadline);
 
-/* Sentinel mode: a renewal sent at sent_at (agent clock) found the key of
- * ag's lease with token: it confirms a lease in doubt if sent after the
- * agent heard of the failover. */
+/* Sentinel and cluster mode: a renewal sent at sent_at (agent clock) found
+ * the key of ag's lease with token; while the core handles the answer, a
+ * lease it shows HELD again is confirmed, if the renewal was sent after
+ * the agent heard of the failover (check_event). The lease is told by its
+ * HELD event, not by the token: the local holders of a shared permit share
+ * it, and each renews on its own. */
 void sim_renewed(struct agent *ag, const char *token, uint64_t sent_at)
 {
-    struct sim *s = ag->s;
-    for (unsigned i = 0; i < s->nclients; i++) {
-        struct sclient *c = &s->clients[i];
-        if (c->ag == ag && c->state == C_HOLDING && c->doubted && sent_at >= c->doubt_at &&
-            strncmp(c->lease_token, token, 32) == 0)
-            c->doubted = false;
-    }
+    ag->confirm_token = token;
+    ag->confirm_sent = sent_at;
 }
 static void client_next(struct sclient *c, uint64_t delay);
 static void client_crash_at(struct sclient *c, uint64_t delay);
@@ -237,46 +243,92 @@ static unsigned renew_limit(const struct config *cfg)
     return (unsigned)(2.0 / cfg->renew_fraction) + 20;
 }
 
-static struct sclient *holder_of(struct agent *ag, const char *token)
+/* The clients of ag holding a lease on the key of token: one, or the
+ * local shared holders of one grant from the store, who share its permit
+ * and renew it each on its own. A renewal names the key and the TTL, not
+ * the lease: it is the renewal of one of those whose TTL it has (of any,
+ * if none has, or ttl_ms is 0). */
+static unsigned holders_of(struct agent *ag, const char *token, uint32_t ttl_ms,
+                           struct sclient **out)
 {
     struct sim *s = ag->s;
+    unsigned n = 0, same = 0;
     for (unsigned i = 0; i < s->nclients; i++) {
         struct sclient *c = &s->clients[i];
         if (c->ag == ag && c->state == C_HOLDING && c->lease_id &&
             strncmp(c->lease_token, token, 32) == 0)
-            return c;
+            out[n++] = c;
     }
-    return NULL;
+    for (unsigned i = 0; i < n; i++)
+        if (out[i]->lease_ttl == ttl_ms)
+            out[same++] = out[i];
+    return same ? same : n;
+}
+
+/* How likely a holder's lease is the one a renewal is for: one with no
+ * renewal in flight (the core sends one at a time per lease), one whose
+ * renewal has not stopped, one in doubt and due for a renewal. */
+static unsigned renewal_rank(const struct sclient *h)
+{
+    return (h->rn_inflight == 0) * 4 + !h->stopped * 2 + h->doubt_renew;
+}
+
+/* Of the holders a renewal may be for, the one it is counted for: the
+ * likeliest, then the one with the fewest renewals in its current window. */
+static struct sclient *renewal_for(struct sclient **hs, unsigned n, uint64_t now)
+{
+    struct sclient *best = hs[0];
+    for (unsigned i = 0; i < n; i++) {
+        struct sclient *h = hs[i];
+        if (!h->rn_count || now - h->rn_start >= MS(h->lease_ttl)) {
+            h->rn_start = now;
+            h->rn_count = 0;
+        }
+        unsigned r = renewal_rank(h), rb = renewal_rank(best);
+        if (r != rb ? r > rb : h->rn_count < best->rn_count)
+            best = h;
+    }
+    return best;
 }
 
 /* A renewal leaves for the key of token: not past a bounded hold (maximum
  * hold, or a holder stalled beyond progress_ms), and not more often than
- * documented (a storm is a violation with its seed, not a timeout). */
-bool sim_renew_sent(struct agent *ag, const char *token)
+ * documented (a storm is a violation with its seed, not a timeout). *who:
+ * the client it is counted for (-1: none; -2 - id: one of several holders
+ * of the key). */
+bool sim_renew_sent(struct agent *ag, const char *token, uint32_t ttl_ms, int *who)
 {
     struct sim *s = ag->s;
-    struct sclient *c = holder_of(ag, token);
-    if (!c)
+    struct sclient *hs[SIM_MAX_CLIENTS];
+    unsigned n = holders_of(ag, token, ttl_ms, hs), over_hold = 0, stalled = 0;
+    *who = -1;
+    if (!n)
         return false;
     uint64_t now = agent_now(ag);
+    struct sclient *c = renewal_for(hs, n, now);
     const char *name = s->names[c->lease_name];
-    c->doubt_renew = false;
+    /* Which of several holders it is for, nobody can tell from here: it
+     * counts as the renewal at once of each of them after a doubt. */
+    struct sclient *all[SIM_MAX_CLIENTS];
+    *who = n > 1 || holders_of(ag, token, 0, all) > 1 ? -2 - (int)c->id : (int)c->id;
     c->rn_inflight++;
-    if (c->hold_ms && now >= c->hold_from + MS(c->hold_ms) && !s->stop)
+    for (unsigned i = 0; i < n; i++) {
+        hs[i]->doubt_renew = false;
+        over_hold += hs[i]->hold_ms && now >= hs[i]->hold_from + MS(hs[i]->hold_ms);
+        stalled +=
+            hs[i]->progress_ms && hs[i]->paused && now - last_touch(hs[i]) > MS(hs[i]->progress_ms);
+    }
+    if (over_hold == n && !s->stop)
         violation(s, "bounded hold", 0,
                   "agent%u renews client%u's lease on %s %" PRIu64
                   " ms after its maximum hold of %u ms ran out",
                   ag->id, c->id, name, (uint64_t)(now - c->hold_from - MS(c->hold_ms)) / 1000000,
                   c->hold_ms);
-    if (c->progress_ms && c->paused && now - last_touch(c) > MS(c->progress_ms) && !s->stop)
+    if (stalled == n && !s->stop)
         violation(s, "progress", 0,
                   "agent%u renews client%u's lease on %s, untouched for %" PRIu64
                   " ms, beyond its progress_ms of %u",
                   ag->id, c->id, name, (now - last_touch(c)) / 1000000, c->progress_ms);
-    if (!c->rn_count || now - c->rn_start >= MS(c->lease_ttl)) {
-        c->rn_start = now;
-        c->rn_count = 0;
-    }
     if (++c->rn_count > renew_limit(&ag->cfg) && !s->stop)
         violation(s, "renewal rate", 0,
                   "agent%u sent %u renewals of client%u's lease on %s (TTL %u ms) within one "
@@ -287,16 +339,19 @@ bool sim_renew_sent(struct agent *ag, const char *token)
 }
 
 /* A renewal's answer came back to the core (which has handled it): "not
- * yours" is proof of loss, LOST at once (docs/protocol.md, "Events"). */
-void sim_renew_answered(struct agent *ag, const char *token, const struct backend_result *r)
+ * yours" is proof of loss, LOST at once (docs/protocol.md, "Events"), for
+ * the lease whose renewal it was (told when the key has one holder). */
+void sim_renew_answered(struct agent *ag, const char *token, int who,
+                        const struct backend_result *r)
 {
     struct sim *s = ag->s;
-    struct sclient *c = holder_of(ag, token);
-    if (!c)
+    bool shared = who < -1;
+    struct sclient *c = who >= 0 ? &s->clients[who] : shared ? &s->clients[-2 - who] : NULL;
+    if (!c || c->state != C_HOLDING || strncmp(c->lease_token, token, 32) != 0)
         return;
     if (c->rn_inflight)
         c->rn_inflight--;
-    if (!r->err && r->outcome == BACKEND_NOT_OURS && !c->lost_seen && !s->stop)
+    if (!shared && !r->err && r->outcome == BACKEND_NOT_OURS && !c->lost_seen && !s->stop)
         violation(s, "events", 0,
                   "a renewal of client%u's lease on %s was answered \"not yours\", and the lease "
                   "was not LOST",
@@ -418,6 +473,58 @@ static void check_handoff(struct agent *ag, unsigned name, const struct sclient 
                   ag->id, s->names[name], c->id, (now - co->sent_at) / 1000000, ag->cfg.cohort_ms);
 }
 
+/* A shared request joins the local holders' grant from the store (their
+ * permit): the agent's last grant of the name from the store was shared, a
+ * local holder of its permit has more than half its TTL left, and the join
+ * takes the next token of the block reserved with that grant, within
+ * cohort_handoffs and before cohort_ms from its acquire's send
+ * (docs/protocol.md, "Cohort handoff"). */
+static void check_join(struct agent *ag, unsigned name, const struct sclient *c, uint64_t fence)
+{
+    struct sim *s = ag->s;
+    struct cohort_rec *co = &ag->cohort[name];
+    uint64_t now = agent_now(ag);
+    s->res->cov[COV_JOIN]++;
+    if (co->kind != LOCK_SHARED) {
+        violation(s, "cohort", 0,
+                  "agent%u joins client%u to %s, whose last grant from the store was not shared",
+                  ag->id, c->id, s->names[name]);
+        return;
+    }
+    const struct sclient *src = NULL;
+    for (unsigned i = 0; i < s->nclients && !src; i++) {
+        const struct sclient *h = &s->clients[i];
+        const struct page_slot *p = &h->page[h->lease_slot < SIM_PAGE_SLOTS ? h->lease_slot : 0];
+        if (h->ag == ag && h->state == C_HOLDING && !h->lost_seen && h->lease_name == name &&
+            strncmp(h->lease_token, co->token, 32) == 0 && p->lease_id == h->lease_id &&
+            p->state == DLOCK_STATE_HELD && p->deadline > now + MS(h->lease_ttl) / 2)
+            src = h;
+    }
+    co->handoffs++;
+    if (co->handoffs == co->block)
+        s->res->cov[COV_BLOCK_END]++;
+    if (co->handoffs > co->block || co->handoffs > ag->cfg.cohort_handoffs)
+        violation(s, "cohort", 0,
+                  "agent%u joins client%u to %s: join %u of a grant whose acquire reserved %u "
+                  "(cohort_handoffs %u)",
+                  ag->id, c->id, s->names[name], co->handoffs, co->block, ag->cfg.cohort_handoffs);
+    else if (fence != co->fence0 + co->handoffs)
+        violation(s, "cohort", 0,
+                  "agent%u joins client%u to %s with token %" PRIu64
+                  ", not the next of the reserved block (%" PRIu64 ")",
+                  ag->id, c->id, s->names[name], fence, co->fence0 + co->handoffs);
+    else if (!src)
+        violation(s, "cohort", 0,
+                  "agent%u joins client%u to %s, and no local holder of its permit has more than "
+                  "half its TTL left",
+                  ag->id, c->id, s->names[name]);
+    else if (now >= co->sent_at + MS(ag->cfg.cohort_ms))
+        violation(s, "cohort", 0,
+                  "agent%u joins client%u to %s %" PRIu64
+                  " ms after the acquire of its permit was sent, past cohort_ms (%u)",
+                  ag->id, c->id, s->names[name], (now - co->sent_at) / 1000000, ag->cfg.cohort_ms);
+}
+
 /* Makes room in a growing array of *cap elements of size bytes for one
  * more after the n it holds. */
 static void room_for(size_t n, size_t *cap, void **array, size_t size)
@@ -437,7 +544,7 @@ static void room_for(size_t n, size_t *cap, void **array, size_t size)
 /* Sets the terms of c's new lease on name, for the checks above and the
  * event contract; a grant from the store starts a cohort. */
 static void lease_terms(struct agent *ag, struct sclient *c, unsigned name,
-                        const struct wire_granted *g)
+                        const struct wire_granted *g, bool from_store)
 {
     struct sim *s = ag->s;
     c->grant_at = agent_now(ag);
@@ -449,8 +556,9 @@ static void lease_terms(struct agent *ag, struct sclient *c, unsigned name,
     c->lost_seen = c->jeopardy_seen = c->held_due = c->release_due = false;
     c->stopped = c->doubt_renew = false;
     c->rn_count = c->rn_inflight = 0;
-    if (ag->watch_token) {
+    if (from_store) {
         struct cohort_rec *co = &ag->cohort[name];
+        co->kind = c->lease_kind;
         bool known = strncmp(ag->acq[name].token, ag->watch_token, 32) == 0;
         memcpy(co->token, ag->watch_token, 33);
         co->sent_at = known ? ag->acq[name].sent_at : c->grant_at;
@@ -462,7 +570,10 @@ static void lease_terms(struct agent *ag, struct sclient *c, unsigned name,
         c->hold_from = co->sent_at;
         c->key_since = co->sent_vt;
     } else {
-        check_handoff(ag, name, c, g->fence);
+        if (c->lease_kind == LOCK_SHARED)
+            check_join(ag, name, c, g->fence);
+        else
+            check_handoff(ag, name, c, g->fence);
         c->hold_from = c->grant_at;
         c->key_since = ag->cohort[name].sent_vt;
     }
@@ -578,7 +689,7 @@ static void check_release(struct sim *s, unsigned idx)
         if (back && back + MS(ag->cfg.max_ttl_ms) >= ri->at)
             continue;
         const struct rkey *k = node_key(nd, s->lock_keys[ri->name]);
-        if (!k || strncmp(k->val, ri->token, 32) != 0)
+        if (!k || !node_key_holds(nd, k, ri->token))
             continue;
         /* Usable since: the latest of the link to the node coming up
          * (cluster mode: every link, since the release may have to follow
@@ -610,6 +721,127 @@ static void check_release(struct sim *s, unsigned idx)
     }
 }
 
+/* A shared or semaphore grant: its token above every earlier exclusive
+ * grant's (unless it overlaps a valid exclusive lease, a breach of mutual
+ * exclusion), and never one an earlier counted grant of the name had. */
+static void check_counted_fence(struct sim *s, struct agent *ag, struct sclient *c, unsigned name,
+                                uint64_t fence, bool overlap)
+{
+    uint64_t floor = ag->cohort[name].wall_us;
+    for (size_t i = s->ncgrants; i-- > 0;) {
+        const struct cgrant *g = &s->cgrants[i];
+        if (g->name != name || g->fence != fence)
+            continue;
+        fence_excuse_from(s, g->at, g->sent, g->fence, floor);
+        violation(s, "fencing", EXCUSE_FENCE,
+                  "grant of %s to client%u on agent%u has token %" PRIu64 ", which a grant %" PRIu64
+                  " ms before had too",
+                  s->names[name], c->id, ag->id, fence, (s->now - g->at) / 1000000);
+        break;
+    }
+    room_for(s->ncgrants, &s->cgrants_cap, (void **)&s->cgrants, sizeof *s->cgrants);
+    s->cgrants[s->ncgrants++] =
+        (struct cgrant){.name = name, .fence = fence, .at = s->now, .sent = c->key_since};
+    if (!overlap && s->excl_seen[name] && fence <= s->excl_fence[name]) {
+        fence_excuse_from(s, s->excl_fence_at[name], s->excl_fence_sent[name], s->excl_fence[name],
+                          floor);
+        violation(s, "fencing", EXCUSE_FENCE,
+                  "grant of %s (%s) to client%u on agent%u has token %" PRIu64
+                  ", not above the earlier exclusive grant's %" PRIu64,
+                  s->names[name], c->lease_kind == LOCK_SHARED ? "shared" : "semaphore", c->id,
+                  ag->id, fence, s->excl_fence[name]);
+        /* Excused: from here on the tokens of the new marks count. */
+        s->excl_seen[name] = false;
+        s->last_fence[name] = 0;
+    }
+    if (!s->fence_seen[name] || fence > s->last_fence[name]) {
+        s->last_fence[name] = fence;
+        s->last_fence_at[name] = s->now;
+        s->last_fence_sent[name] = c->key_since;
+    }
+}
+
+/* Fencing order per kind (docs/fencing.md): an exclusive grant's token is
+ * above every earlier grant's of the name, of any kind; a shared or
+ * semaphore grant's above every earlier exclusive grant's, and unique.
+ * Grants whose leases overlap a lease they must exclude are left to mutual
+ * exclusion: tokens follow the order of the acquires on Redis, grants that
+ * order only while exclusion holds. */
+static void check_fence(struct sim *s, struct agent *ag, struct sclient *c, unsigned name,
+                        uint64_t fence)
+{
+    bool excl = c->lease_kind == LOCK_EXCLUSIVE, overlap = false;
+    for (unsigned i = 0; i < s->nclients; i++) {
+        const struct sclient *o = &s->clients[i];
+        uint64_t d;
+        overlap |= o != c && o->lease_name == name && lease_valid(o, &d) &&
+                   (excl || o->lease_kind == LOCK_EXCLUSIVE);
+    }
+    if (!excl) {
+        check_counted_fence(s, ag, c, name, fence, overlap);
+    } else if (overlap) {
+        if (fence > s->last_fence[name]) {
+            s->last_fence[name] = fence;
+            s->last_fence_at[name] = s->now;
+            s->last_fence_sent[name] = c->key_since;
+        }
+    } else if (s->fence_seen[name] && fence <= s->last_fence[name]) {
+        fence_excuse(s, name, ag->cohort[name].wall_us);
+        violation(s, "fencing", EXCUSE_FENCE,
+                  "grant of %s to client%u on agent%u has token %" PRIu64
+                  ", not above the previous grant's %" PRIu64,
+                  s->names[name], c->id, ag->id, fence, s->last_fence[name]);
+    }
+    s->fence_seen[name] = true;
+    if (excl && !overlap) {
+        s->last_fence[name] = fence;
+        s->last_fence_at[name] = s->now;
+        s->last_fence_sent[name] = c->key_since;
+    }
+    if (excl && (!overlap || fence > s->excl_fence[name])) {
+        s->excl_seen[name] = true;
+        s->excl_fence[name] = fence;
+        s->excl_fence_at[name] = s->now;
+        s->excl_fence_sent[name] = c->key_since;
+    }
+}
+
+/* A re-entrant acquire of the lease c holds: the same lease, its token
+ * and fence unchanged, one more hold. */
+static void reentry_granted(struct agent *ag, struct sclient *c, const struct wire_granted *g)
+{
+    struct sim *s = ag->s;
+    c->side_pending = false;
+    if (!c->side_reenter) {
+        violation(s, "protocol", 0,
+                  "client%u holds %s and was granted it again without a re-entrant acquire", c->id,
+                  s->names[c->lease_name]);
+        return;
+    }
+    s->digest = (s->digest ^ g->fence) * 0x100000001b3ull;
+    s->res->cov[COV_REENTER]++;
+    if (g->lease_id != c->lease_id || g->fence != c->lease_fence || g->slot != c->lease_slot)
+        violation(s, "re-entry", 0,
+                  "client%u's re-entrant acquire of %s got lease %" PRIx64 " (token %" PRIu64
+                  "), not the lease it holds (%" PRIx64 ", token %" PRIu64 ")",
+                  c->id, s->names[c->lease_name], g->lease_id, g->fence, c->lease_id,
+                  c->lease_fence);
+    c->holds++;
+}
+
+/* Is any other client of ag holding a semaphore permit of name? */
+static bool permit_beside(const struct sim *s, const struct agent *ag, const struct sclient *c,
+                          unsigned name)
+{
+    for (unsigned i = 0; i < s->nclients; i++) {
+        const struct sclient *o = &s->clients[i];
+        if (o != c && o->ag == ag && o->state == C_HOLDING && !o->lost_seen &&
+            o->lease_name == name && o->lease_kind == LOCK_SEMAPHORE)
+            return true;
+    }
+    return false;
+}
+
 static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
                         const struct wire_granted *g)
 {
@@ -618,6 +850,10 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
     struct sclient *c = client_of(cc);
     if (s->stop || !ag->core_live)
         return;
+    if (c->side_pending && req_id == c->side_req) {
+        reentry_granted(ag, c, g);
+        return;
+    }
     s->res->grants++;
     s->digest = (s->digest ^ g->fence) * 0x100000001b3ull;
     TRACE(s,
@@ -631,13 +867,36 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
         return;
     }
     unsigned name = c->acq_name;
+    if (c->acq_set) {
+        violation(s, "multi-name", 0,
+                  "client%u was granted %s, one of a set of names, which the agent does not take "
+                  "all or nothing",
+                  c->id, s->names[name]);
+        return;
+    }
+    /* The first grant in an acquire's answer is the store's; any other is
+     * a handoff of a kept key (exclusive) or a join of the local holders'
+     * permit (shared). */
+    bool from_store = ag->watch_token && !ag->watch_granted;
     ag->watch_granted = true;
     s->wake_due[ag->id][name] = 0;
-    if (ag->watch_token)
+    c->lease_kind = c->acq_kind;
+    c->lease_permits = c->acq_permits;
+    c->lease_flags = c->acq_flags;
+    c->lease_owner = c->acq_owner;
+    if (from_store)
         memcpy(c->lease_token, ag->watch_token, 33);
+    else if (c->lease_kind == LOCK_SHARED)
+        memcpy(c->lease_token, ag->cohort[name].token, 33);
     else
         memcpy(c->lease_token, ag->released_token[name], 33);
-    lease_terms(ag, c, name, g);
+    if (c->lease_kind == LOCK_SEMAPHORE && !from_store)
+        violation(s, "permits", 0,
+                  "agent%u granted client%u a permit of %s without the store's answer", ag->id,
+                  c->id, s->names[name]);
+    if (c->lease_kind == LOCK_SEMAPHORE && permit_beside(s, ag, c, name))
+        s->res->cov[COV_SEM_BESIDE]++;
+    lease_terms(ag, c, name, g, from_store);
     if (g->deadline_ns <= agent_now(ag))
         violation(s, "validity", 0,
                   "agent%u granted %s to client%u with no validity left (deadline %" PRId64
@@ -654,34 +913,7 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
     }
     if (idx >= 0)
         fifo_remove(ag, name, (unsigned)idx);
-    /* Tokens are ordered as their grants are; with two leases valid at once
-     * (mutual exclusion broken, reported by its own check) the order of
-     * reception is not the order on Redis, so they are not compared. */
-    bool overlap = false;
-    for (unsigned i = 0; i < s->nclients; i++) {
-        uint64_t d;
-        overlap |= &s->clients[i] != c && s->clients[i].lease_name == name &&
-                   lease_valid(&s->clients[i], &d);
-    }
-    if (overlap) {
-        if (g->fence > s->last_fence[name]) {
-            s->last_fence[name] = g->fence;
-            s->last_fence_at[name] = s->now;
-            s->last_fence_sent[name] = c->key_since;
-        }
-    } else if (s->fence_seen[name] && g->fence <= s->last_fence[name]) {
-        fence_excuse(s, name, ag->cohort[name].wall_us);
-        violation(s, "fencing", EXCUSE_FENCE,
-                  "grant of %s to client%u on agent%u has token %" PRIu64
-                  ", not above the previous grant's %" PRIu64,
-                  s->names[name], c->id, ag->id, g->fence, s->last_fence[name]);
-    }
-    s->fence_seen[name] = true;
-    if (!overlap) {
-        s->last_fence[name] = g->fence;
-        s->last_fence_at[name] = s->now;
-        s->last_fence_sent[name] = c->key_since;
-    }
+    check_fence(s, ag, c, name, g->fence);
     c->state = C_HOLDING;
     c->lease_id = g->lease_id;
     c->lease_slot = g->slot;
@@ -689,6 +921,8 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
     c->lease_name = name;
     c->releasing_sent = false;
     c->doubted = false;
+    c->holds = 1;
+    c->reenter_left = 0;
     /* Hold for a while, now and then far beyond plan without touching the
      * lease (a paused process); now and then crash while holding. */
     uint64_t ttl = MS(g->ttl_ms), hold;
@@ -700,10 +934,66 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
         hold = rng_chance(&s->rng, 30) ? rng_range(&s->rng, 0, MS(20))
                                        : rng_range(&s->rng, 0, 2 * ttl);
     }
+    /* A re-entrant lease is taken again a few times, then released as many
+     * times (one hold each time). */
+    if (c->lease_flags & WIRE_ACQ_REENTRANT) {
+        c->reenter_left = (unsigned)rng_range(&s->rng, 0, 3);
+        hold /= c->reenter_left + 1;
+    }
     if (rng_chance(&s->rng, 5))
         client_crash_at(c, rng_range(&s->rng, 0, hold));
     else
         client_next(c, hold);
+}
+
+/* The counted kinds a name is asked for as: 0 shared, N a semaphore of N. */
+static unsigned kind_sig(uint8_t kind, uint32_t permits)
+{
+    return kind == LOCK_SHARED ? 0 : permits < SIM_KIND_SIGS ? permits : SIM_KIND_SIGS - 1;
+}
+
+/* A waiter's counted acquire refused: DLOCK_EINVAL where the agent's store
+ * does not keep its kind (docs/redis.md) or for a set of names (one name
+ * per acquire), DLOCK_EKIND where the name is
+ * held or waited for as another counted kind, or with other permits: some
+ * client asked for one (or held one) lately, within two of the longest
+ * TTLs (a permit may outlive its holder by a TTL). */
+static void kind_refused(struct agent *ag, struct sclient *c, int code)
+{
+    struct sim *s = ag->s;
+    unsigned n = c->acq_name, mine = kind_sig(c->acq_kind, c->acq_permits);
+    bool ok = false;
+    if (code == DLOCK_EINVAL) {
+        ok = c->acq_set || !(ag->seam->kinds & BACKEND_KIND(c->acq_kind));
+        s->res->cov[COV_REFUSED] += ok;
+    } else {
+        s->res->cov[COV_EKIND]++;
+        for (unsigned k = 0; k < SIM_KIND_SIGS; k++)
+            ok |= k != mine && s->kind_until[n][k] &&
+                  s->kind_until[n][k] + 2 * MS(ag->cfg.max_ttl_ms) >= s->now;
+    }
+    if (!ok) {
+        violation(s, "protocol", 0,
+                  "client%u's acquire of %s as %s%.0u on agent%u failed: %s, and no other kind "
+                  "of %s was asked for lately",
+                  c->id, s->names[n], c->acq_kind == LOCK_SHARED ? "shared" : "a semaphore of ",
+                  c->acq_permits, ag->id, dlock_strerror(code), s->names[n]);
+        return;
+    }
+    c->state = C_IDLE;
+    client_next(c, rng_range(&s->rng, 0, MS(300)));
+}
+
+/* Notes which counted kinds are asked for or held now (for DLOCK_EKIND). */
+static void note_kinds(struct sim *s)
+{
+    for (unsigned i = 0; i < s->nclients; i++) {
+        const struct sclient *c = &s->clients[i];
+        if (c->state == C_WAITING && c->acq_kind != LOCK_EXCLUSIVE)
+            s->kind_until[c->acq_name][kind_sig(c->acq_kind, c->acq_permits)] = s->now;
+        else if (c->state == C_HOLDING && c->lease_kind != LOCK_EXCLUSIVE)
+            s->kind_until[c->lease_name][kind_sig(c->lease_kind, c->lease_permits)] = s->now;
+    }
 }
 
 static void env_error(void *arg, struct core_client *cc, uint32_t req_id, int code, const char *msg)
@@ -714,10 +1004,24 @@ static void env_error(void *arg, struct core_client *cc, uint32_t req_id, int co
     if (s->stop || !ag->core_live)
         return;
     TRACE(s, "agent%u: client%u req %u: %s", ag->id, c->id, req_id, msg);
+    if (c->side_pending && req_id == c->side_req) {
+        /* A plain acquire of the name it holds: DLOCK_EHELD, at once. */
+        c->side_pending = false;
+        if (c->side_reenter || code != DLOCK_EHELD)
+            violation(s, c->side_reenter ? "re-entry" : "protocol", 0,
+                      "client%u's %s acquire of %s, which it holds, failed: %s", c->id,
+                      c->side_reenter ? "re-entrant" : "plain", s->names[c->lease_name],
+                      dlock_strerror(code));
+        return;
+    }
     if (c->state == C_WAITING && req_id == c->acq_req) {
         int idx = fifo_find(ag, c);
         if (idx >= 0)
             fifo_remove(ag, c->acq_name, (unsigned)idx);
+        if (code == DLOCK_EKIND || (code == DLOCK_EINVAL && (c->acq_kind || c->acq_set))) {
+            kind_refused(ag, c, code);
+            return;
+        }
         bool outage = code == DLOCK_EUNAVAIL || code == DLOCK_ENOQUORUM;
         /* A waiter rides out an outage of up to outage_wait_ms (measured
          * from the store's first failure since it last answered an acquire
@@ -748,6 +1052,7 @@ static void env_error(void *arg, struct core_client *cc, uint32_t req_id, int co
         return;
     }
     if (c->state == C_RELEASING && req_id == c->rel_req) {
+        c->rel_answered = true;
         if (code != DLOCK_ENOTFOUND)
             violation(s, "protocol", 0, "client%u's release failed: %s", c->id,
                       dlock_strerror(code));
@@ -763,6 +1068,7 @@ static void env_ok(void *arg, struct core_client *cc, uint32_t req_id)
     struct sclient *c = client_of(cc);
     if (ag->s->stop || !ag->core_live)
         return;
+    c->rel_answered |= req_id == c->rel_req;
     if (c->state != C_RELEASING || req_id != c->rel_req)
         violation(ag->s, "protocol", 0, "client%u got OK for request %u it did not expect", c->id,
                   req_id);
@@ -783,6 +1089,19 @@ static void env_event(void *arg, struct core_client *cc, const struct wire_event
           : ev->state == DLOCK_STATE_JEOPARDY ? "JEOPARDY"
                                               : "LOST",
           ev->reason ? dlock_strerror(ev->reason) : "ok");
+}
+
+/* Does another local holder share c's permit (a shared grant's)? */
+static bool permit_shared(const struct sim *s, const struct sclient *c)
+{
+    for (unsigned i = 0; i < s->nclients && c->lease_kind == LOCK_SHARED; i++) {
+        const struct sclient *o = &s->clients[i];
+        if (o != c && o->ag == c->ag && (o->state == C_HOLDING || o->rel_nonlast) &&
+            !o->lost_seen && o->lease_name == c->lease_name &&
+            strncmp(o->lease_token, c->lease_token, 32) == 0)
+            return true;
+    }
+    return false;
 }
 
 /* The event contract (docs/protocol.md, "Events"): events come for the
@@ -826,12 +1145,16 @@ static void check_event(struct agent *ag, struct sclient *c, const struct wire_e
     } else if (ev->state == DLOCK_STATE_HELD) {
         c->held_due = false;
         c->stopped = false;
+        if (c->doubted && ag->confirm_token && ag->confirm_sent >= c->doubt_at &&
+            strncmp(c->lease_token, ag->confirm_token, 32) == 0)
+            c->doubted = false;
     } else if (ev->state == DLOCK_STATE_LOST) {
         c->lost_seen = true;
         s->res->cov[COV_LOST]++;
         /* The key may still be its: released at once (after "not yours",
-         * only in quorum mode, from the nodes that renewed it). */
-        c->release_due = ev->reason != DLOCK_ELOST || s->quorum;
+         * only in quorum mode, from the nodes that renewed it), unless
+         * another local holder shares its permit. */
+        c->release_due = (ev->reason != DLOCK_ELOST || s->quorum) && !permit_shared(s, c);
         bool paused = ag->paused_until + MS(c->lease_ttl) > s->now;
         if (ev->reason != DLOCK_ELOST && !c->jeopardy_seen && !paused)
             violation(s, "events", 0,
@@ -864,6 +1187,14 @@ static void env_slot_free(void *arg, struct core_client *cc, uint32_t slot)
         violation(ag->s, "events", 0,
                   "client%u's lease on %s left its lease page without a LOST event", c->id,
                   ag->s->names[c->lease_name]);
+    /* A re-entered lease stays until its last release (docs/protocol.md). */
+    if (c->rel_nonlast && slot == c->lease_slot && !c->lost_seen && !ag->s->stop)
+        violation(ag->s, "re-entry", 0,
+                  "client%u's lease on %s, taken %u times, was released at a release that was "
+                  "not its last",
+                  c->id, ag->s->names[c->lease_name], c->holds);
+    if (slot == c->lease_slot)
+        c->slot_freed = true;
     if (slot < SIM_PAGE_SLOTS)
         memset(&c->page[slot], 0, sizeof c->page[slot]);
 }
@@ -923,6 +1254,18 @@ static void ag_ready(void *arg)
         core_store_ready(&ag->core, agent_now(ag));
 }
 
+/* Has c (or, as far as the renewals tell, a local holder of its permit
+ * with its TTL) a renewal in flight? */
+static bool renewing(struct agent *ag, const struct sclient *c)
+{
+    struct sclient *hs[SIM_MAX_CLIENTS];
+    unsigned n = holders_of(ag, c->lease_token, c->lease_ttl, hs);
+    bool any = c->rn_inflight;
+    for (unsigned i = 0; i < n; i++)
+        any |= hs[i]->rn_inflight > 0;
+    return any;
+}
+
 /* Sentinel and cluster mode: the backend heard of a failover. Every lease
  * the agent's clients hold on a name it affects (every name in sentinel
  * mode) is in doubt until a renewal sent from now on confirms it. */
@@ -941,7 +1284,7 @@ static void ag_doubt(void *arg, backend_affected_fn affected, void *farg)
             uint64_t d;
             c->doubted = true;
             c->doubt_at = now;
-            c->doubt_renew = lease_valid(c, &d) && !c->rn_inflight && !c->stopped;
+            c->doubt_renew = lease_valid(c, &d) && !renewing(ag, c) && !c->stopped;
         }
     }
     core_doubt(&ag->core, affected, farg, now);
@@ -1007,6 +1350,66 @@ static void client_reset(struct sclient *c)
     memset(c->page, 0, sizeof c->page);
 }
 
+/* Each name's mix of kinds, in the seeds that mix them: exclusive alone;
+ * read-write (shared, now and then exclusive); a semaphore (now and then
+ * exclusive); all of them. */
+enum { MIX_EXCL, MIX_RW, MIX_SEM, MIX_ALL };
+
+/* What the client's acquire asks for, by its name's mix: the kind, a
+ * semaphore's permits (now and then a wrong number: DLOCK_EKIND), and a
+ * quarter of the time re-entry, for the client or an owner within it. */
+static void draw_kind(struct sim *s, struct sclient *c, struct wire_acquire *m)
+{
+    struct rng *r = &s->rng;
+    unsigned n = c->acq_name, p = (unsigned)rng_below(r, 100);
+    uint8_t kind = LOCK_EXCLUSIVE;
+    switch (s->name_mix[n]) {
+    case MIX_RW:
+        kind = p < 30 ? LOCK_EXCLUSIVE : LOCK_SHARED;
+        break;
+    case MIX_SEM:
+        kind = p < 15 ? LOCK_EXCLUSIVE : LOCK_SEMAPHORE;
+        break;
+    case MIX_ALL:
+        kind = p < 30 ? LOCK_EXCLUSIVE : p < 65 ? LOCK_SHARED : LOCK_SEMAPHORE;
+        break;
+    default:
+        break;
+    }
+    uint32_t permits = 0;
+    if (kind == LOCK_SEMAPHORE) {
+        permits = s->name_permits[n];
+        if (rng_chance(r, 5))
+            permits = permits > 1 && rng_chance(r, 50) ? permits - 1 : permits + 1;
+    }
+    m->kind = kind;
+    m->permits = permits;
+    if (rng_chance(r, 25)) {
+        m->flags = WIRE_ACQ_REENTRANT;
+        m->owner = rng_chance(r, 50) ? 0 : c->id + 1;
+    }
+    c->acq_kind = kind;
+    c->acq_permits = permits;
+    c->acq_flags = m->flags;
+    c->acq_owner = m->owner;
+    /* Now and then a set of two names: the agent takes one name per
+     * acquire (DLOCK_EINVAL), and must grant no part of a set. */
+    c->acq_set = rng_chance(r, 2);
+    if (c->acq_set) {
+        uint8_t *b = c->set_buf;
+        for (unsigned i = 0; i < 2; i++) {
+            const char *name = s->names[(n + i) % s->nnames];
+            size_t len = strlen(name);
+            b[0] = (uint8_t)len;
+            b[1] = 0;
+            memcpy(b + 2, name, len);
+            b += 2 + len;
+        }
+        m->nnames = 2;
+        m->names = c->set_buf;
+    }
+}
+
 static void client_acquire(struct sclient *c)
 {
     struct sim *s = c->s;
@@ -1027,6 +1430,9 @@ static void client_acquire(struct sclient *c)
         .name_len = (uint16_t)strlen(s->names[c->acq_name])};
     c->acq_max_hold = m.max_hold_ms;
     c->acq_progress = m.progress_ms;
+    c->acq_ttl = m.ttl_ms;
+    if (s->kinds)
+        draw_kind(s, c, &m);
     unsigned n = ag->nfifo[c->acq_name];
     ag->fifo[c->acq_name][n] = (struct fifo_ent){.client = c->id,
                                                  .incarnation = c->incarnation,
@@ -1036,18 +1442,79 @@ static void client_acquire(struct sclient *c)
     ag->nfifo[c->acq_name]++;
     TRACE(s,
           "agent%u: client%u acquires %s (req %u, wait %" PRId64 " ms, ttl %u, max hold %u, "
-          "progress %u)",
-          ag->id, c->id, m.name, c->acq_req, m.wait_ms, m.ttl_ms, m.max_hold_ms, m.progress_ms);
+          "progress %u%s%.0u%s)",
+          ag->id, c->id, m.name, c->acq_req, m.wait_ms, m.ttl_ms, m.max_hold_ms, m.progress_ms,
+          m.kind == LOCK_SHARED      ? ", shared"
+          : m.kind == LOCK_SEMAPHORE ? ", permits "
+                                     : "",
+          m.permits, m.flags & WIRE_ACQ_REENTRANT ? ", re-entrant" : "");
     /* A waiter may die while it waits. */
     if (rng_chance(&s->rng, 5))
         client_crash_at(c, rng_range(&s->rng, MS(1), MS(2000)));
     core_acquire(&ag->core, &c->cc, c->acq_req, &m, agent_now(ag));
 }
 
+/* The holder asks for the name again: re-entrant, the lease is taken
+ * again at once; plain, DLOCK_EHELD at once. */
+static void client_again(struct sclient *c, bool reenter)
+{
+    struct sim *s = c->s;
+    struct agent *ag = c->ag;
+    c->side_req = ++c->next_req;
+    c->side_pending = true;
+    c->side_reenter = reenter;
+    struct wire_acquire m = {.ttl_ms = c->acq_ttl,
+                             .wait_ms = c->acq_wait_ms,
+                             .flags = reenter ? c->lease_flags : 0,
+                             .kind = c->lease_kind,
+                             .permits = c->lease_permits,
+                             .owner = c->lease_owner,
+                             .name = s->names[c->lease_name],
+                             .name_len = (uint16_t)strlen(s->names[c->lease_name])};
+    TRACE(s, "agent%u: client%u takes %s again (req %u, %s, %u holds)", ag->id, c->id, m.name,
+          c->side_req, reenter ? "re-entrant" : "plain", c->holds);
+    core_acquire(&ag->core, &c->cc, c->side_req, &m, agent_now(ag));
+    if (c->side_pending && !s->stop)
+        violation(s, reenter ? "re-entry" : "protocol", 0,
+                  "client%u's %s acquire of %s, which it holds, was not answered at once", c->id,
+                  reenter ? "re-entrant" : "plain", m.name);
+    c->side_pending = false;
+    client_next(c, rng_range(&s->rng, 0, MS(30)));
+}
+
+/* A release of a re-entered lease that is not its last: answered, and the
+ * lease stays, with one hold less (the client's count and the agent's
+ * agree). */
+static void client_release_hold(struct sclient *c)
+{
+    struct sim *s = c->s;
+    struct agent *ag = c->ag;
+    c->state = C_RELEASING;
+    c->rel_req = ++c->next_req;
+    c->rel_nonlast = true;
+    c->rel_answered = false;
+    TRACE(s, "agent%u: client%u releases one of its %u holds of %s", ag->id, c->id, c->holds,
+          s->names[c->lease_name]);
+    core_release(&ag->core, &c->cc, c->rel_req, c->lease_id, agent_now(ag));
+    c->rel_nonlast = false;
+    c->state = C_HOLDING;
+    const struct page_slot *p = &c->page[c->lease_slot < SIM_PAGE_SLOTS ? c->lease_slot : 0];
+    if (!s->stop && !c->lost_seen && (!c->rel_answered || p->lease_id != c->lease_id))
+        violation(s, "re-entry", 0, "client%u's release of one of its %u holds of %s %s", c->id,
+                  c->holds, s->names[c->lease_name],
+                  c->rel_answered ? "took the lease off its page" : "was not answered");
+    c->holds--;
+    client_next(c, rng_range(&s->rng, 0, MS(30)));
+}
+
 static void client_release(struct sclient *c)
 {
     struct sim *s = c->s;
     struct agent *ag = c->ag;
+    if (c->holds > 1 && !c->lost_seen) {
+        client_release_hold(c);
+        return;
+    }
     c->state = C_RELEASING;
     c->rel_req = ++c->next_req;
     TRACE(s, "agent%u: client%u releases %s (lease %" PRIx64 ")", ag->id, c->id,
@@ -1056,7 +1523,12 @@ static void client_release(struct sclient *c)
     ag->released_ttl[c->lease_name] = c->lease_ttl;
     ag->released_deadline[c->lease_name] =
         c->lease_slot < SIM_PAGE_SLOTS ? c->page[c->lease_slot].deadline : 0;
+    c->slot_freed = false;
     core_release(&ag->core, &c->cc, c->rel_req, c->lease_id, agent_now(ag));
+    if (!c->slot_freed && !c->lost_seen && !s->stop)
+        violation(s, "re-entry", 0, "client%u's last release of %s left the lease on its page",
+                  c->id, s->names[c->lease_name]);
+    c->holds = 0;
     c->state = C_IDLE;
     c->lease_id = 0;
     c->paused = false;
@@ -1075,8 +1547,15 @@ static void client_crash(struct sclient *c)
             fifo_remove(ag, c->acq_name, (unsigned)idx);
     }
     c->dropping = true;
+    c->slot_freed = false;
+    bool held = c->state == C_HOLDING && !c->lost_seen;
     core_client_drop(&ag->core, &c->cc, 0, agent_now(ag));
     c->dropping = false;
+    /* Its close releases every hold at once. */
+    if (held && !c->slot_freed && !s->stop)
+        violation(s, "re-entry", 0, "client%u's close left its lease on %s (%u holds)", c->id,
+                  s->names[c->lease_name], c->holds);
+    c->holds = c->reenter_left = 0;
     c->incarnation++;
     client_reset(c);
     c->state = C_IDLE;
@@ -1105,7 +1584,14 @@ static void client_event(struct sclient *c)
         client_acquire(c);
         break;
     case C_HOLDING:
-        client_release(c);
+        if (c->reenter_left && !c->lost_seen) {
+            c->reenter_left--;
+            client_again(c, true);
+        } else if (s->kinds && !c->lost_seen && rng_chance(&s->rng, 3)) {
+            client_again(c, false);
+        } else {
+            client_release(c);
+        }
         break;
     default:
         break;
@@ -1160,6 +1646,71 @@ static void me_excused(struct sim *s)
         s->me_quiet_until = until;
 }
 
+/* Do the valid leases v[0..nv) of name n break what their kinds allow:
+ * an exclusive lease with any other (readers never overlap a writer), a
+ * shared lease with a semaphore's, semaphore leases of two limits, or more
+ * than N of N permits? With s, the breach is reported (the first found). */
+static bool kinds_clash(struct sim *s, unsigned n, struct sclient *const *v, const uint64_t *d,
+                        unsigned nv)
+{
+    int excl = -1, other = -1, shared = -1, sem = -1;
+    unsigned nsem = 0;
+    for (unsigned i = 0; i < nv; i++) {
+        if (v[i]->lease_kind == LOCK_EXCLUSIVE && excl < 0)
+            excl = (int)i;
+        else if (other < 0)
+            other = (int)i;
+        if (v[i]->lease_kind == LOCK_SHARED && shared < 0)
+            shared = (int)i;
+        if (v[i]->lease_kind == LOCK_SEMAPHORE) {
+            nsem++;
+            if (sem < 0)
+                sem = (int)i;
+            else if (v[i]->lease_permits != v[sem]->lease_permits) {
+                if (s)
+                    violation(s, "permits", EXCUSE_MUTEX,
+                              "%s held as a semaphore of %u permits by client%u on agent%u and of "
+                              "%u by client%u on agent%u at once",
+                              s->names[n], v[sem]->lease_permits, v[sem]->id, v[sem]->ag->id,
+                              v[i]->lease_permits, v[i]->id, v[i]->ag->id);
+                return true;
+            }
+        }
+    }
+    if (excl >= 0 && nv > 1) {
+        if (!s)
+            return true;
+        const struct sclient *a = v[excl < other ? excl : other],
+                             *b = v[excl < other ? other : excl];
+        uint64_t da = d[excl < other ? excl : other], db = d[excl < other ? other : excl];
+        violation(s, "mutual exclusion", EXCUSE_MUTEX,
+                  "%s held by client%u on agent%u (fence %" PRIu64 ", %" PRId64
+                  " ms left) and client%u on agent%u (fence %" PRIu64 ", %" PRId64
+                  " ms left) at once",
+                  s->names[n], a->id, a->ag->id, a->lease_fence,
+                  ((int64_t)da - (int64_t)agent_now(a->ag)) / 1000000, b->id, b->ag->id,
+                  b->lease_fence, ((int64_t)db - (int64_t)agent_now(b->ag)) / 1000000);
+        return true;
+    }
+    if (shared >= 0 && sem >= 0) {
+        if (s)
+            violation(s, "permits", EXCUSE_MUTEX,
+                      "%s held as shared by client%u on agent%u and as a semaphore by client%u on "
+                      "agent%u at once",
+                      s->names[n], v[shared]->id, v[shared]->ag->id, v[sem]->id, v[sem]->ag->id);
+        return true;
+    }
+    if (sem >= 0 && nsem > v[sem]->lease_permits) {
+        if (s)
+            violation(s, "permits", EXCUSE_MUTEX,
+                      "%s held by %u holders of a semaphore of %u permits at once (client%u on "
+                      "agent%u among them)",
+                      s->names[n], nsem, v[sem]->lease_permits, v[sem]->id, v[sem]->ag->id);
+        return true;
+    }
+    return false;
+}
+
 static void check_mutex(struct sim *s)
 {
     if (s->now <= s->me_quiet_until)
@@ -1176,36 +1727,29 @@ static void check_mutex(struct sim *s)
         }
     }
     for (unsigned n = 0; n < s->nnames; n++) {
-        const struct sclient *holder = NULL;
-        struct sclient *late = NULL;
-        uint64_t hd = 0;
-        unsigned valid = 0;
-        for (unsigned i = 0; i < s->nclients; i++) {
-            struct sclient *c = &s->clients[i];
-            uint64_t d;
-            if (c->lease_name != n || !lease_valid(c, &d))
-                continue;
-            valid++;
-            if (late_doubt(c)) {
-                late = c;
-                continue;
+        /* The valid leases, those of agents that have not heard of a
+         * failover yet (late) last. */
+        struct sclient *v[SIM_MAX_CLIENTS], *late = NULL;
+        uint64_t d[SIM_MAX_CLIENTS];
+        unsigned nv = 0, valid = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            for (unsigned i = 0; i < s->nclients; i++) {
+                struct sclient *c = &s->clients[i];
+                if (c->lease_name != n || late_doubt(c) != (pass == 1) ||
+                    !lease_valid(c, &d[valid]))
+                    continue;
+                v[valid++] = c;
+                if (pass == 0)
+                    nv++;
+                else
+                    late = c;
             }
-            if (!holder) {
-                holder = c;
-                hd = d;
-                continue;
-            }
-            violation(s, "mutual exclusion", EXCUSE_MUTEX,
-                      "%s held by client%u on agent%u (fence %" PRIu64 ", %" PRId64
-                      " ms left) and client%u on agent%u (fence %" PRIu64 ", %" PRId64
-                      " ms left) at once",
-                      s->names[n], holder->id, holder->ag->id, holder->lease_fence,
-                      ((int64_t)hd - (int64_t)agent_now(holder->ag)) / 1000000, c->id, c->ag->id,
-                      c->lease_fence, ((int64_t)d - (int64_t)agent_now(c->ag)) / 1000000);
+        }
+        if (nv > 1 && kinds_clash(s, n, v, d, nv)) {
             me_excused(s);
             return;
         }
-        if (late && valid > 1)
+        if (late && kinds_clash(NULL, n, v, d, valid))
             late_excuse(s, late, "mutual exclusion", "another lease of the name is valid too");
     }
 }
@@ -1219,7 +1763,9 @@ static void check_mutex(struct sim *s)
 static bool node_holds(struct sim *s, struct node *nd, const struct sclient *c)
 {
     const struct rkey *k = node_key(nd, s->lock_keys[c->lease_name]);
-    if (k && strncmp(k->val, c->lease_token, 32) == 0 && (k->val[32] == ' ' || k->val[32] == '\0'))
+    /* An exclusive lease's key is a string, a shared or semaphore lease's
+     * its permit in a hash. */
+    if (k && k->hash == (c->lease_kind != LOCK_EXCLUSIVE) && node_key_holds(nd, k, c->lease_token))
         return true;
     if (!s->quorum || !nd->lost_data || nd->lost_at < c->key_since ||
         s->now >= nd->lost_at + MS(c->lease_ttl) * 21 / 20 + MS(2))
@@ -1331,6 +1877,18 @@ static bool late_token(const struct sim *s, const char *v)
     return false;
 }
 
+/* A key an acquire that ran after it had failed left: its token, or (a
+ * counted key) every live permit's. */
+static bool late_key(const struct sim *s, const struct node *nd, const struct rkey *k)
+{
+    if (!k->hash)
+        return late_token(s, k->val);
+    for (unsigned i = 0; i < k->nf; i++)
+        if (!late_token(s, k->f[i].token) && node_key_holds(nd, k, k->f[i].token))
+            return false;
+    return true;
+}
+
 /* Once settled, no lock key is left on any node: but for
  * the keys of acquires that ran after they had failed (a known limit,
  * named), every one was released or withdrawn. */
@@ -1342,7 +1900,7 @@ static void check_orphans(struct sim *s)
             const struct rkey *k = &nd->keys[i];
             if (!node_key_live(nd, k))
                 continue;
-            if (late_token(s, k->val)) {
+            if (late_key(s, nd, k)) {
                 excl_note(s, X_LATE_ACQUIRE,
                           "node%u ran an acquire after the agent had seen it fail, and kept "
                           "its key past the withdraw's retries",
@@ -1350,8 +1908,8 @@ static void check_orphans(struct sim *s)
                 continue;
             }
             violation(s, "orphan keys", EXCUSE_ORPHAN,
-                      "\"%s\" (value %.40s) left on node%u after the run settled", k->name, k->val,
-                      n);
+                      "\"%s\" (value %.40s) left on node%u after the run settled", k->name,
+                      k->hash ? k->f[0].token : k->val, n);
             return;
         }
     }
@@ -1396,10 +1954,18 @@ static void note_mark_loss(struct sim *s, unsigned node)
  * ahead of that floor. */
 static void fence_excuse(struct sim *s, unsigned name, uint64_t floor)
 {
+    fence_excuse_from(s, s->last_fence_at[name], s->last_fence_sent[name], s->last_fence[name],
+                      floor);
+}
+
+/* The same against an earlier grant of token prev, granted at since, whose
+ * acquire was sent at written (virtual times). */
+static void fence_excuse_from(struct sim *s, uint64_t since, uint64_t written, uint64_t prev,
+                              uint64_t floor)
+{
     /* The previous grant's mark was written when its acquire ran, after it
      * was sent: a loss since then may have taken it, even one that came
      * before that grant's answer (a failover the agent had not heard of). */
-    uint64_t since = s->last_fence_at[name], written = s->last_fence_sent[name];
     bool lost = false;
     for (unsigned n = 0; n < s->nnodes; n++)
         lost |= s->nodes[n].lost_data && s->nodes[n].lost_at >= written;
@@ -1409,7 +1975,7 @@ static void fence_excuse(struct sim *s, unsigned name, uint64_t floor)
         excl_note(s, X_MARK_LOST_CLOCK,
                   "the node lost its fencing marks since the previous grant (token %" PRIu64
                   "), and its clock at the new grant was not past that token",
-                  s->last_fence[name]);
+                  prev);
     int64_t lo = s->agents[0].wall_skew_us, hi = lo;
     for (unsigned a = 1; a < s->nagents; a++) {
         int64_t v = s->agents[a].wall_skew_us;
@@ -1417,12 +1983,12 @@ static void fence_excuse(struct sim *s, unsigned name, uint64_t floor)
         hi = v > hi ? v : hi;
     }
     uint64_t span = (uint64_t)(hi - lo) * 1000 + MS(1);
-    if (s->quorum && s->last_fence[name] >= floor)
+    if (s->quorum && prev >= floor)
         excl_note(s, X_MARK_LOST_CLOCK,
                   "fencing marks lost on a node since the previous grant, whose token %" PRIu64
                   " ran ahead of the new grant's floor, its agent's wall clock %" PRIu64
                   " (a mark carried on from ahead)",
-                  s->last_fence[name], floor);
+                  prev, floor);
     if (s->quorum && s->now - since <= span)
         excl_note(s, X_MARK_LOST_CLOCK,
                   "fencing marks lost on a node since the previous grant, %" PRIu64
@@ -1701,6 +2267,31 @@ static bool sentinel_seed(uint64_t seed)
     return z % 3 == 0;
 }
 
+/* Two seeds in three mix the kinds of lock (and model the waiting-hosts
+ * record): chosen by the seed alone, outside the random stream, so that
+ * the other seeds run exactly as they did when the agent had the
+ * exclusive kind alone. */
+static bool kinds_seed(uint64_t seed)
+{
+    uint64_t z = seed + 0x6b1d5e7a3c9f0e21ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return z % 3 != 0;
+}
+
+/* Each name's mix of kinds and its semaphore's permits (1 to 3). */
+static void plan_kinds(struct sim *s)
+{
+    struct rng *r = &s->rng;
+    for (unsigned n = 0; n < s->nnames; n++) {
+        unsigned p = (unsigned)rng_below(r, 100);
+        s->name_mix[n] = p < 15 ? MIX_EXCL : p < 50 ? MIX_RW : p < 80 ? MIX_SEM : MIX_ALL;
+        p = (unsigned)rng_below(r, 100);
+        s->name_permits[n] = p < 15 ? 1 : p < 60 ? 2 : 3;
+    }
+}
+
 static int setup(struct sim *s)
 {
     struct rng *r = &s->rng;
@@ -1730,6 +2321,9 @@ static int setup(struct sim *s)
         snprintf(s->names[n], sizeof s->names[n], "%c", 'a' + n);
         snprintf(s->lock_keys[n], sizeof s->lock_keys[n], "dlock:%c", 'a' + n);
     }
+    s->kinds = kinds_seed(s->seed);
+    if (s->kinds)
+        plan_kinds(s);
     s->delay_lo = rng_range(r, US(50), US(200));
     s->delay_hi = rng_range(r, s->delay_lo, US(800));
     s->slow_percent = (unsigned)rng_range(r, 0, 12);
@@ -1900,6 +2494,12 @@ static int setup(struct sim *s)
     /* Waiters are served once every holder ahead has held: a paused holder
      * holds up to 8 TTLs of at most max_ttl_ms, and each client can be one. */
     s->hard_end = s->run_end + MS(60000) + s->nclients * 8 * MS(s->agents[0].cfg.max_ttl_ms);
+    /* In quorum mode each node's waiting-hosts record orders the hosts by
+     * itself: when they disagree, every waiter is told "taken" (another
+     * host's turn) while the lock is free, and no release notice comes; the
+     * waiters try again by their fallback retry, here a minute or more. */
+    if (s->quorum && s->kinds && s->notices_only)
+        s->hard_end += s->nclients * MS(90000);
     s->running = true;
     ev_push(s, s->run_end, EV_RUN_END, 0, 0, NULL);
     return 0;
@@ -2060,6 +2660,7 @@ static void teardown(struct sim *s)
     free(s->ring);
     free(s->intents);
     free(s->grants);
+    free(s->cgrants);
 }
 
 static void print_ring(const struct sim *s)
@@ -2132,6 +2733,8 @@ int sim_run(uint64_t seed, const struct sim_opts *opts, struct sim_result *res)
         check_doubt(s);
         check_wakeup(s);
         check_settle(s);
+        if (s->kinds)
+            note_kinds(s);
     }
     if (!s->stop && !s->settling && !res->violation) {
         check_stuck(s);

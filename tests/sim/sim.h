@@ -26,6 +26,11 @@
 #define SIM_VAL_MAX     128
 #define SIM_MAX_EVENTS  4000000 /* a run beyond it is a storm: a violation */
 
+/* The permits one counted key holds at most; the counted kinds a name is
+ * asked for as (shared, semaphores of 1 to 5 permits). */
+#define SIM_MAX_PERMITS 16
+#define SIM_KIND_SIGS   6
+
 #define MS(x) ((uint64_t)(x)*1000000ull)
 #define US(x) ((uint64_t)(x)*1000ull)
 
@@ -91,6 +96,9 @@ struct link;
  * confirmation (to the agent), a subscription asked for or dropped (to the
  * node). */
 enum { OP_NOTICE = OP_LOOKUP + 1, OP_SUBSCRIBE, OP_UNSUBSCRIBE };
+/* On the command connection, unanswered: the agent leaves the name's
+ * waiting-hosts record (HDEL). */
+enum { OP_LEAVE = OP_UNSUBSCRIBE + 1 };
 
 struct msg {
     LIST_ENTRY(msg) all;    /* every message alive, for the clean-up */
@@ -111,6 +119,10 @@ struct msg {
     uint32_t ttl_ms;
     uint64_t floor, fence;
     uint32_t block;     /* acquire: tokens reserved after the grant's */
+    uint8_t lkind;      /* enum lock_kind of the request */
+    uint32_t limit;     /* a semaphore's permits */
+    uint32_t want_ms;   /* acquire: how long a waiting caller joins the waiting-hosts record */
+    bool mismatch;      /* acquire: the name is held as another counted kind (or limit) */
     uint64_t sent_at;   /* agent clock */
     uint64_t failed_at; /* agent clock when answered with an error */
     backend_cb cb;
@@ -127,11 +139,36 @@ TAILQ_HEAD(msgq, msg);
 
 /* ---- the Redis model ---- */
 
+/* A permit of a counted key: its token and when it lapses (node clock, ms). */
+struct rfield {
+    char token[33];
+    int64_t exp_ms;
+};
+
 struct rkey {
     char name[SIM_KEY_MAX];
     char val[SIM_VAL_MAX];
     int64_t expire_ms; /* node clock, ms; 0: none */
     uint64_t set_at;   /* virtual: when it was last written (set, restored, migrated) */
+    /* A counted lock key (docs/redis.md, "Counted kinds"): a hash of its
+     * kind ("shared", "sem:N") and its permits; val is then empty. */
+    bool hash;
+    uint8_t nf;
+    char kind[12];
+    struct rfield f[SIM_MAX_PERMITS];
+};
+
+/* A name's waiting-hosts record on a node (docs/protocol.md, "On Redis"),
+ * one entry per agent, and the readers' marks beside it. */
+struct wentry {
+    bool used;
+    uint64_t since_us; /* node clock */
+    int64_t exp_ms;    /* node clock */
+};
+struct wrecord {
+    int64_t exp_ms; /* the record key's expiry (node clock ms; 0: none) */
+    struct wentry e[SIM_MAX_AGENTS];
+    int64_t mark_ms[SIM_MAX_AGENTS]; /* a reader's mark: until then (0: none) */
 };
 
 struct undo {
@@ -162,6 +199,7 @@ struct node {
     size_t nundo, undo_cap, undo_head;
     struct msgq stallq;
     uint64_t executed;
+    struct wrecord rec[SIM_MAX_NAMES]; /* modelled in the seeds that mix kinds */
 };
 
 /* ---- a link: one agent's connections to one node, as a backend ---- */
@@ -272,6 +310,25 @@ struct sclient {
     unsigned rn_count;
     struct page_slot page[SIM_PAGE_SLOTS];
     uint32_t gids[1];
+    /* Lock kinds (the seeds that mix them): what the current acquire asks
+     * for, and the lease's kind with the client's own count of its
+     * re-entrant holds. */
+    uint8_t acq_kind;
+    bool acq_set; /* over two names (refused: multi-name is not implemented) */
+    uint8_t set_buf[2 * (2 + 8)];
+    uint32_t acq_permits, acq_flags, acq_ttl;
+    uint64_t acq_owner;
+    uint8_t lease_kind;
+    uint32_t lease_permits, lease_flags;
+    uint64_t lease_owner;
+    unsigned holds, reenter_left;
+    /* A request on the name it holds (a re-entry, or a plain acquire that
+     * must get DLOCK_EHELD): answered within the call. */
+    uint32_t side_req;
+    bool side_pending, side_reenter;
+    bool rel_nonlast;  /* a release of a re-entered lease that is not its last */
+    bool rel_answered; /* the release was answered */
+    bool slot_freed;   /* the lease's slot was freed (by a release or the close) */
 };
 
 /* A pending acquire, for the FIFO check. */
@@ -292,6 +349,10 @@ struct agent {
     struct backend *seam; /* what the core sees: be, watched (proxy.c) */
     /* The acquire whose answer the core is handling now. */
     const char *watch_token;
+    /* The renewal whose answer "done" the core is handling now (the token,
+     * the send time): it confirms the lease it shows HELD again. */
+    const char *confirm_token;
+    uint64_t confirm_sent;
     /* The token of the lease last released per name: a grant outside an
      * acquire's answer is a cohort handoff of that key. */
     char released_token[SIM_MAX_NAMES][33];
@@ -319,7 +380,8 @@ struct agent {
         char token[33];
         uint64_t sent_at, sent_vt, wall_us, fence0;
         uint32_t block;
-        unsigned handoffs;
+        unsigned handoffs; /* and shared joins */
+        uint8_t kind;      /* enum lock_kind of the grant */
     } cohort[SIM_MAX_NAMES];
     /* The outage-aware liveness check: the first failure of the store since
      * it last answered an acquire or came back (agent clock; 0: none). */
@@ -371,8 +433,9 @@ enum excl {
     X_LATE_ACQUIRE = 64,    /* a stalled node ran an acquire after the agent's clean-up gave up */
     X_STEP_BACK = 128,      /* a node's clock stepped back: keys outlive their TTL */
     X_LATE_DOUBT = 256,     /* sentinel: an agent paused across a failover hears of it late */
+    X_PERMIT_CLOCK = 512,   /* cluster: a slot move took permits to a master whose clock is ahead */
 };
-#define X_BITS 9
+#define X_BITS 10
 
 /* What the runs reached, for the summary: that the new checks are not
  * vacuous (a cohort that used its whole block, a bounded hold that
@@ -384,6 +447,12 @@ enum coverage {
     COV_OUTAGE_FAIL, /* a waiter for ever failed after riding out an outage */
     COV_RELEASE_LAG, /* a released key still on a node 1.2 s after its release */
     COV_RECOVERED,   /* an excuse's window ended with a lease valid and checked again */
+    COV_JOIN,        /* a shared request joined the local holders' grant */
+    COV_SEM_BESIDE,  /* a semaphore permit granted beside local holders of the name */
+    COV_REENTER,     /* a re-entrant acquire took the holder's lease again */
+    COV_EKIND,       /* an acquire answered DLOCK_EKIND */
+    COV_READER_WAIT, /* a shared acquire found the name taken for another host's writer */
+    COV_REFUSED,     /* a kind the agent's store does not keep refused (DLOCK_EINVAL) */
     COV_COUNT
 };
 extern const char *const coverage_names[COV_COUNT];
@@ -483,8 +552,28 @@ struct sim {
     bool fence_seen[SIM_MAX_NAMES];
     uint64_t last_fence_at[SIM_MAX_NAMES];   /* virtual time of that grant */
     uint64_t last_fence_sent[SIM_MAX_NAMES]; /* virtual: when its acquire was sent */
-    bool wall_apart;                         /* the agents' wall clocks disagree */
-    bool any_step_back;                      /* a node clock ever stepped back */
+    /* The same for the exclusive grants alone: a shared or semaphore
+     * grant's token is above every earlier exclusive grant's. */
+    uint64_t excl_fence[SIM_MAX_NAMES];
+    bool excl_seen[SIM_MAX_NAMES];
+    uint64_t excl_fence_at[SIM_MAX_NAMES];
+    uint64_t excl_fence_sent[SIM_MAX_NAMES];
+    /* Lock kinds: the seed mixes them (and the nodes keep the waiting-hosts
+     * record); each name's mix and its semaphore's permits. */
+    bool kinds;
+    uint8_t name_mix[SIM_MAX_NAMES];
+    uint32_t name_permits[SIM_MAX_NAMES];
+    /* Until when (virtual) each counted kind (0: shared, N: a semaphore of
+     * N permits) was asked for or held on each name, for DLOCK_EKIND. */
+    uint64_t kind_until[SIM_MAX_NAMES][SIM_KIND_SIGS];
+    /* The tokens of the counted grants (unique per name). */
+    struct cgrant {
+        unsigned name;
+        uint64_t fence, at, sent; /* virtual: granted, its acquire sent */
+    } * cgrants;
+    size_t ncgrants, cgrants_cap;
+    bool wall_apart;    /* the agents' wall clocks disagree */
+    bool any_step_back; /* a node clock ever stepped back */
     /* Releases the cores sent: each must reach every node it can (the
      * release check). */
     struct rel_intent {
@@ -555,11 +644,14 @@ bool node_key_live(const struct node *nd, const struct rkey *k);
 void node_keys_present(struct node *nd, const struct msg *m, unsigned *nkeys, unsigned *present);
 bool node_migrate_one(struct node *src, struct node *dst, unsigned slot);
 bool node_key_expired(const struct node *nd, const struct rkey *k);
+bool node_key_holds(const struct node *nd, const struct rkey *k, const char *token);
 /* The key of that name on nd, unless it is absent or expired (the
  * checker's read: nothing is removed). */
 const struct rkey *node_key(const struct node *nd, const char *name);
 extern bool sim_bug_release_no_compare;
 extern bool sim_bug_no_confirm;
+extern bool sim_bug_counted_renew_shortens;
+extern bool sim_bug_counted_no_mismatch;
 
 /* sim.c */
 bool sim_quorum_available(void);
@@ -567,8 +659,11 @@ void sim_released(struct sim *s, const char *name,
                   size_t len); /* a node deleted a key, notifying */
 void sim_acquire_sent(struct agent *ag, const struct backend_req *req);
 void sim_acquire_answered(struct agent *ag, const struct backend_result *r);
-bool sim_renew_sent(struct agent *ag, const char *token); /* true: a storm, leave the core */
-void sim_renew_answered(struct agent *ag, const char *token, const struct backend_result *r);
+/* true: a storm, leave the core; *who: the client it is counted for (-1:
+ * none; -2 - id: one of several holders of its key) */
+bool sim_renew_sent(struct agent *ag, const char *token, uint32_t ttl_ms, int *who);
+void sim_renew_answered(struct agent *ag, const char *token, int who,
+                        const struct backend_result *r);
 void sim_wedged(struct sim *s) __attribute__((noreturn));
 int sim_release_sent(struct agent *ag, const struct backend_req *req); /* its intent, or -1 */
 void sim_release_answered(struct sim *s, int intent);
@@ -591,7 +686,9 @@ extern bool sim_bug_cluster_stale_owner;
 
 /* proxy.c */
 struct backend *proxy_new(struct agent *ag, struct backend *inner);
-void sim_renewed(struct agent *ag, const char *token, uint64_t sent_at); /* confirmed */
+/* A renewal sent at sent_at (agent clock) found the key of token: its
+ * answer is being handled (token NULL: handled). */
+void sim_renewed(struct agent *ag, const char *token, uint64_t sent_at);
 
 /* link.c */
 void link_init(struct sim *s, struct link *l, struct agent *ag, struct node *nd, unsigned idx);

@@ -204,6 +204,7 @@ static uint64_t excl_window(const struct sim *s, unsigned bit)
     case X_UNDETECTED_LOSS:
     case X_CLOCK_FORWARD:
     case X_MARK_LOST_CLOCK:
+    case X_PERMIT_CLOCK:
         return MS(s->agents[0].cfg.max_ttl_ms) * 21 / 20 + MS(100);
     default:
         return UINT64_MAX;
@@ -259,7 +260,8 @@ bool violation(struct sim *s, const char *kind, unsigned excl_mask, const char *
         r->excused_count++;
         if (excl_mask == X_LATE_DOUBT)
             r->excused_late++;
-        else if (strcmp(kind, "mutual exclusion") == 0 || strcmp(kind, "key life") == 0)
+        else if (strcmp(kind, "mutual exclusion") == 0 || strcmp(kind, "key life") == 0 ||
+                 strcmp(kind, "permits") == 0)
             r->excused_mutex++;
         else if (strcmp(kind, "fencing") == 0)
             r->excused_fence++;
