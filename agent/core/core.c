@@ -634,7 +634,10 @@ static void grant(struct core *k, struct lock *l, struct waiter *w, uint64_t dea
     }
     lease_schedule(k, le, l->acq_sent);
     histo_add(&k->stats.acquire, now - l->acq_sent);
-    l->cohort_next = fence + 1; /* cohort_left: the block the acquire reserved */
+    l->cohort_start = l->acq_sent;
+    memcpy(l->cohort_token, l->acq_token, sizeof l->cohort_token);
+    l->cohort_left = l->acq_block;
+    l->cohort_next = fence + 1;
 }
 
 /* The kept key of l passes to its first waiter, without the store: a new
@@ -667,7 +670,7 @@ static void hand_over(struct core *k, struct lock *l, uint64_t now)
  * without the store? While it has tokens left and its cohort time runs. */
 static bool cohort_open(const struct core *k, const struct lock *l, uint64_t now)
 {
-    uint64_t cohort_end = l->acq_sent + (uint64_t)k->cfg->cohort_ms * NS_PER_MS;
+    uint64_t cohort_end = l->cohort_start + (uint64_t)k->cfg->cohort_ms * NS_PER_MS;
     return l->cohort_left && (now < cohort_end || PLANTED(CORE_BUG_COHORT_UNBOUNDED)) &&
            !k->shutting_down;
 }
@@ -690,9 +693,10 @@ static bool may_keep(const struct core *k, const struct lease *le, uint64_t now)
            plainly_valid(le, now);
 }
 
-/* The shared holder whose grant one more local shared holder may join: the
- * plainly valid one with the latest deadline, while the cohort is open;
- * NULL when none may. */
+/* The shared holder whose grant one more local shared holder may join: a
+ * plainly valid holder of the last grant's key (the one whose block the
+ * join's token comes from), the one with the latest deadline, while the
+ * cohort is open; NULL when none may. */
 static const struct lease *join_source(const struct core *k, const struct lock *l, uint64_t now)
 {
     const struct lease *best = NULL, *le;
@@ -700,7 +704,8 @@ static const struct lease *join_source(const struct core *k, const struct lock *
         return NULL;
     LIST_FOREACH(le, &l->holders, hlink)
     if ((le->ask.kind == LOCK_SHARED || PLANTED(CORE_BUG_READER_JOINS_WRITER)) &&
-        plainly_valid(le, now) && (!best || le->deadline > best->deadline))
+        plainly_valid(le, now) && memcmp(le->token, l->cohort_token, TOKEN_HEX) == 0 &&
+        (!best || le->deadline > best->deadline))
         best = le;
     return best;
 }
@@ -883,6 +888,10 @@ static void on_acquired(void *arg, const struct backend_result *r)
             withdraw_key(k, l, now);
         if (w && w->try_once)
             waiter_finish(k, w, DLOCK_EBUSY, now);
+        /* A reader refused beside local readers: a writer waits elsewhere,
+         * and no more readers join theirs before it. */
+        if (l->acq_ask.kind == LOCK_SHARED)
+            l->cohort_left = 0;
         lock_watch(k, l);
         if (l->qhead && !l->notice_missed) {
             uint64_t delay = waiter_retry_delay(k->cfg->retry_fallback_ms, r->pttl_ms, jitter(k));
@@ -949,7 +958,7 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
         /* The tokens this acquire reserves, handed out only if it grants (a
          * reload of the settings meanwhile does not change them); a
          * semaphore's permits are each a grant of their own. */
-        l->cohort_left = w->ask.kind == LOCK_SEMAPHORE ? 0 : k->cfg->cohort_handoffs;
+        l->acq_block = w->ask.kind == LOCK_SEMAPHORE ? 0 : k->cfg->cohort_handoffs;
         l->notice_missed = false;
         /* Who holds it, for operators looking from any host. */
         char holder[BACKEND_RECORD_MAX - TOKEN_HEX - 1];
@@ -965,7 +974,7 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
                                   .token = l->acq_token,
                                   .holder = holder,
                                   .ttl_ms = w->ttl_ms,
-                                  .block = l->cohort_left,
+                                  .block = l->acq_block,
                                   .waiter_id = k->waiter_id,
                                   .want_ms = w->try_once ? 0 : want_ms(k)};
         int rc = k->backend->ops->op(k->backend, &req, on_acquired, ref);

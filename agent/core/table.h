@@ -101,11 +101,15 @@ struct lock {
     bool notice_missed;       /* a release notice came while acquiring */
     bool watched;             /* the store was asked for the name's release notices */
     bool joined;              /* a waiting acquire may have joined the waiting-hosts record */
-    /* Cohort handoff (docs/architecture.md): after a grant from the store
-     * (sent at acq_sent, under acq_token), the next token reserved with it
-     * and how many are left (set when the acquire is sent: its block). */
+    uint32_t acq_block;       /* the tokens it reserves for handoffs and joins */
+    /* Cohort handoff (docs/architecture.md): after the last grant from the
+     * store (sent at cohort_start), the next token reserved with it and how
+     * many are left. Set at the grant, so that an acquire sent beside the
+     * holders (a reader's, a permit's) does not change them. */
+    uint64_t cohort_start;
     uint32_t cohort_left;
     uint64_t cohort_next;
+    char cohort_token[TOKEN_HEX + 1]; /* that grant's key (readers join only it) */
     /* LOCK_KEPT: the released lease's validity, TTL and next renewal (the
      * key's token is acq_token), for a local acquire in the same turn. */
     bool kept_listed;       /* on the core's list of kept locks (until core_flush) */

@@ -723,12 +723,14 @@ static void check_release(struct sim *s, unsigned idx)
 
 /* A shared or semaphore grant: its token above every earlier exclusive
  * grant's (unless it overlaps a valid exclusive lease, a breach of mutual
- * exclusion), and never one an earlier counted grant of the name had. */
+ * exclusion), and never one an earlier counted grant of the name had but
+ * in quorum mode: there two readers of different hosts, granted at once on
+ * two majorities, may take the same largest proposal (docs/fencing.md). */
 static void check_counted_fence(struct sim *s, struct agent *ag, struct sclient *c, unsigned name,
                                 uint64_t fence, bool overlap)
 {
     uint64_t floor = ag->cohort[name].wall_us;
-    for (size_t i = s->ncgrants; i-- > 0;) {
+    for (size_t i = s->ncgrants; i-- > 0 && !s->quorum;) {
         const struct cgrant *g = &s->cgrants[i];
         if (g->name != name || g->fence != fence)
             continue;
