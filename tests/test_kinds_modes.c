@@ -357,6 +357,20 @@ static int occurrences(const char *s, const char *needle)
     return n;
 }
 
+/* Each node's fields of the lock key, on stderr (when a check fails). */
+static void dump_key(const char *name)
+{
+    int nodes[HC_NODES], n = key_nodes(h_key(name), nodes);
+    for (int k = 0; k < n; k++) {
+        redisReply *r = node_cmd(nodes[k], "HGETALL", h_key(name), NULL);
+        fprintf(stderr, "node %d, HGETALL %s:", nodes[k], h_key(name));
+        for (size_t i = 0; i < r->elements; i++)
+            fprintf(stderr, " '%s'", r->element[i]->str);
+        fprintf(stderr, "\n");
+        freeReplyObject(r);
+    }
+}
+
 /* holder-json of a counted key, asked of agent i: its kind, its n live
  * holders, each of this process, from every node there is to ask. Waited
  * for (quorum mode grants on a majority before the last node has the
@@ -369,8 +383,16 @@ static void holder_json_shows(int agent, const char *name, const char *kind, uns
              K.mode == QUORUM ? 3 : 1, kind, n);
     snprintf(pid, sizeof pid, "\"pid\":%d,", (int)getpid());
     const char *js = NULL, *holders = NULL;
-    H_WAIT_UNTIL(H_EVENT_MS, (js = h_status_ask(agent, req)) && (holders = strstr(js, want)) &&
-                                 occurrences(holders, pid) == (int)n);
+    int64_t end = h_deadline(H_EVENT_MS);
+    while (!((js = h_status_ask(agent, req)) && (holders = strstr(js, want)) &&
+             occurrences(holders, pid) == (int)n)) {
+        if (h_now_ms() > end) {
+            dump_key(name);
+            cr_assert_fail("agent %d: holder-json %s: not %s with %u holders within %d ms: %s",
+                           agent, name, kind, n, h_scaled_ms(H_EVENT_MS), js ? js : "(none)");
+        }
+        h_pump_all(10);
+    }
     cr_assert(h_json_valid(js), "%s", js);
     cr_assert(strstr(js, "\"held\":true,\"dlock\":true,"), "%s", js);
     cr_assert_eq(occurrences(holders, "{\"host\":"), (int)n, "%s", js);
@@ -712,60 +734,90 @@ static void check_readers_through_a_failover(void)
     h_client_close(w);
 }
 
+/* ---- quorum: a permit missing on a minority ---- */
+
+/* A field of the lock key on node i that is a permit (not ~kind), other
+ * than other_than (may be NULL); NULL when there is none. */
+static const char *permit_on(int i, const char *name, const char *other_than)
+{
+    redisReply *r = node_cmd(i, "HKEYS", h_key(name), NULL);
+    const char *found = NULL;
+    for (size_t k = 0; k < r->elements && !found; k++)
+        if (r->element[k]->str[0] != '~' && (!other_than || strcmp(r->element[k]->str, other_than)))
+            found = h_keep(r->element[k]->str);
+    freeReplyObject(r);
+    return found;
+}
+
+/* Quorum mode grants a reader on a majority, so a node may miss a permit
+ * (say, the writer's release had not reached it yet when the reader asked):
+ * here reader 0's permit is taken off node 0 by hand. Both readers hold; holder-json counts
+ * every holder whose permit is on a majority, whichever node misses it. */
+static void check_holder_json_past_a_missing_permit(void)
+{
+    const char *name = "kinds-minority";
+    struct h_cl *a = h_client_at(0), *b = h_client_at(1);
+    dlock_lease *l[2] = {must(a, name, 0, &SHARED), NULL};
+    const char *first = NULL;
+    H_WAIT_UNTIL(H_EVENT_MS, (first = permit_on(0, name, NULL)) != NULL);
+    l[1] = must(b, name, 0, &SHARED);
+    holder_json_shows(0, name, "shared", 2);
+    redisReply *r = node_cmd(0, "HDEL", h_key(name), first);
+    cr_assert_eq(r->integer, 1);
+    freeReplyObject(r);
+    cr_assert_not_null(permit_on(0, name, first), "node 0 lost both permits");
+    all_valid(l, 2);
+    holder_json_shows(2, name, "shared", 2);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(dlock_lease_release_sync(l[i]), 0);
+    KEY_DELETED(name);
+    h_client_close(a);
+    h_client_close(b);
+}
+
 /* ---- the modes ----
  *
- * Two tests per mode, so that the readers and writers across hosts, the
- * most involved, fail alone. */
+ * One set-up per mode for all its checks; the readers and writers across
+ * hosts come last. */
 
-static const char *const NAMES[] = {"kinds-rex", "kinds-res", "kinds-sem", "kinds-qsem"};
-static const char *const RW[] = {"kinds-rw"};
+static const char *const NAMES[] = {"kinds-rex", "kinds-res", "kinds-sem", "kinds-qsem",
+                                    "kinds-rw"};
 
-ITEST(kinds_modes, quorum_reentrant_and_no_semaphore)
+ITEST(kinds_modes, quorum_of_three_nodes)
 {
     start_quorum();
     check_reentrant_exclusive();
     check_reentrant_shared();
     check_semaphore_refused();
-    nothing_left(NAMES, 4);
+    check_shared();
+    nothing_left(NAMES, 5);
 }
 
-ITEST(kinds_modes, quorum_readers_and_writers)
+/* Apart: the agent's own answer, not the kinds. */
+ITEST(kinds_modes, quorum_holder_json_past_a_permit_missing_on_a_minority)
 {
     start_quorum();
-    check_shared();
-    nothing_left(RW, 1);
+    check_holder_json_past_a_missing_permit();
 }
 
-HCTEST(kinds_modes, cluster_reentrant_semaphore_and_slot_move)
+HCTEST(kinds_modes, cluster)
 {
     start_cluster();
     check_reentrant_exclusive();
     check_reentrant_shared();
     check_semaphore();
-    nothing_left(NAMES, 3);
     check_readers_through_a_slot_move();
-}
-
-HCTEST(kinds_modes, cluster_readers_and_writers)
-{
-    start_cluster();
     check_shared();
-    nothing_left(RW, 1);
+    nothing_left(NAMES, 5);
 }
 
-STEST(kinds_modes, sentinel_reentrant_semaphore_and_failover)
+STEST(kinds_modes, sentinel)
 {
     start_sentinel();
     check_reentrant_exclusive();
     check_reentrant_shared();
     check_semaphore();
-    nothing_left(NAMES, 3);
     check_readers_through_a_failover();
-}
-
-STEST(kinds_modes, sentinel_readers_and_writers)
-{
-    start_sentinel();
     check_shared();
-    nothing_left(RW, 1);
+    nothing_left(NAMES, 5);
 }
