@@ -505,7 +505,12 @@ static void lookup_done(struct qlookup *op)
         unsigned count = 0;
         for (unsigned j = 0; j < op->n; j++)
             count += op->answered[j] && strcmp(op->seen[j].value, op->seen[i].value) == 0;
-        if (best < 0 || count > best_count) {
+        /* Among nodes that agree on a shared or semaphore key's kind, the
+         * one that reports the most live permits (a permit missing on a
+         * minority is still held). */
+        if (best < 0 || count > best_count ||
+            (count == best_count && strcmp(op->seen[i].value, op->seen[best].value) == 0 &&
+             op->seen[i].permits > op->seen[best].permits)) {
             best = (int)i;
             best_count = count;
         }
