@@ -21,7 +21,7 @@
 #define SIM_MAX_NAMES   3
 #define SIM_MAX_FAULTS  12
 #define SIM_PAGE_SLOTS  4
-#define SIM_MAX_LATE    16
+#define SIM_MAX_LATE    256
 #define SIM_KEY_MAX     96
 #define SIM_VAL_MAX     128
 #define SIM_MAX_EVENTS  4000000 /* a run beyond it is a storm: a violation */
