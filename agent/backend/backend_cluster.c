@@ -20,6 +20,7 @@
 #include "dlock.h"
 #include "keys.h"
 #include "log.h"
+#include "notice_link.h"
 #include "redis_link.h"
 #include "replies.h"
 #include "util.h"
@@ -46,6 +47,16 @@ struct cnode {
     unsigned gen;
     unsigned nreplicas;
     char replica[MAX_REPLICAS][280]; /* "host:port" of its replicas, last map */
+};
+
+/* A name the core asked to watch while the map named no master for its
+ * slot, or a stale one: the state of a redirect under way (as a command
+ * waiting for its retry), reported unwatched once the map names the master,
+ * so that the core asks again. */
+struct waiting_watch {
+    struct waiting_watch *next;
+    uint16_t len;
+    char name[];
 };
 
 /* A command of the core on its way through the cluster. */
@@ -91,6 +102,8 @@ struct cl {
     /* Slots whose master by the map let a name's subscription go: the map
      * is stale there, and no subscription goes until it is read again. */
     uint8_t refused[KEY_SLOTS / 8];
+    struct waiting_watch *waiting;
+    size_t nwaiting;
 };
 
 static int cop_send(struct cop *op);
@@ -200,19 +213,79 @@ static void slot_set(uint8_t *bits, unsigned slot)
     bits[slot / 8] |= (uint8_t)(1u << (slot % 8));
 }
 
+/* Whether the map names a master for slot that has not let a subscription
+ * of it go since the map was read. */
+static bool slot_current(const struct cl *cl, unsigned slot)
+{
+    return cl->owner[slot] != NO_NODE && !slot_in(cl->refused, slot);
+}
+
+static struct waiting_watch **waiting_find(struct cl *cl, const char *name, size_t len)
+{
+    struct waiting_watch **p = &cl->waiting;
+    while (*p && !((*p)->len == len && memcmp((*p)->name, name, len) == 0))
+        p = &(*p)->next;
+    return p;
+}
+
+/* The name waits for the map (on), or no longer. */
+static int waiting_set(struct cl *cl, const char *name, size_t len, bool on)
+{
+    struct waiting_watch **p = waiting_find(cl, name, len), *w = *p;
+    if (!on && w) {
+        *p = w->next;
+        free(w);
+        cl->nwaiting--;
+    }
+    if (!on || w)
+        return 0;
+    if (cl->nwaiting >= NOTICE_NAMES_MAX || !(w = malloc(sizeof *w + len)))
+        return DLOCK_ENOMEM;
+    w->next = NULL;
+    w->len = (uint16_t)len;
+    memcpy(w->name, name, len);
+    *p = w;
+    cl->nwaiting++;
+    return 0;
+}
+
+/* After the map changed: the names that waited for a slot the map now
+ * names a master of are reported unwatched, and the core asks again. */
+static void waiting_flush(struct cl *cl)
+{
+    struct waiting_watch *w = cl->waiting, *next;
+    cl->waiting = NULL;
+    cl->nwaiting = 0;
+    for (; w; w = next) {
+        next = w->next;
+        if (!slot_current(cl, name_slot(cl, w->name, w->len))) {
+            w->next = cl->waiting; /* waits on */
+            cl->waiting = w;
+            cl->nwaiting++;
+            continue;
+        }
+        /* The hook may ask for it: by then it no longer waits. */
+        if (cl->ev.on_unwatched)
+            cl->ev.on_unwatched(cl->ev.arg, w->name, w->len);
+        free(w);
+    }
+}
+
 /* Asked of the master of the name's slot by the map, which keeps the
  * subscription on its connection: when the slot leaves it (a map read, a
  * MOVED answer), or it refuses or ends the subscription, the name is
- * reported unwatched and the core asks again, here. Not while the map
- * names no master, or a stale one: the waiters have their retry. */
+ * reported unwatched and the core asks again, here. While the map names no
+ * master for the slot, or a stale one, the name waits for the next map. */
 static int cl_watch(struct backend *be, const char *name, size_t len, bool on)
 {
     struct cl *cl = (struct cl *)be;
     unsigned slot = name_slot(cl, name, len);
     uint16_t to = cl->owner[slot];
-    if (on && (to == NO_NODE || slot_in(cl->refused, slot))) {
+    bool current = slot_current(cl, slot);
+    int rc = waiting_set(cl, name, len, on && !current);
+    if (on && !current) {
         refresh_soon(cl);
-        return DLOCK_EUNAVAIL;
+        return rc;
     }
     if (to == NO_NODE)
         return 0; /* the master that lost the slot let it go then */
@@ -431,6 +504,7 @@ static int load_map(struct cl *cl, const redisReply *rep)
         report_failover(cl, slots, failed);
     if (changed)
         unwatch_moved(cl, owner);
+    waiting_flush(cl);
     if (first)
         cl->ev.on_ready(cl->ev.arg);
     free(owner);
@@ -483,6 +557,7 @@ static void note_moved(struct cl *cl, unsigned slot, uint16_t to)
     else if (from != to)
         cl->ev.on_subscribed(cl->ev.arg); /* no memory to say which: every name */
     free(before);
+    waiting_flush(cl);
     refresh_soon(cl);
 }
 
@@ -806,6 +881,11 @@ static void cl_destroy(struct backend *be)
     for (size_t i = 0; i < cl->nnodes; i++)
         free(cl->node[i]);
     free(cl->node);
+    while (cl->waiting) {
+        struct waiting_watch *w = cl->waiting;
+        cl->waiting = w->next;
+        free(w);
+    }
     free(cl);
 }
 

@@ -286,6 +286,9 @@ struct cb {
     /* per cslot: its master by the map let a subscription go (the map is
      * stale there): none goes until the map is read again */
     bool refused[SIM_MAX_NAMES];
+    /* per name: asked for while its slot was not current, reported
+     * unwatched once the map names its master */
+    bool waiting[SIM_MAX_NAMES];
     bool have_map, closing, reading;
     uint64_t read_gen, last_read, refresh_gen; /* last_read: agent clock */
     unsigned ctl_next;
@@ -396,6 +399,26 @@ static bool doubt_affected(void *farg, const char *name, size_t len)
     return idx >= 0 && d->slots[d->cb->s->name_cslot[idx]];
 }
 
+static bool cslot_current(const struct cb *cb, unsigned cslot)
+{
+    return cb->owner[cslot] >= 0 && !cb->refused[cslot];
+}
+
+/* The names that waited for a slot the map now names a master of are
+ * reported unwatched, and the core asks again (backend_cluster.c's
+ * waiting_flush()). */
+static void waiting_flush(struct cb *cb)
+{
+    struct sim *s = cb->s;
+    for (unsigned n = 0; n < s->nnames; n++) {
+        if (!cb->waiting[n] || !cslot_current(cb, s->name_cslot[n]))
+            continue;
+        cb->waiting[n] = false;
+        if (cb->ev.on_unwatched)
+            cb->ev.on_unwatched(cb->ev.arg, s->names[n], strlen(s->names[n]));
+    }
+}
+
 /* The map changed from before (per cslot): each master that lost slots
  * ends the subscriptions of their names and reports each, which the core
  * asks for again, of the new master; one whose notice link is down lost
@@ -468,6 +491,7 @@ static void map_reply(struct cb *cb)
             link_doubt(l); /* no on_doubt of its own: given above */
     }
     unwatch_moved(cb, before);
+    waiting_flush(cb);
     if (first)
         cb->ev.on_ready(cb->ev.arg);
 }
@@ -497,6 +521,7 @@ static void note_moved(struct cb *cb, unsigned cslot, int to)
         cb->owner[cslot] = to;
     }
     unwatch_moved(cb, before);
+    waiting_flush(cb);
     refresh_soon(cb);
 }
 
@@ -674,8 +699,8 @@ static int c_lookup(struct backend *b, const char *name, size_t len, backend_loo
 }
 
 /* To the master of the name's slot by the map, which keeps the
- * subscription; not while the map names none, or a stale one
- * (backend_cluster.c's cl_watch()). */
+ * subscription; while the map names none, or a stale one, the name waits
+ * for the next map (backend_cluster.c's cl_watch()). */
 static int c_watch(struct backend *b, const char *name, size_t len, bool on)
 {
     struct cb *cb = (struct cb *)b;
@@ -684,9 +709,10 @@ static int c_watch(struct backend *b, const char *name, size_t len, bool on)
         return DLOCK_EINVAL;
     unsigned cslot = cb->s->name_cslot[idx];
     int to = cb->owner[cslot];
-    if (on && (to < 0 || cb->refused[cslot])) {
+    cb->waiting[idx] = on && !cslot_current(cb, cslot);
+    if (cb->waiting[idx]) {
         refresh_soon(cb);
-        return DLOCK_EUNAVAIL;
+        return 0;
     }
     if (to < 0)
         return 0;
