@@ -30,6 +30,7 @@
 #define TARGET_SHARE_MIN        35.0  /* each host's share of the grants, two hosts, % */
 #define TARGET_SHARE_MAX        65.0
 #define TARGET_WAIT_SLACK_MS    10.0 /* max wait per acquire, two hosts: cohort_ms + this */
+#define TARGET_SHARED_RATIO     3.0  /* grants/s, shared / exclusive, the same section */
 
 const char *bench_handoff_setting = "";
 
@@ -48,6 +49,7 @@ struct opts {
     long wake_rounds;            /* -W, 0 = no cross-agent wake part */
     int cohort_procs;            /* -C, 0 = no cohort part */
     int host_procs;              /* -H, per agent, 0 = no two hosts part */
+    int kinds_procs;             /* -R, 0 = no lock kinds part */
     double fair_seconds;         /* -A, window of each fairness run, 0 = no fairness part */
     bool quick;                  /* -q */
     bool keep;                   /* -K */
@@ -100,12 +102,12 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: dlock-bench [-qK] [-n PAIRS] [-c CLIENTS] [-d SECONDS] [-l LEASES] "
                "[-w SECONDS] [-k CALLS] [-m PAIRS] [-F LIST] [-D US] [-W ROUNDS] [-C PROCS] "
-               "[-H PROCS] [-A SECONDS]\n"
+               "[-H PROCS] [-R PROCS] [-A SECONDS]\n"
                "  -n PAIRS    acquire+release pairs of the 1-client runs (loopback and\n"
                "              delayed), and per row of the fleet run (default 20000)\n"
                "  -c CLIENTS  threads of the many-client runs (default 50)\n"
-               "  -d SECONDS  duration of the many-client runs, and of each cohort and\n"
-               "              two hosts run (default 3)\n"
+               "  -d SECONDS  duration of the many-client runs, and of each cohort, two\n"
+               "              hosts and lock kinds run (default 3)\n"
                "  -l LEASES   leases held at once (default 100000)\n"
                "  -w SECONDS  window over which the held leases are watched (default 30)\n"
                "  -k CALLS    calls per timed loop of the lease check (default 10000000)\n"
@@ -119,6 +121,9 @@ static void usage(FILE *f)
                "  -C PROCS    worker processes of the cohort runs (default 4; 0 skips them)\n"
                "  -H PROCS    worker processes per agent of the two hosts run (default 2;\n"
                "              0 skips it)\n"
+               "  -R PROCS    readers of the lock kinds runs: as many processes of each\n"
+               "              kind, and one writer more in the read-mostly run (default 4;\n"
+               "              0 skips them)\n"
                "  -A SECONDS  window of each run of the fairness part: a victim's renewal\n"
                "              lateness alone and beside another uid's flood (default 5;\n"
                "              0 skips it; needs root)\n"
@@ -164,16 +169,25 @@ static int parse_counts(const char *s, struct opts *o)
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
     const char *fleet = NULL;
-    /* n c d l w k m D W C H A, -1 = not given */
-    double v[12] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-    static const char letters[] = "ncdlwkmDWCHA";
-    static const double
-        lo[] = {1, 1, 0.1, 1, 1, 1000, 0, 0, 0, 0, 0, 0},
-        hi[] = {
-            1e8, 1000, 3600, 1e7, 3600, 1e10, 1e8, 1e6, 1e6, SIDE_MAX_WORKERS, SIDE_MAX_WORKERS / 2,
-            600};
+    /* n c d l w k m D W C H A R, -1 = not given */
+    double v[13] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    static const char letters[] = "ncdlwkmDWCHAR";
+    static const double lo[] = {1, 1, 0.1, 1, 1, 1000, 0, 0, 0, 0, 0, 0, 0};
+    static const double hi[] = {1e8,
+                                1000,
+                                3600,
+                                1e7,
+                                3600,
+                                1e10,
+                                1e8,
+                                1e6,
+                                1e6,
+                                SIDE_MAX_WORKERS,
+                                SIDE_MAX_WORKERS / 2,
+                                600,
+                                SIDE_MAX_WORKERS - 1};
     int ch;
-    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:D:W:C:H:A:qKOh")) != -1) {
+    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:D:W:C:H:A:R:qKOh")) != -1) {
         const char *at = strchr(letters, ch);
         if (ch == 'F') {
             fleet = optarg;
@@ -209,6 +223,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     o->cohort_procs = v[9] >= 0 ? (int)v[9] : 4;
     o->host_procs = v[10] >= 0 ? (int)v[10] : 2;
     o->fair_seconds = v[11] >= 0 ? v[11] : o->quick ? 2.0 : 5.0;
+    o->kinds_procs = v[12] >= 0 ? (int)v[12] : 4;
     if (parse_counts(fleet ? fleet : o->quick ? "1,4" : "1,10,100", o) != 0) {
         fprintf(stderr,
                 "dlock-bench: -F takes up to %d agent counts, each 1 to %d, "
@@ -983,6 +998,163 @@ static void report_hosts(const struct contend_run *r)
     report_side_agents(r->agent, 2);
 }
 
+/* ---- the lock kinds part ---- */
+
+/* One row of the kinds table: a value per run (exclusive, shared, semaphore,
+ * read-mostly), then the target. */
+static void krow(const char *what, const char *ex, const char *sh, const char *sem, const char *mix,
+                 const char *target)
+{
+    printf("  %-30s %12s %12s %12s %12s   %s\n", what, ex, sh, sem, mix, target);
+}
+
+/* The grants of the run's exclusive-kind (writer) workers. */
+static long writer_grants(const struct contend_run *r)
+{
+    long n = 0;
+    for (int i = 0; i < r->nworkers; i++)
+        n += r->w[i].kind == DLOCK_KIND_EXCLUSIVE ? r->w[i].grants : 0;
+    return n;
+}
+
+/* The lowest and highest grants of one kind's workers, "min-max". */
+static const char *fmt_grant_range(const struct contend_run *r, int kind)
+{
+    long lo = -1, hi = 0;
+    for (int i = 0; i < r->nworkers; i++) {
+        if (r->w[i].kind != kind)
+            continue;
+        lo = lo < 0 || r->w[i].grants < lo ? r->w[i].grants : lo;
+        hi = r->w[i].grants > hi ? r->w[i].grants : hi;
+    }
+    char *b = buf_next();
+    snprintf(b, 48, "%s-%s", fmt_count((double)(lo < 0 ? 0 : lo)), fmt_count((double)hi));
+    return b;
+}
+
+/* The most holders inside at once; with "ok" or "OVER" when there is a
+ * limit (> 0). */
+static const char *fmt_inside(const struct contend_run *r, long limit)
+{
+    long most = 0;
+    for (int i = 0; i < r->nworkers; i++)
+        most = r->w[i].max_inside > most ? r->w[i].max_inside : most;
+    char *b = buf_next();
+    if (limit > 0)
+        snprintf(b, 48, "%ld  %s", most, most <= limit ? "ok" : "OVER");
+    else
+        snprintf(b, 48, "%ld", most);
+    return b;
+}
+
+/* Sections that overlapped a writer's: "0  ok", or the count. */
+static const char *fmt_overlaps(const struct contend_run *r)
+{
+    long n = 0;
+    for (int i = 0; i < r->nworkers; i++)
+        n += r->w[i].overlaps;
+    char *b = buf_next();
+    snprintf(b, 48, n ? "%s  OVERLAP" : "%s  ok", fmt_count((double)n));
+    return b;
+}
+
+/* The counter against the writers' grants. */
+static const char *fmt_writes(const struct contend_run *r)
+{
+    char *b = buf_next();
+    long w = writer_grants(r);
+    if (r->counter < 0)
+        snprintf(b, 48, "not read");
+    else if (r->counter == w)
+        snprintf(b, 48, "%s  ok", fmt_count((double)r->counter));
+    else
+        snprintf(b, 48, "LOST: %s", fmt_count((double)(w - r->counter)));
+    return b;
+}
+
+static const char *fmt_key_left(const struct contend_run *r)
+{
+    return r->key_left < 0 ? "not read" : r->key_left ? "LEFT" : "gone  ok";
+}
+
+static const char *fmt_machine(const struct contend_run *r)
+{
+    return r->machine_cpu < 0 || r->seconds < 1.0 ? "-" : fmt_pct(r->machine_cpu);
+}
+
+static void report_kinds_errors(const struct contend_run *const *runs, const char *const *names)
+{
+    long e[4];
+    int first[4];
+    for (int k = 0; k < 4; k++)
+        e[k] = contend_errors(runs[k], &first[k]);
+    krow("failed acquires and releases", fmt_count((double)e[0]), fmt_count((double)e[1]),
+         fmt_count((double)e[2]), fmt_count((double)e[3]), "0");
+    for (int k = 0; k < 4; k++)
+        if (e[k])
+            printf("    %s, first error: %s\n", names[k], contend_strerror(first[k]));
+}
+
+static void report_kinds(const struct kinds_result *r)
+{
+    const struct contend_run *ex = &r->ex, *sh = &r->sh, *sem = &r->sem, *mix = &r->mix;
+    const struct contend_run *const runs[4] = {ex, sh, sem, mix};
+    static const char *const names[4] = {"exclusive", "shared", "semaphore", "read-mostly"};
+    char t[96], head[32], wr[48];
+    int procs = ex->nworkers;
+    printf("\nlock kinds: %d processes on one agent (cohort_handoffs = 32, cohort_ms = %d), one "
+           "name, %.1f s per run: waiting acquire, critical section, release;\nthe section: INCRBY "
+           "of an in-section gauge + GET of a key, %d us asleep (off-CPU work, as an I/O-bound "
+           "reader's), SET of the key by a writer + DECRBY; read-mostly: %d readers and 1 writer "
+           "taking 1 in %d of the grants\n",
+           procs, CONTEND_COHORT_MS, ex->seconds, KINDS_WORK_US, procs, KINDS_WRITE_ONE_IN);
+    snprintf(head, sizeof head, "semaphore %u", (unsigned)KINDS_PERMITS);
+    snprintf(wr, sizeof wr, "%d r + 1 w", procs);
+    krow("figure", "exclusive", "shared", head, wr, "target");
+    krow("grants/s", fmt_count(ex->per_s), fmt_count(sh->per_s), fmt_count(sem->per_s),
+         fmt_count(mix->per_s), "");
+    double ratio = ex->per_s > 0 ? sh->per_s / ex->per_s : 0;
+    snprintf(t, sizeof t, "shared >= %.2f  %s", TARGET_SHARED_RATIO,
+             verdict(ratio >= TARGET_SHARED_RATIO));
+    krow("  x exclusive (baseline)", fmt_ratio(ex->per_s, ex->per_s),
+         fmt_ratio(sh->per_s, ex->per_s), fmt_ratio(sem->per_s, ex->per_s),
+         fmt_ratio(mix->per_s, ex->per_s), t);
+    krow("grants per process, min-max", fmt_grant_range(ex, DLOCK_KIND_EXCLUSIVE),
+         fmt_grant_range(sh, DLOCK_KIND_SHARED), fmt_grant_range(sem, DLOCK_KIND_SEMAPHORE),
+         fmt_grant_range(mix, DLOCK_KIND_SHARED), "(readers in the last column)");
+    long w = writer_grants(mix);
+    snprintf(wr, sizeof wr, "%s (%.1f %%)", fmt_count((double)w),
+             mix->grants ? 100.0 * (double)w / (double)mix->grants : 0.0);
+    snprintf(t, sizeof t, "(context: 1 in %d asked)", KINDS_WRITE_ONE_IN);
+    krow("  grants of the writer", "", "", "", wr, t);
+    const struct summary *a = &ex->kind_wait[DLOCK_KIND_EXCLUSIVE],
+                         *b = &sh->kind_wait[DLOCK_KIND_SHARED],
+                         *c = &sem->kind_wait[DLOCK_KIND_SEMAPHORE],
+                         *d = &mix->kind_wait[DLOCK_KIND_SHARED],
+                         *x = &mix->kind_wait[DLOCK_KIND_EXCLUSIVE];
+    krow("wait per acquire p50", fmt_wait(a->p50_us), fmt_wait(b->p50_us), fmt_wait(c->p50_us),
+         fmt_wait(d->p50_us), "(context; readers in the last column)");
+    krow("wait per acquire p99", fmt_wait(a->p99_us), fmt_wait(b->p99_us), fmt_wait(c->p99_us),
+         fmt_wait(d->p99_us), "");
+    krow("wait per acquire max", fmt_wait(a->max_us), fmt_wait(b->max_us), fmt_wait(c->max_us),
+         fmt_wait(d->max_us), "");
+    krow("  the writer's, p50", "", "", "", fmt_wait(x->p50_us), "(context)");
+    krow("  the writer's, p99", "", "", "", fmt_wait(x->p99_us), "");
+    snprintf(t, sizeof t, "1 / - / <= %u / -", (unsigned)KINDS_PERMITS);
+    krow("most holders inside at once", fmt_inside(ex, 1), fmt_inside(sh, 0),
+         fmt_inside(sem, KINDS_PERMITS), fmt_inside(mix, 0), t);
+    krow("sections overlapping a writer", fmt_overlaps(ex), "-", "-", fmt_overlaps(mix),
+         "0 (no writer in 2 and 3)");
+    krow("counter at the end", fmt_writes(ex), "-", "-", fmt_writes(mix), "== writer grants");
+    krow("lock key after the run", fmt_key_left(ex), fmt_key_left(sh), fmt_key_left(sem),
+         fmt_key_left(mix), "gone");
+    report_kinds_errors(runs, names);
+    krow("CPU of the machine, all", fmt_machine(ex), fmt_machine(sh), fmt_machine(sem),
+         fmt_machine(mix), "(context: % of a core, every process)");
+    for (int k = 0; k < 4; k++)
+        report_side_agents(runs[k]->agent, 1);
+}
+
 /* ---- the run ---- */
 
 /* A victim's renewal lateness alone and under a flood, for each attack. */
@@ -1103,6 +1275,18 @@ static int phase_hosts(const struct opts *o, struct env *e)
     return 0;
 }
 
+static int phase_kinds(const struct opts *o, struct env *e)
+{
+    static struct kinds_result r;
+    if (o->kinds_procs == 0)
+        return 0;
+    if (run_kinds(e, o->kinds_procs, o->seconds, &r) != 0)
+        return -1;
+    report_kinds(&r);
+    fflush(stdout);
+    return 0;
+}
+
 static int phase_fairness(const struct opts *o, struct env *e)
 {
     static struct fairness_result r;
@@ -1206,6 +1390,8 @@ int main(int argc, char **argv)
         rc = phase_cohort(&o, e);
     if (rc == 0)
         rc = phase_hosts(&o, e);
+    if (rc == 0)
+        rc = phase_kinds(&o, e);
     if (rc == 0)
         rc = phase_fairness(&o, e);
     if (rc == 0)

@@ -472,9 +472,13 @@ int run_wake(struct env *e, long rounds, struct wake_result *out);
 /* One worker process. */
 struct contend_worker {
     int agent; /* index of its agent */
+    int kind;  /* in: the dlock_kind it acquires (0, exclusive, by default) */
     long grants, errors;
     int first_error; /* a DLOCK_E* code, or CONTEND_EREDIS */
     double wall_s;   /* its loop */
+    /* The in-section gauge (work_us > 0): the most holders it found inside
+     * when it entered, and its sections that overlapped a writer's. */
+    long max_inside, overlaps;
 };
 
 #define CONTEND_EREDIS (-1000) /* the critical section's GET or SET failed */
@@ -482,12 +486,23 @@ struct contend_worker {
 struct contend_run {
     int nworkers, nagents;
     double seconds;
+    /* The critical section: 0, a GET and a SET of the counter (the cohort
+     * and two hosts parts); > 0, the kinds part's (kinds.c): an in-section
+     * gauge and a GET of the counter, this many us asleep, then a SET of the
+     * counter by the exclusive kind's holders. */
+    int work_us;
+    uint32_t permits;   /* of the DLOCK_KIND_SEMAPHORE workers */
+    int write_one_in;   /* > 0: the exclusive workers wait for their turn to
+                           take 1 in this many of all the grants */
+    double machine_cpu; /* the whole machine's CPU during the loops, % of a core */
     struct contend_worker w[SIDE_MAX_WORKERS];
     long grants;                        /* all workers */
     double per_s;                       /* grants over the longest worker loop */
     long long counter;                  /* the counter key at the end; -1 unknown */
     long host_grants[SIDE_MAX];         /* the grants of each agent's workers */
     struct summary host_wait[SIDE_MAX]; /* their acquires' waits */
+    struct summary kind_wait[3];        /* the waits by the workers' dlock_kind */
+    long long key_left;                 /* the lock key after the run: 1 there, 0 not, -1 unknown */
     struct side_agent agent[SIDE_MAX];
 };
 
@@ -501,6 +516,30 @@ struct cohort_result {
 int run_cohort(struct env *e, int procs, double seconds, struct cohort_result *out);
 /* Two agents, `procs` worker processes on each. */
 int run_hosts(struct env *e, int procs, double seconds, struct contend_run *out);
+/* One run as set up in *r (nworkers, nagents, seconds, agent[], the
+ * workers' kinds and the section): starts its agents, resets the counter,
+ * runs the workers (worker i on agent agent_of[i]), reads the counter and
+ * the lock key, stops the agents. 0, or -1 after printing why. */
+int contend(struct env *e, struct contend_run *r, const int *agent_of);
+
+/* ---- lock kinds: readers and permits on one name (kinds.c) ---- */
+
+#define KINDS_WORK_US      1000 /* the off-CPU work of each critical section */
+#define KINDS_PERMITS      2    /* of the semaphore run */
+#define KINDS_WRITE_ONE_IN 10   /* the read-mostly run's writer: 1 in this many grants */
+
+struct kinds_result {
+    struct contend_run ex;  /* the exclusive kind: the baseline */
+    struct contend_run sh;  /* shared (readers) */
+    struct contend_run sem; /* a semaphore of KINDS_PERMITS permits */
+    struct contend_run mix; /* read-mostly: the readers and one exclusive writer */
+};
+
+/* `procs` worker processes on one agent and one name, `seconds` per run,
+ * the same critical section in each: exclusive, shared, semaphore, then the
+ * same readers beside one writer; each run on an agent of its own. 0, or -1
+ * after printing why. */
+int run_kinds(struct env *e, int procs, double seconds, struct kinds_result *out);
 
 /* ---- renewal lateness under another uid's flood (fairness.c) ---- */
 

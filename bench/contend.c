@@ -1,23 +1,28 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* contend.c -- one lock name contended by worker processes: the cohort part
- * (the processes of one agent, with cohort handoff on and off) and the two
- * hosts part (two agents, the processes of each taking turns with the other's).
+ * (the processes of one agent, with cohort handoff on and off), the two
+ * hosts part (two agents, the processes of each taking turns with the other's)
+ * and the runs of the kinds part (kinds.c).
  * Each worker is a forked process with its own dlock client and its own
  * hiredis connection, made after the fork; it loops for a while on a waiting
- * acquire, a critical section (a GET of a counter key and a SET of the counter
- * + 1) and a release, timing each acquire, and reports its counts and waits to
- * the parent through a pipe. The counter at the end must equal the grants
- * (mutual exclusion). */
+ * acquire of its kind, a critical section (a GET of a counter key and a SET of
+ * the counter + 1; or the kinds part's, below) and a release, timing each
+ * acquire, and reports its counts and waits to the parent through a pipe. The
+ * counter at the end must equal the exclusive kind's grants (mutual
+ * exclusion). */
 #include <errno.h>
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -27,9 +32,12 @@
 #define REPORT_MS  30000 /* and to report, past the end of their loops */
 #define WAIT_MS    10000 /* a worker's acquire gives up after this */
 #define WORKER_RAN 0x5a  /* the byte a worker sends once connected */
+#define WRITER     1000  /* an exclusive holder's weight on the gauge; a reader's is 1 */
+#define PACE_US    100   /* a paced writer looks at the grants this often */
 
 static const char name[] = "bench-contend";
 static const char counter_key[] = "bench-contend-counter";
+static const char gauge_key[] = "bench-contend-inside";
 
 /* What a worker sends at the end, followed by `waits` uint64_t, ns. */
 struct report {
@@ -37,6 +45,7 @@ struct report {
     int first_error;
     uint64_t wall_ns;
     uint64_t waits;
+    long max_inside, overlaps;
 };
 
 /* ---- pipes ---- */
@@ -105,16 +114,85 @@ static int critical_section(redisContext *r)
     return rc;
 }
 
+/* The next reply of a pipeline as an integer (INCRBY, DECRBY) or a counter
+ * (GET: a string, or nil for 0): 0, or -1. */
+static int reply_int(redisContext *r, long long *v)
+{
+    redisReply *x = NULL;
+    if (redisGetReply(r, (void **)&x) != REDIS_OK || !x)
+        return -1;
+    int rc = 0;
+    if (x->type == REDIS_REPLY_INTEGER)
+        *v = x->integer;
+    else if (x->type == REDIS_REPLY_STRING)
+        *v = strtoll(x->str, NULL, 10);
+    else if (x->type == REDIS_REPLY_NIL)
+        *v = 0;
+    else
+        rc = -1;
+    freeReplyObject(x);
+    return rc;
+}
+
+/* The kinds part's section, the same two round trips for every kind: INCRBY
+ * of the in-section gauge by the holder's weight (WRITER for the exclusive
+ * kind, 1 for the others) and a GET of the counter; `work_us` asleep (work
+ * off the CPU, as an I/O-bound reader's); then a SET of the counter + 1 (the
+ * exclusive kind only) and the DECRBY. What INCRBY returns is who was inside
+ * when this holder came in: a writer must find itself alone, a reader no
+ * writer, and the number inside is at most the kind's limit. */
+static int kinds_section(redisContext *r, bool writer, int work_us, struct report *h)
+{
+    long long w = writer ? WRITER : 1, in = 0, v = 0, ignored;
+    redisAppendCommand(r, "INCRBY %s %lld", gauge_key, w);
+    redisAppendCommand(r, "GET %s", counter_key);
+    if (reply_int(r, &in) != 0 || reply_int(r, &v) != 0)
+        return -1;
+    long inside = (long)(in / WRITER + in % WRITER);
+    h->max_inside = inside > h->max_inside ? inside : h->max_inside;
+    h->overlaps += writer ? in != WRITER : in >= WRITER;
+    struct timespec ts = {.tv_sec = work_us / 1000000, .tv_nsec = (work_us % 1000000) * 1000L};
+    while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR)
+        ;
+    if (writer)
+        redisAppendCommand(r, "SET %s %lld", counter_key, v + 1);
+    redisAppendCommand(r, "DECRBY %s %lld", gauge_key, w);
+    if (writer) {
+        redisReply *x = NULL;
+        if (redisGetReply(r, (void **)&x) != REDIS_OK || !x || x->type != REDIS_REPLY_STATUS) {
+            if (x)
+                freeReplyObject(x);
+            return -1;
+        }
+        freeReplyObject(x);
+    }
+    return reply_int(r, &ignored);
+}
+
 static void note(struct report *h, int err)
 {
     if (h->errors++ == 0)
         h->first_error = err;
 }
 
-/* Runs in the forked process, and never returns: _exit() skips the
- * benchmark's own clean-up (atexit), which is the parent's. */
-_Noreturn static void worker(const char *agent_sock, const char *redis_sock, double seconds,
-                             int out, int go, pid_t parent)
+/* A paced writer (write_one_in > 0) waits until its next grant would be 1 in
+ * write_one_in of all the grants so far, or the loop ends: true to go on. */
+static bool pace(const struct contend_run *run, long writes, atomic_long *all, uint64_t end)
+{
+    struct timespec ts = {.tv_nsec = PACE_US * 1000L};
+    while (atomic_load_explicit(all, memory_order_relaxed) < writes * run->write_one_in) {
+        if (now_ns() >= end)
+            return false;
+        nanosleep(&ts, NULL);
+    }
+    return true;
+}
+
+/* Worker i of the run, in the forked process; it never returns: _exit()
+ * skips the benchmark's own clean-up (atexit), which is the parent's. `all`
+ * counts the grants of every worker (shared memory). */
+_Noreturn static void worker(const struct contend_run *run, int i, const char *redis_sock,
+                             atomic_long *all, int out, int go, pid_t parent)
 {
     /* Die with the benchmark; and the benchmark's handlers are not ours. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -125,7 +203,7 @@ _Noreturn static void worker(const char *agent_sock, const char *redis_sock, dou
     signal(SIGHUP, SIG_DFL);
     dlock_client *c = NULL;
     redisContext *r = NULL;
-    if (dlock_client_open(&c, agent_sock) == 0)
+    if (dlock_client_open(&c, run->agent[run->w[i].agent].sock) == 0)
         r = redisConnectUnix(redis_sock);
     unsigned char ran = r && !r->err ? WORKER_RAN : 0;
     if (write_full(out, &ran, 1) != 0 || !ran)
@@ -138,11 +216,17 @@ _Noreturn static void worker(const char *agent_sock, const char *redis_sock, dou
     struct report h = {0};
     struct lat waits = {0};
     dlock_acquire_options o = {.ttl_ms = BENCH_TTL_MS, .wait_ms = WAIT_MS};
-    uint64_t start = now_ns(), end = start + (uint64_t)(seconds * 1e9);
+    int kind = run->w[i].kind;
+    dlock_lock_spec spec = {.kind = (uint32_t)kind,
+                            .permits = kind == DLOCK_KIND_SEMAPHORE ? run->permits : 0};
+    bool writer = kind == DLOCK_KIND_EXCLUSIVE;
+    uint64_t start = now_ns(), end = start + (uint64_t)(run->seconds * 1e9);
     while (now_ns() < end) {
+        if (writer && run->write_one_in > 0 && !pace(run, h.grants, all, end))
+            break;
         dlock_lease *l;
         uint64_t t0 = now_ns();
-        int rc = dlock_lease_acquire(c, name, &o, &l);
+        int rc = dlock_lease_acquire_spec(c, name, &o, &spec, &l);
         uint64_t t1 = now_ns();
         if (rc != 0) {
             note(&h, rc);
@@ -151,12 +235,14 @@ _Noreturn static void worker(const char *agent_sock, const char *redis_sock, dou
             break;
         }
         lat_push(&waits, t1 - t0);
-        if (critical_section(r) != 0) {
+        rc = run->work_us > 0 ? kinds_section(r, writer, run->work_us, &h) : critical_section(r);
+        if (rc != 0) {
             note(&h, CONTEND_EREDIS);
             dlock_lease_release(l);
             break;
         }
         h.grants++;
+        atomic_fetch_add_explicit(all, 1, memory_order_relaxed);
         rc = dlock_lease_release(l);
         if (rc != 0)
             note(&h, rc);
@@ -206,16 +292,56 @@ static long long redis_int(redisContext *r, const char *fmt, const char *key)
     return v;
 }
 
+/* Reads worker i's report into r->w[i] and its waits into the lists of its
+ * agent and of its kind: 0, or -1. */
+static int collect(int i, struct contend_run *r, struct lat *host, struct lat *kind,
+                   uint64_t deadline)
+{
+    struct report h;
+    struct contend_worker *w = &r->w[i];
+    struct lat mine = {0};
+    int rc = -1;
+    if (read_full(fds[i], &h, sizeof h, deadline) == 0 && lat_reserve(&mine, h.waits) == 0 &&
+        (!h.waits || read_full(fds[i], mine.v, h.waits * sizeof *mine.v, deadline) == 0)) {
+        mine.n = h.waits;
+        rc = lat_append(&host[w->agent], &mine) == 0 &&
+                     lat_append(&kind[w->kind >= 0 && w->kind < 3 ? w->kind : 0], &mine) == 0
+                 ? 0
+                 : -1;
+    }
+    lat_free(&mine);
+    if (rc != 0)
+        return -1;
+    w->grants = h.grants;
+    w->errors = h.errors;
+    w->first_error = h.first_error;
+    w->wall_s = ns_to_s(h.wall_ns);
+    w->max_inside = h.max_inside;
+    w->overlaps = h.overlaps;
+    r->grants += h.grants;
+    r->host_grants[w->agent] += h.grants;
+    return 0;
+}
+
 /* Forks the workers (worker i on agent agent_of[i]), lets them go together,
  * collects their reports. The parent kills and reaps them on any failure. */
 static int run_workers(const struct env *e, struct contend_run *r, const int *agent_of)
 {
     int n = r->nworkers, go[2] = {-1, -1}, rc = -1;
-    struct lat host[SIDE_MAX] = {{0}};
+    struct lat host[SIDE_MAX] = {{0}}, kind[3] = {{0}};
     for (int i = 0; i < n; i++)
         fds[i] = -1;
+    /* The grants of all the workers, for a paced writer. */
+    atomic_long *all =
+        mmap(NULL, sizeof *all, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (all == MAP_FAILED) {
+        fprintf(stderr, "dlock-bench: mmap: %s\n", strerror(errno));
+        return -1;
+    }
+    atomic_init(all, 0);
     if (pipe2(go, O_CLOEXEC) != 0) {
         fprintf(stderr, "dlock-bench: pipe: %s\n", strerror(errno));
+        munmap(all, sizeof *all);
         return -1;
     }
     fflush(stdout);
@@ -228,12 +354,12 @@ static int run_workers(const struct env *e, struct contend_run *r, const int *ag
             fprintf(stderr, "dlock-bench: pipe: %s\n", strerror(errno));
             goto out;
         }
+        r->w[started].agent = agent_of[started];
         pid_t pid = fork();
         if (pid == 0) {
             close(go[1]);
             close(fd[0]);
-            worker(r->agent[agent_of[started]].sock, e->redis_sock, r->seconds, fd[1], go[0],
-                   parent);
+            worker(r, started, e->redis_sock, all, fd[1], go[0], parent);
         }
         close(fd[1]);
         if (pid < 0) {
@@ -244,7 +370,6 @@ static int run_workers(const struct env *e, struct contend_run *r, const int *ag
         pids[started] = pid;
         side_track_worker(started, pid);
         fds[started] = fd[0];
-        r->w[started].agent = agent_of[started];
     }
     uint64_t deadline = now_ns() + READY_MS * 1000000ull;
     for (int i = 0; i < n; i++) {
@@ -254,28 +379,20 @@ static int run_workers(const struct env *e, struct contend_run *r, const int *ag
             goto out;
         }
     }
+    struct proc_sample m0, m1;
+    bool sampled = machine_sample(&m0) == 0;
     close(go[1]); /* go */
     go[1] = -1;
     deadline = now_ns() + (uint64_t)(r->seconds * 1e9) + REPORT_MS * 1000000ull;
     double longest = 0;
     for (int i = 0; i < n; i++) {
-        struct report h;
-        struct contend_worker *w = &r->w[i];
-        struct lat *l = &host[w->agent];
-        if (read_full(fds[i], &h, sizeof h, deadline) != 0 || lat_reserve(l, l->n + h.waits) != 0 ||
-            (h.waits && read_full(fds[i], l->v + l->n, h.waits * sizeof *l->v, deadline) != 0)) {
+        if (collect(i, r, host, kind, deadline) != 0) {
             fprintf(stderr, "dlock-bench: worker %d did not report\n", i);
             goto out;
         }
-        l->n += h.waits;
-        w->grants = h.grants;
-        w->errors = h.errors;
-        w->first_error = h.first_error;
-        w->wall_s = ns_to_s(h.wall_ns);
-        r->grants += h.grants;
-        r->host_grants[w->agent] += h.grants;
-        longest = w->wall_s > longest ? w->wall_s : longest;
+        longest = r->w[i].wall_s > longest ? r->w[i].wall_s : longest;
     }
+    r->machine_cpu = sampled && machine_sample(&m1) == 0 ? proc_cpu_pct(&m0, &m1) : -1;
     for (int i = 0; i < n; i++) {
         int st = 0;
         if (waitpid(pids[i], &st, 0) != pids[i]) {
@@ -291,6 +408,8 @@ static int run_workers(const struct env *e, struct contend_run *r, const int *ag
     r->per_s = longest > 0 ? (double)r->grants / longest : 0;
     for (int k = 0; k < r->nagents; k++)
         lat_summarise(&host[k], 0, &r->host_wait[k]);
+    for (int k = 0; k < 3; k++)
+        lat_summarise(&kind[k], 0, &r->kind_wait[k]);
     rc = 0;
 out:
     stop_workers(started, rc != 0);
@@ -299,29 +418,41 @@ out:
     close(go[0]);
     for (int k = 0; k < SIDE_MAX; k++)
         lat_free(&host[k]);
+    for (int k = 0; k < 3; k++)
+        lat_free(&kind[k]);
+    munmap(all, sizeof *all);
     return rc;
 }
 
 /* Starts the run's agents, runs its workers, checks the counter, stops. */
-static int contend(struct env *e, struct contend_run *r, const int *agent_of)
+int contend(struct env *e, struct contend_run *r, const int *agent_of)
 {
     r->counter = -1;
+    r->key_left = -1;
     redisContext *c = redisConnectUnix(e->redis_sock);
     if (!c || c->err) {
         fprintf(stderr, "dlock-bench: cannot open a hiredis connection\n");
         redisFree(c);
         return -1;
     }
-    int rc = redis_int(c, "SET %s 0", counter_key) == 0 ? 0 : -1;
+    int rc = redis_int(c, "SET %s 0", counter_key) == 0 && redis_int(c, "SET %s 0", gauge_key) == 0
+                 ? 0
+                 : -1;
     if (rc != 0)
-        fprintf(stderr, "dlock-bench: cannot reset %s\n", counter_key);
+        fprintf(stderr, "dlock-bench: cannot reset %s and %s\n", counter_key, gauge_key);
     if (rc == 0)
         rc = side_start(e, r->agent, r->nagents);
     if (rc == 0)
         rc = run_workers(e, r, agent_of);
     side_stop(e, r->agent, r->nagents);
-    if (rc == 0)
+    if (rc == 0) {
         r->counter = redis_int(c, "GET %s", counter_key);
+        redisReply *x = redisCommand(c, "EXISTS %s%s", BENCH_PREFIX, name);
+        if (x && x->type == REDIS_REPLY_INTEGER)
+            r->key_left = x->integer;
+        if (x)
+            freeReplyObject(x);
+    }
     redisFree(c);
     return rc;
 }

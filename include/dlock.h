@@ -22,12 +22,17 @@
  * Ownership: a dlock_client is owned by the caller until dlock_client_close().
  * A dlock_lease is owned by its client; it stays valid until
  * dlock_lease_release(), dlock_lease_release_sync() or dlock_client_close(),
- * whichever comes first, even after the lease was lost. Strings returned by accessors are borrowed
- * from the lease and live as long as it does.
+ * whichever comes first, even after the lease was lost (a re-entered lease:
+ * until as many releases as acquires returned it). A dlock_lease_set is owned
+ * by its client the same way, with its members' handles, until
+ * dlock_lease_set_release(), dlock_lease_set_release_sync() or
+ * dlock_client_close(). Strings returned by accessors are borrowed from the
+ * lease and live as long as it does.
  */
 #ifndef DLOCK_H
 #define DLOCK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -93,13 +98,29 @@ typedef enum dlock_state {
 typedef struct dlock_client dlock_client;
 typedef struct dlock_lease dlock_lease;
 
+/* Lock kinds (dlock_lock_spec.kind): how many may hold a name at once. A
+ * name is held as one kind at a time; an acquire of another kind than the
+ * name's holders' waits (exclusive) or is refused with DLOCK_EKIND (shared
+ * against a semaphore, a semaphore against shared holders or of another
+ * permit count). See docs/protocol.md. */
+typedef enum dlock_kind {
+    DLOCK_KIND_EXCLUSIVE = 0, /* one holder (the default; the classic lock) */
+    DLOCK_KIND_SHARED = 1,    /* the read side of a read-write lock: any number of shared
+                                 holders, or one exclusive holder; once an exclusive acquire
+                                 waits, later shared ones queue behind it */
+    DLOCK_KIND_SEMAPHORE = 2  /* a counting semaphore: at most `permits` holders */
+} dlock_kind;
+
+/* Flags of dlock_acquire_options.flags. */
+#define DLOCK_ACQUIRE_REENTRANT 0x1u /* the owner may take a name it holds again (below) */
+
 /* Options for an acquire. The zero value is valid: the agent's default TTL,
  * try once without waiting. */
 typedef struct dlock_acquire_options {
     uint32_t ttl_ms; /* lease TTL on Redis; 0 = agent default (30 s) */
     int64_t wait_ms; /* 0 = try once, > 0 = wait at most this long,
                         DLOCK_WAIT_FOREVER = wait until granted */
-    uint32_t flags;  /* reserved, must be 0 */
+    uint32_t flags;  /* DLOCK_ACQUIRE_* flags, or 0; any other bit: DLOCK_EINVAL */
     /* Bounded holds, against a hung holder renewed forever. 0 = the agent's
      * default (none unless configured); the agent's maximum caps both.
      * Both count from the moment the agent sent the winning acquire to Redis
@@ -111,6 +132,32 @@ typedef struct dlock_acquire_options {
     uint32_t progress_ms; /* renewal stops when dlock_lease_touch() was not
                              called for this long */
 } dlock_acquire_options;
+
+/* What kind of lock an acquire asks for (dlock_lease_acquire_spec()). NULL,
+ * or the zero value, is the exclusive kind owned by the client. The library
+ * refuses with DLOCK_EINVAL, before sending anything, an unknown kind, a
+ * semaphore with permits 0, and permits on another kind.
+ *
+ * Re-entrancy (DLOCK_ACQUIRE_REENTRANT in the options): an acquire by the
+ * owner of a lease on the name (the same client and the same `owner`, with
+ * or without the flag when the lease was taken) is granted at once, whatever
+ * the wait and whoever else waits, with the same lease: the same handle,
+ * fencing token and validity, one more hold (dlock_lease_holds()). Each
+ * release lowers the count; the last one releases the lease. The handle
+ * stays valid until as many releases as acquires that returned it. A
+ * re-entrant acquire by another owner, even on the same client, waits like
+ * any other's (a try-once: DLOCK_EBUSY), and a re-entrant acquire of another
+ * kind or permit count than the held lease's is DLOCK_EHELD (no upgrade, no
+ * downgrade). Without the flag, an acquire of a name the client holds, by
+ * any owner, is DLOCK_EHELD. Closing the client, or the process dying,
+ * releases every hold at once. */
+typedef struct dlock_lock_spec {
+    uint32_t kind;    /* a dlock_kind */
+    uint32_t permits; /* DLOCK_KIND_SEMAPHORE: the most holders at once (>= 1), the same for
+                         every acquirer of the name; 0 for the other kinds */
+    uint64_t owner;   /* who owns the lease within this client, for DLOCK_ACQUIRE_REENTRANT:
+                         e.g. a thread id; 0 = the client itself */
+} dlock_lock_spec;
 
 /* Called when a lease changes state without being asked (LOST, JEOPARDY, or
  * HELD again after JEOPARDY). `reason` is 0 for HELD; for JEOPARDY and LOST
@@ -133,9 +180,10 @@ typedef void (*dlock_acquire_cb)(dlock_client *client, int status, dlock_lease *
 DLOCK_EXPORT int dlock_client_open(dlock_client **out, const char *socket_path);
 
 /* Closes the connection; the agent releases every lease of this client.
- * Frees every lease handle of the client. Pending async acquires are dropped
- * without calling their callbacks. NULL is a no-op. Must not be called from a
- * callback of the same client (releasing leases and acquiring from one is fine). */
+ * Frees every lease handle and lease set of the client. Pending async
+ * acquires are dropped without calling their callbacks. NULL is a no-op.
+ * Must not be called from a callback of the same client (releasing leases
+ * and acquiring from one is fine). */
 DLOCK_EXPORT void dlock_client_close(dlock_client *client);
 
 /* The connection's file descriptor, for poll/epoll/libev: when it is
@@ -161,14 +209,16 @@ DLOCK_EXPORT void dlock_client_set_event_cb(dlock_client *client, dlock_event_cb
  * mode: DLOCK_ENOQUORUM), as an outage longer than the agent's
  * outage_wait_ms does. DLOCK_ENOANSWER: the agent did not answer within the
  * wait plus 10 s (it is stopped or wedged; the request is abandoned).
- * DLOCK_EHELD, at once: this client already holds `name` (locks are not
- * re-entrant). That answer wins, whatever the wait, over DLOCK_ELIMIT and
- * over the DLOCK_EBUSY of a try-once, even while other clients wait for the
- * name; only DLOCK_ESHUTDOWN, a bad name (DLOCK_EBADNAME,
- * DLOCK_ENAMETOOLONG), DLOCK_EINVAL and DLOCK_EDENIED come before it. The
- * client holds `name` from the grant until the agent has taken its release
- * or lost the lease (LOST event); an acquire of it still pending is no hold
- * (docs/protocol.md). */
+ * DLOCK_EHELD, at once: this client already holds `name` (and opts->flags
+ * lacks DLOCK_ACQUIRE_REENTRANT, below). That answer wins, whatever the
+ * wait, over DLOCK_ELIMIT and over the DLOCK_EBUSY of a try-once, even while
+ * other clients wait for the name; only DLOCK_ESHUTDOWN, a bad name
+ * (DLOCK_EBADNAME, DLOCK_ENAMETOOLONG), DLOCK_EINVAL and DLOCK_EDENIED come
+ * before it. The client holds `name` from the grant until the agent has
+ * taken its release or lost the lease (LOST event); an acquire of it still
+ * pending is no hold (docs/protocol.md). With DLOCK_ACQUIRE_REENTRANT, the
+ * acquire is that of an exclusive re-entrant lock owned by the client (see
+ * dlock_lock_spec). */
 DLOCK_EXPORT int dlock_lease_acquire(dlock_client *client, const char *name,
                                      const dlock_acquire_options *opts, dlock_lease **out);
 
@@ -179,6 +229,21 @@ DLOCK_EXPORT int dlock_lease_acquire(dlock_client *client, const char *name,
 DLOCK_EXPORT int dlock_lease_acquire_async(dlock_client *client, const char *name,
                                            const dlock_acquire_options *opts, dlock_acquire_cb cb,
                                            void *arg);
+
+/* dlock_lease_acquire() and dlock_lease_acquire_async() for the kind of lock
+ * spec asks for (NULL: exclusive; see dlock_lock_spec). Besides their
+ * errors: DLOCK_EKIND when the name is held, or waited for, as another kind
+ * (or as a semaphore of another permit count); DLOCK_EINVAL from the agent
+ * for a kind it does not support in its mode. An exclusive, non-re-entrant
+ * acquire owned by the client (owner 0) goes on the wire as the plain
+ * ACQUIRE that agents of every version take. */
+DLOCK_EXPORT int dlock_lease_acquire_spec(dlock_client *client, const char *name,
+                                          const dlock_acquire_options *opts,
+                                          const dlock_lock_spec *spec, dlock_lease **out);
+DLOCK_EXPORT int dlock_lease_acquire_spec_async(dlock_client *client, const char *name,
+                                                const dlock_acquire_options *opts,
+                                                const dlock_lock_spec *spec, dlock_acquire_cb cb,
+                                                void *arg);
 
 /* Releases the lease and frees its handle at once, whatever the outcome,
  * without a round trip: the verdict comes from the lease page, and the
@@ -209,7 +274,13 @@ DLOCK_EXPORT int dlock_lease_acquire_async(dlock_client *client, const char *nam
  * connections: a try-once acquire through another client (even of the same
  * process) may still find the lock taken for a moment. Use
  * dlock_lease_release_sync() when that matters (or acquire with a wait:
- * waiters are woken by the release). */
+ * waiters are woken by the release).
+ * Of a re-entered lease (dlock_lease_holds() > 1), this and
+ * dlock_lease_release_sync() give up one hold: the RELEASE lowers the
+ * agent's count, the handle stays valid with one hold less, and the return
+ * value is as for the last hold (0 while the lease is valid); a lease
+ * already lost, or a client disconnected, sends nothing. The handle is freed
+ * with its last hold. */
 DLOCK_EXPORT int dlock_lease_release(dlock_lease *lease);
 
 /* Releases the lease and frees its handle, whatever the outcome, waiting for
@@ -219,11 +290,87 @@ DLOCK_EXPORT int dlock_lease_release(dlock_lease *lease);
  * in the same loop turn (see docs/protocol.md). Returns 0, DLOCK_ELOST if the lease had
  * been lost (even if its event was not yet dispatched), DLOCK_EDISCONNECTED
  * if the agent is gone (it released the lease when the connection dropped),
- * or DLOCK_ENOANSWER if the agent did not answer within 10 s. */
+ * or DLOCK_ENOANSWER if the agent did not answer within 10 s. Of a
+ * re-entered lease, it gives up one hold (see dlock_lease_release()). */
 DLOCK_EXPORT int dlock_lease_release_sync(dlock_lease *lease);
+
+/* ---- Sets of names, all or nothing ----
+ *
+ * A lease set holds several names at once, or none of them. The library
+ * builds it from ordinary leases, one per name (the agent knows nothing of
+ * sets, so this works in every Redis mode, Cluster with names in different
+ * hash slots included; docs/protocol.md, "Several names"):
+ * - the names are taken one at a time in one global order, byte-wise
+ *   ascending (strcmp()), whatever the caller's order, each as
+ *   dlock_lease_acquire_spec() would take it with opts and spec;
+ * - opts->wait_ms is one wait for the whole set: each name gets what is left
+ *   of it (a name reached after the wait ran out gets one try);
+ * - when a name cannot be taken (taken, wait run out, any error), or a name
+ *   already taken is lost meanwhile, every name taken so far is released at
+ *   once, as by dlock_lease_release(), and the error is returned: the caller
+ *   is never given part of a set.
+ * Because every set is taken in the same order, clients that ask for
+ * overlapping sets, in whatever order, never deadlock: a client waits only
+ * for a name above every name it holds, so along a chain of clients each
+ * waiting for the next, the names waited for only rise and never come back
+ * to the first. (That holds for leases taken outside the set too only when
+ * they come before the set's names in the order.) Other observers see the
+ * members taken one by one for a moment, and given back after a failure. */
+
+/* The most names in one set. */
+#define DLOCK_SET_MAX 64
+
+typedef struct dlock_lease_set dlock_lease_set;
+
+/* Takes every name of names[0..n-1] (1 <= n <= DLOCK_SET_MAX, no two equal)
+ * or none; opts and spec as for dlock_lease_acquire_spec() (NULL for the
+ * defaults), the same for every name. On success *out is the set, owned by
+ * the client like a lease. Returns what the first name that could not be
+ * taken got (DLOCK_EBUSY for a try-once; a wait that ran out is
+ * DLOCK_ETIMEDOUT, also when the name it ran out on was tried once),
+ * DLOCK_ELOST when a name already taken was lost before the last was
+ * granted, DLOCK_EINVAL for n out of range, a NULL name, or a name given
+ * twice, and DLOCK_EBADNAME or DLOCK_ENAMETOOLONG for a bad name, before
+ * anything is sent. dlock_client_strerror() gives the agent's words on the
+ * name it refused. */
+DLOCK_EXPORT int dlock_lease_set_acquire(dlock_client *client, const char *const *names, size_t n,
+                                         const dlock_acquire_options *opts,
+                                         const dlock_lock_spec *spec, dlock_lease_set **out);
+
+/* How many names the set holds (0 for NULL). */
+DLOCK_EXPORT size_t dlock_lease_set_count(const dlock_lease_set *set);
+
+/* The lease of names[i] of the acquire, in the caller's order (NULL when i
+ * is out of range): an ordinary lease for its name, fencing token, validity
+ * and events (the client's event callback gets each member's). A member is
+ * released only with its set: dlock_lease_release() and _sync() refuse it
+ * with DLOCK_EINVAL (unless it holds re-entrant holds of its own, beside
+ * the set's: they give up one of those). */
+DLOCK_EXPORT dlock_lease *dlock_lease_set_lease(const dlock_lease_set *set, size_t i);
+
+/* Is every member valid right now (dlock_lease_valid())? A member lost, or
+ * past its deadline, makes the whole set invalid. Same cost per member and
+ * the same rules as dlock_lease_valid(). */
+DLOCK_EXPORT int dlock_lease_set_valid(const dlock_lease_set *set);
+
+/* Releases every member as dlock_lease_release() does (no round trip) and
+ * frees the set; returns 0, or the first error of a member in the caller's
+ * order (DLOCK_ELOST: that member was not valid up to the release). */
+DLOCK_EXPORT int dlock_lease_set_release(dlock_lease_set *set);
+
+/* The same with dlock_lease_release_sync(), one member after the other:
+ * returns once the agent has given every member up. */
+DLOCK_EXPORT int dlock_lease_set_release_sync(dlock_lease_set *set);
 
 /* The lock name (borrowed, NUL-terminated). */
 DLOCK_EXPORT const char *dlock_lease_name(const dlock_lease *lease);
+
+/* The kind of lock the lease holds (DLOCK_KIND_EXCLUSIVE for NULL). */
+DLOCK_EXPORT dlock_kind dlock_lease_kind(const dlock_lease *lease);
+
+/* How many holds the lease has: the re-entrant acquires that returned it
+ * and have not been released, 1 for a lease never re-entered (0 for NULL). */
+DLOCK_EXPORT uint32_t dlock_lease_holds(const dlock_lease *lease);
 
 /* The lease state as last reported by the agent. */
 DLOCK_EXPORT dlock_state dlock_lease_state(const dlock_lease *lease);

@@ -59,6 +59,7 @@ struct pending {
     void *arg;
     struct waiter *waiter; /* release, ping; NULL when nobody waits */
     bool abandoned;        /* the caller gave up: undo a late grant */
+    uint8_t lock_kind;     /* acquire: the dlock_kind asked for */
     char name[];           /* acquire: the lock name, NUL-terminated */
 };
 
@@ -74,8 +75,25 @@ struct dlock_lease {
     uint32_t ttl_ms;
     dlock_state state;
     int lost_reason;
-    bool releasing; /* inside dlock_lease_release_sync(): no events, no second release */
+    /* Re-entrant grants of this lease and the first, not yet released: the
+     * handle is freed with the last. */
+    uint32_t holds;
+    uint8_t kind;   /* dlock_kind */
+    bool releasing; /* inside dlock_lease_release_sync(): no second release, and
+                       no events while it gives up the last hold (lease_quiet()) */
+    /* Of the holds, those of lease sets (one per set): only the set
+     * releases them. */
+    uint32_t set_holds;
     char name[];
+};
+
+/* A lease set: one lease per name, all taken or none (dlock_lease_set_acquire()). */
+struct dlock_lease_set {
+    LIST_ENTRY(dlock_lease_set) link;
+    dlock_client *client;
+    bool releasing; /* inside dlock_lease_set_release_sync() */
+    size_t n;
+    dlock_lease *member[]; /* in the caller's order */
 };
 
 struct dlock_client {
@@ -93,6 +111,7 @@ struct dlock_client {
     int agent_err;
     char agent_msg[AGENT_MSG_MAX];
     LIST_HEAD(, dlock_lease) leases;
+    LIST_HEAD(, dlock_lease_set) sets;
     LIST_HEAD(, pending) pending;
     struct idmap leases_by_id, pending_by_id;
     struct wire_buf out;
@@ -219,8 +238,10 @@ static dlock_lease *lease_find(dlock_client *c, uint64_t id)
     return n ? container_of(n, dlock_lease, node) : NULL;
 }
 
-static dlock_lease *lease_new(dlock_client *c, const char *name, const struct wire_granted *g)
+static dlock_lease *lease_new(dlock_client *c, const struct pending *p,
+                              const struct wire_granted *g)
 {
+    const char *name = p->name;
     size_t len = strlen(name);
     dlock_lease *l = calloc(1, sizeof(*l) + len + 1);
     if (!l)
@@ -233,6 +254,8 @@ static dlock_lease *lease_new(dlock_client *c, const char *name, const struct wi
     l->touch = &c->touch[g->slot];
     l->ttl_ms = g->ttl_ms;
     l->state = DLOCK_STATE_HELD;
+    l->holds = 1;
+    l->kind = p->lock_kind;
     l->node.id = l->id;
     if (idmap_put(&c->leases_by_id, &l->node) != 0) {
         free(l);
@@ -253,6 +276,14 @@ static void lease_free(dlock_lease *l)
 static bool state_is_final(dlock_state s)
 {
     return s == DLOCK_STATE_LOST || s == DLOCK_STATE_RELEASED;
+}
+
+/* While dlock_lease_release_sync() gives up a lease's last hold, its events
+ * are not delivered: the release's result tells the caller. A lease that
+ * keeps other holds goes on being reported. */
+static bool lease_quiet(const dlock_lease *l)
+{
+    return l->releasing && l->holds <= 1;
 }
 
 /* ---- connection failure ---- */
@@ -290,7 +321,7 @@ static void notify_broken(dlock_client *c)
         l->state = DLOCK_STATE_LOST;
         __atomic_store_n(&l->gone, 1, __ATOMIC_RELEASE);
         l->lost_reason = c->err;
-        if (!l->releasing) {
+        if (!lease_quiet(l)) {
             LIST_REMOVE(l, link);
             LIST_INSERT_HEAD(&tell, l, link);
         }
@@ -509,6 +540,21 @@ static void release_unwanted(dlock_client *c, uint64_t lease_id)
 
 /* ---- handling frames ---- */
 
+/* A GRANTED for a lease this client has a handle of: the agent re-entered
+ * it for a re-entrant acquire, so the handle takes one more hold (same
+ * lease, same slot). Anything else under a known lease id breaks the
+ * protocol. */
+static int reentered(dlock_client *c, dlock_lease *l, const struct pending *p,
+                     const struct wire_granted *g)
+{
+    if (state_is_final(l->state) || l->slot != &shm_slots((void *)c->page)[g->slot] ||
+        strcmp(l->name, p->name) != 0 || l->holds == UINT32_MAX)
+        return DLOCK_EPROTO;
+    l->holds++;
+    l->ttl_ms = g->ttl_ms;
+    return 0;
+}
+
 static int on_granted(dlock_client *c, const struct wire_hdr *h, const uint8_t *body)
 {
     struct wire_granted g;
@@ -526,8 +572,17 @@ static int on_granted(dlock_client *c, const struct wire_hdr *h, const uint8_t *
         release_unwanted(c, g.lease_id);
         return 0;
     }
+    dlock_lease *l = lease_find(c, g.lease_id);
+    if (l) {
+        int rc = reentered(c, l, p, &g);
+        if (rc != 0)
+            return rc; /* p stays in flight: the broken connection completes it */
+        pending_unlink(c, p);
+        pending_complete(c, p, 0, l);
+        return 0;
+    }
     pending_unlink(c, p);
-    dlock_lease *l = lease_new(c, p->name, &g);
+    l = lease_new(c, p, &g);
     if (!l)
         release_unwanted(c, g.lease_id);
     pending_complete(c, p, l ? 0 : DLOCK_ENOMEM, l);
@@ -593,7 +648,7 @@ static int on_event(dlock_client *c, const struct wire_hdr *h, const uint8_t *bo
         __atomic_store_n(&l->gone, 1, __ATOMIC_RELEASE);
         l->lost_reason = ev.reason ? ev.reason : DLOCK_ELOST;
     }
-    if (!l->releasing && c->event_cb)
+    if (!lease_quiet(l) && c->event_cb)
         c->event_cb(c, l, l->state, ev.reason, c->event_arg);
     return 0;
 }
@@ -830,6 +885,11 @@ static void client_free(dlock_client *c)
         LIST_REMOVE(l, link);
         free(l);
     }
+    dlock_lease_set *set;
+    while ((set = LIST_FIRST(&c->sets)) != NULL) {
+        LIST_REMOVE(set, link);
+        free(set);
+    }
     struct pending *p;
     while ((p = LIST_FIRST(&c->pending)) != NULL) {
         LIST_REMOVE(p, link);
@@ -918,9 +978,20 @@ int dlock_client_ping(dlock_client *client)
 
 /* ---- acquire ---- */
 
-static int check_acquire(const dlock_client *c, const char *name, const dlock_acquire_options *opts)
+/* What the library itself refuses in a lock spec (the agent judges the rest,
+ * such as a kind its mode does not support). */
+static bool spec_ok(const dlock_lock_spec *spec)
 {
-    if (!c || !name || opts->flags != 0 || opts->wait_ms < DLOCK_WAIT_FOREVER)
+    if (spec->kind > DLOCK_KIND_SEMAPHORE)
+        return false;
+    return (spec->kind == DLOCK_KIND_SEMAPHORE) == (spec->permits != 0);
+}
+
+static int check_acquire(const dlock_client *c, const char *name, const dlock_acquire_options *opts,
+                         const dlock_lock_spec *spec)
+{
+    if (!c || !name || (opts->flags & ~DLOCK_ACQUIRE_REENTRANT) != 0 ||
+        opts->wait_ms < DLOCK_WAIT_FOREVER || !spec_ok(spec))
         return DLOCK_EINVAL;
     if (c->err)
         return DLOCK_EDISCONNECTED;
@@ -932,42 +1003,68 @@ static int check_acquire(const dlock_client *c, const char *name, const dlock_ac
     return 0;
 }
 
-/* Validates and sends an ACQUIRE whose outcome goes to cb; *idp gets its id. */
-static int start_acquire(dlock_client *c, const char *name, const dlock_acquire_options *opts,
-                         dlock_acquire_cb cb, void *arg, uint32_t *idp)
+/* Encodes the acquire: a plain ACQUIRE when it is exclusive, not
+ * re-entrant and owned by the client, which agents of every version take;
+ * else ACQUIRE_EX. */
+static int put_acquire(dlock_client *c, uint32_t id, const char *name,
+                       const dlock_acquire_options *opts, const dlock_lock_spec *spec)
 {
-    static const dlock_acquire_options defaults;
-    if (!opts)
-        opts = &defaults;
-    if (c)
-        c->agent_err = 0; /* an older message says nothing of this request */
-    int rc = check_acquire(c, name, opts);
-    if (rc != 0)
-        return rc;
     size_t len = strlen(name);
-    struct pending *p = pending_new(c, REQ_ACQUIRE, name, len);
-    if (!p)
-        return DLOCK_ENOMEM;
     struct wire_acquire m = {.ttl_ms = opts->ttl_ms,
                              .wait_ms = opts->wait_ms,
-                             .flags = 0,
+                             .flags = opts->flags,
                              .max_hold_ms = opts->max_hold_ms,
                              .progress_ms = opts->progress_ms,
                              .name = name,
-                             .name_len = (uint16_t)len};
+                             .name_len = (uint16_t)len,
+                             .kind = (uint8_t)spec->kind,
+                             .permits = spec->permits,
+                             .owner = spec->owner};
+    if (spec->kind == DLOCK_KIND_EXCLUSIVE && opts->flags == 0 && spec->owner == 0)
+        return wire_put_acquire(&c->out, id, &m);
+    uint16_t len16 = (uint16_t)len;
+    return wire_put_acquire_ex(&c->out, id, &m, &name, &len16, 1);
+}
+
+/* Validates and sends an acquire whose outcome goes to cb; *idp gets its id. */
+static int start_acquire(dlock_client *c, const char *name, const dlock_acquire_options *opts,
+                         const dlock_lock_spec *spec, dlock_acquire_cb cb, void *arg, uint32_t *idp)
+{
+    static const dlock_acquire_options defaults;
+    static const dlock_lock_spec exclusive;
+    if (!opts)
+        opts = &defaults;
+    if (!spec)
+        spec = &exclusive;
+    if (c)
+        c->agent_err = 0; /* an older message says nothing of this request */
+    int rc = check_acquire(c, name, opts, spec);
+    if (rc != 0)
+        return rc;
+    struct pending *p = pending_new(c, REQ_ACQUIRE, name, strlen(name));
+    if (!p)
+        return DLOCK_ENOMEM;
     p->cb = cb;
     p->arg = arg;
+    p->lock_kind = (uint8_t)spec->kind;
     *idp = p->id;
-    return pending_send(c, p, wire_put_acquire(&c->out, p->id, &m));
+    return pending_send(c, p, put_acquire(c, p->id, name, opts, spec));
+}
+
+int dlock_lease_acquire_spec_async(dlock_client *client, const char *name,
+                                   const dlock_acquire_options *opts, const dlock_lock_spec *spec,
+                                   dlock_acquire_cb cb, void *arg)
+{
+    uint32_t id;
+    if (!cb)
+        return DLOCK_EINVAL;
+    return start_acquire(client, name, opts, spec, cb, arg, &id);
 }
 
 int dlock_lease_acquire_async(dlock_client *client, const char *name,
                               const dlock_acquire_options *opts, dlock_acquire_cb cb, void *arg)
 {
-    uint32_t id;
-    if (!cb)
-        return DLOCK_EINVAL;
-    return start_acquire(client, name, opts, cb, arg, &id);
+    return dlock_lease_acquire_spec_async(client, name, opts, NULL, cb, arg);
 }
 
 static void blocking_acquire_done(dlock_client *c, int status, dlock_lease *lease, void *arg)
@@ -979,14 +1076,15 @@ static void blocking_acquire_done(dlock_client *c, int status, dlock_lease *leas
     w->lease = lease;
 }
 
-int dlock_lease_acquire(dlock_client *client, const char *name, const dlock_acquire_options *opts,
-                        dlock_lease **out)
+int dlock_lease_acquire_spec(dlock_client *client, const char *name,
+                             const dlock_acquire_options *opts, const dlock_lock_spec *spec,
+                             dlock_lease **out)
 {
     if (!out)
         return DLOCK_EINVAL;
     struct waiter w = {0};
     uint32_t id;
-    int rc = start_acquire(client, name, opts, blocking_acquire_done, &w, &id);
+    int rc = start_acquire(client, name, opts, spec, blocking_acquire_done, &w, &id);
     if (rc != 0)
         return rc;
     /* The agent answers when the wait runs out; the slack only guards against
@@ -1004,6 +1102,12 @@ int dlock_lease_acquire(dlock_client *client, const char *name, const dlock_acqu
         return w.status;
     *out = w.lease;
     return 0;
+}
+
+int dlock_lease_acquire(dlock_client *client, const char *name, const dlock_acquire_options *opts,
+                        dlock_lease **out)
+{
+    return dlock_lease_acquire_spec(client, name, opts, NULL, out);
 }
 
 /* ---- release ---- */
@@ -1044,9 +1148,22 @@ static int release_gone(const dlock_lease *lease)
     return 1;
 }
 
+/* One hold of the lease given up: the handle goes with the last. */
+static void release_hold(dlock_lease *lease)
+{
+    if (--lease->holds == 0)
+        lease_free(lease);
+}
+
+/* A lease whose holds left are all its sets' is released with them only. */
+static bool release_refused(const dlock_lease *lease)
+{
+    return !lease || lease->releasing || lease->holds <= lease->set_holds;
+}
+
 int dlock_lease_release(dlock_lease *lease)
 {
-    if (!lease || lease->releasing)
+    if (release_refused(lease))
         return DLOCK_EINVAL;
     dlock_client *c = lease->client;
     int rc = release_gone(lease);
@@ -1058,22 +1175,194 @@ int dlock_lease_release(dlock_lease *lease)
         if (rc == 0)
             rc = verdict;
     }
-    lease_free(lease);
+    release_hold(lease);
     return rc;
 }
 
 int dlock_lease_release_sync(dlock_lease *lease)
 {
-    if (!lease || lease->releasing)
+    if (release_refused(lease))
         return DLOCK_EINVAL;
     dlock_client *c = lease->client;
     int rc = release_gone(lease);
     if (rc == 1) {
+        /* A callback run meanwhile may re-enter the lease (a hold more) but
+         * not release it: the handle outlives the round trip. */
         lease->releasing = true;
         rc = release_round_trip(c, lease);
+        lease->releasing = false;
     }
-    lease_free(lease);
+    release_hold(lease);
     return rc;
+}
+
+/* ---- sets of names ---- */
+
+/* A name of a set and its place in the caller's order. */
+struct set_entry {
+    const char *name;
+    size_t i;
+};
+
+static int entry_cmp(const void *a, const void *b)
+{
+    const struct set_entry *x = a, *y = b;
+    return strcmp(x->name, y->name); /* byte-wise: as unsigned char */
+}
+
+/* Checks the set's arguments and writes the order to take the names in
+ * (byte-wise ascending), before anything is sent. */
+static int set_order(dlock_client *c, const char *const *names, size_t n,
+                     const dlock_acquire_options *opts, const dlock_lock_spec *spec,
+                     struct set_entry *order)
+{
+    if (!c || !names || n == 0 || n > DLOCK_SET_MAX)
+        return DLOCK_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        int rc = check_acquire(c, names[i], opts, spec);
+        if (rc != 0)
+            return rc;
+        order[i] = (struct set_entry){.name = names[i], .i = i};
+    }
+    qsort(order, n, sizeof order[0], entry_cmp);
+    for (size_t k = 1; k < n; k++)
+        if (strcmp(order[k - 1].name, order[k].name) == 0)
+            return DLOCK_EINVAL; /* one name twice: it would wait for itself */
+    return 0;
+}
+
+/* What is left of the set's one wait: a try-once (0) or an endless wait
+ * stays so; a deadline of -1 (a wait too long to count) passes the wait on. */
+static int64_t set_wait_left(int64_t wait_ms, int64_t deadline)
+{
+    if (wait_ms <= 0 || deadline < 0)
+        return wait_ms;
+    int64_t left = deadline - now_ms();
+    return left > 0 ? left : 0;
+}
+
+/* Gives back, as dlock_lease_release() does, the members taken so far: the
+ * first `taken` names of the order. */
+static void set_rollback(dlock_lease_set *set, const struct set_entry *order, size_t taken)
+{
+    for (size_t k = 0; k < taken; k++) {
+        dlock_lease *l = set->member[order[k].i];
+        l->set_holds--;
+        (void)dlock_lease_release(l);
+    }
+}
+
+/* Takes the names in order, each with what is left of the wait; 0 once
+ * every member is in the set, else the first failure, everything given
+ * back. */
+static int set_take(dlock_lease_set *set, const char *const *names, const struct set_entry *order,
+                    const dlock_acquire_options *opts, const dlock_lock_spec *spec)
+{
+    dlock_acquire_options o = *opts;
+    int64_t deadline = opts->wait_ms > 0 ? deadline_after(opts->wait_ms) : -1;
+    for (size_t k = 0; k < set->n; k++) {
+        dlock_lease *l = NULL;
+        o.wait_ms = set_wait_left(opts->wait_ms, deadline);
+        int rc = dlock_lease_acquire_spec(set->client, names[order[k].i], &o, spec, &l);
+        if (rc == DLOCK_EBUSY && opts->wait_ms != DLOCK_WAIT_NONE)
+            rc = DLOCK_ETIMEDOUT; /* the set's wait ran out before this name's turn */
+        if (rc != 0) {
+            set_rollback(set, order, k);
+            return rc;
+        }
+        l->set_holds++; /* from now on, only the set releases it */
+        set->member[order[k].i] = l;
+    }
+    /* A member lost while a later one was waited for: the set is not whole. */
+    for (size_t i = 0; i < set->n; i++)
+        if (set->member[i]->state == DLOCK_STATE_LOST) {
+            set_rollback(set, order, set->n);
+            return DLOCK_ELOST;
+        }
+    return 0;
+}
+
+int dlock_lease_set_acquire(dlock_client *client, const char *const *names, size_t n,
+                            const dlock_acquire_options *opts, const dlock_lock_spec *spec,
+                            dlock_lease_set **out)
+{
+    static const dlock_acquire_options defaults;
+    static const dlock_lock_spec exclusive;
+    struct set_entry order[DLOCK_SET_MAX];
+    if (!opts)
+        opts = &defaults;
+    if (!spec)
+        spec = &exclusive;
+    if (client)
+        client->agent_err = 0;
+    if (!out)
+        return DLOCK_EINVAL;
+    int rc = set_order(client, names, n, opts, spec, order);
+    if (rc != 0)
+        return rc;
+    dlock_lease_set *set = calloc(1, sizeof(*set) + n * sizeof(set->member[0]));
+    if (!set)
+        return DLOCK_ENOMEM;
+    set->client = client;
+    set->n = n;
+    rc = set_take(set, names, order, opts, spec);
+    if (rc != 0) {
+        free(set);
+        return rc;
+    }
+    LIST_INSERT_HEAD(&client->sets, set, link);
+    *out = set;
+    return 0;
+}
+
+size_t dlock_lease_set_count(const dlock_lease_set *set)
+{
+    return set ? set->n : 0;
+}
+
+dlock_lease *dlock_lease_set_lease(const dlock_lease_set *set, size_t i)
+{
+    return set && i < set->n ? set->member[i] : NULL;
+}
+
+int dlock_lease_set_valid(const dlock_lease_set *set)
+{
+    if (!set)
+        return 0;
+    for (size_t i = 0; i < set->n; i++)
+        if (!dlock_lease_valid(set->member[i]))
+            return 0;
+    return 1;
+}
+
+/* Releases every member with release() and frees the set; the first error
+ * in the caller's order. */
+static int set_release(dlock_lease_set *set, int (*release)(dlock_lease *))
+{
+    if (!set || set->releasing)
+        return DLOCK_EINVAL;
+    set->releasing = true; /* a callback run meanwhile cannot release it again */
+    int rc = 0;
+    for (size_t i = 0; i < set->n; i++) {
+        dlock_lease *l = set->member[i];
+        l->set_holds--;
+        int r = release(l);
+        if (rc == 0)
+            rc = r;
+    }
+    LIST_REMOVE(set, link);
+    free(set);
+    return rc;
+}
+
+int dlock_lease_set_release(dlock_lease_set *set)
+{
+    return set_release(set, dlock_lease_release);
+}
+
+int dlock_lease_set_release_sync(dlock_lease_set *set)
+{
+    return set_release(set, dlock_lease_release_sync);
 }
 
 /* ---- accessors ---- */
@@ -1081,6 +1370,16 @@ int dlock_lease_release_sync(dlock_lease *lease)
 const char *dlock_lease_name(const dlock_lease *lease)
 {
     return lease ? lease->name : NULL;
+}
+
+dlock_kind dlock_lease_kind(const dlock_lease *lease)
+{
+    return lease ? (dlock_kind)lease->kind : DLOCK_KIND_EXCLUSIVE;
+}
+
+uint32_t dlock_lease_holds(const dlock_lease *lease)
+{
+    return lease ? lease->holds : 0;
 }
 
 /* A NULL handle is nothing the caller may rely on: report it as lost. */

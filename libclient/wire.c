@@ -2,6 +2,7 @@
 /* wire.c -- encoder and decoder of dlock protocol frames (see wire.h). */
 #include "wire.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #define HELLO_LEN     8
 #define HELLO_OK_LEN  24
 #define ACQUIRE_FIXED 26
+#define ACQ_EX_FIXED  40 /* ACQUIRE's first 24 bytes, kind, 0, nnames, permits, owner */
 #define RELEASE_LEN   8
 #define GRANTED_LEN   32
 #define ERROR_FIXED   6
@@ -139,6 +141,25 @@ int wire_put_hello_ok(struct wire_buf *b, uint32_t id, const struct wire_hello_o
     return 0;
 }
 
+/* The first 24 bytes of ACQUIRE and ACQUIRE_EX: TTL, wait, flags, bounds. */
+static void put_acquire_head(uint8_t *p, const struct wire_acquire *m)
+{
+    put32(p, m->ttl_ms);
+    put64(p + 4, (uint64_t)m->wait_ms);
+    put32(p + 12, m->flags);
+    put32(p + 16, m->max_hold_ms);
+    put32(p + 20, m->progress_ms);
+}
+
+static void get_acquire_head(const uint8_t *body, struct wire_acquire *m)
+{
+    m->ttl_ms = get32(body);
+    m->wait_ms = (int64_t)get64(body + 4);
+    m->flags = get32(body + 12);
+    m->max_hold_ms = get32(body + 16);
+    m->progress_ms = get32(body + 20);
+}
+
 int wire_put_acquire(struct wire_buf *b, uint32_t id, const struct wire_acquire *m)
 {
     if (m->name_len > WIRE_MAX_NAME)
@@ -146,14 +167,50 @@ int wire_put_acquire(struct wire_buf *b, uint32_t id, const struct wire_acquire 
     uint8_t *p = frame_start(b, WIRE_T_ACQUIRE, id, ACQUIRE_FIXED + (size_t)m->name_len);
     if (!p)
         return DLOCK_ENOMEM;
-    put32(p, m->ttl_ms);
-    put64(p + 4, (uint64_t)m->wait_ms);
-    put32(p + 12, m->flags);
-    put32(p + 16, m->max_hold_ms);
-    put32(p + 20, m->progress_ms);
+    put_acquire_head(p, m);
     put16(p + 24, m->name_len);
     if (m->name_len)
         memcpy(p + ACQUIRE_FIXED, m->name, m->name_len);
+    return 0;
+}
+
+/* The body length of an ACQUIRE_EX with these names, or 0 when one is too
+ * long or there are none or too many of them. */
+static size_t acquire_ex_len(const uint16_t *lens, uint16_t nnames)
+{
+    if (nnames == 0 || nnames > WIRE_MAX_NAMES)
+        return 0;
+    size_t len = ACQ_EX_FIXED;
+    for (uint16_t i = 0; i < nnames; i++) {
+        if (lens[i] > WIRE_MAX_NAME)
+            return 0;
+        len += 2 + (size_t)lens[i];
+    }
+    return len;
+}
+
+int wire_put_acquire_ex(struct wire_buf *b, uint32_t id, const struct wire_acquire *m,
+                        const char *const *names, const uint16_t *lens, uint16_t nnames)
+{
+    size_t len = acquire_ex_len(lens, nnames);
+    if (len == 0 || len > WIRE_MAX_BODY)
+        return DLOCK_EINVAL;
+    uint8_t *p = frame_start(b, WIRE_T_ACQUIRE_EX, id, len);
+    if (!p)
+        return DLOCK_ENOMEM;
+    put_acquire_head(p, m);
+    p[24] = m->kind;
+    p[25] = 0;
+    put16(p + 26, nnames);
+    put32(p + 28, m->permits);
+    put64(p + 32, m->owner);
+    p += ACQ_EX_FIXED;
+    for (uint16_t i = 0; i < nnames; i++) {
+        put16(p, lens[i]);
+        if (lens[i])
+            memcpy(p + 2, names[i], lens[i]);
+        p += 2 + lens[i];
+    }
     return 0;
 }
 
@@ -239,11 +296,7 @@ int wire_get_acquire(const uint8_t *body, size_t len, struct wire_acquire *m)
     uint16_t name_len = get16(body + 24);
     if (len != ACQUIRE_FIXED + (size_t)name_len)
         return DLOCK_EPROTO;
-    m->ttl_ms = get32(body);
-    m->wait_ms = (int64_t)get64(body + 4);
-    m->flags = get32(body + 12);
-    m->max_hold_ms = get32(body + 16);
-    m->progress_ms = get32(body + 20);
+    get_acquire_head(body, m);
     m->name_len = name_len;
     m->name = (const char *)body + ACQUIRE_FIXED;
     m->kind = WIRE_KIND_EXCLUSIVE;
@@ -252,6 +305,58 @@ int wire_get_acquire(const uint8_t *body, size_t len, struct wire_acquire *m)
     m->nnames = 1;
     m->names = NULL;
     return 0;
+}
+
+/* Whether the name list names[0..len) holds exactly nnames names, each a
+ * u16 length and that many bytes. */
+static bool names_fill(const uint8_t *names, size_t len, uint16_t nnames)
+{
+    size_t off = 0;
+    for (uint16_t i = 0; i < nnames; i++) {
+        if (len - off < 2)
+            return false;
+        size_t n = get16(names + off);
+        if (len - off - 2 < n)
+            return false;
+        off += 2 + n;
+    }
+    return off == len;
+}
+
+int wire_get_acquire_ex(const uint8_t *body, size_t len, struct wire_acquire *m)
+{
+    if (len < ACQ_EX_FIXED || body[25] != 0)
+        return DLOCK_EPROTO;
+    uint16_t nnames = get16(body + 26);
+    if (nnames == 0 || nnames > WIRE_MAX_NAMES ||
+        !names_fill(body + ACQ_EX_FIXED, len - ACQ_EX_FIXED, nnames))
+        return DLOCK_EPROTO;
+    get_acquire_head(body, m);
+    m->kind = body[24];
+    m->nnames = nnames;
+    m->permits = get32(body + 28);
+    m->owner = get64(body + 32);
+    m->names = body + ACQ_EX_FIXED;
+    m->name_len = get16(m->names);
+    m->name = (const char *)m->names + 2;
+    return 0;
+}
+
+void wire_acquire_name(const struct wire_acquire *m, uint16_t i, const char **name, uint16_t *len)
+{
+    if (!m->names || i >= m->nnames) {
+        /* A plain ACQUIRE's one name (nnames 0, from a caller that filled
+         * only name, counts as 1). */
+        bool first = !m->names && i == 0;
+        *name = first ? m->name : NULL;
+        *len = first ? m->name_len : 0;
+        return;
+    }
+    const uint8_t *p = m->names;
+    for (uint16_t k = 0; k < i; k++)
+        p += 2 + get16(p);
+    *len = get16(p);
+    *name = (const char *)p + 2;
 }
 
 int wire_get_release(const uint8_t *body, size_t len, struct wire_release *m)

@@ -146,7 +146,9 @@ int wire_put_hello(struct wire_buf *b, uint32_t id, const struct wire_hello *m);
 int wire_put_hello_ok(struct wire_buf *b, uint32_t id, const struct wire_hello_ok *m);
 int wire_put_acquire(struct wire_buf *b, uint32_t id, const struct wire_acquire *m);
 /* ACQUIRE_EX with the names names[0..nnames) of lengths lens[]; m->name,
- * m->names and m->nnames are not read. */
+ * m->names and m->nnames are not read. DLOCK_EINVAL for no names or more
+ * than WIRE_MAX_NAMES, a name longer than WIRE_MAX_NAME, or a body over
+ * WIRE_MAX_BODY. */
 int wire_put_acquire_ex(struct wire_buf *b, uint32_t id, const struct wire_acquire *m,
                         const char *const *names, const uint16_t *lens, uint16_t nnames);
 int wire_put_release(struct wire_buf *b, uint32_t id, const struct wire_release *m);
@@ -164,7 +166,8 @@ int wire_get_acquire(const uint8_t *body, size_t len, struct wire_acquire *m);
  * the names do not fill the body exactly. Kind, flags and permits are the
  * agent's to judge (DLOCK_EINVAL), not the decoder's. */
 int wire_get_acquire_ex(const uint8_t *body, size_t len, struct wire_acquire *m);
-/* Name i (< m->nnames) of a decoded acquire. */
+/* Name i (< m->nnames) of a decoded acquire, borrowed from its body (name
+ * 0 of a plain ACQUIRE is m->name); NULL and 0 for i >= m->nnames. */
 void wire_acquire_name(const struct wire_acquire *m, uint16_t i, const char **name, uint16_t *len);
 int wire_get_release(const uint8_t *body, size_t len, struct wire_release *m);
 int wire_get_granted(const uint8_t *body, size_t len, struct wire_granted *m);

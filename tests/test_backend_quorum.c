@@ -187,6 +187,7 @@ static struct backend *make_node(void *arg, unsigned i, const struct backend_eve
     struct fnode *f = calloc(1, sizeof *f);
     cr_assert_not_null(f);
     f->base.ops = &f_ops;
+    f->base.kinds = BACKEND_KIND(LOCK_SHARED) | BACKEND_KIND(LOCK_SEMAPHORE);
     f->i = i;
     f->ev = *ev;
     f->answer_on_destroy = true;
@@ -324,6 +325,14 @@ static int send_simple(enum backend_op op, struct result *res, bool notify)
     struct backend_req req = {
         .op = op, .name = "job", .len = 3, .token = token, .ttl_ms = 5000, .notify = notify};
     return q->ops->op(q, &req, on_result, res);
+}
+
+/* ---- kinds ---- */
+
+Test(quorum_backend, keeps_the_kinds_its_nodes_keep_but_never_a_semaphore)
+{
+    q = quorum(3); /* every node keeps both: a majority still cannot count permits */
+    cr_assert_eq(q->kinds, BACKEND_KIND(LOCK_SHARED));
 }
 
 /* ---- acquire ---- */

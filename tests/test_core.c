@@ -80,7 +80,9 @@ struct req {
     char token[TOKEN_HEX + 1];
     uint32_t ttl_ms;
     uint32_t block; /* acquire: tokens reserved for handoffs */
-    bool waiting;   /* acquire: names the agent and joins the waiting-hosts record when taken */
+    enum lock_kind lkind;
+    uint32_t limit;
+    bool waiting; /* acquire: names the agent and joins the waiting-hosts record when taken */
     bool notify;
     uint64_t sent;
     backend_cb cb;
@@ -213,6 +215,8 @@ static int fb_queue(enum rkind kind, const struct backend_req *req, backend_cb c
         memcpy(r->token, req->token, TOKEN_HEX);
     r->ttl_ms = req->ttl_ms;
     r->notify = req->notify;
+    r->lkind = req->kind;
+    r->limit = req->limit;
     r->block = req->block;
     r->waiting = req->waiter_id && req->want_ms > 0;
     r->sent = F.now;
@@ -1674,4 +1678,195 @@ Test(core, no_handoff_after_the_cohort_time_or_in_jeopardy_or_doubt)
     release(c, lc);
     cr_assert_null(answer_to(id), "handed over from a lease in doubt");
     cr_assert_eq(F.rq[before].kind, R_RELEASE);
+}
+
+/* ---- lock kinds ---- */
+
+/* An acquire of a kind from c at now; its request id. */
+static uint32_t acquire_kind(struct tclient *c, const char *name, enum lock_kind kind,
+                             uint32_t permits, uint32_t flags, uint64_t owner, int64_t wait_ms)
+{
+    struct wire_acquire m = {.ttl_ms = 10000,
+                             .wait_ms = wait_ms,
+                             .flags = flags,
+                             .kind = (uint8_t)kind,
+                             .permits = permits,
+                             .owner = owner,
+                             .name = name,
+                             .name_len = (uint16_t)strlen(name)};
+    uint32_t id = F.next_id++;
+    core_acquire(&F.k, &c->cc, id, &m, F.now);
+    return id;
+}
+
+static const struct answer *granted_answer(uint32_t req_id)
+{
+    granted(req_id);
+    return answer_to(req_id);
+}
+
+static void ok_answer(uint32_t req_id)
+{
+    struct answer *a = answer_to(req_id);
+    cr_assert_not_null(a, "request %u not answered", req_id);
+    cr_assert_eq(a->kind, A_OK, "request %u: kind %d code %d (%s)", req_id, a->kind, a->code,
+                 a->msg);
+}
+
+Test(core, a_reentrant_acquire_by_the_owner_gets_the_same_lease_and_counts_its_holds)
+{
+    F.backend.kinds = BACKEND_KIND(LOCK_SHARED);
+    struct tclient *a = client(1), *b = client(2);
+    uint32_t first = acquire_kind(a, "re", LOCK_EXCLUSIVE, 0, WIRE_ACQ_REENTRANT, 7, -1);
+    reply(pending(R_ACQUIRE, "re"), F.now + 1 * MS, BACKEND_DONE);
+    const struct answer *g1 = granted_answer(first);
+    uint32_t again = acquire_kind(a, "re", LOCK_EXCLUSIVE, 0, WIRE_ACQ_REENTRANT, 7, 0);
+    const struct answer *g2 = granted_answer(again);
+    cr_assert_eq(g2->g.lease_id, g1->g.lease_id, "re-entry gave another lease");
+    cr_assert_eq(g2->g.fence, g1->g.fence, "re-entry changed the fencing token");
+    cr_assert_eq(g2->g.slot, g1->g.slot);
+    cr_assert_eq(req_count(R_ACQUIRE, "re"), 1, "re-entry went to the store");
+    /* Without the flag the owner's own name is DLOCK_EHELD, as ever. */
+    refused(acquire_kind(a, "re", LOCK_EXCLUSIVE, 0, 0, 7, 0), DLOCK_EHELD);
+    /* Re-entry keeps the kind. */
+    refused(acquire_kind(a, "re", LOCK_SHARED, 0, WIRE_ACQ_REENTRANT, 7, 0), DLOCK_EHELD);
+    uint32_t waiting = acquire_kind(b, "re", LOCK_EXCLUSIVE, 0, 0, 0, -1);
+    /* The first release lowers the count: nothing goes to the store. */
+    ok_answer(release(a, g1->g.lease_id));
+    cr_assert_eq(req_count(R_RELEASE, "re"), 0, "released at the first of two releases");
+    cr_assert_null(answer_to(waiting), "a waiter was served while the holder still held");
+    /* The last one releases it, and the waiter goes to the store. */
+    ok_answer(release(a, g1->g.lease_id));
+    cr_assert_eq(req_count(R_RELEASE, "re"), 1);
+    cr_assert_eq(req_count(R_ACQUIRE, "re"), 2);
+    refused(release(a, g1->g.lease_id), DLOCK_ENOTFOUND);
+}
+
+Test(core, another_owner_of_the_connection_waits_and_a_drop_releases_every_hold)
+{
+    struct tclient *a = client(1);
+    uint32_t first = acquire_kind(a, "own", LOCK_EXCLUSIVE, 0, WIRE_ACQ_REENTRANT, 1, -1);
+    reply(pending(R_ACQUIRE, "own"), F.now + 1 * MS, BACKEND_DONE);
+    granted(first);
+    granted(acquire_kind(a, "own", LOCK_EXCLUSIVE, 0, WIRE_ACQ_REENTRANT, 1, 0));
+    granted(acquire_kind(a, "own", LOCK_EXCLUSIVE, 0, WIRE_ACQ_REENTRANT, 1, 0));
+    /* Another owner (thread) of the same connection takes turns. */
+    refused(acquire_kind(a, "own", LOCK_EXCLUSIVE, 0, WIRE_ACQ_REENTRANT, 2, 0), DLOCK_EBUSY);
+    uint32_t other = acquire_kind(a, "own", LOCK_EXCLUSIVE, 0, WIRE_ACQ_REENTRANT, 2, -1);
+    cr_assert_null(answer_to(other));
+    /* The connection goes: three holds, one release to the store. */
+    core_client_drop(&F.k, &a->cc, 0, F.now);
+    cr_assert_eq(req_count(R_RELEASE, "own"), 1);
+    cr_assert_eq(a->cc.nleases, 0u);
+    cr_assert_eq(a->cc.nwaiters, 0u);
+}
+
+/* Takes name as shared for c through the store (fence 7): its lease. */
+static const struct answer *shared_from_store(struct tclient *c, const char *name)
+{
+    uint32_t id = acquire_kind(c, name, LOCK_SHARED, 0, 0, 0, -1);
+    struct req *r = pending(R_ACQUIRE, name);
+    cr_assert_eq(r->lkind, LOCK_SHARED, "the store was asked for kind %d", r->lkind);
+    reply(r, F.now + 1 * MS, BACKEND_DONE);
+    return granted_answer(id);
+}
+
+Test(core, readers_share_one_grant_and_a_waiting_writer_holds_new_readers_back)
+{
+    F.backend.kinds = BACKEND_KIND(LOCK_SHARED) | BACKEND_KIND(LOCK_SEMAPHORE);
+    F.cfg.cohort_handoffs = 8;
+    struct tclient *r1 = client(1), *r2 = client(2), *w = client(3), *r3 = client(4);
+    const struct answer *g1 = shared_from_store(r1, "rw");
+    /* A second reader joins the first one's grant: no store, the next token. */
+    const struct answer *g2 = granted_answer(acquire_kind(r2, "rw", LOCK_SHARED, 0, 0, 0, 0));
+    cr_assert_eq(req_count(R_ACQUIRE, "rw"), 1, "a joining reader went to the store");
+    cr_assert_eq(g2->g.fence, g1->g.fence + 1);
+    /* A writer waits for both; a reader after it waits behind it. */
+    uint32_t wid = acquire_kind(w, "rw", LOCK_EXCLUSIVE, 0, 0, 0, -1);
+    refused(acquire_kind(r3, "rw", LOCK_SHARED, 0, 0, 0, 0), DLOCK_EBUSY);
+    uint32_t r3id = acquire_kind(r3, "rw", LOCK_SHARED, 0, 0, 0, -1);
+    cr_assert_eq(req_count(R_ACQUIRE, "rw"), 1);
+    /* The first reader leaves: the second still holds the grant's key. */
+    ok_answer(release(r1, g1->g.lease_id));
+    cr_assert_eq(req_count(R_RELEASE, "rw"), 0, "the key went while a reader held it");
+    ok_answer(release(r2, g2->g.lease_id));
+    cr_assert_eq(req_count(R_RELEASE, "rw"), 1);
+    /* Now the writer, and only the writer, asks the store. */
+    struct req *wr = pending(R_ACQUIRE, "rw");
+    cr_assert_eq(wr->lkind, LOCK_EXCLUSIVE);
+    reply(wr, F.now + 1 * MS, BACKEND_DONE);
+    granted(wid);
+    cr_assert_null(answer_to(r3id), "a reader got in beside the writer");
+}
+
+Test(core, readers_join_while_the_cohort_lasts_then_ask_the_store_beside_the_others)
+{
+    F.backend.kinds = BACKEND_KIND(LOCK_SHARED);
+    F.cfg.cohort_handoffs = 1;
+    struct tclient *r1 = client(1), *r2 = client(2), *r3 = client(3);
+    const struct answer *g1 = shared_from_store(r1, "co");
+    const struct answer *g2 = granted_answer(acquire_kind(r2, "co", LOCK_SHARED, 0, 0, 0, -1));
+    /* The grant's one reserved token is used: the third reader asks the
+     * store for a grant of its own, beside the other two. */
+    uint32_t third = acquire_kind(r3, "co", LOCK_SHARED, 0, 0, 0, -1);
+    cr_assert_null(answer_to(third));
+    struct req *r = pending(R_ACQUIRE, "co");
+    cr_assert_eq(req_count(R_ACQUIRE, "co"), 2);
+    reply_at(r, F.now + 1 * MS, 0, BACKEND_DONE, 50, 0);
+    const struct answer *g3 = granted_answer(third);
+    cr_assert_eq(g3->g.fence, 50);
+    /* Each grant's key goes with its last reader. */
+    ok_answer(release(r1, g1->g.lease_id));
+    cr_assert_eq(req_count(R_RELEASE, "co"), 0);
+    ok_answer(release(r2, g2->g.lease_id));
+    cr_assert_eq(req_count(R_RELEASE, "co"), 1);
+    ok_answer(release(r3, g3->g.lease_id));
+    cr_assert_eq(req_count(R_RELEASE, "co"), 2);
+    cr_assert_str_eq(req_n(R_RELEASE, "co", 1)->token, r->token);
+}
+
+Test(core, a_semaphore_asks_the_store_for_each_permit_up_to_its_count)
+{
+    F.backend.kinds = BACKEND_KIND(LOCK_SHARED) | BACKEND_KIND(LOCK_SEMAPHORE);
+    struct tclient *a = client(1), *b = client(2), *c = client(3);
+    uint32_t ia = acquire_kind(a, "sem", LOCK_SEMAPHORE, 2, 0, 0, -1);
+    struct req *ra = pending(R_ACQUIRE, "sem");
+    cr_assert_eq(ra->lkind, LOCK_SEMAPHORE);
+    cr_assert_eq(ra->limit, 2u);
+    reply(ra, F.now + 1 * MS, BACKEND_DONE);
+    const struct answer *ga = granted_answer(ia);
+    /* The second permit goes to the store beside the first holder. */
+    uint32_t ib = acquire_kind(b, "sem", LOCK_SEMAPHORE, 2, 0, 0, -1);
+    struct req *rb = pending(R_ACQUIRE, "sem");
+    cr_assert_neq(strcmp(rb->token, ra->token), 0, "two permits with one token");
+    reply_at(rb, F.now + 1 * MS, 0, BACKEND_DONE, 9, 0);
+    granted(ib);
+    /* A third waits here without asking: both permits are held here. */
+    uint32_t ic = acquire_kind(c, "sem", LOCK_SEMAPHORE, 2, 0, 0, -1);
+    cr_assert_eq(req_count(R_ACQUIRE, "sem"), 2);
+    /* Another count, or the other counted kind, is never granted. */
+    refused(acquire_kind(c, "sem", LOCK_SEMAPHORE, 3, 0, 0, -1), DLOCK_EKIND);
+    refused(acquire_kind(c, "sem", LOCK_SHARED, 0, 0, 0, -1), DLOCK_EKIND);
+    /* A permit released: its own key goes, and the third asks at once. */
+    ok_answer(release(a, ga->g.lease_id));
+    cr_assert_eq(req_count(R_RELEASE, "sem"), 1);
+    cr_assert_str_eq(req_n(R_RELEASE, "sem", 0)->token, ra->token);
+    cr_assert_eq(req_count(R_ACQUIRE, "sem"), 3);
+    reply(pending(R_ACQUIRE, "sem"), F.now + 1 * MS, BACKEND_DONE);
+    granted(ic);
+}
+
+Test(core, a_mismatch_in_the_store_is_dlock_ekind_and_unknown_kinds_are_refused)
+{
+    F.backend.kinds = BACKEND_KIND(LOCK_SEMAPHORE);
+    struct tclient *a = client(1);
+    uint32_t id = acquire_kind(a, "mm", LOCK_SEMAPHORE, 4, 0, 0, -1);
+    reply(pending(R_ACQUIRE, "mm"), F.now + 1 * MS, BACKEND_MISMATCH);
+    refused(id, DLOCK_EKIND);
+    /* Kinds this store does not keep, and malformed asks, are DLOCK_EINVAL. */
+    refused(acquire_kind(a, "mm", LOCK_SHARED, 0, 0, 0, -1), DLOCK_EINVAL);
+    refused(acquire_kind(a, "mm", LOCK_SEMAPHORE, 0, 0, 0, -1), DLOCK_EINVAL);
+    refused(acquire_kind(a, "mm", LOCK_EXCLUSIVE, 3, 0, 0, -1), DLOCK_EINVAL);
+    refused(acquire_kind(a, "mm", (enum lock_kind)9, 0, 0, 0, -1), DLOCK_EINVAL);
+    refused(acquire_kind(a, "mm", LOCK_EXCLUSIVE, 0, 0x100, 0, -1), DLOCK_EINVAL);
 }

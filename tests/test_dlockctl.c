@@ -573,6 +573,11 @@ ITEST(dlockctl, help_of_each_command_lists_every_option)
     }
     cr_assert_eq(CTL("metrics", "--json"), 64);
     cr_assert(strstr(ctl_out(), "dlockctl metrics --help"), "%s", ctl_out());
+    /* run's kinds of lock */
+    static const char *const kinds[] = {"-x, --exclusive", "-S, --shared", "-p, --permits N"};
+    cr_assert_eq(CTL("run", "--help"), 0);
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        cr_assert(strstr(ctl_out(), kinds[i]), "run --help lacks '%s':\n%s", kinds[i], ctl_out());
 }
 
 ITEST(dlockctl, status_socket_is_found_beside_the_client_socket)

@@ -185,3 +185,16 @@ Test(keys, release_channel_lies_in_the_lock_keys_slot)
     cr_assert_str_eq(out, "{foo} released");
     cr_assert_eq(slot_of(out), 12182);
 }
+
+Test(keys, readers_marks_lie_beside_the_waiting_hosts_record)
+{
+    char out[128], rec[128];
+    cr_assert_eq(readers_key("dlock:job", 9, 6, out), strlen("dlock:{dlock:job} readers"));
+    cr_assert_str_eq(out, "dlock:{dlock:job} readers");
+    waiting_key("dlock:job", 9, 6, rec);
+    cr_assert_eq(slot_of(out), slot_of(rec));
+    cr_assert_eq(slot_of(out), slot_of("dlock:job"));
+    readers_key("{locks}:job", 11, 8, out);
+    cr_assert_str_eq(out, "{locks}:job readers");
+    cr_assert_leq(strlen(out), 11 + SIDE_KEY_EXTRA);
+}

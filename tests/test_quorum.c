@@ -969,7 +969,7 @@ ITEST(quorum, holder_is_read_from_a_majority)
     cr_assert_not_null(strstr(h_status_ask(0, "holder seen\n"), "on 3 of 3 nodes"));
     const char *json = h_status_ask(0, "holder-json seen\n");
     cr_assert(json && strstr(json, "\"dlock\":true,") &&
-                  strstr(json, ",\"nodes_holding\":3,\"nodes\":3}"),
+                  strstr(json, ",\"nodes_holding\":3,\"nodes\":3,\"kind\":\"exclusive\","),
               "%s", json);
     json = h_status_ask(0, "status-json\n");
     cr_assert(json && strstr(json, "\"mode\":\"quorum\""), "%s", json);

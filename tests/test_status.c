@@ -1279,6 +1279,10 @@ ITEST(status, metrics_are_valid_prometheus_text)
     check_exposition(R.out);
     cr_assert_eq(metric(R.out, "dlock_grants_total", NULL, NULL), grants + 1);
     cr_assert_eq(metric(R.out, "dlock_acquire_seconds_count", NULL, NULL), acquires + 1);
+    /* ... and in the gauge of its kind. */
+    cr_assert_eq(metric(R.out, "dlock_leases_by_kind", "kind", "exclusive"), 1);
+    cr_assert_eq(metric(R.out, "dlock_leases_by_kind", "kind", "shared"), 0);
+    cr_assert_eq(metric(R.out, "dlock_leases_by_kind", "kind", "semaphore"), 0);
 
     /* Renewals of a short lease show in the renewal histogram. */
     dlock_lease *s = h_must_acquire(a, "renewed", 1000);
@@ -1521,8 +1525,8 @@ ITEST(status, holder_names_a_lock_taken_through_another_agent)
 #define NODE_KEYS  "addr,connected,subscribed,rtt_us,last_error,excluded_for_ms,run_id,durable"
 #define COUNTER_KEYS                                                                               \
     "grants,releases,handoffs,renewals,renewal_failures,losses,doubts,timeouts,refused,denied"
-#define LEASE_KEYS  "name,state,fence,pid,uid,comm,age_ms,ttl_ms,valid_ms,renewals,waiters"
-#define HOLDER_KEYS "name,held,dlock,value,host,pid,uid,comm,pttl_ms,nodes_holding,nodes"
+#define LEASE_KEYS  "name,state,fence,pid,uid,comm,age_ms,ttl_ms,valid_ms,renewals,waiters,kind,permits,holds"
+#define HOLDER_KEYS "name,held,dlock,value,host,pid,uid,comm,pttl_ms,nodes_holding,nodes,kind,permits,holders"
 
 ITEST(status, json_members_are_exactly_the_documented_ones)
 {

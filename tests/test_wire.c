@@ -252,6 +252,297 @@ Test(wire, acquire_name_cap_in_encoder)
     wire_buf_free(&b);
 }
 
+/* ACQUIRE_EX body: ACQUIRE's first 24 bytes, u8 kind, u8 0, u16 nnames, u32
+ * permits, u64 owner, then nnames times (u16 len, name). */
+#define ACQX_FIXED  40
+#define ACQX_KIND   24
+#define ACQX_RSVD   25
+#define ACQX_NNAMES 26
+
+/* Encodes an ACQUIRE_EX of the n names into b (id 1) and returns its body. */
+static const uint8_t *put_ex(struct wire_buf *b, const struct wire_acquire *m,
+                             const char *const *names, uint16_t n, size_t *len)
+{
+    uint16_t lens[WIRE_MAX_NAMES + 1];
+    for (uint16_t i = 0; i < n; i++)
+        lens[i] = (uint16_t)strlen(names[i]);
+    b->len = 0;
+    cr_assert_eq(wire_put_acquire_ex(b, 1, m, names, lens, n), 0);
+    return frame_body(b, WIRE_T_ACQUIRE_EX, 1, len);
+}
+
+Test(wire, acquire_ex_round_trip)
+{
+    struct wire_buf b = {0};
+    const char *names[] = {"orders/42", "x", "inventory:eu-west"};
+    struct wire_acquire in = {.ttl_ms = 30000,
+                              .wait_ms = -1,
+                              .flags = WIRE_ACQ_REENTRANT,
+                              .max_hold_ms = 0xdeadbeefu,
+                              .progress_ms = 400,
+                              .kind = WIRE_KIND_SEMAPHORE,
+                              .permits = 0xa1b2c3d4u,
+                              .owner = 0x0102030405060708ull},
+                        out;
+    size_t len;
+    const uint8_t *body = put_ex(&b, &in, names, 3, &len);
+    cr_assert_eq(len, ACQX_FIXED + 3 * 2 + strlen(names[0]) + 1 + strlen(names[2]));
+    memset(&out, 0x5a, sizeof out);
+    cr_assert_eq(wire_get_acquire_ex(body, len, &out), 0);
+    cr_assert_eq(out.ttl_ms, 30000);
+    cr_assert_eq(out.wait_ms, -1);
+    cr_assert_eq(out.flags, WIRE_ACQ_REENTRANT);
+    cr_assert_eq(out.max_hold_ms, 0xdeadbeefu);
+    cr_assert_eq(out.progress_ms, 400);
+    cr_assert_eq(out.kind, WIRE_KIND_SEMAPHORE);
+    cr_assert_eq(out.permits, 0xa1b2c3d4u);
+    cr_assert_eq(out.owner, 0x0102030405060708ull);
+    cr_assert_eq(out.nnames, 3);
+    /* name and name_len are the first name, borrowed from the body */
+    cr_assert_eq(out.name_len, strlen(names[0]));
+    cr_assert_eq((const uint8_t *)out.name, body + ACQX_FIXED + 2);
+    for (uint16_t i = 0; i < 3; i++) {
+        const char *n = NULL;
+        uint16_t nl = 0xffff;
+        wire_acquire_name(&out, i, &n, &nl);
+        cr_assert_eq(nl, strlen(names[i]), "name %u", i);
+        cr_assert_arr_eq(n, names[i], nl, "name %u", i);
+        cr_assert((const uint8_t *)n > body && (const uint8_t *)n + nl <= body + len,
+                  "name %u is not borrowed from the body", i);
+    }
+    const char *n = "?";
+    uint16_t nl = 7;
+    wire_acquire_name(&out, 3, &n, &nl);
+    cr_assert_null(n, "a name past nnames");
+    cr_assert_eq(nl, 0);
+    wire_buf_free(&b);
+}
+
+/* The byte offsets of docs/protocol.md. */
+Test(wire, acquire_ex_bytes_follow_the_documented_layout)
+{
+    struct wire_buf b = {0};
+    const char *names[] = {"ab", "c"};
+    struct wire_acquire in = {.ttl_ms = 0x11223344u,
+                              .wait_ms = -2,
+                              .flags = 1,
+                              .max_hold_ms = 0x55667788u,
+                              .progress_ms = 0x99aabbccu,
+                              .kind = 1,
+                              .permits = 0x0a0b0c0du,
+                              .owner = 0x1112131415161718ull};
+    size_t len;
+    const uint8_t *p = put_ex(&b, &in, names, 2, &len);
+    const uint8_t want[ACQX_FIXED + 4 + 3] = {
+        0x44, 0x33, 0x22, 0x11,                         /* ttl_ms */
+        0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* wait_ms = -2 */
+        1,    0,    0,    0,                            /* flags */
+        0x88, 0x77, 0x66, 0x55,                         /* max_hold_ms */
+        0xcc, 0xbb, 0xaa, 0x99,                         /* progress_ms */
+        1,                                              /* kind */
+        0,                                              /* reserved */
+        2,    0,                                        /* nnames */
+        0x0d, 0x0c, 0x0b, 0x0a,                         /* permits */
+        0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11, /* owner */
+        2,    0,    'a',  'b',                          /* name 0 */
+        1,    0,    'c'};                               /* name 1 */
+    cr_assert_eq(len, sizeof want);
+    cr_assert_arr_eq(p, want, sizeof want);
+    wire_buf_free(&b);
+}
+
+/* Every length but the right one is refused, shorter or longer. */
+Test(wire, acquire_ex_every_wrong_length_is_malformed)
+{
+    struct wire_buf b = {0};
+    const char *names[] = {"job", "db"};
+    struct wire_acquire in = {.ttl_ms = 1, .kind = WIRE_KIND_SHARED}, out;
+    size_t len;
+    const uint8_t *body = put_ex(&b, &in, names, 2, &len);
+    uint8_t big[WIRE_MAX_BODY + 1] = {0};
+    memcpy(big, body, len);
+    for (size_t n = 0; n <= len + 8; n++) {
+        int want = n == len ? 0 : DLOCK_EPROTO;
+        cr_assert_eq(wire_get_acquire_ex(big, n, &out), want, "length %zu of %zu", n, len);
+    }
+    /* a body of the right length read as a plain ACQUIRE is malformed too */
+    cr_assert_eq(wire_get_acquire(body, len, &out), DLOCK_EPROTO);
+    wire_buf_free(&b);
+}
+
+Test(wire, acquire_ex_name_count_from_1_to_max)
+{
+    struct wire_buf b = {0};
+    static const char *names[WIRE_MAX_NAMES + 1];
+    for (int i = 0; i <= WIRE_MAX_NAMES; i++)
+        names[i] = "n";
+    struct wire_acquire in = {.ttl_ms = 1}, out;
+    size_t len;
+    const uint8_t *body = put_ex(&b, &in, names, WIRE_MAX_NAMES, &len);
+    cr_assert_eq(wire_get_acquire_ex(body, len, &out), 0);
+    cr_assert_eq(out.nnames, WIRE_MAX_NAMES);
+    const char *n;
+    uint16_t nl;
+    wire_acquire_name(&out, WIRE_MAX_NAMES - 1, &n, &nl);
+    cr_assert_eq(nl, 1);
+    cr_assert_eq((const uint8_t *)n, body + len - 1, "the last name ends the body");
+
+    /* The decoder: nnames 0, or one over the cap with a name to match. */
+    uint8_t copy[WIRE_MAX_BODY];
+    memcpy(copy, body, len);
+    copy[ACQX_NNAMES] = 0;
+    cr_assert_eq(wire_get_acquire_ex(copy, ACQX_FIXED, &out), DLOCK_EPROTO, "nnames 0");
+    copy[ACQX_NNAMES] = WIRE_MAX_NAMES + 1;
+    memcpy(copy + len, "\x01\x00n", 3);
+    cr_assert_eq(wire_get_acquire_ex(copy, len + 3, &out), DLOCK_EPROTO, "nnames over the cap");
+    copy[ACQX_NNAMES] = 0xff;
+    copy[ACQX_NNAMES + 1] = 0xff;
+    cr_assert_eq(wire_get_acquire_ex(copy, len + 3, &out), DLOCK_EPROTO, "nnames 65535");
+
+    /* The encoder: nothing is written for 0 or too many names. */
+    size_t before = b.len;
+    uint16_t lens[WIRE_MAX_NAMES + 1];
+    for (int i = 0; i <= WIRE_MAX_NAMES; i++)
+        lens[i] = 1;
+    cr_assert_eq(wire_put_acquire_ex(&b, 2, &in, names, lens, 0), DLOCK_EINVAL);
+    cr_assert_eq(wire_put_acquire_ex(&b, 2, &in, names, lens, WIRE_MAX_NAMES + 1), DLOCK_EINVAL);
+    cr_assert_eq(b.len, before, "a refused frame must not leave bytes in the buffer");
+    wire_buf_free(&b);
+}
+
+/* The name list must fill the body exactly: a length that runs past it, one
+ * that stops short of it, a list cut inside a length, more or fewer names
+ * than nnames. */
+Test(wire, acquire_ex_name_list_must_fill_the_body)
+{
+    struct wire_buf b = {0};
+    const char *names[] = {"abc", "de"};
+    struct wire_acquire in = {.ttl_ms = 1}, out;
+    size_t len;
+    const uint8_t *body = put_ex(&b, &in, names, 2, &len);
+    cr_assert_eq(len, ACQX_FIXED + 2 + 3 + 2 + 2);
+    uint8_t c[ACQX_FIXED + 16];
+    size_t second = ACQX_FIXED + 5; /* offset of the second name's length */
+#define RESET() memcpy(c, body, len)
+    RESET();
+    cr_assert_eq(wire_get_acquire_ex(c, len, &out), 0);
+    c[ACQX_FIXED] = 4; /* the first name runs into the second's length */
+    cr_assert_eq(wire_get_acquire_ex(c, len, &out), DLOCK_EPROTO, "first name too long");
+    RESET();
+    c[second] = 3; /* the last name runs past the body */
+    cr_assert_eq(wire_get_acquire_ex(c, len, &out), DLOCK_EPROTO, "last name past the end");
+    RESET();
+    c[second] = 1; /* the last name stops short: a byte left over */
+    cr_assert_eq(wire_get_acquire_ex(c, len, &out), DLOCK_EPROTO, "a byte after the last name");
+    RESET();
+    c[second] = 0xff;
+    c[second + 1] = 0xff; /* a huge length */
+    cr_assert_eq(wire_get_acquire_ex(c, len, &out), DLOCK_EPROTO, "name length 65535");
+    RESET();
+    c[ACQX_NNAMES] = 1; /* the second name is left over */
+    cr_assert_eq(wire_get_acquire_ex(c, len, &out), DLOCK_EPROTO, "nnames 1 of 2");
+    RESET();
+    c[ACQX_NNAMES] = 3; /* a third name is missing */
+    cr_assert_eq(wire_get_acquire_ex(c, len, &out), DLOCK_EPROTO, "nnames 3 of 2");
+    RESET();
+    c[len] = 0; /* a third name cut inside its length (one byte of two) */
+    c[ACQX_NNAMES] = 3;
+    cr_assert_eq(wire_get_acquire_ex(c, len + 1, &out), DLOCK_EPROTO, "cut inside a length");
+    c[len + 1] = 0; /* ... and whole: an empty third name is the agent's to refuse */
+    cr_assert_eq(wire_get_acquire_ex(c, len + 2, &out), 0, "an empty third name");
+    cr_assert_eq(out.nnames, 3);
+#undef RESET
+    wire_buf_free(&b);
+}
+
+/* The decoder checks the layout, not what it asks for: kind, flags, permits
+ * and owner are the agent's to judge; the reserved byte must be 0. */
+Test(wire, acquire_ex_reserved_byte_and_unjudged_fields)
+{
+    struct wire_buf b = {0};
+    const char *names[] = {"n"};
+    struct wire_acquire in = {.ttl_ms = 1,
+                              .wait_ms = -7,
+                              .flags = 0xffffffffu,
+                              .kind = 0xff,
+                              .permits = 0,
+                              .owner = UINT64_MAX},
+                        out;
+    size_t len;
+    const uint8_t *body = put_ex(&b, &in, names, 1, &len);
+    cr_assert_eq(wire_get_acquire_ex(body, len, &out), 0);
+    cr_assert_eq(out.kind, 0xff);
+    cr_assert_eq(out.flags, 0xffffffffu);
+    cr_assert_eq(out.wait_ms, -7);
+    cr_assert_eq(out.owner, UINT64_MAX);
+    uint8_t c[ACQX_FIXED + 3];
+    memcpy(c, body, len);
+    c[ACQX_RSVD] = 1;
+    cr_assert_eq(wire_get_acquire_ex(c, len, &out), DLOCK_EPROTO, "reserved byte not 0");
+    wire_buf_free(&b);
+}
+
+Test(wire, acquire_ex_encoder_caps_names_and_body)
+{
+    static char name[WIRE_MAX_NAME + 1];
+    memset(name, 'n', sizeof name);
+    const char *names[4] = {name, name, name, name};
+    uint16_t lens[4] = {WIRE_MAX_NAME, WIRE_MAX_NAME, WIRE_MAX_NAME, 10};
+    struct wire_buf b = {0};
+    struct wire_acquire in = {.ttl_ms = 1}, out;
+    /* 40 + 3 x 1026 + 12 = 3130 bytes: fits */
+    cr_assert_eq(wire_put_acquire_ex(&b, 1, &in, names, lens, 4), 0);
+    size_t len;
+    const uint8_t *body = frame_body(&b, WIRE_T_ACQUIRE_EX, 1, &len);
+    cr_assert_eq(wire_get_acquire_ex(body, len, &out), 0);
+    cr_assert_eq(out.name_len, WIRE_MAX_NAME);
+
+    size_t before = b.len;
+    lens[1] = WIRE_MAX_NAME + 1;
+    cr_assert_eq(wire_put_acquire_ex(&b, 2, &in, names, lens, 4), DLOCK_EINVAL, "a name too long");
+    lens[1] = WIRE_MAX_NAME;
+    lens[3] = WIRE_MAX_NAME; /* 40 + 4 x 1026 = 4144 > WIRE_MAX_BODY */
+    cr_assert_eq(wire_put_acquire_ex(&b, 2, &in, names, lens, 4), DLOCK_EINVAL, "body too long");
+    cr_assert_eq(b.len, before, "a refused frame must not leave bytes in the buffer");
+    wire_buf_free(&b);
+}
+
+/* A plain ACQUIRE decodes as the exclusive kind with one name, which
+ * wire_acquire_name() gives as name 0. */
+Test(wire, acquire_decodes_as_exclusive_with_one_name)
+{
+    struct wire_buf b = {0};
+    struct wire_acquire in = {.ttl_ms = 1,
+                              .name = "plain",
+                              .name_len = 5,
+                              .kind = WIRE_KIND_SHARED, /* not on the wire: ignored */
+                              .permits = 9,
+                              .owner = 9},
+                        out;
+    cr_assert_eq(wire_put_acquire(&b, 1, &in), 0);
+    size_t len;
+    const uint8_t *body = frame_body(&b, WIRE_T_ACQUIRE, 1, &len);
+    cr_assert_eq(len, ACQ_FIXED + 5);
+    memset(&out, 0x5a, sizeof out);
+    cr_assert_eq(wire_get_acquire(body, len, &out), 0);
+    cr_assert_eq(out.kind, WIRE_KIND_EXCLUSIVE);
+    cr_assert_eq(out.permits, 0);
+    cr_assert_eq(out.owner, 0);
+    cr_assert_eq(out.nnames, 1);
+    cr_assert_null(out.names);
+    const char *n = NULL;
+    uint16_t nl = 0;
+    wire_acquire_name(&out, 0, &n, &nl);
+    cr_assert_eq(n, out.name);
+    cr_assert_eq(nl, 5);
+    wire_acquire_name(&out, 1, &n, &nl);
+    cr_assert_null(n);
+    cr_assert_eq(nl, 0);
+    /* A plain ACQUIRE's body read as ACQUIRE_EX: too short for it. */
+    cr_assert_eq(wire_get_acquire_ex(body, len, &out), DLOCK_EPROTO);
+    wire_buf_free(&b);
+}
+
 Test(wire, release_round_trip)
 {
     struct wire_buf b = {0};

@@ -52,9 +52,13 @@ struct run_opts {
     bool json;                 /* status, leases, holder: --json */
     const char *pattern;       /* leases: NULL = every lease; holder: the name */
     const char *name;
+    /* run: NAME, then the names of -a in their order */
+    const char *names[DLOCK_SET_MAX];
+    size_t nnames;
     char **argv;
     int64_t wait_ms;
     uint32_t ttl_ms;
+    dlock_lock_spec spec; /* run: -x (the zero value), -S or -p */
     int conflict_exit;
     int64_t kill_ms;
 };
@@ -62,10 +66,11 @@ struct run_opts {
 /* State shared with the event callback and the main loop. */
 struct run_state {
     dlock_client *client;
-    dlock_lease *lease;
+    dlock_lease_set *set; /* one lease per name: all held, or none */
     bool lost;
     bool announced; /* the loss was reported on stderr */
     int lost_reason;
+    const char *lost_name; /* the name lost, when known */
     pid_t child;
     bool child_done;
     int child_status;
@@ -112,7 +117,8 @@ static void help_main(FILE *f)
                "Runs a command while holding a dlock lease, as flock(1) does with a file,\n"
                "and shows the state of the host's dlock agent, dlockd.\n\n"
                "Commands:\n"
-               "  run NAME [--] CMD [ARG...]  run CMD while holding the lock NAME\n"
+               "  run NAME [--] CMD [ARG...]  run CMD while holding the lock NAME (and those\n"
+               "                              of -a)\n"
                "  status                      the agent, its Redis nodes, counters and leases\n"
                "  leases [PATTERN]            the leases the agent holds (fnmatch(3) glob)\n"
                "  metrics                     the agent's metrics, Prometheus text format\n"
@@ -129,12 +135,21 @@ static void help_main(FILE *f)
 static void help_run(FILE *f)
 {
     fprintf(f,
-            "usage: dlockctl run [OPTIONS] NAME [--] CMD [ARG...]\n\n"
+            "usage: dlockctl run [OPTIONS] [-a NAME2]... NAME [--] CMD [ARG...]\n\n"
             "Takes the lock NAME through the agent, runs CMD while holding it (with\n"
             "DLOCK_NAME and DLOCK_FENCE, the fencing token, in its environment), releases it\n"
             "when CMD exits, and exits with CMD's status. A lost lease stops CMD, and so\n"
-            "does one put in doubt by a failover of Redis.\n\n"
+            "does one put in doubt by a failover of Redis. With -a, CMD runs while holding\n"
+            "every name, taken all or none (DLOCK_FENCES lists NAME=TOKEN for each).\n\n"
             "Options:\n"
+            "  -a, --also NAME2           hold the lock NAME2 too (repeat for more, at most\n"
+            "                             %d names in all); the options of the kind and the\n"
+            "                             wait are for every name\n"
+            "  -x, --exclusive            hold NAME alone (the default)\n"
+            "  -S, --shared               hold NAME shared: with any other shared holders,\n"
+            "                             never with an exclusive one (a read lock)\n"
+            "  -p, --permits N            hold one of N permits of NAME: at most N run at once\n"
+            "                             (a counting semaphore; every holder gives the same N)\n"
             "  -w, --wait, --timeout DURATION\n"
             "                             wait at most DURATION for the lock; 0: do not wait,\n"
             "                             as -n; 'forever' (the default): as long as it takes\n"
@@ -147,7 +162,7 @@ static void help_run(FILE *f)
             "                             (default: %d)\n"
             "  -k, --kill-after DURATION  after a lease loss, send CMD SIGKILL this long after\n"
             "                             SIGTERM (default: %ds)\n",
-            EXIT_TEMPFAIL, DEFAULT_KILL_MS / 1000);
+            DLOCK_SET_MAX, EXIT_TEMPFAIL, DEFAULT_KILL_MS / 1000);
     fputs(help_socket, f);
     fputs(help_help, f);
     fputs("\nDURATION is in seconds unless it ends in ms, s, m or h; it may have a\n"
@@ -328,8 +343,12 @@ static int duration_opt(const char *what, const char *s, int64_t min_ms, int64_t
 /* Options of `run` (argv[0] is "run"), then NAME and CMD. */
 static int parse_run(int argc, char **argv, struct run_opts *o)
 {
-    static const struct option longopts[] = {{"wait", required_argument, NULL, 'w'},
+    static const struct option longopts[] = {{"also", required_argument, NULL, 'a'},
+                                             {"wait", required_argument, NULL, 'w'},
                                              {"timeout", required_argument, NULL, 'w'},
+                                             {"exclusive", no_argument, NULL, 'x'},
+                                             {"shared", no_argument, NULL, 'S'},
+                                             {"permits", required_argument, NULL, 'p'},
                                              {"nonblock", no_argument, NULL, 'n'},
                                              {"nb", no_argument, NULL, 'n'},
                                              {"ttl", required_argument, NULL, 't'},
@@ -342,10 +361,29 @@ static int parse_run(int argc, char **argv, struct run_opts *o)
     int ch, rc = 0;
     optind = 0; /* restart getopt on the sub-command */
     opterr = 0;
-    while (rc == 0 && (ch = getopt_long(argc, argv, "+:s:w:nt:E:k:h", longopts, NULL)) != -1) {
+    bool exclusive = false;
+    o->nnames = 1; /* names[0] is NAME, after the options */
+    while (rc == 0 &&
+           (ch = getopt_long(argc, argv, "+:s:w:nt:E:k:xSp:a:h", longopts, NULL)) != -1) {
         switch (ch) {
+        case 'a':
+            if (o->nnames == DLOCK_SET_MAX)
+                return usage_error(CMD_RUN, "too many lock names", optarg);
+            o->names[o->nnames++] = optarg;
+            break;
         case 's':
             o->socket = optarg;
+            break;
+        case 'x':
+        case 'S':
+            /* The last of -x and -S wins, as with flock(1). */
+            exclusive = ch == 'x';
+            o->spec.kind = ch == 'x' ? DLOCK_KIND_EXCLUSIVE : DLOCK_KIND_SHARED;
+            break;
+        case 'p':
+            if (!parse_num(optarg, 1, UINT32_MAX, &v))
+                return usage_error(CMD_RUN, "invalid permit count (1 to 4294967295)", optarg);
+            o->spec.permits = (uint32_t)v;
             break;
         case 'w':
             if (strcmp(optarg, "forever") == 0)
@@ -378,9 +416,17 @@ static int parse_run(int argc, char **argv, struct run_opts *o)
     }
     if (rc != 0)
         return rc;
+    if (o->spec.permits && (exclusive || o->spec.kind == DLOCK_KIND_SHARED))
+        return usage_error(CMD_RUN, "--permits takes neither --shared nor --exclusive", NULL);
+    if (o->spec.permits)
+        o->spec.kind = DLOCK_KIND_SEMAPHORE;
     if (optind >= argc)
         return usage_error(CMD_RUN, "missing lock name", NULL);
-    o->name = argv[optind++];
+    o->name = o->names[0] = argv[optind++];
+    for (size_t i = 0; i < o->nnames; i++)
+        for (size_t j = i + 1; j < o->nnames; j++)
+            if (strcmp(o->names[i], o->names[j]) == 0)
+                return usage_error(CMD_RUN, "lock name given twice", o->names[i]);
     if (optind < argc && strcmp(argv[optind], "--") == 0)
         optind++;
     if (optind >= argc)
@@ -523,6 +569,7 @@ static int exit_status_of(int err, int taken)
     case DLOCK_ENAMETOOLONG:
         return EXIT_USAGE;
     case DLOCK_ENOMEM:
+    case DLOCK_EKIND: /* the name is used as another kind of lock */
         return EXIT_SOFTWARE;
     case DLOCK_EDENIED:
         return EXIT_NOPERM;
@@ -736,6 +783,14 @@ static void drain_signals(struct run_state *st)
     reap_child(st); /* a SIGCHLD may have been coalesced with an earlier one */
 }
 
+static bool set_member(const dlock_lease_set *set, const dlock_lease *lease)
+{
+    for (size_t i = 0; i < dlock_lease_set_count(set); i++)
+        if (dlock_lease_set_lease(set, i) == lease)
+            return true;
+    return false;
+}
+
 /* A lease event ends the run when the lease is lost, and when a failover of
  * Redis puts it in doubt (JEOPARDY, DLOCK_EFAILOVER): from that moment it is
  * not proven held, the promoted replica may lack its key and another host
@@ -743,13 +798,16 @@ static void drain_signals(struct run_state *st)
  * That the doubt clears a moment later (HELD: the key was there) does not
  * undo the stop: CMD must not rely on what it could not be sure of
  * (docs/failover.md). Other JEOPARDY events leave the lease valid up to its
- * deadline, which supervise() watches. */
+ * deadline, which supervise() watches. With several names, any member's
+ * loss or doubt is the run's. */
 static void on_lease_event(dlock_client *c, dlock_lease *lease, dlock_state state, int reason,
                            void *arg)
 {
     struct run_state *st = arg;
     (void)c;
-    if (lease != st->lease || st->lost)
+    /* Before the set is whole, every lease of the client is one of its
+     * members: the acquire gives up the set when one is lost. */
+    if (st->lost || (st->set && !set_member(st->set, lease)))
         return;
     if (state == DLOCK_STATE_LOST) {
         st->lost = true;
@@ -758,6 +816,15 @@ static void on_lease_event(dlock_client *c, dlock_lease *lease, dlock_state stat
         st->lost = true;
         st->lost_reason = DLOCK_EFAILOVER;
     }
+    if (st->lost)
+        st->lost_name = dlock_lease_name(lease);
+}
+
+/* The lock names on stderr: "a", "a and b", "a, b and c". */
+static void print_names(const struct run_opts *o)
+{
+    for (size_t i = 0; i < o->nnames; i++)
+        fprintf(stderr, "%s%s", i == 0 ? "" : i + 1 == o->nnames ? " and " : ", ", o->names[i]);
 }
 
 static void announce_loss(struct run_state *st, const struct run_opts *o, int reason)
@@ -767,7 +834,12 @@ static void announce_loss(struct run_state *st, const struct run_opts *o, int re
     st->announced = true;
     const char *why =
         reason == DLOCK_ENOANSWER ? "the agent did not answer the release" : dlock_strerror(reason);
-    fprintf(stderr, "dlockctl: lease on %s lost: %s\n", o->name, why);
+    fprintf(stderr, "dlockctl: lease on ");
+    if (st->lost_name)
+        fputs(st->lost_name, stderr);
+    else
+        print_names(o);
+    fprintf(stderr, " lost: %s\n", why);
 }
 
 /* Tells CMD to stop after the lease was lost: SIGTERM now, SIGKILL later. */
@@ -794,7 +866,25 @@ static int64_t lease_left_ns(const dlock_lease *lease)
     return 0;
 }
 
-/* Waits for CMD to exit while watching the lease. */
+/* The validity left of the set's leases, in ns: the least of them; at 0,
+ * *expired names the lease that has none left. */
+static int64_t set_left_ns(const dlock_lease_set *set, const char **expired)
+{
+    int64_t least = INT64_MAX;
+    for (size_t i = 0; i < dlock_lease_set_count(set); i++) {
+        const dlock_lease *l = dlock_lease_set_lease(set, i);
+        int64_t left = lease_left_ns(l);
+        if (left == 0) {
+            *expired = dlock_lease_name(l);
+            return 0;
+        }
+        if (left < least)
+            least = left;
+    }
+    return least;
+}
+
+/* Waits for CMD to exit while watching the leases. */
 static void supervise(dlock_client *c, struct run_state *st, const struct run_opts *o)
 {
     bool stopping = false;
@@ -806,7 +896,8 @@ static void supervise(dlock_client *c, struct run_state *st, const struct run_op
         /* The lease page proves the lease until its deadline; past it with no
          * word from the agent (stopped, wedged), the lock may be someone
          * else's: that is a loss too. */
-        int64_t left_ns = stopping ? -1 : lease_left_ns(st->lease);
+        const char *expired = NULL;
+        int64_t left_ns = stopping ? -1 : set_left_ns(st->set, &expired);
         if (left_ns == 0 && !st->lost) {
             /* Its event says why, when the agent sent one (on_lease_event):
              * a failover's doubt, or the loss. */
@@ -814,6 +905,7 @@ static void supervise(dlock_client *c, struct run_state *st, const struct run_op
             if (!st->lost) {
                 st->lost = true;
                 st->lost_reason = DLOCK_EUNAVAIL; /* the agent could not prove it */
+                st->lost_name = expired;
             }
             continue;
         }
@@ -846,7 +938,7 @@ static void supervise(dlock_client *c, struct run_state *st, const struct run_op
 
 /* ---- run ---- */
 
-/* Releases the lease after CMD exited and picks the exit code. */
+/* Releases the leases after CMD exited and picks the exit code. */
 static int finish(struct run_state *st, const struct run_opts *o)
 {
     /* What the agent said before CMD exited counts too: a doubt or loss
@@ -863,7 +955,8 @@ static int finish(struct run_state *st, const struct run_opts *o)
     }
     /* The agent's own word, not the lease page's: the exit status says the
      * lock was held until the agent gave it up. */
-    int rc = dlock_lease_release_sync(st->lease);
+    int rc = dlock_lease_set_release_sync(st->set);
+    st->set = NULL;
     if (rc != 0) {
         /* Lost, or no answer, at some moment we cannot place: CMD may have
          * run unprotected. */
@@ -912,6 +1005,48 @@ static int open_client(const struct run_opts *o, dlock_client **c)
     return e == ENAMETOOLONG ? EXIT_USAGE : EXIT_UNAVAILABLE;
 }
 
+/* Reports a set that could not be taken; returns the exit code. Only a lock
+ * that stayed taken is silent, as with flock -n; an outage (the agent
+ * answers a wait that ran out during one with the outage's error) is not
+ * taken for it. */
+static int acquire_failed(dlock_client *c, const struct run_opts *o, int rc)
+{
+    int code = exit_status_of(rc, -1);
+    if (code < 0)
+        return o->conflict_exit;
+    fprintf(stderr, "dlockctl: cannot lock ");
+    print_names(o);
+    fprintf(stderr, ": %s\n", dlock_client_strerror(c, rc));
+    return code;
+}
+
+/* DLOCK_NAME and DLOCK_FENCE for NAME, and DLOCK_FENCES, "NAME=TOKEN" for
+ * every name in the order of o->names, separated by spaces (no lock name
+ * has one). */
+static int set_env(const struct run_opts *o, const dlock_lease_set *set)
+{
+    size_t cap = 1;
+    for (size_t i = 0; i < o->nnames; i++)
+        cap += strlen(o->names[i]) + 22; /* '=', 20 digits, ' ' */
+    char *fences = malloc(cap);
+    if (!fences)
+        return -1;
+    size_t len = 0;
+    for (size_t i = 0; i < o->nnames; i++)
+        len +=
+            (size_t)snprintf(fences + len, cap - len, "%s%s=%llu", i ? " " : "", o->names[i],
+                             (unsigned long long)dlock_lease_fence(dlock_lease_set_lease(set, i)));
+    char fence[24];
+    snprintf(fence, sizeof fence, "%llu",
+             (unsigned long long)dlock_lease_fence(dlock_lease_set_lease(set, 0)));
+    int rc = setenv("DLOCK_NAME", o->name, 1) != 0 || setenv("DLOCK_FENCE", fence, 1) != 0 ||
+                     setenv("DLOCK_FENCES", fences, 1) != 0
+                 ? -1
+                 : 0;
+    free(fences);
+    return rc;
+}
+
 static int run(const struct run_opts *o)
 {
     dlock_client *c;
@@ -921,24 +1056,21 @@ static int run(const struct run_opts *o)
     struct run_state st = {.client = c, .kill_at = -1};
     dlock_acquire_options ao = {.ttl_ms = o->ttl_ms, .wait_ms = o->wait_ms};
     dlock_client_set_event_cb(c, on_lease_event, &st);
-    rc = dlock_lease_acquire(c, o->name, &ao, &st.lease);
+    /* One name or several, all or none, in the library's one order. */
+    rc = dlock_lease_set_acquire(c, o->names, o->nnames, &ao, &o->spec, &st.set);
     if (rc != 0) {
-        /* Only a lock that stayed taken is silent, as with flock -n; an
-         * outage (the agent answers a wait that ran out during one with the
-         * outage's error) is not taken for it. */
-        int code = exit_status_of(rc, -1);
-        if (code < 0)
-            code = o->conflict_exit;
-        else
-            fprintf(stderr, "dlockctl: cannot lock %s: %s\n", o->name,
-                    dlock_client_strerror(c, rc));
+        int code = acquire_failed(c, o, rc);
         dlock_client_close(c);
         return code;
     }
-    char fence[24];
-    snprintf(fence, sizeof fence, "%llu", (unsigned long long)dlock_lease_fence(st.lease));
-    if (setenv("DLOCK_NAME", o->name, 1) != 0 || setenv("DLOCK_FENCE", fence, 1) != 0 ||
-        setup_signals() != 0) {
+    if (st.lost) {
+        /* A name taken first was put in doubt by a failover while a later
+         * one was waited for: CMD must not start on it. */
+        announce_loss(&st, o, st.lost_reason);
+        dlock_client_close(c);
+        return EXIT_LOST;
+    }
+    if (set_env(o, st.set) != 0 || setup_signals() != 0) {
         fprintf(stderr, "dlockctl: setup: %s\n", strerror(errno));
         dlock_client_close(c);
         return EXIT_SOFTWARE;
@@ -948,7 +1080,7 @@ static int run(const struct run_opts *o)
         supervise(c, &st, o);
         code = st.child_done ? finish(&st, o) : EXIT_SOFTWARE;
     }
-    dlock_client_close(c); /* also gives back a lease still held, or lost */
+    dlock_client_close(c); /* also gives back leases still held, or lost */
     return code;
 }
 

@@ -907,6 +907,7 @@ struct backend *backend_cluster_new(struct ev_loop *loop, const struct config *c
     if (!cl)
         return NULL;
     cl->base.ops = &cl_ops;
+    cl->base.kinds = BACKEND_REDIS_KINDS;
     cl->loop = loop;
     cl->cfg = cfg;
     cl->ev = *events;

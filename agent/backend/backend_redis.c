@@ -2,8 +2,9 @@
 /* backend_redis.c -- single-node Redis backend: one pipelined command
  * link (redis_link.c: set-up, reconnection with backoff and jitter, the
  * command watchdog) and one notice link (notice_link.c: a channel per
- * watched name), Lua scripts called with EVALSHA (each acquire and renewal
- * followed by WAIT when wait_replicas asks for replicas), and the node's
+ * watched name), the Lua scripts of scripts.h called with EVALSHA (each
+ * acquire and renewal followed by WAIT when wait_replicas asks for
+ * replicas), and the node's
  * health: its run id, its persistence and the exclusion after a restart
  * (quorum mode), round-trip time and last error. */
 #include "backend_redis.h"
@@ -22,128 +23,10 @@
 #include "quorum.h"
 #include "redis_link.h"
 #include "replies.h"
+#include "scripts.h"
 #include "wire.h"
 #include "text.h"
 #include "util.h"
-
-enum script { S_ACQUIRE, S_RENEW, S_RELEASE, S_FENCE, S_LOOKUP, S_COUNT };
-
-/* The lock key's value is the holder record, "TOKEN HOST PID UID COMM"
- * (docs/protocol.md): who holds it, for operators, without a key of its
- * own. The other scripts are given the token alone: LUA_OURS says whether
- * a value is the record of that token. (A value equal to the token is
- * ours too: the form of earlier versions.)
- *
- * Acquire: SET NX PX, and on success the fencing token: one more than the
- * high-water mark of the lock key's hash slot (KEYS[2], shared by every name
- * of the slot, kept without expiry), but never below the server's clock in
- * microseconds, so that it keeps rising after the mark was lost. In quorum
- * mode the floor is the agent's clock (ARGV[3]) rather than the server's, so
- * that the nodes usually agree on the token. The mark is read with pcall: a
- * foreign value of another type must not abort the script after SET NX took
- * the lock; and only a whole number in [0, 2^53) counts, the range Lua's
- * doubles hold exactly (our tokens, microseconds since 1970, are far below
- * it): anything else (1e30, inf, a fraction) reads as 0, or the token would
- * leave the range of a 64-bit reply. When taken: the holder's remaining
- * PTTL, negated. The token goes through string.format: Lua's own
- * number-to-string conversion keeps only 14 digits. */
-#define LUA_MARK                                                                                   \
-    "local function mark(k) local n = tonumber(redis.pcall('get', k)) "                            \
-    "if type(n) == 'number' and n >= 0 and n < 9007199254740992 and n % 1 == 0 "                   \
-    "then return n end return 0 end "
-#define LUA_OURS                                                                                   \
-    "local v = redis.call('get', KEYS[1]) "                                                        \
-    "local ours = v == ARGV[1] or (v and string.sub(v, 1, 33) == ARGV[1] .. ' ') "
-/* The waiting-hosts record (KEYS[3] of acquire): a hash of agent id ->
- * "SINCE EXPIRES", server times, SINCE in microseconds (in ms from earlier
- * versions, told apart by size: us_of()), EXPIRES in ms. queue_turn() drops
- * the expired entries and returns the id of the oldest live entry of
- * another agent when it is older than the caller's (ARGV[5]), else nil;
- * entries are ordered by SINCE, then by agent id, so that every host agrees
- * on which goes first. join() adds or refreshes the caller's entry for
- * ARGV[6] ms, keeping its SINCE (0: a try-once acquire, which does not
- * join). No entry lives longer than BACKEND_WAIT_ENTRY_MAX_MS: join() writes
- * no longer one, and queue_turn() drops one that claims more, so that no
- * agent's setting (nor an earlier version's) makes the other hosts wait
- * long for an agent that died. */
-#define STRINGIFY(x)   #x
-#define STRING_OF(x)   STRINGIFY(x)
-#define WAIT_ENTRY_MAX STRING_OF(BACKEND_WAIT_ENTRY_MAX_MS)
-#define LUA_QUEUE                                                                                  \
-    "local us local function clock() if not us then local t = redis.call('time') "                 \
-    "us = tonumber(t[1]) * 1000000 + tonumber(t[2]) end return us end "                            \
-    "local me, queued = ARGV[5], false "                                                           \
-    "local function us_of(v) local n = tonumber(v) if n and n < 1e14 then n = n * 1000 end "       \
-    "return n end "                                                                                \
-    "local function queue_turn() if redis.call('exists', KEYS[3]) == 0 then return nil end "       \
-    "queued = true "                                                                               \
-    "local now = math.floor(clock() / 1000) local all = redis.call('hgetall', KEYS[3]) "           \
-    "local first, first_since for i = 1, #all, 2 do "                                              \
-    "local since, exp = string.match(all[i + 1], '^(%d+) (%d+)$') "                                \
-    "since = us_of(since) exp = tonumber(exp) "                                                    \
-    "if not exp or exp <= now or exp > now + " WAIT_ENTRY_MAX " then "                             \
-    "redis.call('hdel', KEYS[3], all[i]) "                                                         \
-    "elseif all[i] ~= me and (not first or since < first_since or "                                \
-    "(since == first_since and all[i] < first)) then "                                             \
-    "first, first_since = all[i], since end end "                                                  \
-    "if first then local mine = redis.call('hget', KEYS[3], me) "                                  \
-    "if mine then local t = us_of(string.match(mine, '^(%d+)')) "                                  \
-    "if t and (t < first_since or (t == first_since and me < first)) then return nil end end "     \
-    "end "                                                                                         \
-    "return first end "                                                                            \
-    "local function join() local want = math.min(tonumber(ARGV[6]), " WAIT_ENTRY_MAX ") "          \
-    "if want <= 0 then return end "                                                                \
-    "local now = math.floor(clock() / 1000) "                                                      \
-    "local mine = redis.call('hget', KEYS[3], me) "                                                \
-    "local since = mine and string.match(mine, '^(%d+) ') or string.format('%d', clock()) "        \
-    "redis.call('hset', KEYS[3], me, since .. ' ' .. string.format('%d', now + want)) "            \
-    "if redis.call('pttl', KEYS[3]) < want then redis.call('pexpire', KEYS[3], want) end end "
-static const char *const script_src[S_COUNT] = {
-    /* Acquire: another host's turn (the oldest entry of the waiting-hosts
-     * record is not ours) counts as taken, with no PTTL (0); else SET NX PX
-     * of the value (ARGV[1]) for ARGV[2] ms, and on success leave the
-     * record and make the token (ARGV[3]: the floor, see above). A waiting
-     * caller that did not get the lock joins the record. The slot's mark is
-     * raised to the token plus ARGV[4]: the tokens in between are the
-     * agent's to hand over. */
-    LUA_MARK LUA_QUEUE
-    "if queue_turn() then join() return 0 end "
-    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
-    "if queued then redis.call('hdel', KEYS[3], me) end "
-    "local fence = tonumber(ARGV[3]) if not fence then fence = clock() end "
-    "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "
-    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) "
-    "return fence end "
-    "join() local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end return -t",
-    /* Renew: compare-and-pexpire. */
-    LUA_OURS "if ours then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0",
-    /* Release: compare-and-delete, then tell the agents waiting for the
-     * name on its own channel (ARGV[2], with sharded pub/sub when ARGV[4] is
-     * 's') when some wait (the waiting-hosts record, KEYS[2], exists; on
-     * Redis Cluster, where it is not named, always) and there is a channel
-     * (none for the clean-up after an acquire that missed). The slot's
-     * high-water mark stays. */
-    LUA_OURS "if ours then redis.call('del', KEYS[1]) "
-             "if ARGV[2] ~= '' and (not KEYS[2] or redis.call('exists', KEYS[2]) == 1) then "
-             "if ARGV[4] == 's' then redis.call('spublish', ARGV[2], ARGV[3]) "
-             "else redis.call('publish', ARGV[2], ARGV[3]) end end "
-             "return 1 end return 0",
-    /* Fence (quorum mode): while the key is ours, raise the slot's
-     * high-water mark to the grant's token. */
-    LUA_MARK LUA_OURS "if not ours then return 0 end "
-                      "if mark(KEYS[2]) < tonumber(ARGV[2]) then "
-                      "redis.call('set', KEYS[2], ARGV[2]) end return 1",
-    /* Lookup (for operators): the token, the holder record, the PTTL. The
-     * record is the value when it starts with a token (32 lowercase hex
-     * characters and a space; any other value is a foreign client's, shown
-     * whole); a separate record key is read too, for keys of earlier
-     * versions. A value of another type than string reads as empty. */
-    "local v = redis.pcall('get', KEYS[1]) local h = redis.pcall('get', KEYS[2]) "
-    "if type(v) ~= 'string' then v = '' end if type(h) ~= 'string' then h = '' end "
-    "local _, e = string.find(v, '^[0-9a-f]+ ') "
-    "if h == '' and e == 33 then h = v v = string.sub(v, 1, 32) end "
-    "return {v, h, redis.call('pttl', KEYS[1])}",
-};
 
 /* Where the WAIT after an acquire or renewal is (wait_replicas). */
 enum { W_NONE, W_SENT, W_UNSENT };
@@ -153,33 +36,24 @@ struct rcmd {
     struct redis_link_cmd lc; /* in flight on the command link */
     TAILQ_ENTRY(rcmd) q;      /* while it waits for room in the pipeline */
     backend_cb cb;
-    backend_lookup_cb lookup_cb; /* instead of cb, for S_LOOKUP */
+    backend_lookup_cb lookup_cb; /* instead of cb, for a lookup */
     void *arg;
-    uint8_t script;
-    bool retried; /* already re-sent with EVAL after NOSCRIPT */
-    bool asking;  /* Redis Cluster: ASKING goes first */
+    uint8_t script; /* enum script_id */
+    bool retried;   /* already re-sent with EVAL after NOSCRIPT */
     /* wait_replicas: the WAIT sent right after the script (W_SENT), or that
      * could not be sent (W_UNSENT: the write is reported as unconfirmed). */
     uint8_t wait;
-    bool answered; /* the script's reply is in (kept below until WAIT answers) */
-    bool resend;   /* NOSCRIPT: send the script again once the WAIT answered */
-    int s_err;     /* the script's reply, reported with the WAIT's */
-    long long s_result;
+    bool answered;              /* the script's reply is in (kept below until WAIT answers) */
+    bool resend;                /* NOSCRIPT: send the script again once the WAIT answered */
+    struct script_result s_res; /* the script's reply, reported with the WAIT's */
     char s_text[160]; /* the script's error reply (a redirect), reported with the WAIT's */
     struct redis_link_cmd wait_lc; /* the WAIT in flight */
-    uint32_t ttl_ms;
-    /* acquire: the token's floor (0: the server's clock); fence: the token;
-     * release: nonzero to publish the notice */
-    uint64_t num;
-    uint32_t block;   /* acquire: see backend_req */
-    uint32_t want_ms; /* acquire: see backend_req */
-    uint16_t name_len;
-    uint16_t value_len;
+    /* The request, its strings held below: the command is built from it
+     * when it is sent. */
+    struct backend_req req;
     char token[33];
-    char waiter_id[BACKEND_WAITER_ID_MAX + 1]; /* acquire: the agent's id, or empty */
-    /* prefix + name, NUL-terminated (name is key + prefix_len), then the
-     * key's value (acquire): the token, and the holder record after a space */
-    char key[];
+    char waiter_id[BACKEND_WAITER_ID_MAX + 1];
+    char strs[]; /* the name, NUL-terminated, then the holder record */
 };
 
 struct rb {
@@ -195,7 +69,8 @@ struct rb {
     TAILQ_HEAD(, rcmd) queue[2];
     size_t queued;
     struct notice_link *notices;
-    char sha[S_COUNT][41]; /* empty until SCRIPT LOAD answered */
+    char sha[SCRIPT_COUNT][41]; /* empty until SCRIPT LOAD answered */
+    struct script_ctx sctx;     /* what every command adds: the prefix, the mode */
     size_t prefix_len;
     bool closing;
     bool sharded; /* Redis Cluster: sharded pub/sub */
@@ -232,24 +107,24 @@ static void note_error(struct rb *b, int code, const char *text)
     snprintf(b->last_error_text, sizeof b->last_error_text, "%s", text);
 }
 
-/* Whether the write of c took effect: an acquire that took the key, a
- * renewal that extended it. */
-static bool wrote(const struct rcmd *c, long long result)
+/* The end of a command: its callback, with its reply sr (or err; text is
+ * the error reply's). */
+static void cmd_done(struct rb *b, struct rcmd *c, int err, const char *text,
+                     const struct script_result *sr, uint64_t at)
 {
-    return reply_wrote(c->script == S_ACQUIRE, result);
-}
-
-/* The end of a command: its callback; text is the error reply's. */
-static void cmd_done(struct rb *b, struct rcmd *c, int err, const char *text, long long result,
-                     uint64_t at)
-{
-    if (c->script == S_LOOKUP) {
+    if (script_table[c->script].lookup) {
         c->lookup_cb(c->arg, err ? err : DLOCK_EBACKEND, NULL);
     } else if (c->cb) {
-        struct backend_result res = reply_result(c->script == S_ACQUIRE, err, text, result, at);
+        struct backend_result res = script_backend_result(sr, err, text, at);
         c->cb(c->arg, &res);
     }
     free(c);
+}
+
+/* The end of a command that got no answer. */
+static void cmd_fail(struct rb *b, struct rcmd *c, int err, uint64_t at)
+{
+    cmd_done(b, c, err, NULL, &(struct script_result){.err = err}, at);
 }
 
 static void on_reply(redisAsyncContext *ac, void *r, void *priv)
@@ -258,17 +133,17 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
     struct rcmd *c = priv;
     redisReply *rep = r;
     uint64_t at = redis_link_answered(&b->cmd, &c->lc, rep);
-    struct script_reply sr;
-    reply_script(rep, c->script == S_LOOKUP, &sr);
+    struct script_result sr;
+    struct script_holders holders;
+    script_decode(c->script, rep, &sr, &holders);
     int err = sr.err;
     const char *text = sr.text;
-    long long result = sr.n;
     if (sr.kind == SR_NOSCRIPT && !c->retried) {
         /* The server lost its script cache (restart, SCRIPT FLUSH): send
          * the script itself, which loads it again. Not a lost lease. */
         b->sha[c->script][0] = '\0';
         redisAsyncCommand(b->cmd.ac, on_script_loaded, (void *)(intptr_t)c->script,
-                          "SCRIPT LOAD %s", script_src[c->script]);
+                          "SCRIPT LOAD %s", script_table[c->script].src);
         c->retried = true;
         if (c->wait == W_SENT) {
             /* Its WAIT is still to answer: the script goes again after it. */
@@ -286,7 +161,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
         note_error(b, err, text);
         log_warn("%s: %s", b->label, text);
     } else if (sr.kind == SR_HOLDER) {
-        c->lookup_cb(c->arg, 0, &sr.holder);
+        c->lookup_cb(c->arg, 0, &holders.holder);
         free(c);
         return;
     } else if (sr.kind == SR_UNEXPECTED) {
@@ -296,18 +171,19 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
     if (c->wait == W_SENT) {
         /* The WAIT behind it says whether the write counts. */
         c->answered = true;
-        c->s_err = err;
-        c->s_result = result;
+        c->s_res = sr;
+        c->s_res.err = err;
+        c->s_res.text = NULL;
         snprintf(c->s_text, sizeof c->s_text, "%s", text ? text : "");
         return;
     }
-    if (c->wait == W_UNSENT && !err && wrote(c, result)) {
+    if (c->wait == W_UNSENT && !err && sr.wrote) {
         err = DLOCK_EUNAVAIL;
         note_error(b, err, "WAIT could not be sent");
         log_warn("%s: WAIT could not be sent after the %s of %s: not confirmed", b->label,
-                 c->script == S_ACQUIRE ? "acquire" : "renewal", c->key + b->prefix_len);
+                 script_table[c->script].what, c->req.name);
     }
-    cmd_done(b, c, err, text, result, at);
+    cmd_done(b, c, err, text, &sr, at);
 }
 
 /* WAIT's answer, after the acquire or renewal it follows: the write is
@@ -326,19 +202,17 @@ static void on_wait(redisAsyncContext *ac, void *r, void *priv)
         if (cmd_send(b, c) == 0)
             return;
     }
-    int err = c->answered ? c->s_err : DLOCK_EUNAVAIL;
-    long long result = c->s_result;
-    const char *what = c->script == S_ACQUIRE ? "acquire" : "renewal";
+    int err = c->answered ? c->s_res.err : DLOCK_EUNAVAIL;
+    const char *what = script_table[c->script].what;
     if (!rep) {
         if (!err)
             err = DLOCK_EUNAVAIL; /* the link is going away */
-    } else if (err || !wrote(c, result)) {
+    } else if (err || !c->s_res.wrote) {
         /* Nothing written (taken, not ours) or failed: WAIT adds nothing. */
     } else if (rep->type == REDIS_REPLY_ERROR) {
         err = redis_error_code(rep->str);
         note_error(b, err, rep->str);
-        log_warn("%s: WAIT after the %s of %s refused: %s", b->label, what, c->key + b->prefix_len,
-                 rep->str);
+        log_warn("%s: WAIT after the %s of %s refused: %s", b->label, what, c->req.name, rep->str);
     } else if (rep->type != REDIS_REPLY_INTEGER || rep->integer < b->cfg->wait_replicas) {
         /* Named in the answer, not as "unreachable": the write took, and
          * Redis answers. */
@@ -348,124 +222,33 @@ static void on_wait(redisAsyncContext *ac, void *r, void *priv)
                  b->cfg->wait_timeout_ms);
         err = DLOCK_EUNAVAIL;
         note_error(b, err, c->s_text);
-        log_warn("%s: %s: the %s of %s is not confirmed", b->label, c->s_text, what,
-                 c->key + b->prefix_len);
+        log_warn("%s: %s: the %s of %s is not confirmed", b->label, c->s_text, what, c->req.name);
     }
-    cmd_done(b, c, err, c->s_text[0] ? c->s_text : NULL, result, at);
+    cmd_done(b, c, err, c->s_text[0] ? c->s_text : NULL, &c->s_res, at);
 }
-
-/* The arguments of one command, for redisAsyncCommandArgv, and room for
- * the numbers among them. */
-struct args {
-    int n;
-    const char *v[14];
-    size_t len[14];
-    char ttl[16], num[24], block[16], want[16];
-};
-
-static void arg(struct args *a, const char *s, size_t len)
-{
-    a->v[a->n] = s;
-    a->len[a->n++] = len;
-}
-
-/* Room for any key the scripts touch besides the lock key. */
-#define SIDE_KEY_MAX (2 * CONFIG_PREFIX_MAX + WIRE_MAX_NAME + SIDE_KEY_EXTRA + 1)
-
-/* The keys besides the lock key, written by add_keys() and referred to by
- * the arguments until the command is sent. */
-struct side_keys {
-    char hw[CONFIG_PREFIX_MAX + FENCE_HW_EXTRA + 1];
-    char holder[SIDE_KEY_MAX];  /* lookup: the record key of earlier versions */
-    char waiting[SIDE_KEY_MAX]; /* acquire, release: the waiting-hosts record */
-    char channel[SIDE_KEY_MAX]; /* release: the name's release channel */
-};
 
 static struct slot_tags slot_tags; /* built once, by the first backend */
 static bool slot_tags_ready;
-
-/* KEYS: the lock; acquire and fence: the slot's high-water mark; acquire
- * and release: the waiting-hosts record; lookup: the holder record of
- * earlier versions; renewal: nothing else. */
-static void add_keys(const struct rb *b, const struct rcmd *c, struct args *a, struct side_keys *k)
-{
-    size_t key_len = b->prefix_len + c->name_len;
-    enum script s = c->script;
-    /* On Redis Cluster a release names the lock key alone, so that a slot
-     * migration never splits it (TRYAGAIN): it publishes whenever asked. */
-    bool marked = s == S_ACQUIRE || s == S_FENCE,
-         waiting = s == S_ACQUIRE || (s == S_RELEASE && !b->sharded);
-    arg(a, s == S_ACQUIRE ? "3" : s == S_RENEW || (s == S_RELEASE && !waiting) ? "1" : "2", 1);
-    arg(a, c->key, key_len);
-    if (marked)
-        arg(a, k->hw, fence_hw_key(&slot_tags, c->key, key_len, b->prefix_len, k->hw));
-    if (waiting)
-        arg(a, k->waiting, waiting_key(c->key, key_len, b->prefix_len, k->waiting));
-    if (s == S_LOOKUP)
-        arg(a, k->holder, holder_key(c->key, key_len, b->prefix_len, k->holder));
-}
-
-/* ARGV: the holder record (acquire) or the token (but for lookup), then
- * each script's own. */
-static void add_argv(const struct rb *b, const struct rcmd *c, struct args *a, struct side_keys *k)
-{
-    unsigned long long num = c->num;
-    if (c->script == S_ACQUIRE)
-        arg(a, c->key + b->prefix_len + c->name_len + 1, c->value_len);
-    else if (c->script != S_LOOKUP)
-        arg(a, c->token, 32);
-    if (c->script == S_ACQUIRE || c->script == S_RENEW)
-        arg(a, a->ttl, (size_t)snprintf(a->ttl, sizeof a->ttl, "%u", c->ttl_ms));
-    switch (c->script) {
-    case S_ACQUIRE:
-        /* The floor, or empty for the server's clock. */
-        arg(a, a->num, num ? (size_t)snprintf(a->num, sizeof a->num, "%llu", num) : 0);
-        arg(a, a->block, (size_t)snprintf(a->block, sizeof a->block, "%u", c->block));
-        arg(a, c->waiter_id, strlen(c->waiter_id));
-        arg(a, a->want, (size_t)snprintf(a->want, sizeof a->want, "%u", c->want_ms));
-        break;
-    case S_RELEASE:
-        /* The channel, or empty for no notice; the name; how to publish. */
-        arg(a, k->channel,
-            c->num ? release_channel(c->key, b->prefix_len + c->name_len, b->prefix_len, k->channel)
-                   : 0);
-        arg(a, c->key + b->prefix_len, c->name_len);
-        arg(a, b->sharded ? "s" : "", b->sharded);
-        break;
-    case S_FENCE:
-        arg(a, a->num, (size_t)snprintf(a->num, sizeof a->num, "%llu", num));
-        break;
-    default:
-        break;
-    }
-}
 
 /* Sends c with EVALSHA when the script's digest is known, else with EVAL. */
 static int cmd_send(struct rb *b, struct rcmd *c)
 {
     if (!b->cmd.connected || b->closing)
         return DLOCK_EUNAVAIL;
-    struct side_keys keys;
-    struct args a = {0};
-    const char *sha = b->sha[c->script];
-    if (sha[0]) {
-        arg(&a, "EVALSHA", 7);
-        arg(&a, sha, 40);
-    } else {
-        arg(&a, "EVAL", 4);
-        arg(&a, script_src[c->script], strlen(script_src[c->script]));
-    }
-    add_keys(b, c, &a, &keys);
-    add_argv(b, c, &a, &keys);
+    struct script_args a;
+    int rc = script_command(c->script, b->sha[c->script], &b->sctx, &c->req, c->req.limit, &a);
+    if (rc)
+        return rc;
     /* Pipelined right before the script, on the same connection: an ASK
      * redirect's target serves it. Its +OK needs no callback. */
-    if (c->asking && redisAsyncCommand(b->cmd.ac, NULL, NULL, "ASKING") != REDIS_OK)
+    if (c->req.asking && redisAsyncCommand(b->cmd.ac, NULL, NULL, "ASKING") != REDIS_OK)
         return DLOCK_EUNAVAIL;
-    int rc = redis_link_send(&b->cmd, &c->lc, on_reply, c, a.n, a.v, a.len);
+    rc = redis_link_send(&b->cmd, &c->lc, on_reply, c, a.n, a.v, a.len);
     c->answered = false;
+    c->s_res = (struct script_result){0};
     c->s_text[0] = '\0';
     c->wait = W_NONE;
-    if (rc == 0 && b->cfg->wait_replicas && (c->script == S_ACQUIRE || c->script == S_RENEW)) {
+    if (rc == 0 && b->cfg->wait_replicas && script_table[c->script].wait) {
         /* On the same connection, so it waits for this write: the grant or
          * renewal counts once that many replicas have it. */
         char n[16], ms[16];
@@ -490,7 +273,7 @@ static int cmd_send(struct rb *b, struct rcmd *c)
 /* The queue a command waits in: 0 for what keeps or ends a lease. */
 static int queue_of(const struct rcmd *c)
 {
-    return c->script == S_ACQUIRE || c->script == S_LOOKUP;
+    return !script_table[c->script].urgent;
 }
 
 /* Sends the commands that wait, in queue order, while there is room; fails
@@ -507,7 +290,7 @@ static void pump(struct rb *b)
             b->queued--;
             int rc = up ? cmd_send(b, c) : DLOCK_EUNAVAIL;
             if (rc)
-                cmd_done(b, c, rc, NULL, 0, now_ns());
+                cmd_fail(b, c, rc, now_ns());
         }
     }
 }
@@ -522,78 +305,62 @@ static int cmd_submit(struct rb *b, struct rcmd *c)
     return 0;
 }
 
-/* Sends script s for req (the fields s uses) with num (see rcmd.num). */
-static int submit_with(struct backend *be, enum script s, const struct backend_req *req,
-                       uint64_t num, backend_cb cb, backend_lookup_cb lookup_cb, void *arg)
+/* Sends script s for req, whose strings are copied into the command. */
+static int submit(struct backend *be, enum script_id s, const struct backend_req *req,
+                  backend_cb cb, backend_lookup_cb lookup_cb, void *arg)
 {
     struct rb *b = (struct rb *)be;
     if (!b->cmd.connected || b->closing)
         return DLOCK_EUNAVAIL;
-    bool acquire = s == S_ACQUIRE;
-    const char *holder = acquire && req->holder ? req->holder : "";
-    /* acquire: the key's value, the token and the holder record after it */
-    size_t vlen = acquire ? (holder[0] ? 33 + strlen(holder) : 32) : 0;
-    size_t len = req->len;
-    struct rcmd *c = malloc(sizeof *c + b->prefix_len + len + 1 + vlen + 1);
+    const char *holder = req->holder ? req->holder : "";
+    size_t hlen = strlen(holder);
+    struct rcmd *c = malloc(sizeof *c + req->len + 1 + hlen + 1);
     if (!c)
         return DLOCK_ENOMEM;
     c->cb = cb;
     c->lookup_cb = lookup_cb;
-    c->value_len = (uint16_t)vlen;
     c->arg = arg;
     c->script = (uint8_t)s;
     c->retried = false;
     c->resend = false;
-    c->asking = req->asking;
-    c->block = acquire ? req->block : 0;
-    c->want_ms = acquire ? req->want_ms : 0;
-    snprintf(c->waiter_id, sizeof c->waiter_id, "%s",
-             acquire && req->waiter_id ? req->waiter_id : "");
-    c->ttl_ms = req->ttl_ms;
-    c->num = num;
-    c->name_len = (uint16_t)len;
+    c->req = *req;
+    memcpy(c->strs, req->name, req->len);
+    c->strs[req->len] = '\0';
+    c->req.name = c->strs;
+    memcpy(c->strs + req->len + 1, holder, hlen + 1);
+    c->req.holder = c->strs + req->len + 1;
     memcpy(c->token, req->token ? req->token : "", req->token ? 32 : 1);
     c->token[32] = '\0';
-    memcpy(c->key, b->cfg->prefix, b->prefix_len);
-    memcpy(c->key + b->prefix_len, req->name, len);
-    c->key[b->prefix_len + len] = '\0';
-    char *value = c->key + b->prefix_len + len + 1;
-    if (holder[0])
-        snprintf(value, vlen + 1, "%s %s", c->token, holder);
-    else
-        memcpy(value, acquire ? c->token : "", vlen + 1);
+    c->req.token = req->token ? c->token : NULL;
+    snprintf(c->waiter_id, sizeof c->waiter_id, "%s", req->waiter_id ? req->waiter_id : "");
+    c->req.waiter_id = req->waiter_id ? c->waiter_id : NULL;
     int rc = cmd_submit(b, c);
     if (rc)
         free(c);
     return rc;
 }
 
-static int submit(struct backend *be, enum script s, const struct backend_req *req, uint64_t num,
-                  backend_cb cb, void *arg)
-{
-    return submit_with(be, s, req, num, cb, NULL, arg);
-}
-
 static int rb_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
                      void *arg)
 {
     struct backend_req req = {.name = name, .len = len};
-    return submit_with(be, S_LOOKUP, &req, 0, NULL, cb, arg);
+    return submit(be, SCRIPT_LOOKUP, &req, NULL, cb, arg);
 }
 
 static int rb_op(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
-    switch (req->op) {
-    case BACKEND_ACQUIRE:
-        return submit(be, S_ACQUIRE, req, req->floor, cb, arg);
-    case BACKEND_RENEW:
-        return submit(be, S_RENEW, req, 0, cb, arg);
-    case BACKEND_RELEASE:
-        return submit(be, S_RELEASE, req, req->notify, cb, arg);
-    case BACKEND_FENCE:
-        return submit(be, S_FENCE, req, req->fence, cb, arg);
-    }
-    return DLOCK_EBACKEND;
+    static const enum script_id exclusive[] = {[BACKEND_ACQUIRE] = SCRIPT_ACQUIRE,
+                                               [BACKEND_RENEW] = SCRIPT_RENEW,
+                                               [BACKEND_RELEASE] = SCRIPT_RELEASE,
+                                               [BACKEND_FENCE] = SCRIPT_FENCE};
+    static const enum script_id counted[] = {[BACKEND_ACQUIRE] = SCRIPT_ACQUIRE_COUNTED,
+                                             [BACKEND_RENEW] = SCRIPT_RENEW_COUNTED,
+                                             [BACKEND_RELEASE] = SCRIPT_RELEASE_COUNTED,
+                                             [BACKEND_FENCE] = SCRIPT_FENCE_COUNTED};
+    if ((unsigned)req->op > BACKEND_FENCE)
+        return DLOCK_EBACKEND;
+    const enum script_id *by_op = req->kind == LOCK_EXCLUSIVE ? exclusive : counted;
+    return submit(be, by_op[req->op], req, cb, NULL, arg);
 }
 
 static bool rb_counts(const struct backend *be, uint64_t now)
@@ -805,9 +572,9 @@ static void link_setup(void *arg, struct redis_link *l)
     if (b->check_master)
         redisAsyncCommand(ac, on_role, NULL, "ROLE");
     redisAsyncCommand(ac, on_info, NULL, "INFO server");
-    for (int s = 0; s < S_COUNT; s++)
+    for (int s = 0; s < SCRIPT_COUNT; s++)
         redisAsyncCommand(ac, on_script_loaded, (void *)(intptr_t)s, "SCRIPT LOAD %s",
-                          script_src[s]);
+                          script_table[s].src);
 }
 
 static void link_ready(void *arg, struct redis_link *l)
@@ -839,7 +606,7 @@ static void rb_leave(struct backend *be, const struct backend_req *req)
     if (!b->cmd.connected || b->closing || !req->waiter_id ||
         b->prefix_len + req->len > CONFIG_PREFIX_MAX + WIRE_MAX_NAME)
         return;
-    char key[CONFIG_PREFIX_MAX + WIRE_MAX_NAME + 1], rec[SIDE_KEY_MAX];
+    char key[SCRIPT_KEY_MAX + 1], rec[SCRIPT_SIDE_KEY_MAX];
     memcpy(key, b->cfg->prefix, b->prefix_len);
     memcpy(key + b->prefix_len, req->name, req->len);
     size_t n = waiting_key(key, b->prefix_len + req->len, b->prefix_len, rec);
@@ -923,6 +690,7 @@ struct backend *backend_redis_new_opts(struct ev_loop *loop, const struct config
     if (!b)
         return NULL;
     b->base.ops = &rb_ops;
+    b->base.kinds = BACKEND_REDIS_KINDS;
     TAILQ_INIT(&b->queue[0]);
     TAILQ_INIT(&b->queue[1]);
     b->loop = loop;
@@ -948,6 +716,10 @@ struct backend *backend_redis_new_opts(struct ev_loop *loop, const struct config
         slot_tags_build(&slot_tags);
         slot_tags_ready = true;
     }
+    b->sctx = (struct script_ctx){.prefix = cfg->prefix,
+                                  .prefix_len = b->prefix_len,
+                                  .tags = &slot_tags,
+                                  .sharded = b->sharded};
     struct notice_hooks nh = {.arg = b,
                               .notice = on_notice,
                               .subscribed = on_subscribed,

@@ -8,6 +8,10 @@
 #include "backend.h"
 #include "config.h"
 
+/* The kinds of lock beyond the exclusive one that a Redis node keeps (its
+ * scripts), and so every mode made of nodes that route (cluster, sentinel). */
+#define BACKEND_REDIS_KINDS (BACKEND_KIND(LOCK_SHARED) | BACKEND_KIND(LOCK_SEMAPHORE))
+
 /* How a node is used, when it is one of several (cluster, sentinel). */
 struct redis_node_opts {
     const char *label; /* for logs: "redis ADDR", "master ADDR"; copied; NULL: by mode */

@@ -608,6 +608,7 @@ struct backend *backend_sentinel_new(struct ev_loop *loop, const struct config *
     if (!s)
         return NULL;
     s->base.ops = &sb_ops;
+    s->base.kinds = BACKEND_REDIS_KINDS;
     s->loop = loop;
     s->cfg = cfg;
     s->ev = *events;

@@ -18,21 +18,7 @@ static bool is_redirect(const char *msg)
            strncmp(msg, "TRYAGAIN", 8) == 0;
 }
 
-/* The lookup's answer: the lock key's value, the holder record, its PTTL.
- * Elements of another type than a string read as empty. */
-static bool holder_of(const redisReply *rep, struct backend_holder *h)
-{
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
-        rep->element[2]->type != REDIS_REPLY_INTEGER)
-        return false;
-    *h = (struct backend_holder){.pttl = rep->element[2]->integer, .nodes = 1};
-    snprintf(h->value, sizeof h->value, "%s", rep->element[0]->str ? rep->element[0]->str : "");
-    snprintf(h->record, sizeof h->record, "%s", rep->element[1]->str ? rep->element[1]->str : "");
-    h->nodes_holding = h->value[0] != '\0';
-    return true;
-}
-
-void reply_script(const redisReply *rep, bool lookup, struct script_reply *out)
+void reply_script(const redisReply *rep, struct script_reply *out)
 {
     memset(out, 0, sizeof *out);
     if (!rep) {
@@ -51,35 +37,10 @@ void reply_script(const redisReply *rep, bool lookup, struct script_reply *out)
          * of ours (and could not be negated safely). */
         out->kind = SR_RESULT;
         out->n = rep->integer;
-    } else if (lookup && holder_of(rep, &out->holder)) {
-        out->kind = SR_HOLDER;
     } else {
         out->kind = SR_UNEXPECTED;
         out->err = DLOCK_EBACKEND;
     }
-}
-
-struct backend_result reply_result(bool acquire, int err, const char *text, long long n,
-                                   uint64_t at)
-{
-    struct backend_result r = {.err = err, .at = at, .error_text = err ? text : NULL};
-    if (err)
-        return r;
-    if (acquire && n > 0) {
-        r.outcome = BACKEND_DONE;
-        r.fence = (uint64_t)n;
-    } else if (acquire) {
-        r.outcome = BACKEND_TAKEN;
-        r.pttl_ms = -n;
-    } else {
-        r.outcome = n == 1 ? BACKEND_DONE : BACKEND_NOT_OURS;
-    }
-    return r;
-}
-
-bool reply_wrote(bool acquire, long long n)
-{
-    return acquire ? n > 0 : n == 1;
 }
 
 /* Whether host may name a node: Redis names its nodes by IP address or host

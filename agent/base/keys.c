@@ -115,6 +115,11 @@ size_t waiting_key(const char *key, size_t len, size_t prefix_len, char *out)
     return side_key(key, len, prefix_len, WAITING_SUFFIX, out);
 }
 
+size_t readers_key(const char *key, size_t len, size_t prefix_len, char *out)
+{
+    return side_key(key, len, prefix_len, READERS_SUFFIX, out);
+}
+
 size_t release_channel(const char *key, size_t len, size_t prefix_len, char *out)
 {
     return side_key(key, len, prefix_len, RELEASED_SUFFIX, out);

@@ -24,11 +24,15 @@
 /* The suffix of a lock's waiting-hosts record: the agents whose clients
  * wait for the name, served oldest first (docs/protocol.md). */
 #define WAITING_SUFFIX " waiting"
+/* The suffix of the marks of the waiting-hosts record's entries that wait
+ * for the shared side of a read-write lock: the readers, whom no reader
+ * waits for (docs/protocol.md). */
+#define READERS_SUFFIX " readers"
 /* The suffix of a lock's release channel (a Pub/Sub channel, not a key). */
 #define RELEASED_SUFFIX " released"
-/* The most a holder record, legacy counter or release channel name adds to
- * its lock key (besides the prefix again): the longest suffix is the
- * channel's. */
+/* The most a holder record, legacy counter, waiting-hosts record, readers'
+ * marks or release channel name adds to its lock key (besides the prefix
+ * again): the longest suffix is the channel's. */
 #define SIDE_KEY_EXTRA (sizeof "{}" - 1 + sizeof RELEASED_SUFFIX - 1)
 
 /* The longest slot tag: the tags are decimal numbers below 10^6. */
@@ -79,6 +83,8 @@ size_t holder_key(const char *key, size_t len, size_t prefix_len, char *out);
 size_t legacy_fence_key(const char *key, size_t len, size_t prefix_len, char *out);
 /* The same with WAITING_SUFFIX: the lock's waiting-hosts record. */
 size_t waiting_key(const char *key, size_t len, size_t prefix_len, char *out);
+/* The same with READERS_SUFFIX: the marks of the record's readers. */
+size_t readers_key(const char *key, size_t len, size_t prefix_len, char *out);
 /* The same with RELEASED_SUFFIX: the lock's release channel, on which its
  * release notices go ("prefix{key} released", or "key released" for a key
  * with a hash tag). It lies in the lock key's Cluster slot (lock names hold

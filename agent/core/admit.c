@@ -22,8 +22,10 @@ enum admit_verdict admit_first(const struct admit_held *h, const struct admit_as
         return ADMIT_CLASH;
     if (a->kind == LOCK_EXCLUSIVE || h->kind == LOCK_EXCLUSIVE)
         return ADMIT_WAIT;
+    /* A reader joins the local readers' grant while it may take one more,
+     * else asks the store for a grant of its own beside them. */
     if (a->kind == LOCK_SHARED)
-        return h->can_join ? ADMIT_JOIN : ADMIT_WAIT;
+        return h->can_join ? ADMIT_JOIN : ADMIT_STORE;
     /* A semaphore: each permit is a grant of its own from the store, which
      * counts the holders of every host. */
     return h->nholders < a->permits ? ADMIT_STORE : ADMIT_WAIT;

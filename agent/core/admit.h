@@ -34,7 +34,8 @@ struct admit_held {
 };
 
 enum admit_verdict {
-    ADMIT_STORE, /* nothing here stands in the way: ask the store */
+    ADMIT_STORE, /* nothing here stands in the way: ask the store (beside the
+                    holders for a reader or a semaphore's next permit) */
     ADMIT_JOIN,  /* granted now, on the holders' grant from the store */
     ADMIT_WAIT,  /* waits for holders here to leave */
     ADMIT_CLASH, /* can never hold the name together with them (DLOCK_EKIND) */

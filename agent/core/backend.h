@@ -138,12 +138,28 @@ struct backend_node {
  * none), the key's PTTL, and on
  * how many of how many nodes that value is. value is empty when free. */
 #define BACKEND_RECORD_MAX 256
+/* A shared or semaphore key's live permits that a lookup shows at most (it
+ * counts them all), and the longest kind it names. */
+#define BACKEND_PERMITS_SHOWN 8
+#define BACKEND_KIND_MAX      24
+/* One live permit of such a key. */
+struct backend_permit {
+    char token[33];
+    long long pttl_ms;               /* until it lapses, by the server's clock */
+    char record[BACKEND_RECORD_MAX]; /* "TOKEN HOST PID UID COMMAND" */
+};
 struct backend_holder {
     char value[BACKEND_RECORD_MAX];
     char record[BACKEND_RECORD_MAX];
     long long pttl;
     unsigned nodes_holding, nodes;
     bool undetermined; /* quorum mode: no value (or absence) on a majority */
+    /* A shared or semaphore key: its kind ("shared", "sem:N"; then value is
+     * the kind too, record the first permit's, pttl the latest permit's),
+     * else empty; its live permits, and the first `shown` of them. */
+    char kind[BACKEND_KIND_MAX];
+    unsigned permits, shown;
+    struct backend_permit permit[BACKEND_PERMITS_SHOWN];
 };
 typedef void (*backend_lookup_cb)(void *arg, int err, const struct backend_holder *h);
 

@@ -704,6 +704,19 @@ static void on_node_ready(void *arg)
     q->ev.on_ready(q->ev.arg);
 }
 
+/* The kinds every node keeps, but a semaphore. N permits on each of n
+ * nodes, each grant on a majority, can hold N + 1 holders once N >= 2: with
+ * 3 nodes and 2 permits, {1,2}, {2,3} and {1,3} are three majorities that
+ * put two permits on each node. Shared holds are safe: a reader's majority
+ * and a writer's always meet on a node, which refuses one of them. */
+static uint32_t quorum_kinds(const struct qb *q)
+{
+    uint32_t kinds = UINT32_MAX;
+    for (unsigned i = 0; i < q->n; i++)
+        kinds &= q->node[i].be->kinds;
+    return kinds & ~BACKEND_KIND(LOCK_SEMAPHORE);
+}
+
 struct backend *backend_quorum_new(const struct config *cfg, unsigned n, backend_node_factory make,
                                    void *make_arg, const struct quorum_clock *clock,
                                    const struct backend_events *ev)
@@ -736,5 +749,6 @@ struct backend *backend_quorum_new(const struct config *cfg, unsigned n, backend
             return NULL;
         }
     }
+    q->base.kinds = quorum_kinds(q);
     return &q->base;
 }

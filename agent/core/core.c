@@ -326,6 +326,7 @@ static void lease_drop(struct core *k, struct lease *le)
 {
     struct core_client *c = le->owner;
     struct lock *l = le->lock;
+    k->leases_by_kind[le->ask.kind]--;
     k->env.slot_free(k->env.arg, c, le->slot);
     theap_remove(&k->timers, &le->timer);
     lease_unlink(c, le);
@@ -588,6 +589,7 @@ static struct lease *lease_start(struct core *k, struct lock *l, struct waiter *
         le->hold_until = from + (uint64_t)w->max_hold_ms * NS_PER_MS;
     le->progress_ns = (uint64_t)w->progress_ms * NS_PER_MS;
     l->phase = LOCK_HELD;
+    k->leases_by_kind[le->ask.kind]++;
     lease_link(c, le);
     lease_publish(k, le);
     struct wire_granted g = {.lease_id = le->id,
@@ -930,7 +932,7 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
             continue;
         }
         /* To the store, one acquire at a time: beside local holders only
-         * for a semaphore's next permit. */
+         * for a reader or a semaphore's next permit. */
         if (v == ADMIT_WAIT || (l->phase != LOCK_IDLE && l->phase != LOCK_HELD))
             return;
         struct acquire_ref *ref = malloc(sizeof *ref);
@@ -1464,13 +1466,13 @@ void core_shutdown(struct core *k)
 }
 
 /* A lock as the status shows it; its waiters are counted by the queue. */
-static void lock_view(const struct lock *l, struct core_lock_view *v)
+/* The view of lock l with its lease le (NULL: no local holder). */
+static void lock_view(const struct lock *l, const struct lease *le, struct core_lock_view *v)
 {
     *v = (struct core_lock_view){.name = l->name,
                                  .name_len = l->name_len,
                                  .waiters = l->nwaiters,
                                  .acquiring = l->phase == LOCK_ACQUIRING};
-    const struct lease *le = LIST_FIRST(&l->holders);
     v->nholders = l->nholders;
     if (le) {
         v->kind = (uint8_t)le->ask.kind;
@@ -1491,12 +1493,23 @@ struct lock_walk {
     void *arg;
 };
 
+/* Calls fn once per local holder of l, or once when it has none. */
+static bool view_each(const struct lock *l, core_lock_fn fn, void *arg)
+{
+    struct core_lock_view v;
+    const struct lease *le = LIST_FIRST(&l->holders);
+    bool more = true;
+    do {
+        lock_view(l, le, &v);
+        more &= fn(arg, &v);
+    } while (le && (le = LIST_NEXT(le, hlink)));
+    return more;
+}
+
 static bool walk_one(void *arg, const struct lock *l)
 {
     struct lock_walk *w = arg;
-    struct core_lock_view v;
-    lock_view(l, &v);
-    return w->fn(w->arg, &v);
+    return view_each(l, w->fn, w->arg);
 }
 
 bool core_walk_locks(const struct core *k, uint64_t *cursor, size_t budget, core_lock_fn fn,
@@ -1511,9 +1524,7 @@ bool core_find_lock(const struct core *k, const char *name, size_t len, core_loc
     const struct lock *l = table_lock_find(&k->table, name, len);
     if (!l)
         return false;
-    struct core_lock_view v;
-    lock_view(l, &v);
-    fn(arg, &v);
+    view_each(l, fn, arg);
     return true;
 }
 

@@ -89,7 +89,8 @@ struct core {
     struct lock *kept;     /* locks kept for a handoff in this loop turn */
     unsigned turn_retries; /* renewals of leases in jeopardy sent at retries_at */
     uint64_t retries_at;
-    char host[64]; /* for holder records */
+    uint64_t leases_by_kind[LOCK_SEMAPHORE + 1]; /* leases held now, per enum lock_kind */
+    char host[64];                               /* for holder records */
     /* This agent's id in the waiting-hosts records of the store. */
     char waiter_id[BACKEND_WAITER_ID_MAX + 1];
 };
@@ -154,16 +155,17 @@ struct core_lock_view {
     uint32_t waiters;                 /* local waiters queued */
     bool acquiring;                   /* an acquire is in flight */
     uint32_t nholders;                /* local holders (leases) */
-    uint8_t kind;                     /* enum lock_kind of the holders, when holder is set */
+    uint8_t kind;                     /* enum lock_kind of the lease, when holder is set */
     uint32_t permits;                 /* a semaphore's permits */
-    uint32_t holds;                   /* the first holder's re-entrant holds */
-    /* The first local lease, when holder is set: */
+    uint32_t holds;                   /* the lease's re-entrant holds */
+    /* The local lease, when holder is set: */
     uint8_t state; /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
     uint64_t fence, granted_at, deadline;
     uint32_t ttl_ms, renewals;
 };
-/* Called with each lock of a walk; false stops the walk after the lock's
- * hash bucket (the rest of the bucket is still visited). */
+/* Called with each lock of a walk, once per local holder (once with holder
+ * NULL when it has none); false stops the walk after the lock's hash bucket
+ * (the rest of the bucket is still visited). */
 typedef bool (*core_lock_fn)(void *arg, const struct core_lock_view *v);
 /* Calls fn for the locks the core knows (held here, waited for, or both), in
  * no particular order, a part at a time: a walk may be spread over many

@@ -265,9 +265,15 @@ static void handle_frame(struct conn *c, const struct wire_hdr *h, const uint8_t
         return;
     }
     switch (h->type) {
-    case WIRE_T_ACQUIRE: {
+    case WIRE_T_ACQUIRE:
+    case WIRE_T_ACQUIRE_EX: {
+        /* Both reach the core alike: a plain ACQUIRE decodes as the
+         * exclusive kind with one name, and the core judges the kind, flags,
+         * permits, owner and names of either. */
         struct wire_acquire m;
-        if (wire_get_acquire(body, h->len, &m) != 0)
+        int rc = h->type == WIRE_T_ACQUIRE ? wire_get_acquire(body, h->len, &m)
+                                           : wire_get_acquire_ex(body, h->len, &m);
+        if (rc != 0)
             conn_fail(c, h->id, DLOCK_EPROTO, "malformed acquire");
         else
             k->acquire(k->arg, c, h->id, &m);

@@ -268,6 +268,20 @@ static void l_waiters(const struct status_lease *l, uint64_t now, struct fval *v
 {
     v->n = l->waiters;
 }
+static void l_kind(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    static const char *const names[] = {
+        [LOCK_EXCLUSIVE] = "exclusive", [LOCK_SHARED] = "shared", [LOCK_SEMAPHORE] = "semaphore"};
+    v->s = l->kind < sizeof names / sizeof names[0] ? names[l->kind] : "?";
+}
+static void l_permits(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    v->n = l->permits;
+}
+static void l_holds(const struct status_lease *l, uint64_t now, struct fval *v)
+{
+    v->n = l->holds;
+}
 
 static const struct lease_field lease_fields[] = {
     {"name", "NAME", -32, F_STR, l_name},
@@ -281,6 +295,9 @@ static const struct lease_field lease_fields[] = {
     {"valid_ms", "VALID_MS", 9, F_NUM, l_valid},
     {"renewals", "RENEWALS", 8, F_NUM, l_renewals},
     {"waiters", "WAITERS", 7, F_NUM, l_waiters},
+    {"kind", "KIND", -9, F_STR, l_kind},
+    {"permits", "PERMITS", 7, F_NUM, l_permits},
+    {"holds", "HOLDS", 5, F_NUM, l_holds},
 };
 #define NLEASE_FIELDS (sizeof lease_fields / sizeof lease_fields[0])
 
@@ -655,6 +672,14 @@ void render_metrics(const struct status_source *src, struct sbuf *b)
         sb_printf(b, "%s %llu\n", name, counter_value(&s, i));
     }
     gauge(b, "dlock_leases", "Leases held now.", (double)s.leases);
+    metric(b, "dlock_leases_by_kind", "gauge", "Leases held now, by kind of lock.");
+    for (int kind = LOCK_EXCLUSIVE; kind <= LOCK_SEMAPHORE; kind++) {
+        struct status_lease l = {.kind = (uint8_t)kind};
+        struct fval v = {0};
+        l_kind(&l, 0, &v);
+        sb_printf(b, "dlock_leases_by_kind{kind=\"%s\"} %llu\n", v.s,
+                  (unsigned long long)s.leases_by_kind[kind]);
+    }
     gauge(b, "dlock_connections", "Client connections now.", (double)s.connections);
     gauge(b, "dlock_uptime_seconds", "Time since the agent started.",
           (double)(s.now - s.started) / 1e9);
@@ -687,13 +712,36 @@ struct holder_rec {
     unsigned uid;
 };
 
-static void holder_rec(const struct backend_holder *h, struct holder_rec *r)
+/* Reads "TOKEN HOST PID UID COMMAND" when it starts with token. */
+static void record_of(const char *record, const char *token, struct holder_rec *r)
 {
     memset(r, 0, sizeof *r);
-    size_t vlen = strlen(h->value);
-    r->ours =
-        vlen && strncmp(h->record, h->value, vlen) == 0 && h->record[vlen] == ' ' &&
-        sscanf(h->record + vlen + 1, "%63s %d %u %31s", r->host, &r->pid, &r->uid, r->comm) == 4;
+    size_t tlen = strlen(token);
+    r->ours = tlen && strncmp(record, token, tlen) == 0 && record[tlen] == ' ' &&
+              sscanf(record + tlen + 1, "%63s %d %u %31s", r->host, &r->pid, &r->uid, r->comm) == 4;
+}
+
+static void holder_rec(const struct backend_holder *h, struct holder_rec *r)
+{
+    record_of(h->record, h->kind[0] && h->shown ? h->permit[0].token : h->value, r);
+}
+
+/* A shared or semaphore key's permits, as JSON members. */
+static void permits_json(struct sbuf *b, const struct backend_holder *h)
+{
+    sb_printf(b, ",\"kind\":");
+    sb_json_str(b, h->kind[0] ? h->kind : h->value[0] ? "exclusive" : "");
+    sb_printf(b, ",\"permits\":%u,\"holders\":[", h->kind[0] ? h->permits : h->value[0] != '\0');
+    for (unsigned i = 0; h->kind[0] && i < h->shown; i++) {
+        struct holder_rec r;
+        record_of(h->permit[i].record, h->permit[i].token, &r);
+        sb_printf(b, "%s{\"host\":", i ? "," : "");
+        sb_json_str(b, r.host);
+        sb_printf(b, ",\"pid\":%d,\"uid\":%u,\"comm\":", r.pid, r.uid);
+        sb_json_str(b, r.comm);
+        sb_printf(b, ",\"pttl_ms\":%lld}", h->permit[i].pttl_ms);
+    }
+    sb_printf(b, "]");
 }
 
 static void holder_json(struct sbuf *b, const char *name, const struct backend_holder *h)
@@ -710,8 +758,29 @@ static void holder_json(struct sbuf *b, const char *name, const struct backend_h
     sb_json_str(b, r.host);
     sb_printf(b, ",\"pid\":%d,\"uid\":%u,\"comm\":", r.pid, r.uid);
     sb_json_str(b, r.comm);
-    sb_printf(b, ",\"pttl_ms\":%lld,\"nodes_holding\":%u,\"nodes\":%u}\n", held ? h->pttl : 0,
+    sb_printf(b, ",\"pttl_ms\":%lld,\"nodes_holding\":%u,\"nodes\":%u", held ? h->pttl : 0,
               h->nodes_holding, h->nodes);
+    permits_json(b, h);
+    sb_printf(b, "}\n");
+}
+
+/* A shared or semaphore key in text: its kind and each holder shown. */
+static void permits_text(struct sbuf *b, const char *name, const struct backend_holder *h)
+{
+    char kind[BACKEND_KIND_MAX];
+    text_printable(kind, sizeof kind, h->kind);
+    sb_printf(b, "%s: held as %s by %u holder%s", name, kind, h->permits,
+              h->permits == 1 ? "" : "s");
+    for (unsigned i = 0; i < h->shown; i++) {
+        struct holder_rec r;
+        record_of(h->permit[i].record, h->permit[i].token, &r);
+        char host[sizeof r.host], comm[sizeof r.comm];
+        text_printable(host, sizeof host, r.host);
+        text_printable(comm, sizeof comm, r.comm);
+        sb_printf(b, "%s pid %d (%s), uid %u, on host %s", i ? ";" : ":", r.pid, comm, r.uid, host);
+    }
+    if (h->shown < h->permits)
+        sb_printf(b, "; and %u more", h->permits - h->shown);
 }
 
 /* One line, without control characters, which a terminal would obey. */
@@ -727,7 +796,9 @@ static void holder_text(struct sbuf *b, const char *name, const struct backend_h
         sb_printf(b, "%s: free\n", name);
         return;
     }
-    if (r.ours)
+    if (h->kind[0])
+        permits_text(b, name, h);
+    else if (r.ours)
         sb_printf(b, "%s: held by pid %d (%s), uid %u, on host %s; token %s", name, r.pid, comm,
                   r.uid, host, value);
     else

@@ -33,6 +33,9 @@ struct status_lease {
     uint64_t granted_at, deadline; /* agent clock, ns */
     uint32_t ttl_ms, renewals;
     uint32_t waiters; /* local waiters for the name */
+    uint8_t kind;     /* enum lock_kind (core/kind.h) */
+    uint32_t permits; /* a semaphore's permits, else 0 */
+    uint32_t holds;   /* re-entrant holds of the lease (1 when not re-entered) */
 };
 
 /* The agent as one query sees it. */
@@ -42,6 +45,7 @@ struct status_snapshot {
     bool quorum;           /* nodes count toward majorities */
     unsigned connections;
     size_t leases;
+    uint64_t leases_by_kind[LOCK_SEMAPHORE + 1]; /* per enum lock_kind */
     struct agent_stats stats;
     /* Sentinel mode: the master and up to CONFIG_MAX_NODES sentinels. */
     struct backend_node nodes[CONFIG_MAX_NODES + 1];

@@ -188,6 +188,7 @@ static void src_snapshot(void *arg, struct status_snapshot *s)
     s->mode = config_mode_name(a->cfg->mode);
     s->connections = a->server.nconns;
     s->leases = a->core.table.nleases;
+    memcpy(s->leases_by_kind, a->core.leases_by_kind, sizeof s->leases_by_kind);
     s->stats = a->core.stats;
     s->nnodes = 0;
     if (a->backend) {
@@ -218,7 +219,10 @@ static bool src_lock(void *arg, const struct core_lock_view *v)
                              .deadline = v->deadline,
                              .ttl_ms = v->ttl_ms,
                              .renewals = v->renewals,
-                             .waiters = v->waiters};
+                             .waiters = v->waiters,
+                             .kind = v->kind,
+                             .permits = v->permits,
+                             .holds = v->holds};
     return w->fn(w->fnarg, &l);
 }
 

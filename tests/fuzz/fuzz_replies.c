@@ -4,9 +4,9 @@
  * The input is what a Redis server (or a sentinel) would send: RESP bytes,
  * read by hiredis' own reader into reply trees of any shape. Each reply goes
  * through every decoder of the agent:
- *   - a lock script's answer and the holder lookup's (replies.c, as
- *     backend_redis.c reads them), the result the core gets from it, and the
- *     holder as the status socket shows it, in text and in JSON;
+ *   - a lock script's answer and the holder lookup's (replies.c and each
+ *     script's decoder in scripts.c, as backend_redis.c reads them), the result the core gets from
+ * it, and the holder as the status socket shows it, in text and in JSON;
  *   - INFO server's run_id and uptime_in_seconds (text_info_field());
  *   - CLUSTER SLOTS' ranges and nodes, and the node names made of them, as
  *     the cluster backend reads them; MOVED and ASK redirects;
@@ -25,6 +25,7 @@
 #include "config.h"
 #include "keys.h"
 #include "replies.h"
+#include "scripts.h"
 #include "sentinel_msg.h"
 #include "status_render.h"
 #include "text.h"
@@ -167,13 +168,22 @@ static void check_text(const struct sbuf *b)
 
 /* ---- the decoders ---- */
 
-/* The holder of a lookup, as "holder NAME" and "holder-json NAME" show it. */
-static void holder(const struct backend_holder *h, const char *name)
+/* The holder of a lookup, as "holder NAME" and "holder-json NAME" show it,
+ * and a counted key's permits. */
+static void holder(const struct script_holders *hs, const char *name)
 {
+    const struct backend_holder *h = &hs->holder;
     terminated(h->value, sizeof h->value);
     terminated(h->record, sizeof h->record);
     if (h->nodes != 1 || h->nodes_holding != (h->value[0] != '\0'))
         abort();
+    terminated(hs->kind, sizeof hs->kind);
+    if (hs->shown > SCRIPT_PERMITS_SHOWN || (!hs->kind[0] && (hs->permits || hs->shown)))
+        abort();
+    for (unsigned i = 0; i < hs->shown; i++) {
+        terminated(hs->permit[i].token, sizeof hs->permit[i].token);
+        terminated(hs->permit[i].record, sizeof hs->permit[i].record);
+    }
     for (int json = 0; json < 2; json++) {
         struct sbuf b = {0};
         render_holder(name, 0, h, json, &b);
@@ -186,29 +196,35 @@ static void holder(const struct backend_holder *h, const char *name)
 /* A lock script's reply, for each script, and the result the core gets. */
 static void script(const redisReply *rep)
 {
-    for (int lookup = 0; lookup < 2; lookup++) {
-        struct script_reply sr;
-        reply_script(rep, lookup, &sr);
+    for (int s = 0; s < SCRIPT_COUNT; s++) {
+        struct script_result sr;
+        struct script_holders h;
+        script_decode(s, rep, &sr, &h);
         bool answered = sr.kind == SR_RESULT || sr.kind == SR_HOLDER;
-        if (answered != (sr.err == 0) || (sr.kind == SR_HOLDER && !lookup))
+        bool lookup = script_table[s].lookup;
+        if (answered != (sr.err == 0) || (sr.kind == SR_HOLDER) != (answered && lookup))
             abort();
         if (sr.kind == SR_RESULT && (sr.n <= -(1ll << 53) || sr.n >= (1ll << 53)))
             abort();
         if ((sr.text != NULL) != (rep->type == REDIS_REPLY_ERROR))
             abort();
         if (sr.kind == SR_HOLDER)
-            holder(&sr.holder, rep->element[0]->str ? rep->element[0]->str : "a");
-        for (int acquire = 0; acquire < 2; acquire++) {
-            struct backend_result r = reply_result(acquire, sr.err, sr.text, sr.n, 1);
-            if (r.err != sr.err || (r.err && r.error_text != sr.text))
-                abort();
-            if (!r.err && acquire && r.outcome == BACKEND_DONE && r.fence != (uint64_t)sr.n)
-                abort();
-            if (!r.err && r.outcome == BACKEND_TAKEN && (!acquire || r.pttl_ms < 0))
-                abort();
-            if (!r.err && reply_wrote(acquire, sr.n) != (r.outcome == BACKEND_DONE))
-                abort();
-        }
+            holder(&h, rep->element[0]->str ? rep->element[0]->str : "a");
+        terminated(sr.held, sizeof sr.held);
+        if (sr.mismatch && (s != SCRIPT_ACQUIRE_COUNTED || sr.outcome != BACKEND_TAKEN || sr.wrote))
+            abort();
+        if (lookup)
+            continue;
+        struct backend_result r = script_backend_result(&sr, sr.err, sr.text, 1);
+        if (r.err != sr.err || (r.err && r.error_text != sr.text))
+            abort();
+        bool acquire = s == SCRIPT_ACQUIRE || s == SCRIPT_ACQUIRE_COUNTED;
+        if (!r.err && acquire && r.outcome == BACKEND_DONE && r.fence != (uint64_t)sr.n)
+            abort();
+        if (!r.err && r.outcome == BACKEND_TAKEN && (!acquire || r.pttl_ms < 0))
+            abort();
+        if (!r.err && sr.wrote != (r.outcome == BACKEND_DONE))
+            abort();
     }
 }
 

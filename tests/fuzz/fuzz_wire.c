@@ -15,6 +15,8 @@
 #include "dlock.h"
 #include "wire.h"
 
+#define ACQ_EX_FIXED 40 /* ACQUIRE_EX's body before its names */
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* The frame just encoded into b must be the frame read. */
@@ -23,6 +25,35 @@ static void same(struct wire_buf *b, int rc, const uint8_t *frame, size_t len)
     if (rc != 0 || b->len != len || memcmp(b->data, frame, len) != 0)
         abort();
     b->len = 0;
+}
+
+/* A decoded ACQUIRE_EX: its names, read one by one, lie in the body in
+ * order, the first is m->name, and they encode again to the frame read
+ * (unless one is longer than any agent takes: then nothing is written). */
+static void acquire_ex_again(uint32_t id, const struct wire_acquire *m, struct wire_buf *b,
+                             const uint8_t *frame, size_t len)
+{
+    const char *names[WIRE_MAX_NAMES];
+    uint16_t lens[WIRE_MAX_NAMES];
+    bool too_long = false;
+    const char *end = (const char *)frame + WIRE_HDR_LEN + ACQ_EX_FIXED;
+    if (m->nnames == 0 || m->nnames > WIRE_MAX_NAMES)
+        abort();
+    for (uint16_t i = 0; i < m->nnames; i++) {
+        wire_acquire_name(m, i, &names[i], &lens[i]);
+        if (!names[i] || names[i] != end + 2 ||
+            (i == 0 && (names[0] != m->name || lens[0] != m->name_len)))
+            abort();
+        end = names[i] + lens[i];
+        too_long |= lens[i] > WIRE_MAX_NAME;
+    }
+    if (end != (const char *)frame + len)
+        abort();
+    int rc = wire_put_acquire_ex(b, id, m, names, lens, m->nnames);
+    if (!too_long)
+        same(b, rc, frame, len);
+    else if (rc != DLOCK_EINVAL || b->len != 0)
+        abort();
 }
 
 /* Every decoder on one body; those that take it must give back the frame. */
@@ -49,6 +80,8 @@ static void decode_all(const struct wire_hdr *h, const uint8_t *frame, struct wi
         else if (rc != DLOCK_EINVAL || b->len != 0)
             abort();
     }
+    if (h->type == WIRE_T_ACQUIRE_EX && wire_get_acquire_ex(body, h->len, &acq) == 0)
+        acquire_ex_again(h->id, &acq, b, frame, len);
     if (h->type == WIRE_T_RELEASE && wire_get_release(body, h->len, &rel) == 0)
         same(b, wire_put_release(b, h->id, &rel), frame, len);
     if ((h->type == WIRE_T_PING || h->type == WIRE_T_OK) && h->len == 0)
@@ -64,6 +97,7 @@ static void decode_all(const struct wire_hdr *h, const uint8_t *frame, struct wi
     (void)wire_get_hello(body, h->len, &hello);
     (void)wire_get_hello_ok(body, h->len, &ok);
     (void)wire_get_acquire(body, h->len, &acq);
+    (void)wire_get_acquire_ex(body, h->len, &acq);
     (void)wire_get_release(body, h->len, &rel);
     (void)wire_get_granted(body, h->len, &g);
     (void)wire_get_error(body, h->len, &e);

@@ -14,7 +14,7 @@ import os
 import struct
 import sys
 
-HELLO, ACQUIRE, RELEASE, PING = 0x01, 0x02, 0x03, 0x04
+HELLO, ACQUIRE, RELEASE, PING, ACQUIRE_EX = 0x01, 0x02, 0x03, 0x04, 0x05
 HELLO_OK, GRANTED, OK, ERROR, EVENT = 0x81, 0x82, 0x83, 0x84, 0x85
 MAGIC, VERSION = 0x4B434C44, 1
 CONTROL = 0xFFFF  # fuzz_agent: a frame for the harness, not the agent
@@ -34,6 +34,19 @@ def acquire(name, fid=2, ttl=0, wait=0, flags=0, max_hold=0, progress=0):
     name = name.encode()
     body = struct.pack("<IqIIIH", ttl, wait, flags, max_hold, progress, len(name)) + name
     return frame(ACQUIRE, body, fid)
+
+
+EXCLUSIVE, SHARED, SEMAPHORE = 0, 1, 2
+REENTRANT = 0x1
+
+
+def acquire_ex(names, fid=2, ttl=0, wait=0, flags=0, kind=EXCLUSIVE, permits=0, owner=0,
+               max_hold=0, progress=0):
+    names = [n.encode() for n in ([names] if isinstance(names, str) else names)]
+    body = struct.pack("<IqIIIBBHIQ", ttl, wait, flags, max_hold, progress, kind, 0, len(names),
+                       permits, owner)
+    body += b"".join(struct.pack("<H", len(n)) + n for n in names)
+    return frame(ACQUIRE_EX, body, fid)
 
 
 def release(lease, fid=3):
@@ -75,6 +88,24 @@ def agent_seeds():
         "bad-requests": done + hello() + acquire("") + acquire("b") + acquire("a" * 300)
         + acquire("a", flags=1) + acquire("a", wait=-2) + release(12345)
         + frame(0x42, b"?") + frame(PING, b"x"),
+        # the kinds: re-entered twice and released in turn, readers side by
+        # side, a semaphore of 2 with a third waiting, a writer behind readers
+        "reentrant": done + hello() + acquire_ex("a", flags=REENTRANT)
+        + acquire_ex("a", fid=3, flags=REENTRANT, wait=-1)
+        + acquire_ex("a", fid=4, flags=REENTRANT, owner=7)
+        + release(lease, fid=5) + release(lease, fid=6) + acquire("a", fid=7),
+        "shared": done + hello() + acquire_ex("r", kind=SHARED) + to_peer(1) + hello()
+        + acquire_ex("r", kind=SHARED) + acquire("r", fid=3, wait=-1) + to_peer(0)
+        + acquire_ex("r", fid=4, kind=SHARED, wait=0) + release(lease, fid=5),
+        "semaphore": done + hello() + acquire_ex("s", kind=SEMAPHORE, permits=2)
+        + acquire_ex("s", fid=3, kind=SEMAPHORE, permits=2) + to_peer(1) + hello()
+        + acquire_ex("s", kind=SEMAPHORE, permits=2, wait=-1)
+        + acquire_ex("s", fid=3, kind=SEMAPHORE, permits=3) + acquire_ex("s", fid=4, kind=SHARED)
+        + to_peer(0) + release(lease),
+        "bad-kinds": done + hello() + acquire_ex("a", kind=3) + acquire_ex("a", kind=SEMAPHORE)
+        + acquire_ex("a", kind=SHARED, permits=2) + acquire_ex("a", flags=2)
+        + acquire_ex(["a", "b"]) + acquire_ex("") + acquire_ex("a", owner=5)
+        + frame(ACQUIRE_EX, b"\x00" * 40),
         "no-hello": done + acquire("a", fid=1),
         "bad-version": done + hello(version=9),
         "bad-header": done + hello() + struct.pack("<IHHI", 5000, ACQUIRE, 0, 1),
@@ -103,12 +134,18 @@ def wire_seeds():
         "hello": hello(),
         "hello-ok": frame(HELLO_OK, struct.pack("<HHIIIQ", 1, 0, 200, 100000, 30000, 42), 1),
         "acquire": acquire("build/main", ttl=30000, wait=-1),
+        "acquire-ex": acquire_ex("build/main", ttl=30000, wait=-1, kind=SHARED),
+        "acquire-ex-names": acquire_ex(["a", "orders/42", "b"], flags=REENTRANT,
+                                       kind=SEMAPHORE, permits=3, owner=0x1234),
         "release": release(FIRST_LEASE),
         "ping-ok": frame(PING, fid=7) + frame(OK, fid=7),
         "granted": frame(GRANTED, granted, 2),
         "error": frame(ERROR, struct.pack("<iH", -10, len(msg)) + msg, 2),
         "event": frame(EVENT, struct.pack("<QHHiQ", FIRST_LEASE, 3, 0, -13, 99)),
         "stream": hello() + acquire("a") + release(FIRST_LEASE) + frame(PING, fid=4),
+        "stream-ex": hello() + acquire_ex("a", flags=REENTRANT) + acquire_ex("a", fid=3,
+                                                                             flags=REENTRANT)
+        + release(FIRST_LEASE, fid=4) + release(FIRST_LEASE, fid=5),
         "socket-path": b"/run/dlock/dlock.sock",
         "socket-path-x": b"/tmp/x.sock",
     }

@@ -1,0 +1,598 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* scripts.c -- the Lua scripts of the agent, their keys, arguments and
+ * replies, as one table (scripts.h). */
+#include "scripts.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "dlock.h"
+
+/* The lock key's value is the holder record, "TOKEN HOST PID UID COMM"
+ * (docs/protocol.md): who holds it, for operators, without a key of its
+ * own. The other scripts are given the token alone: LUA_OURS says whether
+ * a value is the record of that token. (A value equal to the token is
+ * ours too: the form of earlier versions.) The value is read with pcall: a
+ * key of another type (a hash, a list) is someone else's, not ours, never
+ * an error reply, which would cost a holder its lease or a waiter its
+ * place. (Acquire's SET NX fails on a key of any type: taken.)
+ *
+ * Acquire: SET NX PX, and on success the fencing token: one more than the
+ * high-water mark of the lock key's hash slot (KEYS[2], shared by every name
+ * of the slot, kept without expiry), but never below the server's clock in
+ * microseconds, so that it keeps rising after the mark was lost. In quorum
+ * mode the floor is the agent's clock (ARGV[3]) rather than the server's, so
+ * that the nodes usually agree on the token. The mark is read with pcall: a
+ * foreign value of another type must not abort the script after SET NX took
+ * the lock; and only a whole number in [0, 2^53) counts, the range Lua's
+ * doubles hold exactly (our tokens, microseconds since 1970, are far below
+ * it): anything else (1e30, inf, a fraction) reads as 0, or the token would
+ * leave the range of a 64-bit reply. When taken: the holder's remaining
+ * PTTL, negated. The token goes through string.format: Lua's own
+ * number-to-string conversion keeps only 14 digits. */
+#define LUA_MARK                                                                                   \
+    "local function mark(k) local n = tonumber(redis.pcall('get', k)) "                            \
+    "if type(n) == 'number' and n >= 0 and n < 9007199254740992 and n % 1 == 0 "                   \
+    "then return n end return 0 end "
+#define LUA_OURS                                                                                   \
+    "local v = redis.pcall('get', KEYS[1]) if type(v) ~= 'string' then v = false end "             \
+    "local ours = v == ARGV[1] or (v and string.sub(v, 1, 33) == ARGV[1] .. ' ') "
+/* The waiting-hosts record (KEYS[3] of the acquires): a hash of agent id ->
+ * "SINCE EXPIRES", server times, SINCE in microseconds (in ms from earlier
+ * versions, told apart by size: us_of()), EXPIRES in ms. queue_turn() drops
+ * the expired entries and returns the id of the oldest live entry of
+ * another agent when it is older than the caller's (ARGV[5]), else nil;
+ * entries are ordered by SINCE, then by agent id, so that every host agrees
+ * on which goes first. With skipf, the entries of the agents in the set
+ * that skipf() returns do not count (a reader does not wait for readers).
+ * join() adds or refreshes the caller's entry for ARGV[6] ms, keeping its
+ * SINCE (0: a try-once acquire, which does not join). No entry lives longer
+ * than BACKEND_WAIT_ENTRY_MAX_MS: join() writes no longer one, and
+ * queue_turn() drops one that claims more, so that no agent's setting (nor
+ * an earlier version's) makes the other hosts wait long for an agent that
+ * died. */
+#define STRINGIFY(x)   #x
+#define STRING_OF(x)   STRINGIFY(x)
+#define WAIT_ENTRY_MAX STRING_OF(BACKEND_WAIT_ENTRY_MAX_MS)
+#define LUA_QUEUE                                                                                  \
+    "local us local function clock() if not us then local t = redis.call('time') "                 \
+    "us = tonumber(t[1]) * 1000000 + tonumber(t[2]) end return us end "                            \
+    "local me, queued = ARGV[5], false "                                                           \
+    "local function us_of(v) local n = tonumber(v) if n and n < 1e14 then n = n * 1000 end "       \
+    "return n end "                                                                                \
+    "local function queue_turn(skipf) if redis.call('exists', KEYS[3]) == 0 then return nil end "  \
+    "queued = true local skip = skipf and skipf() or {} "                                          \
+    "local now = math.floor(clock() / 1000) local all = redis.call('hgetall', KEYS[3]) "           \
+    "local first, first_since for i = 1, #all, 2 do "                                              \
+    "local since, exp = string.match(all[i + 1], '^(%d+) (%d+)$') "                                \
+    "since = us_of(since) exp = tonumber(exp) "                                                    \
+    "if not exp or exp <= now or exp > now + " WAIT_ENTRY_MAX " then "                             \
+    "redis.call('hdel', KEYS[3], all[i]) "                                                         \
+    "elseif all[i] ~= me and not skip[all[i]] and (not first or since < first_since or "           \
+    "(since == first_since and all[i] < first)) then "                                             \
+    "first, first_since = all[i], since end end "                                                  \
+    "if first then local mine = redis.call('hget', KEYS[3], me) "                                  \
+    "if mine then local t = us_of(string.match(mine, '^(%d+)')) "                                  \
+    "if t and (t < first_since or (t == first_since and me < first)) then return nil end end "     \
+    "end "                                                                                         \
+    "return first end "                                                                            \
+    "local function join() local want = math.min(tonumber(ARGV[6]), " WAIT_ENTRY_MAX ") "          \
+    "if want <= 0 then return end "                                                                \
+    "local now = math.floor(clock() / 1000) "                                                      \
+    "local mine = redis.call('hget', KEYS[3], me) "                                                \
+    "local since = mine and string.match(mine, '^(%d+) ') or string.format('%d', clock()) "        \
+    "redis.call('hset', KEYS[3], me, since .. ' ' .. string.format('%d', now + want)) "            \
+    "if redis.call('pttl', KEYS[3]) < want then redis.call('pexpire', KEYS[3], want) end end "
+/* The readers' marks (KEYS[4] of the acquires): a hash of agent id ->
+ * EXPIRES (server time in ms), one for each agent whose entry in the
+ * waiting-hosts record waits for the shared side of a read-write lock. An
+ * entry without a live mark is a writer's (an exclusive acquire's, a
+ * semaphore's, or an earlier version's, which knows no marks): the marks
+ * are beside the record, whose format stays as earlier versions read it.
+ * readers() is the set of agents with a live mark; join_as() joins the
+ * record and marks the caller's entry as a reader's, or clears its mark. */
+#define LUA_READERS                                                                                \
+    "local function readers() local r, now = {}, math.floor(clock() / 1000) "                      \
+    "local all = redis.call('hgetall', KEYS[4]) for i = 1, #all, 2 do "                            \
+    "local e = tonumber(all[i + 1]) "                                                              \
+    "if e and e > now and e <= now + " WAIT_ENTRY_MAX " then r[all[i]] = true end end "            \
+    "return r end "                                                                                \
+    "local function join_as(reader) join() "                                                       \
+    "local want = math.min(tonumber(ARGV[6]), " WAIT_ENTRY_MAX ") if want <= 0 then return end "   \
+    "if not reader then redis.call('hdel', KEYS[4], me) return end "                               \
+    "redis.call('hset', KEYS[4], me, string.format('%d', math.floor(clock() / 1000) + want)) "     \
+    "if redis.call('pttl', KEYS[4]) < want then redis.call('pexpire', KEYS[4], want) end end "
+/* Acquire: another host's turn (the oldest entry of the waiting-hosts
+ * record is not ours) counts as taken, with no PTTL (0); else SET NX PX
+ * of the value (ARGV[1]) for ARGV[2] ms, and on success leave the
+ * record and make the token (ARGV[3]: the floor, see above). A waiting
+ * caller that did not get the lock joins the record, as a writer (its
+ * reader's mark goes). A counted key (a hash) fails SET NX like any key:
+ * taken. The slot's mark is raised to the token plus ARGV[4]: the tokens
+ * in between are the agent's to hand over. */
+static const char lua_acquire[] = LUA_MARK LUA_QUEUE LUA_READERS
+    "if queue_turn() then join_as(false) return 0 end "
+    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+    "if queued then redis.call('hdel', KEYS[3], me) end "
+    "local fence = tonumber(ARGV[3]) if not fence then fence = clock() end "
+    "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "
+    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) "
+    "return fence end "
+    "join_as(false) local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end return -t";
+
+/* Renew: compare-and-pexpire. */
+static const char lua_renew[] =
+    LUA_OURS "if ours then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0";
+
+/* Release: compare-and-delete, then tell the agents waiting for the
+ * name on its own channel (ARGV[2], with sharded pub/sub when ARGV[4] is
+ * 's') when some wait (the waiting-hosts record, KEYS[2], exists; on
+ * Redis Cluster, where it is not named, always) and there is a channel
+ * (none for the clean-up after an acquire that missed). The slot's
+ * high-water mark stays. */
+#define LUA_NOTICE                                                                                 \
+    "if ARGV[2] ~= '' and (not KEYS[2] or redis.call('exists', KEYS[2]) == 1) then "               \
+    "if ARGV[4] == 's' then redis.call('spublish', ARGV[2], ARGV[3]) "                             \
+    "else redis.call('publish', ARGV[2], ARGV[3]) end end "
+static const char lua_release[] =
+    LUA_OURS "if ours then redis.call('del', KEYS[1]) " LUA_NOTICE "return 1 end return 0";
+
+/* Fence (quorum mode): while the key is ours, raise the slot's
+ * high-water mark to the grant's token. */
+static const char lua_fence[] =
+    LUA_MARK LUA_OURS "if not ours then return 0 end "
+                      "if mark(KEYS[2]) < tonumber(ARGV[2]) then "
+                      "redis.call('set', KEYS[2], ARGV[2]) end return 1";
+
+/* Lookup (for operators): the token, the holder record, the PTTL. The
+ * record is the value when it starts with a token (32 lowercase hex
+ * characters and a space; any other value is a foreign client's, shown
+ * whole); a separate record key is read too, for keys of earlier
+ * versions. A value of another type than string reads as empty, but a
+ * counted key's hash: then {'', '', PTTL, KIND, N, and for each of the
+ * first PERMITS_SHOWN live permits of the N: TOKEN, its PTTL, HOLDER}. */
+#define PERMITS_SHOWN STRING_OF(SCRIPT_PERMITS_SHOWN)
+static const char lua_lookup[] =
+    "local k = redis.pcall('hget', KEYS[1], '" SCRIPT_KIND_FIELD "') "
+    "if type(k) == 'string' then local t = redis.call('time') "
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+    "local out, n = {'', '', redis.call('pttl', KEYS[1]), k, 0}, 0 "
+    "local all = redis.call('hgetall', KEYS[1]) for i = 1, #all, 2 do "
+    "local e, rest = string.match(all[i + 1], '^(%d+) ?(.*)$') e = tonumber(e) "
+    "if all[i] ~= '" SCRIPT_KIND_FIELD "' and e and e > now then n = n + 1 "
+    "if n <= " PERMITS_SHOWN " then out[#out + 1] = all[i] out[#out + 1] = e - now "
+    "out[#out + 1] = rest end end end out[5] = n return out end "
+    "local v = redis.pcall('get', KEYS[1]) local h = redis.pcall('get', KEYS[2]) "
+    "if type(v) ~= 'string' then v = '' end if type(h) ~= 'string' then h = '' end "
+    "local _, e = string.find(v, '^[0-9a-f]+ ') "
+    "if h == '' and e == 33 then h = v v = string.sub(v, 1, 32) end "
+    "return {v, h, redis.call('pttl', KEYS[1])}";
+
+/* ---- the counted kinds ----
+ *
+ * The lock key is a hash: SCRIPT_KIND_FIELD -> the kind ("shared", or
+ * "sem:N" with N permits), and one field per live permit, its token -> its
+ * "EXPIRES HOLDER": EXPIRES the server time in ms at which it lapses (a
+ * hash field has no TTL of its own in Redis 7.0), HOLDER the holder record
+ * after the token ("HOST PID UID COMMAND"). Every script drops the lapsed
+ * permits it sees (permits()) and sets the key's TTL to the latest live
+ * permit's expiry, or deletes the key when none is left (settle()): the key
+ * goes by itself when its last holder does. The kind field is read with
+ * pcall: a key of another type (the exclusive kind's string, a foreign
+ * client's anything) is someone else's. */
+#define LUA_NOW                                                                                    \
+    "local t = redis.call('time') "                                                                \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+/* permits(keep): drops the lapsed permits; returns how many live permits
+ * other than keep's there are, the latest expiry of them all (keep's too;
+ * 0: none) and the earliest of the others'. */
+#define LUA_PERMITS                                                                                \
+    "local function permits(keep) local n, last, soon = 0, 0, nil "                                \
+    "local all = redis.call('hgetall', KEYS[1]) for i = 1, #all, 2 do "                            \
+    "if all[i] ~= '" SCRIPT_KIND_FIELD "' then "                                                   \
+    "local e = tonumber(string.match(all[i + 1], '^(%d+)')) "                                      \
+    "if not e or e <= now then redis.call('hdel', KEYS[1], all[i]) else "                          \
+    "if e > last then last = e end "                                                               \
+    "if all[i] ~= keep then n = n + 1 if not soon or e < soon then soon = e end end "              \
+    "end end end return n, last, soon end "                                                        \
+    "local function settle(last) if last == 0 then redis.call('del', KEYS[1]) "                    \
+    "else redis.call('pexpire', KEYS[1], last - now) end end "
+/* The caller's permit (ARGV[1]): its expiry, and the rest of its value
+ * (" HOLDER"); nil when the key has none (or is no hash). */
+#define LUA_MINE                                                                                   \
+    "local v = redis.pcall('hget', KEYS[1], ARGV[1]) local exp, rest "                             \
+    "if type(v) == 'string' then exp, rest = string.match(v, '^(%d+)(.*)$') "                      \
+    "exp = tonumber(exp) end "
+
+/* Acquire a permit: KEYS as the exclusive acquire's (the lock, the slot's
+ * mark, the waiting-hosts record, the readers' marks); ARGV[1] the token,
+ * ARGV[2] the TTL, ARGV[3] to ARGV[6] as the exclusive acquire's, ARGV[7]
+ * the kind, ARGV[8] the holder record. A key of another type, or a hash
+ * without the kind field, is taken (its PTTL); a counted key of another
+ * kind answers that kind (nothing joined: the acquire can never succeed as
+ * asked). Then the turn: a semaphore's acquire waits for every older entry
+ * of the record, as the exclusive acquire does; a shared one only for the
+ * writers' (the entries without a reader's mark), so that once a writer
+ * waits, no reader that came after it goes first, and the readers that
+ * came before it do (taken, with no PTTL). Then the limit: at N live
+ * permits, taken with the PTTL of the permit that lapses first. A waiting
+ * caller that gets no permit joins the record, marked as a reader's for
+ * the shared kind. Else the permit (for ARGV[2] ms from now), and the
+ * fencing token as the exclusive acquire makes it, from the same mark. */
+static const char lua_acquire_counted[] = LUA_MARK LUA_QUEUE LUA_READERS LUA_NOW LUA_PERMITS
+    "local kind = ARGV[7] local shared = kind == 'shared' "
+    "local limit = tonumber(string.match(kind, '^sem:(%d+)$')) "
+    "local held = redis.pcall('hget', KEYS[1], '" SCRIPT_KIND_FIELD "') local n, last, soon = 0, 0 "
+    "if type(held) == 'string' then n, last, soon = permits(ARGV[1]) "
+    "if last == 0 then redis.call('del', KEYS[1]) elseif held ~= kind then return held end "
+    "elseif held or redis.call('exists', KEYS[1]) == 1 then join_as(shared) "
+    "local p = redis.call('pttl', KEYS[1]) if p < 0 then p = 0 end return -p end "
+    "if queue_turn(shared and readers or nil) then join_as(shared) return 0 end "
+    "if limit and n >= limit then join_as(shared) return soon and now - soon or 0 end "
+    "local exp = now + tonumber(ARGV[2]) if exp > last then last = exp end "
+    "redis.call('hset', KEYS[1], '" SCRIPT_KIND_FIELD "', kind, ARGV[1], "
+    "string.format('%d', exp) .. ' ' .. ARGV[8]) "
+    "redis.call('pexpire', KEYS[1], last - now) "
+    "if queued then redis.call('hdel', KEYS[3], me) end redis.call('hdel', KEYS[4], me) "
+    "local fence = tonumber(ARGV[3]) if not fence then fence = clock() end "
+    "local last_fence = mark(KEYS[2]) if last_fence >= fence then fence = last_fence + 1 end "
+    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) "
+    "return fence";
+
+/* Renew a permit (ARGV[1]) to ARGV[2] ms from now while it is live; the
+ * key's TTL follows the latest permit. A lapsed permit is not ours any
+ * more: dropped, and not renewed. */
+static const char lua_renew_counted[] = LUA_NOW LUA_PERMITS LUA_MINE
+    "if not exp then return 0 end "
+    "if exp > now then redis.call('hset', KEYS[1], ARGV[1], "
+    "string.format('%d', math.max(exp, now + tonumber(ARGV[2]))) .. rest) end "
+    "local _, last = permits(nil) settle(last) if exp > now then return 1 end return 0";
+
+/* Release a permit (ARGV[1]); the key goes with its last live permit, and
+ * the release notice as the exclusive release's (KEYS and ARGV[2..4] as
+ * its) when the permit was live. */
+static const char lua_release_counted[] = LUA_NOW LUA_PERMITS LUA_MINE
+    "if not exp then return 0 end "
+    "redis.call('hdel', KEYS[1], ARGV[1]) local _, last = permits(nil) settle(last) "
+    "if exp <= now then return 0 end " LUA_NOTICE "return 1";
+
+/* Fence (quorum mode): while the permit (ARGV[1]) is live, raise the
+ * slot's high-water mark to the grant's token. */
+static const char lua_fence_counted[] =
+    LUA_MARK LUA_NOW LUA_MINE "if not exp or exp <= now then return 0 end "
+                              "if mark(KEYS[2]) < tonumber(ARGV[2]) then "
+                              "redis.call('set', KEYS[2], ARGV[2]) end return 1";
+
+/* ---- keys and arguments ---- */
+
+static void arg(struct script_args *a, const char *s, size_t len)
+{
+    a->v[a->n] = s;
+    a->len[a->n++] = len;
+}
+
+/* A number among the arguments, held in a->num[i]. */
+static void arg_num(struct script_args *a, int i, unsigned long long n)
+{
+    arg(a, a->num[i], (size_t)snprintf(a->num[i], sizeof a->num[i], "%llu", n));
+}
+
+/* numkeys, then the lock key (written into a->key by script_command()). */
+static void arg_keys(struct script_args *a, int keys, const struct script_ctx *ctx,
+                     const struct backend_req *req)
+{
+    arg(a, a->numkeys, (size_t)snprintf(a->numkeys, sizeof a->numkeys, "%d", keys));
+    arg(a, a->key, ctx->prefix_len + req->len);
+}
+
+static size_t key_len(const struct script_ctx *ctx, const struct backend_req *req)
+{
+    return ctx->prefix_len + req->len;
+}
+
+/* The token (32 hex characters), or empty when the request has none. */
+static void arg_token(struct script_args *a, const struct backend_req *req)
+{
+    arg(a, req->token ? req->token : "", req->token ? 32 : 0);
+}
+
+/* KEYS of both acquires: the lock, the slot's mark, the waiting-hosts
+ * record, the readers' marks. */
+static void acquire_keys(const struct script_ctx *ctx, const struct backend_req *req,
+                         struct script_args *a)
+{
+    size_t kl = key_len(ctx, req);
+    arg_keys(a, 4, ctx, req);
+    arg(a, a->hw, fence_hw_key(ctx->tags, a->key, kl, ctx->prefix_len, a->hw));
+    arg(a, a->side, waiting_key(a->key, kl, ctx->prefix_len, a->side));
+    arg(a, a->readers, readers_key(a->key, kl, ctx->prefix_len, a->readers));
+}
+
+/* ARGV[2] to ARGV[6] of both acquires: the TTL, the token's floor (empty:
+ * the server's clock), the block, the agent's id (empty: none) and how
+ * long a waiting caller joins the record. */
+static void acquire_argv(const struct backend_req *req, struct script_args *a)
+{
+    arg_num(a, 0, req->ttl_ms);
+    if (req->floor)
+        arg_num(a, 1, req->floor);
+    else
+        arg(a, "", 0);
+    arg_num(a, 2, req->block);
+    arg(a, req->waiter_id ? req->waiter_id : "", req->waiter_id ? strlen(req->waiter_id) : 0);
+    arg_num(a, 3, req->want_ms);
+}
+
+/* ARGV[1]: the key's value (the token, and the holder record after a
+ * space); then acquire_argv(). */
+static void build_acquire(const struct script_ctx *ctx, const struct backend_req *req,
+                          uint32_t permits, struct script_args *a)
+{
+    acquire_keys(ctx, req, a);
+    const char *token = req->token ? req->token : "";
+    int n = req->holder && req->holder[0]
+                ? snprintf(a->value, sizeof a->value, "%.32s %s", token, req->holder)
+                : snprintf(a->value, sizeof a->value, "%.32s", token);
+    arg(a, a->value, n < (int)sizeof a->value ? (size_t)n : sizeof a->value - 1);
+    acquire_argv(req, a);
+}
+
+/* ARGV: the token, acquire_argv(), the kind ("shared" for permits 0, else
+ * "sem:N"), the holder record. */
+static void build_acquire_counted(const struct script_ctx *ctx, const struct backend_req *req,
+                                  uint32_t permits, struct script_args *a)
+{
+    acquire_keys(ctx, req, a);
+    arg_token(a, req);
+    acquire_argv(req, a);
+    arg(a, a->kind,
+        (size_t)(permits ? snprintf(a->kind, sizeof a->kind, "sem:%u", (unsigned)permits)
+                         : snprintf(a->kind, sizeof a->kind, "shared")));
+    const char *holder = req->holder ? req->holder : "";
+    arg(a, holder, strlen(holder));
+}
+
+/* KEYS: the lock. ARGV: the token, the TTL. */
+static void build_renew(const struct script_ctx *ctx, const struct backend_req *req,
+                        uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 1, ctx, req);
+    arg_token(a, req);
+    arg_num(a, 0, req->ttl_ms);
+}
+
+/* KEYS: the lock, and (but on Redis Cluster) the waiting-hosts record. ARGV:
+ * the token, the release channel (empty: no notice), the name, and "s" to
+ * publish with SPUBLISH. */
+static void build_release(const struct script_ctx *ctx, const struct backend_req *req,
+                          uint32_t permits, struct script_args *a)
+{
+    size_t kl = key_len(ctx, req);
+    arg_keys(a, ctx->sharded ? 1 : 2, ctx, req);
+    if (!ctx->sharded)
+        arg(a, a->side, waiting_key(a->key, kl, ctx->prefix_len, a->side));
+    arg_token(a, req);
+    arg(a, a->channel, req->notify ? release_channel(a->key, kl, ctx->prefix_len, a->channel) : 0);
+    arg(a, req->name, req->len);
+    arg(a, ctx->sharded ? "s" : "", ctx->sharded);
+}
+
+/* KEYS: the lock, the slot's mark. ARGV: the token, the grant's token. */
+static void build_fence(const struct script_ctx *ctx, const struct backend_req *req,
+                        uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 2, ctx, req);
+    arg(a, a->hw, fence_hw_key(ctx->tags, a->key, key_len(ctx, req), ctx->prefix_len, a->hw));
+    arg_token(a, req);
+    arg_num(a, 0, req->fence);
+}
+
+/* KEYS: the lock, the holder record of earlier versions. */
+static void build_lookup(const struct script_ctx *ctx, const struct backend_req *req,
+                         uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 2, ctx, req);
+    arg(a, a->side, holder_key(a->key, key_len(ctx, req), ctx->prefix_len, a->side));
+}
+
+int script_command(enum script_id s, const char *sha, const struct script_ctx *ctx,
+                   const struct backend_req *req, uint32_t permits, struct script_args *a)
+{
+    const struct script_def *d = &script_table[s];
+    if (ctx->prefix_len > CONFIG_PREFIX_MAX || req->len > WIRE_MAX_NAME)
+        return DLOCK_EINVAL;
+    a->n = 0;
+    if (sha && sha[0]) {
+        arg(a, "EVALSHA", 7);
+        arg(a, sha, strlen(sha));
+    } else {
+        arg(a, "EVAL", 4);
+        arg(a, d->src, strlen(d->src));
+    }
+    memcpy(a->key, ctx->prefix, ctx->prefix_len);
+    memcpy(a->key + ctx->prefix_len, req->name, req->len);
+    a->key[ctx->prefix_len + req->len] = '\0';
+    d->build(ctx, req, permits, a);
+    return 0;
+}
+
+/* ---- replies ---- */
+
+/* Acquire: the token when taken, else the holder's PTTL negated (0:
+ * unknown, or another host's turn). */
+static void decode_acquire(const redisReply *rep, struct script_result *out,
+                           struct script_holders *h)
+{
+    if (out->kind != SR_RESULT)
+        return;
+    out->wrote = out->n > 0;
+    if (out->wrote) {
+        out->outcome = BACKEND_DONE;
+        out->fence = (uint64_t)out->n;
+    } else {
+        out->outcome = BACKEND_TAKEN;
+        out->pttl_ms = -out->n;
+    }
+}
+
+/* Counted acquire: as the exclusive one's, or the kind the name is held as
+ * (a string). */
+static void decode_acquire_counted(const redisReply *rep, struct script_result *out,
+                                   struct script_holders *h)
+{
+    if (out->kind == SR_UNEXPECTED && rep->type == REDIS_REPLY_STRING) {
+        *out =
+            (struct script_result){.kind = SR_RESULT, .outcome = BACKEND_TAKEN, .mismatch = true};
+        snprintf(out->held, sizeof out->held, "%s", rep->str);
+        return;
+    }
+    decode_acquire(rep, out, h);
+}
+
+/* Renew, release, fence: 1 done, 0 not our key. */
+static void decode_flag(const redisReply *rep, struct script_result *out, struct script_holders *h)
+{
+    if (out->kind != SR_RESULT)
+        return;
+    out->wrote = out->n == 1;
+    out->outcome = out->wrote ? BACKEND_DONE : BACKEND_NOT_OURS;
+}
+
+/* A counted key's lookup: [_, _, PTTL, KIND, N, (TOKEN, PTTL, HOLDER)...]. */
+static bool counted_of(const redisReply *rep, struct script_holders *h)
+{
+    if (rep->elements < 5 || (rep->elements - 5) % 3 != 0 ||
+        rep->element[3]->type != REDIS_REPLY_STRING || rep->element[3]->len == 0 ||
+        rep->element[4]->type != REDIS_REPLY_INTEGER || rep->element[4]->integer < 0)
+        return false;
+    snprintf(h->holder.kind, sizeof h->holder.kind, "%s", rep->element[3]->str);
+    snprintf(h->holder.value, sizeof h->holder.value, "%s", h->holder.kind);
+    h->holder.permits =
+        (unsigned)(rep->element[4]->integer > UINT32_MAX ? UINT32_MAX : rep->element[4]->integer);
+    for (size_t i = 5; i < rep->elements && h->holder.shown < SCRIPT_PERMITS_SHOWN; i += 3) {
+        const redisReply *tok = rep->element[i], *ttl = rep->element[i + 1],
+                         *rec = rep->element[i + 2];
+        if (tok->type != REDIS_REPLY_STRING || ttl->type != REDIS_REPLY_INTEGER ||
+            rec->type != REDIS_REPLY_STRING)
+            return false;
+        struct backend_permit *p = &h->holder.permit[h->holder.shown++];
+        snprintf(p->token, sizeof p->token, "%s", tok->str);
+        p->pttl_ms = ttl->integer;
+        snprintf(p->record, sizeof p->record, "%s%s%s", tok->str, rec->str[0] ? " " : "", rec->str);
+    }
+    if (h->holder.shown)
+        memcpy(h->holder.record, h->holder.permit[0].record, sizeof h->holder.record);
+    h->holder.nodes_holding = h->holder.value[0] != '\0';
+    return true;
+}
+
+/* Lookup: [value, record, PTTL] (elements of another type than a string
+ * read as empty), or a counted key's (counted_of()). */
+static void decode_lookup(const redisReply *rep, struct script_result *out,
+                          struct script_holders *h)
+{
+    if (out->kind != SR_UNEXPECTED || rep->type != REDIS_REPLY_ARRAY || rep->elements < 3 ||
+        rep->element[2]->type != REDIS_REPLY_INTEGER)
+        return;
+    memset(h, 0, sizeof *h);
+    h->holder = (struct backend_holder){.pttl = rep->element[2]->integer, .nodes = 1};
+    if (rep->elements == 3) {
+        const redisReply *v = rep->element[0], *r = rep->element[1];
+        snprintf(h->holder.value, sizeof h->holder.value, "%s", v->str ? v->str : "");
+        snprintf(h->holder.record, sizeof h->holder.record, "%s", r->str ? r->str : "");
+        h->holder.nodes_holding = h->holder.value[0] != '\0';
+    } else if (!counted_of(rep, h)) {
+        return;
+    }
+    out->kind = SR_HOLDER;
+    out->err = 0;
+}
+
+void script_decode(enum script_id s, const redisReply *rep, struct script_result *out,
+                   struct script_holders *h)
+{
+    struct script_reply sr;
+    struct script_holders spare;
+    reply_script(rep, &sr);
+    if (!h)
+        h = &spare;
+    *out = (struct script_result){.kind = sr.kind, .err = sr.err, .text = sr.text, .n = sr.n};
+    if (sr.kind == SR_RESULT || sr.kind == SR_UNEXPECTED)
+        script_table[s].decode(rep, out, h);
+    if (out->kind == SR_RESULT && script_table[s].lookup) {
+        /* An integer is no lookup's answer. */
+        out->kind = SR_UNEXPECTED;
+        out->err = DLOCK_EBACKEND;
+    }
+}
+
+struct backend_result script_backend_result(const struct script_result *sr, int err,
+                                            const char *text, uint64_t at)
+{
+    struct backend_result r = {.err = err, .at = at, .error_text = err ? text : NULL};
+    if (!err) {
+        r.outcome = sr->mismatch ? BACKEND_MISMATCH : sr->outcome;
+        r.fence = sr->fence;
+        r.pttl_ms = sr->pttl_ms;
+    }
+    return r;
+}
+
+const struct script_def script_table[SCRIPT_COUNT] = {
+    [SCRIPT_ACQUIRE] = {.what = "acquire",
+                        .src = lua_acquire,
+                        .keys = 4,
+                        .wait = true,
+                        .build = build_acquire,
+                        .decode = decode_acquire},
+    [SCRIPT_RENEW] = {.what = "renewal",
+                      .src = lua_renew,
+                      .keys = 1,
+                      .wait = true,
+                      .urgent = true,
+                      .build = build_renew,
+                      .decode = decode_flag},
+    [SCRIPT_RELEASE] = {.what = "release",
+                        .src = lua_release,
+                        .keys = 2,
+                        .urgent = true,
+                        .build = build_release,
+                        .decode = decode_flag},
+    [SCRIPT_FENCE] = {.what = "fence",
+                      .src = lua_fence,
+                      .keys = 2,
+                      .urgent = true,
+                      .build = build_fence,
+                      .decode = decode_flag},
+    [SCRIPT_LOOKUP] = {.what = "lookup",
+                       .src = lua_lookup,
+                       .keys = 2,
+                       .lookup = true,
+                       .build = build_lookup,
+                       .decode = decode_lookup},
+    [SCRIPT_ACQUIRE_COUNTED] = {.what = "acquire",
+                                .src = lua_acquire_counted,
+                                .keys = 4,
+                                .wait = true,
+                                .build = build_acquire_counted,
+                                .decode = decode_acquire_counted},
+    [SCRIPT_RENEW_COUNTED] = {.what = "renewal",
+                              .src = lua_renew_counted,
+                              .keys = 1,
+                              .wait = true,
+                              .urgent = true,
+                              .build = build_renew,
+                              .decode = decode_flag},
+    [SCRIPT_RELEASE_COUNTED] = {.what = "release",
+                                .src = lua_release_counted,
+                                .keys = 2,
+                                .urgent = true,
+                                .build = build_release,
+                                .decode = decode_flag},
+    [SCRIPT_FENCE_COUNTED] = {.what = "fence",
+                              .src = lua_fence_counted,
+                              .keys = 2,
+                              .urgent = true,
+                              .build = build_fence,
+                              .decode = decode_flag},
+};
