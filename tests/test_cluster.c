@@ -9,12 +9,14 @@
  * - a slot moved to another master while leases in it are held, at once and
  *   with renewals, releases and acquires while it is MIGRATING/IMPORTING:
  *   the leases stay held throughout, their keys move and are renewed on the
- *   new master, nothing stays behind on the old one, waiters are woken;
+ *   new master, nothing stays behind on the old one, a waiter's subscription
+ *   moves to the new master and none is left on the old, waiters are woken;
  * - a master killed under held leases and its replica promoted: every lease
  *   ends HELD, its key confirmed on the new master, or LOST, and none is
  *   valid while its key is missing there once the agent has put it in doubt;
  *   and a slot that moved, unseen by the agent, to a master that then failed
- *   over is in doubt too;
+ *   over is in doubt too; a waiter that listened on the dead master listens
+ *   on the promoted replica, and is woken there;
  * - fencing tokens of a name increasing across slot moves and a failover;
  * - the shared counters of test_quorum_chaos.c over the cluster, through a
  *   failover and a slot move, with wait_replicas = 1.
@@ -202,6 +204,18 @@ HCTEST(cluster, locks_on_every_master_and_waiters_woken_on_another_agent)
 
 /* ---- b: slot migration ---- */
 
+/* The connections subscribed to name's release channel on node i. */
+static long long shard_subscribers(int i, const char *name)
+{
+    redisReply *r = hc_cmd(i, "PUBSUB SHARDNUMSUB %s", h_channel(name));
+    cr_assert(r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                  r->element[1]->type == REDIS_REPLY_INTEGER,
+              "PUBSUB SHARDNUMSUB on node %d: reply type %d", i, r->type);
+    long long n = r->element[1]->integer;
+    freeReplyObject(r);
+    return n;
+}
+
 #define NMIG 4
 
 /* NMIG names in one slot of master `from`, held by cl; their tokens. */
@@ -238,9 +252,13 @@ HCTEST(cluster, leases_stay_held_while_their_slot_moves)
     struct h_acq w;
     h_acquire_async(b, names[0], LONG_TTL, DLOCK_WAIT_FOREVER, &w);
     cr_assert_eq(dlock_client_ping(b->c), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, shard_subscribers(from, names[0]) == 1);
     H_HOLDS_FOR(300, !w.done);
 
+    /* The subscription follows the slot, and none stays on the old master. */
     hc_move_slot(slot, to);
+    H_WAIT_UNTIL(H_EVENT_MS, shard_subscribers(to, names[0]) == 1);
+    cr_assert_eq(shard_subscribers(from, names[0]), 0);
     assert_held(a, l, NMIG);
     cr_assert_eq(hc_count_slot(from, slot), 0);
     for (int k = 0; k < NMIG; k++) {
@@ -516,6 +534,95 @@ HCTEST(cluster, failover_ends_every_lease_held_or_lost)
         check_held(t[k].node, t[k].name, l);
         cr_assert_eq(dlock_lease_release(l), 0);
     }
+}
+
+/* The connections to node i whose last command is the PING that ends a
+ * link's set-up: the agents' command and notice links to a replica. */
+static int idle_links(int i)
+{
+    redisReply *r = hc_cmd(i, "CLIENT LIST");
+    int n = 0;
+    if (r->type == REDIS_REPLY_STRING)
+        for (const char *q = r->str; (q = strstr(q, " cmd=ping ")); q++)
+            n++;
+    freeReplyObject(r);
+    return n;
+}
+
+/* A waiter that listens on a master that dies is not left deaf: the
+ * master's subscriptions went with its connection, and once the agent's map
+ * names the promoted replica the core asks for every name again, there; the
+ * release on the new master wakes the waiter (whose fallback retry is a
+ * minute off). */
+HCTEST(cluster, a_waiter_on_a_master_that_fails_over_listens_on_its_replica)
+{
+    start(2, SLOW_FALLBACK "\n" FAST_RENEWAL, NULL, NULL);
+    struct h_cl *a = h_client_at(0), *b = h_client_at(1);
+    int m[HC_NODES];
+    cr_assert_eq(hc_masters(m), 3);
+    int victim = m[1], replica = hc_replica_of(victim);
+    cr_assert_geq(replica, 0);
+    char name[64], val[256];
+    hc_name_on(victim, "deaf", name, sizeof name);
+    const char *key = hc_lock_key(name);
+    dlock_lease *l = h_must_acquire(a, name, LONG_TTL);
+    snprintf(val, sizeof val, "%s", check_held(victim, name, l));
+    H_WAIT_UNTIL(H_EVENT_MS, hc_get(replica, key) && strcmp(hc_get(replica, key), val) == 0);
+    struct h_acq w;
+    h_acquire_async(b, name, LONG_TTL, DLOCK_WAIT_FOREVER, &w);
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, shard_subscribers(victim, name) == 1);
+
+    int promoted = hc_kill_master(victim);
+    cr_assert_eq(promoted, replica);
+    H_WAIT_UNTIL(H_EVENT_MS, shard_subscribers(promoted, name) == 1);
+    cr_assert(!w.done, "the waiter got %s while it was held", name);
+    /* The holder's lease is renewed on the new master (its key is there). */
+    long long lowest = hc_pttl(promoted, key), p;
+    int64_t end = h_deadline(H_EVENT_MS);
+    while ((p = hc_pttl(promoted, key)) <= lowest) {
+        cr_assert_gt(p, 0, "%s left the new master", key);
+        cr_assert_leq(h_now_ms(), end, "%s was not renewed on the new master within %d ms", key,
+                      h_scaled_ms(H_EVENT_MS));
+        lowest = p;
+        h_pump_all(20);
+    }
+    cr_assert_eq(dlock_lease_release(l), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
+    check_held(promoted, name, w.lease);
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+
+    /* Again, the other way: the old master, back as the new one's replica,
+     * is promoted in turn. The agents' links to it are up by then (an agent
+     * keeps every node it knew): no new connection says anything, and only
+     * the map, which moves the slots off a master whose notice link is
+     * down, makes the core ask again. */
+    hc_node_restart(victim);
+    H_WAIT_UNTIL(HC_FAILOVER_MS, hc_replica_of(promoted) == victim && idle_links(victim) >= 4);
+    l = h_must_acquire(a, name, LONG_TTL);
+    snprintf(val, sizeof val, "%s", check_held(promoted, name, l));
+    H_WAIT_UNTIL(H_EVENT_MS, hc_get(victim, key) && strcmp(hc_get(victim, key), val) == 0);
+    h_acquire_async(b, name, LONG_TTL, DLOCK_WAIT_FOREVER, &w);
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, shard_subscribers(promoted, name) == 1);
+    cr_assert_eq(hc_kill_master(promoted), victim);
+    H_WAIT_UNTIL(H_EVENT_MS, shard_subscribers(victim, name) == 1);
+    cr_assert(!w.done, "the waiter got %s while it was held", name);
+    lowest = hc_pttl(victim, key);
+    end = h_deadline(H_EVENT_MS);
+    while ((p = hc_pttl(victim, key)) <= lowest) {
+        cr_assert_gt(p, 0, "%s left the new master", key);
+        cr_assert_leq(h_now_ms(), end, "%s was not renewed on the new master within %d ms", key,
+                      h_scaled_ms(H_EVENT_MS));
+        lowest = p;
+        h_pump_all(20);
+    }
+    cr_assert_eq(dlock_lease_release(l), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
+    check_held(victim, name, w.lease);
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
 }
 
 /* The slot of a held lease moves to another master while the agent sees

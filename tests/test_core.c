@@ -1280,6 +1280,45 @@ Test(core, a_new_waiter_behind_a_pending_retry_listens_again)
     cr_assert_not(watching("r"));
 }
 
+/* The store keeps no list of the names asked for: when its subscriptions
+ * were lost and set up anew (on_subscribed) the core asks again for each
+ * name it listens to, and every waiter tries again; when it forgot one name
+ * (on_unwatched) the core asks again for that one, whose waiters try again.
+ * A name nobody waits for any more is not asked for. */
+Test(core, the_core_asks_again_for_the_names_the_store_forgot)
+{
+    F.cfg.retry_fallback_ms = 60000;
+    struct tclient *a = client(1);
+    uint32_t ix = acquire(a, "x", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    uint32_t iy = acquire(a, "y", 5000, 1000, 0, 0);
+    uint64_t start = F.now;
+    reply_at(pending(R_ACQUIRE, "x"), start + MS, 0, BACKEND_TAKEN, 0, 30000);
+    reply_at(pending(R_ACQUIRE, "y"), start + MS, 0, BACKEND_TAKEN, 0, 30000);
+    cr_assert(watching("x") && watching("y"));
+    run_until(start + 1000 * MS);
+    refused(iy, DLOCK_ETIMEDOUT);
+    cr_assert_not(watching("y"));
+    int wx = watch_calls("x"), wy = watch_calls("y");
+
+    core_resubscribed(&F.k, start + 1001 * MS);
+    cr_assert_eq(watch_calls("x"), wx + 1, "x not asked for again");
+    cr_assert(watching("x"));
+    cr_assert_eq(watch_calls("y"), wy, "y asked for without a waiter");
+    cr_assert_eq(req_count(R_ACQUIRE, "x"), 2, "the waiter did not try again");
+    reply_at(pending(R_ACQUIRE, "x"), start + 1002 * MS, 0, BACKEND_TAKEN, 0, 30000);
+    cr_assert_eq(watch_calls("x"), wx + 1, "asked for twice");
+
+    core_unwatched(&F.k, "x", 1, start + 1003 * MS);
+    cr_assert_eq(watch_calls("x"), wx + 2, "x not asked for again");
+    cr_assert(watching("x"));
+    cr_assert_eq(req_count(R_ACQUIRE, "x"), 3, "the waiter did not try again");
+    core_unwatched(&F.k, "y", 1, start + 1003 * MS); /* no such lock now */
+    cr_assert_eq(watch_calls("y"), wy);
+    reply(pending(R_ACQUIRE, "x"), start + 1004 * MS, BACKEND_DONE);
+    granted(ix);
+    cr_assert_not(watching("x"));
+}
+
 /* ---- failover doubt ---- */
 
 /* The page's last word on lease l. */

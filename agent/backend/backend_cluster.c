@@ -20,6 +20,7 @@
 #include "dlock.h"
 #include "keys.h"
 #include "log.h"
+#include "notice_link.h"
 #include "redis_link.h"
 #include "replies.h"
 #include "util.h"
@@ -48,12 +49,13 @@ struct cnode {
     char replica[MAX_REPLICAS][280]; /* "host:port" of its replicas, last map */
 };
 
-/* A name whose release notices are wanted, and the node asked for them. */
-struct watched {
-    struct watched *next;
-    uint16_t node; /* NO_NODE: not subscribed anywhere yet */
+/* A name the core asked to watch while the map named no master for its
+ * slot, or a stale one: the state of a redirect under way (as a command
+ * waiting for its retry), reported unwatched once the map names the master,
+ * so that the core asks again. */
+struct waiting_watch {
+    struct waiting_watch *next;
     uint16_t len;
-    unsigned slot;
     char name[];
 };
 
@@ -78,7 +80,6 @@ struct cop {
 
 struct cl {
     struct backend base;
-    uint64_t watch_seed; /* of the watched names' hash set */
     struct ev_loop *loop;
     const struct config *cfg;
     struct backend_events ev;
@@ -98,8 +99,11 @@ struct cl {
     ev_timer refresh; /* periodic, and soon after a redirect or error */
     uint64_t last_read;
     TAILQ_HEAD(, cop) ops;
-    struct watched **watch;
-    size_t nwatch_buckets, nwatched;
+    /* Slots whose master by the map let a name's subscription go: the map
+     * is stale there, and no subscription goes until it is read again. */
+    uint8_t refused[KEY_SLOTS / 8];
+    struct waiting_watch *waiting;
+    size_t nwaiting;
 };
 
 static int cop_send(struct cop *op);
@@ -133,7 +137,7 @@ static void on_node_ready(void *arg)
     n->cl->ev.on_ready(n->cl->ev.arg);
 }
 
-static void on_node_dropped(void *arg, const char *name, size_t len);
+static void on_node_unwatched(void *arg, const char *name, size_t len);
 
 /* The node that serves name (host:port), made when first seen. */
 static uint16_t node_get(struct cl *cl, const char *name)
@@ -162,9 +166,9 @@ static uint16_t node_get(struct cl *cl, const char *name)
     struct backend_events ev = {.arg = n,
                                 .on_notice = on_node_notice,
                                 .on_subscribed = on_node_subscribed,
+                                .on_unwatched = on_node_unwatched,
                                 .on_ready = on_node_ready};
-    struct redis_node_opts opts = {
-        .label = n->label, .sharded = true, .dropped = on_node_dropped, .arg = n};
+    struct redis_node_opts opts = {.label = n->label, .sharded = true, .arg = n};
     n->b = backend_redis_new_opts(cl->loop, cl->cfg, &n->addr, &opts, &ev);
     if (!n->b) {
         free(n);
@@ -175,61 +179,7 @@ static uint16_t node_get(struct cl *cl, const char *name)
     return (uint16_t)cl->nnodes++;
 }
 
-/* ---- watched names ---- */
-
-static struct watched **watch_slot(struct cl *cl, const char *name, size_t len)
-{
-    struct watched **p = &cl->watch[name_hash(cl->watch_seed, name, len) % cl->nwatch_buckets];
-    while (*p && !((*p)->len == len && memcmp((*p)->name, name, len) == 0))
-        p = &(*p)->next;
-    return p;
-}
-
-static int watch_grow(struct cl *cl)
-{
-    size_t nb = cl->nwatch_buckets ? cl->nwatch_buckets * 2 : 64;
-    struct watched **v = calloc(nb, sizeof *v);
-    if (!v)
-        return -1;
-    for (size_t b = 0; b < cl->nwatch_buckets; b++) {
-        for (struct watched *w = cl->watch[b], *next; w; w = next) {
-            next = w->next;
-            struct watched **head = &v[name_hash(cl->watch_seed, w->name, w->len) % nb];
-            w->next = *head;
-            *head = w;
-        }
-    }
-    free(cl->watch);
-    cl->watch = v;
-    cl->nwatch_buckets = nb;
-    return 0;
-}
-
-/* Tells the node asked for w's notices that they are no longer wanted. */
-static void watch_unroute(struct cl *cl, struct watched *w)
-{
-    if (w->node == NO_NODE)
-        return;
-    struct backend *b = cl->node[w->node]->b;
-    if (b->ops->watch)
-        b->ops->watch(b, w->name, w->len, false);
-    w->node = NO_NODE;
-}
-
-/* Asks the node that serves w's slot for its notices, after telling the one
- * asked before that they are no longer wanted there. */
-static void watch_route(struct cl *cl, struct watched *w)
-{
-    uint16_t to = cl->owner[w->slot];
-    if (to == w->node)
-        return;
-    watch_unroute(cl, w);
-    if (to == NO_NODE)
-        return;
-    struct backend *b = cl->node[to]->b;
-    if (!b->ops->watch || b->ops->watch(b, w->name, w->len, true) == 0)
-        w->node = to;
-}
+/* ---- release notices ---- */
 
 /* The hash slot of lock name's key (names longer than the protocol allows
  * never reach a backend). */
@@ -253,64 +203,154 @@ static void cl_leave(struct backend *be, const struct backend_req *req)
         cl->node[to]->b->ops->leave(cl->node[to]->b, req);
 }
 
-static int cl_watch(struct backend *be, const char *name, size_t len, bool on)
+static bool slot_in(const uint8_t *bits, unsigned slot)
 {
-    struct cl *cl = (struct cl *)be;
-    if (on && cl->nwatched >= cl->nwatch_buckets && watch_grow(cl) != 0)
-        return DLOCK_ENOMEM;
-    struct watched **p = watch_slot(cl, name, len), *w = *p;
-    if (!on) {
-        if (w) {
-            watch_unroute(cl, w);
-            *p = w->next;
-            free(w);
-            cl->nwatched--;
-        }
-        return 0;
+    return bits[slot / 8] & (1u << (slot % 8));
+}
+
+static void slot_set(uint8_t *bits, unsigned slot)
+{
+    bits[slot / 8] |= (uint8_t)(1u << (slot % 8));
+}
+
+/* Whether the map names a master for slot that has not let a subscription
+ * of it go since the map was read. */
+static bool slot_current(const struct cl *cl, unsigned slot)
+{
+    return cl->owner[slot] != NO_NODE && !slot_in(cl->refused, slot);
+}
+
+static struct waiting_watch **waiting_find(struct cl *cl, const char *name, size_t len)
+{
+    struct waiting_watch **p = &cl->waiting;
+    while (*p && !((*p)->len == len && memcmp((*p)->name, name, len) == 0))
+        p = &(*p)->next;
+    return p;
+}
+
+/* The name waits for the map (on), or no longer. */
+static int waiting_set(struct cl *cl, const char *name, size_t len, bool on)
+{
+    struct waiting_watch **p = waiting_find(cl, name, len), *w = *p;
+    if (!on && w) {
+        *p = w->next;
+        free(w);
+        cl->nwaiting--;
     }
-    if (w)
+    if (!on || w)
         return 0;
-    w = malloc(sizeof *w + len + 1);
-    if (!w)
+    if (cl->nwaiting >= NOTICE_NAMES_MAX || !(w = malloc(sizeof *w + len)))
         return DLOCK_ENOMEM;
     w->next = NULL;
-    w->node = NO_NODE;
     w->len = (uint16_t)len;
     memcpy(w->name, name, len);
-    w->name[len] = '\0';
-    w->slot = name_slot(cl, name, len);
     *p = w;
-    cl->nwatched++;
-    watch_route(cl, w);
+    cl->nwaiting++;
     return 0;
 }
 
-/* After a map read: every watched name is asked of the node that serves it
- * now. */
-static void rewatch_all(struct cl *cl)
+/* After the map changed: the names that waited for a slot the map now
+ * names a master of are reported unwatched, and the core asks again. */
+static void waiting_flush(struct cl *cl)
 {
-    for (size_t b = 0; b < cl->nwatch_buckets; b++)
-        for (struct watched *w = cl->watch[b]; w; w = w->next)
-            watch_route(cl, w);
+    struct waiting_watch *w = cl->waiting, *next;
+    cl->waiting = NULL;
+    cl->nwaiting = 0;
+    for (; w; w = next) {
+        next = w->next;
+        if (!slot_current(cl, name_slot(cl, w->name, w->len))) {
+            w->next = cl->waiting; /* waits on */
+            cl->waiting = w;
+            cl->nwaiting++;
+            continue;
+        }
+        /* The hook may ask for it: by then it no longer waits. */
+        if (cl->ev.on_unwatched)
+            cl->ev.on_unwatched(cl->ev.arg, w->name, w->len);
+        free(w);
+    }
 }
 
-/* A node no longer serves a watched name's channel (its slot moved away,
- * or it answered the subscription with a redirect) and has forgotten it:
- * asked of the node that serves it by the map, now if the map already
- * says another, else after the map is read again. Until then the waiters
- * have their fallback retry. */
-static void on_node_dropped(void *arg, const char *name, size_t len)
+/* Asked of the master of the name's slot by the map, which keeps the
+ * subscription on its connection: when the slot leaves it (a map read, a
+ * MOVED answer), or it refuses or ends the subscription, the name is
+ * reported unwatched and the core asks again, here. While the map names no
+ * master for the slot, or a stale one, the name waits for the next map. */
+static int cl_watch(struct backend *be, const char *name, size_t len, bool on)
+{
+    struct cl *cl = (struct cl *)be;
+    unsigned slot = name_slot(cl, name, len);
+    uint16_t to = cl->owner[slot];
+    bool current = slot_current(cl, slot);
+    int rc = waiting_set(cl, name, len, on && !current);
+    if (on && !current) {
+        refresh_soon(cl);
+        return rc;
+    }
+    if (to == NO_NODE)
+        return 0; /* the master that lost the slot let it go then */
+    struct backend *b = cl->node[to]->b;
+    return b->ops->watch(b, name, len, on);
+}
+
+/* A master let a name's subscription go (its slot moved away, or it
+ * answered the subscription with a redirect): the core asks again, and the
+ * map says where. When the map still names that master it is stale: the
+ * slot waits for the next read (or for a command's MOVED answer). */
+static void on_node_unwatched(void *arg, const char *name, size_t len)
 {
     struct cnode *n = arg;
     struct cl *cl = n->cl;
-    struct watched *w = *watch_slot(cl, name, len);
-    if (!w || w->node == NO_NODE || cl->node[w->node] != n)
-        return;
-    w->node = NO_NODE;
-    if (cl->owner[w->slot] != NO_NODE && cl->node[cl->owner[w->slot]] != n)
-        watch_route(cl, w);
-    else
+    unsigned slot = name_slot(cl, name, len);
+    uint16_t to = cl->owner[slot];
+    if (to == NO_NODE || cl->node[to] == n) {
+        slot_set(cl->refused, slot);
         refresh_soon(cl);
+    }
+    if (cl->ev.on_unwatched)
+        cl->ev.on_unwatched(cl->ev.arg, name, len);
+}
+
+/* Whether node i's notice link is up. */
+static bool node_subscribed(const struct cl *cl, size_t i)
+{
+    struct backend_node info;
+    return cl->node[i]->b->ops->nodes(cl->node[i]->b, &info, 1) == 1 && info.subscribed;
+}
+
+/* The map changed from before: each master that lost slots ends the
+ * subscriptions of their names and reports each, which the core asks for
+ * again, of the new master. One whose notice link is down lost them with
+ * it, which the core hears when the link is back: that may be never (a dead
+ * master), so the core asks for every name now. */
+static void unwatch_moved(struct cl *cl, const uint16_t *before)
+{
+    bool *lost = calloc(cl->nnodes, sizeof *lost), all = false;
+    for (size_t s = 0; s < KEY_SLOTS; s++) {
+        if (before[s] == cl->owner[s])
+            continue;
+        cl->refused[s / 8] &= (uint8_t) ~(1u << (s % 8));
+        if (before[s] != NO_NODE && lost)
+            lost[before[s]] = true;
+        all |= before[s] != NO_NODE && !lost;
+    }
+    uint8_t bits[KEY_SLOTS / 8];
+    for (size_t i = 0; lost && i < cl->nnodes; i++) {
+        if (!lost[i])
+            continue;
+        if (!node_subscribed(cl, i)) {
+            all = true;
+            continue;
+        }
+        memset(bits, 0, sizeof bits);
+        for (size_t s = 0; s < KEY_SLOTS; s++)
+            if (before[s] == i && cl->owner[s] != i)
+                slot_set(bits, (unsigned)s);
+        backend_redis_unwatch_slots(cl->node[i]->b, bits);
+    }
+    free(lost);
+    if (all)
+        cl->ev.on_subscribed(cl->ev.arg);
 }
 
 /* ---- failover ---- */
@@ -444,7 +484,13 @@ static int load_map(struct cl *cl, const redisReply *rep)
                 snprintf(m->replica[m->nreplicas++], sizeof m->replica[0], "%s", rn);
         }
     }
-    memcpy(cl->owner, owner, sizeof cl->owner);
+    /* The new map in, the old one kept in owner for unwatch_moved(). */
+    for (size_t s = 0; s < KEY_SLOTS; s++) {
+        uint16_t before = cl->owner[s];
+        cl->owner[s] = owner[s];
+        owner[s] = before;
+    }
+    memset(cl->refused, 0, sizeof cl->refused);
     bool first = !cl->have_map;
     cl->have_map = true;
     if (first || changed) {
@@ -456,7 +502,9 @@ static int load_map(struct cl *cl, const redisReply *rep)
     }
     if (any_failover)
         report_failover(cl, slots, failed);
-    rewatch_all(cl);
+    if (changed)
+        unwatch_moved(cl, owner);
+    waiting_flush(cl);
     if (first)
         cl->ev.on_ready(cl->ev.arg);
     free(owner);
@@ -476,6 +524,9 @@ bad:
 static void note_moved(struct cl *cl, unsigned slot, uint16_t to)
 {
     uint16_t from = cl->owner[slot];
+    uint16_t *before = malloc(sizeof cl->owner);
+    if (before)
+        memcpy(before, cl->owner, sizeof cl->owner);
     uint16_t gone = failed_over(cl, from, to);
     if (gone != NO_NODE) {
         /* Every slot of the master that failed over went to the replica,
@@ -501,7 +552,12 @@ static void note_moved(struct cl *cl, unsigned slot, uint16_t to)
     } else {
         cl->owner[slot] = to;
     }
-    rewatch_all(cl);
+    if (before)
+        unwatch_moved(cl, before);
+    else if (from != to)
+        cl->ev.on_subscribed(cl->ev.arg); /* no memory to say which: every name */
+    free(before);
+    waiting_flush(cl);
     refresh_soon(cl);
 }
 
@@ -825,13 +881,11 @@ static void cl_destroy(struct backend *be)
     for (size_t i = 0; i < cl->nnodes; i++)
         free(cl->node[i]);
     free(cl->node);
-    for (size_t b = 0; b < cl->nwatch_buckets; b++) {
-        for (struct watched *w = cl->watch[b], *next; w; w = next) {
-            next = w->next;
-            free(w);
-        }
+    while (cl->waiting) {
+        struct waiting_watch *w = cl->waiting;
+        cl->waiting = w->next;
+        free(w);
     }
-    free(cl->watch);
     free(cl);
 }
 
@@ -850,13 +904,10 @@ struct backend *backend_cluster_new(struct ev_loop *loop, const struct config *c
                                     const struct backend_events *events)
 {
     struct cl *cl = calloc(1, sizeof *cl);
-    if (!cl || watch_grow(cl) != 0) {
-        free(cl);
+    if (!cl)
         return NULL;
-    }
     cl->base.ops = &cl_ops;
     cl->base.kinds = BACKEND_REDIS_KINDS;
-    cl->watch_seed = random_u64();
     cl->loop = loop;
     cl->cfg = cfg;
     cl->ev = *events;

@@ -73,9 +73,7 @@ struct rb {
     struct script_ctx sctx;     /* what every command adds: the prefix, the mode */
     size_t prefix_len;
     bool closing;
-    bool sharded;                                             /* Redis Cluster: sharded pub/sub */
-    void (*dropped)(void *arg, const char *name, size_t len); /* see redis_node_opts */
-    void *dropped_arg;
+    bool sharded; /* Redis Cluster: sharded pub/sub */
     int last_error;
     char last_error_text[160];
     uint64_t excluded_until;
@@ -632,11 +630,16 @@ static void on_subscribed(void *arg)
     b->ev.on_subscribed(b->ev.arg);
 }
 
-static void on_dropped(void *arg, const char *name, size_t len)
+static void on_unwatched(void *arg, const char *name, size_t len)
 {
     struct rb *b = arg;
-    if (b->dropped)
-        b->dropped(b->dropped_arg, name, len);
+    if (b->ev.on_unwatched)
+        b->ev.on_unwatched(b->ev.arg, name, len);
+}
+
+void backend_redis_unwatch_slots(struct backend *be, const uint8_t *slots)
+{
+    notice_link_unwatch_slots(((struct rb *)be)->notices, slots);
 }
 
 /* The commands queued during this loop turn go out in one write now,
@@ -699,8 +702,6 @@ struct backend *backend_redis_new_opts(struct ev_loop *loop, const struct config
         b->check_master = opts->check_master;
         b->not_master = opts->not_master;
         b->not_master_arg = opts->arg;
-        b->dropped = opts->dropped;
-        b->dropped_arg = opts->arg;
     }
     if (opts && opts->label) {
         snprintf(b->label, sizeof b->label, "%s", opts->label);
@@ -722,7 +723,7 @@ struct backend *backend_redis_new_opts(struct ev_loop *loop, const struct config
     struct notice_hooks nh = {.arg = b,
                               .notice = on_notice,
                               .subscribed = on_subscribed,
-                              .dropped = on_dropped,
+                              .unwatched = on_unwatched,
                               .error = link_error};
     b->notices = notice_link_new(loop, cfg, addr, b->label, b->sharded, &nh);
     if (!b->notices) {

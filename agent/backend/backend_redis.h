@@ -22,11 +22,6 @@ struct redis_node_opts {
      * (the owner must not destroy the backend there). */
     bool check_master;
     void (*not_master)(void *arg, const char *role);
-    /* Sharded: the node no longer serves the release channel of a watched
-     * name (a MOVED answer to its subscription, or the unasked sunsubscribe
-     * of a slot that moved away). The node has forgotten the name; its owner
-     * watches it where it lives now. May be NULL. */
-    void (*dropped)(void *arg, const char *name, size_t len);
     void *arg;
 };
 
@@ -40,5 +35,11 @@ struct backend *backend_redis_new_opts(struct ev_loop *loop, const struct config
                                        const struct redis_addr *addr,
                                        const struct redis_node_opts *opts,
                                        const struct backend_events *events);
+/* Sharded: the node no longer serves the hash slots set in slots (a bitmap
+ * of KEY_SLOTS bits): the subscriptions of the names in them end, each
+ * reported with events->on_unwatched, so that the owner asks for it where it
+ * lives now. (A MOVED answer to a subscription, or the unasked sunsubscribe
+ * of a slot that moved away, is reported the same way.) */
+void backend_redis_unwatch_slots(struct backend *b, const uint8_t *slots);
 
 #endif

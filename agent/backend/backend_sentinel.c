@@ -59,17 +59,8 @@ struct sop {
     void *arg;
 };
 
-/* A name whose release notices are wanted, and whether the current master
- * was told. */
-struct watched {
-    char *name;
-    size_t len;
-    bool sent;
-};
-
 struct sb {
     struct backend base;
-    struct backend_ops ops; /* watch only when the master's backend has it */
     struct ev_loop *loop;
     const struct config *cfg;
     /* cfg with the sentinels' credentials and database 0: their links' own. */
@@ -101,14 +92,10 @@ struct sb {
     ev_timer rotate;  /* deferred: the next sentinel */
     ev_timer reap;    /* deferred: destroy given-up masters */
     ev_timer reask;   /* after a master that was not: ask again, with backoff */
-
-    struct watched *w;
-    size_t nw, capw;
 };
 
 static void ask(struct sb *s);
 static void start_links(struct sb *s);
-static int sb_watch(struct backend *be, const char *name, size_t len, bool on);
 
 static const struct redis_addr *sentinel_at(const struct sb *s, unsigned i)
 {
@@ -169,17 +156,6 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
     }
 }
 
-/* Tells the current master of the names it was not told yet. */
-static void rewatch(struct sb *s)
-{
-    struct master *m = s->m;
-    if (!m || !m->be->ops->watch)
-        return;
-    for (size_t i = 0; i < s->nw; i++)
-        if (!s->w[i].sent)
-            s->w[i].sent = m->be->ops->watch(m->be, s->w[i].name, s->w[i].len, true) == 0;
-}
-
 static void m_notice(void *arg, const char *name, size_t len)
 {
     struct master *m = arg;
@@ -187,14 +163,15 @@ static void m_notice(void *arg, const char *name, size_t len)
         m->s->ev.on_notice(m->s->ev.arg, name, len);
 }
 
+/* The master's notice link is up, without subscriptions (a new master's,
+ * or the same master's after its link was lost): the core asks for every
+ * name again. */
 static void m_subscribed(void *arg)
 {
     struct master *m = arg;
     struct sb *s = m->s;
-    if (m != s->m)
-        return;
-    rewatch(s);
-    s->ev.on_subscribed(s->ev.arg);
+    if (m == s->m)
+        s->ev.on_subscribed(s->ev.arg);
 }
 
 static void m_ready(void *arg)
@@ -208,7 +185,6 @@ static void m_ready(void *arg)
     s->role_fails = 0;
     s->master_error = 0;
     s->master_error_text[0] = '\0';
-    rewatch(s);
     s->ev.on_ready(s->ev.arg);
 }
 
@@ -259,11 +235,6 @@ static void connect_master(struct sb *s, const struct redis_addr *addr)
         return;
     }
     s->m = m;
-    /* Watches go to the master when its backend takes them. */
-    s->ops.watch = m->be->ops->watch ? sb_watch : NULL;
-    for (size_t i = 0; i < s->nw; i++)
-        s->w[i].sent = false;
-    rewatch(s);
 }
 
 /* The sentinels name addr as the master (from, for the log). */
@@ -543,49 +514,13 @@ static int sb_lookup(struct backend *be, const char *name, size_t len, backend_l
     return 0;
 }
 
-static struct watched *watched_find(struct sb *s, const char *name, size_t len)
-{
-    for (size_t i = 0; i < s->nw; i++)
-        if (s->w[i].len == len && memcmp(s->w[i].name, name, len) == 0)
-            return &s->w[i];
-    return NULL;
-}
-
-/* Kept here too, so that a new master is told of every name. */
+/* To the master of the moment. The master given up took its subscriptions
+ * along; the new one's notice link says when it is up (m_subscribed), and
+ * the core asks it for every name then. */
 static int sb_watch(struct backend *be, const char *name, size_t len, bool on)
 {
-    struct sb *s = (struct sb *)be;
-    struct master *m = s->m;
-    struct watched *w = watched_find(s, name, len);
-    if (!on) {
-        if (!w)
-            return 0;
-        if (w->sent && m && m->be->ops->watch)
-            m->be->ops->watch(m->be, name, len, false);
-        free(w->name);
-        *w = s->w[--s->nw];
-        return 0;
-    }
-    if (w)
-        return 0;
-    if (s->nw == s->capw) {
-        size_t cap = s->capw ? 2 * s->capw : 16;
-        struct watched *nw = realloc(s->w, cap * sizeof *nw);
-        if (!nw)
-            return DLOCK_ENOMEM;
-        s->w = nw;
-        s->capw = cap;
-    }
-    char *copy = malloc(len + 1);
-    if (!copy)
-        return DLOCK_ENOMEM;
-    memcpy(copy, name, len);
-    copy[len] = '\0';
-    w = &s->w[s->nw++];
-    *w = (struct watched){.name = copy, .len = len, .sent = false};
-    if (m && m->be->ops->watch)
-        w->sent = m->be->ops->watch(m->be, name, len, true) == 0;
-    return 0;
+    struct master *m = ((struct sb *)be)->m;
+    return m ? m->be->ops->watch(m->be, name, len, on) : 0;
 }
 
 static void sb_flush(struct backend *be)
@@ -652,14 +587,12 @@ static void sb_destroy(struct backend *be)
     }
     on_reap(s->loop, &s->reap, 0);
     ev_timer_stop(s->loop, &s->reap);
-    for (size_t i = 0; i < s->nw; i++)
-        free(s->w[i].name);
-    free(s->w);
     free(s);
 }
 
 static const struct backend_ops sb_ops = {
     .op = sb_op,
+    .watch = sb_watch,
     .leave = sb_leave,
     .lookup = sb_lookup,
     .flush = sb_flush,
@@ -674,8 +607,7 @@ struct backend *backend_sentinel_new(struct ev_loop *loop, const struct config *
     struct sb *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
-    s->ops = sb_ops;
-    s->base.ops = &s->ops;
+    s->base.ops = &sb_ops;
     s->base.kinds = BACKEND_REDIS_KINDS;
     s->loop = loop;
     s->cfg = cfg;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* notice_link.c -- one node's release notices (notice_link.h): the watched
- * names in a hash set, one channel each, subscribed over a raw redis_link.
+/* notice_link.c -- one node's release notices (notice_link.h): the names
+ * subscribed on the connection in a hash set, one channel each, over a raw
+ * redis_link; the set goes with the connection.
  *
  * Redis answers a connection's SUBSCRIBE and UNSUBSCRIBE commands in the
  * order they were sent, one confirmation each (one channel per command), and
@@ -31,8 +32,8 @@ struct wname {
     struct wname *hnext;
     TAILQ_ENTRY(wname) q; /* in the queue of names to subscribe */
     uint64_t hash;
-    uint32_t inflight; /* commands of its in the FIFO */
-    bool wanted;       /* in the watched set */
+    uint32_t inflight; /* commands of its in the FIFO, and pins */
+    bool wanted;       /* the owner wants its notices (on this connection) */
     bool queued;       /* in the queue, its SUBSCRIBE not sent yet */
     bool sent;         /* SUBSCRIBE sent on this connection, and no UNSUBSCRIBE since */
     uint16_t len;
@@ -237,19 +238,17 @@ int notice_link_watch(struct notice_link *n, const char *name, size_t len, bool 
         settle(n, w);
         return 0;
     }
+    /* Down: nothing is kept, the owner asks again on the new connection.
+     * Already wanted: subscribed, or about to be. */
+    if (!n->link.connected || (w && w->wanted))
+        return 0;
     if (!w && !(w = add(n, name, len)))
         return DLOCK_ENOMEM;
-    if (!w->wanted) {
-        w->wanted = true;
-        n->nwanted++;
-    }
-    /* Asked again when already subscribed, too: the confirmation is the
-     * notice the caller waits for. */
-    if (n->link.connected && !w->queued) {
-        TAILQ_INSERT_TAIL(&n->queue, w, q);
-        w->queued = true;
-        pump(n);
-    }
+    w->wanted = true;
+    n->nwanted++;
+    TAILQ_INSERT_TAIL(&n->queue, w, q);
+    w->queued = true;
+    pump(n);
     return 0;
 }
 
@@ -285,8 +284,53 @@ static void forget(struct notice_link *n, struct wname *w, const char *why)
     size_t len = w->len;
     memcpy(name, w->name, len + 1);
     settle(n, w);
-    if (wanted && n->hooks.dropped)
-        n->hooks.dropped(n->hooks.arg, name, len);
+    if (wanted && n->hooks.unwatched)
+        n->hooks.unwatched(n->hooks.arg, name, len);
+}
+
+/* Whether w's key, and so its channel, is in a slot set in the bitmap. */
+static bool in_slots(const struct notice_link *n, const struct wname *w, const uint8_t *slots)
+{
+    char key[CONFIG_PREFIX_MAX + WIRE_MAX_NAME];
+    memcpy(key, n->cfg->prefix, n->prefix_len);
+    memcpy(key + n->prefix_len, w->name, w->len);
+    unsigned s = key_slot(key, n->prefix_len + w->len);
+    return slots[s / 8] & (1u << (s % 8));
+}
+
+void notice_link_unwatch_slots(struct notice_link *n, const uint8_t *slots)
+{
+    if (!n->sharded || !n->nwanted)
+        return;
+    /* Gathered first and pinned, then forgotten one by one: the hook may
+     * watch other names meanwhile (which may grow the set). */
+    struct wname **gone = malloc(n->nwanted * sizeof *gone);
+    if (!gone) {
+        /* The new connection has none: the owner asks for each again. */
+        redis_link_fail(&n->link, "out of memory");
+        return;
+    }
+    size_t ngone = 0;
+    for (size_t b = 0; b < n->nbuckets; b++) {
+        for (struct wname *w = n->buckets[b]; w; w = w->hnext) {
+            if (w->wanted && in_slots(n, w, slots)) {
+                w->inflight++;
+                gone[ngone++] = w;
+            }
+        }
+    }
+    for (size_t i = 0; i < ngone; i++) {
+        struct wname *w = gone[i];
+        /* Unless an earlier report's hook watched it off meanwhile. */
+        if (w->wanted) {
+            if (w->sent && n->link.connected && send_cmd(n, w, false) == 0)
+                w->sent = false;
+            forget(n, w, "its slot moved away");
+        }
+        w->inflight--;
+        settle(n, w);
+    }
+    free(gone);
 }
 
 /* Our own commands do not match what comes back: start over on a new
@@ -395,39 +439,35 @@ static void on_reply(void *arg, struct redis_link *l, const redisReply *r)
 
 /* ---- the connection ---- */
 
-static void on_ready(void *arg, struct redis_link *l)
+/* The connection is gone, and every subscription with it: the link keeps
+ * no name (the owner asks again on the next connection). */
+static void forget_all(struct notice_link *n)
 {
-    struct notice_link *n = arg;
-    for (size_t b = 0; b < n->nbuckets; b++) {
-        for (struct wname *w = n->buckets[b]; w; w = w->hnext) {
-            if (w->wanted && !w->queued) {
-                TAILQ_INSERT_TAIL(&n->queue, w, q);
-                w->queued = true;
-            }
-        }
-    }
-    log_info("%s: notice link up, %zu names to listen to", n->label, n->nwanted);
-    pump(n);
-    n->hooks.subscribed(n->hooks.arg);
-}
-
-/* The connection is gone, and every subscription with it. */
-static void on_down(void *arg, struct redis_link *l)
-{
-    struct notice_link *n = arg;
     struct pend p;
     while (pend_pop(n, &p))
         ;
-    struct wname *w;
-    while ((w = TAILQ_FIRST(&n->queue)))
-        dequeue(n, w);
     for (size_t b = 0; b < n->nbuckets; b++) {
-        for (struct wname *next, *x = n->buckets[b]; x; x = next) {
-            next = x->hnext;
-            x->sent = false;
-            settle(n, x);
+        for (struct wname *next, *w = n->buckets[b]; w; w = next) {
+            next = w->hnext;
+            w->sent = false;
+            unwant(n, w);
+            settle(n, w);
         }
     }
+}
+
+/* A new connection, without subscriptions: the owner asks for its names. */
+static void on_ready(void *arg, struct redis_link *l)
+{
+    struct notice_link *n = arg;
+    forget_all(n); /* already, unless the connection went without a word */
+    log_info("%s: notice link up", n->label);
+    n->hooks.subscribed(n->hooks.arg);
+}
+
+static void on_down(void *arg, struct redis_link *l)
+{
+    forget_all(arg);
 }
 
 static void on_error(void *arg, int code, const char *text)
@@ -467,11 +507,6 @@ struct notice_link *notice_link_new(struct ev_loop *loop, const struct config *c
 bool notice_link_up(const struct notice_link *n)
 {
     return n->link.connected;
-}
-
-size_t notice_link_count(const struct notice_link *n)
-{
-    return n->nwanted;
 }
 
 void notice_link_flush(struct notice_link *n)

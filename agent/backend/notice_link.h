@@ -5,20 +5,24 @@
  * costs the node nothing when the name is released elsewhere and nobody
  * here waits for it.
  *
- * The set of names is kept while the link is down and subscribed again on
- * every new connection. Each subscription's confirmation is reported as a
- * notice for its name (a release may have come just before it), and a new
- * connection, once its names are asked for again, as on_subscribed. With
- * sharded pub/sub (Redis Cluster: SSUBSCRIBE, SUNSUBSCRIBE, smessage) a
- * name the node will not or no longer serves (a MOVED answer, or the
- * unasked sunsubscribe sent when its slot moves away) is forgotten and
- * reported as dropped. */
+ * The link keeps only what its connection holds: the names subscribed on it
+ * (or about to be), to confirm and to unsubscribe them. A lost connection
+ * takes them all with it, and a name asked for while the link is down is not
+ * kept: the owner, who alone knows which names it wants, hears of each new
+ * connection (subscribed) and asks for every name again. Each subscription's
+ * confirmation is reported as a notice for its name (a release may have come
+ * just before it). With sharded pub/sub (Redis Cluster: SSUBSCRIBE,
+ * SUNSUBSCRIBE, smessage) a name the node will not or no longer serves (a
+ * MOVED answer, the unasked sunsubscribe sent when its slot moves away, or
+ * the owner's word that its slot did, notice_link_unwatch_slots()) is
+ * forgotten and reported as unwatched. */
 #ifndef DLOCKD_NOTICE_LINK_H
 #define DLOCKD_NOTICE_LINK_H
 
 #include <ev.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 
@@ -37,12 +41,13 @@ struct notice_hooks {
     void *arg;
     /* A release notice for a name, or the confirmation of its subscription. */
     void (*notice)(void *arg, const char *name, size_t len);
-    /* A new connection is set up, and its names asked for again: notices may
-     * have been missed while it was down. */
+    /* A new connection is set up, without any subscription: the owner asks
+     * for every name it wants again (notices may have been missed while the
+     * link was down). */
     void (*subscribed)(void *arg);
-    /* Sharded: the node forgot a wanted name (not this node's slot). May be
-     * NULL. */
-    void (*dropped)(void *arg, const char *name, size_t len);
+    /* Sharded: the link forgot a wanted name, which the node does not serve
+     * (now). May be NULL. */
+    void (*unwatched)(void *arg, const char *name, size_t len);
     /* A failure to note in the node's health (a DLOCK_E* code and text). */
     void (*error)(void *arg, int code, const char *text);
 };
@@ -54,12 +59,15 @@ struct notice_link *notice_link_new(struct ev_loop *loop, const struct config *c
                                     const struct notice_hooks *hooks);
 /* Release notices for name are wanted (on) or no longer (off). 0, or
  * DLOCK_ENOMEM (out of memory, or NOTICE_NAMES_MAX names already watched).
- * The link need not be up: the names are asked for when it is. */
+ * A name already wanted is left as it is. While the link is down this does
+ * nothing: the subscribed hook asks for the names again. */
 int notice_link_watch(struct notice_link *n, const char *name, size_t len, bool on);
+/* Sharded: the node no longer serves the hash slots set in slots (a bitmap
+ * of KEY_SLOTS bits): every wanted name of theirs is unsubscribed, forgotten
+ * and reported with the unwatched hook. */
+void notice_link_unwatch_slots(struct notice_link *n, const uint8_t *slots);
 /* The link is up (the node's "subscribed" health). */
 bool notice_link_up(const struct notice_link *n);
-/* How many names are watched. */
-size_t notice_link_count(const struct notice_link *n);
 /* Writes what this loop turn queued. */
 void notice_link_flush(struct notice_link *n);
 /* Drops the connection (the server stopped answering); made again after the

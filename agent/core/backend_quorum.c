@@ -644,8 +644,10 @@ static void q_destroy(struct backend *be)
     teardown((struct qb *)be, true);
 }
 
-/* Notices may come from any node: each is asked (a node keeps the names
- * while its link is down, and subscribes when it is back). */
+/* Notices may come from any node: each is asked. A node keeps nothing while
+ * its link is down; when it is back it says so (on_subscribed, passed on),
+ * and the core asks again, of every node: those already subscribed leave
+ * the name as it is. */
 static int q_watch(struct backend *be, const char *name, size_t len, bool on)
 {
     struct qb *q = (struct qb *)be;
@@ -694,6 +696,13 @@ static void on_node_subscribed(void *arg)
     q->ev.on_subscribed(q->ev.arg);
 }
 
+static void on_node_unwatched(void *arg, const char *name, size_t len)
+{
+    struct qb *q = ((struct qnode *)arg)->qb;
+    if (q->ev.on_unwatched)
+        q->ev.on_unwatched(q->ev.arg, name, len);
+}
+
 static void on_node_ready(void *arg)
 {
     struct qb *q = ((struct qnode *)arg)->qb;
@@ -737,6 +746,7 @@ struct backend *backend_quorum_new(const struct config *cfg, unsigned n, backend
         node->ev = (struct backend_events){.arg = node,
                                            .on_notice = on_node_notice,
                                            .on_subscribed = on_node_subscribed,
+                                           .on_unwatched = on_node_unwatched,
                                            .on_ready = on_node_ready};
         node->be = make(make_arg, i, &node->ev);
         if (!node->be) {

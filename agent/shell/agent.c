@@ -153,6 +153,12 @@ static void on_subscribed(void *arg)
     core_resubscribed(&a->core, now_ns());
 }
 
+static void on_unwatched(void *arg, const char *name, size_t len)
+{
+    struct agent *a = arg;
+    core_unwatched(&a->core, name, len, now_ns());
+}
+
 static void on_doubt(void *arg, backend_affected_fn affected, void *farg)
 {
     struct agent *a = arg;
@@ -381,6 +387,7 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     struct backend_events ev = {.arg = a,
                                 .on_notice = on_notice,
                                 .on_subscribed = on_subscribed,
+                                .on_unwatched = on_unwatched,
                                 .on_ready = on_ready,
                                 .on_doubt = on_doubt};
     a->backend = backend_new(loop, cfg, &ev);

@@ -6,7 +6,8 @@
  * start, every topology_refresh_ms and soon after redirects and errors;
  * every op routed by its name's slot; MOVED and ASK followed (at most
  * MAX_REDIRECTS), TRYAGAIN retried with backoff for command_timeout_ms;
- * release notices asked of the master of the name's slot and moved with it;
+ * release notices asked of the master of the name's slot, which lets them
+ * go when the slot leaves it (the core asks again, of the new master);
  * a master's failover, seen in the map, reported as on_doubt over the names
  * of that master's slots before the new master serves (tests/sim/README.md,
  * "Cluster mode"). */
@@ -279,11 +280,15 @@ struct cb {
     struct sim *s;
     struct agent *ag;
     struct backend_events ev;
-    int owner[SIM_MAX_NAMES];      /* per cslot: the node, -1 unknown */
-    uint64_t mgen[SIM_MAX_NODES];  /* each master's generation by the last map */
-    unsigned gen[SIM_MAX_NODES];   /* raised when a master lost its slots to a replica */
-    int watch_node[SIM_MAX_NAMES]; /* per name: the node asked for its notices, -1 none */
-    bool watched[SIM_MAX_NAMES];
+    int owner[SIM_MAX_NAMES];     /* per cslot: the node, -1 unknown */
+    uint64_t mgen[SIM_MAX_NODES]; /* each master's generation by the last map */
+    unsigned gen[SIM_MAX_NODES];  /* raised when a master lost its slots to a replica */
+    /* per cslot: its master by the map let a subscription go (the map is
+     * stale there): none goes until the map is read again */
+    bool refused[SIM_MAX_NAMES];
+    /* per name: asked for while its slot was not current, reported
+     * unwatched once the map names its master */
+    bool waiting[SIM_MAX_NAMES];
     bool have_map, closing, reading;
     uint64_t read_gen, last_read, refresh_gen; /* last_read: agent clock */
     unsigned ctl_next;
@@ -394,30 +399,53 @@ static bool doubt_affected(void *farg, const char *name, size_t len)
     return idx >= 0 && d->slots[d->cb->s->name_cslot[idx]];
 }
 
-/* Asks the node that serves name n's slot for its notices, after telling
- * the one asked before that they are no longer wanted there. */
-static void watch_route(struct cb *cb, unsigned n)
+static bool cslot_current(const struct cb *cb, unsigned cslot)
 {
-    struct sim *s = cb->s;
-    int to = cb->owner[s->name_cslot[n]];
-    if (!cb->watched[n] || to == cb->watch_node[n])
-        return;
-    if (cb->watch_node[n] >= 0) {
-        struct link *l = link_at(s, cb->ag->id, (unsigned)cb->watch_node[n]);
-        l->base.ops->watch(&l->base, s->names[n], strlen(s->names[n]), false);
-        cb->watch_node[n] = -1;
-    }
-    if (to < 0)
-        return;
-    struct link *l = link_at(s, cb->ag->id, (unsigned)to);
-    if (l->base.ops->watch(&l->base, s->names[n], strlen(s->names[n]), true) == 0)
-        cb->watch_node[n] = to;
+    return cb->owner[cslot] >= 0 && !cb->refused[cslot];
 }
 
-static void rewatch_all(struct cb *cb)
+/* The names that waited for a slot the map now names a master of are
+ * reported unwatched, and the core asks again (backend_cluster.c's
+ * waiting_flush()). */
+static void waiting_flush(struct cb *cb)
 {
-    for (unsigned n = 0; n < cb->s->nnames; n++)
-        watch_route(cb, n);
+    struct sim *s = cb->s;
+    for (unsigned n = 0; n < s->nnames; n++) {
+        if (!cb->waiting[n] || !cslot_current(cb, s->name_cslot[n]))
+            continue;
+        cb->waiting[n] = false;
+        if (cb->ev.on_unwatched)
+            cb->ev.on_unwatched(cb->ev.arg, s->names[n], strlen(s->names[n]));
+    }
+}
+
+/* The map changed from before (per cslot): each master that lost slots
+ * ends the subscriptions of their names and reports each, which the core
+ * asks for again, of the new master; one whose notice link is down lost
+ * them with it, so the core asks for every name (backend_cluster.c's
+ * unwatch_moved()). */
+static void unwatch_moved(struct cb *cb, const int *before)
+{
+    struct sim *s = cb->s;
+    bool all = false;
+    for (unsigned i = 0; i < s->ncslots; i++)
+        if (before[i] != cb->owner[i])
+            cb->refused[i] = false;
+    for (unsigned n = 0; n < s->nnodes; n++) {
+        bool lost[SIM_MAX_NAMES] = {false}, any = false;
+        for (unsigned i = 0; i < s->ncslots; i++)
+            if (before[i] == (int)n && cb->owner[i] != (int)n)
+                lost[i] = any = true;
+        if (!any)
+            continue;
+        struct link *l = link_at(s, cb->ag->id, n);
+        if (l->subscribed)
+            link_unwatch_cslots(l, lost);
+        else
+            all = true;
+    }
+    if (all)
+        cb->ev.on_subscribed(cb->ev.arg);
 }
 
 /* The map read arrives: failovers are judged against the previous map,
@@ -429,6 +457,8 @@ static void map_reply(struct cb *cb)
     bool slots[SIM_MAX_NAMES] = {false}, failed[SIM_MAX_NODES] = {false},
          promoted[SIM_MAX_NODES] = {false};
     bool any = false;
+    int before[SIM_MAX_NAMES];
+    memcpy(before, cb->owner, sizeof before);
     cb->reading = false;
     for (unsigned i = 0; i < s->ncslots; i++) {
         int from = cb->owner[i], to = cb->snap_owner[i];
@@ -437,6 +467,7 @@ static void map_reply(struct cb *cb)
     }
     for (unsigned i = 0; i < s->ncslots; i++)
         cb->owner[i] = cb->snap_owner[i];
+    memset(cb->refused, 0, sizeof cb->refused);
     for (unsigned n = 0; n < s->nnodes; n++) {
         promoted[n] = cb->snap_gen[n] != cb->mgen[n];
         cb->mgen[n] = cb->snap_gen[n];
@@ -459,7 +490,8 @@ static void map_reply(struct cb *cb)
         if (promoted[n] && l->known_gen != cb->mgen[n])
             link_doubt(l); /* no on_doubt of its own: given above */
     }
-    rewatch_all(cb);
+    unwatch_moved(cb, before);
+    waiting_flush(cb);
     if (first)
         cb->ev.on_ready(cb->ev.arg);
 }
@@ -470,6 +502,8 @@ static void note_moved(struct cb *cb, unsigned cslot, int to)
 {
     struct sim *s = cb->s;
     int from = cb->owner[cslot];
+    int before[SIM_MAX_NAMES];
+    memcpy(before, cb->owner, sizeof before);
     if (from != to && from >= 0 && failed_over(cb, from, to, false)) {
         bool slots[SIM_MAX_NAMES] = {false};
         for (unsigned i = 0; i < s->ncslots; i++) {
@@ -486,7 +520,8 @@ static void note_moved(struct cb *cb, unsigned cslot, int to)
     } else {
         cb->owner[cslot] = to;
     }
-    rewatch_all(cb);
+    unwatch_moved(cb, before);
+    waiting_flush(cb);
     refresh_soon(cb);
 }
 
@@ -678,42 +713,46 @@ static int c_lookup(struct backend *b, const char *name, size_t len, backend_loo
     return submit(b, OP_LOOKUP, &req, NULL, cb, arg);
 }
 
+/* To the master of the name's slot by the map, which keeps the
+ * subscription; while the map names none, or a stale one, the name waits
+ * for the next map (backend_cluster.c's cl_watch()). */
 static int c_watch(struct backend *b, const char *name, size_t len, bool on)
 {
     struct cb *cb = (struct cb *)b;
     int idx = sim_name_index(cb->s, name, len);
     if (idx < 0)
         return DLOCK_EINVAL;
-    if (!on) {
-        if (cb->watch_node[idx] >= 0) {
-            struct link *l = link_at(cb->s, cb->ag->id, (unsigned)cb->watch_node[idx]);
-            l->base.ops->watch(&l->base, name, len, false);
-        }
-        cb->watch_node[idx] = -1;
-        cb->watched[idx] = false;
+    unsigned cslot = cb->s->name_cslot[idx];
+    int to = cb->owner[cslot];
+    cb->waiting[idx] = on && !cslot_current(cb, cslot);
+    if (cb->waiting[idx]) {
+        refresh_soon(cb);
         return 0;
     }
-    cb->watched[idx] = true;
-    watch_route(cb, (unsigned)idx);
-    return 0;
+    if (to < 0)
+        return 0;
+    struct link *l = link_at(cb->s, cb->ag->id, (unsigned)to);
+    return l->base.ops->watch(&l->base, name, len, on);
 }
 
-/* A node ended a watched name's subscription (its slot moved away, or it
- * answered MOVED): asked of the node the map names now if another, else
- * after the map is read again. */
+/* A master let a name's subscription go (its slot moved away, it answered
+ * MOVED, or the map moved it): the core asks again; when the map still names
+ * that master it is stale, and the slot waits for the next read. */
 static void on_dropped(void *arg, const char *name, size_t len)
 {
     struct link *l = arg;
     struct cb *cb = (struct cb *)l->ag->be;
-    int idx = sim_name_index(cb->s, name, len);
-    if (idx < 0 || !cb->watched[idx] || cb->watch_node[idx] != (int)l->nd->id)
+    int idx = sim_name_index(l->s, name, len);
+    if (!cb || idx < 0)
         return;
-    cb->watch_node[idx] = -1;
-    int owner = cb->owner[cb->s->name_cslot[idx]];
-    if (owner >= 0 && owner != (int)l->nd->id)
-        watch_route(cb, (unsigned)idx);
-    else
+    unsigned cslot = cb->s->name_cslot[idx];
+    int owner = cb->owner[cslot];
+    if (owner < 0 || owner == (int)l->nd->id) {
+        cb->refused[cslot] = true;
         refresh_soon(cb);
+    }
+    if (cb->ev.on_unwatched)
+        cb->ev.on_unwatched(cb->ev.arg, name, len);
 }
 
 static void c_flush(struct backend *b)
@@ -804,10 +843,8 @@ struct backend *cluster_backend_new(struct agent *ag, const struct backend_event
     cb->ag = ag;
     cb->ev = *ev;
     TAILQ_INIT(&cb->ops);
-    for (unsigned i = 0; i < SIM_MAX_NAMES; i++) {
+    for (unsigned i = 0; i < SIM_MAX_NAMES; i++)
         cb->owner[i] = -1;
-        cb->watch_node[i] = -1;
-    }
     struct backend_events nev = {.arg = cb,
                                  .on_notice = on_node_notice,
                                  .on_subscribed = on_node_subscribed,

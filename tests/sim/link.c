@@ -5,13 +5,15 @@
  * agent's clock at arrival; a lost connection fails what is in flight with
  * DLOCK_EUNAVAIL (each command having run on the node or not), reconnects
  * with backoff and jitter, then reports on_ready and, once the notice
- * connection is up and the watched names are asked for again,
- * on_subscribed. Release notices are per name, as in notice_link.c: the
- * watch op asks the node for a name's channel (or drops it) on the notice
- * connection, whose own delays and order are independent of the command
- * connection's; the node confirms each subscription with a notice for the
- * name, publishes a release only to the links subscribed to its name, and
- * forgets a connection's subscriptions when it is lost. Like the real
+ * connection is up, on_subscribed. Release notices are per name, as in
+ * notice_link.c: the watch op asks the node for a name's channel (or drops
+ * it) on the notice connection, whose own delays and order are independent
+ * of the command connection's; the node confirms each subscription with a
+ * notice for the name, publishes a release only to the links subscribed to
+ * its name, and forgets a connection's subscriptions when it is lost. The
+ * link keeps only what its connection holds: a name asked for while it is
+ * down, or already asked for, is left as it is, and a new connection has no
+ * subscription until the core asks again (on_subscribed). Like the real
  * single-node backend it has a command watchdog and, in quorum mode, the
  * restart exclusion read from the node's run id, uptime and persistence.
  * In sentinel mode the link follows the master as backend_sentinel.c does:
@@ -200,10 +202,12 @@ static int l_watch(struct backend *b, const char *name, size_t len, bool on)
     int idx = sim_name_index(l->s, name, len);
     if (l->closing || idx < 0)
         return idx < 0 ? DLOCK_EINVAL : 0;
+    /* While the notice connection is down nothing is kept: the core asks
+     * again once it is up. */
+    if (!l->subscribed || l->want[idx] == on)
+        return 0;
     l->want[idx] = on;
-    /* While the notice connection is down, the name waits for it. */
-    if (l->subscribed)
-        send_subscription(l, idx, on);
+    send_subscription(l, idx, on);
     return 0;
 }
 
@@ -353,6 +357,23 @@ void link_reply(struct msg *m)
     to_agent(l, m);
 }
 
+/* Cluster mode: the agent's map says the node no longer serves the slots
+ * set in cslots: the link unsubscribes their names, forgets them and says
+ * so (notice_link_unwatch_slots()). */
+void link_unwatch_cslots(struct link *l, const bool *cslots)
+{
+    struct sim *s = l->s;
+    for (unsigned i = 0; i < s->nnames; i++) {
+        if (!l->want[i] || !cslots[s->name_cslot[i]])
+            continue;
+        l->want[i] = false;
+        send_subscription(l, (int)i, false);
+        TRACE(s, "agent%u: %s is no longer node%u's", l->ag->id, s->names[i], l->nd->id);
+        if (l->dropped)
+            l->dropped(l->dropped_arg, s->names[i], strlen(s->names[i]));
+    }
+}
+
 /* Cluster mode: the node no longer serves name idx's channel (its slot
  * moved away): it ends the subscription with an sunsubscribe message. */
 void link_sunsubscribe(struct link *l, unsigned idx)
@@ -472,6 +493,7 @@ void link_drop(struct link *l, const char *why)
     TRACE(s, "agent%u: link to node%u lost (%s)", l->ag->id, l->nd->id, why);
     l->connected = l->subscribed = l->connecting = false;
     memset(l->nsub, 0, sizeof l->nsub); /* the node forgets the subscriptions */
+    memset(l->want, 0, sizeof l->want); /* and the link, the names asked for */
     l->epoch++;
     l->watchdog_armed = false;
     l->watchdog_gen++;
@@ -734,9 +756,6 @@ void link_event(struct sim *s, const struct event *e)
             }
             l->subscribed = true;
             TRACE(s, "agent%u: notice link to node%u up", l->ag->id, l->nd->id);
-            for (unsigned i = 0; i < s->nnames; i++)
-                if (l->want[i])
-                    send_subscription(l, (int)i, true);
             if (l->have_ev)
                 l->ev.on_subscribed(l->ev.arg);
         }

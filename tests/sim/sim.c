@@ -1247,6 +1247,13 @@ static void ag_subscribed(void *arg)
         core_resubscribed(&ag->core, agent_now(ag));
 }
 
+static void ag_unwatched(void *arg, const char *name, size_t len)
+{
+    struct agent *ag = arg;
+    if (ag->core_live)
+        core_unwatched(&ag->core, name, len, agent_now(ag));
+}
+
 static void ag_ready(void *arg)
 {
     struct agent *ag = arg;
@@ -2454,6 +2461,7 @@ static int setup(struct sim *s)
         struct backend_events ev = {.arg = ag,
                                     .on_notice = ag_notice,
                                     .on_subscribed = ag_subscribed,
+                                    .on_unwatched = ag_unwatched,
                                     .on_ready = ag_ready,
                                     .on_doubt = s->sentinel ? ag_doubt : NULL};
         if (s->cluster) {

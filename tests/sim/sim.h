@@ -226,9 +226,9 @@ struct link {
     size_t npending;
     uint64_t to_node_at, to_agent_at, notice_at; /* FIFO: last delivery times */
     uint64_t sub_at;                             /* the notice connection's, to the node */
-    /* Release notices: the names the agent watches (kept across
-     * connections), and those the node holds a subscription of on this
-     * connection (lost with it). Indexed as sim.names. */
+    /* Release notices: the names the agent asked for on this connection,
+     * and those the node holds a subscription of on it (both lost with it:
+     * the core asks again). Indexed as sim.names. */
     bool want[SIM_MAX_NAMES];
     bool nsub[SIM_MAX_NAMES];
     uint64_t last_reply; /* agent clock */
@@ -245,8 +245,9 @@ struct link {
     uint64_t known_gen;
     int last_error;
     uint64_t last_rtt;
-    /* Cluster mode: the node ended a subscription (a MOVED answer to it, or
-     * its slot moved away), and the link forgot the name. */
+    /* Cluster mode: the link forgot a name the agent asked for (the node
+     * answered MOVED or its slot moved away, or the agent's map says so),
+     * as backend_events.on_unwatched. */
     void (*dropped)(void *arg, const char *name, size_t len);
     void *dropped_arg;
 };
@@ -701,6 +702,8 @@ void link_reply(struct msg *m); /* the node answered m */
 void link_node_down(struct link *l);
 void link_doubt(struct link *l); /* sentinel: the agent gives the old master up */
 void link_publish(struct link *l, const char *name, size_t len);
+/* Cluster mode: the agent's map moved the slots set in cslots off l's node. */
+void link_unwatch_cslots(struct link *l, const bool *cslots);
 void link_sunsubscribe(struct link *l, unsigned idx); /* cluster: the node ends it */
 void link_subscription(struct msg *m);                /* the node runs a SUBSCRIBE or UNSUBSCRIBE */
 int sim_name_index(const struct sim *s, const char *name, size_t len); /* -1: none */
