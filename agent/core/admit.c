@@ -4,12 +4,7 @@
 
 #include "dlock.h"
 
-#ifdef DLOCK_PLANTED_BUGS
-#include "core.h"
-#define PLANTED(b) (core_bug == (b))
-#else
-#define PLANTED(b) 0
-#endif
+#include "planted.h"
 
 bool admit_compatible(const struct admit_ask *a, const struct admit_ask *b)
 {

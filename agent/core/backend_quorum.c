@@ -27,7 +27,7 @@
 #include "quorum.h"
 #include "util.h"
 #ifdef DLOCK_PLANTED_BUGS
-#include "core.h"
+#include "planted.h"
 #endif
 
 #define QMAX CONFIG_MAX_NODES

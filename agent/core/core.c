@@ -23,9 +23,6 @@
 
 #ifdef DLOCK_PLANTED_BUGS
 enum core_bug core_bug;
-#define PLANTED(b) (core_bug == (b))
-#else
-#define PLANTED(b) 0
 #endif
 
 static void lock_settle(struct core *k, struct lock *l, uint64_t now);
