@@ -177,12 +177,12 @@ static void holder(const struct script_holders *hs, const char *name)
     terminated(h->record, sizeof h->record);
     if (h->nodes != 1 || h->nodes_holding != (h->value[0] != '\0'))
         abort();
-    terminated(hs->kind, sizeof hs->kind);
-    if (hs->shown > SCRIPT_PERMITS_SHOWN || (!hs->kind[0] && (hs->permits || hs->shown)))
+    terminated(h->kind, sizeof h->kind);
+    if (h->shown > SCRIPT_PERMITS_SHOWN || (!h->kind[0] && (h->permits || h->shown)))
         abort();
-    for (unsigned i = 0; i < hs->shown; i++) {
-        terminated(hs->permit[i].token, sizeof hs->permit[i].token);
-        terminated(hs->permit[i].record, sizeof hs->permit[i].record);
+    for (unsigned i = 0; i < h->shown; i++) {
+        terminated(h->permit[i].token, sizeof h->permit[i].token);
+        terminated(h->permit[i].record, sizeof h->permit[i].record);
     }
     for (int json = 0; json < 2; json++) {
         struct sbuf b = {0};
