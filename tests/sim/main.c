@@ -17,7 +17,7 @@ struct bug {
     const char *name;
     int core; /* enum core_bug, or the model's own: -1 release_no_compare, -2 no_confirm,
                * -3 cluster_no_doubt, -4 cluster_ask_as_moved, -5 cluster_stale_owner,
-               * -6 counted_renew_shortens, -7 counted_no_mismatch */
+               * -6 counted_renew_shortens, -7 counted_no_mismatch, -8 set_unsorted */
 };
 
 static const struct bug bugs[] = {
@@ -55,6 +55,7 @@ static const struct bug bugs[] = {
     {"reader_joins_writer", CORE_BUG_READER_JOINS_WRITER},
     {"counted_renew_shortens", -6},
     {"counted_no_mismatch", -7},
+    {"set_unsorted", -8},
 #endif
     {NULL, 0},
 };
@@ -113,8 +114,10 @@ static int set_bug(const char *name)
             sim_bug_cluster_stale_owner = true;
         else if (b->core == -6)
             sim_bug_counted_renew_shortens = true;
-        else
+        else if (b->core == -7)
             sim_bug_counted_no_mismatch = true;
+        else
+            sim_bug_set_unsorted = true;
 #endif
         return 0;
     }

@@ -43,6 +43,8 @@ const char *const coverage_names[COV_COUNT] = {
     "EKIND answers",
     "readers behind another host's writer",
     "kinds or name sets refused",
+    "name sets held",
+    "name sets rolled back",
 };
 
 /* The checks and the faults that excuse them. */
@@ -925,6 +927,12 @@ static void env_granted(void *arg, struct core_client *cc, uint32_t req_id,
     c->doubted = false;
     c->holds = 1;
     c->reenter_left = 0;
+    if (c->set_lead >= 0) {
+        c->paused = false;
+        c->lease_ttl = g->ttl_ms;
+        client_next(&s->clients[c->set_lead], 0);
+        return;
+    }
     /* Hold for a while, now and then far beyond plan without touching the
      * lease (a paused process); now and then crash while holding. */
     uint64_t ttl = MS(g->ttl_ms), hold;
@@ -1050,6 +1058,10 @@ static void env_error(void *arg, struct core_client *cc, uint32_t req_id, int co
             return;
         }
         c->state = C_IDLE;
+        if (c->set_lead >= 0) {
+            client_next(&s->clients[c->set_lead], 0);
+            return;
+        }
         client_next(c, rng_range(&s->rng, 0, MS(300)));
         return;
     }
@@ -1419,13 +1431,14 @@ static void draw_kind(struct sim *s, struct sclient *c, struct wire_acquire *m)
     }
 }
 
-static void client_acquire(struct sclient *c)
+/* An acquire of name with wait_ms; a set's member asks for the exclusive
+ * kind and never crashes on its own. */
+static void client_acquire_name(struct sclient *c, unsigned name, int64_t wait_ms)
 {
     struct sim *s = c->s;
     struct agent *ag = c->ag;
-    c->acq_name = (unsigned)rng_below(&s->rng, s->nnames);
-    unsigned r = (unsigned)rng_below(&s->rng, 100);
-    c->acq_wait_ms = r < 50 ? -1 : r < 80 ? (int64_t)rng_range(&s->rng, 20, 3000) : 0;
+    c->acq_name = name;
+    c->acq_wait_ms = wait_ms;
     c->acq_req = ++c->next_req;
     c->acq_at = s->now;
     c->state = C_WAITING;
@@ -1440,7 +1453,9 @@ static void client_acquire(struct sclient *c)
     c->acq_max_hold = m.max_hold_ms;
     c->acq_progress = m.progress_ms;
     c->acq_ttl = m.ttl_ms;
-    if (s->kinds)
+    c->acq_kind = LOCK_EXCLUSIVE;
+    c->acq_set = false;
+    if (s->kinds && c->set_lead < 0)
         draw_kind(s, c, &m);
     unsigned n = ag->nfifo[c->acq_name];
     ag->fifo[c->acq_name][n] = (struct fifo_ent){.client = c->id,
@@ -1458,9 +1473,17 @@ static void client_acquire(struct sclient *c)
                                      : "",
           m.permits, m.flags & WIRE_ACQ_REENTRANT ? ", re-entrant" : "");
     /* A waiter may die while it waits. */
-    if (rng_chance(&s->rng, 5))
+    if (c->set_lead < 0 && rng_chance(&s->rng, 5))
         client_crash_at(c, rng_range(&s->rng, MS(1), MS(2000)));
     core_acquire(&ag->core, &c->cc, c->acq_req, &m, agent_now(ag));
+}
+
+static void client_acquire(struct sclient *c)
+{
+    struct sim *s = c->s;
+    unsigned name = (unsigned)rng_below(&s->rng, s->nnames);
+    unsigned r = (unsigned)rng_below(&s->rng, 100);
+    client_acquire_name(c, name, r < 50 ? -1 : r < 80 ? (int64_t)rng_range(&s->rng, 20, 3000) : 0);
 }
 
 /* The holder asks for the name again: re-entrant, the lease is taken
@@ -1573,11 +1596,150 @@ static void client_crash(struct sclient *c)
     client_next(c, rng_range(&s->rng, MS(1), MS(300)));
 }
 
+/* ---- multi-name sets ---- */
+
+/* The model's own planted bug: a set takes its names in its own random
+ * order instead of the library's byte-wise one. */
+bool sim_bug_set_unsorted;
+
+static struct sclient *set_member(struct sclient *l, unsigned k)
+{
+    return &l->s->clients[l->set_members[k]];
+}
+
+/* The next member takes its name with what is left of the set's one wait,
+ * as set_take() of the library: a try-once or an endless wait stays so. */
+static void set_take_next(struct sclient *l)
+{
+    struct sim *s = l->s;
+    int64_t w = l->set_wait_ms;
+    if (w > 0)
+        w = l->set_deadline > s->now ? (int64_t)((l->set_deadline - s->now) / MS(1)) : 0;
+    client_acquire_name(set_member(l, l->set_taken), l->set_names[l->set_taken], w);
+}
+
+/* A set of 2 or 3 of the seed's names, sorted byte-wise as
+ * dlock_lease_set_acquire() sorts them, taken one at a time. */
+static void set_start(struct sclient *l)
+{
+    struct sim *s = l->s;
+    struct rng *r = &s->rng;
+    unsigned pick[SIM_MAX_NAMES];
+    for (unsigned i = 0; i < s->nnames; i++)
+        pick[i] = i;
+    for (unsigned i = s->nnames - 1; i > 0; i--) {
+        unsigned j = (unsigned)rng_below(r, i + 1), x = pick[i];
+        pick[i] = pick[j];
+        pick[j] = x;
+    }
+    l->set_n = (unsigned)rng_range(r, 2, s->nnames);
+    for (unsigned i = 0; i < l->set_n; i++) {
+        unsigned k = i;
+        while (!sim_bug_set_unsorted && k > 0 &&
+               strcmp(s->names[l->set_names[k - 1]], s->names[pick[i]]) > 0) {
+            l->set_names[k] = l->set_names[k - 1];
+            k--;
+        }
+        l->set_names[k] = pick[i];
+    }
+    unsigned p = (unsigned)rng_below(r, 100);
+    l->set_wait_ms = p < 50 ? -1 : p < 80 ? (int64_t)rng_range(r, 20, 3000) : 0;
+    l->set_deadline = l->set_wait_ms > 0 ? s->now + MS((uint64_t)l->set_wait_ms) : 0;
+    l->set_phase = SP_TAKING;
+    l->set_taken = 0;
+    TRACE(s, "agent%u: client%u takes the set %s %s %s (wait %" PRId64 " ms)", l->ag->id, l->id,
+          s->names[l->set_names[0]], s->names[l->set_names[1]],
+          l->set_n > 2 ? s->names[l->set_names[2]] : "", l->set_wait_ms);
+    set_take_next(l);
+}
+
+/* A failure: every member taken so far is given back, and the set fails. */
+static void set_rollback(struct sclient *l, unsigned taken, const char *why)
+{
+    struct sim *s = l->s;
+    TRACE(s, "agent%u: client%u's set fails (%s): %u members given back", l->ag->id, l->id, why,
+          taken);
+    for (unsigned k = 0; k < taken; k++)
+        client_release(set_member(l, k));
+    if (taken)
+        s->res->cov[COV_SET_ROLLBACK]++;
+    l->set_phase = SP_NONE;
+    client_next(l, rng_range(&s->rng, 0, MS(300)));
+}
+
+/* The client counts the set held now: every member must hold its lease, on
+ * its page and not past its deadline (no part of a set is granted alone). */
+static void set_held(struct sclient *l)
+{
+    struct sim *s = l->s;
+    for (unsigned k = 0; k < l->set_n; k++) {
+        const struct sclient *m = set_member(l, k);
+        const struct page_slot *p = &m->page[m->lease_slot < SIM_PAGE_SLOTS ? m->lease_slot : 0];
+        bool held = m->state == C_HOLDING && p->used && p->lease_id == m->lease_id &&
+                    p->state != DLOCK_STATE_LOST &&
+                    (p->state != DLOCK_STATE_HELD || agent_now(m->ag) < p->deadline);
+        if (!held) {
+            violation(s, "multi-name", 0,
+                      "client%u's set held while its member %s (client%u) is not held", l->id,
+                      s->names[l->set_names[k]], m->id);
+            return;
+        }
+    }
+    s->res->cov[COV_SET_GRANT]++;
+    l->set_phase = SP_HELD;
+    TRACE(s, "agent%u: client%u holds its set of %u names", l->ag->id, l->id, l->set_n);
+    uint64_t ttl = MS(l->lease_ttl ? l->lease_ttl : s->ttl_lo);
+    client_next(l, rng_chance(&s->rng, 30) ? rng_range(&s->rng, 0, MS(20))
+                                           : rng_range(&s->rng, 0, 2 * ttl));
+}
+
+/* The leader's turn after its current member's answer (the library takes
+ * the next name once the call returns, never within the agent's callback):
+ * the next name, the whole set (unless a member was lost meanwhile:
+ * DLOCK_ELOST, everything given back), or, the member failed, the rollback. */
+static void set_advance(struct sclient *l)
+{
+    struct sclient *c = set_member(l, l->set_taken);
+    if (c->state == C_IDLE) {
+        set_rollback(l, l->set_taken, "a member failed");
+        return;
+    }
+    if (c->state != C_HOLDING)
+        return;
+    l->set_taken++;
+    if (l->set_taken < l->set_n) {
+        set_take_next(l);
+        return;
+    }
+    for (unsigned k = 0; k < l->set_n; k++)
+        if (set_member(l, k)->lost_seen) {
+            set_rollback(l, l->set_n, "a member was lost");
+            return;
+        }
+    set_held(l);
+}
+
+/* The set is released whole: every member, each checked by client_release. */
+static void set_release(struct sclient *l)
+{
+    TRACE(l->s, "agent%u: client%u releases its set", l->ag->id, l->id);
+    for (unsigned k = 0; k < l->set_n; k++)
+        client_release(set_member(l, k));
+    l->set_phase = SP_NONE;
+}
+
 static void client_event(struct sclient *c)
 {
     struct sim *s = c->s;
     if (c->state == C_DONE)
         return;
+    /* A set's other members act only when its leader tells them. */
+    if (c->set_lead >= 0 && (unsigned)c->set_lead != c->id)
+        return;
+    if (c->set_lead >= 0 && c->set_phase == SP_TAKING) {
+        set_advance(c);
+        return;
+    }
     if (c->crash_next) {
         c->crash_next = false;
         client_crash(c);
@@ -1587,12 +1749,22 @@ static void client_event(struct sclient *c)
     case C_IDLE:
         if (!s->running || c->ops_left == 0) {
             c->state = C_DONE;
+            for (unsigned k = 0; c->set_lead >= 0 && k < s->nnames; k++)
+                set_member(c, k)->state = C_DONE;
             TRACE(s, "agent%u: client%u done", c->ag->id, c->id);
             return;
         }
-        client_acquire(c);
+        if (c->set_lead >= 0)
+            set_start(c);
+        else
+            client_acquire(c);
         break;
     case C_HOLDING:
+        if (c->set_lead >= 0) {
+            if (c->set_phase == SP_HELD)
+                set_release(c);
+            break;
+        }
         if (c->reenter_left && !c->lost_seen) {
             c->reenter_left--;
             client_again(c, true);
@@ -2289,6 +2461,40 @@ static bool kinds_seed(uint64_t seed)
     return z % 3 != 0;
 }
 
+/* One seed in three (by another hash, outside the random stream) adds
+ * clients that take sets of names; the others run as before. */
+static bool sets_seed(uint64_t seed)
+{
+    uint64_t z = seed + 0x2545f4914f6cdd1dull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return z % 3 == 0;
+}
+
+/* Two set clients, each on one agent with a member (a connection) per name
+ * of its largest set, the first member leading. */
+static void plan_sets(struct sim *s)
+{
+    struct rng *r = &s->rng;
+    for (unsigned g = 0; g < 2; g++) {
+        unsigned lead = s->nclients;
+        struct agent *ag = &s->agents[rng_below(r, s->nagents)];
+        for (unsigned k = 0; k < s->nnames; k++) {
+            struct sclient *c = &s->clients[s->nclients];
+            c->s = s;
+            c->id = s->nclients++;
+            c->ag = ag;
+            client_reset(c);
+            c->set_lead = (int)lead;
+            c->ops_left = UINT32_MAX / 2;
+            s->clients[lead].set_members[k] = c->id;
+        }
+        s->clients[lead].ops_left = (unsigned)rng_range(r, 2, 10);
+        client_next(&s->clients[lead], rng_range(r, MS(5), MS(500)));
+    }
+}
+
 /* Each name's mix of kinds and its semaphore's permits (1 to 3). */
 static void plan_kinds(struct sim *s)
 {
@@ -2497,9 +2703,12 @@ static int setup(struct sim *s)
         c->id = i;
         c->ag = &s->agents[i < s->nagents ? i : rng_below(r, s->nagents)];
         client_reset(c);
+        c->set_lead = -1;
         c->ops_left = (unsigned)rng_range(r, 2, 10);
         client_next(c, rng_range(r, MS(5), MS(500)));
     }
+    if (sets_seed(s->seed) && s->nnames >= 2)
+        plan_sets(s);
     s->run_end = span + MS(2000);
     /* Waiters are served once every holder ahead has held: a paused holder
      * holds up to 8 TTLs of at most max_ttl_ms, and each client can be one. */

@@ -17,7 +17,7 @@
 
 #define SIM_MAX_AGENTS  4
 #define SIM_MAX_NODES   5
-#define SIM_MAX_CLIENTS 12 /* in all */
+#define SIM_MAX_CLIENTS 16 /* in all: up to 8, and the members of up to 2 sets */
 #define SIM_MAX_NAMES   3
 #define SIM_MAX_FAULTS  12
 #define SIM_PAGE_SLOTS  4
@@ -330,7 +330,18 @@ struct sclient {
     bool rel_nonlast;  /* a release of a re-entered lease that is not its last */
     bool rel_answered; /* the release was answered */
     bool slot_freed;   /* the lease's slot was freed (by a release or the close) */
+    /* Multi-name sets (the set seeds): a set's leader (its member 0) takes
+     * the set's names one at a time through its members, as
+     * dlock_lease_set_acquire() does, each member one exclusive lease. */
+    int set_lead;      /* the leader's index; -1: in no set */
+    uint8_t set_phase; /* the leader's: SP_NONE, SP_TAKING, SP_HELD */
+    unsigned set_n, set_taken;
+    unsigned set_names[SIM_MAX_NAMES];   /* in the order taken */
+    unsigned set_members[SIM_MAX_NAMES]; /* client indices; [0] is the leader */
+    int64_t set_wait_ms;
+    uint64_t set_deadline; /* virtual: a finite wait's end */
 };
+enum { SP_NONE, SP_TAKING, SP_HELD };
 
 /* A pending acquire, for the FIFO check. */
 struct fifo_ent {
@@ -442,18 +453,20 @@ enum excl {
  * vacuous (a cohort that used its whole block, a bounded hold that
  * stopped renewal, and so on). */
 enum coverage {
-    COV_BLOCK_END,   /* a handoff took the last token of its block */
-    COV_HOLD_STOP,   /* renewal stopped for a maximum hold or a stalled holder */
-    COV_LOST,        /* a LOST event */
-    COV_OUTAGE_FAIL, /* a waiter for ever failed after riding out an outage */
-    COV_RELEASE_LAG, /* a released key still on a node 1.2 s after its release */
-    COV_RECOVERED,   /* an excuse's window ended with a lease valid and checked again */
-    COV_JOIN,        /* a shared request joined the local holders' grant */
-    COV_SEM_BESIDE,  /* a semaphore permit granted beside local holders of the name */
-    COV_REENTER,     /* a re-entrant acquire took the holder's lease again */
-    COV_EKIND,       /* an acquire answered DLOCK_EKIND */
-    COV_READER_WAIT, /* a shared acquire found the name taken for another host's writer */
-    COV_REFUSED,     /* a kind the agent's store does not keep refused (DLOCK_EINVAL) */
+    COV_BLOCK_END,    /* a handoff took the last token of its block */
+    COV_HOLD_STOP,    /* renewal stopped for a maximum hold or a stalled holder */
+    COV_LOST,         /* a LOST event */
+    COV_OUTAGE_FAIL,  /* a waiter for ever failed after riding out an outage */
+    COV_RELEASE_LAG,  /* a released key still on a node 1.2 s after its release */
+    COV_RECOVERED,    /* an excuse's window ended with a lease valid and checked again */
+    COV_JOIN,         /* a shared request joined the local holders' grant */
+    COV_SEM_BESIDE,   /* a semaphore permit granted beside local holders of the name */
+    COV_REENTER,      /* a re-entrant acquire took the holder's lease again */
+    COV_EKIND,        /* an acquire answered DLOCK_EKIND */
+    COV_READER_WAIT,  /* a shared acquire found the name taken for another host's writer */
+    COV_REFUSED,      /* a kind the agent's store does not keep refused (DLOCK_EINVAL) */
+    COV_SET_GRANT,    /* a set of names held whole */
+    COV_SET_ROLLBACK, /* a set's members given back after a failure */
     COV_COUNT
 };
 extern const char *const coverage_names[COV_COUNT];
@@ -653,6 +666,7 @@ extern bool sim_bug_release_no_compare;
 extern bool sim_bug_no_confirm;
 extern bool sim_bug_counted_renew_shortens;
 extern bool sim_bug_counted_no_mismatch;
+extern bool sim_bug_set_unsorted;
 
 /* sim.c */
 bool sim_quorum_available(void);
