@@ -387,7 +387,10 @@ static void lease_set_state(struct core *k, struct lease *le, uint8_t state, int
  * bounded hold stops at its deadline, not at the next renewal or retry. */
 static void lease_timer(struct core *k, struct lease *le, uint64_t due)
 {
-    if (le->hold_until && le->hold_until < due && le->stopped != DLOCK_EHOLDLIMIT)
+    /* (The planted hold_forever renews past the limit as if there were
+     * none: aiming at a limit it never stops at would spin.) */
+    if (le->hold_until && le->hold_until < due && le->stopped != DLOCK_EHOLDLIMIT &&
+        !PLANTED(CORE_BUG_HOLD_FOREVER))
         due = le->hold_until;
     timer_set(k, &le->timer, due);
 }
