@@ -640,30 +640,40 @@ static void grant(struct core *k, struct lock *l, struct waiter *w, uint64_t dea
     l->cohort_next = fence + 1;
 }
 
-/* The kept key of l passes to its first waiter, without the store: a new
- * lease, valid until the released lease's deadline at most, with the next
- * reserved token. Its renewal stays due when the released lease's was (at
- * once when the TTL differs). */
-static void hand_over(struct core *k, struct lock *l, uint64_t now)
+/* The first waiter takes the next token of the last grant's cohort, on the
+ * key `token`, without the store: a new lease, valid until cap at most (the
+ * lease whose key it shares, of TTL cap_ttl, renewed next at cap_due).
+ * Its renewal comes with that lease's, or at once with another TTL. NULL
+ * when it cannot be (the waiter is answered with the error). */
+static struct lease *cohort_pass(struct core *k, struct lock *l, const char *token, uint64_t cap,
+                                 uint32_t cap_ttl, uint64_t cap_due, uint64_t fence, uint64_t now)
 {
-    struct waiter *w = l->qhead;
-    uint32_t ttl_ms = w->ttl_ms; /* w is gone once answered */
-    l->phase = LOCK_IDLE;
-    uint64_t deadline = l->kept_deadline, fresh = validity_end(now, ttl_ms);
-    if (fresh < deadline)
-        deadline = fresh;
-    uint64_t fence = l->cohort_next;
-    if (PLANTED(CORE_BUG_HANDOFF_SAME_FENCE))
-        fence--;
-    struct lease *le = lease_start(k, l, w, l->acq_token, ttl_ms, deadline, fence, now, now);
-    if (!le) {
-        release_grant(k, l, l->kept_ttl_ms, now);
-        return;
-    }
+    uint32_t ttl_ms = l->qhead->ttl_ms; /* the waiter is gone once answered */
+    uint64_t deadline = validity_end(now, ttl_ms);
+    if (cap < deadline)
+        deadline = cap;
+    struct lease *le = lease_start(k, l, l->qhead, token, ttl_ms, deadline, fence, now, now);
+    if (!le)
+        return NULL;
     l->cohort_next++;
     l->cohort_left--;
     k->stats.handoffs++;
-    lease_timer(k, le, ttl_ms == l->kept_ttl_ms ? l->kept_renew_due : now);
+    lease_timer(k, le, ttl_ms == cap_ttl ? cap_due : now);
+    return le;
+}
+
+/* The kept key of l passes to its first waiter (cohort_pass), valid until
+ * the released lease's deadline at most; the key goes to the store if it
+ * cannot. */
+static void hand_over(struct core *k, struct lock *l, uint64_t now)
+{
+    l->phase = LOCK_IDLE;
+    uint64_t fence = l->cohort_next;
+    if (PLANTED(CORE_BUG_HANDOFF_SAME_FENCE))
+        fence--;
+    if (!cohort_pass(k, l, l->acq_token, l->kept_deadline, l->kept_ttl_ms, l->kept_renew_due, fence,
+                     now))
+        release_grant(k, l, l->kept_ttl_ms, now);
 }
 
 /* May the lock's last grant from the store pass to one more local holder
@@ -711,25 +721,13 @@ static const struct lease *join_source(const struct core *k, const struct lock *
 }
 
 /* The first waiter, a shared request, joins the grant of the shared holder
- * src: a new lease on src's key (the store's permit), valid until src's
- * deadline at most, with the next reserved token. */
+ * src (cohort_pass): a new lease on src's key (the store's permit), valid
+ * until src's deadline at most; src keeps the key if it cannot. */
 static void join_holders(struct core *k, struct lock *l, const struct lease *src, uint64_t now)
 {
-    struct waiter *w = l->qhead;
-    uint32_t ttl_ms = w->ttl_ms; /* w is gone once answered */
-    uint64_t deadline = src->deadline, fresh = validity_end(now, ttl_ms);
-    if (fresh < deadline)
-        deadline = fresh;
-    /* Its first renewal comes with src's, or at once with another TTL. */
-    uint64_t due = ttl_ms == src->ttl_ms && tnode_queued(&src->timer) ? src->timer.due : now;
     uint64_t fence = PLANTED(CORE_BUG_JOIN_SAME_FENCE) ? src->fence : l->cohort_next;
-    struct lease *le = lease_start(k, l, w, src->token, ttl_ms, deadline, fence, now, now);
-    if (!le)
-        return; /* w was answered with the error; src keeps the key */
-    l->cohort_next++;
-    l->cohort_left--;
-    k->stats.handoffs++;
-    lease_timer(k, le, due);
+    uint64_t due = tnode_queued(&src->timer) ? src->timer.due : now;
+    cohort_pass(k, l, src->token, src->deadline, src->ttl_ms, due, fence, now);
 }
 
 /* What the lock has granted here, for the admission rule. */
