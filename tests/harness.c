@@ -1223,13 +1223,19 @@ static void on_acquired(dlock_client *c, int status, dlock_lease *lease, void *a
     a->at_ms = h_now_ms();
 }
 
+void h_acquire_spec_async(struct h_cl *cl, const char *name, const dlock_acquire_options *o,
+                          const dlock_lock_spec *spec, struct h_acq *acq)
+{
+    memset(acq, 0, sizeof *acq);
+    int rc = dlock_lease_acquire_spec_async(cl->c, name, o, spec, on_acquired, acq);
+    cr_assert_eq(rc, 0, "acquire_async %s: %s (%d)", name, dlock_strerror(rc), rc);
+}
+
 void h_acquire_async(struct h_cl *cl, const char *name, uint32_t ttl_ms, int64_t wait_ms,
                      struct h_acq *acq)
 {
-    memset(acq, 0, sizeof *acq);
     dlock_acquire_options o = {.ttl_ms = ttl_ms, .wait_ms = wait_ms, .flags = 0};
-    int rc = dlock_lease_acquire_async(cl->c, name, &o, on_acquired, acq);
-    cr_assert_eq(rc, 0, "acquire_async %s: %s (%d)", name, dlock_strerror(rc), rc);
+    h_acquire_spec_async(cl, name, &o, NULL, acq);
 }
 
 int h_acq_done(const struct h_acq *acq, int n, int *ok)

@@ -381,6 +381,9 @@ dlock_lease *h_must_acquire(struct h_cl *cl, const char *name, uint32_t ttl_ms);
 /* Asynchronous acquire; fails the test if it could not be sent. */
 void h_acquire_async(struct h_cl *cl, const char *name, uint32_t ttl_ms, int64_t wait_ms,
                      struct h_acq *acq);
+/* The same with all the options and a lock kind (spec NULL: exclusive). */
+void h_acquire_spec_async(struct h_cl *cl, const char *name, const dlock_acquire_options *o,
+                          const dlock_lock_spec *spec, struct h_acq *acq);
 /* How many of the n acquires are done; of those, how many succeeded in *ok
  * (ok may be NULL). */
 int h_acq_done(const struct h_acq *acq, int n, int *ok);

@@ -287,26 +287,13 @@ static dlock_lease *must(struct h_cl *cl, const char *name, uint32_t flags,
     return l;
 }
 
-static void on_async(dlock_client *c, int status, dlock_lease *lease, void *arg)
-{
-    struct h_acq *a = arg;
-    (void)c;
-    a->done = 1;
-    a->status = status;
-    a->lease = lease;
-    a->seq = ++H.acq_seq;
-    a->at_ms = h_now_ms();
-}
-
 /* Starts an acquire that waits for ever, and makes sure the agent has
  * taken it (it handles a connection's frames in order). */
 static void wait_async(struct h_cl *cl, const char *name, uint32_t flags,
                        const dlock_lock_spec *spec, struct h_acq *a)
 {
-    memset(a, 0, sizeof *a);
     dlock_acquire_options o = {.ttl_ms = K.ttl, .wait_ms = DLOCK_WAIT_FOREVER, .flags = flags};
-    int rc = dlock_lease_acquire_spec_async(cl->c, name, &o, spec, on_async, a);
-    cr_assert_eq(rc, 0, "acquire_async %s: %s", name, dlock_strerror(rc));
+    h_acquire_spec_async(cl, name, &o, spec, a);
     cr_assert_eq(dlock_client_ping(cl->c), 0);
 }
 
