@@ -1416,7 +1416,7 @@ Test(formats, cluster_with_a_tagged_prefix_is_refused)
     expect_good(&c, "agent", "prefix", "{locks}:");
     char err[512];
     cr_assert_eq(config_validate(&c, err, sizeof err), -1);
-    cr_assert_not_null(strstr(err, "[formats] redisson"), "%s", err);
+    cr_assert_not_null(strstr(err, "[formats]"), "%s", err);
     expect_good(&c, "agent", "prefix", "locks:");
     cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
 }
@@ -1425,7 +1425,7 @@ Test(formats, cluster_with_a_tagged_prefix_is_refused)
 Test(formats, redisson_channels)
 {
     char ch[64];
-    size_t n = redisson_channel("orders:1", 8, ch);
+    size_t n = redisson_channel(KEY_FORMAT_REDISSON, "orders:1", 8, ch);
     cr_assert_str_eq(ch, "redisson_lock__channel:{orders:1}");
     cr_assert_eq(n, strlen(ch));
     const char *name;

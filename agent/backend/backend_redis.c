@@ -361,12 +361,24 @@ static int rb_op(struct backend *be, const struct backend_req *req, backend_cb c
                                               [BACKEND_RENEW] = SCRIPT_RENEW_REDISSON,
                                               [BACKEND_RELEASE] = SCRIPT_RELEASE_REDISSON,
                                               [BACKEND_FENCE] = SCRIPT_FENCE_REDISSON};
+    static const enum script_id rw[] = {[BACKEND_ACQUIRE] = SCRIPT_ACQUIRE_RW,
+                                        [BACKEND_RENEW] = SCRIPT_RENEW_RW,
+                                        [BACKEND_RELEASE] = SCRIPT_RELEASE_RW,
+                                        [BACKEND_FENCE] = SCRIPT_FENCE_RW};
     struct rb *b = (struct rb *)be;
     if ((unsigned)req->op > BACKEND_FENCE)
         return DLOCK_EBACKEND;
     const enum script_id *by_op = req->kind == LOCK_EXCLUSIVE ? exclusive : counted;
-    if (formats_of(&b->cfg->formats, req->name, req->len) == KEY_FORMAT_REDISSON)
+    switch (formats_of(&b->cfg->formats, req->name, req->len)) {
+    case KEY_FORMAT_REDISSON:
         by_op = req->kind == LOCK_EXCLUSIVE ? redisson : NULL;
+        break;
+    case KEY_FORMAT_REDISSON_RW:
+        by_op = req->kind == LOCK_SEMAPHORE ? NULL : rw;
+        break;
+    case KEY_FORMAT_DLOCK:
+        break;
+    }
     if (!by_op)
         return DLOCK_EKIND;
     return submit(be, by_op[req->op], req, cb, NULL, arg);

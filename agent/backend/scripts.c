@@ -326,6 +326,88 @@ static const char lua_fence_redisson[] =
                             "if mark(KEYS[2]) < tonumber(ARGV[2]) then "
                             "redis.call('set', KEYS[2], ARGV[2]) end return 1";
 
+/* Redisson's RReadWriteLock format: the key is the name, a hash whose
+ * field "mode" is "read" or "write"; a writer's field is "ID:THREAD:write",
+ * a reader's "ID:THREAD", each -> its hold count; each of a reader's holds
+ * I has a key "{NAME}:ID:THREAD:rwlock_timeout:I" with the hold's TTL, and
+ * the hash's TTL is the latest of them (Redisson's read unlock reads them
+ * all; its read watchdog renews them all). The last unlock deletes the hash
+ * and publishes on "redisson_rwlock:{NAME}": 0 after a reader, 1 after a
+ * writer. dlock's reader keeps one timeout key per hold, as Redisson does;
+ * the fields are dlock's token and ":0" (and ":write" for a writer).
+ * ARGV[8] of each script says which side: "write" or "read". Renewals never
+ * shorten the hash's TTL, which other readers' holds may need. */
+#define LUA_RW                                                                                     \
+    "local write = ARGV[8] == 'write' "                                                            \
+    "local field = write and (ARGV[1] .. ':write') or ARGV[1] "                                    \
+    "local tkey = '{' .. KEYS[1] .. '}:' .. ARGV[1] .. ':rwlock_timeout:' "                        \
+    "local function stretch(ms) if redis.call('pttl', KEYS[1]) < tonumber(ms) then "               \
+    "redis.call('pexpire', KEYS[1], ms) end end "                                                  \
+    "local function timeouts(from, to, ms) for i = from, to do "                                   \
+    "if ms then redis.call('set', tkey .. i, 1, 'px', ms) else redis.call('del', tkey .. i) end "  \
+    "end end "                                                                                     \
+    "local held = redis.pcall('hget', KEYS[1], field) "                                            \
+    "if type(held) ~= 'string' then held = false end "
+
+/* Acquire: KEYS and ARGV[1..7] as Redisson's RLock acquire's. A key of
+ * another type, or a hash without a mode, is taken; so is a write mode, and
+ * a read mode for a writer. A reader that is granted adds its field to the
+ * readers (the turn as for dlock's shared kind: after the waiting writers). */
+static const char lua_acquire_rw[] = LUA_MARK LUA_QUEUE LUA_READERS LUA_RW
+    "local mode = redis.pcall('hget', KEYS[1], 'mode') "
+    "local function taken() join_as(not write) local t = redis.call('pttl', KEYS[1]) "
+    "if t < 0 then t = 0 end return -t end "
+    "if type(mode) ~= 'string' and (mode ~= false or redis.call('exists', KEYS[1]) == 1) then "
+    "return taken() end "
+    "if queue_turn((not write) and readers or nil) then join_as(not write) return 0 end "
+    "if mode == 'write' or (mode == 'read' and write) then return taken() end "
+    "if not mode then redis.call('hset', KEYS[1], 'mode', write and 'write' or 'read') end "
+    "redis.call('hset', KEYS[1], field, ARGV[7]) "
+    "if not write then timeouts(1, tonumber(ARGV[7]), ARGV[2]) end stretch(ARGV[2]) "
+    "if queued then redis.call('hdel', KEYS[3], me) end redis.call('hdel', KEYS[4], me) "
+    "local fence = tonumber(ARGV[3]) if not fence then fence = clock() end "
+    "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "
+    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) "
+    "return fence";
+
+/* Renew: while our field is there, its count follows the holds (ARGV[3]),
+ * a reader's timeout keys with it, and the hash lasts ARGV[2] ms at least. */
+static const char lua_renew_rw[] = LUA_RW
+    "if not held then return 0 end local n = tonumber(ARGV[3]) "
+    "redis.call('hset', KEYS[1], field, ARGV[3]) "
+    "if not write then timeouts(1, n, ARGV[2]) timeouts(n + 1, tonumber(held) or 0, nil) end "
+    "stretch(ARGV[2]) return 1";
+
+/* Release: while our field is there, it goes (a reader's timeout keys with
+ * it). A reader: while other holders remain, the hash lasts as long as the
+ * latest of their holds' timeout keys (as Redisson's read unlock does), and
+ * goes when none is left; a writer: the hash goes unless its holder's reads
+ * remain (mode read). When the hash goes, the unlock message goes on the
+ * channel (ARGV[2]; empty: none), 0 after a reader and 1 after a writer;
+ * ARGV[4] "s": SPUBLISH. */
+static const char lua_release_rw[] =
+    LUA_RW "if not held then return 0 end redis.call('hdel', KEYS[1], field) "
+           "if not write then timeouts(1, tonumber(held) or 0, nil) end "
+           "if redis.call('hlen', KEYS[1]) > 1 then "
+           "if write then redis.call('hset', KEYS[1], 'mode', 'read') return 1 end "
+           "local latest = -3 for _, f in ipairs(redis.call('hkeys', KEYS[1])) do "
+           "local c = tonumber(redis.call('hget', KEYS[1], f)) if c then for i = c, 1, -1 do "
+           "latest = math.max(latest, redis.call('pttl', '{' .. KEYS[1] .. '}:' .. f .. "
+           "':rwlock_timeout:' .. i)) end end end "
+           "if latest > 0 then redis.call('pexpire', KEYS[1], latest) return 1 end "
+           "if redis.call('hget', KEYS[1], 'mode') == 'write' then return 1 end end "
+           "redis.call('del', KEYS[1]) "
+           "if ARGV[2] ~= '' then local msg = write and '1' or '0' if ARGV[4] == 's' then "
+           "redis.call('spublish', ARGV[2], msg) else redis.call('publish', ARGV[2], msg) end end "
+           "return 1";
+
+/* Fence (quorum mode): while our field is there, raise the slot's mark to
+ * the grant's token (ARGV[2]). */
+static const char lua_fence_rw[] =
+    LUA_MARK LUA_RW "if not held then return 0 end "
+                    "if mark(KEYS[2]) < tonumber(ARGV[2]) then "
+                    "redis.call('set', KEYS[2], ARGV[2]) end return 1";
+
 /* ---- keys and arguments ---- */
 
 static void arg(struct script_args *a, const char *s, size_t len)
@@ -505,9 +587,43 @@ static void build_release_redisson(const struct script_ctx *ctx, const struct ba
 {
     arg_keys(a, 1, ctx, req);
     arg_field(a, req);
-    arg(a, a->channel, req->notify ? redisson_channel(req->name, req->len, a->channel) : 0);
+    arg(a, a->channel,
+        req->notify ? redisson_channel(formats_of(ctx->formats, req->name, req->len), req->name,
+                                       req->len, a->channel)
+                    : 0);
     arg(a, SCRIPT_REDISSON_UNLOCK, sizeof SCRIPT_REDISSON_UNLOCK - 1);
     arg(a, ctx->sharded ? "s" : "", ctx->sharded);
+}
+
+/* The side of a read-write lock: ARGV[8] of its scripts. */
+static void arg_side(struct script_args *a, int at, const struct backend_req *req)
+{
+    while (a->n < at)
+        arg(a, "", 0); /* arguments the script does not read */
+    const char *side = req->kind == LOCK_EXCLUSIVE ? "write" : "read";
+    arg(a, side, strlen(side));
+}
+
+/* RReadWriteLock: the arguments of the RLock scripts, then the side. */
+static void build_acquire_rw(const struct script_ctx *ctx, const struct backend_req *req,
+                             uint32_t permits, struct script_args *a)
+{
+    build_acquire_redisson(ctx, req, permits, a);
+    arg_side(a, 2 + 1 + 4 + 7, req);
+}
+
+static void build_renew_rw(const struct script_ctx *ctx, const struct backend_req *req,
+                           uint32_t permits, struct script_args *a)
+{
+    build_renew_redisson(ctx, req, permits, a);
+    arg_side(a, 2 + 1 + 1 + 7, req);
+}
+
+static void build_release_rw(const struct script_ctx *ctx, const struct backend_req *req,
+                             uint32_t permits, struct script_args *a)
+{
+    build_release_redisson(ctx, req, permits, a);
+    arg_side(a, 2 + 1 + 1 + 7, req);
 }
 
 /* KEYS: the name, the slot's mark. ARGV: our field, the grant's token. */
@@ -518,6 +634,13 @@ static void build_fence_redisson(const struct script_ctx *ctx, const struct back
     arg(a, a->hw, hw_key(ctx, a));
     arg_field(a, req);
     arg_num(a, 0, req->fence);
+}
+
+static void build_fence_rw(const struct script_ctx *ctx, const struct backend_req *req,
+                           uint32_t permits, struct script_args *a)
+{
+    build_fence_redisson(ctx, req, permits, a);
+    arg_side(a, 2 + 1 + 2 + 7, req);
 }
 
 size_t script_lock_key(const struct script_ctx *ctx, const char *name, size_t len, char *out)
@@ -618,8 +741,9 @@ static bool counted_of(const redisReply *rep, struct script_holders *h)
              * its token and SCRIPT_FIELD_SUFFIX. */
             snprintf(p->record, sizeof p->record, "%s", tok->str);
             p->holds = (unsigned)strtoul(rec->str, NULL, 10);
-            if (tok->len == 32 + sizeof SCRIPT_FIELD_SUFFIX - 1 &&
-                strcmp(tok->str + 32, SCRIPT_FIELD_SUFFIX) == 0)
+            if (tok->len >= 32 + sizeof SCRIPT_FIELD_SUFFIX - 1 &&
+                (strcmp(tok->str + 32, SCRIPT_FIELD_SUFFIX) == 0 ||
+                 strcmp(tok->str + 32, SCRIPT_FIELD_SUFFIX ":write") == 0))
                 snprintf(p->token, sizeof p->token, "%.32s", tok->str);
             continue;
         }
@@ -760,6 +884,31 @@ const struct script_def script_table[SCRIPT_COUNT] = {
                                  .urgent = true,
                                  .build = build_release_redisson,
                                  .decode = decode_flag},
+    [SCRIPT_ACQUIRE_RW] = {.what = "acquire",
+                           .src = lua_acquire_rw,
+                           .keys = 4,
+                           .wait = true,
+                           .build = build_acquire_rw,
+                           .decode = decode_acquire},
+    [SCRIPT_RENEW_RW] = {.what = "renewal",
+                         .src = lua_renew_rw,
+                         .keys = 1,
+                         .wait = true,
+                         .urgent = true,
+                         .build = build_renew_rw,
+                         .decode = decode_flag},
+    [SCRIPT_RELEASE_RW] = {.what = "release",
+                           .src = lua_release_rw,
+                           .keys = 1,
+                           .urgent = true,
+                           .build = build_release_rw,
+                           .decode = decode_flag},
+    [SCRIPT_FENCE_RW] = {.what = "fence",
+                         .src = lua_fence_rw,
+                         .keys = 2,
+                         .urgent = true,
+                         .build = build_fence_rw,
+                         .decode = decode_flag},
     [SCRIPT_FENCE_REDISSON] = {.what = "fence",
                                .src = lua_fence_redisson,
                                .keys = 2,

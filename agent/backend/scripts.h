@@ -41,6 +41,12 @@ enum script_id {
     SCRIPT_RENEW_REDISSON,   /* while our field is there: its count, and PEXPIRE */
     SCRIPT_RELEASE_REDISSON, /* while our field is there: DEL, and Redisson's unlock message */
     SCRIPT_FENCE_REDISSON,   /* quorum mode: raise the slot's mark while our field is there */
+    /* Redisson's RReadWriteLock hash: a writer (LOCK_EXCLUSIVE) or a reader
+     * (LOCK_SHARED) field. */
+    SCRIPT_ACQUIRE_RW,
+    SCRIPT_RENEW_RW,
+    SCRIPT_RELEASE_RW,
+    SCRIPT_FENCE_RW,
     SCRIPT_COUNT,
 };
 
