@@ -343,8 +343,10 @@ static int submit(struct backend *be, enum script_id s, const struct backend_req
 static int rb_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
                      void *arg)
 {
+    struct rb *b = (struct rb *)be;
     struct backend_req req = {.name = name, .len = len};
-    return submit(be, SCRIPT_LOOKUP, &req, NULL, cb, arg);
+    bool sem = formats_of(&b->cfg->formats, name, len) == KEY_FORMAT_REDISSON_SEM;
+    return submit(be, sem ? SCRIPT_LOOKUP_SEM : SCRIPT_LOOKUP, &req, NULL, cb, arg);
 }
 
 static int rb_op(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
@@ -365,6 +367,10 @@ static int rb_op(struct backend *be, const struct backend_req *req, backend_cb c
                                         [BACKEND_RENEW] = SCRIPT_RENEW_RW,
                                         [BACKEND_RELEASE] = SCRIPT_RELEASE_RW,
                                         [BACKEND_FENCE] = SCRIPT_FENCE_RW};
+    static const enum script_id sem[] = {[BACKEND_ACQUIRE] = SCRIPT_ACQUIRE_SEM,
+                                         [BACKEND_RENEW] = SCRIPT_RENEW_SEM,
+                                         [BACKEND_RELEASE] = SCRIPT_RELEASE_SEM,
+                                         [BACKEND_FENCE] = SCRIPT_FENCE_SEM};
     struct rb *b = (struct rb *)be;
     if ((unsigned)req->op > BACKEND_FENCE)
         return DLOCK_EBACKEND;
@@ -375,6 +381,9 @@ static int rb_op(struct backend *be, const struct backend_req *req, backend_cb c
         break;
     case KEY_FORMAT_REDISSON_RW:
         by_op = req->kind == LOCK_SEMAPHORE ? NULL : rw;
+        break;
+    case KEY_FORMAT_REDISSON_SEM:
+        by_op = req->kind == LOCK_SEMAPHORE ? sem : NULL;
         break;
     case KEY_FORMAT_DLOCK:
         break;

@@ -408,6 +408,95 @@ static const char lua_fence_rw[] =
                     "if mark(KEYS[2]) < tonumber(ARGV[2]) then "
                     "redis.call('set', KEYS[2], ARGV[2]) end return 1";
 
+/* Redisson's RPermitExpirableSemaphore format: the key is the name, a
+ * string with the number of free permits (set by Redisson's trySetPermits,
+ * or by dlock's first acquire to its N); each permit taken is a member of
+ * the sorted set "{NAME}:timeout", its id (16 bytes) -> its expiry (ms since
+ * 1970; Redisson's by its client's clock, dlock's by the server's). Whoever
+ * comes next gives the lapsed permits back (reclaim(), as Redisson does,
+ * publishing the free count). A release gives the permit back and publishes
+ * the free count on "redisson_sc:{NAME}", always. dlock's permit id is its
+ * token's 16 bytes. The semaphore's size is the free count plus the permits
+ * taken: an acquire that asks for another N answers "sem:SIZE", as dlock's
+ * own semaphores do. Keys of other types are read with pcall: taken. */
+#define LUA_SEM                                                                                    \
+    "local t0 = redis.call('time') "                                                               \
+    "local now = tonumber(t0[1]) * 1000 + math.floor(tonumber(t0[2]) / 1000) "                     \
+    "local function publish(v) if SEM_CH ~= '' then if SEM_SHARDED == 's' then "                   \
+    "redis.call('spublish', SEM_CH, v) else redis.call('publish', SEM_CH, v) end end end "         \
+    "local function reclaim() local gone = redis.call('zrangebyscore', SEM_Z, 0, now) "            \
+    "if #gone > 0 then redis.call('zrem', SEM_Z, unpack(gone)) "                                   \
+    "local v = redis.call('incrby', KEYS[1], #gone) if v > 0 then publish(v) end end end "         \
+    "local function expiry() local e = redis.pcall('zscore', SEM_Z, ARGV[1]) "                     \
+    "if type(e) ~= 'string' then return nil end return tonumber(e) end "
+
+/* Acquire: KEYS as dlock's acquires' and the sorted set (KEYS[5]); ARGV[1]
+ * the permit id, ARGV[2..6] as the exclusive acquire's, ARGV[7] N, ARGV[8]
+ * the channel, ARGV[9] "s" for SPUBLISH. No free permit: taken, with the
+ * time until the first permit lapses. */
+static const char lua_acquire_sem[] =
+    "local SEM_Z, SEM_CH, SEM_SHARDED = KEYS[5], ARGV[8], ARGV[9] " LUA_MARK LUA_QUEUE LUA_READERS
+        LUA_SEM "local v = redis.pcall('get', KEYS[1]) "
+    "local z = redis.call('type', KEYS[5]).ok "
+    "if (v and type(v) ~= 'string') or (z ~= 'none' and z ~= 'zset') or (v and not tonumber(v)) "
+    "then join_as(false) return 0 end "
+    "if v then reclaim() end local taken = redis.call('zcard', KEYS[5]) local n = "
+    "tonumber(ARGV[7]) "
+    "if not v then redis.call('set', KEYS[1], math.max(n - taken, 0)) end "
+    "local free = tonumber(redis.call('get', KEYS[1])) "
+    "if free + taken ~= n then return 'sem:' .. string.format('%d', free + taken) end "
+    "if queue_turn() then join_as(false) return 0 end "
+    "if free < 1 then join_as(false) local first = redis.call('zrange', KEYS[5], 0, 0, "
+    "'WITHSCORES') "
+    "local left = first[2] and tonumber(first[2]) - now or 0 if left < 0 then left = 0 end "
+    "return -left end "
+    "redis.call('decrby', KEYS[1], 1) "
+    "redis.call('zadd', KEYS[5], now + tonumber(ARGV[2]), ARGV[1]) "
+    "if queued then redis.call('hdel', KEYS[3], me) end "
+    "local fence = tonumber(ARGV[3]) if not fence then fence = clock() end "
+    "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "
+    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) "
+    "return fence";
+
+/* Renew: while our permit (ARGV[1]) is live, its expiry moves to ARGV[2] ms
+ * from now (never earlier). KEYS: the name, the sorted set; ARGV[3] the
+ * channel, ARGV[4] "s". A lapsed permit is not ours: given back. */
+static const char lua_renew_sem[] =
+    "local SEM_Z, SEM_CH, SEM_SHARDED = KEYS[2], ARGV[3], ARGV[4] " LUA_SEM
+    "local e = expiry() if not e then return 0 end "
+    "if e <= now then reclaim() return 0 end "
+    "redis.call('zadd', KEYS[2], math.max(e, now + tonumber(ARGV[2])), ARGV[1]) return 1";
+
+/* Release: our permit (ARGV[1]) goes back, and the free count goes on the
+ * channel (ARGV[2]; empty: none). KEYS, ARGV[3] as the renewal's. */
+static const char lua_release_sem[] =
+    "local SEM_Z, SEM_CH, SEM_SHARDED = KEYS[2], ARGV[2], ARGV[3] " LUA_SEM
+    "local e = expiry() if not e then return 0 end redis.call('zrem', KEYS[2], ARGV[1]) "
+    "publish(redis.call('incrby', KEYS[1], 1)) if e <= now then return 0 end return 1";
+
+/* Fence (quorum mode): while our permit is live, raise the slot's mark.
+ * KEYS: the name, the mark, the sorted set. */
+static const char lua_fence_sem[] =
+    "local SEM_Z, SEM_CH, SEM_SHARDED = KEYS[3], '', '' " LUA_MARK LUA_SEM
+    "local e = expiry() if not e or e <= now then return 0 end "
+    "if mark(KEYS[2]) < tonumber(ARGV[2]) then redis.call('set', KEYS[2], ARGV[2]) end return 1";
+
+/* Lookup of a semaphore in Redisson's format: {'', '', -1, KIND, N, and
+ * for each of the first PERMITS_SHOWN live permits: its id in hex, its
+ * PTTL, "1"}, KIND "redisson:semaphore"; an empty key when there is no
+ * semaphore. KEYS: the name, the sorted set. */
+static const char lua_lookup_sem[] =
+    "local t0 = redis.call('time') "
+    "local now = tonumber(t0[1]) * 1000 + math.floor(tonumber(t0[2]) / 1000) "
+    "if redis.call('type', KEYS[2]).ok ~= 'zset' then "
+    "local v = redis.pcall('get', KEYS[1]) if type(v) ~= 'string' then v = '' end "
+    "return {v, '', redis.call('pttl', KEYS[1])} end "
+    "local all = redis.call('zrangebyscore', KEYS[2], now + 1, '+inf', 'WITHSCORES') "
+    "local out = {'', '', -1, 'redisson:semaphore', #all / 2} "
+    "for i = 1, math.min(#all, 2 * " PERMITS_SHOWN "), 2 do "
+    "out[#out + 1] = (all[i]:gsub('.', function(c) return string.format('%02x', c:byte()) end)) "
+    "out[#out + 1] = tonumber(all[i + 1]) - now out[#out + 1] = '1' end return out";
+
 /* ---- keys and arguments ---- */
 
 static void arg(struct script_args *a, const char *s, size_t len)
@@ -626,6 +715,92 @@ static void build_release_rw(const struct script_ctx *ctx, const struct backend_
     arg_side(a, 2 + 1 + 1 + 7, req);
 }
 
+/* The semaphore's keys and arguments: the permit id is the token's 16
+ * bytes. */
+static void arg_permit_id(struct script_args *a, const struct backend_req *req)
+{
+    size_t n = 0;
+    for (; req->token && n < 16; n++) {
+        unsigned byte;
+        if (sscanf(req->token + 2 * n, "%2x", &byte) != 1)
+            break;
+        a->value[n] = (char)byte;
+    }
+    arg(a, a->value, n);
+}
+
+static void arg_timeout_key(struct script_args *a, const struct backend_req *req)
+{
+    arg(a, a->extra, redisson_timeout_key(req->name, req->len, a->extra));
+}
+
+static void arg_sem_channel(const struct script_ctx *ctx, const struct backend_req *req,
+                            bool notify, struct script_args *a)
+{
+    arg(a, a->channel,
+        notify ? redisson_channel(KEY_FORMAT_REDISSON_SEM, req->name, req->len, a->channel) : 0);
+    arg(a, ctx->sharded ? "s" : "", ctx->sharded);
+}
+
+/* KEYS: dlock's acquires' and the sorted set. ARGV: the permit id,
+ * acquire_argv(), N, the channel, "s". */
+static void build_acquire_sem(const struct script_ctx *ctx, const struct backend_req *req,
+                              uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 5, ctx, req);
+    arg(a, a->hw, hw_key(ctx, a));
+    arg(a, a->side, side(ctx, a, WAITING_SUFFIX, a->side));
+    arg(a, a->readers, side(ctx, a, READERS_SUFFIX, a->readers));
+    arg_timeout_key(a, req);
+    arg_permit_id(a, req);
+    acquire_argv(req, a);
+    arg_num(a, 4, permits);
+    arg_sem_channel(ctx, req, true, a);
+}
+
+/* KEYS: the name, the sorted set. ARGV: the permit id, the TTL, the
+ * channel, "s". */
+static void build_renew_sem(const struct script_ctx *ctx, const struct backend_req *req,
+                            uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 2, ctx, req);
+    arg_timeout_key(a, req);
+    arg_permit_id(a, req);
+    arg_num(a, 0, req->ttl_ms);
+    arg_sem_channel(ctx, req, true, a);
+}
+
+/* KEYS: the name, the sorted set. ARGV: the permit id, the channel (empty:
+ * no message), "s". */
+static void build_release_sem(const struct script_ctx *ctx, const struct backend_req *req,
+                              uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 2, ctx, req);
+    arg_timeout_key(a, req);
+    arg_permit_id(a, req);
+    arg_sem_channel(ctx, req, req->notify, a);
+}
+
+/* KEYS: the name, the slot's mark, the sorted set. ARGV: the permit id, the
+ * grant's token. */
+static void build_fence_sem(const struct script_ctx *ctx, const struct backend_req *req,
+                            uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 3, ctx, req);
+    arg(a, a->hw, hw_key(ctx, a));
+    arg_timeout_key(a, req);
+    arg_permit_id(a, req);
+    arg_num(a, 0, req->fence);
+}
+
+/* KEYS: the name, the sorted set. */
+static void build_lookup_sem(const struct script_ctx *ctx, const struct backend_req *req,
+                             uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 2, ctx, req);
+    arg_timeout_key(a, req);
+}
+
 /* KEYS: the name, the slot's mark. ARGV: our field, the grant's token. */
 static void build_fence_redisson(const struct script_ctx *ctx, const struct backend_req *req,
                                  uint32_t permits, struct script_args *a)
@@ -741,7 +916,8 @@ static bool counted_of(const redisReply *rep, struct script_holders *h)
              * its token and SCRIPT_FIELD_SUFFIX. */
             snprintf(p->record, sizeof p->record, "%s", tok->str);
             p->holds = (unsigned)strtoul(rec->str, NULL, 10);
-            if (tok->len >= 32 + sizeof SCRIPT_FIELD_SUFFIX - 1 &&
+            if (strcmp(h->holder.kind, "redisson:semaphore") != 0 &&
+                tok->len >= 32 + sizeof SCRIPT_FIELD_SUFFIX - 1 &&
                 (strcmp(tok->str + 32, SCRIPT_FIELD_SUFFIX) == 0 ||
                  strcmp(tok->str + 32, SCRIPT_FIELD_SUFFIX ":write") == 0))
                 snprintf(p->token, sizeof p->token, "%.32s", tok->str);
@@ -909,6 +1085,37 @@ const struct script_def script_table[SCRIPT_COUNT] = {
                          .urgent = true,
                          .build = build_fence_rw,
                          .decode = decode_flag},
+    [SCRIPT_ACQUIRE_SEM] = {.what = "acquire",
+                            .src = lua_acquire_sem,
+                            .keys = 5,
+                            .wait = true,
+                            .build = build_acquire_sem,
+                            .decode = decode_acquire_counted},
+    [SCRIPT_RENEW_SEM] = {.what = "renewal",
+                          .src = lua_renew_sem,
+                          .keys = 2,
+                          .wait = true,
+                          .urgent = true,
+                          .build = build_renew_sem,
+                          .decode = decode_flag},
+    [SCRIPT_RELEASE_SEM] = {.what = "release",
+                            .src = lua_release_sem,
+                            .keys = 2,
+                            .urgent = true,
+                            .build = build_release_sem,
+                            .decode = decode_flag},
+    [SCRIPT_FENCE_SEM] = {.what = "fence",
+                          .src = lua_fence_sem,
+                          .keys = 3,
+                          .urgent = true,
+                          .build = build_fence_sem,
+                          .decode = decode_flag},
+    [SCRIPT_LOOKUP_SEM] = {.what = "lookup",
+                           .src = lua_lookup_sem,
+                           .keys = 2,
+                           .lookup = true,
+                           .build = build_lookup_sem,
+                           .decode = decode_lookup},
     [SCRIPT_FENCE_REDISSON] = {.what = "fence",
                                .src = lua_fence_redisson,
                                .keys = 2,

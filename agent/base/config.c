@@ -361,6 +361,8 @@ static int set_special(struct config *c, const char *section, const char *key, c
         return formats_add(&c->formats, KEY_FORMAT_REDISSON, v);
     if (strcmp(section, "formats") == 0 && strcmp(key, "redisson_rwlock") == 0)
         return formats_add(&c->formats, KEY_FORMAT_REDISSON_RW, v);
+    if (strcmp(section, "formats") == 0 && strcmp(key, "redisson_semaphore") == 0)
+        return formats_add(&c->formats, KEY_FORMAT_REDISSON_SEM, v);
     bool agent = strcmp(section, "agent") == 0, redis = strcmp(section, "redis") == 0;
     if (agent && strcmp(key, "socket") == 0)
         return copy_str(c->socket, sizeof c->socket, v);
@@ -449,7 +451,7 @@ static const char *special_range(const char *key)
         return " (an octal mode between 0 and 0777)";
     if (strcmp(key, "renew_fraction") == 0)
         return " (a decimal number between 0.05 and 0.8)";
-    if (strcmp(key, "redisson") == 0 || strcmp(key, "redisson_rwlock") == 0)
+    if (strncmp(key, "redisson", 8) == 0)
         return " (blank-separated name patterns, up to 64 in [formats])";
     return "";
 }

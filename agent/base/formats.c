@@ -41,8 +41,9 @@ enum key_format formats_of(const struct formats *f, const char *name, size_t len
 
 size_t redisson_channel(enum key_format f, const char *name, size_t len, char *out)
 {
-    const char *prefix =
-        f == KEY_FORMAT_REDISSON_RW ? REDISSON_RW_CHANNEL_PREFIX : REDISSON_CHANNEL_PREFIX;
+    const char *prefix = f == KEY_FORMAT_REDISSON_RW    ? REDISSON_RW_CHANNEL_PREFIX
+                         : f == KEY_FORMAT_REDISSON_SEM ? REDISSON_SEM_CHANNEL_PREFIX
+                                                        : REDISSON_CHANNEL_PREFIX;
     size_t p = strlen(prefix);
     memcpy(out, prefix, p);
     memcpy(out + p, name, len);
@@ -64,5 +65,15 @@ static size_t name_after(const char *prefix, const char *ch, size_t len, const c
 size_t redisson_channel_name(const char *ch, size_t len, const char **name)
 {
     size_t n = name_after(REDISSON_CHANNEL_PREFIX, ch, len, name);
-    return n ? n : name_after(REDISSON_RW_CHANNEL_PREFIX, ch, len, name);
+    if (!n)
+        n = name_after(REDISSON_RW_CHANNEL_PREFIX, ch, len, name);
+    return n ? n : name_after(REDISSON_SEM_CHANNEL_PREFIX, ch, len, name);
+}
+
+size_t redisson_timeout_key(const char *name, size_t len, char *out)
+{
+    out[0] = '{';
+    memcpy(out + 1, name, len);
+    memcpy(out + 1 + len, "}:timeout", sizeof "}:timeout");
+    return len + sizeof "{}:timeout" - 1;
 }

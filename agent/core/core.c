@@ -1164,6 +1164,9 @@ static int acquire_check(struct core *k, const struct core_client *c, const stru
     else if (!bad && ask.kind == LOCK_SEMAPHORE && format == KEY_FORMAT_REDISSON_RW)
         bad = "a name in Redisson's RReadWriteLock format ([formats] redisson_rwlock) is a "
               "shared or an exclusive lock (docs/redisson.md)";
+    else if (!bad && ask.kind != LOCK_SEMAPHORE && format == KEY_FORMAT_REDISSON_SEM)
+        bad = "a name in Redisson's semaphore format ([formats] redisson_semaphore) is a "
+              "semaphore (docs/redisson.md)";
     if (bad) {
         snprintf(why, len, "%s", bad);
         return DLOCK_EINVAL;
