@@ -374,22 +374,14 @@ static int rb_op(struct backend *be, const struct backend_req *req, backend_cb c
     struct rb *b = (struct rb *)be;
     if ((unsigned)req->op > BACKEND_FENCE)
         return DLOCK_EBACKEND;
-    const enum script_id *by_op = req->kind == LOCK_EXCLUSIVE ? exclusive : counted;
-    switch (formats_of(&b->cfg->formats, req->name, req->len)) {
-    case KEY_FORMAT_REDISSON:
-        by_op = req->kind == LOCK_EXCLUSIVE ? redisson : NULL;
-        break;
-    case KEY_FORMAT_REDISSON_RW:
-        by_op = req->kind == LOCK_SEMAPHORE ? NULL : rw;
-        break;
-    case KEY_FORMAT_REDISSON_SEM:
-        by_op = req->kind == LOCK_SEMAPHORE ? sem : NULL;
-        break;
-    case KEY_FORMAT_DLOCK:
-        break;
-    }
-    if (!by_op)
-        return DLOCK_EKIND;
+    enum key_format f = formats_of(&b->cfg->formats, req->name, req->len);
+    if (!kind_in_format(req->kind, f))
+        return DLOCK_EKIND; /* the core refuses it first */
+    const enum script_id *by_op = f == KEY_FORMAT_REDISSON       ? redisson
+                                  : f == KEY_FORMAT_REDISSON_RW  ? rw
+                                  : f == KEY_FORMAT_REDISSON_SEM ? sem
+                                  : req->kind == LOCK_EXCLUSIVE  ? exclusive
+                                                                 : counted;
     return submit(be, by_op[req->op], req, cb, NULL, arg);
 }
 

@@ -1158,15 +1158,15 @@ static int acquire_check(struct core *k, const struct core_client *c, const stru
                   : "this kind of lock is not available with this agent's Redis mode "
                     "(docs/redis.md)";
     enum key_format format = formats_of(&cfg->formats, m->name, m->name_len);
-    if (!bad && ask.kind != LOCK_EXCLUSIVE && format == KEY_FORMAT_REDISSON)
-        bad = "a name in Redisson's RLock format ([formats] redisson) is an exclusive lock "
-              "(docs/redisson.md)";
-    else if (!bad && ask.kind == LOCK_SEMAPHORE && format == KEY_FORMAT_REDISSON_RW)
-        bad = "a name in Redisson's RReadWriteLock format ([formats] redisson_rwlock) is a "
-              "shared or an exclusive lock (docs/redisson.md)";
-    else if (!bad && ask.kind != LOCK_SEMAPHORE && format == KEY_FORMAT_REDISSON_SEM)
-        bad = "a name in Redisson's semaphore format ([formats] redisson_semaphore) is a "
-              "semaphore (docs/redisson.md)";
+    if (!bad && !kind_in_format(ask.kind, format))
+        bad = format == KEY_FORMAT_REDISSON
+                  ? "a name in Redisson's RLock format ([formats] redisson) is an exclusive lock "
+                    "(docs/redisson.md)"
+              : format == KEY_FORMAT_REDISSON_RW
+                  ? "a name in Redisson's RReadWriteLock format ([formats] redisson_rwlock) is a "
+                    "shared or an exclusive lock (docs/redisson.md)"
+                  : "a name in Redisson's semaphore format ([formats] redisson_semaphore) is a "
+                    "semaphore (docs/redisson.md)";
     if (bad) {
         snprintf(why, len, "%s", bad);
         return DLOCK_EINVAL;
