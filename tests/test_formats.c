@@ -10,11 +10,14 @@
  *   holder as dlockctl shows it, busy both ways, Redisson's unlock message
  *   waking a dlock waiter (with the fallback retry at its default, and far
  *   off), dlock's release and crash release publishing it, re-entrant
- *   holds as the count, both watchdogs side by side.
+ *   holds as the count, both watchdogs side by side, a dead Redisson
+ *   holder's key left to expire.
  * - The kinds each format takes, and the refusals of the others.
- * - RReadWriteLock (reports:*): readers of both sides together, writers of
- *   both sides waiting for them, the unlock messages (0 after a reader, 1
- *   after a writer) waking dlock's waiters.
+ * - RReadWriteLock (reports:*): readers of both sides (and of two hosts)
+ *   together, writers of both sides waiting for them, the unlock messages
+ *   (0 after a reader, 1 after a writer) waking dlock's waiters, readers of
+ *   one host joined on one grant, dlock's renewals never shortening the
+ *   hash that Redisson's reader needs.
  * - RPermitExpirableSemaphore (encoders:*): the free count and the permits
  *   with their expiries, a size mismatch, waiters, lapsed permits of
  *   Redisson's reclaimed, Redisson's release message waking a dlock waiter.
@@ -708,6 +711,29 @@ ITEST(formats, both_watchdogs_renew_their_own_keys_only)
     cr_assert_eq(r_unlock("orders:6r", TTL, R_FIELD), 1);
 }
 
+/* A Redisson holder that died (its watchdog stopped, no unlock) leaves its
+ * key to expire; a dlock waiter gets the name once it has, not before, with
+ * the fallback retry a minute off (the agent retries at the holder's PTTL). */
+ITEST(formats, a_dead_redisson_holders_key_expires_and_the_waiter_gets_it)
+{
+    start("retry_fallback_ms = 60000");
+    struct h_cl *a = h_client();
+    int64_t t0 = h_now_ms(); /* before the lock: the key cannot expire before t0 + 700 */
+    cr_assert(r_lock("orders:8", 700, R_FIELD));
+    struct h_acq w;
+    wait_async(a, "orders:8", NULL, &w);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, 0, "waiter: %s", dlock_strerror(w.status));
+    cr_assert_geq(w.at_ms - t0, 700 - 1, "granted %lld ms after a key of 700 ms was set",
+                  (long long)(w.at_ms - t0));
+    fprintf(stderr,
+            "formats: RLock: dlock waiter granted %lld ms after a dead holder's key of 700 ms was "
+            "set\n",
+            (long long)(w.at_ms - t0));
+    cr_assert(is_dlock_field(only_field("orders:8"), ":0"));
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+}
+
 /* ---- kinds ---- */
 
 static void expect_refused(struct h_cl *cl, const char *name, const dlock_lock_spec *spec,
@@ -752,6 +778,9 @@ ITEST(formats, each_format_takes_its_kinds_only)
     dlock_lease *l[4] = {must(a, "orders:7", 0, NULL), must(a, "reports:7", 0, &SHARED),
                          must(a, "reports:7x", 0, NULL), must(a, "encoders:7", 0, &two)};
     cr_assert_eq(dlock_lease_kind(l[3]), DLOCK_KIND_SEMAPHORE);
+    /* the first acquire of a semaphore made its free count: 2 less 1 */
+    cr_assert_str_eq(str_of(h_redis_get("encoders:7")), "1");
+    cr_assert_eq(zcard(sem_zset("encoders:7")), 1);
     for (int i = 0; i < 4; i++)
         cr_assert_eq(dlock_lease_release_sync(l[i]), 0);
 }
@@ -881,6 +910,49 @@ ITEST(formats, rwlock_readers_joined_on_one_host_keep_the_hash_until_the_last)
     H_KEY_GONE("reports:2");
     cr_assert_eq(h_redis_count_keys("{reports:2}:*"), 0, "a reader's timeout key is left");
     redisFree(sub);
+}
+
+/* A dlock reader of a short TTL beside Redisson's reader of 30 s: dlock's
+ * renewals keep its own timeout key to its TTL and never shorten the hash,
+ * which Redisson's hold needs; when dlock's reader goes, the hash stays for
+ * Redisson's. The TTL is a second, as in test_watchdog.c. */
+ITEST(formats, rwlock_renewals_never_shorten_the_hash)
+{
+    start(NULL);
+    struct h_cl *a = h_client();
+    cr_assert(rw_read_lock("reports:3", TTL, R_FIELD));
+    dlock_acquire_options o = {.ttl_ms = 1000};
+    dlock_lease *l = NULL;
+    expect_rc(dlock_lease_acquire_spec(a->c, "reports:3", &o, &SHARED, &l), 0, "reader", a);
+    char *f[4], *mine = NULL;
+    cr_assert_eq(fields("reports:3", f, 4), 2);
+    for (int i = 0; i < 2; i++)
+        if (is_dlock_field(f[i], ":0"))
+            mine = f[i];
+    cr_assert_not_null(mine, "no field of dlock's among %s, %s", f[0], f[1]);
+    char tk[512];
+    snprintf(tk, sizeof tk, "%s:1", rw_timeout_prefix("reports:3", mine));
+    int64_t first = dlock_lease_deadline_ns(l);
+    int64_t end = h_now_ms() + 3500;
+    int samples = 0;
+    while (h_now_ms() < end) {
+        long long hp = h_redis_pttl("reports:3"), tp = h_redis_pttl(tk);
+        cr_assert_gt(hp, 1000, "the hash came down to %lld ms beside Redisson's reader", hp);
+        cr_assert(tp > 0 && tp <= 1000, "dlock's timeout key: PTTL %lld (TTL 1000)", tp);
+        cr_assert_eq(h_events(a, NULL, DLOCK_STATE_LOST), 0, "the lease was lost");
+        samples++;
+        h_pump_all(20);
+    }
+    cr_assert_geq(samples, 5, "only %d samples", samples);
+    cr_assert_gt(dlock_lease_deadline_ns(l), first, "the lease was not renewed");
+    cr_assert_eq(dlock_lease_release_sync(l), 0);
+    H_KEY_GONE(tk);
+    cr_assert_str_eq(str_of(hget("reports:3", "mode")), "read");
+    cr_assert_str_eq(str_of(hget("reports:3", R_FIELD)), "1");
+    cr_assert_eq(hlen("reports:3"), 2, "dlock's field is left");
+    cr_assert_gt(h_redis_pttl("reports:3"), 1000);
+    cr_assert_eq(rw_read_unlock("reports:3", R_FIELD), 1);
+    cr_assert_eq(h_redis_exists("reports:3"), 0);
 }
 
 /* ---- RPermitExpirableSemaphore ---- */
