@@ -514,6 +514,8 @@ ITEST(formats, the_key_is_the_bare_name_with_dlocks_field)
     snprintf(want, sizeof want, "{\"field\":\"%s\",\"dlock\":true,\"holds\":1,", f);
     cr_assert(strstr(ctl_out(), "\"kind\":\"redisson\"") && strstr(ctl_out(), want), "%s",
               ctl_out());
+    cr_assert(strstr(ctl_out(), "\"held\":true,\"dlock\":true"), "a dlock lease holds it: %s",
+              ctl_out());
 
     cr_assert_eq(CTL("status"), 0, "%s", ctl_out());
     cr_assert(strstr(ctl_out(), "orders:1"), "status: %s", ctl_out());

@@ -763,11 +763,15 @@ static void holder_json(struct sbuf *b, const char *name, const struct backend_h
 {
     struct holder_rec r;
     holder_rec(h, &r);
-    bool held = h->value[0] != '\0';
+    bool held = h->value[0] != '\0', ours = r.ours;
+    /* A key in Redisson's format: a dlock lease holds it when one of its
+     * holder fields is dlock's. */
+    for (unsigned i = 0; redisson_kind(h) && i < h->shown; i++)
+        ours = ours || h->permit[i].token[0];
     sb_printf(b, "{\"name\":");
     sb_json_str(b, name);
     sb_printf(b, ",\"held\":%s,\"dlock\":%s,\"value\":", held ? "true" : "false",
-              r.ours ? "true" : "false");
+              ours ? "true" : "false");
     sb_json_str(b, h->value);
     sb_printf(b, ",\"host\":");
     sb_json_str(b, r.host);
