@@ -1791,6 +1791,59 @@ Test(core, holds_reach_a_redisson_key_at_once)
     cr_assert_eq(req_count(R_RENEW, "dl"), 0);
 }
 
+/* The answer to a release whose message `listeners` clients heard. */
+static void reply_heard(struct req *r, uint64_t at, uint32_t listeners)
+{
+    cr_assert_not(r->answered, "request answered twice");
+    run_until(at);
+    r->answered = true;
+    struct backend_result res = {.outcome = BACKEND_DONE, .listeners = listeners, .at = F.now};
+    r->cb(r->arg, &res);
+}
+
+/* A name in Redisson's format whose release others heard (Redisson's
+ * waiters, in no record of ours): the next local acquire after a local
+ * release waits a moment, ended by the other side's release message or by
+ * the moment; no cohort handoff keeps the key meanwhile. When nobody else
+ * listened, the next acquire goes at once. */
+Test(core, a_release_others_heard_lets_them_go_first)
+{
+    cr_assert_eq(formats_add(&F.cfg.formats, KEY_FORMAT_REDISSON, "r*"), 0);
+    struct tclient *a = client(1), *b = client(2), *c = client(3);
+    uint32_t ga = acquire_kind(a, "ry", LOCK_EXCLUSIVE, 0, 0, 0, -1);
+    reply(pending(R_ACQUIRE, "ry"), F.now + 1 * MS, BACKEND_DONE);
+    uint64_t la = granted(ga); /* with no handoffs: released, not kept */
+    F.cfg.cohort_handoffs = 4;
+    uint32_t gb = acquire_kind(b, "ry", LOCK_EXCLUSIVE, 0, 0, 0, -1);
+    /* Nobody else listened yet: b's acquire goes right behind a's release. */
+    ok_answer(release(a, la));
+    cr_assert_eq(req_count(R_RELEASE, "ry"), 1);
+    cr_assert_eq(req_count(R_ACQUIRE, "ry"), 2);
+    reply_heard(pending(R_RELEASE, "ry"), F.now + 1 * MS, 1);
+    reply(pending(R_ACQUIRE, "ry"), F.now + 1 * MS, BACKEND_DONE);
+    uint64_t lb = granted(gb);
+    /* Another client heard that release: b's grant may hand off, but its
+     * key goes back to the store, and c waits a moment. */
+    uint32_t gc = acquire_kind(c, "ry", LOCK_EXCLUSIVE, 0, 0, 0, -1);
+    ok_answer(release(b, lb));
+    cr_assert_eq(req_count(R_RELEASE, "ry"), 2, "the key was kept for a local handoff");
+    uint64_t released = F.now;
+    run_until(F.now + 1);
+    cr_assert_eq(req_count(R_ACQUIRE, "ry"), 2, "no moment for the others");
+    cr_assert(watching("ry"), "the other side's release message would end the moment");
+    run_until(released + 5 * MS);
+    cr_assert_eq(req_count(R_ACQUIRE, "ry"), 3, "the moment did not end");
+    /* Nobody else heard b's release: the next one goes at once again. */
+    reply_heard(pending(R_RELEASE, "ry"), F.now + 1 * MS, 0);
+    reply(pending(R_ACQUIRE, "ry"), F.now + 1 * MS, BACKEND_DONE);
+    uint64_t lc = granted(gc);
+    uint32_t ga2 = acquire_kind(a, "ry", LOCK_EXCLUSIVE, 0, 0, 0, -1);
+    ok_answer(release(c, lc));
+    /* c's grant handed off to a locally (cohort), or a asked at once. */
+    cr_assert(answer_to(ga2) != NULL || req_count(R_ACQUIRE, "ry") == 4,
+              "the next acquire waited though nobody else listened");
+}
+
 Test(core, another_owner_of_the_connection_waits_and_a_drop_releases_every_hold)
 {
     struct tclient *a = client(1);

@@ -1248,6 +1248,7 @@ ITEST(scripts, redisson_acquire_renew_release)
     cr_assert_eq(cmd_int("EXISTS %s", "orders:1"), 1);
     r = run_r(SCRIPT_RELEASE_REDISSON, tok("orders:1", TOK_A), false, NULL);
     cr_assert_eq(r.outcome, BACKEND_DONE);
+    cr_assert_eq(r.listeners, 1, "the release counts who heard it");
     cr_assert_eq(cmd_int("EXISTS %s", "orders:1"), 0);
     char buf[64];
     cr_assert_str_eq(next_message(sub, buf, sizeof buf), "0");

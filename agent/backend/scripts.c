@@ -287,6 +287,13 @@ static const char lua_fence_counted[] =
  * its own, under its prefix: Redisson never reads them. A key of another
  * type is read with pcall: someone else's, never an error. */
 #define LUA_FIELD_OURS "local ours = redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 "
+/* Publishes v on channel ch (none when empty; "s" in sharded: SPUBLISH);
+ * how many clients got it. The releases in Redisson's formats answer 1 +
+ * that count: the agent learns whether others than itself wait. */
+#define LUA_PUBLISH                                                                                \
+    "local function publish_on(ch, sharded, v) if ch == '' then return 0 end "                     \
+    "if sharded == 's' then return redis.call('spublish', ch, v) end "                             \
+    "return redis.call('publish', ch, v) end "
 
 /* Acquire: KEYS and ARGV[2..6] as the exclusive acquire's; ARGV[1] our
  * field, ARGV[7] the hold count. Redisson's own acquire takes the key when
@@ -316,10 +323,8 @@ static const char lua_renew_redisson[] =
  * (ARGV[3], "0") goes on it, always: Redisson's waiters are in no record
  * of ours. ARGV[4] "s": SPUBLISH, as Redisson does on Redis Cluster. */
 static const char lua_release_redisson[] =
-    LUA_FIELD_OURS "if not ours then return 0 end redis.call('del', KEYS[1]) "
-                   "if ARGV[2] ~= '' then if ARGV[4] == 's' then "
-                   "redis.call('spublish', ARGV[2], ARGV[3]) "
-                   "else redis.call('publish', ARGV[2], ARGV[3]) end end return 1";
+    LUA_FIELD_OURS LUA_PUBLISH "if not ours then return 0 end redis.call('del', KEYS[1]) "
+                               "return 1 + publish_on(ARGV[2], ARGV[4], ARGV[3])";
 
 /* Fence (quorum mode): while our field is there, raise the slot's mark. */
 static const char lua_fence_redisson[] =
@@ -386,21 +391,19 @@ static const char lua_renew_rw[] = LUA_RW
  * remain (mode read). When the hash goes, the unlock message goes on the
  * channel (ARGV[2]; empty: none), 0 after a reader and 1 after a writer;
  * ARGV[4] "s": SPUBLISH. */
-static const char lua_release_rw[] =
-    LUA_RW "if not held then return 0 end redis.call('hdel', KEYS[1], field) "
-           "if not write then timeouts(1, tonumber(held) or 0, nil) end "
-           "if redis.call('hlen', KEYS[1]) > 1 then "
-           "if write then redis.call('hset', KEYS[1], 'mode', 'read') return 1 end "
-           "local latest = -3 for _, f in ipairs(redis.call('hkeys', KEYS[1])) do "
-           "local c = tonumber(redis.call('hget', KEYS[1], f)) if c then for i = c, 1, -1 do "
-           "latest = math.max(latest, redis.call('pttl', '{' .. KEYS[1] .. '}:' .. f .. "
-           "':rwlock_timeout:' .. i)) end end end "
-           "if latest > 0 then redis.call('pexpire', KEYS[1], latest) return 1 end "
-           "if redis.call('hget', KEYS[1], 'mode') == 'write' then return 1 end end "
-           "redis.call('del', KEYS[1]) "
-           "if ARGV[2] ~= '' then local msg = write and '1' or '0' if ARGV[4] == 's' then "
-           "redis.call('spublish', ARGV[2], msg) else redis.call('publish', ARGV[2], msg) end end "
-           "return 1";
+static const char lua_release_rw[] = LUA_RW LUA_PUBLISH
+    "if not held then return 0 end redis.call('hdel', KEYS[1], field) "
+    "if not write then timeouts(1, tonumber(held) or 0, nil) end "
+    "if redis.call('hlen', KEYS[1]) > 1 then "
+    "if write then redis.call('hset', KEYS[1], 'mode', 'read') return 1 end "
+    "local latest = -3 for _, f in ipairs(redis.call('hkeys', KEYS[1])) do "
+    "local c = tonumber(redis.call('hget', KEYS[1], f)) if c then for i = c, 1, -1 do "
+    "latest = math.max(latest, redis.call('pttl', '{' .. KEYS[1] .. '}:' .. f .. "
+    "':rwlock_timeout:' .. i)) end end end "
+    "if latest > 0 then redis.call('pexpire', KEYS[1], latest) return 1 end "
+    "if redis.call('hget', KEYS[1], 'mode') == 'write' then return 1 end end "
+    "redis.call('del', KEYS[1]) "
+    "return 1 + publish_on(ARGV[2], ARGV[4], write and '1' or '0')";
 
 /* Fence (quorum mode): while our field is there, raise the slot's mark to
  * the grant's token (ARGV[2]). */
@@ -422,9 +425,8 @@ static const char lua_fence_rw[] =
  * own semaphores do. Keys of other types are read with pcall: taken. */
 #define LUA_SEM                                                                                    \
     "local t0 = redis.call('time') "                                                               \
-    "local now = tonumber(t0[1]) * 1000 + math.floor(tonumber(t0[2]) / 1000) "                     \
-    "local function publish(v) if SEM_CH ~= '' then if SEM_SHARDED == 's' then "                   \
-    "redis.call('spublish', SEM_CH, v) else redis.call('publish', SEM_CH, v) end end end "         \
+    "local now = tonumber(t0[1]) * 1000 + math.floor(tonumber(t0[2]) / 1000) " LUA_PUBLISH         \
+    "local function publish(v) return publish_on(SEM_CH, SEM_SHARDED, v) end "                     \
     "local function reclaim() local gone = redis.call('zrangebyscore', SEM_Z, 0, now) "            \
     "if #gone > 0 then redis.call('zrem', SEM_Z, unpack(gone)) "                                   \
     "local v = redis.call('incrby', KEYS[1], #gone) if v > 0 then publish(v) end end end "         \
@@ -473,7 +475,8 @@ static const char lua_renew_sem[] =
 static const char lua_release_sem[] =
     "local SEM_Z, SEM_CH, SEM_SHARDED = KEYS[2], ARGV[2], ARGV[3] " LUA_SEM
     "local e = expiry() if not e then return 0 end redis.call('zrem', KEYS[2], ARGV[1]) "
-    "publish(redis.call('incrby', KEYS[1], 1)) if e <= now then return 0 end return 1";
+    "local heard = publish(redis.call('incrby', KEYS[1], 1)) if e <= now then return 0 end "
+    "return 1 + heard";
 
 /* Fence (quorum mode): while our permit is live, raise the slot's mark.
  * KEYS: the name, the mark, the sorted set. */
@@ -883,6 +886,18 @@ static void decode_acquire_counted(const redisReply *rep, struct script_result *
     decode_acquire(rep, out, h);
 }
 
+/* A release in Redisson's formats: 1 + the clients its message reached when
+ * done, 0 not our key. */
+static void decode_release_heard(const redisReply *rep, struct script_result *out,
+                                 struct script_holders *h)
+{
+    if (out->kind != SR_RESULT)
+        return;
+    out->wrote = out->n >= 1;
+    out->outcome = out->wrote ? BACKEND_DONE : BACKEND_NOT_OURS;
+    out->listeners = out->n > 1 ? (uint32_t)(out->n - 1 > UINT32_MAX ? UINT32_MAX : out->n - 1) : 0;
+}
+
 /* Renew, release, fence: 1 done, 0 not our key. */
 static void decode_flag(const redisReply *rep, struct script_result *out, struct script_holders *h)
 {
@@ -981,6 +996,7 @@ struct backend_result script_backend_result(const struct script_result *sr, int 
         r.outcome = sr->mismatch ? BACKEND_MISMATCH : sr->outcome;
         r.fence = sr->fence;
         r.pttl_ms = sr->pttl_ms;
+        r.listeners = sr->listeners;
     }
     return r;
 }
@@ -1060,7 +1076,7 @@ const struct script_def script_table[SCRIPT_COUNT] = {
                                  .keys = 1,
                                  .urgent = true,
                                  .build = build_release_redisson,
-                                 .decode = decode_flag},
+                                 .decode = decode_release_heard},
     [SCRIPT_ACQUIRE_RW] = {.what = "acquire",
                            .src = lua_acquire_rw,
                            .keys = 4,
@@ -1079,7 +1095,7 @@ const struct script_def script_table[SCRIPT_COUNT] = {
                            .keys = 1,
                            .urgent = true,
                            .build = build_release_rw,
-                           .decode = decode_flag},
+                           .decode = decode_release_heard},
     [SCRIPT_FENCE_RW] = {.what = "fence",
                          .src = lua_fence_rw,
                          .keys = 2,
@@ -1104,7 +1120,7 @@ const struct script_def script_table[SCRIPT_COUNT] = {
                             .keys = 2,
                             .urgent = true,
                             .build = build_release_sem,
-                            .decode = decode_flag},
+                            .decode = decode_release_heard},
     [SCRIPT_FENCE_SEM] = {.what = "fence",
                           .src = lua_fence_sem,
                           .keys = 3,

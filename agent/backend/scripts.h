@@ -130,6 +130,8 @@ struct script_result {
      * "sem:3", or a foreign hash's field, cut to fit). */
     bool mismatch;
     char held[SCRIPT_KIND_MAX];
+    /* A release in Redisson's formats: the clients its message reached. */
+    uint32_t listeners;
 };
 
 /* What a lookup found, as backend.h says (struct backend_holder: a counted

@@ -84,6 +84,10 @@ struct backend_result {
     uint64_t fence;               /* acquire DONE: the grant's fencing token */
     long long pttl_ms;            /* acquire TAKEN: the holder's remaining TTL, 0 unknown */
     uint64_t at;                  /* agent clock (CLOCK_BOOTTIME ns) of the answer */
+    /* release DONE of a key in another client's format: how many clients
+     * heard its message (PUBLISH's count), this agent's own subscription
+     * included; else 0 */
+    uint32_t listeners;
     /* With err from a Redis error reply: its text ("MOVED 42 10.0.0.2:6379",
      * "TRYAGAIN ..."), or what else failed ("WAIT: 0 of 1 replicas
      * acknowledged ..."); valid during the callback only; else NULL. */

@@ -186,6 +186,7 @@ struct orphan {
     struct core *k;
     uint64_t expires;
     bool notify;          /* publish the release notice (not for a missed acquire) */
+    bool self_listening;  /* this agent listened to the name's notices when it was sent */
     unsigned ready_seq;   /* core.ready_seq when sent */
     struct admit_ask ask; /* the kind of lock the key is */
     uint16_t name_len;
@@ -194,6 +195,20 @@ struct orphan {
 };
 
 static void send_orphan(struct core *k, struct orphan *o, uint64_t now);
+
+/* How long the next acquire after a local release waits when other clients
+ * listened to the last release (docs/redisson.md): time for a Redisson
+ * waiter that the message woke to ask (a round trip and its wake-up). */
+#define YIELD_NS (5 * NS_PER_MS)
+
+/* A release of o's key was heard by listeners clients: did any other than
+ * this agent listen? */
+static void note_listeners(struct core *k, const struct orphan *o, uint32_t listeners)
+{
+    struct lock *l = table_lock_find(&k->table, o->name, o->name_len);
+    if (l)
+        l->others_listen = listeners > (o->self_listening ? 1u : 0u);
+}
 
 /* Keeps o for another try: when the command link is back, or in a second
  * (an error reply such as BUSY or LOADING leaves the link up). */
@@ -231,6 +246,8 @@ static void on_released(void *arg, const struct backend_result *r)
     }
     if (r->outcome != BACKEND_DONE)
         log_debug("release of %s found the key gone or owned by another", o->name);
+    else if (k->cfg->formats.nredisson)
+        note_listeners(k, o, r->listeners);
     free(o);
 }
 
@@ -268,6 +285,7 @@ static void drop_key(struct core *k, const struct lock *l, const char *token,
     o->k = k;
     o->expires = now + (uint64_t)ttl_ms * NS_PER_MS;
     o->notify = notify;
+    o->self_listening = l->watched;
     o->ask = *ask;
     o->name_len = l->name_len;
     memcpy(o->token, token, sizeof o->token);
@@ -291,6 +309,7 @@ static void release_lease_key(struct core *k, const struct lease *le, uint64_t n
     if (o != le && memcmp(o->token, le->token, TOKEN_HEX) == 0)
         return;
     drop_key(k, le->lock, le->token, &le->ask, le->ttl_ms, true, now);
+    le->lock->yield_next = le->lock->others_listen;
 }
 
 /* After an acquire that did not take the lock, or whose answer is unknown. */
@@ -720,7 +739,7 @@ static bool plainly_valid(const struct lease *le, uint64_t now)
 static bool may_keep(const struct core *k, const struct lease *le, uint64_t now)
 {
     return le->ask.kind == LOCK_EXCLUSIVE && cohort_open(k, le->lock, now) &&
-           plainly_valid(le, now);
+           plainly_valid(le, now) && !le->lock->others_listen;
 }
 
 /* The shared holder whose grant one more local shared holder may join: a
@@ -963,6 +982,13 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
          * for a reader or a semaphore's next permit. */
         if (v == ADMIT_WAIT || (l->phase != LOCK_IDLE && l->phase != LOCK_HELD))
             return;
+        if (l->yield_next && !l->nholders && !w->try_once) {
+            /* Others listened to our last release: one of them may go
+             * first; their release's message, or the moment, ends it. */
+            l->yield_next = false;
+            lock_backoff(k, l, now + YIELD_NS);
+            return;
+        }
         struct acquire_ref *ref = malloc(sizeof *ref);
         if (!ref || new_token(k, l->acq_token) != 0) {
             free(ref);

@@ -102,7 +102,13 @@ struct lock {
     bool notice_missed;       /* a release notice came while acquiring */
     bool watched;             /* the store was asked for the name's release notices */
     bool joined;              /* a waiting acquire may have joined the waiting-hosts record */
-    uint32_t acq_block;       /* the tokens it reserves for handoffs and joins */
+    /* A key in another client's format (docs/redisson.md): the last
+     * release's message was heard by other clients than this agent (their
+     * waiters are in no record of ours), so the next acquire after a local
+     * release waits a moment (yield_next), that one of them may go first. */
+    bool others_listen;
+    bool yield_next;
+    uint32_t acq_block; /* the tokens it reserves for handoffs and joins */
     /* Cohort handoff (docs/architecture.md): after the last grant from the
      * store (sent at cohort_start), the next token reserved with it and how
      * many are left. Set at the grant, so that an acquire sent beside the
