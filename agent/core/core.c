@@ -612,7 +612,7 @@ static struct lease *lease_start(struct core *k, struct lock *l, struct waiter *
 static void holds_changed(struct core *k, struct lease *le, uint64_t now)
 {
     if (le->state == DLOCK_STATE_HELD && !le->renew_sent &&
-        formats_of(&k->cfg->formats, le->lock->name, le->lock->name_len) == KEY_FORMAT_REDISSON)
+        formats_of(&k->cfg->formats, le->lock->name, le->lock->name_len) != KEY_FORMAT_DLOCK)
         timer_set(k, &le->timer, now + 1);
 }
 
@@ -1157,10 +1157,16 @@ static int acquire_check(struct core *k, const struct core_client *c, const stru
                   ? NULL
                   : "this kind of lock is not available with this agent's Redis mode "
                     "(docs/redis.md)";
-    if (!bad && ask.kind != LOCK_EXCLUSIVE &&
-        formats_of(&cfg->formats, m->name, m->name_len) == KEY_FORMAT_REDISSON)
-        bad = "a name in Redisson's format ([formats] redisson) is an exclusive lock "
-              "(docs/redisson.md)";
+    enum key_format format = formats_of(&cfg->formats, m->name, m->name_len);
+    if (!bad && !kind_in_format(ask.kind, format))
+        bad = format == KEY_FORMAT_REDISSON
+                  ? "a name in Redisson's RLock format ([formats] redisson) is an exclusive lock "
+                    "(docs/redisson.md)"
+              : format == KEY_FORMAT_REDISSON_RW
+                  ? "a name in Redisson's RReadWriteLock format ([formats] redisson_rwlock) is a "
+                    "shared or an exclusive lock (docs/redisson.md)"
+                  : "a name in Redisson's semaphore format ([formats] redisson_semaphore) is a "
+                    "semaphore (docs/redisson.md)";
     if (bad) {
         snprintf(why, len, "%s", bad);
         return DLOCK_EINVAL;
