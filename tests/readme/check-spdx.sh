@@ -9,7 +9,8 @@ missing=$(find agent libclient include tools tests packaging bench .ci CMakeList
     \( -name '*.[ch]' -o -name '*.sh' -o -name '*.cmake' -o -name '*.in' -o -name 'CMakeLists.txt' \
     -o -name '*.service' -o -name '*.socket' -o -name '*.conf' -o -name '*.[1-8]' \
     -o -name '*.sysusers' -o -name '*.bash-completion' -o -name '*.postinst' -o -name '*.prerm' \
-    -o -name '*.postrm' -o -name run -o -name run-tests -o -name demo.sh \) -print |
+    -o -name '*.postrm' -o -name run -o -name run-tests -o -name demo.sh -o -name '*.java' \
+    -o -name pom.xml \) -print |
     while read -r f; do
         head -n 3 "$f" | grep -q 'SPDX-License-Identifier: BSD-3-Clause' || echo "$f"
     done)
