@@ -1361,6 +1361,84 @@ Test(policy, bad_lines)
     cr_assert_eq(c.policy.max_leases_per_uid, 10);
 }
 
+/* ---- key formats ---- */
+
+Test(formats, redisson_patterns_select_names)
+{
+    struct config c;
+    config_defaults(&c);
+    cr_assert_eq(formats_of(&c.formats, "orders:1", 8), KEY_FORMAT_DLOCK, "none by default");
+    char path[256], err[512];
+    int rc = load_text(&c,
+                       "[formats]\n"
+                       "redisson = orders:* product_?\n"
+                       "redisson = jobs:[ab]*\n",
+                       path, sizeof path, err, sizeof err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.formats.nredisson, 3, "lines add up");
+    static const char *const yes[] = {"orders:1", "orders:", "product_9", "jobs:a1"};
+    static const char *const no[] = {"orders", "product_10", "jobs:c", "xorders:1"};
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
+        cr_assert_eq(formats_of(&c.formats, yes[i], strlen(yes[i])), KEY_FORMAT_REDISSON, "%s",
+                     yes[i]);
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+        cr_assert_eq(formats_of(&c.formats, no[i], strlen(no[i])), KEY_FORMAT_DLOCK, "%s", no[i]);
+    /* The name is given with its length, not NUL-terminated. */
+    cr_assert_eq(formats_of(&c.formats, "orders:1xyz", 8), KEY_FORMAT_REDISSON);
+    cr_assert_eq(formats_of(&c.formats, "ordersXYZ", 6), KEY_FORMAT_DLOCK);
+}
+
+Test(formats, bad_lines)
+{
+    expect_bad("formats", "redisson", "");
+    expect_bad("formats", "redisson", "   ");
+    expect_bad("formats", "other", "x*");
+    char longp[FORMATS_PATTERN_MAX + 2];
+    memset(longp, 'a', sizeof longp - 1);
+    longp[sizeof longp - 1] = '\0';
+    expect_bad("formats", "redisson", longp);
+    struct config c;
+    config_defaults(&c);
+    for (unsigned i = 0; i < FORMATS_MAX_PATTERNS; i++)
+        expect_good(&c, "formats", "redisson", "a*");
+    char err[512];
+    cr_assert_eq(config_set(&c, "formats", "redisson", "b*", err, sizeof err), -1, "full");
+}
+
+Test(formats, cluster_with_a_tagged_prefix_is_refused)
+{
+    struct config c;
+    config_defaults(&c);
+    expect_good(&c, "formats", "redisson", "orders:*");
+    expect_good(&c, "redis", "mode", "cluster");
+    expect_good(&c, "redis", "address", "127.0.0.1:7000");
+    expect_good(&c, "agent", "prefix", "{locks}:");
+    char err[512];
+    cr_assert_eq(config_validate(&c, err, sizeof err), -1);
+    cr_assert_not_null(strstr(err, "[formats] redisson"), "%s", err);
+    expect_good(&c, "agent", "prefix", "locks:");
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+}
+
+/* Redisson's channel of a name, and the name of a channel. */
+Test(formats, redisson_channels)
+{
+    char ch[64];
+    size_t n = redisson_channel("orders:1", 8, ch);
+    cr_assert_str_eq(ch, "redisson_lock__channel:{orders:1}");
+    cr_assert_eq(n, strlen(ch));
+    const char *name;
+    cr_assert_eq(redisson_channel_name(ch, n, &name), 8);
+    cr_assert_eq(memcmp(name, "orders:1", 8), 0);
+    static const char *const not_ours[] = {"redisson_lock__channel:{}", "redisson_lock__channel:x",
+                                           "redisson_lock__channel:{a{b}", "dlock:{x} released",
+                                           "redisson_lock__channel:{a}b}"};
+    for (size_t i = 0; i < sizeof not_ours / sizeof *not_ours; i++)
+        cr_assert_eq(redisson_channel_name(not_ours[i], strlen(not_ours[i]), &name), 0, "%s",
+                     not_ours[i]);
+}
+
 /* ---- sentinel mode, WAIT ---- */
 
 Test(sentinel, defaults)

@@ -529,7 +529,15 @@ ITEST(scripts, a_key_of_another_type_is_taken_never_an_error)
         cr_assert_eq(run(SCRIPT_FENCE, f).outcome, BACKEND_NOT_OURS);
         cr_assert_eq(cmd_int("EXISTS %s", n.key), 1, "left alone");
         struct backend_holder h = lookup("job");
-        cr_assert_str_eq(h.value, "");
+        if (i == 0) {
+            /* A hash: shown as Redisson's format, its field and count. */
+            cr_assert_str_eq(h.kind, "redisson");
+            cr_assert_eq(h.permits, 1);
+            cr_assert_str_eq(h.permit[0].record, "field");
+            cr_assert_str_eq(h.permit[0].token, "", "no dlock token");
+        } else {
+            cr_assert_str_eq(h.value, "");
+        }
         cr_assert(h.pttl > 0 && h.pttl <= 7000);
     }
     /* Without a TTL: taken, with no PTTL to wait for. */
@@ -1144,4 +1152,174 @@ ITEST(scripts, the_documented_acl_user_may_run_every_script)
     cr_assert_eq(counted("sem", 1, 1, 10000, "00000000000000cc", 1000).outcome, BACKEND_DONE);
     lapse(names_of("sem").key, 1);
     cr_assert_eq(counted_op(SCRIPT_RENEW_COUNTED, "sem", 1), BACKEND_NOT_OURS);
+}
+
+/* ---- Redisson's format ---- */
+
+static const struct formats *redisson_all(void)
+{
+    static struct formats f;
+    if (!f.nredisson)
+        cr_assert_eq(formats_add_redisson(&f, "orders:*"), 0);
+    return &f;
+}
+
+static struct script_result run_r(enum script_id s, struct backend_req req, bool sharded,
+                                  struct script_holders *h)
+{
+    struct script_ctx ctx = ctx_of(sharded);
+    ctx.formats = redisson_all();
+    return run_ctx(&ctx, s, &req, 0, h);
+}
+
+#define FIELD_A TOK_A ":0"
+
+/* A hash field's count. */
+static long long hget_num(const char *key, const char *field)
+{
+    redisReply *r = cmd("HGET %s %s", key, field);
+    cr_assert_eq(r->type, REDIS_REPLY_STRING, "HGET %s %s: type %d", key, field, r->type);
+    long long n = strtoll(r->str, NULL, 10);
+    freeReplyObject(r);
+    return n;
+}
+
+/* The key is the bare name, Redisson's RLock hash with dlock's field; the
+ * keys beside it are dlock's, under the prefix, in the name's slot. */
+ITEST(scripts, redisson_acquire_renew_release)
+{
+    start();
+    char hw[CONFIG_PREFIX_MAX + FENCE_HW_EXTRA + 1], waiting[SCRIPT_SIDE_KEY_MAX];
+    fence_hw_key_of(tags(), PREFIX, strlen(PREFIX), "orders:1", 8, hw);
+    side_key_of(PREFIX, strlen(PREFIX), "orders:1", 8, WAITING_SUFFIX, waiting);
+    cr_assert_str_eq(waiting, "dlock:{orders:1} waiting");
+    cr_assert_eq(key_slot(hw, strlen(hw)), key_slot("orders:1", 8));
+
+    struct backend_req a = acq("orders:1", TOK_A, NULL, 0);
+    struct script_result r = run_r(SCRIPT_ACQUIRE_REDISSON, a, false, NULL);
+    cr_assert_eq(r.outcome, BACKEND_DONE);
+    cr_assert_gt(r.fence, 0);
+    uint64_t first = r.fence;
+    cr_assert_eq(get_num(hw), r.fence, "the slot's mark, as for dlock's format");
+    cr_assert_eq(cmd_int("EXISTS %s", PREFIX "orders:1"), 0, "no prefixed key");
+    redisReply *v = cmd("HGETALL %s", "orders:1");
+    cr_assert_eq(v->elements, 2);
+    cr_assert_str_eq(v->element[0]->str, FIELD_A);
+    cr_assert_str_eq(v->element[1]->str, "1");
+    freeReplyObject(v);
+    long long pttl = cmd_int("PTTL %s", "orders:1");
+    cr_assert(pttl > 0 && pttl <= 10000, "PTTL %lld", pttl);
+
+    /* Taken for another: with the PTTL; a waiting one joins dlock's record. */
+    r = run_r(SCRIPT_ACQUIRE_REDISSON, acq("orders:1", TOK_B, "00000000000000bb", 1000), false,
+              NULL);
+    cr_assert_eq(r.outcome, BACKEND_TAKEN);
+    cr_assert(r.pttl_ms > 0 && r.pttl_ms <= 10000);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000bb", waiting), 1);
+
+    /* Renewal: the count follows the holds, the TTL is set anew. */
+    struct backend_req n = tok("orders:1", TOK_A);
+    n.holds = 3;
+    cr_assert_eq(run_r(SCRIPT_RENEW_REDISSON, n, false, NULL).outcome, BACKEND_DONE);
+    cr_assert_eq(hget_num("orders:1", FIELD_A), 3);
+    pttl = cmd_int("PTTL %s", "orders:1");
+    cr_assert(pttl > 10000 && pttl <= 20000, "PTTL %lld", pttl);
+    cr_assert_eq(run_r(SCRIPT_RENEW_REDISSON, tok("orders:1", TOK_B), false, NULL).outcome,
+                 BACKEND_NOT_OURS);
+
+    /* The lookup shows dlock's field, its token and count. */
+    struct script_holders h;
+    struct backend_req q = {.name = "orders:1", .len = 8};
+    cr_assert_eq(run_r(SCRIPT_LOOKUP, q, false, &h).kind, SR_HOLDER);
+    cr_assert_str_eq(h.holder.kind, "redisson");
+    cr_assert_eq(h.holder.permits, 1);
+    cr_assert_str_eq(h.holder.permit[0].record, FIELD_A);
+    cr_assert_str_eq(h.holder.permit[0].token, TOK_A);
+    cr_assert_eq(h.holder.permit[0].holds, 3);
+
+    /* Release: not ours, left alone; ours: the key goes, and Redisson's
+     * unlock message goes on Redisson's channel. */
+    redisContext *sub = subscriber("redisson_lock__channel:{orders:1}", false);
+    cr_assert_eq(run_r(SCRIPT_RELEASE_REDISSON, tok("orders:1", TOK_B), false, NULL).outcome,
+                 BACKEND_NOT_OURS);
+    cr_assert_eq(cmd_int("EXISTS %s", "orders:1"), 1);
+    r = run_r(SCRIPT_RELEASE_REDISSON, tok("orders:1", TOK_A), false, NULL);
+    cr_assert_eq(r.outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("EXISTS %s", "orders:1"), 0);
+    char buf[64];
+    cr_assert_str_eq(next_message(sub, buf, sizeof buf), "0");
+    redisFree(sub);
+
+    /* The waiting host's turn; its token is above the last grant's. */
+    cr_assert_eq(run_r(SCRIPT_ACQUIRE_REDISSON, a, false, NULL).outcome, BACKEND_TAKEN);
+    struct script_result r2 =
+        run_r(SCRIPT_ACQUIRE_REDISSON, acq("orders:1", TOK_B, "00000000000000bb", 1000), false,
+              NULL);
+    cr_assert_eq(r2.outcome, BACKEND_DONE);
+    cr_assert_gt(r2.fence, first);
+}
+
+/* A key that Redisson holds (its field "UUID:THREAD" with a count) is
+ * taken; dlock's renewal, release and fence leave it alone; the lookup
+ * shows Redisson's field and count. A key of another type is taken too. */
+ITEST(scripts, redisson_holder_is_respected)
+{
+    start();
+    const char *field = "8c6a6b1e-5b36-4e0b-9a43-0d2f6c6f1a7e:57";
+    redisReply *x = cmd("HSET orders:2 %s 2", field);
+    freeReplyObject(x);
+    cmdf("PEXPIRE orders:2 30000");
+    struct script_result r =
+        run_r(SCRIPT_ACQUIRE_REDISSON, acq("orders:2", TOK_A, NULL, 0), false, NULL);
+    cr_assert_eq(r.outcome, BACKEND_TAKEN);
+    cr_assert(r.pttl_ms > 20000 && r.pttl_ms <= 30000, "PTTL %lld", r.pttl_ms);
+    struct backend_req f = tok("orders:2", TOK_A);
+    f.fence = 9;
+    cr_assert_eq(run_r(SCRIPT_RENEW_REDISSON, tok("orders:2", TOK_A), false, NULL).outcome,
+                 BACKEND_NOT_OURS);
+    cr_assert_eq(run_r(SCRIPT_FENCE_REDISSON, f, false, NULL).outcome, BACKEND_NOT_OURS);
+    cr_assert_eq(run_r(SCRIPT_RELEASE_REDISSON, tok("orders:2", TOK_A), false, NULL).outcome,
+                 BACKEND_NOT_OURS);
+    cr_assert_eq(hget_num("orders:2", field), 2, "Redisson's hold is untouched");
+
+    struct script_holders h;
+    struct backend_req q = {.name = "orders:2", .len = 8};
+    cr_assert_eq(run_r(SCRIPT_LOOKUP, q, false, &h).kind, SR_HOLDER);
+    cr_assert_str_eq(h.holder.kind, "redisson");
+    cr_assert_str_eq(h.holder.permit[0].record, field);
+    cr_assert_str_eq(h.holder.permit[0].token, "");
+    cr_assert_eq(h.holder.permit[0].holds, 2);
+
+    /* Redisson's read-write lock: its mode shows. */
+    cmdf("DEL orders:2");
+    x = cmd("HSET orders:2 mode read %s 1", field);
+    freeReplyObject(x);
+    cr_assert_eq(run_r(SCRIPT_LOOKUP, q, false, &h).kind, SR_HOLDER);
+    cr_assert_str_eq(h.holder.kind, "redisson:read");
+    cr_assert_eq(h.holder.permits, 1);
+
+    /* A string at the name (another client's): taken, never an error. */
+    cmdf("DEL orders:2");
+    cmdf("SET orders:2 someone PX 5000");
+    r = run_r(SCRIPT_ACQUIRE_REDISSON, acq("orders:2", TOK_A, NULL, 0), false, NULL);
+    cr_assert_eq(r.outcome, BACKEND_TAKEN);
+    cr_assert_eq(run_r(SCRIPT_RELEASE_REDISSON, tok("orders:2", TOK_A), false, NULL).outcome,
+                 BACKEND_NOT_OURS);
+}
+
+/* Redis Cluster: the release publishes with SPUBLISH (as Redisson does
+ * there), on Redisson's channel, which lies in the name's slot. */
+ITEST(scripts, redisson_release_sharded)
+{
+    start();
+    cr_assert_eq(key_slot("redisson_lock__channel:{orders:3}", 33), key_slot("orders:3", 8));
+    cr_assert_eq(
+        run_r(SCRIPT_ACQUIRE_REDISSON, acq("orders:3", TOK_A, NULL, 0), true, NULL).outcome,
+        BACKEND_DONE);
+    redisContext *sub = subscriber("redisson_lock__channel:{orders:3}", true);
+    cr_assert_eq(run_r(SCRIPT_RELEASE_REDISSON, tok("orders:3", TOK_A), true, NULL).outcome,
+                 BACKEND_DONE);
+    char buf[64];
+    cr_assert_str_eq(next_message(sub, buf, sizeof buf), "0");
+    redisFree(sub);
 }

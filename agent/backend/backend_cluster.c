@@ -188,6 +188,8 @@ static unsigned name_slot(const struct cl *cl, const char *name, size_t len)
     char key[CONFIG_PREFIX_MAX + WIRE_MAX_NAME];
     if (len > WIRE_MAX_NAME)
         len = WIRE_MAX_NAME;
+    if (formats_of(&cl->cfg->formats, name, len) == KEY_FORMAT_REDISSON)
+        return key_slot(name, len); /* the key is the bare name */
     memcpy(key, cl->cfg->prefix, cl->prefix_len);
     memcpy(key + cl->prefix_len, name, len);
     return key_slot(key, cl->prefix_len + len);
@@ -796,7 +798,7 @@ static int submit(struct cl *cl, bool lookup, const struct backend_req *req, bac
     memcpy(key, cl->cfg->prefix, cl->prefix_len);
     memcpy(key + cl->prefix_len, req->name, req->len);
     key[cl->prefix_len + req->len] = '\0';
-    op->slot = key_slot(key, cl->prefix_len + req->len);
+    op->slot = name_slot(cl, req->name, req->len);
     op->req.name = key + cl->prefix_len;
     char *token = key + cl->prefix_len + req->len + 1;
     memcpy(token, req->token ? req->token : "", tlen);

@@ -357,9 +357,18 @@ static int rb_op(struct backend *be, const struct backend_req *req, backend_cb c
                                              [BACKEND_RENEW] = SCRIPT_RENEW_COUNTED,
                                              [BACKEND_RELEASE] = SCRIPT_RELEASE_COUNTED,
                                              [BACKEND_FENCE] = SCRIPT_FENCE_COUNTED};
+    static const enum script_id redisson[] = {[BACKEND_ACQUIRE] = SCRIPT_ACQUIRE_REDISSON,
+                                              [BACKEND_RENEW] = SCRIPT_RENEW_REDISSON,
+                                              [BACKEND_RELEASE] = SCRIPT_RELEASE_REDISSON,
+                                              [BACKEND_FENCE] = SCRIPT_FENCE_REDISSON};
+    struct rb *b = (struct rb *)be;
     if ((unsigned)req->op > BACKEND_FENCE)
         return DLOCK_EBACKEND;
     const enum script_id *by_op = req->kind == LOCK_EXCLUSIVE ? exclusive : counted;
+    if (formats_of(&b->cfg->formats, req->name, req->len) == KEY_FORMAT_REDISSON)
+        by_op = req->kind == LOCK_EXCLUSIVE ? redisson : NULL;
+    if (!by_op)
+        return DLOCK_EKIND;
     return submit(be, by_op[req->op], req, cb, NULL, arg);
 }
 
@@ -607,9 +616,8 @@ static void rb_leave(struct backend *be, const struct backend_req *req)
         b->prefix_len + req->len > CONFIG_PREFIX_MAX + WIRE_MAX_NAME)
         return;
     char key[SCRIPT_KEY_MAX + 1], rec[SCRIPT_SIDE_KEY_MAX];
-    memcpy(key, b->cfg->prefix, b->prefix_len);
-    memcpy(key + b->prefix_len, req->name, req->len);
-    size_t n = waiting_key(key, b->prefix_len + req->len, b->prefix_len, rec);
+    size_t klen = script_lock_key(&b->sctx, req->name, req->len, key);
+    size_t n = side_key_of(b->cfg->prefix, b->prefix_len, key, klen, WAITING_SUFFIX, rec);
     redisAsyncCommand(b->cmd.ac, NULL, NULL, "HDEL %b %s", rec, n, req->waiter_id);
 }
 
@@ -719,7 +727,8 @@ struct backend *backend_redis_new_opts(struct ev_loop *loop, const struct config
     b->sctx = (struct script_ctx){.prefix = cfg->prefix,
                                   .prefix_len = b->prefix_len,
                                   .tags = &slot_tags,
-                                  .sharded = b->sharded};
+                                  .sharded = b->sharded,
+                                  .formats = &cfg->formats};
     struct notice_hooks nh = {.arg = b,
                               .notice = on_notice,
                               .subscribed = on_subscribed,

@@ -19,6 +19,7 @@
 #include <sys/queue.h>
 
 #include "dlock.h"
+#include "formats.h"
 #include "keys.h"
 #include "log.h"
 #include "redis_link.h"
@@ -146,8 +147,17 @@ static void unwant(struct notice_link *n, struct wname *w)
 
 /* ---- commands ---- */
 
+static bool redisson_name(const struct notice_link *n, const char *name, size_t len)
+{
+    return formats_of(&n->cfg->formats, name, len) == KEY_FORMAT_REDISSON;
+}
+
+/* A name's channel: dlock's release channel, or Redisson's for a name in
+ * its format, which Redisson's unlock and dlock's release both publish on. */
 static size_t channel_of(const struct notice_link *n, const struct wname *w, char *out)
 {
+    if (redisson_name(n, w->name, w->len))
+        return redisson_channel(w->name, w->len, out);
     char key[CONFIG_PREFIX_MAX + WIRE_MAX_NAME];
     memcpy(key, n->cfg->prefix, n->prefix_len);
     memcpy(key + n->prefix_len, w->name, w->len);
@@ -258,6 +268,13 @@ int notice_link_watch(struct notice_link *n, const char *name, size_t len, bool 
  * 0 when the channel is none of ours. */
 static size_t name_of_channel(const struct notice_link *n, const char *ch, size_t len, char *out)
 {
+    const char *rname;
+    size_t rlen = redisson_channel_name(ch, len, &rname);
+    if (rlen && rlen <= WIRE_MAX_NAME && redisson_name(n, rname, rlen)) {
+        memcpy(out, rname, rlen);
+        out[rlen] = '\0';
+        return rlen;
+    }
     size_t suffix = sizeof RELEASED_SUFFIX - 1, p = n->prefix_len;
     size_t skip = n->prefix_tagged ? p : 2 * p + 1, tail = n->prefix_tagged ? suffix : suffix + 1;
     if (len <= skip + tail || len - skip - tail > WIRE_MAX_NAME)
@@ -294,7 +311,8 @@ static bool in_slots(const struct notice_link *n, const struct wname *w, const u
     char key[CONFIG_PREFIX_MAX + WIRE_MAX_NAME];
     memcpy(key, n->cfg->prefix, n->prefix_len);
     memcpy(key + n->prefix_len, w->name, w->len);
-    unsigned s = key_slot(key, n->prefix_len + w->len);
+    unsigned s = redisson_name(n, w->name, w->len) ? key_slot(w->name, w->len)
+                                                   : key_slot(key, n->prefix_len + w->len);
     return slots[s / 8] & (1u << (s % 8));
 }
 
@@ -427,7 +445,15 @@ static void on_reply(void *arg, struct redis_link *l, const redisReply *r)
     }
     const redisReply *kind = r->element[0], *ch = r->element[1], *payload = r->element[2];
     if ((is(kind, "message") || is(kind, "smessage")) && payload->type == REDIS_REPLY_STRING) {
-        n->hooks.notice(n->hooks.arg, payload->str, payload->len);
+        /* dlock's notice carries the name; Redisson's unlock message (0,
+         * or 1 for a read lock's) only its channel names it. */
+        const char *rname;
+        size_t rlen =
+            ch->type == REDIS_REPLY_STRING ? redisson_channel_name(ch->str, ch->len, &rname) : 0;
+        if (rlen)
+            n->hooks.notice(n->hooks.arg, rname, rlen);
+        else
+            n->hooks.notice(n->hooks.arg, payload->str, payload->len);
     } else if ((is(kind, "subscribe") || is(kind, "ssubscribe") || is(kind, "unsubscribe") ||
                 is(kind, "sunsubscribe")) &&
                ch->type == REDIS_REPLY_STRING) {

@@ -4,6 +4,7 @@
 #include "scripts.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dlock.h"
@@ -150,7 +151,10 @@ static const char lua_fence[] =
  * whole); a separate record key is read too, for keys of earlier
  * versions. A value of another type than string reads as empty, but a
  * counted key's hash: then {'', '', PTTL, KIND, N, and for each of the
- * first PERMITS_SHOWN live permits of the N: TOKEN, its PTTL, HOLDER}. */
+ * first PERMITS_SHOWN live permits of the N: TOKEN, its PTTL, HOLDER}; and
+ * any other hash, Redisson's format: the same with KIND "redisson" (or
+ * "redisson:MODE" for its read-write lock's), and for each holder field:
+ * the field, the key's PTTL, the hold count. */
 #define PERMITS_SHOWN STRING_OF(SCRIPT_PERMITS_SHOWN)
 static const char lua_lookup[] =
     "local k = redis.pcall('hget', KEYS[1], '" SCRIPT_KIND_FIELD "') "
@@ -162,6 +166,13 @@ static const char lua_lookup[] =
     "if all[i] ~= '" SCRIPT_KIND_FIELD "' and e and e > now then n = n + 1 "
     "if n <= " PERMITS_SHOWN " then out[#out + 1] = all[i] out[#out + 1] = e - now "
     "out[#out + 1] = rest end end end out[5] = n return out end "
+    "if k == false and redis.call('type', KEYS[1]).ok == 'hash' then "
+    "local mode = redis.call('hget', KEYS[1], 'mode') local p = redis.call('pttl', KEYS[1]) "
+    "local out, n = {'', '', p, mode and ('redisson:' .. mode) or 'redisson', 0}, 0 "
+    "local all = redis.call('hgetall', KEYS[1]) for i = 1, #all, 2 do "
+    "if all[i] ~= 'mode' then n = n + 1 if n <= " PERMITS_SHOWN " then "
+    "out[#out + 1] = all[i] out[#out + 1] = p out[#out + 1] = all[i + 1] end end end "
+    "out[5] = n return out end "
     "local v = redis.pcall('get', KEYS[1]) local h = redis.pcall('get', KEYS[2]) "
     "if type(v) ~= 'string' then v = '' end if type(h) ~= 'string' then h = '' end "
     "local _, e = string.find(v, '^[0-9a-f]+ ') "
@@ -263,6 +274,58 @@ static const char lua_fence_counted[] =
                               "if mark(KEYS[2]) < tonumber(ARGV[2]) then "
                               "redis.call('set', KEYS[2], ARGV[2]) end return 1";
 
+/* ---- Redisson's format ----
+ *
+ * A name in Redisson's format (docs/redisson.md) is stored as Java
+ * Redisson's RLock stores it: the key is the name itself, a hash of one
+ * field per holder, "ID:THREAD" -> its hold count, with a TTL that the
+ * holder's watchdog renews by PEXPIRE while its field is there; the last
+ * unlock deletes the key and publishes 0 on "redisson_lock__channel:{NAME}".
+ * dlock's field is its token and ":0", and its count the lease's holds. The
+ * keys dlock keeps beside (the slot's fencing mark, the waiting hosts) are
+ * its own, under its prefix: Redisson never reads them. A key of another
+ * type is read with pcall: someone else's, never an error. */
+#define LUA_FIELD_OURS "local ours = redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 "
+
+/* Acquire: KEYS and ARGV[2..6] as the exclusive acquire's; ARGV[1] our
+ * field, ARGV[7] the hold count. Redisson's own acquire takes the key when
+ * it does not exist (or holds its field: its re-entry); ours is a new
+ * field, so only the first. */
+static const char lua_acquire_redisson[] = LUA_MARK LUA_QUEUE LUA_READERS
+    "if queue_turn() then join_as(false) return 0 end "
+    "if redis.call('exists', KEYS[1]) == 0 then "
+    "redis.call('hset', KEYS[1], ARGV[1], ARGV[7]) redis.call('pexpire', KEYS[1], ARGV[2]) "
+    "if queued then redis.call('hdel', KEYS[3], me) end "
+    "local fence = tonumber(ARGV[3]) if not fence then fence = clock() end "
+    "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "
+    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) "
+    "return fence end "
+    "join_as(false) local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end return -t";
+
+/* Renew: while our field (ARGV[1]) is there, the count follows the lease's
+ * holds (ARGV[3]) and the key's TTL is ARGV[2], as Redisson's watchdog
+ * renews its own. */
+static const char lua_renew_redisson[] =
+    LUA_FIELD_OURS "if not ours then return 0 end "
+                   "redis.call('hset', KEYS[1], ARGV[1], ARGV[3]) "
+                   "return redis.call('pexpire', KEYS[1], ARGV[2])";
+
+/* Release: while our field is there, the key goes (a lease ends with all
+ * its holds), and with a channel (ARGV[2]) Redisson's unlock message
+ * (ARGV[3], "0") goes on it, always: Redisson's waiters are in no record
+ * of ours. ARGV[4] "s": SPUBLISH, as Redisson does on Redis Cluster. */
+static const char lua_release_redisson[] =
+    LUA_FIELD_OURS "if not ours then return 0 end redis.call('del', KEYS[1]) "
+                   "if ARGV[2] ~= '' then if ARGV[4] == 's' then "
+                   "redis.call('spublish', ARGV[2], ARGV[3]) "
+                   "else redis.call('publish', ARGV[2], ARGV[3]) end end return 1";
+
+/* Fence (quorum mode): while our field is there, raise the slot's mark. */
+static const char lua_fence_redisson[] =
+    LUA_MARK LUA_FIELD_OURS "if not ours then return 0 end "
+                            "if mark(KEYS[2]) < tonumber(ARGV[2]) then "
+                            "redis.call('set', KEYS[2], ARGV[2]) end return 1";
+
 /* ---- keys and arguments ---- */
 
 static void arg(struct script_args *a, const char *s, size_t len)
@@ -282,12 +345,19 @@ static void arg_keys(struct script_args *a, int keys, const struct script_ctx *c
                      const struct backend_req *req)
 {
     arg(a, a->numkeys, (size_t)snprintf(a->numkeys, sizeof a->numkeys, "%d", keys));
-    arg(a, a->key, ctx->prefix_len + req->len);
+    arg(a, a->key, a->key_len);
 }
 
-static size_t key_len(const struct script_ctx *ctx, const struct backend_req *req)
+/* A key that dlock keeps beside the lock key, under the prefix. */
+static size_t side(const struct script_ctx *ctx, struct script_args *a, const char *suffix,
+                   char *out)
 {
-    return ctx->prefix_len + req->len;
+    return side_key_of(ctx->prefix, ctx->prefix_len, a->key, a->key_len, suffix, out);
+}
+
+static size_t hw_key(const struct script_ctx *ctx, struct script_args *a)
+{
+    return fence_hw_key_of(ctx->tags, ctx->prefix, ctx->prefix_len, a->key, a->key_len, a->hw);
 }
 
 /* The token (32 hex characters), or empty when the request has none. */
@@ -301,11 +371,10 @@ static void arg_token(struct script_args *a, const struct backend_req *req)
 static void acquire_keys(const struct script_ctx *ctx, const struct backend_req *req,
                          struct script_args *a)
 {
-    size_t kl = key_len(ctx, req);
     arg_keys(a, 4, ctx, req);
-    arg(a, a->hw, fence_hw_key(ctx->tags, a->key, kl, ctx->prefix_len, a->hw));
-    arg(a, a->side, waiting_key(a->key, kl, ctx->prefix_len, a->side));
-    arg(a, a->readers, readers_key(a->key, kl, ctx->prefix_len, a->readers));
+    arg(a, a->hw, hw_key(ctx, a));
+    arg(a, a->side, side(ctx, a, WAITING_SUFFIX, a->side));
+    arg(a, a->readers, side(ctx, a, READERS_SUFFIX, a->readers));
 }
 
 /* ARGV[2] to ARGV[6] of both acquires: the TTL, the token's floor (empty:
@@ -367,12 +436,11 @@ static void build_renew(const struct script_ctx *ctx, const struct backend_req *
 static void build_release(const struct script_ctx *ctx, const struct backend_req *req,
                           uint32_t permits, struct script_args *a)
 {
-    size_t kl = key_len(ctx, req);
     arg_keys(a, ctx->sharded ? 1 : 2, ctx, req);
     if (!ctx->sharded)
-        arg(a, a->side, waiting_key(a->key, kl, ctx->prefix_len, a->side));
+        arg(a, a->side, side(ctx, a, WAITING_SUFFIX, a->side));
     arg_token(a, req);
-    arg(a, a->channel, req->notify ? release_channel(a->key, kl, ctx->prefix_len, a->channel) : 0);
+    arg(a, a->channel, req->notify ? side(ctx, a, RELEASED_SUFFIX, a->channel) : 0);
     arg(a, req->name, req->len);
     arg(a, ctx->sharded ? "s" : "", ctx->sharded);
 }
@@ -382,7 +450,7 @@ static void build_fence(const struct script_ctx *ctx, const struct backend_req *
                         uint32_t permits, struct script_args *a)
 {
     arg_keys(a, 2, ctx, req);
-    arg(a, a->hw, fence_hw_key(ctx->tags, a->key, key_len(ctx, req), ctx->prefix_len, a->hw));
+    arg(a, a->hw, hw_key(ctx, a));
     arg_token(a, req);
     arg_num(a, 0, req->fence);
 }
@@ -392,7 +460,76 @@ static void build_lookup(const struct script_ctx *ctx, const struct backend_req 
                          uint32_t permits, struct script_args *a)
 {
     arg_keys(a, 2, ctx, req);
-    arg(a, a->side, holder_key(a->key, key_len(ctx, req), ctx->prefix_len, a->side));
+    arg(a, a->side, side(ctx, a, HOLDER_SUFFIX, a->side));
+}
+
+/* Redisson's format: our field, the token and ":0". */
+static void arg_field(struct script_args *a, const struct backend_req *req)
+{
+    arg(a, a->value,
+        (size_t)snprintf(a->value, sizeof a->value, "%.32s" SCRIPT_FIELD_SUFFIX,
+                         req->token ? req->token : ""));
+}
+
+/* The hold count: the lease's holds, at least 1. */
+static void arg_holds(struct script_args *a, int i, const struct backend_req *req)
+{
+    arg_num(a, i, req->holds ? req->holds : 1);
+}
+
+/* KEYS as the exclusive acquire's; ARGV: our field, acquire_argv(), the
+ * hold count. */
+static void build_acquire_redisson(const struct script_ctx *ctx, const struct backend_req *req,
+                                   uint32_t permits, struct script_args *a)
+{
+    acquire_keys(ctx, req, a);
+    arg_field(a, req);
+    acquire_argv(req, a);
+    arg_holds(a, 4, req);
+}
+
+/* KEYS: the name. ARGV: our field, the TTL, the hold count. */
+static void build_renew_redisson(const struct script_ctx *ctx, const struct backend_req *req,
+                                 uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 1, ctx, req);
+    arg_field(a, req);
+    arg_num(a, 0, req->ttl_ms);
+    arg_holds(a, 1, req);
+}
+
+/* KEYS: the name. ARGV: our field, Redisson's channel of the name (empty:
+ * no message), the unlock message, "s" to publish with SPUBLISH. */
+static void build_release_redisson(const struct script_ctx *ctx, const struct backend_req *req,
+                                   uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 1, ctx, req);
+    arg_field(a, req);
+    arg(a, a->channel, req->notify ? redisson_channel(req->name, req->len, a->channel) : 0);
+    arg(a, SCRIPT_REDISSON_UNLOCK, sizeof SCRIPT_REDISSON_UNLOCK - 1);
+    arg(a, ctx->sharded ? "s" : "", ctx->sharded);
+}
+
+/* KEYS: the name, the slot's mark. ARGV: our field, the grant's token. */
+static void build_fence_redisson(const struct script_ctx *ctx, const struct backend_req *req,
+                                 uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 2, ctx, req);
+    arg(a, a->hw, hw_key(ctx, a));
+    arg_field(a, req);
+    arg_num(a, 0, req->fence);
+}
+
+size_t script_lock_key(const struct script_ctx *ctx, const char *name, size_t len, char *out)
+{
+    size_t n = 0;
+    if (formats_of(ctx->formats, name, len) == KEY_FORMAT_DLOCK) {
+        memcpy(out, ctx->prefix, ctx->prefix_len);
+        n = ctx->prefix_len;
+    }
+    memcpy(out + n, name, len);
+    out[n + len] = '\0';
+    return n + len;
 }
 
 int script_command(enum script_id s, const char *sha, const struct script_ctx *ctx,
@@ -409,9 +546,7 @@ int script_command(enum script_id s, const char *sha, const struct script_ctx *c
         arg(a, "EVAL", 4);
         arg(a, d->src, strlen(d->src));
     }
-    memcpy(a->key, ctx->prefix, ctx->prefix_len);
-    memcpy(a->key + ctx->prefix_len, req->name, req->len);
-    a->key[ctx->prefix_len + req->len] = '\0';
+    a->key_len = script_lock_key(ctx, req->name, req->len, a->key);
     d->build(ctx, req, permits, a);
     return 0;
 }
@@ -466,6 +601,7 @@ static bool counted_of(const redisReply *rep, struct script_holders *h)
         rep->element[4]->type != REDIS_REPLY_INTEGER || rep->element[4]->integer < 0)
         return false;
     snprintf(h->holder.kind, sizeof h->holder.kind, "%s", rep->element[3]->str);
+    bool redisson = strncmp(h->holder.kind, "redisson", 8) == 0;
     snprintf(h->holder.value, sizeof h->holder.value, "%s", h->holder.kind);
     h->holder.permits =
         (unsigned)(rep->element[4]->integer > UINT32_MAX ? UINT32_MAX : rep->element[4]->integer);
@@ -476,8 +612,18 @@ static bool counted_of(const redisReply *rep, struct script_holders *h)
             rec->type != REDIS_REPLY_STRING)
             return false;
         struct backend_permit *p = &h->holder.permit[h->holder.shown++];
-        snprintf(p->token, sizeof p->token, "%s", tok->str);
         p->pttl_ms = ttl->integer;
+        if (redisson) {
+            /* The holder's field, and its hold count; dlock's field is
+             * its token and SCRIPT_FIELD_SUFFIX. */
+            snprintf(p->record, sizeof p->record, "%s", tok->str);
+            p->holds = (unsigned)strtoul(rec->str, NULL, 10);
+            if (tok->len == 32 + sizeof SCRIPT_FIELD_SUFFIX - 1 &&
+                strcmp(tok->str + 32, SCRIPT_FIELD_SUFFIX) == 0)
+                snprintf(p->token, sizeof p->token, "%.32s", tok->str);
+            continue;
+        }
+        snprintf(p->token, sizeof p->token, "%s", tok->str);
         snprintf(p->record, sizeof p->record, "%s%s%s", tok->str, rec->str[0] ? " " : "", rec->str);
     }
     if (h->holder.shown)
@@ -595,4 +741,29 @@ const struct script_def script_table[SCRIPT_COUNT] = {
                               .urgent = true,
                               .build = build_fence,
                               .decode = decode_flag},
+    [SCRIPT_ACQUIRE_REDISSON] = {.what = "acquire",
+                                 .src = lua_acquire_redisson,
+                                 .keys = 4,
+                                 .wait = true,
+                                 .build = build_acquire_redisson,
+                                 .decode = decode_acquire},
+    [SCRIPT_RENEW_REDISSON] = {.what = "renewal",
+                               .src = lua_renew_redisson,
+                               .keys = 1,
+                               .wait = true,
+                               .urgent = true,
+                               .build = build_renew_redisson,
+                               .decode = decode_flag},
+    [SCRIPT_RELEASE_REDISSON] = {.what = "release",
+                                 .src = lua_release_redisson,
+                                 .keys = 1,
+                                 .urgent = true,
+                                 .build = build_release_redisson,
+                                 .decode = decode_flag},
+    [SCRIPT_FENCE_REDISSON] = {.what = "fence",
+                               .src = lua_fence_redisson,
+                               .keys = 2,
+                               .urgent = true,
+                               .build = build_fence_redisson,
+                               .decode = decode_flag},
 };

@@ -16,6 +16,7 @@
 
 #include "backend.h"
 #include "config.h"
+#include "formats.h"
 #include "keys.h"
 #include "replies.h"
 #include "wire.h"
@@ -34,6 +35,12 @@ enum script_id {
     SCRIPT_RENEW_COUNTED,   /* the permit's expiry moves, and the key's with the latest */
     SCRIPT_RELEASE_COUNTED, /* the permit goes (the key with the last), then the release notice */
     SCRIPT_FENCE_COUNTED,   /* quorum mode: raise the slot's mark while the permit is live */
+    /* A name in Redisson's format (docs/redisson.md): Redisson's RLock hash
+     * at the bare name, dlock's field in it. */
+    SCRIPT_ACQUIRE_REDISSON, /* the key, when there is none, and our turn */
+    SCRIPT_RENEW_REDISSON,   /* while our field is there: its count, and PEXPIRE */
+    SCRIPT_RELEASE_REDISSON, /* while our field is there: DEL, and Redisson's unlock message */
+    SCRIPT_FENCE_REDISSON,   /* quorum mode: raise the slot's mark while our field is there */
     SCRIPT_COUNT,
 };
 
@@ -45,7 +52,14 @@ struct script_ctx {
     /* Redis Cluster: the release names the lock key alone (a slot migration
      * never splits it: TRYAGAIN) and publishes with SPUBLISH, always. */
     bool sharded;
+    /* [formats]: the names in Redisson's format (NULL: none) */
+    const struct formats *formats;
 };
+
+/* Redisson's format: dlock's field in the hash is its token and this; the
+ * message that Redisson's unlock publishes. */
+#define SCRIPT_FIELD_SUFFIX    ":0"
+#define SCRIPT_REDISSON_UNLOCK "0"
 
 /* The kind field of a counted key's hash, and its values: "shared", or
  * "sem:N" (N permits, 1 <= N < 2^32). */
@@ -67,14 +81,15 @@ struct script_args {
     const char *v[SCRIPT_ARGV_MAX];
     size_t len[SCRIPT_ARGV_MAX];
     char numkeys[4];
-    char key[SCRIPT_KEY_MAX + 1];                    /* the lock key */
+    char key[SCRIPT_KEY_MAX + 1]; /* the lock key */
+    size_t key_len;
     char hw[CONFIG_PREFIX_MAX + FENCE_HW_EXTRA + 1]; /* the slot's fencing mark */
     char side[SCRIPT_SIDE_KEY_MAX];                  /* waiting hosts, or the old holder key */
     char readers[SCRIPT_SIDE_KEY_MAX];               /* acquires: the waiting readers' marks */
     char channel[SCRIPT_SIDE_KEY_MAX];               /* release: the name's channel */
     char value[BACKEND_RECORD_MAX];                  /* acquire: "TOKEN HOLDER" */
     char kind[SCRIPT_KIND_MAX];                      /* counted acquire: "shared", "sem:N" */
-    char num[4][24];                                 /* numbers among the arguments */
+    char num[6][24];                                 /* numbers among the arguments */
 };
 
 /* What a script's reply says. */
@@ -132,6 +147,10 @@ struct script_def {
 };
 
 extern const struct script_def script_table[SCRIPT_COUNT];
+
+/* The lock key of name (prefix and name, or the bare name in Redisson's
+ * format) into out (room for SCRIPT_KEY_MAX + 1 bytes); its length. */
+size_t script_lock_key(const struct script_ctx *ctx, const char *name, size_t len, char *out);
 
 /* The command that runs script s for req: EVALSHA sha (or, with sha NULL
  * or empty, EVAL with the script's text), its keys and its arguments, into

@@ -357,6 +357,8 @@ static int set_special(struct config *c, const char *section, const char *key, c
         return parse_allow(&c->policy, v);
     if (strcmp(section, "policy") == 0 && strcmp(key, "see_all") == 0)
         return parse_see_all(&c->policy, v);
+    if (strcmp(section, "formats") == 0 && strcmp(key, "redisson") == 0)
+        return formats_add_redisson(&c->formats, v);
     bool agent = strcmp(section, "agent") == 0, redis = strcmp(section, "redis") == 0;
     if (agent && strcmp(key, "socket") == 0)
         return copy_str(c->socket, sizeof c->socket, v);
@@ -445,6 +447,8 @@ static const char *special_range(const char *key)
         return " (an octal mode between 0 and 0777)";
     if (strcmp(key, "renew_fraction") == 0)
         return " (a decimal number between 0.05 and 0.8)";
+    if (strcmp(key, "redisson") == 0)
+        return " (up to 64 blank-separated name patterns)";
     return "";
 }
 
@@ -901,6 +905,13 @@ int config_validate(struct config *c, char *err, size_t errlen)
         why = "the same Redis node is listed twice";
     else if (strcmp(c->socket, c->status_socket) == 0)
         why = "socket and status_socket must differ";
+    else if (c->mode == REDIS_MODE_CLUSTER && c->formats.nredisson &&
+             key_has_hash_tag(c->prefix, strlen(c->prefix)))
+        /* A Redisson-format key is the bare name, in the name's own slot;
+         * the keys dlock keeps beside it start with the prefix, whose tag
+         * would put them in another. */
+        why = "[formats] redisson cannot be used in cluster mode with a prefix that has a "
+              "{hash tag}";
     if (!why) {
         config_warnings(c, log_warning, NULL);
         return 0;

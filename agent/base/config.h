@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "formats.h"
+
 #define CONFIG_DEFAULT_SOCKET "/run/dlock/dlock.sock"
 #define CONFIG_DEFAULT_STATUS "/run/dlock/status.sock"
 #define CONFIG_PREFIX_MAX     128
@@ -139,6 +141,8 @@ struct config {
     enum redis_mode mode;                 /* set by config_validate(), from the settings above */
     /* [policy] */
     struct policy policy;
+    /* [formats]: the names stored in another client's key format */
+    struct formats formats;
 };
 
 /* "*", a user name or uid, "@group" or "@gid". 0, or -1 when unknown. */

@@ -65,12 +65,12 @@ unsigned slot_tags_build(struct slot_tags *t)
     return i;
 }
 
-size_t fence_hw_key(const struct slot_tags *t, const char *key, size_t len, size_t prefix_len,
-                    char *out)
+size_t fence_hw_key_of(const struct slot_tags *t, const char *prefix, size_t prefix_len,
+                       const char *key, size_t len, char *out)
 {
     const char *tag = t->tag[key_slot(key, len)];
     size_t tlen = strlen(tag), n = prefix_len;
-    memcpy(out, key, prefix_len);
+    memcpy(out, prefix, prefix_len);
     out[n++] = '{';
     memcpy(out + n, tag, tlen);
     n += tlen;
@@ -79,13 +79,19 @@ size_t fence_hw_key(const struct slot_tags *t, const char *key, size_t len, size
     return n + sizeof FENCE_HW_SUFFIX - 1;
 }
 
-static size_t side_key(const char *key, size_t len, size_t prefix_len, const char *suffix,
-                       char *out)
+size_t fence_hw_key(const struct slot_tags *t, const char *key, size_t len, size_t prefix_len,
+                    char *out)
+{
+    return fence_hw_key_of(t, key, prefix_len, key, len, out);
+}
+
+size_t side_key_of(const char *prefix, size_t prefix_len, const char *key, size_t len,
+                   const char *suffix, char *out)
 {
     size_t n = 0;
     bool tagged = key_has_hash_tag(key, len);
     if (!tagged) {
-        memcpy(out, key, prefix_len);
+        memcpy(out, prefix, prefix_len);
         n = prefix_len;
         out[n++] = '{';
     }
@@ -98,6 +104,12 @@ static size_t side_key(const char *key, size_t len, size_t prefix_len, const cha
     n += slen;
     out[n] = '\0';
     return n;
+}
+
+static size_t side_key(const char *key, size_t len, size_t prefix_len, const char *suffix,
+                       char *out)
+{
+    return side_key_of(key, prefix_len, key, len, suffix, out);
 }
 
 size_t holder_key(const char *key, size_t len, size_t prefix_len, char *out)

@@ -73,12 +73,21 @@ unsigned slot_tags_build(struct slot_tags *t);
  * it), and then both keys hash that tag. */
 size_t fence_hw_key(const struct slot_tags *t, const char *key, size_t len, size_t prefix_len,
                     char *out);
+/* The same for a lock key that need not start with the prefix (a key in
+ * another client's format is the bare name): prefix "{" TAG "}" suffix. */
+size_t fence_hw_key_of(const struct slot_tags *t, const char *prefix, size_t prefix_len,
+                       const char *key, size_t len, char *out);
 
 /* Writes the holder record key of lock key `key` into out (room for
  * prefix_len + len + SIDE_KEY_EXTRA + 1 bytes) and returns its length. It
  * lands in the lock key's slot: a key with a hash tag keeps it ("key
  * holder"); any other key becomes the tag ("prefix{key} holder"). */
 size_t holder_key(const char *key, size_t len, size_t prefix_len, char *out);
+/* The side key of `suffix` for a lock key that need not start with the
+ * prefix (room for prefix_len + len + SIDE_KEY_EXTRA + 1 bytes):
+ * "prefix{key}suffix", or "key suffix" when key has a hash tag. */
+size_t side_key_of(const char *prefix, size_t prefix_len, const char *key, size_t len,
+                   const char *suffix, char *out);
 /* The same with LEGACY_FENCE_SUFFIX: the earlier per-name counter. */
 size_t legacy_fence_key(const char *key, size_t len, size_t prefix_len, char *out);
 /* The same with WAITING_SUFFIX: the lock's waiting-hosts record. */

@@ -63,7 +63,10 @@ struct backend_req {
     const char *waiter_id;
     uint32_t want_ms;
     uint64_t fence; /* fence: raise the slot's high-water mark to at least this */
-    bool asking;    /* Redis Cluster: send ASKING first (the answer to an ASK redirect) */
+    /* acquire, renew: the lease's holds (re-entrant acquires), which a key
+     * in Redisson's format shows as its hold count (0 reads as 1) */
+    uint32_t holds;
+    bool asking; /* Redis Cluster: send ASKING first (the answer to an ASK redirect) */
 };
 
 enum backend_outcome {
@@ -147,6 +150,9 @@ struct backend_permit {
     char token[33];
     long long pttl_ms;               /* until it lapses, by the server's clock */
     char record[BACKEND_RECORD_MAX]; /* "TOKEN HOST PID UID COMMAND" */
+    /* A Redisson-format key: record is the holder's field ("ID:THREAD";
+     * token is dlock's token when the field is dlock's), holds its count. */
+    unsigned holds;
 };
 struct backend_holder {
     char value[BACKEND_RECORD_MAX];
@@ -156,7 +162,9 @@ struct backend_holder {
     bool undetermined; /* quorum mode: no value (or absence) on a majority */
     /* A shared or semaphore key: its kind ("shared", "sem:N"; then value is
      * the kind too, record the first permit's, pttl the latest permit's),
-     * else empty; its live permits, and the first `shown` of them. */
+     * or a hash in Redisson's format ("redisson", "redisson:read",
+     * "redisson:write"), else empty; its live permits (Redisson's holder
+     * fields), and the first `shown` of them. */
     char kind[BACKEND_KIND_MAX];
     unsigned permits, shown;
     struct backend_permit permit[BACKEND_PERMITS_SHOWN];

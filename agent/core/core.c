@@ -539,7 +539,8 @@ static void lease_due(struct core *k, struct lease *le, uint64_t now)
                               .name = le->lock->name,
                               .len = le->lock->name_len,
                               .token = le->token,
-                              .ttl_ms = le->ttl_ms};
+                              .ttl_ms = le->ttl_ms,
+                              .holds = le->holds};
     int rc = k->backend->ops->op(k->backend, &req, on_renewed, ref);
     if (rc) {
         free(ref);
@@ -605,11 +606,22 @@ static struct lease *lease_start(struct core *k, struct lock *l, struct waiter *
     return le;
 }
 
+/* A key in Redisson's format shows the lease's holds as its hold count:
+ * a renewal soon carries the new count (the one in flight, if any, or the
+ * next one after it). */
+static void holds_changed(struct core *k, struct lease *le, uint64_t now)
+{
+    if (le->state == DLOCK_STATE_HELD && !le->renew_sent &&
+        formats_of(&k->cfg->formats, le->lock->name, le->lock->name_len) == KEY_FORMAT_REDISSON)
+        timer_set(k, &le->timer, now + 1);
+}
+
 /* The owner of le takes it again (a re-entrant acquire): the same lease,
  * one more hold; its token, fence and deadline do not change. */
-static void lease_reenter(struct core *k, struct lease *le, uint32_t req_id)
+static void lease_reenter(struct core *k, struct lease *le, uint32_t req_id, uint64_t now)
 {
     le->holds++;
+    holds_changed(k, le, now);
     struct wire_granted g = {.lease_id = le->id,
                              .deadline_ns = lease_shown_deadline(le),
                              .fence = le->fence,
@@ -1145,6 +1157,10 @@ static int acquire_check(struct core *k, const struct core_client *c, const stru
                   ? NULL
                   : "this kind of lock is not available with this agent's Redis mode "
                     "(docs/redis.md)";
+    if (!bad && ask.kind != LOCK_EXCLUSIVE &&
+        formats_of(&cfg->formats, m->name, m->name_len) == KEY_FORMAT_REDISSON)
+        bad = "a name in Redisson's format ([formats] redisson) is an exclusive lock "
+              "(docs/redisson.md)";
     if (bad) {
         snprintf(why, len, "%s", bad);
         return DLOCK_EINVAL;
@@ -1176,7 +1192,7 @@ void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
     struct lease *reenter = NULL;
     int rc = acquire_check(k, c, m, &ttl, &reenter, why, sizeof why);
     if (reenter) {
-        lease_reenter(k, reenter, req_id);
+        lease_reenter(k, reenter, req_id, now);
         return;
     }
     if (rc) {
@@ -1254,6 +1270,7 @@ void core_release(struct core *k, struct core_client *c, uint32_t req_id, uint64
     if (le->holds > 1 && !PLANTED(CORE_BUG_REENTRY_FIRST_RELEASE)) {
         /* A re-entered lease: the last release of its owner releases it. */
         le->holds--;
+        holds_changed(k, le, now);
         k->env.ok(k->env.arg, c, req_id);
         return;
     }

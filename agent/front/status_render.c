@@ -726,6 +726,13 @@ static void holder_rec(const struct backend_holder *h, struct holder_rec *r)
     record_of(h->record, h->kind[0] && h->shown ? h->permit[0].token : h->value, r);
 }
 
+/* A key in Redisson's format: its holders' fields (Redisson's "ID:THREAD",
+ * or dlock's token) and hold counts. */
+static bool redisson_kind(const struct backend_holder *h)
+{
+    return strncmp(h->kind, "redisson", 8) == 0;
+}
+
 /* A shared or semaphore key's permits, as JSON members. */
 static void permits_json(struct sbuf *b, const struct backend_holder *h)
 {
@@ -733,6 +740,14 @@ static void permits_json(struct sbuf *b, const struct backend_holder *h)
     sb_json_str(b, h->kind[0] ? h->kind : h->value[0] ? "exclusive" : "");
     sb_printf(b, ",\"permits\":%u,\"holders\":[", h->kind[0] ? h->permits : h->value[0] != '\0');
     for (unsigned i = 0; h->kind[0] && i < h->shown; i++) {
+        if (redisson_kind(h)) {
+            sb_printf(b, "%s{\"field\":", i ? "," : "");
+            sb_json_str(b, h->permit[i].record);
+            sb_printf(b, ",\"dlock\":%s,\"holds\":%u,\"pttl_ms\":%lld}",
+                      h->permit[i].token[0] ? "true" : "false", h->permit[i].holds,
+                      h->permit[i].pttl_ms);
+            continue;
+        }
         struct holder_rec r;
         record_of(h->permit[i].record, h->permit[i].token, &r);
         sb_printf(b, "%s{\"host\":", i ? "," : "");
@@ -764,10 +779,33 @@ static void holder_json(struct sbuf *b, const char *name, const struct backend_h
     sb_printf(b, "}\n");
 }
 
+static void redisson_text(struct sbuf *b, const char *name, const struct backend_holder *h)
+{
+    const char *mode = h->kind[8] == ':' ? h->kind + 9 : "";
+    sb_printf(b, "%s: held in Redisson's format%s%s by %u holder%s", name, mode[0] ? ", " : "",
+              strcmp(mode, "read") == 0 ? "read lock"
+              : mode[0]                 ? "write lock"
+                                        : "",
+              h->permits, h->permits == 1 ? "" : "s");
+    for (unsigned i = 0; i < h->shown; i++) {
+        const struct backend_permit *p = &h->permit[i];
+        char id[BACKEND_RECORD_MAX];
+        text_printable(id, sizeof id, p->token[0] ? p->token : p->record);
+        sb_printf(b, "%s %s %s, %u hold%s", i ? ";" : ":", p->token[0] ? "dlock lease" : "Redisson",
+                  id, p->holds, p->holds == 1 ? "" : "s");
+    }
+    if (h->shown < h->permits)
+        sb_printf(b, "; and %u more", h->permits - h->shown);
+}
+
 /* A shared or semaphore key in text: its kind and each holder shown. */
 static void permits_text(struct sbuf *b, const char *name, const struct backend_holder *h)
 {
     char kind[BACKEND_KIND_MAX];
+    if (redisson_kind(h)) {
+        redisson_text(b, name, h);
+        return;
+    }
     text_printable(kind, sizeof kind, h->kind);
     sb_printf(b, "%s: held as %s by %u holder%s", name, kind, h->permits,
               h->permits == 1 ? "" : "s");

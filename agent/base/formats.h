@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* formats.h -- which key format a lock name is stored in, from the
+ * [formats] section: dlock's own (the prefix, then the name) or Java
+ * Redisson's (the name itself: docs/redisson.md). Pure. */
+#ifndef DLOCKD_FORMATS_H
+#define DLOCKD_FORMATS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define FORMATS_MAX_PATTERNS 64
+#define FORMATS_PATTERN_MAX  256
+
+enum key_format {
+    KEY_FORMAT_DLOCK,    /* prefix + name; a string, or a counted hash (docs/protocol.md) */
+    KEY_FORMAT_REDISSON, /* the name; Redisson's RLock or RReadWriteLock hash */
+};
+
+/* "redisson = PATTERN...": fnmatch(3) patterns of the names in Redisson's
+ * format; any other name keeps dlock's. */
+struct formats {
+    char redisson[FORMATS_MAX_PATTERNS][FORMATS_PATTERN_MAX];
+    unsigned nredisson;
+};
+
+/* Adds the blank-separated patterns of v. 0, or -1 when there is none, one
+ * is too long, or the list is full. */
+int formats_add_redisson(struct formats *f, const char *v);
+
+/* The format of name (len bytes, not NUL-terminated, at most
+ * FORMATS_NAME_MAX). */
+#define FORMATS_NAME_MAX 1024
+enum key_format formats_of(const struct formats *f, const char *name, size_t len);
+
+/* Redisson's channel for a lock named name: "redisson_lock__channel:{NAME}"
+ * (names hold no brace). Writes it with a NUL into out (room for len +
+ * REDISSON_CHANNEL_EXTRA + 1 bytes); returns its length. */
+#define REDISSON_CHANNEL_PREFIX "redisson_lock__channel:{"
+#define REDISSON_CHANNEL_EXTRA  (sizeof REDISSON_CHANNEL_PREFIX - 1 + 1)
+size_t redisson_channel(const char *name, size_t len, char *out);
+
+/* The lock name a Redisson channel names, in place: its start in *name and
+ * its length; 0 when ch is no Redisson lock channel. */
+size_t redisson_channel_name(const char *ch, size_t len, const char **name);
+
+#endif
