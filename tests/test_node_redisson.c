@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* test_node_redisson.c -- dlock and node-redisson, a Node.js implementation
  * of Java Redisson's RLock, share locks whose names the agent's [formats]
- * section stores in Redisson's format (docs/redis.md): one hash per name,
+ * section stores in Redisson's format: one hash per name,
  * a field per holder with its hold count, a PEXPIRE renewed by each side's
  * watchdog, and the release published on redisson_lock__channel:{NAME}.
  *
@@ -15,16 +15,19 @@
  *   format_alone             node-redisson alone on Redis: its hash field, the
  *                            hold count of a re-entrant hold, the PEXPIRE, the
  *                            notice "0" of the last unlock on the channel
- *   node_holds_dlock_waits   node-redisson holds a name: a dlock try-once
- *                            is busy (libdlock, `dlockctl run -w 0` exit 75),
- *                            a dlock waiter gets it after node-redisson's
- *                            unlock
- *   dlock_holds_node_waits   dlock holds a name: node-redisson's tryLock(0)
+ *   node_holds_dlock_waits   node-redisson holds a name: `dlockctl holder`
+ *                            shows its field, a dlock try-once is busy
+ *                            (libdlock, `dlockctl run -w 0` exit 75), a dlock
+ *                            waiter gets it after node-redisson's unlock
+ *   dlock_holds_node_waits   dlock holds a name (`dlockctl holder` shows the
+ *                            dlock lease): node-redisson's tryLock(0)
  *                            is false without an error, a node-redisson
  *                            lock() waiter gets it after dlock's release
  *   mixed_counter            two node-redisson drivers and two dlock clients
- *                            increment one Redis counter (GET, then SET)
- *                            under one name for 20 s: no update is lost
+ *                            (with short gaps between holds) increment one
+ *                            Redis counter (GET, then SET) under one name for
+ *                            20 s: no update is lost, and both sides got the
+ *                            name while the other side was at it
  *
  * Without node and npm at configure time (or the driver not installed) the
  * tests are skipped. */
@@ -373,6 +376,21 @@ static void assert_holder(const char *name, const char *field, const char *count
     cr_assert_gt(pttl, 0, "%s: PTTL %lld", name, pttl);
 }
 
+/* `dlockctl holder NAME`: asserts exit 0 and that its output has `want`. */
+static void assert_ctl_holder(const char *name, const char *want)
+{
+    char status[H_PATH], out_path[H_PATH];
+    snprintf(status, sizeof status, "%s", h_path("status0.sock"));
+    snprintf(out_path, sizeof out_path, "%s", h_path("ctl.out"));
+    unlink(out_path);
+    int st = h_ctl(5000, "-S", status, "holder", name, NULL);
+    const char *out = h_read_file(out_path);
+    cr_assert_eq(st, 0, "dlockctl holder %s: exit %d: %s", name, st, out ? out : "");
+    cr_assert(out && strstr(out, want), "dlockctl holder %s: no '%s' in: %s", name, want,
+              out ? out : "");
+    cr_log_info("%s", out);
+}
+
 /* ---- an acquire whose completion time is CLOCK_MONOTONIC ---- */
 
 struct mono_acq {
@@ -468,6 +486,9 @@ ITEST(node_redisson, node_holds_dlock_waits)
     int st = h_ctl(5000, "-s", H.agent[0].sock, "run", "-w", "0", name, "--", "true", NULL);
     cr_assert_eq(st, 75, "dlockctl run -w 0 on a node-redisson hold: exit %d", st);
     assert_holder(name, field, "1"); /* untouched */
+    char want[256];
+    snprintf(want, sizeof want, "Redisson %s, 1 hold", field);
+    assert_ctl_holder(name, want);
 
     /* A waiter: its agent listens on the name's Redisson channel. */
     struct mono_acq w = {0};
@@ -505,6 +526,7 @@ ITEST(node_redisson, dlock_holds_node_waits)
     struct h_cl *a = h_client();
     dlock_lease *l = h_must_acquire(a, name, 60000);
     assert_holder(name, NULL, "1");
+    assert_ctl_holder(name, "dlock lease");
 
     char line[256], word[16];
     drv_ask(&d, line, sizeof line, "trylock %s 0", name);
@@ -547,12 +569,19 @@ ITEST(node_redisson, dlock_holds_node_waits)
 #define MIX_BATCH   2    /* increments per `count` command */
 #define MIX_TTL_MS  5000 /* both sides' key TTL (the node drivers' watchdog too) */
 #define MIX_WAIT_MS 60000
+/* Between two holds a dlock client works outside the lock for up to this
+ * long. With no gap, one of the two dlock clients always waits: at each
+ * release the agent passes the name to it (a cohort handoff, or its acquire
+ * right behind the release), and node-redisson's waiters, woken by the
+ * release notice, find the name taken again until the dlock clients stop. */
+#define MIX_GAP_US 2000
 
 struct mix_worker {
     pthread_t tid;
     const char *sock;
     const char *redis_sock;
     int64_t stop_ms; /* h_now_ms() at which it stops taking the lock */
+    unsigned seed;
     long increments;
     int failed; /* the first unexpected result: a DLOCK_E* code, or 1 for Redis */
     char why[160];
@@ -609,6 +638,9 @@ static void *mix_run(void *arg)
             w->failed = rc;
             snprintf(w->why, sizeof w->why, "release: %s", dlock_strerror(rc));
         }
+        /* Work outside the lock, up to MIX_GAP_US. */
+        struct timespec gap = {0, (long)(rand_r(&w->seed) % MIX_GAP_US) * 1000};
+        nanosleep(&gap, NULL);
     }
     redisFree(r);
     dlock_client_close(c);
@@ -625,18 +657,21 @@ ITEST(node_redisson, mixed_counter)
     h_redis_del(MIX_KEY);
 
     int64_t t0 = h_now_ms(), stop = t0 + MIX_RUN_MS;
-    struct mix_worker w[MIX_THREADS];
+    int64_t stop_ns = mono_ns() + (int64_t)MIX_RUN_MS * 1000000;
+    /* Static: a failed assertion leaves the threads running to the end. */
+    static struct mix_worker w[MIX_THREADS];
     memset(w, 0, sizeof w);
     for (int i = 0; i < MIX_THREADS; i++) {
         w[i].sock = H.agent[0].sock;
         w[i].redis_sock = H.redis_sock;
         w[i].stop_ms = stop;
+        w[i].seed = (unsigned)(t0 + i);
         cr_assert_eq(pthread_create(&w[i].tid, NULL, mix_run, &w[i]), 0);
     }
 
     /* Each driver runs `count` commands back to back until the time is up;
      * the last one finishes after. */
-    long node_inc[MIX_DRIVERS] = {0};
+    long node_inc[MIX_DRIVERS] = {0}, node_during_inc[MIX_DRIVERS] = {0};
     int busy[MIX_DRIVERS];
     for (int i = 0; i < MIX_DRIVERS; i++) {
         drv_send(&d[i], "count %s %s %d", MIX_NAME, MIX_KEY, MIX_BATCH);
@@ -676,6 +711,8 @@ ITEST(node_redisson, mixed_counter)
                 cr_assert_fail("driver %d: count answered '%s'", i, line);
             }
             node_inc[i] += n;
+            if (t <= stop_ns)
+                node_during_inc[i] += n;
             busy[i] = 0;
             if (h_now_ms() < stop) {
                 drv_send(&d[i], "count %s %s %d", MIX_NAME, MIX_KEY, MIX_BATCH);
@@ -691,7 +728,9 @@ ITEST(node_redisson, mixed_counter)
         dlock_total += w[i].increments;
     }
     for (int i = 0; i < MIX_DRIVERS; i++) {
-        cr_log_info("node-redisson driver %d: %ld increments", i, node_inc[i]);
+        cr_log_info("node-redisson driver %d: %ld increments, %ld of them in batches done "
+                    "before the dlock clients stopped",
+                    i, node_inc[i], node_during_inc[i]);
         node_total += node_inc[i];
     }
     int64_t ran = h_now_ms() - t0;
@@ -702,7 +741,12 @@ ITEST(node_redisson, mixed_counter)
     cr_assert_eq(counter, dlock_total + node_total, "%ld updates lost",
                  dlock_total + node_total - counter);
     cr_assert_gt(dlock_total, 0, "the dlock clients never got the lock");
-    cr_assert_gt(node_total, 0, "the node-redisson drivers never got the lock");
+    long node_during = 0;
+    for (int i = 0; i < MIX_DRIVERS; i++)
+        node_during += node_during_inc[i];
+    cr_assert_gt(node_during, 0,
+                 "the node-redisson drivers never got the lock while the dlock "
+                 "clients ran");
     /* Nobody holds it any more. */
     H_KEY_GONE(MIX_NAME);
     for (int i = 0; i < MIX_DRIVERS; i++)
