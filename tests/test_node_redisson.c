@@ -144,7 +144,8 @@ struct drv {
 static void need_driver(void)
 {
     if (!HAVE_DRIVER)
-        h_skip("node or npm was not found when the build was configured");
+        h_skip("no node-redisson driver in this build (node or npm missing at configure "
+               "time, or DLOCK_NODE_INTEROP=OFF)");
     if (access(NODE_EXECUTABLE, X_OK) != 0)
         h_skip("node is no longer at " NODE_EXECUTABLE);
     if (access(NODE_REDISSON_DRIVER, R_OK) != 0)
