@@ -1372,11 +1372,17 @@ Test(formats, redisson_patterns_select_names)
     int rc = load_text(&c,
                        "[formats]\n"
                        "redisson = orders:* product_?\n"
-                       "redisson = jobs:[ab]*\n",
+                       "redisson = jobs:[ab]*\n"
+                       "redisson_rwlock = reports:*\n"
+                       "redisson_semaphore = encoders:* orders:9\n",
                        path, sizeof path, err, sizeof err);
     cr_assert_eq(rc, 0, "%s", err);
     cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(c.formats.nredisson, 3, "lines add up");
+    cr_assert_eq(c.formats.nredisson, 6, "lines add up");
+    cr_assert_eq(formats_of(&c.formats, "reports:1", 9), KEY_FORMAT_REDISSON_RW);
+    cr_assert_eq(formats_of(&c.formats, "encoders:x", 10), KEY_FORMAT_REDISSON_SEM);
+    /* The first pattern that matches, in the order of the file. */
+    cr_assert_eq(formats_of(&c.formats, "orders:9", 8), KEY_FORMAT_REDISSON);
     static const char *const yes[] = {"orders:1", "orders:", "product_9", "jobs:a1"};
     static const char *const no[] = {"orders", "product_10", "jobs:c", "xorders:1"};
     for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
@@ -1416,7 +1422,7 @@ Test(formats, cluster_with_a_tagged_prefix_is_refused)
     expect_good(&c, "agent", "prefix", "{locks}:");
     char err[512];
     cr_assert_eq(config_validate(&c, err, sizeof err), -1);
-    cr_assert_not_null(strstr(err, "[formats] redisson"), "%s", err);
+    cr_assert_not_null(strstr(err, "[formats]"), "%s", err);
     expect_good(&c, "agent", "prefix", "locks:");
     cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
 }
@@ -1425,12 +1431,21 @@ Test(formats, cluster_with_a_tagged_prefix_is_refused)
 Test(formats, redisson_channels)
 {
     char ch[64];
-    size_t n = redisson_channel("orders:1", 8, ch);
+    size_t n = redisson_channel(KEY_FORMAT_REDISSON, "orders:1", 8, ch);
     cr_assert_str_eq(ch, "redisson_lock__channel:{orders:1}");
     cr_assert_eq(n, strlen(ch));
     const char *name;
     cr_assert_eq(redisson_channel_name(ch, n, &name), 8);
     cr_assert_eq(memcmp(name, "orders:1", 8), 0);
+    n = redisson_channel(KEY_FORMAT_REDISSON_RW, "rw", 2, ch);
+    cr_assert_str_eq(ch, "redisson_rwlock:{rw}");
+    cr_assert_eq(redisson_channel_name(ch, n, &name), 2);
+    n = redisson_channel(KEY_FORMAT_REDISSON_SEM, "sem", 3, ch);
+    cr_assert_str_eq(ch, "redisson_sc:{sem}");
+    cr_assert_eq(redisson_channel_name(ch, n, &name), 3);
+    cr_assert_eq(memcmp(name, "sem", 3), 0);
+    cr_assert_eq(redisson_timeout_key("sem", 3, ch), strlen("{sem}:timeout"));
+    cr_assert_str_eq(ch, "{sem}:timeout");
     static const char *const not_ours[] = {"redisson_lock__channel:{}", "redisson_lock__channel:x",
                                            "redisson_lock__channel:{a{b}", "dlock:{x} released",
                                            "redisson_lock__channel:{a}b}"};

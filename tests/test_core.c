@@ -82,7 +82,8 @@ struct req {
     uint32_t block; /* acquire: tokens reserved for handoffs */
     enum lock_kind lkind;
     uint32_t limit;
-    bool waiting; /* acquire: names the agent and joins the waiting-hosts record when taken */
+    uint32_t holds; /* acquire, renew: the lease's holds */
+    bool waiting;   /* acquire: names the agent and joins the waiting-hosts record when taken */
     bool notify;
     uint64_t sent;
     backend_cb cb;
@@ -218,6 +219,7 @@ static int fb_queue(enum rkind kind, const struct backend_req *req, backend_cb c
     r->lkind = req->kind;
     r->limit = req->limit;
     r->block = req->block;
+    r->holds = req->holds;
     r->waiting = req->waiter_id && req->want_ms > 0;
     r->sent = F.now;
     r->cb = cb;
@@ -1740,6 +1742,53 @@ Test(core, a_reentrant_acquire_by_the_owner_gets_the_same_lease_and_counts_its_h
     cr_assert_eq(req_count(R_RELEASE, "re"), 1);
     cr_assert_eq(req_count(R_ACQUIRE, "re"), 2);
     refused(release(a, g1->g.lease_id), DLOCK_ENOTFOUND);
+}
+
+/* A name in Redisson's format shows a lease's holds as the key's hold
+ * count: each re-entry and each release but the last sends a renewal with
+ * the new count at once; one that comes while a renewal is in flight is
+ * sent right after it. dlock's own format sends nothing. */
+Test(core, holds_reach_a_redisson_key_at_once)
+{
+    cr_assert_eq(formats_add(&F.cfg.formats, KEY_FORMAT_REDISSON, "r*"), 0);
+    F.backend.kinds = BACKEND_KIND(LOCK_SHARED);
+    struct tclient *a = client(1);
+    uint32_t first = acquire_kind(a, "re", LOCK_EXCLUSIVE, 0, WIRE_ACQ_REENTRANT, 7, -1);
+    reply(pending(R_ACQUIRE, "re"), F.now + 1 * MS, BACKEND_DONE);
+    const struct answer *g = granted_answer(first);
+    uint64_t lease = g->g.lease_id;
+    granted(acquire_kind(a, "re", LOCK_EXCLUSIVE, 0, WIRE_ACQ_REENTRANT, 7, 0));
+    run_until(F.now + 1);
+    cr_assert_eq(req_count(R_RENEW, "re"), 1, "no renewal for the new count");
+    struct req *r = pending(R_RENEW, "re");
+    cr_assert_eq(r->holds, 2);
+    /* A third hold while that renewal is in flight: sent right after it. */
+    granted(acquire_kind(a, "re", LOCK_EXCLUSIVE, 0, WIRE_ACQ_REENTRANT, 7, 0));
+    run_until(F.now + 1);
+    cr_assert_eq(req_count(R_RENEW, "re"), 1, "two renewals in flight");
+    reply(r, F.now + 1 * MS, BACKEND_DONE);
+    run_until(F.now + 1);
+    cr_assert_eq(req_count(R_RENEW, "re"), 2);
+    r = pending(R_RENEW, "re");
+    cr_assert_eq(r->holds, 3);
+    reply(r, F.now + 1 * MS, BACKEND_DONE);
+    /* A release but the last: the count goes down at once. */
+    ok_answer(release(a, lease));
+    run_until(F.now + 1);
+    cr_assert_eq(req_count(R_RENEW, "re"), 3);
+    cr_assert_eq(pending(R_RENEW, "re")->holds, 2);
+    /* Kinds that the format does not carry are refused, naming it. */
+    uint32_t sh = acquire_kind(client(2), "rs", LOCK_SHARED, 0, 0, 0, 0);
+    refused(sh, DLOCK_EINVAL);
+    cr_assert_not_null(strstr(answer_to(sh)->msg, "Redisson"), "%s", answer_to(sh)->msg);
+
+    /* dlock's format: re-entry stays in the agent. */
+    uint32_t d = acquire_kind(a, "dl", LOCK_EXCLUSIVE, 0, WIRE_ACQ_REENTRANT, 7, -1);
+    reply(pending(R_ACQUIRE, "dl"), F.now + 1 * MS, BACKEND_DONE);
+    granted(d);
+    granted(acquire_kind(a, "dl", LOCK_EXCLUSIVE, 0, WIRE_ACQ_REENTRANT, 7, 0));
+    run_until(F.now + 1);
+    cr_assert_eq(req_count(R_RENEW, "dl"), 0);
 }
 
 Test(core, another_owner_of_the_connection_waits_and_a_drop_releases_every_hold)

@@ -1159,8 +1159,11 @@ ITEST(scripts, the_documented_acl_user_may_run_every_script)
 static const struct formats *redisson_all(void)
 {
     static struct formats f;
-    if (!f.nredisson)
-        cr_assert_eq(formats_add_redisson(&f, "orders:*"), 0);
+    if (!f.nredisson) {
+        cr_assert_eq(formats_add(&f, KEY_FORMAT_REDISSON, "orders:*"), 0);
+        cr_assert_eq(formats_add(&f, KEY_FORMAT_REDISSON_RW, "rw:*"), 0);
+        cr_assert_eq(formats_add(&f, KEY_FORMAT_REDISSON_SEM, "sem:*"), 0);
+    }
     return &f;
 }
 
@@ -1252,9 +1255,8 @@ ITEST(scripts, redisson_acquire_renew_release)
 
     /* The waiting host's turn; its token is above the last grant's. */
     cr_assert_eq(run_r(SCRIPT_ACQUIRE_REDISSON, a, false, NULL).outcome, BACKEND_TAKEN);
-    struct script_result r2 =
-        run_r(SCRIPT_ACQUIRE_REDISSON, acq("orders:1", TOK_B, "00000000000000bb", 1000), false,
-              NULL);
+    struct script_result r2 = run_r(SCRIPT_ACQUIRE_REDISSON,
+                                    acq("orders:1", TOK_B, "00000000000000bb", 1000), false, NULL);
     cr_assert_eq(r2.outcome, BACKEND_DONE);
     cr_assert_gt(r2.fence, first);
 }
@@ -1322,4 +1324,176 @@ ITEST(scripts, redisson_release_sharded)
     char buf[64];
     cr_assert_str_eq(next_message(sub, buf, sizeof buf), "0");
     redisFree(sub);
+}
+
+/* Redisson's RReadWriteLock format: dlock readers beside each other (a
+ * timeout key per hold, as Redisson's read lock keeps), a writer shut out
+ * until the last reader goes; the last release deletes the hash and
+ * publishes on redisson_rwlock:{NAME}, 0 after a reader and 1 after a
+ * writer. */
+ITEST(scripts, redisson_rwlock_readers_and_writer)
+{
+    start();
+    struct backend_req ra = acq("rw:1", TOK_A, NULL, 0), rb = acq("rw:1", TOK_B, NULL, 0),
+                       wc = acq("rw:1", TOK_C, NULL, 0);
+    ra.kind = rb.kind = LOCK_SHARED;
+    cr_assert_eq(run_r(SCRIPT_ACQUIRE_RW, ra, false, NULL).outcome, BACKEND_DONE);
+    cr_assert_eq(run_r(SCRIPT_ACQUIRE_RW, rb, false, NULL).outcome, BACKEND_DONE);
+    char mode[16];
+    redisReply *x = cmd("HGET rw:1 mode");
+    snprintf(mode, sizeof mode, "%s", x->str);
+    freeReplyObject(x);
+    cr_assert_str_eq(mode, "read");
+    cr_assert_eq(hget_num("rw:1", FIELD_A), 1);
+    cr_assert_eq(hget_num("rw:1", TOK_B ":0"), 1);
+    const char *ta1 = "{rw:1}:" FIELD_A ":rwlock_timeout:1";
+    long long p = cmd_int("PTTL %s", ta1);
+    cr_assert(p > 0 && p <= 10000, "timeout key PTTL %lld", p);
+    /* The writer waits for the readers. */
+    struct script_result r = run_r(SCRIPT_ACQUIRE_RW, wc, false, NULL);
+    cr_assert_eq(r.outcome, BACKEND_TAKEN);
+    cr_assert_gt(r.pttl_ms, 0);
+
+    /* A's holds go to 2: a second timeout key; back to 1: it goes. */
+    struct backend_req na = tok("rw:1", TOK_A);
+    na.kind = LOCK_SHARED;
+    na.holds = 2;
+    cr_assert_eq(run_r(SCRIPT_RENEW_RW, na, false, NULL).outcome, BACKEND_DONE);
+    cr_assert_eq(hget_num("rw:1", FIELD_A), 2);
+    cr_assert_eq(cmd_int("EXISTS %s", "{rw:1}:" FIELD_A ":rwlock_timeout:2"), 1);
+    long long hp = cmd_int("PTTL %s", "rw:1");
+    cr_assert(hp > 10000, "the hash lasts the longest hold: %lld", hp);
+    na.holds = 1;
+    cr_assert_eq(run_r(SCRIPT_RENEW_RW, na, false, NULL).outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("EXISTS %s", "{rw:1}:" FIELD_A ":rwlock_timeout:2"), 0);
+
+    struct script_holders h;
+    struct backend_req q = {.name = "rw:1", .len = 4};
+    cr_assert_eq(run_r(SCRIPT_LOOKUP, q, false, &h).kind, SR_HOLDER);
+    cr_assert_str_eq(h.holder.kind, "redisson:read");
+    cr_assert_eq(h.holder.permits, 2);
+
+    /* A goes: B's hold keeps the hash, no message; B goes: the hash goes,
+     * and 0 on the read-write lock's channel. */
+    redisContext *sub = subscriber("redisson_rwlock:{rw:1}", false);
+    struct backend_req xa = tok("rw:1", TOK_A), xb = tok("rw:1", TOK_B);
+    xa.kind = xb.kind = LOCK_SHARED;
+    cr_assert_eq(run_r(SCRIPT_RELEASE_RW, xa, false, NULL).outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("EXISTS %s", ta1), 0);
+    cr_assert_eq(cmd_int("EXISTS %s", "rw:1"), 1);
+    cr_assert_eq(run_r(SCRIPT_RELEASE_RW, xa, false, NULL).outcome, BACKEND_NOT_OURS);
+    cr_assert_eq(run_r(SCRIPT_RELEASE_RW, xb, false, NULL).outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("EXISTS %s", "rw:1"), 0);
+    char buf[64];
+    cr_assert_str_eq(next_message(sub, buf, sizeof buf), "0");
+
+    /* The writer: mode write, its field with ":write"; a reader is shut
+     * out; its release publishes 1. */
+    cr_assert_eq(run_r(SCRIPT_ACQUIRE_RW, wc, false, NULL).outcome, BACKEND_DONE);
+    cr_assert_eq(hget_num("rw:1", TOK_C ":0:write"), 1);
+    cr_assert_eq(run_r(SCRIPT_ACQUIRE_RW, ra, false, NULL).outcome, BACKEND_TAKEN);
+    cr_assert_eq(run_r(SCRIPT_LOOKUP, q, false, &h).kind, SR_HOLDER);
+    cr_assert_str_eq(h.holder.kind, "redisson:write");
+    cr_assert_str_eq(h.holder.permit[0].token, TOK_C);
+    struct backend_req fc = tok("rw:1", TOK_C);
+    fc.fence = 7;
+    cr_assert_eq(run_r(SCRIPT_FENCE_RW, fc, false, NULL).outcome, BACKEND_DONE);
+    cr_assert_eq(run_r(SCRIPT_RELEASE_RW, tok("rw:1", TOK_C), false, NULL).outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("EXISTS %s", "rw:1"), 0);
+    cr_assert_str_eq(next_message(sub, buf, sizeof buf), "1");
+    redisFree(sub);
+
+    /* An RLock hash (no mode) at the name is taken, never an error. */
+    x = cmd("HSET rw:1 someone:1 1");
+    freeReplyObject(x);
+    cr_assert_eq(run_r(SCRIPT_ACQUIRE_RW, ra, false, NULL).outcome, BACKEND_TAKEN);
+    cr_assert_eq(run_r(SCRIPT_ACQUIRE_RW, wc, false, NULL).outcome, BACKEND_TAKEN);
+}
+
+/* The number at a key. */
+static long long get_ll(const char *key)
+{
+    char buf[64];
+    return strtoll(get(key, buf, sizeof buf), NULL, 10);
+}
+
+/* Redisson's RPermitExpirableSemaphore format: the free permits at the
+ * name, set to N by the first acquire (as Redisson's trySetPermits); each
+ * permit in "{NAME}:timeout" with its expiry, its id the token's 16 bytes;
+ * a release gives it back and publishes the free count on
+ * redisson_sc:{NAME}; a lapsed permit (a dead Java holder's) goes back to
+ * the pool on the next acquire; another N is a mismatch. */
+ITEST(scripts, redisson_semaphore_permits)
+{
+    start();
+    struct script_ctx ctx = ctx_of(false);
+    ctx.formats = redisson_all();
+    struct backend_req a = acq("sem:1", TOK_A, NULL, 0), b = acq("sem:1", TOK_B, NULL, 0),
+                       c = acq("sem:1", TOK_C, NULL, 0);
+    a.kind = b.kind = c.kind = LOCK_SEMAPHORE;
+    struct script_result r = run_ctx(&ctx, SCRIPT_ACQUIRE_SEM, &a, 2, NULL);
+    cr_assert_eq(r.outcome, BACKEND_DONE);
+    cr_assert_gt(r.fence, 0);
+    cr_assert_eq(get_ll("sem:1"), 1);
+    cr_assert_eq(cmd_int("ZCARD %s", "{sem:1}:timeout"), 1);
+    redisReply *x =
+        cmd("ZSCORE {sem:1}:timeout %b",
+            "\xaa\xaa\xaa\xaa\xaa\xaa\xaa\xaa\xaa\xaa\xaa\xaa\xaa\xaa\xaa\xaa", (size_t)16);
+    cr_assert_eq(x->type, REDIS_REPLY_STRING, "the permit id is the token's 16 bytes");
+    freeReplyObject(x);
+    cr_assert_eq(run_ctx(&ctx, SCRIPT_ACQUIRE_SEM, &b, 2, NULL).outcome, BACKEND_DONE);
+    cr_assert_eq(get_ll("sem:1"), 0);
+    r = run_ctx(&ctx, SCRIPT_ACQUIRE_SEM, &c, 2, NULL);
+    cr_assert_eq(r.outcome, BACKEND_TAKEN);
+    cr_assert(r.pttl_ms > 0 && r.pttl_ms <= 10000, "until the first permit lapses: %lld",
+              r.pttl_ms);
+    /* Another N: never granted as asked. */
+    r = run_ctx(&ctx, SCRIPT_ACQUIRE_SEM, &c, 3, NULL);
+    cr_assert(r.mismatch);
+    cr_assert_str_eq(r.held, "sem:2");
+
+    /* Renewal moves A's expiry; the lookup shows both permits. */
+    struct backend_req na = tok("sem:1", TOK_A);
+    na.kind = LOCK_SEMAPHORE;
+    cr_assert_eq(run_ctx(&ctx, SCRIPT_RENEW_SEM, &na, 2, NULL).outcome, BACKEND_DONE);
+    struct script_holders h;
+    struct backend_req q = {.name = "sem:1", .len = 5};
+    cr_assert_eq(run_ctx(&ctx, SCRIPT_LOOKUP_SEM, &q, 0, &h).kind, SR_HOLDER);
+    cr_assert_str_eq(h.holder.kind, "redisson:semaphore");
+    cr_assert_eq(h.holder.permits, 2);
+    cr_assert_str_eq(h.holder.permit[0].record, TOK_B, "the earliest expiry first");
+    cr_assert_str_eq(h.holder.permit[1].record, TOK_A);
+    cr_assert_gt(h.holder.permit[1].pttl_ms, 10000);
+
+    /* Release: the permit goes back, the free count on the channel. */
+    redisContext *sub = subscriber("redisson_sc:{sem:1}", false);
+    cr_assert_eq(run_ctx(&ctx, SCRIPT_RELEASE_SEM, &na, 2, NULL).outcome, BACKEND_DONE);
+    cr_assert_eq(run_ctx(&ctx, SCRIPT_RELEASE_SEM, &na, 2, NULL).outcome, BACKEND_NOT_OURS);
+    cr_assert_eq(get_ll("sem:1"), 1);
+    char buf[64];
+    cr_assert_str_eq(next_message(sub, buf, sizeof buf), "1");
+    redisFree(sub);
+
+    /* A Java holder's permit that lapsed goes back on the next acquire. */
+    cmdf("ZADD {sem:1}:timeout 1000 javapermit0000000");
+    cmdf("DECRBY sem:1 1");
+    cr_assert_eq(run_ctx(&ctx, SCRIPT_ACQUIRE_SEM, &c, 2, NULL).outcome, BACKEND_DONE);
+    x = cmd("ZSCORE {sem:1}:timeout javapermit0000000");
+    cr_assert_eq(x->type, REDIS_REPLY_NIL, "reclaimed");
+    freeReplyObject(x);
+
+    /* A semaphore that Redisson set up with 3 permits is one of 3. */
+    cmdf("DEL sem:2");
+    cmdf("SET sem:2 3");
+    struct backend_req d = acq("sem:2", TOK_A, NULL, 0);
+    d.kind = LOCK_SEMAPHORE;
+    r = run_ctx(&ctx, SCRIPT_ACQUIRE_SEM, &d, 2, NULL);
+    cr_assert(r.mismatch);
+    cr_assert_str_eq(r.held, "sem:3");
+    cr_assert_eq(run_ctx(&ctx, SCRIPT_ACQUIRE_SEM, &d, 3, NULL).outcome, BACKEND_DONE);
+    /* A key of another type: taken, never an error. */
+    cmdf("DEL sem:3");
+    cmdf("HSET sem:3 a b");
+    d.name = "sem:3";
+    cr_assert_eq(run_ctx(&ctx, SCRIPT_ACQUIRE_SEM, &d, 3, NULL).outcome, BACKEND_TAKEN);
 }

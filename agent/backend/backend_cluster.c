@@ -188,7 +188,7 @@ static unsigned name_slot(const struct cl *cl, const char *name, size_t len)
     char key[CONFIG_PREFIX_MAX + WIRE_MAX_NAME];
     if (len > WIRE_MAX_NAME)
         len = WIRE_MAX_NAME;
-    if (formats_of(&cl->cfg->formats, name, len) == KEY_FORMAT_REDISSON)
+    if (formats_of(&cl->cfg->formats, name, len) != KEY_FORMAT_DLOCK)
         return key_slot(name, len); /* the key is the bare name */
     memcpy(key, cl->cfg->prefix, cl->prefix_len);
     memcpy(key + cl->prefix_len, name, len);

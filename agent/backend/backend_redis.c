@@ -343,8 +343,10 @@ static int submit(struct backend *be, enum script_id s, const struct backend_req
 static int rb_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
                      void *arg)
 {
+    struct rb *b = (struct rb *)be;
     struct backend_req req = {.name = name, .len = len};
-    return submit(be, SCRIPT_LOOKUP, &req, NULL, cb, arg);
+    bool sem = formats_of(&b->cfg->formats, name, len) == KEY_FORMAT_REDISSON_SEM;
+    return submit(be, sem ? SCRIPT_LOOKUP_SEM : SCRIPT_LOOKUP, &req, NULL, cb, arg);
 }
 
 static int rb_op(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
@@ -361,14 +363,25 @@ static int rb_op(struct backend *be, const struct backend_req *req, backend_cb c
                                               [BACKEND_RENEW] = SCRIPT_RENEW_REDISSON,
                                               [BACKEND_RELEASE] = SCRIPT_RELEASE_REDISSON,
                                               [BACKEND_FENCE] = SCRIPT_FENCE_REDISSON};
+    static const enum script_id rw[] = {[BACKEND_ACQUIRE] = SCRIPT_ACQUIRE_RW,
+                                        [BACKEND_RENEW] = SCRIPT_RENEW_RW,
+                                        [BACKEND_RELEASE] = SCRIPT_RELEASE_RW,
+                                        [BACKEND_FENCE] = SCRIPT_FENCE_RW};
+    static const enum script_id sem[] = {[BACKEND_ACQUIRE] = SCRIPT_ACQUIRE_SEM,
+                                         [BACKEND_RENEW] = SCRIPT_RENEW_SEM,
+                                         [BACKEND_RELEASE] = SCRIPT_RELEASE_SEM,
+                                         [BACKEND_FENCE] = SCRIPT_FENCE_SEM};
     struct rb *b = (struct rb *)be;
     if ((unsigned)req->op > BACKEND_FENCE)
         return DLOCK_EBACKEND;
-    const enum script_id *by_op = req->kind == LOCK_EXCLUSIVE ? exclusive : counted;
-    if (formats_of(&b->cfg->formats, req->name, req->len) == KEY_FORMAT_REDISSON)
-        by_op = req->kind == LOCK_EXCLUSIVE ? redisson : NULL;
-    if (!by_op)
-        return DLOCK_EKIND;
+    enum key_format f = formats_of(&b->cfg->formats, req->name, req->len);
+    if (!kind_in_format(req->kind, f))
+        return DLOCK_EKIND; /* the core refuses it first */
+    const enum script_id *by_op = f == KEY_FORMAT_REDISSON       ? redisson
+                                  : f == KEY_FORMAT_REDISSON_RW  ? rw
+                                  : f == KEY_FORMAT_REDISSON_SEM ? sem
+                                  : req->kind == LOCK_EXCLUSIVE  ? exclusive
+                                                                 : counted;
     return submit(be, by_op[req->op], req, cb, NULL, arg);
 }
 

@@ -147,17 +147,18 @@ static void unwant(struct notice_link *n, struct wname *w)
 
 /* ---- commands ---- */
 
-static bool redisson_name(const struct notice_link *n, const char *name, size_t len)
+static enum key_format format_of(const struct notice_link *n, const char *name, size_t len)
 {
-    return formats_of(&n->cfg->formats, name, len) == KEY_FORMAT_REDISSON;
+    return formats_of(&n->cfg->formats, name, len);
 }
 
 /* A name's channel: dlock's release channel, or Redisson's for a name in
  * its format, which Redisson's unlock and dlock's release both publish on. */
 static size_t channel_of(const struct notice_link *n, const struct wname *w, char *out)
 {
-    if (redisson_name(n, w->name, w->len))
-        return redisson_channel(w->name, w->len, out);
+    enum key_format f = format_of(n, w->name, w->len);
+    if (f != KEY_FORMAT_DLOCK)
+        return redisson_channel(f, w->name, w->len, out);
     char key[CONFIG_PREFIX_MAX + WIRE_MAX_NAME];
     memcpy(key, n->cfg->prefix, n->prefix_len);
     memcpy(key + n->prefix_len, w->name, w->len);
@@ -270,7 +271,7 @@ static size_t name_of_channel(const struct notice_link *n, const char *ch, size_
 {
     const char *rname;
     size_t rlen = redisson_channel_name(ch, len, &rname);
-    if (rlen && rlen <= WIRE_MAX_NAME && redisson_name(n, rname, rlen)) {
+    if (rlen && rlen <= WIRE_MAX_NAME && format_of(n, rname, rlen) != KEY_FORMAT_DLOCK) {
         memcpy(out, rname, rlen);
         out[rlen] = '\0';
         return rlen;
@@ -311,8 +312,9 @@ static bool in_slots(const struct notice_link *n, const struct wname *w, const u
     char key[CONFIG_PREFIX_MAX + WIRE_MAX_NAME];
     memcpy(key, n->cfg->prefix, n->prefix_len);
     memcpy(key + n->prefix_len, w->name, w->len);
-    unsigned s = redisson_name(n, w->name, w->len) ? key_slot(w->name, w->len)
-                                                   : key_slot(key, n->prefix_len + w->len);
+    unsigned s = format_of(n, w->name, w->len) != KEY_FORMAT_DLOCK
+                     ? key_slot(w->name, w->len)
+                     : key_slot(key, n->prefix_len + w->len);
     return slots[s / 8] & (1u << (s % 8));
 }
 

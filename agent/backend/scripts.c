@@ -166,10 +166,11 @@ static const char lua_lookup[] =
     "if all[i] ~= '" SCRIPT_KIND_FIELD "' and e and e > now then n = n + 1 "
     "if n <= " PERMITS_SHOWN " then out[#out + 1] = all[i] out[#out + 1] = e - now "
     "out[#out + 1] = rest end end end out[5] = n return out end "
-    "if k == false and redis.call('type', KEYS[1]).ok == 'hash' then "
+    "local all = k == false and redis.pcall('hgetall', KEYS[1]) "
+    "if type(all) == 'table' and not all.err and #all > 0 then "
     "local mode = redis.call('hget', KEYS[1], 'mode') local p = redis.call('pttl', KEYS[1]) "
     "local out, n = {'', '', p, mode and ('redisson:' .. mode) or 'redisson', 0}, 0 "
-    "local all = redis.call('hgetall', KEYS[1]) for i = 1, #all, 2 do "
+    "for i = 1, #all, 2 do "
     "if all[i] ~= 'mode' then n = n + 1 if n <= " PERMITS_SHOWN " then "
     "out[#out + 1] = all[i] out[#out + 1] = p out[#out + 1] = all[i + 1] end end end "
     "out[5] = n return out end "
@@ -325,6 +326,177 @@ static const char lua_fence_redisson[] =
     LUA_MARK LUA_FIELD_OURS "if not ours then return 0 end "
                             "if mark(KEYS[2]) < tonumber(ARGV[2]) then "
                             "redis.call('set', KEYS[2], ARGV[2]) end return 1";
+
+/* Redisson's RReadWriteLock format: the key is the name, a hash whose
+ * field "mode" is "read" or "write"; a writer's field is "ID:THREAD:write",
+ * a reader's "ID:THREAD", each -> its hold count; each of a reader's holds
+ * I has a key "{NAME}:ID:THREAD:rwlock_timeout:I" with the hold's TTL, and
+ * the hash's TTL is the latest of them (Redisson's read unlock reads them
+ * all; its read watchdog renews them all). The last unlock deletes the hash
+ * and publishes on "redisson_rwlock:{NAME}": 0 after a reader, 1 after a
+ * writer. dlock's reader keeps one timeout key per hold, as Redisson does;
+ * the fields are dlock's token and ":0" (and ":write" for a writer).
+ * ARGV[8] of each script says which side: "write" or "read". Renewals never
+ * shorten the hash's TTL, which other readers' holds may need. */
+#define LUA_RW                                                                                     \
+    "local write = ARGV[8] == 'write' "                                                            \
+    "local field = write and (ARGV[1] .. ':write') or ARGV[1] "                                    \
+    "local tkey = '{' .. KEYS[1] .. '}:' .. ARGV[1] .. ':rwlock_timeout:' "                        \
+    "local function stretch(ms) if redis.call('pttl', KEYS[1]) < tonumber(ms) then "               \
+    "redis.call('pexpire', KEYS[1], ms) end end "                                                  \
+    "local function timeouts(from, to, ms) for i = from, to do "                                   \
+    "if ms then redis.call('set', tkey .. i, 1, 'px', ms) else redis.call('del', tkey .. i) end "  \
+    "end end "                                                                                     \
+    "local held = redis.pcall('hget', KEYS[1], field) "                                            \
+    "if type(held) ~= 'string' then held = false end "
+
+/* Acquire: KEYS and ARGV[1..7] as Redisson's RLock acquire's. A key of
+ * another type, or a hash without a mode, is taken; so is a write mode, and
+ * a read mode for a writer. A reader that is granted adds its field to the
+ * readers (the turn as for dlock's shared kind: after the waiting writers). */
+static const char lua_acquire_rw[] = LUA_MARK LUA_QUEUE LUA_READERS LUA_RW
+    "local mode = redis.pcall('hget', KEYS[1], 'mode') "
+    "local function taken() join_as(not write) local t = redis.call('pttl', KEYS[1]) "
+    "if t < 0 then t = 0 end return -t end "
+    "if type(mode) ~= 'string' and (mode ~= false or redis.call('exists', KEYS[1]) == 1) then "
+    "return taken() end "
+    "if queue_turn((not write) and readers or nil) then join_as(not write) return 0 end "
+    "if mode == 'write' or (mode == 'read' and write) then return taken() end "
+    "if not mode then redis.call('hset', KEYS[1], 'mode', write and 'write' or 'read') end "
+    "redis.call('hset', KEYS[1], field, ARGV[7]) "
+    "if not write then timeouts(1, tonumber(ARGV[7]), ARGV[2]) end stretch(ARGV[2]) "
+    "if queued then redis.call('hdel', KEYS[3], me) end redis.call('hdel', KEYS[4], me) "
+    "local fence = tonumber(ARGV[3]) if not fence then fence = clock() end "
+    "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "
+    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) "
+    "return fence";
+
+/* Renew: while our field is there, its count follows the holds (ARGV[3]),
+ * a reader's timeout keys with it, and the hash lasts ARGV[2] ms at least. */
+static const char lua_renew_rw[] = LUA_RW
+    "if not held then return 0 end local n = tonumber(ARGV[3]) "
+    "redis.call('hset', KEYS[1], field, ARGV[3]) "
+    "if not write then timeouts(1, n, ARGV[2]) timeouts(n + 1, tonumber(held) or 0, nil) end "
+    "stretch(ARGV[2]) return 1";
+
+/* Release: while our field is there, it goes (a reader's timeout keys with
+ * it). A reader: while other holders remain, the hash lasts as long as the
+ * latest of their holds' timeout keys (as Redisson's read unlock does), and
+ * goes when none is left; a writer: the hash goes unless its holder's reads
+ * remain (mode read). When the hash goes, the unlock message goes on the
+ * channel (ARGV[2]; empty: none), 0 after a reader and 1 after a writer;
+ * ARGV[4] "s": SPUBLISH. */
+static const char lua_release_rw[] =
+    LUA_RW "if not held then return 0 end redis.call('hdel', KEYS[1], field) "
+           "if not write then timeouts(1, tonumber(held) or 0, nil) end "
+           "if redis.call('hlen', KEYS[1]) > 1 then "
+           "if write then redis.call('hset', KEYS[1], 'mode', 'read') return 1 end "
+           "local latest = -3 for _, f in ipairs(redis.call('hkeys', KEYS[1])) do "
+           "local c = tonumber(redis.call('hget', KEYS[1], f)) if c then for i = c, 1, -1 do "
+           "latest = math.max(latest, redis.call('pttl', '{' .. KEYS[1] .. '}:' .. f .. "
+           "':rwlock_timeout:' .. i)) end end end "
+           "if latest > 0 then redis.call('pexpire', KEYS[1], latest) return 1 end "
+           "if redis.call('hget', KEYS[1], 'mode') == 'write' then return 1 end end "
+           "redis.call('del', KEYS[1]) "
+           "if ARGV[2] ~= '' then local msg = write and '1' or '0' if ARGV[4] == 's' then "
+           "redis.call('spublish', ARGV[2], msg) else redis.call('publish', ARGV[2], msg) end end "
+           "return 1";
+
+/* Fence (quorum mode): while our field is there, raise the slot's mark to
+ * the grant's token (ARGV[2]). */
+static const char lua_fence_rw[] =
+    LUA_MARK LUA_RW "if not held then return 0 end "
+                    "if mark(KEYS[2]) < tonumber(ARGV[2]) then "
+                    "redis.call('set', KEYS[2], ARGV[2]) end return 1";
+
+/* Redisson's RPermitExpirableSemaphore format: the key is the name, a
+ * string with the number of free permits (set by Redisson's trySetPermits,
+ * or by dlock's first acquire to its N); each permit taken is a member of
+ * the sorted set "{NAME}:timeout", its id (16 bytes) -> its expiry (ms since
+ * 1970; Redisson's by its client's clock, dlock's by the server's). Whoever
+ * comes next gives the lapsed permits back (reclaim(), as Redisson does,
+ * publishing the free count). A release gives the permit back and publishes
+ * the free count on "redisson_sc:{NAME}", always. dlock's permit id is its
+ * token's 16 bytes. The semaphore's size is the free count plus the permits
+ * taken: an acquire that asks for another N answers "sem:SIZE", as dlock's
+ * own semaphores do. Keys of other types are read with pcall: taken. */
+#define LUA_SEM                                                                                    \
+    "local t0 = redis.call('time') "                                                               \
+    "local now = tonumber(t0[1]) * 1000 + math.floor(tonumber(t0[2]) / 1000) "                     \
+    "local function publish(v) if SEM_CH ~= '' then if SEM_SHARDED == 's' then "                   \
+    "redis.call('spublish', SEM_CH, v) else redis.call('publish', SEM_CH, v) end end end "         \
+    "local function reclaim() local gone = redis.call('zrangebyscore', SEM_Z, 0, now) "            \
+    "if #gone > 0 then redis.call('zrem', SEM_Z, unpack(gone)) "                                   \
+    "local v = redis.call('incrby', KEYS[1], #gone) if v > 0 then publish(v) end end end "         \
+    "local function expiry() local e = redis.pcall('zscore', SEM_Z, ARGV[1]) "                     \
+    "if type(e) ~= 'string' then return nil end return tonumber(e) end "
+
+/* Acquire: KEYS as dlock's acquires' and the sorted set (KEYS[5]); ARGV[1]
+ * the permit id, ARGV[2..6] as the exclusive acquire's, ARGV[7] N, ARGV[8]
+ * the channel, ARGV[9] "s" for SPUBLISH. No free permit: taken, with the
+ * time until the first permit lapses. */
+static const char lua_acquire_sem[] =
+    "local SEM_Z, SEM_CH, SEM_SHARDED = KEYS[5], ARGV[8], ARGV[9] " LUA_MARK LUA_QUEUE LUA_READERS
+        LUA_SEM "local v = redis.pcall('get', KEYS[1]) "
+    "local z = redis.call('type', KEYS[5]).ok "
+    "if (v and type(v) ~= 'string') or (z ~= 'none' and z ~= 'zset') or (v and not tonumber(v)) "
+    "then join_as(false) return 0 end "
+    "if v then reclaim() end local taken = redis.call('zcard', KEYS[5]) local n = "
+    "tonumber(ARGV[7]) "
+    "if not v then redis.call('set', KEYS[1], math.max(n - taken, 0)) end "
+    "local free = tonumber(redis.call('get', KEYS[1])) "
+    "if free + taken ~= n then return 'sem:' .. string.format('%d', free + taken) end "
+    "if queue_turn() then join_as(false) return 0 end "
+    "if free < 1 then join_as(false) local first = redis.call('zrange', KEYS[5], 0, 0, "
+    "'WITHSCORES') "
+    "local left = first[2] and tonumber(first[2]) - now or 0 if left < 0 then left = 0 end "
+    "return -left end "
+    "redis.call('decrby', KEYS[1], 1) "
+    "redis.call('zadd', KEYS[5], now + tonumber(ARGV[2]), ARGV[1]) "
+    "if queued then redis.call('hdel', KEYS[3], me) end "
+    "local fence = tonumber(ARGV[3]) if not fence then fence = clock() end "
+    "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "
+    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) "
+    "return fence";
+
+/* Renew: while our permit (ARGV[1]) is live, its expiry moves to ARGV[2] ms
+ * from now (never earlier). KEYS: the name, the sorted set; ARGV[3] the
+ * channel, ARGV[4] "s". A lapsed permit is not ours: given back. */
+static const char lua_renew_sem[] =
+    "local SEM_Z, SEM_CH, SEM_SHARDED = KEYS[2], ARGV[3], ARGV[4] " LUA_SEM
+    "local e = expiry() if not e then return 0 end "
+    "if e <= now then reclaim() return 0 end "
+    "redis.call('zadd', KEYS[2], math.max(e, now + tonumber(ARGV[2])), ARGV[1]) return 1";
+
+/* Release: our permit (ARGV[1]) goes back, and the free count goes on the
+ * channel (ARGV[2]; empty: none). KEYS, ARGV[3] as the renewal's. */
+static const char lua_release_sem[] =
+    "local SEM_Z, SEM_CH, SEM_SHARDED = KEYS[2], ARGV[2], ARGV[3] " LUA_SEM
+    "local e = expiry() if not e then return 0 end redis.call('zrem', KEYS[2], ARGV[1]) "
+    "publish(redis.call('incrby', KEYS[1], 1)) if e <= now then return 0 end return 1";
+
+/* Fence (quorum mode): while our permit is live, raise the slot's mark.
+ * KEYS: the name, the mark, the sorted set. */
+static const char lua_fence_sem[] =
+    "local SEM_Z, SEM_CH, SEM_SHARDED = KEYS[3], '', '' " LUA_MARK LUA_SEM
+    "local e = expiry() if not e or e <= now then return 0 end "
+    "if mark(KEYS[2]) < tonumber(ARGV[2]) then redis.call('set', KEYS[2], ARGV[2]) end return 1";
+
+/* Lookup of a semaphore in Redisson's format: {'', '', -1, KIND, N, and
+ * for each of the first PERMITS_SHOWN live permits: its id in hex, its
+ * PTTL, "1"}, KIND "redisson:semaphore"; an empty key when there is no
+ * semaphore. KEYS: the name, the sorted set. */
+static const char lua_lookup_sem[] =
+    "local t0 = redis.call('time') "
+    "local now = tonumber(t0[1]) * 1000 + math.floor(tonumber(t0[2]) / 1000) "
+    "if redis.call('type', KEYS[2]).ok ~= 'zset' then "
+    "local v = redis.pcall('get', KEYS[1]) if type(v) ~= 'string' then v = '' end "
+    "return {v, '', redis.call('pttl', KEYS[1])} end "
+    "local all = redis.call('zrangebyscore', KEYS[2], now + 1, '+inf', 'WITHSCORES') "
+    "local out = {'', '', -1, 'redisson:semaphore', #all / 2} "
+    "for i = 1, math.min(#all, 2 * " PERMITS_SHOWN "), 2 do "
+    "out[#out + 1] = (all[i]:gsub('.', function(c) return string.format('%02x', c:byte()) end)) "
+    "out[#out + 1] = tonumber(all[i + 1]) - now out[#out + 1] = '1' end return out";
 
 /* ---- keys and arguments ---- */
 
@@ -505,9 +677,129 @@ static void build_release_redisson(const struct script_ctx *ctx, const struct ba
 {
     arg_keys(a, 1, ctx, req);
     arg_field(a, req);
-    arg(a, a->channel, req->notify ? redisson_channel(req->name, req->len, a->channel) : 0);
+    arg(a, a->channel,
+        req->notify ? redisson_channel(formats_of(ctx->formats, req->name, req->len), req->name,
+                                       req->len, a->channel)
+                    : 0);
     arg(a, SCRIPT_REDISSON_UNLOCK, sizeof SCRIPT_REDISSON_UNLOCK - 1);
     arg(a, ctx->sharded ? "s" : "", ctx->sharded);
+}
+
+/* The side of a read-write lock: ARGV[8] of its scripts. */
+static void arg_side(struct script_args *a, int at, const struct backend_req *req)
+{
+    while (a->n < at)
+        arg(a, "", 0); /* arguments the script does not read */
+    const char *side = req->kind == LOCK_EXCLUSIVE ? "write" : "read";
+    arg(a, side, strlen(side));
+}
+
+/* RReadWriteLock: the arguments of the RLock scripts, then the side. */
+static void build_acquire_rw(const struct script_ctx *ctx, const struct backend_req *req,
+                             uint32_t permits, struct script_args *a)
+{
+    build_acquire_redisson(ctx, req, permits, a);
+    arg_side(a, 2 + 1 + 4 + 7, req);
+}
+
+static void build_renew_rw(const struct script_ctx *ctx, const struct backend_req *req,
+                           uint32_t permits, struct script_args *a)
+{
+    build_renew_redisson(ctx, req, permits, a);
+    arg_side(a, 2 + 1 + 1 + 7, req);
+}
+
+static void build_release_rw(const struct script_ctx *ctx, const struct backend_req *req,
+                             uint32_t permits, struct script_args *a)
+{
+    build_release_redisson(ctx, req, permits, a);
+    arg_side(a, 2 + 1 + 1 + 7, req);
+}
+
+/* The semaphore's keys and arguments: the permit id is the token's 16
+ * bytes. */
+static void arg_permit_id(struct script_args *a, const struct backend_req *req)
+{
+    size_t n = 0;
+    for (; req->token && n < 16; n++) {
+        unsigned byte;
+        if (sscanf(req->token + 2 * n, "%2x", &byte) != 1)
+            break;
+        a->value[n] = (char)byte;
+    }
+    arg(a, a->value, n);
+}
+
+static void arg_timeout_key(struct script_args *a, const struct backend_req *req)
+{
+    arg(a, a->extra, redisson_timeout_key(req->name, req->len, a->extra));
+}
+
+static void arg_sem_channel(const struct script_ctx *ctx, const struct backend_req *req,
+                            bool notify, struct script_args *a)
+{
+    arg(a, a->channel,
+        notify ? redisson_channel(KEY_FORMAT_REDISSON_SEM, req->name, req->len, a->channel) : 0);
+    arg(a, ctx->sharded ? "s" : "", ctx->sharded);
+}
+
+/* KEYS: dlock's acquires' and the sorted set. ARGV: the permit id,
+ * acquire_argv(), N, the channel, "s". */
+static void build_acquire_sem(const struct script_ctx *ctx, const struct backend_req *req,
+                              uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 5, ctx, req);
+    arg(a, a->hw, hw_key(ctx, a));
+    arg(a, a->side, side(ctx, a, WAITING_SUFFIX, a->side));
+    arg(a, a->readers, side(ctx, a, READERS_SUFFIX, a->readers));
+    arg_timeout_key(a, req);
+    arg_permit_id(a, req);
+    acquire_argv(req, a);
+    arg_num(a, 4, permits);
+    arg_sem_channel(ctx, req, true, a);
+}
+
+/* KEYS: the name, the sorted set. ARGV: the permit id, the TTL, the
+ * channel, "s". */
+static void build_renew_sem(const struct script_ctx *ctx, const struct backend_req *req,
+                            uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 2, ctx, req);
+    arg_timeout_key(a, req);
+    arg_permit_id(a, req);
+    arg_num(a, 0, req->ttl_ms);
+    arg_sem_channel(ctx, req, true, a);
+}
+
+/* KEYS: the name, the sorted set. ARGV: the permit id, the channel (empty:
+ * no message), "s". */
+static void build_release_sem(const struct script_ctx *ctx, const struct backend_req *req,
+                              uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 2, ctx, req);
+    arg_timeout_key(a, req);
+    arg_permit_id(a, req);
+    arg_sem_channel(ctx, req, req->notify, a);
+}
+
+/* KEYS: the name, the slot's mark, the sorted set. ARGV: the permit id, the
+ * grant's token. */
+static void build_fence_sem(const struct script_ctx *ctx, const struct backend_req *req,
+                            uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 3, ctx, req);
+    arg(a, a->hw, hw_key(ctx, a));
+    arg_timeout_key(a, req);
+    arg_permit_id(a, req);
+    arg_num(a, 0, req->fence);
+}
+
+/* KEYS: the name, the sorted set. */
+static void build_lookup_sem(const struct script_ctx *ctx, const struct backend_req *req,
+                             uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 2, ctx, req);
+    arg_timeout_key(a, req);
 }
 
 /* KEYS: the name, the slot's mark. ARGV: our field, the grant's token. */
@@ -518,6 +810,13 @@ static void build_fence_redisson(const struct script_ctx *ctx, const struct back
     arg(a, a->hw, hw_key(ctx, a));
     arg_field(a, req);
     arg_num(a, 0, req->fence);
+}
+
+static void build_fence_rw(const struct script_ctx *ctx, const struct backend_req *req,
+                           uint32_t permits, struct script_args *a)
+{
+    build_fence_redisson(ctx, req, permits, a);
+    arg_side(a, 2 + 1 + 2 + 7, req);
 }
 
 size_t script_lock_key(const struct script_ctx *ctx, const char *name, size_t len, char *out)
@@ -618,8 +917,10 @@ static bool counted_of(const redisReply *rep, struct script_holders *h)
              * its token and SCRIPT_FIELD_SUFFIX. */
             snprintf(p->record, sizeof p->record, "%s", tok->str);
             p->holds = (unsigned)strtoul(rec->str, NULL, 10);
-            if (tok->len == 32 + sizeof SCRIPT_FIELD_SUFFIX - 1 &&
-                strcmp(tok->str + 32, SCRIPT_FIELD_SUFFIX) == 0)
+            if (strcmp(h->holder.kind, "redisson:semaphore") != 0 &&
+                tok->len >= 32 + sizeof SCRIPT_FIELD_SUFFIX - 1 &&
+                (strcmp(tok->str + 32, SCRIPT_FIELD_SUFFIX) == 0 ||
+                 strcmp(tok->str + 32, SCRIPT_FIELD_SUFFIX ":write") == 0))
                 snprintf(p->token, sizeof p->token, "%.32s", tok->str);
             continue;
         }
@@ -760,6 +1061,62 @@ const struct script_def script_table[SCRIPT_COUNT] = {
                                  .urgent = true,
                                  .build = build_release_redisson,
                                  .decode = decode_flag},
+    [SCRIPT_ACQUIRE_RW] = {.what = "acquire",
+                           .src = lua_acquire_rw,
+                           .keys = 4,
+                           .wait = true,
+                           .build = build_acquire_rw,
+                           .decode = decode_acquire},
+    [SCRIPT_RENEW_RW] = {.what = "renewal",
+                         .src = lua_renew_rw,
+                         .keys = 1,
+                         .wait = true,
+                         .urgent = true,
+                         .build = build_renew_rw,
+                         .decode = decode_flag},
+    [SCRIPT_RELEASE_RW] = {.what = "release",
+                           .src = lua_release_rw,
+                           .keys = 1,
+                           .urgent = true,
+                           .build = build_release_rw,
+                           .decode = decode_flag},
+    [SCRIPT_FENCE_RW] = {.what = "fence",
+                         .src = lua_fence_rw,
+                         .keys = 2,
+                         .urgent = true,
+                         .build = build_fence_rw,
+                         .decode = decode_flag},
+    [SCRIPT_ACQUIRE_SEM] = {.what = "acquire",
+                            .src = lua_acquire_sem,
+                            .keys = 5,
+                            .wait = true,
+                            .build = build_acquire_sem,
+                            .decode = decode_acquire_counted},
+    [SCRIPT_RENEW_SEM] = {.what = "renewal",
+                          .src = lua_renew_sem,
+                          .keys = 2,
+                          .wait = true,
+                          .urgent = true,
+                          .build = build_renew_sem,
+                          .decode = decode_flag},
+    [SCRIPT_RELEASE_SEM] = {.what = "release",
+                            .src = lua_release_sem,
+                            .keys = 2,
+                            .urgent = true,
+                            .build = build_release_sem,
+                            .decode = decode_flag},
+    [SCRIPT_FENCE_SEM] = {.what = "fence",
+                          .src = lua_fence_sem,
+                          .keys = 3,
+                          .urgent = true,
+                          .build = build_fence_sem,
+                          .decode = decode_flag},
+    [SCRIPT_LOOKUP_SEM] = {.what = "lookup",
+                           .src = lua_lookup_sem,
+                           .keys = 2,
+                           .lookup = true,
+                           .build = build_lookup_sem,
+                           .decode = decode_lookup},
     [SCRIPT_FENCE_REDISSON] = {.what = "fence",
                                .src = lua_fence_redisson,
                                .keys = 2,

@@ -41,6 +41,19 @@ enum script_id {
     SCRIPT_RENEW_REDISSON,   /* while our field is there: its count, and PEXPIRE */
     SCRIPT_RELEASE_REDISSON, /* while our field is there: DEL, and Redisson's unlock message */
     SCRIPT_FENCE_REDISSON,   /* quorum mode: raise the slot's mark while our field is there */
+    /* Redisson's RReadWriteLock hash: a writer (LOCK_EXCLUSIVE) or a reader
+     * (LOCK_SHARED) field. */
+    SCRIPT_ACQUIRE_RW,
+    SCRIPT_RENEW_RW,
+    SCRIPT_RELEASE_RW,
+    SCRIPT_FENCE_RW,
+    /* Redisson's RPermitExpirableSemaphore: the free permits at the name,
+     * the permits taken in "{NAME}:timeout". */
+    SCRIPT_ACQUIRE_SEM,
+    SCRIPT_RENEW_SEM,
+    SCRIPT_RELEASE_SEM,
+    SCRIPT_FENCE_SEM,
+    SCRIPT_LOOKUP_SEM,
     SCRIPT_COUNT,
 };
 
@@ -71,7 +84,7 @@ struct script_ctx {
 /* The longest lock key (prefix + name), and any key the scripts name besides. */
 #define SCRIPT_KEY_MAX      (CONFIG_PREFIX_MAX + WIRE_MAX_NAME)
 #define SCRIPT_SIDE_KEY_MAX (2 * CONFIG_PREFIX_MAX + WIRE_MAX_NAME + SIDE_KEY_EXTRA + 1)
-#define SCRIPT_ARGV_MAX     16
+#define SCRIPT_ARGV_MAX     20
 
 /* One command, as redisCommandArgv() and redisAsyncCommandArgv() take it:
  * v[0..n-1] with their lengths. The strings are the request's, the table's,
@@ -87,6 +100,7 @@ struct script_args {
     char side[SCRIPT_SIDE_KEY_MAX];                  /* waiting hosts, or the old holder key */
     char readers[SCRIPT_SIDE_KEY_MAX];               /* acquires: the waiting readers' marks */
     char channel[SCRIPT_SIDE_KEY_MAX];               /* release: the name's channel */
+    char extra[SCRIPT_SIDE_KEY_MAX];                 /* a Redisson semaphore's sorted set */
     char value[BACKEND_RECORD_MAX];                  /* acquire: "TOKEN HOLDER" */
     char kind[SCRIPT_KIND_MAX];                      /* counted acquire: "shared", "sem:N" */
     char num[6][24];                                 /* numbers among the arguments */

@@ -358,7 +358,11 @@ static int set_special(struct config *c, const char *section, const char *key, c
     if (strcmp(section, "policy") == 0 && strcmp(key, "see_all") == 0)
         return parse_see_all(&c->policy, v);
     if (strcmp(section, "formats") == 0 && strcmp(key, "redisson") == 0)
-        return formats_add_redisson(&c->formats, v);
+        return formats_add(&c->formats, KEY_FORMAT_REDISSON, v);
+    if (strcmp(section, "formats") == 0 && strcmp(key, "redisson_rwlock") == 0)
+        return formats_add(&c->formats, KEY_FORMAT_REDISSON_RW, v);
+    if (strcmp(section, "formats") == 0 && strcmp(key, "redisson_semaphore") == 0)
+        return formats_add(&c->formats, KEY_FORMAT_REDISSON_SEM, v);
     bool agent = strcmp(section, "agent") == 0, redis = strcmp(section, "redis") == 0;
     if (agent && strcmp(key, "socket") == 0)
         return copy_str(c->socket, sizeof c->socket, v);
@@ -447,8 +451,8 @@ static const char *special_range(const char *key)
         return " (an octal mode between 0 and 0777)";
     if (strcmp(key, "renew_fraction") == 0)
         return " (a decimal number between 0.05 and 0.8)";
-    if (strcmp(key, "redisson") == 0)
-        return " (up to 64 blank-separated name patterns)";
+    if (strncmp(key, "redisson", 8) == 0)
+        return " (blank-separated name patterns, up to 64 in [formats])";
     return "";
 }
 
@@ -910,8 +914,7 @@ int config_validate(struct config *c, char *err, size_t errlen)
         /* A Redisson-format key is the bare name, in the name's own slot;
          * the keys dlock keeps beside it start with the prefix, whose tag
          * would put them in another. */
-        why = "[formats] redisson cannot be used in cluster mode with a prefix that has a "
-              "{hash tag}";
+        why = "[formats] cannot be used in cluster mode with a prefix that has a {hash tag}";
     if (!why) {
         config_warnings(c, log_warning, NULL);
         return 0;

@@ -5,7 +5,7 @@
 #include <fnmatch.h>
 #include <string.h>
 
-int formats_add_redisson(struct formats *f, const char *v)
+int formats_add(struct formats *f, enum key_format format, const char *v)
 {
     unsigned n = f->nredisson;
     for (;;) {
@@ -17,7 +17,7 @@ int formats_add_redisson(struct formats *f, const char *v)
             return -1;
         memcpy(f->redisson[n], v, len);
         f->redisson[n][len] = '\0';
-        n++;
+        f->format[n++] = format;
         v += len;
     }
     if (n == f->nredisson)
@@ -35,26 +35,45 @@ enum key_format formats_of(const struct formats *f, const char *name, size_t len
     s[len] = '\0';
     for (unsigned i = 0; i < f->nredisson; i++)
         if (fnmatch(f->redisson[i], s, 0) == 0)
-            return KEY_FORMAT_REDISSON;
+            return f->format[i];
     return KEY_FORMAT_DLOCK;
 }
 
-size_t redisson_channel(const char *name, size_t len, char *out)
+size_t redisson_channel(enum key_format f, const char *name, size_t len, char *out)
 {
-    size_t p = sizeof REDISSON_CHANNEL_PREFIX - 1;
-    memcpy(out, REDISSON_CHANNEL_PREFIX, p);
+    const char *prefix = f == KEY_FORMAT_REDISSON_RW    ? REDISSON_RW_CHANNEL_PREFIX
+                         : f == KEY_FORMAT_REDISSON_SEM ? REDISSON_SEM_CHANNEL_PREFIX
+                                                        : REDISSON_CHANNEL_PREFIX;
+    size_t p = strlen(prefix);
+    memcpy(out, prefix, p);
     memcpy(out + p, name, len);
     out[p + len] = '}';
     out[p + len + 1] = '\0';
     return p + len + 1;
 }
 
-size_t redisson_channel_name(const char *ch, size_t len, const char **name)
+static size_t name_after(const char *prefix, const char *ch, size_t len, const char **name)
 {
-    size_t p = sizeof REDISSON_CHANNEL_PREFIX - 1;
-    if (len <= p + 1 || memcmp(ch, REDISSON_CHANNEL_PREFIX, p) != 0 || ch[len - 1] != '}' ||
+    size_t p = strlen(prefix);
+    if (len <= p + 1 || memcmp(ch, prefix, p) != 0 || ch[len - 1] != '}' ||
         memchr(ch + p, '{', len - p) || memchr(ch + p, '}', len - p - 1))
         return 0;
     *name = ch + p;
     return len - p - 1;
+}
+
+size_t redisson_channel_name(const char *ch, size_t len, const char **name)
+{
+    size_t n = name_after(REDISSON_CHANNEL_PREFIX, ch, len, name);
+    if (!n)
+        n = name_after(REDISSON_RW_CHANNEL_PREFIX, ch, len, name);
+    return n ? n : name_after(REDISSON_SEM_CHANNEL_PREFIX, ch, len, name);
+}
+
+size_t redisson_timeout_key(const char *name, size_t len, char *out)
+{
+    out[0] = '{';
+    memcpy(out + 1, name, len);
+    memcpy(out + 1 + len, "}:timeout", sizeof "}:timeout");
+    return len + sizeof "{}:timeout" - 1;
 }

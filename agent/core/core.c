@@ -395,10 +395,27 @@ static void lease_timer(struct core *k, struct lease *le, uint64_t due)
     timer_set(k, &le->timer, due);
 }
 
-/* The next renewal after one sent at t_send succeeded. */
+/* A key in Redisson's format shows the lease's holds as its hold count:
+ * has the count in Redis fallen behind? */
+static bool holds_unsent(const struct core *k, const struct lease *le)
+{
+    return le->holds != le->holds_sent &&
+           formats_of(&k->cfg->formats, le->lock->name, le->lock->name_len) != KEY_FORMAT_DLOCK;
+}
+
+/* The lease's holds changed: a renewal writes the new count at once, or
+ * right after the one in flight (lease_schedule()). */
+static void holds_changed(struct core *k, struct lease *le, uint64_t now)
+{
+    if (le->state == DLOCK_STATE_HELD && !le->renew_sent && holds_unsent(k, le))
+        timer_set(k, &le->timer, now + 1);
+}
+
+/* The next renewal after one sent at t_send succeeded: at once when the
+ * holds changed meanwhile. */
 static void lease_schedule(struct core *k, struct lease *le, uint64_t t_send)
 {
-    if (PLANTED(CORE_BUG_RENEW_STORM) && le->renewals) {
+    if ((PLANTED(CORE_BUG_RENEW_STORM) && le->renewals) || holds_unsent(k, le)) {
         lease_timer(k, le, t_send + 1);
         return;
     }
@@ -547,6 +564,7 @@ static void lease_due(struct core *k, struct lease *le, uint64_t now)
         lease_renew_failed(k, le, now, rc);
         return;
     }
+    le->holds_sent = le->holds;
     le->renew_sent = now;
     if (le->state == DLOCK_STATE_JEOPARDY)
         k->turn_retries++;
@@ -574,7 +592,7 @@ static struct lease *lease_start(struct core *k, struct lock *l, struct waiter *
     memcpy(le->token, token, sizeof le->token);
     le->ask = w->ask;
     le->holder_id = w->holder_id;
-    le->holds = 1;
+    le->holds = le->holds_sent = 1;
     le->ttl_ms = ttl_ms;
     le->deadline = deadline;
     le->state = DLOCK_STATE_HELD;
@@ -604,16 +622,6 @@ static struct lease *lease_start(struct core *k, struct lock *l, struct waiter *
               (unsigned long long)le->id, (unsigned long long)fence);
     waiter_finish(k, w, 0, now);
     return le;
-}
-
-/* A key in Redisson's format shows the lease's holds as its hold count:
- * a renewal soon carries the new count (the one in flight, if any, or the
- * next one after it). */
-static void holds_changed(struct core *k, struct lease *le, uint64_t now)
-{
-    if (le->state == DLOCK_STATE_HELD && !le->renew_sent &&
-        formats_of(&k->cfg->formats, le->lock->name, le->lock->name_len) == KEY_FORMAT_REDISSON)
-        timer_set(k, &le->timer, now + 1);
 }
 
 /* The owner of le takes it again (a re-entrant acquire): the same lease,
@@ -1157,10 +1165,16 @@ static int acquire_check(struct core *k, const struct core_client *c, const stru
                   ? NULL
                   : "this kind of lock is not available with this agent's Redis mode "
                     "(docs/redis.md)";
-    if (!bad && ask.kind != LOCK_EXCLUSIVE &&
-        formats_of(&cfg->formats, m->name, m->name_len) == KEY_FORMAT_REDISSON)
-        bad = "a name in Redisson's format ([formats] redisson) is an exclusive lock "
-              "(docs/redisson.md)";
+    enum key_format format = formats_of(&cfg->formats, m->name, m->name_len);
+    if (!bad && !kind_in_format(ask.kind, format))
+        bad = format == KEY_FORMAT_REDISSON
+                  ? "a name in Redisson's RLock format ([formats] redisson) is an exclusive lock "
+                    "(docs/redisson.md)"
+              : format == KEY_FORMAT_REDISSON_RW
+                  ? "a name in Redisson's RReadWriteLock format ([formats] redisson_rwlock) is a "
+                    "shared or an exclusive lock (docs/redisson.md)"
+                  : "a name in Redisson's semaphore format ([formats] redisson_semaphore) is a "
+                    "semaphore (docs/redisson.md)";
     if (bad) {
         snprintf(why, len, "%s", bad);
         return DLOCK_EINVAL;

@@ -64,6 +64,7 @@ struct lease {
     struct admit_ask ask; /* the kind it is held as */
     uint64_t holder_id;   /* re-entrant: the owner within the client (0: the client) */
     uint32_t holds;       /* re-entrant holds: 1, plus one per re-entry */
+    uint32_t holds_sent;  /* the holds that the last renewal (or the grant) wrote */
     /* The token of the key (or of the store's permit) that the lease holds:
      * local shared holders of one grant from the store share it. */
     char token[TOKEN_HEX + 1];

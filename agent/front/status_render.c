@@ -763,11 +763,15 @@ static void holder_json(struct sbuf *b, const char *name, const struct backend_h
 {
     struct holder_rec r;
     holder_rec(h, &r);
-    bool held = h->value[0] != '\0';
+    bool held = h->value[0] != '\0', ours = r.ours;
+    /* A key in Redisson's format: a dlock lease holds it when one of its
+     * holder fields is dlock's. */
+    for (unsigned i = 0; redisson_kind(h) && i < h->shown; i++)
+        ours = ours || h->permit[i].token[0];
     sb_printf(b, "{\"name\":");
     sb_json_str(b, name);
     sb_printf(b, ",\"held\":%s,\"dlock\":%s,\"value\":", held ? "true" : "false",
-              r.ours ? "true" : "false");
+              ours ? "true" : "false");
     sb_json_str(b, h->value);
     sb_printf(b, ",\"host\":");
     sb_json_str(b, r.host);
@@ -779,11 +783,16 @@ static void holder_json(struct sbuf *b, const char *name, const struct backend_h
     sb_printf(b, "}\n");
 }
 
+/* The kind is "redisson" (RLock), "redisson:read" or "redisson:write"
+ * (RReadWriteLock), or "redisson:semaphore", whose permit ids do not tell
+ * which side took them. */
 static void redisson_text(struct sbuf *b, const char *name, const struct backend_holder *h)
 {
     const char *mode = h->kind[8] == ':' ? h->kind + 9 : "";
+    bool sem = strcmp(mode, "semaphore") == 0;
     sb_printf(b, "%s: held in Redisson's format%s%s by %u holder%s", name, mode[0] ? ", " : "",
               strcmp(mode, "read") == 0 ? "read lock"
+              : sem                     ? "semaphore"
               : mode[0]                 ? "write lock"
                                         : "",
               h->permits, h->permits == 1 ? "" : "s");
@@ -791,7 +800,10 @@ static void redisson_text(struct sbuf *b, const char *name, const struct backend
         const struct backend_permit *p = &h->permit[i];
         char id[BACKEND_RECORD_MAX];
         text_printable(id, sizeof id, p->token[0] ? p->token : p->record);
-        sb_printf(b, "%s %s %s, %u hold%s", i ? ";" : ":", p->token[0] ? "dlock lease" : "Redisson",
+        sb_printf(b, "%s %s %s, %u hold%s", i ? ";" : ":",
+                  sem           ? "permit"
+                  : p->token[0] ? "dlock lease"
+                                : "Redisson",
                   id, p->holds, p->holds == 1 ? "" : "s");
     }
     if (h->shown < h->permits)
