@@ -813,3 +813,79 @@ STEST(kinds_modes, sentinel)
     check_shared();
     nothing_left(NAMES, 5);
 }
+
+/* ---- names in Redisson's formats on Redis Cluster ---- */
+
+/* A string reply's text, or "" (valid until the next call). */
+static const char *reply_str(redisReply *r)
+{
+    static char buf[256];
+    snprintf(buf, sizeof buf, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
+    freeReplyObject(r);
+    return buf;
+}
+
+static long long reply_int(redisReply *r)
+{
+    cr_assert(r && r->type == REDIS_REPLY_INTEGER, "not an integer reply");
+    long long n = r->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+/* Two agents whose fallback retry (60 s) cannot wake a waiter within the
+ * test's deadlines: only a release message can. The Redisson side is played
+ * on the name's node, as Redisson's scripts do it there (SPUBLISH). */
+HCTEST(kinds_modes, redisson_formats_in_cluster)
+{
+    K.mode = CLUSTER;
+    K.ttl = 30000;
+    hc_start();
+    for (int i = 0; i < 2; i++)
+        hc_agent_config(i, "retry_fallback_ms = 60000",
+                        "\n[formats]\nredisson = orders:*\nredisson_rwlock = reports:*", 0);
+    for (int i = 0; i < 2; i++)
+        hc_agent_start(i);
+    struct h_cl *a = h_client_at(0), *b = h_client_at(1);
+
+    /* The key is the bare name, on its own slot's node: dlock's field. */
+    dlock_lease *l = must(a, "orders:1", 0, NULL);
+    redisReply *r = hc_key_cmd("orders:1", "HGETALL %s", "orders:1");
+    cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2, "HGETALL orders:1");
+    cr_assert_eq(strlen(r->element[0]->str), 34, "dlock's field: %s", r->element[0]->str);
+    cr_assert_str_eq(r->element[1]->str, "1");
+    freeReplyObject(r);
+    cr_assert_eq(keys_named("dlock:orders:1"), 0, "a key under the prefix");
+
+    /* A waiter on the other agent is woken by the release's SPUBLISH on
+     * Redisson's channel, in the name's slot. */
+    struct h_acq w;
+    wait_async(b, "orders:1", 0, NULL, &w);
+    cr_assert_eq(dlock_lease_release(l), 0);
+    dlock_lease *lb = granted(&w, "b after a's release");
+    cr_assert_eq(dlock_lease_release(lb), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, reply_int(hc_key_cmd("orders:1", "EXISTS %s", "orders:1")) == 0);
+
+    /* Redisson holds orders:2: busy; its unlock (DEL, SPUBLISH 0) wakes a
+     * dlock waiter. */
+    freeReplyObject(hc_key_cmd("orders:2", "HSET %s %s 1", "orders:2", "uuid-of-a-jvm:57"));
+    freeReplyObject(hc_key_cmd("orders:2", "PEXPIRE %s 60000", "orders:2"));
+    dlock_lease *none = NULL;
+    expect_rc(acq(a, "orders:2", DLOCK_WAIT_NONE, 0, NULL, &none), DLOCK_EBUSY, "orders:2", a);
+    struct h_acq w2;
+    wait_async(b, "orders:2", 0, NULL, &w2);
+    struct h_acq *w2s[] = {&w2};
+    const char *who[] = {"b behind Redisson"};
+    still_waiting(__LINE__, w2s, who, 1);
+    freeReplyObject(hc_key_cmd("orders:2", "DEL %s", "orders:2"));
+    freeReplyObject(hc_key_cmd("orders:2", "SPUBLISH %s 0", "redisson_lock__channel:{orders:2}"));
+    cr_assert_eq(dlock_lease_release(granted(&w2, "b after Redisson's unlock")), 0);
+
+    /* RReadWriteLock: readers of both agents share the hash. */
+    dlock_lease *r1 = must(a, "reports:1", 0, &SHARED), *r2 = must(b, "reports:1", 0, &SHARED);
+    cr_assert_str_eq(reply_str(hc_key_cmd("reports:1", "HGET %s mode", "reports:1")), "read");
+    cr_assert_eq(reply_int(hc_key_cmd("reports:1", "HLEN %s", "reports:1")), 3);
+    cr_assert_eq(dlock_lease_release(r1), 0);
+    cr_assert_eq(dlock_lease_release(r2), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, reply_int(hc_key_cmd("reports:1", "EXISTS %s", "reports:1")) == 0);
+}
