@@ -3,7 +3,10 @@
  * agent whose [formats] redisson patterns match a name keeps its lock as
  * Redisson does (a hash under the name itself, one field per holder whose
  * value is the hold count, a PEXPIRE renewed by each side's watchdog, a
- * PUBLISH of 0 on redisson_lock__channel:{NAME} at the last unlock).
+ * PUBLISH of 0 on redisson_lock__channel:{NAME} at the last unlock); names
+ * of its redisson_rwlock patterns as RReadWriteLock keeps them, and names
+ * of its redisson_semaphore patterns as RPermitExpirableSemaphore does
+ * (docs/redisson.md).
  *
  * Redisson runs in a Java driver, tests/interop/redisson (its README tells
  * its commands), one process per Redisson holder, talking to the test over a
@@ -30,7 +33,17 @@
  *    at Redisson's default 30 s) and than the dlock lease's TTL stay
  *    exclusive throughout;
  *  - Redisson and dlock workers incrementing one counter (GET, then SET)
- *    under one name for 20 s lose no update.
+ *    under one name for 20 s lose no update;
+ *  - RReadWriteLock: readers of both sides hold together and writers of
+ *    both sides are refused beside them; Redisson's waiting writer gets the
+ *    name from dlock's release of the last reader, a waiting dlock reader
+ *    from Redisson's write unlock; a dlock reader leaving first leaves
+ *    Redisson's read hold in place;
+ *  - RPermitExpirableSemaphore: after trySetPermits(2), a dlock permit and
+ *    Redisson's are the two; a third is refused on both sides (another size
+ *    with DLOCK_EKIND); dlockctl holder lists both; each side's release
+ *    wakes the other side's waiter; a Redisson permit left to lapse comes
+ *    back to a dlock waiter at its expiry, with no release to wake it.
  * Latencies (unlock -> grant) are printed, never asserted against a time:
  * the tests assert order and state. */
 #define H_TEST_TIMEOUT_S 150
@@ -55,8 +68,13 @@
 #include "harness.h"
 
 /* The [formats] section of every agent here: names under orders: and
- * product_ are Redisson's. */
-#define FORMATS "[formats]\nredisson = orders:* product_*"
+ * product_ are Redisson's RLocks, under reports: its RReadWriteLocks, under
+ * encoders: its RPermitExpirableSemaphores. */
+#define FORMATS                                                                                    \
+    "[formats]\n"                                                                                  \
+    "redisson = orders:* product_*\n"                                                              \
+    "redisson_rwlock = reports:*\n"                                                                \
+    "redisson_semaphore = encoders:*"
 /* The agent's default fallback retry (docs: retry_fallback_ms), printed
  * beside the wake-up latencies. */
 #define FALLBACK_NOTE "the agent's fallback retry: 100-150 ms"
@@ -458,32 +476,47 @@ struct waiter {
     dlock_client *c;
     const char *name;
     dlock_acquire_options o;
+    dlock_lock_spec spec;
     pthread_t th;
     atomic_int done;
     int rc;
     dlock_lease *lease;
     int64_t granted_ns;
+    int64_t granted_epoch_ms; /* the same moment, in ms since 1970 */
 };
 
 static void *waiter_run(void *arg)
 {
     struct waiter *w = arg;
-    w->rc = dlock_lease_acquire(w->c, w->name, &w->o, &w->lease);
+    w->rc = dlock_lease_acquire_spec(w->c, w->name, &w->o, &w->spec, &w->lease);
     w->granted_ns = mono_ns();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    w->granted_epoch_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     atomic_store(&w->done, 1);
     return NULL;
 }
 
-/* Starts a blocking acquire of name (wait up to a minute) on a client of
- * its own, in a thread. */
-static void waiter_start(struct waiter *w, const char *name)
+/* Starts a blocking acquire of name (wait up to a minute) of the kind spec
+ * asks for (NULL: exclusive) and a lease of ttl_ms, on a client of its own,
+ * in a thread. */
+static void waiter_start_spec(struct waiter *w, const char *name, const dlock_lock_spec *spec,
+                              uint32_t ttl_ms)
 {
     memset(w, 0, sizeof *w);
     int rc = dlock_client_open(&w->c, H.agent[0].sock);
     cr_assert_eq(rc, 0, "dlock_client_open: %s", dlock_strerror(rc));
     w->name = name;
-    w->o = (dlock_acquire_options){.ttl_ms = 30000, .wait_ms = 60000};
+    w->o = (dlock_acquire_options){.ttl_ms = ttl_ms, .wait_ms = 60000};
+    if (spec)
+        w->spec = *spec;
     cr_assert_eq(pthread_create(&w->th, NULL, waiter_run, w), 0);
+}
+
+/* The same for an exclusive lease of 30 s. */
+static void waiter_start(struct waiter *w, const char *name)
+{
+    waiter_start_spec(w, name, NULL, 30000);
 }
 
 /* Waits (H_EVENT_MS) for the waiter's grant; returns its time. */
@@ -961,4 +994,503 @@ ITEST(redisson, redisson_and_dlock_workers_lose_no_update_of_a_counter)
     H_KEY_GONE(name);
     for (int i = 0; i < JAVA_WORKERS; i++)
         jdrv_quit(j[i]);
+}
+
+/* ---- RReadWriteLock and RPermitExpirableSemaphore ---- */
+
+/* Agents of these cases: leases of a minute, and a fallback retry of a
+ * minute, so that no dlock waiter is served by its fallback retry. */
+#define KINDS_INI "max_ttl_ms = 120000\nretry_fallback_ms = 60000"
+/* The lease of a Redisson permit left to lapse: long enough for the checks
+ * made while it is live, shorter than H_EVENT_MS (how long the dlock waiter
+ * is given to get it). */
+#define SHORT_LEASE_MS 5000
+
+static const dlock_lock_spec SHARED = {.kind = DLOCK_KIND_SHARED};
+
+static dlock_lock_spec semaphore(uint32_t permits)
+{
+    return (dlock_lock_spec){.kind = DLOCK_KIND_SEMAPHORE, .permits = permits};
+}
+
+/* RReadWriteLock's channel of name. */
+static const char *rwchannel(const char *name)
+{
+    static char b[4][256];
+    static int k;
+    char *s = b[k++ % 4];
+    snprintf(s, sizeof b[0], "redisson_rwlock:{%s}", name);
+    return s;
+}
+
+/* RPermitExpirableSemaphore's channel of name. */
+static const char *semchannel(const char *name)
+{
+    static char b[4][256];
+    static int k;
+    char *s = b[k++ % 4];
+    snprintf(s, sizeof b[0], "redisson_sc:{%s}", name);
+    return s;
+}
+
+/* The sorted set of a semaphore's permits: "{NAME}:timeout". */
+static const char *sem_zset(const char *name)
+{
+    static char b[4][256];
+    static int k;
+    char *s = b[k++ % 4];
+    snprintf(s, sizeof b[0], "{%s}:timeout", name);
+    return s;
+}
+
+/* The timeout key of hold i of a reader's field: "{NAME}:FIELD:rwlock_timeout:I". */
+static const char *rw_timeout_key(const char *name, const char *field, int i)
+{
+    static char b[4][512];
+    static int k;
+    char *s = b[k++ % 4];
+    snprintf(s, sizeof b[0], "{%s}:%s:rwlock_timeout:%d", name, field, i);
+    return s;
+}
+
+static const char *str_of(const char *s)
+{
+    return s ? s : "(none)";
+}
+
+/* Milliseconds since 1970: the clock of Redisson's permit expiries, and of
+ * Redis (both on this host). */
+static long long epoch_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* HGET key field: the value (kept until the teardown), or NULL. */
+static const char *hget(const char *key, const char *field)
+{
+    redisReply *r = h_redis_cmd("HGET %s %s", key, field);
+    cr_assert(r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL,
+              "HGET %s %s: reply type %d", key, field, r->type);
+    char *v = r->type == REDIS_REPLY_STRING ? h_keep(r->str) : NULL;
+    freeReplyObject(r);
+    return v;
+}
+
+static long long hlen(const char *key)
+{
+    redisReply *r = h_redis_cmd("HLEN %s", key);
+    cr_assert_eq(r->type, REDIS_REPLY_INTEGER, "HLEN %s: reply type %d", key, r->type);
+    long long n = r->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+static long long zcard(const char *key)
+{
+    redisReply *r = h_redis_cmd("ZCARD %s", key);
+    cr_assert_eq(r->type, REDIS_REPLY_INTEGER, "ZCARD %s: reply type %d", key, r->type);
+    long long n = r->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+/* How many fields of the hash name are dlock readers' (TOKEN:0); the first
+ * into field (cap bytes). */
+static int dlock_readers(const char *name, char *field, size_t cap)
+{
+    redisReply *r = h_redis_cmd("HKEYS %s", name);
+    cr_assert_eq(r->type, REDIS_REPLY_ARRAY, "HKEYS %s: reply type %d", name, r->type);
+    int n = 0;
+    for (size_t i = 0; i < r->elements; i++)
+        if (is_dlock_field(r->element[i]->str) && n++ == 0)
+            snprintf(field, cap, "%s", r->element[i]->str);
+    freeReplyObject(r);
+    return n;
+}
+
+/* A try-once acquire of name of the kind spec asks for, with a lease of
+ * LONG_TTL_MS: its result, the lease in *out. */
+static int try_kind(struct h_cl *cl, const char *name, const dlock_lock_spec *spec,
+                    dlock_lease **out)
+{
+    dlock_acquire_options o = {.ttl_ms = LONG_TTL_MS, .wait_ms = DLOCK_WAIT_NONE};
+    *out = NULL;
+    return dlock_lease_acquire_spec(cl->c, name, &o, spec, out);
+}
+
+/* Whether the driver has not answered (nothing waits on its pipe). */
+static int jdrv_quiet(struct jdrv *d)
+{
+    struct pollfd p = {.fd = d->from, .events = POLLIN};
+    return d->n == 0 && poll(&p, 1, 0) == 0;
+}
+
+/* Whether the answer is "busy T". */
+static int answer_busy(const char *answer)
+{
+    return strncmp(answer, "busy ", 5) == 0;
+}
+
+/* The T of an answer "ok T ID"; its permit id (32 hex digits) into id. */
+static int64_t answer_id(const char *answer, char id[33])
+{
+    int64_t t = answer_t(answer, "ok");
+    const char *sp = strchr(answer + 3, ' ');
+    cr_assert(sp && strlen(sp + 1) == 32 && strspn(sp + 1, "0123456789abcdef") == 32,
+              "no permit id of 32 hex digits in '%s'", answer);
+    memcpy(id, sp + 1, 33);
+    return t;
+}
+
+/* The expiry (ms since 1970) of the permit of hex id in name's set, -1
+ * when it is not there. */
+static long long permit_expiry(const char *name, const char *id)
+{
+    char raw[16];
+    for (int i = 0; i < 16; i++) {
+        unsigned byte;
+        cr_assert_eq(sscanf(id + 2 * i, "%2x", &byte), 1, "permit id %s", id);
+        raw[i] = (char)byte;
+    }
+    redisReply *r = h_redis_cmd("ZSCORE %s %b", sem_zset(name), raw, sizeof raw);
+    cr_assert(r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL, "ZSCORE: reply type %d",
+              r->type);
+    long long e = r->type == REDIS_REPLY_NIL ? -1 : atoll(r->str);
+    freeReplyObject(r);
+    return e;
+}
+
+/* The ids (hex) of the permits in name's set, up to max; how many there are. */
+static int permit_ids(const char *name, char (*ids)[33], int max)
+{
+    redisReply *r = h_redis_cmd("ZRANGE %s 0 -1", sem_zset(name));
+    cr_assert_eq(r->type, REDIS_REPLY_ARRAY, "ZRANGE: reply type %d", r->type);
+    int n = (int)r->elements;
+    for (int i = 0; i < n && i < max; i++) {
+        cr_assert_eq(r->element[i]->len, 16, "a permit id of %zu bytes", r->element[i]->len);
+        for (int c = 0; c < 16; c++)
+            snprintf(ids[i] + 2 * c, 3, "%02x", (unsigned char)r->element[i]->str[c]);
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/* dlockctl holder name: its exit status; the output in *out. */
+static int ctl_holder(const char *name, const char **out)
+{
+    unlink(h_path("ctl.out"));
+    int st = h_ctl(10000, "-S", h_path("status0.sock"), "holder", name, NULL);
+    const char *s = h_read_file(h_path("ctl.out"));
+    *out = s ? s : "";
+    return st;
+}
+
+/* Readers of both sides hold together, and writers of both sides are
+ * refused beside them; Redisson's writer waits and gets the name from
+ * dlock's release of the last reader; Redisson's writer holds, a dlock
+ * reader waits and gets it from the write unlock; dlock's reader leaving
+ * first leaves Redisson's read hold in place. */
+ITEST(redisson, rwlock_readers_of_both_sides_share_and_writers_wait_for_them)
+{
+    need_driver();
+    start(KINDS_INI);
+    struct jdrv *jr = jdrv_start(0, 0), *jw = jdrv_start(1, 0);
+    const char *name = "reports:1";
+    struct h_cl *cl = h_client(), *other = h_client();
+    char wfield[256], dfield[128];
+    snprintf(wfield, sizeof wfield, "%s:write", jw->field);
+
+    /* Redisson's reader alone: dlock's exclusive try-once finds it on Redis. */
+    answer_t(jdrv_ask(jr, "tryrlock %s 0", name), "ok");
+    cr_assert_str_eq(str_of(hget(name, "mode")), "read");
+    cr_assert_eq(hold_count(name, jr->field), 1);
+    long long p = h_redis_pttl(rw_timeout_key(name, jr->field, 1));
+    cr_assert(p > 0 && p <= 30000, "Redisson reader's timeout key: PTTL %lld", p);
+    dlock_lease *x = NULL;
+    int rc = try_kind(other, name, NULL, &x);
+    cr_assert_eq(rc, DLOCK_EBUSY, "exclusive try-once beside Redisson's reader: %s (%d)",
+                 dlock_strerror(rc), rc);
+    int st = h_ctl(10000, "-s", H.agent[0].sock, "run", "-w", "0", name, "--", "true", NULL);
+    cr_assert_eq(st, 75, "dlockctl run -w 0 beside Redisson's reader: exit %d: %s", st,
+                 h_read_file(h_path("ctl.out")));
+
+    /* dlock's reader joins it: a field and a timeout key of its own. */
+    dlock_lease *rl = NULL;
+    rc = try_kind(cl, name, &SHARED, &rl);
+    cr_assert_eq(rc, 0, "a dlock reader beside Redisson's: %s (%d)", dlock_strerror(rc), rc);
+    cr_assert_eq(dlock_lease_kind(rl), DLOCK_KIND_SHARED);
+    cr_assert_eq(dlock_readers(name, dfield, sizeof dfield), 1);
+    cr_assert_eq(hold_count(name, dfield), 1);
+    cr_assert_eq(hold_count(name, jr->field), 1);
+    cr_assert_eq(hlen(name), 3, "want mode and two readers' fields");
+    p = h_redis_pttl(rw_timeout_key(name, dfield, 1));
+    cr_assert(p > 0 && p <= LONG_TTL_MS, "dlock reader's timeout key: PTTL %lld", p);
+    cr_assert_eq(h_redis_exists(h_key(name)), 0, "a dlock-format key %s beside it", h_key(name));
+
+    /* Both read: writers of both sides are refused. */
+    cr_assert(answer_busy(jdrv_ask(jw, "trywlock %s 0", name)),
+              "Redisson's writer beside two readers: %s", jw->line);
+    rc = try_kind(other, name, NULL, &x);
+    cr_assert_eq(rc, DLOCK_EBUSY, "exclusive try-once beside two readers: %s (%d)",
+                 dlock_strerror(rc), rc);
+    const char *out;
+    st = ctl_holder(name, &out);
+    fprintf(stderr, "redisson: dlockctl holder of a read lock of both sides: %s", out);
+    cr_assert_eq(st, 0, "dlockctl holder: exit %d: %s", st, out);
+    cr_assert(strstr(out, "read lock by 2 holders") && strstr(out, jr->field),
+              "dlockctl holder: %s", out);
+
+    /* Redisson's writer waits; Redisson's reader leaves first, dlock's
+     * last, and its release wakes the writer (the hash would have lasted
+     * a minute, as dlock's reader's timeout key). */
+    cr_assert_eq(h_node_subscribers(0, rwchannel(name)), 0);
+    jdrv_send(jw, "wlock %s", name);
+    H_WAIT_UNTIL(H_EVENT_MS, h_node_subscribers(0, rwchannel(name)) >= 1);
+    answer_t(jdrv_ask(jr, "runlock %s", name), "ok");
+    cr_assert_eq(hold_count(name, jr->field), 0);
+    cr_assert_str_eq(str_of(hget(name, "mode")), "read", "the hash went with dlock's reader left");
+    cr_assert_eq(hold_count(name, dfield), 1);
+    p = h_redis_pttl(name);
+    cr_assert(p > 0, "the hash: PTTL %lld after Redisson's read unlock", p);
+    cr_assert(jdrv_quiet(jw), "Redisson's writer got the name beside dlock's reader: %s",
+              jdrv_read(jw, H_EVENT_MS));
+    int64_t released = mono_ns();
+    cr_assert_eq(dlock_lease_release(rl), 0);
+    int64_t granted = answer_t(jdrv_read(jw, H_EVENT_MS), "ok");
+    cr_assert_gt(granted, released, "Redisson's writer was granted before dlock's release");
+    fprintf(stderr,
+            "redisson: RReadWriteLock: dlock's release of the last reader -> Redisson writer's "
+            "grant: %.2f ms\n",
+            ms_between(released, granted));
+    cr_assert_str_eq(str_of(hget(name, "mode")), "write");
+    cr_assert_eq(hold_count(name, wfield), 1);
+    cr_assert_eq(hlen(name), 2, "want mode and the writer's field");
+    cr_assert_eq(h_redis_count_keys("{reports:1}:*"), 0, "a reader's timeout key is left");
+
+    /* Redisson's writer holds: readers of both sides are refused; a dlock
+     * reader waits, and the write unlock wakes it. */
+    cr_assert(answer_busy(jdrv_ask(jr, "tryrlock %s 0", name)),
+              "Redisson's reader beside Redisson's writer: %s", jr->line);
+    rc = try_kind(other, name, &SHARED, &x);
+    cr_assert_eq(rc, DLOCK_EBUSY, "shared try-once beside Redisson's writer: %s (%d)",
+                 dlock_strerror(rc), rc);
+    /* Redisson's writer stopped listening once granted. */
+    H_WAIT_UNTIL(H_EVENT_MS, h_node_subscribers(0, rwchannel(name)) == 0);
+    struct waiter w;
+    waiter_start_spec(&w, name, &SHARED, LONG_TTL_MS);
+    H_WAIT_UNTIL(H_EVENT_MS, h_node_subscribers(0, rwchannel(name)) >= 1);
+    cr_assert_eq(atomic_load(&w.done), 0, "the dlock reader got %s beside Redisson's writer", name);
+    int64_t unlocked = answer_t(jdrv_ask(jw, "wunlock %s", name), "ok");
+    granted = waiter_granted(&w);
+    cr_assert_gt(granted, unlocked, "the dlock reader was granted before the write unlock");
+    fprintf(stderr,
+            "redisson: RReadWriteLock: Redisson's write unlock -> dlock reader's grant: %.2f ms "
+            "(fallback retry 60 s)\n",
+            ms_between(unlocked, granted));
+    cr_assert_str_eq(str_of(hget(name, "mode")), "read");
+    cr_assert_eq(hold_count(name, wfield), 0);
+    cr_assert_eq(dlock_readers(name, dfield, sizeof dfield), 1);
+    cr_assert_eq(hlen(name), 2, "want mode and dlock's reader's field");
+
+    /* Redisson's reader joins dlock's; dlock's leaves first: Redisson's
+     * read hold stays, and its unlock ends the hash. */
+    answer_t(jdrv_ask(jr, "tryrlock %s 0", name), "ok");
+    cr_assert_eq(hlen(name), 3, "want mode and two readers' fields");
+    cr_assert(answer_busy(jdrv_ask(jw, "trywlock %s 0", name)),
+              "Redisson's writer beside two readers: %s", jw->line);
+    cr_assert_eq(dlock_lease_release_sync(w.lease), 0);
+    w.lease = NULL;
+    waiter_close(&w);
+    H_WAIT_UNTIL(H_EVENT_MS, dlock_readers(name, dfield, sizeof dfield) == 0);
+    cr_assert_str_eq(str_of(hget(name, "mode")), "read",
+                     "dlock's release took Redisson's read hold");
+    cr_assert_eq(hold_count(name, jr->field), 1);
+    p = h_redis_pttl(name);
+    cr_assert(p > 0, "the hash: PTTL %lld after dlock's release", p);
+    cr_assert(answer_busy(jdrv_ask(jw, "trywlock %s 0", name)),
+              "Redisson's writer beside Redisson's reader: %s", jw->line);
+    answer_t(jdrv_ask(jr, "runlock %s", name), "ok");
+    H_KEY_GONE(name);
+    cr_assert_eq(h_redis_count_keys("{reports:1}:*"), 0, "a reader's timeout key is left");
+    jdrv_quit(jr);
+    jdrv_quit(jw);
+}
+
+/* trySetPermits(2): a dlock permit and Redisson's are the two; a third is
+ * refused on both sides, another size with DLOCK_EKIND; dlockctl holder
+ * lists both permits; a dlock waiter gets the permit Redisson releases,
+ * and Redisson's blocking acquire the one dlock releases. */
+ITEST(redisson, semaphore_permits_of_both_sides_and_each_release_wakes_the_other)
+{
+    need_driver();
+    start(KINDS_INI);
+    struct jdrv *j = jdrv_start(0, 0);
+    const char *name = "encoders:1";
+    struct h_cl *a = h_client(), *b = h_client();
+    dlock_lock_spec two = semaphore(2), three = semaphore(3);
+    char jid[33], jid2[33];
+
+    cr_assert_eq(answer_n(jdrv_ask(j, "semset %s 2", name)), 1);
+    cr_assert_str_eq(str_of(h_redis_get(name)), "2");
+    dlock_lease *p1 = NULL;
+    int rc = try_kind(a, name, &two, &p1);
+    cr_assert_eq(rc, 0, "dlock's permit: %s (%d)", dlock_strerror(rc), rc);
+    cr_assert_eq(dlock_lease_kind(p1), DLOCK_KIND_SEMAPHORE);
+    cr_assert_str_eq(str_of(h_redis_get(name)), "1", "the free count after dlock's permit");
+    cr_assert_eq(zcard(sem_zset(name)), 1);
+    cr_assert_eq(answer_n(jdrv_ask(j, "semavail %s", name)), 1);
+
+    answer_id(jdrv_ask(j, "semtry %s 0 30000", name), jid);
+    long long e = permit_expiry(name, jid);
+    cr_assert(e > epoch_ms() && e <= epoch_ms() + 30000,
+              "Redisson's permit expiry %lld is not its lease from now (%lld)", e, epoch_ms());
+    cr_assert_str_eq(str_of(h_redis_get(name)), "0", "the free count after both permits");
+    cr_assert_eq(zcard(sem_zset(name)), 2);
+
+    /* No third permit on either side; another size is another semaphore. */
+    dlock_lease *x = NULL;
+    rc = try_kind(b, name, &two, &x);
+    cr_assert_eq(rc, DLOCK_EBUSY, "a third permit of 2: %s (%d)", dlock_strerror(rc), rc);
+    int st =
+        h_ctl(10000, "-s", H.agent[0].sock, "run", "-w", "0", "-p", "2", name, "--", "true", NULL);
+    cr_assert_eq(st, 75, "dlockctl run -w 0 -p 2 with both permits taken: exit %d: %s", st,
+                 h_read_file(h_path("ctl.out")));
+    rc = try_kind(b, name, &three, &x);
+    cr_assert_eq(rc, DLOCK_EKIND, "a permit of 3 on a semaphore of 2: %s (%d)", dlock_strerror(rc),
+                 rc);
+    cr_assert(answer_busy(jdrv_ask(j, "semtry %s 0 30000", name)),
+              "Redisson took a third permit of 2: %s", j->line);
+    cr_assert_eq(answer_n(jdrv_ask(j, "semavail %s", name)), 0);
+    cr_assert_eq(zcard(sem_zset(name)), 2);
+
+    /* dlockctl holder lists both permits by id. */
+    char ids[4][33];
+    cr_assert_eq(permit_ids(name, ids, 4), 2);
+    const char *out;
+    st = ctl_holder(name, &out);
+    fprintf(stderr, "redisson: dlockctl holder of a semaphore of both sides: %s", out);
+    cr_assert_eq(st, 0, "dlockctl holder: exit %d: %s", st, out);
+    cr_assert(strstr(out, "semaphore by 2 holders"), "dlockctl holder: %s", out);
+    cr_assert(strstr(out, jid), "dlockctl holder does not list Redisson's permit %s: %s", jid, out);
+    for (int i = 0; i < 2; i++)
+        cr_assert(strstr(out, ids[i]), "dlockctl holder does not list permit %s: %s", ids[i], out);
+    unlink(h_path("ctl.out"));
+    st = h_ctl(10000, "-S", h_path("status0.sock"), "holder", "--json", name, NULL);
+    out = h_read_file(h_path("ctl.out"));
+    out = out ? out : "";
+    fprintf(stderr, "redisson: dlockctl holder --json of it: %s", out);
+    cr_assert_eq(st, 0, "dlockctl holder --json: exit %d: %s", st, out);
+    cr_assert(h_json_valid(out), "%s", out);
+    cr_assert(strstr(out, "\"kind\":\"redisson:semaphore\",\"permits\":2,"), "%s", out);
+    for (int i = 0; i < 2; i++) {
+        char f[192];
+        snprintf(f, sizeof f, "{\"field\":\"%s\",", ids[i]);
+        cr_assert(strstr(out, f), "dlockctl holder --json does not list permit %s: %s", ids[i],
+                  out);
+    }
+
+    /* A dlock waiter gets the permit Redisson releases (dlock's permit and
+     * the waiter's lease last a minute: the release's message woke it). */
+    cr_assert_eq(h_node_subscribers(0, semchannel(name)), 0);
+    struct waiter w;
+    waiter_start_spec(&w, name, &two, LONG_TTL_MS);
+    H_WAIT_UNTIL(H_EVENT_MS, h_node_subscribers(0, semchannel(name)) >= 1);
+    cr_assert_eq(atomic_load(&w.done), 0, "a third permit of 2 was granted");
+    int64_t released = answer_t(jdrv_ask(j, "semrelease %s %s", name, jid), "ok");
+    int64_t granted = waiter_granted(&w);
+    cr_assert_gt(granted, released, "the dlock waiter was granted before Redisson's release");
+    fprintf(stderr,
+            "redisson: semaphore: Redisson's release -> dlock waiter's grant: %.2f ms "
+            "(fallback retry 60 s)\n",
+            ms_between(released, granted));
+    cr_assert_eq(permit_expiry(name, jid), -1, "Redisson's released permit is still there");
+    cr_assert_str_eq(str_of(h_redis_get(name)), "0");
+    cr_assert_eq(zcard(sem_zset(name)), 2);
+
+    /* Redisson's blocking acquire gets the permit dlock releases (both of
+     * dlock's permits last a minute: Redisson's waiter would retry then). */
+    H_WAIT_UNTIL(H_EVENT_MS, h_node_subscribers(0, semchannel(name)) == 0);
+    jdrv_send(j, "semacquire %s 30000", name);
+    H_WAIT_UNTIL(H_EVENT_MS, h_node_subscribers(0, semchannel(name)) >= 1);
+    cr_assert(jdrv_quiet(j), "Redisson took a third permit of 2: %s", jdrv_read(j, H_EVENT_MS));
+    released = mono_ns();
+    cr_assert_eq(dlock_lease_release(p1), 0);
+    granted = answer_id(jdrv_read(j, H_EVENT_MS), jid2);
+    cr_assert_gt(granted, released, "Redisson's waiter was granted before dlock's release");
+    fprintf(stderr, "redisson: semaphore: dlock's release -> Redisson waiter's grant: %.2f ms\n",
+            ms_between(released, granted));
+    cr_assert_gt(permit_expiry(name, jid2), 0, "Redisson's new permit is not in the set");
+    cr_assert_str_eq(str_of(h_redis_get(name)), "0");
+    cr_assert_eq(zcard(sem_zset(name)), 2);
+
+    /* Both give back: 2 free, no permit lost or made. */
+    answer_t(jdrv_ask(j, "semrelease %s %s", name, jid2), "ok");
+    cr_assert_eq(dlock_lease_release_sync(w.lease), 0);
+    w.lease = NULL;
+    waiter_close(&w);
+    H_WAIT_UNTIL(H_EVENT_MS, zcard(sem_zset(name)) == 0);
+    cr_assert_str_eq(str_of(h_redis_get(name)), "2", "permits lost or made");
+    cr_assert_eq(answer_n(jdrv_ask(j, "semavail %s", name)), 2);
+    jdrv_quit(j);
+}
+
+/* A Redisson permit of a short lease, never released, comes back to a
+ * dlock waiter once it lapses: the agent's acquire learns when the first
+ * permit lapses and retries then (its fallback retry is a minute off, and
+ * nobody publishes a release). Redisson's late release then finds no
+ * permit. */
+ITEST(redisson, a_lapsed_redisson_permit_comes_back_to_a_dlock_waiter)
+{
+    need_driver();
+    start(KINDS_INI);
+    struct jdrv *j = jdrv_start(0, 0);
+    const char *name = "encoders:2";
+    struct h_cl *a = h_client();
+    dlock_lock_spec one = semaphore(1);
+    char jid[33];
+
+    cr_assert_eq(answer_n(jdrv_ask(j, "semset %s 1", name)), 1);
+    answer_id(jdrv_ask(j, "semtry %s 0 %d", name, SHORT_LEASE_MS), jid);
+    long long expiry = permit_expiry(name, jid);
+    cr_assert_gt(expiry, 0, "Redisson's permit is not in the set");
+    dlock_lease *x = NULL;
+    int rc = try_kind(a, name, &one, &x);
+    cr_assert_eq(rc, DLOCK_EBUSY, "the permit of 1 beside Redisson's: %s (%d)", dlock_strerror(rc),
+                 rc);
+
+    struct waiter w;
+    waiter_start_spec(&w, name, &one, LONG_TTL_MS);
+    H_WAIT_UNTIL(H_EVENT_MS, h_node_subscribers(0, semchannel(name)) >= 1);
+    int64_t granted = waiter_granted(&w);
+    (void)granted;
+    cr_assert_geq(w.granted_epoch_ms, expiry,
+                  "granted at %lld, before Redisson's permit lapsed "
+                  "at %lld",
+                  (long long)w.granted_epoch_ms, expiry);
+    fprintf(stderr,
+            "redisson: semaphore: Redisson's permit (lease %d ms) lapsed unreleased -> dlock "
+            "waiter's grant %lld ms after its expiry (fallback retry 60 s)\n",
+            SHORT_LEASE_MS, (long long)w.granted_epoch_ms - expiry);
+    cr_assert_eq(permit_expiry(name, jid), -1, "Redisson's lapsed permit is still there");
+    cr_assert_eq(zcard(sem_zset(name)), 1);
+    cr_assert_str_eq(str_of(h_redis_get(name)), "0");
+    cr_assert_eq(answer_n(jdrv_ask(j, "semavail %s", name)), 0);
+
+    /* Redisson's release of its lapsed permit: no such permit. */
+    jdrv_send(j, "semrelease %s %s", name, jid);
+    const char *ans = jdrv_read(j, H_EVENT_MS);
+    fprintf(stderr, "redisson: semaphore: Redisson's release of its lapsed permit: %s\n", ans);
+    cr_assert(strncmp(ans, "error ", 6) == 0 && strstr(ans, "IllegalArgumentException"),
+              "Redisson's release of a lapsed permit: %s", ans);
+    cr_assert_eq(zcard(sem_zset(name)), 1);
+    cr_assert_str_eq(str_of(h_redis_get(name)), "0", "Redisson's late release made a permit");
+
+    cr_assert_eq(dlock_lease_release_sync(w.lease), 0);
+    w.lease = NULL;
+    waiter_close(&w);
+    H_WAIT_UNTIL(H_EVENT_MS, zcard(sem_zset(name)) == 0);
+    cr_assert_str_eq(str_of(h_redis_get(name)), "1", "permits lost or made");
+    jdrv_quit(j);
 }

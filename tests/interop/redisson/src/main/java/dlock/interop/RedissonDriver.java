@@ -15,13 +15,16 @@ import java.util.concurrent.TimeUnit;
 import org.redisson.Redisson;
 import org.redisson.api.RBucket;
 import org.redisson.api.RLock;
+import org.redisson.api.RPermitExpirableSemaphore;
 import org.redisson.api.RedissonClient;
 import org.redisson.client.codec.StringCodec;
 import org.redisson.config.Config;
 
 /**
- * Takes and gives back Redisson locks as told on standard input, for the
- * tests that check dlock and Redisson exclude each other on the same names.
+ * Takes and gives back Redisson locks ({@code RLock}, the read and write
+ * locks of {@code RReadWriteLock}) and permits of
+ * {@code RPermitExpirableSemaphore} as told on standard input, for the tests
+ * that check dlock and Redisson exclude each other on the same names.
  *
  * <pre>
  *   java -jar redisson-driver-all.jar redis://127.0.0.1:PORT [--watchdog MS]
@@ -37,11 +40,14 @@ import org.redisson.config.Config;
  * <p>Every command runs on the main thread, one after the other: a Redisson
  * lock belongs to a thread, so every lock and unlock of this process is the
  * same holder, the hash field {@code <id>:<thread>} that the command
- * {@code id} prints. A blocking command ({@code lock}) answers only when it
- * is done; the caller waits for that answer before it sends another command.
- * A second holder is a second process. Locks are taken without a lease time,
- * so Redisson's watchdog renews them ({@code --watchdog}: Redisson's
- * lockWatchdogTimeout, 30000 ms by default).
+ * {@code id} prints (a write lock's field adds {@code :write}). A blocking
+ * command ({@code lock}, {@code rlock}, {@code wlock}, {@code semacquire})
+ * answers only when it is done; the caller waits for that answer before it
+ * sends another command. A second holder is a second process. Locks are
+ * taken without a lease time, so Redisson's watchdog renews them
+ * ({@code --watchdog}: Redisson's lockWatchdogTimeout, 30000 ms by default).
+ * A semaphore permit belongs to no thread: it has an id, which its release
+ * names, and the lease it was taken with (no watchdog renews it).
  */
 public final class RedissonDriver {
     /** One command: its arguments after the name; returns the answer line. */
@@ -121,6 +127,47 @@ public final class RedissonDriver {
                     }
                     return "ok " + n;
                 });
+        // RReadWriteLock: its read and write locks, taken as the RLock
+        // commands take theirs (no lease: the watchdog renews).
+        command("rlock", "rlock NAME: ok T once the read lock is held (blocks until then)", 1, 1,
+                (d, a) -> lock(d.readLock(a[0])));
+        command("tryrlock", "tryrlock NAME WAIT_MS: ok T | busy T (read lock, tryLock)", 2, 2,
+                (d, a) -> tryLock(d.readLock(a[0]), parseMs(a[1])));
+        command("runlock", "runlock NAME: ok T, T read just before the read lock's unlock()", 1,
+                1, (d, a) -> unlock(d.readLock(a[0])));
+        command("wlock", "wlock NAME: ok T once the write lock is held (blocks until then)", 1, 1,
+                (d, a) -> lock(d.writeLock(a[0])));
+        command("trywlock", "trywlock NAME WAIT_MS: ok T | busy T (write lock, tryLock)", 2, 2,
+                (d, a) -> tryLock(d.writeLock(a[0]), parseMs(a[1])));
+        command("wunlock", "wunlock NAME: ok T, T read just before the write lock's unlock()", 1,
+                1, (d, a) -> unlock(d.writeLock(a[0])));
+        // RPermitExpirableSemaphore: one permit at a time, each with a lease.
+        command("semset", "semset NAME N: ok 1 | ok 0 (trySetPermits(N): set, or already set)",
+                2, 2, (d, a) -> "ok " + (d.semaphore(a[0]).trySetPermits(parseCount32(a[1]))
+                                                 ? 1 : 0));
+        command("semtry",
+                "semtry NAME WAIT_MS LEASE_MS: ok T ID | busy T (tryAcquire(wait, lease))", 3, 3,
+                (d, a) -> {
+                    String id = d.semaphore(a[0]).tryAcquire(parseMs(a[1]), parseMs(a[2]),
+                                                             TimeUnit.MILLISECONDS);
+                    long t = System.nanoTime();
+                    return id != null ? "ok " + t + " " + id : "busy " + t;
+                });
+        command("semacquire",
+                "semacquire NAME LEASE_MS: ok T ID once a permit is taken (acquire(lease), blocks)",
+                2, 2, (d, a) -> {
+                    String id = d.semaphore(a[0]).acquire(parseMs(a[1]), TimeUnit.MILLISECONDS);
+                    return "ok " + System.nanoTime() + " " + id;
+                });
+        command("semrelease", "semrelease NAME ID: ok T, T read just before release(ID)", 2, 2,
+                (d, a) -> {
+                    RPermitExpirableSemaphore s = d.semaphore(a[0]);
+                    long t = System.nanoTime();
+                    s.release(a[1]);
+                    return "ok " + t;
+                });
+        command("semavail", "semavail NAME: ok N (availablePermits())", 1, 1,
+                (d, a) -> "ok " + d.semaphore(a[0]).availablePermits());
         command("help", "help: ok COMMANDS", 0, 0, (d, a) -> "ok " + String.join(", ",
                 COMMANDS.values().stream().map(s -> s.usage).toArray(String[]::new)));
         command("quit", "quit: ok, then exits", 0, 0, (d, a) -> {
@@ -141,6 +188,42 @@ public final class RedissonDriver {
         if (v < 0)
             throw new IllegalArgumentException("negative milliseconds: " + s);
         return v;
+    }
+
+    private static int parseCount32(String s) {
+        int v = Integer.parseInt(s);
+        if (v < 0)
+            throw new IllegalArgumentException("negative count: " + s);
+        return v;
+    }
+
+    private RLock readLock(String name) {
+        return client.getReadWriteLock(name).readLock();
+    }
+
+    private RLock writeLock(String name) {
+        return client.getReadWriteLock(name).writeLock();
+    }
+
+    private RPermitExpirableSemaphore semaphore(String name) {
+        return client.getPermitExpirableSemaphore(name);
+    }
+
+    private static String lock(RLock l) {
+        l.lock();
+        return "ok " + System.nanoTime();
+    }
+
+    private static String tryLock(RLock l, long waitMs) throws InterruptedException {
+        boolean got = l.tryLock(waitMs, TimeUnit.MILLISECONDS);
+        long t = System.nanoTime();
+        return (got ? "ok " : "busy ") + t;
+    }
+
+    private static String unlock(RLock l) {
+        long t = System.nanoTime();
+        l.unlock();
+        return "ok " + t;
     }
 
     private static long parseCount(String s) {
@@ -181,6 +264,13 @@ public final class RedissonDriver {
         } catch (Exception e) {
             e.printStackTrace();
             String msg = e.getClass().getSimpleName() + ": " + e.getMessage();
+            // Redisson wraps what its scripts' answers mean (a permit
+            // already gone, ...) in a RedisException: say the cause too.
+            Throwable root = e;
+            while (root.getCause() != null && root.getCause() != root)
+                root = root.getCause();
+            if (root != e)
+                msg += " (" + root.getClass().getSimpleName() + ": " + root.getMessage() + ")";
             return "error " + msg.replaceAll("[\\r\\n]+", " ");
         }
     }
