@@ -800,11 +800,12 @@ static void redisson_text(struct sbuf *b, const char *name, const struct backend
         const struct backend_permit *p = &h->permit[i];
         char id[BACKEND_RECORD_MAX];
         text_printable(id, sizeof id, p->token[0] ? p->token : p->record);
-        sb_printf(b, "%s %s %s, %u hold%s", i ? ";" : ":",
-                  sem           ? "permit"
-                  : p->token[0] ? "dlock lease"
-                                : "Redisson",
-                  id, p->holds, p->holds == 1 ? "" : "s");
+        if (sem) /* a permit's own expiry; which side took it, Redis cannot say */
+            sb_printf(b, "%s permit %s, %lld ms left", i ? ";" : ":", id, p->pttl_ms);
+        else
+            sb_printf(b, "%s %s %s, %u hold%s", i ? ";" : ":",
+                      p->token[0] ? "dlock lease" : "Redisson", id, p->holds,
+                      p->holds == 1 ? "" : "s");
     }
     if (h->shown < h->permits)
         sb_printf(b, "; and %u more", h->permits - h->shown);
@@ -853,7 +854,9 @@ static void holder_text(struct sbuf *b, const char *name, const struct backend_h
                   r.uid, host, value);
     else
         sb_printf(b, "%s: held by a client outside dlock (value '%s')", name, value);
-    if (h->pttl >= 0)
+    if (strcmp(h->kind, "redisson:semaphore") == 0)
+        ; /* each permit said its own; the free count has no expiry */
+    else if (h->pttl >= 0)
         sb_printf(b, "; %lld ms left", h->pttl);
     else
         sb_printf(b, "; no expiry");
