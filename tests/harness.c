@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -33,6 +34,13 @@
 struct h_env H;
 
 /* ---- time ---- */
+
+int64_t h_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 int64_t h_now_ms(void)
 {
@@ -364,6 +372,37 @@ void h_node_set_args(int i, const char *args)
     struct h_node *n = node_at(i);
     cr_assert_lt(strlen(args), sizeof n->args, "redis-server arguments too long");
     snprintf(n->args, sizeof n->args, "%s", args);
+}
+
+int h_port_free(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return ok;
+}
+
+int h_redis_start_tcp(void)
+{
+    unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)h_now_ms();
+    int port = 0;
+    for (int tries = 0; tries < 2000 && !port; tries++) {
+        int p = 23000 + (int)(rand_r(&seed) % 9000);
+        if (h_port_free(p))
+            port = p;
+    }
+    cr_assert_neq(port, 0, "no free TCP port for redis-server");
+    char args[64];
+    snprintf(args, sizeof args, "--port %d --bind 127.0.0.1", port);
+    h_node_set_args(0, args);
+    h_redis_start();
+    return port;
 }
 
 void h_node_start(int i)

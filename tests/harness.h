@@ -172,6 +172,9 @@ void h_skip(const char *why);
 /* ---- time and waiting ---- */
 
 int64_t h_now_ms(void);
+/* CLOCK_MONOTONIC in nanoseconds: the clock of Java's System.nanoTime() and
+ * Node.js's process.hrtime(), for times taken in other processes. */
+int64_t h_mono_ns(void);
 void h_sleep_ms(int ms);
 
 /* The time scale: the number in the environment variable DLOCK_TEST_SCALE
@@ -245,6 +248,14 @@ void h_key_gone_at(const char *file, int line, const char *where, int node, cons
  * "--appendonly yes --appendfsync always --appenddirname aof1" (each node
  * persisting needs its own appenddirname: they share DIR). */
 void h_node_set_args(int i, const char *args);
+
+/* Can a listening socket bind 127.0.0.1:port now (with SO_REUSEADDR, as
+ * Redis does)? */
+int h_port_free(int port);
+/* Starts node 0 on its Unix socket (the agents') and on a free loopback TCP
+ * port below the kernel's ephemeral range (so that no outgoing connection
+ * takes it meanwhile), for clients that speak TCP only; returns the port. */
+int h_redis_start_tcp(void);
 
 /* Starts nodes 0..n-1 (those not running yet; 1 <= n <= H_MAX_NODES) and sets
  * H.nnodes to n: agents configured afterwards use all of them (quorum mode

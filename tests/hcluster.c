@@ -109,22 +109,6 @@ static int node_of_port(long port)
     return -1;
 }
 
-/* Can a listening socket bind 127.0.0.1:port now (as Redis does it, with
- * SO_REUSEADDR)? */
-static int port_free(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return 0;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-    close(fd);
-    return ok;
-}
-
 /* A port for node i whose bus port is free too, and that no other node has. */
 static int pick_port(int i)
 {
@@ -137,7 +121,7 @@ static int pick_port(int i)
         for (int j = 0; j < HC_NODES; j++)
             if (j != i && HC.node[j].port == p)
                 taken = 1;
-        if (!taken && port_free(p) && port_free(p + BUS_OFFSET))
+        if (!taken && h_port_free(p) && h_port_free(p + BUS_OFFSET))
             return p;
     }
     cr_assert_fail("no free port pair (P, P+%d) in %d..%d", BUS_OFFSET, PORT_MIN, PORT_MAX);

@@ -53,14 +53,6 @@
 
 /* ---- clock ---- */
 
-/* CLOCK_MONOTONIC in nanoseconds: the drivers' process.hrtime.bigint(). */
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static double ms_between(int64_t from_ns, int64_t to_ns)
 {
     return (double)(to_ns - from_ns) / 1e6;
@@ -68,51 +60,11 @@ static double ms_between(int64_t from_ns, int64_t to_ns)
 
 /* ---- set-up: Redis on TCP and a unix socket, the agent ---- */
 
-/* The kernel's choice of a free loopback port (which redis-server then binds:
- * start_redis_tcp() tries again when it was taken meanwhile). */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    cr_assert_geq(fd, 0, "socket: %s", strerror(errno));
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-             getsockname(fd, (struct sockaddr *)&a, &len) == 0;
-    close(fd);
-    cr_assert(ok, "no free loopback port: %s", strerror(errno));
-    return ntohs(a.sin_port);
-}
-
-/* Starts node 0, the harness's Redis, on its unix socket (the agent's) and
- * on a loopback TCP port (the drivers'); returns the port. */
-static int start_redis_tcp(void)
-{
-    struct h_node *n = &H.node[0];
-    cr_assert_eq(n->proc.pid, 0, "redis-server already running");
-    for (int attempt = 0; attempt < 5; attempt++) {
-        int port = free_port();
-        unlink(n->sock);
-        struct redisproc_opts o = {
-            .unix_socket = n->sock, .port = port, .bind = "127.0.0.1", .dir = H.dir, .log = n->log};
-        if (redisproc_start(&n->proc, &o, h_scaled_ms(H_START_MS)) == 0) {
-            if (H.nnodes < 1)
-                H.nnodes = 1;
-            return port;
-        }
-        /* Someone took the port between our check and the server's bind. */
-        if (!strstr(n->proc.err, "in use"))
-            cr_assert_fail("redis-server on port %d: %s", port, n->proc.err);
-    }
-    cr_assert_fail("redis-server kept finding its port taken");
-    return -1;
-}
-
 /* Redis with TCP, then agent 0 with these [agent] settings (may be NULL)
  * and `[formats] redisson = patterns`; returns the TCP port. */
 static int start_env(const char *agent_ini, const char *patterns)
 {
-    int port = start_redis_tcp();
+    int port = h_redis_start_tcp();
     char formats[256];
     snprintf(formats, sizeof formats, "\n[formats]\nredisson = %s", patterns);
     h_agent_config(0, agent_ini, formats);
@@ -404,7 +356,7 @@ static void mono_acq_cb(dlock_client *c, int status, dlock_lease *lease, void *a
 {
     (void)c;
     struct mono_acq *a = arg;
-    a->at_ns = mono_ns();
+    a->at_ns = h_mono_ns();
     a->status = status;
     a->lease = lease;
     a->done = 1;
@@ -415,7 +367,7 @@ static void mono_acq_cb(dlock_client *c, int status, dlock_lease *lease, void *a
 ITEST(node_redisson, format_alone)
 {
     need_driver();
-    int port = start_redis_tcp();
+    int port = h_redis_start_tcp();
     struct drv d;
     drv_start(&d, 0, port, 60000);
     const char *name = "orders:0";
@@ -542,7 +494,7 @@ ITEST(node_redisson, dlock_holds_node_waits)
     cr_assert_eq(drv_line(&d, 300, line, sizeof line), 0, "node-redisson got a held lock: '%s'",
                  line);
 
-    int64_t release_ns = mono_ns();
+    int64_t release_ns = h_mono_ns();
     cr_assert_eq(dlock_lease_release_sync(l), 0);
     drv_expect_line(&d, H_EVENT_MS, line, sizeof line);
     int64_t got_ns = answer_time(line, word, sizeof word);
@@ -653,7 +605,7 @@ ITEST(node_redisson, mixed_counter)
     h_redis_del(MIX_KEY);
 
     int64_t t0 = h_now_ms(), stop = t0 + MIX_RUN_MS;
-    int64_t stop_ns = mono_ns() + (int64_t)MIX_RUN_MS * 1000000;
+    int64_t stop_ns = h_mono_ns() + (int64_t)MIX_RUN_MS * 1000000;
     /* Static: a failed assertion leaves the threads running to the end. */
     static struct mix_worker w[MIX_THREADS];
     memset(w, 0, sizeof w);

@@ -11,7 +11,7 @@
  * Redisson runs in a Java driver, tests/interop/redisson (its README tells
  * its commands), one process per Redisson holder, talking to the test over a
  * pipe: one command a line, one answer a line. Its times are
- * System.nanoTime(), CLOCK_MONOTONIC like mono_ns() here (the driver's own
+ * System.nanoTime(), CLOCK_MONOTONIC like h_mono_ns() here (the driver's own
  * check compares them). Redisson cannot use a Unix socket: node 0 listens on
  * a loopback TCP port as well, for the driver, while the agent uses the
  * socket.
@@ -84,13 +84,6 @@
  * then. */
 #define LONG_TTL_MS 60000
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static double ms_between(int64_t from_ns, int64_t to_ns)
 {
     return (double)(to_ns - from_ns) / 1e6;
@@ -100,38 +93,10 @@ static double ms_between(int64_t from_ns, int64_t to_ns)
 
 static int redis_port;
 
-/* Whether a listening socket can bind 127.0.0.1:port now (with SO_REUSEADDR,
- * as Redis does). */
-static int port_free(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return 0;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-    close(fd);
-    return ok;
-}
-
-/* Starts node 0 listening on its Unix socket and on a free port below the
- * kernel's ephemeral range (so no outgoing connection takes it meanwhile). */
+/* Node 0 on its Unix socket and a loopback TCP port: Redisson speaks TCP. */
 static void start_redis(void)
 {
-    unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)h_now_ms();
-    redis_port = 0;
-    for (int tries = 0; tries < 2000 && !redis_port; tries++) {
-        int p = 23000 + (int)(rand_r(&seed) % 9000);
-        if (port_free(p))
-            redis_port = p;
-    }
-    cr_assert_neq(redis_port, 0, "no free TCP port for redis-server");
-    char args[64];
-    snprintf(args, sizeof args, "--port %d --bind 127.0.0.1", redis_port);
-    h_node_set_args(0, args);
-    h_redis_start();
+    redis_port = h_redis_start_tcp();
 }
 
 /* start_redis(), then agent 0 with agent_ini (may be NULL) and the Redisson
@@ -489,7 +454,7 @@ static void *waiter_run(void *arg)
 {
     struct waiter *w = arg;
     w->rc = dlock_lease_acquire_spec(w->c, w->name, &w->o, &w->spec, &w->lease);
-    w->granted_ns = mono_ns();
+    w->granted_ns = h_mono_ns();
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     w->granted_epoch_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -551,9 +516,9 @@ ITEST(redisson, driver_holders_exclude_each_other_and_share_the_clock)
     struct jdrv *a = jdrv_start(0, 0), *b = jdrv_start(1, 0);
     cr_assert_str_neq(a->field, b->field);
     /* nanoTime is CLOCK_MONOTONIC: the driver's ping lies between ours. */
-    int64_t before = mono_ns();
+    int64_t before = h_mono_ns();
     int64_t t = answer_t(jdrv_ask(a, "ping"), "ok");
-    int64_t after = mono_ns();
+    int64_t after = h_mono_ns();
     cr_assert(before <= t && t <= after, "driver clock %lld not within [%lld, %lld]", (long long)t,
               (long long)before, (long long)after);
 
@@ -687,7 +652,7 @@ ITEST(redisson, dlock_holds_redisson_trylock_is_false_then_its_waiter_wakes_at_t
 
     jdrv_send(j, "lock %s", name);
     H_WAIT_UNTIL(H_EVENT_MS, subscribers(name) >= 1);
-    int64_t released = mono_ns();
+    int64_t released = h_mono_ns();
     cr_assert_eq(dlock_lease_release(l), 0);
     /* The lease's key would have lived a minute: a grant in H_EVENT_MS came
      * from the release's notice. */
@@ -756,7 +721,7 @@ ITEST(redisson, reentrant_holds_on_either_side_are_the_hash_count)
     cr_assert_eq(jdrv_trylock(j, name), 0, "Redisson took a name dlock still holds once");
     jdrv_send(j, "lock %s", name);
     H_WAIT_UNTIL(H_EVENT_MS, subscribers(name) >= 1);
-    int64_t released = mono_ns();
+    int64_t released = h_mono_ns();
     cr_assert_eq(dlock_lease_release(l2), 0);
     granted = answer_t(jdrv_read(j, H_EVENT_MS), "ok");
     cr_assert_gt(granted, released);
@@ -783,7 +748,7 @@ ITEST(redisson, kill_9_of_a_dlock_holder_wakes_a_redisson_waiter)
     cr_assert_eq(jdrv_trylock(j, name), 0);
     jdrv_send(j, "lock %s", name);
     H_WAIT_UNTIL(H_EVENT_MS, subscribers(name) >= 1);
-    int64_t killed = mono_ns();
+    int64_t killed = h_mono_ns();
     h_holder_kill(&h, SIGKILL);
     /* The lease's TTL is a minute: the agent released it when its client
      * died, and told Redisson. */
@@ -854,7 +819,7 @@ static void hold_past_watchdogs(long watchdog_ms, int hold_ms)
     expect_dlock_hash(rname, 1);
     jdrv_send(j, "lock %s", dname);
     H_WAIT_UNTIL(H_EVENT_MS, subscribers(dname) >= 1);
-    int64_t released = mono_ns();
+    int64_t released = h_mono_ns();
     cr_assert_eq(dlock_lease_release(dl), 0);
     cr_assert_gt(answer_t(jdrv_read(j, H_EVENT_MS), "ok"), released);
     cr_assert_eq(hold_count(dname, j->field), 1);
@@ -913,7 +878,7 @@ static void *dworker_run(void *arg)
         return NULL;
     }
     redisSetTimeout(r, tv);
-    while (mono_ns() < w->end_ns) {
+    while (h_mono_ns() < w->end_ns) {
         dlock_acquire_options o = {.ttl_ms = 10000, .wait_ms = 30000};
         dlock_lease *l = NULL;
         rc = dlock_lease_acquire(c, w->name, &o, &l);
@@ -958,7 +923,7 @@ ITEST(redisson, redisson_and_dlock_workers_lose_no_update_of_a_counter)
         j[i] = jdrv_start(i, 0);
 
     struct dworker dw[DLOCK_WORKERS];
-    int64_t end_ns = mono_ns() + (int64_t)COUNT_MS * 1000000;
+    int64_t end_ns = h_mono_ns() + (int64_t)COUNT_MS * 1000000;
     for (int i = 0; i < JAVA_WORKERS; i++)
         jdrv_send(j[i], "countfor %s %s %d", name, key, COUNT_MS);
     for (int i = 0; i < DLOCK_WORKERS; i++) {
@@ -1256,7 +1221,7 @@ ITEST(redisson, rwlock_readers_of_both_sides_share_and_writers_wait_for_them)
     cr_assert(p > 0, "the hash: PTTL %lld after Redisson's read unlock", p);
     cr_assert(jdrv_quiet(jw), "Redisson's writer got the name beside dlock's reader: %s",
               jdrv_read(jw, H_EVENT_MS));
-    int64_t released = mono_ns();
+    int64_t released = h_mono_ns();
     cr_assert_eq(dlock_lease_release(rl), 0);
     int64_t granted = answer_t(jdrv_read(jw, H_EVENT_MS), "ok");
     cr_assert_gt(granted, released, "Redisson's writer was granted before dlock's release");
@@ -1415,7 +1380,7 @@ ITEST(redisson, semaphore_permits_of_both_sides_and_each_release_wakes_the_other
     jdrv_send(j, "semacquire %s 30000", name);
     H_WAIT_UNTIL(H_EVENT_MS, h_node_subscribers(0, semchannel(name)) >= 1);
     cr_assert(jdrv_quiet(j), "Redisson took a third permit of 2: %s", jdrv_read(j, H_EVENT_MS));
-    released = mono_ns();
+    released = h_mono_ns();
     cr_assert_eq(dlock_lease_release(p1), 0);
     granted = answer_id(jdrv_read(j, H_EVENT_MS), jid2);
     cr_assert_gt(granted, released, "Redisson's waiter was granted before dlock's release");
