@@ -238,6 +238,34 @@ pid_t h_spawn(char *const argv[], const char *out)
     return pid;
 }
 
+pid_t h_spawn_piped(char *const argv[], const char *log, int *to, int *from)
+{
+    int in[2], out[2];
+    cr_assert_eq(pipe2(in, O_CLOEXEC), 0);
+    cr_assert_eq(pipe2(out, O_CLOEXEC), 0);
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        child_prepare(parent);
+        setpgid(0, 0);
+        int e = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (e < 0 || dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0 || dup2(e, 2) < 0)
+            _exit(126);
+        close_from(3);
+        execv(argv[0], argv);
+        dprintf(2, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    register_child(pid);
+    close(in[0]);
+    close(out[1]);
+    *to = in[1];
+    *from = out[0];
+    return pid;
+}
+
 static int status_code(int st)
 {
     if (WIFEXITED(st))

@@ -427,6 +427,10 @@ pid_t h_fork(void);
  * to the file `out` (NULL: DIR/child.out), in its own process group; the child
  * is killed at teardown. */
 pid_t h_spawn(char *const argv[], const char *out);
+/* The same, talking through pipes: *to is the child's standard input, *from
+ * its standard output (both close-on-exec here); its stderr goes to `log`.
+ * No other descriptor of the test lives on in the child. */
+pid_t h_spawn_piped(char *const argv[], const char *log, int *to, int *from);
 /* Waits for pid up to timeout_ms (scaled); returns its exit status, 128+signal when
  * killed, or -1 on timeout (the child is then left running). */
 int h_wait_child(pid_t pid, int timeout_ms);

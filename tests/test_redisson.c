@@ -48,7 +48,6 @@
  * the tests assert order and state. */
 #define H_TEST_TIMEOUT_S 150
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -59,7 +58,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -140,26 +138,6 @@ static void need_driver(void)
         h_skip("no java or mvn when the build was configured: the Redisson driver was not built");
     cr_assert_eq(access(DLOCK_REDISSON_JAR, R_OK), 0, "%s: %s (the build makes it)",
                  DLOCK_REDISSON_JAR, strerror(errno));
-}
-
-static void close_fds_from(int from)
-{
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) {
-        for (int fd = from; fd < 4096; fd++)
-            close(fd);
-        return;
-    }
-    int dfd = dirfd(d), fds[1024], n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL && n < 1024) {
-        int fd = atoi(e->d_name);
-        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && fd >= from && fd != dfd)
-            fds[n++] = fd;
-    }
-    closedir(d);
-    for (int i = 0; i < n; i++)
-        close(fds[i]);
 }
 
 static void jdrv_log_tail(struct jdrv *d)
@@ -283,11 +261,6 @@ static struct jdrv *jdrv_start(int i, long watchdog_ms)
     struct jdrv *d = &drivers[i];
     memset(d, 0, sizeof *d);
     snprintf(d->log, sizeof d->log, "%s/redisson%d.log", H.dir, i);
-    int slot = -1;
-    for (int k = 0; k < H_MAX_CHILDREN && slot < 0; k++)
-        if (!H.children[k])
-            slot = k;
-    cr_assert_geq(slot, 0, "no room for one more child");
     char addr[64], wd[32];
     snprintf(addr, sizeof addr, "redis://127.0.0.1:%d", redis_port);
     snprintf(wd, sizeof wd, "%ld", watchdog_ms);
@@ -302,40 +275,9 @@ static struct jdrv *jdrv_start(int i, long watchdog_ms)
                     watchdog_ms > 0 ? "--watchdog" : NULL,
                     wd,
                     NULL};
-    int in[2], out[2];
-    cr_assert_eq(pipe2(in, O_CLOEXEC), 0);
-    cr_assert_eq(pipe2(out, O_CLOEXEC), 0);
-    pid_t parent = getpid();
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        setpgid(0, 0);
-        for (int sig = 1; sig < 32; sig++)
-            if (sig != SIGKILL && sig != SIGSTOP)
-                signal(sig, SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        int log = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        if (log < 0 || dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0 || dup2(log, 2) < 0)
-            _exit(126);
-        /* No descriptor of the test's (a dlock client's socket above all)
-         * may live on in the driver. */
-        close_fds_from(3);
-        execv(argv[0], argv);
-        dprintf(2, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    H.children[slot] = pid;
-    close(in[0]);
-    close(out[1]);
-    d->pid = pid;
-    d->to = in[1];
-    d->from = out[0];
+    /* No descriptor of the test's (a dlock client's socket above all) lives
+     * on in the driver. */
+    d->pid = h_spawn_piped(argv, d->log, &d->to, &d->from);
     /* The JVM starts and Redisson connects: longer than a redis-server. */
     const char *a = jdrv_read(d, 30000);
     answer_t(a, "ready");
@@ -356,9 +298,6 @@ static void jdrv_quit(struct jdrv *d)
     if (st != 0)
         jdrv_log_tail(d);
     cr_assert_eq(st, 0, "the Redisson driver exited with status %d", st);
-    for (int k = 0; k < H_MAX_CHILDREN; k++)
-        if (H.children[k] == d->pid)
-            H.children[k] = 0;
     close(d->to);
     close(d->from);
     d->pid = 0;
