@@ -8,7 +8,7 @@
  * node-redisson runs in driver processes (tests/interop/node/driver.js,
  * installed by npm into the build tree), one client each, on the test's
  * redis-server over TCP; the test writes commands to a driver's standard
- * input and reads one answer line per command (a FIFO each way). Drivers
+ * input and reads one answer line per command (a pipe each way). Drivers
  * report times as CLOCK_MONOTONIC nanoseconds, which the test compares with
  * its own: the wake-up latencies are printed, never asserted.
  *
@@ -231,49 +231,16 @@ static void drv_start(struct drv *d, int idx, int port, int watchdog_ms)
 {
     memset(d, 0, sizeof *d);
     d->idx = idx;
-    char in[H_PATH], out[H_PATH], name[32];
-    snprintf(name, sizeof name, "node%d.in", idx);
-    snprintf(in, sizeof in, "%s", h_path(name));
-    snprintf(name, sizeof name, "node%d.out", idx);
-    snprintf(out, sizeof out, "%s", h_path(name));
+    char name[32];
     snprintf(name, sizeof name, "node%d.log", idx);
     snprintf(d->log, sizeof d->log, "%s", h_path(name));
-    cr_assert_eq(mkfifo(in, 0600), 0, "mkfifo %s: %s", in, strerror(errno));
-    cr_assert_eq(mkfifo(out, 0600), 0, "mkfifo %s: %s", out, strerror(errno));
-    /* Our end of its output first: its open for writing then finds a reader. */
-    d->out = open(out, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    cr_assert_geq(d->out, 0, "open %s: %s", out, strerror(errno));
-
     char addr[32], wd[16];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     snprintf(wd, sizeof wd, "%d", watchdog_ms);
-    d->pid = h_fork();
-    if (d->pid == 0) {
-        int i = open(in, O_RDONLY); /* until the test opens it for writing */
-        int o = open(out, O_WRONLY);
-        int e = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (i < 0 || o < 0 || e < 0 || dup2(i, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
-            _exit(126);
-        execl(NODE_EXECUTABLE, "node", NODE_REDISSON_DRIVER, addr, wd, (char *)NULL);
-        _exit(127);
-    }
-    /* Its input, once it has opened it for reading (ENXIO before). */
-    int64_t end = h_deadline(H_START_MS);
-    for (;;) {
-        d->in = open(in, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-        if (d->in >= 0)
-            break;
-        cr_assert_eq(errno, ENXIO, "open %s: %s", in, strerror(errno));
-        int st;
-        if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-            drv_fail_log(d);
-            cr_assert_fail("driver %d exited at its start (status 0x%x)", idx, st);
-        }
-        cr_assert_leq(h_now_ms(), end, "driver %d did not open its input", idx);
-        h_sleep_ms(2);
-    }
-    int fl = fcntl(d->in, F_GETFL);
-    cr_assert_eq(fcntl(d->in, F_SETFL, fl & ~O_NONBLOCK), 0);
+    char *argv[] = {NODE_EXECUTABLE, NODE_REDISSON_DRIVER, addr, wd, NULL};
+    d->pid = h_spawn_piped(argv, d->log, &d->in, &d->out);
+    int fl = fcntl(d->out, F_GETFL);
+    cr_assert_eq(fcntl(d->out, F_SETFL, fl | O_NONBLOCK), 0);
 
     char line[256], word[16];
     drv_expect_line(d, H_EVENT_MS, line, sizeof line);
