@@ -103,6 +103,14 @@
     "if not reader then redis.call('hdel', KEYS[4], me) return end "                               \
     "redis.call('hset', KEYS[4], me, string.format('%d', math.floor(clock() / 1000) + want)) "     \
     "if redis.call('pttl', KEYS[4]) < want then redis.call('pexpire', KEYS[4], want) end end "
+/* grant_fence(): the fencing token of a grant, as the comment at the top
+ * says: ARGV[3] (the floor) or the server's clock, above the slot's mark
+ * (KEYS[2]), which goes up to the token plus the block (ARGV[4]). */
+#define LUA_GRANT                                                                                  \
+    "local function grant_fence() local fence = tonumber(ARGV[3]) "                                \
+    "if not fence then fence = clock() end "                                                       \
+    "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "                       \
+    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) return fence end "
 /* Acquire: another host's turn (the oldest entry of the waiting-hosts
  * record is not ours) counts as taken, with no PTTL (0); else SET NX PX
  * of the value (ARGV[1]) for ARGV[2] ms, and on success leave the
@@ -111,14 +119,11 @@
  * reader's mark goes). A counted key (a hash) fails SET NX like any key:
  * taken. The slot's mark is raised to the token plus ARGV[4]: the tokens
  * in between are the agent's to hand over. */
-static const char lua_acquire[] = LUA_MARK LUA_QUEUE LUA_READERS
+static const char lua_acquire[] = LUA_MARK LUA_QUEUE LUA_READERS LUA_GRANT
     "if queue_turn() then join_as(false) return 0 end "
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
     "if queued then redis.call('hdel', KEYS[3], me) end "
-    "local fence = tonumber(ARGV[3]) if not fence then fence = clock() end "
-    "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "
-    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) "
-    "return fence end "
+    "return grant_fence() end "
     "join_as(false) local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end return -t";
 
 /* Renew: compare-and-pexpire. */
@@ -231,7 +236,8 @@ static const char lua_lookup[] =
  * caller that gets no permit joins the record, marked as a reader's for
  * the shared kind. Else the permit (for ARGV[2] ms from now), and the
  * fencing token as the exclusive acquire makes it, from the same mark. */
-static const char lua_acquire_counted[] = LUA_MARK LUA_QUEUE LUA_READERS LUA_NOW LUA_PERMITS
+static const char lua_acquire_counted[] =
+    LUA_MARK LUA_QUEUE LUA_READERS LUA_GRANT LUA_NOW LUA_PERMITS
     "local kind = ARGV[7] local shared = kind == 'shared' "
     "local limit = tonumber(string.match(kind, '^sem:(%d+)$')) "
     "local held = redis.pcall('hget', KEYS[1], '" SCRIPT_KIND_FIELD "') local n, last, soon = 0, 0 "
@@ -246,10 +252,7 @@ static const char lua_acquire_counted[] = LUA_MARK LUA_QUEUE LUA_READERS LUA_NOW
     "string.format('%d', exp) .. ' ' .. ARGV[8]) "
     "redis.call('pexpire', KEYS[1], last - now) "
     "if queued then redis.call('hdel', KEYS[3], me) end redis.call('hdel', KEYS[4], me) "
-    "local fence = tonumber(ARGV[3]) if not fence then fence = clock() end "
-    "local last_fence = mark(KEYS[2]) if last_fence >= fence then fence = last_fence + 1 end "
-    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) "
-    "return fence";
+    "return grant_fence()";
 
 /* Renew a permit (ARGV[1]) to ARGV[2] ms from now while it is live; the
  * key's TTL follows the latest permit. A lapsed permit is not ours any
@@ -299,15 +302,12 @@ static const char lua_fence_counted[] =
  * field, ARGV[7] the hold count. Redisson's own acquire takes the key when
  * it does not exist (or holds its field: its re-entry); ours is a new
  * field, so only the first. */
-static const char lua_acquire_redisson[] = LUA_MARK LUA_QUEUE LUA_READERS
+static const char lua_acquire_redisson[] = LUA_MARK LUA_QUEUE LUA_READERS LUA_GRANT
     "if queue_turn() then join_as(false) return 0 end "
     "if redis.call('exists', KEYS[1]) == 0 then "
     "redis.call('hset', KEYS[1], ARGV[1], ARGV[7]) redis.call('pexpire', KEYS[1], ARGV[2]) "
     "if queued then redis.call('hdel', KEYS[3], me) end "
-    "local fence = tonumber(ARGV[3]) if not fence then fence = clock() end "
-    "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "
-    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) "
-    "return fence end "
+    "return grant_fence() end "
     "join_as(false) local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end return -t";
 
 /* Renew: while our field (ARGV[1]) is there, the count follows the lease's
@@ -359,7 +359,7 @@ static const char lua_fence_redisson[] =
  * another type, or a hash without a mode, is taken; so is a write mode, and
  * a read mode for a writer. A reader that is granted adds its field to the
  * readers (the turn as for dlock's shared kind: after the waiting writers). */
-static const char lua_acquire_rw[] = LUA_MARK LUA_QUEUE LUA_READERS LUA_RW
+static const char lua_acquire_rw[] = LUA_MARK LUA_QUEUE LUA_READERS LUA_GRANT LUA_RW
     "local mode = redis.pcall('hget', KEYS[1], 'mode') "
     "local function taken() join_as(not write) local t = redis.call('pttl', KEYS[1]) "
     "if t < 0 then t = 0 end return -t end "
@@ -371,10 +371,7 @@ static const char lua_acquire_rw[] = LUA_MARK LUA_QUEUE LUA_READERS LUA_RW
     "redis.call('hset', KEYS[1], field, ARGV[7]) "
     "if not write then timeouts(1, tonumber(ARGV[7]), ARGV[2]) end stretch(ARGV[2]) "
     "if queued then redis.call('hdel', KEYS[3], me) end redis.call('hdel', KEYS[4], me) "
-    "local fence = tonumber(ARGV[3]) if not fence then fence = clock() end "
-    "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "
-    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) "
-    "return fence";
+    "return grant_fence()";
 
 /* Renew: while our field is there, its count follows the holds (ARGV[3]),
  * a reader's timeout keys with it, and the hash lasts ARGV[2] ms at least. */
@@ -439,7 +436,7 @@ static const char lua_fence_rw[] =
  * time until the first permit lapses. */
 static const char lua_acquire_sem[] =
     "local SEM_Z, SEM_CH, SEM_SHARDED = KEYS[5], ARGV[8], ARGV[9] " LUA_MARK LUA_QUEUE LUA_READERS
-        LUA_SEM "local v = redis.pcall('get', KEYS[1]) "
+        LUA_GRANT LUA_SEM "local v = redis.pcall('get', KEYS[1]) "
     "local z = redis.call('type', KEYS[5]).ok "
     "if (v and type(v) ~= 'string') or (z ~= 'none' and z ~= 'zset') or (v and not tonumber(v)) "
     "then join_as(false) return 0 end "
@@ -456,10 +453,7 @@ static const char lua_acquire_sem[] =
     "redis.call('decrby', KEYS[1], 1) "
     "redis.call('zadd', KEYS[5], now + tonumber(ARGV[2]), ARGV[1]) "
     "if queued then redis.call('hdel', KEYS[3], me) end "
-    "local fence = tonumber(ARGV[3]) if not fence then fence = clock() end "
-    "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "
-    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) "
-    "return fence";
+    "return grant_fence()";
 
 /* Renew: while our permit (ARGV[1]) is live, its expiry moves to ARGV[2] ms
  * from now (never earlier). KEYS: the name, the sorted set; ARGV[3] the
