@@ -142,8 +142,9 @@ struct script_holders {
 
 /* One entry of the table. */
 struct script_def {
-    const char *what; /* for logs: "acquire", "renewal", ... */
-    const char *src;  /* the Lua text */
+    const char *what;   /* for logs: "acquire", "renewal", ... */
+    enum backend_op op; /* the operation it does (a lookup: none; see lookup) */
+    const char *src;    /* the Lua text */
     /* The KEYS it names (the release names one fewer on Redis Cluster, see
      * script_ctx). */
     int keys;

@@ -211,14 +211,14 @@ static void script(const redisReply *rep)
         if (sr.kind == SR_HOLDER)
             holder(&h, rep->element[0]->str ? rep->element[0]->str : "a");
         terminated(sr.held, sizeof sr.held);
-        if (sr.mismatch && (s != SCRIPT_ACQUIRE_COUNTED || sr.outcome != BACKEND_TAKEN || sr.wrote))
+        bool acquire = !lookup && script_table[s].op == BACKEND_ACQUIRE;
+        if (sr.mismatch && (!acquire || sr.outcome != BACKEND_TAKEN || sr.wrote))
             abort();
         if (lookup)
             continue;
         struct backend_result r = script_backend_result(&sr, sr.err, sr.text, 1);
         if (r.err != sr.err || (r.err && r.error_text != sr.text))
             abort();
-        bool acquire = s == SCRIPT_ACQUIRE || s == SCRIPT_ACQUIRE_COUNTED;
         if (!r.err && acquire && r.outcome == BACKEND_DONE && r.fence != (uint64_t)sr.n)
             abort();
         if (!r.err && r.outcome == BACKEND_TAKEN && (!acquire || r.pttl_ms < 0))
