@@ -569,6 +569,17 @@ void h_redis_restart(void)
     h_node_restart(0);
 }
 
+char *h_keepf(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    cr_assert(n >= 0 && (size_t)n < sizeof buf, "h_keepf: %d characters", n);
+    return h_keep(buf);
+}
+
 char *h_keep(const char *s)
 {
     if (H.nstrs == H.capstrs) {

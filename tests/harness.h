@@ -369,6 +369,8 @@ int h_agent_alive(int i);
 void h_agent_log_tail(int i, int lines);
 /* A copy of s, kept until the teardown. */
 char *h_keep(const char *s);
+/* A formatted string (printf), kept until the teardown. */
+char *h_keepf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints the last lines of a log file on stderr. */
 void h_log_tail(const char *path, int lines);
 

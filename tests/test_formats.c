@@ -196,29 +196,17 @@ static long long r_renew(const char *name, int ttl, const char *field)
 
 static const char *lock_channel(const char *name)
 {
-    static char b[4][256];
-    static int next;
-    char *s = b[next++ % 4];
-    snprintf(s, sizeof b[0], "redisson_lock__channel:{%s}", name);
-    return s;
+    return h_keepf("redisson_lock__channel:{%s}", name);
 }
 
 static const char *rw_channel(const char *name)
 {
-    static char b[4][256];
-    static int next;
-    char *s = b[next++ % 4];
-    snprintf(s, sizeof b[0], "redisson_rwlock:{%s}", name);
-    return s;
+    return h_keepf("redisson_rwlock:{%s}", name);
 }
 
 static const char *sem_channel(const char *name)
 {
-    static char b[4][256];
-    static int next;
-    char *s = b[next++ % 4];
-    snprintf(s, sizeof b[0], "redisson_sc:{%s}", name);
-    return s;
+    return h_keepf("redisson_sc:{%s}", name);
 }
 
 /* RLock's unlock: -1 not held, 0 holds left, 1 unlocked (published). */

@@ -308,11 +308,7 @@ static void jdrv_quit(struct jdrv *d)
 /* Redisson's release channel of name (no braces in the names used here). */
 static const char *rchannel(const char *name)
 {
-    static char b[4][256];
-    static int k;
-    char *s = b[k++ % 4];
-    snprintf(s, sizeof b[0], "redisson_lock__channel:{%s}", name);
-    return s;
+    return h_keepf("redisson_lock__channel:{%s}", name);
 }
 
 static long long subscribers(const char *name)
@@ -920,21 +916,13 @@ static dlock_lock_spec semaphore(uint32_t permits)
 /* RReadWriteLock's channel of name. */
 static const char *rwchannel(const char *name)
 {
-    static char b[4][256];
-    static int k;
-    char *s = b[k++ % 4];
-    snprintf(s, sizeof b[0], "redisson_rwlock:{%s}", name);
-    return s;
+    return h_keepf("redisson_rwlock:{%s}", name);
 }
 
 /* RPermitExpirableSemaphore's channel of name. */
 static const char *semchannel(const char *name)
 {
-    static char b[4][256];
-    static int k;
-    char *s = b[k++ % 4];
-    snprintf(s, sizeof b[0], "redisson_sc:{%s}", name);
-    return s;
+    return h_keepf("redisson_sc:{%s}", name);
 }
 
 /* The sorted set of a semaphore's permits: "{NAME}:timeout". */
