@@ -539,6 +539,28 @@ redisReply *h_redis_cmd(const char *fmt, ...)
     return r;
 }
 
+long long h_redis_int(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = node_vcmd(0, fmt, ap);
+    va_end(ap);
+    cr_assert(r && r->type == REDIS_REPLY_INTEGER, "%s: reply type %d", fmt, r ? r->type : -1);
+    long long n = r->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+const char *h_redis_hget(const char *key, const char *field)
+{
+    redisReply *r = h_redis_cmd("HGET %s %s", key, field);
+    cr_assert(r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL),
+              "HGET %s %s: reply type %d", key, field, r ? r->type : -1);
+    const char *v = r->type == REDIS_REPLY_STRING ? h_keep(r->str) : NULL;
+    freeReplyObject(r);
+    return v;
+}
+
 void h_redis_start(void)
 {
     h_node_start(0);

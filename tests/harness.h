@@ -305,6 +305,10 @@ void h_redis_spare(const char *name);
 
 /* The h_node_* functions on node 0. */
 redisReply *h_redis_cmd(const char *fmt, ...);
+/* A command on node 0 whose reply must be an integer: that integer. */
+long long h_redis_int(const char *fmt, ...);
+/* HGET key field on node 0: the value (kept until the teardown), or NULL. */
+const char *h_redis_hget(const char *key, const char *field);
 char *h_redis_get(const char *key);
 int h_redis_exists(const char *key);
 long long h_redis_pttl(const char *key); /* -2 no key, -1 no TTL */

@@ -307,35 +307,6 @@ static long long sem_release(const char *name, const char *id)
 
 /* ---- reading Redis ---- */
 
-/* HGET: the value (kept until the teardown), or NULL. */
-static char *hget(const char *key, const char *field)
-{
-    redisReply *r = h_redis_cmd("HGET %s %s", key, field);
-    cr_assert(r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL,
-              "HGET %s %s: reply type %d", key, field, r->type);
-    char *v = r->type == REDIS_REPLY_STRING ? h_keep(r->str) : NULL;
-    freeReplyObject(r);
-    return v;
-}
-
-static long long hlen(const char *key)
-{
-    redisReply *r = h_redis_cmd("HLEN %s", key);
-    cr_assert_eq(r->type, REDIS_REPLY_INTEGER);
-    long long n = r->integer;
-    freeReplyObject(r);
-    return n;
-}
-
-static long long zcard(const char *key)
-{
-    redisReply *r = h_redis_cmd("ZCARD %s", key);
-    cr_assert_eq(r->type, REDIS_REPLY_INTEGER);
-    long long n = r->integer;
-    freeReplyObject(r);
-    return n;
-}
-
 /* The only field of a hash other than "mode" (kept), which must be the
  * only one. */
 static char *only_field(const char *key)
@@ -483,10 +454,10 @@ ITEST(formats, the_key_is_the_bare_name_with_dlocks_field)
     struct h_cl *a = h_client();
     dlock_lease *l = must(a, "orders:1", 0, NULL);
     cr_assert_gt(dlock_lease_fence(l), 0);
-    cr_assert_eq(hlen("orders:1"), 1, "orders:1 is not a hash of one field");
+    cr_assert_eq(h_redis_int("HLEN %s", "orders:1"), 1, "orders:1 is not a hash of one field");
     char *f = only_field("orders:1");
     cr_assert(is_dlock_field(f, ":0"), "dlock's field: %s", f);
-    cr_assert_str_eq(str_of(hget("orders:1", f)), "1");
+    cr_assert_str_eq(str_of(h_redis_hget("orders:1", f)), "1");
     long long pttl = h_redis_pttl("orders:1");
     cr_assert(pttl > 0 && pttl <= TTL, "PTTL %lld", pttl);
     cr_assert_eq(h_redis_exists(h_key("orders:1")), 0, "a key under the prefix");
@@ -527,8 +498,8 @@ ITEST(formats, a_redisson_hold_is_busy_and_its_unlock_lets_the_waiter_in)
     expect_rc(acq(a, "orders:2", DLOCK_WAIT_NONE, 0, NULL, &x), DLOCK_EBUSY, "try-once", a);
     int st = CTL("run", "-w", "0", "orders:2", "--", "true");
     cr_assert_eq(st, 75, "dlockctl run -w 0 on Redisson's hold: exit %d: %s", st, ctl_out());
-    cr_assert_eq(hlen("orders:2"), 1);
-    cr_assert_str_eq(str_of(hget("orders:2", R_FIELD)), "1");
+    cr_assert_eq(h_redis_int("HLEN %s", "orders:2"), 1);
+    cr_assert_str_eq(str_of(h_redis_hget("orders:2", R_FIELD)), "1");
     long long after = h_redis_pttl("orders:2");
     cr_assert(after > 0 && after <= before, "dlock changed Redisson's TTL: %lld, then %lld", before,
               after);
@@ -600,8 +571,8 @@ ITEST(formats, dlocks_release_publishes_redissons_unlock_message)
     cr_assert_eq(r_lock("orders:3", TTL, R_FIELD), 0, "Redisson took a key dlock holds");
     cr_assert_eq(r_unlock("orders:3", TTL, R_FIELD), -1, "Redisson unlocked dlock's hold");
     cr_assert_eq(r_renew("orders:3", TTL, R_FIELD), 0, "Redisson renewed dlock's hold");
-    cr_assert_str_eq(str_of(hget("orders:3", f)), "1");
-    cr_assert_eq(hlen("orders:3"), 1);
+    cr_assert_str_eq(str_of(h_redis_hget("orders:3", f)), "1");
+    cr_assert_eq(h_redis_int("HLEN %s", "orders:3"), 1);
 
     redisContext *sub = subscribe(lock_channel("orders:3"));
     cr_assert_eq(dlock_lease_release(l), 0);
@@ -637,19 +608,19 @@ ITEST(formats, reentrant_holds_are_the_hold_count)
     struct h_cl *a = h_client();
     dlock_lease *l = must(a, "orders:5", DLOCK_ACQUIRE_REENTRANT, NULL);
     char *f = only_field("orders:5");
-    cr_assert_str_eq(str_of(hget("orders:5", f)), "1");
+    cr_assert_str_eq(str_of(h_redis_hget("orders:5", f)), "1");
     cr_assert_eq(must(a, "orders:5", DLOCK_ACQUIRE_REENTRANT, NULL), l);
     cr_assert_eq(dlock_lease_holds(l), 2);
     /* A renewal writes the count soon after the re-entry. */
-    H_WAIT_UNTIL(H_EVENT_MS, strcmp(str_of(hget("orders:5", f)), "2") == 0);
+    H_WAIT_UNTIL(H_EVENT_MS, strcmp(str_of(h_redis_hget("orders:5", f)), "2") == 0);
     cr_assert_eq(CTL("holder", "orders:5"), 0, "%s", ctl_out());
     cr_assert(strstr(ctl_out(), ", 2 holds"), "holder: %s", ctl_out());
     cr_assert_eq(r_lock("orders:5", TTL, R_FIELD), 0, "Redisson entered dlock's hold");
-    cr_assert_eq(hlen("orders:5"), 1);
+    cr_assert_eq(h_redis_int("HLEN %s", "orders:5"), 1);
 
     cr_assert_eq(dlock_lease_release_sync(l), 0);
     cr_assert_eq(dlock_lease_holds(l), 1);
-    H_WAIT_UNTIL(H_EVENT_MS, strcmp(str_of(hget("orders:5", f)), "1") == 0);
+    H_WAIT_UNTIL(H_EVENT_MS, strcmp(str_of(h_redis_hget("orders:5", f)), "1") == 0);
     cr_assert_eq(r_lock("orders:5", TTL, R_FIELD), 0, "Redisson took a key with a hold left");
     cr_assert_eq(dlock_lease_release_sync(l), 0);
     H_KEY_GONE("orders:5");
@@ -675,16 +646,16 @@ ITEST(formats, both_watchdogs_renew_their_own_keys_only)
     int samples = 0;
     long long rmin = TTL;
     while (h_now_ms() < end) {
-        cr_assert_str_eq(str_of(hget("orders:6", f)), "1", "dlock's hold after %d samples",
+        cr_assert_str_eq(str_of(h_redis_hget("orders:6", f)), "1", "dlock's hold after %d samples",
                          samples);
-        cr_assert_eq(hlen("orders:6"), 1);
+        cr_assert_eq(h_redis_int("HLEN %s", "orders:6"), 1);
         long long p = h_redis_pttl("orders:6");
         cr_assert(p > 0 && p <= 1000, "orders:6: PTTL %lld (TTL 1000)", p);
         /* Redisson's watchdog: its own key, never dlock's. */
         cr_assert_eq(r_renew("orders:6", TTL, R_FIELD), 0);
         cr_assert_eq(r_renew("orders:6r", TTL, R_FIELD), 1);
-        cr_assert_str_eq(str_of(hget("orders:6r", R_FIELD)), "1");
-        cr_assert_eq(hlen("orders:6r"), 1, "dlock wrote into Redisson's hold");
+        cr_assert_str_eq(str_of(h_redis_hget("orders:6r", R_FIELD)), "1");
+        cr_assert_eq(h_redis_int("HLEN %s", "orders:6r"), 1, "dlock wrote into Redisson's hold");
         long long rp = h_redis_pttl("orders:6r");
         if (rp < rmin)
             rmin = rp;
@@ -770,7 +741,7 @@ ITEST(formats, each_format_takes_its_kinds_only)
     cr_assert_eq(dlock_lease_kind(l[3]), DLOCK_KIND_SEMAPHORE);
     /* the first acquire of a semaphore made its free count: 2 less 1 */
     cr_assert_str_eq(str_of(h_redis_get("encoders:7")), "1");
-    cr_assert_eq(zcard(sem_zset("encoders:7")), 1);
+    cr_assert_eq(h_redis_int("ZCARD %s", sem_zset("encoders:7")), 1);
     for (int i = 0; i < 4; i++)
         cr_assert_eq(dlock_lease_release_sync(l[i]), 0);
 }
@@ -787,12 +758,12 @@ ITEST(formats, rwlock_readers_share_and_writers_wait_on_both_sides)
     start_two("retry_fallback_ms = 60000");
     struct h_cl *r1 = h_client_at(0), *r2 = h_client_at(1), *w = h_client_at(0);
     dlock_lease *l1 = must(r1, "reports:1", 0, &SHARED), *l2 = must(r2, "reports:1", 0, &SHARED);
-    cr_assert_str_eq(str_of(hget("reports:1", "mode")), "read");
+    cr_assert_str_eq(str_of(h_redis_hget("reports:1", "mode")), "read");
     char *f[4];
     cr_assert_eq(fields("reports:1", f, 4), 2, "two readers' fields");
     for (int i = 0; i < 2; i++) {
         cr_assert(is_dlock_field(f[i], ":0"), "reader's field %s", f[i]);
-        cr_assert_str_eq(str_of(hget("reports:1", f[i])), "1");
+        cr_assert_str_eq(str_of(h_redis_hget("reports:1", f[i])), "1");
         char k[512];
         snprintf(k, sizeof k, "%s:1", rw_timeout_prefix("reports:1", f[i]));
         long long p = h_redis_pttl(k);
@@ -807,9 +778,9 @@ ITEST(formats, rwlock_readers_share_and_writers_wait_on_both_sides)
     struct h_acq wa;
     wait_async(w, "reports:1", NULL, &wa);
     cr_assert_eq(rw_read_unlock("reports:1", R_FIELD), 0, "the hash went with readers left");
-    cr_assert_str_eq(str_of(hget("reports:1", "mode")), "read");
+    cr_assert_str_eq(str_of(h_redis_hget("reports:1", "mode")), "read");
     cr_assert_gt(h_redis_pttl("reports:1"), 0, "no TTL after Redisson's read unlock");
-    cr_assert_eq(hlen("reports:1"), 3);
+    cr_assert_eq(h_redis_int("HLEN %s", "reports:1"), 3);
 
     cr_assert_eq(dlock_lease_release_sync(l1), 0);
     settle();
@@ -820,10 +791,10 @@ ITEST(formats, rwlock_readers_share_and_writers_wait_on_both_sides)
     cr_assert_eq(dlock_lease_release_sync(l2), 0);
     H_WAIT_UNTIL(H_EVENT_MS, wa.done);
     cr_assert_eq(wa.status, 0, "writer: %s", dlock_strerror(wa.status));
-    cr_assert_str_eq(str_of(hget("reports:1", "mode")), "write");
+    cr_assert_str_eq(str_of(h_redis_hget("reports:1", "mode")), "write");
     char *wf = only_field("reports:1");
     cr_assert(is_dlock_field(wf, ":0:write"), "writer's field %s", wf);
-    cr_assert_str_eq(str_of(hget("reports:1", wf)), "1");
+    cr_assert_str_eq(str_of(h_redis_hget("reports:1", wf)), "1");
     cr_assert_eq(h_redis_count_keys("{reports:1}:*"), 0, "a reader's timeout key is left");
     cr_assert_eq(rw_read_lock("reports:1", TTL, R_FIELD), 0, "Redisson read beside a writer");
     cr_assert_eq(CTL("holder", "reports:1"), 0, "%s", ctl_out());
@@ -870,7 +841,7 @@ ITEST(formats, rwlock_readers_share_and_writers_wait_on_both_sides)
             "formats: RReadWriteLock: dlock reader granted %lld ms after Redisson's write "
             "unlock (fallback retry 60 s)\n",
             (long long)(rb.at_ms - t0));
-    cr_assert_str_eq(str_of(hget("reports:1", "mode")), "read");
+    cr_assert_str_eq(str_of(h_redis_hget("reports:1", "mode")), "read");
     cr_assert_eq(dlock_lease_release_sync(rb.lease), 0);
     H_KEY_GONE("reports:1");
 }
@@ -891,7 +862,8 @@ ITEST(formats, rwlock_readers_joined_on_one_host_keep_the_hash_until_the_last)
     cr_assert_eq(dlock_lease_release_sync(l1), 0);
     settle();
     cr_assert(dlock_lease_valid(l2));
-    cr_assert_str_eq(str_of(hget("reports:2", "mode")), "read", "the hash went with a reader left");
+    cr_assert_str_eq(str_of(h_redis_hget("reports:2", "mode")), "read",
+                     "the hash went with a reader left");
     cr_assert_geq(fields("reports:2", f, 4), 1);
     cr_assert_eq(rw_write_lock("reports:2", TTL, R_WRITE), 0, "Redisson wrote beside a reader");
     redisContext *sub = subscribe(rw_channel("reports:2"));
@@ -937,9 +909,9 @@ ITEST(formats, rwlock_renewals_never_shorten_the_hash)
     cr_assert_gt(dlock_lease_deadline_ns(l), first, "the lease was not renewed");
     cr_assert_eq(dlock_lease_release_sync(l), 0);
     H_KEY_GONE(tk);
-    cr_assert_str_eq(str_of(hget("reports:3", "mode")), "read");
-    cr_assert_str_eq(str_of(hget("reports:3", R_FIELD)), "1");
-    cr_assert_eq(hlen("reports:3"), 2, "dlock's field is left");
+    cr_assert_str_eq(str_of(h_redis_hget("reports:3", "mode")), "read");
+    cr_assert_str_eq(str_of(h_redis_hget("reports:3", R_FIELD)), "1");
+    cr_assert_eq(h_redis_int("HLEN %s", "reports:3"), 2, "dlock's field is left");
     cr_assert_gt(h_redis_pttl("reports:3"), 1000);
     cr_assert_eq(rw_read_unlock("reports:3", R_FIELD), 1);
     cr_assert_eq(h_redis_exists("reports:3"), 0);
@@ -963,7 +935,7 @@ ITEST(formats, semaphore_permits_of_both_sides)
     long long t0 = epoch_ms();
     dlock_lease *p1 = must(c[0], "encoders:1", 0, &two);
     cr_assert_str_eq(str_of(h_redis_get("encoders:1")), "1", "the free count");
-    cr_assert_eq(zcard(z), 1);
+    cr_assert_eq(h_redis_int("ZCARD %s", z), 1);
     redisReply *r = h_redis_cmd("ZRANGE %s 0 -1 WITHSCORES", z);
     cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
     cr_assert_eq(r->elements, 2);
@@ -980,7 +952,7 @@ ITEST(formats, semaphore_permits_of_both_sides)
               "3 permits on 2, waiting", c[1]);
     dlock_lease *p2 = must(c[1], "encoders:1", 0, &two);
     cr_assert_str_eq(str_of(h_redis_get("encoders:1")), "0");
-    cr_assert_eq(zcard(z), 2);
+    cr_assert_eq(h_redis_int("ZCARD %s", z), 2);
     cr_assert_eq(sem_acquire("encoders:1", epoch_ms() + TTL, R_PERMIT), 0,
                  "Redisson took a third permit of 2");
     cr_assert_eq(CTL("holder", "--json", "encoders:1"), 0, "%s", ctl_out());
@@ -999,10 +971,10 @@ ITEST(formats, semaphore_permits_of_both_sides)
     cr_assert_str_eq(next_message(sub, sem_channel("encoders:1")), "1",
                      "the free count after dlock's release");
     cr_assert_str_eq(str_of(h_redis_get("encoders:1")), "0");
-    cr_assert_eq(zcard(z), 2);
+    cr_assert_eq(h_redis_int("ZCARD %s", z), 2);
     cr_assert_eq(dlock_lease_release_sync(p2), 0);
     cr_assert_eq(dlock_lease_release_sync(w3.lease), 0);
-    H_WAIT_UNTIL(H_EVENT_MS, zcard(z) == 0);
+    H_WAIT_UNTIL(H_EVENT_MS, h_redis_int("ZCARD %s", z) == 0);
     cr_assert_str_eq(str_of(h_redis_get("encoders:1")), "2");
     cr_assert_str_eq(next_message(sub, sem_channel("encoders:1")), "1");
     cr_assert_str_eq(next_message(sub, sem_channel("encoders:1")), "2");
@@ -1015,7 +987,7 @@ ITEST(formats, semaphore_permits_of_both_sides)
     cr_assert_str_eq(next_message(sub, sem_channel("encoders:1")), "2", "the reclaim's count");
     p2 = must(c[1], "encoders:1", 0, &two);
     cr_assert_str_eq(str_of(h_redis_get("encoders:1")), "0");
-    cr_assert_eq(zcard(z), 2);
+    cr_assert_eq(h_redis_int("ZCARD %s", z), 2);
     r = h_redis_cmd("ZSCORE %s %b", z, R_PERMIT, (size_t)16);
     cr_assert_eq(r->type, REDIS_REPLY_NIL, "Redisson's lapsed permit is still there");
     freeReplyObject(r);
@@ -1024,7 +996,7 @@ ITEST(formats, semaphore_permits_of_both_sides)
     /* Redisson holds a live permit beside dlock's: a dlock waiter is woken
      * by Redisson's release (the free count published). */
     cr_assert_eq(dlock_lease_release_sync(p2), 0);
-    H_WAIT_UNTIL(H_EVENT_MS, zcard(z) == 1);
+    H_WAIT_UNTIL(H_EVENT_MS, h_redis_int("ZCARD %s", z) == 1);
     cr_assert(sem_acquire("encoders:1", epoch_ms() + TTL, R_PERMIT));
     cr_assert_eq(CTL("holder", "encoders:1"), 0, "%s", ctl_out());
     cr_assert(
@@ -1047,6 +1019,6 @@ ITEST(formats, semaphore_permits_of_both_sides)
             (long long)(w4.at_ms - t1));
     cr_assert_eq(dlock_lease_release_sync(p1), 0);
     cr_assert_eq(dlock_lease_release_sync(w4.lease), 0);
-    H_WAIT_UNTIL(H_EVENT_MS, zcard(z) == 0);
+    H_WAIT_UNTIL(H_EVENT_MS, h_redis_int("ZCARD %s", z) == 0);
     cr_assert_str_eq(str_of(h_redis_get("encoders:1")), "2", "permits lost or made");
 }

@@ -959,35 +959,6 @@ static long long epoch_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* HGET key field: the value (kept until the teardown), or NULL. */
-static const char *hget(const char *key, const char *field)
-{
-    redisReply *r = h_redis_cmd("HGET %s %s", key, field);
-    cr_assert(r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL,
-              "HGET %s %s: reply type %d", key, field, r->type);
-    char *v = r->type == REDIS_REPLY_STRING ? h_keep(r->str) : NULL;
-    freeReplyObject(r);
-    return v;
-}
-
-static long long hlen(const char *key)
-{
-    redisReply *r = h_redis_cmd("HLEN %s", key);
-    cr_assert_eq(r->type, REDIS_REPLY_INTEGER, "HLEN %s: reply type %d", key, r->type);
-    long long n = r->integer;
-    freeReplyObject(r);
-    return n;
-}
-
-static long long zcard(const char *key)
-{
-    redisReply *r = h_redis_cmd("ZCARD %s", key);
-    cr_assert_eq(r->type, REDIS_REPLY_INTEGER, "ZCARD %s: reply type %d", key, r->type);
-    long long n = r->integer;
-    freeReplyObject(r);
-    return n;
-}
-
 /* How many fields of the hash name are dlock readers' (TOKEN:0); the first
  * into field (cap bytes). */
 static int dlock_readers(const char *name, char *field, size_t cap)
@@ -1096,7 +1067,7 @@ ITEST(redisson, rwlock_readers_of_both_sides_share_and_writers_wait_for_them)
 
     /* Redisson's reader alone: dlock's exclusive try-once finds it on Redis. */
     answer_t(jdrv_ask(jr, "tryrlock %s 0", name), "ok");
-    cr_assert_str_eq(str_of(hget(name, "mode")), "read");
+    cr_assert_str_eq(str_of(h_redis_hget(name, "mode")), "read");
     cr_assert_eq(hold_count(name, jr->field), 1);
     long long p = h_redis_pttl(rw_timeout_key(name, jr->field, 1));
     cr_assert(p > 0 && p <= 30000, "Redisson reader's timeout key: PTTL %lld", p);
@@ -1116,7 +1087,7 @@ ITEST(redisson, rwlock_readers_of_both_sides_share_and_writers_wait_for_them)
     cr_assert_eq(dlock_readers(name, dfield, sizeof dfield), 1);
     cr_assert_eq(hold_count(name, dfield), 1);
     cr_assert_eq(hold_count(name, jr->field), 1);
-    cr_assert_eq(hlen(name), 3, "want mode and two readers' fields");
+    cr_assert_eq(h_redis_int("HLEN %s", name), 3, "want mode and two readers' fields");
     p = h_redis_pttl(rw_timeout_key(name, dfield, 1));
     cr_assert(p > 0 && p <= LONG_TTL_MS, "dlock reader's timeout key: PTTL %lld", p);
     cr_assert_eq(h_redis_exists(h_key(name)), 0, "a dlock-format key %s beside it", h_key(name));
@@ -1142,7 +1113,8 @@ ITEST(redisson, rwlock_readers_of_both_sides_share_and_writers_wait_for_them)
     H_WAIT_UNTIL(H_EVENT_MS, h_node_subscribers(0, rwchannel(name)) >= 1);
     answer_t(jdrv_ask(jr, "runlock %s", name), "ok");
     cr_assert_eq(hold_count(name, jr->field), 0);
-    cr_assert_str_eq(str_of(hget(name, "mode")), "read", "the hash went with dlock's reader left");
+    cr_assert_str_eq(str_of(h_redis_hget(name, "mode")), "read",
+                     "the hash went with dlock's reader left");
     cr_assert_eq(hold_count(name, dfield), 1);
     p = h_redis_pttl(name);
     cr_assert(p > 0, "the hash: PTTL %lld after Redisson's read unlock", p);
@@ -1156,9 +1128,9 @@ ITEST(redisson, rwlock_readers_of_both_sides_share_and_writers_wait_for_them)
             "redisson: RReadWriteLock: dlock's release of the last reader -> Redisson writer's "
             "grant: %.2f ms\n",
             ms_between(released, granted));
-    cr_assert_str_eq(str_of(hget(name, "mode")), "write");
+    cr_assert_str_eq(str_of(h_redis_hget(name, "mode")), "write");
     cr_assert_eq(hold_count(name, wfield), 1);
-    cr_assert_eq(hlen(name), 2, "want mode and the writer's field");
+    cr_assert_eq(h_redis_int("HLEN %s", name), 2, "want mode and the writer's field");
     cr_assert_eq(h_redis_count_keys("{reports:1}:*"), 0, "a reader's timeout key is left");
 
     /* Redisson's writer holds: readers of both sides are refused; a dlock
@@ -1181,22 +1153,22 @@ ITEST(redisson, rwlock_readers_of_both_sides_share_and_writers_wait_for_them)
             "redisson: RReadWriteLock: Redisson's write unlock -> dlock reader's grant: %.2f ms "
             "(fallback retry 60 s)\n",
             ms_between(unlocked, granted));
-    cr_assert_str_eq(str_of(hget(name, "mode")), "read");
+    cr_assert_str_eq(str_of(h_redis_hget(name, "mode")), "read");
     cr_assert_eq(hold_count(name, wfield), 0);
     cr_assert_eq(dlock_readers(name, dfield, sizeof dfield), 1);
-    cr_assert_eq(hlen(name), 2, "want mode and dlock's reader's field");
+    cr_assert_eq(h_redis_int("HLEN %s", name), 2, "want mode and dlock's reader's field");
 
     /* Redisson's reader joins dlock's; dlock's leaves first: Redisson's
      * read hold stays, and its unlock ends the hash. */
     answer_t(jdrv_ask(jr, "tryrlock %s 0", name), "ok");
-    cr_assert_eq(hlen(name), 3, "want mode and two readers' fields");
+    cr_assert_eq(h_redis_int("HLEN %s", name), 3, "want mode and two readers' fields");
     cr_assert(answer_busy(jdrv_ask(jw, "trywlock %s 0", name)),
               "Redisson's writer beside two readers: %s", jw->line);
     cr_assert_eq(dlock_lease_release_sync(w.lease), 0);
     w.lease = NULL;
     waiter_close(&w);
     H_WAIT_UNTIL(H_EVENT_MS, dlock_readers(name, dfield, sizeof dfield) == 0);
-    cr_assert_str_eq(str_of(hget(name, "mode")), "read",
+    cr_assert_str_eq(str_of(h_redis_hget(name, "mode")), "read",
                      "dlock's release took Redisson's read hold");
     cr_assert_eq(hold_count(name, jr->field), 1);
     p = h_redis_pttl(name);
@@ -1231,7 +1203,7 @@ ITEST(redisson, semaphore_permits_of_both_sides_and_each_release_wakes_the_other
     cr_assert_eq(rc, 0, "dlock's permit: %s (%d)", dlock_strerror(rc), rc);
     cr_assert_eq(dlock_lease_kind(p1), DLOCK_KIND_SEMAPHORE);
     cr_assert_str_eq(str_of(h_redis_get(name)), "1", "the free count after dlock's permit");
-    cr_assert_eq(zcard(sem_zset(name)), 1);
+    cr_assert_eq(h_redis_int("ZCARD %s", sem_zset(name)), 1);
     cr_assert_eq(answer_n(jdrv_ask(j, "semavail %s", name)), 1);
 
     answer_id(jdrv_ask(j, "semtry %s 0 30000", name), jid);
@@ -1239,7 +1211,7 @@ ITEST(redisson, semaphore_permits_of_both_sides_and_each_release_wakes_the_other
     cr_assert(e > epoch_ms() && e <= epoch_ms() + 30000,
               "Redisson's permit expiry %lld is not its lease from now (%lld)", e, epoch_ms());
     cr_assert_str_eq(str_of(h_redis_get(name)), "0", "the free count after both permits");
-    cr_assert_eq(zcard(sem_zset(name)), 2);
+    cr_assert_eq(h_redis_int("ZCARD %s", sem_zset(name)), 2);
 
     /* No third permit on either side; another size is another semaphore. */
     dlock_lease *x = NULL;
@@ -1255,7 +1227,7 @@ ITEST(redisson, semaphore_permits_of_both_sides_and_each_release_wakes_the_other
     cr_assert(answer_busy(jdrv_ask(j, "semtry %s 0 30000", name)),
               "Redisson took a third permit of 2: %s", j->line);
     cr_assert_eq(answer_n(jdrv_ask(j, "semavail %s", name)), 0);
-    cr_assert_eq(zcard(sem_zset(name)), 2);
+    cr_assert_eq(h_redis_int("ZCARD %s", sem_zset(name)), 2);
 
     /* dlockctl holder lists both permits by id. */
     char ids[4][33];
@@ -1299,7 +1271,7 @@ ITEST(redisson, semaphore_permits_of_both_sides_and_each_release_wakes_the_other
             ms_between(released, granted));
     cr_assert_eq(permit_expiry(name, jid), -1, "Redisson's released permit is still there");
     cr_assert_str_eq(str_of(h_redis_get(name)), "0");
-    cr_assert_eq(zcard(sem_zset(name)), 2);
+    cr_assert_eq(h_redis_int("ZCARD %s", sem_zset(name)), 2);
 
     /* Redisson's blocking acquire gets the permit dlock releases (both of
      * dlock's permits last a minute: Redisson's waiter would retry then). */
@@ -1315,14 +1287,14 @@ ITEST(redisson, semaphore_permits_of_both_sides_and_each_release_wakes_the_other
             ms_between(released, granted));
     cr_assert_gt(permit_expiry(name, jid2), 0, "Redisson's new permit is not in the set");
     cr_assert_str_eq(str_of(h_redis_get(name)), "0");
-    cr_assert_eq(zcard(sem_zset(name)), 2);
+    cr_assert_eq(h_redis_int("ZCARD %s", sem_zset(name)), 2);
 
     /* Both give back: 2 free, no permit lost or made. */
     answer_t(jdrv_ask(j, "semrelease %s %s", name, jid2), "ok");
     cr_assert_eq(dlock_lease_release_sync(w.lease), 0);
     w.lease = NULL;
     waiter_close(&w);
-    H_WAIT_UNTIL(H_EVENT_MS, zcard(sem_zset(name)) == 0);
+    H_WAIT_UNTIL(H_EVENT_MS, h_redis_int("ZCARD %s", sem_zset(name)) == 0);
     cr_assert_str_eq(str_of(h_redis_get(name)), "2", "permits lost or made");
     cr_assert_eq(answer_n(jdrv_ask(j, "semavail %s", name)), 2);
     jdrv_quit(j);
@@ -1366,7 +1338,7 @@ ITEST(redisson, a_lapsed_redisson_permit_comes_back_to_a_dlock_waiter)
             "waiter's grant %lld ms after its expiry (fallback retry 60 s)\n",
             SHORT_LEASE_MS, (long long)w.granted_epoch_ms - expiry);
     cr_assert_eq(permit_expiry(name, jid), -1, "Redisson's lapsed permit is still there");
-    cr_assert_eq(zcard(sem_zset(name)), 1);
+    cr_assert_eq(h_redis_int("ZCARD %s", sem_zset(name)), 1);
     cr_assert_str_eq(str_of(h_redis_get(name)), "0");
     cr_assert_eq(answer_n(jdrv_ask(j, "semavail %s", name)), 0);
 
@@ -1376,13 +1348,13 @@ ITEST(redisson, a_lapsed_redisson_permit_comes_back_to_a_dlock_waiter)
     fprintf(stderr, "redisson: semaphore: Redisson's release of its lapsed permit: %s\n", ans);
     cr_assert(strncmp(ans, "error ", 6) == 0 && strstr(ans, "IllegalArgumentException"),
               "Redisson's release of a lapsed permit: %s", ans);
-    cr_assert_eq(zcard(sem_zset(name)), 1);
+    cr_assert_eq(h_redis_int("ZCARD %s", sem_zset(name)), 1);
     cr_assert_str_eq(str_of(h_redis_get(name)), "0", "Redisson's late release made a permit");
 
     cr_assert_eq(dlock_lease_release_sync(w.lease), 0);
     w.lease = NULL;
     waiter_close(&w);
-    H_WAIT_UNTIL(H_EVENT_MS, zcard(sem_zset(name)) == 0);
+    H_WAIT_UNTIL(H_EVENT_MS, h_redis_int("ZCARD %s", sem_zset(name)) == 0);
     cr_assert_str_eq(str_of(h_redis_get(name)), "1", "permits lost or made");
     jdrv_quit(j);
 }
