@@ -172,6 +172,17 @@ HCTEST(hcluster, moves_a_slot_with_its_keys)
     hc_wait_ok(HC_SETTLE_MS);
 }
 
+/* Node i is a replica whose link to its master is up (its initial
+ * synchronisation done). */
+static bool link_up(int i)
+{
+    redisReply *r = hc_cmd(i, "INFO replication");
+    bool up = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "master_link_status:up");
+    if (r)
+        freeReplyObject(r);
+    return up;
+}
+
 HCTEST(hcluster, kill_a_master_and_see_the_promotion)
 {
     hc_start();
@@ -210,6 +221,9 @@ HCTEST(hcluster, kill_a_master_and_see_the_promotion)
     hc_node_restart(victim);
     cr_assert(!hc_is_master(victim));
     cr_assert_eq(hc_replica_of(promoted), victim);
+    /* Its full resynchronisation first: on a busy machine it may take
+     * longer than a WAIT's few seconds. */
+    H_WAIT_UNTIL(H_EVENT_MS, link_up(victim));
     freeReplyObject(hc_cmd(promoted, "SET %s again", keys[0]));
     w = hc_cmd(promoted, "WAIT 1 5000");
     cr_assert_eq(w->integer, 1, "the restarted node does not replicate");
