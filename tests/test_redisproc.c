@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* test_redisproc.c -- the redis-server launcher of tools/redisproc.c: start
- * and PING, the errors of a server that cannot start, stop, kill, pause and
- * persistence on request. */
+ * and PING (from our own server only), the errors of a server that cannot start, stop, kill, pause
+ * and persistence on request. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -51,6 +51,20 @@ ITEST(redisproc, starts_answers_and_stops)
     cr_assert_neq(redisproc_ping(&r, 200), 0, "a stopped server answers");
     cr_assert_eq(redisproc_stop(&r, h_scaled_ms(H_STOP_MS)), -1, "stopping twice");
     cr_assert_eq(access(h_path("dump.rdb"), F_OK), -1, "a server without persistence saved");
+}
+
+/* A server of another process on our address (which took the port first,
+ * say) is not ours: its PONG does not make ours ready. */
+ITEST(redisproc, another_process_server_does_not_answer_for_ours)
+{
+    struct redisproc r;
+    struct redisproc_opts o = opts("a.sock");
+    cr_assert_eq(redisproc_start(&r, &o, h_scaled_ms(H_START_MS)), 0, "%s", r.err);
+    struct redisproc other = r;
+    other.pid = r.pid + 1;
+    cr_assert_neq(redisproc_ping(&other, 1000), 0, "the server answers for pid %d", other.pid);
+    cr_assert_eq(redisproc_ping(&r, 1000), 0);
+    cr_assert_eq(redisproc_stop(&r, h_scaled_ms(H_STOP_MS)), 0);
 }
 
 ITEST(redisproc, not_on_path_is_reported_at_spawn)

@@ -317,6 +317,22 @@ int redisproc_spawn(struct redisproc *r, const struct redisproc_opts *o)
     return 0;
 }
 
+/* Whether the server on c is the process pid: a port checked free may be
+ * taken by another program's server between the check and our server's bind
+ * (which then exits), and that server must not pass for ours. */
+static int answers_as(redisContext *c, pid_t pid)
+{
+    redisReply *rep = redisCommand(c, "INFO server");
+    int ours = 0;
+    if (rep && rep->type == REDIS_REPLY_STRING) {
+        const char *p = strstr(rep->str, "\nprocess_id:");
+        ours = p && strtol(p + strlen("\nprocess_id:"), NULL, 10) == (long)pid;
+    }
+    if (rep)
+        freeReplyObject(rep);
+    return ours;
+}
+
 int redisproc_ping(const struct redisproc *r, int timeout_ms)
 {
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
@@ -330,6 +346,8 @@ int redisproc_ping(const struct redisproc *r, int timeout_ms)
         ok = rep && rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "PONG") == 0;
         if (rep)
             freeReplyObject(rep);
+        if (ok && r->pid > 0)
+            ok = answers_as(c, r->pid);
     }
     redisFree(c);
     return ok ? 0 : -1;

@@ -65,7 +65,8 @@ struct redisproc {
  * r->err set: a path too long, fork failing, or the program not runnable
  * ("cannot run redis-server: No such file or directory (is it on PATH?)"). */
 int redisproc_spawn(struct redisproc *r, const struct redisproc_opts *o); /* r: not running */
-/* Waits until the server answers PING with PONG, for at most timeout_ms.
+/* Waits until the server answers PING with PONG, for at most timeout_ms (a
+ * server of another process on the same port does not count).
  * 0, or -1 with r->err set: it exited (its status and the last lines of its
  * log: a bad argument shows there), or did not answer in time. */
 int redisproc_wait_ready(struct redisproc *r, int timeout_ms);
@@ -73,7 +74,8 @@ int redisproc_wait_ready(struct redisproc *r, int timeout_ms);
  * stopped (killed and reaped) and r->err says why. */
 int redisproc_start(struct redisproc *r, const struct redisproc_opts *o, int timeout_ms);
 
-/* One PING, with a connect and reply timeout of timeout_ms: 0 on PONG. */
+/* One PING, with a connect and reply timeout of timeout_ms: 0 on PONG from
+ * this server (its INFO process_id is r->pid, when r->pid is known). */
 int redisproc_ping(const struct redisproc *r, int timeout_ms);
 /* Whether it still runs; reaps it (and records its status) when it has
  * exited. A paused server runs. */
