@@ -387,10 +387,13 @@ func (c *Client) cancel(h cgo.Handle, op *acquireOp) acquireResult {
 		c.mu.Unlock()
 		return <-op.done
 	}
-	if C.dlockgo_can_cancel() == 0 {
-		// A libdlock without cancel: the agent keeps the waiter until its
-		// wait runs out; a lease granted meanwhile is released on arrival.
-		c.mu.Unlock()
+	rc := C.dlockgo_cancel(c.c, C.uintptr_t(h))
+	// A CANCEL the full socket kept back goes out with the next call.
+	C.dlock_client_dispatch(c.c)
+	c.mu.Unlock()
+	if rc != 0 && rc != C.DLOCK_ENOTFOUND {
+		// Nothing was sent (no memory): the agent keeps the waiter until its
+		// wait ends; a lease granted meanwhile is released on arrival.
 		go func() {
 			if res := <-op.done; res.lease != nil {
 				_ = res.lease.Release()
@@ -398,9 +401,7 @@ func (c *Client) cancel(h cgo.Handle, op *acquireOp) acquireResult {
 		}()
 		return acquireResult{err: ErrCanceled}
 	}
-	rc := C.dlockgo_cancel(c.c, C.uintptr_t(h))
-	c.mu.Unlock()
-	_ = rc // 0: the word comes later; ENOTFOUND: it came already
+	// 0: the final word comes later; ENOTFOUND: it came already.
 	return <-op.done
 }
 

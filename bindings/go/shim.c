@@ -1,15 +1,4 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-#include <dlock.h>
-
-/* A libdlock older than dlock_lease_acquire_cancel() lacks the call: bind it
- * weakly then, so that the binding still loads against it (ctx cancellation
- * then leaves the wait to run out in the agent). */
-#ifndef DLOCK_ECANCELED
-#define DLOCKGO_WEAK_CANCEL 1
-int dlock_lease_acquire_cancel(dlock_client *client, dlock_acquire_cb cb, void *arg)
-    __attribute__((weak));
-#endif
-
 #include "shim.h"
 
 #include <errno.h>
@@ -36,19 +25,8 @@ int dlockgo_acquire(dlock_client *c, const char *name, const dlock_acquire_optio
     return dlock_lease_acquire_spec_async(c, name, opts, spec, acquire_done, (void *)id);
 }
 
-int dlockgo_can_cancel(void)
-{
-#ifdef DLOCKGO_WEAK_CANCEL
-    return dlock_lease_acquire_cancel != NULL;
-#else
-    return 1;
-#endif
-}
-
 int dlockgo_cancel(dlock_client *c, uintptr_t id)
 {
-    if (!dlockgo_can_cancel())
-        return DLOCK_EINVAL;
     return dlock_lease_acquire_cancel(c, acquire_done, (void *)id);
 }
 

@@ -8,10 +8,6 @@
 #include <stdint.h>
 #include <dlock.h>
 
-#ifndef DLOCK_ECANCELED
-#define DLOCK_ECANCELED (-30)
-#endif
-
 /* dlock_lease_acquire_spec_async() with the Go trampoline as the callback
  * and id (a runtime/cgo.Handle) as its arg. */
 int dlockgo_acquire(dlock_client *c, const char *name, const dlock_acquire_options *opts,
@@ -19,9 +15,6 @@ int dlockgo_acquire(dlock_client *c, const char *name, const dlock_acquire_optio
 
 /* dlock_lease_acquire_cancel() of the acquire started with id. */
 int dlockgo_cancel(dlock_client *c, uintptr_t id);
-
-/* Whether this libdlock has dlock_lease_acquire_cancel(). */
-int dlockgo_can_cancel(void);
 
 /* Routes the client's lease events to Go, tagged with id. */
 void dlockgo_set_event_cb(dlock_client *c, uintptr_t id);
