@@ -1,0 +1,482 @@
+// SPDX-License-Identifier: BSD-3-Clause
+
+// Package dlock is the Go binding of libdlock, the client library of the
+// dlock agent (dlockd): distributed locks on Redis, kept alive by the agent
+// on this host for as long as the client's connection lives.
+//
+// A Client is one connection to the agent; it is safe for concurrent use by
+// many goroutines. Acquire takes a lease on a lock name; Lease.Valid tells,
+// in some nanoseconds and without a message to the agent, whether it is
+// still held; Lease.Release gives it up. When the process dies, the agent
+// releases its leases at once.
+package dlock
+
+/*
+#cgo pkg-config: dlock
+#include <stdlib.h>
+#include <unistd.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"runtime/cgo"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// Options are the settings of Open.
+type Options struct {
+	// Socket is the agent's client socket; "" means $DLOCK_SOCKET, else
+	// /run/dlock/dlock.sock.
+	Socket string
+}
+
+// Client is a connection to the agent. Its methods are safe for concurrent
+// use. Close it when done: the agent then releases every lease taken
+// through it.
+type Client struct {
+	mu      sync.Mutex // held around every call into libdlock on c
+	c       *C.dlock_client
+	closed  bool
+	broken  bool // the dispatcher saw the connection end
+	self    cgo.Handle
+	efd     C.int
+	done    chan struct{} // closed when the dispatcher returns
+	pending map[cgo.Handle]*acquireOp
+	leases  map[*C.dlock_lease]*Lease
+
+	evMu    sync.Mutex
+	evQueue []func()
+	evWake  chan struct{}
+}
+
+// Open connects to the agent. The error is an *Error: ErrConnect (which also
+// matches ErrUnavailable) when no agent listens on the socket, ErrClock when
+// the agent runs in another time namespace.
+func Open(opts Options) (*Client, error) {
+	var path *C.char
+	if opts.Socket != "" {
+		path = C.CString(opts.Socket)
+		defer C.free(unsafe.Pointer(path))
+	}
+	var cc *C.dlock_client
+	if rc := C.dlock_client_open(&cc, path); rc != 0 {
+		return nil, codeError(int(rc), C.GoString(C.dlock_strerror(rc)), "")
+	}
+	efd := C.dlockgo_eventfd()
+	if efd < 0 {
+		C.dlock_client_close(cc)
+		return nil, fmt.Errorf("dlock: eventfd: errno %d", -int(efd))
+	}
+	c := &Client{
+		c:       cc,
+		efd:     efd,
+		done:    make(chan struct{}),
+		pending: map[cgo.Handle]*acquireOp{},
+		leases:  map[*C.dlock_lease]*Lease{},
+		evWake:  make(chan struct{}, 1),
+	}
+	c.self = cgo.NewHandle(c)
+	C.dlockgo_set_event_cb(cc, C.uintptr_t(c.self))
+	go c.dispatcher(C.dlock_client_fd(cc))
+	go c.deliverEvents()
+	return c, nil
+}
+
+// dispatcher waits in poll() for the agent's messages without the lock, then
+// handles them under it: acquire completions and lease events.
+func (c *Client) dispatcher(fd C.int) {
+	defer close(c.done)
+	for {
+		mask := C.dlockgo_wait(fd, c.efd)
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return
+		}
+		if mask < 0 || mask&1 != 0 {
+			if C.dlock_client_dispatch(c.c) != 0 {
+				// The connection is gone: every lease was told LOST and
+				// every acquire in flight completed. Stop watching the fd,
+				// which stays readable; wait for Close.
+				c.broken = true
+				fd = -1
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+// Close closes the connection; the agent releases every lease of the client.
+// Acquires still waiting return ErrClosed; the client's leases are released
+// (their Valid is false, Release returns ErrClosed). Close is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	C.dlockgo_wake(c.efd)
+	c.mu.Unlock()
+	<-c.done // the dispatcher no longer polls the fd
+
+	c.mu.Lock()
+	for _, l := range c.leases {
+		l.shut()
+		l.h = nil
+		l.state.Store(int32(Released))
+	}
+	c.leases = nil
+	C.dlock_client_close(c.c)
+	c.c = nil
+	for h, op := range c.pending {
+		delete(c.pending, h)
+		h.Delete()
+		op.done <- acquireResult{err: ErrClosed}
+	}
+	C.close(c.efd)
+	c.self.Delete()
+	c.mu.Unlock()
+	close(c.evWake) // the event goroutine delivers what is queued, then ends
+	return nil
+}
+
+// Ping makes one round trip to the agent (holding the client meanwhile, at
+// most 5 s).
+func (c *Client) Ping() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	rc := C.dlock_client_ping(c.c)
+	err := c.errLocked(rc, "")
+	c.mu.Unlock()
+	return err
+}
+
+// errLocked turns a return code into an *Error with the agent's words.
+func (c *Client) errLocked(rc C.int, name string) error {
+	if rc == 0 {
+		return nil
+	}
+	return codeError(int(rc), C.GoString(C.dlock_client_strerror(c.c, rc)), name)
+}
+
+// Kind is the kind of lock an acquire asks for.
+type Kind int
+
+const (
+	// Exclusive: one holder (the default).
+	Exclusive Kind = 0
+	// Shared: the read side of a read-write lock: any number of shared
+	// holders, or one exclusive holder; once an exclusive acquire waits,
+	// later shared ones queue behind it.
+	Shared Kind = 1
+	// Semaphore: at most Permits holders at once.
+	Semaphore Kind = 2
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Exclusive:
+		return "exclusive"
+	case Shared:
+		return "shared"
+	case Semaphore:
+		return "semaphore"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// WaitForever as AcquireOptions.Wait waits until the lock is granted (or the
+// context ends).
+const WaitForever time.Duration = -1
+
+// AcquireOptions are the settings of one acquire. The zero value takes the
+// agent's default TTL and tries once, without waiting.
+type AcquireOptions struct {
+	// TTL is the lease's time to live on Redis, renewed by the agent while
+	// the client lives; 0 = the agent's default (30 s). Whole milliseconds.
+	TTL time.Duration
+	// Wait is how long to wait for the lock: 0 tries once (ErrBusy when it
+	// is taken), WaitForever (or any negative value) waits until granted.
+	// A context deadline sooner than Wait wins.
+	Wait time.Duration
+	// Kind of lock; Permits for a Semaphore (>= 1, the same for every
+	// acquirer of the name), 0 for the other kinds.
+	Kind    Kind
+	Permits uint32
+	// Reentrant lets the Owner take a name it holds again: the same *Lease
+	// comes back with one more hold (Holds), and each Release gives up one.
+	// Owner tells owners apart within the client (say, one per goroutine);
+	// 0 is the client itself. Another owner's acquire waits like anyone's.
+	Reentrant bool
+	Owner     uint64
+	// MaxHold stops renewal this long after the acquire was sent to Redis;
+	// Progress stops it when Touch was not called for this long. 0 = the
+	// agent's default (none unless configured).
+	MaxHold  time.Duration
+	Progress time.Duration
+	// OnEvent, if set, is called for every state change of the lease that
+	// was not asked for: Jeopardy (renewal failing), Held again, Lost. It
+	// runs on the client's event goroutine, one event at a time in order,
+	// and may call any method of the client and its leases.
+	OnEvent func(Event)
+}
+
+// Event is a state change of a lease that the caller did not ask for.
+type Event struct {
+	Lease *Lease
+	State State
+	// Err tells why: nil for Held, the reason for Jeopardy and Lost (an
+	// *Error: ErrUnavailable, ErrLost, ErrHoldLimit, ErrDisconnected, ...).
+	Err error
+}
+
+func durMs(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func clampU32(v int64) C.uint32_t {
+	if v > 0xffffffff {
+		v = 0xffffffff
+	}
+	return C.uint32_t(v)
+}
+
+type acquireResult struct {
+	lease *Lease
+	err   error
+}
+
+type acquireOp struct {
+	c       *Client
+	name    string
+	onEvent func(Event)
+	done    chan acquireResult // buffered: the final word, exactly once
+}
+
+// Acquire takes a lease on name. It returns ErrBusy when the lock is taken
+// and opts.Wait is 0, ErrTimeout when the wait ran out, ErrHeld when this
+// client already holds name (not re-entrant), ErrNameTooLong or ErrBadName
+// for a name the agent refuses, ErrKind for a kind clash, and errors that
+// match ErrUnavailable when the agent or Redis cannot be reached.
+//
+// ctx bounds the wait: a deadline sooner than opts.Wait caps it (a wait
+// that runs out on it matches both ErrTimeout and
+// context.DeadlineExceeded); cancelling ctx cancels the acquire in the agent,
+// which then keeps no waiter for it, and returns an error matching
+// ctx.Err(). The client is not held while the acquire waits.
+func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("dlock: %s: %w", name, err)
+	}
+	wait := int64(0)
+	if opts.Wait < 0 {
+		wait = -1
+	} else if opts.Wait > 0 {
+		wait = durMs(opts.Wait)
+	}
+	capped := false
+	if dl, ok := ctx.Deadline(); ok && wait != 0 {
+		left := durMs(time.Until(dl))
+		if left < 1 {
+			left = 1
+		}
+		if wait < 0 || left < wait {
+			wait, capped = left, true
+		}
+	}
+	return c.acquire(ctx, name, opts, wait, capped)
+}
+
+func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, wait int64,
+	capped bool) (*Lease, error) {
+	o := C.dlock_acquire_options{
+		ttl_ms:      clampU32(durMs(opts.TTL)),
+		wait_ms:     C.int64_t(wait),
+		max_hold_ms: clampU32(durMs(opts.MaxHold)),
+		progress_ms: clampU32(durMs(opts.Progress)),
+	}
+	if opts.Reentrant {
+		o.flags = C.DLOCK_ACQUIRE_REENTRANT
+	}
+	if opts.Kind < 0 || opts.Kind > Semaphore {
+		return nil, codeError(codeInvalid, "unknown lock kind "+opts.Kind.String(), name)
+	}
+	if strings.IndexByte(name, 0) >= 0 {
+		return nil, codeError(codeBadName, "", name)
+	}
+	spec := C.dlock_lock_spec{kind: C.uint32_t(opts.Kind), permits: C.uint32_t(opts.Permits),
+		owner: C.uint64_t(opts.Owner)}
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+
+	op := &acquireOp{c: c, name: name, onEvent: opts.OnEvent, done: make(chan acquireResult, 1)}
+	h := cgo.NewHandle(op)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		h.Delete()
+		return nil, ErrClosed
+	}
+	c.pending[h] = op
+	rc := C.dlockgo_acquire(c.c, cname, &o, &spec, C.uintptr_t(h))
+	if rc != 0 {
+		delete(c.pending, h)
+		h.Delete()
+		err := c.errLocked(rc, name)
+		c.mu.Unlock()
+		return nil, err
+	}
+	// Frames the send read while the socket was full wait in the library's
+	// buffer, where the dispatcher's poll() cannot see them: handle them now.
+	C.dlock_client_dispatch(c.c)
+	c.mu.Unlock()
+
+	var res acquireResult
+	cancelled := false
+	select {
+	case res = <-op.done:
+	case <-ctx.Done():
+		res = c.cancel(h, op)
+		cancelled = true
+	}
+	// ctxErr is the error of a wait the context ended: it matches
+	// ctx.Err(), and ErrTimeout too when the context's deadline capped it.
+	ctxErr := func() error {
+		if capped && ctx.Err() == context.DeadlineExceeded {
+			return fmt.Errorf("%w (%w)", codeError(codeTimedOut, "", name), context.DeadlineExceeded)
+		}
+		return fmt.Errorf("dlock: %s: %w", name, ctx.Err())
+	}
+	switch {
+	case res.lease != nil && cancelled:
+		// The grant crossed the cancel: the caller gave up, so give the
+		// lease back.
+		_ = res.lease.Release()
+		return nil, ctxErr()
+	case res.err != nil && cancelled && isCode(res.err, codeCanceled):
+		return nil, ctxErr()
+	case res.err != nil && capped && isCode(res.err, codeTimedOut):
+		return nil, fmt.Errorf("%w (%w)", res.err, context.DeadlineExceeded)
+	}
+	return res.lease, res.err
+}
+
+func isCode(err error, code int) bool {
+	e, ok := err.(*Error)
+	return ok && e.Code == code
+}
+
+// cancel cancels the acquire of h in the agent and waits for its final word.
+func (c *Client) cancel(h cgo.Handle, op *acquireOp) acquireResult {
+	c.mu.Lock()
+	if c.closed || c.pending[h] == nil {
+		// Completed already (or Close completes it): the word is in op.done.
+		c.mu.Unlock()
+		return <-op.done
+	}
+	rc := C.dlockgo_cancel(c.c, C.uintptr_t(h))
+	// A CANCEL the full socket kept back goes out with the next call.
+	C.dlock_client_dispatch(c.c)
+	c.mu.Unlock()
+	if rc != 0 && rc != C.DLOCK_ENOTFOUND {
+		// Nothing was sent (no memory): the agent keeps the waiter until its
+		// wait ends; a lease granted meanwhile is released on arrival.
+		go func() {
+			if res := <-op.done; res.lease != nil {
+				_ = res.lease.Release()
+			}
+		}()
+		return acquireResult{err: ErrCanceled}
+	}
+	// 0: the final word comes later; ENOTFOUND: it came already.
+	return <-op.done
+}
+
+// Acquire callbacks run inside a libdlock call made under c.mu.
+func (c *Client) acquireDone(h cgo.Handle, status C.int, cl *C.dlock_lease) {
+	op := c.pending[h]
+	if op == nil {
+		return
+	}
+	delete(c.pending, h)
+	h.Delete()
+	if status != 0 {
+		op.done <- acquireResult{err: c.errLocked(status, op.name)}
+		return
+	}
+	l := c.leases[cl]
+	if l == nil {
+		l = newLease(c, cl, op.onEvent)
+		c.leases[cl] = l
+	}
+	op.done <- acquireResult{lease: l}
+}
+
+func (c *Client) leaseEvent(cl *C.dlock_lease, state State, reason int) {
+	l := c.leases[cl]
+	if l == nil {
+		return
+	}
+	var err error
+	if reason != 0 {
+		err = codeError(reason, C.GoString(C.dlock_strerror(C.int(reason))), l.name)
+	} else if state == Lost {
+		err = codeError(codeLost, "", l.name)
+	}
+	l.state.Store(int32(state))
+	if state == Lost {
+		l.lostErr = err
+		l.lostOnce.Do(func() { close(l.lost) })
+	}
+	if l.onEvent != nil {
+		ev := Event{Lease: l, State: state, Err: err}
+		f := l.onEvent
+		c.queueEvent(func() { f(ev) })
+	}
+}
+
+// queueEvent hands an event callback to the event goroutine, which runs them
+// in order without the client's lock.
+func (c *Client) queueEvent(f func()) {
+	c.evMu.Lock()
+	c.evQueue = append(c.evQueue, f)
+	c.evMu.Unlock()
+	select {
+	case c.evWake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Client) deliverEvents() {
+	for {
+		_, ok := <-c.evWake
+		for {
+			c.evMu.Lock()
+			q := c.evQueue
+			c.evQueue = nil
+			c.evMu.Unlock()
+			if len(q) == 0 {
+				break
+			}
+			for _, f := range q {
+				f()
+			}
+		}
+		if !ok {
+			return
+		}
+	}
+}
