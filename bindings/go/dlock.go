@@ -356,7 +356,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 	// ctx.Err(), and ErrTimeout too when the context's deadline capped it.
 	ctxErr := func() error {
 		if capped && ctx.Err() == context.DeadlineExceeded {
-			return fmt.Errorf("%w (%w)", codeError(codeTimedOut, "", name), context.DeadlineExceeded)
+			return deadlineError(nil, name)
 		}
 		return fmt.Errorf("dlock: %s: %w", name, ctx.Err())
 	}
@@ -369,7 +369,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 	case res.err != nil && cancelled && isCode(res.err, codeCanceled):
 		return nil, ctxErr()
 	case res.err != nil && capped && isCode(res.err, codeTimedOut):
-		return nil, fmt.Errorf("%w (%w)", res.err, context.DeadlineExceeded)
+		return nil, deadlineError(res.err, name)
 	}
 	return res.lease, res.err
 }

@@ -3,6 +3,7 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -21,6 +22,9 @@ type Error struct {
 	Code int
 	Msg  string
 	Name string
+	// deadline: a wait that a context's deadline cut short, which matches
+	// context.DeadlineExceeded too.
+	deadline bool
 }
 
 func (e *Error) Error() string {
@@ -33,6 +37,9 @@ func (e *Error) Error() string {
 // Is reports whether target is the sentinel of e's code, or ErrUnavailable
 // for a code that says the agent or Redis cannot be reached.
 func (e *Error) Is(target error) bool {
+	if target == context.DeadlineExceeded {
+		return e.deadline
+	}
 	t, ok := target.(*Error)
 	if !ok {
 		return false
@@ -140,6 +147,19 @@ var sentinels = func() map[int]*Error {
 	}
 	return m
 }()
+
+// deadlineError is err (an ErrTimeout), or the ErrTimeout of name, cut short
+// by a context's deadline: it matches both ErrTimeout and
+// context.DeadlineExceeded.
+func deadlineError(err error, name string) error {
+	e, ok := err.(*Error)
+	if !ok {
+		e = codeError(codeTimedOut, "", name)
+	}
+	d := *e
+	d.deadline = true
+	return &d
+}
 
 // codeError builds the *Error of code with msg (the library's description
 // when msg is empty).
