@@ -1,0 +1,21 @@
+import dlock from './lib/dlock.cjs';
+
+export const {
+  Client,
+  Lease,
+  acquire,
+  CODES,
+  ERRNO,
+  DlockError,
+  BusyError,
+  TimeoutError,
+  LostError,
+  DeniedError,
+  UnavailableError,
+  InvalidNameError,
+  HeldError,
+  KindError,
+  ConnectionError,
+  LimitError,
+} = dlock;
+export default dlock;
