@@ -18,4 +18,3 @@ export const {
   ConnectionError,
   LimitError,
 } = dlock;
-export default dlock;
