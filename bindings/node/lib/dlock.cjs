@@ -379,7 +379,12 @@ class Client extends EventEmitter {
     // 0: the callback comes later (DLOCK_ECANCELED, or a grant that crossed the cancel, which
     // _complete() releases); anything else: it is already on its way. Either way the promise is
     // settled by _complete(), once the agent has no waiter left for it.
-    n.cancel(this.#ptr, acquireCbPtr, entry.id);
+    const rc = n.cancel(this.#ptr, acquireCbPtr, entry.id);
+    if (rc !== 0 && rc !== ERRNO.ENOTFOUND) {
+      // nothing was sent (no memory): the waiter stays until its wait runs out, and a grant
+      // that comes meanwhile is released at once
+      entry.reject(entry.signal.reason);
+    }
   }
 
   // an acquire completed (from drain())
