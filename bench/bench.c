@@ -31,6 +31,8 @@
 #define TARGET_SHARE_MAX        65.0
 #define TARGET_WAIT_SLACK_MS    10.0 /* max wait per acquire, two hosts: cohort_ms + this */
 #define TARGET_SHARED_RATIO     3.0  /* grants/s, shared / exclusive, the same section */
+#define TARGET_BINDING_RATIO    1.0  /* a binding / its language's lock library, every row */
+#define TARGET_BINDING_HARD     2.0  /* the same, delayed and contended rows */
 
 const char *bench_handoff_setting = "";
 
@@ -53,6 +55,7 @@ struct opts {
     double fair_seconds;         /* -A, window of each fairness run, 0 = no fairness part */
     bool quick;                  /* -q */
     bool keep;                   /* -K */
+    const char *bindings;        /* -B, languages; the bindings part alone */
 };
 
 static struct env the_env;
@@ -73,6 +76,7 @@ static void on_signal(int sig)
     fleet_kill();
     side_kill();
     delay_kill();
+    bindings_kill();
     if (e->agent_pid > 0)
         kill(e->agent_pid, SIGKILL);
     if (e->redis.pid > 0)
@@ -102,7 +106,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: dlock-bench [-qK] [-n PAIRS] [-c CLIENTS] [-d SECONDS] [-l LEASES] "
                "[-w SECONDS] [-k CALLS] [-m PAIRS] [-F LIST] [-D US] [-W ROUNDS] [-C PROCS] "
-               "[-H PROCS] [-R PROCS] [-A SECONDS]\n"
+               "[-H PROCS] [-R PROCS] [-A SECONDS] [-B LANGS]\n"
                "  -n PAIRS    acquire+release pairs of the 1-client runs (loopback and\n"
                "              delayed), and per row of the fleet run (default 20000)\n"
                "  -c CLIENTS  threads of the many-client runs (default 50)\n"
@@ -133,6 +137,9 @@ static void usage(FILE *f)
                "  -O          handoff off: the agents of the pair, delayed and single/quorum\n"
                "              runs take every grant from Redis (cohort_handoffs = 0)\n"
                "  -K          keep the temp dir (logs, configurations) at the end\n"
+               "  -B LANGS    the bindings part alone: each language's binding against\n"
+               "              its most used Redis lock library, for the comma-separated\n"
+               "              languages (python,go,node); uses -n, -d and -D\n"
                "Starts its own redis-server (from PATH) and dlockd; see bench/README.md.\n");
 }
 
@@ -187,10 +194,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                                 600,
                                 SIDE_MAX_WORKERS - 1};
     int ch;
-    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:D:W:C:H:A:R:qKOh")) != -1) {
+    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:D:W:C:H:A:R:B:qKOh")) != -1) {
         const char *at = strchr(letters, ch);
         if (ch == 'F') {
             fleet = optarg;
+        } else if (ch == 'B') {
+            o->bindings = optarg;
         } else if (ch == 'q') {
             o->quick = true;
         } else if (ch == 'K') {
@@ -1355,6 +1364,79 @@ static int phase_fleet(const struct opts *o, struct env *e)
     return rc;
 }
 
+static const struct binding_row *binding_row(const struct binding_result *r, const char *net,
+                                             const char *kase, const char *impl)
+{
+    for (int i = 0; i < r->nrows; i++)
+        if (!strcmp(r->rows[i].net, net) && !strcmp(r->rows[i].kase, kase) &&
+            !strcmp(r->rows[i].impl, impl))
+            return &r->rows[i];
+    return NULL;
+}
+
+static const char *fmt_binding(const struct binding_row *r, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/s p50 %s", fmt_count(r->ops), fmt_wait(r->p50_us));
+    return out;
+}
+
+/* Each row of the language against each other implementation it measured. */
+static void report_binding(const struct binding_result *r, double delay_us)
+{
+    printf("\nBindings: %s (bench/bindings/%s/run, exit status %d)\n", r->lang, r->lang, r->status);
+    printf("  Redis PING p50 %s direct, %s through the %.0f us delay proxy\n", fmt_us(r->ping_us),
+           fmt_us(r->ping_delayed_us), delay_us);
+    printf("  %-30s %-26s %-28s %7s   %s\n", "row", "dlock", "other", "ratio", "target");
+    static const char *const nets[] = {"loopback", "delayed"};
+    static const char *const kases[] = {"pairs", "contended"};
+    for (int n = 0; n < 2; n++)
+        for (int k = 0; k < 2; k++) {
+            const struct binding_row *d = binding_row(r, nets[n], kases[k], "dlock");
+            bool hard = n == 1 || k == 1;
+            double target = hard ? TARGET_BINDING_HARD : TARGET_BINDING_RATIO;
+            for (int i = 0; i < r->nrows; i++) {
+                const struct binding_row *o = &r->rows[i];
+                if (strcmp(o->net, nets[n]) || strcmp(o->kase, kases[k]) ||
+                    !strcmp(o->impl, "dlock"))
+                    continue;
+                char what[64], other[64], tgt[48], mine[48], theirs[48];
+                snprintf(what, sizeof what, "%s %s", nets[n],
+                         k ? "contended (4 workers)" : "pairs (1 client)");
+                snprintf(other, sizeof other, "%s: %s", o->impl,
+                         fmt_binding(o, theirs, sizeof theirs));
+                snprintf(tgt, sizeof tgt, ">= %.1f: %s", target,
+                         d ? verdict(d->ops >= target * o->ops) : "no dlock row");
+                printf("  %-30s %-26s %-28s %7s   %s\n", what,
+                       d ? fmt_binding(d, mine, sizeof mine) : "-", other,
+                       d ? fmt_ratio(d->ops, o->ops) : "-", tgt);
+            }
+        }
+    if (r->have_valid)
+        printf("  lease.valid: %.1f ns per call; Redis GET p50 %s, %.0f times as long\n",
+               r->valid_ns, fmt_us(r->get_us), r->get_us * 1e3 / r->valid_ns);
+    else
+        printf("  lease.valid: no figure\n");
+    if (r->agent_log_lines > 0)
+        printf("  the delayed agent's log: %d line(s) at level warn or above\n",
+               r->agent_log_lines);
+}
+
+static int phase_bindings(const struct opts *o, struct env *e)
+{
+    static struct binding_result r[BINDING_MAX];
+    int n = 0;
+    progress("bindings: each language's binding against its own Redis lock library");
+    int rc = run_bindings(e, o->delay_us > 0 ? o->delay_us : 100, o->bindings, o->pairs, o->seconds,
+                          r, BINDING_MAX, &n);
+    for (int i = 0; i < n; i++) {
+        report_binding(&r[i], o->delay_us > 0 ? o->delay_us : 100);
+        if (r[i].status != 0)
+            rc = -1;
+    }
+    fflush(stdout);
+    return rc;
+}
+
 /* The agent's own log (warn level and up) says whether anything went wrong. */
 static void report_agent_log(struct env *e)
 {
@@ -1364,6 +1446,33 @@ static void report_agent_log(struct env *e)
         fflush(stdout);
         env_print_log(e->agent_log, 10);
     }
+}
+
+/* Every part but the bindings, in order, until one fails. */
+static int run_parts(const struct opts *o, struct env *e)
+{
+    int rc = phase_pairs(o, e);
+    if (rc == 0)
+        rc = phase_delay(o, e);
+    if (rc == 0)
+        rc = phase_wake(o, e);
+    if (rc == 0)
+        rc = phase_cohort(o, e);
+    if (rc == 0)
+        rc = phase_hosts(o, e);
+    if (rc == 0)
+        rc = phase_kinds(o, e);
+    if (rc == 0)
+        rc = phase_fairness(o, e);
+    if (rc == 0)
+        rc = phase_quorum(o, e);
+    if (rc == 0)
+        rc = phase_check(o, e);
+    if (rc == 0)
+        rc = phase_leases(o, e);
+    if (rc == 0)
+        rc = phase_fleet(o, e);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -1381,27 +1490,7 @@ int main(int argc, char **argv)
             (int)e->agent_pid, e->dir);
     printf("dlock-bench: %ld cores, redis-server %s, dlockd %s\n", sysconf(_SC_NPROCESSORS_ONLN),
            e->redis_version, DLOCKD_PATH);
-    int rc = phase_pairs(&o, e);
-    if (rc == 0)
-        rc = phase_delay(&o, e);
-    if (rc == 0)
-        rc = phase_wake(&o, e);
-    if (rc == 0)
-        rc = phase_cohort(&o, e);
-    if (rc == 0)
-        rc = phase_hosts(&o, e);
-    if (rc == 0)
-        rc = phase_kinds(&o, e);
-    if (rc == 0)
-        rc = phase_fairness(&o, e);
-    if (rc == 0)
-        rc = phase_quorum(&o, e);
-    if (rc == 0)
-        rc = phase_check(&o, e);
-    if (rc == 0)
-        rc = phase_leases(&o, e);
-    if (rc == 0)
-        rc = phase_fleet(&o, e);
+    int rc = o.bindings ? phase_bindings(&o, e) : run_parts(&o, e);
     const char *who;
     if (env_check(e, &who) != 0) {
         fprintf(stderr, "dlock-bench: %s is no longer running\n", who);

@@ -364,8 +364,51 @@ struct delay_result {
  * stops both. 0, or -1 after printing why. */
 int run_delay(struct env *e, double delay_us, long pairs, int clients, double seconds,
               struct delay_result *out);
+/* The set-up of run_delay() alone: the proxy in front of e's Redis (its
+ * socket in d->redis_sock), the PINGs into out, and the agent behind it (in
+ * d, a copy of e otherwise). The proxy, or NULL after printing why (nothing
+ * is left running). */
+struct delayproxy *delay_open(struct env *e, double delay_us, struct env *d,
+                              struct delay_result *out);
+/* Stops what delay_open() started; out gets the agent's log lines and exit. */
+void delay_close(struct env *d, struct delayproxy *proxy, struct delay_result *out);
 /* SIGKILLs the part's agent and unlinks its files: async-signal-safe. */
 void delay_kill(void);
+
+/* ---- the language bindings (bindings.c) ---- */
+
+#define BINDING_ROWS 32
+#define BINDING_MAX  8
+
+/* One line "ROW LANG NET CASE IMPL OPS_PER_S P50_US P99_US" of a language's
+ * benchmark program. */
+struct binding_row {
+    char net[16];  /* loopback, delayed */
+    char kase[16]; /* pairs, contended */
+    char impl[24]; /* dlock, native, ... */
+    double ops, p50_us, p99_us;
+};
+
+struct binding_result {
+    char lang[16];
+    int status; /* of bench/bindings/LANG/run: 0 when it ran through */
+    int nrows;
+    struct binding_row rows[BINDING_ROWS];
+    bool have_valid; /* a line "VALID LANG NS_PER_CALL GET_US" came */
+    double valid_ns, get_us;
+    double ping_us, ping_delayed_us; /* Redis PING p50, direct and through the proxy */
+    int agent_log_lines;             /* of the delayed agent, warn and up */
+};
+
+/* Starts the delay proxy and its agent (as run_delay() does), then runs
+ * bench/bindings/LANG/run for each LANG of the comma-separated langs, each
+ * given the sockets of both agents and of Redis direct and delayed, pairs
+ * and seconds, in its environment; out[0..*n-1] get what they printed.
+ * 0, or -1 after printing why. */
+int run_bindings(struct env *e, double delay_us, const char *langs, long pairs, double seconds,
+                 struct binding_result *out, int max, int *n);
+/* SIGKILLs a language's benchmark program: async-signal-safe. */
+void bindings_kill(void);
 
 /* ---- many agents on one Redis (fleet.c) ---- */
 

@@ -95,14 +95,11 @@ static void stop_agent(struct env *d, struct delay_result *out)
         env_print_log(agent_log, LOG_TAIL);
 }
 
-int run_delay(struct env *e, double delay_us, long pairs, int clients, double seconds,
-              struct delay_result *out)
+struct delayproxy *delay_open(struct env *e, double delay_us, struct env *d,
+                              struct delay_result *out)
 {
     memset(out, 0, sizeof *out);
     out->delay_us = delay_us;
-    out->pairs = pairs;
-    out->clients = clients;
-    out->seconds = seconds;
     out->agent_exit = -1;
     snprintf(proxy_sock, sizeof proxy_sock, "%s/delay-redis.sock", e->dir);
     snprintf(agent_sock, sizeof agent_sock, "%s/delay-dlock.sock", e->dir);
@@ -110,34 +107,54 @@ int run_delay(struct env *e, double delay_us, long pairs, int clients, double se
     struct delayproxy *proxy =
         delayproxy_start(proxy_sock, e->redis_sock, (uint64_t)(delay_us * 1e3));
     if (!proxy)
-        return -1;
+        return NULL;
     /* The same Redis, seen through the proxy, with an agent of its own:
      * pairs.c runs on this view of the environment as on the run's own. */
-    struct env d = *e;
-    snprintf(d.agent_sock, sizeof d.agent_sock, "%s", agent_sock);
-    snprintf(d.agent_log, sizeof d.agent_log, "%s", agent_log);
-    snprintf(d.redis_sock, sizeof d.redis_sock, "%s", proxy_sock);
-    d.agent_pid = 0;
+    *d = *e;
+    snprintf(d->agent_sock, sizeof d->agent_sock, "%s", agent_sock);
+    snprintf(d->agent_log, sizeof d->agent_log, "%s", agent_log);
+    snprintf(d->redis_sock, sizeof d->redis_sock, "%s", proxy_sock);
+    d->agent_pid = 0;
     int rc = measure_pings(e, out);
     delayproxy_lateness(proxy, &out->late_ping);
     if (rc == 0)
-        rc = start_agent(&d, out);
-    if (rc == 0) {
-        fprintf(stderr, "dlock-bench: delayed: 1 client, dlock and plain hiredis in turns\n");
-        delayproxy_lateness(proxy, &out->late_single); /* from here on */
-        rc = run_single(&dlock_driver, &plain_driver, &d, pairs, &out->d1, &out->p1);
-        delayproxy_lateness(proxy, &out->late_single);
+        rc = start_agent(d, out);
+    if (rc != 0) {
+        delay_close(d, proxy, out);
+        return NULL;
     }
+    return proxy;
+}
+
+void delay_close(struct env *d, struct delayproxy *proxy, struct delay_result *out)
+{
+    stop_agent(d, out);
+    delayproxy_stop(proxy);
+    unlink(agent_sock);
+    if (!d->keep)
+        unlink(agent_log);
+}
+
+int run_delay(struct env *e, double delay_us, long pairs, int clients, double seconds,
+              struct delay_result *out)
+{
+    struct env d;
+    struct delayproxy *proxy = delay_open(e, delay_us, &d, out);
+    if (!proxy)
+        return -1;
+    out->pairs = pairs;
+    out->clients = clients;
+    out->seconds = seconds;
+    fprintf(stderr, "dlock-bench: delayed: 1 client, dlock and plain hiredis in turns\n");
+    delayproxy_lateness(proxy, &out->late_single); /* from here on */
+    int rc = run_single(&dlock_driver, &plain_driver, &d, pairs, &out->d1, &out->p1);
+    delayproxy_lateness(proxy, &out->late_single);
     if (rc == 0) {
         fprintf(stderr, "dlock-bench: delayed: many clients, dlock and plain hiredis in turns\n");
         rc = run_multi(&dlock_driver, &plain_driver, &d, clients, seconds, &out->dm, &out->pm);
         delayproxy_lateness(proxy, &out->late_multi);
     }
-    stop_agent(&d, out);
-    delayproxy_stop(proxy);
-    unlink(agent_sock);
-    if (!e->keep)
-        unlink(agent_log);
+    delay_close(&d, proxy, out);
     return rc;
 }
 
