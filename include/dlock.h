@@ -258,8 +258,11 @@ DLOCK_EXPORT int dlock_lease_acquire_spec_async(dlock_client *client, const char
  * caller owns it and releases it as any other) or another error.
  * DLOCK_ENOTFOUND when no such acquire is pending (it completed, or was
  * cancelled already), DLOCK_EINVAL for a NULL client or cb, DLOCK_ENOMEM
- * when the request cannot be queued (nothing was sent). Blocking acquires
- * cannot be cancelled: their wait bounds them. */
+ * when the request cannot be queued (nothing was sent). If the socket is
+ * full, the CANCEL waits in the client's output buffer and goes out with the
+ * next call on the client (dlock_client_dispatch() included), as a RELEASE
+ * of dlock_lease_release() does. Blocking acquires cannot be cancelled:
+ * their wait bounds them. */
 DLOCK_EXPORT int dlock_lease_acquire_cancel(dlock_client *client, dlock_acquire_cb cb, void *arg);
 
 /* Releases the lease and frees its handle at once, whatever the outcome,
