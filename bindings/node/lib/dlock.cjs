@@ -329,6 +329,10 @@ class Client extends EventEmitter {
     return this.#closed || this.#closing !== null;
   }
 
+  get _broken() {
+    return this.#broken;
+  }
+
   /**
    * Acquires `name`. Options (times in ms): ttl (0: the agent's default), wait (0: try once, the
    * default; Infinity: until granted), kind, permits, reentrant, owner, maxHold, progress, signal.
@@ -503,10 +507,17 @@ let defaultClient = null;
 
 /** Acquires through a client of the process, opened on first use on $DLOCK_SOCKET. */
 async function acquire(name, opts) {
+  const current = defaultClient;
+  if (current) {
+    const c = await current.catch(() => null);
+    // closed, or the agent went away: open another
+    if ((!c || c.closed || c._broken) && defaultClient === current) defaultClient = null;
+  }
   if (!defaultClient) {
-    defaultClient = Client.open();
-    defaultClient.catch(() => {
-      defaultClient = null;
+    const opening = Client.open();
+    defaultClient = opening;
+    opening.catch(() => {
+      if (defaultClient === opening) defaultClient = null;
     });
   }
   const client = await defaultClient;

@@ -141,6 +141,11 @@ test('the process-wide client of acquire() uses $DLOCK_SOCKET', async () => {
   await assert.rejects(other.acquire(name), BusyError);
   await lease.release();
   await lease.client.close();
+  // a closed process-wide client is replaced by a new one on the next call
+  const again = await acquire(name);
+  assert.notEqual(again.client, lease.client);
+  assert.equal(again.valid, true);
+  await again.client.close();
   await other.close();
 });
 
