@@ -1,0 +1,163 @@
+// Benchmark of the dlock Node.js binding against redlock (node-redlock 5 on ioredis, one Redis).
+// Rows on stdout (see bench/bindings/node/run); anything else on stderr.
+//   ROW node NET CASE IMPL OPS_PER_S P50_US P99_US
+//   VALID node NS_PER_CALL GET_US
+import Redis from 'ioredis';
+import Redlock from 'redlock';
+import { Client } from './dlock/index.mjs';
+
+const PAIRS = Number(process.env.BENCH_PAIRS || 2000);
+const SECONDS = Number(process.env.BENCH_SECONDS || 2);
+const WORKERS = 4;
+const WARMUP = 100;
+const TTL = 30000;
+const tag = `bench:node:${process.pid}`;
+
+const now = () => process.hrtime.bigint();
+const us = (ns) => Number(ns) / 1e3;
+const f1 = (x) => (Number.isFinite(x) ? x.toFixed(1) : '0.0');
+
+function pct(sorted, p) {
+  if (!sorted.length) return 0;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}
+
+function row(net, kase, impl, ops, samples) {
+  const s = Float64Array.from(samples).sort();
+  console.log(`ROW node ${net} ${kase} ${impl} ${f1(ops)} ${f1(pct(s, 50))} ${f1(pct(s, 99))}`);
+}
+
+// ---- the two implementations behind one shape: lock(name, wait) -> release function ----
+
+async function dlockImpl(socket) {
+  const client = await Client.open({ socket });
+  return {
+    // owner: one per worker, so that tasks of one client wait for each other on a name (a
+    // name the client holds is otherwise refused with EHELD, at once)
+    async lock(name, owner) {
+      const lease = await client.acquire(name, owner
+        ? { ttl: TTL, wait: Infinity, reentrant: true, owner }
+        : { ttl: TTL });
+      return () => lease.release();
+    },
+    close: () => client.close(),
+  };
+}
+
+function redlockImpl(path, contended) {
+  const redis = new Redis({ path, lazyConnect: false, enableAutoPipelining: false });
+  // redlock's defaults (retryCount 10, retryDelay 200 ms, retryJitter 100 ms), except that the
+  // contended case retries for as long as the run needs: with 10 retries a waiter gives up
+  // after about 2 s, which is no lock wait at all
+  const redlock = new Redlock([redis], contended ? { retryCount: 100000 } : {});
+  redlock.on('error', () => {}); // a failed attempt of a retried acquire is no error here
+  return {
+    async lock(name) {
+      const lock = await redlock.acquire([name], TTL);
+      return () => lock.release();
+    },
+    close: async () => {
+      redis.disconnect();
+    },
+  };
+}
+
+async function pairs(impl, net, name) {
+  for (let i = 0; i < WARMUP; i++) await (await impl.lock(`${tag}:${net}:${name}:warm:${i}`))();
+  const lat = [];
+  const t0 = now();
+  for (let i = 0; i < PAIRS; i++) {
+    const a = now();
+    const release = await impl.lock(`${tag}:${net}:${name}:pairs:${i}`);
+    await release();
+    lat.push(us(now() - a));
+  }
+  const secs = Number(now() - t0) / 1e9;
+  row(net, 'pairs', name, PAIRS / secs, lat);
+}
+
+async function contended(impl, net, name) {
+  const lockName = `${tag}:${net}:${name}:contended`;
+  const waits = [];
+  let ops = 0;
+  const t0 = now();
+  const end = t0 + BigInt(Math.round(SECONDS * 1e9));
+  async function worker(id) {
+    while (now() < end) {
+      const a = now();
+      const release = await impl.lock(lockName, id);
+      waits.push(us(now() - a));
+      ops++;
+      await release();
+    }
+  }
+  await Promise.all(Array.from({ length: WORKERS }, (_, i) => worker(i + 1)));
+  const secs = Number(now() - t0) / 1e9;
+  row(net, 'contended', name, ops / secs, waits);
+}
+
+async function validCost(socket) {
+  const client = await Client.open({ socket });
+  const lease = await client.acquire(`${tag}:valid`, { ttl: TTL });
+  const N = 2_000_000;
+  let ok = 0;
+  for (let i = 0; i < 100_000; i++) if (lease.valid) ok++; // warm-up
+  const t0 = now();
+  for (let i = 0; i < N; i++) if (lease.valid) ok++;
+  const ns = Number(now() - t0) / N;
+  if (ok !== N + 100_000) throw new Error('the lease turned invalid during the run');
+  await lease.release();
+  await client.close();
+  return ns;
+}
+
+async function getCost(path) {
+  const redis = new Redis({ path });
+  await redis.set(`${tag}:get`, 'x');
+  const lat = [];
+  for (let i = 0; i < 200; i++) await redis.get(`${tag}:get`);
+  for (let i = 0; i < 2000; i++) {
+    const a = now();
+    await redis.get(`${tag}:get`);
+    lat.push(us(now() - a));
+  }
+  await redis.del(`${tag}:get`);
+  redis.disconnect();
+  return pct(Float64Array.from(lat).sort(), 50);
+}
+
+const nets = [
+  ['loopback', process.env.DLOCK_SOCKET, process.env.REDIS_SOCKET],
+  ['delayed', process.env.DLOCK_SOCKET_DELAYED, process.env.REDIS_SOCKET_DELAYED],
+];
+
+for (const [net, dsock, rsock] of nets) {
+  if (!dsock || !rsock) {
+    console.error(`bench: ${net}: no agent or Redis socket given, skipped`);
+    continue;
+  }
+  console.error(`bench: ${net}: pairs`);
+  {
+    const d = await dlockImpl(dsock);
+    await pairs(d, net, 'dlock');
+    await d.close();
+    const r = redlockImpl(rsock, false);
+    await pairs(r, net, 'native');
+    await r.close();
+  }
+  console.error(`bench: ${net}: contended`);
+  {
+    const d = await dlockImpl(dsock);
+    await contended(d, net, 'dlock');
+    await d.close();
+    const r = redlockImpl(rsock, true);
+    await contended(r, net, 'native');
+    await r.close();
+  }
+}
+
+if (process.env.DLOCK_SOCKET && process.env.REDIS_SOCKET) {
+  const ns = await validCost(process.env.DLOCK_SOCKET);
+  const get = await getCost(process.env.REDIS_SOCKET);
+  console.log(`VALID node ${f1(ns)} ${f1(get)}`);
+}

@@ -1,0 +1,20 @@
+import dlock from './lib/dlock.cjs';
+
+export const {
+  Client,
+  Lease,
+  acquire,
+  CODES,
+  ERRNO,
+  DlockError,
+  BusyError,
+  TimeoutError,
+  LostError,
+  DeniedError,
+  UnavailableError,
+  InvalidNameError,
+  HeldError,
+  KindError,
+  ConnectionError,
+  LimitError,
+} = dlock;

@@ -1,0 +1,533 @@
+'use strict';
+// The dlock client for Node.js: promises over libdlock's asynchronous calls.
+//
+// Every libdlock call is made on the main thread and none of them blocks: the handshake of
+// dlock_client_open() runs on the libuv pool (koffi .async()), acquires are
+// dlock_lease_acquire_spec_async(), a release never waits for the agent, and one shared poll()
+// on the pool tells when a client's fd is readable (poller.cjs). The C callbacks only record
+// what happened; promises are settled and events emitted right after dlock_client_dispatch()
+// returns, in the order the library reported them.
+
+const { EventEmitter } = require('node:events');
+const { load } = require('./native.cjs');
+const { getPoller } = require('./poller.cjs');
+const errors = require('./errors.cjs');
+
+const { ERRNO, DlockError, LostError, ConnectionError, InvalidNameError, errorFor } = errors;
+
+const KINDS = { exclusive: 0, shared: 1, semaphore: 2 };
+const KIND_NAMES = ['exclusive', 'shared', 'semaphore'];
+const STATE_NAMES = { 1: 'held', 2: 'jeopardy', 3: 'lost', 4: 'released' };
+const REENTRANT = 1;
+const WAIT_FOREVER = -1;
+const UINT32_MAX = 0xffffffff;
+const NEW = Symbol('dlock.internal');
+
+let n = null; // the native bindings, once loaded
+let acquireCbPtr = null;
+let eventCbPtr = null;
+let nextId = 1;
+const pendingById = new Map(); // acquire id -> pending entry
+const clientsByPtr = new Map(); // dlock_client * -> Client
+const queue = []; // what the C callbacks reported, not yet handled
+let drainScheduled = false;
+
+function init() {
+  if (n) return n;
+  const native = load();
+  acquireCbPtr = native.koffi.register(onAcquire, native.koffi.pointer(native.AcquireCb));
+  eventCbPtr = native.koffi.register(onEvent, native.koffi.pointer(native.EventCb));
+  n = native;
+  return n;
+}
+
+// ---- C callbacks: they run inside dlock_client_dispatch(); record only ----
+
+function onAcquire(clientPtr, status, leasePtr, id) {
+  // The agent's words are to be read in the callback that got the error.
+  const words = status ? n.clientStrerror(clientPtr, status) : null;
+  queue.push({ acquire: true, id: Number(id), status, leasePtr, words });
+  scheduleDrain();
+}
+
+function onEvent(clientPtr, leasePtr, state, reason) {
+  queue.push({ acquire: false, clientPtr, leasePtr, state, reason });
+  scheduleDrain();
+}
+
+function scheduleDrain() {
+  if (drainScheduled) return;
+  drainScheduled = true;
+  queueMicrotask(drain);
+}
+
+function drain() {
+  drainScheduled = false;
+  while (queue.length) {
+    const item = queue.shift();
+    if (item.acquire) {
+      const entry = pendingById.get(item.id);
+      if (entry) {
+        pendingById.delete(item.id);
+        entry.client._complete(entry, item.status, item.leasePtr, item.words);
+      } else if (item.status === 0) {
+        n.release(item.leasePtr); // nobody asked for it (cannot happen); do not keep it
+      }
+    } else {
+      const client = clientsByPtr.get(item.clientPtr);
+      if (client) client._event(item.leasePtr, item.state, item.reason);
+    }
+  }
+}
+
+// ---- options ----
+
+function msOption(opts, key, dflt) {
+  const v = opts[key];
+  if (v === undefined || v === null) return dflt;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > UINT32_MAX) {
+    throw new RangeError(`dlock: options.${key} must be an integer number of ms in [0, ${UINT32_MAX}], got ${String(v)}`);
+  }
+  return v;
+}
+
+function waitOption(v) {
+  if (v === undefined || v === null) return 0;
+  if (v === Infinity) return WAIT_FOREVER;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > Number.MAX_SAFE_INTEGER) {
+    throw new RangeError(`dlock: options.wait must be a non-negative integer of ms or Infinity, got ${String(v)}`);
+  }
+  return v;
+}
+
+function ownerOption(v) {
+  if (v === undefined || v === null) return 0n;
+  const b = typeof v === 'bigint' ? v : Number.isSafeInteger(v) ? BigInt(v) : -1n;
+  if (b < 0n || b > 0xffffffffffffffffn) {
+    throw new RangeError(`dlock: options.owner must be an unsigned 64-bit integer, got ${String(v)}`);
+  }
+  return b;
+}
+
+function parseAcquireOptions(opts) {
+  if (opts === null || typeof opts !== 'object') throw new TypeError('dlock: options must be an object');
+  const kindName = opts.kind === undefined ? 'exclusive' : opts.kind;
+  if (!Object.prototype.hasOwnProperty.call(KINDS, kindName)) {
+    throw new RangeError(`dlock: options.kind must be 'exclusive', 'shared' or 'semaphore', got ${String(kindName)}`);
+  }
+  const kind = KINDS[kindName];
+  let permits = 0;
+  if (kind === KINDS.semaphore) {
+    permits = opts.permits;
+    if (!Number.isInteger(permits) || permits < 1 || permits > UINT32_MAX) {
+      throw new RangeError(`dlock: a semaphore needs options.permits, an integer >= 1, got ${String(permits)}`);
+    }
+  } else if (opts.permits !== undefined && opts.permits !== 0) {
+    throw new RangeError(`dlock: options.permits is for kind 'semaphore' only`);
+  }
+  return {
+    options: {
+      ttl_ms: msOption(opts, 'ttl', 0),
+      wait_ms: waitOption(opts.wait),
+      flags: opts.reentrant ? REENTRANT : 0,
+      max_hold_ms: msOption(opts, 'maxHold', 0),
+      progress_ms: msOption(opts, 'progress', 0),
+    },
+    spec: { kind, permits, owner: ownerOption(opts.owner) },
+    signal: opts.signal,
+  };
+}
+
+function checkName(name) {
+  if (typeof name !== 'string') throw new TypeError('dlock: the lock name must be a string');
+  if (name.includes('\0')) {
+    throw new InvalidNameError('invalid lock name (it holds a NUL byte)', ERRNO.EBADNAME);
+  }
+}
+
+// ---- leases ----
+
+// One libdlock lease handle; several Lease objects share it when it was re-entered (each
+// acquire that returned it is one hold and one Lease).
+class Handle {
+  constructor(ptr) {
+    this.ptr = ptr;
+    this.leases = new Set();
+    this.lost = null; // the LostError once a LOST event came
+  }
+}
+
+/** A lease on a lock name, as granted by the agent. Release it (or `await using` it). */
+class Lease extends EventEmitter {
+  #client;
+  #handle;
+  #done = false; // released, or freed by the client's close
+  #finalState = 'released';
+
+  constructor(token, client, handle) {
+    if (token !== NEW) throw new TypeError('dlock: leases come from client.acquire()');
+    super();
+    this.#client = client;
+    this.#handle = handle;
+    const ptr = handle.ptr;
+    /** The lock name. */
+    this.name = n.name(ptr);
+    /** The fencing token of the grant: greater than every earlier grant's for the name. */
+    this.fence = BigInt(n.fence(ptr));
+    /** The TTL the agent granted, in ms. */
+    this.ttl = n.ttlMs(ptr);
+    /** 'exclusive', 'shared' or 'semaphore'. */
+    this.kind = KIND_NAMES[n.kind(ptr)] || 'exclusive';
+  }
+
+  /** The client the lease was taken through. */
+  get client() {
+    return this.#client;
+  }
+
+  /** Is the lease provably held right now? Reads the shared lease page: no round trip. */
+  get valid() {
+    return !this.#done && n.valid(this.#handle.ptr) === 1;
+  }
+
+  /** Milliseconds of validity left (0 when not valid). */
+  get remaining() {
+    return this.#done ? 0 : Number(n.remainingNs(this.#handle.ptr)) / 1e6;
+  }
+
+  /** The validity deadline in ns on CLOCK_BOOTTIME (0n once lost or released). */
+  get deadline() {
+    return this.#done ? 0n : BigInt(n.deadlineNs(this.#handle.ptr));
+  }
+
+  /** 'held', 'jeopardy', 'lost' or 'released'. */
+  get state() {
+    if (this.#done) return this.#finalState;
+    return STATE_NAMES[n.state(this.#handle.ptr)] || 'lost';
+  }
+
+  /** The re-entrant holds of the lease (1 unless re-entered; 0 once released). */
+  get holds() {
+    return this.#done ? 0 : n.holds(this.#handle.ptr);
+  }
+
+  get released() {
+    return this.#done;
+  }
+
+  /** Throws unless the lease is valid right now: the LostError after a loss. */
+  check() {
+    if (this.#done && this.#finalState === 'released') {
+      throw new DlockError(`lease ${this.name} was released`, ERRNO.ENOTFOUND);
+    }
+    if (this.#handle.lost) throw this.#handle.lost;
+    if (!this.valid) {
+      throw new LostError(`lease ${this.name} is no longer valid (its deadline passed)`, ERRNO.ELOST);
+    }
+  }
+
+  /** Tells the agent the holder makes progress (for leases acquired with `progress`). */
+  touch() {
+    if (!this.#done) n.touch(this.#handle.ptr);
+  }
+
+  /**
+   * Gives the lease (one hold of it) up, without waiting for the agent. Resolves when it was
+   * valid up to the release; rejects with a LostError when it had been lost, a ConnectionError
+   * when the agent is gone. A second release does nothing.
+   */
+  release() {
+    if (this.#done) return Promise.resolve();
+    const h = this.#handle;
+    const lostBefore = h.lost;
+    this.#done = true;
+    h.leases.delete(this);
+    const rc = n.release(h.ptr);
+    if (h.leases.size === 0) this.#client._forget(h);
+    if (rc === 0) return Promise.resolve();
+    this.#finalState = 'lost';
+    if (rc === ERRNO.ELOST) {
+      return Promise.reject(lostBefore || new LostError(`lease ${this.name} was lost before its release`, ERRNO.ELOST));
+    }
+    return Promise.reject(errorFor(rc, n.strerror(rc), { lock: this.name }));
+  }
+
+  [Symbol.asyncDispose]() {
+    return this.release();
+  }
+
+  // the client was closed: the handle is gone
+  _closed() {
+    if (this.#done) return;
+    this.#done = true;
+    this.#finalState = this.#handle.lost ? 'lost' : 'released';
+  }
+
+  _event(state, reason, err) {
+    if (this.#done) return;
+    const name = STATE_NAMES[state];
+    if (state === 3) this.#finalState = 'lost';
+    this.emit(name, err);
+    this.#client.emit('event', { lease: this, state: name, reason: err });
+  }
+}
+
+// ---- clients ----
+
+/** One connection to the local dlockd. Open it with `await Client.open()`. */
+class Client extends EventEmitter {
+  #ptr;
+  #socket;
+  #pendingCount = 0;
+  #handles = new Map(); // lease ptr -> Handle
+  #pending = new Set(); // entries of this client's pending acquires
+  #closed = false;
+  #broken = false;
+  #closing = null;
+
+  constructor(token, ptr, socket) {
+    if (token !== NEW) throw new TypeError('dlock: use `await Client.open()`');
+    super();
+    this.#ptr = ptr;
+    this.#socket = socket;
+    this._fd = n.fd(ptr);
+    clientsByPtr.set(ptr, this);
+    n.setEventCb(ptr, eventCbPtr, 0);
+  }
+
+  /**
+   * Connects to the agent at `socket`, else $DLOCK_SOCKET, else /run/dlock/dlock.sock. The
+   * handshake runs on the libuv thread pool.
+   */
+  static open({ socket } = {}) {
+    let native;
+    try {
+      native = init();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const path = socket === undefined || socket === null ? null : String(socket);
+    const where = path || process.env.DLOCK_SOCKET || '/run/dlock/dlock.sock';
+    return new Promise((resolve, reject) => {
+      const out = [null];
+      native.open.async(out, path, (err, rc) => {
+        if (err) return reject(err);
+        if (rc !== 0) {
+          return reject(errorFor(rc, `${native.strerror(rc)} (${where})`, { socket: where }));
+        }
+        resolve(new Client(NEW, out[0], where));
+      });
+    });
+  }
+
+  /** The agent's socket path. */
+  get socket() {
+    return this.#socket;
+  }
+
+  get closed() {
+    return this.#closed || this.#closing !== null;
+  }
+
+  get _broken() {
+    return this.#broken;
+  }
+
+  /**
+   * Acquires `name`. Options (times in ms): ttl (0: the agent's default), wait (0: try once, the
+   * default; Infinity: until granted), kind, permits, reentrant, owner, maxHold, progress, signal.
+   */
+  acquire(name, opts = {}) {
+    let parsed;
+    try {
+      checkName(name);
+      parsed = parseAcquireOptions(opts);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    if (this.closed) {
+      return Promise.reject(new ConnectionError('the client is closed', ERRNO.EDISCONNECTED));
+    }
+    const { signal } = parsed;
+    if (signal && signal.aborted) return Promise.reject(signal.reason);
+    const id = nextId++;
+    const entry = { id, client: this, name, signal, aborted: false, onAbort: null, resolve: null, reject: null };
+    const promise = new Promise((resolve, reject) => {
+      entry.resolve = resolve;
+      entry.reject = reject;
+    });
+    const rc = n.acquireAsync(this.#ptr, name, parsed.options, parsed.spec, acquireCbPtr, id);
+    if (rc !== 0) {
+      entry.reject(errorFor(rc, n.clientStrerror(this.#ptr, rc), { lock: name }));
+      return promise;
+    }
+    pendingById.set(id, entry);
+    this.#pending.add(entry);
+    if (signal) {
+      entry.onAbort = () => this.#abort(entry);
+      signal.addEventListener('abort', entry.onAbort, { once: true });
+    }
+    getPoller(n).add(this);
+    return promise;
+  }
+
+  #abort(entry) {
+    if (entry.aborted || !pendingById.has(entry.id)) return;
+    entry.aborted = true;
+    if (!n.cancel) {
+      // libdlock without dlock_lease_acquire_cancel(): the waiter stays in the agent until its
+      // wait runs out; a grant that comes meanwhile is released at once.
+      entry.reject(entry.signal.reason);
+      return;
+    }
+    // 0: the callback comes later (DLOCK_ECANCELED, or a grant that crossed the cancel, which
+    // _complete() releases); anything else: it is already on its way. Either way the promise is
+    // settled by _complete(), once the agent has no waiter left for it.
+    const rc = n.cancel(this.#ptr, acquireCbPtr, entry.id);
+    if (rc !== 0 && rc !== ERRNO.ENOTFOUND) {
+      // nothing was sent (no memory): the waiter stays until its wait runs out, and a grant
+      // that comes meanwhile is released at once
+      entry.reject(entry.signal.reason);
+    }
+  }
+
+  // an acquire completed (from drain())
+  _complete(entry, status, leasePtr, words) {
+    this.#pending.delete(entry);
+    if (entry.onAbort) entry.signal.removeEventListener('abort', entry.onAbort);
+    if (entry.aborted) {
+      if (status === 0) {
+        const h = this.#handles.get(leasePtr);
+        n.release(leasePtr); // one hold: a re-entered handle keeps its others
+        if (h && h.leases.size === 0) this.#forgetPtr(leasePtr);
+      }
+      entry.reject(entry.signal.reason);
+      this.#sync();
+      return;
+    }
+    if (status !== 0) {
+      entry.reject(errorFor(status, words || n.strerror(status), { lock: entry.name }));
+      this.#sync();
+      return;
+    }
+    let h = this.#handles.get(leasePtr);
+    if (!h) {
+      h = new Handle(leasePtr);
+      this.#handles.set(leasePtr, h);
+    }
+    const lease = new Lease(NEW, this, h);
+    h.leases.add(lease);
+    entry.resolve(lease);
+  }
+
+  // a lease event (from drain())
+  _event(leasePtr, state, reason) {
+    const h = this.#handles.get(leasePtr);
+    if (!h) return;
+    let err;
+    if (state === 3) {
+      const why = reason || ERRNO.ELOST;
+      const name = h.leases.size ? [...h.leases][0].name : '';
+      const cause = why === ERRNO.ELOST ? undefined : errorFor(why, n.strerror(why));
+      err = new LostError(`lease ${name} lost: ${n.strerror(why)}`, why, cause ? { cause } : undefined);
+      h.lost = err;
+    } else if (state === 2) {
+      err = errorFor(reason, n.strerror(reason));
+    } else {
+      err = null;
+    }
+    for (const lease of [...h.leases]) lease._event(state, reason, err);
+  }
+
+  // the last hold of a handle was released
+  _forget(h) {
+    this.#forgetPtr(h.ptr);
+  }
+
+  #forgetPtr(ptr) {
+    this.#handles.delete(ptr);
+    this.#sync();
+  }
+
+  // watch the fd while acquires are pending or leases held
+  #sync() {
+    if (this.closed || this.#broken) return;
+    if (this.#pending.size || this.#handles.size) getPoller(n).add(this);
+    else getPoller(n).remove(this);
+  }
+
+  // the fd is readable (from the poller)
+  _dispatch() {
+    if (this.#closed) return;
+    const rc = n.dispatch(this.#ptr);
+    drain();
+    if (rc === ERRNO.EDISCONNECTED && !this.#broken) {
+      this.#broken = true;
+      getPoller(n).remove(this);
+      this.emit('disconnect', new ConnectionError(n.strerror(rc), rc));
+    } else {
+      this.#sync();
+    }
+  }
+
+  /**
+   * Closes the connection: the agent releases every lease of the client. Pending acquires are
+   * rejected with a ConnectionError; leases turn invalid.
+   */
+  close() {
+    if (this.#closing) return this.#closing;
+    this.#closing = (async () => {
+      await getPoller(n).detach(this);
+      drain();
+      this.#closed = true;
+      clientsByPtr.delete(this.#ptr);
+      for (const entry of this.#pending) {
+        pendingById.delete(entry.id);
+        if (entry.onAbort) entry.signal.removeEventListener('abort', entry.onAbort);
+        entry.reject(entry.aborted ? entry.signal.reason
+          : errorFor(ERRNO.EDISCONNECTED, 'the client was closed', { lock: entry.name }));
+      }
+      this.#pending.clear();
+      for (const h of this.#handles.values()) for (const lease of h.leases) lease._closed();
+      this.#handles.clear();
+      n.close(this.#ptr);
+      this.#ptr = null;
+    })();
+    return this.#closing;
+  }
+
+  [Symbol.asyncDispose]() {
+    return this.close();
+  }
+}
+
+// ---- a process-wide client for the top-level acquire() ----
+
+let defaultClient = null;
+
+/** Acquires through a client of the process, opened on first use on $DLOCK_SOCKET. */
+async function acquire(name, opts) {
+  const current = defaultClient;
+  if (current) {
+    const c = await current.catch(() => null);
+    // closed, or the agent went away: open another
+    if ((!c || c.closed || c._broken) && defaultClient === current) defaultClient = null;
+  }
+  if (!defaultClient) {
+    const opening = Client.open();
+    defaultClient = opening;
+    opening.catch(() => {
+      if (defaultClient === opening) defaultClient = null;
+    });
+  }
+  const client = await defaultClient;
+  return client.acquire(name, opts);
+}
+
+module.exports = {
+  Client,
+  Lease,
+  acquire,
+  ...errors,
+};
+delete module.exports.errorFor;
