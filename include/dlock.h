@@ -80,9 +80,10 @@ extern "C" {
 #define DLOCK_EHELD         (-27) /* this client already holds the name (not re-entrant) */
 #define DLOCK_EFAILOVER     (-28) /* Redis failed over: the lease is in doubt until confirmed */
 #define DLOCK_EKIND         (-29) /* the name is held as another kind of lock (or other permits) */
-#define DLOCK_ECANCELED     (-30) /* the caller cancelled the acquire (dlock_lease_acquire_cancel()) \
-                                   */
-#define DLOCK_ERRNO_MIN (-30)     /* lowest code in use */
+#define DLOCK_ECANCELED                                                                            \
+    (-30)                     /* the caller cancelled the acquire (dlock_lease_acquire_cancel())   \
+                               */
+#define DLOCK_ERRNO_MIN (-30) /* lowest code in use */
 
 /* Wait values for dlock_acquire_options.wait_ms. */
 #define DLOCK_WAIT_NONE    0
@@ -197,6 +198,21 @@ DLOCK_EXPORT int dlock_client_fd(const dlock_client *client);
  * DLOCK_EDISCONNECTED once the agent is gone (every held lease is then LOST
  * and its event has been delivered). */
 DLOCK_EXPORT int dlock_client_dispatch(dlock_client *client);
+
+/* For an event loop that reads the connection itself (one that can watch a
+ * descriptor only by reading it, as Node.js's): hands the library bytes read
+ * from dlock_client_fd() (a dup() of it, say), to be handled as
+ * dlock_client_dispatch() handles what it reads: acquires complete and
+ * events are delivered through the callbacks, and releases and cancels a
+ * full socket kept back go out. With len 0 (data not NULL) it handles what
+ * the library read into its own buffer meanwhile (a blocking call, or a
+ * send that found the socket full, may read ahead); data NULL (len 0) says
+ * the connection ended: every held lease is LOST. A program that feeds must
+ * read every byte the agent sends, in order, and never call
+ * dlock_client_dispatch(). Returns 0, DLOCK_EDISCONNECTED once the
+ * connection is broken, DLOCK_ENOMEM (nothing was taken: feed the same
+ * bytes again) or DLOCK_EINVAL. */
+DLOCK_EXPORT int dlock_client_feed(dlock_client *client, const void *data, size_t len);
 
 /* One round trip to the agent: 0 when it answered. */
 DLOCK_EXPORT int dlock_client_ping(dlock_client *client);

@@ -370,25 +370,33 @@ static ssize_t recv_with_fds(dlock_client *c, void *buf, size_t len)
     return n;
 }
 
-/* Reads what the socket holds into the input buffer, which grows as needed
- * (frames are handled later). Returns the bytes read, 0 when the socket would
- * block, -1 at end of stream or on an error. */
-static ssize_t read_some(dlock_client *c)
+/* Room for need more bytes at the end of the input buffer, the frames
+ * already handled dropped first. 0, or -1 without memory. */
+static int in_room(dlock_client *c, size_t need)
 {
     if (c->in_off) {
         memmove(c->in.data, c->in.data + c->in_off, c->in.len - c->in_off);
         c->in.len -= c->in_off;
         c->in_off = 0;
     }
-    if (c->in.cap - c->in.len < READ_CHUNK) {
-        size_t cap =
-            c->in.cap * 2 > c->in.len + READ_CHUNK ? c->in.cap * 2 : c->in.len + READ_CHUNK;
+    if (c->in.cap - c->in.len < need) {
+        size_t cap = c->in.cap * 2 > c->in.len + need ? c->in.cap * 2 : c->in.len + need;
         uint8_t *p = realloc(c->in.data, cap);
         if (!p)
             return -1;
         c->in.data = p;
         c->in.cap = cap;
     }
+    return 0;
+}
+
+/* Reads what the socket holds into the input buffer, which grows as needed
+ * (frames are handled later). Returns the bytes read, 0 when the socket would
+ * block, -1 at end of stream or on an error. */
+static ssize_t read_some(dlock_client *c)
+{
+    if (in_room(c, READ_CHUNK) != 0)
+        return -1;
     for (;;) {
         ssize_t n = recv_with_fds(c, c->in.data + c->in.len, c->in.cap - c->in.len);
         if (n > 0) {
@@ -957,6 +965,27 @@ int dlock_client_dispatch(dlock_client *client)
     if (client->out.len && !client->err)
         (void)flush_nowait(client); /* releases left queued by a full socket */
     read_input(client);
+    notify_broken(client);
+    return client->err ? DLOCK_EDISCONNECTED : 0;
+}
+
+int dlock_client_feed(dlock_client *client, const void *data, size_t len)
+{
+    if (!client || (!data && len))
+        return DLOCK_EINVAL;
+    if (client->out.len && !client->err)
+        (void)flush_nowait(client);
+    if (!data) {
+        process_input(client); /* what came before the end */
+        if (!client->err)
+            client_fail(client, DLOCK_EDISCONNECTED);
+    } else if (!client->err) {
+        if (in_room(client, len) != 0)
+            return DLOCK_ENOMEM; /* nothing taken: the caller may feed it again */
+        memcpy(client->in.data + client->in.len, data, len);
+        client->in.len += len;
+        process_input(client);
+    }
     notify_broken(client);
     return client->err ? DLOCK_EDISCONNECTED : 0;
 }

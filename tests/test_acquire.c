@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -486,4 +487,66 @@ ITEST(acquire, cancel_arguments)
     cr_assert_eq(h_acquire_cancel(a, &w), DLOCK_ENOTFOUND);
     cr_assert_eq(dlock_lease_acquire_cancel(NULL, NULL, NULL), DLOCK_EINVAL);
     cr_assert_eq(dlock_lease_acquire_cancel(a->c, NULL, &w), DLOCK_EINVAL);
+}
+
+/* Reads what the agent sent a on fd (a dup of its socket) and feeds it to
+ * the library, until done() or the deadline. */
+static void feed_until(struct h_cl *a, int fd, int (*done)(void *), void *arg)
+{
+    int64_t end = h_deadline(H_EVENT_MS);
+    while (!done(arg)) {
+        cr_assert_lt(h_now_ms(), end, "nothing came to feed in time");
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        char buf[4096];
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n > 0)
+            cr_assert_eq(dlock_client_feed(a->c, buf, (size_t)n), 0);
+    }
+}
+
+static int acq_done(void *arg)
+{
+    return ((struct h_acq *)arg)->done;
+}
+
+static int lost_seen(void *arg)
+{
+    struct h_cl *a = arg;
+    return h_events(a, NULL, DLOCK_STATE_LOST) > 0;
+}
+
+/* An event loop that reads the socket itself (a dup of it) and feeds the
+ * bytes to the library: grants and events come through the callbacks as
+ * with dlock_client_dispatch(), and the end of the stream loses the
+ * leases. */
+ITEST(acquire, a_loop_that_reads_the_socket_feeds_the_library)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client(), *b = h_client();
+    dlock_lease *held = h_must_acquire(b, "fed", 10000);
+    int fd = dup(dlock_client_fd(a->c));
+    cr_assert_geq(fd, 0);
+    struct h_acq w;
+    h_acquire_async(a, "fed", 10000, DLOCK_WAIT_FOREVER, &w);
+    cr_assert_eq(dlock_client_feed(a->c, "", 0), 0); /* nothing read yet: nothing happens */
+    cr_assert_eq(w.done, 0);
+    cr_assert_eq(dlock_lease_release_sync(held), 0);
+    feed_until(a, fd, acq_done, &w);
+    cr_assert_eq(w.status, 0, "%s", dlock_strerror(w.status));
+    cr_assert(dlock_lease_valid(w.lease));
+
+    h_redis_del(h_key("fed"));
+    feed_until(a, fd, lost_seen, a);
+    cr_assert_eq(dlock_lease_state(w.lease), DLOCK_STATE_LOST);
+    cr_assert_eq(dlock_lease_release(w.lease), DLOCK_ELOST);
+
+    dlock_lease *l = NULL;
+    cr_assert_eq(h_acquire(a, "fed2", 10000, 0, &l), 0, "a blocking call on a fed client");
+    cr_assert_eq(dlock_client_feed(a->c, NULL, 0), DLOCK_EDISCONNECTED);
+    cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_LOST);
+    cr_assert_eq(dlock_client_feed(NULL, "", 0), DLOCK_EINVAL);
+    cr_assert_eq(dlock_client_feed(a->c, NULL, 1), DLOCK_EINVAL);
+    close(fd);
 }
