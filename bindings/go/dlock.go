@@ -25,6 +25,7 @@ import (
 	"runtime/cgo"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -49,6 +50,7 @@ type Client struct {
 	done    chan struct{} // closed when the dispatcher returns
 	pending map[cgo.Handle]*acquireOp
 	leases  map[*C.dlock_lease]*Lease
+	owners  atomic.Uint64 // the owner ids of plain acquires (ownerOwn | n)
 
 	evMu    sync.Mutex
 	evQueue []func()
@@ -195,6 +197,9 @@ func (k Kind) String() string {
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
 
+// ownerOwn marks the owners of plain acquires, one per acquire.
+const ownerOwn uint64 = 1 << 63
+
 // WaitForever as AcquireOptions.Wait waits until the lock is granted (or the
 // context ends).
 const WaitForever time.Duration = -1
@@ -213,10 +218,15 @@ type AcquireOptions struct {
 	// acquirer of the name), 0 for the other kinds.
 	Kind    Kind
 	Permits uint32
+	// Without Reentrant, each acquire is an owner of its own: goroutines
+	// that acquire one name through one client take turns as clients do (a
+	// try-once finds it busy), and an acquire of a name its own goroutine
+	// holds waits for itself, as a sync.Mutex locked twice does.
 	// Reentrant lets the Owner take a name it holds again: the same *Lease
 	// comes back with one more hold (Holds), and each Release gives up one.
-	// Owner tells owners apart within the client (say, one per goroutine);
+	// Owner tells owners apart within the client (say, one per request);
 	// 0 is the client itself. Another owner's acquire waits like anyone's.
+	// Owners are below 1<<63 (those above are the plain acquires' own).
 	Reentrant bool
 	Owner     uint64
 	// MaxHold stops renewal this long after the acquire was sent to Redis;
@@ -267,8 +277,8 @@ type acquireOp struct {
 }
 
 // Acquire takes a lease on name. It returns ErrBusy when the lock is taken
-// and opts.Wait is 0, ErrTimeout when the wait ran out, ErrHeld when this
-// client already holds name (not re-entrant), ErrNameTooLong or ErrBadName
+// and opts.Wait is 0, ErrTimeout when the wait ran out, ErrHeld for a
+// re-entrant acquire of another kind than its owner's lease, ErrNameTooLong or ErrBadName
 // for a name the agent refuses, ErrKind for a kind clash, and errors that
 // match ErrUnavailable when the agent or Redis cannot be reached.
 //
@@ -308,8 +318,15 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 		max_hold_ms: clampU32(durMs(opts.MaxHold)),
 		progress_ms: clampU32(durMs(opts.Progress)),
 	}
-	if opts.Reentrant {
-		o.flags = C.DLOCK_ACQUIRE_REENTRANT
+	// Every acquire is re-entrant on the wire: a plain one under an owner
+	// of its own, so that it waits for the client's other holders of the
+	// name instead of being refused with ErrHeld.
+	o.flags = C.DLOCK_ACQUIRE_REENTRANT
+	owner := opts.Owner
+	if !opts.Reentrant {
+		owner = ownerOwn | c.owners.Add(1)
+	} else if owner&ownerOwn != 0 {
+		return nil, codeError(codeInvalid, "Owner must be below 1<<63", name)
 	}
 	if opts.Kind < 0 || opts.Kind > Semaphore {
 		return nil, codeError(codeInvalid, "unknown lock kind "+opts.Kind.String(), name)
@@ -318,7 +335,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 		return nil, codeError(codeBadName, "", name)
 	}
 	spec := C.dlock_lock_spec{kind: C.uint32_t(opts.Kind), permits: C.uint32_t(opts.Permits),
-		owner: C.uint64_t(opts.Owner)}
+		owner: C.uint64_t(owner)}
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
 

@@ -81,11 +81,33 @@ func TestTryOnceBusy(t *testing.T) {
 	if !errors.Is(err, dlock.ErrBusy) || !errors.As(err, &de) || de.Code != -7 || de.Msg == "" {
 		t.Fatalf("try-once on a taken lock: %v", err)
 	}
-	// The same client again, not re-entrant: held.
-	if _, err := a.Acquire(testCtx(t), name, forever); !errors.Is(err, dlock.ErrHeld) {
-		t.Fatalf("second acquire by the holder: %v", err)
+	// The same client again, not re-entrant: another owner, busy as for
+	// any other client; one that waits gets it once the first is released.
+	if _, err := a.Acquire(testCtx(t), name, dlock.AcquireOptions{}); !errors.Is(err, dlock.ErrBusy) {
+		t.Fatalf("try-once through the holder's client: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l2, err := a.Acquire(testCtx(t), name, forever)
+		if err == nil {
+			err = l2.Release()
+		}
+		got <- err
+	}()
+	waitWaiters(t, name, 1)
+	select {
+	case err := <-got:
+		t.Fatalf("a second acquire through the holder's client did not wait: %v", err)
+	default:
 	}
 	l.Release()
+	if err := <-got; err != nil {
+		t.Fatalf("the waiting acquire through the same client: %v", err)
+	}
+	// Caller-chosen owners are below 1<<63.
+	if _, err := a.Acquire(testCtx(t), name, dlock.AcquireOptions{Reentrant: true, Owner: 1 << 63}); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("an owner with the top bit: %v", err)
+	}
 }
 
 func TestWaitGrantedAfterRelease(t *testing.T) {
@@ -312,8 +334,7 @@ func TestGoroutinesOneClient(t *testing.T) {
 		go func(g int) {
 			defer wg.Done()
 			for i := 0; i < 25; i++ {
-				l, err := c.Acquire(testCtx(t), name, dlock.AcquireOptions{Wait: dlock.WaitForever,
-					Reentrant: true, Owner: uint64(g)})
+				l, err := c.Acquire(testCtx(t), name, dlock.AcquireOptions{Wait: dlock.WaitForever})
 				if err != nil {
 					errs <- err
 					return

@@ -76,10 +76,8 @@ type locker interface {
 type dlockLocker struct{ c *dlock.Client }
 
 func (d dlockLocker) lock(ctx context.Context, name string, worker int) (func() error, error) {
-	// Workers share the client; each is an owner of its own, so that they
-	// contend for the name instead of finding it held by their client.
-	l, err := d.c.Acquire(ctx, name, dlock.AcquireOptions{Wait: dlock.WaitForever,
-		Reentrant: worker > 0, Owner: uint64(worker)})
+	// Workers share the client, and take turns as clients would.
+	l, err := d.c.Acquire(ctx, name, dlock.AcquireOptions{Wait: dlock.WaitForever})
 	if err != nil {
 		return nil, err
 	}
