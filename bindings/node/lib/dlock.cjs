@@ -3,14 +3,15 @@
 //
 // Every libdlock call is made on the main thread and none of them blocks: the handshake of
 // dlock_client_open() runs on the libuv pool (koffi .async()), acquires are
-// dlock_lease_acquire_spec_async(), a release never waits for the agent, and one shared poll()
-// on the pool tells when a client's fd is readable (poller.cjs). The C callbacks only record
-// what happened; promises are settled and events emitted right after dlock_client_dispatch()
-// returns, in the order the library reported them.
+// dlock_lease_acquire_spec_async(), a release never waits for the agent. The event loop itself
+// reads the connection: a net.Socket over a duplicate of the client's fd hands every byte it
+// reads to dlock_client_feed(), inside which the C callbacks run. They only record what
+// happened; promises are settled and events emitted right after dlock_client_feed() returns, in
+// the order the library reported them.
 
 const { EventEmitter } = require('node:events');
+const net = require('node:net');
 const { load } = require('./native.cjs');
-const { getPoller } = require('./poller.cjs');
 const errors = require('./errors.cjs');
 
 const { ERRNO, DlockError, LostError, ConnectionError, InvalidNameError, errorFor } = errors;
@@ -21,6 +22,9 @@ const STATE_NAMES = { 1: 'held', 2: 'jeopardy', 3: 'lost', 4: 'released' };
 const REENTRANT = 1;
 const WAIT_FOREVER = -1;
 const UINT32_MAX = 0xffffffff;
+const F_DUPFD_CLOEXEC = 1030;
+// dlock_client_feed(client, "", 0): a zero-length buffer that is not NULL
+const NOTHING = Buffer.alloc(1);
 const NEW = Symbol('dlock.internal');
 
 let n = null; // the native bindings, once loaded
@@ -278,8 +282,11 @@ class Lease extends EventEmitter {
 class Client extends EventEmitter {
   #ptr;
   #socket;
-  #pendingCount = 0;
+  #conn = null; // the net.Socket reading a duplicate of the client's fd
+  #refd = true; // #conn keeps the event loop alive
+  #ended = false; // the end of the connection was fed
   #handles = new Map(); // lease ptr -> Handle
+  #live = 0; // handles not lost
   #pending = new Set(); // entries of this client's pending acquires
   #closed = false;
   #broken = false;
@@ -290,9 +297,19 @@ class Client extends EventEmitter {
     super();
     this.#ptr = ptr;
     this.#socket = socket;
-    this._fd = n.fd(ptr);
     clientsByPtr.set(ptr, this);
     n.setEventCb(ptr, eventCbPtr, 0);
+    const fd = n.fcntl(n.fd(ptr), F_DUPFD_CLOEXEC, 'int', 0);
+    if (fd < 0) throw new ConnectionError('cannot duplicate the connection\'s fd', ERRNO.ENOMEM);
+    // Read only: the library writes to its own fd. The socket closes the duplicate when
+    // destroyed; an end of the stream never shuts the shared connection down.
+    const conn = new net.Socket({ fd, readable: true, writable: false });
+    conn.on('data', (buf) => this.#feed(buf));
+    conn.on('end', () => this.#end());
+    conn.on('error', () => this.#end());
+    conn.on('close', () => this.#end());
+    this.#conn = conn;
+    this.#sync();
   }
 
   /**
@@ -315,7 +332,13 @@ class Client extends EventEmitter {
         if (rc !== 0) {
           return reject(errorFor(rc, `${native.strerror(rc)} (${where})`, { socket: where }));
         }
-        resolve(new Client(NEW, out[0], where));
+        try {
+          resolve(new Client(NEW, out[0], where));
+        } catch (e) {
+          clientsByPtr.delete(out[0]);
+          native.close(out[0]);
+          reject(e);
+        }
       });
     });
   }
@@ -345,6 +368,10 @@ class Client extends EventEmitter {
     } catch (err) {
       return Promise.reject(err);
     }
+    return this.#acquire(name, parsed);
+  }
+
+  #acquire(name, parsed) {
     if (this.closed) {
       return Promise.reject(new ConnectionError('the client is closed', ERRNO.EDISCONNECTED));
     }
@@ -367,19 +394,16 @@ class Client extends EventEmitter {
       entry.onAbort = () => this.#abort(entry);
       signal.addEventListener('abort', entry.onAbort, { once: true });
     }
-    getPoller(n).add(this);
+    this.#sync();
+    // A send that found the socket full waited for room and read what the agent sent
+    // meanwhile into the library's buffer, where no read of ours will see it: handle it now.
+    this.#feed(NOTHING, 0);
     return promise;
   }
 
   #abort(entry) {
     if (entry.aborted || !pendingById.has(entry.id)) return;
     entry.aborted = true;
-    if (!n.cancel) {
-      // libdlock without dlock_lease_acquire_cancel(): the waiter stays in the agent until its
-      // wait runs out; a grant that comes meanwhile is released at once.
-      entry.reject(entry.signal.reason);
-      return;
-    }
     // 0: the callback comes later (DLOCK_ECANCELED, or a grant that crossed the cancel, which
     // _complete() releases); anything else: it is already on its way. Either way the promise is
     // settled by _complete(), once the agent has no waiter left for it.
@@ -399,7 +423,7 @@ class Client extends EventEmitter {
       if (status === 0) {
         const h = this.#handles.get(leasePtr);
         n.release(leasePtr); // one hold: a re-entered handle keeps its others
-        if (h && h.leases.size === 0) this.#forgetPtr(leasePtr);
+        if (h && h.leases.size === 0) this.#forget(h);
       }
       entry.reject(entry.signal.reason);
       this.#sync();
@@ -414,10 +438,12 @@ class Client extends EventEmitter {
     if (!h) {
       h = new Handle(leasePtr);
       this.#handles.set(leasePtr, h);
+      this.#live++;
     }
     const lease = new Lease(NEW, this, h);
     h.leases.add(lease);
     entry.resolve(lease);
+    this.#sync();
   }
 
   // a lease event (from drain())
@@ -430,7 +456,9 @@ class Client extends EventEmitter {
       const name = h.leases.size ? [...h.leases][0].name : '';
       const cause = why === ERRNO.ELOST ? undefined : errorFor(why, n.strerror(why));
       err = new LostError(`lease ${name} lost: ${n.strerror(why)}`, why, cause ? { cause } : undefined);
+      if (!h.lost) this.#live--;
       h.lost = err;
+      this.#sync();
     } else if (state === 2) {
       err = errorFor(reason, n.strerror(reason));
     } else {
@@ -441,33 +469,59 @@ class Client extends EventEmitter {
 
   // the last hold of a handle was released
   _forget(h) {
-    this.#forgetPtr(h.ptr);
+    this.#forget(h);
   }
 
-  #forgetPtr(ptr) {
-    this.#handles.delete(ptr);
+  #forget(h) {
+    if (this.#handles.delete(h.ptr) && !h.lost) this.#live--;
     this.#sync();
   }
 
-  // watch the fd while acquires are pending or leases held
+  // The socket keeps the event loop alive while acquires are pending or leases held (not lost):
+  // a process with nothing held exits by itself.
   #sync() {
-    if (this.closed || this.#broken) return;
-    if (this.#pending.size || this.#handles.size) getPoller(n).add(this);
-    else getPoller(n).remove(this);
+    const conn = this.#conn;
+    if (!conn) return;
+    const want = this.#pending.size > 0 || this.#live > 0;
+    if (want === this.#refd) return;
+    this.#refd = want;
+    if (want) conn.ref();
+    else conn.unref();
   }
 
-  // the fd is readable (from the poller)
-  _dispatch() {
-    if (this.#closed) return;
-    const rc = n.dispatch(this.#ptr);
-    drain();
-    if (rc === ERRNO.EDISCONNECTED && !this.#broken) {
-      this.#broken = true;
-      getPoller(n).remove(this);
-      this.emit('disconnect', new ConnectionError(n.strerror(rc), rc));
-    } else {
-      this.#sync();
+  // bytes the agent sent (or NOTHING: what the library read itself)
+  #feed(buf, len = buf.length) {
+    if (!this.#ptr || this.#ended) return;
+    const rc = n.feed(this.#ptr, buf, len);
+    if (rc === ERRNO.ENOMEM) {
+      // nothing was taken: the same bytes again a little later, reading nothing meanwhile
+      this.#conn?.pause();
+      setTimeout(() => {
+        this.#conn?.resume();
+        this.#feed(buf, len);
+      }, 10);
+      return;
     }
+    drain();
+    if (rc === ERRNO.EDISCONNECTED) this.#broke(rc);
+    else this.#sync();
+  }
+
+  // the connection ended (end of stream, or a read error)
+  #end() {
+    if (!this.#ptr || this.#ended) return;
+    this.#ended = true;
+    const rc = n.feed(this.#ptr, null, 0);
+    drain();
+    this.#broke(rc || ERRNO.EDISCONNECTED);
+  }
+
+  #broke(rc) {
+    if (this.#broken) return;
+    this.#broken = true;
+    this.#conn?.destroy();
+    this.#conn = null;
+    this.emit('disconnect', new ConnectionError(n.strerror(rc), rc));
   }
 
   /**
@@ -476,23 +530,24 @@ class Client extends EventEmitter {
    */
   close() {
     if (this.#closing) return this.#closing;
-    this.#closing = (async () => {
-      await getPoller(n).detach(this);
-      drain();
-      this.#closed = true;
-      clientsByPtr.delete(this.#ptr);
-      for (const entry of this.#pending) {
-        pendingById.delete(entry.id);
-        if (entry.onAbort) entry.signal.removeEventListener('abort', entry.onAbort);
-        entry.reject(entry.aborted ? entry.signal.reason
-          : errorFor(ERRNO.EDISCONNECTED, 'the client was closed', { lock: entry.name }));
-      }
-      this.#pending.clear();
-      for (const h of this.#handles.values()) for (const lease of h.leases) lease._closed();
-      this.#handles.clear();
-      n.close(this.#ptr);
-      this.#ptr = null;
-    })();
+    drain();
+    this.#closed = true;
+    this.#conn?.destroy();
+    this.#conn = null;
+    clientsByPtr.delete(this.#ptr);
+    for (const entry of this.#pending) {
+      pendingById.delete(entry.id);
+      if (entry.onAbort) entry.signal.removeEventListener('abort', entry.onAbort);
+      entry.reject(entry.aborted ? entry.signal.reason
+        : errorFor(ERRNO.EDISCONNECTED, 'the client was closed', { lock: entry.name }));
+    }
+    this.#pending.clear();
+    for (const h of this.#handles.values()) for (const lease of h.leases) lease._closed();
+    this.#handles.clear();
+    this.#live = 0;
+    n.close(this.#ptr);
+    this.#ptr = null;
+    this.#closing = Promise.resolve();
     return this.#closing;
   }
 
