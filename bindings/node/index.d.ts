@@ -29,9 +29,16 @@ export interface AcquireOptions {
   kind?: LockKind;
   /** For kind 'semaphore' (required there): the most holders at once, the same for everyone. */
   permits?: number;
-  /** The owner may take a name it holds again: the same lease, one more hold. */
+  /**
+   * The owner may take a name it holds again: the same lease, one more hold. Without it, an
+   * acquire has an owner of its own and waits for every other holder, on this client too (an
+   * acquire of a name the same code holds waits for itself until its wait runs out).
+   */
   reentrant?: boolean;
-  /** Who owns the lease within the client (e.g. a task id), for re-entrancy; default 0, the client. */
+  /**
+   * With `reentrant`: who owns the lease within the client (e.g. a task id), below 2^63 (the
+   * binding's own owners are above); default 0, the client itself. Other owners wait.
+   */
   owner?: number | bigint;
   /** Renewal stops this long (ms) after the acquire was sent to Redis; 0: the agent's default. */
   maxHold?: number;
@@ -141,7 +148,7 @@ export declare class DeniedError extends DlockError {}
 export declare class UnavailableError extends DlockError {}
 /** ENAMETOOLONG, EBADNAME: the name is too long, empty, or holds forbidden bytes. */
 export declare class InvalidNameError extends DlockError {}
-/** EHELD: this client already holds the name. */
+/** EHELD: a re-entrant acquire by the owner of a lease on the name, as another kind (or permits). */
 export declare class HeldError extends DlockError {}
 /** EKIND: the name is held as another kind of lock (or other permits). */
 export declare class KindError extends DlockError {}

@@ -22,6 +22,8 @@ const STATE_NAMES = { 1: 'held', 2: 'jeopardy', 3: 'lost', 4: 'released' };
 const REENTRANT = 1;
 const WAIT_FOREVER = -1;
 const UINT32_MAX = 0xffffffff;
+// Owners at or above 2^63 are the binding's: each plain acquire gets one of its own.
+const OWN_OWNER = 1n << 63n;
 const F_DUPFD_CLOEXEC = 1030;
 // dlock_client_feed(client, "", 0): a zero-length buffer that is not NULL
 const NOTHING = Buffer.alloc(1);
@@ -104,11 +106,12 @@ function waitOption(v) {
   return v;
 }
 
+// The owner of a re-entrant acquire: the caller's, below 2^63 (0, the default: the client).
 function ownerOption(v) {
   if (v === undefined || v === null) return 0n;
   const b = typeof v === 'bigint' ? v : Number.isSafeInteger(v) ? BigInt(v) : -1n;
-  if (b < 0n || b > 0xffffffffffffffffn) {
-    throw new RangeError(`dlock: options.owner must be an unsigned 64-bit integer, got ${String(v)}`);
+  if (b < 0n || b >= OWN_OWNER) {
+    throw new RangeError(`dlock: options.owner must be an integer in [0, 2^63), got ${String(v)}`);
   }
   return b;
 }
@@ -129,15 +132,23 @@ function parseAcquireOptions(opts) {
   } else if (opts.permits !== undefined && opts.permits !== 0) {
     throw new RangeError(`dlock: options.permits is for kind 'semaphore' only`);
   }
+  const reentrant = Boolean(opts.reentrant);
+  const owner = ownerOption(opts.owner);
+  if (!reentrant && owner !== 0n) {
+    throw new RangeError('dlock: options.owner is for re-entrant acquires (reentrant: true)');
+  }
   return {
+    // Every acquire is sent re-entrant: a plain one with an owner of its own (Client#acquire),
+    // so that two of them on one client wait for each other as two clients' would.
     options: {
       ttl_ms: msOption(opts, 'ttl', 0),
       wait_ms: waitOption(opts.wait),
-      flags: opts.reentrant ? REENTRANT : 0,
+      flags: REENTRANT,
       max_hold_ms: msOption(opts, 'maxHold', 0),
       progress_ms: msOption(opts, 'progress', 0),
     },
-    spec: { kind, permits, owner: ownerOption(opts.owner) },
+    spec: { kind, permits, owner },
+    reentrant,
     signal: opts.signal,
   };
 }
@@ -285,6 +296,7 @@ class Client extends EventEmitter {
   #conn = null; // the net.Socket reading a duplicate of the client's fd
   #refd = true; // #conn keeps the event loop alive
   #ended = false; // the end of the connection was fed
+  #ownerSeq = 0n; // the owners of plain acquires: OWN_OWNER | ++#ownerSeq
   #handles = new Map(); // lease ptr -> Handle
   #live = 0; // handles not lost
   #pending = new Set(); // entries of this client's pending acquires
@@ -377,6 +389,9 @@ class Client extends EventEmitter {
     }
     const { signal } = parsed;
     if (signal && signal.aborted) return Promise.reject(signal.reason);
+    // A plain acquire is re-entrant for an owner nobody else has: it waits for every other
+    // holder of the name on this client, as another client's acquire would.
+    if (!parsed.reentrant) parsed.spec.owner = OWN_OWNER | ++this.#ownerSeq;
     const id = nextId++;
     const entry = { id, client: this, name, signal, aborted: false, onAbort: null, resolve: null, reject: null };
     const promise = new Promise((resolve, reject) => {
