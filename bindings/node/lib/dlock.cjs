@@ -14,7 +14,8 @@ const net = require('node:net');
 const { load } = require('./native.cjs');
 const errors = require('./errors.cjs');
 
-const { ERRNO, DlockError, LostError, ConnectionError, InvalidNameError, errorFor } = errors;
+const { ERRNO, DlockError, BusyError, TimeoutError, LostError, ConnectionError, InvalidNameError,
+  errorFor } = errors;
 
 const KINDS = { exclusive: 0, shared: 1, semaphore: 2 };
 const KIND_NAMES = ['exclusive', 'shared', 'semaphore'];
@@ -24,6 +25,7 @@ const WAIT_FOREVER = -1;
 const UINT32_MAX = 0xffffffff;
 // Owners at or above 2^63 are the binding's: each plain acquire gets one of its own.
 const OWN_OWNER = 1n << 63n;
+const SET_MAX = 64; // DLOCK_SET_MAX
 const F_DUPFD_CLOEXEC = 1030;
 // dlock_client_feed(client, "", 0): a zero-length buffer that is not NULL
 const NOTHING = Buffer.alloc(1);
@@ -178,6 +180,7 @@ class Lease extends EventEmitter {
   #handle;
   #done = false; // released, or freed by the client's close
   #finalState = 'released';
+  #set = null; // the LeaseSet it is a member of
 
   constructor(token, client, handle) {
     if (token !== NEW) throw new TypeError('dlock: leases come from client.acquire()');
@@ -252,6 +255,15 @@ class Lease extends EventEmitter {
    * when the agent is gone. A second release does nothing.
    */
   release() {
+    if (this.#set && !this.#done) {
+      return Promise.reject(new DlockError(
+        `lease ${this.name} is a member of a lease set: release the set`, ERRNO.EINVAL));
+    }
+    return this._release();
+  }
+
+  // release() without the check for a set's member (the set releases its members with it)
+  _release() {
     if (this.#done) return Promise.resolve();
     const h = this.#handle;
     const lostBefore = h.lost;
@@ -271,6 +283,10 @@ class Lease extends EventEmitter {
     return this.release();
   }
 
+  _joinSet(set) {
+    this.#set = set;
+  }
+
   // the client was closed: the handle is gone
   _closed() {
     if (this.#done) return;
@@ -285,6 +301,98 @@ class Lease extends EventEmitter {
     this.emit(name, err);
     this.#client.emit('event', { lease: this, state: name, reason: err });
   }
+}
+
+// ---- lease sets ----
+
+/** Several names held at once, all or nothing: `client.acquireSet()`. */
+class LeaseSet extends EventEmitter {
+  #leases;
+  #done = false;
+
+  constructor(token, client, leases) {
+    if (token !== NEW) throw new TypeError('dlock: lease sets come from client.acquireSet()');
+    super();
+    this.#leases = leases;
+    /** The client the set was taken through. */
+    this.client = client;
+    /** The names, in the caller's order. */
+    this.names = leases.map((l) => l.name);
+    for (const lease of leases) {
+      lease._joinSet(this);
+      for (const state of ['held', 'jeopardy', 'lost']) {
+        lease.on(state, (reason) => this.emit(state, reason, lease));
+      }
+    }
+  }
+
+  /** The members' leases, in the caller's order (released only with the set). */
+  get leases() {
+    return [...this.#leases];
+  }
+
+  /** Is every member provably held right now? One lease page read per member. */
+  get valid() {
+    if (this.#done) return false;
+    for (const lease of this.#leases) if (!lease.valid) return false;
+    return true;
+  }
+
+  get released() {
+    return this.#done;
+  }
+
+  /** Throws unless every member is valid: the first member's error, in the caller's order. */
+  check() {
+    for (const lease of this.#leases) lease.check();
+  }
+
+  /** Tells the agent the holder makes progress, for every member. */
+  touch() {
+    for (const lease of this.#leases) lease.touch();
+  }
+
+  /**
+   * Gives every member up, without waiting for the agent. Resolves when every member was valid
+   * up to the release; rejects with the first member's error, in the caller's order (a
+   * LostError: that member was lost before). A second release does nothing.
+   */
+  release() {
+    if (this.#done) return Promise.resolve();
+    this.#done = true;
+    return settleAll(this.#leases.map((l) => l._release()));
+  }
+
+  [Symbol.asyncDispose]() {
+    return this.release();
+  }
+}
+
+// Resolves once every promise settled: with nothing, or rejects with the first rejection.
+async function settleAll(promises) {
+  const results = await Promise.allSettled(promises);
+  const failed = results.find((r) => r.status === 'rejected');
+  if (failed) throw failed.reason;
+}
+
+// Byte-wise ascending order of the names' UTF-8 (libdlock's strcmp() order for sets).
+function setOrder(names) {
+  if (!Array.isArray(names)) throw new TypeError('dlock: the names of a set must be an array');
+  if (names.length < 1 || names.length > SET_MAX) {
+    throw new RangeError(`dlock: a set holds 1 to ${SET_MAX} names, got ${names.length}`);
+  }
+  const order = names.map((name, i) => {
+    checkName(name);
+    if (name === '') throw new InvalidNameError('invalid lock name (empty)', ERRNO.EBADNAME);
+    return { name, i, bytes: Buffer.from(name) };
+  });
+  order.sort((a, b) => Buffer.compare(a.bytes, b.bytes));
+  for (let k = 1; k < order.length; k++) {
+    if (order[k].name === order[k - 1].name) {
+      throw new RangeError(`dlock: the name ${order[k].name} is given twice in the set`);
+    }
+  }
+  return order;
 }
 
 // ---- clients ----
@@ -414,6 +522,64 @@ class Client extends EventEmitter {
     // meanwhile into the library's buffer, where no read of ours will see it: handle it now.
     this.#feed(NOTHING, 0);
     return promise;
+  }
+
+  /**
+   * Acquires every name of `names` or none: one at a time in byte-wise ascending order of their
+   * UTF-8 (whatever the order given), each with `opts`, `wait` being one wait for the whole set.
+   * When a name cannot be taken, or one taken is lost meanwhile, the names taken are released
+   * and the promise rejects with that error (a TimeoutError when the set's wait ran out).
+   */
+  async acquireSet(names, opts = {}) {
+    const order = setOrder(names);
+    const parsed = parseAcquireOptions(opts);
+    const { signal } = parsed;
+    if (signal && signal.aborted) throw signal.reason;
+    const wait = parsed.options.wait_ms;
+    const deadline = wait > 0 ? performance.now() + wait : 0;
+    // aborted by the caller's signal, or by the loss of a member taken
+    const inner = new AbortController();
+    const onAbort = () => inner.abort(signal.reason);
+    if (signal) signal.addEventListener('abort', onAbort, { once: true });
+    const onLost = (err) => inner.abort(err);
+    const taken = [];
+    try {
+      for (const e of order) {
+        // what is left of the one wait: a try-once or an endless wait stays so; a name reached
+        // once the wait ran out gets one try
+        parsed.options.wait_ms = wait > 0 ? Math.max(0, Math.ceil(deadline - performance.now())) : wait;
+        let lease;
+        try {
+          lease = await this.#acquire(e.name, { ...parsed, spec: { ...parsed.spec }, signal: inner.signal });
+        } catch (err) {
+          if (err instanceof BusyError && wait !== 0) {
+            // the set's wait ran out before this name's turn
+            const t = new TimeoutError(`the wait for the set ran out at ${e.name}`, ERRNO.ETIMEDOUT,
+              { cause: err });
+            t.lock = e.name;
+            throw t;
+          }
+          throw err;
+        }
+        taken.push(lease);
+        lease.once('lost', onLost); // cuts the wait for a later name short
+        if (inner.signal.aborted) throw inner.signal.reason;
+      }
+      // a member lost (or past its deadline) while a later one was waited for: not whole
+      for (const lease of taken) lease.check();
+      for (const lease of taken) lease.off('lost', onLost);
+      const leases = new Array(order.length);
+      order.forEach((e, k) => (leases[e.i] = taken[k]));
+      return new LeaseSet(NEW, this, leases);
+    } catch (err) {
+      for (const lease of taken) {
+        lease.off('lost', onLost);
+        lease._release().catch(() => {});
+      }
+      throw err;
+    } finally {
+      if (signal) signal.removeEventListener('abort', onAbort);
+    }
   }
 
   #abort(entry) {
@@ -597,6 +763,7 @@ async function acquire(name, opts) {
 module.exports = {
   Client,
   Lease,
+  LeaseSet,
   acquire,
   ...errors,
 };
