@@ -49,7 +49,7 @@ function init() {
   return n;
 }
 
-// ---- C callbacks: they run inside dlock_client_dispatch(); record only ----
+// ---- C callbacks: they run inside dlock_client_feed(); record only ----
 
 function onAcquire(clientPtr, status, leasePtr, id) {
   // The agent's words are to be read in the callback that got the error.
