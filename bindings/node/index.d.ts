@@ -29,9 +29,16 @@ export interface AcquireOptions {
   kind?: LockKind;
   /** For kind 'semaphore' (required there): the most holders at once, the same for everyone. */
   permits?: number;
-  /** The owner may take a name it holds again: the same lease, one more hold. */
+  /**
+   * The owner may take a name it holds again: the same lease, one more hold. Without it, an
+   * acquire has an owner of its own and waits for every other holder, on this client too (an
+   * acquire of a name the same code holds waits for itself until its wait runs out).
+   */
   reentrant?: boolean;
-  /** Who owns the lease within the client (e.g. a task id), for re-entrancy; default 0, the client. */
+  /**
+   * With `reentrant`: who owns the lease within the client (e.g. a task id), below 2^63 (the
+   * binding's own owners are above); default 0, the client itself. Other owners wait.
+   */
   owner?: number | bigint;
   /** Renewal stops this long (ms) after the acquire was sent to Redis; 0: the agent's default. */
   maxHold?: number;
@@ -90,6 +97,36 @@ export declare class Lease extends EventEmitter {
   off(event: 'held' | 'jeopardy' | 'lost', listener: (reason: any) => void): this;
 }
 
+/** Several names held at once, all or nothing: from `client.acquireSet()`. */
+export declare class LeaseSet extends EventEmitter {
+  private constructor();
+  /** The names, in the order given to acquireSet(). */
+  readonly names: string[];
+  /** The members' leases, in the same order; each is released only with the set. */
+  readonly leases: Lease[];
+  /** The client the set was taken through. */
+  readonly client: Client;
+  /** Is every member provably held right now? One lease page read per member. */
+  readonly valid: boolean;
+  /** Whether release() was called. */
+  readonly released: boolean;
+  /** Throws unless every member is valid: the first invalid member's error. */
+  check(): void;
+  /** touch() of every member. */
+  touch(): void;
+  /** Gives every member up without a round trip; rejects with the first member's error. */
+  release(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+
+  on(event: 'held', listener: (reason: null, lease: Lease) => void): this;
+  on(event: 'jeopardy', listener: (reason: DlockError, lease: Lease) => void): this;
+  on(event: 'lost', listener: (reason: LostError, lease: Lease) => void): this;
+  once(event: 'held', listener: (reason: null, lease: Lease) => void): this;
+  once(event: 'jeopardy', listener: (reason: DlockError, lease: Lease) => void): this;
+  once(event: 'lost', listener: (reason: LostError, lease: Lease) => void): this;
+  off(event: 'held' | 'jeopardy' | 'lost', listener: (...args: any[]) => void): this;
+}
+
 /** One connection to the host's dlockd. */
 export declare class Client extends EventEmitter {
   private constructor();
@@ -101,6 +138,11 @@ export declare class Client extends EventEmitter {
   readonly closed: boolean;
   /** Acquires a lock name. */
   acquire(name: string, options?: AcquireOptions): Promise<Lease>;
+  /**
+   * Acquires every name (1 to 64, no two equal) or none: one at a time in byte-wise ascending
+   * order, `wait` being one wait for the whole set; on a failure the names taken are released.
+   */
+  acquireSet(names: readonly string[], options?: AcquireOptions): Promise<LeaseSet>;
   /** Closes the connection: the agent releases every lease of the client. */
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
@@ -141,7 +183,7 @@ export declare class DeniedError extends DlockError {}
 export declare class UnavailableError extends DlockError {}
 /** ENAMETOOLONG, EBADNAME: the name is too long, empty, or holds forbidden bytes. */
 export declare class InvalidNameError extends DlockError {}
-/** EHELD: this client already holds the name. */
+/** EHELD: a re-entrant acquire by the owner of a lease on the name, as another kind (or permits). */
 export declare class HeldError extends DlockError {}
 /** EKIND: the name is held as another kind of lock (or other permits). */
 export declare class KindError extends DlockError {}

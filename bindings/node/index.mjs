@@ -3,6 +3,7 @@ import dlock from './lib/dlock.cjs';
 export const {
   Client,
   Lease,
+  LeaseSet,
   acquire,
   CODES,
   ERRNO,

@@ -27,17 +27,14 @@ function row(net, kase, impl, ops, samples) {
   console.log(`ROW node ${net} ${kase} ${impl} ${f1(ops)} ${f1(pct(s, 50))} ${f1(pct(s, 99))}`);
 }
 
-// ---- the two implementations behind one shape: lock(name, wait) -> release function ----
+// ---- the two implementations behind one shape: lock(name, wait?) -> release function ----
 
 async function dlockImpl(socket) {
   const client = await Client.open({ socket });
   return {
-    // owner: one per worker, so that tasks of one client wait for each other on a name (a
-    // name the client holds is otherwise refused with EHELD, at once)
-    async lock(name, owner) {
-      const lease = await client.acquire(name, owner
-        ? { ttl: TTL, wait: Infinity, reentrant: true, owner }
-        : { ttl: TTL });
+    // plain acquires: the tasks of one client wait for each other on a name
+    async lock(name, wait) {
+      const lease = await client.acquire(name, { ttl: TTL, wait: wait ? Infinity : 0 });
       return () => lease.release();
     },
     close: () => client.close(),
@@ -82,16 +79,16 @@ async function contended(impl, net, name) {
   let ops = 0;
   const t0 = now();
   const end = t0 + BigInt(Math.round(SECONDS * 1e9));
-  async function worker(id) {
+  async function worker() {
     while (now() < end) {
       const a = now();
-      const release = await impl.lock(lockName, id);
+      const release = await impl.lock(lockName, true);
       waits.push(us(now() - a));
       ops++;
       await release();
     }
   }
-  await Promise.all(Array.from({ length: WORKERS }, (_, i) => worker(i + 1)));
+  await Promise.all(Array.from({ length: WORKERS }, () => worker()));
   const secs = Number(now() - t0) / 1e9;
   row(net, 'contended', name, ops / secs, waits);
 }

@@ -3,17 +3,19 @@
 //
 // Every libdlock call is made on the main thread and none of them blocks: the handshake of
 // dlock_client_open() runs on the libuv pool (koffi .async()), acquires are
-// dlock_lease_acquire_spec_async(), a release never waits for the agent, and one shared poll()
-// on the pool tells when a client's fd is readable (poller.cjs). The C callbacks only record
-// what happened; promises are settled and events emitted right after dlock_client_dispatch()
-// returns, in the order the library reported them.
+// dlock_lease_acquire_spec_async(), a release never waits for the agent. The event loop itself
+// reads the connection: a net.Socket over a duplicate of the client's fd hands every byte it
+// reads to dlock_client_feed(), inside which the C callbacks run. They only record what
+// happened; promises are settled and events emitted right after dlock_client_feed() returns, in
+// the order the library reported them.
 
 const { EventEmitter } = require('node:events');
+const net = require('node:net');
 const { load } = require('./native.cjs');
-const { getPoller } = require('./poller.cjs');
 const errors = require('./errors.cjs');
 
-const { ERRNO, DlockError, LostError, ConnectionError, InvalidNameError, errorFor } = errors;
+const { ERRNO, DlockError, BusyError, TimeoutError, LostError, ConnectionError, InvalidNameError,
+  errorFor } = errors;
 
 const KINDS = { exclusive: 0, shared: 1, semaphore: 2 };
 const KIND_NAMES = ['exclusive', 'shared', 'semaphore'];
@@ -21,6 +23,12 @@ const STATE_NAMES = { 1: 'held', 2: 'jeopardy', 3: 'lost', 4: 'released' };
 const REENTRANT = 1;
 const WAIT_FOREVER = -1;
 const UINT32_MAX = 0xffffffff;
+// Owners at or above 2^63 are the binding's: each plain acquire gets one of its own.
+const OWN_OWNER = 1n << 63n;
+const SET_MAX = 64; // DLOCK_SET_MAX
+const F_DUPFD_CLOEXEC = 1030;
+// dlock_client_feed(client, "", 0): a zero-length buffer that is not NULL
+const NOTHING = Buffer.alloc(1);
 const NEW = Symbol('dlock.internal');
 
 let n = null; // the native bindings, once loaded
@@ -41,7 +49,7 @@ function init() {
   return n;
 }
 
-// ---- C callbacks: they run inside dlock_client_dispatch(); record only ----
+// ---- C callbacks: they run inside dlock_client_feed(); record only ----
 
 function onAcquire(clientPtr, status, leasePtr, id) {
   // The agent's words are to be read in the callback that got the error.
@@ -100,11 +108,12 @@ function waitOption(v) {
   return v;
 }
 
+// The owner of a re-entrant acquire: the caller's, below 2^63 (0, the default: the client).
 function ownerOption(v) {
   if (v === undefined || v === null) return 0n;
   const b = typeof v === 'bigint' ? v : Number.isSafeInteger(v) ? BigInt(v) : -1n;
-  if (b < 0n || b > 0xffffffffffffffffn) {
-    throw new RangeError(`dlock: options.owner must be an unsigned 64-bit integer, got ${String(v)}`);
+  if (b < 0n || b >= OWN_OWNER) {
+    throw new RangeError(`dlock: options.owner must be an integer in [0, 2^63), got ${String(v)}`);
   }
   return b;
 }
@@ -125,15 +134,23 @@ function parseAcquireOptions(opts) {
   } else if (opts.permits !== undefined && opts.permits !== 0) {
     throw new RangeError(`dlock: options.permits is for kind 'semaphore' only`);
   }
+  const reentrant = Boolean(opts.reentrant);
+  const owner = ownerOption(opts.owner);
+  if (!reentrant && owner !== 0n) {
+    throw new RangeError('dlock: options.owner is for re-entrant acquires (reentrant: true)');
+  }
   return {
+    // Every acquire is sent re-entrant: a plain one with an owner of its own (Client#acquire),
+    // so that two of them on one client wait for each other as two clients' would.
     options: {
       ttl_ms: msOption(opts, 'ttl', 0),
       wait_ms: waitOption(opts.wait),
-      flags: opts.reentrant ? REENTRANT : 0,
+      flags: REENTRANT,
       max_hold_ms: msOption(opts, 'maxHold', 0),
       progress_ms: msOption(opts, 'progress', 0),
     },
-    spec: { kind, permits, owner: ownerOption(opts.owner) },
+    spec: { kind, permits, owner },
+    reentrant,
     signal: opts.signal,
   };
 }
@@ -163,6 +180,7 @@ class Lease extends EventEmitter {
   #handle;
   #done = false; // released, or freed by the client's close
   #finalState = 'released';
+  #set = null; // the LeaseSet it is a member of
 
   constructor(token, client, handle) {
     if (token !== NEW) throw new TypeError('dlock: leases come from client.acquire()');
@@ -237,6 +255,15 @@ class Lease extends EventEmitter {
    * when the agent is gone. A second release does nothing.
    */
   release() {
+    if (this.#set && !this.#done) {
+      return Promise.reject(new DlockError(
+        `lease ${this.name} is a member of a lease set: release the set`, ERRNO.EINVAL));
+    }
+    return this._release();
+  }
+
+  // release() without the check for a set's member (the set releases its members with it)
+  _release() {
     if (this.#done) return Promise.resolve();
     const h = this.#handle;
     const lostBefore = h.lost;
@@ -256,6 +283,10 @@ class Lease extends EventEmitter {
     return this.release();
   }
 
+  _joinSet(set) {
+    this.#set = set;
+  }
+
   // the client was closed: the handle is gone
   _closed() {
     if (this.#done) return;
@@ -272,14 +303,110 @@ class Lease extends EventEmitter {
   }
 }
 
+// ---- lease sets ----
+
+/** Several names held at once, all or nothing: `client.acquireSet()`. */
+class LeaseSet extends EventEmitter {
+  #leases;
+  #done = false;
+
+  constructor(token, client, leases) {
+    if (token !== NEW) throw new TypeError('dlock: lease sets come from client.acquireSet()');
+    super();
+    this.#leases = leases;
+    /** The client the set was taken through. */
+    this.client = client;
+    /** The names, in the caller's order. */
+    this.names = leases.map((l) => l.name);
+    for (const lease of leases) {
+      lease._joinSet(this);
+      for (const state of ['held', 'jeopardy', 'lost']) {
+        lease.on(state, (reason) => this.emit(state, reason, lease));
+      }
+    }
+  }
+
+  /** The members' leases, in the caller's order (released only with the set). */
+  get leases() {
+    return [...this.#leases];
+  }
+
+  /** Is every member provably held right now? One lease page read per member. */
+  get valid() {
+    if (this.#done) return false;
+    for (const lease of this.#leases) if (!lease.valid) return false;
+    return true;
+  }
+
+  get released() {
+    return this.#done;
+  }
+
+  /** Throws unless every member is valid: the first member's error, in the caller's order. */
+  check() {
+    for (const lease of this.#leases) lease.check();
+  }
+
+  /** Tells the agent the holder makes progress, for every member. */
+  touch() {
+    for (const lease of this.#leases) lease.touch();
+  }
+
+  /**
+   * Gives every member up, without waiting for the agent. Resolves when every member was valid
+   * up to the release; rejects with the first member's error, in the caller's order (a
+   * LostError: that member was lost before). A second release does nothing.
+   */
+  release() {
+    if (this.#done) return Promise.resolve();
+    this.#done = true;
+    return settleAll(this.#leases.map((l) => l._release()));
+  }
+
+  [Symbol.asyncDispose]() {
+    return this.release();
+  }
+}
+
+// Resolves once every promise settled: with nothing, or rejects with the first rejection.
+async function settleAll(promises) {
+  const results = await Promise.allSettled(promises);
+  const failed = results.find((r) => r.status === 'rejected');
+  if (failed) throw failed.reason;
+}
+
+// Byte-wise ascending order of the names' UTF-8 (libdlock's strcmp() order for sets).
+function setOrder(names) {
+  if (!Array.isArray(names)) throw new TypeError('dlock: the names of a set must be an array');
+  if (names.length < 1 || names.length > SET_MAX) {
+    throw new RangeError(`dlock: a set holds 1 to ${SET_MAX} names, got ${names.length}`);
+  }
+  const order = names.map((name, i) => {
+    checkName(name);
+    if (name === '') throw new InvalidNameError('invalid lock name (empty)', ERRNO.EBADNAME);
+    return { name, i, bytes: Buffer.from(name) };
+  });
+  order.sort((a, b) => Buffer.compare(a.bytes, b.bytes));
+  for (let k = 1; k < order.length; k++) {
+    if (order[k].name === order[k - 1].name) {
+      throw new RangeError(`dlock: the name ${order[k].name} is given twice in the set`);
+    }
+  }
+  return order;
+}
+
 // ---- clients ----
 
 /** One connection to the local dlockd. Open it with `await Client.open()`. */
 class Client extends EventEmitter {
   #ptr;
   #socket;
-  #pendingCount = 0;
+  #conn = null; // the net.Socket reading a duplicate of the client's fd
+  #refd = true; // #conn keeps the event loop alive
+  #ended = false; // the end of the connection was fed
+  #ownerSeq = 0n; // the owners of plain acquires: OWN_OWNER | ++#ownerSeq
   #handles = new Map(); // lease ptr -> Handle
+  #live = 0; // handles not lost
   #pending = new Set(); // entries of this client's pending acquires
   #closed = false;
   #broken = false;
@@ -290,9 +417,19 @@ class Client extends EventEmitter {
     super();
     this.#ptr = ptr;
     this.#socket = socket;
-    this._fd = n.fd(ptr);
     clientsByPtr.set(ptr, this);
     n.setEventCb(ptr, eventCbPtr, 0);
+    const fd = n.fcntl(n.fd(ptr), F_DUPFD_CLOEXEC, 'int', 0);
+    if (fd < 0) throw new ConnectionError('cannot duplicate the connection\'s fd', ERRNO.ENOMEM);
+    // Read only: the library writes to its own fd. The socket closes the duplicate when
+    // destroyed; an end of the stream never shuts the shared connection down.
+    const conn = new net.Socket({ fd, readable: true, writable: false });
+    conn.on('data', (buf) => this.#feed(buf));
+    conn.on('end', () => this.#end());
+    conn.on('error', () => this.#end());
+    conn.on('close', () => this.#end());
+    this.#conn = conn;
+    this.#sync();
   }
 
   /**
@@ -315,7 +452,13 @@ class Client extends EventEmitter {
         if (rc !== 0) {
           return reject(errorFor(rc, `${native.strerror(rc)} (${where})`, { socket: where }));
         }
-        resolve(new Client(NEW, out[0], where));
+        try {
+          resolve(new Client(NEW, out[0], where));
+        } catch (e) {
+          clientsByPtr.delete(out[0]);
+          native.close(out[0]);
+          reject(e);
+        }
       });
     });
   }
@@ -345,11 +488,18 @@ class Client extends EventEmitter {
     } catch (err) {
       return Promise.reject(err);
     }
+    return this.#acquire(name, parsed);
+  }
+
+  #acquire(name, parsed) {
     if (this.closed) {
       return Promise.reject(new ConnectionError('the client is closed', ERRNO.EDISCONNECTED));
     }
     const { signal } = parsed;
     if (signal && signal.aborted) return Promise.reject(signal.reason);
+    // A plain acquire is re-entrant for an owner nobody else has: it waits for every other
+    // holder of the name on this client, as another client's acquire would.
+    if (!parsed.reentrant) parsed.spec.owner = OWN_OWNER | ++this.#ownerSeq;
     const id = nextId++;
     const entry = { id, client: this, name, signal, aborted: false, onAbort: null, resolve: null, reject: null };
     const promise = new Promise((resolve, reject) => {
@@ -367,19 +517,74 @@ class Client extends EventEmitter {
       entry.onAbort = () => this.#abort(entry);
       signal.addEventListener('abort', entry.onAbort, { once: true });
     }
-    getPoller(n).add(this);
+    this.#sync();
+    // A send that found the socket full waited for room and read what the agent sent
+    // meanwhile into the library's buffer, where no read of ours will see it: handle it now.
+    this.#feed(NOTHING, 0);
     return promise;
+  }
+
+  /**
+   * Acquires every name of `names` or none: one at a time in byte-wise ascending order of their
+   * UTF-8 (whatever the order given), each with `opts`, `wait` being one wait for the whole set.
+   * When a name cannot be taken, or one taken is lost meanwhile, the names taken are released
+   * and the promise rejects with that error (a TimeoutError when the set's wait ran out).
+   */
+  async acquireSet(names, opts = {}) {
+    const order = setOrder(names);
+    const parsed = parseAcquireOptions(opts);
+    const { signal } = parsed;
+    if (signal && signal.aborted) throw signal.reason;
+    const wait = parsed.options.wait_ms;
+    const deadline = wait > 0 ? performance.now() + wait : 0;
+    // aborted by the caller's signal, or by the loss of a member taken
+    const inner = new AbortController();
+    const onAbort = () => inner.abort(signal.reason);
+    if (signal) signal.addEventListener('abort', onAbort, { once: true });
+    const onLost = (err) => inner.abort(err);
+    const taken = [];
+    try {
+      for (const e of order) {
+        // what is left of the one wait: a try-once or an endless wait stays so; a name reached
+        // once the wait ran out gets one try
+        parsed.options.wait_ms = wait > 0 ? Math.max(0, Math.ceil(deadline - performance.now())) : wait;
+        let lease;
+        try {
+          lease = await this.#acquire(e.name, { ...parsed, spec: { ...parsed.spec }, signal: inner.signal });
+        } catch (err) {
+          if (err instanceof BusyError && wait !== 0) {
+            // the set's wait ran out before this name's turn
+            const t = new TimeoutError(`the wait for the set ran out at ${e.name}`, ERRNO.ETIMEDOUT,
+              { cause: err });
+            t.lock = e.name;
+            throw t;
+          }
+          throw err;
+        }
+        taken.push(lease);
+        lease.once('lost', onLost); // cuts the wait for a later name short
+        if (inner.signal.aborted) throw inner.signal.reason;
+      }
+      // a member lost (or past its deadline) while a later one was waited for: not whole
+      for (const lease of taken) lease.check();
+      for (const lease of taken) lease.off('lost', onLost);
+      const leases = new Array(order.length);
+      order.forEach((e, k) => (leases[e.i] = taken[k]));
+      return new LeaseSet(NEW, this, leases);
+    } catch (err) {
+      for (const lease of taken) {
+        lease.off('lost', onLost);
+        lease._release().catch(() => {});
+      }
+      throw err;
+    } finally {
+      if (signal) signal.removeEventListener('abort', onAbort);
+    }
   }
 
   #abort(entry) {
     if (entry.aborted || !pendingById.has(entry.id)) return;
     entry.aborted = true;
-    if (!n.cancel) {
-      // libdlock without dlock_lease_acquire_cancel(): the waiter stays in the agent until its
-      // wait runs out; a grant that comes meanwhile is released at once.
-      entry.reject(entry.signal.reason);
-      return;
-    }
     // 0: the callback comes later (DLOCK_ECANCELED, or a grant that crossed the cancel, which
     // _complete() releases); anything else: it is already on its way. Either way the promise is
     // settled by _complete(), once the agent has no waiter left for it.
@@ -399,7 +604,7 @@ class Client extends EventEmitter {
       if (status === 0) {
         const h = this.#handles.get(leasePtr);
         n.release(leasePtr); // one hold: a re-entered handle keeps its others
-        if (h && h.leases.size === 0) this.#forgetPtr(leasePtr);
+        if (h && h.leases.size === 0) this.#forget(h);
       }
       entry.reject(entry.signal.reason);
       this.#sync();
@@ -414,10 +619,12 @@ class Client extends EventEmitter {
     if (!h) {
       h = new Handle(leasePtr);
       this.#handles.set(leasePtr, h);
+      this.#live++;
     }
     const lease = new Lease(NEW, this, h);
     h.leases.add(lease);
     entry.resolve(lease);
+    this.#sync();
   }
 
   // a lease event (from drain())
@@ -430,7 +637,9 @@ class Client extends EventEmitter {
       const name = h.leases.size ? [...h.leases][0].name : '';
       const cause = why === ERRNO.ELOST ? undefined : errorFor(why, n.strerror(why));
       err = new LostError(`lease ${name} lost: ${n.strerror(why)}`, why, cause ? { cause } : undefined);
+      if (!h.lost) this.#live--;
       h.lost = err;
+      this.#sync();
     } else if (state === 2) {
       err = errorFor(reason, n.strerror(reason));
     } else {
@@ -441,33 +650,59 @@ class Client extends EventEmitter {
 
   // the last hold of a handle was released
   _forget(h) {
-    this.#forgetPtr(h.ptr);
+    this.#forget(h);
   }
 
-  #forgetPtr(ptr) {
-    this.#handles.delete(ptr);
+  #forget(h) {
+    if (this.#handles.delete(h.ptr) && !h.lost) this.#live--;
     this.#sync();
   }
 
-  // watch the fd while acquires are pending or leases held
+  // The socket keeps the event loop alive while acquires are pending or leases held (not lost):
+  // a process with nothing held exits by itself.
   #sync() {
-    if (this.closed || this.#broken) return;
-    if (this.#pending.size || this.#handles.size) getPoller(n).add(this);
-    else getPoller(n).remove(this);
+    const conn = this.#conn;
+    if (!conn) return;
+    const want = this.#pending.size > 0 || this.#live > 0;
+    if (want === this.#refd) return;
+    this.#refd = want;
+    if (want) conn.ref();
+    else conn.unref();
   }
 
-  // the fd is readable (from the poller)
-  _dispatch() {
-    if (this.#closed) return;
-    const rc = n.dispatch(this.#ptr);
-    drain();
-    if (rc === ERRNO.EDISCONNECTED && !this.#broken) {
-      this.#broken = true;
-      getPoller(n).remove(this);
-      this.emit('disconnect', new ConnectionError(n.strerror(rc), rc));
-    } else {
-      this.#sync();
+  // bytes the agent sent (or NOTHING: what the library read itself)
+  #feed(buf, len = buf.length) {
+    if (!this.#ptr || this.#ended) return;
+    const rc = n.feed(this.#ptr, buf, len);
+    if (rc === ERRNO.ENOMEM) {
+      // nothing was taken: the same bytes again a little later, reading nothing meanwhile
+      this.#conn?.pause();
+      setTimeout(() => {
+        this.#conn?.resume();
+        this.#feed(buf, len);
+      }, 10);
+      return;
     }
+    drain();
+    if (rc === ERRNO.EDISCONNECTED) this.#broke(rc);
+    else this.#sync();
+  }
+
+  // the connection ended (end of stream, or a read error)
+  #end() {
+    if (!this.#ptr || this.#ended) return;
+    this.#ended = true;
+    const rc = n.feed(this.#ptr, null, 0);
+    drain();
+    this.#broke(rc || ERRNO.EDISCONNECTED);
+  }
+
+  #broke(rc) {
+    if (this.#broken) return;
+    this.#broken = true;
+    this.#conn?.destroy();
+    this.#conn = null;
+    this.emit('disconnect', new ConnectionError(n.strerror(rc), rc));
   }
 
   /**
@@ -476,23 +711,24 @@ class Client extends EventEmitter {
    */
   close() {
     if (this.#closing) return this.#closing;
-    this.#closing = (async () => {
-      await getPoller(n).detach(this);
-      drain();
-      this.#closed = true;
-      clientsByPtr.delete(this.#ptr);
-      for (const entry of this.#pending) {
-        pendingById.delete(entry.id);
-        if (entry.onAbort) entry.signal.removeEventListener('abort', entry.onAbort);
-        entry.reject(entry.aborted ? entry.signal.reason
-          : errorFor(ERRNO.EDISCONNECTED, 'the client was closed', { lock: entry.name }));
-      }
-      this.#pending.clear();
-      for (const h of this.#handles.values()) for (const lease of h.leases) lease._closed();
-      this.#handles.clear();
-      n.close(this.#ptr);
-      this.#ptr = null;
-    })();
+    drain();
+    this.#closed = true;
+    this.#conn?.destroy();
+    this.#conn = null;
+    clientsByPtr.delete(this.#ptr);
+    for (const entry of this.#pending) {
+      pendingById.delete(entry.id);
+      if (entry.onAbort) entry.signal.removeEventListener('abort', entry.onAbort);
+      entry.reject(entry.aborted ? entry.signal.reason
+        : errorFor(ERRNO.EDISCONNECTED, 'the client was closed', { lock: entry.name }));
+    }
+    this.#pending.clear();
+    for (const h of this.#handles.values()) for (const lease of h.leases) lease._closed();
+    this.#handles.clear();
+    this.#live = 0;
+    n.close(this.#ptr);
+    this.#ptr = null;
+    this.#closing = Promise.resolve();
     return this.#closing;
   }
 
@@ -527,6 +763,7 @@ async function acquire(name, opts) {
 module.exports = {
   Client,
   Lease,
+  LeaseSet,
   acquire,
   ...errors,
 };

@@ -62,7 +62,7 @@ class DeniedError extends DlockError {}
 class UnavailableError extends DlockError {}
 /** The name is empty, too long for the agent, or holds forbidden bytes. */
 class InvalidNameError extends DlockError {}
-/** This client already holds the name (and the acquire is not re-entrant for its owner). */
+/** A re-entrant acquire by the owner of a lease on the name, as another kind (or other permits). */
 class HeldError extends DlockError {}
 /** The name is held, or waited for, as another kind of lock (or other permits). */
 class KindError extends DlockError {}

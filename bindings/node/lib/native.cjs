@@ -1,5 +1,5 @@
 'use strict';
-// The C side: libdlock and the few libc calls the poller needs, bound with koffi.
+// The C side: libdlock, and libc's fcntl() for the duplicate of a client's fd, bound with koffi.
 // Loaded on first use, so that importing the package never fails on its own.
 
 const koffi = require('koffi');
@@ -38,13 +38,6 @@ function load() {
     'void dlock_event_cb(void *client, void *lease, int state, int reason, intptr_t arg)');
 
   const f = (sig) => lib.func(sig);
-  const optional = (sig) => {
-    try {
-      return lib.func(sig);
-    } catch {
-      return null; // an older libdlock without this call
-    }
-  };
 
   native = {
     koffi,
@@ -55,12 +48,12 @@ function load() {
     open: f('int dlock_client_open(_Out_ void **out, const char *socket_path)'),
     close: f('void dlock_client_close(void *client)'),
     fd: f('int dlock_client_fd(void *client)'),
-    dispatch: f('int dlock_client_dispatch(void *client)'),
+    feed: f('int dlock_client_feed(void *client, const void *data, size_t len)'),
     setEventCb: f('void dlock_client_set_event_cb(void *client, dlock_event_cb *cb, intptr_t arg)'),
     acquireAsync: f('int dlock_lease_acquire_spec_async(void *client, const char *name, ' +
       'const dlock_acquire_options *opts, const dlock_lock_spec *spec, dlock_acquire_cb *cb, ' +
       'intptr_t arg)'),
-    cancel: optional('int dlock_lease_acquire_cancel(void *client, dlock_acquire_cb *cb, intptr_t arg)'),
+    cancel: f('int dlock_lease_acquire_cancel(void *client, dlock_acquire_cb *cb, intptr_t arg)'),
     release: f('int dlock_lease_release(void *lease)'),
     name: f('const char *dlock_lease_name(void *lease)'),
     kind: f('int dlock_lease_kind(void *lease)'),
@@ -74,12 +67,10 @@ function load() {
     ttlMs: f('uint32_t dlock_lease_ttl_ms(void *lease)'),
     strerror: f('const char *dlock_strerror(int err)'),
     clientStrerror: f('const char *dlock_client_strerror(void *client, int err)'),
-    // libc, for the poller (see poller.cjs)
-    poll: libc.func('int poll(void *fds, unsigned long nfds, int timeout)'),
-    eventfd: libc.func('int eventfd(unsigned int initval, int flags)'),
-    write: libc.func('long write(int fd, const void *buf, unsigned long count)'),
-    read: libc.func('long read(int fd, void *buf, unsigned long count)'),
-    closeFd: libc.func('int close(int fd)'),
+    // fcntl(fd, F_DUPFD_CLOEXEC, 0): a duplicate of the client's fd for the event loop to read
+    // (see dlock.cjs); close-on-exec, as the library's own, so that no child process inherits
+    // the connection and keeps it open after this process is gone
+    fcntl: libc.func('int fcntl(int fd, int cmd, ...)'),
   };
   return native;
 }

@@ -66,10 +66,12 @@ test('re-entrant: the same owner takes the name again, the same lease, one more 
   assert.equal(second.fence, first.fence);
   assert.equal(first.holds, 2);
   assert.equal(second.holds, 2);
-  // another owner on the same client waits like anyone
+  // another owner on the same client waits like anyone, and so does a plain acquire
   await assert.rejects(a.acquire(name, { reentrant: true, owner: 8 }), BusyError);
-  // without the flag, a name the client holds is EHELD
-  await assert.rejects(a.acquire(name), (e) => e instanceof HeldError && e.code === 'EHELD');
+  await assert.rejects(a.acquire(name), BusyError);
+  // the owner may not re-enter as another kind
+  await assert.rejects(a.acquire(name, { reentrant: true, owner: 7, kind: 'shared' }),
+    (e) => e instanceof HeldError && e.code === 'EHELD');
   await assert.rejects(b.acquire(name), BusyError);
   await second.release();
   assert.equal(first.valid, true);
@@ -80,4 +82,27 @@ test('re-entrant: the same owner takes the name again, the same lease, one more 
   const other = await b.acquire(name, { wait: 10000 });
   assert.ok(other.fence > first.fence);
   await other.release();
+});
+
+test('one client: plain shared acquires hold together, semaphore acquires count permits', async () => {
+  const name = uniq('rw1');
+  const r1 = await a.acquire(name, { kind: 'shared' });
+  const r2 = await a.acquire(name, { kind: 'shared' });
+  assert.ok(r1.valid && r2.valid);
+  assert.notEqual(r1, r2);
+  await assert.rejects(a.acquire(name), BusyError);
+  await r1.release();
+  await r2.release();
+
+  const sem = uniq('sem1');
+  const p1 = await a.acquire(sem, { kind: 'semaphore', permits: 2 });
+  const p2 = await a.acquire(sem, { kind: 'semaphore', permits: 2 });
+  await assert.rejects(a.acquire(sem, { kind: 'semaphore', permits: 2 }), BusyError);
+  const third = a.acquire(sem, { kind: 'semaphore', permits: 2, wait: 20000 });
+  await waitFor(async () => (await agent.waiters(sem)) === 1, 'the third waiting');
+  await p2.release();
+  const p3 = await third;
+  assert.ok(p1.valid && p3.valid);
+  await p1.release();
+  await p3.release();
 });

@@ -1,6 +1,6 @@
 // Type-checked with `tsc -p test/types` (not run): the API as a TypeScript user sees it.
 import {
-  Client, Lease, acquire, DlockError, BusyError, LostError, TimeoutError, ERRNO,
+  Client, Lease, LeaseSet, acquire, DlockError, BusyError, LostError, TimeoutError, ERRNO,
   type AcquireOptions, type LeaseEvent, type LeaseState,
 } from 'dlock';
 
@@ -35,6 +35,16 @@ async function example(): Promise<bigint> {
   }
 }
 
+async function both(client: Client): Promise<boolean> {
+  await using set: LeaseSet = await client.acquireSet(['accounts:1', 'accounts:2'], { wait: 5000 });
+  set.on('lost', (err: LostError, lease: Lease) => console.error(lease.name, err.reason));
+  const fences: bigint[] = set.leases.map((l) => l.fence);
+  const names: string[] = set.names;
+  void fences; void names;
+  set.check();
+  return set.valid;
+}
+
 async function oneShot(): Promise<void> {
   const lease: Lease = await acquire('reports', { wait: Infinity });
   await lease.release();
@@ -42,3 +52,4 @@ async function oneShot(): Promise<void> {
 
 void example;
 void oneShot;
+void both;
