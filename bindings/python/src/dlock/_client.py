@@ -179,7 +179,11 @@ class _Pending:
         self.message: Optional[str] = None
         self.lease: Optional[Lease] = None
         self.abandoned = False
-        self.event: Optional[threading.Event] = None if loop else threading.Event()
+        # A lock taken now and released by the callback: cheaper than a threading.Event.
+        self.event: "Optional[threading.Lock]" = None
+        if loop is None:
+            self.event = threading.Lock()
+            self.event.acquire()
         self.loop = loop
         self.future = future
 
@@ -258,7 +262,7 @@ class _Core:
             if p.abandoned:
                 return
             if p.event is not None:
-                p.event.set()
+                p.event.release()
             elif p.loop is not None:
                 try:
                     p.loop.call_soon_threadsafe(_complete_future, p)
@@ -337,9 +341,9 @@ class _Core:
 
     def deliver(self) -> None:
         """Calls the event callbacks of the events recorded so far, outside the mutex."""
+        if not self.events:  # read without the mutex: a list's truth is atomic
+            return
         with self.mutex:
-            if not self.events:
-                return
             events, self.events = self.events, []
         for lease, state, reason in events:
             for cb in (lease._on_event, self.on_event):
@@ -435,7 +439,7 @@ class _Core:
             p.message = "the client was closed"
             p.done = True
             if p.event is not None:
-                p.event.set()
+                p.event.release()
             elif p.loop is not None:
                 try:
                     p.loop.call_soon_threadsafe(_complete_future, p)
@@ -575,7 +579,7 @@ class Client:
         assert p.event is not None
         guard = None if wait is None else wait + _WAIT_GUARD
         try:
-            answered = p.event.wait(guard)
+            answered = p.event.acquire(timeout=-1 if guard is None else guard)
         except BaseException:  # KeyboardInterrupt and the like: leave no waiter, no lease
             core.abandon(p)
             raise
@@ -768,7 +772,13 @@ class Lease:
         "__weakref__",
     )
 
+    _core: _Core
+    _client: Optional[Client]
     _handle: Optional[int]
+    _holds: int
+    _on_event: Optional[EventCallback]
+    _lost_reason: int
+    _closed: bool
     name: str
     fence: int
     kind: Kind
@@ -784,7 +794,7 @@ class Lease:
         self._handle = handle
         self._holds = 1
         self._on_event = on_event
-        self._lost_reason: int = 0
+        self._lost_reason = 0
         self._closed = False
         raw: bytes = _lib.lease_name(handle)
         self.name = _decode(raw)
