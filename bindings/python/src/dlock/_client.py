@@ -309,6 +309,8 @@ class _Core:
     # ---- the dispatcher thread ----
 
     def wake(self) -> None:
+        if self.wake_w < 0:
+            return
         try:
             os.write(self.wake_w, b"x")
         except (BlockingIOError, OSError):
@@ -445,14 +447,21 @@ class _Core:
                     p.loop.call_soon_threadsafe(_complete_future, p)
                 except RuntimeError:
                     pass
-        for fd in (self.wake_r, self.wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        fds, self.wake_r, self.wake_w = (self.wake_r, self.wake_w), -1, -1
+        for fd in fds:
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     def after_fork_in_child(self) -> None:
         """In a forked child: forget the parent's connection without touching it."""
+        if self.closed:
+            return
         self.forked = True
         self.c = None
         self.mutex = threading.Lock()
@@ -461,11 +470,7 @@ class _Core:
             lease._closed = True
         self.leases.clear()
         self.pending.clear()
-        for fd in (self.wake_r, self.wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._close_pipe()
 
 
 def _strerror(code: int) -> str:
