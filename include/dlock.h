@@ -80,7 +80,9 @@ extern "C" {
 #define DLOCK_EHELD         (-27) /* this client already holds the name (not re-entrant) */
 #define DLOCK_EFAILOVER     (-28) /* Redis failed over: the lease is in doubt until confirmed */
 #define DLOCK_EKIND         (-29) /* the name is held as another kind of lock (or other permits) */
-#define DLOCK_ERRNO_MIN     (-29) /* lowest code in use */
+#define DLOCK_ECANCELED     (-30) /* the caller cancelled the acquire (dlock_lease_acquire_cancel()) \
+                                   */
+#define DLOCK_ERRNO_MIN (-30)     /* lowest code in use */
 
 /* Wait values for dlock_acquire_options.wait_ms. */
 #define DLOCK_WAIT_NONE    0
@@ -244,6 +246,21 @@ DLOCK_EXPORT int dlock_lease_acquire_spec_async(dlock_client *client, const char
                                                 const dlock_acquire_options *opts,
                                                 const dlock_lock_spec *spec, dlock_acquire_cb cb,
                                                 void *arg);
+
+/* Cancels a pending asynchronous acquire: the one started with this cb and
+ * arg (the oldest, if several share them and were not cancelled yet). It
+ * never blocks: a CANCEL goes to the agent, which drops the request from the
+ * name's queue if it still waits there, so that no waiter of it remains.
+ * Returns 0 when such an acquire was pending: its callback is still called
+ * exactly once, later, from dlock_client_dispatch() or a blocking call on the
+ * client, with DLOCK_ECANCELED when the agent dropped the request, or with
+ * whatever answer crossed the cancel on the way: a lease (status 0; the
+ * caller owns it and releases it as any other) or another error.
+ * DLOCK_ENOTFOUND when no such acquire is pending (it completed, or was
+ * cancelled already), DLOCK_EINVAL for a NULL client or cb, DLOCK_ENOMEM
+ * when the request cannot be queued (nothing was sent). Blocking acquires
+ * cannot be cancelled: their wait bounds them. */
+DLOCK_EXPORT int dlock_lease_acquire_cancel(dlock_client *client, dlock_acquire_cb cb, void *arg);
 
 /* Releases the lease and frees its handle at once, whatever the outcome,
  * without a round trip: the verdict comes from the lease page, and the

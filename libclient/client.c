@@ -59,6 +59,7 @@ struct pending {
     void *arg;
     struct waiter *waiter; /* release, ping; NULL when nobody waits */
     bool abandoned;        /* the caller gave up: undo a late grant */
+    bool cancelled;        /* acquire: CANCEL sent for it */
     uint8_t lock_kind;     /* acquire: the dlock_kind asked for */
     char name[];           /* acquire: the lock name, NUL-terminated */
 };
@@ -1065,6 +1066,32 @@ int dlock_lease_acquire_async(dlock_client *client, const char *name,
                               const dlock_acquire_options *opts, dlock_acquire_cb cb, void *arg)
 {
     return dlock_lease_acquire_spec_async(client, name, opts, NULL, cb, arg);
+}
+
+int dlock_lease_acquire_cancel(dlock_client *client, dlock_acquire_cb cb, void *arg)
+{
+    if (!client || !cb)
+        return DLOCK_EINVAL;
+    /* Requests are filed newest first: the last match is the oldest. */
+    struct pending *p, *oldest = NULL;
+    LIST_FOREACH(p, &client->pending, link)
+    {
+        if (p->kind == REQ_ACQUIRE && p->cb == cb && p->arg == arg && !p->cancelled)
+            oldest = p;
+    }
+    if (!oldest)
+        return DLOCK_ENOTFOUND;
+    oldest->cancelled = true;
+    if (client->err)
+        return 0; /* its callback gets the broken connection's error */
+    /* The CANCEL has no answer of its own: the acquire's answer is it. */
+    int rc = wire_put_empty(&client->out, oldest->id, WIRE_T_CANCEL);
+    if (rc != 0) {
+        oldest->cancelled = false;
+        return rc;
+    }
+    (void)flush_nowait(client);
+    return 0;
 }
 
 static void blocking_acquire_done(dlock_client *c, int status, dlock_lease *lease, void *arg)

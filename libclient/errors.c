@@ -34,6 +34,7 @@ static const char *const error_messages[] = {
     "this client already holds this lock (locks are not re-entrant)",          /* DLOCK_EHELD */
     "Redis failed over: the lease is in doubt until its key is confirmed",     /* DLOCK_EFAILOVER */
     "the name is held as another kind of lock, or with another number of permits", /* DLOCK_EKIND */
+    "the acquire was cancelled",                                                   /* ECANCELED */
 };
 
 _Static_assert(sizeof(error_messages) / sizeof(error_messages[0]) == 1 - DLOCK_ERRNO_MIN,

@@ -33,6 +33,7 @@ enum wire_type {
     WIRE_T_RELEASE = 0x03,
     WIRE_T_PING = 0x04,
     WIRE_T_ACQUIRE_EX = 0x05, /* ACQUIRE with a lock kind, an owner, several names */
+    WIRE_T_CANCEL = 0x06,     /* empty; cancels the waiting acquire of the frame's id */
     /* agent -> client */
     WIRE_T_HELLO_OK = 0x81,
     WIRE_T_GRANTED = 0x82,

@@ -1338,6 +1338,11 @@ void h_acquire_async(struct h_cl *cl, const char *name, uint32_t ttl_ms, int64_t
     h_acquire_spec_async(cl, name, &o, NULL, acq);
 }
 
+int h_acquire_cancel(struct h_cl *cl, struct h_acq *acq)
+{
+    return dlock_lease_acquire_cancel(cl->c, on_acquired, acq);
+}
+
 int h_acq_done(const struct h_acq *acq, int n, int *ok)
 {
     int done = 0, good = 0;

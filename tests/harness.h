@@ -401,6 +401,9 @@ void h_acquire_async(struct h_cl *cl, const char *name, uint32_t ttl_ms, int64_t
 /* The same with all the options and a lock kind (spec NULL: exclusive). */
 void h_acquire_spec_async(struct h_cl *cl, const char *name, const dlock_acquire_options *o,
                           const dlock_lock_spec *spec, struct h_acq *acq);
+/* dlock_lease_acquire_cancel() of an acquire started by h_acquire_async()
+ * or h_acquire_spec_async(): its result. */
+int h_acquire_cancel(struct h_cl *cl, struct h_acq *acq);
 /* How many of the n acquires are done; of those, how many succeeded in *ok
  * (ok may be NULL). */
 int h_acq_done(const struct h_acq *acq, int n, int *ok);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* test_acquire.c -- acquire and release through libdlock: the Redis key and
  * its token, lease accessors, busy and timed-out acquires, name checks,
- * per-connection limits and fencing tokens. */
+ * per-connection limits, fencing tokens and cancelled acquires. */
 #include <poll.h>
 #include <string.h>
 #include <time.h>
@@ -416,4 +416,74 @@ ITEST(acquire, a_write_no_replica_acknowledges_is_named_in_the_error)
     H_WAIT_UNTIL(H_EVENT_MS, (rc = h_acquire(a, "w", 5000, 0, &l)) == DLOCK_EUNAVAIL &&
                                  strstr(dlock_client_strerror(a->c, rc), want));
     H_KEY_GONE(h_key("w"));
+}
+
+/* A cancelled wait is answered DLOCK_ECANCELED once and leaves no waiter:
+ * when the holder releases, a try-once of a third client finds the lock
+ * free (a waiter left behind would be served first, and the try-once
+ * busy). A second cancel, and one of a finished acquire, find nothing. */
+ITEST(acquire, a_cancelled_wait_leaves_no_waiter)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client(), *b = h_client(), *c = h_client();
+    dlock_lease *held = h_must_acquire(a, "cx", 10000);
+    struct h_acq w, other;
+    h_acquire_async(b, "cx", 10000, DLOCK_WAIT_FOREVER, &w);
+    h_acquire_async(b, "cy", 10000, DLOCK_WAIT_FOREVER, &other);
+    H_WAIT_UNTIL(H_EVENT_MS, other.done);
+    cr_assert_eq(other.status, 0);
+    cr_assert_eq(h_acquire_cancel(b, &other), DLOCK_ENOTFOUND, "a finished acquire was cancelled");
+    cr_assert_eq(h_acquire_cancel(b, &w), 0);
+    cr_assert_eq(h_acquire_cancel(b, &w), DLOCK_ENOTFOUND, "cancelled twice");
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, DLOCK_ECANCELED, "%s", dlock_strerror(w.status));
+    cr_assert_null(w.lease);
+    cr_assert_eq(h_metric(0, "dlock_cancels_total"), 1);
+    cr_assert_eq(dlock_lease_release_sync(held), 0);
+    dlock_lease *l = NULL;
+    cr_assert_eq(h_acquire(c, "cx", 10000, 0, &l), 0, "a waiter was left behind");
+    cr_assert_eq(w.done, 1, "the cancelled acquire was answered twice");
+    cr_assert_eq(dlock_lease_release_sync(l), 0);
+    cr_assert_eq(dlock_lease_release_sync(other.lease), 0);
+}
+
+/* A cancel that crosses its grant: each answer comes exactly once, and a
+ * grant that won is an ordinary lease, whose release frees the name. */
+ITEST(acquire, a_cancel_that_crosses_the_grant_loses_nothing)
+{
+    h_start(NULL);
+    struct h_cl *b = h_client(), *c = h_client();
+    int granted = 0, cancelled = 0;
+    for (int i = 0; i < 50; i++) {
+        struct h_acq w;
+        h_acquire_async(b, "cz", 10000, 2000, &w);
+        int rc = h_acquire_cancel(b, &w);
+        cr_assert(rc == 0 || rc == DLOCK_ENOTFOUND, "cancel: %s", dlock_strerror(rc));
+        H_WAIT_UNTIL(H_EVENT_MS, w.done);
+        cr_assert_eq(w.done, 1);
+        if (w.status == 0) {
+            granted++;
+            cr_assert_eq(dlock_lease_release_sync(w.lease), 0);
+        } else {
+            cr_assert_eq(w.status, DLOCK_ECANCELED, "%s", dlock_strerror(w.status));
+            cancelled++;
+        }
+        /* A key won for a cancelled acquire goes back right behind the
+         * grant: the name is free soon, if not at this very moment. */
+        dlock_lease *l = NULL;
+        cr_assert_eq(h_acquire(c, "cz", 10000, 10000, &l), 0, "round %d: the name stayed taken", i);
+        cr_assert_eq(dlock_lease_release_sync(l), 0);
+    }
+    cr_log_info("of 50 cancels right behind their acquire: %d granted first, %d cancelled", granted,
+                cancelled);
+}
+
+ITEST(acquire, cancel_arguments)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    struct h_acq w = {0};
+    cr_assert_eq(h_acquire_cancel(a, &w), DLOCK_ENOTFOUND);
+    cr_assert_eq(dlock_lease_acquire_cancel(NULL, NULL, NULL), DLOCK_EINVAL);
+    cr_assert_eq(dlock_lease_acquire_cancel(a->c, NULL, &w), DLOCK_EINVAL);
 }

@@ -274,6 +274,12 @@ ITEST(bad_input, wrong_body_length)
 
     fd = h_raw_connect(0);
     h_raw_hello(fd);
+    put_hdr(buf, 4, WIRE_T_CANCEL, 0, 5); /* CANCEL is empty */
+    h_raw_send(fd, buf, WIRE_HDR_LEN + 4);
+    expect_proto_close(fd, 0);
+
+    fd = h_raw_connect(0);
+    h_raw_hello(fd);
     uint8_t acq[WIRE_HDR_LEN + ACQ_FIXED + 2] = {0};
     put_hdr(acq, ACQ_FIXED + 2, WIRE_T_ACQUIRE, 0, 6);
     acq[WIRE_HDR_LEN + ACQ_NAME_LEN] = 5; /* declares 5 name bytes, has 2 */
@@ -406,6 +412,24 @@ ITEST(bad_input, foreign_lease_ids_are_not_found)
     }
     expect_ping_ok(fd, 1000);
     h_raw_close(fd);
+    victim_check();
+}
+
+/* A CANCEL of an id this connection has no waiting acquire under (another
+ * connection's, or none) is answered by nothing and cancels nothing. */
+ITEST(bad_input, cancels_of_foreign_ids_do_nothing)
+{
+    victim_setup(NULL);
+    int fd = h_raw_connect(0);
+    h_raw_hello(fd);
+    for (uint32_t id = 0; id < 64; id++) {
+        struct wire_buf b = {0};
+        cr_assert_eq(wire_put_empty(&b, id, WIRE_T_CANCEL), 0);
+        cr_assert_eq(h_raw_send_buf(fd, &b), 0);
+    }
+    expect_ping_ok(fd, 1000);
+    h_raw_close(fd);
+    cr_assert_eq(h_metric(0, "dlock_cancels_total"), 0);
     victim_check();
 }
 

@@ -538,6 +538,47 @@ Test(core, grant_then_local_waiters_in_arrival_order)
     release(d, holder);
 }
 
+/* A cancelled waiter is answered DLOCK_ECANCELED once and gives up its
+ * place: the next waiter is served, a cancel of an answered or unknown
+ * request does nothing, and a key won by an acquire cancelled in flight is
+ * given back. */
+Test(core, a_cancelled_waiter_leaves_the_queue_and_its_key_is_given_back)
+{
+    struct tclient *a = client(1), *b = client(2), *c = client(3), *d = client(4);
+    uint64_t la = hold(a, "x", 5000, 0, 0, MS);
+    uint32_t ib = acquire(b, "x", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    uint32_t ic = acquire(c, "x", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    core_cancel(&F.k, &b->cc, ib, F.now);
+    refused(ib, DLOCK_ECANCELED);
+    cr_assert_null(answer_to(ic), "the waiter behind was answered");
+    int nans = F.nans;
+    core_cancel(&F.k, &b->cc, ib, F.now);       /* answered already */
+    core_cancel(&F.k, &c->cc, ib + 100, F.now); /* no such request */
+    core_cancel(&F.k, &a->cc, ic, F.now);       /* another client's */
+    cr_assert_eq(F.nans, nans, "a cancel of nothing waiting was answered");
+    release(a, la);
+    reply(pending(R_ACQUIRE, "x"), F.now + MS, BACKEND_DONE);
+    granted(ic);
+    cr_assert_eq(F.nans, nans + 2, "one OK and one grant, nothing for b");
+
+    /* In flight: the key the store grants is nobody's and goes back. */
+    uint32_t id = acquire(d, "y", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    struct req *r = pending(R_ACQUIRE, "y");
+    cr_assert_not_null(r);
+    core_cancel(&F.k, &d->cc, id, F.now);
+    refused(id, DLOCK_ECANCELED);
+    int nrq = F.nrq;
+    reply(r, F.now + MS, BACKEND_DONE);
+    cr_assert_geq(F.nrq, nrq + 1, "the key won for nobody was kept");
+    cr_assert_eq(F.rq[nrq].kind, R_RELEASE);
+    cr_assert_str_eq(F.rq[nrq].name, "y");
+    int granted_to_d = 0;
+    for (int i = 0; i < F.nans; i++)
+        granted_to_d += F.ans[i].req_id == id && F.ans[i].kind == A_GRANTED;
+    cr_assert_eq(granted_to_d, 0);
+    cr_assert_eq(F.k.stats.cancels, 2);
+}
+
 Test(core, try_once_is_busy_behind_a_queued_local_waiter)
 {
     struct tclient *a = client(1), *b = client(2), *c = client(3);

@@ -1524,9 +1524,12 @@ ITEST(status, holder_names_a_lock_taken_through_another_agent)
 #define AGENT_KEYS "version,pid,mode,prefix,uptime_ms,connections"
 #define NODE_KEYS  "addr,connected,subscribed,rtt_us,last_error,excluded_for_ms,run_id,durable"
 #define COUNTER_KEYS                                                                               \
-    "grants,releases,handoffs,renewals,renewal_failures,losses,doubts,timeouts,refused,denied"
-#define LEASE_KEYS  "name,state,fence,pid,uid,comm,age_ms,ttl_ms,valid_ms,renewals,waiters,kind,permits,holds"
-#define HOLDER_KEYS "name,held,dlock,value,host,pid,uid,comm,pttl_ms,nodes_holding,nodes,kind,permits,holders"
+    "grants,releases,handoffs,renewals,renewal_failures,losses,doubts,timeouts,cancels,refused,"   \
+    "denied"
+#define LEASE_KEYS                                                                                 \
+    "name,state,fence,pid,uid,comm,age_ms,ttl_ms,valid_ms,renewals,waiters,kind,permits,holds"
+#define HOLDER_KEYS                                                                                \
+    "name,held,dlock,value,host,pid,uid,comm,pttl_ms,nodes_holding,nodes,kind,permits,holders"
 
 ITEST(status, json_members_are_exactly_the_documented_ones)
 {

@@ -1331,6 +1331,21 @@ void core_release(struct core *k, struct core_client *c, uint32_t req_id, uint64
     lock_settle(k, l, now);
 }
 
+void core_cancel(struct core *k, struct core_client *c, uint32_t req_id, uint64_t now)
+{
+    struct waiter *w;
+    LIST_FOREACH(w, &c->waiters, olink)
+    {
+        if (w->req_id != req_id)
+            continue;
+        struct lock *l = w->lock;
+        k->stats.cancels++;
+        waiter_finish(k, w, DLOCK_ECANCELED, now);
+        lock_settle(k, l, now);
+        return;
+    }
+}
+
 void core_client_drop(struct core *k, struct core_client *c, int reason, uint64_t now)
 {
     if (!reason && c->nleases)

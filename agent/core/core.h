@@ -119,6 +119,10 @@ void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
                   const struct wire_acquire *m, uint64_t now);
 void core_release(struct core *k, struct core_client *c, uint32_t req_id, uint64_t lease_id,
                   uint64_t now);
+/* Cancels c's acquire req_id if it still waits (answered DLOCK_ECANCELED, as
+ * a wait that ran out would be, its place in the queue given up); an acquire
+ * already answered is left alone, and nothing else is answered. */
+void core_cancel(struct core *k, struct core_client *c, uint32_t req_id, uint64_t now);
 /* Drops every waiter and releases every lease of c. With a reason (the agent
  * is stopping), waiters get it as their answer and holders a LOST event;
  * with 0, the client is gone and nobody is told. */

@@ -25,6 +25,7 @@ struct agent_stats {
     uint64_t losses;           /* leases lost */
     uint64_t doubts;           /* leases put in doubt by a failover */
     uint64_t timeouts;         /* waits that ran out */
+    uint64_t cancels;          /* waits cancelled by their client */
     uint64_t refused;          /* acquires refused before reaching Redis */
     uint64_t denied;           /* acquires the policy did not allow */
     struct histo acquire;      /* acquire sent to Redis -> granted */

@@ -287,6 +287,12 @@ static void handle_frame(struct conn *c, const struct wire_hdr *h, const uint8_t
             k->release(k->arg, c, h->id, m.lease_id);
         return;
     }
+    case WIRE_T_CANCEL:
+        if (h->len != 0)
+            conn_fail(c, h->id, DLOCK_EPROTO, "malformed cancel");
+        else
+            k->cancel(k->arg, c, h->id);
+        return;
     case WIRE_T_PING:
         if (h->len != 0)
             conn_fail(c, h->id, DLOCK_EPROTO, "malformed ping");

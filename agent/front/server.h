@@ -58,6 +58,8 @@ struct server_hooks {
     void *arg;
     void (*acquire)(void *arg, struct conn *c, uint32_t id, const struct wire_acquire *m);
     void (*release)(void *arg, struct conn *c, uint32_t id, uint64_t lease_id);
+    /* Cancels the connection's acquire id if it still waits. */
+    void (*cancel)(void *arg, struct conn *c, uint32_t id);
     /* The connection is closing: its leases and waiters go. */
     void (*conn_gone)(void *arg, struct conn *c);
     uint64_t *refused; /* counts connections refused at a limit */

@@ -528,6 +528,7 @@ static const struct {
     COUNTER(losses, "Leases lost."),
     COUNTER(doubts, "Leases put in doubt by a Redis failover until their key was confirmed."),
     COUNTER(timeouts, "Acquire waits that ran out."),
+    COUNTER(cancels, "Acquire waits cancelled by their client."),
     COUNTER(refused, "Acquire requests and connections refused by a limit before reaching Redis."),
     COUNTER(denied, "Acquire requests the access policy did not allow."),
 #undef COUNTER

@@ -124,6 +124,12 @@ static void agent_release(void *arg, struct conn *c, uint32_t id, uint64_t lease
     core_release(&a->core, &c->cc, id, lease_id, now_ns());
 }
 
+static void agent_cancel(void *arg, struct conn *c, uint32_t id)
+{
+    struct agent *a = arg;
+    core_cancel(&a->core, &c->cc, id, now_ns());
+}
+
 static void agent_conn_gone(void *arg, struct conn *c)
 {
     struct agent *a = arg;
@@ -368,6 +374,7 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     struct server_hooks hooks = {.arg = a,
                                  .acquire = agent_acquire,
                                  .release = agent_release,
+                                 .cancel = agent_cancel,
                                  .conn_gone = agent_conn_gone,
                                  .refused = &a->core.stats.refused};
     if (server_open(&a->server, loop, &hooks, cfg) != 0)

@@ -45,6 +45,7 @@ const char *const coverage_names[COV_COUNT] = {
     "kinds or name sets refused",
     "name sets held",
     "name sets rolled back",
+    "waits cancelled",
 };
 
 /* The checks and the faults that excuse them. */
@@ -1028,6 +1029,16 @@ static void env_error(void *arg, struct core_client *cc, uint32_t req_id, int co
         int idx = fifo_find(ag, c);
         if (idx >= 0)
             fifo_remove(ag, c->acq_name, (unsigned)idx);
+        if (code == DLOCK_ECANCELED || c->cancelling) {
+            if (code != DLOCK_ECANCELED || !c->cancelling)
+                violation(s, "protocol", 0, "client%u's acquire of %s answered %s %s its cancel",
+                          c->id, s->names[c->acq_name], dlock_strerror(code),
+                          c->cancelling ? "to" : "without");
+            c->cancelling = false;
+            c->state = C_IDLE;
+            client_next(c, rng_range(&s->rng, 0, MS(300)));
+            return;
+        }
         if (code == DLOCK_EKIND || (code == DLOCK_EINVAL && (c->acq_kind || c->acq_set))) {
             kind_refused(ag, c, code);
             return;
@@ -1347,6 +1358,7 @@ static void client_next(struct sclient *c, uint64_t delay)
 {
     c->gen++;
     c->crash_next = false;
+    c->cancel_next = false;
     ev_push(c->s, c->s->now + delay, EV_CLIENT, c->id, c->gen, NULL);
 }
 
@@ -1355,6 +1367,13 @@ static void client_crash_at(struct sclient *c, uint64_t delay)
 {
     client_next(c, delay);
     c->crash_next = true;
+}
+
+/* Instead, the client cancels its wait after delay (unless answered first). */
+static void client_cancel_at(struct sclient *c, uint64_t delay)
+{
+    client_next(c, delay);
+    c->cancel_next = true;
 }
 
 static void client_reset(struct sclient *c)
@@ -1472,9 +1491,11 @@ static void client_acquire_name(struct sclient *c, unsigned name, int64_t wait_m
           : m.kind == LOCK_SEMAPHORE ? ", permits "
                                      : "",
           m.permits, m.flags & WIRE_ACQ_REENTRANT ? ", re-entrant" : "");
-    /* A waiter may die while it waits. */
+    /* A waiter may die while it waits, or cancel its wait. */
     if (c->set_lead < 0 && rng_chance(&s->rng, 5))
         client_crash_at(c, rng_range(&s->rng, MS(1), MS(2000)));
+    else if (c->set_lead < 0 && c->acq_wait_ms != 0 && rng_chance(&s->rng, 4))
+        client_cancel_at(c, rng_range(&s->rng, 0, MS(2000)));
     core_acquire(&ag->core, &c->cc, c->acq_req, &m, agent_now(ag));
 }
 
@@ -1594,6 +1615,24 @@ static void client_crash(struct sclient *c)
     c->lease_id = 0;
     c->paused = false;
     client_next(c, rng_range(&s->rng, MS(1), MS(300)));
+}
+
+/* The client cancels its wait: the agent answers DLOCK_ECANCELED at once,
+ * and its place in the queue is gone (env_error() takes it out of the
+ * model's FIFO; a key its attempt wins meanwhile is nobody's). */
+static void client_cancel(struct sclient *c)
+{
+    struct sim *s = c->s;
+    struct agent *ag = c->ag;
+    TRACE(s, "agent%u: client%u cancels its acquire of %s (req %u)", ag->id, c->id,
+          s->names[c->acq_name], c->acq_req);
+    s->res->cov[COV_CANCEL]++;
+    c->cancelling = true;
+    core_cancel(&ag->core, &c->cc, c->acq_req, agent_now(ag));
+    if (c->cancelling && !s->stop)
+        violation(s, "protocol", 0, "client%u's cancel of its wait for %s was not answered", c->id,
+                  s->names[c->acq_name]);
+    c->cancelling = false;
 }
 
 /* ---- multi-name sets ---- */
@@ -1744,6 +1783,13 @@ static void client_event(struct sclient *c)
         c->crash_next = false;
         client_crash(c);
         return;
+    }
+    if (c->cancel_next) {
+        c->cancel_next = false;
+        if (c->state == C_WAITING) {
+            client_cancel(c);
+            return;
+        }
     }
     switch (c->state) {
     case C_IDLE:

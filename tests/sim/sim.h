@@ -286,6 +286,8 @@ struct sclient {
     char lease_token[33];
     bool paused;
     bool crash_next;      /* its next event is a crash */
+    bool cancel_next;     /* its next event cancels its wait */
+    bool cancelling;      /* inside its cancel: DLOCK_ECANCELED expected */
     uint64_t pause_touch; /* agent clock of its last touch before the pause */
     bool releasing_sent;
     uint32_t rel_req;
@@ -467,6 +469,7 @@ enum coverage {
     COV_REFUSED,      /* a kind the agent's store does not keep refused (DLOCK_EINVAL) */
     COV_SET_GRANT,    /* a set of names held whole */
     COV_SET_ROLLBACK, /* a set's members given back after a failure */
+    COV_CANCEL,       /* a waiter cancelled its acquire */
     COV_COUNT
 };
 extern const char *const coverage_names[COV_COUNT];
