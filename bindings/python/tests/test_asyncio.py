@@ -155,3 +155,24 @@ async def test_async_set(stack: Stack) -> None:
             await stack.client().aacquire_many(["as-0", "as-1"])
         assert sorted(e["name"] for e in stack.leases("as-*")) == ["as-1", "as-2"]
     assert stack.leases("as-*") == []
+
+
+@pytest.mark.asyncio
+async def test_alock_tasks_wait_in_turn(default_socket: str, stack: Stack) -> None:
+    inside = 0
+    max_inside = 0
+
+    async def work() -> None:
+        nonlocal inside, max_inside
+        for _ in range(5):
+            async with dlock.alock("task-helper", wait=DEADLINE_S) as outer:
+                inside += 1
+                max_inside = max(max_inside, inside)
+                async with dlock.alock("task-helper", wait=0) as inner:  # re-entered by this task
+                    assert inner is outer
+                await asyncio.sleep(0)
+                inside -= 1
+
+    await asyncio.gather(*(work() for _ in range(3)))
+    assert max_inside == 1
+    assert stack.leases("task-helper") == []

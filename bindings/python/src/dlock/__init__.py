@@ -79,6 +79,10 @@ def lock(
     tries once. Takes Client.acquire()'s other keywords. Leaving the block
     releases the lease, and raises LostError if it was lost meanwhile (unless
     the block raised already).
+
+    Unless given ``reentrant`` or ``owner``, the calling thread owns the lease
+    and may take it again (like threading.RLock), and the process's other
+    threads wait for it like any other holder's.
     """
     kwargs.update(ttl=ttl, wait=wait, kind=kind)
     return LockContext(default_client, name, kwargs)
@@ -91,6 +95,10 @@ def alock(
     kind: Union[str, Kind] = Kind.EXCLUSIVE,
     **kwargs: Any,
 ) -> LockContext:
-    """``async with dlock.alock(name, ...) as lease:``: lock() for asyncio."""
+    """``async with dlock.alock(name, ...) as lease:``: lock() for asyncio.
+
+    Unless given ``reentrant`` or ``owner``, the calling task owns the lease
+    (re-entrant); the process's other tasks wait for it.
+    """
     kwargs.update(ttl=ttl, wait=wait, kind=kind)
     return LockContext(default_client, name, kwargs)

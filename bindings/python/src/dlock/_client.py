@@ -721,6 +721,8 @@ class Client:
         """A context manager (with / async with) that acquires on entry and releases on exit.
 
         Takes acquire()'s keywords; ``wait`` defaults to None (wait forever).
+        Without ``reentrant`` or ``owner``, the calling thread (or asyncio
+        task) owns the lease, re-entrant: see LockContext.
         """
         kwargs.setdefault("wait", None)
         return LockContext(lambda: self, name, kwargs)
@@ -1002,18 +1004,29 @@ class LeaseSet:
 
 
 class LockContext:
-    """What dlock.lock() / dlock.alock() / Client.lock() return: acquires on entry."""
+    """What dlock.lock() / dlock.alock() / Client.lock() return: acquires on entry.
 
-    __slots__ = ("_get_client", "_name", "_kwargs", "_lease")
+    Unless given ``reentrant`` or ``owner``, the lease is owned by the calling
+    thread (``with``) or asyncio task (``async with``), re-entrant, like a
+    threading.RLock: threads and tasks of one process sharing a client
+    exclude each other (they wait in turn), and one that holds the name may
+    take it again.
+    """
+
+    __slots__ = ("_get_client", "_name", "_kwargs", "_lease", "_per_owner")
 
     def __init__(self, get_client: Callable[[], Client], name: Name, kwargs: Dict[str, Any]) -> None:
         self._get_client = get_client
         self._name = name
         self._kwargs = kwargs
         self._lease: Optional[Lease] = None
+        self._per_owner = kwargs.get("owner") is None and "reentrant" not in kwargs
 
     def __enter__(self) -> Lease:
-        self._lease = self._get_client().acquire(self._name, **self._kwargs)
+        kwargs = self._kwargs
+        if self._per_owner:
+            kwargs = dict(kwargs, reentrant=True, owner=threading.get_ident())
+        self._lease = self._get_client().acquire(self._name, **kwargs)
         return self._lease
 
     def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
@@ -1023,7 +1036,12 @@ class LockContext:
             lease.__exit__(exc_type, exc, tb)
 
     async def __aenter__(self) -> Lease:
-        self._lease = await self._get_client().aacquire(self._name, **self._kwargs)
+        kwargs = self._kwargs
+        if self._per_owner:
+            task = asyncio.current_task()
+            owner = id(task) if task is not None else threading.get_ident()
+            kwargs = dict(kwargs, reentrant=True, owner=owner)
+        self._lease = await self._get_client().aacquire(self._name, **kwargs)
         return self._lease
 
     async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
