@@ -46,6 +46,7 @@ def row(net: str, case: str, impl: str, ops: float, samples_ns: List[float]) -> 
     p50 = pct(samples_ns, 0.50) / 1000.0
     p99 = pct(samples_ns, 0.99) / 1000.0
     print(f"ROW {LANG} {net} {case} {impl} {ops:.1f} {p50:.1f} {p99:.1f}", flush=True)
+    log(f"  {net} {case} {impl}: {len(samples_ns)} samples, longest {max(samples_ns, default=0) / 1000:.1f} us")
 
 
 def unique(tag: str) -> str:

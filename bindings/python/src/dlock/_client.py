@@ -242,9 +242,11 @@ class _Core:
         try:
             p = self.pending.pop(arg or 0, None)
             if p is None or (p.abandoned and status == 0):
-                # Nobody wants it (a cancel crossed by the grant, a timed-out wait): give it back.
+                # Nobody wants it (a cancel crossed by the grant, a timed-out wait): give it
+                # back. Of a re-entered lease this gives up the hold the grant added (the
+                # Python count never had it).
                 if status == 0 and handle:
-                    self._release_hold(handle)
+                    _lib.lease_release(handle)
                 return
             if status == 0 and handle:
                 lease = self.leases.get(handle)
@@ -286,14 +288,6 @@ class _Core:
                 self.wake()
         except BaseException:  # pragma: no cover
             log.exception("dlock: event callback failed")
-
-    def _release_hold(self, handle: int) -> None:
-        """Gives up one hold of a lease nobody will see (mutex held)."""
-        lease = self.leases.get(handle)
-        if lease is not None:
-            self._drop_hold(lease)
-        else:
-            _lib.lease_release(handle)
 
     def _drop_hold(self, lease: "Lease") -> int:
         """Gives up one hold of lease (mutex held); the handle is forgotten with its last."""
