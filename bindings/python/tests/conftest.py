@@ -146,6 +146,15 @@ class Stack:
         leases: List[Dict[str, Any]] = json.loads(out)["leases"]
         return leases
 
+    def names(self, pattern: Optional[str] = None) -> List[str]:
+        return sorted(entry["name"] for entry in self.leases(pattern))
+
+    def wait_names(self, pattern: str, names: List[str]) -> None:
+        """Waits until the agent's leases matching pattern are exactly names (a release that
+        does not wait for the agent reaches it a moment later)."""
+        wait_until(lambda: self.names(pattern) == sorted(names),
+                   f"the agent's leases {pattern!r} to be {sorted(names)}")
+
     def waiters(self, name: str) -> int:
         """The agent's local waiters for name (0 when nobody holds it)."""
         return max((entry["waiters"] for entry in self.leases(name)), default=0)

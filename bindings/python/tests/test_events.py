@@ -215,7 +215,7 @@ def test_forked_child_opens_its_own_client(default_socket: str, stack: Stack) ->
     # The parent's connection and lease are untouched by the child.
     assert lease.valid and not parent.closed
     parent.ping()
-    assert [e["name"] for e in stack.leases("fork-*")] == ["fork-parent"]
+    stack.wait_names("fork-*", ["fork-parent"])
     lease.release()
 
 

@@ -25,7 +25,7 @@ def test_threads_distinct_names_one_client(stack: Stack) -> None:
         results = list(pool.map(work, range(8)))
     fences = [f for r in results for f in r]
     assert len(fences) == 200 and len(set(fences)) == 200
-    assert stack.leases("thr-*") == []
+    stack.wait_names("thr-*", [])
 
 
 def test_threads_exclude_each_other_one_client(stack: Stack) -> None:
@@ -125,7 +125,7 @@ def test_lock_helper_threads_wait_in_turn(default_socket: str, stack: Stack) -> 
     for t in threads:
         t.join(DEADLINE_S)
     assert not errors and max_inside == 1
-    assert stack.leases("helper") == []
+    stack.wait_names("helper", [])
     # Asked explicitly, the C semantics: the client holds the name, a second acquire is EHELD.
     with dlock.lock("helper", reentrant=False):
         try:
