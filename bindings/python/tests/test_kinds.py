@@ -68,9 +68,17 @@ def test_reentrant_same_owner(stack: Stack) -> None:
         c.acquire("re", reentrant=True, owner=7)
     with pytest.raises(dlock.BusyError):
         stack.client().acquire("re", reentrant=True)
-    # Not re-entrant: refused at once.
+    # Not re-entrant: an owner of its own, busy like any other; a caller's
+    # owner is below 2**63, and only for re-entrant acquires.
+    with pytest.raises(dlock.BusyError):
+        c.acquire("re")
+    with pytest.raises(ValueError):
+        c.acquire("re", reentrant=True, owner=2**63)
+    with pytest.raises(ValueError):
+        c.acquire("re", owner=7)
+    # Of another kind, by the lease's owner: refused at once.
     with pytest.raises(dlock.HeldError) as err:
-        c.acquire("re", wait=DEADLINE_S)
+        c.acquire("re", reentrant=True, kind="shared", wait=DEADLINE_S)
     assert err.value.code == dlock.ErrorCode.EHELD
     first.release()
     assert first.valid and first.holds == 1

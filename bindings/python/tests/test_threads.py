@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import List
+from typing import Any, List
 
 import dlock
 from conftest import DEADLINE_S, Stack
@@ -126,10 +126,34 @@ def test_lock_helper_threads_wait_in_turn(default_socket: str, stack: Stack) -> 
         t.join(DEADLINE_S)
     assert not errors and max_inside == 1
     stack.wait_names("helper", [])
-    # Asked explicitly, the C semantics: the client holds the name, a second acquire is EHELD.
+    # Not re-entrant, asked explicitly: each acquire is an owner of its own,
+    # so a second one through the same client finds the name busy.
     with dlock.lock("helper", reentrant=False):
         try:
             dlock.default_client().acquire("helper")
-            raise AssertionError("expected HeldError")
-        except dlock.HeldError:
+            raise AssertionError("expected BusyError")
+        except dlock.BusyError:
             pass
+
+
+def test_plain_acquires_of_threads_on_one_client_take_turns(stack: Stack) -> None:
+    """Two threads' plain acquires of one name through one client: the second waits its turn."""
+    c = stack.client()
+    first = c.acquire("turns")
+    got: List[Any] = []
+
+    def second() -> None:
+        try:
+            got.append(c.acquire("turns", wait=DEADLINE_S))
+        except BaseException as exc:
+            got.append(exc)
+
+    t = threading.Thread(target=second)
+    t.start()
+    stack.wait_waiters("turns", 1)
+    assert not got, f"the second acquire did not wait: {got}"
+    first.release()
+    t.join(DEADLINE_S)
+    assert len(got) == 1 and isinstance(got[0], dlock.Lease), got
+    assert got[0].fence > first.fence
+    got[0].release()

@@ -124,6 +124,13 @@ def _ms(seconds: Optional[float], what: str) -> int:
     return ms
 
 
+# The owners of plain acquires, one per acquire, have this bit; callers' are
+# below it. Every acquire is re-entrant on the wire: a plain one under an
+# owner of its own, so that it waits for the client's other holders of the
+# name (another thread's, say) instead of being refused with HeldError.
+_OWN_OWNER = 1 << 63
+
+
 def _wait_ms(wait: Optional[float]) -> int:
     if wait is None:
         return -1  # DLOCK_WAIT_FOREVER
@@ -141,8 +148,8 @@ def _spec(kind: Union[str, Kind], permits: int, owner: Optional[int]) -> _lib.Lo
         raise ValueError("a semaphore needs permits >= 1")
     if k is not Kind.SEMAPHORE and permits:
         raise ValueError(f"permits are for semaphores, not for a {k.value} lock")
-    if owner is not None and not 0 <= owner < 2**64:
-        raise ValueError("owner must be an int in [0, 2**64)")
+    if owner is not None and not 0 <= owner < _OWN_OWNER:
+        raise ValueError("owner must be an int in [0, 2**63)")
     return _lib.LockSpec(_KIND_C[k], permits, owner or 0)
 
 
@@ -215,6 +222,7 @@ class _Core:
         self.leases: Dict[int, Lease] = {}
         self.events: List[Tuple[Lease, State, "ErrorCode | int"]] = []
         self.ids = itertools.count(1)
+        self.owners = itertools.count(1)
         self.closed = False
         self.closing = False
         self.forked = False
@@ -381,11 +389,15 @@ class _Core:
         opts = _lib.AcquireOptions(
             _ms(ttl, "ttl"),
             _wait_ms(wait),
-            _REENTRANT if reentrant else 0,
+            _REENTRANT,
             _ms(max_hold, "max_hold"),
             _ms(progress, "progress"),
         )
+        if not reentrant and owner is not None:
+            raise ValueError("owner is for re-entrant acquires (reentrant=True)")
         spec = _spec(kind, permits, owner)
+        if not reentrant:
+            spec.owner = _OWN_OWNER | next(self.owners)
         with self.mutex:
             c = self.check_open()
             p = _Pending(next(self.ids), _decode(raw), on_event, loop, future)
@@ -565,10 +577,15 @@ class Client:
         ``ttl``: the lease's TTL on Redis in seconds (None: the agent's
         default); ``wait``: 0 tries once (BusyError), None waits forever, else
         at most that long (LockTimeout). ``kind``: "exclusive", "shared"
-        (readers) or "semaphore" (with ``permits`` >= 1). ``reentrant``: the
-        same ``owner`` (an int, default the client) may take a name it holds
-        again: the same Lease comes back with one more hold. ``max_hold`` and
-        ``progress`` bound the hold (seconds; see Lease.touch()).
+        (readers) or "semaphore" (with ``permits`` >= 1). Without
+        ``reentrant``, each acquire is an owner of its own: threads (and
+        tasks) that acquire one name through one client take turns as
+        clients do, and one that acquires a name it already holds waits for
+        itself, as a threading.Lock taken twice would. ``reentrant``: the same
+        ``owner`` (an int below 2**63, default the client) may take a name it
+        holds again: the same Lease comes back with one more hold.
+        ``max_hold`` and ``progress`` bound the hold (seconds; see
+        Lease.touch()).
 
         The wait does not hold the client's mutex: other threads use the
         client meanwhile (release leases, acquire others).
