@@ -5,25 +5,28 @@
 # Makes the Debian packages of a built tree with `cpack -G DEB` in a fresh
 # temporary directory, and checks them:
 #
-#  1. Exactly three packages, dlockd, libdlock0 and libdlock-dev, named
-#     PKG_VERSION_ARCH.deb.
+#  1. Exactly four packages, dlockd, libdlock0, libdlock-dev and
+#     python3-dlock, named PKG_VERSION_ARCH.deb (ARCH all for python3-dlock).
 #  2. lintian: no error, and no warning the package does not override; every
 #     override shipped in /usr/share/lintian/overrides/PKG has a comment line
 #     (the reason) before it, and is used.
 #  3. The control fields and files: version, architecture, section, priority,
 #     maintainer, dependencies (dpkg-shlibdeps' libc6; libdlock-dev on
-#     libdlock0 of the same version), libdlock0's shlibs and ldconfig trigger
+#     libdlock0 of the same version; python3-dlock on python3 and libdlock0
+#     of this version or later), libdlock0's shlibs and ldconfig trigger
 #     (and no maintainer script calling ldconfig), dlockd's conffile, and
 #     maintainer scripts that `sh -n` accepts.
 #  4. The files: which package has what (the library in the multiarch
 #     directory, its SONAME link alone in libdlock0), executables and the
 #     shared library stripped, man pages compressed with gzip -9n, the
-#     machine-readable copyright and changelog.gz of each package.
+#     machine-readable copyright and changelog.gz of each package; the
+#     Python modules in /usr/lib/python3/dist-packages/dlock.
 #  5. dpkg installs the packages into a throwaway root directory (as an
 #     unprivileged user under fakeroot, the maintainer scripts run without
 #     chroot under DPKG_ROOT): the user and group dlock exist there, the
 #     configuration is root:dlock 0640, the units are enabled, the installed
-#     programs run; installing again (as an upgrade does) keeps an
+#     programs run and the installed Python module imports and loads the
+#     installed library; installing again (as an upgrade does) keeps an
 #     administrator's mode of the configuration; removing keeps the
 #     configuration, purging removes it and the units' enablement.
 #
@@ -73,7 +76,8 @@ version=$(hdr_version MAJOR).$(hdr_version MINOR).$(hdr_version PATCH)
 arch=$(dpkg --print-architecture)
 multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 libdir=usr/lib/$multiarch
-pkgs="dlockd libdlock0 libdlock-dev"
+pkgs="dlockd libdlock0 libdlock-dev python3-dlock"
+arch_of() { if [ "$1" = python3-dlock ]; then echo all; else echo "$arch"; fi; }
 units=$(find "$src/packaging" -maxdepth 1 \( -name '*.service' -o -name '*.socket' \) -printf '%f\n')
 
 # ---------------------------------------------------------------------------
@@ -82,9 +86,9 @@ debdir=$tmp/debs
 "$cpack" -G DEB --config "$build/CPackConfig.cmake" -B "$debdir" >"$tmp/cpack.log" 2>&1 ||
     fail "cpack failed: $(cat "$tmp/cpack.log")"
 made=$(find "$debdir" -maxdepth 1 -name '*.deb' -printf '%f\n' | sort | paste -sd ' ')
-expected=$(for p in $pkgs; do echo "${p}_${version}_$arch.deb"; done | sort | paste -sd ' ')
+expected=$(for p in $pkgs; do echo "${p}_${version}_$(arch_of "$p").deb"; done | sort | paste -sd ' ')
 must_equal "the packages cpack made" "$expected" "$made"
-deb() { echo "$debdir/${1}_${version}_$arch.deb"; }
+deb() { echo "$debdir/${1}_${version}_$(arch_of "$1").deb"; }
 field() { dpkg-deb -f "$(deb "$1")" "$2"; }
 
 # Each package unpacked, with its control files, for the checks below.
@@ -120,7 +124,7 @@ step "   lintian: no errors or warnings; $overridden overridden"
 step "3. control fields and files"
 for p in $pkgs; do
     must_equal "$p: Version" "$version" "$(field "$p" Version)"
-    must_equal "$p: Architecture" "$arch" "$(field "$p" Architecture)"
+    must_equal "$p: Architecture" "$(arch_of "$p")" "$(field "$p" Architecture)"
     must_equal "$p: Priority" optional "$(field "$p" Priority)"
     must_equal "$p: Source" dlock "$(field "$p" Source)"
     [[ "$(field "$p" Maintainer)" =~ ^[^\<]+\ \<[^@\>]+@[^\>]+\>$ ]] ||
@@ -129,6 +133,7 @@ done
 must_equal "dlockd: Section" admin "$(field dlockd Section)"
 must_equal "libdlock0: Section" libs "$(field libdlock0 Section)"
 must_equal "libdlock-dev: Section" libdevel "$(field libdlock-dev Section)"
+must_equal "python3-dlock: Section" python "$(field python3-dlock Section)"
 
 # Dependencies: from dpkg-shlibdeps for what has ELF objects.
 for p in dlockd libdlock0; do
@@ -139,6 +144,8 @@ for lib in libhiredis libev libinih libsystemd; do
     [[ "$(field dlockd Depends)" == *"$lib"* ]] || fail "dlockd: Depends lacks $lib: $(field dlockd Depends)"
 done
 must_equal "libdlock-dev: Depends" "libdlock0 (= $version)" "$(field libdlock-dev Depends)"
+must_equal "python3-dlock: Depends" "python3:any, libdlock0 (>= $version)" \
+    "$(field python3-dlock Depends)"
 
 # libdlock0: shlibs, the ldconfig trigger, and no script of its own.
 must_equal "libdlock0: shlibs" "libdlock 0 libdlock0 (>= $version)" "$(cat "$tmp/c/libdlock0/shlibs")"
@@ -170,6 +177,10 @@ must_equal "libdlock-dev files" "$(expect /usr/include/dlock.h "/$libdir/libdloc
     "/$libdir/cmake/dlock/dlockConfigVersion.cmake" "/$libdir/cmake/dlock/dlockTargets.cmake" \
     "/$libdir/cmake/dlock/dlockTargets-CONFIG.cmake" /usr/share/man/man3/libdlock.3.gz)" \
     "$(listing libdlock-dev)"
+pymods=$(cd "$src/bindings/python/src" && find dlock \( -name '*.py' -o -name py.typed \) \
+    -printf '/usr/lib/python3/dist-packages/%p\n')
+# shellcheck disable=SC2086 # one file per word
+must_equal "python3-dlock files" "$(expect $pymods)" "$(listing python3-dlock)"
 completion=
 if [ -f "$src/packaging/dlockctl.bash-completion" ]; then
     completion=/usr/share/bash-completion/completions/dlockctl
@@ -234,6 +245,8 @@ for d in README.md protocol.md fencing.md quorum.md; do
     ls "$tmp/x/libdlock-dev/usr/share/doc/libdlock-dev/$d"* >/dev/null 2>&1 ||
         fail "libdlock-dev has no $d in /usr/share/doc/libdlock-dev"
 done
+ls "$tmp/x/python3-dlock/usr/share/doc/python3-dlock/python.md"* >/dev/null 2>&1 ||
+    fail "python3-dlock has no python.md in /usr/share/doc/python3-dlock"
 
 # ---------------------------------------------------------------------------
 step "5. dpkg --root: install, reinstall, remove, purge"
@@ -268,7 +281,8 @@ dpkg_root -i "${debs[@]}"
 status=$(fake dpkg-query --admindir="$root/var/lib/dpkg" -W -f '${Package}: ${Status}\n' | sort)
 must_equal "dpkg status after install" "dlockd: install ok installed
 libdlock-dev: install ok installed
-libdlock0: install ok installed" "$status"
+libdlock0: install ok installed
+python3-dlock: install ok installed" "$status"
 user=$(awk -F: '$1 == "dlock" { print $3 ":" $4 ":" $6 ":" $7 }' "$root/etc/passwd")
 gid=$(awk -F: '$1 == "dlock" { print $3 }' "$root/etc/group")
 [ -n "$gid" ] || fail "no group dlock in the root's /etc/group"
@@ -284,6 +298,16 @@ for prog in usr/sbin/dlockd usr/bin/dlockctl; do
     [[ $out == *" $version" ]] || fail "the installed $prog --version: expected $version, got '$out'"
 done
 
+# The installed module imports, and loads the installed library by its path
+# (the throwaway root is not on the loader's search path).
+if command -v python3 >/dev/null; then
+    out=$(PYTHONPATH="$root/usr/lib/python3/dist-packages" PYTHONDONTWRITEBYTECODE=1 \
+        DLOCK_LIBRARY="$root/$libdir/libdlock.so.$(hdr_version MAJOR)" \
+        python3 -c 'import dlock; print(dlock.__version__)' 2>&1) ||
+        fail "the installed python3-dlock does not import: $out"
+    must_equal "the installed dlock module's version" "$version" "$out"
+fi
+
 # An administrator's mode stays through a reinstallation (configure with the
 # old version: not a first installation).
 fake chmod 0600 "$conf"
@@ -293,7 +317,7 @@ must_equal "mode of dlockd.conf after reinstalling" "0:$gid 600" "$(owner_mode "
 dpkg_root --remove dlockd
 [ -f "$conf" ] || fail "removing dlockd removed its configuration"
 [ ! -e "$root/usr/sbin/dlockd" ] || fail "removing dlockd left /usr/sbin/dlockd"
-dpkg_root --purge dlockd libdlock-dev libdlock0
+dpkg_root --purge dlockd python3-dlock libdlock-dev libdlock0
 [ ! -e "$root/etc/dlock" ] || fail "purging dlockd left /etc/dlock: $(ls -A "$root/etc/dlock")"
 left=$(find "$root" \( -path "$root/etc/systemd/*" -o -path "$root/var/lib/systemd/*" \) \
     \( -type f -o -type l \) -printf '/%P\n')
@@ -301,4 +325,4 @@ left=$(find "$root" \( -path "$root/etc/systemd/*" -o -path "$root/var/lib/syste
 left=$(find "$root" \( -path "$root/usr/*" -o -path "$root/lib/*" \) ! -type d -printf '/%P\n')
 [ -z "$left" ] || fail "purging left files: $left"
 
-step "OK: dlock $version makes three lintian-clean Debian packages that install and purge"
+step "OK: dlock $version makes four lintian-clean Debian packages that install and purge"
