@@ -128,12 +128,14 @@ func benchPairs(net, impl, agentSock, redisSock string) {
 	lk := newLocker(impl, agentSock, redisSock, false)
 	defer lk.close()
 	ctx := context.Background()
-	name := "bench:go:pairs:" + net + ":" + impl + ":" + runID
+	// A name of its own for each pair, as in the other languages' parts:
+	// every grant comes from Redis, for either implementation.
+	base := "bench:go:pairs:" + net + ":" + impl + ":" + runID + ":"
 	lat := make([]time.Duration, 0, pairs)
 	start := time.Now()
 	for i := 0; i < pairs; i++ {
 		t0 := time.Now()
-		unlock, err := lk.lock(ctx, name, 0)
+		unlock, err := lk.lock(ctx, base+strconv.Itoa(i), 0)
 		if err != nil {
 			fail(impl+" lock", err)
 		}
