@@ -1426,14 +1426,17 @@ static int phase_bindings(const struct opts *o, struct env *e)
     static struct binding_result r[BINDING_MAX];
     int n = 0;
     /* The floor of every binding's pairs: libdlock and a plain hiredis
-     * lock from C, on the same agent and Redis, in the same run. */
-    struct pair_result d, p;
+     * lock from C, on the same agent and Redis, in the same run, each pair
+     * on a name of its own as the bindings' are. */
+    struct summary d, p;
     progress("bindings: 1 client from C, libdlock and plain hiredis, as the reference");
-    if (run_single(&dlock_driver, &plain_driver, e, o->pairs, &d, &p) != 0)
+    if (bindings_reference(&dlock_driver, e, o->pairs, &d) != 0 ||
+        bindings_reference(&plain_driver, e, o->pairs, &p) != 0)
         return -1;
-    printf("\nBindings: the reference from C, 1 client on loopback: libdlock %s/s (p50 %s), "
-           "a plain hiredis lock (SET NX PX, then a compare-and-delete script) %s/s (p50 %s)\n",
-           fmt_count(d.s.per_s), fmt_us(d.s.p50_us), fmt_count(p.s.per_s), fmt_us(p.s.p50_us));
+    printf("\nBindings: the reference from C, 1 client on loopback, a name per pair: libdlock "
+           "%s/s (p50 %s), a plain hiredis lock (SET NX PX, then a compare-and-delete script) "
+           "%s/s (p50 %s)\n",
+           fmt_count(d.per_s), fmt_us(d.p50_us), fmt_count(p.per_s), fmt_us(p.p50_us));
     progress("bindings: each language's binding against its own Redis lock library");
     int rc = run_bindings(e, o->delay_us > 0 ? o->delay_us : 100, o->bindings, o->pairs, o->seconds,
                           r, BINDING_MAX, &n);

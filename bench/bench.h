@@ -407,6 +407,10 @@ struct binding_result {
  * 0, or -1 after printing why. */
 int run_bindings(struct env *e, double delay_us, const char *langs, long pairs, double seconds,
                  struct binding_result *out, int max, int *n);
+/* n pairs of driver d from C, each on a name of its own (every grant from
+ * Redis), as the bindings' pairs are: the reference they are read against.
+ * 0, or -1 after printing why. */
+int bindings_reference(const struct driver *d, struct env *e, long n, struct summary *out);
 /* SIGKILLs a language's benchmark program: async-signal-safe. */
 void bindings_kill(void);
 

@@ -81,6 +81,33 @@ static int run_program(const char *run, char *const envp_add[], struct binding_r
     return 0;
 }
 
+int bindings_reference(const struct driver *d, struct env *e, long n, struct summary *out)
+{
+    void *client = d->open(e);
+    if (!client) {
+        fprintf(stderr, "dlock-bench: %s: cannot open a client\n", d->label);
+        return -1;
+    }
+    struct lat l = {0};
+    int rc = lat_reserve(&l, (size_t)n);
+    uint64_t start = now_ns();
+    for (long i = 0; i < n && rc == 0; i++) {
+        char name[64];
+        uint64_t mid, t0 = now_ns();
+        snprintf(name, sizeof name, "bench-reference-%s-%ld", d->label, i);
+        rc = d->pair(client, name, &mid);
+        if (rc == 0)
+            lat_push(&l, now_ns() - t0);
+        else
+            fprintf(stderr, "dlock-bench: %s: %s\n", d->label, d->strerror(rc));
+    }
+    if (rc == 0)
+        lat_summarise(&l, (double)(now_ns() - start) / 1e9, out);
+    lat_free(&l);
+    d->close(client);
+    return rc == 0 ? 0 : -1;
+}
+
 int run_bindings(struct env *e, double delay_us, const char *langs, long pairs, double seconds,
                  struct binding_result *out, int max, int *n)
 {
