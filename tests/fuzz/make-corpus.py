@@ -14,7 +14,7 @@ import os
 import struct
 import sys
 
-HELLO, ACQUIRE, RELEASE, PING, ACQUIRE_EX = 0x01, 0x02, 0x03, 0x04, 0x05
+HELLO, ACQUIRE, RELEASE, PING, ACQUIRE_EX, CANCEL = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06
 HELLO_OK, GRANTED, OK, ERROR, EVENT = 0x81, 0x82, 0x83, 0x84, 0x85
 MAGIC, VERSION = 0x4B434C44, 1
 CONTROL = 0xFFFF  # fuzz_agent: a frame for the harness, not the agent
@@ -121,6 +121,12 @@ def agent_seeds():
         # SIGHUP: a policy that no longer lets the waiter wait, then the first
         "policy-reload": done + hello() + acquire("a") + to_peer(1) + hello()
         + acquire("a", wait=-1) + control(8, 0) + acquire("x/1") + control(8, 1),
+        # cancels: of a waiter (answered), of it again, of a granted acquire,
+        # of an unknown id, and a malformed one
+        "cancel": done + hello() + acquire("a") + to_peer(1) + hello()
+        + acquire("a", fid=5, wait=-1) + frame(CANCEL, fid=5) + frame(CANCEL, fid=5)
+        + frame(CANCEL, fid=2) + frame(CANCEL, fid=99) + acquire("a", fid=6, wait=-1)
+        + to_peer(0) + release(lease) + to_peer(1) + frame(CANCEL, fid=6) + frame(CANCEL, b"x", 7),
         # SIGTERM with a lease, a waiter and a release in flight
         "shutdown": done + hello() + acquire("a") + to_peer(1) + hello()
         + acquire("a", wait=-1) + to_peer(0) + release(lease) + control(9),
