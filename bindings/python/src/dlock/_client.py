@@ -769,7 +769,34 @@ def _release_all(leases: "Iterator[Lease] | Any") -> None:
             pass
 
 
-class Lease:
+class _ReleasedOnExit:
+    """Leaving a ``with`` / ``async with`` block releases: a loss found then
+    raises LostError, unless the block raised already."""
+
+    __slots__ = ()
+
+    def release(self) -> None:
+        raise NotImplementedError
+
+    def _releasable(self) -> bool:
+        return True
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: "Optional[TracebackType]") -> None:
+        if not self._releasable():
+            return
+        try:
+            self.release()
+        except LostError:
+            if exc_type is None:
+                raise
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                        tb: "Optional[TracebackType]") -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+class Lease(_ReleasedOnExit):
     """A held lock. Obtained from Client.acquire() (or dlock.lock()), never built directly.
 
     Use it as a context manager: the block's end releases it, and raises
@@ -924,22 +951,11 @@ class Lease:
     def __enter__(self) -> "Lease":
         return self
 
-    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
-                 tb: "Optional[TracebackType]") -> None:
-        if self._handle is None:  # released in the block already, or the client closed
-            return
-        try:
-            self.release()
-        except LostError:
-            if exc_type is None:
-                raise
+    def _releasable(self) -> bool:
+        return self._handle is not None  # not released in the block already, nor closed
 
     async def __aenter__(self) -> "Lease":
         return self
-
-    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
-                        tb: "Optional[TracebackType]") -> None:
-        self.__exit__(exc_type, exc, tb)
 
     def __repr__(self) -> str:
         if self._handle is None:
@@ -947,7 +963,7 @@ class Lease:
         return f"<dlock.Lease {self.name!r} fence={self.fence} {self.kind.value} valid={self.valid}>"
 
 
-class LeaseSet:
+class LeaseSet(_ReleasedOnExit):
     """Several leases taken all or nothing (Client.acquire_many()), in the caller's order."""
 
     __slots__ = ("leases",)
@@ -995,20 +1011,8 @@ class LeaseSet:
     def __enter__(self) -> "LeaseSet":
         return self
 
-    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
-                 tb: "Optional[TracebackType]") -> None:
-        try:
-            self.release()
-        except LostError:
-            if exc_type is None:
-                raise
-
     async def __aenter__(self) -> "LeaseSet":
         return self
-
-    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
-                        tb: "Optional[TracebackType]") -> None:
-        self.__exit__(exc_type, exc, tb)
 
     def __repr__(self) -> str:
         return f"<dlock.LeaseSet {[lease.name for lease in self.leases]!r}>"
