@@ -466,8 +466,8 @@ func TestOpenCloseKeepsNoDescriptor(t *testing.T) {
 // end: a held lease is lost (its event, with ErrDisconnected, its channel,
 // its error) and an acquire waiting in the agent fails with ErrDisconnected.
 func TestAgentGone(t *testing.T) {
-	dir := filepath.Join(env.dir, "gone")
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	dir, err := os.MkdirTemp(env.dir, "gone-") // the agent's status socket goes there too
+	if err != nil {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "dlock.sock")
@@ -486,7 +486,8 @@ func TestAgentGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	name := lockName(t, "x")
+	// The dead agent's key outlives the test until its TTL: a name per run.
+	name := lockName(t, "x"+strconv.FormatInt(time.Now().UnixNano(), 36))
 	events := make(chan dlock.Event, 4)
 	l, err := a.Acquire(testCtx(t), name, dlock.AcquireOptions{
 		OnEvent: func(ev dlock.Event) { events <- ev }})
