@@ -14,7 +14,6 @@ package dlock
 /*
 #cgo pkg-config: dlock
 #include <stdlib.h>
-#include <unistd.h>
 #include "shim.h"
 */
 import "C"
@@ -22,10 +21,13 @@ import "C"
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
 	"runtime/cgo"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 )
@@ -44,9 +46,8 @@ type Client struct {
 	mu      sync.Mutex // held around every call into libdlock on c
 	c       *C.dlock_client
 	closed  bool
-	broken  bool // the dispatcher saw the connection end
 	self    cgo.Handle
-	efd     C.int
+	conn    net.Conn      // a dup of the connection, watched by the netpoller
 	done    chan struct{} // closed when the dispatcher returns
 	pending map[cgo.Handle]*acquireOp
 	leases  map[*C.dlock_lease]*Lease
@@ -70,14 +71,14 @@ func Open(opts Options) (*Client, error) {
 	if rc := C.dlock_client_open(&cc, path); rc != 0 {
 		return nil, codeError(int(rc), C.GoString(C.dlock_strerror(rc)), "")
 	}
-	efd := C.dlockgo_eventfd()
-	if efd < 0 {
+	conn, rawConn, err := watchConn(int(C.dlock_client_fd(cc)))
+	if err != nil {
 		C.dlock_client_close(cc)
-		return nil, fmt.Errorf("dlock: eventfd: errno %d", -int(efd))
+		return nil, err
 	}
 	c := &Client{
 		c:       cc,
-		efd:     efd,
+		conn:    conn,
 		done:    make(chan struct{}),
 		pending: map[cgo.Handle]*acquireOp{},
 		leases:  map[*C.dlock_lease]*Lease{},
@@ -85,33 +86,59 @@ func Open(opts Options) (*Client, error) {
 	}
 	c.self = cgo.NewHandle(c)
 	C.dlockgo_set_event_cb(cc, C.uintptr_t(c.self))
-	go c.dispatcher(C.dlock_client_fd(cc))
+	go c.dispatcher(rawConn)
 	go c.deliverEvents()
 	return c, nil
 }
 
-// dispatcher waits in poll() for the agent's messages without the lock, then
-// handles them under it: acquire completions and lease events.
-func (c *Client) dispatcher(fd C.int) {
-	defer close(c.done)
-	for {
-		mask := C.dlockgo_wait(fd, c.efd)
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return
-		}
-		if mask < 0 || mask&1 != 0 {
-			if C.dlock_client_dispatch(c.c) != 0 {
-				// The connection is gone: every lease was told LOST and
-				// every acquire in flight completed. Stop watching the fd,
-				// which stays readable; wait for Close.
-				c.broken = true
-				fd = -1
-			}
-		}
-		c.mu.Unlock()
+// watchConn wraps a duplicate of the client's socket in a net.Conn, so that
+// the runtime's netpoller tells when the agent sent something. The
+// duplicate shares the socket (already non-blocking) with libdlock, which
+// alone reads it; closing the duplicate leaves libdlock's descriptor open.
+func watchConn(fd int) (net.Conn, syscall.RawConn, error) {
+	dup, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
+	if errno != 0 {
+		return nil, nil, fmt.Errorf("dlock: duplicating the agent connection: %w", errno)
 	}
+	f := os.NewFile(dup, "dlock")
+	conn, err := net.FileConn(f) // a dup of its own: f is ours to close
+	f.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("dlock: watching the agent connection: %w", err)
+	}
+	var rawConn syscall.RawConn
+	if sc, ok := conn.(syscall.Conn); !ok {
+		err = fmt.Errorf("%T has no raw descriptor", conn)
+	} else {
+		rawConn, err = sc.SyscallConn()
+	}
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("dlock: watching the agent connection: %w", err)
+	}
+	return conn, rawConn, nil
+}
+
+// dispatcher waits in the netpoller until the agent's socket is readable,
+// without the lock, then has libdlock read and handle what came under it:
+// acquire completions and lease events. The read callback returns false
+// ("not done") after each dispatch, so that the runtime waits for the next
+// readiness and calls it again; the runtime itself reads nothing.
+// dlock_client_dispatch() reads until the socket would block, which the
+// netpoller's edge-triggered wait needs. It ends when the connection is gone
+// or when Close closes the watched duplicate.
+func (c *Client) dispatcher(rawConn syscall.RawConn) {
+	defer close(c.done)
+	_ = rawConn.Read(func(uintptr) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.closed {
+			return true
+		}
+		// Not 0: the connection is gone; every lease was told LOST and
+		// every acquire in flight completed. Stop watching the socket.
+		return C.dlock_client_dispatch(c.c) != 0
+	})
 }
 
 // Close closes the connection; the agent releases every lease of the client.
@@ -124,9 +151,11 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	C.dlockgo_wake(c.efd)
 	c.mu.Unlock()
-	<-c.done // the dispatcher no longer polls the fd
+	// Without the lock: closing the duplicate wakes the dispatcher's wait
+	// and waits for a dispatch in progress, which takes the lock.
+	c.conn.Close()
+	<-c.done
 
 	c.mu.Lock()
 	for _, l := range c.leases {
@@ -142,7 +171,6 @@ func (c *Client) Close() error {
 		h.Delete()
 		op.done <- acquireResult{err: ErrClosed}
 	}
-	C.close(c.efd)
 	c.self.Delete()
 	c.mu.Unlock()
 	close(c.evWake) // the event goroutine delivers what is queued, then ends
@@ -357,7 +385,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 		return nil, err
 	}
 	// Frames the send read while the socket was full wait in the library's
-	// buffer, where the dispatcher's poll() cannot see them: handle them now.
+	// buffer, where the netpoller cannot see them: handle them now.
 	C.dlock_client_dispatch(c.c)
 	c.mu.Unlock()
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -430,6 +431,96 @@ func TestClose(t *testing.T) {
 	}
 	l2.Release()
 	l.Release()
+}
+
+// TestOpenCloseKeepsNoDescriptor: Close closes both the client's socket and
+// the duplicate the dispatcher watches.
+func TestOpenCloseKeepsNoDescriptor(t *testing.T) {
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd:", err)
+		}
+		return len(ents)
+	}
+	before := fds()
+	for i := 0; i < 20; i++ {
+		c, err := dlock.Open(dlock.Options{Socket: env.agentSock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 && fds() <= before {
+			t.Fatal("an open client holds no descriptor")
+		}
+		if err := c.Ping(); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	if after := fds(); after != before {
+		t.Fatalf("descriptors: %d before 20 clients opened and closed, %d after", before, after)
+	}
+}
+
+// TestAgentGone: when the agent dies, the dispatcher sees the connection
+// end: a held lease is lost (its event, with ErrDisconnected, its channel,
+// its error) and an acquire waiting in the agent fails with ErrDisconnected.
+func TestAgentGone(t *testing.T) {
+	dir, err := os.MkdirTemp(env.dir, "gone-") // the agent's status socket goes there too
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "dlock.sock")
+	agent, err := startAgent(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(agent)
+	a, err := dlock.Open(dlock.Options{Socket: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := dlock.Open(dlock.Options{Socket: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	// The dead agent's key outlives the test until its TTL: a name per run.
+	name := lockName(t, "x"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	events := make(chan dlock.Event, 4)
+	l, err := a.Acquire(testCtx(t), name, dlock.AcquireOptions{
+		OnEvent: func(ev dlock.Event) { events <- ev }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := acquireAsync(testCtx(t), b, name, forever)
+	if err := poll(20*time.Second, func() bool {
+		ls := agentLeasesOn(t, sock, name)
+		return len(ls) == 1 && ls[0].Waiters == 1
+	}); err != nil {
+		t.Fatalf("b's acquire never waited in the agent: %v", err)
+	}
+
+	stop(agent) // SIGKILL
+	if r := recv(t, ch); !errors.Is(r.err, dlock.ErrDisconnected) {
+		t.Fatalf("acquire waiting when the agent died: %+v", r)
+	}
+	select {
+	case ev := <-events:
+		if ev.Lease != l || ev.State != dlock.Lost || !errors.Is(ev.Err, dlock.ErrDisconnected) {
+			t.Fatalf("event of a lease whose agent died: %+v", ev)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no LOST event within 30 s of the agent's death")
+	}
+	<-l.Lost()
+	if l.Valid() || !errors.Is(l.Err(), dlock.ErrLost) {
+		t.Fatalf("lease whose agent died: valid %v, err %v", l.Valid(), l.Err())
+	}
+	if _, err := a.Acquire(testCtx(t), name, dlock.AcquireOptions{}); !errors.Is(err, dlock.ErrDisconnected) {
+		t.Fatalf("acquire after the agent died: %v", err)
+	}
 }
 
 func TestShared(t *testing.T) {

@@ -22,7 +22,7 @@ import (
 // fresh temp dir (e.g. /tmp/dlock-go-123456/) and killed at the end; each
 // test uses lock names of its own.
 var env struct {
-	dir, redisSock, agentSock, dlockctl string
+	dir, redisSock, agentSock, dlockd, dlockctl string
 }
 
 func TestMain(m *testing.M) {
@@ -63,7 +63,7 @@ func binary(envVar, rel string) string {
 }
 
 func runMain(m *testing.M) int {
-	dlockd := binary("DLOCKD", "agent/dlockd")
+	env.dlockd = binary("DLOCKD", "agent/dlockd")
 	env.dlockctl = binary("DLOCKCTL", "tools/dlockctl")
 	dir, err := os.MkdirTemp("", "dlock-go-")
 	if err != nil {
@@ -88,30 +88,41 @@ func runMain(m *testing.M) int {
 		return 2
 	}
 
-	agent := exec.Command(dlockd, "-s", env.agentSock, "-r", "unix:"+env.redisSock)
-	agent.Stderr = os.Stderr
-	if err := agent.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "dlockd:", err)
+	agent, err := startAgent(env.agentSock)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	defer stop(agent)
-	if err := poll(20*time.Second, agentReady); err != nil {
-		fmt.Fprintln(os.Stderr, "dlockd not ready (accepting, its Redis links up):", err)
-		return 2
-	}
 	os.Setenv("DLOCK_SOCKET", env.agentSock)
 	return m.Run()
 }
 
-// agentReady: the agent accepts clients and its Redis links are up (its
-// status lists every node connected and subscribed).
-func agentReady() bool {
-	c, err := dlock.Open(dlock.Options{Socket: env.agentSock})
+// startAgent starts a dlockd on sock over the tests' Redis (its status
+// socket goes beside sock: one agent per directory) and waits until it is
+// ready.
+func startAgent(sock string) (*exec.Cmd, error) {
+	agent := exec.Command(env.dlockd, "-s", sock, "-r", "unix:"+env.redisSock)
+	agent.Stderr = os.Stderr
+	if err := agent.Start(); err != nil {
+		return nil, fmt.Errorf("dlockd: %w", err)
+	}
+	if err := poll(20*time.Second, func() bool { return agentReady(sock) }); err != nil {
+		stop(agent)
+		return nil, fmt.Errorf("dlockd not ready (accepting, its Redis links up): %w", err)
+	}
+	return agent, nil
+}
+
+// agentReady: the agent on sock accepts clients and its Redis links are up
+// (its status lists every node connected and subscribed).
+func agentReady(sock string) bool {
+	c, err := dlock.Open(dlock.Options{Socket: sock})
 	if err != nil {
 		return false
 	}
 	c.Close()
-	out, err := exec.Command(env.dlockctl, "-s", env.agentSock, "status", "--json").Output()
+	out, err := exec.Command(env.dlockctl, "-s", sock, "status", "--json").Output()
 	if err != nil {
 		return false
 	}
@@ -186,7 +197,13 @@ type leaseInfo struct {
 // agentLeases is `dlockctl leases --json NAME`: the agent's leases of name.
 func agentLeases(t *testing.T, name string) []leaseInfo {
 	t.Helper()
-	out, err := exec.Command(env.dlockctl, "-s", env.agentSock, "leases", "--json", name).Output()
+	return agentLeasesOn(t, env.agentSock, name)
+}
+
+// agentLeasesOn is agentLeases of the agent on sock.
+func agentLeasesOn(t *testing.T, sock, name string) []leaseInfo {
+	t.Helper()
+	out, err := exec.Command(env.dlockctl, "-s", sock, "leases", "--json", name).Output()
 	if err != nil {
 		t.Fatalf("dlockctl leases: %v", err)
 	}
