@@ -403,6 +403,10 @@ class Client extends EventEmitter {
   #socket;
   #conn = null; // the net.Socket reading a duplicate of the client's fd
   #refd = true; // #conn keeps the event loop alive
+  #held = []; // chunks read that the library refused (no memory), to be fed again first
+  #stalled = false; // #conn is paused until they are
+  #retry = null; // the timer that feeds them again
+  #eof = false; // the connection ended (fed as soon as nothing is held)
   #ended = false; // the end of the connection was fed
   #ownerSeq = 0n; // the owners of plain acquires: OWN_OWNER | ++#ownerSeq
   #handles = new Map(); // lease ptr -> Handle
@@ -492,8 +496,14 @@ class Client extends EventEmitter {
   }
 
   #acquire(name, parsed) {
+    // A chunk the library refused must be fed before anything the library reads itself (a send
+    // that finds the socket full reads ahead): once more now, else the acquire is not sent.
+    if (this.#held.length) this.#feed();
     if (this.closed) {
       return Promise.reject(new ConnectionError('the client is closed', ERRNO.EDISCONNECTED));
+    }
+    if (this.#held.length) {
+      return Promise.reject(errorFor(ERRNO.ENOMEM, n.strerror(ERRNO.ENOMEM), { lock: name }));
     }
     const { signal } = parsed;
     if (signal && signal.aborted) return Promise.reject(signal.reason);
@@ -520,7 +530,7 @@ class Client extends EventEmitter {
     this.#sync();
     // A send that found the socket full waited for room and read what the agent sent
     // meanwhile into the library's buffer, where no read of ours will see it: handle it now.
-    this.#feed(NOTHING, 0);
+    this.#feed();
     return promise;
   }
 
@@ -670,31 +680,52 @@ class Client extends EventEmitter {
     else conn.unref();
   }
 
-  // bytes the agent sent (or NOTHING: what the library read itself)
-  #feed(buf, len = buf.length) {
+  // Hands the library what the agent sent, in the order it was read: `chunk` (read from the
+  // socket) behind any chunk held back; without one, what the library read into its own buffer
+  // itself. Then the end of the connection, once it came and nothing is held back.
+  #feed(chunk) {
     if (!this.#ptr || this.#ended) return;
-    const rc = n.feed(this.#ptr, buf, len);
+    if (chunk) this.#held.push(chunk);
+    let rc = 0;
+    if (!this.#held.length && !this.#eof) rc = n.feed(this.#ptr, NOTHING, 0);
+    while (this.#held.length) {
+      const buf = this.#held[0];
+      rc = n.feed(this.#ptr, buf, buf.length);
+      if (rc === ERRNO.ENOMEM) break; // nothing of it was taken
+      this.#held.shift();
+      if (rc !== 0) this.#held.length = 0; // the connection is broken: the rest means nothing
+    }
     if (rc === ERRNO.ENOMEM) {
-      // nothing was taken: the same bytes again a little later, reading nothing meanwhile
+      // the same bytes again a little later; the socket is not read meanwhile
+      this.#stalled = true;
       this.#conn?.pause();
-      setTimeout(() => {
-        this.#conn?.resume();
-        this.#feed(buf, len);
-      }, 10);
-      return;
+      if (!this.#retry) {
+        this.#retry = setTimeout(() => {
+          this.#retry = null;
+          this.#feed();
+        }, 10);
+      }
+    } else if (this.#stalled) {
+      this.#stalled = false;
+      clearTimeout(this.#retry);
+      this.#retry = null;
+      this.#conn?.resume();
+    }
+    if (this.#eof && !this.#held.length) {
+      this.#ended = true;
+      rc = n.feed(this.#ptr, null, 0) || ERRNO.EDISCONNECTED;
     }
     drain();
+    if (!this.#ptr) return; // closed by a listener
     if (rc === ERRNO.EDISCONNECTED) this.#broke(rc);
     else this.#sync();
   }
 
   // the connection ended (end of stream, or a read error)
   #end() {
-    if (!this.#ptr || this.#ended) return;
-    this.#ended = true;
-    const rc = n.feed(this.#ptr, null, 0);
-    drain();
-    this.#broke(rc || ERRNO.EDISCONNECTED);
+    if (!this.#ptr || this.#eof) return;
+    this.#eof = true;
+    this.#feed();
   }
 
   #broke(rc) {
@@ -713,6 +744,9 @@ class Client extends EventEmitter {
     if (this.#closing) return this.#closing;
     drain();
     this.#closed = true;
+    clearTimeout(this.#retry);
+    this.#retry = null;
+    this.#held.length = 0;
     this.#conn?.destroy();
     this.#conn = null;
     clientsByPtr.delete(this.#ptr);
