@@ -26,6 +26,10 @@ const UINT32_MAX = 0xffffffff;
 // Owners at or above 2^63 are the binding's: each plain acquire gets one of its own.
 const OWN_OWNER = 1n << 63n;
 const SET_MAX = 64; // DLOCK_SET_MAX
+// An acquire the agent has not answered this long after its wait ran out is given up on
+// (ENOANSWER), as libdlock's blocking acquire gives up (its ACQUIRE_SLACK_MS).
+const ANSWER_SLACK_MS = 10000;
+const TIMER_MAX_MS = 0x7fffffff; // the longest delay of a setTimeout()
 const F_DUPFD_CLOEXEC = 1030;
 // dlock_client_feed(client, "", 0): a zero-length buffer that is not NULL
 const NOTHING = Buffer.alloc(1);
@@ -412,6 +416,7 @@ class Client extends EventEmitter {
   #handles = new Map(); // lease ptr -> Handle
   #live = 0; // handles not lost
   #pending = new Set(); // entries of this client's pending acquires
+  #abandoned = new Set(); // entries settled already (ENOANSWER), whose callback is still due
   #closed = false;
   #broken = false;
   #closing = null;
@@ -511,7 +516,10 @@ class Client extends EventEmitter {
     // holder of the name on this client, as another client's acquire would.
     if (!parsed.reentrant) parsed.spec.owner = OWN_OWNER | ++this.#ownerSeq;
     const id = nextId++;
-    const entry = { id, client: this, name, signal, aborted: false, onAbort: null, resolve: null, reject: null };
+    const entry = {
+      id, client: this, name, signal, aborted: false, abandoned: false, onAbort: null, guard: null,
+      resolve: null, reject: null,
+    };
     const promise = new Promise((resolve, reject) => {
       entry.resolve = resolve;
       entry.reject = reject;
@@ -527,6 +535,8 @@ class Client extends EventEmitter {
       entry.onAbort = () => this.#abort(entry);
       signal.addEventListener('abort', entry.onAbort, { once: true });
     }
+    const wait = parsed.options.wait_ms;
+    if (wait !== WAIT_FOREVER) this.#guard(entry, performance.now() + wait + ANSWER_SLACK_MS);
     this.#sync();
     // A send that found the socket full waited for room and read what the agent sent
     // meanwhile into the library's buffer, where no read of ours will see it: handle it now.
@@ -592,8 +602,35 @@ class Client extends EventEmitter {
     }
   }
 
+  // Gives the acquire up if the agent has not answered by `at` (performance.now()): the timer
+  // is unref'd, the pending acquire itself keeps the process alive.
+  #guard(entry, at) {
+    const left = at - performance.now();
+    entry.guard = left > TIMER_MAX_MS
+      ? setTimeout(() => this.#guard(entry, at), TIMER_MAX_MS)
+      : setTimeout(() => this.#noAnswer(entry), Math.max(0, left));
+    entry.guard.unref();
+  }
+
+  // The agent did not answer in time (stopped, wedged): the acquire is cancelled and rejected
+  // with ENOANSWER at once. Its callback still comes if the agent wakes up: a lease that was
+  // granted meanwhile is then released (_complete()).
+  #noAnswer(entry) {
+    entry.guard = null;
+    if (!this.#pending.has(entry)) return;
+    this.#feed(); // what the library read already
+    if (!this.#pending.has(entry)) return;
+    if (!entry.aborted) n.cancel(this.#ptr, acquireCbPtr, entry.id);
+    entry.abandoned = true;
+    this.#pending.delete(entry);
+    this.#abandoned.add(entry);
+    if (entry.onAbort) entry.signal.removeEventListener('abort', entry.onAbort);
+    entry.reject(errorFor(ERRNO.ENOANSWER, n.strerror(ERRNO.ENOANSWER), { lock: entry.name }));
+    this.#sync();
+  }
+
   #abort(entry) {
-    if (entry.aborted || !pendingById.has(entry.id)) return;
+    if (entry.aborted || entry.abandoned || !pendingById.has(entry.id)) return;
     entry.aborted = true;
     // 0: the callback comes later (DLOCK_ECANCELED, or a grant that crossed the cancel, which
     // _complete() releases); anything else: it is already on its way. Either way the promise is
@@ -609,14 +646,16 @@ class Client extends EventEmitter {
   // an acquire completed (from drain())
   _complete(entry, status, leasePtr, words) {
     this.#pending.delete(entry);
+    this.#abandoned.delete(entry);
+    clearTimeout(entry.guard);
     if (entry.onAbort) entry.signal.removeEventListener('abort', entry.onAbort);
-    if (entry.aborted) {
+    if (entry.aborted || entry.abandoned) {
       if (status === 0) {
         const h = this.#handles.get(leasePtr);
         n.release(leasePtr); // one hold: a re-entered handle keeps its others
         if (h && h.leases.size === 0) this.#forget(h);
       }
-      entry.reject(entry.signal.reason);
+      if (!entry.abandoned) entry.reject(entry.signal.reason); // else: settled already
       this.#sync();
       return;
     }
@@ -752,11 +791,14 @@ class Client extends EventEmitter {
     clientsByPtr.delete(this.#ptr);
     for (const entry of this.#pending) {
       pendingById.delete(entry.id);
+      clearTimeout(entry.guard);
       if (entry.onAbort) entry.signal.removeEventListener('abort', entry.onAbort);
       entry.reject(entry.aborted ? entry.signal.reason
         : errorFor(ERRNO.EDISCONNECTED, 'the client was closed', { lock: entry.name }));
     }
     this.#pending.clear();
+    for (const entry of this.#abandoned) pendingById.delete(entry.id);
+    this.#abandoned.clear();
     for (const h of this.#handles.values()) for (const lease of h.leases) lease._closed();
     this.#handles.clear();
     this.#live = 0;
