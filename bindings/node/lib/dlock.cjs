@@ -420,6 +420,7 @@ class Client extends EventEmitter {
   #closed = false;
   #broken = false;
   #closing = null;
+  #closeWhenIdle = false; // close once the last lease handle is forgotten
 
   constructor(token, ptr, socket) {
     if (token !== NEW) throw new TypeError('dlock: use `await Client.open()`');
@@ -705,6 +706,14 @@ class Client extends EventEmitter {
   #forget(h) {
     if (this.#handles.delete(h.ptr) && !h.lost) this.#live--;
     this.#sync();
+    if (this.#closeWhenIdle && this.#handles.size === 0) this.close();
+  }
+
+  // The process-wide client of acquire() was dropped (its agent went away): it is closed as
+  // soon as no lease handle of it is left, the ones in the program's hands being released.
+  _closeWhenIdle() {
+    this.#closeWhenIdle = true;
+    if (this.#handles.size === 0) this.close();
   }
 
   // The socket keeps the event loop alive while acquires are pending or leases held (not lost):
@@ -815,7 +824,13 @@ class Client extends EventEmitter {
 
 // ---- a process-wide client for the top-level acquire() ----
 
-let defaultClient = null;
+let defaultClient = null; // a promise of it
+
+// Another client is opened at the next acquire(); this one is closed once nothing of it is used.
+function dropDefault(opening, client) {
+  if (defaultClient === opening) defaultClient = null;
+  client?._closeWhenIdle();
+}
 
 /** Acquires through a client of the process, opened on first use on $DLOCK_SOCKET. */
 async function acquire(name, opts) {
@@ -823,14 +838,13 @@ async function acquire(name, opts) {
   if (current) {
     const c = await current.catch(() => null);
     // closed, or the agent went away: open another
-    if ((!c || c.closed || c._broken) && defaultClient === current) defaultClient = null;
+    if (!c || c.closed || c._broken) dropDefault(current, c);
   }
   if (!defaultClient) {
     const opening = Client.open();
     defaultClient = opening;
-    opening.catch(() => {
-      if (defaultClient === opening) defaultClient = null;
-    });
+    opening.then((c) => c.once('disconnect', () => dropDefault(opening, c)),
+      () => dropDefault(opening, null));
   }
   const client = await defaultClient;
   return client.acquire(name, opts);
