@@ -584,6 +584,8 @@ class Client extends EventEmitter {
         }
         taken.push(lease);
         lease.once('lost', onLost); // cuts the wait for a later name short
+        // lost already: a LOST read with the grant was emitted before the listener was there
+        lease.check();
         if (inner.signal.aborted) throw inner.signal.reason;
       }
       // a member lost (or past its deadline) while a later one was waited for: not whole
