@@ -1,9 +1,11 @@
 'use strict';
 // The dlock client for Node.js: promises over libdlock's asynchronous calls.
 //
-// Every libdlock call is made on the main thread and none of them blocks: the handshake of
-// dlock_client_open() runs on the libuv pool (koffi .async()), acquires are
-// dlock_lease_acquire_spec_async(), a release never waits for the agent. The event loop itself
+// Every libdlock call is made on the main thread, the handshake of dlock_client_open() excepted
+// (on the libuv pool, koffi .async()). None waits for an answer: acquires are
+// dlock_lease_acquire_spec_async(), a release or a cancel never waits for the agent. Only an
+// acquire sent to a full socket blocks, until there is room, up to 5 s (then the library counts
+// the agent as gone: EDISCONNECTED). The event loop itself
 // reads the connection: a net.Socket over a duplicate of the client's fd hands every byte it
 // reads to dlock_client_feed(), inside which the C callbacks run. They only record what
 // happened; promises are settled and events emitted right after dlock_client_feed() returns, in

@@ -95,3 +95,29 @@ test('a stopped agent: acquires reject with ENOANSWER after their wait and 10 s,
   await client.close();
   await holder.close();
 });
+
+test('a stopped agent and a full socket: the acquire that finds no room gives up (after 5 s) and the client is broken', async () => {
+  const client = await Client.open({ socket: agent.sock });
+  const lease = await client.acquire(uniq('kept'));
+  const lost = new Promise((r) => lease.once('lost', r));
+  const disconnected = new Promise((r) => client.once('disconnect', r));
+  const base = uniq('full');
+  agent.agent.kill('SIGSTOP');
+  try {
+    await waitFor(() => procState(agent.agent.pid) === 'T', 'the agent stopped');
+    // far more than the socket takes: one of them finds it full, waits for room in
+    // dlock_lease_acquire_spec_async(), then counts the agent as gone; the rest fail at once
+    const pending = [];
+    for (let i = 0; i < 5000; i++) {
+      pending.push(client.acquire(`${base}:${'x'.repeat(150)}:${i}`, { wait: 60000 }).catch((e) => e));
+    }
+    assert.equal((await bounded(disconnected, 30000)).code, 'EDISCONNECTED');
+    assert.equal((await bounded(lost, 30000)).reason, 'EDISCONNECTED');
+    const errs = await Promise.all(pending);
+    assert.ok(errs.every((e) => e instanceof ConnectionError && e.code === 'EDISCONNECTED'),
+      `${[...new Set(errs.map((e) => e.code))]}`);
+  } finally {
+    agent.agent.kill('SIGCONT');
+    await client.close();
+  }
+});
