@@ -5,11 +5,10 @@
 // (on the libuv pool, koffi .async()). None waits for an answer: acquires are
 // dlock_lease_acquire_spec_async(), a release or a cancel never waits for the agent. Only an
 // acquire sent to a full socket blocks, until there is room, up to 5 s (then the library counts
-// the agent as gone: EDISCONNECTED). The event loop itself
-// reads the connection: a net.Socket over a duplicate of the client's fd hands every byte it
-// reads to dlock_client_feed(), inside which the C callbacks run. They only record what
-// happened; promises are settled and events emitted right after dlock_client_feed() returns, in
-// the order the library reported them.
+// the agent as gone: EDISCONNECTED). The event loop itself reads the connection: a net.Socket
+// over a duplicate of the client's fd hands every byte it reads to dlock_client_feed(), inside
+// which the C callbacks run. They only record what happened; promises are settled and events
+// emitted right after dlock_client_feed() returns, in the order the library reported them.
 
 const { EventEmitter } = require('node:events');
 const net = require('node:net');
