@@ -23,7 +23,10 @@ export interface OpenOptions {
 export interface AcquireOptions {
   /** Lease TTL on Redis in ms; 0 or absent: the agent's default (30 s). */
   ttl?: number;
-  /** How long to wait for the lock in ms: 0 (the default) tries once, Infinity waits until granted. */
+  /**
+   * How long to wait for the lock in ms: 0 (the default) tries once, Infinity waits until granted.
+   * A finite wait the agent leaves unanswered for 10 s more rejects with ENOANSWER.
+   */
   wait?: number;
   /** The kind of lock; default 'exclusive'. */
   kind?: LockKind;
@@ -187,7 +190,7 @@ export declare class InvalidNameError extends DlockError {}
 export declare class HeldError extends DlockError {}
 /** EKIND: the name is held as another kind of lock (or other permits). */
 export declare class KindError extends DlockError {}
-/** ECONNECT, EDISCONNECTED, ENOANSWER, ESHUTDOWN: no agent, or the connection ended. */
+/** ECONNECT, EDISCONNECTED, ENOANSWER, ESHUTDOWN: no agent, the connection ended, or no answer. */
 export declare class ConnectionError extends DlockError {}
 /** ELIMIT: a lease, waiter or renewal limit of the agent. */
 export declare class LimitError extends DlockError {}

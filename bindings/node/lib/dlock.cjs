@@ -1,13 +1,14 @@
 'use strict';
 // The dlock client for Node.js: promises over libdlock's asynchronous calls.
 //
-// Every libdlock call is made on the main thread and none of them blocks: the handshake of
-// dlock_client_open() runs on the libuv pool (koffi .async()), acquires are
-// dlock_lease_acquire_spec_async(), a release never waits for the agent. The event loop itself
-// reads the connection: a net.Socket over a duplicate of the client's fd hands every byte it
-// reads to dlock_client_feed(), inside which the C callbacks run. They only record what
-// happened; promises are settled and events emitted right after dlock_client_feed() returns, in
-// the order the library reported them.
+// Every libdlock call is made on the main thread, the handshake of dlock_client_open() excepted
+// (on the libuv pool, koffi .async()). None waits for an answer: acquires are
+// dlock_lease_acquire_spec_async(), a release or a cancel never waits for the agent. Only an
+// acquire sent to a full socket blocks, until there is room, up to 5 s (then the library counts
+// the agent as gone: EDISCONNECTED). The event loop itself reads the connection: a net.Socket
+// over a duplicate of the client's fd hands every byte it reads to dlock_client_feed(), inside
+// which the C callbacks run. They only record what happened; promises are settled and events
+// emitted right after dlock_client_feed() returns, in the order the library reported them.
 
 const { EventEmitter } = require('node:events');
 const net = require('node:net');
@@ -26,6 +27,10 @@ const UINT32_MAX = 0xffffffff;
 // Owners at or above 2^63 are the binding's: each plain acquire gets one of its own.
 const OWN_OWNER = 1n << 63n;
 const SET_MAX = 64; // DLOCK_SET_MAX
+// An acquire the agent has not answered this long after its wait ran out is given up on
+// (ENOANSWER), as libdlock's blocking acquire gives up (its ACQUIRE_SLACK_MS).
+const ANSWER_SLACK_MS = 10000;
+const TIMER_MAX_MS = 0x7fffffff; // the longest delay of a setTimeout()
 const F_DUPFD_CLOEXEC = 1030;
 // dlock_client_feed(client, "", 0): a zero-length buffer that is not NULL
 const NOTHING = Buffer.alloc(1);
@@ -403,14 +408,20 @@ class Client extends EventEmitter {
   #socket;
   #conn = null; // the net.Socket reading a duplicate of the client's fd
   #refd = true; // #conn keeps the event loop alive
+  #held = []; // chunks read that the library refused (no memory), to be fed again first
+  #stalled = false; // #conn is paused until they are
+  #retry = null; // the timer that feeds them again
+  #eof = false; // the connection ended (fed as soon as nothing is held)
   #ended = false; // the end of the connection was fed
   #ownerSeq = 0n; // the owners of plain acquires: OWN_OWNER | ++#ownerSeq
   #handles = new Map(); // lease ptr -> Handle
   #live = 0; // handles not lost
   #pending = new Set(); // entries of this client's pending acquires
+  #abandoned = new Set(); // entries settled already (ENOANSWER), whose callback is still due
   #closed = false;
   #broken = false;
   #closing = null;
+  #closeWhenIdle = false; // close once the last lease handle is forgotten
 
   constructor(token, ptr, socket) {
     if (token !== NEW) throw new TypeError('dlock: use `await Client.open()`');
@@ -492,8 +503,14 @@ class Client extends EventEmitter {
   }
 
   #acquire(name, parsed) {
+    // A chunk the library refused must be fed before anything the library reads itself (a send
+    // that finds the socket full reads ahead): once more now, else the acquire is not sent.
+    if (this.#held.length) this.#feed();
     if (this.closed) {
       return Promise.reject(new ConnectionError('the client is closed', ERRNO.EDISCONNECTED));
+    }
+    if (this.#held.length) {
+      return Promise.reject(errorFor(ERRNO.ENOMEM, n.strerror(ERRNO.ENOMEM), { lock: name }));
     }
     const { signal } = parsed;
     if (signal && signal.aborted) return Promise.reject(signal.reason);
@@ -501,7 +518,10 @@ class Client extends EventEmitter {
     // holder of the name on this client, as another client's acquire would.
     if (!parsed.reentrant) parsed.spec.owner = OWN_OWNER | ++this.#ownerSeq;
     const id = nextId++;
-    const entry = { id, client: this, name, signal, aborted: false, onAbort: null, resolve: null, reject: null };
+    const entry = {
+      id, client: this, name, signal, aborted: false, abandoned: false, onAbort: null, guard: null,
+      resolve: null, reject: null,
+    };
     const promise = new Promise((resolve, reject) => {
       entry.resolve = resolve;
       entry.reject = reject;
@@ -517,10 +537,12 @@ class Client extends EventEmitter {
       entry.onAbort = () => this.#abort(entry);
       signal.addEventListener('abort', entry.onAbort, { once: true });
     }
+    const wait = parsed.options.wait_ms;
+    if (wait !== WAIT_FOREVER) this.#guard(entry, performance.now() + wait + ANSWER_SLACK_MS);
     this.#sync();
     // A send that found the socket full waited for room and read what the agent sent
     // meanwhile into the library's buffer, where no read of ours will see it: handle it now.
-    this.#feed(NOTHING, 0);
+    this.#feed();
     return promise;
   }
 
@@ -563,6 +585,8 @@ class Client extends EventEmitter {
         }
         taken.push(lease);
         lease.once('lost', onLost); // cuts the wait for a later name short
+        // lost already: a LOST read with the grant was emitted before the listener was there
+        lease.check();
         if (inner.signal.aborted) throw inner.signal.reason;
       }
       // a member lost (or past its deadline) while a later one was waited for: not whole
@@ -582,8 +606,35 @@ class Client extends EventEmitter {
     }
   }
 
+  // Gives the acquire up if the agent has not answered by `at` (performance.now()): the timer
+  // is unref'd, the pending acquire itself keeps the process alive.
+  #guard(entry, at) {
+    const left = at - performance.now();
+    entry.guard = left > TIMER_MAX_MS
+      ? setTimeout(() => this.#guard(entry, at), TIMER_MAX_MS)
+      : setTimeout(() => this.#noAnswer(entry), Math.max(0, left));
+    entry.guard.unref();
+  }
+
+  // The agent did not answer in time (stopped, wedged): the acquire is cancelled and rejected
+  // with ENOANSWER at once. Its callback still comes if the agent wakes up: a lease that was
+  // granted meanwhile is then released (_complete()).
+  #noAnswer(entry) {
+    entry.guard = null;
+    if (!this.#pending.has(entry)) return;
+    this.#feed(); // what the library read already
+    if (!this.#pending.has(entry)) return;
+    if (!entry.aborted) n.cancel(this.#ptr, acquireCbPtr, entry.id);
+    entry.abandoned = true;
+    this.#pending.delete(entry);
+    this.#abandoned.add(entry);
+    if (entry.onAbort) entry.signal.removeEventListener('abort', entry.onAbort);
+    entry.reject(errorFor(ERRNO.ENOANSWER, n.strerror(ERRNO.ENOANSWER), { lock: entry.name }));
+    this.#sync();
+  }
+
   #abort(entry) {
-    if (entry.aborted || !pendingById.has(entry.id)) return;
+    if (entry.aborted || entry.abandoned || !pendingById.has(entry.id)) return;
     entry.aborted = true;
     // 0: the callback comes later (DLOCK_ECANCELED, or a grant that crossed the cancel, which
     // _complete() releases); anything else: it is already on its way. Either way the promise is
@@ -599,14 +650,16 @@ class Client extends EventEmitter {
   // an acquire completed (from drain())
   _complete(entry, status, leasePtr, words) {
     this.#pending.delete(entry);
+    this.#abandoned.delete(entry);
+    clearTimeout(entry.guard);
     if (entry.onAbort) entry.signal.removeEventListener('abort', entry.onAbort);
-    if (entry.aborted) {
+    if (entry.aborted || entry.abandoned) {
       if (status === 0) {
         const h = this.#handles.get(leasePtr);
         n.release(leasePtr); // one hold: a re-entered handle keeps its others
         if (h && h.leases.size === 0) this.#forget(h);
       }
-      entry.reject(entry.signal.reason);
+      if (!entry.abandoned) entry.reject(entry.signal.reason); // else: settled already
       this.#sync();
       return;
     }
@@ -656,6 +709,14 @@ class Client extends EventEmitter {
   #forget(h) {
     if (this.#handles.delete(h.ptr) && !h.lost) this.#live--;
     this.#sync();
+    if (this.#closeWhenIdle && this.#handles.size === 0) this.close();
+  }
+
+  // The process-wide client of acquire() was dropped (its agent went away): it is closed as
+  // soon as no lease handle of it is left, the ones in the program's hands being released.
+  _closeWhenIdle() {
+    this.#closeWhenIdle = true;
+    if (this.#handles.size === 0) this.close();
   }
 
   // The socket keeps the event loop alive while acquires are pending or leases held (not lost):
@@ -670,31 +731,52 @@ class Client extends EventEmitter {
     else conn.unref();
   }
 
-  // bytes the agent sent (or NOTHING: what the library read itself)
-  #feed(buf, len = buf.length) {
+  // Hands the library what the agent sent, in the order it was read: `chunk` (read from the
+  // socket) behind any chunk held back; without one, what the library read into its own buffer
+  // itself. Then the end of the connection, once it came and nothing is held back.
+  #feed(chunk) {
     if (!this.#ptr || this.#ended) return;
-    const rc = n.feed(this.#ptr, buf, len);
+    if (chunk) this.#held.push(chunk);
+    let rc = 0;
+    if (!this.#held.length && !this.#eof) rc = n.feed(this.#ptr, NOTHING, 0);
+    while (this.#held.length) {
+      const buf = this.#held[0];
+      rc = n.feed(this.#ptr, buf, buf.length);
+      if (rc === ERRNO.ENOMEM) break; // nothing of it was taken
+      this.#held.shift();
+      if (rc !== 0) this.#held.length = 0; // the connection is broken: the rest means nothing
+    }
     if (rc === ERRNO.ENOMEM) {
-      // nothing was taken: the same bytes again a little later, reading nothing meanwhile
+      // the same bytes again a little later; the socket is not read meanwhile
+      this.#stalled = true;
       this.#conn?.pause();
-      setTimeout(() => {
-        this.#conn?.resume();
-        this.#feed(buf, len);
-      }, 10);
-      return;
+      if (!this.#retry) {
+        this.#retry = setTimeout(() => {
+          this.#retry = null;
+          this.#feed();
+        }, 10);
+      }
+    } else if (this.#stalled) {
+      this.#stalled = false;
+      clearTimeout(this.#retry);
+      this.#retry = null;
+      this.#conn?.resume();
+    }
+    if (this.#eof && !this.#held.length) {
+      this.#ended = true;
+      rc = n.feed(this.#ptr, null, 0) || ERRNO.EDISCONNECTED;
     }
     drain();
+    if (!this.#ptr) return; // closed by a listener
     if (rc === ERRNO.EDISCONNECTED) this.#broke(rc);
     else this.#sync();
   }
 
   // the connection ended (end of stream, or a read error)
   #end() {
-    if (!this.#ptr || this.#ended) return;
-    this.#ended = true;
-    const rc = n.feed(this.#ptr, null, 0);
-    drain();
-    this.#broke(rc || ERRNO.EDISCONNECTED);
+    if (!this.#ptr || this.#eof) return;
+    this.#eof = true;
+    this.#feed();
   }
 
   #broke(rc) {
@@ -713,16 +795,22 @@ class Client extends EventEmitter {
     if (this.#closing) return this.#closing;
     drain();
     this.#closed = true;
+    clearTimeout(this.#retry);
+    this.#retry = null;
+    this.#held.length = 0;
     this.#conn?.destroy();
     this.#conn = null;
     clientsByPtr.delete(this.#ptr);
     for (const entry of this.#pending) {
       pendingById.delete(entry.id);
+      clearTimeout(entry.guard);
       if (entry.onAbort) entry.signal.removeEventListener('abort', entry.onAbort);
       entry.reject(entry.aborted ? entry.signal.reason
         : errorFor(ERRNO.EDISCONNECTED, 'the client was closed', { lock: entry.name }));
     }
     this.#pending.clear();
+    for (const entry of this.#abandoned) pendingById.delete(entry.id);
+    this.#abandoned.clear();
     for (const h of this.#handles.values()) for (const lease of h.leases) lease._closed();
     this.#handles.clear();
     this.#live = 0;
@@ -739,7 +827,13 @@ class Client extends EventEmitter {
 
 // ---- a process-wide client for the top-level acquire() ----
 
-let defaultClient = null;
+let defaultClient = null; // a promise of it
+
+// Another client is opened at the next acquire(); this one is closed once nothing of it is used.
+function dropDefault(opening, client) {
+  if (defaultClient === opening) defaultClient = null;
+  client?._closeWhenIdle();
+}
 
 /** Acquires through a client of the process, opened on first use on $DLOCK_SOCKET. */
 async function acquire(name, opts) {
@@ -747,14 +841,13 @@ async function acquire(name, opts) {
   if (current) {
     const c = await current.catch(() => null);
     // closed, or the agent went away: open another
-    if ((!c || c.closed || c._broken) && defaultClient === current) defaultClient = null;
+    if (!c || c.closed || c._broken) dropDefault(current, c);
   }
   if (!defaultClient) {
     const opening = Client.open();
     defaultClient = opening;
-    opening.catch(() => {
-      if (defaultClient === opening) defaultClient = null;
-    });
+    opening.then((c) => c.once('disconnect', () => dropDefault(opening, c)),
+      () => dropDefault(opening, null));
   }
   const client = await defaultClient;
   return client.acquire(name, opts);

@@ -90,9 +90,8 @@ const CLASSES = {
 
 /** The error for a DLOCK_E* code, in the given words. */
 function errorFor(errno, message, extra) {
-  if (errno === ERRNO.ELOST) return new LostError(message, errno);
   const Cls = CLASSES[CODES[errno]] || DlockError;
-  const err = new Cls(message, errno);
+  const err = errno === ERRNO.ELOST ? new LostError(message, errno) : new Cls(message, errno);
   if (extra) Object.assign(err, extra);
   return err;
 }

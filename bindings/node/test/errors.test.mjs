@@ -1,8 +1,11 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
+import { createRequire } from 'node:module';
 import { startAgent, uniq } from './helper.mjs';
-import { Client, DlockError, InvalidNameError, ConnectionError } from '../index.mjs';
+import { Client, DlockError, InvalidNameError, ConnectionError, LostError } from '../index.mjs';
+
+const require = createRequire(import.meta.url);
 
 let agent;
 before(async () => {
@@ -98,4 +101,17 @@ test('the agent going away: leases are lost, the client says disconnect', async 
   await assert.rejects(lease.release(), DlockError);
   await client.close();
   await own.stop();
+});
+
+test('the error of a failed acquire names its lock, whatever its code (ELOST too)', () => {
+  const { errorFor, ERRNO } = require('../lib/errors.cjs');
+  for (const errno of [ERRNO.ELOST, ERRNO.EBUSY, ERRNO.EBACKEND]) {
+    const err = errorFor(errno, 'words', { lock: 'orders:42' });
+    assert.equal(err.lock, 'orders:42', `${err.code}`);
+    assert.equal(err.errno, errno);
+    assert.equal(err.message, 'words');
+  }
+  const lost = errorFor(ERRNO.ELOST, 'words', { lock: 'orders:42' });
+  assert.ok(lost instanceof LostError);
+  assert.equal(lost.reason, 'ELOST');
 });

@@ -1,6 +1,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startAgent, uniq, waitFor, redis } from './helper.mjs';
+import { execFileSync } from 'node:child_process';
+import { startAgent, uniq, waitFor, redis, DLOCKCTL } from './helper.mjs';
 import {
   Client, LeaseSet, BusyError, TimeoutError, LostError, InvalidNameError, DlockError,
 } from '../index.mjs';
@@ -114,6 +115,40 @@ test('a member lost while a later name is waited for: LostError, everything give
   await assert.rejects(setting, (e) => e instanceof LostError && e.code === 'ELOST');
   assert.equal(await agent.waiters(y), 0, 'the wait for the second name was cancelled');
   await other.release();
+  await waitFor(async () => (await agent.leases(`${base}:*`)).length === 0, 'nothing held');
+});
+
+// Blocks this process, its event loop included, until fn() is true (polled), or throws.
+function blockUntil(fn, what, ms = 20000) {
+  const end = Date.now() + ms;
+  const nap = new Int32Array(new SharedArrayBuffer(4));
+  while (!fn()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    Atomics.wait(nap, 0, 0, 20);
+  }
+}
+const ctlSync = (...args) => execFileSync(DLOCKCTL, ['-s', agent.sock, ...args], { timeout: 10000 });
+const leasesSync = (name) => JSON.parse(ctlSync('leases', '--json', name)).leases;
+
+test('a member lost in the same read as its grant: LostError at once, the next name not waited for', async () => {
+  const base = uniq('lostgrant');
+  const [x, y, z] = [`${base}:a`, `${base}:b`, `${base}:c`];
+  const oy = await b.acquire(y);
+  const oz = await b.acquire(z);
+  const setting = a.acquireSet([z, y, x], { wait: 30000, ttl: 1000 });
+  await waitFor(async () => (await agent.waiters(y)) === 1, 'the set waiting for its second name');
+  // While this process reads nothing, y is granted to the set, its key deleted in Redis, and
+  // the agent finds the lease lost: the grant and the LOST are then read together.
+  const oldFence = Number(oy.fence);
+  const released = oy.release(); // sent at once
+  blockUntil(() => leasesSync(y).some((l) => l.fence !== oldFence), 'the grant of the second name');
+  execFileSync('redis-cli', ['-s', agent.redisSock, 'DEL', `dlock:${y}`], { timeout: 10000 });
+  blockUntil(() => leasesSync(y).length === 0, 'the loss of the second name');
+  ctlSync('status', '--json'); // one more turn of the agent's loop: the LOST was written
+  await released;
+  await assert.rejects(setting, (e) => e instanceof LostError && e.code === 'ELOST' && /lost/.test(e.message));
+  assert.equal(await agent.waiters(z), 0, 'the third name was not waited for');
+  await oz.release();
   await waitFor(async () => (await agent.leases(`${base}:*`)).length === 0, 'nothing held');
 });
 
