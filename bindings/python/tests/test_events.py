@@ -238,3 +238,56 @@ def test_jeopardy_then_held_again(stack: Stack) -> None:
     assert ev[1] in (dlock.State.HELD, dlock.State.LOST)
     if ev[1] is dlock.State.HELD:
         assert ev[2] == 0 and lease.valid
+
+
+def test_event_callback_acquires_with_a_wait(stack: Stack) -> None:
+    """A LOST callback (on the dispatcher thread) acquires another name with a wait: the
+    dispatcher thread dispatches the answer itself, and the acquire is granted."""
+    holder = stack.client()
+    held = holder.acquire("cb-other")
+    results: "queue.Queue[object]" = queue.Queue()
+    c = stack.client()
+
+    def on_event(lease: dlock.Lease, state: dlock.State, reason: "dlock.ErrorCode | int") -> None:
+        if state is not dlock.State.LOST:
+            return
+        try:
+            got = c.acquire("cb-other", wait=DEADLINE_S)
+            results.put((got.valid, got.fence))
+            got.release()
+        except BaseException as exc:  # reported to the test
+            results.put(exc)
+
+    c.acquire("cb-lost", ttl=1, on_event=on_event)
+    assert stack.redis.delete("dlock:cb-lost") == 1
+    stack.wait_waiters("cb-other", 1)  # the callback waits for the holder
+    held.release()
+    result = results.get(timeout=DEADLINE_S)
+    assert result == (True, result[1]) and result[1] > held.fence  # type: ignore[index]
+    # The client goes on as before.
+    stack.wait_names("cb-*", [])
+    with c.acquire("cb-after", wait=DEADLINE_S) as after:
+        assert after.valid
+
+
+def test_close_from_the_dispatcher_thread_holding_the_mutex(stack: Stack) -> None:
+    """The garbage collector may run a Client's __del__ on its dispatcher thread while that
+    thread holds the client's mutex (an allocation inside a libdlock callback): it must not
+    take the mutex again, and the dispatcher closes the client afterwards."""
+    c = stack.client()
+    done = threading.Event()
+
+    def on_event(lease: dlock.Lease, state: dlock.State, reason: "dlock.ErrorCode | int") -> None:
+        with c._core.mutex:  # as inside a libdlock callback
+            c.__del__()
+        done.set()
+
+    lease = c.acquire("gc-lost", ttl=1, on_event=on_event)
+    other = c.acquire("gc-kept")
+    assert stack.redis.delete("dlock:gc-lost") == 1
+    assert done.wait(DEADLINE_S)
+    wait_until(lambda: c._core.closed, "the dispatcher to close the client")
+    assert c.closed and not lease.valid and not other.valid
+    stack.wait_names("gc-*", [])
+    with pytest.raises(dlock.UnavailableError):
+        c.acquire("gc-after")

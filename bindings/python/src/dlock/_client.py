@@ -273,6 +273,10 @@ class _Core:
                 return
             if p.event is not None:
                 p.event.release()
+                if threading.get_ident() != self.thread_ident:
+                    # The dispatcher may be waiting for p itself (an acquire from an event
+                    # callback, wait_here()) on a socket this thread has just drained.
+                    self.wake()
             elif p.loop is not None:
                 try:
                     p.loop.call_soon_threadsafe(_complete_future, p)
@@ -318,30 +322,73 @@ class _Core:
         except (BlockingIOError, OSError):
             pass  # the pipe is full (a wake is pending anyway) or closed
 
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self.wake_r, 512):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def _dispatch(self) -> None:
+        """One dispatch of what the agent sent (mutex held)."""
+        if self.c is not None and not self.disconnected:
+            if _lib.client_dispatch(self.c) == ErrorCode.EDISCONNECTED:
+                self.disconnected = True
+
     def _run(self) -> None:
         self.thread_ident = threading.get_ident()
         poller = select.poll()
         poller.register(self.fd, select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
+        watching = True
         while not self.closing:
             # A timeout now and then also flushes a release still in the output buffer.
             for fd, _ in poller.poll(1000):
                 if fd == self.wake_r:
-                    try:
-                        while os.read(self.wake_r, 512):
-                            pass
-                    except (BlockingIOError, OSError):
-                        pass
+                    self._drain_wake()
             with self.mutex:
                 if self.closing or self.c is None:
                     break
-                if not self.disconnected:
-                    rc = _lib.client_dispatch(self.c)
-                    if rc == ErrorCode.EDISCONNECTED:
-                        self.disconnected = True
-                        poller.unregister(self.fd)
+                self._dispatch()
+            if self.disconnected and watching:
+                poller.unregister(self.fd)  # it stays readable (end of file) from now on
+                watching = False
             self.deliver()
         self.deliver()
+        # A close asked on this thread (from an event callback, or by the garbage collector,
+        # maybe while this thread held the mutex) is done here, outside every lock.
+        self.close_now()
+
+    def wait_here(self, p: _Pending, timeout: Optional[float]) -> bool:
+        """On the dispatcher thread (an acquire from an event callback): waits for p by
+        dispatching, as libdlock's own blocking calls do, since no other thread will.
+        Events that come meanwhile are delivered once the callback has returned. Returns
+        whether p is done (False: the timeout passed, or the client is closing)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        poller = select.poll()
+        poller.register(self.wake_r, select.POLLIN)
+        watching = False
+        while True:
+            with self.mutex:
+                # First what a blocking call of another thread may have read ahead.
+                self._dispatch()
+                if p.done or self.closing or self.c is None:
+                    return p.done
+                if not self.disconnected and not watching:
+                    poller.register(self.fd, select.POLLIN)
+                    watching = True
+                elif self.disconnected and watching:
+                    poller.unregister(self.fd)
+                    watching = False
+            ms = -1
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                ms = max(1, math.ceil(left * 1000))
+            for fd, _ in poller.poll(ms):
+                if fd == self.wake_r:
+                    self._drain_wake()
 
     def deliver(self) -> None:
         """Calls the event callbacks of the events recorded so far, outside the mutex."""
@@ -362,11 +409,11 @@ class _Core:
 
     def check_open(self) -> int:
         if self.forked:
-            raise DlockError(
+            raise error_for(
                 ErrorCode.EDISCONNECTED,
                 "this client was opened before fork(): a child process must open its own",
             )
-        if self.closed or self.c is None:
+        if self.closed or self.closing or self.c is None:
             raise UnavailableError(ErrorCode.EDISCONNECTED, "the client is closed")
         return self.c
 
@@ -427,9 +474,18 @@ class _Core:
         if self.closed or self.forked:
             return
         self.closing = True
+        if threading.get_ident() == self.thread_ident and self.thread.is_alive():
+            # On the dispatcher thread: an event callback, or the garbage collector (maybe
+            # while this thread holds the mutex, inside libdlock). Only ask: the dispatcher
+            # closes the client once the callback has returned (_run()).
+            return
         self.wake()
-        if threading.current_thread() is not self.thread and self.thread.is_alive():
+        if self.thread.is_alive():
             self.thread.join()
+        self.close_now()
+
+    def close_now(self) -> None:
+        """Closes the C client (the dispatcher has stopped, or is the caller)."""
         with self.mutex:
             if self.closed:
                 return
@@ -538,7 +594,8 @@ class Client:
 
     @property
     def closed(self) -> bool:
-        return self._core.closed or self._core.forked
+        core = self._core
+        return core.closed or core.closing or core.forked
 
     @property
     def socket(self) -> Optional[str]:
@@ -595,10 +652,17 @@ class Client:
         assert p.event is not None
         guard = None if wait is None else wait + _WAIT_GUARD
         try:
-            answered = p.event.acquire(timeout=-1 if guard is None else guard)
+            if threading.get_ident() == core.thread_ident:
+                # From an event callback: the dispatcher thread itself must dispatch the answer.
+                answered = core.wait_here(p, guard)
+            else:
+                answered = p.event.acquire(timeout=-1 if guard is None else guard)
         except BaseException:  # KeyboardInterrupt and the like: leave no waiter, no lease
             core.abandon(p)
             raise
+        if not answered and core.closing:
+            core.abandon(p)
+            raise error_for(ErrorCode.EDISCONNECTED, "the client was closed", p.name)
         if not answered:
             core.abandon(p)  # a grant that came meanwhile is released
             if p.done and p.lease is None:
