@@ -221,6 +221,59 @@ def test_forked_child_opens_its_own_client(default_socket: str, stack: Stack) ->
     lease.release()
 
 
+def _alive(pid: int) -> bool:
+    """Is pid a live process (not a zombie)? It need not be a child of ours."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_forked_child_does_not_keep_the_parent_connection(stack: Stack) -> None:
+    """A holder forks a child that lives on; the holder is killed (SIGKILL): the agent sees
+    its connection end and releases the lease although the child still lives."""
+    script = textwrap.dedent(f"""
+        import os, dlock
+        lease = dlock.Client({stack.sock!r}).acquire("forked-held", ttl=30)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.read(0, 1)  # lives until the test closes the pipe
+            finally:
+                os._exit(0)
+        print(pid, lease.fence, flush=True)
+        os.read(0, 1)  # holds until killed
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env=child_env())
+    child_pid = 0
+    try:
+        assert parent.stdout is not None and parent.stdin is not None
+        child_pid, fence = map(int, parent.stdout.readline().split())
+        assert stack.names("forked-*") == ["forked-held"]
+        parent.kill()
+        parent.wait(timeout=DEADLINE_S)
+        stack.wait_names("forked-*", [])
+        assert _alive(child_pid)
+        with stack.client().acquire("forked-held", wait=DEADLINE_S) as lease:
+            assert lease.valid and lease.fence > fence
+        assert _alive(child_pid)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if parent.stdin is not None:
+            parent.stdin.close()  # the child reads the end of the pipe and leaves
+        if child_pid:
+            try:
+                wait_until(lambda: not _alive(child_pid), "the forked child to leave")
+            except AssertionError:
+                os.kill(child_pid, signal.SIGKILL)
+                raise
+
+
 def test_jeopardy_then_held_again(stack: Stack) -> None:
     """Redis stops answering for a while: JEOPARDY, then HELD again once it answers."""
     q, on_event = _recorder()

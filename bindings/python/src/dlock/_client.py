@@ -521,7 +521,15 @@ class _Core:
                     pass
 
     def after_fork_in_child(self) -> None:
-        """In a forked child: forget the parent's connection without touching it."""
+        """In a forked child: forget the parent's connection without touching it.
+
+        The child's copy of the socket is closed (SOCK_CLOEXEC does nothing across a fork
+        without exec): while a child kept it open, the agent would never see the parent's
+        end and would keep its leases. Closing a copy sends nothing: the parent's
+        connection goes on. libdlock's own close is never called here (it would shut the
+        connection down for the parent too), and the descriptor number is forgotten, so
+        nothing here uses it again once the child reuses it.
+        """
         if self.closed:
             return
         self.forked = True
@@ -532,6 +540,12 @@ class _Core:
             lease._closed = True
         self.leases.clear()
         self.pending.clear()
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         self._close_pipe()
 
 
