@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import queue
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 import textwrap
+import weakref
 from typing import List, Tuple
 
 import pytest
@@ -344,3 +346,34 @@ def test_close_from_the_dispatcher_thread_holding_the_mutex(stack: Stack) -> Non
     stack.wait_names("gc-*", [])
     with pytest.raises(dlock.UnavailableError):
         c.acquire("gc-after")
+
+
+def test_default_client_replaced_after_agent_restart(default_socket: str, stack: Stack) -> None:
+    """The agent restarts: dlock.lock() opens a new default client instead of raising for
+    ever; the old one is not closed under its leases (they report LOST), but once unused."""
+    q, on_event = _recorder()
+    old = dlock.default_client()
+    lease = old.acquire("restart-a", on_event=on_event)
+    stack.kill_agent()
+    _, _, reason = _next_state(q, dlock.State.LOST)
+    assert reason == dlock.ErrorCode.EDISCONNECTED
+    stack.start_agent()
+    with dlock.lock("restart-b", wait=DEADLINE_S) as fresh:
+        assert fresh.valid
+        assert stack.names("restart-*") == ["restart-b"]
+    new = dlock.default_client()
+    assert new is not old and not new.closed
+    assert not old.closed and lease.state is dlock.State.LOST
+    with pytest.raises(dlock.LostError) as err:
+        lease.release()
+    assert err.value.reason == dlock.ErrorCode.EDISCONNECTED
+    core = old._core
+    ref = weakref.ref(old)
+    del old, lease, err  # the traceback refers to the lease, the lease to its client
+
+    def collected() -> bool:
+        gc.collect()
+        return ref() is None
+
+    wait_until(collected, "the old client to be collected")
+    assert core.closed

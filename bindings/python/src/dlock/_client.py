@@ -452,6 +452,8 @@ class _Core:
             rc = _lib.acquire_spec_async(c, raw, byref(opts), byref(spec), self.acquire_cb, p.id)
             if rc != 0:
                 del self.pending[p.id]
+                if rc == ErrorCode.EDISCONNECTED:
+                    self.disconnected = True  # before the dispatcher notices
                 msg = _lib.client_strerror(c, rc)
                 raise error_for(rc, msg.decode("utf-8", "replace") if msg else None, p.name)
         return p
@@ -621,6 +623,8 @@ class Client:
         core = self._core
         with core.mutex:
             rc = _lib.client_ping(core.check_open())
+            if rc == ErrorCode.EDISCONNECTED:
+                core.disconnected = True
         if rc != 0:
             raise error_for(rc)
 
@@ -1150,14 +1154,18 @@ _default_lock = threading.Lock()
 
 def default_client() -> Client:
     """The process-wide client of dlock.lock() and dlock.alock(), opened on first use
-    (``$DLOCK_SOCKET`` or /run/dlock/dlock.sock). A forked child gets a new one."""
+    (``$DLOCK_SOCKET`` or /run/dlock/dlock.sock). A forked child gets a new one, and so
+    does a process whose client lost its agent (the agent restarted, say)."""
     global _default
     c = _default
-    if c is None or c.closed:
+    if c is None or c.closed or c._core.disconnected:
         with _default_lock:
-            if _default is None or _default.closed:
-                _default = Client()
             c = _default
+            if c is None or c.closed or c._core.disconnected:
+                # The agent went away (restarted, say): a new connection. The old client is
+                # not closed here: its leases report LOST as usual, and it is closed once
+                # nothing refers to it any more.
+                c = _default = Client()
     return c
 
 
