@@ -93,6 +93,7 @@ _STATE_PY = {1: State.HELD, 2: State.JEOPARDY, 3: State.LOST, 4: State.RELEASED}
 EventCallback = Callable[["Lease", State, "ErrorCode | int"], None]
 
 _WAIT_GUARD = 15.0  # seconds past the wait before a silent agent counts as gone
+_lease_valid: Callable[[int], int] = _lib.lease_valid  # Lease.valid's hot path: one lookup less
 _REENTRANT = 0x1
 
 
@@ -218,6 +219,10 @@ class _Core:
         self.on_event = on_event
         self.owner: "Optional[weakref.ref[Client]]" = None
         self.mutex = threading.Lock()
+        # Held by the lease page readers (Lease.valid and the like) around loading a handle
+        # and calling libdlock with it, and by whoever forgets a handle (before libdlock
+        # frees it): a reader never calls libdlock with a freed handle or an unmapped page.
+        self.page_lock = threading.Lock()
         self.pending: Dict[int, _Pending] = {}
         self.leases: Dict[int, Lease] = {}
         self.events: List[Tuple[Lease, State, "ErrorCode | int"]] = []
@@ -308,7 +313,8 @@ class _Core:
             return ErrorCode.ENOTFOUND
         lease._holds -= 1
         if lease._holds <= 0:
-            lease._handle = None
+            with self.page_lock:
+                lease._handle = None
             self.leases.pop(h, None)
         return int(_lib.lease_release(h))
 
@@ -493,9 +499,10 @@ class _Core:
                 return
             self.closed = True
             c, self.c = self.c, None
-            for lease in self.leases.values():
-                lease._handle = None
-                lease._closed = True
+            with self.page_lock:
+                for lease in self.leases.values():
+                    lease._handle = None
+                    lease._closed = True
             self.leases.clear()
             pending, self.pending = self.pending, {}
             if c is not None:
@@ -537,7 +544,10 @@ class _Core:
         self.forked = True
         self.c = None
         self.mutex = threading.Lock()
+        # Another thread of the parent may have held these: the child's are new.
+        self.page_lock = threading.Lock()
         for lease in self.leases.values():
+            lease._page = self.page_lock
             lease._handle = None
             lease._closed = True
         self.leases.clear()
@@ -888,6 +898,7 @@ class Lease(_ReleasedOnExit):
     __slots__ = (
         "_core",
         "_client",
+        "_page",
         "_handle",
         "_holds",
         "_on_event",
@@ -901,6 +912,7 @@ class Lease(_ReleasedOnExit):
 
     _core: _Core
     _client: Optional[Client]
+    _page: threading.Lock
     _handle: Optional[int]
     _holds: int
     _on_event: Optional[EventCallback]
@@ -918,6 +930,7 @@ class Lease(_ReleasedOnExit):
         self = object.__new__(cls)
         self._core = core
         self._client = core.owner() if core.owner is not None else None  # keeps the client open
+        self._page = core.page_lock
         self._handle = handle
         self._holds = 1
         self._on_event = on_event
@@ -930,25 +943,50 @@ class Lease(_ReleasedOnExit):
         return self
 
     # ---- reading the lease page: no mutex, no system call ----
+    #
+    # Each takes the client's page lock around loading the handle and the libdlock call,
+    # as release() and close() forget a handle under it before libdlock frees it. A handle
+    # once forgotten never comes back, so a released lease answers without the lock.
 
     @property
     def valid(self) -> bool:
         """Is the lease provably held right now? Some nanoseconds: call it before each
         side effect that needs the lock. False once released or lost."""
-        h = self._handle
-        return h is not None and _lib.lease_valid(h) != 0
+        if self._handle is None:
+            return False
+        page = self._page
+        page.acquire()  # cheaper than a with statement, on this hot path
+        try:
+            h = self._handle
+            return h is not None and _lease_valid(h) != 0
+        finally:
+            page.release()
 
     @property
     def remaining(self) -> float:
         """Seconds of validity left (0.0 when not valid)."""
-        h = self._handle
-        return _lib.lease_remaining_ns(h) / 1e9 if h is not None else 0.0
+        if self._handle is None:
+            return 0.0
+        page = self._page
+        page.acquire()
+        try:
+            h = self._handle
+            return float(_lib.lease_remaining_ns(h)) / 1e9 if h is not None else 0.0
+        finally:
+            page.release()
 
     def check(self) -> None:
         """Raises LostError if the lease is lost or past its deadline (DlockError if released)."""
+        if self._handle is not None:
+            page = self._page
+            page.acquire()
+            try:
+                held = self._handle
+                if held is not None and _lease_valid(held):
+                    return
+            finally:
+                page.release()
         h = self._handle
-        if h is not None and _lib.lease_valid(h):
-            return
         if h is None and not self._lost_reason:
             why = "the client was closed" if self._closed else "the lease was released"
             raise DlockError(ErrorCode.ENOTFOUND, why, self.name)
@@ -963,9 +1001,16 @@ class Lease(_ReleasedOnExit):
 
     def touch(self) -> None:
         """Tells the agent the holder makes progress (leases acquired with ``progress``)."""
-        h = self._handle
-        if h is not None:
-            _lib.lease_touch(h)
+        if self._handle is None:
+            return
+        page = self._page
+        page.acquire()
+        try:
+            h = self._handle
+            if h is not None:
+                _lib.lease_touch(h)
+        finally:
+            page.release()
 
     # ---- the rest, under the client's mutex ----
 
@@ -1012,7 +1057,8 @@ class Lease(_ReleasedOnExit):
                 raise DlockError(ErrorCode.ENOTFOUND, why, self.name)
             self._holds -= 1
             if self._holds <= 0:
-                self._handle = None
+                with self._page:
+                    self._handle = None
                 core.leases.pop(h, None)
             rc = int((_lib.lease_release_sync if sync else _lib.lease_release)(h))
         if rc == 0:
