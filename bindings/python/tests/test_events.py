@@ -203,8 +203,8 @@ def test_forked_child_opens_its_own_client(default_socket: str, stack: Stack) ->
             try:
                 parent.acquire("fork-x")
                 ok = False
-            except dlock.DlockError:
-                pass
+            except dlock.UnavailableError as exc:
+                ok = ok and exc.code == dlock.ErrorCode.EDISCONNECTED
             with dlock.lock("fork-child", wait=DEADLINE_S) as mine:
                 os.write(w, f"{int(ok)} {mine.fence}\n".encode())
             code = 0

@@ -228,6 +228,10 @@ class _Core:
         self.events: List[Tuple[Lease, State, "ErrorCode | int"]] = []
         self.ids = itertools.count(1)
         self.owners = itertools.count(1)
+        # The handle inside dlock_lease_release_sync() (which refuses to release it meanwhile),
+        # and the holds of it that callbacks gave back then: released once it returns.
+        self.syncing: Optional[int] = None
+        self.deferred: List[int] = []
         self.closed = False
         self.closing = False
         self.forked = False
@@ -259,7 +263,7 @@ class _Core:
                 # back. Of a re-entered lease this gives up the hold the grant added (the
                 # Python count never had it).
                 if status == 0 and handle:
-                    _lib.lease_release(handle)
+                    self._give_back(handle)
                 return
             if status == 0 and handle:
                 lease = self.leases.get(handle)
@@ -316,7 +320,27 @@ class _Core:
             with self.page_lock:
                 lease._handle = None
             self.leases.pop(h, None)
-        return int(_lib.lease_release(h))
+        return self._give_back(h)
+
+    def _give_back(self, handle: int) -> int:
+        """Releases one hold of handle (mutex held). libdlock refuses (EINVAL) to release a
+        handle inside dlock_lease_release_sync(), where a crossed grant of a re-entrant
+        acquire may come: that hold is released once the call returns (release_sync())."""
+        if handle == self.syncing:
+            self.deferred.append(handle)
+            return 0
+        return int(_lib.lease_release(handle))
+
+    def release_sync(self, handle: int) -> int:
+        """dlock_lease_release_sync(handle) (mutex held), then the holds given back meanwhile."""
+        self.syncing = handle
+        try:
+            return int(_lib.lease_release_sync(handle))
+        finally:
+            self.syncing = None
+            deferred, self.deferred = self.deferred, []
+            for h in deferred:
+                _lib.lease_release(h)
 
     # ---- the dispatcher thread ----
 
@@ -1060,7 +1084,7 @@ class Lease(_ReleasedOnExit):
                 with self._page:
                     self._handle = None
                 core.leases.pop(h, None)
-            rc = int((_lib.lease_release_sync if sync else _lib.lease_release)(h))
+            rc = core.release_sync(h) if sync else int(_lib.lease_release(h))
         if rc == 0:
             return
         if rc in (ErrorCode.ELOST, ErrorCode.EDISCONNECTED):
