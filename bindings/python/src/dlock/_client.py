@@ -208,10 +208,10 @@ def _complete_future(p: _Pending) -> None:
 class _Core:
     """One libdlock client, its mutex and its dispatcher thread.
 
-    Every libdlock call on the client (but the lease page readers) is made under
-    ``mutex``; callbacks run inside those calls, hence under it too, and only
-    record what happened: user code (event callbacks) runs later in the
-    dispatcher thread, outside the mutex.
+    Every libdlock call on the client (but the lease page readers, under
+    ``page_lock``) is made under ``mutex``; callbacks run inside those calls,
+    hence under it too, and only record what happened: user code (event
+    callbacks) runs later in the dispatcher thread, outside the mutex.
     """
 
     def __init__(self, socket: Optional[str], on_event: Optional[EventCallback]) -> None:
@@ -741,7 +741,10 @@ class Client:
         progress: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> "Lease":
-        """acquire() for asyncio: the event loop never blocks on the agent.
+        """acquire() for asyncio: the event loop does not wait for the agent's answer.
+
+        It takes the client's mutex to start the acquire, which another thread's
+        release(sync=True) or ping() on the same client holds for a round trip.
 
         Cancelling the task cancels the acquire in the agent (no waiter is
         left behind; a grant that crossed the cancel is released) and the
