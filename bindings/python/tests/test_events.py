@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import queue
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 import textwrap
+import weakref
 from typing import List, Tuple
 
 import pytest
@@ -201,8 +203,8 @@ def test_forked_child_opens_its_own_client(default_socket: str, stack: Stack) ->
             try:
                 parent.acquire("fork-x")
                 ok = False
-            except dlock.DlockError:
-                pass
+            except dlock.UnavailableError as exc:
+                ok = ok and exc.code == dlock.ErrorCode.EDISCONNECTED
             with dlock.lock("fork-child", wait=DEADLINE_S) as mine:
                 os.write(w, f"{int(ok)} {mine.fence}\n".encode())
             code = 0
@@ -219,6 +221,59 @@ def test_forked_child_opens_its_own_client(default_socket: str, stack: Stack) ->
     parent.ping()
     stack.wait_names("fork-*", ["fork-parent"])
     lease.release()
+
+
+def _alive(pid: int) -> bool:
+    """Is pid a live process (not a zombie)? It need not be a child of ours."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_forked_child_does_not_keep_the_parent_connection(stack: Stack) -> None:
+    """A holder forks a child that lives on; the holder is killed (SIGKILL): the agent sees
+    its connection end and releases the lease although the child still lives."""
+    script = textwrap.dedent(f"""
+        import os, dlock
+        lease = dlock.Client({stack.sock!r}).acquire("forked-held", ttl=30)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.read(0, 1)  # lives until the test closes the pipe
+            finally:
+                os._exit(0)
+        print(pid, lease.fence, flush=True)
+        os.read(0, 1)  # holds until killed
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env=child_env())
+    child_pid = 0
+    try:
+        assert parent.stdout is not None and parent.stdin is not None
+        child_pid, fence = map(int, parent.stdout.readline().split())
+        assert stack.names("forked-*") == ["forked-held"]
+        parent.kill()
+        parent.wait(timeout=DEADLINE_S)
+        stack.wait_names("forked-*", [])
+        assert _alive(child_pid)
+        with stack.client().acquire("forked-held", wait=DEADLINE_S) as lease:
+            assert lease.valid and lease.fence > fence
+        assert _alive(child_pid)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if parent.stdin is not None:
+            parent.stdin.close()  # the child reads the end of the pipe and leaves
+        if child_pid:
+            try:
+                wait_until(lambda: not _alive(child_pid), "the forked child to leave")
+            except AssertionError:
+                os.kill(child_pid, signal.SIGKILL)
+                raise
 
 
 def test_jeopardy_then_held_again(stack: Stack) -> None:
@@ -238,3 +293,87 @@ def test_jeopardy_then_held_again(stack: Stack) -> None:
     assert ev[1] in (dlock.State.HELD, dlock.State.LOST)
     if ev[1] is dlock.State.HELD:
         assert ev[2] == 0 and lease.valid
+
+
+def test_event_callback_acquires_with_a_wait(stack: Stack) -> None:
+    """A LOST callback (on the dispatcher thread) acquires another name with a wait: the
+    dispatcher thread dispatches the answer itself, and the acquire is granted."""
+    holder = stack.client()
+    held = holder.acquire("cb-other")
+    results: "queue.Queue[object]" = queue.Queue()
+    c = stack.client()
+
+    def on_event(lease: dlock.Lease, state: dlock.State, reason: "dlock.ErrorCode | int") -> None:
+        if state is not dlock.State.LOST:
+            return
+        try:
+            got = c.acquire("cb-other", wait=DEADLINE_S)
+            results.put((got.valid, got.fence))
+            got.release()
+        except BaseException as exc:  # reported to the test
+            results.put(exc)
+
+    c.acquire("cb-lost", ttl=1, on_event=on_event)
+    assert stack.redis.delete("dlock:cb-lost") == 1
+    stack.wait_waiters("cb-other", 1)  # the callback waits for the holder
+    held.release()
+    result = results.get(timeout=DEADLINE_S)
+    assert result == (True, result[1]) and result[1] > held.fence  # type: ignore[index]
+    # The client goes on as before.
+    stack.wait_names("cb-*", [])
+    with c.acquire("cb-after", wait=DEADLINE_S) as after:
+        assert after.valid
+
+
+def test_close_from_the_dispatcher_thread_holding_the_mutex(stack: Stack) -> None:
+    """The garbage collector may run a Client's __del__ on its dispatcher thread while that
+    thread holds the client's mutex (an allocation inside a libdlock callback): it must not
+    take the mutex again, and the dispatcher closes the client afterwards."""
+    c = stack.client()
+    done = threading.Event()
+
+    def on_event(lease: dlock.Lease, state: dlock.State, reason: "dlock.ErrorCode | int") -> None:
+        with c._core.mutex:  # as inside a libdlock callback
+            c.__del__()
+        done.set()
+
+    lease = c.acquire("gc-lost", ttl=1, on_event=on_event)
+    other = c.acquire("gc-kept")
+    assert stack.redis.delete("dlock:gc-lost") == 1
+    assert done.wait(DEADLINE_S)
+    wait_until(lambda: c._core.closed, "the dispatcher to close the client")
+    assert c.closed and not lease.valid and not other.valid
+    stack.wait_names("gc-*", [])
+    with pytest.raises(dlock.UnavailableError):
+        c.acquire("gc-after")
+
+
+def test_default_client_replaced_after_agent_restart(default_socket: str, stack: Stack) -> None:
+    """The agent restarts: dlock.lock() opens a new default client instead of raising for
+    ever; the old one is not closed under its leases (they report LOST), but once unused."""
+    q, on_event = _recorder()
+    old = dlock.default_client()
+    lease = old.acquire("restart-a", on_event=on_event)
+    stack.kill_agent()
+    _, _, reason = _next_state(q, dlock.State.LOST)
+    assert reason == dlock.ErrorCode.EDISCONNECTED
+    stack.start_agent()
+    with dlock.lock("restart-b", wait=DEADLINE_S) as fresh:
+        assert fresh.valid
+        assert stack.names("restart-*") == ["restart-b"]
+    new = dlock.default_client()
+    assert new is not old and not new.closed
+    assert not old.closed and lease.state is dlock.State.LOST
+    with pytest.raises(dlock.LostError) as err:
+        lease.release()
+    assert err.value.reason == dlock.ErrorCode.EDISCONNECTED
+    core = old._core
+    ref = weakref.ref(old)
+    del old, lease, err  # the traceback refers to the lease, the lease to its client
+
+    def collected() -> bool:
+        gc.collect()
+        return ref() is None
+
+    wait_until(collected, "the old client to be collected")
+    assert core.closed

@@ -8,6 +8,7 @@ from typing import List
 import pytest
 
 import dlock
+import dlock._lib
 from conftest import DEADLINE_S, Stack
 
 
@@ -94,6 +95,34 @@ def test_reentrant_with_blocks(stack: Stack) -> None:
             assert inner is outer and outer.holds == 2
         assert outer.valid and outer.holds == 1
     assert not outer.valid
+
+
+@pytest.mark.parametrize("holds", [1, 2])
+def test_crossed_reentrant_grant_inside_release_sync(stack: Stack, monkeypatch: pytest.MonkeyPatch,
+                                                     holds: int) -> None:
+    """An abandoned re-entrant acquire whose grant crossed its cancel, handled inside
+    release(sync=True) of that same lease (libdlock refuses to release it there): its hold
+    is given back once the release returns, not leaked."""
+    c = stack.client()
+    core = c._core
+    lease = c.acquire("crossed", reentrant=True, owner=1)
+    for _ in range(holds - 1):
+        assert c.acquire("crossed", reentrant=True, owner=1) is lease
+    # The dispatcher reads nothing for a while, so the grant waits for the release's round trip.
+    monkeypatch.setattr(dlock._lib, "client_dispatch", lambda _c: 0)
+    p = core.start("crossed", None, 0, "exclusive", 0, True, 1, None, None, None)
+    core.abandon(p)
+    assert p.id in core.pending  # not answered yet
+    lease.release(sync=True)
+    assert p.id not in core.pending and p.lease is None  # the grant came, and was given back
+    monkeypatch.undo()
+    core.wake()
+    if holds == 2:
+        assert lease.holds == 1 and stack.leases("crossed")[0]["holds"] == 1
+        lease.release(sync=True)
+    assert not lease.valid
+    stack.wait_names("crossed", [])
+    stack.client().acquire("crossed").release()
 
 
 def test_reentrant_other_kind_is_held_error(stack: Stack) -> None:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, List
 
+import pytest
+
 import dlock
-from conftest import DEADLINE_S, Stack
+import dlock._client
+import dlock._lib
+from conftest import DEADLINE_S, Stack, wait_until
 
 
 def test_threads_distinct_names_one_client(stack: Stack) -> None:
@@ -95,6 +100,124 @@ def test_valid_from_other_threads(stack: Stack) -> None:
     assert seen == [True] * 4
     lease.release()
     assert not lease.valid
+
+
+def test_page_readers_while_leases_are_released_and_the_client_closed(stack: Stack) -> None:
+    """Threads read leases (valid, remaining, check, touch) while another releases them and
+    then closes the client: libdlock frees the handles and unmaps the page meanwhile, so a
+    reader that called it with a freed handle would crash the process or read garbage."""
+    c = stack.client()
+    leases = [c.acquire(f"readers-{i}") for i in range(20)]
+    stop = threading.Event()
+    errors: List[BaseException] = []
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                for lease in leases:
+                    valid = lease.valid
+                    left = lease.remaining
+                    lease.touch()
+                    try:
+                        lease.check()
+                    except dlock.DlockError:
+                        pass
+                    assert left >= 0.0 and valid in (True, False)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=read) for _ in range(3)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # thread switches between any two bytecodes, as often as can be
+    for t in threads:
+        t.start()
+    try:
+        for lease in leases[:10]:
+            lease.release()
+        for lease in leases[10:15]:
+            lease.release(sync=True)
+        c.close()  # frees the other five and unmaps the page
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(DEADLINE_S)
+        sys.setswitchinterval(interval)
+    assert not errors
+    assert not any(lease.valid for lease in leases)
+    assert all(lease.remaining == 0.0 for lease in leases)
+
+
+class _WatchedLock:
+    """A lock that tells when someone had to wait for it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.waited = threading.Event()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self.lock.acquire(False):
+            return True
+        self.waited.set()
+        return self.lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@pytest.mark.parametrize("how", ["release", "release_sync", "close"])
+def test_handle_not_freed_under_a_page_reader(stack: Stack, monkeypatch: pytest.MonkeyPatch,
+                                              how: str) -> None:
+    """A reader stopped between loading a lease's handle and libdlock's answer (a thread
+    switch, a finalizer): release() and close() wait for it before libdlock frees the
+    handle or unmaps the page."""
+    c = stack.client()
+    lease = c.acquire("page-reader")
+    watched = _WatchedLock()
+    c._core.page_lock = lease._page = watched  # type: ignore[assignment]
+    entered, go = threading.Event(), threading.Event()
+    freed: List[str] = []
+    real_valid = dlock._client._lease_valid
+
+    def paused_valid(h: int) -> int:
+        entered.set()
+        assert go.wait(DEADLINE_S)
+        return 0 if freed else real_valid(h)  # never libdlock with a freed handle
+
+    def recording(fn: Any) -> Any:
+        def call(h: int) -> Any:
+            freed.append(fn.__name__)
+            return fn(h)
+        return call
+
+    monkeypatch.setattr(dlock._client, "_lease_valid", paused_valid)
+    monkeypatch.setattr(dlock._lib, "lease_release", recording(dlock._lib.lease_release))
+    monkeypatch.setattr(dlock._lib, "lease_release_sync", recording(dlock._lib.lease_release_sync))
+    monkeypatch.setattr(dlock._lib, "client_close", recording(dlock._lib.client_close))
+    seen: List[bool] = []
+    reader = threading.Thread(target=lambda: seen.append(lease.valid))
+    reader.start()
+    assert entered.wait(DEADLINE_S)
+    if how == "close":
+        ender = threading.Thread(target=c.close)
+    else:
+        ender = threading.Thread(target=lambda: lease.release(sync=how == "release_sync"))
+    ender.start()
+    try:
+        wait_until(lambda: watched.waited.is_set() or freed, f"{how} to wait for the reader")
+        assert not freed, f"{how} freed the handle under a reader"
+    finally:
+        go.set()
+        reader.join(DEADLINE_S)
+        ender.join(DEADLINE_S)
+    assert seen == [True]
+    assert not lease.valid and lease.remaining == 0.0
+    stack.wait_names("page-reader", [])
 
 
 def test_lock_helper_threads_wait_in_turn(default_socket: str, stack: Stack) -> None:

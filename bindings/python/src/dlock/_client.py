@@ -93,6 +93,7 @@ _STATE_PY = {1: State.HELD, 2: State.JEOPARDY, 3: State.LOST, 4: State.RELEASED}
 EventCallback = Callable[["Lease", State, "ErrorCode | int"], None]
 
 _WAIT_GUARD = 15.0  # seconds past the wait before a silent agent counts as gone
+_lease_valid: Callable[[int], int] = _lib.lease_valid  # Lease.valid's hot path: one lookup less
 _REENTRANT = 0x1
 
 
@@ -207,10 +208,10 @@ def _complete_future(p: _Pending) -> None:
 class _Core:
     """One libdlock client, its mutex and its dispatcher thread.
 
-    Every libdlock call on the client (but the lease page readers) is made under
-    ``mutex``; callbacks run inside those calls, hence under it too, and only
-    record what happened: user code (event callbacks) runs later in the
-    dispatcher thread, outside the mutex.
+    Every libdlock call on the client (but the lease page readers, under
+    ``page_lock``) is made under ``mutex``; callbacks run inside those calls,
+    hence under it too, and only record what happened: user code (event
+    callbacks) runs later in the dispatcher thread, outside the mutex.
     """
 
     def __init__(self, socket: Optional[str], on_event: Optional[EventCallback]) -> None:
@@ -218,11 +219,19 @@ class _Core:
         self.on_event = on_event
         self.owner: "Optional[weakref.ref[Client]]" = None
         self.mutex = threading.Lock()
+        # Held by the lease page readers (Lease.valid and the like) around loading a handle
+        # and calling libdlock with it, and by whoever forgets a handle (before libdlock
+        # frees it): a reader never calls libdlock with a freed handle or an unmapped page.
+        self.page_lock = threading.Lock()
         self.pending: Dict[int, _Pending] = {}
         self.leases: Dict[int, Lease] = {}
         self.events: List[Tuple[Lease, State, "ErrorCode | int"]] = []
         self.ids = itertools.count(1)
         self.owners = itertools.count(1)
+        # The handle inside dlock_lease_release_sync() (which refuses to release it meanwhile),
+        # and the holds of it that callbacks gave back then: released once it returns.
+        self.syncing: Optional[int] = None
+        self.deferred: List[int] = []
         self.closed = False
         self.closing = False
         self.forked = False
@@ -254,7 +263,7 @@ class _Core:
                 # back. Of a re-entered lease this gives up the hold the grant added (the
                 # Python count never had it).
                 if status == 0 and handle:
-                    _lib.lease_release(handle)
+                    self._give_back(handle)
                 return
             if status == 0 and handle:
                 lease = self.leases.get(handle)
@@ -273,6 +282,10 @@ class _Core:
                 return
             if p.event is not None:
                 p.event.release()
+                if threading.get_ident() != self.thread_ident:
+                    # The dispatcher may be waiting for p itself (an acquire from an event
+                    # callback, wait_here()) on a socket this thread has just drained.
+                    self.wake()
             elif p.loop is not None:
                 try:
                     p.loop.call_soon_threadsafe(_complete_future, p)
@@ -304,9 +317,30 @@ class _Core:
             return ErrorCode.ENOTFOUND
         lease._holds -= 1
         if lease._holds <= 0:
-            lease._handle = None
+            with self.page_lock:
+                lease._handle = None
             self.leases.pop(h, None)
-        return int(_lib.lease_release(h))
+        return self._give_back(h)
+
+    def _give_back(self, handle: int) -> int:
+        """Releases one hold of handle (mutex held). libdlock refuses (EINVAL) to release a
+        handle inside dlock_lease_release_sync(), where a crossed grant of a re-entrant
+        acquire may come: that hold is released once the call returns (release_sync())."""
+        if handle == self.syncing:
+            self.deferred.append(handle)
+            return 0
+        return int(_lib.lease_release(handle))
+
+    def release_sync(self, handle: int) -> int:
+        """dlock_lease_release_sync(handle) (mutex held), then the holds given back meanwhile."""
+        self.syncing = handle
+        try:
+            return int(_lib.lease_release_sync(handle))
+        finally:
+            self.syncing = None
+            deferred, self.deferred = self.deferred, []
+            for h in deferred:
+                _lib.lease_release(h)
 
     # ---- the dispatcher thread ----
 
@@ -318,30 +352,73 @@ class _Core:
         except (BlockingIOError, OSError):
             pass  # the pipe is full (a wake is pending anyway) or closed
 
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self.wake_r, 512):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def _dispatch(self) -> None:
+        """One dispatch of what the agent sent (mutex held)."""
+        if self.c is not None and not self.disconnected:
+            if _lib.client_dispatch(self.c) == ErrorCode.EDISCONNECTED:
+                self.disconnected = True
+
     def _run(self) -> None:
         self.thread_ident = threading.get_ident()
         poller = select.poll()
         poller.register(self.fd, select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
+        watching = True
         while not self.closing:
             # A timeout now and then also flushes a release still in the output buffer.
             for fd, _ in poller.poll(1000):
                 if fd == self.wake_r:
-                    try:
-                        while os.read(self.wake_r, 512):
-                            pass
-                    except (BlockingIOError, OSError):
-                        pass
+                    self._drain_wake()
             with self.mutex:
                 if self.closing or self.c is None:
                     break
-                if not self.disconnected:
-                    rc = _lib.client_dispatch(self.c)
-                    if rc == ErrorCode.EDISCONNECTED:
-                        self.disconnected = True
-                        poller.unregister(self.fd)
+                self._dispatch()
+            if self.disconnected and watching:
+                poller.unregister(self.fd)  # it stays readable (end of file) from now on
+                watching = False
             self.deliver()
         self.deliver()
+        # A close asked on this thread (from an event callback, or by the garbage collector,
+        # maybe while this thread held the mutex) is done here, outside every lock.
+        self.close_now()
+
+    def wait_here(self, p: _Pending, timeout: Optional[float]) -> bool:
+        """On the dispatcher thread (an acquire from an event callback): waits for p by
+        dispatching, as libdlock's own blocking calls do, since no other thread will.
+        Events that come meanwhile are delivered once the callback has returned. Returns
+        whether p is done (False: the timeout passed, or the client is closing)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        poller = select.poll()
+        poller.register(self.wake_r, select.POLLIN)
+        watching = False
+        while True:
+            with self.mutex:
+                # First what a blocking call of another thread may have read ahead.
+                self._dispatch()
+                if p.done or self.closing or self.c is None:
+                    return p.done
+                if not self.disconnected and not watching:
+                    poller.register(self.fd, select.POLLIN)
+                    watching = True
+                elif self.disconnected and watching:
+                    poller.unregister(self.fd)
+                    watching = False
+            ms = -1
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                ms = max(1, math.ceil(left * 1000))
+            for fd, _ in poller.poll(ms):
+                if fd == self.wake_r:
+                    self._drain_wake()
 
     def deliver(self) -> None:
         """Calls the event callbacks of the events recorded so far, outside the mutex."""
@@ -362,11 +439,11 @@ class _Core:
 
     def check_open(self) -> int:
         if self.forked:
-            raise DlockError(
+            raise error_for(
                 ErrorCode.EDISCONNECTED,
                 "this client was opened before fork(): a child process must open its own",
             )
-        if self.closed or self.c is None:
+        if self.closed or self.closing or self.c is None:
             raise UnavailableError(ErrorCode.EDISCONNECTED, "the client is closed")
         return self.c
 
@@ -405,6 +482,8 @@ class _Core:
             rc = _lib.acquire_spec_async(c, raw, byref(opts), byref(spec), self.acquire_cb, p.id)
             if rc != 0:
                 del self.pending[p.id]
+                if rc == ErrorCode.EDISCONNECTED:
+                    self.disconnected = True  # before the dispatcher notices
                 msg = _lib.client_strerror(c, rc)
                 raise error_for(rc, msg.decode("utf-8", "replace") if msg else None, p.name)
         return p
@@ -427,17 +506,27 @@ class _Core:
         if self.closed or self.forked:
             return
         self.closing = True
+        if threading.get_ident() == self.thread_ident and self.thread.is_alive():
+            # On the dispatcher thread: an event callback, or the garbage collector (maybe
+            # while this thread holds the mutex, inside libdlock). Only ask: the dispatcher
+            # closes the client once the callback has returned (_run()).
+            return
         self.wake()
-        if threading.current_thread() is not self.thread and self.thread.is_alive():
+        if self.thread.is_alive():
             self.thread.join()
+        self.close_now()
+
+    def close_now(self) -> None:
+        """Closes the C client (the dispatcher has stopped, or is the caller)."""
         with self.mutex:
             if self.closed:
                 return
             self.closed = True
             c, self.c = self.c, None
-            for lease in self.leases.values():
-                lease._handle = None
-                lease._closed = True
+            with self.page_lock:
+                for lease in self.leases.values():
+                    lease._handle = None
+                    lease._closed = True
             self.leases.clear()
             pending, self.pending = self.pending, {}
             if c is not None:
@@ -465,17 +554,34 @@ class _Core:
                     pass
 
     def after_fork_in_child(self) -> None:
-        """In a forked child: forget the parent's connection without touching it."""
+        """In a forked child: forget the parent's connection without touching it.
+
+        The child's copy of the socket is closed (SOCK_CLOEXEC does nothing across a fork
+        without exec): while a child kept it open, the agent would never see the parent's
+        end and would keep its leases. Closing a copy sends nothing: the parent's
+        connection goes on. libdlock's own close is never called here (it would shut the
+        connection down for the parent too), and the descriptor number is forgotten, so
+        nothing here uses it again once the child reuses it.
+        """
         if self.closed:
             return
         self.forked = True
         self.c = None
         self.mutex = threading.Lock()
+        # Another thread of the parent may have held these: the child's are new.
+        self.page_lock = threading.Lock()
         for lease in self.leases.values():
+            lease._page = self.page_lock
             lease._handle = None
             lease._closed = True
         self.leases.clear()
         self.pending.clear()
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         self._close_pipe()
 
 
@@ -538,7 +644,8 @@ class Client:
 
     @property
     def closed(self) -> bool:
-        return self._core.closed or self._core.forked
+        core = self._core
+        return core.closed or core.closing or core.forked
 
     @property
     def socket(self) -> Optional[str]:
@@ -550,6 +657,8 @@ class Client:
         core = self._core
         with core.mutex:
             rc = _lib.client_ping(core.check_open())
+            if rc == ErrorCode.EDISCONNECTED:
+                core.disconnected = True
         if rc != 0:
             raise error_for(rc)
 
@@ -595,10 +704,17 @@ class Client:
         assert p.event is not None
         guard = None if wait is None else wait + _WAIT_GUARD
         try:
-            answered = p.event.acquire(timeout=-1 if guard is None else guard)
+            if threading.get_ident() == core.thread_ident:
+                # From an event callback: the dispatcher thread itself must dispatch the answer.
+                answered = core.wait_here(p, guard)
+            else:
+                answered = p.event.acquire(timeout=-1 if guard is None else guard)
         except BaseException:  # KeyboardInterrupt and the like: leave no waiter, no lease
             core.abandon(p)
             raise
+        if not answered and core.closing:
+            core.abandon(p)
+            raise error_for(ErrorCode.EDISCONNECTED, "the client was closed", p.name)
         if not answered:
             core.abandon(p)  # a grant that came meanwhile is released
             if p.done and p.lease is None:
@@ -625,7 +741,10 @@ class Client:
         progress: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> "Lease":
-        """acquire() for asyncio: the event loop never blocks on the agent.
+        """acquire() for asyncio: the event loop does not wait for the agent's answer.
+
+        It takes the client's mutex to start the acquire, which another thread's
+        release(sync=True) or ping() on the same client holds for a round trip.
 
         Cancelling the task cancels the acquire in the agent (no waiter is
         left behind; a grant that crossed the cancel is released) and the
@@ -806,6 +925,7 @@ class Lease(_ReleasedOnExit):
     __slots__ = (
         "_core",
         "_client",
+        "_page",
         "_handle",
         "_holds",
         "_on_event",
@@ -819,6 +939,7 @@ class Lease(_ReleasedOnExit):
 
     _core: _Core
     _client: Optional[Client]
+    _page: threading.Lock
     _handle: Optional[int]
     _holds: int
     _on_event: Optional[EventCallback]
@@ -836,6 +957,7 @@ class Lease(_ReleasedOnExit):
         self = object.__new__(cls)
         self._core = core
         self._client = core.owner() if core.owner is not None else None  # keeps the client open
+        self._page = core.page_lock
         self._handle = handle
         self._holds = 1
         self._on_event = on_event
@@ -848,25 +970,50 @@ class Lease(_ReleasedOnExit):
         return self
 
     # ---- reading the lease page: no mutex, no system call ----
+    #
+    # Each takes the client's page lock around loading the handle and the libdlock call,
+    # as release() and close() forget a handle under it before libdlock frees it. A handle
+    # once forgotten never comes back, so a released lease answers without the lock.
 
     @property
     def valid(self) -> bool:
         """Is the lease provably held right now? Some nanoseconds: call it before each
         side effect that needs the lock. False once released or lost."""
-        h = self._handle
-        return h is not None and _lib.lease_valid(h) != 0
+        if self._handle is None:
+            return False
+        page = self._page
+        page.acquire()  # cheaper than a with statement, on this hot path
+        try:
+            h = self._handle
+            return h is not None and _lease_valid(h) != 0
+        finally:
+            page.release()
 
     @property
     def remaining(self) -> float:
         """Seconds of validity left (0.0 when not valid)."""
-        h = self._handle
-        return _lib.lease_remaining_ns(h) / 1e9 if h is not None else 0.0
+        if self._handle is None:
+            return 0.0
+        page = self._page
+        page.acquire()
+        try:
+            h = self._handle
+            return float(_lib.lease_remaining_ns(h)) / 1e9 if h is not None else 0.0
+        finally:
+            page.release()
 
     def check(self) -> None:
         """Raises LostError if the lease is lost or past its deadline (DlockError if released)."""
+        if self._handle is not None:
+            page = self._page
+            page.acquire()
+            try:
+                held = self._handle
+                if held is not None and _lease_valid(held):
+                    return
+            finally:
+                page.release()
         h = self._handle
-        if h is not None and _lib.lease_valid(h):
-            return
         if h is None and not self._lost_reason:
             why = "the client was closed" if self._closed else "the lease was released"
             raise DlockError(ErrorCode.ENOTFOUND, why, self.name)
@@ -881,9 +1028,16 @@ class Lease(_ReleasedOnExit):
 
     def touch(self) -> None:
         """Tells the agent the holder makes progress (leases acquired with ``progress``)."""
-        h = self._handle
-        if h is not None:
-            _lib.lease_touch(h)
+        if self._handle is None:
+            return
+        page = self._page
+        page.acquire()
+        try:
+            h = self._handle
+            if h is not None:
+                _lib.lease_touch(h)
+        finally:
+            page.release()
 
     # ---- the rest, under the client's mutex ----
 
@@ -930,9 +1084,10 @@ class Lease(_ReleasedOnExit):
                 raise DlockError(ErrorCode.ENOTFOUND, why, self.name)
             self._holds -= 1
             if self._holds <= 0:
-                self._handle = None
+                with self._page:
+                    self._handle = None
                 core.leases.pop(h, None)
-            rc = int((_lib.lease_release_sync if sync else _lib.lease_release)(h))
+            rc = core.release_sync(h) if sync else int(_lib.lease_release(h))
         if rc == 0:
             return
         if rc in (ErrorCode.ELOST, ErrorCode.EDISCONNECTED):
@@ -1072,14 +1227,18 @@ _default_lock = threading.Lock()
 
 def default_client() -> Client:
     """The process-wide client of dlock.lock() and dlock.alock(), opened on first use
-    (``$DLOCK_SOCKET`` or /run/dlock/dlock.sock). A forked child gets a new one."""
+    (``$DLOCK_SOCKET`` or /run/dlock/dlock.sock). A forked child gets a new one, and so
+    does a process whose client lost its agent (the agent restarted, say)."""
     global _default
     c = _default
-    if c is None or c.closed:
+    if c is None or c.closed or c._core.disconnected:
         with _default_lock:
-            if _default is None or _default.closed:
-                _default = Client()
             c = _default
+            if c is None or c.closed or c._core.disconnected:
+                # The agent went away (restarted, say): a new connection. The old client is
+                # not closed here: its leases report LOST as usual, and it is closed once
+                # nothing refers to it any more.
+                c = _default = Client()
     return c
 
 
