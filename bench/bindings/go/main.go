@@ -2,8 +2,10 @@
 
 // The Go binding's benchmark: the dlock binding against redsync (v4, over
 // go-redis v9), uncontended pairs and a contended name, on the agent's
-// loopback Redis and on a Redis behind the delay proxy. The ROW and VALID
-// lines go to stdout (bench/README.md); everything else to stderr.
+// loopback Redis and on a Redis behind the delay proxy. In each net and case
+// the implementations take turns in alternating rounds, and each one's row
+// sums its own rounds. The ROW and VALID lines go to stdout
+// (bench/README.md); everything else to stderr.
 package main
 
 import (
@@ -25,12 +27,19 @@ import (
 
 var (
 	pairs   = envInt("BENCH_PAIRS", 2000)
-	seconds = envInt("BENCH_SECONDS", 2)
+	seconds = envFloat("BENCH_SECONDS", 2)
 	runID   = strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 )
 
 func envInt(k string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(k)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func envFloat(k string, def float64) float64 {
+	if v, err := strconv.ParseFloat(os.Getenv(k), 64); err == nil && v > 0 {
 		return v
 	}
 	return def
@@ -124,39 +133,112 @@ func newLocker(impl, agentSock, redisSock string, contended bool) locker {
 	return r
 }
 
-func benchPairs(net, impl, agentSock, redisSock string) {
-	lk := newLocker(impl, agentSock, redisSock, false)
-	defer lk.close()
-	ctx := context.Background()
-	// A name of its own for each pair, as in the other languages' parts:
-	// every grant comes from Redis, for either implementation.
-	base := "bench:go:pairs:" + net + ":" + impl + ":" + runID + ":"
-	lat := make([]time.Duration, 0, pairs)
-	start := time.Now()
-	for i := 0; i < pairs; i++ {
-		t0 := time.Now()
-		unlock, err := lk.lock(ctx, base+strconv.Itoa(i), 0)
-		if err != nil {
-			fail(impl+" lock", err)
+// The implementations under test, and the rounds each case alternates them
+// in: a, b then b, a then a, b then b, a, so that a machine whose speed drifts
+// during the run weighs on all of them alike.
+var impls = []string{"dlock", "native"}
+
+const rounds = 4
+
+// order is the implementations' order in round r.
+func order(r int) []int {
+	o := make([]int, len(impls))
+	for i := range o {
+		if r%2 == 0 {
+			o[i] = i
+		} else {
+			o[i] = len(impls) - 1 - i
 		}
-		if err := unlock(); err != nil {
-			fail(impl+" unlock", err)
-		}
-		lat = append(lat, time.Since(t0))
 	}
-	row(net, "pairs", impl, float64(pairs)/time.Since(start).Seconds(), lat)
+	return o
 }
 
-func benchContended(net, impl, agentSock, redisSock string) {
-	lk := newLocker(impl, agentSock, redisSock, true)
-	defer lk.close()
-	name := "bench:go:contended:" + net + ":" + impl + ":" + runID
+// share is round r's part of n: n/rounds, the remainder to the first rounds.
+func share(n, r int) int {
+	s := n / rounds
+	if r < n%rounds {
+		s++
+	}
+	return s
+}
+
+// tally is one implementation's sums over its rounds: the samples, the
+// operations and the time its own rounds took.
+type tally struct {
+	lat  []time.Duration
+	ops  int
+	took time.Duration
+}
+
+// openAll opens one locker per implementation, kept open across the rounds
+// (the set-up is not timed), and warms each up with a few untimed pairs.
+func openAll(net, kase, agentSock, redisSock string, contended bool) []locker {
 	ctx := context.Background()
-	stop := time.Now().Add(time.Duration(seconds) * time.Second)
+	lks := make([]locker, len(impls))
+	for i, impl := range impls {
+		lks[i] = newLocker(impl, agentSock, redisSock, contended)
+		base := "bench:go:" + kase + ":" + net + ":" + impl + ":" + runID + ":warm:"
+		for j := 0; j < warmup; j++ {
+			unlock, err := lks[i].lock(ctx, base+strconv.Itoa(j), 0)
+			if err != nil {
+				fail(impl+" lock", err)
+			}
+			if err := unlock(); err != nil {
+				fail(impl+" unlock", err)
+			}
+		}
+	}
+	return lks
+}
+
+func closeAll(lks []locker) {
+	for _, lk := range lks {
+		lk.close()
+	}
+}
+
+const warmup = 10
+
+func benchPairs(net, agentSock, redisSock string) {
+	lks := openAll(net, "pairs", agentSock, redisSock, false)
+	defer closeAll(lks)
+	ctx := context.Background()
+	t := make([]tally, len(impls))
+	for r := 0; r < rounds; r++ {
+		n := share(pairs, r)
+		for _, i := range order(r) {
+			impl := impls[i]
+			// A name of its own for each pair, as in the other languages'
+			// parts: every grant comes from Redis, for either implementation.
+			base := "bench:go:pairs:" + net + ":" + impl + ":" + runID + ":"
+			start := time.Now()
+			for k := 0; k < n; k++ {
+				t0 := time.Now()
+				unlock, err := lks[i].lock(ctx, base+strconv.Itoa(t[i].ops), 0)
+				if err != nil {
+					fail(impl+" lock", err)
+				}
+				if err := unlock(); err != nil {
+					fail(impl+" unlock", err)
+				}
+				t[i].lat = append(t[i].lat, time.Since(t0))
+				t[i].ops++
+			}
+			t[i].took += time.Since(start)
+		}
+	}
+	for i, impl := range impls {
+		row(net, "pairs", impl, float64(t[i].ops)/t[i].took.Seconds(), t[i].lat)
+	}
+}
+
+// contendRound runs the 4 workers on one name for d, adding to t.
+func contendRound(lk locker, impl, name string, d time.Duration, t *tally) {
+	ctx := context.Background()
 	var mu sync.Mutex
-	var lat []time.Duration
 	var wg sync.WaitGroup
 	start := time.Now()
+	stop := start.Add(d)
 	for w := 1; w <= 4; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -174,12 +256,29 @@ func benchContended(net, impl, agentSock, redisSock string) {
 				}
 			}
 			mu.Lock()
-			lat = append(lat, mine...)
+			t.lat = append(t.lat, mine...)
+			t.ops += len(mine)
 			mu.Unlock()
 		}(w)
 	}
 	wg.Wait()
-	row(net, "contended", impl, float64(len(lat))/time.Since(start).Seconds(), lat)
+	t.took += time.Since(start)
+}
+
+func benchContended(net, agentSock, redisSock string) {
+	lks := openAll(net, "contended", agentSock, redisSock, true)
+	defer closeAll(lks)
+	d := time.Duration(seconds * float64(time.Second) / rounds)
+	t := make([]tally, len(impls))
+	for r := 0; r < rounds; r++ {
+		for _, i := range order(r) {
+			name := "bench:go:contended:" + net + ":" + impls[i] + ":" + runID
+			contendRound(lks[i], impls[i], name, d, &t[i])
+		}
+	}
+	for i, impl := range impls {
+		row(net, "contended", impl, float64(t[i].ops)/t[i].took.Seconds(), t[i].lat)
+	}
 }
 
 // benchValid prints the cost of Lease.Valid and the p50 of a Redis GET.
@@ -234,11 +333,10 @@ func main() {
 		{"delayed", must("DLOCK_SOCKET_DELAYED"), must("REDIS_SOCKET_DELAYED")},
 	}
 	for _, n := range nets {
-		for _, impl := range []string{"dlock", "native"} {
-			fmt.Fprintf(os.Stderr, "bench: %s %s\n", n.name, impl)
-			benchPairs(n.name, impl, n.agent, n.redis)
-			benchContended(n.name, impl, n.agent, n.redis)
-		}
+		fmt.Fprintf(os.Stderr, "bench: %s pairs\n", n.name)
+		benchPairs(n.name, n.agent, n.redis)
+		fmt.Fprintf(os.Stderr, "bench: %s contended\n", n.name)
+		benchContended(n.name, n.agent, n.redis)
 	}
 	benchValid(nets[0].agent, nets[0].redis)
 }
