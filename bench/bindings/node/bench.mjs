@@ -59,38 +59,84 @@ function redlockImpl(path, contended) {
   };
 }
 
-async function pairs(impl, net, name) {
-  for (let i = 0; i < WARMUP; i++) await (await impl.lock(`${tag}:${net}:${name}:warm:${i}`))();
-  const lat = [];
+// Each case runs its implementations in ROUNDS alternating rounds (a, b then b, a then a, b
+// then b, a), so that a drift of the machine's speed during the run weighs on each of them alike;
+// an implementation's counts, times and samples are summed over its own rounds.
+const ROUNDS = 4;
+
+function roundOrder(impls, r) {
+  return r % 2 === 0 ? impls : [...impls].reverse();
+}
+
+// the share of round r (0..ROUNDS-1) of total, the shares summing to total
+function share(total, r) {
+  return Math.floor(((r + 1) * total) / ROUNDS) - Math.floor((r * total) / ROUNDS);
+}
+
+function tally() {
+  return { ops: 0, ns: 0n, samples: [] };
+}
+
+async function pairsRound(impl, net, name, first, count, t) {
   const t0 = now();
-  for (let i = 0; i < PAIRS; i++) {
+  for (let i = first; i < first + count; i++) {
     const a = now();
     const release = await impl.lock(`${tag}:${net}:${name}:pairs:${i}`);
     await release();
-    lat.push(us(now() - a));
+    t.samples.push(us(now() - a));
   }
-  const secs = Number(now() - t0) / 1e9;
-  row(net, 'pairs', name, PAIRS / secs, lat);
+  t.ns += now() - t0;
+  t.ops += count;
 }
 
-async function contended(impl, net, name) {
+// impls: [[name, impl], ...], open for the whole case
+async function pairs(impls, net) {
+  for (const [name, impl] of impls) {
+    for (let i = 0; i < WARMUP; i++) await (await impl.lock(`${tag}:${net}:${name}:warm:${i}`))();
+  }
+  const tallies = new Map(impls.map(([name]) => [name, tally()]));
+  let first = 0;
+  for (let r = 0; r < ROUNDS; r++) {
+    const count = share(PAIRS, r);
+    for (const [name, impl] of roundOrder(impls, r)) {
+      await pairsRound(impl, net, name, first, count, tallies.get(name));
+    }
+    first += count;
+  }
+  for (const [name] of impls) {
+    const t = tallies.get(name);
+    row(net, 'pairs', name, t.ops / (Number(t.ns) / 1e9), t.samples);
+  }
+}
+
+async function contendedRound(impl, net, name, seconds, t) {
   const lockName = `${tag}:${net}:${name}:contended`;
-  const waits = [];
-  let ops = 0;
   const t0 = now();
-  const end = t0 + BigInt(Math.round(SECONDS * 1e9));
+  const end = t0 + BigInt(Math.round(seconds * 1e9));
   async function worker() {
     while (now() < end) {
       const a = now();
       const release = await impl.lock(lockName, true);
-      waits.push(us(now() - a));
-      ops++;
+      t.samples.push(us(now() - a));
+      t.ops++;
       await release();
     }
   }
   await Promise.all(Array.from({ length: WORKERS }, () => worker()));
-  const secs = Number(now() - t0) / 1e9;
-  row(net, 'contended', name, ops / secs, waits);
+  t.ns += now() - t0;
+}
+
+async function contended(impls, net) {
+  const tallies = new Map(impls.map(([name]) => [name, tally()]));
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const [name, impl] of roundOrder(impls, r)) {
+      await contendedRound(impl, net, name, SECONDS / ROUNDS, tallies.get(name));
+    }
+  }
+  for (const [name] of impls) {
+    const t = tallies.get(name);
+    row(net, 'contended', name, t.ops / (Number(t.ns) / 1e9), t.samples);
+  }
 }
 
 async function validCost(socket) {
@@ -135,21 +181,21 @@ for (const [net, dsock, rsock] of nets) {
   }
   console.error(`bench: ${net}: pairs`);
   {
-    const d = await dlockImpl(dsock);
-    await pairs(d, net, 'dlock');
-    await d.close();
-    const r = redlockImpl(rsock, false);
-    await pairs(r, net, 'native');
-    await r.close();
+    const impls = [
+      ['dlock', await dlockImpl(dsock)],
+      ['native', redlockImpl(rsock, false)],
+    ];
+    await pairs(impls, net);
+    for (const [, impl] of impls) await impl.close();
   }
   console.error(`bench: ${net}: contended`);
   {
-    const d = await dlockImpl(dsock);
-    await contended(d, net, 'dlock');
-    await d.close();
-    const r = redlockImpl(rsock, true);
-    await contended(r, net, 'native');
-    await r.close();
+    const impls = [
+      ['dlock', await dlockImpl(dsock)],
+      ['native', redlockImpl(rsock, true)],
+    ];
+    await contended(impls, net);
+    for (const [, impl] of impls) await impl.close();
   }
 }
 
