@@ -13,6 +13,14 @@ percentiles of the acquire's wait). IMPL: dlock (this binding), native
 (redis-py's Lock with its defaults, but timeout=30 s: its default, no expiry,
 would leave a crashed holder's lock taken forever) and native-fastpoll (the
 same with sleep=0.001 between tries instead of 0.1).
+
+Timing on a busy machine drifts within a run, so for each net and case the
+implementations take turns: ROUNDS rounds in the order a, b, c then c, b, a
+(and again), each round BENCH_PAIRS/ROUNDS pairs or BENCH_SECONDS/ROUNDS
+seconds. An implementation's row sums its own rounds: rate = its operations /
+the time of its rounds, percentiles over all its samples. Clients stay open
+across rounds (their set-up and the warm-up before the first round are not
+timed).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import os
 import sys
 import threading
 import time
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import redis
 
@@ -53,45 +61,119 @@ def unique(tag: str) -> str:
     return f"bench:py:{os.getpid()}:{time.monotonic_ns()}:{tag}"
 
 
-# ---- pairs ----
+# ---- the implementations ----
+#
+# Each opens its connections in __init__ (not timed), warms up once in warm(),
+# and measures one round in pairs(n) / contended(seconds), which return
+# (operations, elapsed seconds, samples in ns); close() ends it.
 
-def pairs_dlock(sock: str, n: int) -> Tuple[float, List[float]]:
-    with dlock.Client(sock) as client:
-        base = unique("pairs")
-        client.acquire(base + ":warm").release()
+class Impl:
+    name = ""
+
+    def warm(self) -> None:
+        raise NotImplementedError
+
+    def pairs(self, n: int) -> Tuple[int, float, List[float]]:
+        raise NotImplementedError
+
+    def contended(self, seconds: float) -> Tuple[int, float, List[float]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class DlockImpl(Impl):
+    name = "dlock"
+
+    def __init__(self, sock: str) -> None:
+        self.client = dlock.Client(sock)
+        self.base = unique("pairs")
+        self.cname = unique("contended")
+        self.next = 0
+
+    def warm(self) -> None:
+        self.client.acquire(self.base + ":warm").release()
+
+    def pairs(self, n: int) -> Tuple[int, float, List[float]]:
+        client, base, first = self.client, self.base, self.next
+        self.next += n
         samples = []
         start = time.perf_counter_ns()
-        for i in range(n):
+        for i in range(first, first + n):
             t0 = time.perf_counter_ns()
             client.acquire(f"{base}:{i}").release()
             samples.append(time.perf_counter_ns() - t0)
-        total = (time.perf_counter_ns() - start) / 1e9
-    return n / total, samples
+        return n, (time.perf_counter_ns() - start) / 1e9, samples
+
+    def contended(self, seconds: float) -> Tuple[int, float, List[float]]:
+        client, name = self.client, self.cname
+
+        def worker(stop: threading.Event, waits: List[float]) -> int:
+            n = 0
+            while not stop.is_set():
+                t0 = time.perf_counter_ns()
+                # As dlock.lock() users do: one shared client, the thread owns the lease.
+                with client.lock(name, wait=None):
+                    waits.append(time.perf_counter_ns() - t0)
+                    n += 1
+            return n
+
+        return contended(worker, seconds)
+
+    def close(self) -> None:
+        self.client.close()
 
 
-def pairs_native(rsock: str, n: int, sleep: Optional[float]) -> Tuple[float, List[float]]:
-    r = redis.Redis(unix_socket_path=rsock)
-    kw = {} if sleep is None else {"sleep": sleep}
-    base = unique("npairs")
-    warm = r.lock(base + ":warm", timeout=30, **kw)  # type: ignore[arg-type]
-    warm.acquire()
-    warm.release()
-    samples = []
-    start = time.perf_counter_ns()
-    for i in range(n):
-        t0 = time.perf_counter_ns()
-        lk = r.lock(f"{base}:{i}", timeout=30, **kw)  # type: ignore[arg-type]
-        lk.acquire()
-        lk.release()
-        samples.append(time.perf_counter_ns() - t0)
-    total = (time.perf_counter_ns() - start) / 1e9
-    r.close()
-    return n / total, samples
+class NativeImpl(Impl):
+    def __init__(self, name: str, rsock: str, sleep: Optional[float]) -> None:
+        self.name = name
+        self.r = redis.Redis(unix_socket_path=rsock)
+        self.kw = {} if sleep is None else {"sleep": sleep}
+        self.base = unique("npairs:" + name)
+        self.cname = unique("ncontended:" + name)
+        self.next = 0
+
+    def warm(self) -> None:
+        warm = self.r.lock(self.base + ":warm", timeout=30, **self.kw)  # type: ignore[arg-type]
+        warm.acquire()
+        warm.release()
+
+    def pairs(self, n: int) -> Tuple[int, float, List[float]]:
+        r, kw, base, first = self.r, self.kw, self.base, self.next
+        self.next += n
+        samples = []
+        start = time.perf_counter_ns()
+        for i in range(first, first + n):
+            t0 = time.perf_counter_ns()
+            lk = r.lock(f"{base}:{i}", timeout=30, **kw)  # type: ignore[arg-type]
+            lk.acquire()
+            lk.release()
+            samples.append(time.perf_counter_ns() - t0)
+        return n, (time.perf_counter_ns() - start) / 1e9, samples
+
+    def contended(self, seconds: float) -> Tuple[int, float, List[float]]:
+        r, kw, name = self.r, self.kw, self.cname
+
+        def worker(stop: threading.Event, waits: List[float]) -> int:
+            n = 0
+            while not stop.is_set():
+                lk = r.lock(name, timeout=30, **kw)  # type: ignore[arg-type]
+                t0 = time.perf_counter_ns()
+                lk.acquire()
+                waits.append(time.perf_counter_ns() - t0)
+                lk.release()
+                n += 1
+            return n
+
+        return contended(worker, seconds)
+
+    def close(self) -> None:
+        self.r.close()
 
 
-# ---- contended ----
-
-def contended(worker: Callable[[threading.Event, List[float]], int], seconds: float) -> Tuple[float, List[float]]:
+def contended(worker: Callable[[threading.Event, List[float]], int], seconds: float) -> Tuple[int, float, List[float]]:
+    """One round: WORKERS threads run worker until seconds have passed."""
     stop = threading.Event()
     waits: List[List[float]] = [[] for _ in range(WORKERS)]
     counts = [0] * WORKERS
@@ -115,45 +197,30 @@ def contended(worker: Callable[[threading.Event, List[float]], int], seconds: fl
     elapsed = time.perf_counter() - start
     if errors:
         raise errors[0]
-    return sum(counts) / elapsed, [w for ws in waits for w in ws]
+    return sum(counts), elapsed, [w for ws in waits for w in ws]
 
 
-def contended_dlock(sock: str, seconds: float) -> Tuple[float, List[float]]:
-    name = unique("contended")
-    with dlock.Client(sock) as client:
-        def worker(stop: threading.Event, waits: List[float]) -> int:
-            n = 0
-            while not stop.is_set():
-                t0 = time.perf_counter_ns()
-                # As dlock.lock() users do: one shared client, the thread owns the lease.
-                with client.lock(name, wait=None):
-                    waits.append(time.perf_counter_ns() - t0)
-                    n += 1
-            return n
+# ---- alternating rounds ----
 
-        return contended(worker, seconds)
+ROUNDS = 4
 
 
-def contended_native(rsock: str, seconds: float, sleep: Optional[float]) -> Tuple[float, List[float]]:
-    name = unique("ncontended")
-    r = redis.Redis(unix_socket_path=rsock)
-    kw = {} if sleep is None else {"sleep": sleep}
-
-    def worker(stop: threading.Event, waits: List[float]) -> int:
-        n = 0
-        while not stop.is_set():
-            lk = r.lock(name, timeout=30, **kw)  # type: ignore[arg-type]
-            t0 = time.perf_counter_ns()
-            lk.acquire()
-            waits.append(time.perf_counter_ns() - t0)
-            lk.release()
-            n += 1
-        return n
-
-    try:
-        return contended(worker, seconds)
-    finally:
-        r.close()
+def alternate(net: str, case: str, impls: List[Impl],
+              round_: Callable[[Impl, int], Tuple[int, float, List[float]]]) -> None:
+    """Runs ROUNDS rounds, a, b, c then c, b, a, ...; one row per impl over its rounds."""
+    ops: Dict[str, int] = {i.name: 0 for i in impls}
+    secs: Dict[str, float] = {i.name: 0.0 for i in impls}
+    samples: Dict[str, List[float]] = {i.name: [] for i in impls}
+    for k in range(ROUNDS):
+        for impl in (impls if k % 2 == 0 else impls[::-1]):
+            n, t, s = round_(impl, k)
+            log(f"    round {k + 1} {impl.name}: {n} in {t:.3f} s")
+            ops[impl.name] += n
+            secs[impl.name] += t
+            samples[impl.name].extend(s)
+    for impl in impls:
+        rate = ops[impl.name] / secs[impl.name] if secs[impl.name] > 0 else 0.0
+        row(net, case, impl.name, rate, samples[impl.name])
 
 
 # ---- lease.valid and a GET ----
@@ -193,18 +260,23 @@ def main() -> int:
         ("delayed", os.environ.get("DLOCK_SOCKET_DELAYED", ""), os.environ.get("REDIS_SOCKET_DELAYED", "")),
     ]
     natives = [("native", None), ("native-fastpoll", 0.001)]
+    # BENCH_PAIRS split over the rounds, the remainder to the first ones.
+    per_round = [pairs // ROUNDS + (1 if k < pairs % ROUNDS else 0) for k in range(ROUNDS)]
     for net, sock, rsock in nets:
         if not sock or not rsock:
             log(f"{net}: no sockets given, skipped")
             continue
-        log(f"{net}: pairs")
-        row(net, "pairs", "dlock", *pairs_dlock(sock, pairs))
-        for impl, sleep in natives:
-            row(net, "pairs", impl, *pairs_native(rsock, pairs, sleep))
-        log(f"{net}: contended")
-        row(net, "contended", "dlock", *contended_dlock(sock, seconds))
-        for impl, sleep in natives:
-            row(net, "contended", impl, *contended_native(rsock, seconds, sleep))
+        impls: List[Impl] = [DlockImpl(sock)] + [NativeImpl(n, rsock, s) for n, s in natives]
+        try:
+            for impl in impls:
+                impl.warm()
+            log(f"{net}: pairs")
+            alternate(net, "pairs", impls, lambda impl, k: impl.pairs(per_round[k]))
+            log(f"{net}: contended")
+            alternate(net, "contended", impls, lambda impl, k: impl.contended(seconds / ROUNDS))
+        finally:
+            for impl in impls:
+                impl.close()
     ns = valid_cost(os.environ["DLOCK_SOCKET"], 1_000_000)
     print(f"VALID {LANG} {ns:.1f} {get_p50(os.environ['REDIS_SOCKET']):.1f}", flush=True)
     return 0
