@@ -1463,27 +1463,12 @@ static void report_agent_log(struct env *e)
 /* Every part but the bindings, in order, until one fails. */
 static int run_parts(const struct opts *o, struct env *e)
 {
-    int rc = phase_pairs(o, e);
-    if (rc == 0)
-        rc = phase_delay(o, e);
-    if (rc == 0)
-        rc = phase_wake(o, e);
-    if (rc == 0)
-        rc = phase_cohort(o, e);
-    if (rc == 0)
-        rc = phase_hosts(o, e);
-    if (rc == 0)
-        rc = phase_kinds(o, e);
-    if (rc == 0)
-        rc = phase_fairness(o, e);
-    if (rc == 0)
-        rc = phase_quorum(o, e);
-    if (rc == 0)
-        rc = phase_check(o, e);
-    if (rc == 0)
-        rc = phase_leases(o, e);
-    if (rc == 0)
-        rc = phase_fleet(o, e);
+    static int (*const parts[])(const struct opts *, struct env *) = {
+        phase_pairs,    phase_delay,  phase_wake,  phase_cohort, phase_hosts, phase_kinds,
+        phase_fairness, phase_quorum, phase_check, phase_leases, phase_fleet};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0] && rc == 0; i++)
+        rc = parts[i](o, e);
     return rc;
 }
 
