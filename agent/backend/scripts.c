@@ -901,11 +901,13 @@ static void decode_flag(const redisReply *rep, struct script_result *out, struct
     out->outcome = out->wrote ? BACKEND_DONE : BACKEND_NOT_OURS;
 }
 
-/* A counted key's lookup: [_, _, PTTL, KIND, N, (TOKEN, PTTL, HOLDER)...]. */
+/* A counted key's lookup: [_, _, PTTL, KIND, N, (TOKEN, PTTL, HOLDER)...].
+ * A kind is text: one with a NUL byte is no kind (it would read as empty). */
 static bool counted_of(const redisReply *rep, struct script_holders *h)
 {
     if (rep->elements < 5 || (rep->elements - 5) % 3 != 0 ||
         rep->element[3]->type != REDIS_REPLY_STRING || rep->element[3]->len == 0 ||
+        memchr(rep->element[3]->str, '\0', rep->element[3]->len) ||
         rep->element[4]->type != REDIS_REPLY_INTEGER || rep->element[4]->integer < 0)
         return false;
     snprintf(h->holder.kind, sizeof h->holder.kind, "%s", rep->element[3]->str);
