@@ -225,7 +225,8 @@ DLOCK_EXPORT void dlock_client_set_event_cb(dlock_client *client, dlock_event_cb
  * DLOCK_EBUSY (wait 0) or DLOCK_ETIMEDOUT when the lock stayed taken; a wait
  * that runs out while Redis is unreachable gives DLOCK_EUNAVAIL (quorum
  * mode: DLOCK_ENOQUORUM), as an outage longer than the agent's
- * outage_wait_ms does. DLOCK_ENOANSWER: the agent did not answer within the
+ * outage_wait_ms ceiling does, if it has one (a DLOCK_WAIT_FOREVER wait
+ * rides out any outage by default). DLOCK_ENOANSWER: the agent did not answer within the
  * wait plus 10 s (it is stopped or wedged; the request is abandoned).
  * DLOCK_EHELD, at once: this client already holds `name` (and opts->flags
  * lacks DLOCK_ACQUIRE_REENTRANT, below). That answer wins, whatever the

@@ -1281,6 +1281,25 @@ Test(validate, zero_says_what_it_means)
     EXPECT_INVALID("between 0 and 604800000 (0: none)", c_.max_hold_limit_ms = 604800001);
 }
 
+/* outage_wait_ms: none (the default) or a number of ms, 0 failing at once. */
+Test(set, outage_wait_ms_none_is_no_ceiling)
+{
+    struct config c;
+    config_defaults(&c);
+    cr_assert_eq(c.outage_wait_ms, CONFIG_OUTAGE_NONE, "the default is a ceiling of %u ms",
+                 (unsigned)c.outage_wait_ms);
+    expect_good(&c, "agent", "outage_wait_ms", "5000");
+    cr_assert_eq(c.outage_wait_ms, 5000);
+    expect_good(&c, "agent", "outage_wait_ms", "none");
+    cr_assert_eq(c.outage_wait_ms, CONFIG_OUTAGE_NONE);
+    char err[256] = "";
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "none refused: %s", err);
+    expect_bad("agent", "outage_wait_ms", "forever");
+    expect_bad("agent", "outage_wait_ms", "None ");
+    EXPECT_INVALID("between 0 and 3600000 (0: fail at once; none: no ceiling)",
+                   c_.outage_wait_ms = 3600001);
+}
+
 Test(validate, hold_defaults_within_their_limits)
 {
     EXPECT_INVALID("default_max_hold_ms = 600: must not exceed max_hold_limit_ms (400)",

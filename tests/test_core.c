@@ -13,8 +13,8 @@
  * renewals from the send time at ttl * renew_fraction, the validity, LOST
  * AT the deadline, max hold AT its limit (and its default and cap), the
  * stall seen at the first renewal tick past the progress deadline, waits
- * that end AT wait_ms, retries at the holder's PTTL, outage riding for
- * outage_wait_ms. */
+ * that end AT wait_ms, retries at the holder's PTTL, outage riding for the
+ * waiter's own wait or up to outage_wait_ms. */
 #include <criterion/criterion.h>
 #include <stdbool.h>
 #include <inttypes.h>
@@ -1562,8 +1562,26 @@ Test(core, a_try_once_fails_at_once_in_an_outage)
     refused(id2, DLOCK_EUNAVAIL);
 }
 
-/* A waiter that may wait for ever rides out an outage of up to
- * outage_wait_ms, retrying every retry_fallback_ms, and fails with the
+/* With no ceiling (the default), a waiter that may wait for ever rides out
+ * an outage however long it lasts, retrying every retry_fallback_ms, and is
+ * granted once the store answers again. */
+Test(core, a_waiter_for_ever_rides_out_an_outage_of_any_length)
+{
+    cr_assert_eq(F.cfg.outage_wait_ms, CONFIG_OUTAGE_NONE, "the default has a ceiling");
+    F.cfg.retry_fallback_ms = 1000;
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "long", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    fail_acquires_until("long", DLOCK_EUNAVAIL, T0 + 300000 * MS);
+    cr_assert_null(answer_to(id), "the waiter gave up during a 5-minute outage");
+    int tries = req_count(R_ACQUIRE, "long");
+    cr_assert(tries >= 299 && tries <= 301, "%d tries in 300 s, every second", tries);
+    core_store_ready(&F.k, F.now);
+    reply(pending(R_ACQUIRE, "long"), F.now + MS, BACKEND_DONE);
+    granted(id);
+}
+
+/* With a ceiling, a waiter that may wait for ever rides out an outage of up
+ * to outage_wait_ms, retrying every retry_fallback_ms, and fails with the
  * outage's error when it is over. */
 Test(core, a_waiter_rides_out_an_outage_until_outage_wait_ms)
 {

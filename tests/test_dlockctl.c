@@ -403,9 +403,9 @@ ITEST(dlockctl, durations_take_units_and_bad_ones_are_usage_errors)
 
 ITEST(dlockctl, redis_outage_exits_69_with_a_message_not_the_busy_code)
 {
-    /* The wait (1 s) runs out before the agent gives up riding out the
-     * outage (outage_wait_ms, 2 s): that is still an outage, not a lock
-     * that stayed taken. */
+    /* The wait (1 s) runs out while the agent rides out the outage (with
+     * no outage_wait_ms ceiling, for as long as the wait): that is still an
+     * outage, not a lock that stayed taken. */
     h_start(NULL);
     const char *sock = H.agent[0].sock;
     char marker[300];

@@ -59,7 +59,7 @@ ITEST(redis_outage, restart_loses_held_lease_then_recovers)
 
 ITEST(redis_outage, acquire_fails_fast_while_redis_down)
 {
-    h_start("outage_wait_ms = 2000"); /* the default, said out loud */
+    h_start("outage_wait_ms = 2000"); /* a ceiling for every waiter */
     struct h_cl *a = h_client();
     h_redis_kill();
 
@@ -70,8 +70,9 @@ ITEST(redis_outage, acquire_fails_fast_while_redis_down)
     if (rc != DLOCK_EUNAVAIL)
         cr_log_warn("acquire with Redis down returned %s, not EUNAVAIL", dlock_strerror(rc));
 
-    /* A waiting acquire does not hang either: it rides the outage out for
-     * outage_wait_ms, then fails, long before its wait of a minute is up. */
+    /* A waiting acquire does not hang either: it rides the outage out up
+     * to the outage_wait_ms ceiling, then fails, long before its wait of a
+     * minute is up. */
     struct h_acq w;
     h_acquire_async(a, "down", 5000, 60000, &w);
     H_WAIT_UNTIL(H_EVENT_MS, w.done);
@@ -82,6 +83,33 @@ ITEST(redis_outage, acquire_fails_fast_while_redis_down)
     h_redis_start();
     dlock_lease *l2 = acquire_eventually(a, "down", 5000);
     cr_assert_eq(dlock_lease_release(l2), 0);
+}
+
+/* With no ceiling (the default), a waiter's own wait governs: one that waits
+ * for ever is still waiting after a bounded one gave up on the outage, and
+ * gets the lock once Redis is back; a try-once is answered at once. */
+ITEST(redis_outage, a_waiter_for_ever_rides_out_the_outage)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client(), *b = h_client();
+    h_redis_kill();
+    struct h_acq ever, bounded;
+    h_acquire_async(a, "ride", 5000, DLOCK_WAIT_FOREVER, &ever);
+    h_acquire_async(b, "ride", 5000, 3000, &bounded);
+    H_WAIT_UNTIL(H_EVENT_MS, bounded.done);
+    cr_assert(is_backend_error(bounded.status), "bounded wait in the outage: %s (%d)",
+              dlock_strerror(bounded.status), bounded.status);
+    dlock_lease *l = NULL;
+    int rc = h_acquire(b, "ride", 5000, 0, &l);
+    cr_assert(rc == DLOCK_EBUSY || is_backend_error(rc), "try-once: %s (%d)", dlock_strerror(rc),
+              rc);
+    cr_assert(!ever.done, "the waiter for ever gave up: %s (%d)", dlock_strerror(ever.status),
+              ever.status);
+    h_redis_start();
+    H_WAIT_UNTIL(H_EVENT_MS, ever.done);
+    cr_assert_eq(ever.status, 0, "after the outage: %s (%d)", dlock_strerror(ever.status),
+                 ever.status);
+    cr_assert_eq(dlock_lease_release(ever.lease), 0);
 }
 
 ITEST(redis_outage, agent_starts_while_redis_down)

@@ -48,7 +48,7 @@ void config_defaults(struct config *c)
     c->policy.max_waiters_per_uid = 4096;
     c->policy.renew_budget_per_uid = 600;
     c->shutdown_timeout_ms = 2000;
-    c->outage_wait_ms = 2000;
+    c->outage_wait_ms = CONFIG_OUTAGE_NONE;
     c->log_level = LOG_INFO;
     config_parse_addr("127.0.0.1:6379", &c->nodes[0]);
     c->nnodes = 1;
@@ -364,6 +364,10 @@ static int set_special(struct config *c, const char *section, const char *key, c
     if (strcmp(section, "formats") == 0 && strcmp(key, "redisson_semaphore") == 0)
         return formats_add(&c->formats, KEY_FORMAT_REDISSON_SEM, v);
     bool agent = strcmp(section, "agent") == 0, redis = strcmp(section, "redis") == 0;
+    if (agent && strcmp(key, "outage_wait_ms") == 0 && strcmp(v, "none") == 0) {
+        c->outage_wait_ms = CONFIG_OUTAGE_NONE;
+        return 0;
+    }
     if (agent && strcmp(key, "socket") == 0)
         return copy_str(c->socket, sizeof c->socket, v);
     if (agent && strcmp(key, "prefix") == 0)
@@ -633,7 +637,7 @@ static const struct u32_range u32_ranges[] = {
     RANGE("agent", handshake_timeout_ms, 100, 600000, NULL,
           "a connection that has not said HELLO by then is closed"),
     RANGE("agent", shutdown_timeout_ms, 0, 60000, "do not wait", NULL),
-    RANGE("agent", outage_wait_ms, 0, 3600000, "fail at once", NULL),
+    RANGE("agent", outage_wait_ms, 0, 3600000, "fail at once; none: no ceiling", NULL),
     RANGE("agent", default_max_hold_ms, 0, 7 * DAY_MS, "none", NULL),
     RANGE("agent", max_hold_limit_ms, 0, 7 * DAY_MS, "none", NULL),
     RANGE("agent", default_progress_ms, 0, 7 * DAY_MS, "none", NULL),
@@ -673,6 +677,8 @@ static int check_ranges(const struct config *c, char *err, size_t errlen)
     for (size_t i = 0; i < sizeof u32_ranges / sizeof u32_ranges[0]; i++) {
         const struct u32_range *r = &u32_ranges[i];
         uint32_t v = *(const uint32_t *)((const char *)c + r->offset);
+        if (r->offset == offsetof(struct config, outage_wait_ms) && v == CONFIG_OUTAGE_NONE)
+            continue;
         if (v < r->lo || v > r->hi) {
             range_error(r, v, err, errlen);
             return -1;

@@ -14,6 +14,9 @@
 #define CONFIG_DEFAULT_STATUS "/run/dlock/status.sock"
 #define CONFIG_PREFIX_MAX     128
 #define CONFIG_MAX_NODES      9 /* Redis nodes in quorum mode */
+/* outage_wait_ms = none: no agent-wide ceiling, each waiter's own wait
+ * governs how long it rides out an outage. */
+#define CONFIG_OUTAGE_NONE UINT32_MAX
 
 #define POLICY_MAX_RULES   64
 #define POLICY_MAX_WHO     16
@@ -106,7 +109,7 @@ struct config {
     uint32_t max_connections;
     uint32_t handshake_timeout_ms; /* a new connection must say HELLO by then */
     uint32_t shutdown_timeout_ms;
-    uint32_t outage_wait_ms;
+    uint32_t outage_wait_ms;      /* a ceiling on riding out an outage, or CONFIG_OUTAGE_NONE */
     uint32_t default_max_hold_ms; /* bounded holds: 0 = none */
     uint32_t max_hold_limit_ms;
     uint32_t default_progress_ms;

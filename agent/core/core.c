@@ -841,22 +841,27 @@ static void lock_unbackoff(struct core *k, struct lock *l)
 }
 
 /* The store is unreachable (err) for waiter w at its turn. A waiter that may
- * wait rides out an outage of up to outage_wait_ms: the lock retries when
- * the store is back or the grace runs out. Returns false when w must fail
- * now. */
+ * wait rides the outage out: the lock retries when the store is back, at
+ * the fallback retry, or when the agent's outage_wait_ms ceiling (if set)
+ * runs out; the waiter's own wait ends it with the outage's error
+ * (waiter_expired()). Returns false when w must fail now. */
 static bool ride_outage(struct core *k, struct lock *l, struct waiter *w, int err, uint64_t now)
 {
     if ((err != DLOCK_EUNAVAIL && err != DLOCK_ENOQUORUM) || w->try_once || k->shutting_down ||
         PLANTED(CORE_BUG_NO_OUTAGE_RIDE))
         return false;
-    uint64_t grace = (uint64_t)k->cfg->outage_wait_ms * NS_PER_MS;
     if (!k->down_since)
         k->down_since = now;
     k->down_err = err;
-    if (now - k->down_since >= grace)
-        return false;
     uint64_t retry = now + (uint64_t)k->cfg->retry_fallback_ms * NS_PER_MS;
-    lock_backoff(k, l, retry < k->down_since + grace ? retry : k->down_since + grace);
+    if (k->cfg->outage_wait_ms != CONFIG_OUTAGE_NONE) {
+        uint64_t until = k->down_since + (uint64_t)k->cfg->outage_wait_ms * NS_PER_MS;
+        if (now >= until)
+            return false;
+        if (retry > until)
+            retry = until;
+    }
+    lock_backoff(k, l, retry);
     return true;
 }
 

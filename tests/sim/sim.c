@@ -1044,12 +1044,15 @@ static void env_error(void *arg, struct core_client *cc, uint32_t req_id, int co
             return;
         }
         bool outage = code == DLOCK_EUNAVAIL || code == DLOCK_ENOQUORUM;
-        /* A waiter rides out an outage of up to outage_wait_ms (measured
-         * from the store's first failure since it last answered an acquire
-         * or came back); one with a wait of its own may end with the
-         * outage's error when its wait runs out first. */
+        /* A waiter rides out an outage within its own wait, and up to an
+         * outage_wait_ms ceiling if there is one (measured from the store's
+         * first failure since it last answered an acquire or came back); one
+         * with a wait of its own may end with the outage's error when its
+         * wait runs out first. One that waits for ever under no ceiling
+         * never fails on an outage. */
         uint64_t down = ag->down_since ? agent_now(ag) - ag->down_since : 0;
-        bool ridden = ag->down_since && down >= MS(ag->cfg.outage_wait_ms);
+        bool ridden = ag->down_since && ag->cfg.outage_wait_ms != CONFIG_OUTAGE_NONE &&
+                      down >= MS(ag->cfg.outage_wait_ms);
         bool ok;
         if (c->acq_wait_ms < 0)
             ok = outage && ridden && (!fault_free(s) || !store_came_up(ag));
@@ -2636,6 +2639,8 @@ static int setup(struct sim *s)
     }
     if (rng_chance(r, 15))
         tmpl.outage_wait_ms = 0;
+    else if (rng_chance(r, 40))
+        tmpl.outage_wait_ms = CONFIG_OUTAGE_NONE; /* the default */
     tmpl.nnodes = s->nnodes;
     tmpl.mode = s->quorum     ? REDIS_MODE_QUORUM
                 : s->sentinel ? REDIS_MODE_SENTINEL
