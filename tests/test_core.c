@@ -2031,3 +2031,140 @@ Test(core, a_mismatch_in_the_store_is_dlock_ekind_and_unknown_kinds_are_refused)
     refused(acquire_kind(a, "mm", (enum lock_kind)9, 0, 0, 0, -1), DLOCK_EINVAL);
     refused(acquire_kind(a, "mm", LOCK_EXCLUSIVE, 0, 0x100, 0, -1), DLOCK_EINVAL);
 }
+
+/* ---- leases taken over from a predecessor ---- */
+
+#define ADOPT_ID    ((5ull << 32) | 3)
+#define ADOPT_TOKEN "0123456789abcdef0123456789abcdef"
+
+/* a's lease on name, as a predecessor left it: valid until deadline. */
+static int adopt(struct tclient *a, const char *name, uint64_t id, uint32_t slot,
+                 enum lock_kind kind, uint64_t deadline, bool doubt)
+{
+    a->used[slot] = true;
+    struct core_adopted ad = {.lease_id = id,
+                              .slot = slot,
+                              .name = name,
+                              .name_len = (uint16_t)strlen(name),
+                              .token = ADOPT_TOKEN,
+                              .ask = {.kind = kind},
+                              .holds = 2,
+                              .ttl_ms = 3000,
+                              .fence = 77,
+                              .deadline = deadline,
+                              .doubt = doubt};
+    int rc = core_adopt(&F.k, &a->cc, &ad, F.now);
+    if (rc)
+        a->used[slot] = false;
+    return rc;
+}
+
+/* The lease keeps its id, slot, token and fencing token; it stays valid
+ * until the predecessor's deadline, in jeopardy, while a renewal sent at
+ * once checks its key; confirmed, it is HELD until the renewal's validity. */
+Test(core, a_lease_taken_over_is_checked_at_once_and_held_again)
+{
+    struct tclient *a = client(1);
+    uint64_t old = F.now + 2000 * MS;
+    cr_assert_eq(adopt(a, "ad", ADOPT_ID, 3, LOCK_EXCLUSIVE, old, false), 0);
+    const struct pagew *p = page_of(ADOPT_ID);
+    cr_assert_eq(p->slot, 3);
+    cr_assert_eq(p->state, DLOCK_STATE_JEOPARDY);
+    cr_assert_eq(p->deadline, old, "the predecessor's deadline is not shown");
+    cr_assert_eq(p->fence, 77);
+    run_until(F.now);
+    struct req *r = pending(R_RENEW, "ad");
+    cr_assert_str_eq(r->token, ADOPT_TOKEN);
+    cr_assert_eq(r->holds, 2, "the renewal does not carry the holds");
+    reply(r, F.now + 5 * MS, BACKEND_DONE);
+    p = page_of(ADOPT_ID);
+    cr_assert_eq(p->state, DLOCK_STATE_HELD);
+    cr_assert_eq(p->deadline, lease_deadline(r->sent, 3000));
+    cr_assert_not_null(event_n(ADOPT_ID, DLOCK_STATE_HELD, 0));
+    /* Its holds are the predecessor's: two releases end it. */
+    ok_answer(release(a, ADOPT_ID));
+    cr_assert_eq(req_count(R_RELEASE, "ad"), 0, "released with a hold left");
+    ok_answer(release(a, ADOPT_ID));
+    core_flush(&F.k, F.now);
+    cr_assert_str_eq(pending(R_RELEASE, "ad")->token, ADOPT_TOKEN);
+    /* A new lease never gets the id again. */
+    cr_assert_neq(hold(a, "other", 3000, 0, 0, MS), ADOPT_ID);
+}
+
+/* The key gone or another's: LOST, and the key is left alone. */
+Test(core, a_lease_taken_over_whose_key_is_gone_is_lost)
+{
+    struct tclient *a = client(1);
+    cr_assert_eq(adopt(a, "gone", ADOPT_ID, 0, LOCK_EXCLUSIVE, F.now + 2000 * MS, false), 0);
+    run_until(F.now);
+    reply(pending(R_RENEW, "gone"), F.now + 2 * MS, BACKEND_NOT_OURS);
+    struct event *e = event_n(ADOPT_ID, DLOCK_STATE_LOST, 0);
+    cr_assert_not_null(e);
+    cr_assert_eq(e->ev.reason, DLOCK_ELOST);
+    cr_assert_not(a->used[0], "the slot of the lost lease is not freed");
+    core_flush(&F.k, F.now);
+    cr_assert_eq(req_count(R_RELEASE, "gone"), 0, "a key not ours was released");
+}
+
+/* The store unreachable: retried until the predecessor's deadline, then
+ * LOST at that deadline. */
+Test(core, a_lease_taken_over_in_an_outage_is_lost_at_its_deadline)
+{
+    struct tclient *a = client(1);
+    uint64_t old = F.now + 1000 * MS;
+    cr_assert_eq(adopt(a, "out", ADOPT_ID, 0, LOCK_EXCLUSIVE, old, false), 0);
+    for (;;) {
+        run_until(F.now);
+        struct event *e = event_n(ADOPT_ID, DLOCK_STATE_LOST, 0);
+        if (e) {
+            cr_assert_eq(e->at, old, "lost at +%" PRIu64 " ms, not at the deadline",
+                         (e->at - T0) / MS);
+            break;
+        }
+        int n = req_count(R_RENEW, "out");
+        struct req *r = n ? req_n(R_RENEW, "out", n - 1) : NULL;
+        if (r && !r->answered)
+            reply_at(r, F.now + 10 * MS, DLOCK_EUNAVAIL, BACKEND_DONE, 0, 0);
+        else
+            run_until(core_next_due(&F.k));
+    }
+    cr_assert_gt(req_count(R_RENEW, "out"), 1, "not retried");
+    cr_assert_null(event_n(ADOPT_ID, DLOCK_STATE_HELD, 0));
+}
+
+/* A store that may have failed over unseen: not valid until confirmed. */
+Test(core, a_lease_taken_over_in_doubt_is_not_valid_until_confirmed)
+{
+    struct tclient *a = client(1);
+    cr_assert_eq(adopt(a, "dbt", ADOPT_ID, 0, LOCK_EXCLUSIVE, F.now + 2000 * MS, true), 0);
+    cr_assert_leq(page_of(ADOPT_ID)->deadline, F.now, "shown valid before the check");
+    run_until(F.now);
+    reply(pending(R_RENEW, "dbt"), F.now + 2 * MS, BACKEND_DONE);
+    cr_assert_gt(page_of(ADOPT_ID)->deadline, F.now);
+    cr_assert_eq(page_of(ADOPT_ID)->state, DLOCK_STATE_HELD);
+}
+
+/* What cannot be taken over is refused (the caller releases the key): an
+ * expired lease, an id already in use, and a second exclusive holder; the
+ * shared holders of one grant are taken over together. */
+Test(core, what_cannot_be_taken_over_is_refused)
+{
+    struct tclient *a = client(1), *b = client(2);
+    cr_assert_eq(adopt(a, "late", ADOPT_ID, 0, LOCK_EXCLUSIVE, F.now, false), DLOCK_ELOST);
+    cr_assert_eq(adopt(a, "x", ADOPT_ID, 0, LOCK_EXCLUSIVE, F.now + 1000 * MS, false), 0);
+    cr_assert_neq(adopt(b, "y", ADOPT_ID, 0, LOCK_EXCLUSIVE, F.now + 1000 * MS, false), 0);
+    cr_assert_neq(adopt(b, "x", ADOPT_ID + 1, 1, LOCK_EXCLUSIVE, F.now + 1000 * MS, false), 0);
+    cr_assert_eq(adopt(a, "r", ADOPT_ID + 2, 2, LOCK_SHARED, F.now + 1000 * MS, false), 0);
+    cr_assert_eq(adopt(b, "r", ADOPT_ID + 3, 3, LOCK_SHARED, F.now + 1000 * MS, false), 0);
+    cr_assert_neq(adopt(b, "r", ADOPT_ID + 4, 4, LOCK_EXCLUSIVE, F.now + 1000 * MS, false), 0);
+    /* One reader of the grant gone (both its holds): the key stays for the
+     * other, and goes with it. */
+    ok_answer(release(a, ADOPT_ID + 2));
+    ok_answer(release(a, ADOPT_ID + 2));
+    core_flush(&F.k, F.now);
+    cr_assert_eq(req_count(R_RELEASE, "r"), 0, "the readers' key went with the first");
+    ok_answer(release(b, ADOPT_ID + 3));
+    ok_answer(release(b, ADOPT_ID + 3));
+    core_flush(&F.k, F.now);
+    cr_assert_eq(req_count(R_RELEASE, "r"), 1);
+}

@@ -947,3 +947,41 @@ Test(names, printable_and_utf8_are_fine)
     /* the length limit counts bytes, not characters */
     cr_assert_eq(lock_name_check("\xc3\xa9\xc3\xa9", 4, 3), DLOCK_ENAMETOOLONG);
 }
+
+/* A predecessor's lease ids are taken as they are: the slot index below the
+ * ones in use, or far beyond them; an id in use, of a generation the slot
+ * has had, or of generation 0 is refused; new ids never repeat them. */
+Test(table, leases_taken_over_keep_their_ids)
+{
+    struct table t;
+    cr_assert_eq(table_init(&t, 5), 0);
+    struct lock *l = table_lock_get(&t, "n", 1);
+    cr_assert_not_null(l);
+    uint64_t far = (7ull << 32) | 300, near = (2ull << 32) | 4;
+    struct lease *a = table_lease_new_id(&t, l, NULL, far);
+    cr_assert_not_null(a);
+    cr_assert_eq(a->id, far);
+    cr_assert_eq(table_lease_find(&t, far), a);
+    struct lease *b = table_lease_new_id(&t, l, NULL, near);
+    cr_assert_not_null(b);
+    cr_assert_eq(table_lease_find(&t, near), b);
+    cr_assert_null(table_lease_new_id(&t, l, NULL, far), "an id in use was taken again");
+    cr_assert_null(table_lease_new_id(&t, l, NULL, (9ull << 32) | 300), "a slot in use");
+    cr_assert_null(table_lease_new_id(&t, l, NULL, 300), "generation 0");
+    cr_assert_null(table_lease_new_id(&t, l, NULL, (1ull << 32) | (1u << 30)), "far too far");
+    /* New leases fill the slots below, never with an id seen before. */
+    struct lease *news[400];
+    for (int i = 0; i < 400; i++) {
+        news[i] = table_lease_new(&t, l, NULL);
+        cr_assert_not_null(news[i]);
+        cr_assert_neq(news[i]->id, far);
+        cr_assert_neq(news[i]->id, near);
+    }
+    table_lease_free(&t, a);
+    cr_assert_null(table_lease_new_id(&t, l, NULL, far), "an id came back after its lease");
+    struct lease *again = table_lease_new(&t, l, NULL);
+    cr_assert_eq((uint32_t)again->id, 300u);
+    cr_assert_gt(again->id >> 32, 7u, "the slot's next lease reused a generation");
+    cr_assert_eq(t.nleases, 402u);
+    table_free(&t);
+}

@@ -643,6 +643,66 @@ static struct lease *lease_start(struct core *k, struct lock *l, struct waiter *
     return le;
 }
 
+/* Whether a lease of kind `ask` can join the holders l has here. */
+static bool adoptable_beside(const struct lock *l, const struct admit_ask *ask)
+{
+    if (!l->nholders)
+        return l->phase == LOCK_IDLE;
+    const struct lease *o = LIST_FIRST(&l->holders);
+    return l->phase == LOCK_HELD && ask->kind != LOCK_EXCLUSIVE && o->ask.kind == ask->kind &&
+           o->ask.permits == ask->permits;
+}
+
+int core_adopt(struct core *k, struct core_client *c, const struct core_adopted *a, uint64_t now)
+{
+    if (a->deadline <= now)
+        return DLOCK_ELOST;
+    if (!a->holds || !a->ttl_ms || a->name_len == 0)
+        return DLOCK_EINVAL;
+    struct lock *l = table_lock_get(&k->table, a->name, a->name_len);
+    if (!l)
+        return DLOCK_ENOMEM;
+    struct lease *le = NULL;
+    if (adoptable_beside(l, &a->ask))
+        le = table_lease_new_id(&k->table, l, c, a->lease_id);
+    if (!le) {
+        table_lock_release_if_idle(&k->table, l);
+        return DLOCK_EINVAL;
+    }
+    memcpy(le->token, a->token, TOKEN_HEX);
+    le->token[TOKEN_HEX] = '\0';
+    le->ask = a->ask;
+    le->holder_id = a->holder_id;
+    le->holds = a->holds;
+    le->ttl_ms = a->ttl_ms;
+    le->deadline = a->deadline;
+    le->fence = a->fence;
+    le->slot = a->slot;
+    le->granted_at = now; /* progress counts from here: touches of the gap are unknown */
+    le->hold_until = a->hold_until;
+    le->progress_ns = a->progress_ns;
+    le->state = DLOCK_STATE_JEOPARDY;
+    le->doubt_since = a->doubt ? now : 0;
+    if (PLANTED(CORE_BUG_ADOPT_UNCHECKED)) {
+        /* As if the key were surely ours: a fresh validity, renewed later. */
+        le->state = DLOCK_STATE_HELD;
+        le->deadline = validity_end(now, le->ttl_ms);
+        le->doubt_since = 0;
+    }
+    l->phase = LOCK_HELD;
+    k->leases_by_kind[le->ask.kind]++;
+    lease_link(c, le);
+    lease_publish(k, le);
+    if (PLANTED(CORE_BUG_ADOPT_UNCHECKED))
+        lease_schedule(k, le, now);
+    else
+        timer_set(k, &le->timer, now);
+    k->stats.adoptions++;
+    log_info("lease on %s held by pid %d taken over from the previous agent (fence %llu)", l->name,
+             (int)c->pid, (unsigned long long)le->fence);
+    return 0;
+}
+
 /* The owner of le takes it again (a re-entrant acquire): the same lease,
  * one more hold; its token, fence and deadline do not change. */
 static void lease_reenter(struct core *k, struct lease *le, uint32_t req_id, uint64_t now)

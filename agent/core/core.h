@@ -131,6 +131,36 @@ void core_client_drop(struct core *k, struct core_client *c, int reason, uint64_
  * DLOCK_EDENIED (leases stay until released). */
 void core_client_policy(struct core *k, struct core_client *c, uint64_t now);
 
+/* A lease that a predecessor of this agent granted (it restarted or
+ * crashed), as its records say, taken over for client c: its holder goes on
+ * holding it with the same id, page slot, token, fencing token and holds.
+ * It is kept in jeopardy, valid until the predecessor's deadline, while a
+ * renewal sent at once checks that the key still holds its token: HELD
+ * when it does, LOST when the key is gone or another's (its key left
+ * alone), and retried until the deadline while the store is unreachable.
+ * With doubt (a store that may have failed over unseen meanwhile) it is
+ * not shown valid until that renewal confirms it. 0, or an error when it
+ * cannot be taken over (expired, its id or slot in use, a holder of the
+ * name it cannot share the name with, out of memory): the caller then
+ * releases its key. */
+struct core_adopted {
+    uint64_t lease_id;
+    uint32_t slot;
+    const char *name;
+    uint16_t name_len;
+    const char *token; /* TOKEN_HEX digits */
+    struct admit_ask ask;
+    uint64_t holder_id;
+    uint32_t holds;
+    uint32_t ttl_ms;
+    uint64_t fence;
+    uint64_t deadline;   /* the predecessor's, from the lease page */
+    uint64_t hold_until; /* 0 = never */
+    uint64_t progress_ns;
+    bool doubt;
+};
+int core_adopt(struct core *k, struct core_client *c, const struct core_adopted *a, uint64_t now);
+
 /* Events of the store. */
 void core_notice(struct core *k, const char *name, size_t len, uint64_t now);
 void core_resubscribed(struct core *k, uint64_t now);

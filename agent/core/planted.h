@@ -36,6 +36,7 @@ enum core_bug {
     CORE_BUG_JOIN_SAME_FENCE,          /* a joining reader gets the holders' token again */
     CORE_BUG_SEM_OVER_LIMIT,           /* a semaphore asks the store for one permit more */
     CORE_BUG_READER_JOINS_WRITER,      /* a reader joins a writer's grant */
+    CORE_BUG_ADOPT_UNCHECKED,          /* a lease taken over is held anew, key unchecked */
 };
 extern enum core_bug core_bug;
 #define PLANTED(b) (core_bug == (b))

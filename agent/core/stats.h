@@ -24,6 +24,7 @@ struct agent_stats {
     uint64_t renewal_failures; /* renewals that failed without proof of loss */
     uint64_t losses;           /* leases lost */
     uint64_t doubts;           /* leases put in doubt by a failover */
+    uint64_t adoptions;        /* leases taken over from a predecessor of the agent */
     uint64_t timeouts;         /* waits that ran out */
     uint64_t cancels;          /* waits cancelled by their client */
     uint64_t refused;          /* acquires refused before reaching Redis */

@@ -136,12 +136,9 @@ bool table_walk(const struct table *t, uint64_t *cursor, size_t budget,
     return v != 0;
 }
 
-static int slot_alloc(struct table *t, uint32_t *idx)
+/* One more slot index, never used: nslots - 1. */
+static int slot_grow(struct table *t)
 {
-    if (t->nfree) {
-        *idx = t->free_slots[--t->nfree];
-        return 0;
-    }
     if (t->nslots == t->slot_cap) {
         uint32_t cap = t->slot_cap ? t->slot_cap * 2 : 256;
         struct lease **s = realloc(t->slots, cap * sizeof *s);
@@ -159,8 +156,64 @@ static int slot_alloc(struct table *t, uint32_t *idx)
         t->slot_cap = cap;
     }
     t->gens[t->nslots] = 0;
-    *idx = t->nslots++;
+    t->slots[t->nslots] = NULL;
+    t->nslots++;
     return 0;
+}
+
+static int slot_alloc(struct table *t, uint32_t *idx)
+{
+    if (t->nfree) {
+        *idx = t->free_slots[--t->nfree];
+        return 0;
+    }
+    if (slot_grow(t) != 0)
+        return -1;
+    *idx = t->nslots - 1;
+    return 0;
+}
+
+/* The most slot indexes a predecessor's lease id may name: far beyond the
+ * leases an agent can hold, and a bound on what a bad id costs. */
+#define ADOPT_IDX_MAX (1u << 26)
+
+/* Takes slot index idx, free or never used yet (those below it that were
+ * never used join the free list). */
+static int slot_take(struct table *t, uint32_t idx)
+{
+    if (idx >= ADOPT_IDX_MAX)
+        return -1;
+    while (t->nslots <= idx) {
+        if (slot_grow(t) != 0)
+            return -1;
+        if (t->nslots - 1 == idx)
+            return 0;
+        t->free_slots[t->nfree++] = t->nslots - 1;
+    }
+    if (t->slots[idx])
+        return -1;
+    for (uint32_t i = 0; i < t->nfree; i++) {
+        if (t->free_slots[i] == idx) {
+            t->free_slots[i] = t->free_slots[--t->nfree];
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static struct lease *lease_place(struct table *t, struct lease *le, struct lock *l,
+                                 struct core_client *owner, uint32_t idx, uint32_t gen)
+{
+    t->gens[idx] = gen;
+    t->slots[idx] = le;
+    le->id = ((uint64_t)gen << SLOT_BITS) | idx;
+    le->lock = l;
+    le->owner = owner;
+    tnode_init(&le->timer, TK_LEASE);
+    LIST_INSERT_HEAD(&l->holders, le, hlink);
+    l->nholders++;
+    t->nleases++;
+    return le;
 }
 
 struct lease *table_lease_new(struct table *t, struct lock *l, struct core_client *owner)
@@ -172,16 +225,25 @@ struct lease *table_lease_new(struct table *t, struct lock *l, struct core_clien
         return NULL;
     }
     /* A fresh generation per use of the slot: a stale id never matches. */
-    uint32_t gen = ++t->gens[idx];
-    t->slots[idx] = le;
-    le->id = ((uint64_t)gen << SLOT_BITS) | idx;
-    le->lock = l;
-    le->owner = owner;
-    tnode_init(&le->timer, TK_LEASE);
-    LIST_INSERT_HEAD(&l->holders, le, hlink);
-    l->nholders++;
-    t->nleases++;
-    return le;
+    return lease_place(t, le, l, owner, idx, t->gens[idx] + 1);
+}
+
+struct lease *table_lease_new_id(struct table *t, struct lock *l, struct core_client *owner,
+                                 uint64_t id)
+{
+    uint32_t idx = (uint32_t)id, gen = (uint32_t)(id >> SLOT_BITS);
+    struct lease *le = calloc(1, sizeof *le);
+    if (!le || gen == 0 || slot_take(t, idx) != 0) {
+        free(le);
+        return NULL;
+    }
+    if (t->gens[idx] >= gen) {
+        /* The slot had this id or a later one here: an id is never reused. */
+        t->free_slots[t->nfree++] = idx;
+        free(le);
+        return NULL;
+    }
+    return lease_place(t, le, l, owner, idx, gen);
 }
 
 struct lease *table_lease_find(const struct table *t, uint64_t id)

@@ -166,6 +166,11 @@ bool table_walk(const struct table *t, uint64_t *cursor, size_t budget,
 /* Leases: create (one more holder of l, id assigned), find by id, remove
  * (from l's holders) and free. */
 struct lease *table_lease_new(struct table *t, struct lock *l, struct core_client *owner);
+/* A lease with the given id, as a predecessor of the agent numbered it (its
+ * slot index and generation): NULL when that slot is in use or out of
+ * memory. Later leases of the slot get later generations. */
+struct lease *table_lease_new_id(struct table *t, struct lock *l, struct core_client *owner,
+                                 uint64_t id);
 struct lease *table_lease_find(const struct table *t, uint64_t id);
 void table_lease_free(struct table *t, struct lease *le);
 
