@@ -837,7 +837,7 @@ static int map_pages(dlock_client *c)
 /* Sends HELLO and takes the agent's limits from HELLO_OK. */
 static int handshake(dlock_client *c)
 {
-    struct wire_hello hello = {.magic = WIRE_MAGIC, .version = WIRE_VERSION};
+    struct wire_hello hello = {.magic = WIRE_MAGIC, .version = WIRE_VERSION_MIN};
     int rc = wire_put_hello(&c->out, new_id(c), &hello);
     if (rc != 0)
         return rc;
@@ -859,7 +859,7 @@ static int handshake(dlock_client *c)
     struct wire_hello_ok ok;
     if (h.type != WIRE_T_HELLO_OK || wire_get_hello_ok(body, h.len, &ok) != 0)
         return DLOCK_EPROTO;
-    if (ok.version != WIRE_VERSION)
+    if (ok.version != hello.version)
         return DLOCK_EVERSION;
     /* The lease page holds deadlines on the agent's CLOCK_BOOTTIME: if its
      * reading does not fall between our own two, our clock is another one

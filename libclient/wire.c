@@ -12,6 +12,8 @@
 /* Fixed body sizes of the message types. */
 #define HELLO_LEN     8
 #define HELLO_OK_LEN  24
+#define HELLO_OK2_LEN 48 /* version 2: flags, conn_id, secret */
+#define RESUME_LEN    32
 #define ACQUIRE_FIXED 26
 #define ACQ_EX_FIXED  40 /* ACQUIRE's first 24 bytes, kind, 0, nnames, permits, owner */
 #define RELEASE_LEN   8
@@ -129,15 +131,33 @@ int wire_put_hello(struct wire_buf *b, uint32_t id, const struct wire_hello *m)
 
 int wire_put_hello_ok(struct wire_buf *b, uint32_t id, const struct wire_hello_ok *m)
 {
-    uint8_t *p = frame_start(b, WIRE_T_HELLO_OK, id, HELLO_OK_LEN);
+    bool v2 = m->version >= 2;
+    uint8_t *p = frame_start(b, WIRE_T_HELLO_OK, id, v2 ? HELLO_OK2_LEN : HELLO_OK_LEN);
     if (!p)
         return DLOCK_ENOMEM;
     put16(p, m->version);
-    put16(p + 2, 0);
+    put16(p + 2, v2 ? m->flags : 0);
     put32(p + 4, m->max_name_len);
     put32(p + 8, m->max_leases);
     put32(p + 12, m->default_ttl_ms);
     put64(p + 16, m->clock_ns);
+    if (v2) {
+        put64(p + 24, m->conn_id);
+        memcpy(p + 32, m->secret, WIRE_SECRET_LEN);
+    }
+    return 0;
+}
+
+int wire_put_resume(struct wire_buf *b, uint32_t id, const struct wire_resume *m)
+{
+    uint8_t *p = frame_start(b, WIRE_T_RESUME, id, RESUME_LEN);
+    if (!p)
+        return DLOCK_ENOMEM;
+    put32(p, m->magic);
+    put16(p + 4, m->version);
+    put16(p + 6, 0);
+    put64(p + 8, m->conn_id);
+    memcpy(p + 16, m->secret, WIRE_SECRET_LEN);
     return 0;
 }
 
@@ -279,13 +299,34 @@ int wire_get_hello(const uint8_t *body, size_t len, struct wire_hello *m)
 
 int wire_get_hello_ok(const uint8_t *body, size_t len, struct wire_hello_ok *m)
 {
-    if (len != HELLO_OK_LEN || get16(body + 2) != 0)
+    if (len != HELLO_OK_LEN && len != HELLO_OK2_LEN)
         return DLOCK_EPROTO;
-    m->version = get16(body);
+    uint16_t version = get16(body), flags = get16(body + 2);
+    bool v2 = len == HELLO_OK2_LEN;
+    if (v2 != (version >= 2) || (!v2 && flags) || (flags & ~WIRE_HELLO_RESUMABLE))
+        return DLOCK_EPROTO;
+    m->version = version;
+    m->flags = flags;
     m->max_name_len = get32(body + 4);
     m->max_leases = get32(body + 8);
     m->default_ttl_ms = get32(body + 12);
     m->clock_ns = get64(body + 16);
+    m->conn_id = v2 ? get64(body + 24) : 0;
+    if (v2)
+        memcpy(m->secret, body + 32, WIRE_SECRET_LEN);
+    else
+        memset(m->secret, 0, WIRE_SECRET_LEN);
+    return 0;
+}
+
+int wire_get_resume(const uint8_t *body, size_t len, struct wire_resume *m)
+{
+    if (len != RESUME_LEN || get16(body + 6) != 0)
+        return DLOCK_EPROTO;
+    m->magic = get32(body);
+    m->version = get16(body + 4);
+    m->conn_id = get64(body + 8);
+    memcpy(m->secret, body + 16, WIRE_SECRET_LEN);
     return 0;
 }
 

@@ -20,11 +20,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_VERSION  1
-#define WIRE_MAGIC    0x4b434c44u /* "DLCK" read as a little-endian u32 */
-#define WIRE_HDR_LEN  12
-#define WIRE_MAX_BODY 4096 /* protocol-wide cap; names are far shorter */
-#define WIRE_MAX_NAME 1024 /* hard cap on a name; the agent may set less */
+/* Version 2 is version 1 with resumable connections: HELLO_OK carries the
+ * connection's id and secret, and RESUME takes a connection back after an
+ * agent restart (docs/restarts.md). An agent speaks both; a client asks for
+ * 2 and falls back to 1 when an older agent answers DLOCK_EVERSION. */
+#define WIRE_VERSION     2
+#define WIRE_VERSION_MIN 1
+#define WIRE_MAGIC       0x4b434c44u /* "DLCK" read as a little-endian u32 */
+#define WIRE_HDR_LEN     12
+#define WIRE_MAX_BODY    4096 /* protocol-wide cap; names are far shorter */
+#define WIRE_MAX_NAME    1024 /* hard cap on a name; the agent may set less */
 
 enum wire_type {
     /* client -> agent */
@@ -34,6 +39,7 @@ enum wire_type {
     WIRE_T_PING = 0x04,
     WIRE_T_ACQUIRE_EX = 0x05, /* ACQUIRE with a lock kind, an owner, several names */
     WIRE_T_CANCEL = 0x06,     /* empty; cancels the waiting acquire of the frame's id */
+    WIRE_T_RESUME = 0x07,     /* instead of HELLO: takes a connection back (version 2) */
     /* agent -> client */
     WIRE_T_HELLO_OK = 0x81,
     WIRE_T_GRANTED = 0x82,
@@ -54,12 +60,31 @@ struct wire_hello {
     uint16_t version;
 };
 
+#define WIRE_SECRET_LEN 16
+
+/* HELLO_OK flags (version 2). */
+#define WIRE_HELLO_RESUMABLE 0x1u /* the agent keeps the connection's leases across restarts */
+
 struct wire_hello_ok {
     uint16_t version;
     uint32_t max_name_len;
     uint32_t max_leases;
     uint32_t default_ttl_ms;
     uint64_t clock_ns; /* the agent's CLOCK_BOOTTIME when it answered */
+    /* Version 2 (24 more bytes): WIRE_HELLO_RESUMABLE, and then what RESUME
+     * names the connection with; zeros otherwise. */
+    uint16_t flags;
+    uint64_t conn_id;
+    uint8_t secret[WIRE_SECRET_LEN];
+};
+
+/* RESUME's body: u32 magic, u16 version (2), u16 0, u64 conn_id, 16 bytes
+ * secret, as the connection's HELLO_OK gave them. */
+struct wire_resume {
+    uint32_t magic;
+    uint16_t version;
+    uint64_t conn_id;
+    uint8_t secret[WIRE_SECRET_LEN];
 };
 
 /* Lock kinds (ACQUIRE_EX; ACQUIRE is always WIRE_KIND_EXCLUSIVE). */
@@ -95,7 +120,7 @@ struct wire_acquire {
     uint32_t permits; /* semaphore: the most holders; 0 otherwise */
     uint64_t owner;   /* re-entrant: who owns the hold within the connection (0: the
                          connection itself) */
-    uint16_t nnames; /* 0 (from a caller that filled name only) means 1 */
+    uint16_t nnames;  /* 0 (from a caller that filled name only) means 1 */
     /* Every name, as in the body (u16 len, name), for wire_acquire_name(). */
     const uint8_t *names;
 };
@@ -144,7 +169,9 @@ int wire_hdr_decode(const uint8_t *buf, size_t n, uint32_t max_body, struct wire
 /* Encoders append one whole frame; they return 0 or DLOCK_ENOMEM (or
  * DLOCK_EINVAL for a string that does not fit a frame). */
 int wire_put_hello(struct wire_buf *b, uint32_t id, const struct wire_hello *m);
+/* HELLO_OK of m->version: 24 bytes for version 1, 48 from version 2. */
 int wire_put_hello_ok(struct wire_buf *b, uint32_t id, const struct wire_hello_ok *m);
+int wire_put_resume(struct wire_buf *b, uint32_t id, const struct wire_resume *m);
 int wire_put_acquire(struct wire_buf *b, uint32_t id, const struct wire_acquire *m);
 /* ACQUIRE_EX with the names names[0..nnames) of lengths lens[]; m->name,
  * m->names and m->nnames are not read. DLOCK_EINVAL for no names or more
@@ -161,7 +188,11 @@ int wire_put_event(struct wire_buf *b, uint32_t id, const struct wire_event *m);
 /* Decoders read a body (after the header) of exactly len bytes. They return
  * 0, or DLOCK_EPROTO when the length does not match the type. */
 int wire_get_hello(const uint8_t *body, size_t len, struct wire_hello *m);
+/* 24 bytes of version 1 (flags, conn_id and secret then read as zeros), or
+ * 48 of version 2 or later; DLOCK_EPROTO for any other length, a version
+ * that does not go with it, or a nonzero reserved field. */
 int wire_get_hello_ok(const uint8_t *body, size_t len, struct wire_hello_ok *m);
+int wire_get_resume(const uint8_t *body, size_t len, struct wire_resume *m);
 int wire_get_acquire(const uint8_t *body, size_t len, struct wire_acquire *m);
 /* ACQUIRE_EX: DLOCK_EPROTO also when nnames is 0 or over WIRE_MAX_NAMES, or
  * the names do not fill the body exactly. Kind, flags and permits are the

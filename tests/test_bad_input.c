@@ -342,12 +342,37 @@ ITEST(bad_input, bad_magic_gets_eversion)
 ITEST(bad_input, unsupported_version_gets_eversion)
 {
     victim_setup(NULL);
-    int fd = h_raw_connect(0);
-    send_hello(fd, WIRE_MAGIC, 0);
-    int code = 0;
-    cr_assert(h_raw_expect_close(fd, 2000, &code), "version 0: connection kept");
-    cr_assert_eq(code, DLOCK_EVERSION, "version 0: ERROR %d", code);
-    h_raw_close(fd);
+    uint16_t bad[] = {0, WIRE_VERSION + 1, UINT16_MAX};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int fd = h_raw_connect(0);
+        send_hello(fd, WIRE_MAGIC, bad[i]);
+        int code = 0;
+        cr_assert(h_raw_expect_close(fd, 2000, &code), "version %u: connection kept",
+                  (unsigned)bad[i]);
+        cr_assert_eq(code, DLOCK_EVERSION, "version %u: ERROR %d", (unsigned)bad[i], code);
+        h_raw_close(fd);
+    }
+    victim_check();
+}
+
+/* Each version the agent speaks gets the HELLO_OK of that version. */
+ITEST(bad_input, each_version_gets_its_own_hello_ok)
+{
+    victim_setup(NULL);
+    for (uint16_t v = WIRE_VERSION_MIN; v <= WIRE_VERSION; v++) {
+        int fd = h_raw_connect(0);
+        send_hello(fd, WIRE_MAGIC, v);
+        struct wire_hdr h;
+        uint8_t body[WIRE_MAX_BODY];
+        cr_assert_eq(h_raw_read_frame(fd, H_EVENT_MS, &h, body, sizeof body), 1);
+        cr_assert_eq(h.type, WIRE_T_HELLO_OK, "version %u: type 0x%x", (unsigned)v, h.type);
+        cr_assert_eq(h.len, v == 1 ? 24u : 48u, "version %u: HELLO_OK of %u bytes", (unsigned)v,
+                     h.len);
+        struct wire_hello_ok ok;
+        cr_assert_eq(wire_get_hello_ok(body, h.len, &ok), 0);
+        cr_assert_eq(ok.version, v);
+        h_raw_close(fd);
+    }
     victim_check();
 }
 

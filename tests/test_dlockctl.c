@@ -656,7 +656,7 @@ static int fake_memfd(const char *name, size_t size)
 }
 
 /* HELLO_OK with the lease page and touch page of 4 slots attached. */
-static void fake_hello(struct fake *f, uint32_t id)
+static void fake_hello(struct fake *f, uint32_t id, uint16_t version)
 {
     int fds[2] = {fake_memfd("fake-leases", shm_page_size(4)),
                   fake_memfd("fake-touch", shm_touch_size(4))};
@@ -668,7 +668,7 @@ static void fake_hello(struct fake *f, uint32_t id)
                                                .nslots = 4};
     f->slot = shm_slots(page);
     struct wire_buf b = {0};
-    struct wire_hello_ok ok = {.version = WIRE_VERSION,
+    struct wire_hello_ok ok = {.version = version,
                                .max_name_len = 200,
                                .max_leases = 4,
                                .default_ttl_ms = 30000,
@@ -704,7 +704,9 @@ static void fake_grant(struct fake *f)
     uint8_t body[WIRE_MAX_BODY];
     cr_assert_eq(h_raw_read_frame(f->fd, H_EVENT_MS, &h, body, sizeof body), 1);
     cr_assert_eq(h.type, WIRE_T_HELLO);
-    fake_hello(f, h.id);
+    struct wire_hello hello;
+    cr_assert_eq(wire_get_hello(body, h.len, &hello), 0);
+    fake_hello(f, h.id, hello.version);
     cr_assert_eq(h_raw_read_frame(f->fd, H_EVENT_MS, &h, body, sizeof body), 1);
     cr_assert_eq(h.type, WIRE_T_ACQUIRE);
     int64_t deadline = boot_ns() + 60 * 1000000000ll;

@@ -143,10 +143,11 @@ static void f_send(struct wire_buf *b)
     b->len = 0;
 }
 
-static void f_hello_ok(uint32_t id)
+/* HELLO_OK in the version the client's HELLO asked for. */
+static void f_hello_ok(uint32_t id, uint16_t version)
 {
     struct wire_buf b = {0};
-    struct wire_hello_ok ok = {.version = WIRE_VERSION,
+    struct wire_hello_ok ok = {.version = version,
                                .max_name_len = 200,
                                .max_leases = F_SLOTS,
                                .default_ttl_ms = TTL,
@@ -266,8 +267,9 @@ static void *f_serve(void *arg)
     while (f_read_all(F.fd, hdr, sizeof hdr) &&
            wire_hdr_decode(hdr, sizeof hdr, WIRE_MAX_BODY, &h) == 1 &&
            f_read_all(F.fd, body, h.len)) {
-        if (h.type == WIRE_T_HELLO)
-            f_hello_ok(h.id);
+        struct wire_hello hello;
+        if (h.type == WIRE_T_HELLO && wire_get_hello(body, h.len, &hello) == 0)
+            f_hello_ok(h.id, hello.version);
         else
             f_handle(&h, body);
     }

@@ -162,6 +162,79 @@ Test(wire, hello_ok_round_trip)
     wire_buf_free(&b);
 }
 
+/* Version 2 adds the flags, the connection's id and its secret; each length
+ * goes with its version. */
+Test(wire, hello_ok_version_2_round_trip)
+{
+    struct wire_buf b = {0};
+    struct wire_hello_ok in = {.version = 2,
+                               .max_name_len = 1024,
+                               .max_leases = 7,
+                               .default_ttl_ms = 30000,
+                               .clock_ns = 5,
+                               .flags = WIRE_HELLO_RESUMABLE,
+                               .conn_id = 0xfedcba9876543210ull},
+                         out;
+    for (int i = 0; i < WIRE_SECRET_LEN; i++)
+        in.secret[i] = (uint8_t)(0xa0 + i);
+    cr_assert_eq(wire_put_hello_ok(&b, 3, &in), 0);
+    size_t len;
+    const uint8_t *body = frame_body(&b, WIRE_T_HELLO_OK, 3, &len);
+    cr_assert_eq(len, 48);
+    cr_assert_eq(wire_get_hello_ok(body, len, &out), 0);
+    cr_assert_eq(out.version, 2);
+    cr_assert_eq(out.flags, WIRE_HELLO_RESUMABLE);
+    cr_assert_eq(out.conn_id, in.conn_id);
+    cr_assert_arr_eq(out.secret, in.secret, WIRE_SECRET_LEN);
+    cr_assert_eq(out.max_leases, 7);
+    CHECK_WRONG_LENGTHS(wire_get_hello_ok, body, len, struct wire_hello_ok);
+    uint8_t copy[48];
+    /* a version 1 body of 48 bytes, a version 2 body of 24, unknown flags */
+    memcpy(copy, body, 48);
+    copy[0] = 1;
+    cr_assert_eq(wire_get_hello_ok(copy, 48, &out), DLOCK_EPROTO);
+    cr_assert_eq(wire_get_hello_ok(body, 24, &out), DLOCK_EPROTO);
+    memcpy(copy, body, 48);
+    copy[2] = 2;
+    cr_assert_eq(wire_get_hello_ok(copy, 48, &out), DLOCK_EPROTO);
+    wire_buf_free(&b);
+    /* version 1 never carries flags, and reads them as zeros */
+    struct wire_hello_ok v1 = in;
+    v1.version = 1;
+    cr_assert_eq(wire_put_hello_ok(&b, 3, &v1), 0);
+    body = frame_body(&b, WIRE_T_HELLO_OK, 3, &len);
+    cr_assert_eq(len, 24);
+    cr_assert_eq(wire_get_hello_ok(body, len, &out), 0);
+    cr_assert_eq(out.flags, 0);
+    cr_assert_eq(out.conn_id, 0);
+    memcpy(copy, body, 24);
+    copy[2] = 1;
+    cr_assert_eq(wire_get_hello_ok(copy, 24, &out), DLOCK_EPROTO);
+    wire_buf_free(&b);
+}
+
+Test(wire, resume_round_trip)
+{
+    struct wire_buf b = {0};
+    struct wire_resume in = {.magic = WIRE_MAGIC, .version = 2, .conn_id = UINT64_MAX}, out;
+    memset(in.secret, 0x5a, sizeof in.secret);
+    cr_assert_eq(wire_put_resume(&b, 9, &in), 0);
+    size_t len;
+    const uint8_t *body = frame_body(&b, WIRE_T_RESUME, 9, &len);
+    cr_assert_eq(len, 32);
+    cr_assert_eq(wire_get_resume(body, len, &out), 0);
+    cr_assert_eq(out.magic, WIRE_MAGIC);
+    cr_assert_eq(out.version, 2);
+    cr_assert_eq(out.conn_id, UINT64_MAX);
+    cr_assert_arr_eq(out.secret, in.secret, WIRE_SECRET_LEN);
+    CHECK_WRONG_LENGTHS(wire_get_resume, body, len, struct wire_resume);
+    uint8_t copy[32];
+    memcpy(copy, body, 32);
+    copy[6] = 1; /* the reserved u16 */
+    cr_assert_eq(wire_get_resume(copy, 32, &out), DLOCK_EPROTO);
+    wire_buf_free(&b);
+}
+
 Test(wire, acquire_round_trip)
 {
     struct wire_buf b = {0};

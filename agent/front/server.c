@@ -228,7 +228,7 @@ static void handle_hello(struct conn *c, const struct wire_hdr *h, const uint8_t
         conn_fail(c, h->id, DLOCK_EPROTO, "malformed hello");
         return;
     }
-    if (m.magic != WIRE_MAGIC || m.version != WIRE_VERSION) {
+    if (m.magic != WIRE_MAGIC || m.version < WIRE_VERSION_MIN || m.version > WIRE_VERSION) {
         conn_fail(c, h->id, DLOCK_EVERSION, "unsupported protocol version");
         return;
     }
@@ -238,7 +238,8 @@ static void handle_hello(struct conn *c, const struct wire_hdr *h, const uint8_t
         conn_fail(c, h->id, DLOCK_ENOMEM, "the agent cannot make a lease page");
         return;
     }
-    struct wire_hello_ok ok = {.version = WIRE_VERSION,
+    /* The client's version: each gets the HELLO_OK it knows. */
+    struct wire_hello_ok ok = {.version = m.version,
                                .max_name_len = cfg->max_name_len,
                                .max_leases = cfg->max_leases_per_conn,
                                .default_ttl_ms = cfg->default_ttl_ms,

@@ -319,7 +319,8 @@ static void check_frames(struct peer *p)
         switch (h.type) {
         case WIRE_T_HELLO_OK:
             good = !p->hello_ok && wire_get_hello_ok(body, h.len, &ok) == 0 &&
-                   ok.version == WIRE_VERSION && ok.max_leases == cfg.max_leases_per_conn;
+                   ok.version >= WIRE_VERSION_MIN && ok.version <= WIRE_VERSION &&
+                   ok.max_leases == cfg.max_leases_per_conn;
             p->hello_ok = true;
             break;
         case WIRE_T_GRANTED:
