@@ -68,10 +68,13 @@ static void decode_all(const struct wire_hdr *h, const uint8_t *frame, struct wi
     struct wire_granted g;
     struct wire_error e;
     struct wire_event ev;
+    struct wire_resume res;
     if (h->type == WIRE_T_HELLO && wire_get_hello(body, h->len, &hello) == 0)
         same(b, wire_put_hello(b, h->id, &hello), frame, len);
     if (h->type == WIRE_T_HELLO_OK && wire_get_hello_ok(body, h->len, &ok) == 0)
         same(b, wire_put_hello_ok(b, h->id, &ok), frame, len);
+    if (h->type == WIRE_T_RESUME && wire_get_resume(body, h->len, &res) == 0)
+        same(b, wire_put_resume(b, h->id, &res), frame, len);
     if (h->type == WIRE_T_ACQUIRE && wire_get_acquire(body, h->len, &acq) == 0) {
         int rc = wire_put_acquire(b, h->id, &acq);
         /* A name longer than any agent takes is read, never written. */
@@ -102,6 +105,7 @@ static void decode_all(const struct wire_hdr *h, const uint8_t *frame, struct wi
     (void)wire_get_granted(body, h->len, &g);
     (void)wire_get_error(body, h->len, &e);
     (void)wire_get_event(body, h->len, &ev);
+    (void)wire_get_resume(body, h->len, &res);
 }
 
 /* The frames of the stream, with the agent's limit on a body (a client

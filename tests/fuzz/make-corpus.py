@@ -14,7 +14,7 @@ import os
 import struct
 import sys
 
-HELLO, ACQUIRE, RELEASE, PING, ACQUIRE_EX, CANCEL = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06
+HELLO, ACQUIRE, RELEASE, PING, ACQUIRE_EX, CANCEL, RESUME = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07
 HELLO_OK, GRANTED, OK, ERROR, EVENT = 0x81, 0x82, 0x83, 0x84, 0x85
 MAGIC, VERSION = 0x4B434C44, 1
 CONTROL = 0xFFFF  # fuzz_agent: a frame for the harness, not the agent
@@ -139,6 +139,9 @@ def wire_seeds():
     return {
         "hello": hello(),
         "hello-ok": frame(HELLO_OK, struct.pack("<HHIIIQ", 1, 0, 200, 100000, 30000, 42), 1),
+        "hello-ok-2": frame(HELLO_OK, struct.pack("<HHIIIQQ", 2, 1, 200, 100000, 30000, 42,
+                                                  0x1234) + bytes(range(16)), 1),
+        "resume": frame(RESUME, struct.pack("<IHHQ", MAGIC, 2, 0, 0x1234) + bytes(range(16)), 1),
         "acquire": acquire("build/main", ttl=30000, wait=-1),
         "acquire-ex": acquire_ex("build/main", ttl=30000, wait=-1, kind=SHARED),
         "acquire-ex-names": acquire_ex(["a", "orders/42", "b"], flags=REENTRANT,
