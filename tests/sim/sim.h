@@ -303,6 +303,10 @@ struct sclient {
     uint64_t hold_from;                  /* agent clock: the acquire's send, or the handoff */
     uint64_t key_since;                  /* virtual: the acquire that set the key was sent */
     uint32_t lease_ttl, hold_ms, progress_ms;
+    /* The TTL of the grant from the store whose key the lease holds: its
+     * own, or, after a handoff or a join, the grant's (the key's life on a
+     * node that lost it may be that long). */
+    uint32_t key_ttl;
     bool lost_seen, jeopardy_seen, dropping;
     bool held_due;        /* the page went from JEOPARDY to HELD: a HELD event is due */
     bool release_due;     /* LOST: the release of its key is due in the same turn */
@@ -396,6 +400,7 @@ struct agent {
         uint32_t block;
         unsigned handoffs; /* and shared joins */
         uint8_t kind;      /* enum lock_kind of the grant */
+        uint32_t ttl;      /* of the grant */
     } cohort[SIM_MAX_NAMES];
     /* The outage-aware liveness check: the first failure of the store since
      * it last answered an acquire or came back (agent clock; 0: none). */
