@@ -191,7 +191,8 @@ struct journal {
  * '/') for appending, creating it (0600) if need be. What the file holds
  * stays, up to its first torn or corrupt record: the rest is cut off, so
  * that no new record follows garbage (*info, unless NULL, says what was
- * read). A file due for compaction is compacted. 0, JOURNAL_COMPACT_FAILED
+ * read). A NAME.new left by an unfinished compaction is removed, and a
+ * file due for compaction is compacted. 0, JOURNAL_COMPACT_FAILED
  * (open all the same), or -errno (j is closed then). */
 int journal_open(struct journal *j, int dirfd, const char *name, struct journal_replay_info *info);
 
