@@ -171,7 +171,7 @@ struct journal_map {
     uint32_t cap, n;
 };
 
-/* An open journal. Read its fields, change none. */
+/* An open journal, for one thread at a time. Read its fields, change none. */
 struct journal {
     int fd;                 /* the file, O_APPEND; -1 when closed */
     int dirfd;              /* its directory (the journal's own descriptor) */
@@ -200,7 +200,8 @@ int journal_open(struct journal *j, int dirfd, const char *name, struct journal_
  * tear only the last one, and compacts when the file is due. 0 when the
  * record is in the file, or JOURNAL_COMPACT_FAILED; -EINVAL for a record
  * journal_encode() refuses, -ENOENT for a lease of a connection not live or
- * the end of something not live (nothing written, the journal goes on).
+ * the end of something not live, -ENOMEM (nothing written, the journal
+ * goes on).
  * The first write that fails (-ENOSPC, -EIO, -EFBIG ...) breaks the
  * journal: it returns its error, leaves no part of its record in the file,
  * and every call after it returns JOURNAL_EBROKEN and appends nothing. */
@@ -211,7 +212,9 @@ int journal_end_lease(struct journal *j, uint64_t conn_id, uint64_t lease_id);
 
 /* Rewrites the file with its live records only, through NAME.new renamed
  * over it (no fsync: tmpfs). 0, or -errno with the old file still in use
- * (JOURNAL_EBROKEN on a broken journal). The cost is linear in the file. */
+ * (JOURNAL_EBROKEN on a broken journal); -EIO breaks the journal when the
+ * file no longer reads back as it was written (changed behind its back).
+ * The cost is linear in the file: a few milliseconds a MB. */
 int journal_compact(struct journal *j);
 
 /* The last failure (-errno), 0 if none. */
