@@ -5,7 +5,7 @@
 The seeds are small inputs in each target's format (README.md) that reach
 the code worth fuzzing from the start: a handshake and the requests after
 it, a configuration file of each mode, replies of each kind Redis and
-Sentinel give. They are checked in; run this again after changing it (it
+Sentinel give, lease journals. They are checked in; run this again after changing it (it
 replaces the files it makes and leaves the others, such as crash
 regressions, alone).
 
@@ -221,6 +221,72 @@ def replies_seeds():
     }
 
 
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+
+# The lease journal (agent/base/journal.h): records in the host's byte order.
+J_CONN_PUT, J_CONN_END, J_LEASE_PUT, J_LEASE_END = 1, 2, 3, 4
+TOKEN = b"0123456789abcdef0123456789abcdef"
+
+
+def jrec(rtype, payload):
+    rec = struct.pack("=IBBH", len(payload), rtype, 1, 0) + payload
+    return rec + struct.pack("=I", crc32c(rec))
+
+
+def jconn(cid, pid=4242, uid=1000, gid=1000, start=987654, nslots=64, flags=1):
+    secret = bytes((cid * 7 + i) & 0xFF for i in range(16))
+    return jrec(J_CONN_PUT, struct.pack("=QQIIIII16s", cid, start, pid, uid, gid, nslots, flags,
+                                        secret))
+
+
+def jlease(cid, lid, name, slot=0, kind=EXCLUSIVE, fmt=0, permits=0, ttl=30000, holds=1,
+           holder=0, fence=17, until=0, progress=0, token=TOKEN):
+    name = name.encode() if isinstance(name, str) else name
+    return jrec(J_LEASE_PUT, struct.pack("=QQQQQQIIIIBBH32s", cid, lid, holder, fence, until,
+                                         progress, slot, permits, ttl, holds, kind, fmt,
+                                         len(name), token) + name)
+
+
+def jend(cid, lid=None):
+    if lid is None:
+        return jrec(J_CONN_END, struct.pack("=Q", cid))
+    return jrec(J_LEASE_END, struct.pack("=QQ", cid, lid))
+
+
+def journal_seeds():
+    """The first byte is the harness's: 1 makes it write the right CRCs."""
+    lease = FIRST_LEASE
+    kept = jconn(1) + jlease(1, lease, "build/main", fence=99, until=5 * 10**9)
+    life = (kept + jlease(1, lease, "build/main", holds=2) + jconn(2, flags=0)
+            + jlease(2, lease, "orders:42", slot=3, fmt=1) + jlease(1, lease + 1, "x")
+            + jend(1, lease + 1) + jend(2) + jconn(1, nslots=128))
+    flipped = bytearray(life)
+    flipped[len(kept) + 40] ^= 0x10
+    # fields the checks refuse, behind CRCs the harness makes right
+    bad = bytearray(jlease(1, 5, "bad", kind=3) + jlease(1, 6, "bad", token=TOKEN.upper()))
+    return {
+        "empty": b"\x00",
+        "conn-lease": b"\x00" + kept,
+        "life": b"\x00" + life,
+        "kinds": b"\x00" + jconn(7) + jlease(7, 1, "r", kind=SHARED, fmt=2)
+        + jlease(7, 2, "s", kind=SEMAPHORE, permits=4, fmt=3, progress=10**9)
+        + jlease(7, 3, "t", holder=0xFFFFFFFFFFFFFFFF, holds=5),
+        "longest-name": b"\x00" + jconn(3) + jlease(3, 9, "n" * 1024),
+        "torn-tail": b"\x00" + life[:-7],
+        "flipped-bit": b"\x00" + bytes(flipped),
+        "resealed-bad-fields": b"\x01" + kept + bytes(bad),
+        "orphan-and-ends": b"\x00" + jlease(5, 1, "early") + jend(5) + jend(5, 1) + jconn(5)
+        + jlease(5, 1, "late"),
+    }
+
+
 def write(corpus, target, seeds):
     d = os.path.join(corpus, target)
     os.makedirs(d, exist_ok=True)
@@ -237,6 +303,7 @@ def main():
     write(corpus, "wire", wire_seeds())
     write(corpus, "config", config_seeds(root))
     write(corpus, "replies", replies_seeds())
+    write(corpus, "journal", journal_seeds())
 
 
 if __name__ == "__main__":
