@@ -584,6 +584,13 @@ int status_open_http(struct status *st, const char *addr)
     return 0;
 }
 
+/* Whether two "host:port" addresses name the same port. */
+static bool same_port(const char *a, const char *b)
+{
+    struct redis_addr x, y;
+    return config_parse_addr(a, &x) == 0 && config_parse_addr(b, &y) == 0 && x.port == y.port;
+}
+
 int status_move_http(struct status *st, const char *addr, char *why, size_t len)
 {
     char old[sizeof st->haddr];
@@ -591,7 +598,7 @@ int status_move_http(struct status *st, const char *addr, char *why, size_t len)
     int fd = -1;
     if (addr[0]) {
         fd = http_listen(addr, why, len);
-        if (fd < 0 && errno == EADDRINUSE && st->hfd >= 0) {
+        if (fd < 0 && errno == EADDRINUSE && same_port(addr, old)) {
             /* The old listener may hold the port (under another address of
              * the host): it makes way, and comes back if the new one fails
              * all the same. */
