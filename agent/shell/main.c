@@ -277,7 +277,7 @@ static void reload_start(const char *why)
     log_info("%s: reading the configuration again", why);
     if (pthread_create(&hup.thread, NULL, reload_thread, NULL) != 0) {
         log_error("configuration not reloaded: cannot start a thread to read it");
-        reload_answer("configuration not reloaded: cannot start a thread to read it");
+        reload_answer("reload: cannot start a thread to read the configuration; nothing changed");
         return;
     }
     hup.running = true;
