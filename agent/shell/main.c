@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* main.c -- dlockd entry point: options, configuration, dev mode, the loop. */
+/* main.c -- dlockd entry point: options, configuration and its reloads, dev mode, the loop. */
 #include <ev.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -196,7 +196,7 @@ static void warn_long_exclusion(const struct config *cfg)
  * with a warning that says why (config.c's table decides which). The file is
  * read and its user and group names resolved on a thread of its own: a name
  * service (NSS: LDAP, NIS...) may take seconds to answer, and the loop renews
- * leases meanwhile. The loop only swaps the result in. A reload asked for
+ * leases meanwhile. The loop only applies the result. A reload asked for
  * while one is under way reads the file again after it; the status queries
  * waiting are answered once no reading is left, with the changes of all of
  * them. */
