@@ -1588,3 +1588,273 @@ Test(sentinel, bounds)
         expect_out_of_range(&b[i], b[i].hi + 1, b[i].hi_with);
     }
 }
+
+/* ---- reload: which settings change in a running agent ---- */
+
+/* c after defaults and the lines of text as a file. */
+static void config_of(struct config *c, const char *text)
+{
+    char path[256], err[600];
+    config_defaults(c);
+    cr_assert_eq(load_text(c, text, path, sizeof path, err, sizeof err), 0, "%s", err);
+}
+
+/* The change of [section] key among n, or NULL. */
+static const struct config_change *change_of(const struct config_change *ch, size_t n,
+                                             const char *section, const char *key)
+{
+    const struct config_change *found = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(ch[i].section, section) == 0 && strcmp(ch[i].key, key) == 0) {
+            cr_assert_null(found, "[%s] %s is listed twice", section, key);
+            found = &ch[i];
+        }
+    return found;
+}
+
+/* The one line of a diff of old and fresh, which must hold just one change. */
+static const char *one_change(const struct config *old, const struct config *fresh,
+                              const struct config_change **out)
+{
+    static struct config_change ch[CONFIG_CHANGES_MAX];
+    static char line[2 * CONFIG_SHOWN_MAX + 64];
+    size_t n = config_diff(old, fresh, ch);
+    cr_assert_eq(n, 1, "%zu changes, not one", n);
+    config_change_str(&ch[0], line, sizeof line);
+    if (out)
+        *out = &ch[0];
+    return line;
+}
+
+Test(reload, the_same_file_changes_nothing)
+{
+    static struct config a, b;
+    static struct config_change ch[CONFIG_CHANGES_MAX];
+    const char *text = "[agent]\nprefix = app:\nmetrics_listen = 127.0.0.1:9464\n"
+                       "[redis]\naddress = 10.0.0.1:6379\npassword = s3cret\n"
+                       "[policy]\nallow = 0 *\nsee_all = 0\n[formats]\nredisson = r-*\n";
+    config_of(&a, text);
+    config_of(&b, text);
+    cr_assert_eq(config_diff(&a, &b, ch), 0);
+    /* Bytes past a string's end, left by a longer value set before, are no
+     * change. */
+    expect_good(&b, "agent", "prefix", "a-much-longer-prefix:");
+    expect_good(&b, "agent", "prefix", "app:");
+    cr_assert_eq(config_diff(&a, &b, ch), 0);
+}
+
+Test(reload, a_changed_setting_is_named_with_both_values)
+{
+    static struct config a, b;
+    config_defaults(&a);
+    config_defaults(&b);
+    expect_good(&b, "redis", "command_timeout_ms", "500");
+    const struct config_change *c;
+    cr_assert_str_eq(one_change(&a, &b, &c), "[redis] command_timeout_ms 2000 -> 500");
+    cr_assert_null(c->restart);
+    cr_assert_not(c->secret);
+
+    config_defaults(&b);
+    expect_good(&b, "agent", "outage_wait_ms", "1500");
+    cr_assert_str_eq(one_change(&a, &b, NULL), "[agent] outage_wait_ms none -> 1500");
+    config_defaults(&b);
+    expect_good(&b, "agent", "log_level", "debug");
+    cr_assert_str_eq(one_change(&a, &b, NULL), "[agent] log_level info -> debug");
+    config_defaults(&b);
+    expect_good(&b, "agent", "renew_fraction", "0.25");
+    cr_assert_str_eq(one_change(&a, &b, NULL), "[agent] renew_fraction 0.333333 -> 0.25");
+    config_defaults(&b);
+    expect_good(&b, "agent", "metrics_listen", "127.0.0.1:9464");
+    cr_assert_str_eq(one_change(&a, &b, NULL), "[agent] metrics_listen \"\" -> 127.0.0.1:9464");
+    config_defaults(&b);
+    expect_good(&b, "policy", "max_leases_per_uid", "7");
+    cr_assert_str_eq(one_change(&a, &b, NULL), "[policy] max_leases_per_uid 10000 -> 7");
+    config_defaults(&b);
+    expect_good(&b, "policy", "allow", "0 *");
+    expect_good(&b, "policy", "allow", "@65534 pub-* tmp-?");
+    cr_assert_str_eq(one_change(&a, &b, NULL),
+                     "[policy] allow (none: every name to everyone) -> 0 *, @65534 pub-*, "
+                     "@65534 tmp-?");
+    config_defaults(&b);
+    expect_good(&b, "policy", "see_all", "0, @4");
+    cr_assert_str_eq(one_change(&a, &b, NULL), "[policy] see_all (unset: everyone) -> 0, @4");
+}
+
+/* A password is never shown, not even cut or in part. */
+Test(reload, secrets_are_shown_as_changed)
+{
+    static struct config a, b;
+    config_defaults(&a);
+    config_defaults(&b);
+    expect_good(&a, "redis", "password", "old-secret");
+    expect_good(&b, "redis", "password", "new-secret");
+    const struct config_change *c;
+    cr_assert_str_eq(one_change(&a, &b, &c), "[redis] password (changed)");
+    cr_assert(c->secret);
+    cr_assert_null(c->restart, "a new password is used from the next connection");
+    cr_assert_null(strstr(c->before, "secret"));
+    cr_assert_null(strstr(c->after, "secret"));
+    config_defaults(&b);
+    expect_good(&b, "redis", "password", "old-secret");
+    expect_good(&b, "redis", "sentinel_password", "x");
+    cr_assert_str_eq(one_change(&a, &b, NULL), "[redis] sentinel_password (changed)");
+    /* The user name is no secret. */
+    config_defaults(&b);
+    expect_good(&b, "redis", "password", "old-secret");
+    expect_good(&b, "redis", "user", "dlock");
+    cr_assert_str_eq(one_change(&a, &b, NULL), "[redis] user \"\" -> dlock");
+}
+
+/* Each setting that cannot change in a running agent, with its reason. */
+Test(reload, settings_that_need_a_restart_say_why)
+{
+    static const struct {
+        const char *section, *key, *value, *why;
+    } t[] = {
+        {"agent", "socket", "/tmp/other.sock", "clients connect to the socket by path"},
+        {"agent", "socket_mode", "0600", "mode and group"},
+        {"agent", "socket_group", "adm", "mode and group"},
+        {"agent", "status_socket", "/tmp/other-status.sock", "connect to the status socket"},
+        {"agent", "status_socket_mode", "0600", "mode and group"},
+        {"agent", "status_socket_group", "adm", "mode and group"},
+        {"agent", "prefix", "app:", "every held key would change name"},
+        {"redis", "address", "10.0.0.9:6379", "addresses"},
+        {"redis", "mode", "single", "mode"},
+        {"redis", "database", "3", "database"},
+        {"redis", "sentinel_master", "other", "master"},
+        {"formats", "redisson", "r-*", "held names would change keys"},
+        {"formats", "redisson_rwlock", "rw-*", "held names would change keys"},
+        {"formats", "redisson_semaphore", "s-*", "held names would change keys"},
+    };
+    static struct config a, b, live;
+    static struct config_change ch[CONFIG_CHANGES_MAX];
+    config_defaults(&a);
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        config_defaults(&b);
+        expect_good(&b, t[i].section, t[i].key, t[i].value);
+        const struct config_change *c;
+        const char *line = one_change(&a, &b, &c);
+        cr_assert_not_null(c->restart, "%s: applied at a reload", line);
+        cr_assert_not_null(strstr(c->restart, t[i].why), "%s: %s", line, c->restart);
+        cr_assert_not_null(strstr(line, t[i].value), "%s does not show %s", line, t[i].value);
+        /* And a reload leaves it as it is. */
+        live = a;
+        config_reload(&live, &b);
+        cr_assert_eq(config_diff(&live, &a, ch), 0, "%s was applied", line);
+    }
+}
+
+/* In quorum mode a restarted node is left out for max_ttl_ms: lower, it
+ * would no longer cover the leases granted before. */
+Test(reload, a_lower_max_ttl_needs_a_restart_in_quorum_mode)
+{
+    static struct config a, b, live;
+    char err[600];
+    config_of(&a, "[redis]\naddress = 10.0.0.1:1, 10.0.0.2:1, 10.0.0.3:1\n");
+    cr_assert_eq(config_validate(&a, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(a.mode, REDIS_MODE_QUORUM);
+    b = a;
+    expect_good(&b, "agent", "max_ttl_ms", "40000");
+    const struct config_change *c;
+    one_change(&a, &b, &c);
+    cr_assert_not_null(c->restart);
+    cr_assert_not_null(strstr(c->restart, "quorum"), "%s", c->restart);
+    live = a;
+    config_reload(&live, &b);
+    cr_assert_eq(live.max_ttl_ms, 45000);
+    /* Higher, it keeps every node out longer: applied. */
+    expect_good(&b, "agent", "max_ttl_ms", "50000");
+    one_change(&a, &b, &c);
+    cr_assert_null(c->restart);
+    config_reload(&live, &b);
+    cr_assert_eq(live.max_ttl_ms, 50000);
+    /* Without a quorum it is the TTL cap alone. */
+    config_defaults(&a);
+    b = a;
+    expect_good(&b, "agent", "max_ttl_ms", "40000");
+    one_change(&a, &b, &c);
+    cr_assert_null(c->restart);
+}
+
+/* Every setting is in the table: a file that changes all of them shows each
+ * once, and a reload brings the running config to what the file says, but
+ * for the settings that need a restart. */
+Test(reload, every_setting_is_in_the_table)
+{
+    static const char reloadable[] =
+        "[agent]\nmetrics_listen = 127.0.0.1:9\ndefault_ttl_ms = 20000\nmin_ttl_ms = 100\n"
+        "max_ttl_ms = 60000\nrenew_fraction = 0.25\nretry_fallback_ms = 200\n"
+        "cohort_handoffs = 4\ncohort_ms = 30\nmax_name_len = 100\nmax_leases_per_conn = 50\n"
+        "max_waiters_per_conn = 60\nmax_connections = 70\nhandshake_timeout_ms = 5000\n"
+        "shutdown_timeout_ms = 3000\noutage_wait_ms = 4000\ndefault_max_hold_ms = 1000\n"
+        "max_hold_limit_ms = 2000\ndefault_progress_ms = 3000\nprogress_limit_ms = 4000\n"
+        "log_level = warn\n"
+        "[redis]\nuser = u\npassword = p\nsentinel_user = su\nsentinel_password = sp\n"
+        "connect_timeout_ms = 700\ncommand_timeout_ms = 800\nreconnect_min_ms = 30\n"
+        "reconnect_max_ms = 3000\nnode_timeout_ms = 25\nwait_replicas = 1\n"
+        "wait_timeout_ms = 90\ntopology_refresh_ms = 3000\n"
+        "[policy]\nallow = 0 *\nsee_all = 0\nmax_leases_per_uid = 1\nmax_waiters_per_uid = 2\n"
+        "max_connections_per_uid = 3\nmax_output_per_uid = 70000\nrenew_budget_per_uid = 5\n";
+    static const char restart[] =
+        "[agent]\nsocket = /tmp/x.sock\nsocket_mode = 0600\nsocket_group = adm\n"
+        "status_socket = /tmp/y.sock\nstatus_socket_mode = 0600\nstatus_socket_group = adm\n"
+        "prefix = app:\n"
+        "[redis]\naddress = 10.0.0.1:1, 10.0.0.2:1, 10.0.0.3:1\nmode = quorum\ndatabase = 2\n"
+        "sentinel_master = m\n"
+        "[formats]\nredisson = r-*\nredisson_rwlock = rw-*\nredisson_semaphore = s-*\n";
+    static struct config live, all, applied;
+    static struct config_change ch[CONFIG_CHANGES_MAX];
+    static char text[sizeof reloadable + sizeof restart];
+    snprintf(text, sizeof text, "%s%s", reloadable, restart);
+    config_defaults(&live);
+    config_of(&all, text);
+    config_of(&applied, reloadable);
+    size_t n = config_diff(&live, &all, ch), restarts = 0;
+    /* Every key of both texts, once each. */
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, "\n");
+        char sect[16], key[40];
+        if (p[0] == '[')
+            sscanf(p, "[%15[^]]", sect);
+        else if (sscanf(p, "%39s =", key) == 1)
+            cr_assert_not_null(change_of(ch, n, sect, key), "[%s] %s is not in the diff", sect,
+                               key);
+        p += len + (p[len] == '\n');
+    }
+    for (size_t i = 0; i < n; i++)
+        restarts += ch[i].restart != NULL;
+    cr_assert_eq(restarts, 14, "%zu settings need a restart", restarts);
+    config_reload(&live, &all);
+    /* (Compared setting by setting: the bytes between fields may differ.) */
+    cr_assert_eq(config_diff(&live, &applied, ch), 0, "a reload does not give what the file gives");
+    /* What is left is what needs a restart. */
+    n = config_diff(&live, &all, ch);
+    cr_assert_eq(n, restarts);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_not_null(ch[i].restart, "[%s] %s was not applied", ch[i].section, ch[i].key);
+}
+
+/* A long value is cut, with dots, and a diff never writes past its room. */
+Test(reload, long_values_are_cut)
+{
+    static struct config a, b;
+    config_defaults(&a);
+    config_defaults(&b);
+    char line[300];
+    for (int i = 0; i < 20; i++) {
+        snprintf(line, sizeof line, "%d name-pattern-%02d-*", 1000 + i, i);
+        expect_good(&b, "policy", "allow", line);
+    }
+    const struct config_change *c;
+    one_change(&a, &b, &c);
+    size_t n = strlen(c->after);
+    cr_assert_lt(n, CONFIG_SHOWN_MAX);
+    cr_assert_gt(n, CONFIG_SHOWN_MAX - 40, "cut too short: %s", c->after);
+    cr_assert_str_eq(c->after + n - 3, "...");
+    cr_assert_eq(strncmp(c->after, "1000 name-pattern-00-*, 1001", 28), 0, "%s", c->after);
+    /* A control character in a value is not written out as it is. */
+    config_defaults(&b);
+    expect_good(&b, "redis", "user", "a\033[2Jb");
+    one_change(&a, &b, &c);
+    cr_assert_null(strchr(c->after, '\033'), "%s", c->after);
+}

@@ -7,7 +7,8 @@
  * not the busy code; connection errors name the socket and the reason; the
  * help of each command; the status socket found beside the client socket; a
  * failover's doubt stops CMD even when it clears at once, another JEOPARDY
- * does not (against a stand-in agent that sends those events). */
+ * does not (against a stand-in agent that sends those events); `dlockctl
+ * reload`'s answers and exit codes. */
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -538,7 +539,7 @@ ITEST(dlockctl, help_of_each_command_lists_every_option)
         const char *want[24];
     } helps[] = {
         {NULL,
-         {"usage:", "run", "status", "leases", "metrics", "holder", "-s, --socket",
+         {"usage:", "run", "status", "leases", "metrics", "holder", "reload", "-s, --socket",
           "-S, --status-socket", "-h, --help", "-V, --version", "Exit status", NULL}},
         {"run",
          {"usage: dlockctl run", "-w, --wait, --timeout DURATION", "-n, --nonblock, --nb",
@@ -556,6 +557,9 @@ ITEST(dlockctl, help_of_each_command_lists_every_option)
         {"holder",
          {"holder [--json] NAME", "--json", "-S, --status-socket", "-s, --socket", "-h, --help",
           "Exit status", NULL}},
+        {"reload",
+         {"usage: dlockctl [-S PATH] reload", "needs a restart", "-S, --status-socket",
+          "-s, --socket", "-h, --help", "Exit status", "77", "78", NULL}},
     };
     for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
         const char *cmd = helps[i].cmd ? helps[i].cmd : "--help";
@@ -573,6 +577,9 @@ ITEST(dlockctl, help_of_each_command_lists_every_option)
     }
     cr_assert_eq(CTL("metrics", "--json"), 64);
     cr_assert(strstr(ctl_out(), "dlockctl metrics --help"), "%s", ctl_out());
+    cr_assert_eq(CTL("reload", "--json"), 64);
+    cr_assert_eq(CTL("reload", "now"), 64);
+    cr_assert(strstr(ctl_out(), "unexpected argument: now"), "%s", ctl_out());
     /* run's kinds of lock */
     static const char *const kinds[] = {"-x, --exclusive", "-S, --shared", "-p, --permits N"};
     cr_assert_eq(CTL("run", "--help"), 0);
@@ -808,4 +815,30 @@ ITEST(dlockctl, another_jeopardy_that_clears_leaves_the_command_running)
     int st = h_wait_child(pid, H_EVENT_MS);
     cr_assert_eq(st, 0, "dlockctl exited %d: %s", st, h_read_file(h_path("ctl.out")));
     cr_assert(!exists(h_path("terminated")), "CMD got a SIGTERM");
+}
+
+/* dlockctl reload: found beside the client socket like the queries, 0 with
+ * the changes printed, 78 with the reason for a refused file (the agent
+ * keeps its settings), 69 without an agent. */
+ITEST(dlockctl, reload_prints_the_outcome_and_exits_by_it)
+{
+    h_start(NULL);
+    const char *sock = H.agent[0].sock;
+    /* The harness's status socket is not beside the client socket. */
+    const char *status = h_keep(h_path("status0.sock"));
+    cr_assert_eq(CTL("-S", status, "reload"), 0, "%s", ctl_out());
+    cr_assert(strstr(ctl_out(), "no setting changed"), "%s", ctl_out());
+    h_agent_config(0, "cohort_ms = 25", "password = not-shown");
+    cr_assert_eq(CTL("-S", status, "reload"), 0, "%s", ctl_out());
+    cr_assert(strstr(ctl_out(), "reloaded: [agent] cohort_ms 20 -> 25\n"), "%s", ctl_out());
+    cr_assert(strstr(ctl_out(), "reloaded: [redis] password (changed)\n"), "%s", ctl_out());
+    cr_assert_null(strstr(ctl_out(), "not-shown"), "%s", ctl_out());
+    h_agent_config(0, "cohort_ms = 0", NULL);
+    cr_assert_eq(CTL("-S", status, "reload"), 78, "%s", ctl_out());
+    cr_assert(strstr(ctl_out(), "dlockctl: error: configuration not reloaded: ") &&
+                  strstr(ctl_out(), "[agent] cohort_ms = 0: must be between 1 and 60000"),
+              "%s", ctl_out());
+    cr_assert_eq(CTL("-s", sock, "reload"), 69, "%s", ctl_out());
+    SAYS("no status socket beside the client socket", "status.sock", "No such file or directory");
+    cr_assert_eq(CTL("-S", h_path("none.sock"), "reload"), 69, "%s", ctl_out());
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* dlockctl.c -- runs a command while holding a dlock lease, as flock(1) does with a file;
- * shows the agent's status, leases and metrics from its status socket. */
+ * shows the agent's status, leases and metrics from its status socket, and asks it to
+ * reload its configuration. */
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -30,7 +31,8 @@
 #define EXIT_SOFTWARE    70 /* EX_SOFTWARE: internal error, request refused */
 #define EXIT_LIMIT       73 /* EX_CANTCREAT: a lease or waiter limit of the agent was hit */
 #define EXIT_TEMPFAIL    75 /* EX_TEMPFAIL: default for -E */
-#define EXIT_NOPERM      77 /* EX_NOPERM: the agent's policy refused the name */
+#define EXIT_NOPERM      77 /* EX_NOPERM: the agent's policy refused the name, or a reload */
+#define EXIT_CONFIG      78 /* EX_CONFIG: the agent refused its configuration file */
 #define EXIT_LOST        79 /* the lease was lost while CMD ran */
 #define EXIT_NOEXEC      126
 #define EXIT_NOTFOUND    127
@@ -41,9 +43,10 @@
 #define DEFAULT_SOCKET      "/run/dlock/dlock.sock"
 #define STATUS_REQUEST_MAX  256        /* a request line, newline included */
 #define STATUS_TIMEOUT_MS   5000       /* for the whole answer */
+#define RELOAD_TIMEOUT_MS   70000      /* reload: the agent answers within 60 s */
 #define STATUS_RESPONSE_MAX (64 << 20) /* a bigger answer is refused */
 
-enum command { CMD_NONE, CMD_RUN, CMD_STATUS, CMD_LEASES, CMD_METRICS, CMD_HOLDER };
+enum command { CMD_NONE, CMD_RUN, CMD_STATUS, CMD_LEASES, CMD_METRICS, CMD_HOLDER, CMD_RELOAD };
 
 struct run_opts {
     enum command command;
@@ -96,16 +99,20 @@ static const char help_help[] = "  -h, --help                 print this help an
 /* One table for every command, as in dlockctl(1). */
 static const char help_exit[] =
     "\nExit status:\n"
-    "  0      status, leases, metrics, holder: the answer was printed\n"
+    "  0      status, leases, metrics, holder: the answer was printed; reload:\n"
+    "         the configuration was read and its changes printed\n"
     "  N      run: CMD's exit status (128+S when CMD was killed by signal S)\n"
     "  64     usage error: bad option, value, lock name or pattern\n"
     "  69     the agent is unreachable or does not answer, or Redis (in quorum\n"
     "         mode, a majority of the nodes) is unreachable or answered with an\n"
     "         error\n"
-    "  70     internal error, or the agent refused the request\n"
+    "  70     internal error, or the agent refused the request; reload: a\n"
+    "         setting could not be applied (the others were)\n"
     "  73     run: a lease or waiter limit of the agent was hit\n"
     "  75     run: the lock stayed taken (-n, or the -w wait ran out); see -E\n"
-    "  77     run: the agent's policy does not allow this user the lock name\n"
+    "  77     run: the agent's policy does not allow this user the lock name;\n"
+    "         reload: only root and the agent's user may ask for it\n"
+    "  78     reload: the agent refused the file and keeps its old settings\n"
     "  79     run: the lease was lost while CMD ran; CMD was terminated\n"
     "  126    run: CMD could not be executed\n"
     "  127    run: CMD was not found\n";
@@ -123,6 +130,7 @@ static void help_main(FILE *f)
                "  leases [PATTERN]            the leases the agent holds (fnmatch(3) glob)\n"
                "  metrics                     the agent's metrics, Prometheus text format\n"
                "  holder NAME                 who holds NAME in Redis now, from any host\n"
+               "  reload                      read the configuration again, print what changed\n"
                "'dlockctl COMMAND --help' describes the options of COMMAND.\n\n"
                "Options:\n");
     fputs(help_socket, f);
@@ -172,7 +180,7 @@ static void help_run(FILE *f)
     fputs(help_exit, f);
 }
 
-/* For status, leases, metrics and holder. */
+/* For status, leases, metrics, holder and reload. */
 static void help_query(FILE *f, enum command cmd)
 {
     static const char *const what[] = {
@@ -186,9 +194,14 @@ static void help_query(FILE *f, enum command cmd)
                         "Prints the agent's metrics in the Prometheus text format.\n",
         [CMD_HOLDER] = "holder [--json] NAME\n\n"
                        "Asks the agent who holds NAME in Redis now, whichever host took it.\n",
+        [CMD_RELOAD] = "reload\n\n"
+                       "Asks the agent to read its configuration file again, waits until it is\n"
+                       "done, and prints each setting that changed, each that needs a restart\n"
+                       "and why, or why the file was refused (the old settings then stay).\n"
+                       "Only root and the agent's own user may ask.\n",
     };
     fprintf(f, "usage: dlockctl [-S PATH] %s\nOptions:\n", what[cmd]);
-    if (cmd != CMD_METRICS)
+    if (cmd != CMD_METRICS && cmd != CMD_RELOAD)
         fputs("      --json                 print JSON instead of text\n", f);
     fputs(help_status_socket, f);
     fputs("  -s, --socket PATH          the agent's client socket, beside which the status\n"
@@ -211,7 +224,7 @@ static void help(FILE *f, enum command cmd)
 
 static const char *const command_names[] = {
     [CMD_RUN] = "run",         [CMD_STATUS] = "status", [CMD_LEASES] = "leases",
-    [CMD_METRICS] = "metrics", [CMD_HOLDER] = "holder",
+    [CMD_METRICS] = "metrics", [CMD_HOLDER] = "holder", [CMD_RELOAD] = "reload",
 };
 
 /* Prints "dlockctl: MSG[: ARG]" and where to find help; returns the usage
@@ -470,8 +483,9 @@ static int parse_operand(int argc, char **argv, struct run_opts *o)
     return 0;
 }
 
-/* Parses the options and arguments of `status`, `leases`, `metrics` and
- * `holder` (argv[0] is the sub-command). Options may follow the operand. */
+/* Parses the options and arguments of `status`, `leases`, `metrics`,
+ * `holder` and `reload` (argv[0] is the sub-command). Options may follow the
+ * operand. */
 static int parse_query(int argc, char **argv, struct run_opts *o)
 {
     enum { OPT_JSON = 0x100 };
@@ -492,7 +506,7 @@ static int parse_query(int argc, char **argv, struct run_opts *o)
             o->socket = optarg;
             break;
         case OPT_JSON:
-            if (o->command == CMD_METRICS)
+            if (o->command == CMD_METRICS || o->command == CMD_RELOAD)
                 return usage_error(o->command, "unknown option", "--json");
             o->json = true;
             break;
@@ -544,8 +558,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         }
     }
     if (optind >= argc)
-        return usage_error(CMD_NONE, "missing command (run, status, leases, metrics or holder)",
-                           NULL);
+        return usage_error(
+            CMD_NONE, "missing command (run, status, leases, metrics, holder or reload)", NULL);
     o->command = command_of(argv[optind]);
     if (o->command == CMD_NONE)
         return usage_error(CMD_NONE, "unknown command", argv[optind]);
@@ -1240,6 +1254,36 @@ static int answer_error(const char *data, size_t len)
     return EXIT_SOFTWARE;
 }
 
+/* Whether the answer b starts with text. */
+static bool starts(const struct buf *b, const char *text)
+{
+    size_t n = strlen(text);
+    return b->len >= n && memcmp(b->data, text, n) == 0;
+}
+
+/* Whether a line of the answer b starts with text. */
+static bool has_line(const struct buf *b, const char *text)
+{
+    size_t n = strlen(text);
+    for (size_t i = 0; i + n <= b->len; i++)
+        if ((i == 0 || b->data[i - 1] == '\n') && memcmp(b->data + i, text, n) == 0)
+            return true;
+    return false;
+}
+
+/* The exit code of a reload's answer, printed as any other: the file refused,
+ * the asker not allowed, a setting that could not be applied. */
+static int reload_code(const struct buf *b, int code)
+{
+    if (starts(b, "error: configuration not reloaded: "))
+        return EXIT_CONFIG;
+    if (starts(b, "error: reload: permission denied"))
+        return EXIT_NOPERM;
+    if (code == 0 && has_line(b, "not applied: "))
+        return EXIT_SOFTWARE;
+    return code;
+}
+
 /* Copies a whole answer to stdout, or its error to stderr; the exit code. */
 static int print_answer(const char *path, const struct buf *b)
 {
@@ -1247,7 +1291,7 @@ static int print_answer(const char *path, const struct buf *b)
         fprintf(stderr, "dlockctl: %s closed the connection without an answer\n", path);
         return EXIT_UNAVAILABLE;
     }
-    if (b->len >= 7 && memcmp(b->data, "error: ", 7) == 0)
+    if (starts(b, "error: "))
         return answer_error(b->data, b->len);
     if (fwrite(b->data, 1, b->len, stdout) != b->len || fflush(stdout) != 0) {
         fprintf(stderr, "dlockctl: cannot write the answer: %s\n", strerror(errno));
@@ -1263,6 +1307,7 @@ static int query(const struct run_opts *o)
     const char *what = o->command == CMD_STATUS   ? (o->json ? "status-json" : "status")
                        : o->command == CMD_LEASES ? (o->json ? "leases-json" : "leases")
                        : o->command == CMD_HOLDER ? (o->json ? "holder-json" : "holder")
+                       : o->command == CMD_RELOAD ? "reload"
                                                   : "metrics";
     int n = snprintf(req, sizeof req, "%s%s%s\n", what, o->pattern ? " " : "",
                      o->pattern ? o->pattern : "");
@@ -1275,7 +1320,8 @@ static int query(const struct run_opts *o)
                 socket_path(o));
         return EXIT_USAGE;
     }
-    int64_t deadline = now_ms() + STATUS_TIMEOUT_MS;
+    int64_t deadline =
+        now_ms() + (o->command == CMD_RELOAD ? RELOAD_TIMEOUT_MS : STATUS_TIMEOUT_MS);
     int code;
     int fd = status_connect(path, unset, deadline, &code);
     if (fd < 0)
@@ -1296,6 +1342,8 @@ static int query(const struct run_opts *o)
     }
     close(fd);
     code = print_answer(path, &b);
+    if (o->command == CMD_RELOAD)
+        code = reload_code(&b, code);
     free(b.data);
     return code;
 }

@@ -891,6 +891,19 @@ static void cl_destroy(struct backend *be)
     free(cl);
 }
 
+/* The slot map's next periodic reading comes no later than the new
+ * topology_refresh_ms (the links read their settings when they use them). */
+static void cl_reconfigured(struct backend *b)
+{
+    struct cl *cl = (struct cl *)b;
+    double every = cl->cfg->topology_refresh_ms / 1000.0;
+    if (cl->closing || ev_timer_remaining(cl->loop, &cl->refresh) <= every)
+        return;
+    ev_timer_stop(cl->loop, &cl->refresh);
+    ev_timer_set(&cl->refresh, every, 0.0);
+    ev_timer_start(cl->loop, &cl->refresh);
+}
+
 static const struct backend_ops cl_ops = {
     .op = cl_op,
     .watch = cl_watch,
@@ -899,6 +912,7 @@ static const struct backend_ops cl_ops = {
     .flush = cl_flush,
     .pending = cl_pending,
     .nodes = cl_nodes,
+    .reconfigured = cl_reconfigured,
     .destroy = cl_destroy,
 };
 

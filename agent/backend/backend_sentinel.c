@@ -590,6 +590,31 @@ static void sb_destroy(struct backend *be)
     free(s);
 }
 
+/* The sentinels' links: cfg with the sentinels' credentials and database
+ * 0, copied anew at a reload (they read it when they next connect). */
+static void sentinel_cfg(struct sb *s)
+{
+    s->scfg = *s->cfg;
+    snprintf(s->scfg.redis_user, sizeof s->scfg.redis_user, "%s", s->cfg->sentinel_user);
+    snprintf(s->scfg.redis_password, sizeof s->scfg.redis_password, "%s",
+             s->cfg->sentinel_password);
+    s->scfg.redis_db = 0;
+}
+
+/* A reload: the sentinels' links take the new settings, and the periodic
+ * question its new period. */
+static void sb_reconfigured(struct backend *b)
+{
+    struct sb *s = (struct sb *)b;
+    sentinel_cfg(s);
+    double every = s->cfg->topology_refresh_ms / 1000.0;
+    if (s->closing || s->refresh.repeat == every)
+        return;
+    ev_timer_stop(s->loop, &s->refresh);
+    ev_timer_set(&s->refresh, every, every);
+    ev_timer_start(s->loop, &s->refresh);
+}
+
 static const struct backend_ops sb_ops = {
     .op = sb_op,
     .watch = sb_watch,
@@ -598,6 +623,7 @@ static const struct backend_ops sb_ops = {
     .flush = sb_flush,
     .pending = sb_pending,
     .nodes = sb_nodes,
+    .reconfigured = sb_reconfigured,
     .destroy = sb_destroy,
 };
 
@@ -614,10 +640,7 @@ struct backend *backend_sentinel_new(struct ev_loop *loop, const struct config *
     s->ev = *events;
     /* The sentinels' links log in with the sentinels' credentials, and
      * select no database (a sentinel has none). */
-    s->scfg = *cfg;
-    snprintf(s->scfg.redis_user, sizeof s->scfg.redis_user, "%s", cfg->sentinel_user);
-    snprintf(s->scfg.redis_password, sizeof s->scfg.redis_password, "%s", cfg->sentinel_password);
-    s->scfg.redis_db = 0;
+    sentinel_cfg(s);
     note_master_error(s, DLOCK_EUNAVAIL, "no sentinel has named it yet");
     double every = cfg->topology_refresh_ms / 1000.0;
     ev_timer_init(&s->refresh, on_ask_timer, every, every);

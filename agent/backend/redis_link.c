@@ -442,6 +442,12 @@ void redis_link_ready(struct redis_link *l)
     set_ready(l);
 }
 
+/* How often the watchdog looks: a quarter of command_timeout_ms. */
+static double watchdog_every(const struct redis_link *l)
+{
+    return l->cfg->command_timeout_ms / 4000.0;
+}
+
 /* A Redis that stops answering keeps its socket open: commands waiting while
  * nothing came back for command_timeout_ms mean the link is dead, whatever
  * TCP thinks. (A long pipeline that keeps being answered is alive.) */
@@ -475,8 +481,12 @@ int redis_link_send(struct redis_link *l, struct redis_link_cmd *c, redisCallbac
     TAILQ_INSERT_TAIL(&l->inflight, c, q);
     l->pending++;
     l->unflushed = true;
-    if (!ev_is_active(&l->watchdog))
-        ev_timer_start(l->loop, &l->watchdog);
+    /* A reload may have changed command_timeout_ms: the period follows. */
+    double every = watchdog_every(l);
+    if (!ev_is_active(&l->watchdog) || l->watchdog.repeat != every) {
+        l->watchdog.repeat = every;
+        ev_timer_again(l->loop, &l->watchdog);
+    }
     return 0;
 }
 
@@ -520,8 +530,7 @@ void redis_link_init(struct redis_link *l, struct ev_loop *loop, const struct co
     l->timer.data = l;
     ev_timer_init(&l->kill, on_kill, 0.0, 0.0);
     l->kill.data = l;
-    double every = cfg->command_timeout_ms / 4000.0;
-    ev_timer_init(&l->watchdog, on_watchdog, every, every);
+    ev_timer_init(&l->watchdog, on_watchdog, 0.0, watchdog_every(l));
     l->watchdog.data = l;
     ev_io_init(&l->rio, on_raw_readable, -1, EV_READ);
     l->rio.data = l;

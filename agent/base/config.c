@@ -14,6 +14,7 @@
 
 #include "keys.h"
 #include "log.h"
+#include "text.h"
 
 void config_defaults(struct config *c)
 {
@@ -942,4 +943,417 @@ const char *config_mode_name(enum redis_mode mode)
         break;
     }
     return "single";
+}
+
+/* ---- reload: what a running agent may take from a fresh file ---- */
+
+/* How a setting is compared, copied and shown. */
+enum show {
+    SHOW_U32,
+    SHOW_OUTAGE,   /* u32, or "none" */
+    SHOW_FRACTION, /* renew_fraction */
+    SHOW_OCTAL,    /* a socket's mode */
+    SHOW_TEXT,
+    SHOW_SECRET, /* a password: compared, never shown */
+    SHOW_LEVEL,
+    SHOW_INT,
+    SHOW_NODES,
+    SHOW_MODE,
+    SHOW_ALLOW,   /* [policy] allow: the rules */
+    SHOW_SEE_ALL, /* [policy] see_all */
+    SHOW_FORMAT,  /* the patterns of one [formats] key */
+};
+
+/* One setting: where it is, and whether a reload changes it. */
+struct reload_rule {
+    const char *section, *key;
+    enum show show;
+    size_t offset, size;    /* the field (SHOW_ALLOW, SHOW_SEE_ALL: the policy) */
+    enum key_format format; /* SHOW_FORMAT: which format's patterns */
+    /* NULL: changes at a reload; else why it needs a restart. */
+    const char *restart;
+    /* For a setting that changes at a reload: why this change needs a
+     * restart after all, or NULL. */
+    const char *(*restart_if)(const struct config *old, const struct config *fresh);
+};
+
+#define SOCKET_PATH_WHY "clients connect to the socket by path; a new path needs a restart"
+#define STATUS_PATH_WHY "operators connect to the status socket by path; a new path needs a restart"
+#define SOCKET_MADE_WHY "the socket file gets its mode and group when it is made, at start"
+#define ADDRESS_WHY     "the Redis links are made for these addresses at start"
+#define MODE_WHY        "the Redis links are made for this mode at start"
+#define MASTER_WHY      "the sentinels are asked for this master from the start"
+#define PREFIX_WHY      "every held key would change name"
+#define FORMATS_WHY     "held names would change keys"
+#define DATABASE_WHY    "links on the old and the new database would hold one lock twice"
+#define QUORUM_MAX_TTL_WHY                                                                         \
+    "in quorum mode a restarted node is left out of quorums for max_ttl_ms, which must outlast "   \
+    "the TTL of the leases granted before: lowering it needs a restart"
+
+/* Quorum mode: the restart exclusion is max_ttl_ms, and leases keep their TTL
+ * through a reload. */
+static const char *max_ttl_restart(const struct config *old, const struct config *fresh)
+{
+    return old->mode == REDIS_MODE_QUORUM && fresh->max_ttl_ms < old->max_ttl_ms
+               ? QUORUM_MAX_TTL_WHY
+               : NULL;
+}
+
+#define FIELD(k) offsetof(struct config, k), sizeof(((struct config *)0)->k)
+#define RELOADS(s, k)                                                                              \
+    {                                                                                              \
+        s, #k, SHOW_U32, FIELD(k), 0, NULL, NULL                                                   \
+    }
+#define POLICY(k)                                                                                  \
+    {                                                                                              \
+        "policy", #k, SHOW_U32, FIELD(policy.k), 0, NULL, NULL                                     \
+    }
+#define FORMAT(k, f)                                                                               \
+    {                                                                                              \
+        "formats", k, SHOW_FORMAT, FIELD(formats), f, FORMATS_WHY, NULL                            \
+    }
+/* Every setting, section by section. The agent reads those that
+ * change at a reload where it uses them (a connection's limits when it
+ * says HELLO, a timer's period when it is armed again, a Redis link's
+ * credentials when it connects), and the reload refreshes what keeps a
+ * copy (main.c). */
+static const struct reload_rule reload_rules[] = {
+    {"agent", "socket", SHOW_TEXT, FIELD(socket), 0, SOCKET_PATH_WHY, NULL},
+    {"agent", "socket_mode", SHOW_OCTAL, FIELD(socket_mode), 0, SOCKET_MADE_WHY, NULL},
+    {"agent", "socket_group", SHOW_TEXT, FIELD(socket_group), 0, SOCKET_MADE_WHY, NULL},
+    {"agent", "status_socket", SHOW_TEXT, FIELD(status_socket), 0, STATUS_PATH_WHY, NULL},
+    {"agent", "status_socket_mode", SHOW_OCTAL, FIELD(status_socket_mode), 0, SOCKET_MADE_WHY,
+     NULL},
+    {"agent", "status_socket_group", SHOW_TEXT, FIELD(status_socket_group), 0, SOCKET_MADE_WHY,
+     NULL},
+    {"agent", "metrics_listen", SHOW_TEXT, FIELD(metrics_listen), 0, NULL, NULL},
+    {"agent", "prefix", SHOW_TEXT, FIELD(prefix), 0, PREFIX_WHY, NULL},
+    RELOADS("agent", default_ttl_ms),
+    RELOADS("agent", min_ttl_ms),
+    {"agent", "max_ttl_ms", SHOW_U32, FIELD(max_ttl_ms), 0, NULL, max_ttl_restart},
+    {"agent", "renew_fraction", SHOW_FRACTION, FIELD(renew_fraction), 0, NULL, NULL},
+    RELOADS("agent", retry_fallback_ms),
+    RELOADS("agent", cohort_handoffs),
+    RELOADS("agent", cohort_ms),
+    RELOADS("agent", max_name_len),
+    RELOADS("agent", max_leases_per_conn),
+    RELOADS("agent", max_waiters_per_conn),
+    RELOADS("agent", max_connections),
+    RELOADS("agent", handshake_timeout_ms),
+    RELOADS("agent", shutdown_timeout_ms),
+    {"agent", "outage_wait_ms", SHOW_OUTAGE, FIELD(outage_wait_ms), 0, NULL, NULL},
+    RELOADS("agent", default_max_hold_ms),
+    RELOADS("agent", max_hold_limit_ms),
+    RELOADS("agent", default_progress_ms),
+    RELOADS("agent", progress_limit_ms),
+    {"agent", "log_level", SHOW_LEVEL, FIELD(log_level), 0, NULL, NULL},
+    {"redis", "address", SHOW_NODES, FIELD(nodes), 0, ADDRESS_WHY, NULL},
+    {"redis", "mode", SHOW_MODE, FIELD(mode_setting), 0, MODE_WHY, NULL},
+    {"redis", "database", SHOW_INT, FIELD(redis_db), 0, DATABASE_WHY, NULL},
+    {"redis", "sentinel_master", SHOW_TEXT, FIELD(sentinel_master), 0, MASTER_WHY, NULL},
+    {"redis", "user", SHOW_TEXT, FIELD(redis_user), 0, NULL, NULL},
+    {"redis", "password", SHOW_SECRET, FIELD(redis_password), 0, NULL, NULL},
+    {"redis", "sentinel_user", SHOW_TEXT, FIELD(sentinel_user), 0, NULL, NULL},
+    {"redis", "sentinel_password", SHOW_SECRET, FIELD(sentinel_password), 0, NULL, NULL},
+    RELOADS("redis", connect_timeout_ms),
+    RELOADS("redis", command_timeout_ms),
+    RELOADS("redis", reconnect_min_ms),
+    RELOADS("redis", reconnect_max_ms),
+    RELOADS("redis", node_timeout_ms),
+    RELOADS("redis", wait_replicas),
+    RELOADS("redis", wait_timeout_ms),
+    RELOADS("redis", topology_refresh_ms),
+    {"policy", "allow", SHOW_ALLOW, FIELD(policy), 0, NULL, NULL},
+    {"policy", "see_all", SHOW_SEE_ALL, FIELD(policy), 0, NULL, NULL},
+    POLICY(max_leases_per_uid),
+    POLICY(max_waiters_per_uid),
+    POLICY(max_connections_per_uid),
+    POLICY(max_output_per_uid),
+    POLICY(renew_budget_per_uid),
+    FORMAT("redisson", KEY_FORMAT_REDISSON),
+    FORMAT("redisson_rwlock", KEY_FORMAT_REDISSON_RW),
+    FORMAT("redisson_semaphore", KEY_FORMAT_REDISSON_SEM),
+};
+#define NRULES (sizeof reload_rules / sizeof reload_rules[0])
+_Static_assert(NRULES <= CONFIG_CHANGES_MAX, "CONFIG_CHANGES_MAX is below the settings");
+
+static const void *field_of(const struct config *c, const struct reload_rule *r)
+{
+    return (const char *)c + r->offset;
+}
+
+static bool same_who(const struct policy_who *a, const struct policy_who *b)
+{
+    return a->kind == b->kind && (a->kind == POLICY_ANY || a->id == b->id);
+}
+
+static bool same_nodes(const struct config *a, const struct config *b)
+{
+    if (a->nnodes != b->nnodes)
+        return false;
+    for (unsigned i = 0; i < a->nnodes; i++)
+        if (strcmp(a->nodes[i].host, b->nodes[i].host) || a->nodes[i].port != b->nodes[i].port ||
+            strcmp(a->nodes[i].path, b->nodes[i].path))
+            return false;
+    return true;
+}
+
+static bool same_allow(const struct policy *a, const struct policy *b)
+{
+    if (a->nrules != b->nrules)
+        return false;
+    for (unsigned i = 0; i < a->nrules; i++)
+        if (!same_who(&a->rules[i].who, &b->rules[i].who) ||
+            strcmp(a->rules[i].pattern, b->rules[i].pattern))
+            return false;
+    return true;
+}
+
+static bool same_see_all(const struct policy *a, const struct policy *b)
+{
+    if (a->see_all_set != b->see_all_set || a->nsee_all != b->nsee_all)
+        return false;
+    for (unsigned i = 0; i < a->nsee_all; i++)
+        if (!same_who(&a->see_all[i], &b->see_all[i]))
+            return false;
+    return true;
+}
+
+/* The next pattern of format f in fm from *i on, or NULL. */
+static const char *next_pattern(const struct formats *fm, enum key_format f, unsigned *i)
+{
+    for (; *i < fm->nredisson; (*i)++)
+        if (fm->format[*i] == f)
+            return fm->redisson[(*i)++];
+    return NULL;
+}
+
+static bool same_format(const struct formats *a, const struct formats *b, enum key_format f)
+{
+    unsigned i = 0, j = 0;
+    for (;;) {
+        const char *pa = next_pattern(a, f, &i), *pb = next_pattern(b, f, &j);
+        if (!pa || !pb)
+            return pa == pb;
+        if (strcmp(pa, pb) != 0)
+            return false;
+    }
+}
+
+static bool same_setting(const struct reload_rule *r, const struct config *a,
+                         const struct config *b)
+{
+    const void *x = field_of(a, r), *y = field_of(b, r);
+    switch (r->show) {
+    case SHOW_FRACTION:
+        return *(const double *)x == *(const double *)y;
+    case SHOW_TEXT:
+    case SHOW_SECRET:
+        return strcmp(x, y) == 0;
+    case SHOW_NODES:
+        return same_nodes(a, b);
+    case SHOW_ALLOW:
+        return same_allow(&a->policy, &b->policy);
+    case SHOW_SEE_ALL:
+        return same_see_all(&a->policy, &b->policy);
+    case SHOW_FORMAT:
+        return same_format(&a->formats, &b->formats, r->format);
+    default:
+        return memcmp(x, y, r->size) == 0;
+    }
+}
+
+/* Copies one setting of fresh into live. */
+static void copy_setting(const struct reload_rule *r, struct config *live,
+                         const struct config *fresh)
+{
+    struct policy *p = &live->policy;
+    const struct policy *q = &fresh->policy;
+    switch (r->show) {
+    case SHOW_ALLOW:
+        memcpy(p->rules, q->rules, sizeof p->rules);
+        p->nrules = q->nrules;
+        break;
+    case SHOW_SEE_ALL:
+        memcpy(p->see_all, q->see_all, sizeof p->see_all);
+        p->nsee_all = q->nsee_all;
+        p->see_all_set = q->see_all_set;
+        break;
+    default:
+        memcpy((char *)live + r->offset, field_of(fresh, r), r->size);
+        break;
+    }
+}
+
+/* Text for a value, cut with "..." when it does not fit. */
+struct shown {
+    char *p;
+    size_t cap, len;
+    bool full;
+};
+
+static void show_add(struct shown *s, const char *text)
+{
+    if (s->full)
+        return;
+    size_t room = s->cap - s->len, n = strlen(text);
+    if (n < room) {
+        memcpy(s->p + s->len, text, n + 1);
+        s->len += n;
+        return;
+    }
+    /* Cut between characters, with room for the dots. */
+    text_printable(s->p + s->len, room > 4 ? room - 3 : 1, text);
+    s->len += strlen(s->p + s->len);
+    snprintf(s->p + s->len, s->cap - s->len, "...");
+    s->full = true;
+}
+
+static void show_printable(struct shown *s, const char *text)
+{
+    char buf[POLICY_PATTERN_MAX + 128];
+    text_printable(buf, sizeof buf, text);
+    show_add(s, buf);
+}
+
+static void show_who(struct shown *s, const struct policy_who *w)
+{
+    char buf[24];
+    if (w->kind == POLICY_ANY)
+        snprintf(buf, sizeof buf, "*");
+    else
+        snprintf(buf, sizeof buf, "%s%u", w->kind == POLICY_GID ? "@" : "", (unsigned)w->id);
+    show_add(s, buf);
+}
+
+static void show_list(struct shown *s, const struct reload_rule *r, const struct config *c)
+{
+    const struct policy *p = &c->policy;
+    char addr[400];
+    if (r->show == SHOW_NODES) {
+        for (unsigned i = 0; i < c->nnodes; i++) {
+            show_add(s, i ? ", " : "");
+            show_printable(s, config_addr_str(&c->nodes[i], addr, sizeof addr));
+        }
+    } else if (r->show == SHOW_ALLOW) {
+        show_add(s, p->nrules ? "" : "(none: every name to everyone)");
+        for (unsigned i = 0; i < p->nrules; i++) {
+            show_add(s, i ? ", " : "");
+            show_who(s, &p->rules[i].who);
+            show_add(s, " ");
+            show_printable(s, p->rules[i].pattern);
+        }
+    } else if (r->show == SHOW_SEE_ALL) {
+        show_add(s, p->see_all_set ? "" : "(unset: everyone)");
+        for (unsigned i = 0; i < p->nsee_all; i++) {
+            show_add(s, i ? ", " : "");
+            show_who(s, &p->see_all[i]);
+        }
+    } else {
+        unsigned i = 0;
+        const char *pat;
+        for (bool first = true; (pat = next_pattern(&c->formats, r->format, &i)); first = false) {
+            show_add(s, first ? "" : " ");
+            show_printable(s, pat);
+        }
+        if (s->len == 0)
+            show_add(s, "\"\"");
+    }
+}
+
+static void show_setting(const struct reload_rule *r, const struct config *c, char *out, size_t cap)
+{
+    static const char *const levels[] = {"error", "warn", "info", "debug"};
+    static const char *const modes[] = {"auto", "single", "quorum", "cluster", "sentinel"};
+    const void *v = field_of(c, r);
+    struct shown s = {.p = out, .cap = cap};
+    out[0] = '\0';
+    switch (r->show) {
+    case SHOW_U32:
+        snprintf(out, cap, "%u", (unsigned)*(const uint32_t *)v);
+        break;
+    case SHOW_OUTAGE:
+        if (*(const uint32_t *)v == CONFIG_OUTAGE_NONE)
+            snprintf(out, cap, "none");
+        else
+            snprintf(out, cap, "%u", (unsigned)*(const uint32_t *)v);
+        break;
+    case SHOW_FRACTION:
+        snprintf(out, cap, "%g", *(const double *)v);
+        break;
+    case SHOW_OCTAL:
+        snprintf(out, cap, "%04o", *(const unsigned *)v);
+        break;
+    case SHOW_TEXT:
+        if (*(const char *)v)
+            show_printable(&s, v);
+        else
+            show_add(&s, "\"\"");
+        break;
+    case SHOW_SECRET:
+        break;
+    case SHOW_LEVEL: {
+        int l = *(const int *)v;
+        snprintf(out, cap, "%s", l >= 0 && l <= 3 ? levels[l] : "?");
+        break;
+    }
+    case SHOW_INT:
+        snprintf(out, cap, "%d", *(const int *)v);
+        break;
+    case SHOW_MODE: {
+        unsigned m = (unsigned)*(const enum redis_mode_setting *)v;
+        snprintf(out, cap, "%s", m < 5 ? modes[m] : "?");
+        break;
+    }
+    case SHOW_NODES:
+    case SHOW_ALLOW:
+    case SHOW_SEE_ALL:
+    case SHOW_FORMAT:
+        show_list(&s, r, c);
+        break;
+    }
+}
+
+/* Why the change of r from old to fresh needs a restart, or NULL. */
+static const char *restart_reason(const struct reload_rule *r, const struct config *old,
+                                  const struct config *fresh)
+{
+    if (r->restart)
+        return r->restart;
+    return r->restart_if ? r->restart_if(old, fresh) : NULL;
+}
+
+size_t config_diff(const struct config *old, const struct config *fresh, struct config_change *out)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < NRULES; i++) {
+        const struct reload_rule *r = &reload_rules[i];
+        if (same_setting(r, old, fresh))
+            continue;
+        struct config_change *c = &out[n++];
+        *c = (struct config_change){.section = r->section,
+                                    .key = r->key,
+                                    .secret = r->show == SHOW_SECRET,
+                                    .restart = restart_reason(r, old, fresh)};
+        show_setting(r, old, c->before, sizeof c->before);
+        show_setting(r, fresh, c->after, sizeof c->after);
+    }
+    return n;
+}
+
+void config_reload(struct config *live, const struct config *fresh)
+{
+    for (size_t i = 0; i < NRULES; i++) {
+        const struct reload_rule *r = &reload_rules[i];
+        if (!same_setting(r, live, fresh) && !restart_reason(r, live, fresh))
+            copy_setting(r, live, fresh);
+    }
+}
+
+void config_change_str(const struct config_change *c, char *buf, size_t len)
+{
+    if (c->secret)
+        snprintf(buf, len, "[%s] %s (changed)", c->section, c->key);
+    else
+        snprintf(buf, len, "[%s] %s %s -> %s", c->section, c->key, c->before, c->after);
 }

@@ -201,6 +201,33 @@ double config_lease_validity_ms(uint32_t ttl_ms);
 double config_renew_after_ms(uint32_t ttl_ms, double fraction);
 double config_renew_margin_ms(uint32_t ttl_ms, double fraction);
 
+/* ---- reload (SIGHUP, dlockctl reload) ----
+ *
+ * A setting either changes at a reload, without dropping a lease or a
+ * connection, or needs a restart, for a reason that the one table of
+ * config.c (reload_rules) gives with it. */
+
+#define CONFIG_SHOWN_MAX   160 /* a value as a change shows it, cut with "..." */
+#define CONFIG_CHANGES_MAX 64  /* at least the settings of the table */
+
+/* One setting that differs between the configuration in force and a fresh
+ * one. */
+struct config_change {
+    const char *section, *key;
+    char before[CONFIG_SHOWN_MAX], after[CONFIG_SHOWN_MAX]; /* "" for a secret */
+    bool secret;         /* a password: shown as "(changed)", never its value */
+    const char *restart; /* NULL: applied at a reload; else why it needs a restart */
+};
+
+/* The settings of fresh that differ from old (the ones in force), in the
+ * table's order, into out (room for CONFIG_CHANGES_MAX); returns how many. */
+size_t config_diff(const struct config *old, const struct config *fresh, struct config_change *out);
+/* Copies into live the settings of fresh that config_diff() marks applied;
+ * every other setting of live stays as it is. */
+void config_reload(struct config *live, const struct config *fresh);
+/* "[redis] command_timeout_ms 2000 -> 500", "[redis] password (changed)". */
+void config_change_str(const struct config_change *c, char *buf, size_t len);
+
 /* Formats an address for logs. */
 const char *config_addr_str(const struct redis_addr *a, char *buf, size_t len);
 

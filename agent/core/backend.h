@@ -209,6 +209,10 @@ struct backend_ops {
      * after a restart ("K of N nodes are excluded ...; the first joins
      * quorums in S s") into buf; false when that is not the reason. May be NULL. */
     bool (*excluded)(const struct backend *b, uint64_t now, char *buf, size_t len);
+    /* A reload changed settings in the config the store was made with: what
+     * it keeps of them (a timer's period, a copy) follows. May be NULL: the
+     * store reads them where it uses them. */
+    void (*reconfigured)(struct backend *b);
     void (*destroy)(struct backend *b);
 };
 

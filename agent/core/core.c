@@ -1144,8 +1144,9 @@ static int limit_check(const struct core *k, const struct core_client *c, uint32
     const struct config *cfg = k->cfg;
     const struct policy *pol = &cfg->policy;
     /* Every waiter may become a lease: both count against the lease limit. */
-    if (c->nleases + c->nwaiters >= cfg->max_leases_per_conn) {
-        snprintf(why, len, "per-connection lease limit (%u) reached", cfg->max_leases_per_conn);
+    uint32_t max_leases = c->max_leases ? c->max_leases : cfg->max_leases_per_conn;
+    if (c->nleases + c->nwaiters >= max_leases) {
+        snprintf(why, len, "per-connection lease limit (%u) reached", max_leases);
         return DLOCK_ELIMIT;
     }
     if (c->nwaiters >= cfg->max_waiters_per_conn) {
@@ -1239,7 +1240,8 @@ static int acquire_check(struct core *k, const struct core_client *c, const stru
     const struct config *cfg = k->cfg;
     if (k->shutting_down)
         return DLOCK_ESHUTDOWN;
-    int rc = lock_name_check(m->name, m->name_len, cfg->max_name_len);
+    int rc = lock_name_check(m->name, m->name_len,
+                             c->max_name_len ? c->max_name_len : cfg->max_name_len);
     if (rc)
         return rc;
     *ttl = m->ttl_ms ? m->ttl_ms : cfg->default_ttl_ms;

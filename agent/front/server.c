@@ -250,6 +250,8 @@ static void handle_hello(struct conn *c, const struct wire_hdr *h, const uint8_t
         return;
     }
     lease_page_close_fds(&c->page);
+    c->cc.max_leases = ok.max_leases;
+    c->cc.max_name_len = ok.max_name_len;
     c->hello = true;
     ev_timer_stop(c->srv->loop, &c->handshake);
 }

@@ -3,6 +3,7 @@
  * out, then the agent closes. Requests (docs/status.md):
  *
  *   status | status-json | leases [PATTERN] | leases-json [PATTERN] | metrics
+ *   | holder[-json] NAME | reload
  *
  * and, when configured, the same metrics over HTTP (GET /metrics) for
  * Prometheus to scrape. An answer that lists leases is rendered a part at a
@@ -39,6 +40,9 @@
 /* How long a query may take: an HTTP peer (anyone who reaches the port)
  * holds a slot for less time. */
 static const double deadline_s[2] = {5.0, 2.0};
+/* How long a "reload" waits for its outcome (a slow name service may hold up
+ * the reading); then it is answered that the outcome is not known yet. */
+#define RELOAD_DEADLINE_S 60
 
 /* A listing goes out a part at a time: the next part is rendered when less
  * than STATUS_LOW_WATER bytes of the last wait to be sent, and stops once
@@ -72,6 +76,8 @@ struct sconn {
     size_t drained; /* input read away after the answer */
     struct status_answer ans;
     struct asker who;
+    bool peer;      /* who.uid is the peer's (SO_PEERCRED) */
+    bool reloading; /* waits for status_reload_done() */
 };
 
 /* A listing is done (whole, cut or failed): it no longer takes a share. */
@@ -307,22 +313,87 @@ static void answer(struct sconn *c, const char *req)
         render_metrics(&c->st->src, &c->out);
     else
         sb_printf(&c->out, "error: unknown request; try status, status-json, leases [PATTERN], "
-                           "leases-json [PATTERN], metrics or holder[-json] NAME\n");
+                           "leases-json [PATTERN], metrics, holder[-json] NAME or reload\n");
+}
+
+/* Gives the query `seconds` from now to go on. */
+static void sconn_deadline(struct sconn *c, double seconds)
+{
+    ev_timer_stop(c->st->loop, &c->timer);
+    ev_timer_set(&c->timer, seconds, 0.0);
+    ev_timer_start(c->st->loop, &c->timer);
+}
+
+/* "reload": the agent reads its configuration again; the answer comes when
+ * that is done (status_reload_done()). Only the agent's own uid and root may
+ * ask. Returns false when it was answered at once (with an error). */
+static bool reload_query(struct sconn *c)
+{
+    struct status *st = c->st;
+    unsigned self = (unsigned)geteuid();
+    if (!c->peer || (c->who.uid != 0 && c->who.uid != self)) {
+        sb_printf(&c->out,
+                  "error: reload: permission denied: only root and the agent's user (uid %u) may "
+                  "ask for a reload\n",
+                  self);
+        return false;
+    }
+    if (!st->reload) {
+        sb_printf(&c->out, "error: reload: not available\n");
+        return false;
+    }
+    c->reloading = true;
+    ev_io_stop(st->loop, &c->io);
+    sconn_deadline(c, RELOAD_DEADLINE_S);
+    st->reload(st->reload_arg); /* may answer at once */
+    return true;
+}
+
+void status_on_reload(struct status *st, void (*fn)(void *arg), void *arg)
+{
+    st->reload = fn;
+    st->reload_arg = arg;
+}
+
+/* A query that waited for a reload gets its answer, and the usual time to
+ * read it. */
+static void reload_answered(struct sconn *c, const char *answer)
+{
+    c->reloading = false;
+    sb_printf(&c->out, "%s", answer);
+    if (c->out.oom) {
+        free(c->out.p);
+        c->out = (struct sbuf){0};
+        sb_printf(&c->out, "error: out of memory\n");
+    }
+    sconn_deadline(c, deadline_s[0]);
+    start_writing(c);
+}
+
+void status_reload_done(struct status *st, const char *answer)
+{
+    struct sconn *c;
+    LIST_FOREACH(c, &st->conns, link)
+    if (c->reloading)
+        reload_answered(c, answer);
 }
 
 static void respond(struct sconn *c)
 {
     c->req[c->reqlen] = '\0';
-    if (!c->http &&
-        (strncmp(c->req, "holder ", 7) == 0 || strncmp(c->req, "holder-json ", 12) == 0)) {
-        c->req[strcspn(c->req, "\r\n")] = '\0';
-        if (holder_query(c))
-            return;
-    } else if (c->http) {
+    if (c->http) {
         http_answer(c);
     } else {
         c->req[strcspn(c->req, "\r\n")] = '\0';
-        answer(c, c->req);
+        if (strncmp(c->req, "holder ", 7) == 0 || strncmp(c->req, "holder-json ", 12) == 0) {
+            if (holder_query(c))
+                return;
+        } else if (strcmp(c->req, "reload") == 0) {
+            if (reload_query(c))
+                return;
+        } else {
+            answer(c, c->req);
+        }
     }
     if (c->out.oom) {
         free(c->out.p);
@@ -365,7 +436,17 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents)
 
 static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    sconn_close(w->data);
+    struct sconn *c = w->data;
+    if (c->reloading) {
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "error: reload: no outcome after %d s (the configuration is still being read); "
+                 "the log will tell\n",
+                 RELOAD_DEADLINE_S);
+        reload_answered(c, msg);
+        return;
+    }
+    sconn_close(c);
 }
 
 /* A new query, from the status socket or (http) the HTTP listener. */
@@ -390,6 +471,7 @@ static void sconn_new(struct status *st, int fd, bool http)
         size_t ngids = peer_groups(fd, cred.gid, gids, PEER_GROUPS_MAX);
         c->who.uid = cred.uid;
         c->who.all = policy_sees_all(&st->src.cfg->policy, cred.uid, gids, ngids);
+        c->peer = true;
     }
     ev_io_init(&c->io, on_read, fd, EV_READ);
     c->io.data = c;
@@ -433,12 +515,14 @@ int status_open(struct status *st, struct ev_loop *loop, const struct status_sou
     return 0;
 }
 
-/* A TCP listener at "host:port" for GET /metrics. */
-static int http_listen(const char *addr)
+/* A TCP listener at "host:port" for GET /metrics; -1 with why (and errno)
+ * when there is none to be had. */
+static int http_listen(const char *addr, char *why, size_t len)
 {
     struct redis_addr a;
     if (config_parse_addr(addr, &a) != 0 || a.path[0]) {
-        log_error("metrics_listen: not host:port: %s", addr);
+        snprintf(why, len, "metrics_listen: not host:port: %s", addr);
+        errno = EINVAL;
         return -1;
     }
     char port[8];
@@ -446,42 +530,103 @@ static int http_listen(const char *addr)
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *ai;
     int rc = getaddrinfo(a.host, port, &hints, &ai);
     if (rc != 0) {
-        log_error("metrics_listen %s: %s", addr, gai_strerror(rc));
+        snprintf(why, len, "metrics_listen %s: %s", addr, gai_strerror(rc));
+        errno = EINVAL;
         return -1;
     }
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    int on = 1;
+    int on = 1, e = 0;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
         bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 16) != 0) {
-        log_error("metrics_listen %s: %s", addr, strerror(errno));
+        e = errno;
+        snprintf(why, len, "metrics_listen %s: %s", addr, strerror(e));
         if (fd >= 0)
             close(fd);
         fd = -1;
     }
     freeaddrinfo(ai);
+    errno = e;
     return fd;
+}
+
+/* Serves GET /metrics on the listener fd, bound to addr. */
+static void http_serve(struct status *st, int fd, const char *addr)
+{
+    st->hfd = fd;
+    snprintf(st->haddr, sizeof st->haddr, "%s", addr);
+    listener_start(&st->hlst, st->loop, fd, "metrics endpoint", on_http_conn, st);
+    log_info("metrics over HTTP on %s/metrics", addr);
+}
+
+/* Stops listening for HTTP (the queries under way go on). */
+static void http_stop(struct status *st)
+{
+    if (st->hfd < 0)
+        return;
+    listener_stop(&st->hlst);
+    close(st->hfd);
+    st->hfd = -1;
+    st->haddr[0] = '\0';
 }
 
 int status_open_http(struct status *st, const char *addr)
 {
+    char why[400];
     st->hfd = -1;
     if (!addr[0])
         return 0;
-    st->hfd = http_listen(addr);
-    if (st->hfd < 0)
+    int fd = http_listen(addr, why, sizeof why);
+    if (fd < 0) {
+        log_error("%s", why);
         return -1;
-    listener_start(&st->hlst, st->loop, st->hfd, "metrics endpoint", on_http_conn, st);
-    log_info("metrics over HTTP on %s/metrics", addr);
+    }
+    http_serve(st, fd, addr);
+    return 0;
+}
+
+/* Whether two "host:port" addresses name the same port. */
+static bool same_port(const char *a, const char *b)
+{
+    struct redis_addr x, y;
+    return config_parse_addr(a, &x) == 0 && config_parse_addr(b, &y) == 0 && x.port == y.port;
+}
+
+int status_move_http(struct status *st, const char *addr, char *why, size_t len)
+{
+    char old[sizeof st->haddr];
+    snprintf(old, sizeof old, "%s", st->haddr);
+    int fd = -1;
+    if (addr[0]) {
+        fd = http_listen(addr, why, len);
+        if (fd < 0 && errno == EADDRINUSE && same_port(addr, old)) {
+            /* The old listener may hold the port (under another address of
+             * the host): it makes way, and comes back if the new one fails
+             * all the same. */
+            http_stop(st);
+            fd = http_listen(addr, why, len);
+            char again[400];
+            int back = fd < 0 ? http_listen(old, again, sizeof again) : -1;
+            if (back >= 0) {
+                http_serve(st, back, old);
+            } else if (fd < 0) {
+                size_t n = strlen(why);
+                snprintf(why + n, len - n, "; the old listener is gone too: %s", again);
+            }
+        }
+        if (fd < 0)
+            return -1;
+    }
+    http_stop(st);
+    if (old[0])
+        log_info("no more metrics over HTTP on %s", old);
+    if (fd >= 0)
+        http_serve(st, fd, addr);
     return 0;
 }
 
 void status_close(struct status *st)
 {
-    if (st->hfd >= 0) {
-        listener_stop(&st->hlst);
-        close(st->hfd);
-        st->hfd = -1;
-    }
+    http_stop(st);
     if (st->lfd >= 0) {
         listener_stop(&st->lst);
         close(st->lfd);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* main.c -- dlockd entry point: options, configuration, dev mode, the loop. */
+/* main.c -- dlockd entry point: options, configuration and its reloads, dev mode, the loop. */
 #include <ev.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -125,16 +125,16 @@ static int parse_flags(int argc, char **argv, struct flags *f)
     return 0;
 }
 
-/* Defaults, then $DLOCK_SOCKET, then the file, then the flags. */
-static int build_config(struct config *cfg, const struct flags *f)
+/* Defaults, then $DLOCK_SOCKET, then the file, then the flags. 0, or -1 with
+ * why in err. */
+static int build_config(struct config *cfg, const struct flags *f, char *err, size_t errlen)
 {
-    char err[600];
     config_defaults(cfg);
     const char *env = getenv("DLOCK_SOCKET");
-    if (env && *env && config_set(cfg, "agent", "socket", env, err, sizeof err) != 0)
-        goto bad;
-    if (f->config && config_load_file(cfg, f->config, err, sizeof err) != 0)
-        goto bad;
+    if (env && *env && config_set(cfg, "agent", "socket", env, err, errlen) != 0)
+        return -1;
+    if (f->config && config_load_file(cfg, f->config, err, errlen) != 0)
+        return -1;
     const struct {
         const char *section, *key, *value;
     } over[] = {{"agent", "socket", f->socket},
@@ -145,8 +145,8 @@ static int build_config(struct config *cfg, const struct flags *f)
                 {"agent", "default_ttl_ms", f->ttl}};
     for (size_t i = 0; i < sizeof over / sizeof over[0]; i++)
         if (over[i].value &&
-            config_set(cfg, over[i].section, over[i].key, over[i].value, err, sizeof err) != 0)
-            goto bad;
+            config_set(cfg, over[i].section, over[i].key, over[i].value, err, errlen) != 0)
+            return -1;
     cfg->log_level += f->verbose;
     if (cfg->log_level > LOG_DEBUG)
         cfg->log_level = LOG_DEBUG;
@@ -154,17 +154,13 @@ static int build_config(struct config *cfg, const struct flags *f)
      * dlockctl looks for it (the rule both take from wire_status_sibling()). */
     if (!cfg->status_socket_set &&
         wire_status_sibling(cfg->socket, cfg->status_socket, sizeof cfg->status_socket) != 0) {
-        snprintf(err, sizeof err,
+        snprintf(err, errlen,
                  "the status socket beside %s would not fit in %zu bytes: set status_socket "
                  "(empty for none) or -S",
                  cfg->socket, sizeof cfg->status_socket - 1);
-        goto bad;
+        return -1;
     }
-    if (config_validate(cfg, err, sizeof err) == 0)
-        return 0;
-bad:
-    log_config_error("%s", err);
-    return -1;
+    return config_validate(cfg, err, errlen);
 }
 
 /* Masters of a Redis Cluster the descriptor budget allows for. */
@@ -185,12 +181,25 @@ static unsigned long descriptors_needed(const struct config *cfg)
     return (unsigned long)cfg->max_connections + 2 * STATUS_CONNS + links + 64;
 }
 
-/* SIGHUP: the file is read again; the access policy and the log level
- * take effect at once, leases and connections stay. Other settings need a
- * restart. The file is read and its user and group names resolved on a
- * thread of its own: a name service (NSS: LDAP, NIS...) may take seconds
- * to answer, and the loop renews leases meanwhile. The loop only swaps the
- * result in. */
+/* Quorum mode: a node that restarts is left out of quorums for max_ttl_ms. */
+static void warn_long_exclusion(const struct config *cfg)
+{
+    if (cfg->mode == REDIS_MODE_QUORUM && cfg->max_ttl_ms > 3600000)
+        log_warn("max_ttl_ms is %u: a node that restarts is left out of quorums that long; set it "
+                 "to the longest TTL clients use",
+                 cfg->max_ttl_ms);
+}
+
+/* A reload (SIGHUP, or "reload" on the status socket): the file is read
+ * again, and every setting that can change without dropping a lease or a
+ * connection takes effect; the others stay as they are until a restart, each
+ * with a warning that says why (config.c's table decides which). The file is
+ * read and its user and group names resolved on a thread of its own: a name
+ * service (NSS: LDAP, NIS...) may take seconds to answer, and the loop renews
+ * leases meanwhile. The loop only applies the result. A reload asked for
+ * while one is under way reads the file again after it; the status queries
+ * waiting are answered once no reading is left, with the changes of all of
+ * them. */
 static struct {
     struct flags flags;
     struct config *cfg; /* in force, the loop's */
@@ -199,58 +208,194 @@ static struct {
     ev_async done;
     pthread_t thread;
     bool running; /* a reading is under way */
-    bool again;   /* another SIGHUP came meanwhile */
+    bool again;   /* another reload was asked for meanwhile */
     int rc;
+    char err[600];
     struct config fresh; /* written by the thread, read by the loop after done */
+    /* For the status queries waiting: the settings changed since they
+     * asked, and what the last reading could not apply. */
+    struct sbuf applied, tail;
+    size_t napplied, nrestart, nfailed;
 } hup;
 
 static void *reload_thread(void *arg)
 {
-    hup.rc = build_config(&hup.fresh, &hup.flags);
+    hup.rc = build_config(&hup.fresh, &hup.flags, hup.err, sizeof hup.err);
     ev_async_send(hup.loop, &hup.done);
     return NULL;
 }
 
-static void reload_start(void)
+static void reload_reset(void)
+{
+    free(hup.applied.p);
+    free(hup.tail.p);
+    hup.applied = hup.tail = (struct sbuf){0};
+    hup.napplied = hup.nrestart = hup.nfailed = 0;
+}
+
+/* "reloaded: 2 policy rule(s), log level info; 1 setting(s) applied, ...". */
+static void summary(char *buf, size_t len, size_t applied, size_t restart, size_t failed)
+{
+    static const char *const levels[] = {"error", "warn", "info", "debug"};
+    char what[160] = "no setting changed";
+    if (applied || restart || failed) {
+        size_t n = (size_t)snprintf(what, sizeof what, "%zu setting(s) applied", applied);
+        if (restart)
+            n += (size_t)snprintf(what + n, sizeof what - n, ", %zu need(s) a restart", restart);
+        if (failed)
+            snprintf(what + n, sizeof what - n, ", %zu could not be applied", failed);
+    }
+    snprintf(buf, len, "reloaded: %u policy rule(s), log level %s; %s", hup.cfg->policy.nrules,
+             levels[hup.cfg->log_level & 3], what);
+}
+
+/* The status queries waiting get the outcome: error, or the changes. */
+static void reload_answer(const char *error)
+{
+    struct sbuf b = {0};
+    if (error) {
+        sb_printf(&b, "error: %s\n", error);
+    } else {
+        char line[200];
+        summary(line, sizeof line, hup.napplied, hup.nrestart, hup.nfailed);
+        sb_printf(&b, "%s%s%s\n", hup.applied.p ? hup.applied.p : "", hup.tail.p ? hup.tail.p : "",
+                  line);
+    }
+    status_reload_done(&hup.agent->status,
+                       b.oom || hup.applied.oom || hup.tail.oom ? "error: out of memory\n" : b.p);
+    free(b.p);
+    reload_reset();
+}
+
+static void reload_start(const char *why)
 {
     if (hup.running) {
+        log_info("%s while the configuration is being read: it is read again after that", why);
         hup.again = true;
         return;
     }
-    log_info("got SIGHUP: reading the configuration again");
+    log_info("%s: reading the configuration again", why);
     if (pthread_create(&hup.thread, NULL, reload_thread, NULL) != 0) {
         log_error("configuration not reloaded: cannot start a thread to read it");
+        reload_answer("reload: cannot start a thread to read the configuration; nothing changed");
         return;
     }
     hup.running = true;
+}
+
+/* Dev mode's Redis and sockets are its own, whatever the file says. */
+static void keep_dev(const struct config *cfg, struct config *fresh)
+{
+    memcpy(fresh->nodes, cfg->nodes, sizeof fresh->nodes);
+    fresh->nnodes = cfg->nnodes;
+    fresh->mode = cfg->mode;
+    fresh->mode_setting = cfg->mode_setting;
+    memcpy(fresh->socket, cfg->socket, sizeof fresh->socket);
+    memcpy(fresh->status_socket, cfg->status_socket, sizeof fresh->status_socket);
+}
+
+/* Moves the HTTP metrics listener; on failure the old one stays (and so does
+ * its setting). Returns whether it moved. */
+static bool move_metrics(struct config *fresh, const char *line)
+{
+    char why[400];
+    if (status_move_http(&hup.agent->status, fresh->metrics_listen, why, sizeof why) == 0)
+        return true;
+    log_warn("not applied: %s: %s; the old listener stays", line, why);
+    sb_printf(&hup.tail, "not applied: %s: %s; the old listener stays\n", line, why);
+    memcpy(fresh->metrics_listen, hup.cfg->metrics_listen, sizeof fresh->metrics_listen);
+    hup.nfailed++;
+    return false;
+}
+
+/* Logs one changed setting and notes it for the answer; the metrics
+ * listener moves. Returns whether the change is applied. */
+static bool take_change(const struct config_change *ch, struct config *fresh)
+{
+    char line[2 * CONFIG_SHOWN_MAX + 80];
+    config_change_str(ch, line, sizeof line);
+    if (ch->restart) {
+        log_warn("needs a restart: %s (%s)", line, ch->restart);
+        sb_printf(&hup.tail, "needs a restart: %s (%s)\n", line, ch->restart);
+        hup.nrestart++;
+        return false;
+    }
+    if (strcmp(ch->key, "metrics_listen") == 0 && !move_metrics(fresh, line))
+        return false;
+    log_info("reloaded: %s", line);
+    sb_printf(&hup.applied, "reloaded: %s\n", line);
+    hup.napplied++;
+    return true;
+}
+
+/* The fresh settings that can change take effect, and whatever keeps a copy
+ * of them is refreshed: the descriptor budget, the connections' output caps
+ * and waiters (the policy), the backend's timers and links. */
+static void reload_apply(struct config *fresh)
+{
+    struct config *cfg = hup.cfg;
+    struct agent *a = hup.agent;
+    if (hup.flags.dev)
+        keep_dev(cfg, fresh);
+    static struct config_change ch[CONFIG_CHANGES_MAX];
+    size_t n = config_diff(cfg, fresh, ch), applied = 0;
+    /* A reading's lines show at the more verbose of the two log levels. */
+    if (fresh->log_level > (int)log_get_level())
+        log_set_level((enum log_level)fresh->log_level);
+    /* This reading alone: what the answer shows besides the changes. */
+    free(hup.tail.p);
+    hup.tail = (struct sbuf){0};
+    hup.nrestart = hup.nfailed = 0;
+    for (size_t i = 0; i < n; i++)
+        applied += take_change(&ch[i], fresh);
+    bool descriptors = fresh->max_connections != cfg->max_connections;
+    uint32_t max_ttl = cfg->max_ttl_ms;
+    config_reload(cfg, fresh);
+    if (cfg->max_ttl_ms != max_ttl)
+        warn_long_exclusion(cfg);
+    char line[200];
+    summary(line, sizeof line, applied, hup.nrestart, hup.nfailed);
+    log_info("%s", line);
+    log_set_level((enum log_level)cfg->log_level);
+    if (!applied)
+        return;
+    if (descriptors)
+        listener_fit_nofile(descriptors_needed(cfg));
+    agent_policy_changed(a);
+    if (a->backend->ops->reconfigured)
+        a->backend->ops->reconfigured(a->backend);
 }
 
 static void on_reload_done(struct ev_loop *loop, ev_async *w, int revents)
 {
     pthread_join(hup.thread, NULL);
     hup.running = false;
-    struct config *fresh = &hup.fresh;
-    if (hup.rc != 0) {
-        log_error("configuration not reloaded; the old one stays");
-    } else {
-        hup.cfg->policy = fresh->policy;
-        hup.cfg->log_level = fresh->log_level;
-        log_set_level((enum log_level)fresh->log_level);
-        log_info("reloaded: %u policy rule(s), log level %d", fresh->policy.nrules,
-                 fresh->log_level);
-        agent_policy_changed(hup.agent);
-        if (!hup.flags.dev && memcmp(hup.cfg, fresh, sizeof *fresh) != 0)
-            log_warn("other changed settings take effect at the next start");
-    }
+    bool failed = hup.rc != 0;
+    if (failed)
+        log_error("configuration not reloaded: %s; the old one stays in force", hup.err);
+    else
+        reload_apply(&hup.fresh);
     if (hup.again) {
         hup.again = false;
-        reload_start();
+        reload_start("asked for again");
+    } else if (failed) {
+        char error[sizeof hup.err + 64];
+        snprintf(error, sizeof error, "configuration not reloaded: %s", hup.err);
+        reload_answer(error);
+    } else {
+        reload_answer(NULL);
     }
 }
 
 static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
 {
-    reload_start();
+    reload_start("got SIGHUP");
+}
+
+/* "reload" on the status socket, from the agent's own user or root. */
+static void on_reload_asked(void *arg)
+{
+    reload_start("reload asked on the status socket");
 }
 
 int main(int argc, char **argv)
@@ -258,12 +403,16 @@ int main(int argc, char **argv)
     log_detect_journal(); /* before anything may be printed */
     struct flags f = {0};
     static struct config cfg;
-    if (parse_flags(argc, argv, &f) != 0 || build_config(&cfg, &f) != 0)
+    char err[600];
+    if (parse_flags(argc, argv, &f) != 0)
         return 2;
+    if (build_config(&cfg, &f, err, sizeof err) != 0) {
+        log_config_error("%s", err);
+        return 2;
+    }
     log_set_level((enum log_level)cfg.log_level);
     listener_fit_nofile(descriptors_needed(&cfg));
     if (f.check) {
-        char err[200];
         if (config_check_groups(&cfg, err, sizeof err) != 0) {
             log_config_error("%s", err);
             return 2;
@@ -286,10 +435,7 @@ int main(int argc, char **argv)
     if (cfg.mode == REDIS_MODE_QUORUM) {
         log_info("dlockd %s started; quorum mode over %u Redis nodes, key prefix '%s'",
                  DLOCK_VERSION, cfg.nnodes, cfg.prefix);
-        if (cfg.max_ttl_ms > 3600000)
-            log_warn("max_ttl_ms is %u: a node that restarts is left out of quorums that long; "
-                     "set it to the longest TTL clients use",
-                     cfg.max_ttl_ms);
+        warn_long_exclusion(&cfg);
     } else if (cfg.mode == REDIS_MODE_CLUSTER) {
         log_info("dlockd %s started; Redis Cluster through %u seed node(s), first %s, key prefix "
                  "'%s'",
@@ -309,6 +455,7 @@ int main(int argc, char **argv)
     hup.loop = loop;
     ev_async_init(&hup.done, on_reload_done);
     ev_async_start(loop, &hup.done);
+    status_on_reload(&agent.status, on_reload_asked, NULL);
     ev_signal sighup;
     ev_signal_init(&sighup, on_hup, SIGHUP);
     ev_signal_start(loop, &sighup);
@@ -322,6 +469,7 @@ int main(int argc, char **argv)
     if (hup.running)
         pthread_join(hup.thread, NULL);
     ev_async_stop(loop, &hup.done);
+    reload_reset();
     agent_free(&agent);
     devmode_stop();
     return agent.exit_code;

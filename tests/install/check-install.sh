@@ -402,8 +402,9 @@ units=$(dirname "$(find "$pkg" -name dlockd.service | head -n 1)")
 mkdir "$tmp/units"
 for f in dlockd.service dlockd.socket dlockd-status.socket; do
     # Only what the package installs moves into the staging tree; system
-    # commands (ExecReload's kill) stay where they are.
-    sed -E "/^Exec/ s#(/usr/sbin/dlockd|/etc/dlock/)#$pkg\1#g" "$units/$f" >"$tmp/units/$f"
+    # commands stay where they are.
+    sed -E "/^Exec/ s#(/usr/sbin/dlockd|/usr/bin/dlockctl|/etc/dlock/)#$pkg\1#g" "$units/$f" \
+        >"$tmp/units/$f"
 done
 pre=$(sed -n 's/^ExecStartPre=//p' "$tmp/units/dlockd.service")
 [ -n "$pre" ] || fail "dlockd.service has no ExecStartPre"
@@ -419,6 +420,9 @@ must_equal "dlockd.socket ListenStream= vs dlockd.conf socket" \
 must_equal "dlockd-status.socket ListenStream= vs dlockd.conf status_socket" \
     "$(sed -n 's/^status_socket *= *//p' "$pkgconf")" \
     "$(sed -n 's/^ListenStream=//p' "$units/dlockd-status.socket")"
+must_equal "dlockd.service ExecReload= -S vs dlockd.conf status_socket" \
+    "$(sed -n 's/^status_socket *= *//p' "$pkgconf")" \
+    "$(sed -n 's/^ExecReload=.* -S \([^ ]*\) reload$/\1/p' "$units/dlockd.service")"
 must_equal "dlockd.socket SocketGroup= vs dlockd.conf socket_group" \
     "$(sed -n 's/^socket_group *= *//p' "$pkgconf")" "$(sed -n 's/^SocketGroup=//p' "$units/dlockd.socket")"
 

@@ -18,6 +18,8 @@
 #  - a user outside it (uid 61002) is refused with a message that names the
 #    socket and the reason;
 #  - other users cannot read the configuration, where the password goes;
+#  - the unit's ExecReload, as dlock, reloads the agent and waits for it; a
+#    member of group dlock may not;
 #  - SIGTERM stops the agent with status 0.
 #
 # Needs root (users, namespaces, setpriv): exits 77 (skipped) without it.
@@ -76,6 +78,8 @@ nofile=$(unit_value LimitNOFILE)
 staged() { sed "s| /| $root/|g; s|^/|$root/|" <<<"$1"; }
 pre=$(staged "$(unit_value ExecStartPre)")
 start=$(staged "$(unit_value ExecStart)")
+# ExecReload's program only: its -S names the status socket in /run.
+reload=$root$(unit_value ExecReload)
 libdir=$(dirname "$(find "$root" -name 'libdlock.so.*' | head -n 1)")
 dlockctl=$root/usr/bin/dlockctl
 [ -x "$dlockctl" ] || fail "no /usr/bin/dlockctl installed"
@@ -136,6 +140,11 @@ outsider "$DLOCKCTL" run service-test -- true >"$TMP/refused.out" 2>&1 || rc=$?
 grep -q '/run/dlock/dlock.sock' "$TMP/refused.out" || fail "the refusal does not name the socket"
 grep -qi 'permission denied' "$TMP/refused.out" || fail "the refusal does not give the reason"
 grep -qi 'dlock' "$TMP/refused.out" || fail "the refusal gives no hint"
+out=$(as_dlock $RELOAD 2>&1) || fail "ExecReload failed: $out"
+grep -q 'no setting changed' <<<"$out" || fail "ExecReload said: $out"
+rc=0
+member "$DLOCKCTL" reload >"$TMP/reload.out" 2>&1 || rc=$?
+[ "$rc" = 77 ] || fail "a member of group dlock asked for a reload: exit $rc, not 77"
 kill -TERM "$agent"
 st=0
 wait "$agent" || st=$?
@@ -145,8 +154,8 @@ kill "$redis"
 wait "$redis" 2>/dev/null || true
 EOF
 
-step "ExecStartPre and ExecStart as dlock; a member and an outsider"
-TMP=$tmp PRE=$pre START=$start LIBDIR=$libdir NOFILE=$nofile DLOCKCTL=$dlockctl \
+step "ExecStartPre, ExecStart and ExecReload as dlock; a member and an outsider"
+TMP=$tmp PRE=$pre START=$start RELOAD=$reload LIBDIR=$libdir NOFILE=$nofile DLOCKCTL=$dlockctl \
     DLOCK_GID=$dlock_gid unshare --mount --net --propagation private bash "$tmp/inside.sh" ||
     fail "the service checks failed"
 step "the installed service serves a member of group dlock and refuses others"
