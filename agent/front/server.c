@@ -493,7 +493,7 @@ static void conn_new(void *arg, int fd)
     LIST_INIT(&c->cc.waiters);
     proc_comm((int)cred.pid, c->cc.comm, sizeof c->cc.comm);
     c->serial = ++s->serial;
-    c->page.fds[0] = c->page.fds[1] = -1;
+    c->page.fds[0] = c->page.fds[1] = c->page.touch_fd = -1;
     ev_io_init(&c->rio, on_readable, fd, EV_READ);
     ev_io_init(&c->wio, on_writable, fd, EV_WRITE);
     double hs = s->cfg->handshake_timeout_ms / 1000.0;
