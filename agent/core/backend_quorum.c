@@ -450,6 +450,10 @@ static int op_start(struct qop *op, uint64_t now)
         op_send(op, i);
     if (op->refs == 0) {
         int err = op->opcode == BACKEND_RELEASE ? op->err : DLOCK_ENOQUORUM;
+        /* Refused before any node was asked (none could be): the operator
+         * learns why all the same. */
+        if (op->opcode == BACKEND_ACQUIRE)
+            log_excluded(op, now);
         op_free(op);
         return err;
     }
