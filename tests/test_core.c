@@ -2168,3 +2168,23 @@ Test(core, what_cannot_be_taken_over_is_refused)
     core_flush(&F.k, F.now);
     cr_assert_eq(req_count(R_RELEASE, "r"), 1);
 }
+
+/* A lease taken over with little time left, while the store is still down:
+ * the renewal sent at once fails, the next retry would come only at the
+ * deadline; the store's return renews it at once, and it is held again. */
+Test(core, a_lease_in_jeopardy_is_renewed_as_soon_as_the_store_is_back)
+{
+    struct tclient *a = client(1);
+    uint64_t old = F.now + 100 * MS;
+    cr_assert_eq(adopt(a, "late", ADOPT_ID, 0, LOCK_EXCLUSIVE, old, false), 0);
+    run_until(F.now);
+    reply_at(pending(R_RENEW, "late"), F.now + 1 * MS, DLOCK_EUNAVAIL, BACKEND_DONE, 0, 0);
+    run_until(F.now + 2 * MS);
+    cr_assert_eq(req_count(R_RENEW, "late"), 1, "retried before the store was back");
+    core_store_ready(&F.k, F.now);
+    run_until(F.now);
+    cr_assert_eq(req_count(R_RENEW, "late"), 2, "not renewed when the store came back");
+    reply(pending(R_RENEW, "late"), F.now + 2 * MS, BACKEND_DONE);
+    cr_assert_eq(page_of(ADOPT_ID)->state, DLOCK_STATE_HELD);
+    cr_assert_null(event_n(ADOPT_ID, DLOCK_STATE_LOST, 0));
+}

@@ -1515,28 +1515,31 @@ void core_unwatched(struct core *k, const char *name, size_t len, uint64_t now)
     core_notice(k, name, len, now); /* a release may have come meanwhile */
 }
 
-/* Leases in doubt after a failover whose renewal failed for want of a link
- * are renewed at once, not at their next retry. */
-static void renew_doubted(struct core *k, uint64_t now)
+/* Leases in doubt after a failover, or in jeopardy because a renewal
+ * failed for want of a link, are renewed at once, not at their next retry. */
+static void renew_waiting(struct core *k, uint64_t now)
 {
     for (size_t b = 0; b < k->table.nbuckets; b++) {
         for (struct lock *l = k->table.buckets[b]; l; l = l->hnext) {
             struct lease *le;
             LIST_FOREACH(le, &l->holders, hlink)
-            if (le->doubt_since && !le->renew_sent && !le->stopped && now < le->deadline)
+            if ((le->doubt_since || le->state == DLOCK_STATE_JEOPARDY) && !le->renew_sent &&
+                !le->stopped && now < le->deadline)
                 timer_set(k, &le->timer, now);
         }
     }
 }
 
 /* The command link is up again: unconfirmed releases go out, leases in
- * doubt are renewed, and waiters that rode out the outage try at once. */
+ * doubt or in jeopardy for a failed renewal are renewed at once (the next
+ * retry may come only at the deadline, too late), and waiters that rode
+ * out the outage try at once. */
 void core_store_ready(struct core *k, uint64_t now)
 {
     k->down_since = 0;
     k->ready_seq++;
     retry_orphans(k, now);
-    renew_doubted(k, now);
+    renew_waiting(k, now);
     kick_all(k, now);
 }
 
