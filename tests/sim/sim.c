@@ -544,6 +544,23 @@ static void room_for(size_t n, size_t *cap, void **array, size_t size)
     *cap = more;
 }
 
+/* A handoff or a join is valid no longer than the lease whose key it takes
+ * (the released one, or the local holders of the permit), which rests on a
+ * confirmation of its own TTL: the key-life check's allowance for a node
+ * that lost data since (node_holds()) lasts that long. */
+static void key_ttl_from(struct agent *ag, struct sclient *c, unsigned name)
+{
+    struct sim *s = ag->s;
+    if (c->lease_kind != LOCK_SHARED && ag->released_ttl[name] > c->key_ttl)
+        c->key_ttl = ag->released_ttl[name];
+    for (unsigned i = 0; i < s->nclients && c->lease_kind == LOCK_SHARED; i++) {
+        const struct sclient *o = &s->clients[i];
+        if (o != c && o->ag == ag && o->state == C_HOLDING && o->lease_name == name &&
+            strncmp(o->lease_token, c->lease_token, 32) == 0 && o->key_ttl > c->key_ttl)
+            c->key_ttl = o->key_ttl;
+    }
+}
+
 /* Sets the terms of c's new lease on name, for the checks above and the
  * event contract; a grant from the store starts a cohort. */
 static void lease_terms(struct agent *ag, struct sclient *c, unsigned name,
@@ -551,7 +568,7 @@ static void lease_terms(struct agent *ag, struct sclient *c, unsigned name,
 {
     struct sim *s = ag->s;
     c->grant_at = agent_now(ag);
-    c->lease_ttl = g->ttl_ms;
+    c->lease_ttl = c->key_ttl = g->ttl_ms;
     c->hold_ms =
         hold_bound(c->acq_max_hold, ag->cfg.default_max_hold_ms, ag->cfg.max_hold_limit_ms);
     c->progress_ms =
@@ -577,6 +594,7 @@ static void lease_terms(struct agent *ag, struct sclient *c, unsigned name,
             check_join(ag, name, c, g->fence);
         else
             check_handoff(ag, name, c, g->fence);
+        key_ttl_from(ag, c, name);
         c->hold_from = c->grant_at;
         c->key_since = ag->cohort[name].sent_vt;
     }
@@ -1987,7 +2005,8 @@ static void check_mutex(struct sim *s)
 /* Does node nd hold c's key: name's key with c's token? In quorum mode a
  * node that lost its data after the key was set counts too, while the
  * lease may still rest on it: for one TTL after the loss (a renewal sent
- * since finds the key gone there), and only as long as no lease granted
+ * since finds the key gone there; the TTL of the confirmation the lease
+ * rests on, which for a handoff may be its released lease's), and only as long as no lease granted
  * since holds the key there (the restart exclusion keeps such a node out of
  * quorums: this is how the simulator sees that the core honours it). */
 static bool node_holds(struct sim *s, struct node *nd, const struct sclient *c)
@@ -1998,7 +2017,7 @@ static bool node_holds(struct sim *s, struct node *nd, const struct sclient *c)
     if (k && k->hash == (c->lease_kind != LOCK_EXCLUSIVE) && node_key_holds(nd, k, c->lease_token))
         return true;
     if (!s->quorum || !nd->lost_data || nd->lost_at < c->key_since ||
-        s->now >= nd->lost_at + MS(c->lease_ttl) * 21 / 20 + MS(2))
+        s->now >= nd->lost_at + MS(c->key_ttl) * 21 / 20 + MS(2))
         return false;
     return !k || !granted_since(s, k->val, c->key_since);
 }

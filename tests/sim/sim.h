@@ -303,6 +303,10 @@ struct sclient {
     uint64_t hold_from;                  /* agent clock: the acquire's send, or the handoff */
     uint64_t key_since;                  /* virtual: the acquire that set the key was sent */
     uint32_t lease_ttl, hold_ms, progress_ms;
+    /* The TTL of the confirmation its validity rests on: its own, or a
+     * handoff's or a join's, whose validity is capped by the lease it came
+     * from, that lease's if longer. */
+    uint32_t key_ttl;
     bool lost_seen, jeopardy_seen, dropping;
     bool held_due;        /* the page went from JEOPARDY to HELD: a HELD event is due */
     bool release_due;     /* LOST: the release of its key is due in the same turn */
