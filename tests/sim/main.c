@@ -56,6 +56,7 @@ static const struct bug bugs[] = {
     {"counted_renew_shortens", -6},
     {"counted_no_mismatch", -7},
     {"set_unsorted", -8},
+    {"adopt_unchecked", CORE_BUG_ADOPT_UNCHECKED},
 #endif
     {NULL, 0},
 };
