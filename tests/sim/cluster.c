@@ -843,6 +843,9 @@ struct backend *cluster_backend_new(struct agent *ag, const struct backend_event
     cb->ag = ag;
     cb->ev = *ev;
     TAILQ_INIT(&cb->ops);
+    /* A successor's backend (an agent restart) numbers its events past its
+     * predecessor's, whose events may still be on their way. */
+    cb->refresh_gen = cb->read_gen = cb->op_ids = (uint64_t)ag->incarnation << 32;
     for (unsigned i = 0; i < SIM_MAX_NAMES; i++)
         cb->owner[i] = -1;
     struct backend_events nev = {.arg = cb,

@@ -567,6 +567,18 @@ static void note_server(struct link *l)
     uint64_t up_s = up > 0 ? (uint64_t)up / 1000000000ull : 0;
     uint64_t excl =
         quorum_exclusion_ns(first, restarted, l->durable, was_durable, up_s, l->ag->cfg.max_ttl_ms);
+    uint64_t unsafe = MS(l->ag->cfg.max_ttl_ms) * 21 / 20 + MS(100);
+    if (!excl && first && nd->lost_data && nd->failover_at && s->now < nd->failover_at + unsafe)
+        /* Another server at the node's address, up for long, that lacks
+         * the last writes: only an agent that knew the old run id can tell
+         * (docs/quorum.md, "Restart exclusion"), not one that reads the node
+         * for the first time, such as the successor of an agent that
+         * restarted. Leases resting on the writes lost may still be valid. */
+        excl_note(s, X_UNDETECTED_LOSS,
+                  "node%u failed over losing writes %" PRIu64
+                  " ms before agent%u first read it (a new process: it cannot tell, no restart "
+                  "exclusion)",
+                  nd->id, (s->now - nd->failover_at) / 1000000, l->ag->id);
     if (!excl)
         return;
     uint64_t now = agent_now(l->ag), until = now + excl;
@@ -815,6 +827,33 @@ void link_set_partition(struct link *l, bool on)
     } else if (l->partitioned && --l->partitioned == 0) {
         heal(l);
     }
+}
+
+/* The agent's process died and a successor starts: its connections start
+ * afresh, as a new process's do (no server read yet, no subscription, no
+ * restart exclusion, the current master), on the network as it is (a
+ * partition, a lag or a fence cut of the agent's host goes on). What the
+ * old connections still have on the way is of an older epoch. */
+void link_restart(struct link *l)
+{
+    l->closing = l->connected = l->subscribed = l->connecting = false;
+    l->have_ev = false;
+    l->dropped = NULL;
+    l->dropped_arg = NULL;
+    l->epoch++;
+    l->attempt_gen++;
+    l->attempt = 0;
+    l->watchdog_armed = false;
+    l->watchdog_gen++;
+    l->join_gen++;
+    memset(l->want, 0, sizeof l->want);
+    memset(l->nsub, 0, sizeof l->nsub);
+    l->run_id = 0;
+    l->durable = false;
+    l->excluded_until = 0;
+    l->known_gen = l->nd->master_gen;
+    l->last_error = 0;
+    l->last_reply = l->last_rtt = 0;
 }
 
 /* The backend is destroyed: what is unanswered fails now. */

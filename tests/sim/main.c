@@ -56,6 +56,7 @@ static const struct bug bugs[] = {
     {"counted_renew_shortens", -6},
     {"counted_no_mismatch", -7},
     {"set_unsorted", -8},
+    {"adopt_unchecked", CORE_BUG_ADOPT_UNCHECKED},
 #endif
     {NULL, 0},
 };
@@ -271,7 +272,7 @@ int main(int argc, char **argv)
 
     uint64_t runs = 0, violations = 0, excused = 0, grants = 0, vtime = 0, nquorum = 0;
     uint64_t ncluster = 0, nsentinel = 0, fault_free = 0, ex_mutex = 0, ex_fence = 0, ex_orphan = 0,
-             ex_late = 0;
+             ex_late = 0, nrestarted = 0;
     unsigned faults[F_KINDS] = {0};
     uint64_t cov[COV_COUNT] = {0};
     int rc = 0;
@@ -299,6 +300,7 @@ int main(int argc, char **argv)
         nsentinel += r.sentinel;
         ncluster += r.cluster;
         fault_free += r.fault_free;
+        nrestarted += r.restarted;
         excused += r.excused_count;
         ex_mutex += r.excused_mutex;
         ex_fence += r.excused_fence;
@@ -349,10 +351,11 @@ int main(int argc, char **argv)
     }
     if (!single_seed || !opts.quiet) {
         printf("\n%s: seeds %" PRIu64 "..%" PRIu64 ": %" PRIu64 " run (%" PRIu64 " quorum, %" PRIu64
-               " sentinel, %" PRIu64 " cluster, %" PRIu64 " without faults), %" PRIu64
-               " violation(s), %" PRIu64 " excused by excluded faults\n",
+               " sentinel, %" PRIu64 " cluster, %" PRIu64 " without faults, %" PRIu64
+               " with agent restarts), %" PRIu64 " violation(s), %" PRIu64
+               " excused by excluded faults\n",
                prog, first, first + runs - 1, runs, nquorum, nsentinel, ncluster, fault_free,
-               violations, excused);
+               nrestarted, violations, excused);
         printf("  excused: mutual exclusion %" PRIu64 ", fencing %" PRIu64 ", orphan keys %" PRIu64
                ", late doubt %" PRIu64 "\n",
                ex_mutex, ex_fence, ex_orphan, ex_late);

@@ -99,7 +99,7 @@ static void on_renewed(void *arg, const struct backend_result *r)
     if (done)
         sim_renewed(pr->ag, NULL, 0);
     if (pr->ag->core_live)
-        sim_renew_answered(pr->ag, pr->token, pr->who, r);
+        sim_renew_answered(pr->ag, pr->token, pr->who, pr->sent_at, r);
     free(pr);
 }
 
@@ -125,7 +125,7 @@ static int p_renew(struct backend *b, const struct backend_req *req, backend_cb 
     int rc = p->inner->ops->op(p->inner, req, on_renewed, pr);
     if (rc) {
         /* Failed at once: nothing is in flight. */
-        sim_renew_answered(p->ag, pr->token, who,
+        sim_renew_answered(p->ag, pr->token, who, pr->sent_at,
                            &(struct backend_result){.err = rc, .at = agent_now(p->ag)});
         free(pr);
     }

@@ -25,9 +25,9 @@ bool sim_quorum_available(void)
 }
 
 const char *const fault_names[F_KINDS] = {
-    "link-drop",  "partition",    "node-stall", "restart",     "failover",
-    "step-small", "step-forward", "step-back",  "agent-drift", "node-drift",
-    "lag",        "agent-pause",  "fresh-node", "slot-move",   "fence-cut",
+    "link-drop",    "partition", "node-stall",  "restart",       "failover", "step-small",
+    "step-forward", "step-back", "agent-drift", "node-drift",    "lag",      "agent-pause",
+    "fresh-node",   "slot-move", "fence-cut",   "agent-restart",
 };
 
 const char *const coverage_names[COV_COUNT] = {
@@ -46,6 +46,11 @@ const char *const coverage_names[COV_COUNT] = {
     "name sets held",
     "name sets rolled back",
     "waits cancelled",
+    "agent restarts",
+    "leases taken over",
+    "taken over then HELD",
+    "taken over then lost",
+    "leases expired in a restart's gap",
 };
 
 /* The checks and the faults that excuse them. */
@@ -104,7 +109,7 @@ void sim_acquire_sent(struct agent *ag, const struct backend_req *req)
 {
     struct sim *s = ag->s;
     int n = sim_name_index(s, req->name, req->len);
-    if (n < 0)
+    if (n < 0 || !ag->core_live)
         return;
     s->wake_due[ag->id][n] = 0;
     memcpy(ag->acq[n].token, req->token, 32);
@@ -232,10 +237,12 @@ static uint32_t hold_bound(uint32_t asked, uint32_t dflt, uint32_t limit)
 }
 
 /* The last touch of a paused holder's lease, as the core reads it: the
- * later of its touch and the hold's start. */
+ * latest of its touch, the hold's start and its takeover by a successor
+ * (which knows no touch of the gap: core_adopt()). */
 static uint64_t last_touch(const struct sclient *c)
 {
-    return c->pause_touch > c->hold_from ? c->pause_touch : c->hold_from;
+    uint64_t t = c->pause_touch > c->hold_from ? c->pause_touch : c->hold_from;
+    return t > c->progress_from ? t : c->progress_from;
 }
 
 /* Renewals of one lease per TTL: one per ttl x renew_fraction, twice that
@@ -303,8 +310,10 @@ bool sim_renew_sent(struct agent *ag, const char *token, uint32_t ttl_ms, int *w
 {
     struct sim *s = ag->s;
     struct sclient *hs[SIM_MAX_CLIENTS];
-    unsigned n = holders_of(ag, token, ttl_ms, hs), over_hold = 0, stalled = 0;
     *who = -1;
+    if (!ag->core_live)
+        return false;
+    unsigned n = holders_of(ag, token, ttl_ms, hs), over_hold = 0, stalled = 0;
     if (!n)
         return false;
     uint64_t now = agent_now(ag);
@@ -316,7 +325,7 @@ bool sim_renew_sent(struct agent *ag, const char *token, uint32_t ttl_ms, int *w
     *who = n > 1 || holders_of(ag, token, 0, all) > 1 ? -2 - (int)c->id : (int)c->id;
     c->rn_inflight++;
     for (unsigned i = 0; i < n; i++) {
-        hs[i]->doubt_renew = false;
+        hs[i]->doubt_renew = hs[i]->adopt_renew = false;
         over_hold += hs[i]->hold_ms && now >= hs[i]->hold_from + MS(hs[i]->hold_ms);
         stalled +=
             hs[i]->progress_ms && hs[i]->paused && now - last_touch(hs[i]) > MS(hs[i]->progress_ms);
@@ -344,7 +353,7 @@ bool sim_renew_sent(struct agent *ag, const char *token, uint32_t ttl_ms, int *w
 /* A renewal's answer came back to the core (which has handled it): "not
  * yours" is proof of loss, LOST at once (docs/protocol.md, "Events"), for
  * the lease whose renewal it was (told when the key has one holder). */
-void sim_renew_answered(struct agent *ag, const char *token, int who,
+void sim_renew_answered(struct agent *ag, const char *token, int who, uint64_t sent_at,
                         const struct backend_result *r)
 {
     struct sim *s = ag->s;
@@ -359,6 +368,14 @@ void sim_renew_answered(struct agent *ag, const char *token, int who,
                   "a renewal of client%u's lease on %s was answered \"not yours\", and the lease "
                   "was not LOST",
                   c->id, s->names[c->lease_name]);
+    /* A lease taken over comes back when a renewal its successor sent (since
+     * the lease's last doubt) finds the key: HELD, not left in jeopardy. */
+    if (!shared && c->adopt_pending && !r->err && r->outcome == BACKEND_DONE &&
+        sent_at >= c->adopt_at && (!c->doubted || sent_at >= c->doubt_at) && !s->stop)
+        violation(s, "liveness", 0,
+                  "a renewal agent%u's successor sent found client%u's key on %s, and the lease it "
+                  "took over was not made HELD again (page and HELD event)",
+                  ag->id, c->id, s->names[c->lease_name]);
 }
 
 void sim_wedged(struct sim *s)
@@ -392,6 +409,12 @@ static void check_turn(struct sim *s)
                       "client%u's lease on %s is in doubt since %" PRIu64
                       " ms and was not renewed at once",
                       c->id, name, (now - c->doubt_at) / 1000000);
+        else if (c->state == C_HOLDING && !c->lost_seen && c->adopt_renew && !c->stopped &&
+                 running && now > c->adopt_at + MS(1))
+            violation(s, "takeover", 0,
+                      "client%u's lease on %s, taken over by agent%u's successor %" PRIu64
+                      " ms ago, was not renewed at once",
+                      c->id, name, ag->id, (now - c->adopt_at) / 1000000);
         else if (c->state == C_HOLDING && !c->lost_seen && !c->doubted && running &&
                  c->lease_slot < SIM_PAGE_SLOTS && c->page[c->lease_slot].lease_id == c->lease_id &&
                  now > c->page[c->lease_slot].deadline + MS(1))
@@ -544,6 +567,23 @@ static void room_for(size_t n, size_t *cap, void **array, size_t size)
     *cap = more;
 }
 
+/* A handoff or a join is valid no longer than the lease whose key it takes
+ * (the released one, or the local holders of the permit), which rests on a
+ * confirmation of its own TTL: the key-life check's allowance for a node
+ * that lost data since (node_holds()) lasts that long. */
+static void key_ttl_from(struct agent *ag, struct sclient *c, unsigned name)
+{
+    struct sim *s = ag->s;
+    if (c->lease_kind != LOCK_SHARED && ag->released_ttl[name] > c->key_ttl)
+        c->key_ttl = ag->released_ttl[name];
+    for (unsigned i = 0; i < s->nclients && c->lease_kind == LOCK_SHARED; i++) {
+        const struct sclient *o = &s->clients[i];
+        if (o != c && o->ag == ag && o->state == C_HOLDING && o->lease_name == name &&
+            strncmp(o->lease_token, c->lease_token, 32) == 0 && o->key_ttl > c->key_ttl)
+            c->key_ttl = o->key_ttl;
+    }
+}
+
 /* Sets the terms of c's new lease on name, for the checks above and the
  * event contract; a grant from the store starts a cohort. */
 static void lease_terms(struct agent *ag, struct sclient *c, unsigned name,
@@ -551,13 +591,15 @@ static void lease_terms(struct agent *ag, struct sclient *c, unsigned name,
 {
     struct sim *s = ag->s;
     c->grant_at = agent_now(ag);
-    c->lease_ttl = g->ttl_ms;
+    c->lease_ttl = c->key_ttl = g->ttl_ms;
     c->hold_ms =
         hold_bound(c->acq_max_hold, ag->cfg.default_max_hold_ms, ag->cfg.max_hold_limit_ms);
     c->progress_ms =
         hold_bound(c->acq_progress, ag->cfg.default_progress_ms, ag->cfg.progress_limit_ms);
     c->lost_seen = c->jeopardy_seen = c->held_due = c->release_due = false;
     c->stopped = c->doubt_renew = false;
+    c->adopt_pending = c->adopt_renew = false;
+    c->progress_from = 0;
     c->rn_count = c->rn_inflight = 0;
     if (from_store) {
         struct cohort_rec *co = &ag->cohort[name];
@@ -570,18 +612,16 @@ static void lease_terms(struct agent *ag, struct sclient *c, unsigned name,
         co->block = known ? ag->acq[name].block : 0;
         co->fence0 = g->fence;
         co->handoffs = 0;
-        co->ttl = c->lease_ttl;
         c->hold_from = co->sent_at;
         c->key_since = co->sent_vt;
-        c->key_ttl = c->lease_ttl;
     } else {
         if (c->lease_kind == LOCK_SHARED)
             check_join(ag, name, c, g->fence);
         else
             check_handoff(ag, name, c, g->fence);
+        key_ttl_from(ag, c, name);
         c->hold_from = c->grant_at;
         c->key_since = ag->cohort[name].sent_vt;
-        c->key_ttl = ag->cohort[name].ttl > c->lease_ttl ? ag->cohort[name].ttl : c->lease_ttl;
     }
     room_for(s->ngrants, &s->grants_cap, (void **)&s->grants, sizeof *s->grants);
     memcpy(s->grants[s->ngrants].token, c->lease_token, 33);
@@ -612,14 +652,15 @@ int sim_release_sent(struct agent *ag, const struct backend_req *req)
 {
     struct sim *s = ag->s;
     int n = sim_name_index(s, req->name, req->len);
-    if (n < 0 || !req->token)
+    if (n < 0 || !req->token || !ag->core_live)
         return -1;
     for (unsigned i = 0; i < s->nclients; i++)
         if (s->clients[i].ag == ag && strncmp(s->clients[i].lease_token, req->token, 32) == 0)
             s->clients[i].release_due = false;
     /* Once per token: its retries are the same release. */
     for (size_t i = s->nintents; i-- > 0 && s->now - s->intents[i].at < MS(3000);)
-        if (s->intents[i].agent == ag->id && strncmp(s->intents[i].token, req->token, 32) == 0) {
+        if (s->intents[i].agent == ag->id && !s->intents[i].dead &&
+            strncmp(s->intents[i].token, req->token, 32) == 0) {
             s->intents[i].inflight++;
             return (int)i;
         }
@@ -677,7 +718,7 @@ static void check_release(struct sim *s, unsigned idx)
 {
     struct rel_intent *ri = &s->intents[idx];
     struct agent *ag = &s->agents[ri->agent];
-    if (agent_now(ag) >= ri->give_up || late_token(s, ri->token))
+    if (ri->dead || agent_now(ag) >= ri->give_up || late_token(s, ri->token))
         return;
     bool pending = false;
     for (unsigned n = 0; n < s->nnodes; n++) {
@@ -1135,6 +1176,49 @@ static bool permit_shared(const struct sim *s, const struct sclient *c)
     return false;
 }
 
+/* How many of the nodes that serve c's name hold its key with its token
+ * now, and whether that is enough for its lease (one node; in quorum mode a
+ * majority): a strict read, without node_holds()'s allowance for a loss. */
+static bool key_kept(struct sim *s, const struct sclient *c, unsigned *on)
+{
+    *on = 0;
+    for (unsigned n = 0; n < s->nnodes; n++) {
+        const struct node *nd = &s->nodes[n];
+        const struct rkey *k = node_key(nd, s->lock_keys[c->lease_name]);
+        *on += (!s->cluster || cluster_serves(s, c->lease_name, n)) && k &&
+               k->hash == (c->lease_kind != LOCK_EXCLUSIVE) &&
+               node_key_holds(nd, k, c->lease_token);
+    }
+    return s->quorum ? *on * 2 > s->nnodes : *on > 0;
+}
+
+/* A lease taken over was LOST before a renewal of its successor confirmed
+ * it: "not yours" only when its key is gone or another's, any other reason
+ * (the store unreachable) only at the predecessor's deadline. The lease is
+ * LOST exactly when it did not come back in time. */
+static void adopt_lost(struct agent *ag, struct sclient *c, const struct wire_event *ev)
+{
+    struct sim *s = ag->s;
+    uint64_t now = agent_now(ag);
+    unsigned on;
+    c->adopt_pending = false;
+    s->res->cov[COV_ADOPT_LOST]++;
+    if (ev->reason == DLOCK_ELOST) {
+        if (key_kept(s, c, &on))
+            violation(s, "liveness", X_RESURRECT,
+                      "client%u's lease on %s, taken over by agent%u's successor, was LOST (not "
+                      "yours) while its key holds its token on %u of %u node(s)",
+                      c->id, s->names[c->lease_name], ag->id, on, s->nnodes);
+    } else if (now < c->adopt_deadline) {
+        violation(
+            s, "liveness", 0,
+            "client%u's lease on %s, taken over by agent%u's successor, was LOST (%s) %" PRIu64
+            " ms before the predecessor's deadline",
+            c->id, s->names[c->lease_name], ag->id, dlock_strerror(ev->reason),
+            (c->adopt_deadline - now) / 1000000);
+    }
+}
+
 /* The event contract (docs/protocol.md, "Events"): events come for the
  * lease the client holds, none after LOST, and a LOST at the deadline (not
  * a renewal's "not yours") comes after a JEOPARDY, unless the agent was
@@ -1176,6 +1260,10 @@ static void check_event(struct agent *ag, struct sclient *c, const struct wire_e
     } else if (ev->state == DLOCK_STATE_HELD) {
         c->held_due = false;
         c->stopped = false;
+        if (c->adopt_pending) {
+            c->adopt_pending = false;
+            s->res->cov[COV_ADOPT_HELD]++;
+        }
         if (c->doubted && ag->confirm_token && ag->confirm_sent >= c->doubt_at &&
             strncmp(c->lease_token, ag->confirm_token, 32) == 0)
             c->doubted = false;
@@ -1191,12 +1279,17 @@ static void check_event(struct agent *ag, struct sclient *c, const struct wire_e
             violation(s, "events", 0,
                       "client%u's lease on %s was LOST (%s) with no JEOPARDY before it", c->id,
                       name, dlock_strerror(ev->reason));
+        if (c->adopt_pending)
+            adopt_lost(ag, c, ev);
     }
 }
 
 static uint32_t env_slot_alloc(void *arg, struct core_client *cc)
 {
+    struct agent *ag = arg;
     struct sclient *c = client_of(cc);
+    if (!ag->core_live)
+        return UINT32_MAX;
     for (uint32_t i = 0; i < SIM_PAGE_SLOTS; i++) {
         if (!c->page[i].used) {
             memset(&c->page[i], 0, sizeof c->page[i]);
@@ -1211,6 +1304,10 @@ static void env_slot_free(void *arg, struct core_client *cc, uint32_t slot)
 {
     struct agent *ag = arg;
     struct sclient *c = client_of(cc);
+    /* The page of a process that has died (its agent restarts) stays as
+     * it was: the page is a file, and nobody writes it meanwhile. */
+    if (!ag->core_live)
+        return;
     /* A lease leaves its page other than by its release or its
      * connection's close only after a LOST event. */
     if (!c->dropping && c->state == C_HOLDING && slot == c->lease_slot && !c->lost_seen &&
@@ -1230,12 +1327,41 @@ static void env_slot_free(void *arg, struct core_client *cc, uint32_t slot)
         memset(&c->page[slot], 0, sizeof c->page[slot]);
 }
 
+/* A lease taken over is shown in jeopardy with its fencing token, valid no
+ * longer than the predecessor's deadline (with doubt, not valid at all),
+ * until a renewal its successor sent finds its key (core.h, core_adopt()). */
+static void check_takeover_page(struct agent *ag, const struct sclient *c, uint32_t state,
+                                uint64_t fence, uint64_t deadline)
+{
+    struct sim *s = ag->s;
+    uint64_t now = agent_now(ag);
+    bool confirmed = ag->confirm_token && strncmp(ag->confirm_token, c->lease_token, 32) == 0 &&
+                     ag->confirm_sent >= c->adopt_at;
+    uint64_t limit = s->sentinel || s->cluster ? now : c->adopt_deadline;
+    if (confirmed || s->stop ||
+        (state == DLOCK_STATE_JEOPARDY && fence == c->lease_fence && deadline <= limit))
+        return;
+    violation(s, "takeover", 0,
+              "client%u's lease on %s, taken over by agent%u's successor, shown %s (fence %" PRIu64
+              ", %+" PRId64 " ms) before a renewal it sent found the key (the predecessor's "
+              "deadline %+" PRId64 " ms, fence %" PRIu64 ")",
+              c->id, s->names[c->lease_name], ag->id,
+              state == DLOCK_STATE_HELD       ? "HELD"
+              : state == DLOCK_STATE_JEOPARDY ? "JEOPARDY"
+                                              : "?",
+              fence, ((int64_t)deadline - (int64_t)now) / 1000000,
+              ((int64_t)c->adopt_deadline - (int64_t)now) / 1000000, c->lease_fence);
+}
+
 static void env_slot_write(void *arg, struct core_client *cc, uint32_t slot, uint32_t state,
                            uint64_t lease_id, uint64_t fence, uint64_t deadline)
 {
+    struct agent *ag = arg;
     struct sclient *c = client_of(cc);
-    if (slot >= SIM_PAGE_SLOTS)
+    if (slot >= SIM_PAGE_SLOTS || !ag->core_live)
         return;
+    if (c->adopt_pending && slot == c->lease_slot && lease_id == c->lease_id)
+        check_takeover_page(ag, c, state, fence, deadline);
     struct page_slot *p = &c->page[slot];
     if (c->state == C_HOLDING && slot == c->lease_slot && lease_id == c->lease_id &&
         p->lease_id == lease_id && p->state == DLOCK_STATE_JEOPARDY && state == DLOCK_STATE_HELD)
@@ -1283,6 +1409,8 @@ static void ag_unwatched(void *arg, const char *name, size_t len)
         core_unwatched(&ag->core, name, len, agent_now(ag));
 }
 
+static void srel_send(struct agent *ag);
+
 static void ag_ready(void *arg)
 {
     struct agent *ag = arg;
@@ -1290,6 +1418,8 @@ static void ag_ready(void *arg)
     ag->ready_once = true;
     if (ag->core_live)
         core_store_ready(&ag->core, agent_now(ag));
+    if (ag->core_live && ag->nsrel)
+        srel_send(ag); /* a successor's own releases, at once too */
 }
 
 /* Has c (or, as far as the renewals tell, a local holder of its permit
@@ -1466,6 +1596,7 @@ static void client_acquire_name(struct sclient *c, unsigned name, int64_t wait_m
     c->acq_wait_ms = wait_ms;
     c->acq_req = ++c->next_req;
     c->acq_at = s->now;
+    c->acq_order = ++s->ask_seq;
     c->state = C_WAITING;
     c->ops_left--;
     struct wire_acquire m = {
@@ -1591,6 +1722,7 @@ static void client_release(struct sclient *c)
     c->state = C_IDLE;
     c->lease_id = 0;
     c->paused = false;
+    c->adopt_pending = c->adopt_renew = false;
     client_next(c, rng_range(&s->rng, 0, MS(300)));
 }
 
@@ -1620,6 +1752,7 @@ static void client_crash(struct sclient *c)
     c->state = C_IDLE;
     c->lease_id = 0;
     c->paused = false;
+    c->adopt_pending = c->adopt_renew = false;
     client_next(c, rng_range(&s->rng, MS(1), MS(300)));
 }
 
@@ -1989,8 +2122,9 @@ static void check_mutex(struct sim *s)
 
 /* Does node nd hold c's key: name's key with c's token? In quorum mode a
  * node that lost its data after the key was set counts too, while the
- * lease may still rest on it: for one TTL of its key after the loss (a renewal sent
- * since finds the key gone there), and only as long as no lease granted
+ * lease may still rest on it: for one TTL after the loss (a renewal sent
+ * since finds the key gone there; the TTL of the confirmation the lease
+ * rests on, which for a handoff may be its released lease's), and only as long as no lease granted
  * since holds the key there (the restart exclusion keeps such a node out of
  * quorums: this is how the simulator sees that the core honours it). */
 static bool node_holds(struct sim *s, struct node *nd, const struct sclient *c)
@@ -2122,11 +2256,28 @@ static bool late_key(const struct sim *s, const struct node *nd, const struct rk
     return true;
 }
 
+/* A key of work a restarted agent lost (a release it had not confirmed, an
+ * acquire it had sent): its token, or (a counted key) every live permit's. */
+static bool lost_key(const struct sim *s, const struct node *nd, const struct rkey *k)
+{
+    for (unsigned i = 0; i < (k->hash ? k->nf : 1u); i++) {
+        const char *t = k->hash ? k->f[i].token : k->val;
+        bool lost = false;
+        for (size_t j = 0; j < s->nlost && !lost; j++)
+            lost = strncmp(t, s->lost_tokens[j], 32) == 0;
+        if (!lost && !late_token(s, t) && (!k->hash || node_key_holds(nd, k, t)))
+            return false;
+    }
+    return true;
+}
+
 /* Once settled, no lock key is left on any node: but for
  * the keys of acquires that ran after they had failed (a known limit,
- * named), every one was released or withdrawn. */
+ * named) and of work a restarted agent lost (they lapse by their TTL),
+ * every one was released or withdrawn. */
 static void check_orphans(struct sim *s)
 {
+    unsigned lost = 0;
     for (unsigned n = 0; n < s->nnodes; n++) {
         struct node *nd = &s->nodes[n];
         for (unsigned i = 0; i < nd->nkeys; i++) {
@@ -2140,6 +2291,10 @@ static void check_orphans(struct sim *s)
                           n);
                 continue;
             }
+            if (s->nlost && lost_key(s, nd, k)) {
+                lost++;
+                continue;
+            }
             violation(s, "orphan keys", EXCUSE_ORPHAN,
                       "\"%s\" (value %.40s) left on node%u after the run settled", k->name,
                       k->hash ? k->f[0].token : k->val, n);
@@ -2148,6 +2303,13 @@ static void check_orphans(struct sim *s)
     }
     if (s->excl & X_LATE_ACQUIRE)
         violation(s, "orphan keys", EXCUSE_ORPHAN, "keys of late acquires left");
+    if (lost) {
+        excl_note(s, X_AGENT_RESTART,
+                  "an agent restarted: releases it had not confirmed and commands it had sent "
+                  "died with it, their keys left to lapse by their TTL");
+        violation(s, "orphan keys", X_AGENT_RESTART,
+                  "%u key(s) of work a restarted agent lost left", lost);
+    }
 }
 
 /* A waiter that waits for ever must be served: at the end nobody waits. */
@@ -2168,6 +2330,11 @@ static void check_stuck(struct sim *s)
 }
 
 /* ---- faults ---- */
+
+static void agent_crash(struct sim *s, struct fault *f);
+static void agent_successor(struct sim *s, struct fault *f);
+static bool restart_seed(uint64_t seed);
+static void plan_restarts(struct sim *s, uint64_t from, uint64_t to);
 
 static void note_mark_loss(struct sim *s, unsigned node)
 {
@@ -2239,8 +2406,11 @@ static void announce_failover(struct sim *s, struct node *nd)
         struct agent *ag = &s->agents[a];
         if (ag->paused_until > s->now) {
             ag->doubts_due++;
-            excl_note(s, X_LATE_DOUBT, "agent%u was paused when node%u failed over", a, nd->id);
-            ev_push(s, s->now, EV_DOUBT, a, 0, NULL);
+            excl_note(s, X_LATE_DOUBT, "agent%u was %s when node%u failed over", a,
+                      ag->down ? "down (restarting)" : "paused", nd->id);
+            /* A successor (an agent restart) asks for the master afresh:
+             * what its predecessor would have heard goes with it. */
+            ev_push(s, s->now, EV_DOUBT, a, ag->incarnation, NULL);
         } else {
             link_doubt(link_of(s, a, nd->id));
         }
@@ -2275,8 +2445,12 @@ static void fault_start(struct sim *s, struct fault *f)
         link_of(s, f->agent, f->node)->cut_fence = true;
         break;
     case F_AGENT_PAUSE:
-        if (s->agents[f->agent].paused_until < s->now + f->dur)
+        /* (An agent that is down has no process to stop.) */
+        if (!s->agents[f->agent].down && s->agents[f->agent].paused_until < s->now + f->dur)
             s->agents[f->agent].paused_until = s->now + f->dur;
+        break;
+    case F_AGENT_RESTART:
+        agent_crash(s, f);
         break;
     case F_RESTART:
         if (!nd->durable) {
@@ -2375,6 +2549,9 @@ static void fault_end(struct sim *s, struct fault *f)
     case F_SLOT_MOVE:
         cluster_slot_move_end(s, f);
         break;
+    case F_AGENT_RESTART:
+        agent_successor(s, f);
+        break;
     default:
         break;
     }
@@ -2395,8 +2572,10 @@ static void plan_faults(struct sim *s, uint64_t span)
      * their faults into a window of under half a second, where several
      * overlap (a fencing phase cut by one fault while another holds a
      * node, say). */
-    unsigned weight[F_KINDS], total = 0;
+    unsigned weight[F_KINDS] = {0}, total = 0;
     for (int k = 0; k < F_KINDS; k++) {
+        if (k == F_AGENT_RESTART)
+            continue; /* the restart seeds' own, beside these (plan_restarts()) */
         weight[k] = rng_chance(&s->rng, 60) ? base[k] : 0;
         if (k == F_FENCE_CUT && !s->quorum)
             weight[k] = 0; /* only quorum mode writes marks back */
@@ -2484,6 +2663,534 @@ static void plan_faults(struct sim *s, uint64_t span)
         }
         ev_push(s, f->start, EV_FAULT_START, (uint32_t)(f - s->faults), 0, NULL);
     }
+    if (restart_seed(s->seed))
+        plan_restarts(s, from, to);
+}
+
+/* Starts ag's process: its store (one link, the quorum over its links, or
+ * the cluster backend), the seam the checker watches, its core, and the
+ * connections (at the start, and for a successor after a restart). */
+static int agent_boot(struct sim *s, struct agent *ag)
+{
+    unsigned a = ag->id;
+    struct core_env env = {.granted = env_granted,
+                           .error = env_error,
+                           .ok = env_ok,
+                           .event = env_event,
+                           .slot_alloc = env_slot_alloc,
+                           .slot_free = env_slot_free,
+                           .slot_write = env_slot_write,
+                           .slot_touched = env_slot_touched,
+                           .random = env_random};
+    struct backend_events ev = {.arg = ag,
+                                .on_notice = ag_notice,
+                                .on_subscribed = ag_subscribed,
+                                .on_unwatched = ag_unwatched,
+                                .on_ready = ag_ready,
+                                .on_doubt = s->sentinel ? ag_doubt : NULL};
+    if (s->cluster) {
+        ev.on_doubt = ag_doubt;
+        ag->be = cluster_backend_new(ag, &ev);
+        if (!ag->be)
+            return -1;
+    } else if (!s->quorum) {
+        link_set_events(link_of(s, a, 0), &ev);
+        ag->be = &link_of(s, a, 0)->base;
+    } else {
+#if SIM_HAVE_QUORUM
+        struct quorum_clock clock = {
+            .arg = ag, .now = qclock_now, .wall_us = qclock_wall, .arm = qclock_arm};
+        ag->be = backend_quorum_new(&ag->cfg, s->nnodes, make_node, ag, &clock, &ev);
+#endif
+        if (!ag->be)
+            return -1;
+    }
+    ag->seam = proxy_new(ag, ag->be);
+    if (!ag->seam)
+        return -1;
+    env.arg = ag;
+    if (core_init(&ag->core, &ag->cfg, &env, ag->seam, rng_next(&s->rng), ag->host) != 0)
+        return -1;
+    ag->core_live = true;
+    for (unsigned n = 0; n < s->nnodes; n++)
+        link_start(link_of(s, a, n));
+    return 0;
+}
+
+/* ---- agent restarts ----
+ *
+ * An agent's process dies at once (F_AGENT_RESTART): it sends and answers
+ * nothing more, its core goes without releasing anything, and its
+ * connections go with what they had on the way (lost, or, when a node has
+ * it already, run with nobody to hear the answer); the nodes keep their
+ * keys, and its clients' lease pages, which are files, stay as they were.
+ * After the gap a successor starts (a fresh core and links, the same agent
+ * id and clock) and takes over, with core_adopt(), every lease of the
+ * journal taken at the crash; it releases the keys of the leases it refuses
+ * and of the holders that died meanwhile; the clients that waited send
+ * their acquires again (tests/sim/README.md, "Agent restarts"). */
+
+/* One seed in three, chosen by a fifth hash of the seed outside the random
+ * stream, restarts agents; the others run exactly as before. */
+static bool restart_seed(uint64_t seed)
+{
+    uint64_t z = seed + 0x7e57a27c0ffee5edull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return z % 3 == 0;
+}
+
+/* A restart seed's faults: one or two agent restarts beside the others,
+ * each down for a gap of a few ms, up to the longest TTL, or beyond it, so
+ * that some leases outlive the gap and some do not. */
+static void plan_restarts(struct sim *s, uint64_t from, uint64_t to)
+{
+    struct rng *r = &s->rng;
+    unsigned n = (unsigned)rng_range(r, 1, 2);
+    for (unsigned i = 0; i < n && s->nfaults < SIM_MAX_FAULTS; i++) {
+        struct fault *f = &s->faults[s->nfaults++];
+        unsigned p = (unsigned)rng_below(r, 100);
+        f->kind = F_AGENT_RESTART;
+        f->agent = (unsigned)rng_below(r, s->nagents);
+        f->start = rng_range(r, from, to);
+        f->dur = p < 40   ? rng_range(r, MS(2), MS(50))
+                 : p < 75 ? rng_range(r, MS(50), MS(s->ttl_hi))
+                          : rng_range(r, MS(s->ttl_hi), 2 * MS(s->ttl_hi) + MS(500));
+        ev_push(s, f->start, EV_FAULT_START, (uint32_t)(f - s->faults), 0, NULL);
+    }
+}
+
+/* What the agent's journal holds at the crash: every lease of its clients,
+ * with the deadline its page shows. */
+static void journal_take(struct agent *ag)
+{
+    struct sim *s = ag->s;
+    ag->njournal = 0;
+    for (unsigned i = 0; i < s->nclients; i++) {
+        struct sclient *c = &s->clients[i];
+        const struct lease *le;
+        if (c->ag != ag)
+            continue;
+        LIST_FOREACH(le, &c->cc.leases, olink)
+        {
+            int n = sim_name_index(s, le->lock->name, le->lock->name_len);
+            if (n < 0 || ag->njournal == SIM_JOURNAL)
+                continue;
+            const struct page_slot *p = &c->page[le->slot < SIM_PAGE_SLOTS ? le->slot : 0];
+            struct jentry *j = &ag->journal[ag->njournal++];
+            *j = (struct jentry){.client = i,
+                                 .name = (unsigned)n,
+                                 .lease_id = le->id,
+                                 .fence = le->fence,
+                                 .deadline = p->lease_id == le->id ? p->deadline : 0,
+                                 .hold_until = le->hold_until,
+                                 .progress_ns = le->progress_ns,
+                                 .holder_id = le->holder_id,
+                                 .slot = le->slot,
+                                 .holds = le->holds,
+                                 .ttl_ms = le->ttl_ms,
+                                 .ask = le->ask};
+            memcpy(j->token, le->token, 32);
+        }
+    }
+}
+
+static void lost_token(struct sim *s, const char *token)
+{
+    if (!token[0])
+        return;
+    room_for(s->nlost, &s->lost_cap, (void **)&s->lost_tokens, sizeof *s->lost_tokens);
+    memcpy(s->lost_tokens[s->nlost], token, 32);
+    s->lost_tokens[s->nlost++][32] = '\0';
+}
+
+/* The work the agent loses: its releases (those not confirmed yet the core
+ * would have retried; nobody will now), the acquires it had sent. Their
+ * keys lapse by their TTL; the release check leaves them out. */
+static void note_lost_work(struct agent *ag)
+{
+    struct sim *s = ag->s;
+    for (unsigned n = 0; n < s->nnames; n++)
+        lost_token(s, ag->acq[n].token);
+    for (size_t i = 0; i < s->nintents; i++) {
+        struct rel_intent *ri = &s->intents[i];
+        if (ri->agent == ag->id && !ri->dead) {
+            ri->dead = true;
+            lost_token(s, ri->token);
+        }
+    }
+}
+
+static void agent_crash(struct sim *s, struct fault *f)
+{
+    struct agent *ag = &s->agents[f->agent];
+    if (ag->down) {
+        f->dur = 0; /* it restarts already */
+        return;
+    }
+    TRACE(s, "agent%u: its process dies; a successor starts in %" PRIu64 " ms", ag->id,
+          f->dur / 1000000);
+    s->res->cov[COV_RESTART]++;
+    s->res->restarted = true;
+    journal_take(ag);
+    note_lost_work(ag);
+    ag->down = true;
+    ag->core_live = false; /* from now on its core's effects go nowhere */
+    ag->paused_until = s->now + f->dur;
+    /* What is on the wire reaches the node or not (the kernel may have sent
+     * it); what a node has already runs, with nobody to hear the answer. */
+    for (unsigned n = 0; n < s->nnodes; n++) {
+        struct msg *m;
+        TAILQ_FOREACH(m, &link_of(s, ag->id, n)->inflight, link)
+        if (m->state == M_SENT)
+            m->discard = rng_chance(&s->rng, 50);
+    }
+    /* The backend answers what it has in flight (an error) to the core,
+     * which must still be there (core_free()); then the core goes. */
+    core_shutdown(&ag->core);
+    ag->seam->ops->destroy(ag->seam);
+    ag->seam = ag->be = NULL;
+    core_free(&ag->core);
+    for (unsigned i = 0; i < s->nclients; i++) {
+        struct sclient *c = &s->clients[i];
+        if (c->ag != ag)
+            continue;
+        LIST_INIT(&c->cc.leases);
+        LIST_INIT(&c->cc.waiters);
+        c->cc.nleases = c->cc.nwaiters = 0;
+    }
+    ag->tick_gen++;
+    ag->tick_due = 0;
+    ag->qt_gen++;
+    ag->qt_due = 0;
+}
+
+/* The records the checks keep of the agent's process die with it: its
+ * acquires and cohorts, its releases, its queues (the FIFO order restarts
+ * with the successor), the outage it saw, the failovers it had to hear. */
+static void agent_forget(struct agent *ag)
+{
+    struct sim *s = ag->s;
+    memset(ag->acq, 0, sizeof ag->acq);
+    memset(ag->cohort, 0, sizeof ag->cohort);
+    memset(ag->released_token, 0, sizeof ag->released_token);
+    memset(ag->released_deadline, 0, sizeof ag->released_deadline);
+    memset(ag->released_ttl, 0, sizeof ag->released_ttl);
+    memset(ag->nfifo, 0, sizeof ag->nfifo);
+    ag->watch_token = ag->confirm_token = NULL;
+    ag->watch_released = ag->watch_granted = false;
+    ag->confirm_sent = 0;
+    ag->down_since = 0;
+    ag->ready_once = false;
+    ag->doubts_due = 0;
+    ag->nsrel = 0;
+    ag->srel_gen++;
+    for (unsigned n = 0; n < SIM_MAX_NAMES; n++)
+        s->wake_due[ag->id][n] = 0;
+}
+
+/* The successor takes lease j over for its client: the same id, slot,
+ * fence, token and holds (checked in the core's table and on the page),
+ * in jeopardy until a renewal sent at once finds its key. False when
+ * core_adopt() refuses it, which only an expired lease may be. */
+static bool adopt_one(struct agent *ag, const struct jentry *j)
+{
+    struct sim *s = ag->s;
+    struct sclient *c = &s->clients[j->client];
+    uint64_t now = agent_now(ag);
+    bool doubt = s->sentinel || s->cluster;
+    struct core_adopted a = {.lease_id = j->lease_id,
+                             .slot = j->slot,
+                             .name = s->names[j->name],
+                             .name_len = (uint16_t)strlen(s->names[j->name]),
+                             .token = j->token,
+                             .ask = j->ask,
+                             .holder_id = j->holder_id,
+                             .holds = j->holds,
+                             .ttl_ms = j->ttl_ms,
+                             .fence = j->fence,
+                             .deadline = j->deadline,
+                             .hold_until = j->hold_until,
+                             .progress_ns = j->progress_ns,
+                             .doubt = doubt};
+    if (c->state != C_HOLDING || c->lease_id != j->lease_id) {
+        violation(s, "takeover", 0,
+                  "agent%u's journal has lease %" PRIx64 " on %s for client%u, which holds %s",
+                  ag->id, j->lease_id, a.name, c->id,
+                  c->state == C_HOLDING ? "another lease" : "none");
+        return false;
+    }
+    /* Watched from the page's first write. */
+    c->adopt_pending = c->adopt_renew = true;
+    c->adopt_at = now;
+    c->adopt_deadline = j->deadline;
+    int rc = core_adopt(&ag->core, &c->cc, &a, now);
+    if (rc) {
+        c->adopt_pending = c->adopt_renew = false;
+        if (j->deadline > now && !s->stop)
+            violation(s, "takeover", 0,
+                      "agent%u's successor refused client%u's lease on %s (%s) with %" PRIu64
+                      " ms left",
+                      ag->id, c->id, a.name, dlock_strerror(rc), (j->deadline - now) / 1000000);
+        return false;
+    }
+    s->res->cov[COV_ADOPTED]++;
+    c->jeopardy_seen = true; /* its page shows it in jeopardy */
+    c->rn_inflight = c->rn_count = 0;
+    c->progress_from = now;
+    if (doubt) {
+        c->doubted = c->doubt_renew = true;
+        c->doubt_at = now;
+    }
+    const struct lease *le = table_lease_find(&ag->core.table, j->lease_id);
+    const struct page_slot *p = &c->page[j->slot < SIM_PAGE_SLOTS ? j->slot : 0];
+    TRACE(s,
+          "agent%u: takes client%u's lease %" PRIx64 " on %s over (fence %" PRIu64 ", %" PRId64
+          " ms left)",
+          ag->id, c->id, j->lease_id, a.name, j->fence,
+          ((int64_t)j->deadline - (int64_t)now) / 1000000);
+    if (s->stop)
+        return true;
+    if (j->deadline <= now)
+        violation(s, "takeover", 0,
+                  "agent%u's successor took client%u's lease on %s over, expired %" PRIu64
+                  " ms before (its holder saw it expire)",
+                  ag->id, c->id, a.name, (now - j->deadline) / 1000000);
+    else if (!le || le->owner != &c->cc || le->slot != j->slot || le->fence != j->fence ||
+             memcmp(le->token, j->token, 32) != 0 || le->holds != j->holds || le->holds != c->holds)
+        violation(s, "takeover", 0,
+                  "agent%u's successor took client%u's lease %" PRIx64 " on %s over with another "
+                  "id, slot, fence, token or holds",
+                  ag->id, c->id, j->lease_id, a.name);
+    else if (p->lease_id != j->lease_id || p->fence != j->fence)
+        violation(s, "takeover", 0,
+                  "client%u's page shows lease %" PRIx64 " (fence %" PRIu64
+                  ") for the lease %" PRIx64 " on %s (fence %" PRIu64 ") agent%u took over",
+                  c->id, p->lease_id, p->fence, j->lease_id, a.name, j->fence, ag->id);
+    return true;
+}
+
+/* A lease the successor refused (it expired during the gap): its page slot
+ * is freed and its holder told, LOST with DLOCK_ELOST, as the agent does. */
+static void lose_refused(struct agent *ag, const struct jentry *j)
+{
+    struct sclient *c = &ag->s->clients[j->client];
+    struct wire_event ev = {
+        .lease_id = j->lease_id, .state = DLOCK_STATE_LOST, .reason = DLOCK_ELOST};
+    ag->s->res->cov[COV_GAP_EXPIRED]++;
+    env_event(ag, &c->cc, &ev);
+    env_slot_free(ag, &c->cc, j->slot);
+}
+
+/* A successor's release: its answer comes back, or not (the process that
+ * sent it died meanwhile). */
+struct srel_ref {
+    struct agent *ag;
+    unsigned incarnation, idx;
+};
+
+static void srel_later(struct agent *ag)
+{
+    ev_push(ag->s, agent_virt(ag, agent_now(ag) + MS(1000)), EV_SUCCESSOR, ag->id, ++ag->srel_gen,
+            NULL);
+}
+
+static void srel_done(void *arg, const struct backend_result *r)
+{
+    struct srel_ref *ref = arg;
+    struct agent *ag = ref->ag;
+    unsigned idx = ref->idx;
+    bool current = ref->incarnation == ag->incarnation && !ag->down;
+    free(ref);
+    if (!current)
+        return;
+    ag->srel[idx].inflight = false;
+    if (!r->err)
+        ag->srel[idx].done = true;
+    else
+        srel_later(ag);
+}
+
+/* Sends the successor's releases not confirmed yet, compare-and-delete of
+ * their tokens as the core's release does, until each key would have
+ * expired by itself; again when the store is back, or a second later. */
+static void srel_send(struct agent *ag)
+{
+    struct sim *s = ag->s;
+    uint64_t now = agent_now(ag);
+    bool again = false;
+    for (unsigned i = 0; i < ag->nsrel; i++) {
+        struct srel *sr = &ag->srel[i];
+        if (sr->done || sr->inflight)
+            continue;
+        if (now >= sr->expires) {
+            sr->done = true;
+            continue;
+        }
+        struct srel_ref *ref = malloc(sizeof *ref);
+        if (!ref) {
+            fprintf(stderr, "dlock-sim: out of memory\n");
+            exit(2);
+        }
+        *ref = (struct srel_ref){.ag = ag, .incarnation = ag->incarnation, .idx = i};
+        struct backend_req req = {.op = BACKEND_RELEASE,
+                                  .kind = sr->ask.kind,
+                                  .limit = sr->ask.permits,
+                                  .name = s->names[sr->name],
+                                  .len = strlen(s->names[sr->name]),
+                                  .token = sr->token,
+                                  .notify = true};
+        sr->inflight = true;
+        if (ag->seam->ops->op(ag->seam, &req, srel_done, ref) != 0) {
+            free(ref);
+            sr->inflight = false;
+            again = true;
+        }
+    }
+    if (again)
+        srel_later(ag);
+}
+
+/* Does a lease the successor took over hold the key of j (local shared
+ * holders of one permit)? Then the key stays. */
+static bool key_taken_over(const struct agent *ag, const struct jentry *j, const bool *adopted)
+{
+    for (unsigned k = 0; k < ag->njournal; k++)
+        if (adopted[k] && ag->journal[k].name == j->name &&
+            memcmp(ag->journal[k].token, j->token, 32) == 0)
+            return true;
+    return false;
+}
+
+/* A client that died during the gap comes back as a new connection; its
+ * lease, if it had one, was not taken over. */
+static void client_gone(struct sclient *c)
+{
+    struct sim *s = c->s;
+    TRACE(s, "agent%u: client%u died while its agent was down", c->ag->id, c->id);
+    c->holds = c->reenter_left = 0;
+    c->incarnation++;
+    client_reset(c);
+    c->state = C_IDLE;
+    c->lease_id = 0;
+    c->paused = false;
+    c->adopt_pending = c->adopt_renew = false;
+    client_next(c, rng_range(&s->rng, MS(1), MS(300)));
+}
+
+/* The client's library sends its acquire again to the successor: a new
+ * request, the same terms, the wait that is left (none left: the library's
+ * own wait ran out, DLOCK_ETIMEDOUT). */
+static void client_resend(struct sclient *c)
+{
+    struct sim *s = c->s;
+    struct agent *ag = c->ag;
+    int64_t wait = c->acq_wait_ms;
+    if (wait > 0) {
+        int64_t spent = (int64_t)((s->now - c->acq_at) / MS(1));
+        if (spent >= wait) {
+            TRACE(s, "agent%u: client%u's wait for %s ran out while its agent was down", ag->id,
+                  c->id, s->names[c->acq_name]);
+            c->state = C_IDLE;
+            if (c->set_lead >= 0)
+                client_next(&s->clients[c->set_lead], 0);
+            else
+                client_next(c, rng_range(&s->rng, 0, MS(300)));
+            return;
+        }
+        wait -= spent;
+    }
+    c->acq_req = ++c->next_req;
+    unsigned n = ag->nfifo[c->acq_name];
+    ag->fifo[c->acq_name][n] = (struct fifo_ent){.client = c->id,
+                                                 .incarnation = c->incarnation,
+                                                 .req = c->acq_req,
+                                                 .forever = wait < 0,
+                                                 .at = s->now};
+    ag->nfifo[c->acq_name]++;
+    struct wire_acquire m = {.ttl_ms = c->acq_ttl,
+                             .wait_ms = wait,
+                             .max_hold_ms = c->acq_max_hold,
+                             .progress_ms = c->acq_progress,
+                             .kind = c->acq_kind,
+                             .permits = c->acq_permits,
+                             .flags = c->acq_flags,
+                             .owner = c->acq_owner,
+                             .name = s->names[c->acq_name],
+                             .name_len = (uint16_t)strlen(s->names[c->acq_name])};
+    if (c->acq_set) {
+        m.nnames = 2;
+        m.names = c->set_buf;
+    }
+    TRACE(s, "agent%u: client%u acquires %s again (req %u, wait %" PRId64 " ms)", ag->id, c->id,
+          m.name, c->acq_req, m.wait_ms);
+    core_acquire(&ag->core, &c->cc, c->acq_req, &m, agent_now(ag));
+}
+
+/* The waiters of the agent ask its successor again, in the order they
+ * first asked. */
+static void resend_waiters(struct agent *ag)
+{
+    struct sim *s = ag->s;
+    struct sclient *w[SIM_MAX_CLIENTS];
+    unsigned n = 0;
+    for (unsigned i = 0; i < s->nclients; i++) {
+        struct sclient *c = &s->clients[i];
+        if (c->ag != ag || c->state != C_WAITING)
+            continue;
+        unsigned k = n++;
+        for (; k > 0 && w[k - 1]->acq_order > c->acq_order; k--)
+            w[k] = w[k - 1];
+        w[k] = c;
+    }
+    for (unsigned i = 0; i < n && !s->stop; i++)
+        client_resend(w[i]);
+}
+
+static void agent_successor(struct sim *s, struct fault *f)
+{
+    struct agent *ag = &s->agents[f->agent];
+    if (!ag->down)
+        return;
+    ag->down = false;
+    ag->incarnation++;
+    agent_forget(ag);
+    for (unsigned n = 0; n < s->nnodes; n++)
+        link_restart(link_of(s, ag->id, n));
+    if (agent_boot(s, ag) != 0) {
+        fprintf(stderr, "dlock-sim: out of memory\n");
+        exit(2);
+    }
+    TRACE(s, "agent%u: its successor starts, %u lease(s) in the journal", ag->id, ag->njournal);
+    /* Now and then a client's process dies while its agent is down: the
+     * successor sees it gone, and releases its lease instead. */
+    bool gone[SIM_MAX_CLIENTS] = {false}, adopted[SIM_JOURNAL] = {false};
+    for (unsigned i = 0; i < s->nclients; i++) {
+        const struct sclient *c = &s->clients[i];
+        gone[i] = c->ag == ag && c->set_lead < 0 && c->state != C_DONE && rng_chance(&s->rng, 15);
+    }
+    for (unsigned k = 0; k < ag->njournal && !s->stop; k++)
+        adopted[k] = !gone[ag->journal[k].client] && adopt_one(ag, &ag->journal[k]);
+    for (unsigned k = 0; k < ag->njournal && !s->stop; k++) {
+        const struct jentry *j = &ag->journal[k];
+        if (adopted[k])
+            continue;
+        if (!gone[j->client])
+            lose_refused(ag, j);
+        if (key_taken_over(ag, j, adopted) || ag->nsrel == SIM_JOURNAL)
+            continue;
+        struct srel *sr = &ag->srel[ag->nsrel++];
+        *sr =
+            (struct srel){.name = j->name, .ask = j->ask, .expires = agent_now(ag) + MS(j->ttl_ms)};
+        memcpy(sr->token, j->token, 33);
+    }
+    if (ag->nsrel)
+        srel_send(ag);
+    for (unsigned i = 0; i < s->nclients; i++)
+        if (gone[i])
+            client_gone(&s->clients[i]);
+    resend_waiters(ag);
 }
 
 /* ---- the schedule a seed makes ---- */
@@ -2719,50 +3426,9 @@ static int setup(struct sim *s)
             s->agents[a].cfg.retry_fallback_ms = 60000;
     }
 
-    struct core_env env = {.granted = env_granted,
-                           .error = env_error,
-                           .ok = env_ok,
-                           .event = env_event,
-                           .slot_alloc = env_slot_alloc,
-                           .slot_free = env_slot_free,
-                           .slot_write = env_slot_write,
-                           .slot_touched = env_slot_touched,
-                           .random = env_random};
-    for (unsigned a = 0; a < s->nagents; a++) {
-        struct agent *ag = &s->agents[a];
-        struct backend_events ev = {.arg = ag,
-                                    .on_notice = ag_notice,
-                                    .on_subscribed = ag_subscribed,
-                                    .on_unwatched = ag_unwatched,
-                                    .on_ready = ag_ready,
-                                    .on_doubt = s->sentinel ? ag_doubt : NULL};
-        if (s->cluster) {
-            ev.on_doubt = ag_doubt;
-            ag->be = cluster_backend_new(ag, &ev);
-            if (!ag->be)
-                return -1;
-        } else if (!s->quorum) {
-            link_set_events(link_of(s, a, 0), &ev);
-            ag->be = &link_of(s, a, 0)->base;
-        } else {
-#if SIM_HAVE_QUORUM
-            struct quorum_clock clock = {
-                .arg = ag, .now = qclock_now, .wall_us = qclock_wall, .arm = qclock_arm};
-            ag->be = backend_quorum_new(&ag->cfg, s->nnodes, make_node, ag, &clock, &ev);
-#endif
-            if (!ag->be)
-                return -1;
-        }
-        ag->seam = proxy_new(ag, ag->be);
-        if (!ag->seam)
+    for (unsigned a = 0; a < s->nagents; a++)
+        if (agent_boot(s, &s->agents[a]) != 0)
             return -1;
-        env.arg = ag;
-        if (core_init(&ag->core, &ag->cfg, &env, ag->seam, rng_next(r), ag->host) != 0)
-            return -1;
-        ag->core_live = true;
-        for (unsigned n = 0; n < s->nnodes; n++)
-            link_start(link_of(s, a, n));
-    }
     for (unsigned i = 0; i < s->nclients; i++) {
         struct sclient *c = &s->clients[i];
         c->s = s;
@@ -2795,6 +3461,8 @@ static int setup(struct sim *s)
 static void agent_after(struct agent *ag)
 {
     struct sim *s = ag->s;
+    if (ag->down)
+        return;
     core_flush(&ag->core, agent_now(ag));
     ag->seam->ops->flush(ag->seam);
     uint64_t due = core_next_due(&ag->core);
@@ -2828,6 +3496,7 @@ static struct agent *agent_of(struct sim *s, const struct event *e)
         return s->clients[e->a].ag;
     case EV_DOUBT:
     case EV_CLUSTER:
+    case EV_SUCCESSOR:
         return &s->agents[e->a];
     default:
         return NULL;
@@ -2882,8 +3551,14 @@ static void dispatch(struct sim *s, const struct event *e)
         s->stop = true;
         break;
     case EV_DOUBT:
+        if (e->b != s->agents[e->a].incarnation)
+            break; /* heard by a process that has died since */
         s->agents[e->a].doubts_due--;
         link_doubt(link_of(s, e->a, 0));
+        break;
+    case EV_SUCCESSOR:
+        if (e->b == s->agents[e->a].srel_gen && !s->agents[e->a].down)
+            srel_send(&s->agents[e->a]);
         break;
     case EV_RELEASE_CHECK:
         check_release(s, e->a);
@@ -2944,6 +3619,7 @@ static void teardown(struct sim *s)
     free(s->heap);
     free(s->ring);
     free(s->intents);
+    free(s->lost_tokens);
     free(s->grants);
     free(s->cgrants);
 }

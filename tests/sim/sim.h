@@ -68,6 +68,7 @@ enum ev_type {
     EV_RELEASE_CHECK,  /* a: release intent: is its key gone from every reachable node? */
     EV_CLUSTER,        /* a: agent; b: what (cluster.c): its backend's map read, timers */
     EV_SLOT_MOVE,      /* a: fault: a step of a slot's migration (cluster mode) */
+    EV_SUCCESSOR,      /* a: agent; b: generation: its successor retries its own releases */
     EV_COUNT
 };
 
@@ -277,7 +278,8 @@ struct sclient {
     uint32_t acq_req;
     unsigned acq_name;
     int64_t acq_wait_ms;
-    uint64_t acq_at; /* virtual */
+    uint64_t acq_at;    /* virtual */
+    uint64_t acq_order; /* when it asked, among all asks (the order a restart resends in) */
     /* the lease it holds */
     uint64_t lease_id;
     uint32_t lease_slot;
@@ -303,10 +305,18 @@ struct sclient {
     uint64_t hold_from;                  /* agent clock: the acquire's send, or the handoff */
     uint64_t key_since;                  /* virtual: the acquire that set the key was sent */
     uint32_t lease_ttl, hold_ms, progress_ms;
-    /* The TTL of the grant from the store whose key the lease holds: its
-     * own, or, after a handoff or a join, the grant's (the key's life on a
-     * node that lost it may be that long). */
+    /* The TTL of the confirmation its validity rests on: its own, or a
+     * handoff's or a join's, whose validity is capped by the lease it came
+     * from, that lease's if longer. */
     uint32_t key_ttl;
+    /* Taken over by its agent's successor (an agent restart) and not yet
+     * confirmed by a renewal the successor sent: until then shown no longer
+     * than the predecessor's deadline (agent clock), and renewed at once. */
+    bool adopt_pending, adopt_renew;
+    uint64_t adopt_at, adopt_deadline;
+    /* Progress counts from here at the latest (a takeover: touches of the
+     * gap are unknown to the successor). */
+    uint64_t progress_from;
     bool lost_seen, jeopardy_seen, dropping;
     bool held_due;        /* the page went from JEOPARDY to HELD: a HELD event is due */
     bool release_due;     /* LOST: the release of its key is due in the same turn */
@@ -348,6 +358,29 @@ struct sclient {
     uint64_t set_deadline; /* virtual: a finite wait's end */
 };
 enum { SP_NONE, SP_TAKING, SP_HELD };
+
+/* A lease in an agent's journal (docs: the agent records every lease it
+ * grants, and a successor takes them over with core_adopt()). */
+struct jentry {
+    unsigned client, name;
+    uint64_t lease_id, fence, deadline, hold_until, progress_ns, holder_id;
+    uint32_t slot, holds, ttl_ms;
+    struct admit_ask ask;
+    char token[33];
+};
+
+/* A key the successor of an agent releases itself (a lease it refused, or
+ * whose holder died during the gap), retried until confirmed or until the
+ * key would have expired. */
+struct srel {
+    unsigned name;
+    struct admit_ask ask;
+    uint64_t expires; /* agent clock */
+    bool inflight, done;
+    char token[33];
+};
+
+#define SIM_JOURNAL (SIM_MAX_CLIENTS * SIM_PAGE_SLOTS)
 
 /* A pending acquire, for the FIFO check. */
 struct fifo_ent {
@@ -400,7 +433,6 @@ struct agent {
         uint32_t block;
         unsigned handoffs; /* and shared joins */
         uint8_t kind;      /* enum lock_kind of the grant */
-        uint32_t ttl;      /* of the grant */
     } cohort[SIM_MAX_NAMES];
     /* The outage-aware liveness check: the first failure of the store since
      * it last answered an acquire or came back (agent clock; 0: none). */
@@ -408,6 +440,16 @@ struct agent {
     bool ready_once; /* its store has reported on_ready once */
     struct fifo_ent fifo[SIM_MAX_NAMES][SIM_MAX_CLIENTS];
     unsigned nfifo[SIM_MAX_NAMES];
+    /* Agent restarts: down while its process is gone; each successor is
+     * one more incarnation (events of an earlier one are ignored). The
+     * journal is taken at the crash; srel are the successor's releases. */
+    bool down;
+    unsigned incarnation;
+    struct jentry journal[SIM_JOURNAL];
+    unsigned njournal;
+    struct srel srel[SIM_JOURNAL];
+    unsigned nsrel;
+    uint64_t srel_gen;
 };
 
 /* ---- faults ---- */
@@ -428,6 +470,7 @@ enum fault_kind {
     F_FRESH,        /* a node was started less than max_ttl_ms before the run */
     F_SLOT_MOVE,    /* cluster: a name's slot migrates to another master, with its keys */
     F_FENCE_CUT,    /* quorum: an agent's next fencing write-back to a node is lost, and its link */
+    F_AGENT_RESTART, /* an agent's process dies; a successor takes its leases over */
     F_KINDS
 };
 extern const char *const fault_names[F_KINDS];
@@ -453,8 +496,9 @@ enum excl {
     X_STEP_BACK = 128,      /* a node's clock stepped back: keys outlive their TTL */
     X_LATE_DOUBT = 256,     /* sentinel: an agent paused across a failover hears of it late */
     X_PERMIT_CLOCK = 512,   /* cluster: a slot move took permits to a master whose clock is ahead */
+    X_AGENT_RESTART = 1024, /* keys of work a restarted agent lost (releases, commands in flight) */
 };
-#define X_BITS 10
+#define X_BITS 11
 
 /* What the runs reached, for the summary: that the new checks are not
  * vacuous (a cohort that used its whole block, a bounded hold that
@@ -475,6 +519,11 @@ enum coverage {
     COV_SET_GRANT,    /* a set of names held whole */
     COV_SET_ROLLBACK, /* a set's members given back after a failure */
     COV_CANCEL,       /* a waiter cancelled its acquire */
+    COV_RESTART,      /* an agent restarted */
+    COV_ADOPTED,      /* a lease taken over by a successor */
+    COV_ADOPT_HELD,   /* a lease taken over, then HELD again */
+    COV_ADOPT_LOST,   /* a lease taken over, then lost */
+    COV_GAP_EXPIRED,  /* a lease that expired during the gap (refused, LOST) */
     COV_COUNT
 };
 extern const char *const coverage_names[COV_COUNT];
@@ -521,6 +570,7 @@ struct sim_result {
     bool cluster;
     unsigned nnodes;
     bool fault_free;
+    bool restarted; /* an agent restarted */
 };
 
 struct sim {
@@ -605,6 +655,7 @@ struct sim {
         uint64_t give_up;  /* agent clock: the core retries until then */
         unsigned inflight; /* attempts sent and not answered yet */
         uint64_t done_at;  /* virtual: the last attempt was answered */
+        bool dead;         /* its agent restarted: nobody retries it */
     } * intents;
     size_t nintents, intents_cap;
     /* Every grant's token and virtual time, for the quorum key-life rule. */
@@ -620,6 +671,11 @@ struct sim {
     uint64_t wake_due[SIM_MAX_AGENTS][SIM_MAX_NAMES]; /* virtual; 0: none */
     char late[SIM_MAX_LATE][33]; /* tokens of acquires that ran after they failed */
     unsigned nlate;
+    /* Tokens of work agents lost when they restarted: releases not
+     * confirmed, acquires in flight (their keys lapse by their TTL). */
+    char (*lost_tokens)[33];
+    size_t nlost, lost_cap;
+    uint64_t ask_seq; /* counts the clients' asks */
     struct sim_result *res;
     bool stop;
     /* A core caught in a loop within one call (a renewal storm at one
@@ -685,7 +741,7 @@ void sim_acquire_answered(struct agent *ag, const struct backend_result *r);
 /* true: a storm, leave the core; *who: the client it is counted for (-1:
  * none; -2 - id: one of several holders of its key) */
 bool sim_renew_sent(struct agent *ag, const char *token, uint32_t ttl_ms, int *who);
-void sim_renew_answered(struct agent *ag, const char *token, int who,
+void sim_renew_answered(struct agent *ag, const char *token, int who, uint64_t sent_at,
                         const struct backend_result *r);
 void sim_wedged(struct sim *s) __attribute__((noreturn));
 int sim_release_sent(struct agent *ag, const struct backend_req *req); /* its intent, or -1 */
@@ -731,5 +787,6 @@ void link_subscription(struct msg *m);                /* the node runs a SUBSCRI
 int sim_name_index(const struct sim *s, const char *name, size_t len); /* -1: none */
 void msg_maybe_free(struct msg *m);
 void link_teardown(struct link *l);
+void link_restart(struct link *l); /* the agent's successor connects afresh */
 
 #endif
