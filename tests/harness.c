@@ -416,6 +416,17 @@ int h_port_free(int port)
     return ok;
 }
 
+int h_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+              getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
 int h_redis_start_tcp(void)
 {
     unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)h_now_ms();

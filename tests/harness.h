@@ -252,6 +252,8 @@ void h_node_set_args(int i, const char *args);
 /* Can a listening socket bind 127.0.0.1:port now (with SO_REUSEADDR, as
  * Redis does)? */
 int h_port_free(int port);
+/* A loopback TCP port nothing listens on now (the kernel's choice). */
+int h_free_port(void);
 /* Starts node 0 on its Unix socket (the agents') and on a free loopback TCP
  * port below the kernel's ephemeral range (so that no outgoing connection
  * takes it meanwhile), for clients that speak TCP only; returns the port. */

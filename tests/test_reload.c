@@ -278,18 +278,6 @@ ITEST(reload, policy_rules)
 
 /* ---- the metrics listener ---- */
 
-/* A loopback port nobody listens on now. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof sa;
-    cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-              getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 /* A listener of the test's own on a loopback port: the agent cannot have it. */
 static int occupy_port(int *port)
 {
@@ -330,7 +318,7 @@ static int scrape(int port)
 
 ITEST(reload, the_metrics_listener_moves_or_stays)
 {
-    int p1 = free_port(), p2 = free_port();
+    int p1 = h_free_port(), p2 = h_free_port();
     h_start(h_keepf("metrics_listen = 127.0.0.1:%d", p1));
     cr_assert(scrape(p1));
     reload_with(h_keepf("metrics_listen = 127.0.0.1:%d", p2), NULL,

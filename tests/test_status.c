@@ -1398,18 +1398,6 @@ ITEST(status, no_agent_exits_69_and_usage_errors_64)
 
 /* ---- the HTTP metrics endpoint ---- */
 
-/* A loopback TCP port free right now. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof sa;
-    cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-              getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 /* Sends req to 127.0.0.1:port and returns the whole answer (static), which
  * must come within 10 s. */
 static const char *http_get(int port, const char *req)
@@ -1428,7 +1416,7 @@ static const char *http_get(int port, const char *req)
 
 ITEST(status, metrics_over_http_when_configured)
 {
-    int port = free_port();
+    int port = h_free_port();
     char ini[H_PATH + 256];
     snprintf(ini, sizeof ini, "status_socket = %s\nmetrics_listen = 127.0.0.1:%d", status_sock(),
              port);
@@ -1734,7 +1722,7 @@ static void served_under_flood(struct h_cl *cl, int port)
  * flood goes on, the agent answers others and keeps a short lease renewed. */
 static void flood_and_check(bool http, const char *req)
 {
-    int port = http ? free_port() : 0;
+    int port = http ? h_free_port() : 0;
     char ini[H_PATH + 256];
     snprintf(ini, sizeof ini, "status_socket = %s%s", status_sock(),
              http ? "\nmetrics_listen = 127.0.0.1:" : "");
