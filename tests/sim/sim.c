@@ -1726,6 +1726,20 @@ static void client_release(struct sclient *c)
     client_next(c, rng_range(&s->rng, 0, MS(300)));
 }
 
+/* A client whose process died comes back as a new connection, idle, and
+ * asks again a little later. */
+static void client_reborn(struct sclient *c)
+{
+    c->holds = c->reenter_left = 0;
+    c->incarnation++;
+    client_reset(c);
+    c->state = C_IDLE;
+    c->lease_id = 0;
+    c->paused = false;
+    c->adopt_pending = c->adopt_renew = false;
+    client_next(c, rng_range(&c->s->rng, MS(1), MS(300)));
+}
+
 /* The client process dies: the agent sees its connection close. */
 static void client_crash(struct sclient *c)
 {
@@ -1746,14 +1760,7 @@ static void client_crash(struct sclient *c)
     if (held && !c->slot_freed && !s->stop)
         violation(s, "re-entry", 0, "client%u's close left its lease on %s (%u holds)", c->id,
                   s->names[c->lease_name], c->holds);
-    c->holds = c->reenter_left = 0;
-    c->incarnation++;
-    client_reset(c);
-    c->state = C_IDLE;
-    c->lease_id = 0;
-    c->paused = false;
-    c->adopt_pending = c->adopt_renew = false;
-    client_next(c, rng_range(&s->rng, MS(1), MS(300)));
+    client_reborn(c);
 }
 
 /* The client cancels its wait: the agent answers DLOCK_ECANCELED at once,
@@ -3069,14 +3076,7 @@ static void client_gone(struct sclient *c)
 {
     struct sim *s = c->s;
     TRACE(s, "agent%u: client%u died while its agent was down", c->ag->id, c->id);
-    c->holds = c->reenter_left = 0;
-    c->incarnation++;
-    client_reset(c);
-    c->state = C_IDLE;
-    c->lease_id = 0;
-    c->paused = false;
-    c->adopt_pending = c->adopt_renew = false;
-    client_next(c, rng_range(&s->rng, MS(1), MS(300)));
+    client_reborn(c);
 }
 
 /* The client's library sends its acquire again to the successor: a new
