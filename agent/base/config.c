@@ -610,15 +610,16 @@ struct u32_range {
     size_t offset;
     uint32_t lo, hi;
     const char *zero, *why;
+    bool none; /* also CONFIG_OUTAGE_NONE ("none"), outside lo..hi */
 };
 
 #define RANGE(s, k, lo, hi, zero, why)                                                             \
     {                                                                                              \
-        s, #k, offsetof(struct config, k), lo, hi, zero, why                                       \
+        s, #k, offsetof(struct config, k), lo, hi, zero, why, false                                \
     }
 #define POLICY_RANGE(k, hi)                                                                        \
     {                                                                                              \
-        "policy", #k, offsetof(struct config, policy.k), 0, hi, "no limit", NULL                   \
+        "policy", #k, offsetof(struct config, policy.k), 0, hi, "no limit", NULL, false            \
     }
 static const struct u32_range u32_ranges[] = {
     RANGE("agent", default_ttl_ms, 10, 7 * DAY_MS, NULL, NULL),
@@ -638,7 +639,8 @@ static const struct u32_range u32_ranges[] = {
     RANGE("agent", handshake_timeout_ms, 100, 600000, NULL,
           "a connection that has not said HELLO by then is closed"),
     RANGE("agent", shutdown_timeout_ms, 0, 60000, "do not wait", NULL),
-    RANGE("agent", outage_wait_ms, 0, 3600000, "fail at once; none: no ceiling", NULL),
+    {"agent", "outage_wait_ms", offsetof(struct config, outage_wait_ms), 0, 3600000,
+     "fail at once; none: no ceiling", NULL, true},
     RANGE("agent", default_max_hold_ms, 0, 7 * DAY_MS, "none", NULL),
     RANGE("agent", max_hold_limit_ms, 0, 7 * DAY_MS, "none", NULL),
     RANGE("agent", default_progress_ms, 0, 7 * DAY_MS, "none", NULL),
@@ -656,7 +658,8 @@ static const struct u32_range u32_ranges[] = {
     POLICY_RANGE(max_waiters_per_uid, 100000000),
     POLICY_RANGE(max_connections_per_uid, 65536),
     {"policy", "max_output_per_uid", offsetof(struct config, policy.max_output_per_uid), 65536,
-     1u << 30, NULL, "bytes of unread replies one uid may pin; its connections wait past it"},
+     1u << 30, NULL, "bytes of unread replies one uid may pin; its connections wait past it",
+     false},
     POLICY_RANGE(renew_budget_per_uid, 1000000),
 };
 
@@ -678,7 +681,7 @@ static int check_ranges(const struct config *c, char *err, size_t errlen)
     for (size_t i = 0; i < sizeof u32_ranges / sizeof u32_ranges[0]; i++) {
         const struct u32_range *r = &u32_ranges[i];
         uint32_t v = *(const uint32_t *)((const char *)c + r->offset);
-        if (r->offset == offsetof(struct config, outage_wait_ms) && v == CONFIG_OUTAGE_NONE)
+        if (r->none && v == CONFIG_OUTAGE_NONE)
             continue;
         if (v < r->lo || v > r->hi) {
             range_error(r, v, err, errlen);
