@@ -80,10 +80,11 @@ extern "C" {
 #define DLOCK_EHELD         (-27) /* this client already holds the name (not re-entrant) */
 #define DLOCK_EFAILOVER     (-28) /* Redis failed over: the lease is in doubt until confirmed */
 #define DLOCK_EKIND         (-29) /* the name is held as another kind of lock (or other permits) */
-#define DLOCK_ECANCELED                                                                            \
-    (-30)                     /* the caller cancelled the acquire (dlock_lease_acquire_cancel())   \
-                               */
-#define DLOCK_ERRNO_MIN (-30) /* lowest code in use */
+/* the caller cancelled the acquire (dlock_lease_acquire_cancel()) */
+#define DLOCK_ECANCELED (-30)
+/* the agent restarted: the lease is in doubt until its successor confirms it */
+#define DLOCK_ERESTART  (-31)
+#define DLOCK_ERRNO_MIN (-31) /* lowest code in use */
 
 /* Wait values for dlock_acquire_options.wait_ms. */
 #define DLOCK_WAIT_NONE    0

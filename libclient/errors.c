@@ -35,6 +35,7 @@ static const char *const error_messages[] = {
     "Redis failed over: the lease is in doubt until its key is confirmed",     /* DLOCK_EFAILOVER */
     "the name is held as another kind of lock, or with another number of permits", /* DLOCK_EKIND */
     "the acquire was cancelled",                                                   /* ECANCELED */
+    "the dlock agent restarted: the lease is in doubt until it is confirmed",      /* ERESTART */
 };
 
 _Static_assert(sizeof(error_messages) / sizeof(error_messages[0]) == 1 - DLOCK_ERRNO_MIN,

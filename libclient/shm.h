@@ -35,6 +35,12 @@ struct shm_slot {
     int64_t deadline_ns; /* validity deadline, CLOCK_BOOTTIME */
 };
 
+/* A touch slot's bit 63: the client released the lease while no agent ran
+ * (it restarted), so that its successor releases the key instead of renewing
+ * it. The rest of the word is the client's last touch, as always
+ * (CLOCK_BOOTTIME ns never reach bit 63). */
+#define SHM_TOUCH_RELEASED (UINT64_C(1) << 63)
+
 static inline size_t shm_page_size(uint32_t nslots)
 {
     return SHM_HDR_SIZE + (size_t)nslots * sizeof(struct shm_slot);

@@ -94,6 +94,7 @@ const (
 	codeFailover     = -28
 	codeKind         = -29
 	codeCanceled     = -30
+	codeRestart      = -31
 )
 
 // Sentinels, one per DLOCK_E* code, for errors.Is.
@@ -128,6 +129,7 @@ var (
 	ErrFailover     = sentinel(codeFailover, "Redis failed over: the lease is in doubt")
 	ErrKind         = sentinel(codeKind, "the name is held as another kind of lock")
 	ErrCanceled     = sentinel(codeCanceled, "the acquire was cancelled")
+	ErrRestart      = sentinel(codeRestart, "the agent restarted: the lease is in doubt")
 )
 
 // ErrClosed is returned by calls on a Client after Close, and by an Acquire
@@ -142,7 +144,7 @@ var sentinels = func() map[int]*Error {
 		ErrVersion, ErrBusy, ErrTimeout, ErrNameTooLong, ErrBadName, ErrLimit, ErrNotFound,
 		ErrLost, ErrUnavailable, ErrBackend, ErrOOM, ErrReadOnly, ErrLoading, ErrAuth,
 		ErrShutdown, ErrHoldLimit, ErrStalled, ErrClock, ErrNoQuorum, ErrDenied, ErrNoAnswer,
-		ErrHeld, ErrFailover, ErrKind, ErrCanceled} {
+		ErrHeld, ErrFailover, ErrKind, ErrCanceled, ErrRestart} {
 		m[e.Code] = e
 	}
 	return m

@@ -13,7 +13,7 @@ export type ErrorCode =
   | 'ETIMEDOUT' | 'ENAMETOOLONG' | 'EBADNAME' | 'ELIMIT' | 'ENOTFOUND' | 'ELOST' | 'EUNAVAIL'
   | 'EBACKEND' | 'EOOM' | 'EREADONLY' | 'ELOADING' | 'EAUTH' | 'ESHUTDOWN' | 'EHOLDLIMIT'
   | 'ESTALLED' | 'ECLOCK' | 'ENOQUORUM' | 'EDENIED' | 'ENOANSWER' | 'EHELD' | 'EFAILOVER'
-  | 'EKIND' | 'ECANCELED';
+  | 'EKIND' | 'ECANCELED' | 'ERESTART';
 
 export interface OpenOptions {
   /** The agent's socket; default $DLOCK_SOCKET, else /run/dlock/dlock.sock. */

@@ -32,6 +32,7 @@ const CODES = {
   [-28]: 'EFAILOVER',
   [-29]: 'EKIND',
   [-30]: 'ECANCELED',
+  [-31]: 'ERESTART',
 };
 const ERRNO = Object.fromEntries(Object.entries(CODES).map(([n, c]) => [c, Number(n)]));
 

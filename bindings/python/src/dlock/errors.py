@@ -55,6 +55,7 @@ class ErrorCode(enum.IntEnum):
     EFAILOVER = -28
     EKIND = -29
     ECANCELED = -30
+    ERESTART = -31
 
 
 def _code(value: int) -> "ErrorCode | int":
