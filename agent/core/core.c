@@ -13,6 +13,7 @@
 
 #include "dlock.h"
 #include "log.h"
+#include "shm.h"
 
 #define container_of(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
 
@@ -344,6 +345,8 @@ static void lease_drop(struct core *k, struct lease *le)
     struct lock *l = le->lock;
     k->leases_by_kind[le->ask.kind]--;
     k->env.slot_free(k->env.arg, c, le->slot);
+    if (k->env.lease_kept)
+        k->env.lease_kept(k->env.arg, c, le, false);
     theap_remove(&k->timers, &le->timer);
     lease_unlink(c, le);
     table_lease_free(&k->table, le);
@@ -426,6 +429,8 @@ static bool holds_unsent(const struct core *k, const struct lease *le)
  * right after the one in flight (lease_schedule()). */
 static void holds_changed(struct core *k, struct lease *le, uint64_t now)
 {
+    if (k->env.lease_kept)
+        k->env.lease_kept(k->env.arg, le->owner, le, true);
     if (le->state == DLOCK_STATE_HELD && !le->renew_sent && holds_unsent(k, le))
         timer_set(k, &le->timer, now + 1);
 }
@@ -508,7 +513,7 @@ static int hold_check(struct core *k, const struct lease *le, uint64_t now)
         return DLOCK_EHOLDLIMIT;
     if (!le->progress_ns || PLANTED(CORE_BUG_NO_PROGRESS))
         return 0;
-    uint64_t touched = k->env.slot_touched(k->env.arg, le->owner, le->slot);
+    uint64_t touched = k->env.slot_touched(k->env.arg, le->owner, le->slot) & ~SHM_TOUCH_RELEASED;
     if (touched > now)
         touched = now;
     uint64_t last = touched > le->granted_at ? touched : le->granted_at;
@@ -534,8 +539,32 @@ static void lease_stop(struct core *k, struct lease *le, uint64_t now, int why)
 /* A lease's timer fired: renew it, or stop renewing a bounded hold. With a
  * renewal in flight the timer marks the point where it is overdue (the lease
  * is in jeopardy), then the deadline (the lease is lost). */
+static void lock_unbackoff(struct core *k, struct lock *l);
+
+/* Its holder released le while no agent ran (the mark in its touch slot,
+ * SHM_TOUCH_RELEASED): the key goes as on a release, with nobody to answer.
+ * Whether it did. */
+static bool released_by_mark(struct core *k, struct lease *le, uint64_t now)
+{
+    if (!(k->env.slot_touched(k->env.arg, le->owner, le->slot) & SHM_TOUCH_RELEASED))
+        return false;
+    struct lock *l = le->lock;
+    log_info("lease on %s held by pid %d released while the agent restarted", l->name,
+             (int)le->owner->pid);
+    release_lease_key(k, le, now);
+    bool permit = le->ask.kind == LOCK_SEMAPHORE;
+    lease_drop(k, le);
+    if (permit)
+        lock_unbackoff(k, l);
+    k->stats.releases++;
+    lock_settle(k, l, now);
+    return true;
+}
+
 static void lease_due(struct core *k, struct lease *le, uint64_t now)
 {
+    if (!le->renew_sent && released_by_mark(k, le, now))
+        return;
     if (now >= le->deadline) {
         lease_lose(k, le, le->stopped ? le->stopped : DLOCK_EUNAVAIL, true, now);
         return;
@@ -630,6 +659,8 @@ static struct lease *lease_start(struct core *k, struct lock *l, struct waiter *
     k->leases_by_kind[le->ask.kind]++;
     lease_link(c, le);
     lease_publish(k, le);
+    if (k->env.lease_kept)
+        k->env.lease_kept(k->env.arg, c, le, true);
     struct wire_granted g = {.lease_id = le->id,
                              .deadline_ns = deadline,
                              .fence = fence,
@@ -663,6 +694,10 @@ int core_adopt(struct core *k, struct core_client *c, const struct core_adopted 
     if (!l)
         return DLOCK_ENOMEM;
     struct lease *le = NULL;
+    if (k->env.slot_touched(k->env.arg, c, a->slot) & SHM_TOUCH_RELEASED) {
+        table_lock_release_if_idle(&k->table, l);
+        return DLOCK_ENOTFOUND; /* released by its holder meanwhile */
+    }
     if (adoptable_beside(l, &a->ask))
         le = table_lease_new_id(&k->table, l, c, a->lease_id);
     if (!le) {
@@ -701,6 +736,39 @@ int core_adopt(struct core *k, struct core_client *c, const struct core_adopted 
     log_info("lease on %s held by pid %d taken over from the previous agent (fence %llu)", l->name,
              (int)c->pid, (unsigned long long)le->fence);
     return 0;
+}
+
+void core_release_key(struct core *k, const char *name, uint16_t name_len, const char *token,
+                      const struct admit_ask *ask, uint32_t ttl_ms, uint64_t now)
+{
+    struct lock *l = table_lock_get(&k->table, name, name_len);
+    if (!l) {
+        log_warn("out of memory: %.*s will expire by its TTL", (int)name_len, name);
+        return;
+    }
+    const struct lease *o;
+    LIST_FOREACH(o, &l->holders, hlink)
+    if (memcmp(o->token, token, TOKEN_HEX) == 0)
+        return;
+    char tok[TOKEN_HEX + 1];
+    memcpy(tok, token, TOKEN_HEX);
+    tok[TOKEN_HEX] = '\0';
+    drop_key(k, l, tok, ask, ttl_ms, true, now);
+    table_lock_release_if_idle(&k->table, l);
+}
+
+void core_client_resumed(struct core *k, struct core_client *c)
+{
+    struct lease *le;
+    LIST_FOREACH(le, &c->leases, olink)
+    {
+        int reason = le->state == DLOCK_STATE_HELD ? 0 : le->stopped ? le->stopped : DLOCK_ERESTART;
+        struct wire_event ev = {.lease_id = le->id,
+                                .state = le->state,
+                                .reason = reason,
+                                .deadline_ns = lease_shown_deadline(le)};
+        k->env.event(k->env.arg, c, &ev);
+    }
 }
 
 /* The owner of le takes it again (a re-entrant acquire): the same lease,

@@ -69,6 +69,10 @@ struct core_env {
     void (*slot_write)(void *arg, struct core_client *c, uint32_t slot, uint32_t state,
                        uint64_t lease_id, uint64_t fence, uint64_t deadline);
     uint64_t (*slot_touched)(void *arg, struct core_client *c, uint32_t slot);
+    /* A lease to keep a record of for a successor (docs/restarts.md): new,
+     * or its holds changed (live), or ended (!live); called after the lease
+     * page shows the change. May be NULL. */
+    void (*lease_kept)(void *arg, struct core_client *c, const struct lease *le, bool live);
     /* 64 unpredictable bits (tokens are made of them): 0, or -1 when there
      * are none to give (the acquire then fails with DLOCK_ENOMEM). */
     int (*random)(void *arg, uint64_t *out);
@@ -163,6 +167,16 @@ struct core_adopted {
     bool doubt;
 };
 int core_adopt(struct core *k, struct core_client *c, const struct core_adopted *a, uint64_t now);
+/* A predecessor's lease that is not taken over (its holder is gone, or
+ * core_adopt() refused it): its key is released, unless a lease taken over
+ * shares it (the shared holders of one grant). The token is TOKEN_HEX
+ * digits. */
+void core_release_key(struct core *k, const char *name, uint16_t name_len, const char *token,
+                      const struct admit_ask *ask, uint32_t ttl_ms, uint64_t now);
+/* Client c came back after an agent restart (its connection resumed): it
+ * gets an EVENT for each of its leases, with the state and deadline they
+ * have now. */
+void core_client_resumed(struct core *k, struct core_client *c);
 
 /* Events of the store. */
 void core_notice(struct core *k, const char *name, size_t len, uint64_t now);
