@@ -373,6 +373,10 @@ static int set_special(struct config *c, const char *section, const char *key, c
         return copy_str(c->socket, sizeof c->socket, v);
     if (agent && strcmp(key, "prefix") == 0)
         return v[0] ? copy_str(c->prefix, sizeof c->prefix, v) : -1;
+    if (agent && strcmp(key, "state_dir") == 0) {
+        c->state_dir_set = true;
+        return copy_str(c->state_dir, sizeof c->state_dir, v);
+    }
     if (agent && strcmp(key, "status_socket") == 0) {
         c->status_socket_set = true;
         return copy_str(c->status_socket, sizeof c->status_socket, v);
@@ -900,6 +904,12 @@ static const char *choose_mode(struct config *c)
     return NULL;
 }
 
+void config_state_dir_follow(struct config *c)
+{
+    if (!c->state_dir_set)
+        snprintf(c->state_dir, sizeof c->state_dir, "%s.state", c->socket);
+}
+
 int config_validate(struct config *c, char *err, size_t errlen)
 {
     /* First: the checks below depend on the mode. */
@@ -981,6 +991,8 @@ struct reload_rule {
 };
 
 #define SOCKET_PATH_WHY "clients connect to the socket by path; a new path needs a restart"
+#define STATE_DIR_WHY                                                                              \
+    "the state directory holds the running leases for a successor; a new one needs a restart"
 #define STATUS_PATH_WHY "operators connect to the status socket by path; a new path needs a restart"
 #define SOCKET_MADE_WHY "the socket file gets its mode and group when it is made, at start"
 #define ADDRESS_WHY     "the Redis links are made for these addresses at start"
@@ -1025,6 +1037,7 @@ static const struct reload_rule reload_rules[] = {
     {"agent", "socket_mode", SHOW_OCTAL, FIELD(socket_mode), 0, SOCKET_MADE_WHY, NULL},
     {"agent", "socket_group", SHOW_TEXT, FIELD(socket_group), 0, SOCKET_MADE_WHY, NULL},
     {"agent", "status_socket", SHOW_TEXT, FIELD(status_socket), 0, STATUS_PATH_WHY, NULL},
+    {"agent", "state_dir", SHOW_TEXT, FIELD(state_dir), 0, STATE_DIR_WHY, NULL},
     {"agent", "status_socket_mode", SHOW_OCTAL, FIELD(status_socket_mode), 0, SOCKET_MADE_WHY,
      NULL},
     {"agent", "status_socket_group", SHOW_TEXT, FIELD(status_socket_group), 0, SOCKET_MADE_WHY,

@@ -91,6 +91,10 @@ struct config {
     bool status_socket_set;  /* given (file or -S); else it follows socket */
     unsigned status_socket_mode;
     char status_socket_group[64]; /* group owning the status socket; empty: ours */
+    /* Where leases outlive the agent's process (docs/restarts.md); empty:
+     * nowhere, a restart ends them. */
+    char state_dir[128];
+    bool state_dir_set; /* given; else it follows socket: SOCKET.state */
     char metrics_listen[300];     /* host:port for GET /metrics; empty: off */
     char prefix[CONFIG_PREFIX_MAX];
     uint32_t default_ttl_ms;
@@ -186,6 +190,8 @@ int config_parse_nodes(struct config *c, const char *text, bool append);
  * the rules between settings (min <= max). 0, or -1 with a message naming
  * the setting, its value and the range. */
 int config_validate(struct config *c, char *err, size_t errlen);
+/* Unless state_dir was given, it follows the client socket: SOCKET.state. */
+void config_state_dir_follow(struct config *c);
 /* Settings that pass config_validate() but make leases fragile (their
  * renewals have little time to come back; see check_timing() in config.c):
  * each is passed to warn as one message. config_validate() logs them
