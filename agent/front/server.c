@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <inttypes.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #define OUT_HIGH_WATER (1u << 20) /* stop reading a client that does not read */
 
 static void conn_close(struct conn *c);
+static void conn_watchers(struct conn *c);
 
 /* ---- output ---- */
 
@@ -155,6 +158,12 @@ void server_flush(struct server *s)
 
 static void queued(struct conn *c, int rc)
 {
+    if (c->detached) {
+        /* Nobody to read it: a resumed client is told where its leases
+         * stand then (hooks.conn_resumed). */
+        c->out.len = 0;
+        return;
+    }
     if (rc != 0) {
         log_error("client pid %d: out of memory for output; closing", (int)c->cc.pid);
         c->closing = true; /* closed by the next flush */
@@ -221,6 +230,54 @@ static int send_with_fds(struct conn *c, const int fds[2])
     return 0;
 }
 
+/* A connection id that no connection has: a successor's new ones must not
+ * meet those it took over. */
+static uint64_t new_conn_id(struct server *s)
+{
+    for (;;) {
+        uint64_t id = random_u64() >> 1;
+        struct conn *o;
+        LIST_FOREACH(o, &s->conns, link)
+        if (o->conn_id == id)
+            break;
+        if (id && !o)
+            return id;
+    }
+}
+
+static bool same_secret(const uint8_t *a, const uint8_t *b)
+{
+    uint8_t diff = 0;
+    for (size_t i = 0; i < WIRE_SECRET_LEN; i++)
+        diff |= (uint8_t)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+void server_page_name(uint64_t conn_id, char out[24])
+{
+    snprintf(out, 24, "%016" PRIx64, conn_id);
+}
+
+/* Sends HELLO_OK (its clock and version-2 fields filled here) with the
+ * page's descriptors; on failure the connection fails, and -1. */
+static int send_hello_ok(struct conn *c, uint32_t id, struct wire_hello_ok *ok)
+{
+    ok->clock_ns = now_ns();
+    if (ok->version >= 2 && c->conn_id) {
+        ok->flags = WIRE_HELLO_RESUMABLE;
+        ok->conn_id = c->conn_id;
+        memcpy(ok->secret, c->secret, sizeof ok->secret);
+    }
+    if (wire_put_hello_ok(&c->out, id, ok) != 0 || send_with_fds(c, c->page.fds) != 0) {
+        c->out.len = 0; /* never a part of HELLO_OK twice */
+        lease_page_close_fds(&c->page);
+        conn_fail(c, id, DLOCK_ENOMEM, "cannot send the lease page");
+        return -1;
+    }
+    lease_page_close_fds(&c->page);
+    return 0;
+}
+
 static void handle_hello(struct conn *c, const struct wire_hdr *h, const uint8_t *body)
 {
     struct wire_hello m;
@@ -232,28 +289,108 @@ static void handle_hello(struct conn *c, const struct wire_hdr *h, const uint8_t
         conn_fail(c, h->id, DLOCK_EVERSION, "unsupported protocol version");
         return;
     }
-    const struct config *cfg = c->srv->cfg;
-    if (lease_page_init(&c->page, cfg->max_leases_per_conn) != 0) {
+    struct server *s = c->srv;
+    const struct config *cfg = s->cfg;
+    /* A client of version 2 gets a connection that outlives the agent when
+     * there is a state directory to keep it in. */
+    int rc;
+    char name[24];
+    if (m.version >= 2 && s->state_dirfd >= 0) {
+        c->conn_id = new_conn_id(s);
+        server_page_name(c->conn_id, name);
+        rc = random_bytes(c->secret, sizeof c->secret);
+        if (rc == 0)
+            rc =
+                lease_page_init_at(&c->page, cfg->max_leases_per_conn, s->state_dirfd, name, false);
+    } else {
+        rc = lease_page_init(&c->page, cfg->max_leases_per_conn);
+    }
+    if (rc != 0) {
         log_error("client pid %d: cannot make its lease page: %s", (int)c->cc.pid, strerror(errno));
+        c->conn_id = 0;
         conn_fail(c, h->id, DLOCK_ENOMEM, "the agent cannot make a lease page");
         return;
     }
+    c->pid_start = proc_start_time(c->cc.pid);
     /* The client's version: each gets the HELLO_OK it knows. */
     struct wire_hello_ok ok = {.version = m.version,
                                .max_name_len = cfg->max_name_len,
                                .max_leases = cfg->max_leases_per_conn,
-                               .default_ttl_ms = cfg->default_ttl_ms,
-                               .clock_ns = now_ns()};
-    if (wire_put_hello_ok(&c->out, h->id, &ok) != 0 || send_with_fds(c, c->page.fds) != 0) {
-        c->out.len = 0; /* never a part of HELLO_OK twice */
-        conn_fail(c, h->id, DLOCK_ENOMEM, "cannot send the lease page");
+                               .default_ttl_ms = cfg->default_ttl_ms};
+    if (send_hello_ok(c, h->id, &ok) != 0)
         return;
-    }
-    lease_page_close_fds(&c->page);
     c->cc.max_leases = ok.max_leases;
     c->cc.max_name_len = ok.max_name_len;
     c->hello = true;
-    ev_timer_stop(c->srv->loop, &c->handshake);
+    ev_timer_stop(s->loop, &c->handshake);
+    s->hooks.conn_hello(s->hooks.arg, c);
+}
+
+/* RESUME: the client of a connection taken over from a predecessor takes it
+ * back. The socket goes to that connection (resumed_into), this one ends
+ * with the frame at hand, and the frames after it are the other's. */
+static void handle_resume(struct conn *c, const struct wire_hdr *h, const uint8_t *body)
+{
+    struct wire_resume m;
+    if (wire_get_resume(body, h->len, &m) != 0) {
+        conn_fail(c, h->id, DLOCK_EPROTO, "malformed resume");
+        return;
+    }
+    if (m.magic != WIRE_MAGIC || m.version < 2 || m.version > WIRE_VERSION) {
+        conn_fail(c, h->id, DLOCK_EVERSION, "unsupported protocol version");
+        return;
+    }
+    struct server *s = c->srv;
+    struct conn *d;
+    LIST_FOREACH(d, &s->conns, link)
+    if (d->detached && d->conn_id == m.conn_id)
+        break;
+    /* The secret decides; the uid must match too, so that a secret leaked
+     * to another user gives nothing. */
+    if (!d || d->cc.uid != c->cc.uid || !same_secret(d->secret, m.secret)) {
+        log_info("client pid %d uid %d: no connection %016" PRIx64 " to resume", (int)c->cc.pid,
+                 (int)c->cc.uid, m.conn_id);
+        conn_send_error(c, h->id, DLOCK_ENOTFOUND, "no such connection to resume");
+        conn_flush(c);
+        c->closing = true;
+        return;
+    }
+    /* The socket and the peer's identity go to d. */
+    d->fd = c->fd;
+    c->fd = -1;
+    d->detached = false;
+    d->cc.pid = c->cc.pid;
+    d->gid = c->gid;
+    memcpy(d->gids, c->gids, sizeof d->gids);
+    d->cc.ngids = c->cc.ngids;
+    memcpy(d->cc.comm, c->cc.comm, sizeof d->cc.comm);
+    d->pid_start = proc_start_time(d->cc.pid);
+    ev_io_stop(s->loop, &d->pidwatch);
+    close(d->pidfd);
+    d->pidfd = -1;
+    conn_watchers(d);
+    c->resumed_into = d;
+    c->closing = true;
+    char name[24];
+    server_page_name(d->conn_id, name);
+    struct wire_hello_ok ok = {.version = m.version,
+                               .max_name_len = d->cc.max_name_len,
+                               .max_leases = d->cc.max_leases,
+                               .default_ttl_ms = s->cfg->default_ttl_ms};
+    if (lease_page_reopen_fds(&d->page, s->state_dirfd, name) != 0) {
+        log_error("client pid %d: cannot open its lease page again: %s", (int)d->cc.pid,
+                  strerror(errno));
+        conn_fail(d, h->id, DLOCK_ENOMEM, "the agent cannot open the lease page again");
+        return;
+    }
+    if (send_hello_ok(d, h->id, &ok) != 0)
+        return;
+    d->hello = true;
+    log_info("client pid %d uid %d resumed its connection with %u lease(s)", (int)d->cc.pid,
+             (int)d->cc.uid, d->cc.nleases);
+    s->hooks.conn_hello(s->hooks.arg, d);
+    s->hooks.conn_resumed(s->hooks.arg, d);
+    mark_dirty(d);
 }
 
 /* Handles one whole frame. The connection may be closed on return. */
@@ -263,6 +400,8 @@ static void handle_frame(struct conn *c, const struct wire_hdr *h, const uint8_t
     if (!c->hello) {
         if (h->type == WIRE_T_HELLO)
             handle_hello(c, h, body);
+        else if (h->type == WIRE_T_RESUME)
+            handle_resume(c, h, body);
         else
             conn_fail(c, h->id, DLOCK_EPROTO, "request before hello");
         return;
@@ -307,6 +446,22 @@ static void handle_frame(struct conn *c, const struct wire_hdr *h, const uint8_t
     }
 }
 
+/* Adds n bytes to c's input (the frames that followed a RESUME). */
+static int in_append(struct conn *c, const uint8_t *p, size_t n)
+{
+    if (c->in.cap - c->in.len < n) {
+        uint8_t *q = realloc(c->in.data, c->in.len + n);
+        if (!q)
+            return -1;
+        c->in.data = q;
+        c->in.cap = c->in.len + n;
+    }
+    if (n)
+        memcpy(c->in.data + c->in.len, p, n);
+    c->in.len += n;
+    return 0;
+}
+
 /* Handles every whole frame in the input buffer, in order. Returns -1 if
  * the connection was closed. */
 static int process_input(struct conn *c)
@@ -334,6 +489,9 @@ static int process_input(struct conn *c)
         uint32_t held = c->cc.nleases;
         handle_frame(c, &h, c->in.data + off + WIRE_HDR_LEN);
         off += WIRE_HDR_LEN + h.len;
+        if (c->resumed_into && !c->resumed_into->closing &&
+            in_append(c->resumed_into, c->in.data + off, c->in.len - off) != 0)
+            c->resumed_into->closing = true; /* out of memory: closed by its flush */
         if (!room && c->cc.nleases >= held)
             c->release_stalled = true;
     }
@@ -402,15 +560,25 @@ static void uid_put(struct uid_use *u)
 static void conn_close(struct conn *c)
 {
     struct server *s = c->srv;
-    if (c->fd < 0)
+    if (c->closed)
         return;
-    c->closing = true;
+    c->closed = c->closing = true;
     s->hooks.conn_gone(s->hooks.arg, c);
     ev_io_stop(s->loop, &c->rio);
     ev_io_stop(s->loop, &c->wio);
     ev_timer_stop(s->loop, &c->handshake);
-    close(c->fd);
+    ev_io_stop(s->loop, &c->pidwatch);
+    if (c->pidfd >= 0)
+        close(c->pidfd);
+    if (c->fd >= 0)
+        close(c->fd);
     c->fd = -1;
+    if (c->conn_id) {
+        /* Its leases are gone: nothing of it is left for a successor. */
+        char name[24];
+        server_page_name(c->conn_id, name);
+        lease_page_unlink(s->state_dirfd, name);
+    }
     if (c->dirty) {
         struct conn **p = &s->dirty;
         while (*p != c)
@@ -463,6 +631,34 @@ static bool conn_admitted(struct server *s, const struct ucred *cred, struct uid
     return true;
 }
 
+static void conn_watchers(struct conn *c)
+{
+    ev_io_init(&c->rio, on_readable, c->fd, EV_READ);
+    ev_io_init(&c->wio, on_writable, c->fd, EV_WRITE);
+    c->rio.data = c->wio.data = c;
+    c->reading = false;
+}
+
+/* A new connection (c->fd set, or -1 for a detached one) joins the server
+ * and its uid's use. */
+static void conn_enlist(struct server *s, struct conn *c, struct uid_use *u)
+{
+    c->srv = s;
+    c->cc.acct = &u->acct;
+    LIST_INIT(&c->cc.leases);
+    LIST_INIT(&c->cc.waiters);
+    c->cc.gids = c->gids;
+    c->serial = ++s->serial;
+    c->page.fds[0] = c->page.fds[1] = c->page.touch_fd = -1;
+    c->pidfd = -1;
+    conn_watchers(c);
+    LIST_INSERT_HEAD(&s->conns, c, link);
+    s->nconns++;
+    c->uu = u;
+    LIST_INSERT_HEAD(&u->conns, c, ulink);
+    u->nconns++;
+}
+
 static void conn_new(void *arg, int fd)
 {
     struct server *s = arg;
@@ -481,32 +677,93 @@ static void conn_new(void *arg, int fd)
         close(fd);
         return;
     }
-    c->srv = s;
     c->fd = fd;
     c->cc.pid = cred.pid;
     c->cc.uid = cred.uid;
     c->gid = cred.gid;
     c->cc.ngids = peer_groups(fd, cred.gid, c->gids, PEER_GROUPS_MAX);
-    c->cc.gids = c->gids;
-    c->cc.acct = &u->acct;
-    LIST_INIT(&c->cc.leases);
-    LIST_INIT(&c->cc.waiters);
     proc_comm((int)cred.pid, c->cc.comm, sizeof c->cc.comm);
-    c->serial = ++s->serial;
-    c->page.fds[0] = c->page.fds[1] = c->page.touch_fd = -1;
-    ev_io_init(&c->rio, on_readable, fd, EV_READ);
-    ev_io_init(&c->wio, on_writable, fd, EV_WRITE);
+    conn_enlist(s, c, u);
     double hs = s->cfg->handshake_timeout_ms / 1000.0;
     ev_timer_init(&c->handshake, on_handshake_timeout, hs, hs);
-    c->rio.data = c->wio.data = c->handshake.data = c;
+    c->handshake.data = c;
     ev_timer_start(s->loop, &c->handshake);
-    LIST_INSERT_HEAD(&s->conns, c, link);
-    s->nconns++;
-    c->uu = u;
-    LIST_INSERT_HEAD(&u->conns, c, ulink);
-    u->nconns++;
     conn_update_reading(c);
     log_debug("client pid %d uid %d gid %d connected", (int)c->cc.pid, (int)c->cc.uid, (int)c->gid);
+}
+
+/* The process of a detached connection ended: so do its leases. */
+static void on_pid_exit(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct conn *c = w->data;
+    log_info("client pid %d ended before it came back to this agent", (int)c->cc.pid);
+    conn_close(c);
+}
+
+struct conn *server_detached(struct server *s, const struct server_detached_conn *d)
+{
+    if (s->state_dirfd < 0) {
+        errno = EINVAL;
+        return NULL;
+    }
+    /* The pidfd first, then the start time: a pid reused before pidfd_open
+     * shows another start time, one reused after cannot be this pidfd's. */
+    int pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
+    if (pidfd < 0 || !d->pid_start || proc_start_time((int)d->pid) != d->pid_start) {
+        if (pidfd >= 0)
+            close(pidfd);
+        errno = ESRCH;
+        return NULL;
+    }
+    struct uid_use *u = uid_get(s, d->uid);
+    struct conn *c = u ? calloc(1, sizeof *c) : NULL;
+    if (!c) {
+        if (u)
+            uid_put(u);
+        close(pidfd);
+        errno = ENOMEM;
+        return NULL;
+    }
+    c->fd = -1;
+    c->detached = true;
+    c->conn_id = d->conn_id;
+    memcpy(c->secret, d->secret, sizeof c->secret);
+    c->cc.pid = d->pid;
+    c->cc.uid = d->uid;
+    c->gid = d->gid;
+    c->gids[0] = d->gid;
+    c->cc.ngids = 1;
+    c->pid_start = d->pid_start;
+    c->cc.max_leases = d->nslots;
+    c->cc.max_name_len = s->cfg->max_name_len;
+    proc_comm((int)d->pid, c->cc.comm, sizeof c->cc.comm);
+    conn_enlist(s, c, u);
+    c->hello = true;
+    char name[24];
+    server_page_name(c->conn_id, name);
+    if (lease_page_init_at(&c->page, d->nslots, s->state_dirfd, name, true) != 0) {
+        int e = errno;
+        close(pidfd);
+        c->conn_id = 0; /* its files stay for the caller to judge */
+        conn_close(c);
+        errno = e;
+        return NULL;
+    }
+    c->pidfd = pidfd;
+    ev_io_init(&c->pidwatch, on_pid_exit, pidfd, EV_READ);
+    c->pidwatch.data = c;
+    ev_io_start(s->loop, &c->pidwatch);
+    return c;
+}
+
+void server_drop(struct conn *c)
+{
+    conn_close(c);
+}
+
+void server_keep_state(struct server *s, int dirfd)
+{
+    s->state_dirfd = dirfd;
 }
 
 void server_limits_changed(struct server *s)
@@ -528,6 +785,7 @@ int server_open(struct server *s, struct ev_loop *loop, const struct server_hook
     s->hooks = *hooks;
     s->cfg = cfg;
     s->lfd = -1;
+    s->state_dirfd = -1;
     s->lfd = unix_listen(cfg->socket, cfg->socket_mode, cfg->socket_group, &s->inherited);
     if (s->lfd < 0)
         return -1;

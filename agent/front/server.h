@@ -50,6 +50,19 @@ struct conn {
     bool release_stalled;
     struct conn *dirty_next;
     struct lease_page page; /* mapped at hello */
+    /* Resumable (docs/restarts.md): what the client shows to take the
+     * connection back from a successor, and its pages' files in the state
+     * directory; conn_id 0 otherwise. */
+    uint64_t conn_id;
+    uint8_t secret[WIRE_SECRET_LEN];
+    uint64_t pid_start; /* the peer's start time (proc_start_time()) */
+    /* Taken over from a predecessor, its client not back yet: no socket;
+     * pidfd watches its process, whose end ends its leases. */
+    bool detached;
+    bool closed;
+    int pidfd;
+    ev_io pidwatch;
+    struct conn *resumed_into; /* RESUME gave this socket to that connection */
 };
 
 /* What the lock logic does with requests and connections: the server calls
@@ -62,6 +75,10 @@ struct server_hooks {
     void (*cancel)(void *arg, struct conn *c, uint32_t id);
     /* The connection is closing: its leases and waiters go. */
     void (*conn_gone)(void *arg, struct conn *c);
+    /* It said HELLO (or RESUME), and was answered. */
+    void (*conn_hello)(void *arg, struct conn *c);
+    /* Its client took it back after a restart (RESUME): HELLO_OK went. */
+    void (*conn_resumed)(void *arg, struct conn *c);
     uint64_t *refused; /* counts connections refused at a limit */
 };
 
@@ -77,13 +94,36 @@ struct server {
     uint32_t nconns;
     uint64_t serial;
     char path[108];
-    bool inherited; /* passed by the service manager, which owns the file */
+    bool inherited;  /* passed by the service manager, which owns the file */
+    int state_dirfd; /* the state directory: resumable connections; -1: none */
 };
 
 /* Binds the socket (or takes the one passed by the service manager) (removing a stale file,
  * refusing a live one). 0 or -1. */
 int server_open(struct server *s, struct ev_loop *loop, const struct server_hooks *hooks,
                 const struct config *cfg);
+/* Connections said HELLO from now on are resumable, their pages files in
+ * dirfd (the state directory, which the caller keeps open). */
+void server_keep_state(struct server *s, int dirfd);
+/* A connection that a predecessor of this agent served (docs/restarts.md),
+ * taken over without a socket until its client resumes it: its pages are
+ * the files it left, its process (pid, started at pid_start) is watched.
+ * NULL with errno set: ESRCH when that process is gone, else the pages'
+ * failure. */
+struct server_detached_conn {
+    uint64_t conn_id;
+    const uint8_t *secret;
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    uint64_t pid_start;
+    uint32_t nslots;
+};
+struct conn *server_detached(struct server *s, const struct server_detached_conn *d);
+/* Closes a connection as if its peer had gone (hooks.conn_gone). */
+void server_drop(struct conn *c);
+/* The name of a resumable connection's page files in the state directory. */
+void server_page_name(uint64_t conn_id, char out[24]);
 /* Stops accepting and removes the socket file. */
 void server_stop_listening(struct server *s);
 /* Writes every connection's queued output: once per loop turn. */

@@ -292,3 +292,25 @@ void proc_comm(int pid, char *out, size_t cap)
     out[strcspn(out, "\n")] = '\0';
     one_word(out); /* a process names itself */
 }
+
+uint64_t proc_start_time(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* The command name (field 2) may hold spaces and parentheses: count the
+     * fields from the last ')'. Field 3 follows it; 22 is 19 further on. */
+    char *p = strrchr(buf, ')');
+    for (int field = 2; p && field < 22; field++)
+        p = strchr(p + 1, ' ');
+    if (!p)
+        return 0;
+    return strtoull(p + 1, NULL, 10);
+}

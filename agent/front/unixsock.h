@@ -21,6 +21,10 @@ void unix_listen_close_unused(void);
 /* The command name of pid, from /proc ("?" when gone or unreadable), made
  * one word. */
 void proc_comm(int pid, char *out, size_t cap);
+/* When pid started (field 22 of /proc/PID/stat, clock ticks since boot):
+ * with the pid, it names one process, whatever reuses the pid later. 0 when
+ * it is gone or unreadable. */
+uint64_t proc_start_time(int pid);
 
 #define PEER_GROUPS_MAX 32
 /* The groups of a unix socket's peer, its primary gid first, at most max

@@ -93,6 +93,11 @@ static uint64_t env_slot_touched(void *arg, struct core_client *c, uint32_t slot
     return lease_page_touched(&conn_of(c)->page, slot);
 }
 
+static void env_lease_kept(void *arg, struct core_client *c, const struct lease *le, bool live)
+{
+    persist_lease(&agent_of(conn_of(c))->persist, conn_of(c), le, live);
+}
+
 static int env_random(void *arg, uint64_t *out)
 {
     return random_bytes(out, sizeof *out);
@@ -107,6 +112,7 @@ static const struct core_env agent_env = {
     .slot_free = env_slot_free,
     .slot_write = env_slot_write,
     .slot_touched = env_slot_touched,
+    .lease_kept = env_lease_kept,
     .random = env_random,
 };
 
@@ -134,6 +140,19 @@ static void agent_conn_gone(void *arg, struct conn *c)
 {
     struct agent *a = arg;
     core_client_drop(&a->core, &c->cc, 0, now_ns());
+    persist_conn_end(&a->persist, c);
+}
+
+static void agent_conn_hello(void *arg, struct conn *c)
+{
+    struct agent *a = arg;
+    persist_conn(&a->persist, c);
+}
+
+static void agent_conn_resumed(void *arg, struct conn *c)
+{
+    struct agent *a = arg;
+    core_client_resumed(&a->core, &c->cc);
 }
 
 void agent_policy_changed(struct agent *a)
@@ -312,6 +331,7 @@ static void finish_shutdown(struct agent *a)
 {
     ev_timer_stop(a->loop, &a->shutdown_timer);
     server_close_all(&a->server);
+    persist_remove(&a->persist); /* a stop leaves nothing for a successor */
     ev_break(a->loop, EVBREAK_ALL);
 }
 
@@ -347,21 +367,52 @@ void agent_shutdown(struct agent *a)
     ev_timer_start(a->loop, &a->shutdown_timer);
 }
 
+void agent_leave(struct agent *a, const char *why)
+{
+    if (!a->persist.on) {
+        log_info("%s, but there is no state directory to leave the leases in: stopping", why);
+        agent_shutdown(a);
+        return;
+    }
+    log_info("%s: leaving %zu lease(s) of %u connection(s) to a successor", why,
+             a->core.table.nleases, a->server.nconns);
+    sd_notify(0, "STOPPING=1");
+    log_flush_suppressed();
+    /* Nothing is released, closed or removed: the kernel closes the
+     * connections (their clients then wait for the successor), and the
+     * state directory, the keys in Redis and the lease pages stay. */
+    _exit(0);
+}
+
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 {
     struct agent *a = w->data;
     log_info("got signal %d", w->signum);
+    if (w->signum == SIGUSR2) {
+        agent_leave(a, "asked to restart (SIGUSR2)");
+        return;
+    }
+    if (w->signum == SIGTERM && !a->shutting_down && statedir_successor_waits(&a->persist.dir)) {
+        agent_leave(a, "a successor waits for the state directory");
+        return;
+    }
     agent_shutdown(a);
 }
 
-int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
+int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg, bool successor)
 {
     memset(a, 0, sizeof *a);
     a->loop = loop;
     a->cfg = cfg;
+    char err[400];
+    if (persist_open(&a->persist, cfg, successor, err, sizeof err) != 0) {
+        log_error("%s", err);
+        return -1;
+    }
     a->tick_fd = timerfd_create(CLOCK_BOOTTIME, TFD_NONBLOCK | TFD_CLOEXEC);
     if (a->tick_fd < 0) {
         log_error("timerfd_create(CLOCK_BOOTTIME): %s", strerror(errno));
+        persist_close(&a->persist);
         return -1;
     }
     char host[64] = "";
@@ -376,6 +427,8 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
                                  .release = agent_release,
                                  .cancel = agent_cancel,
                                  .conn_gone = agent_conn_gone,
+                                 .conn_hello = agent_conn_hello,
+                                 .conn_resumed = agent_conn_resumed,
                                  .refused = &a->core.stats.refused};
     if (server_open(&a->server, loop, &hooks, cfg) != 0)
         goto fail_server;
@@ -401,6 +454,7 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     if (!a->backend)
         goto fail_backend;
     core_attach_backend(&a->core, a->backend);
+    persist_takeover(&a->persist, &a->core, &a->server, now_ns());
     ev_io_init(&a->tick, on_tick, a->tick_fd, EV_READ);
     a->tick.data = a;
     ev_io_start(loop, &a->tick);
@@ -412,9 +466,11 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg)
     a->reply_flush.data = a;
     ev_signal_init(&a->sigterm, on_signal, SIGTERM);
     ev_signal_init(&a->sigint, on_signal, SIGINT);
-    a->sigterm.data = a->sigint.data = a;
+    ev_signal_init(&a->sigusr2, on_signal, SIGUSR2);
+    a->sigterm.data = a->sigint.data = a->sigusr2.data = a;
     ev_signal_start(loop, &a->sigterm);
     ev_signal_start(loop, &a->sigint);
+    ev_signal_start(loop, &a->sigusr2);
     /* Ready (Type=notify) once the sockets listen: clients are served from
      * now on, with typed errors while Redis cannot be reached. Waiting for
      * Redis here would hold the boot, and a start timeout would restart the
@@ -428,6 +484,7 @@ fail_server:
     core_free(&a->core);
 fail_core:
     close(a->tick_fd);
+    persist_close(&a->persist);
     return -1;
 }
 
@@ -446,5 +503,7 @@ void agent_free(struct agent *a)
     ev_clear_pending(a->loop, &a->reply_flush); /* fed by the closes above */
     ev_signal_stop(a->loop, &a->sigterm);
     ev_signal_stop(a->loop, &a->sigint);
+    ev_signal_stop(a->loop, &a->sigusr2);
     core_free(&a->core);
+    persist_close(&a->persist);
 }

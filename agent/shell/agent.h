@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "config.h"
 #include "core.h"
+#include "persist.h"
 #include "server.h"
 #include "status.h"
 
@@ -32,7 +33,8 @@ struct agent {
      * same loop turn (in_prepare: not while `prepare` flushes anyway). */
     ev_idle reply_flush;
     bool in_prepare;
-    ev_signal sigterm, sigint;
+    ev_signal sigterm, sigint, sigusr2;
+    struct persist persist;
     ev_timer shutdown_timer;
     double shutdown_deadline;
     void (*ready_hook)(void *arg); /* called once, when Redis first answers */
@@ -43,11 +45,16 @@ struct agent {
 };
 
 /* Creates the agent: socket, backend, signal handlers. 0 or -1 (logged). */
-int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg);
+int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg, bool successor);
 /* Frees what agent_init made. */
 void agent_free(struct agent *a);
-/* Releases every lease, waits for the backend (bounded), then breaks the loop. */
+/* A stop: releases every lease, tells every holder, waits for the backend
+ * (bounded), removes the state directory, then breaks the loop. */
 void agent_shutdown(struct agent *a);
+/* A restart: exits at once, leaving every lease to a successor (the state
+ * directory, the keys and the lease pages stay); a stop when there is no
+ * state directory. why is for the log. */
+void agent_leave(struct agent *a, const char *why);
 
 /* After a reload: waiters the policy no longer allows fail with
  * DLOCK_EDENIED (leases stay until released). */

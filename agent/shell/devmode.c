@@ -71,6 +71,7 @@ int devmode_start(struct ev_loop *loop, struct config *cfg, bool keep_socket)
         int n = snprintf(path, sizeof path, "%s/dlock.sock", dir);
         memcpy(cfg->socket, path, (size_t)n + 1);
     }
+    config_state_dir_follow(cfg);
     /* Unless configured, the status socket goes beside the client socket,
      * as without --dev: DIR/status.sock beside DIR/dlock.sock. */
     if (!cfg->status_socket_set &&

@@ -16,13 +16,13 @@
 #include "log.h"
 #include "wire.h"
 
-enum { OPT_PREFIX = 256, OPT_TTL, OPT_DEV, OPT_MODE };
+enum { OPT_PREFIX = 256, OPT_TTL, OPT_DEV, OPT_MODE, OPT_SUCCESSOR };
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dlockd [-c FILE] [-s SOCKET] [-S PATH] [-r ADDR]... [--prefix STR]\n"
-            "              [--default-ttl MS] [-n] [-v] [--dev]\n"
+            "              [--default-ttl MS] [-n] [-v] [--dev] [--successor]\n"
             "  -c, --config FILE    read settings from an INI file\n"
             "  -s, --socket PATH    client socket (default $DLOCK_SOCKET, else %s)\n"
             "  -S, --status-socket PATH\n"
@@ -38,6 +38,8 @@ static void usage(FILE *f)
             "                       most max_ttl_ms, 45000 by default)\n"
             "  -n, --check          check the configuration, print \"configuration OK\", exit\n"
             "  -v, --verbose        more logging (repeatable)\n"
+            "      --successor      take the leases over from the dlockd running on the same\n"
+            "                       state directory, which is asked to leave them (SIGTERM)\n"
             "      --dev            run a private redis-server in a temp directory\n"
             "  -h, --help           this text;  -V, --version  the version\n",
             CONFIG_DEFAULT_SOCKET);
@@ -49,7 +51,7 @@ struct flags {
     char redis[CONFIG_MAX_NODES * 400]; /* the -r addresses, comma-separated */
     unsigned nredis;
     int verbose;
-    bool check, dev;
+    bool check, dev, successor;
 };
 
 static int parse_flags(int argc, char **argv, struct flags *f)
@@ -64,6 +66,7 @@ static int parse_flags(int argc, char **argv, struct flags *f)
                                              {"check", no_argument, NULL, 'n'},
                                              {"verbose", no_argument, NULL, 'v'},
                                              {"dev", no_argument, NULL, OPT_DEV},
+                                             {"successor", no_argument, NULL, OPT_SUCCESSOR},
                                              {"help", no_argument, NULL, 'h'},
                                              {"version", no_argument, NULL, 'V'},
                                              {NULL, 0, NULL, 0}};
@@ -106,6 +109,9 @@ static int parse_flags(int argc, char **argv, struct flags *f)
             break;
         case OPT_DEV:
             f->dev = true;
+            break;
+        case OPT_SUCCESSOR:
+            f->successor = true;
             break;
         case 'h':
             usage(stdout);
@@ -160,6 +166,7 @@ static int build_config(struct config *cfg, const struct flags *f, char *err, si
                  cfg->socket, sizeof cfg->status_socket - 1);
         return -1;
     }
+    config_state_dir_follow(cfg);
     return config_validate(cfg, err, errlen);
 }
 
@@ -292,6 +299,8 @@ static void keep_dev(const struct config *cfg, struct config *fresh)
     fresh->mode_setting = cfg->mode_setting;
     memcpy(fresh->socket, cfg->socket, sizeof fresh->socket);
     memcpy(fresh->status_socket, cfg->status_socket, sizeof fresh->status_socket);
+    if (!fresh->state_dir_set)
+        memcpy(fresh->state_dir, cfg->state_dir, sizeof fresh->state_dir);
 }
 
 /* Moves the HTTP metrics listener; on failure the old one stays (and so does
@@ -427,7 +436,7 @@ int main(int argc, char **argv)
         return 1;
     }
     static struct agent agent;
-    if (agent_init(&agent, loop, &cfg) != 0) {
+    if (agent_init(&agent, loop, &cfg, f.successor) != 0) {
         devmode_stop();
         return 1;
     }
