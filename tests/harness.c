@@ -1057,17 +1057,28 @@ static void agent_settle(int i, dlock_client *c)
         h_sleep_ms(5);
 }
 
-/* Starts agent i; with settle, waits for it to reach Redis (agent_settle()). */
-static void agent_start(int i, int settle)
+/* Starts agent i; with settle, waits for it to reach Redis (agent_settle()).
+ * As a successor, the agent running as i is asked to leave (--successor),
+ * and must exit with 0 first. */
+static void agent_start(int i, int settle, int successor)
 {
     struct h_agent *a = agent_at(i);
-    cr_assert_eq(a->pid, 0, "agent %d already running", i);
+    pid_t old = a->pid;
+    cr_assert(successor ? old > 0 : old == 0, "agent %d %s running", i,
+              successor ? "not" : "already");
     if (access(a->conf, F_OK) != 0)
         h_agent_config(i, NULL, NULL);
-    char *argv[] = {DLOCKD_PATH, "-c", a->conf, "-s", a->sock, "-v", "-r", H.redis_addr, NULL};
+    char *argv[] = {DLOCKD_PATH, "-c", a->conf,      "-s", a->sock,
+                    "-v",        "-r", H.redis_addr, NULL, NULL};
     if (H.nnodes > 1)
         argv[6] = NULL; /* quorum mode: the node list of the config file */
+    if (successor)
+        argv[H.nnodes > 1 ? 6 : 8] = "--successor";
     a->pid = spawn(argv, a->log, 0);
+    if (successor) {
+        int st = h_wait_child(old, H_STOP_MS);
+        cr_assert_eq(st, 0, "the agent that left for its successor exited with %d", st);
+    }
     a->paused = 0;
     int64_t end = h_deadline(H_START_MS);
     int rc = 0;
@@ -1094,12 +1105,17 @@ static void agent_start(int i, int settle)
 
 void h_agent_start_n(int i)
 {
-    agent_start(i, 1);
+    agent_start(i, 1, 0);
 }
 
 void h_agent_spawn(int i)
 {
-    agent_start(i, 0);
+    agent_start(i, 0, 0);
+}
+
+void h_agent_successor(int i)
+{
+    agent_start(i, 1, 1);
 }
 
 void h_start(const char *agent_ini)
@@ -1633,6 +1649,41 @@ static int read_frame_until(int fd, int64_t end, struct wire_hdr *h, uint8_t *bo
 int h_raw_read_frame(int fd, int timeout_ms, struct wire_hdr *h, uint8_t *body, size_t cap)
 {
     return read_frame_until(fd, h_deadline(timeout_ms), h, body, cap);
+}
+
+int h_raw_recv_fds(int fd, uint8_t *buf, size_t n, int fds[2])
+{
+    size_t got = 0;
+    while (got < n) {
+        union {
+            struct cmsghdr hdr;
+            char buf[CMSG_SPACE(4 * sizeof(int))];
+        } u;
+        struct iovec iov = {.iov_base = buf + got, .iov_len = n - got};
+        struct msghdr msg = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, h_scaled_ms(3000)) <= 0)
+            return -1;
+        ssize_t r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+        if (r <= 0)
+            return -1;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            int in[4];
+            memcpy(in, CMSG_DATA(cm), (k > 4 ? 4 : k) * sizeof(int));
+            for (size_t i = 0; i < k && i < 4; i++) {
+                if (i < 2 && k == 2 && fds[i] < 0)
+                    fds[i] = in[i];
+                else
+                    close(in[i]);
+            }
+        }
+        got += (size_t)r;
+    }
+    return 0;
 }
 
 uint32_t h_raw_hello(int fd)

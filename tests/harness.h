@@ -350,6 +350,10 @@ int h_agent_notices_up(int i);
 /* Starts agent i like h_agent_start_n() but returns as soon as a client can
  * open: it neither probes Redis nor waits for its subscriptions. */
 void h_agent_spawn(int i);
+/* Starts a successor of agent i with its config (dlockd --successor), which
+ * takes the leases over from the running one; that one must leave and exit
+ * with 0. Then waits as h_agent_start_n() does. */
+void h_agent_successor(int i);
 /* h_redis_start() + h_agent_config(0, agent_ini, NULL) + h_agent_start_n(0). */
 void h_start(const char *agent_ini);
 /* Two agents on one Redis, standing for two hosts: h_redis_start(), then
@@ -477,6 +481,10 @@ void h_raw_close(int fd);
 /* Sends all bytes; returns 0 or -errno (EPIPE/ECONNRESET when closed). */
 int h_raw_send(int fd, const void *buf, size_t n);
 int h_raw_send_buf(int fd, struct wire_buf *b); /* sends and frees */
+/* recvmsg() of exactly n bytes within 3 s (scaled), keeping the two
+ * descriptors that come attached to them in fds[0..1] (which start at -1;
+ * any other is closed). 0, or -1; no assertion (usable in a forked child). */
+int h_raw_recv_fds(int fd, uint8_t *buf, size_t n, int fds[2]);
 /* Sends HELLO and expects HELLO_OK; returns the agent's max_name_len. */
 uint32_t h_raw_hello(int fd);
 /* Reads one frame within timeout_ms (scaled): 1 read (header in *h, body

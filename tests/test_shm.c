@@ -106,42 +106,6 @@ static int used_slots(const void *page, struct shm_slot *one)
 
 /* ---- raw connections that keep the lease-page descriptors ---- */
 
-/* recvmsg() of exactly n bytes, keeping descriptors attached to them. */
-static int recv_fds(int fd, uint8_t *buf, size_t n, int fds[2])
-{
-    size_t got = 0;
-    while (got < n) {
-        union {
-            struct cmsghdr hdr;
-            char buf[CMSG_SPACE(4 * sizeof(int))];
-        } u;
-        struct iovec iov = {.iov_base = buf + got, .iov_len = n - got};
-        struct msghdr msg = {
-            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, h_scaled_ms(3000)) <= 0)
-            return -1;
-        ssize_t r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-        if (r <= 0)
-            return -1;
-        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-                continue;
-            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            int in[4];
-            memcpy(in, CMSG_DATA(cm), (k > 4 ? 4 : k) * sizeof(int));
-            for (size_t i = 0; i < k && i < 4; i++) {
-                if (i < 2 && k == 2 && fds[i] < 0)
-                    fds[i] = in[i];
-                else
-                    close(in[i]);
-            }
-        }
-        got += (size_t)r;
-    }
-    return 0;
-}
-
 /* Sends HELLO on fd and reads HELLO_OK with its two descriptors. Returns 0,
  * or a negative step number; usable in a forked child (no assertions). */
 static int hello_fds(int fd, int fds[2], struct wire_hello_ok *ok)
@@ -159,7 +123,7 @@ static int hello_fds(int fd, int fds[2], struct wire_hello_ok *ok)
     if (w != (ssize_t)len)
         return -2;
     uint8_t frame[WIRE_HDR_LEN + 24];
-    if (recv_fds(fd, frame, sizeof frame, fds) != 0)
+    if (h_raw_recv_fds(fd, frame, sizeof frame, fds) != 0)
         return -3;
     struct wire_hdr h;
     if (wire_hdr_decode(frame, WIRE_HDR_LEN, WIRE_MAX_BODY, &h) != 1 || h.type != WIRE_T_HELLO_OK ||
