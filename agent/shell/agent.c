@@ -21,6 +21,7 @@
 #include "dlock.h"
 #include "leasepage.h"
 #include "log.h"
+#include "svcjob.h"
 #include "util.h"
 
 #define conn_of(client) ((struct conn *)((char *)(client)-offsetof(struct conn, cc)))
@@ -392,9 +393,21 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
         agent_leave(a, "asked to restart (SIGUSR2)");
         return;
     }
-    if (w->signum == SIGTERM && !a->shutting_down && statedir_successor_waits(&a->persist.dir)) {
-        agent_leave(a, "a successor waits for the state directory");
-        return;
+    if (w->signum == SIGTERM && !a->shutting_down && a->persist.on) {
+        if (statedir_successor_waits(&a->persist.dir)) {
+            agent_leave(a, "a successor waits for the state directory");
+            return;
+        }
+        /* Under systemd: the stop job of `systemctl restart` (a package
+         * upgrade's too) is a restart; `systemctl stop` is a stop. */
+        char why[300];
+        int r = svcjob_restarting(why, sizeof why);
+        if (r == 1) {
+            agent_leave(a, "the service manager restarts the agent");
+            return;
+        }
+        if (r < 0)
+            log_warn("cannot tell a restart from a stop (%s): stopping", why);
     }
     agent_shutdown(a);
 }
