@@ -209,6 +209,10 @@ static pid_t spawn(char *const argv[], const char *out, int own_group)
         dup2(fd, 1);
         dup2(fd, 2);
         close_from(3);
+        /* Not a service's process, even when the tests run in one: an
+         * agent's SIGTERM is a stop, not a question to that service's
+         * manager. */
+        unsetenv("INVOCATION_ID");
         execvp(argv[0], argv);
         dprintf(2, "exec %s: %s\n", argv[0], strerror(errno));
         _exit(127);
