@@ -311,7 +311,8 @@ void persist_takeover(struct persist *p, struct core *k, struct server *s, uint6
     server_keep_state(s, p->dir.dirfd);
     struct persist_prev *pv = p->prev;
     p->prev = NULL;
-    qsort(pv->leases, pv->nleases, sizeof *pv->leases, by_conn_then_slot);
+    if (pv->nleases)
+        qsort(pv->leases, pv->nleases, sizeof *pv->leases, by_conn_then_slot);
     size_t taken = 0, conns = 0, j = 0;
     for (size_t i = 0; i < pv->nconns; i++) {
         const struct journal_conn *jc = &pv->conns[i];
