@@ -459,3 +459,67 @@ ITEST(restart, state_dir_is_one_agents)
     cr_assert_not_null(strstr(h_read_file(log), "in use by another dlockd"), "%s",
                        h_read_file(log));
 }
+
+/* ---- Redis moved by a reload: a restart in place ---- */
+
+static int ctl_reload(const char **out)
+{
+    const char *file = h_path("reload.out");
+    unlink(file);
+    char *argv[] = {DLOCKCTL_PATH, "-S", h_keepf("%s/status0.sock", H.dir), "reload", NULL};
+    int st = h_wait_child(h_spawn(argv, file), 30000);
+    const char *text = h_read_file(file);
+    *out = h_keep(text ? text : "");
+    return st;
+}
+
+/* A reload that changes the Redis of the leases (here its mode setting,
+ * with the same Redis behind) restarts the agent in place (the same
+ * process): the leases are taken over in doubt, not valid until their keys
+ * are confirmed, then HELD again on the same page, and the client resumes. */
+ITEST(restart, reload_moving_redis_restarts_in_place_and_confirms)
+{
+    h_start(NULL);
+    struct rc c;
+    rc_open(&c, WIRE_VERSION);
+    struct wire_granted g = rc_acquire(&c, "moved", 20000);
+    pid_t pid = H.agent[0].pid;
+    h_agent_config(0, NULL, "mode = single");
+    const char *out;
+    cr_assert_eq(ctl_reload(&out), 0, "dlockctl reload:\n%s", out);
+    cr_assert_not_null(strstr(out, "reloaded: [redis] mode auto -> single (by a restart in place)"),
+                       "%s", out);
+    struct wire_hdr h;
+    uint8_t body[64];
+    cr_assert_eq(h_raw_read_frame(c.fd, 5000, &h, body, sizeof body), 0, "no EOF at the re-exec");
+    H_WAIT_UNTIL(H_EVENT_MS, rc_slot(&c, g.slot).state == DLOCK_STATE_HELD &&
+                                 (uint64_t)rc_slot(&c, g.slot).deadline_ns > g.deadline_ns);
+    cr_assert_eq(H.agent[0].pid, pid);
+    cr_assert(h_agent_alive(0), "the agent did not restart in place");
+    struct resumed r = rc_resume(&c, c.ok.conn_id, c.ok.secret);
+    cr_assert_eq(r.nevents, 1);
+    cr_assert_eq(r.ev[0].state, DLOCK_STATE_HELD);
+    rc_release(&c, g.lease_id);
+    H_KEY_GONE(h_key("moved"));
+}
+
+/* Another database is another Redis for the leases: theirs are not there,
+ * so they are lost, never valid on the new one; the agent serves the new
+ * database. */
+ITEST(restart, reload_to_another_database_loses_the_leases)
+{
+    h_start(NULL);
+    struct rc c;
+    rc_open(&c, WIRE_VERSION);
+    struct wire_granted g = rc_acquire(&c, "db", 20000);
+    h_agent_config(0, NULL, "database = 1");
+    const char *out;
+    cr_assert_eq(ctl_reload(&out), 0, "dlockctl reload:\n%s", out);
+    cr_assert_not_null(strstr(out, "(by a restart in place)"), "%s", out);
+    H_WAIT_UNTIL(H_EVENT_MS, rc_slot(&c, g.slot).lease_id != g.lease_id);
+    struct resumed r = rc_resume(&c, c.ok.conn_id, c.ok.secret);
+    cr_assert_eq(r.nevents, 0);
+    struct wire_granted g2 = rc_acquire(&c, "db", 20000);
+    cr_assert(rc_valid(&c, g2.slot, g2.lease_id));
+    rc_release(&c, g2.lease_id);
+}

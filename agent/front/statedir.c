@@ -17,9 +17,8 @@
 
 #include "util.h"
 
-#define LOCK_NAME      "lock"
-#define SUCCESSOR_NAME "successor"
-#define WAIT_STEP_MS   10
+#define LOCK_NAME    "lock"
+#define WAIT_STEP_MS 10
 
 /* The pid the lock file names, 0 if none. */
 static pid_t holder_pid(int lockfd)
@@ -93,7 +92,7 @@ int statedir_open(struct statedir *d, const char *path, bool successor, uint32_t
                      path, (int)pid);
         } else if (!signalled) {
             /* The mark first: the agent reads it when the signal comes. */
-            int m = openat(dirfd, SUCCESSOR_NAME, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+            int m = openat(dirfd, STATEDIR_SUCCESSOR, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
             if (m >= 0)
                 close(m);
             if (m < 0 || pid <= 0 || kill(pid, SIGTERM) != 0)
@@ -112,7 +111,7 @@ int statedir_open(struct statedir *d, const char *path, bool successor, uint32_t
                      path, wait_ms);
         }
         if (signalled)
-            unlinkat(dirfd, SUCCESSOR_NAME, 0);
+            unlinkat(dirfd, STATEDIR_SUCCESSOR, 0);
         close(lockfd);
         close(dirfd);
         return -1;
@@ -127,15 +126,24 @@ int statedir_open(struct statedir *d, const char *path, bool successor, uint32_t
     return 0;
 }
 
-bool statedir_successor_waits(const struct statedir *d)
+bool statedir_marked(const struct statedir *d, const char *mark)
 {
-    return d->dirfd >= 0 && faccessat(d->dirfd, SUCCESSOR_NAME, F_OK, 0) == 0;
+    return d->dirfd >= 0 && faccessat(d->dirfd, mark, F_OK, 0) == 0;
 }
 
-void statedir_unmark(const struct statedir *d)
+int statedir_mark(const struct statedir *d, const char *mark)
+{
+    int fd = d->dirfd >= 0 ? openat(d->dirfd, mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0600) : -1;
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+void statedir_unmark(const struct statedir *d, const char *mark)
 {
     if (d->dirfd >= 0)
-        unlinkat(d->dirfd, SUCCESSOR_NAME, 0);
+        unlinkat(d->dirfd, mark, 0);
 }
 
 void statedir_each(const struct statedir *d, void (*fn)(void *arg, const char *name), void *arg)

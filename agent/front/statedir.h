@@ -26,12 +26,17 @@ struct statedir {
  * lock: without `successor`, fails saying which pid; with it, marks the
  * directory for a successor, sends that agent SIGTERM and waits up to
  * wait_ms for its lock. 0, or -1 with err set (nothing is held). */
-int statedir_open(struct statedir *d, const char *path, bool successor, uint32_t wait_ms,
-                  char *err, size_t errlen);
-/* Whether a successor marked the directory (it waits for the lock). */
-bool statedir_successor_waits(const struct statedir *d);
-/* Takes the successor's mark away (the successor took over). */
-void statedir_unmark(const struct statedir *d);
+int statedir_open(struct statedir *d, const char *path, bool successor, uint32_t wait_ms, char *err,
+                  size_t errlen);
+/* Marks: empty files that tell the next agent, or this one, something. */
+#define STATEDIR_SUCCESSOR "successor" /* a successor waits for the lock */
+/* The Redis the leases were taken on is not the one the next agent uses
+ * (a reload moved it): leases taken over are in doubt until confirmed. */
+#define STATEDIR_STORE_CHANGED "store-changed"
+bool statedir_marked(const struct statedir *d, const char *mark);
+/* 0, or -1 with errno set. */
+int statedir_mark(const struct statedir *d, const char *mark);
+void statedir_unmark(const struct statedir *d, const char *mark);
 /* Calls fn for the name of each file in the directory (not "." and "..");
  * fn may remove it. */
 void statedir_each(const struct statedir *d, void (*fn)(void *arg, const char *name), void *arg);

@@ -378,6 +378,27 @@ void status_reload_done(struct status *st, const char *answer)
         reload_answered(c, answer);
 }
 
+void status_reload_done_now(struct status *st, const char *answer)
+{
+    struct sconn *c;
+    LIST_FOREACH(c, &st->conns, link)
+    {
+        if (!c->reloading)
+            continue;
+        reload_answered(c, answer);
+        while (c->sent < c->out.len) {
+            ssize_t n =
+                send(c->fd, c->out.p + c->sent, c->out.len - c->sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                break;
+            c->sent += (size_t)n;
+        }
+        shutdown(c->fd, SHUT_WR);
+    }
+}
+
 static void respond(struct sconn *c)
 {
     c->req[c->reqlen] = '\0';

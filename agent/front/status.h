@@ -52,6 +52,10 @@ void status_on_reload(struct status *st, void (*fn)(void *arg), void *arg);
 /* The outcome of the reloads asked for (lines of text, "error: ..." when the
  * file was refused) goes to every query waiting for it. */
 void status_reload_done(struct status *st, const char *answer);
+/* The same, sending the answers at once (the agent is about to re-execute
+ * itself, and the loop will not turn again): what a socket does not take
+ * at once is lost. */
+void status_reload_done_now(struct status *st, const char *answer);
 /* Stops listening, removes the socket file, drops open queries. */
 void status_close(struct status *st);
 

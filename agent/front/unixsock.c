@@ -149,6 +149,23 @@ void unix_listen_close_unused(void)
     }
 }
 
+int unix_listen_pass_on(void)
+{
+    int n = sd_listen_fds(0);
+    if (n <= 0)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (i >= PASSED_MAX || !adopted[i])
+            return -1;
+    for (int i = 0; i < n; i++) {
+        int fd = SD_LISTEN_FDS_START + i;
+        int fl = fcntl(fd, F_GETFD);
+        if (fl < 0 || fcntl(fd, F_SETFD, fl & ~FD_CLOEXEC) != 0)
+            return -1;
+    }
+    return n;
+}
+
 /* A group by name or number. 0, or -1 when there is no such group. */
 static int group_id(const char *group, gid_t *out)
 {

@@ -17,6 +17,12 @@ int unix_listen(const char *path, unsigned mode, const char *group, bool *inheri
 /* Closes, with a warning, the sockets the service manager passed that no
  * unix_listen() call took: their clients would wait in vain. */
 void unix_listen_close_unused(void);
+/* Before the agent executes itself again (same pid): the sockets the
+ * service manager passed stay open for the new image, which finds them as
+ * this one did (LISTEN_FDS, LISTEN_PID). Returns the descriptors to keep
+ * (3 up to 3 + the count), or -1 when the passed sockets are not all the
+ * configuration's (a gap the new image could not tell). */
+int unix_listen_pass_on(void);
 
 /* The command name of pid, from /proc ("?" when gone or unreadable), made
  * one word. */

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <linux/close_range.h>
 #include <sys/timerfd.h>
 #include <systemd/sd-daemon.h>
 
@@ -22,6 +23,7 @@
 #include "leasepage.h"
 #include "log.h"
 #include "svcjob.h"
+#include "unixsock.h"
 #include "util.h"
 
 #define conn_of(client) ((struct conn *)((char *)(client)-offsetof(struct conn, cc)))
@@ -385,6 +387,44 @@ void agent_leave(struct agent *a, const char *why)
     _exit(0);
 }
 
+bool agent_can_reexec(const struct agent *a)
+{
+    return a->persist.on && !a->shutting_down;
+}
+
+int agent_reexec(struct agent *a, char *const argv[], const char *why)
+{
+    int keep = unix_listen_pass_on();
+    if (keep < 0) {
+        log_warn("cannot restart in place: the service manager passed sockets that are not the "
+                 "configuration's");
+        return -1;
+    }
+    if (statedir_mark(&a->persist.dir, STATEDIR_STORE_CHANGED) != 0) {
+        log_warn("cannot restart in place: %s: %s", a->persist.dir.path, strerror(errno));
+        return -1;
+    }
+    log_info("restarting in place for %s: %zu lease(s) of %u connection(s) are taken over and "
+             "confirmed on the new Redis",
+             why, a->core.table.nleases, a->server.nconns);
+    log_flush_suppressed();
+    /* Nothing of this image but the passed sockets (and stdio) reaches the
+     * next: the state directory's lock and every connection close, as in
+     * a restart, and its successor takes the leases over. */
+    /* The signal mask is inherited: the loop's blocked signals would stay
+     * blocked in the new image. */
+    sigset_t none, old;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, &old);
+    if (close_range(SD_LISTEN_FDS_START + (unsigned)keep, ~0U, CLOSE_RANGE_CLOEXEC) == 0)
+        execv("/proc/self/exe", argv);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    int e = errno;
+    statedir_unmark(&a->persist.dir, STATEDIR_STORE_CHANGED);
+    log_error("cannot restart in place: %s", strerror(e));
+    return -1;
+}
+
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 {
     struct agent *a = w->data;
@@ -394,7 +434,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
         return;
     }
     if (w->signum == SIGTERM && !a->shutting_down && a->persist.on) {
-        if (statedir_successor_waits(&a->persist.dir)) {
+        if (statedir_marked(&a->persist.dir, STATEDIR_SUCCESSOR)) {
             agent_leave(a, "a successor waits for the state directory");
             return;
         }

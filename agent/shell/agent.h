@@ -55,6 +55,14 @@ void agent_shutdown(struct agent *a);
  * directory, the keys and the lease pages stay); a stop when there is no
  * state directory. why is for the log. */
 void agent_leave(struct agent *a, const char *why);
+/* Whether the agent can restart in place (agent_reexec()): it keeps a state
+ * directory, and is not stopping. */
+bool agent_can_reexec(const struct agent *a);
+/* Executes the agent's program again in the same process, with argv, as
+ * its own successor on another Redis: the leases are taken over in doubt
+ * and confirmed on the Redis of the configuration read then. Returns only
+ * when it cannot (-1, logged): the agent goes on as it was. */
+int agent_reexec(struct agent *a, char *const argv[], const char *why);
 
 /* After a reload: waiters the policy no longer allows fail with
  * DLOCK_EDENIED (leases stay until released). */

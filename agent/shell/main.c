@@ -223,6 +223,10 @@ static struct {
      * asked, and what the last reading could not apply. */
     struct sbuf applied, tail;
     size_t napplied, nrestart, nfailed;
+    /* Redis moved: the agent restarts in place once the queries waiting
+     * have their answer (agent_reexec()). */
+    bool reexec;
+    char **argv;
 } hup;
 
 static void *reload_thread(void *arg)
@@ -256,8 +260,9 @@ static void summary(char *buf, size_t len, size_t applied, size_t restart, size_
              levels[hup.cfg->log_level & 3], what);
 }
 
-/* The status queries waiting get the outcome: error, or the changes. */
-static void reload_answer(const char *error)
+/* The status queries waiting get the outcome: error, or the changes;
+ * with `now`, sent before the agent restarts in place. */
+static void reload_answer_as(const char *error, bool now)
 {
     struct sbuf b = {0};
     if (error) {
@@ -268,10 +273,23 @@ static void reload_answer(const char *error)
         sb_printf(&b, "%s%s%s\n", hup.applied.p ? hup.applied.p : "", hup.tail.p ? hup.tail.p : "",
                   line);
     }
-    status_reload_done(&hup.agent->status,
-                       b.oom || hup.applied.oom || hup.tail.oom ? "error: out of memory\n" : b.p);
+    const char *text = b.oom || hup.applied.oom || hup.tail.oom ? "error: out of memory\n" : b.p;
+    if (now)
+        status_reload_done_now(&hup.agent->status, text);
+    else
+        status_reload_done(&hup.agent->status, text);
     free(b.p);
     reload_reset();
+}
+
+static void reload_answer(const char *error)
+{
+    reload_answer_as(error, false);
+}
+
+static void reload_answer_now(void)
+{
+    reload_answer_as(NULL, true);
 }
 
 static void reload_start(const char *why)
@@ -319,10 +337,31 @@ static bool move_metrics(struct config *fresh, const char *line)
 
 /* Logs one changed setting and notes it for the answer; the metrics
  * listener moves. Returns whether the change is applied. */
+/* A change of the Redis the leases live on: its address, mode, database
+ * or sentinel master. The links are made for it at start, so the agent
+ * restarts in place to apply it, its leases taken over and confirmed on
+ * the new Redis (a restart costs them nothing). */
+static bool moves_store(const struct config_change *ch)
+{
+    static const char *const keys[] = {"address", "mode", "database", "sentinel_master"};
+    if (!ch->restart || strcmp(ch->section, "redis") != 0)
+        return false;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(ch->key, keys[i]) == 0)
+            return true;
+    return false;
+}
+
 static bool take_change(const struct config_change *ch, struct config *fresh)
 {
     char line[2 * CONFIG_SHOWN_MAX + 80];
     config_change_str(ch, line, sizeof line);
+    if (hup.reexec && moves_store(ch)) {
+        log_info("reloaded: %s (by a restart in place)", line);
+        sb_printf(&hup.applied, "reloaded: %s (by a restart in place)\n", line);
+        hup.napplied++;
+        return false;
+    }
     if (ch->restart) {
         log_warn("needs a restart: %s (%s)", line, ch->restart);
         sb_printf(&hup.tail, "needs a restart: %s (%s)\n", line, ch->restart);
@@ -355,6 +394,16 @@ static void reload_apply(struct config *fresh)
     free(hup.tail.p);
     hup.tail = (struct sbuf){0};
     hup.nrestart = hup.nfailed = 0;
+    /* Redis moves by a restart in place, unless something else needs a
+     * real restart too (a socket path: the clients would not find the
+     * agent again), or the agent has no state directory to keep its
+     * leases in, or runs its own Redis (dev mode). */
+    size_t moving = 0, other = 0;
+    for (size_t i = 0; i < n; i++) {
+        moving += moves_store(&ch[i]);
+        other += ch[i].restart && !moves_store(&ch[i]);
+    }
+    hup.reexec = moving && !other && !hup.flags.dev && agent_can_reexec(a);
     for (size_t i = 0; i < n; i++)
         applied += take_change(&ch[i], fresh);
     bool descriptors = fresh->max_connections != cfg->max_connections;
@@ -391,6 +440,10 @@ static void on_reload_done(struct ev_loop *loop, ev_async *w, int revents)
         char error[sizeof hup.err + 64];
         snprintf(error, sizeof error, "configuration not reloaded: %s", hup.err);
         reload_answer(error);
+    } else if (hup.reexec) {
+        reload_answer_now();
+        if (agent_reexec(hup.agent, hup.argv, "a new Redis") != 0)
+            hup.reexec = false; /* the old Redis stays; the log says why */
     } else {
         reload_answer(NULL);
     }
@@ -459,6 +512,7 @@ int main(int argc, char **argv)
                  config_addr_str(&cfg.nodes[0], addr, sizeof addr), cfg.prefix);
     }
     hup.flags = f;
+    hup.argv = argv;
     hup.cfg = &cfg;
     hup.agent = &agent;
     hup.loop = loop;

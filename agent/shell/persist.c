@@ -117,7 +117,8 @@ int persist_open(struct persist *p, const struct config *cfg, bool successor, ch
         return -1;
     }
     p->journal_ok = true;
-    statedir_unmark(&p->dir);
+    statedir_unmark(&p->dir, STATEDIR_SUCCESSOR);
+    p->store_changed = statedir_marked(&p->dir, STATEDIR_STORE_CHANGED);
     return 0;
 }
 
@@ -234,7 +235,11 @@ static void let_go(struct persist *p, struct core *k, const struct prev_lease *p
 static void adopt_leases(struct persist *p, struct core *k, struct conn *c,
                          const struct prev_lease *from, const struct prev_lease *to, uint64_t now)
 {
-    bool doubt = p->cfg->mode == REDIS_MODE_SENTINEL || p->cfg->mode == REDIS_MODE_CLUSTER;
+    /* A failover may have happened unseen; or the leases were taken on
+     * another Redis than this agent's (a reload moved it): either way a
+     * lease is not shown valid until its key is confirmed. */
+    bool doubt = p->store_changed || p->cfg->mode == REDIS_MODE_SENTINEL ||
+                 p->cfg->mode == REDIS_MODE_CLUSTER;
     const struct shm_slot *slots = shm_slots(c->page.page);
     for (const struct prev_lease *pl = from; pl < to; pl++) {
         const struct journal_lease *l = &pl->rec;
@@ -360,6 +365,7 @@ void persist_takeover(struct persist *p, struct core *k, struct server *s, uint6
                  "recorded)",
                  taken, conns, j);
     prev_free(pv);
+    statedir_unmark(&p->dir, STATEDIR_STORE_CHANGED);
     statedir_each(&p->dir, sweep_one, &(struct sweep){p, s});
 }
 

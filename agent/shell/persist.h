@@ -22,7 +22,8 @@ struct persist {
     bool on; /* a state directory is kept */
     struct statedir dir;
     struct journal journal;
-    bool journal_ok; /* open, not broken */
+    bool journal_ok;    /* open, not broken */
+    bool store_changed; /* the predecessor left for another Redis */
     const struct config *cfg;
     struct persist_prev *prev; /* until the takeover */
 };
