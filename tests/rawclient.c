@@ -163,7 +163,7 @@ struct resumed rc_resume(struct rc *c, uint64_t conn_id, const uint8_t *secret)
         cr_assert_eq(wire_get_event(body, h.len, &r.ev[r.nevents++]), 0);
     }
     if (old >= 0)
-        close(old);
+        h_raw_close(old);
     return r;
 }
 
