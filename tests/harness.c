@@ -190,8 +190,10 @@ static void close_from(int from)
         close(fds[i]);
 }
 
-/* Forks and execs argv with stdout/stderr appended to `out`. */
-static pid_t spawn(char *const argv[], const char *out, int own_group)
+/* Forks and execs argv with stdout/stderr appended to `out`, and env (NULL,
+ * or a NULL-terminated list of "NAME=VALUE" and "NAME") applied to its
+ * environment. */
+static pid_t spawn(char *const argv[], const char *out, int own_group, char *const *env)
 {
     pid_t parent = getpid();
     fflush(NULL);
@@ -213,6 +215,11 @@ static pid_t spawn(char *const argv[], const char *out, int own_group)
          * agent's SIGTERM is a stop, not a question to that service's
          * manager. */
         unsetenv("INVOCATION_ID");
+        for (char *const *e = env; e && *e; e++)
+            if (strchr(*e, '=') ? putenv(*e) != 0 : unsetenv(*e) != 0) {
+                dprintf(2, "environment %s: %s\n", *e, strerror(errno));
+                _exit(126);
+            }
         execvp(argv[0], argv);
         dprintf(2, "exec %s: %s\n", argv[0], strerror(errno));
         _exit(127);
@@ -237,7 +244,7 @@ pid_t h_fork(void)
 
 pid_t h_spawn(char *const argv[], const char *out)
 {
-    pid_t pid = spawn(argv, out ? out : h_path("child.out"), 1);
+    pid_t pid = spawn(argv, out ? out : h_path("child.out"), 1, NULL);
     register_child(pid);
     return pid;
 }
@@ -1078,7 +1085,7 @@ static void agent_start(int i, int settle, int successor)
         argv[6] = NULL; /* quorum mode: the node list of the config file */
     if (successor)
         argv[H.nnodes > 1 ? 6 : 8] = "--successor";
-    a->pid = spawn(argv, a->log, 0);
+    a->pid = spawn(argv, a->log, 0, a->env);
     if (successor) {
         int st = h_wait_child(old, H_STOP_MS);
         cr_assert_eq(st, 0, "the agent that left for its successor exited with %d", st);
@@ -1105,6 +1112,21 @@ static void agent_start(int i, int settle, int successor)
         }
         h_sleep_ms(5);
     }
+}
+
+void h_agent_env(int i, const char *env)
+{
+    struct h_agent *a = agent_at(i);
+    if (!env) {
+        memset(a->env, 0, sizeof a->env);
+        return;
+    }
+    cr_assert(env[0] != '\0' && env[0] != '=', "h_agent_env(%d, \"%s\"): no name", i, env);
+    int n = 0;
+    while (a->env[n])
+        n++;
+    cr_assert_lt(n, H_MAX_ENVS, "more than %d environment entries for agent %d", H_MAX_ENVS, i);
+    a->env[n] = h_keep(env);
 }
 
 void h_agent_start_n(int i)

@@ -53,6 +53,7 @@
 #define H_MAX_EVENTS   64
 #define H_MAX_CHILDREN 16
 #define H_MAX_FDS      16
+#define H_MAX_ENVS     8 /* h_agent_env() entries per agent */
 #define H_PATH         200
 
 /* Deadlines used throughout (milliseconds), before the time scale
@@ -74,6 +75,7 @@ struct h_agent {
     char sock[108]; /* fits sockaddr_un.sun_path */
     char conf[H_PATH];
     char log[H_PATH];
+    char *env[H_MAX_ENVS + 1]; /* h_agent_env(): NULL-terminated */
 };
 
 struct h_event {
@@ -333,6 +335,15 @@ int h_is_token(const char *s);
 void h_agent_config(int i, const char *agent_ini, const char *redis_ini);
 /* The same with the address line given (any form the agent takes). */
 void h_agent_config_addr(int i, const char *agent_ini, const char *addr, const char *redis_ini);
+/* Adds env to the environment agent i is started with from now on (also as a
+ * successor), until the teardown or h_agent_env(i, NULL), which clears the
+ * list: "NAME=VALUE" sets NAME, a bare "NAME" removes it. The entries are
+ * applied in order in the agent's process, after the harness has removed
+ * INVOCATION_ID from it (so that a test agent's SIGTERM is a stop even when
+ * the tests run inside a service): "INVOCATION_ID=..." puts it back, for an
+ * agent that is to ask a service manager (tests/fakesd.h) whether its stop
+ * is a restart. At most H_MAX_ENVS entries per agent. */
+void h_agent_env(int i, const char *env);
 /* Starts agent i with its config (written with defaults unless
  * h_agent_config() was called) and waits until a client can open and, when
  * Redis is up (in quorum mode: a majority of the nodes), until the agent has
