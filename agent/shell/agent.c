@@ -443,11 +443,14 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
         char why[300];
         int r = svcjob_restarting(why, sizeof why);
         if (r == 1) {
+            log_info("the service manager's job: %s", why);
             agent_leave(a, "the service manager restarts the agent");
             return;
         }
         if (r < 0)
             log_warn("cannot tell a restart from a stop (%s): stopping", why);
+        else
+            log_info("a stop, not a restart: %s", why);
     }
     agent_shutdown(a);
 }
