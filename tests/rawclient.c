@@ -181,3 +181,21 @@ void rc_release(struct rc *c, uint64_t lease_id)
     while (h.id != id);
     cr_assert_eq(h.type, WIRE_T_OK, "RELEASE answered with type 0x%x", h.type);
 }
+
+void rc_wait_confirmed(const struct rc *c, const struct wire_granted *g)
+{
+    H_WAIT_UNTIL(H_EVENT_MS, rc_slot(c, g->slot).state == DLOCK_STATE_HELD &&
+                                 (uint64_t)rc_slot(c, g->slot).deadline_ns > g->deadline_ns);
+    struct shm_slot s = rc_slot(c, g->slot);
+    cr_assert_eq(s.lease_id, g->lease_id);
+    cr_assert_eq(s.fence, g->fence);
+}
+
+void rc_resume_held(struct rc *c, const struct wire_granted *g)
+{
+    struct resumed r = rc_resume(c, c->ok.conn_id, c->ok.secret);
+    cr_assert_eq(r.code, 0, "RESUME refused: %d", r.code);
+    cr_assert_eq(r.nevents, 1);
+    cr_assert_eq(r.ev[0].lease_id, g->lease_id);
+    cr_assert_eq(r.ev[0].state, DLOCK_STATE_HELD);
+}

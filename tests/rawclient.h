@@ -58,5 +58,11 @@ struct resumed {
  * it brought are returned; refused, the code of the ERROR (the agent must
  * close that connection) and c's descriptor is the refused one. */
 struct resumed rc_resume(struct rc *c, uint64_t conn_id, const uint8_t *secret);
+/* Waits until a successor confirmed lease g (HELD on its page with a later
+ * deadline than the grant's), and checks the page still names it with its
+ * fence. */
+void rc_wait_confirmed(const struct rc *c, const struct wire_granted *g);
+/* Resumes c's connection and expects exactly one event: lease g HELD. */
+void rc_resume_held(struct rc *c, const struct wire_granted *g);
 
 #endif /* DLOCK_TEST_RAWCLIENT_H */

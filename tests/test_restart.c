@@ -40,18 +40,9 @@ ITEST(restart, crash_then_successor_keeps_the_lease)
     cr_assert_eq(h_raw_read_frame(c.fd, 5000, &h, body, sizeof body), 0, "no EOF after the crash");
     h_agent_start_n(0);
     /* Confirmed by a renewal: a deadline later than the predecessor's. */
-    H_WAIT_UNTIL(H_EVENT_MS, rc_slot(&c, g.slot).state == DLOCK_STATE_HELD &&
-                                 (uint64_t)rc_slot(&c, g.slot).deadline_ns > g.deadline_ns);
-    struct shm_slot s = rc_slot(&c, g.slot);
-    cr_assert_eq(s.lease_id, g.lease_id);
-    cr_assert_eq(s.fence, g.fence);
+    rc_wait_confirmed(&c, &g);
     cr_assert_str_eq(h_redis_get(h_key("job")), token);
-    struct resumed r = rc_resume(&c, c.ok.conn_id, c.ok.secret);
-    cr_assert_eq(r.code, 0);
-    cr_assert_eq(r.nevents, 1);
-    cr_assert_eq(r.ev[0].lease_id, g.lease_id);
-    cr_assert_eq(r.ev[0].state, DLOCK_STATE_HELD);
-    cr_assert_gt(r.ev[0].deadline_ns, g.deadline_ns);
+    rc_resume_held(&c, &g);
     /* The connection is the old one again: a second lease, then both go. */
     struct wire_granted g2 = rc_acquire(&c, "job2", 20000);
     cr_assert_neq(g2.slot, g.slot);
@@ -72,9 +63,7 @@ ITEST(restart, successor_flag_takes_over_from_a_running_agent)
     h_agent_successor(0);
     cr_assert(rc_valid(&c, g.slot, g.lease_id));
     cr_assert(h_redis_exists(h_key("handover")));
-    struct resumed r = rc_resume(&c, c.ok.conn_id, c.ok.secret);
-    cr_assert_eq(r.nevents, 1);
-    cr_assert_eq(r.ev[0].lease_id, g.lease_id);
+    rc_resume_held(&c, &g);
     rc_release(&c, g.lease_id);
     H_KEY_GONE(h_key("handover"));
 }
@@ -92,8 +81,7 @@ ITEST(restart, sigusr2_leaves_the_leases)
     cr_assert(h_redis_exists(h_key("usr2")));
     cr_assert(rc_valid(&c, g.slot, g.lease_id));
     h_agent_start_n(0);
-    struct resumed r = rc_resume(&c, c.ok.conn_id, c.ok.secret);
-    cr_assert_eq(r.nevents, 1);
+    rc_resume_held(&c, &g);
     rc_release(&c, g.lease_id);
 }
 
@@ -133,8 +121,7 @@ ITEST(restart, wrong_secret_is_refused)
     struct resumed r = rc_resume(&other, c.ok.conn_id, bad);
     cr_assert_eq(r.code, DLOCK_ENOTFOUND);
     cr_assert(h_redis_exists(h_key("secret")));
-    r = rc_resume(&c, c.ok.conn_id, c.ok.secret);
-    cr_assert_eq(r.nevents, 1);
+    rc_resume_held(&c, &g);
     rc_release(&c, g.lease_id);
     H_KEY_GONE(h_key("secret"));
 }
@@ -299,13 +286,10 @@ ITEST(restart, reload_moving_redis_restarts_in_place_and_confirms)
     struct wire_hdr h;
     uint8_t body[64];
     cr_assert_eq(h_raw_read_frame(c.fd, 5000, &h, body, sizeof body), 0, "no EOF at the re-exec");
-    H_WAIT_UNTIL(H_EVENT_MS, rc_slot(&c, g.slot).state == DLOCK_STATE_HELD &&
-                                 (uint64_t)rc_slot(&c, g.slot).deadline_ns > g.deadline_ns);
+    rc_wait_confirmed(&c, &g);
     cr_assert_eq(H.agent[0].pid, pid);
     cr_assert(h_agent_alive(0), "the agent did not restart in place");
-    struct resumed r = rc_resume(&c, c.ok.conn_id, c.ok.secret);
-    cr_assert_eq(r.nevents, 1);
-    cr_assert_eq(r.ev[0].state, DLOCK_STATE_HELD);
+    rc_resume_held(&c, &g);
     rc_release(&c, g.lease_id);
     H_KEY_GONE(h_key("moved"));
 }

@@ -79,16 +79,8 @@ ITEST(svcrestart, restart_job_leaves_the_lease_to_the_next_agent)
 
     h_agent_start_n(0);
     /* Taken over: confirmed by a renewal, a deadline past the predecessor's. */
-    H_WAIT_UNTIL(H_EVENT_MS, rc_slot(&c, g.slot).state == DLOCK_STATE_HELD &&
-                                 (uint64_t)rc_slot(&c, g.slot).deadline_ns > g.deadline_ns);
-    struct resumed r = rc_resume(&c, c.ok.conn_id, c.ok.secret);
-    cr_assert_eq(r.code, 0);
-    cr_assert_eq(r.nevents, 1);
-    cr_assert_eq(r.ev[0].lease_id, g.lease_id);
-    cr_assert_eq(r.ev[0].state, DLOCK_STATE_HELD);
-    struct shm_slot s = rc_slot(&c, g.slot);
-    cr_assert_eq(s.lease_id, g.lease_id);
-    cr_assert_eq(s.fence, g.fence);
+    rc_wait_confirmed(&c, &g);
+    rc_resume_held(&c, &g);
     cr_assert_str_eq(h_redis_get(h_key("svc")), token);
     rc_release(&c, g.lease_id);
     H_KEY_GONE(h_key("svc"));
