@@ -6,6 +6,26 @@
  * from there. A callback may release leases or start acquires on the same
  * client (even blocking ones), but must not call dlock_client_close() on it:
  * the frame being handled still refers to the client.
+ *
+ * Agent restarts (docs/restarts.md). A connection whose HELLO_OK says it is
+ * resumable outlives its agent. When its socket breaks, the client goes
+ * down instead of failing: each HELD lease is told JEOPARDY (DLOCK_ERESTART)
+ * and stays valid by its lease page (the same file, which the agent's
+ * successor goes on writing), and the client tries to connect again, 5 ms
+ * later, then at a backoff doubling up to 200 ms; meanwhile
+ * dlock_client_fd() is a timerfd that fires at the next attempt. An attempt
+ * sends RESUME, with a PING right behind it: the successor answers HELLO_OK
+ * and one EVENT per lease it took over, then the PING's OK, so a lease with
+ * no EVENT by then is LOST. An agent that does not know the connection any
+ * more answers ERROR: every lease is LOST and the client says HELLO afresh.
+ * The requests the broken connection left unanswered, and those made while
+ * the link was down, wait in the pending list, in the order made, and go out
+ * once the link is up again: releases first, then acquires (each with what
+ * is left of its wait) and pings. A lease released while down is marked so
+ * in its touch slot, for the successor to read. Like everything else, the
+ * reconnection runs only inside dlock_client_dispatch() or a blocking call.
+ * A program that feeds the library (dlock_client_feed()) reads the socket
+ * itself and cannot follow it to a new one: its connection ends as before.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +39,7 @@
 #include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,13 +55,23 @@
 #define PING_TIMEOUT_MS    5000
 #define RELEASE_TIMEOUT_MS 10000
 #define ACQUIRE_SLACK_MS   10000 /* beyond wait_ms before a blocking acquire gives up */
+#define BACKOFF_MIN_MS     5     /* the first attempt after the link broke */
+#define BACKOFF_MAX_MS     200   /* attempts are never further apart */
 #define FRAME_MAX          (WIRE_HDR_LEN + WIRE_MAX_BODY)
 #define READ_CHUNK         16384
-#define AGENT_MSG_MAX      256 /* an agent's error message kept, with its NUL */
+#define AGENT_MSG_MAX      256        /* an agent's error message kept, with its NUL */
+#define NO_SLOT            UINT32_MAX /* a release of a lease whose slot is not known */
 
 #define container_of(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
 
 enum req_kind { REQ_ACQUIRE, REQ_RELEASE, REQ_PING };
+
+/* The link to the agent. UP: requests go out as they are made. DOWN: no
+ * socket (the agent is restarting); an attempt is due at retry_at. RESUMING:
+ * the agent's successor took the connection back (HELLO_OK to RESUME); its
+ * EVENTs come until the OK of the PING sent behind RESUME. READY: connected
+ * again (resumed, or a fresh HELLO), the requests that waited not yet sent. */
+enum link_state { LINK_UP, LINK_DOWN, LINK_RESUMING, LINK_READY };
 
 /* Where a blocking call waits for its reply; it lives on the caller's stack. */
 struct waiter {
@@ -49,19 +80,33 @@ struct waiter {
     dlock_lease *lease; /* acquire: the new lease */
 };
 
-/* A request sent and not yet answered. */
+/* A request made and not yet answered: in flight, or waiting for the link. */
 struct pending {
-    LIST_ENTRY(pending) link;
-    struct idnode node; /* keyed by id */
+    TAILQ_ENTRY(pending) link; /* in the order made */
+    struct idnode node;        /* keyed by id */
     uint32_t id;
     enum req_kind kind;
     dlock_acquire_cb cb; /* acquire; NULL once abandoned */
     void *arg;
     struct waiter *waiter; /* release, ping; NULL when nobody waits */
     bool abandoned;        /* the caller gave up: undo a late grant */
-    bool cancelled;        /* acquire: CANCEL sent for it */
+    bool cancelled;        /* acquire: CANCEL sent for it (or to be completed so) */
+    bool sent;             /* written on the current connection */
+    bool again;            /* not sent before the link broke, or sent on a broken one */
     uint8_t lock_kind;     /* acquire: the dlock_kind asked for */
-    char name[];           /* acquire: the lock name, NUL-terminated */
+    int fail;              /* acquire: the error it is to complete with, unsent */
+    /* Release: the lease, its slot (or NO_SLOT), and what the release was
+     * worth when made (0: valid up to it, DLOCK_ELOST), the answer to give
+     * when an agent that took the connection back no longer knows it. */
+    uint64_t lease_id;
+    uint32_t slot;
+    int verdict;
+    /* Acquire: what to send again; wait_end is now_ms() when its wait runs
+     * out (-1: a try-once, an endless wait, or one too long to count). */
+    dlock_acquire_options opts;
+    dlock_lock_spec spec;
+    int64_t wait_end;
+    char name[]; /* acquire: the lock name, NUL-terminated */
 };
 
 struct dlock_lease {
@@ -70,18 +115,25 @@ struct dlock_lease {
     dlock_client *client;
     uint64_t id;
     uint64_t fence;
-    const struct shm_slot *slot; /* in the client's lease page */
-    uint64_t *touch;             /* in the client's touch page */
-    uint8_t gone;                /* reported LOST: read atomically by checks from any thread */
+    /* In the client's lease page and touch page; read atomically, as a
+     * connection taken back on other pages moves them (take_pages_back()). */
+    const struct shm_slot *slot;
+    uint64_t *touch;
+    uint32_t slot_idx;
+    uint8_t gone; /* reported LOST: read atomically by checks from any thread */
     uint32_t ttl_ms;
     dlock_state state;
+    int reason; /* of the last state reported */
     int lost_reason;
     /* Re-entrant grants of this lease and the first, not yet released: the
      * handle is freed with the last. */
     uint32_t holds;
-    uint8_t kind;   /* dlock_kind */
-    bool releasing; /* inside dlock_lease_release_sync(): no second release, and
-                       no events while it gives up the last hold (lease_quiet()) */
+    uint8_t kind;        /* dlock_kind */
+    bool releasing;      /* inside dlock_lease_release_sync(): no second release, and
+                            no events while it gives up the last hold (lease_quiet()) */
+    bool indexed;        /* in leases_by_id: a lease of the current connection */
+    bool tell;           /* a state the library set itself, to report (tell_marked()) */
+    uint32_t resume_gen; /* the last resume whose EVENTs named it */
     /* Of the holds, those of lease sets (one per set): only the set
      * releases them. */
     uint32_t set_holds;
@@ -97,10 +149,19 @@ struct dlock_lease_set {
     dlock_lease *member[]; /* in the caller's order */
 };
 
+/* Pages of an earlier connection: lease handles may still point into them,
+ * so they stay mapped until the client is closed. */
+struct retired {
+    const void *page;
+    uint64_t *touch;
+    uint32_t nslots;
+};
+
 struct dlock_client {
     int fd;
+    char *path; /* the agent's socket, for reconnecting */
     uint32_t next_id;
-    int err;       /* 0, or why the connection is broken */
+    int err;       /* 0, or why the connection is broken for good */
     bool notified; /* leases and pending requests were told about err */
     uint32_t max_name_len;
     uint32_t max_leases;
@@ -113,15 +174,33 @@ struct dlock_client {
     char agent_msg[AGENT_MSG_MAX];
     LIST_HEAD(, dlock_lease) leases;
     LIST_HEAD(, dlock_lease_set) sets;
-    LIST_HEAD(, pending) pending;
+    TAILQ_HEAD(, pending) pending;
     struct idmap leases_by_id, pending_by_id;
     struct wire_buf out;
     struct wire_buf in; /* bytes read; frames before in_off are handled */
     size_t in_off;
     int rx_fds[2];    /* lease-page descriptors received with HELLO_OK, else -1 */
+    bool want_fds;    /* reading HELLO_OK: descriptors are expected */
     const void *page; /* the lease page, read-only */
     uint64_t *touch;  /* the touch page */
     uint32_t nslots;
+    dev_t page_dev[2]; /* the files of the lease page and the touch page */
+    ino_t page_ino[2];
+    struct retired *retired;
+    size_t nretired;
+    /* Resumable connections (docs/restarts.md). */
+    bool resumable; /* HELLO_OK said so: the link is taken up again when it breaks */
+    bool fed;       /* dlock_client_feed() was used: never resumed */
+    uint64_t conn_id;
+    uint8_t secret[WIRE_SECRET_LEN];
+    enum link_state link;
+    bool link_lost;       /* the socket broke; link_down() has yet to run */
+    bool need_hello;      /* the agent refused RESUME: the next attempt says HELLO */
+    int timer_fd;         /* fires at the next attempt while down; -1 until needed */
+    int64_t retry_at;     /* now_ms() of the next attempt */
+    int backoff_ms;       /* the wait before it */
+    uint32_t resume_ping; /* the PING sent behind RESUME */
+    uint32_t resume_gen;  /* resumes so far */
 };
 
 /* The one clock of dlock: CLOCK_BOOTTIME, which keeps counting while the
@@ -158,6 +237,26 @@ static int64_t deadline_after(int64_t timeout_ms)
     return now_ms() + timeout_ms;
 }
 
+/* ---- the link ---- */
+
+/* Frames may be read and written on the socket. */
+static bool link_ok(const dlock_client *c)
+{
+    return !c->err && !c->link_lost && c->link != LINK_DOWN;
+}
+
+/* Requests go out as they are made. */
+static bool can_send(const dlock_client *c)
+{
+    return link_ok(c) && c->link == LINK_UP;
+}
+
+/* The agent is out of reach for now: the link broke and is not back. */
+static bool is_down(const dlock_client *c)
+{
+    return !c->err && (c->link_lost || c->link == LINK_DOWN);
+}
+
 /* ---- pending requests ---- */
 
 static struct pending *pending_find(dlock_client *c, uint32_t id)
@@ -171,14 +270,14 @@ static int pending_link(dlock_client *c, struct pending *p)
     p->node.id = p->id;
     if (idmap_put(&c->pending_by_id, &p->node) != 0)
         return DLOCK_ENOMEM;
-    LIST_INSERT_HEAD(&c->pending, p, link);
+    TAILQ_INSERT_TAIL(&c->pending, p, link);
     return 0;
 }
 
 static void pending_unlink(dlock_client *c, struct pending *p)
 {
     idmap_del(&c->pending_by_id, &p->node);
-    LIST_REMOVE(p, link);
+    TAILQ_REMOVE(&c->pending, p, link);
 }
 
 /* A fresh request id: never 0, never one still in flight. */
@@ -199,6 +298,8 @@ static struct pending *pending_new(dlock_client *c, enum req_kind kind, const ch
         return NULL;
     p->id = new_id(c);
     p->kind = kind;
+    p->slot = NO_SLOT;
+    p->wait_end = -1;
     if (name_len)
         memcpy(p->name, name, name_len);
     return p;
@@ -253,23 +354,34 @@ static dlock_lease *lease_new(dlock_client *c, const struct pending *p,
     l->fence = g->fence;
     l->slot = &shm_slots((void *)c->page)[g->slot];
     l->touch = &c->touch[g->slot];
+    l->slot_idx = g->slot;
     l->ttl_ms = g->ttl_ms;
     l->state = DLOCK_STATE_HELD;
     l->holds = 1;
     l->kind = p->lock_kind;
+    l->resume_gen = c->resume_gen;
     l->node.id = l->id;
     if (idmap_put(&c->leases_by_id, &l->node) != 0) {
         free(l);
         return NULL;
     }
+    l->indexed = true;
     LIST_INSERT_HEAD(&c->leases, l, link);
     return l;
 }
 
+/* Takes a lease the agent no longer knows out of the index, so that a later
+ * lease of the same id (from another agent) is not taken for it. */
+static void lease_unindex(dlock_lease *l)
+{
+    if (l->indexed)
+        idmap_del(&l->client->leases_by_id, &l->node);
+    l->indexed = false;
+}
+
 static void lease_free(dlock_lease *l)
 {
-    dlock_client *c = l->client;
-    idmap_del(&c->leases_by_id, &l->node);
+    lease_unindex(l);
     LIST_REMOVE(l, link);
     free(l);
 }
@@ -287,42 +399,30 @@ static bool lease_quiet(const dlock_lease *l)
     return l->releasing && l->holds <= 1;
 }
 
-/* ---- connection failure ---- */
-
-/* Marks the connection broken. Nobody is told here (this may run inside a
- * non-blocking call); notify_broken() does that from a dispatch or blocking
- * call. shutdown() makes the fd readable, so an event loop wakes up for it,
- * and makes the agent drop every lease of ours. */
-static void client_fail(dlock_client *c, int code)
+/* Sets a state the library found by itself (not an agent's EVENT), to be
+ * reported by tell_marked(). */
+static void lease_mark(dlock_lease *l, dlock_state state, int reason)
 {
-    if (c->err)
-        return;
-    c->err = code;
-    c->in.len = c->in_off = 0;
-    shutdown(c->fd, SHUT_RDWR);
+    l->state = state;
+    l->reason = reason;
+    if (state == DLOCK_STATE_LOST) {
+        __atomic_store_n(&l->gone, 1, __ATOMIC_RELEASE);
+        l->lost_reason = reason ? reason : DLOCK_ELOST;
+    }
+    l->tell = true;
 }
 
-/* Delivers a LOST event to every lease still held and completes every request
- * in flight with the error, once. Callbacks may release leases meanwhile, so
- * each pass starts again from the head of the list. */
-static void notify_broken(dlock_client *c)
+/* Delivers the states lease_mark() set. Callbacks may release leases
+ * meanwhile: the leases to tell wait on a list of their own, and each goes
+ * back to the client's list before its callback, which may release it or
+ * others (LIST_REMOVE works on whichever list a lease is on). */
+static void tell_marked(dlock_client *c)
 {
-    if (!c->err || c->notified)
-        return;
-    c->notified = true;
-    /* The leases to tell wait on a list of their own; each goes back to the
-     * client's list before its callback, which may release it or others
-     * (LIST_REMOVE works on whichever list a lease is on). */
     LIST_HEAD(, dlock_lease) tell = LIST_HEAD_INITIALIZER(tell);
     dlock_lease *l, *next;
     for (l = LIST_FIRST(&c->leases); l; l = next) {
         next = LIST_NEXT(l, link);
-        if (state_is_final(l->state))
-            continue;
-        l->state = DLOCK_STATE_LOST;
-        __atomic_store_n(&l->gone, 1, __ATOMIC_RELEASE);
-        l->lost_reason = c->err;
-        if (!lease_quiet(l)) {
+        if (l->tell) {
             LIST_REMOVE(l, link);
             LIST_INSERT_HEAD(&tell, l, link);
         }
@@ -330,11 +430,107 @@ static void notify_broken(dlock_client *c)
     while ((l = LIST_FIRST(&tell)) != NULL) {
         LIST_REMOVE(l, link);
         LIST_INSERT_HEAD(&c->leases, l, link);
-        if (c->event_cb)
-            c->event_cb(c, l, DLOCK_STATE_LOST, c->err, c->event_arg);
+        l->tell = false;
+        if (c->event_cb && !lease_quiet(l))
+            c->event_cb(c, l, l->state, l->reason, c->event_arg);
     }
+}
+
+/* What slot s of a lease page says of lease lease_id: its deadline while it
+ * holds the lease, held or in jeopardy, else 0 (a slot taken over by a later
+ * lease says nothing of this one). */
+static int64_t slot_deadline(const struct shm_slot *s, uint64_t lease_id)
+{
+    struct shm_slot now;
+    if (shm_slot_read(s, &now) != 0 || now.lease_id != lease_id)
+        return 0;
+    if (now.state != DLOCK_STATE_HELD && now.state != DLOCK_STATE_JEOPARDY)
+        return 0;
+    return now.deadline_ns;
+}
+
+/* Marks the lease in slot `slot` of the current pages released in its
+ * touch slot (SHM_TOUCH_RELEASED over the last touch), for an agent that is
+ * not running: its successor reads the mark before it renews the lease,
+ * and releases the key instead. Not when the page shows another lease there
+ * (the slot was freed and given to a later one). */
+static void touch_mark_released(dlock_client *c, uint32_t slot, uint64_t lease_id)
+{
+    if (slot == NO_SLOT || slot >= c->nslots || !c->touch)
+        return;
+    struct shm_slot now;
+    if (shm_slot_read(&shm_slots((void *)c->page)[slot], &now) == 0 && now.lease_id != lease_id)
+        return;
+    uint64_t *t = &c->touch[slot];
+    uint64_t v = __atomic_load_n(t, __ATOMIC_RELAXED);
+    __atomic_store_n(t, v | SHM_TOUCH_RELEASED, __ATOMIC_RELEASE);
+}
+
+/* ---- connection failure ---- */
+
+/* How far the input buffer holds whole frames: those a broken link left
+ * are still handled; a partial one is dropped. */
+static size_t whole_frames(const dlock_client *c)
+{
+    size_t off = c->in_off;
+    struct wire_hdr h;
+    while (c->in.len > off &&
+           wire_hdr_decode(c->in.data + off, c->in.len - off, WIRE_MAX_BODY, &h) == 1 &&
+           c->in.len - off >= WIRE_HDR_LEN + (size_t)h.len)
+        off += WIRE_HDR_LEN + (size_t)h.len;
+    return off;
+}
+
+/* Marks the connection broken for good. Nobody is told here (this may run
+ * inside a non-blocking call); notify_broken() does that from a dispatch or
+ * blocking call. shutdown() makes the fd readable, so an event loop wakes up
+ * for it, and makes the agent drop every lease of ours. */
+static void client_fail(dlock_client *c, int code)
+{
+    if (c->err)
+        return;
+    c->err = code;
+    c->in.len = c->in_off = 0;
+    if (c->fd >= 0)
+        shutdown(c->fd, SHUT_RDWR);
+}
+
+/* The socket broke (end of stream, or an error reading or writing it). A
+ * resumable connection is taken up again later (link_down(), from a
+ * dispatch or blocking call; the fd stays readable until then); any other
+ * fails for good. While down, an attempt that fails handles that itself. */
+static void client_break(dlock_client *c)
+{
+    if (c->err)
+        return;
+    if (!c->resumable || c->fed) {
+        client_fail(c, DLOCK_EDISCONNECTED);
+        return;
+    }
+    if (c->link_lost || c->link == LINK_DOWN)
+        return;
+    c->link_lost = true;
+    c->in.len = whole_frames(c);
+    c->out.len = 0;
+    shutdown(c->fd, SHUT_RDWR);
+}
+
+/* Delivers a LOST event to every lease still held and completes every request
+ * in flight with the error, once. */
+static void notify_broken(dlock_client *c)
+{
+    if (!c->err || c->notified)
+        return;
+    c->notified = true;
+    dlock_lease *l;
+    LIST_FOREACH(l, &c->leases, link)
+    {
+        if (!state_is_final(l->state))
+            lease_mark(l, DLOCK_STATE_LOST, c->err);
+    }
+    tell_marked(c);
     struct pending *p;
-    while ((p = LIST_FIRST(&c->pending)) != NULL) {
+    while ((p = TAILQ_FIRST(&c->pending)) != NULL) {
         pending_unlink(c, p);
         pending_complete(c, p, c->err, NULL);
     }
@@ -361,7 +557,7 @@ static ssize_t recv_with_fds(dlock_client *c, void *buf, size_t len)
         size_t nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
         memcpy(fds, CMSG_DATA(cm), (nfds > 2 ? 2 : nfds) * sizeof(int));
         for (size_t i = 0; i < nfds && i < 2; i++) {
-            if (c->rx_fds[i] < 0 && nfds == 2 && !c->page)
+            if (c->rx_fds[i] < 0 && nfds == 2 && c->want_fds)
                 c->rx_fds[i] = fds[i];
             else
                 close(fds[i]);
@@ -440,7 +636,7 @@ static int flush_out(dlock_client *c)
         }
         /* A partial frame may be on the wire: the stream cannot be trusted. */
         rc = DLOCK_EDISCONNECTED;
-        client_fail(c, rc);
+        client_break(c);
         break;
     }
     c->out.len = 0;
@@ -466,7 +662,7 @@ static int flush_nowait(dlock_client *c)
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             break;
         rc = DLOCK_EDISCONNECTED;
-        client_fail(c, rc);
+        client_break(c);
         c->out.len = off = 0;
         break;
     }
@@ -477,74 +673,214 @@ static int flush_nowait(dlock_client *c)
     return rc;
 }
 
-/* Writes the frame just encoded for p (rc is the encoder's result; frames
- * queued before it go out first) and, once it is out, files p among the
- * requests in flight; frees p on failure. An encoder that failed added
- * nothing to c->out. */
-static int pending_send(dlock_client *c, struct pending *p, int rc)
+static int put_acquire(dlock_client *c, uint32_t id, const char *name,
+                       const dlock_acquire_options *opts, const dlock_lock_spec *spec);
+
+/* Appends request p to c->out. An acquire sent again after the link broke
+ * asks for what is left of its wait (expire_unsent() completed those whose
+ * wait ran out); an endless wait stays endless, a try-once a try-once. */
+static int encode(dlock_client *c, struct pending *p)
 {
-    if (rc == 0)
-        rc = flush_out(c);
-    if (rc != 0) {
-        free(p);
-        return rc;
+    struct wire_release m = {.lease_id = p->lease_id};
+    switch (p->kind) {
+    case REQ_ACQUIRE: {
+        dlock_acquire_options o = p->opts;
+        if (p->again && o.wait_ms > 0 && p->wait_end >= 0) {
+            int64_t left = p->wait_end - now_ms();
+            o.wait_ms = left > 0 ? left : 1;
+        }
+        return put_acquire(c, p->id, p->name, &o, &p->spec);
     }
-    rc = pending_link(c, p);
-    if (rc != 0)
+    case REQ_RELEASE:
+        return wire_put_release(&c->out, p->id, &m);
+    default:
+        return wire_put_empty(&c->out, p->id, WIRE_T_PING);
+    }
+}
+
+/* Files request p among those in flight and writes it: at once when the
+ * link is up (flush_out() when wait, else flush_nowait()), or else once it
+ * is up again (go_up()). Frees p on failure. A link that breaks while p
+ * goes out is not one: p goes out again once the link is back. */
+static int submit(dlock_client *c, struct pending *p, bool wait)
+{
+    if (pending_link(c, p) != 0) {
         free(p);
+        return DLOCK_ENOMEM;
+    }
+    if (!can_send(c)) {
+        p->again = true;
+        return 0;
+    }
+    int rc = encode(c, p);
+    if (rc == 0) {
+        p->sent = true;
+        rc = wait ? flush_out(c) : flush_nowait(c);
+        if (rc != 0 && !c->err)
+            rc = 0;
+    }
+    if (rc != 0) {
+        pending_unlink(c, p);
+        free(p);
+    }
     return rc;
 }
 
-/* Sends a RELEASE or PING whose reply goes to w (NULL: nobody waits). */
-static int send_simple(dlock_client *c, enum req_kind kind, uint64_t lease_id, struct waiter *w,
+/* Sends a RELEASE of lease l (its verdict taken from the lease page now) or
+ * a PING (l NULL), whose reply goes to w. While the agent is out of reach, a
+ * release also marks the lease released in its touch slot. */
+static int send_simple(dlock_client *c, enum req_kind kind, const dlock_lease *l, struct waiter *w,
                        uint32_t *idp)
 {
     if (c->err)
         return DLOCK_EDISCONNECTED;
-    if (w)
-        c->agent_err = 0; /* a caller's request: older messages are not its */
+    c->agent_err = 0; /* a caller's request: older messages are not its */
     struct pending *p = pending_new(c, kind, NULL, 0);
     if (!p)
         return DLOCK_ENOMEM;
     p->waiter = w;
-    p->abandoned = (w == NULL);
+    if (l) {
+        p->lease_id = l->id;
+        p->slot = l->slot_idx;
+        p->verdict = dlock_lease_valid(l) ? 0 : DLOCK_ELOST;
+        if (is_down(c))
+            touch_mark_released(c, p->slot, p->lease_id);
+    }
     *idp = p->id;
-    struct wire_release m = {.lease_id = lease_id};
-    if (kind == REQ_RELEASE)
-        return pending_send(c, p, wire_put_release(&c->out, p->id, &m));
-    return pending_send(c, p, wire_put_empty(&c->out, p->id, WIRE_T_PING));
+    return submit(c, p, true);
 }
 
 /* Queues RELEASE and writes what the socket takes, without waiting for
  * anything. Its answer is dropped when it comes: the request is filed as
- * abandoned, so its id is not reused while it is in flight. */
-static int release_nowait(dlock_client *c, uint64_t lease_id)
+ * abandoned, so its id is not reused while it is in flight. While the agent
+ * is out of reach, the lease is marked released in its touch slot, and the
+ * RELEASE goes out once the link is back. */
+static int release_nowait(dlock_client *c, uint64_t lease_id, uint32_t slot, int verdict)
 {
     if (c->err)
         return DLOCK_EDISCONNECTED;
+    if (is_down(c))
+        touch_mark_released(c, slot, lease_id);
     struct pending *p = pending_new(c, REQ_RELEASE, NULL, 0);
+    if (p) {
+        p->abandoned = true;
+        p->lease_id = lease_id;
+        p->slot = slot;
+        p->verdict = verdict;
+        return submit(c, p, false);
+    }
+    if (!can_send(c))
+        return is_down(c) ? 0 : DLOCK_ENOMEM;
     /* Without memory for the record, an id of its own still keeps the answer
      * from being taken for another request's: the agent answers a RELEASE
      * as soon as it reads it, long before the ids come round again. */
-    uint32_t id = p ? p->id : new_id(c);
     struct wire_release m = {.lease_id = lease_id};
-    int rc = wire_put_release(&c->out, id, &m);
-    if (rc != 0) {
-        free(p);
+    int rc = wire_put_release(&c->out, new_id(c), &m);
+    if (rc != 0)
         return rc;
-    }
-    if (p) {
-        p->abandoned = true;
-        if (pending_link(c, p) != 0)
-            free(p);
-    }
     return flush_nowait(c);
 }
 
 /* Gives a lease back without waiting: a grant nobody wants any more. */
-static void release_unwanted(dlock_client *c, uint64_t lease_id)
+static void release_unwanted(dlock_client *c, uint64_t lease_id, uint32_t slot)
 {
-    (void)release_nowait(c, lease_id);
+    (void)release_nowait(c, lease_id, slot, 0);
+}
+
+/* ---- the link taken up again ---- */
+
+/* Completes the acquires that wait for the link and cannot wait any longer:
+ * cancelled, their wait run out, or a try-once the broken link left
+ * unanswered. Those due are taken out first, then completed: callbacks may
+ * make requests meanwhile. */
+static void expire_unsent(dlock_client *c)
+{
+    TAILQ_HEAD(, pending) done = TAILQ_HEAD_INITIALIZER(done);
+    int64_t now = now_ms();
+    struct pending *p, *next;
+    for (p = TAILQ_FIRST(&c->pending); p; p = next) {
+        next = TAILQ_NEXT(p, link);
+        if (p->sent || p->kind != REQ_ACQUIRE)
+            continue;
+        if (!p->fail && p->cancelled)
+            p->fail = DLOCK_ECANCELED;
+        if (!p->fail && p->wait_end >= 0 && now >= p->wait_end)
+            p->fail = DLOCK_ETIMEDOUT;
+        if (!p->fail)
+            continue;
+        pending_unlink(c, p);
+        TAILQ_INSERT_TAIL(&done, p, link);
+    }
+    while ((p = TAILQ_FIRST(&done)) != NULL) {
+        TAILQ_REMOVE(&done, p, link);
+        pending_complete(c, p, p->fail, NULL);
+    }
+}
+
+/* The link is READY (connected again): completes what cannot wait, then,
+ * the link UP, sends what waited for it, in the order made: releases first
+ * (a release made before an acquire of the same name must not make it
+ * DLOCK_EHELD), then acquires and pings; and reports the states the
+ * library marked. */
+static void go_up(dlock_client *c)
+{
+    expire_unsent(c); /* requests made by its callbacks wait behind the others */
+    if (!link_ok(c) || c->link != LINK_READY)
+        return; /* a blocking call of a callback did it, or the link broke again */
+    c->link = LINK_UP;
+    TAILQ_HEAD(, pending) failed = TAILQ_HEAD_INITIALIZER(failed);
+    for (int pass = 0; pass < 2; pass++) {
+        struct pending *p, *next;
+        for (p = TAILQ_FIRST(&c->pending); p; p = next) {
+            next = TAILQ_NEXT(p, link);
+            if (p->sent || (p->kind == REQ_RELEASE) != (pass == 0))
+                continue;
+            /* Cancelled by a callback of expire_unsent(): never sent. */
+            int rc = p->kind == REQ_ACQUIRE && p->cancelled ? DLOCK_ECANCELED : encode(c, p);
+            if (rc == 0) {
+                p->sent = true;
+                continue;
+            }
+            p->fail = rc;
+            pending_unlink(c, p);
+            TAILQ_INSERT_TAIL(&failed, p, link);
+        }
+    }
+    (void)flush_out(c); /* a link broken again puts them back */
+    struct pending *p;
+    while ((p = TAILQ_FIRST(&failed)) != NULL) {
+        TAILQ_REMOVE(&failed, p, link);
+        pending_complete(c, p, p->fail, NULL);
+    }
+    tell_marked(c);
+}
+
+/* The OK of the PING sent behind RESUME: the successor has named every
+ * lease it took over with an EVENT; the others are LOST. */
+static void finish_resume(dlock_client *c)
+{
+    dlock_lease *l;
+    LIST_FOREACH(l, &c->leases, link)
+    {
+        if (!state_is_final(l->state) && l->resume_gen != c->resume_gen) {
+            lease_mark(l, DLOCK_STATE_LOST, DLOCK_ERESTART);
+            lease_unindex(l);
+        }
+    }
+    c->link = LINK_READY;
+    go_up(c);
+}
+
+/* Whether a RELEASE of lease_id waits to go out, or is in flight. */
+static bool release_pending(dlock_client *c, uint64_t lease_id)
+{
+    struct pending *p;
+    TAILQ_FOREACH(p, &c->pending, link)
+    {
+        if (p->kind == REQ_RELEASE && p->lease_id == lease_id)
+            return true;
+    }
+    return false;
 }
 
 /* ---- handling frames ---- */
@@ -553,11 +889,10 @@ static void release_unwanted(dlock_client *c, uint64_t lease_id)
  * it for a re-entrant acquire, so the handle takes one more hold (same
  * lease, same slot). Anything else under a known lease id breaks the
  * protocol. */
-static int reentered(dlock_client *c, dlock_lease *l, const struct pending *p,
-                     const struct wire_granted *g)
+static int reentered(dlock_lease *l, const struct pending *p, const struct wire_granted *g)
 {
-    if (state_is_final(l->state) || l->slot != &shm_slots((void *)c->page)[g->slot] ||
-        strcmp(l->name, p->name) != 0 || l->holds == UINT32_MAX)
+    if (state_is_final(l->state) || l->slot_idx != g->slot || strcmp(l->name, p->name) != 0 ||
+        l->holds == UINT32_MAX)
         return DLOCK_EPROTO;
     l->holds++;
     l->ttl_ms = g->ttl_ms;
@@ -570,7 +905,7 @@ static int on_granted(dlock_client *c, const struct wire_hdr *h, const uint8_t *
     if (wire_get_granted(body, h->len, &g) != 0 || g.slot >= c->nslots)
         return DLOCK_EPROTO;
     struct pending *p = pending_find(c, h->id);
-    if (p && p->kind != REQ_ACQUIRE)
+    if (p && (p->kind != REQ_ACQUIRE || !p->sent))
         return DLOCK_EPROTO;
     if (!p || p->abandoned) {
         /* A lease nobody waits for would stay held until we disconnect. */
@@ -578,12 +913,12 @@ static int on_granted(dlock_client *c, const struct wire_hdr *h, const uint8_t *
             pending_unlink(c, p);
             free(p);
         }
-        release_unwanted(c, g.lease_id);
+        release_unwanted(c, g.lease_id, g.slot);
         return 0;
     }
     dlock_lease *l = lease_find(c, g.lease_id);
     if (l) {
-        int rc = reentered(c, l, p, &g);
+        int rc = reentered(l, p, &g);
         if (rc != 0)
             return rc; /* p stays in flight: the broken connection completes it */
         pending_unlink(c, p);
@@ -593,7 +928,7 @@ static int on_granted(dlock_client *c, const struct wire_hdr *h, const uint8_t *
     pending_unlink(c, p);
     l = lease_new(c, p, &g);
     if (!l)
-        release_unwanted(c, g.lease_id);
+        release_unwanted(c, g.lease_id, g.slot);
     pending_complete(c, p, l ? 0 : DLOCK_ENOMEM, l);
     return 0;
 }
@@ -602,6 +937,10 @@ static int on_ok(dlock_client *c, const struct wire_hdr *h)
 {
     if (h->len != 0)
         return DLOCK_EPROTO;
+    if (c->link == LINK_RESUMING && h->id == c->resume_ping) {
+        finish_resume(c);
+        return 0;
+    }
     struct pending *p = pending_find(c, h->id);
     if (!p)
         return 0; /* nobody asked; harmless */
@@ -636,9 +975,14 @@ static int on_error(dlock_client *c, const struct wire_hdr *h, const uint8_t *bo
     if (!p)
         return 0;
     pending_unlink(c, p);
-    if (!p->abandoned && e.code < 0)
+    int status = e.code < 0 ? e.code : DLOCK_EPROTO;
+    /* A release made while the agent restarted: its successor may have
+     * released the lease already, on the touch slot's mark. */
+    if (p->kind == REQ_RELEASE && p->again && status == DLOCK_ENOTFOUND)
+        status = p->verdict;
+    else if (!p->abandoned && e.code < 0)
         keep_agent_msg(c, &e);
-    pending_complete(c, p, e.code < 0 ? e.code : DLOCK_EPROTO, NULL);
+    pending_complete(c, p, status, NULL);
     return 0;
 }
 
@@ -649,15 +993,31 @@ static int on_event(dlock_client *c, const struct wire_hdr *h, const uint8_t *bo
         return DLOCK_EPROTO;
     if (ev.state < DLOCK_STATE_HELD || ev.state > DLOCK_STATE_RELEASED)
         return DLOCK_EPROTO;
+    bool resuming = c->link == LINK_RESUMING;
     dlock_lease *l = lease_find(c, ev.lease_id);
-    if (!l || state_is_final(l->state))
+    if (!l) {
+        /* A lease the successor took over that nobody here knows (its
+         * GRANTED was lost with the connection, or its handle released
+         * meanwhile): give it back before anything else goes out. */
+        if (resuming && ev.state != DLOCK_STATE_LOST && !release_pending(c, ev.lease_id))
+            release_unwanted(c, ev.lease_id, NO_SLOT);
+        return 0;
+    }
+    if (resuming)
+        l->resume_gen = c->resume_gen;
+    if (state_is_final(l->state))
         return 0; /* released meanwhile, or already over: a lease never comes back */
+    /* A resume's EVENTs repeat what the client knows as often as not (a
+     * lease in jeopardy for a Redis outage before the restart): only a
+     * change is reported. */
+    bool change = l->state != (dlock_state)ev.state || l->reason != ev.reason;
     l->state = (dlock_state)ev.state;
+    l->reason = ev.reason;
     if (ev.state == DLOCK_STATE_LOST) {
         __atomic_store_n(&l->gone, 1, __ATOMIC_RELEASE);
         l->lost_reason = ev.reason ? ev.reason : DLOCK_ELOST;
     }
-    if (!lease_quiet(l) && c->event_cb)
+    if ((change || !resuming) && !lease_quiet(l) && c->event_cb)
         c->event_cb(c, l, l->state, ev.reason, c->event_arg);
     return 0;
 }
@@ -710,42 +1070,18 @@ static void process_input(dlock_client *c)
 static void read_input(dlock_client *c)
 {
     process_input(c);
-    while (!c->err) {
+    while (link_ok(c)) {
         ssize_t n = read_some(c);
         if (n == 0)
             return;
         if (n < 0)
-            client_fail(c, DLOCK_EDISCONNECTED);
+            client_break(c);
         else
             process_input(c);
     }
 }
 
-/* Handles frames until w is done or timeout_ms (-1 = forever) has passed.
- * Returns 0 (w->status holds the outcome), DLOCK_ENOANSWER (the agent did
- * not answer in time: not a lock that stayed taken) or DLOCK_ENOMEM; the
- * caller abandons its request on an error. */
-static int wait_for(dlock_client *c, struct waiter *w, int64_t timeout_ms)
-{
-    int64_t deadline = deadline_after(timeout_ms);
-    for (;;) {
-        process_input(c);
-        notify_broken(c); /* completes w too when the connection broke */
-        if (w->done)
-            return 0;
-        int ms = poll_timeout(deadline);
-        if (ms == 0)
-            return DLOCK_ENOANSWER;
-        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-        int r = poll(&pfd, 1, ms);
-        if (r < 0 && errno != EINTR)
-            return DLOCK_ENOMEM;
-        if (r > 0)
-            read_input(c);
-    }
-}
-
-/* ---- opening ---- */
+/* ---- connecting ---- */
 
 static int connect_socket(const char *path, int *fdp)
 {
@@ -776,6 +1112,27 @@ static int connect_socket(const char *path, int *fdp)
     return 0;
 }
 
+static void close_rx_fds(dlock_client *c)
+{
+    for (int i = 0; i < 2; i++) {
+        if (c->rx_fds[i] >= 0)
+            close(c->rx_fds[i]);
+        c->rx_fds[i] = -1;
+    }
+}
+
+/* Closes the socket (if any) and forgets what was read from it or queued
+ * for it. */
+static void drop_socket(dlock_client *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    c->in.len = c->in_off = 0;
+    c->out.len = 0;
+    close_rx_fds(c);
+}
+
 /* Reads until the input buffer starts with one whole frame (header in *h). */
 static int read_first_frame(dlock_client *c, struct wire_hdr *h, int64_t deadline)
 {
@@ -799,8 +1156,73 @@ static int read_first_frame(dlock_client *c, struct wire_hdr *h, int64_t deadlin
     }
 }
 
+/* Reads the answer to HELLO or RESUME, sent at boot time `sent`: returns 0
+ * with *ok (the frame then handled), 1 with the code of the agent's ERROR in
+ * *refused, or an error of ours. */
+static int read_hello_ok(dlock_client *c, int64_t sent, struct wire_hello_ok *ok, int *refused)
+{
+    struct wire_hdr h;
+    c->want_fds = true;
+    int rc = read_first_frame(c, &h, deadline_after(HELLO_TIMEOUT_MS));
+    c->want_fds = false;
+    int64_t received = boot_ns();
+    if (rc != 0)
+        return rc;
+    const uint8_t *body = c->in.data + WIRE_HDR_LEN;
+    if (h.type == WIRE_T_ERROR) {
+        struct wire_error e;
+        if (wire_get_error(body, h.len, &e) != 0 || e.code >= 0)
+            return DLOCK_EPROTO;
+        *refused = e.code;
+        return 1;
+    }
+    if (h.type != WIRE_T_HELLO_OK || wire_get_hello_ok(body, h.len, ok) != 0)
+        return DLOCK_EPROTO;
+    /* The lease page holds deadlines on the agent's CLOCK_BOOTTIME: if its
+     * reading does not fall between our own two, our clock is another one
+     * (a time namespace with a boottime offset) and every validity check
+     * would be wrong. */
+    if ((int64_t)ok->clock_ns < sent || (int64_t)ok->clock_ns > received)
+        return DLOCK_ECLOCK;
+    c->in_off = WIRE_HDR_LEN + (size_t)h.len;
+    return 0;
+}
+
+/* Takes the agent's limits and, in version 2, the connection's name from
+ * HELLO_OK. */
+static void apply_hello_ok(dlock_client *c, const struct wire_hello_ok *ok)
+{
+    /* Our encoder cannot send more than WIRE_MAX_NAME whatever the agent allows. */
+    c->max_name_len = ok->max_name_len;
+    if (c->max_name_len == 0 || c->max_name_len > WIRE_MAX_NAME)
+        c->max_name_len = WIRE_MAX_NAME;
+    c->max_leases = ok->max_leases;
+    c->default_ttl_ms = ok->default_ttl_ms;
+    c->resumable = ok->version >= 2 && (ok->flags & WIRE_HELLO_RESUMABLE) && ok->conn_id != 0;
+    c->conn_id = ok->conn_id;
+    memcpy(c->secret, ok->secret, WIRE_SECRET_LEN);
+}
+
+/* The pages of an earlier connection stay mapped (see struct retired); when
+ * they cannot be recorded, they are never unmapped. */
+static void retire_pages(dlock_client *c)
+{
+    if (!c->page)
+        return;
+    struct retired *r = realloc(c->retired, (c->nretired + 1) * sizeof *r);
+    if (r) {
+        c->retired = r;
+        r[c->nretired++] =
+            (struct retired){.page = c->page, .touch = c->touch, .nslots = c->nslots};
+    }
+    c->page = NULL;
+    c->touch = NULL;
+    c->nslots = 0;
+}
+
 /* Maps the lease page (read-only) and the touch page received with HELLO_OK,
- * after checking that they are what the agent says they are. */
+ * after checking that they are what the agent says they are, as the
+ * client's pages; those it had before are retired. */
 static int map_pages(dlock_client *c)
 {
     struct stat st[2];
@@ -824,71 +1246,344 @@ static int map_pages(dlock_client *c)
         munmap(page, shm_page_size(n));
         return DLOCK_ENOMEM;
     }
+    retire_pages(c);
     c->page = page;
     c->touch = touch;
     c->nslots = n;
     for (int i = 0; i < 2; i++) {
-        close(c->rx_fds[i]);
-        c->rx_fds[i] = -1;
+        c->page_dev[i] = st[i].st_dev;
+        c->page_ino[i] = st[i].st_ino;
     }
+    close_rx_fds(c);
     return 0;
 }
 
-/* Sends HELLO and takes the agent's limits from HELLO_OK. */
-static int handshake(dlock_client *c)
+/* Sends HELLO of the given version and takes the agent's limits and pages
+ * from HELLO_OK. */
+static int handshake(dlock_client *c, uint16_t version)
 {
-    struct wire_hello hello = {.magic = WIRE_MAGIC, .version = WIRE_VERSION_MIN};
+    struct wire_hello hello = {.magic = WIRE_MAGIC, .version = version};
     int rc = wire_put_hello(&c->out, new_id(c), &hello);
     if (rc != 0)
         return rc;
     int64_t sent = boot_ns();
     if (flush_out(c) != 0)
         return DLOCK_ECONNECT;
-    struct wire_hdr h;
-    rc = read_first_frame(c, &h, deadline_after(HELLO_TIMEOUT_MS));
-    int64_t received = boot_ns();
+    struct wire_hello_ok ok;
+    int refused = 0;
+    rc = read_hello_ok(c, sent, &ok, &refused);
+    if (rc == 1)
+        return refused;
     if (rc != 0)
         return rc;
-    const uint8_t *body = c->in.data + WIRE_HDR_LEN;
-    if (h.type == WIRE_T_ERROR) {
-        struct wire_error e;
-        if (wire_get_error(body, h.len, &e) != 0 || e.code >= 0)
-            return DLOCK_EPROTO;
-        return e.code;
-    }
-    struct wire_hello_ok ok;
-    if (h.type != WIRE_T_HELLO_OK || wire_get_hello_ok(body, h.len, &ok) != 0)
-        return DLOCK_EPROTO;
     if (ok.version != hello.version)
         return DLOCK_EVERSION;
-    /* The lease page holds deadlines on the agent's CLOCK_BOOTTIME: if its
-     * reading does not fall between our own two, our clock is another one
-     * (a time namespace with a boottime offset) and every validity check
-     * would be wrong. */
-    if ((int64_t)ok.clock_ns < sent || (int64_t)ok.clock_ns > received)
-        return DLOCK_ECLOCK;
-    /* Our encoder cannot send more than WIRE_MAX_NAME whatever the agent allows. */
-    c->max_name_len = ok.max_name_len;
-    if (c->max_name_len == 0 || c->max_name_len > WIRE_MAX_NAME)
-        c->max_name_len = WIRE_MAX_NAME;
-    c->max_leases = ok.max_leases;
-    c->default_ttl_ms = ok.default_ttl_ms;
-    c->in_off = WIRE_HDR_LEN + (size_t)h.len;
-    return map_pages(c);
+    rc = map_pages(c);
+    if (rc == 0)
+        apply_hello_ok(c, &ok);
+    return rc;
 }
+
+/* Connects and says HELLO in version 2, or, to an older agent, which
+ * answers DLOCK_EVERSION and hangs up, again in version 1. */
+static int connect_hello(dlock_client *c)
+{
+    int rc = DLOCK_EVERSION;
+    for (int v = WIRE_VERSION; rc == DLOCK_EVERSION && v >= WIRE_VERSION_MIN; v--) {
+        drop_socket(c);
+        rc = connect_socket(c->path, &c->fd);
+        if (rc == 0)
+            rc = handshake(c, (uint16_t)v);
+    }
+    return rc;
+}
+
+/* The pages a successor sent with its HELLO_OK to RESUME: the same files
+ * as the client maps (docs/restarts.md), whose descriptors are closed; any
+ * others are mapped instead, and every lease handle moved to them (a lease
+ * whose slot is not there any more is as good as lost). */
+static int take_pages_back(dlock_client *c)
+{
+    struct stat st[2];
+    if (c->rx_fds[0] < 0 || c->rx_fds[1] < 0 || fstat(c->rx_fds[0], &st[0]) != 0 ||
+        fstat(c->rx_fds[1], &st[1]) != 0)
+        return DLOCK_EPROTO;
+    bool same = true;
+    for (int i = 0; i < 2; i++)
+        same = same && st[i].st_dev == c->page_dev[i] && st[i].st_ino == c->page_ino[i];
+    if (same) {
+        close_rx_fds(c);
+        return 0;
+    }
+    int rc = map_pages(c);
+    if (rc != 0)
+        return rc;
+    dlock_lease *l;
+    LIST_FOREACH(l, &c->leases, link)
+    {
+        if (state_is_final(l->state))
+            continue;
+        if (l->slot_idx >= c->nslots) {
+            __atomic_store_n(&l->gone, 1, __ATOMIC_RELEASE);
+            continue;
+        }
+        __atomic_store_n(&l->slot, &shm_slots((void *)c->page)[l->slot_idx], __ATOMIC_RELEASE);
+        __atomic_store_n(&l->touch, &c->touch[l->slot_idx], __ATOMIC_RELEASE);
+    }
+    return 0;
+}
+
+/* The agent does not know the connection any more (a stop rather than a
+ * restart, or one its successor could not take over): every lease is LOST
+ * (DLOCK_ERESTART), a release waiting for the link is over (the agent let
+ * the leases go), and the next attempt says HELLO. */
+static void resume_refused(dlock_client *c)
+{
+    c->need_hello = true;
+    dlock_lease *l;
+    LIST_FOREACH(l, &c->leases, link)
+    {
+        if (!state_is_final(l->state))
+            lease_mark(l, DLOCK_STATE_LOST, DLOCK_ERESTART);
+        lease_unindex(l);
+    }
+    struct pending *p, *next;
+    for (p = TAILQ_FIRST(&c->pending); p; p = next) {
+        next = TAILQ_NEXT(p, link);
+        if (p->kind == REQ_RELEASE) {
+            pending_unlink(c, p);
+            pending_complete(c, p, p->verdict, NULL); /* no callback: a waiter at most */
+        }
+    }
+}
+
+/* One attempt to take the connection back: RESUME and a PING, then
+ * HELLO_OK. 0: RESUMING (the EVENTs and the PING's OK follow); else the
+ * error, the socket closed. An agent that refuses (it does not know the
+ * connection, or RESUME at all) gets a fresh HELLO at once. */
+static int reconnect_resume(dlock_client *c)
+{
+    int rc = connect_socket(c->path, &c->fd);
+    struct wire_resume m = {.magic = WIRE_MAGIC, .version = WIRE_VERSION, .conn_id = c->conn_id};
+    memcpy(m.secret, c->secret, WIRE_SECRET_LEN);
+    uint32_t id = new_id(c);
+    c->resume_ping = new_id(c);
+    if (rc == 0)
+        rc = wire_put_resume(&c->out, id, &m);
+    if (rc == 0)
+        rc = wire_put_empty(&c->out, c->resume_ping, WIRE_T_PING);
+    int64_t sent = boot_ns();
+    if (rc == 0 && flush_out(c) != 0)
+        rc = DLOCK_ECONNECT;
+    struct wire_hello_ok ok;
+    int refused = 0;
+    if (rc == 0)
+        rc = read_hello_ok(c, sent, &ok, &refused);
+    if (rc == 0 && ok.version < 2)
+        rc = 1, refused = DLOCK_EVERSION;
+    if (rc == 1 &&
+        (refused == DLOCK_ENOTFOUND || refused == DLOCK_EPROTO || refused == DLOCK_EVERSION)) {
+        /* Not known, or an agent older than RESUME ("request before hello"). */
+        drop_socket(c);
+        resume_refused(c);
+        return DLOCK_ENOTFOUND;
+    }
+    if (rc == 1)
+        rc = DLOCK_ECONNECT; /* another refusal (it is stopping, out of memory): later */
+    if (rc == 0)
+        rc = take_pages_back(c);
+    if (rc != 0) {
+        drop_socket(c);
+        return rc;
+    }
+    apply_hello_ok(c, &ok);
+    c->resume_gen++;
+    c->link = LINK_RESUMING;
+    return 0;
+}
+
+/* A fresh connection, the agent having refused to take the old one back:
+ * HELLO (version 2, else 1), new pages. 0: READY. */
+static int reconnect_hello(dlock_client *c)
+{
+    int rc = connect_hello(c);
+    if (rc != 0) {
+        drop_socket(c);
+        return rc;
+    }
+    c->need_hello = false;
+    c->link = LINK_READY;
+    return 0;
+}
+
+/* Arms the timer of the next attempt, ms from now. */
+static int arm_retry(dlock_client *c, int ms)
+{
+    if (c->timer_fd < 0) {
+        c->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        if (c->timer_fd < 0)
+            return DLOCK_ENOMEM;
+    }
+    struct itimerspec its = {
+        .it_value = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000}};
+    if (timerfd_settime(c->timer_fd, 0, &its, NULL) != 0)
+        return DLOCK_ENOMEM;
+    c->backoff_ms = ms;
+    c->retry_at = now_ms() + ms;
+    return 0;
+}
+
+/* Whether the next attempt is due: its time has come, or its timer fired
+ * (which this drains). */
+static bool retry_due(dlock_client *c)
+{
+    uint64_t fired = 0;
+    bool due = read(c->timer_fd, &fired, sizeof fired) == (ssize_t)sizeof fired && fired;
+    return due || now_ms() >= c->retry_at;
+}
+
+/* One attempt to bring the link up again, and the next one armed when it
+ * fails: the socket unreachable, no answer, an agent that is stopping. */
+static void attempt(dlock_client *c)
+{
+    int rc = c->need_hello ? DLOCK_ENOTFOUND : reconnect_resume(c);
+    if (rc == DLOCK_ENOTFOUND)
+        rc = reconnect_hello(c);
+    if (rc == 0) {
+        struct itimerspec off = {{0, 0}, {0, 0}};
+        (void)timerfd_settime(c->timer_fd, 0, &off, NULL);
+        c->backoff_ms = BACKOFF_MIN_MS;
+        return;
+    }
+    if (rc == DLOCK_EPROTO || rc == DLOCK_ECLOCK) {
+        client_fail(c, rc); /* not an agent this client can use */
+        return;
+    }
+    int next = c->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : c->backoff_ms * 2;
+    if (arm_retry(c, next) != 0)
+        client_fail(c, DLOCK_EDISCONNECTED);
+}
+
+/* The resumable link broke (client_break()): closes the socket, after the
+ * whole frames it left are handled; puts every request in flight back to
+ * wait for the link (an abandoned acquire or ping is dropped, a try-once
+ * fails with DLOCK_EDISCONNECTED, a release marks its lease released in its
+ * touch slot); tells each HELD lease it is in JEOPARDY (DLOCK_ERESTART);
+ * and arms the first attempt. */
+static void link_down(dlock_client *c)
+{
+    process_input(c);
+    if (!c->link_lost || c->err)
+        return; /* a blocking call of a callback did it already */
+    c->link_lost = false;
+    c->link = LINK_DOWN;
+    drop_socket(c);
+    struct pending *p, *next;
+    for (p = TAILQ_FIRST(&c->pending); p; p = next) {
+        next = TAILQ_NEXT(p, link);
+        if (p->abandoned && p->kind != REQ_RELEASE) {
+            pending_unlink(c, p);
+            free(p);
+            continue;
+        }
+        p->sent = false;
+        p->again = true;
+        if (p->kind == REQ_RELEASE)
+            touch_mark_released(c, p->slot, p->lease_id);
+        if (p->kind == REQ_ACQUIRE && p->opts.wait_ms == DLOCK_WAIT_NONE)
+            p->fail = DLOCK_EDISCONNECTED;
+    }
+    dlock_lease *l;
+    LIST_FOREACH(l, &c->leases, link)
+    {
+        if (l->state == DLOCK_STATE_HELD)
+            lease_mark(l, DLOCK_STATE_JEOPARDY, DLOCK_ERESTART);
+    }
+    if (arm_retry(c, BACKOFF_MIN_MS) != 0)
+        client_fail(c, DLOCK_EDISCONNECTED);
+    tell_marked(c);
+}
+
+/* Drives a link that is not up: takes one that broke down, completes the
+ * requests that cannot wait for it, makes an attempt when one is due, and
+ * sends what waited once it is up. From dispatch and blocking calls. */
+static void drive(dlock_client *c)
+{
+    if (c->link_lost && !c->err)
+        link_down(c);
+    if (c->err || c->link == LINK_UP)
+        return;
+    if (c->link == LINK_READY) {
+        go_up(c);
+        return;
+    }
+    expire_unsent(c);
+    if (c->err || c->link != LINK_DOWN || !retry_due(c))
+        return;
+    attempt(c);
+    tell_marked(c); /* LOST, when the agent refused to take the connection back */
+    if (c->link == LINK_READY)
+        go_up(c);
+    else if (c->link == LINK_RESUMING)
+        process_input(c); /* what came with HELLO_OK */
+}
+
+/* What dlock_client_dispatch() does: sends what a full socket kept back,
+ * reads and handles what the agent sent, and drives a link that is not up. */
+static void service(dlock_client *c)
+{
+    if (link_ok(c)) {
+        if (c->out.len && can_send(c))
+            (void)flush_nowait(c); /* releases left queued by a full socket */
+        read_input(c);
+    }
+    bool was_up = can_send(c);
+    drive(c);
+    if (!was_up && link_ok(c))
+        read_input(c); /* what a link taken up again brought */
+    notify_broken(c);
+}
+
+/* Handles frames until w is done or timeout_ms (-1 = forever) has passed,
+ * taking the link up again meanwhile when it breaks. Returns 0 (w->status
+ * holds the outcome), DLOCK_ENOANSWER (the agent did not answer in time: not
+ * a lock that stayed taken) or DLOCK_ENOMEM; the caller abandons its request
+ * on an error. */
+static int wait_for(dlock_client *c, struct waiter *w, int64_t timeout_ms)
+{
+    int64_t deadline = deadline_after(timeout_ms);
+    for (;;) {
+        process_input(c);
+        drive(c);
+        notify_broken(c); /* completes w too when the connection broke */
+        if (w->done)
+            return 0;
+        int ms = poll_timeout(deadline);
+        if (ms == 0)
+            return DLOCK_ENOANSWER;
+        struct pollfd pfd = {.fd = dlock_client_fd(c), .events = POLLIN};
+        int r = poll(&pfd, 1, ms);
+        if (r < 0 && errno != EINTR)
+            return DLOCK_ENOMEM;
+        if (r > 0 && link_ok(c))
+            read_input(c);
+    }
+}
+
+/* ---- opening ---- */
 
 /* Frees the client and everything it owns, without calling anybody. */
 static void client_free(dlock_client *c)
 {
-    if (c->fd >= 0)
-        close(c->fd);
-    for (int i = 0; i < 2; i++)
-        if (c->rx_fds[i] >= 0)
-            close(c->rx_fds[i]);
-    if (c->page)
-        munmap((void *)c->page, shm_page_size(c->nslots));
-    if (c->touch)
-        munmap(c->touch, shm_touch_size(c->nslots));
+    drop_socket(c);
+    if (c->timer_fd >= 0)
+        close(c->timer_fd);
+    retire_pages(c);
+    for (size_t i = 0; i < c->nretired; i++) {
+        munmap((void *)c->retired[i].page, shm_page_size(c->retired[i].nslots));
+        munmap(c->retired[i].touch, shm_touch_size(c->retired[i].nslots));
+    }
+    free(c->retired);
     dlock_lease *l;
     while ((l = LIST_FIRST(&c->leases)) != NULL) {
         LIST_REMOVE(l, link);
@@ -900,14 +1595,15 @@ static void client_free(dlock_client *c)
         free(set);
     }
     struct pending *p;
-    while ((p = LIST_FIRST(&c->pending)) != NULL) {
-        LIST_REMOVE(p, link);
+    while ((p = TAILQ_FIRST(&c->pending)) != NULL) {
+        TAILQ_REMOVE(&c->pending, p, link);
         free(p);
     }
     idmap_free(&c->leases_by_id);
     idmap_free(&c->pending_by_id);
     wire_buf_free(&c->out);
     wire_buf_free(&c->in);
+    free(c->path);
     free(c);
 }
 
@@ -923,12 +1619,14 @@ int dlock_client_open(dlock_client **out, const char *socket_path)
     dlock_client *c = calloc(1, sizeof(*c));
     if (!c)
         return DLOCK_ENOMEM;
-    c->fd = -1;
+    c->fd = c->timer_fd = -1;
     c->rx_fds[0] = c->rx_fds[1] = -1;
     c->next_id = 1;
-    int rc = connect_socket(socket_path, &c->fd);
-    if (rc == 0)
-        rc = handshake(c);
+    c->link = LINK_UP;
+    c->backoff_ms = BACKOFF_MIN_MS;
+    TAILQ_INIT(&c->pending);
+    c->path = strdup(socket_path);
+    int rc = c->path ? connect_hello(c) : DLOCK_ENOMEM;
     if (rc != 0) {
         client_free(c);
         return rc;
@@ -938,16 +1636,30 @@ int dlock_client_open(dlock_client **out, const char *socket_path)
 }
 
 /* Callbacks are not allowed to call this on their own client (see the top of
- * this file). */
+ * this file). While the agent is out of reach, nobody is left to release the
+ * leases when the connection closes: each is marked released in its touch
+ * slot, for the agent's successor. */
 void dlock_client_close(dlock_client *client)
 {
-    if (client)
-        client_free(client);
+    if (!client)
+        return;
+    if (is_down(client)) {
+        dlock_lease *l;
+        LIST_FOREACH(l, &client->leases, link)
+        {
+            if (!state_is_final(l->state))
+                touch_mark_released(client, l->slot_idx, l->id);
+        }
+    }
+    client_free(client);
 }
 
+/* The socket, or, while the link is down, the timer of the next attempt. */
 int dlock_client_fd(const dlock_client *client)
 {
-    return client ? client->fd : DLOCK_EINVAL;
+    if (!client)
+        return DLOCK_EINVAL;
+    return client->link == LINK_DOWN ? client->timer_fd : client->fd;
 }
 
 void dlock_client_set_event_cb(dlock_client *client, dlock_event_cb cb, void *arg)
@@ -962,17 +1674,20 @@ int dlock_client_dispatch(dlock_client *client)
 {
     if (!client)
         return DLOCK_EINVAL;
-    if (client->out.len && !client->err)
-        (void)flush_nowait(client); /* releases left queued by a full socket */
-    read_input(client);
-    notify_broken(client);
+    service(client);
     return client->err ? DLOCK_EDISCONNECTED : 0;
 }
 
+/* A program that feeds reads the socket itself: it cannot follow the client
+ * to another one, so its connection is never resumed (a link already down
+ * or taken up again behind its back ends here). */
 int dlock_client_feed(dlock_client *client, const void *data, size_t len)
 {
     if (!client || (!data && len))
         return DLOCK_EINVAL;
+    client->fed = true;
+    if (!client->err && (client->link_lost || client->link != LINK_UP))
+        client_fail(client, DLOCK_EDISCONNECTED);
     if (client->out.len && !client->err)
         (void)flush_nowait(client);
     if (!data) {
@@ -996,7 +1711,7 @@ int dlock_client_ping(dlock_client *client)
         return DLOCK_EINVAL;
     struct waiter w = {0};
     uint32_t id = 0;
-    int rc = send_simple(client, REQ_PING, 0, &w, &id);
+    int rc = send_simple(client, REQ_PING, NULL, &w, &id);
     if (rc == 0)
         rc = wait_for(client, &w, PING_TIMEOUT_MS);
     if (rc != 0) {
@@ -1024,6 +1739,9 @@ static int check_acquire(const dlock_client *c, const char *name, const dlock_ac
         opts->wait_ms < DLOCK_WAIT_FOREVER || !spec_ok(spec))
         return DLOCK_EINVAL;
     if (c->err)
+        return DLOCK_EDISCONNECTED;
+    /* A try-once cannot wait for an agent that is restarting. */
+    if (is_down(c) && opts->wait_ms == DLOCK_WAIT_NONE)
         return DLOCK_EDISCONNECTED;
     size_t len = strlen(name);
     if (len == 0)
@@ -1077,8 +1795,12 @@ static int start_acquire(dlock_client *c, const char *name, const dlock_acquire_
     p->cb = cb;
     p->arg = arg;
     p->lock_kind = (uint8_t)spec->kind;
+    p->opts = *opts;
+    p->spec = *spec;
+    if (opts->wait_ms > 0)
+        p->wait_end = deadline_after(opts->wait_ms);
     *idp = p->id;
-    return pending_send(c, p, put_acquire(c, p->id, name, opts, spec));
+    return submit(c, p, true);
 }
 
 int dlock_lease_acquire_spec_async(dlock_client *client, const char *name,
@@ -1101,18 +1823,22 @@ int dlock_lease_acquire_cancel(dlock_client *client, dlock_acquire_cb cb, void *
 {
     if (!client || !cb)
         return DLOCK_EINVAL;
-    /* Requests are filed newest first: the last match is the oldest. */
+    /* Requests are filed in the order made: the first match is the oldest. */
     struct pending *p, *oldest = NULL;
-    LIST_FOREACH(p, &client->pending, link)
+    TAILQ_FOREACH(p, &client->pending, link)
     {
-        if (p->kind == REQ_ACQUIRE && p->cb == cb && p->arg == arg && !p->cancelled)
+        if (p->kind == REQ_ACQUIRE && p->cb == cb && p->arg == arg && !p->cancelled) {
             oldest = p;
+            break;
+        }
     }
     if (!oldest)
         return DLOCK_ENOTFOUND;
     oldest->cancelled = true;
     if (client->err)
         return 0; /* its callback gets the broken connection's error */
+    if (!can_send(client) || !oldest->sent)
+        return 0; /* it waits for the link: completed with DLOCK_ECANCELED, unsent */
     /* The CANCEL has no answer of its own: the acquire's answer is it. */
     int rc = wire_put_empty(&client->out, oldest->id, WIRE_T_CANCEL);
     if (rc != 0) {
@@ -1173,7 +1899,7 @@ static int release_round_trip(dlock_client *c, dlock_lease *l)
 {
     struct waiter w = {0};
     uint32_t id = 0;
-    int rc = send_simple(c, REQ_RELEASE, l->id, &w, &id);
+    int rc = send_simple(c, REQ_RELEASE, l, &w, &id);
     if (rc != 0)
         return rc;
     rc = wait_for(c, &w, RELEASE_TIMEOUT_MS);
@@ -1227,7 +1953,7 @@ int dlock_lease_release(dlock_lease *lease)
         /* The verdict is the lease page's, read before the RELEASE goes:
          * valid up to the release, or not provably held any more. */
         int verdict = dlock_lease_valid(lease) ? 0 : DLOCK_ELOST;
-        rc = release_nowait(c, lease->id);
+        rc = release_nowait(c, lease->id, lease->slot_idx, verdict);
         if (rc == 0)
             rc = verdict;
     }
@@ -1444,19 +2170,15 @@ dlock_state dlock_lease_state(const dlock_lease *lease)
     return lease ? lease->state : DLOCK_STATE_LOST;
 }
 
-/* What the lease page says of the lease: its deadline while it is held or
- * in jeopardy, else 0 (a slot taken over by a later lease says nothing of
- * this one). A lease the library already reported lost (the connection
- * broke) is not valid either, whatever the page still says. */
+/* What the lease page says of the lease (slot_deadline()). A lease the
+ * library already reported lost (the connection broke, or the agent's
+ * successor did not take it over) is not valid either, whatever the page
+ * still says. */
 static int64_t page_deadline(const dlock_lease *lease)
 {
-    struct shm_slot now;
-    if (!lease || __atomic_load_n(&lease->gone, __ATOMIC_ACQUIRE) ||
-        shm_slot_read(lease->slot, &now) != 0 || now.lease_id != lease->id)
+    if (!lease || __atomic_load_n(&lease->gone, __ATOMIC_ACQUIRE))
         return 0;
-    if (now.state != DLOCK_STATE_HELD && now.state != DLOCK_STATE_JEOPARDY)
-        return 0;
-    return now.deadline_ns;
+    return slot_deadline(__atomic_load_n(&lease->slot, __ATOMIC_ACQUIRE), lease->id);
 }
 
 int64_t dlock_lease_deadline_ns(const dlock_lease *lease)
@@ -1484,7 +2206,8 @@ int dlock_lease_valid(const dlock_lease *lease)
 void dlock_lease_touch(dlock_lease *lease)
 {
     if (page_deadline(lease) != 0)
-        __atomic_store_n(lease->touch, (uint64_t)boot_ns(), __ATOMIC_RELAXED);
+        __atomic_store_n(__atomic_load_n(&lease->touch, __ATOMIC_ACQUIRE), (uint64_t)boot_ns(),
+                         __ATOMIC_RELAXED);
 }
 
 uint64_t dlock_lease_fence(const dlock_lease *lease)
