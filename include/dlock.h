@@ -7,6 +7,22 @@
  * them the moment the connection closes, whether the program exits, crashes or
  * closes the client.
  *
+ * Agent restarts (docs/restarts.md): when the agent keeps a state directory
+ * (its default), the connection outlives the agent's process. If the agent
+ * restarts or crashes, its successor takes every lease over and the library
+ * takes the connection back from it: each HELD lease is reported JEOPARDY
+ * (reason DLOCK_ERESTART) when the connection breaks and HELD again once the
+ * successor confirms it, and stays valid meanwhile by its lease page
+ * (dlock_lease_valid()), with the same handle, lease id and fencing token.
+ * A lease the successor did not take over is reported LOST (DLOCK_ERESTART),
+ * and so is every lease when the agent was stopped rather than restarted.
+ * Acquires waiting for an answer are sent again, in the order made, with
+ * what is left of their wait. The library reconnects only inside
+ * dlock_client_dispatch() and blocking calls; meanwhile dlock_client_fd()
+ * is a timer that tells an event loop when to call dispatch again. With an
+ * agent that keeps no state, or one older than protocol version 2, the
+ * connection ends with the agent as before (LOST, DLOCK_EDISCONNECTED).
+ *
  * Conventions:
  * - Functions return 0 on success or a negative DLOCK_E* code; out parameters
  *   are written only on success. dlock_strerror() names a code.
@@ -166,7 +182,10 @@ typedef struct dlock_lock_spec {
 /* Called when a lease changes state without being asked (LOST, JEOPARDY, or
  * HELD again after JEOPARDY). `reason` is 0 for HELD; for JEOPARDY and LOST
  * it is the DLOCK_E* code telling why (docs/protocol.md lists them), or, for
- * a LOST, DLOCK_EDISCONNECTED or DLOCK_EPROTO when the connection broke. A
+ * a LOST, DLOCK_EDISCONNECTED or DLOCK_EPROTO when the connection broke.
+ * DLOCK_ERESTART: the agent restarted; a JEOPARDY while the library takes
+ * the connection back (the lease stays valid until its deadline), a LOST
+ * when the agent did not take the lease over. A
  * LOST with reason 0 (which dlockd never sends) means a loss with no cause
  * given: the lease counts as lost with DLOCK_ELOST. The lease handle stays
  * valid until released. */
@@ -178,7 +197,8 @@ typedef void (*dlock_event_cb)(dlock_client *client, dlock_lease *lease, dlock_s
 typedef void (*dlock_acquire_cb)(dlock_client *client, int status, dlock_lease *lease, void *arg);
 
 /* Connects to the agent at socket_path, or, if NULL, at $DLOCK_SOCKET, or at
- * /run/dlock/dlock.sock. Blocks for the protocol handshake. DLOCK_ECLOCK: the
+ * /run/dlock/dlock.sock. Blocks for the protocol handshake (version 2, or 1
+ * with an older agent, which takes one more connection). DLOCK_ECLOCK: the
  * caller's CLOCK_BOOTTIME is not the agent's (a time namespace with a
  * boottime offset), so lease deadlines would mean nothing here. */
 DLOCK_EXPORT int dlock_client_open(dlock_client **out, const char *socket_path);
@@ -186,18 +206,31 @@ DLOCK_EXPORT int dlock_client_open(dlock_client **out, const char *socket_path);
 /* Closes the connection; the agent releases every lease of this client.
  * Frees every lease handle and lease set of the client. Pending async
  * acquires are dropped without calling their callbacks. NULL is a no-op.
+ * While the agent restarts (the connection not taken back yet), each lease
+ * is marked released in the lease page's touch slot instead, and the
+ * agent's successor releases it.
  * Must not be called from a callback of the same client (releasing leases
  * and acquiring from one is fine). */
 DLOCK_EXPORT void dlock_client_close(dlock_client *client);
 
-/* The connection's file descriptor, for poll/epoll/libev: when it is
- * readable, call dlock_client_dispatch(). Borrowed: do not close or read it. */
+/* The client's file descriptor, for poll/epoll/libev: when it is readable,
+ * call dlock_client_dispatch(). Borrowed: do not close or read it.
+ * It may change after any call on the client, dlock_client_dispatch()
+ * included: while the agent restarts it is a timer (a timerfd) that becomes
+ * readable when it is time to try to reconnect, and then a new connection's
+ * socket. Read it again after each call and watch the new one: with poll(),
+ * pass it afresh each time; with epoll or libev, register it again (a new
+ * descriptor may have the old one's number: with epoll, EPOLL_CTL_ADD, where
+ * EEXIST means it is still registered). */
 DLOCK_EXPORT int dlock_client_fd(const dlock_client *client);
 
 /* Handles everything the agent has sent, without blocking: completes async
- * acquires and delivers lease events through the callbacks. Returns 0, or
- * DLOCK_EDISCONNECTED once the agent is gone (every held lease is then LOST
- * and its event has been delivered). */
+ * acquires and delivers lease events through the callbacks. While the agent
+ * restarts, it also tries to reconnect when it is time (dlock_client_fd()),
+ * which may wait up to 5 s for a new agent's handshake. Returns 0 (also
+ * while the agent restarts), or DLOCK_EDISCONNECTED once the connection is
+ * gone for good: an agent without restarts gone, or a protocol error (every
+ * held lease is then LOST and its event has been delivered). */
 DLOCK_EXPORT int dlock_client_dispatch(dlock_client *client);
 
 /* For an event loop that reads the connection itself (one that can watch a
@@ -210,12 +243,15 @@ DLOCK_EXPORT int dlock_client_dispatch(dlock_client *client);
  * send that found the socket full, may read ahead); data NULL (len 0) says
  * the connection ended: every held lease is LOST. A program that feeds must
  * read every byte the agent sends, in order, and never call
- * dlock_client_dispatch(). Returns 0, DLOCK_EDISCONNECTED once the
+ * dlock_client_dispatch(). Its connection is not taken back after an agent
+ * restart: it ends with the agent (leases LOST, DLOCK_EDISCONNECTED), as
+ * with an agent without restarts. Returns 0, DLOCK_EDISCONNECTED once the
  * connection is broken, DLOCK_ENOMEM (nothing was taken: feed the same
  * bytes again) or DLOCK_EINVAL. */
 DLOCK_EXPORT int dlock_client_feed(dlock_client *client, const void *data, size_t len);
 
-/* One round trip to the agent: 0 when it answered. */
+/* One round trip to the agent: 0 when it answered (within 5 s, reconnecting
+ * meanwhile if the agent restarts; DLOCK_ENOANSWER otherwise). */
 DLOCK_EXPORT int dlock_client_ping(dlock_client *client);
 
 /* Sets the callback for unsolicited lease events (NULL to unset). */
@@ -229,6 +265,9 @@ DLOCK_EXPORT void dlock_client_set_event_cb(dlock_client *client, dlock_event_cb
  * outage_wait_ms ceiling does, if it has one (a DLOCK_WAIT_FOREVER wait
  * rides out any outage by default). DLOCK_ENOANSWER: the agent did not answer within the
  * wait plus 10 s (it is stopped or wedged; the request is abandoned).
+ * While the agent restarts, a wait goes on (the acquire is sent again to
+ * its successor with what is left of it) and one that runs out meanwhile
+ * gives DLOCK_ETIMEDOUT; a try-once (wait 0) gives DLOCK_EDISCONNECTED.
  * DLOCK_EHELD, at once: this client already holds `name` (and opts->flags
  * lacks DLOCK_ACQUIRE_REENTRANT, below). That answer wins, whatever the
  * wait, over DLOCK_ELIMIT and over the DLOCK_EBUSY of a try-once, even while
@@ -296,7 +335,11 @@ DLOCK_EXPORT int dlock_lease_acquire_cancel(dlock_client *client, dlock_acquire_
  *   release (the lease page says so, or a LOST event was already received).
  * - DLOCK_EDISCONNECTED: the agent is gone (known from an earlier call, or
  *   the send found the connection closed): it released the lease when the
- *   connection dropped, or its key expires at its TTL.
+ *   connection dropped, or its key expires at its TTL. Not while the agent
+ *   restarts: the release is then 0 or DLOCK_ELOST by the lease page as
+ *   above, the lease is marked released in its touch slot (the agent's
+ *   successor releases it instead of renewing it), and the RELEASE goes to
+ *   the successor once the connection is taken back.
  * - DLOCK_ENOMEM: no memory to queue the request; the lease stays held
  *   until the client is closed.
  * It never blocks on the agent: if the socket is full, the RELEASE waits in
@@ -328,7 +371,12 @@ DLOCK_EXPORT int dlock_lease_release(dlock_lease *lease);
  * in the same loop turn (see docs/protocol.md). Returns 0, DLOCK_ELOST if the lease had
  * been lost (even if its event was not yet dispatched), DLOCK_EDISCONNECTED
  * if the agent is gone (it released the lease when the connection dropped),
- * or DLOCK_ENOANSWER if the agent did not answer within 10 s. Of a
+ * or DLOCK_ENOANSWER if the agent did not answer within 10 s. While the
+ * agent restarts, the lease is marked released in its touch slot as by
+ * dlock_lease_release(), and the call reconnects and asks the successor
+ * within those 10 s; a successor that no longer knows the lease (it
+ * released it on the mark) counts as an answer: the result is then 0 or
+ * DLOCK_ELOST by the lease page when the call was made. Of a
  * re-entered lease, it gives up one hold (see dlock_lease_release()). */
 DLOCK_EXPORT int dlock_lease_release_sync(dlock_lease *lease);
 
