@@ -15,7 +15,8 @@
  * successor confirms it, and stays valid meanwhile by its lease page
  * (dlock_lease_valid()), with the same handle, lease id and fencing token.
  * A lease the successor did not take over is reported LOST (DLOCK_ERESTART),
- * and so is every lease when the agent was stopped rather than restarted.
+ * and so is every lease when the agent was stopped rather than restarted,
+ * and a lease whose deadline passes before an agent is back.
  * Acquires waiting for an answer are sent again, in the order made, with
  * what is left of their wait. The library reconnects only inside
  * dlock_client_dispatch() and blocking calls; meanwhile dlock_client_fd()
@@ -185,7 +186,8 @@ typedef struct dlock_lock_spec {
  * a LOST, DLOCK_EDISCONNECTED or DLOCK_EPROTO when the connection broke.
  * DLOCK_ERESTART: the agent restarted; a JEOPARDY while the library takes
  * the connection back (the lease stays valid until its deadline), a LOST
- * when the agent did not take the lease over. A
+ * when the agent did not take the lease over or none was back before the
+ * lease's deadline. A
  * LOST with reason 0 (which dlockd never sends) means a loss with no cause
  * given: the lease counts as lost with DLOCK_ELOST. The lease handle stays
  * valid until released. */

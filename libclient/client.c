@@ -789,6 +789,28 @@ static void release_unwanted(dlock_client *c, uint64_t lease_id, uint32_t slot)
 
 /* ---- the link taken up again ---- */
 
+/* While no agent confirms them, the leases whose page shows them no longer
+ * valid (their deadline passed, or a successor freed their slot) are LOST
+ * (DLOCK_ERESTART): with no successor in time, the holder is told so at
+ * the deadline. A page the dead agent left in the middle of a write proves
+ * nothing either way: the lease is not valid meanwhile, but it is not
+ * given up. */
+static void expire_leases(dlock_client *c)
+{
+    int64_t now = boot_ns();
+    dlock_lease *l;
+    LIST_FOREACH(l, &c->leases, link)
+    {
+        struct shm_slot s;
+        if (state_is_final(l->state) ||
+            shm_slot_read(__atomic_load_n(&l->slot, __ATOMIC_ACQUIRE), &s) != 0)
+            continue;
+        if (slot_deadline(&s, l->id) == 0 || s.deadline_ns <= now)
+            lease_mark(l, DLOCK_STATE_LOST, DLOCK_ERESTART);
+    }
+    tell_marked(c);
+}
+
 /* Completes the acquires that wait for the link and cannot wait any longer:
  * cancelled, their wait run out, or a try-once the broken link left
  * unanswered. Those due are taken out first, then completed: callbacks may
@@ -1005,8 +1027,13 @@ static int on_event(dlock_client *c, const struct wire_hdr *h, const uint8_t *bo
     }
     if (resuming)
         l->resume_gen = c->resume_gen;
-    if (state_is_final(l->state))
+    if (state_is_final(l->state)) {
+        /* Counted lost here while no agent ran (expire_leases()), yet taken
+         * over: give it back, the handle stays lost. */
+        if (resuming && ev.state != DLOCK_STATE_LOST && !release_pending(c, ev.lease_id))
+            release_unwanted(c, ev.lease_id, l->slot_idx);
         return 0; /* released meanwhile, or already over: a lease never comes back */
+    }
     /* A resume's EVENTs repeat what the client knows as often as not (a
      * lease in jeopardy for a Redis outage before the restart): only a
      * change is reported. */
@@ -1518,6 +1545,7 @@ static void drive(dlock_client *c)
         return;
     }
     expire_unsent(c);
+    expire_leases(c);
     if (c->err || c->link != LINK_DOWN || !retry_due(c))
         return;
     attempt(c);

@@ -1034,6 +1034,43 @@ LTEST(a_release_while_the_agent_is_away)
     dlock_client_close(a.c);
 }
 
+/* No successor within the lease's validity: JEOPARDY, then LOST
+ * (DLOCK_ERESTART) at the deadline, which the page shows. A successor that
+ * names the lease after all gets it back with a RELEASE; the handle stays
+ * lost. */
+LTEST(a_lease_is_lost_at_its_deadline_when_no_agent_comes)
+{
+    struct r_cl a;
+    r_client(&a);
+    dlock_lease *l = r_must_acquire(&a, "short");
+    dlock_lease *m = r_must_acquire(&a, "long");
+    uint64_t id = 0;
+    r_lock();
+    struct r_lease *rl = r_lease_of("short");
+    id = rl->id;
+    /* The last renewal the dead agent wrote: a deadline a moment away. */
+    shm_slot_write(&shm_slots(R.page)[rl->slot], DLOCK_STATE_HELD, rl->id, rl->fence,
+                   boot_ns() + 300 * 1000000LL);
+    r_unlock();
+    r_crash();
+    R_WAIT_UNTIL(&a, r_event(&a, l, DLOCK_STATE_LOST, 0));
+    cr_assert_not_null(r_event(&a, l, DLOCK_STATE_JEOPARDY, 0), "no JEOPARDY before the LOST");
+    cr_assert_eq(r_event(&a, l, DLOCK_STATE_LOST, 0)->reason, DLOCK_ERESTART);
+    cr_assert_not(dlock_lease_valid(l));
+    cr_assert(dlock_lease_valid(m));
+    cr_assert_null(r_event(&a, m, DLOCK_STATE_LOST, 0));
+    int from = r_nlog();
+    r_restart();
+    cr_assert_eq(dlock_client_ping(a.c), 0);
+    int rel = r_find(from, WIRE_T_RELEASE);
+    cr_assert_geq(rel, 0, "the lease counted lost was not given back");
+    cr_assert_eq(r_log_at(rel).lease_id, id);
+    cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_LOST);
+    cr_assert_eq(dlock_lease_state(m), DLOCK_STATE_HELD);
+    cr_assert_eq(dlock_lease_release(l), DLOCK_ELOST);
+    dlock_client_close(a.c);
+}
+
 /* Closing the client while the agent is away: nobody is there to release
  * its leases when the connection closes, so each is marked released in its
  * touch slot. */
