@@ -128,12 +128,13 @@ struct dlock_lease {
     /* Re-entrant grants of this lease and the first, not yet released: the
      * handle is freed with the last. */
     uint32_t holds;
-    uint8_t kind;        /* dlock_kind */
-    bool releasing;      /* inside dlock_lease_release_sync(): no second release, and
-                            no events while it gives up the last hold (lease_quiet()) */
-    bool indexed;        /* in leases_by_id: a lease of the current connection */
-    bool tell;           /* a state the library set itself, to report (tell_marked()) */
-    uint32_t resume_gen; /* the last resume whose EVENTs named it */
+    uint8_t kind;          /* dlock_kind */
+    bool releasing;        /* inside dlock_lease_release_sync(): no second release, and
+                              no events while it gives up the last hold (lease_quiet()) */
+    bool indexed;          /* in leases_by_id: a lease of the current connection */
+    bool tell;             /* a state the library set itself, to report (tell_marked()) */
+    int64_t down_deadline; /* the page's deadline when the link broke (0: not valid then) */
+    uint32_t resume_gen;   /* the last resume whose EVENTs named it */
     /* Of the holds, those of lease sets (one per set): only the set
      * releases them. */
     uint32_t set_holds;
@@ -789,23 +790,27 @@ static void release_unwanted(dlock_client *c, uint64_t lease_id, uint32_t slot)
 
 /* ---- the link taken up again ---- */
 
-/* While no agent confirms them, the leases whose page shows them no longer
- * valid (their deadline passed, or a successor freed their slot) are LOST
- * (DLOCK_ERESTART): with no successor in time, the holder is told so at
- * the deadline. A page the dead agent left in the middle of a write proves
- * nothing either way: the lease is not valid meanwhile, but it is not
- * given up. */
+static int64_t page_deadline(const dlock_lease *lease);
+
+/* While no agent is connected, a lease whose deadline passes is LOST
+ * (DLOCK_ERESTART): with no successor in time, the holder is told so at the
+ * deadline. The deadline is the page's when the link broke, or a later one
+ * a successor wrote since. A lease the page did not show valid when the
+ * link broke (in doubt after a failover) waits for an agent's word: its
+ * page deadline is past by design, as is a successor's while it confirms a
+ * lease it took over in sentinel and cluster modes. */
 static void expire_leases(dlock_client *c)
 {
     int64_t now = boot_ns();
     dlock_lease *l;
     LIST_FOREACH(l, &c->leases, link)
     {
-        struct shm_slot s;
-        if (state_is_final(l->state) ||
-            shm_slot_read(__atomic_load_n(&l->slot, __ATOMIC_ACQUIRE), &s) != 0)
+        if (state_is_final(l->state) || l->down_deadline == 0)
             continue;
-        if (slot_deadline(&s, l->id) == 0 || s.deadline_ns <= now)
+        int64_t d = page_deadline(l);
+        if (d < l->down_deadline)
+            d = l->down_deadline;
+        if (now >= d)
             lease_mark(l, DLOCK_STATE_LOST, DLOCK_ERESTART);
     }
     tell_marked(c);
@@ -1523,6 +1528,8 @@ static void link_down(dlock_client *c)
     dlock_lease *l;
     LIST_FOREACH(l, &c->leases, link)
     {
+        int64_t d = state_is_final(l->state) ? 0 : page_deadline(l);
+        l->down_deadline = d > boot_ns() ? d : 0; /* 0: not valid (in doubt, expired) */
         if (l->state == DLOCK_STATE_HELD)
             lease_mark(l, DLOCK_STATE_JEOPARDY, DLOCK_ERESTART);
     }
@@ -1545,7 +1552,8 @@ static void drive(dlock_client *c)
         return;
     }
     expire_unsent(c);
-    expire_leases(c);
+    if (c->link == LINK_DOWN)
+        expire_leases(c);
     if (c->err || c->link != LINK_DOWN || !retry_due(c))
         return;
     attempt(c);

@@ -597,6 +597,26 @@ static void r_give_foreign(const char *name)
     wire_buf_free(&b);
 }
 
+/* The agent puts the lease of name in doubt after a failover: JEOPARDY
+ * (DLOCK_EFAILOVER), the page's deadline the moment the doubt began, past. */
+static void r_doubt(const char *name)
+{
+    struct wire_buf b = {0};
+    r_lock();
+    struct r_lease *l = r_lease_of(name);
+    cr_assert_not_null(l);
+    int64_t past = boot_ns() - 1000000;
+    shm_slot_write(&shm_slots(R.page)[l->slot], DLOCK_STATE_JEOPARDY, l->id, l->fence, past);
+    struct wire_event ev = {.lease_id = l->id,
+                            .state = DLOCK_STATE_JEOPARDY,
+                            .reason = DLOCK_EFAILOVER,
+                            .deadline_ns = (uint64_t)past};
+    wire_put_event(&b, 0, &ev);
+    r_send(&b);
+    r_unlock();
+    wire_buf_free(&b);
+}
+
 static uint64_t r_touch_of(const dlock_lease *l)
 {
     uint64_t id = 0;
@@ -1048,9 +1068,10 @@ LTEST(a_lease_is_lost_at_its_deadline_when_no_agent_comes)
     r_lock();
     struct r_lease *rl = r_lease_of("short");
     id = rl->id;
-    /* The last renewal the dead agent wrote: a deadline a moment away. */
+    /* The last renewal the dead agent wrote: a deadline a second away (the
+     * client sees the link break well before, and records it). */
     shm_slot_write(&shm_slots(R.page)[rl->slot], DLOCK_STATE_HELD, rl->id, rl->fence,
-                   boot_ns() + 300 * 1000000LL);
+                   boot_ns() + h_scaled_ms(1000) * 1000000LL);
     r_unlock();
     r_crash();
     R_WAIT_UNTIL(&a, r_event(&a, l, DLOCK_STATE_LOST, 0));
@@ -1068,6 +1089,36 @@ LTEST(a_lease_is_lost_at_its_deadline_when_no_agent_comes)
     cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_LOST);
     cr_assert_eq(dlock_lease_state(m), DLOCK_STATE_HELD);
     cr_assert_eq(dlock_lease_release(l), DLOCK_ELOST);
+    dlock_client_close(a.c);
+}
+
+/* A lease in doubt after a failover when the agent went (its page deadline
+ * past by design) is not counted lost while no agent is there: the
+ * successor's word decides. */
+LTEST(a_lease_in_doubt_waits_for_the_successor)
+{
+    struct r_cl a;
+    r_client(&a);
+    dlock_lease *l = r_must_acquire(&a, "doubt");
+    r_doubt("doubt");
+    R_WAIT_UNTIL(&a, r_event(&a, l, DLOCK_STATE_JEOPARDY, 0));
+    cr_assert_eq(r_event(&a, l, DLOCK_STATE_JEOPARDY, 0)->reason, DLOCK_EFAILOVER);
+    cr_assert_not(dlock_lease_valid(l));
+    r_crash();
+    R_WAIT_UNTIL(&a, strstr(fd_kind(dlock_client_fd(a.c)), "timerfd"));
+    for (int i = 0; i < 5; i++)
+        r_turn(&a, 50);
+    cr_assert_null(r_event(&a, l, DLOCK_STATE_LOST, 0), "lost while no agent was there");
+    cr_assert_eq(dlock_lease_state(l), DLOCK_STATE_JEOPARDY);
+    r_lock();
+    struct r_lease *rl = r_lease_of("doubt");
+    shm_slot_write(&shm_slots(R.page)[rl->slot], DLOCK_STATE_HELD, rl->id, rl->fence,
+                   boot_ns() + 60 * 1000000000LL);
+    r_unlock();
+    r_restart();
+    R_WAIT_UNTIL(&a, r_event(&a, l, DLOCK_STATE_HELD, 0));
+    cr_assert_null(r_event(&a, l, DLOCK_STATE_LOST, 0));
+    cr_assert(dlock_lease_valid(l));
     dlock_client_close(a.c);
 }
 
