@@ -1252,6 +1252,72 @@ ITEST(resume, lease_held_across_kill9_and_successor)
     H_KEY_GONE(h_key("across"));
 }
 
+/* A planned restart (dlockd --successor takes over from the running agent,
+ * which leaves): an event loop of its own, which polls the descriptor read
+ * afresh before each poll and dispatches, follows the client from the old
+ * socket to the timer and to the new socket; its lease stays valid, with
+ * JEOPARDY (DLOCK_ERESTART) then HELD. */
+ITEST(resume, event_loop_follows_a_planned_restart)
+{
+    h_start(NULL);
+    dlock_client *c = NULL;
+    cr_assert_eq(h_client_try_open(0, &c), 0);
+    struct r_cl cl = {.c = c};
+    dlock_client_set_event_cb(c, r_on_event, &cl);
+    dlock_lease *l = NULL;
+    dlock_acquire_options o = {.ttl_ms = 30000};
+    cr_assert_eq(dlock_lease_acquire(c, "planned", &o, &l), 0);
+    uint64_t fence = dlock_lease_fence(l);
+
+    h_agent_successor(0);
+    bool saw_timer = false;
+    int64_t end = h_deadline(H_EVENT_MS);
+    while (!r_event(&cl, l, DLOCK_STATE_HELD, 0)) {
+        cr_assert(h_now_ms() < end, "no HELD within %d ms", h_scaled_ms(H_EVENT_MS));
+        cr_assert(dlock_lease_valid(l), "the lease went invalid");
+        int fd = dlock_client_fd(c);
+        saw_timer = saw_timer || strstr(fd_kind(fd), "timerfd") != NULL;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0)
+            cr_assert_eq(dlock_client_dispatch(c), 0);
+    }
+    cr_assert(saw_timer, "the descriptor was never the timer");
+    const struct r_ev *j = r_event(&cl, l, DLOCK_STATE_JEOPARDY, 0);
+    cr_assert_not_null(j, "no JEOPARDY before HELD");
+    cr_assert_eq(j->reason, DLOCK_ERESTART);
+    cr_assert_lt(j - cl.ev, r_event(&cl, l, DLOCK_STATE_HELD, 0) - cl.ev);
+    cr_assert_eq(dlock_lease_fence(l), fence);
+    cr_assert(strstr(fd_kind(dlock_client_fd(c)), "socket:"));
+    cr_assert_eq(dlock_lease_release_sync(l), 0);
+    H_KEY_GONE(h_key("planned"));
+    dlock_client_close(c);
+}
+
+/* kill -9 and no successor within the lease's validity: JEOPARDY
+ * (DLOCK_ERESTART), then LOST (DLOCK_ERESTART) at the deadline, the key left
+ * to its TTL; the client is not disconnected, and takes its connection back
+ * from an agent started later (which no longer has the lease). */
+ITEST(resume, no_successor_in_time_loses_the_lease_at_its_deadline)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "late", 1000);
+    h_agent_kill(0);
+    H_WAIT_UNTIL(H_EVENT_MS, h_events(a, l, DLOCK_STATE_LOST) == 1);
+    cr_assert_eq(nth_event(a, l, 0)->state, DLOCK_STATE_JEOPARDY);
+    cr_assert_eq(nth_event(a, l, 0)->reason, DLOCK_ERESTART);
+    cr_assert_eq(nth_event(a, l, 1)->reason, DLOCK_ERESTART);
+    cr_assert_not(dlock_lease_valid(l));
+    cr_assert_eq(a->disconnected, 0);
+    H_WAIT_UNTIL(H_EVENT_MS, !h_redis_exists(h_key("late")));
+    h_agent_start_n(0);
+    cr_assert_eq(dlock_client_ping(a->c), 0);
+    cr_assert_eq(a->nev, 2, "events after the late start: %d", a->nev);
+    dlock_lease *m = h_must_acquire(a, "late", 30000);
+    cr_assert(dlock_lease_valid(m));
+    cr_assert_eq(dlock_lease_release(l), DLOCK_ELOST);
+}
+
 /* A waiter pending at the crash is queued again on the successor, and
  * granted once the holder (another client, resumed too) releases. */
 ITEST(resume, pending_waiter_requeued_and_granted)
