@@ -9,9 +9,15 @@
 
 #include "harness.h"
 
+/* An agent without a state directory, whose clients' connections end with
+ * it: what the tests below watch them learn (a client of an agent that
+ * keeps its state takes its connection back from a successor instead, or
+ * on a fresh HELLO after a stop: test_resume). */
+#define NO_STATE "state_dir ="
+
 ITEST(agent_stop, sigterm_releases_everything_and_exits_0)
 {
-    h_start(NULL);
+    h_start(NO_STATE);
     struct h_cl *a = h_client(), *b = h_client(), *c = h_client();
     dlock_lease *lx = h_must_acquire(a, "x", 30000);
     dlock_lease *ly = h_must_acquire(a, "y", 30000);
@@ -69,7 +75,7 @@ ITEST(agent_stop, sigint_also_releases)
 
 ITEST(agent_stop, kill9_leaves_keys_to_expire_by_ttl)
 {
-    h_start(NULL);
+    h_start(NO_STATE);
     struct h_cl *a = h_client();
     /* A TTL of seconds: the key is still there when the test looks, however
      * slowly it gets to it after the kill, and goes by its TTL after that. */
@@ -93,7 +99,7 @@ ITEST(agent_stop, kill9_leaves_keys_to_expire_by_ttl)
 
 ITEST(agent_stop, restart_after_crash_takes_over_socket)
 {
-    h_start(NULL);
+    h_start(NO_STATE);
     struct h_cl *a = h_client();
     h_must_acquire(a, "again", 1000);
     h_agent_kill(0);
@@ -135,7 +141,7 @@ ITEST(agent_stop, sigterm_with_acquires_in_flight_leaves_no_keys)
 {
     /* Grants still on their way back from Redis at shutdown must be given
      * back too, not left to their 30 s TTL. */
-    h_start(NULL);
+    h_start(NO_STATE);
     struct h_cl *a = h_client();
     struct h_acq w[50];
     char name[32];

@@ -164,9 +164,12 @@ ITEST(release, fast_does_not_wait_for_a_stopped_agent)
     H_KEY_GONE(h_key("stopped"));
 }
 
+/* An agent without a state directory: the connection ends with it (one
+ * that keeps its state leaves the lease to a successor, and a release
+ * meanwhile is the page's verdict: test_resume). */
 ITEST(release, after_the_agent_died_returns_edisconnected)
 {
-    h_start(NULL);
+    h_start("state_dir =");
     struct h_cl *a = h_client();
     dlock_lease *l = h_must_acquire(a, "dead", 3000);
     h_agent_kill(0);

@@ -50,18 +50,32 @@ struct mapping {
     size_t len;
 };
 
-/* Mappings of memfds named `tag` ("dlock-leases" or "dlock-touch"). */
+/* Whether a line of /proc/self/maps maps a page of kind `tag`: a memfd of
+ * that name ("dlock-leases" or "dlock-touch"), or, for a resumable
+ * connection (protocol 2 with an agent that keeps a state directory), its
+ * file in the state directory, NAME.page or NAME.touch. */
+static int is_page_mapping(const char *line, const char *tag)
+{
+    char want[64];
+    snprintf(want, sizeof want, "/memfd:%s", tag);
+    if (strstr(line, want))
+        return 1;
+    const char *suffix = strcmp(tag, "dlock-leases") == 0 ? ".page" : ".touch";
+    size_t n = strcspn(line, "\n"), k = strlen(suffix);
+    return n >= k && strncmp(line + n - k, suffix, k) == 0;
+}
+
+/* Mappings of this process's pages of kind `tag` (is_page_mapping()). */
 static int find_mappings(const char *tag, struct mapping *out, int max)
 {
     FILE *f = fopen("/proc/self/maps", "r");
     if (!f)
         return -1;
-    char line[512], want[64];
-    snprintf(want, sizeof want, "/memfd:%s", tag);
+    char line[512];
     int n = 0;
     while (fgets(line, sizeof line, f)) {
         unsigned long lo, hi;
-        if (!strstr(line, want) || sscanf(line, "%lx-%lx", &lo, &hi) != 2)
+        if (!is_page_mapping(line, tag) || sscanf(line, "%lx-%lx", &lo, &hi) != 2)
             continue;
         if (n < max) {
             out[n].addr = (void *)lo;
