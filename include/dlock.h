@@ -208,9 +208,9 @@ DLOCK_EXPORT int dlock_client_open(dlock_client **out, const char *socket_path);
 /* Closes the connection; the agent releases every lease of this client.
  * Frees every lease handle and lease set of the client. Pending async
  * acquires are dropped without calling their callbacks. NULL is a no-op.
- * While the agent restarts (the connection not taken back yet), each lease
- * is marked released in the lease page's touch slot instead, and the
- * agent's successor releases it.
+ * A connection that outlives its agent also marks each lease released in
+ * the lease page's touch slot: should the agent be gone (restarting, or
+ * dead unseen), its successor releases the leases on the mark.
  * Must not be called from a callback of the same client (releasing leases
  * and acquiring from one is fine). */
 DLOCK_EXPORT void dlock_client_close(dlock_client *client);

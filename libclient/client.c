@@ -1672,14 +1672,17 @@ int dlock_client_open(dlock_client **out, const char *socket_path)
 }
 
 /* Callbacks are not allowed to call this on their own client (see the top of
- * this file). While the agent is out of reach, nobody is left to release the
- * leases when the connection closes: each is marked released in its touch
- * slot, for the agent's successor. */
+ * this file). The agent releases the leases of a connection that closes;
+ * one that died meanwhile, unseen (or that the client knows is restarting),
+ * cannot: each lease of a resumable connection is also marked released in
+ * its touch slot, for the agent's successor, which would else keep it for
+ * as long as this process lives. A live agent releases a marked lease at its
+ * next timer at the latest, as the close does anyway. */
 void dlock_client_close(dlock_client *client)
 {
     if (!client)
         return;
-    if (is_down(client)) {
+    if (client->resumable && !client->err) {
         dlock_lease *l;
         LIST_FOREACH(l, &client->leases, link)
         {

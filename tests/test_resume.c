@@ -1318,6 +1318,22 @@ ITEST(resume, no_successor_in_time_loses_the_lease_at_its_deadline)
     cr_assert_eq(dlock_lease_release(l), DLOCK_ELOST);
 }
 
+/* A client closed after its agent died, before it noticed (nothing
+ * dispatched since): its leases are marked released in the touch slots, and
+ * the successor releases their keys, although the process lives on (else
+ * it would keep them for as long as the process lives). */
+ITEST(resume, close_after_an_unseen_crash_releases_through_the_successor)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    h_must_acquire(a, "unseen", 45000);
+    h_agent_kill(0);
+    h_client_close(a);
+    cr_assert_eq(h_redis_exists(h_key("unseen")), 1);
+    h_agent_start_n(0);
+    H_KEY_GONE(h_key("unseen"));
+}
+
 /* A waiter pending at the crash is queued again on the successor, and
  * granted once the holder (another client, resumed too) releases. */
 ITEST(resume, pending_waiter_requeued_and_granted)
