@@ -189,9 +189,11 @@ ITEST(dlockctl, agent_unreachable_usage_and_exec_errors)
     H_KEY_GONE(h_key("x"));
 }
 
+/* An agent without a state directory: its crash ends the lease. (One that
+ * keeps its state leaves it to a successor: the next test.) */
 ITEST(dlockctl, agent_crash_while_command_runs_exits_79)
 {
-    h_start(NULL);
+    h_start("state_dir =");
     char script[600];
     snprintf(script, sizeof script,
              "trap 'echo got-term > %s; exit 0' TERM; touch %s; " BOUNDED_WAIT, h_path("term"),
@@ -205,6 +207,37 @@ ITEST(dlockctl, agent_crash_while_command_runs_exits_79)
     cr_assert_eq(st, 79, "dlockctl exit %d after the agent died", st);
     const char *term = h_read_file(h_path("term"));
     cr_assert_not_null(term, "CMD did not receive SIGTERM");
+}
+
+/* kill -9 of an agent that keeps its state, and a successor: the lease is
+ * taken over and CMD runs on (JEOPARDY for a restart is no loss); dlockctl
+ * exits with CMD's status and releases the lock. */
+ITEST(dlockctl, agent_crash_and_successor_leave_the_command_running)
+{
+    h_start(NULL);
+    char script[512];
+    snprintf(script, sizeof script,
+             "trap 'echo got-term > %s; exit 0' TERM; touch %s; "
+             "i=0; while [ ! -e %s ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
+             "[ -e %s ] && exit 5",
+             h_path("term"), h_path("started"), h_path("go"), h_path("go"));
+    const char *args[] = {"-s", H.agent[0].sock, "run", "across", "--", "sh", "-c", script, NULL};
+    pid_t pid = h_ctl_spawn(args);
+    H_WAIT_UNTIL(3000, exists(h_path("started")));
+    char *tok = h_redis_get(h_key("across"));
+    h_agent_kill(0);
+    h_agent_start_n(0);
+    cr_assert_str_eq(h_redis_get(h_key("across")), tok);
+    struct h_cl *a = h_client();
+    dlock_lease *l = NULL;
+    cr_assert_eq(h_acquire(a, "across", 5000, 0, &l), DLOCK_EBUSY);
+    FILE *f = fopen(h_path("go"), "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    int st = h_wait_child(pid, H_EVENT_MS);
+    cr_assert_eq(st, 5, "dlockctl exit %d (CMD exits 5 when it runs to the end)", st);
+    cr_assert_null(h_read_file(h_path("term")), "CMD was signalled");
+    H_KEY_GONE(h_key("across"));
 }
 
 /* ---- a relay that shows what dlockctl asks of the agent ---- */
