@@ -247,7 +247,8 @@ DLOCK_EXPORT int dlock_client_dispatch(dlock_client *client);
  * read every byte the agent sends, in order, and never call
  * dlock_client_dispatch(). Its connection is not taken back after an agent
  * restart: it ends with the agent (leases LOST, DLOCK_EDISCONNECTED), as
- * with an agent without restarts. Returns 0, DLOCK_EDISCONNECTED once the
+ * with an agent without restarts, and its leases are marked released for
+ * the agent's successor. Returns 0, DLOCK_EDISCONNECTED once the
  * connection is broken, DLOCK_ENOMEM (nothing was taken: feed the same
  * bytes again) or DLOCK_EINVAL. */
 DLOCK_EXPORT int dlock_client_feed(dlock_client *client, const void *data, size_t len);

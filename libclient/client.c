@@ -467,6 +467,24 @@ static void touch_mark_released(dlock_client *c, uint32_t slot, uint64_t lease_i
     __atomic_store_n(t, v | SHM_TOUCH_RELEASED, __ATOMIC_RELEASE);
 }
 
+/* Marks every lease of the current connection released in its touch slot,
+ * when the connection is one an agent's successor may take over: the
+ * client gives it up (closes it, or it failed for good), and an agent that
+ * died unseen would leave its leases to a successor that keeps them for as
+ * long as the process lives. A live agent releases a marked lease at its
+ * next timer at the latest, as the end of the connection does anyway. */
+static void mark_all_released(dlock_client *c)
+{
+    if (!c->resumable)
+        return;
+    dlock_lease *l;
+    LIST_FOREACH(l, &c->leases, link)
+    {
+        if (l->indexed)
+            touch_mark_released(c, l->slot_idx, l->id);
+    }
+}
+
 /* ---- connection failure ---- */
 
 /* How far the input buffer holds whole frames: those a broken link left
@@ -494,6 +512,7 @@ static void client_fail(dlock_client *c, int code)
     c->in.len = c->in_off = 0;
     if (c->fd >= 0)
         shutdown(c->fd, SHUT_RDWR);
+    mark_all_released(c);
 }
 
 /* The socket broke (end of stream, or an error reading or writing it). A
@@ -1674,22 +1693,12 @@ int dlock_client_open(dlock_client **out, const char *socket_path)
 /* Callbacks are not allowed to call this on their own client (see the top of
  * this file). The agent releases the leases of a connection that closes;
  * one that died meanwhile, unseen (or that the client knows is restarting),
- * cannot: each lease of a resumable connection is also marked released in
- * its touch slot, for the agent's successor, which would else keep it for
- * as long as this process lives. A live agent releases a marked lease at its
- * next timer at the latest, as the close does anyway. */
+ * cannot: they are marked released for its successor (mark_all_released()). */
 void dlock_client_close(dlock_client *client)
 {
     if (!client)
         return;
-    if (client->resumable && !client->err) {
-        dlock_lease *l;
-        LIST_FOREACH(l, &client->leases, link)
-        {
-            if (!state_is_final(l->state))
-                touch_mark_released(client, l->slot_idx, l->id);
-        }
-    }
+    mark_all_released(client);
     client_free(client);
 }
 

@@ -1334,6 +1334,33 @@ ITEST(resume, close_after_an_unseen_crash_releases_through_the_successor)
     H_KEY_GONE(h_key("unseen"));
 }
 
+/* A program that feeds the library is not resumed: when its agent dies,
+ * its connection ends there (LOST, DLOCK_EDISCONNECTED), and its leases are
+ * marked released, so that the successor, which takes the connection of a
+ * live process over, releases their keys at once although the client is
+ * not closed. The client is no harness client: those are dispatched. */
+ITEST(resume, a_fed_client_ends_with_its_agent_and_leaves_nothing_held)
+{
+    h_start(NULL);
+    dlock_client *c = NULL;
+    cr_assert_eq(h_client_try_open(0, &c), 0);
+    struct r_cl cl = {.c = c};
+    dlock_client_set_event_cb(c, r_on_event, &cl);
+    dlock_lease *l = NULL;
+    dlock_acquire_options o = {.ttl_ms = 45000};
+    cr_assert_eq(dlock_lease_acquire(c, "fed", &o, &l), 0);
+    cr_assert_eq(dlock_client_feed(c, "", 0), 0); /* from now on, it is fed */
+    h_agent_kill(0);
+    cr_assert_eq(dlock_client_feed(c, NULL, 0), DLOCK_EDISCONNECTED); /* its reader's EOF */
+    const struct r_ev *e = r_event(&cl, l, DLOCK_STATE_LOST, 0);
+    cr_assert_not_null(e, "no LOST");
+    cr_assert_eq(e->reason, DLOCK_EDISCONNECTED);
+    h_agent_start_n(0);
+    H_KEY_GONE(h_key("fed"));
+    cr_assert_eq(dlock_lease_release(l), DLOCK_EDISCONNECTED);
+    dlock_client_close(c);
+}
+
 /* A waiter pending at the crash is queued again on the successor, and
  * granted once the holder (another client, resumed too) releases. */
 ITEST(resume, pending_waiter_requeued_and_granted)
