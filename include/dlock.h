@@ -14,11 +14,12 @@
  * (reason DLOCK_ERESTART) when the connection breaks and HELD again once the
  * successor confirms it, and stays valid meanwhile by its lease page
  * (dlock_lease_valid()), with the same handle, lease id and fencing token.
- * A lease the successor did not take over is reported LOST (DLOCK_ERESTART),
- * and so is every lease when the agent was stopped rather than restarted,
- * and a lease whose deadline passes before an agent is back.
- * Acquires waiting for an answer are sent again, in the order made, with
- * what is left of their wait. The library reconnects only inside
+ * A lease the successor did not take over, or whose deadline passes before
+ * an agent is back, is reported LOST (DLOCK_ERESTART). An agent stopped
+ * rather than restarted reports every lease LOST (DLOCK_ESHUTDOWN) as it
+ * always did; the client then goes on with a fresh connection once an agent
+ * is back. Acquires waiting for an answer are sent again, in the order
+ * made, with what is left of their wait. The library reconnects only inside
  * dlock_client_dispatch() and blocking calls; meanwhile dlock_client_fd()
  * is a timer that tells an event loop when to call dispatch again. With an
  * agent that keeps no state, or one older than protocol version 2, the
