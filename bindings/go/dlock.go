@@ -21,7 +21,6 @@ import "C"
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"runtime/cgo"
 	"strings"
@@ -41,13 +40,17 @@ type Options struct {
 
 // Client is a connection to the agent. Its methods are safe for concurrent
 // use. Close it when done: the agent then releases every lease taken
-// through it.
+// through it. The connection outlives a restart of the agent (one that
+// keeps a state directory, its default): libdlock takes it back from the
+// next agent, and the client's leases and waiting acquires go on.
 type Client struct {
 	mu      sync.Mutex // held around every call into libdlock on c
 	c       *C.dlock_client
 	closed  bool
+	gone    bool          // dlock_client_dispatch() said the connection is gone for good
+	stop    chan struct{} // closed by Close
 	self    cgo.Handle
-	conn    net.Conn      // a dup of the connection, watched by the netpoller
+	w       *watch        // what the dispatcher watches; set by it, under mu
 	done    chan struct{} // closed when the dispatcher returns
 	pending map[cgo.Handle]*acquireOp
 	leases  map[*C.dlock_lease]*Lease
@@ -71,74 +74,163 @@ func Open(opts Options) (*Client, error) {
 	if rc := C.dlock_client_open(&cc, path); rc != 0 {
 		return nil, codeError(int(rc), C.GoString(C.dlock_strerror(rc)), "")
 	}
-	conn, rawConn, err := watchConn(int(C.dlock_client_fd(cc)))
+	w, err := newWatch(int(C.dlock_client_fd(cc)))
 	if err != nil {
 		C.dlock_client_close(cc)
 		return nil, err
 	}
 	c := &Client{
 		c:       cc,
-		conn:    conn,
+		w:       w,
 		done:    make(chan struct{}),
+		stop:    make(chan struct{}),
 		pending: map[cgo.Handle]*acquireOp{},
 		leases:  map[*C.dlock_lease]*Lease{},
 		evWake:  make(chan struct{}, 1),
 	}
 	c.self = cgo.NewHandle(c)
 	C.dlockgo_set_event_cb(cc, C.uintptr_t(c.self))
-	go c.dispatcher(rawConn)
+	go c.dispatcher(w)
 	go c.deliverEvents()
 	return c, nil
 }
 
-// watchConn wraps a duplicate of the client's socket in a net.Conn, so that
-// the runtime's netpoller tells when the agent sent something. The
-// duplicate shares the socket (already non-blocking) with libdlock, which
-// alone reads it; closing the duplicate leaves libdlock's descriptor open.
-func watchConn(fd int) (net.Conn, syscall.RawConn, error) {
-	dup, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
-	if errno != 0 {
-		return nil, nil, fmt.Errorf("dlock: duplicating the agent connection: %w", errno)
-	}
-	f := os.NewFile(dup, "dlock")
-	conn, err := net.FileConn(f) // a dup of its own: f is ours to close
-	f.Close()
-	if err != nil {
-		return nil, nil, fmt.Errorf("dlock: watching the agent connection: %w", err)
-	}
-	var rawConn syscall.RawConn
-	if sc, ok := conn.(syscall.Conn); !ok {
-		err = fmt.Errorf("%T has no raw descriptor", conn)
-	} else {
-		rawConn, err = sc.SyscallConn()
-	}
-	if err != nil {
-		conn.Close()
-		return nil, nil, fmt.Errorf("dlock: watching the agent connection: %w", err)
-	}
-	return conn, rawConn, nil
+// watch is what the dispatcher waits on: a duplicate of the client's
+// descriptor (dlock_client_fd()) in the runtime's netpoller, and the
+// identity (device, inode) of the file it duplicates. libdlock's descriptor
+// is the agent's socket, or, while the agent restarts, a timerfd that fires
+// when it is time to reconnect, then the new connection's socket: it may
+// change after any call on the client, and a new one may have the old one's
+// number, so the file is what tells them apart. The duplicate keeps the file
+// it watches open, so its inode cannot be reused while it is watched.
+type watch struct {
+	f   *os.File
+	raw syscall.RawConn
+	dev uint64
+	ino uint64
 }
 
-// dispatcher waits in the netpoller until the agent's socket is readable,
-// without the lock, then has libdlock read and handle what came under it:
-// acquire completions and lease events. The read callback returns false
-// ("not done") after each dispatch, so that the runtime waits for the next
-// readiness and calls it again; the runtime itself reads nothing.
-// dlock_client_dispatch() reads until the socket would block, which the
-// netpoller's edge-triggered wait needs. It ends when the connection is gone
-// or when Close closes the watched duplicate.
-func (c *Client) dispatcher(rawConn syscall.RawConn) {
+// newWatch duplicates fd (libdlock's, non-blocking, which the duplicate
+// shares) into a pollable *os.File. libdlock alone reads its descriptor;
+// closing the duplicate leaves libdlock's open.
+func newWatch(fd int) (*watch, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("dlock: the agent connection's descriptor: %w", err)
+	}
+	dup, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
+	if errno != 0 {
+		return nil, fmt.Errorf("dlock: duplicating the agent connection: %w", errno)
+	}
+	// A non-blocking descriptor makes a pollable File (one the netpoller
+	// watches, whose deadlines work): a socket and a timerfd alike.
+	f := os.NewFile(dup, "dlock")
+	raw, err := f.SyscallConn()
+	if err == nil {
+		err = f.SetReadDeadline(time.Time{}) // ErrNoDeadline: not in the netpoller
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("dlock: watching the agent connection: %w", err)
+	}
+	return &watch{f: f, raw: raw, dev: uint64(st.Dev), ino: uint64(st.Ino)}, nil
+}
+
+// movedLocked reports whether libdlock's descriptor is no longer the file w
+// watches (under c.mu).
+func (c *Client) movedLocked(w *watch) bool {
+	var st syscall.Stat_t
+	if syscall.Fstat(int(C.dlock_client_fd(c.c)), &st) != nil {
+		return true
+	}
+	return uint64(st.Dev) != w.dev || uint64(st.Ino) != w.ino
+}
+
+// followLocked, after a call into libdlock other than the dispatcher's (the
+// descriptor may change after any call: a blocking one may reconnect, a send
+// may find the connection broken), wakes the dispatcher if the descriptor is
+// no longer the one it waits on: an expired read deadline ends its wait, and
+// it watches the new one. Under c.mu.
+func (c *Client) followLocked() {
+	if c.w != nil && !c.gone && c.movedLocked(c.w) {
+		_ = c.w.f.SetReadDeadline(longAgo)
+	}
+}
+
+var longAgo = time.Unix(1, 0)
+
+// dispatcher waits in the netpoller until the client's descriptor is
+// readable, without the lock, then has libdlock read and handle what came
+// under it: acquire completions and lease events (and, while the agent
+// restarts, a reconnection when its timer fires). The read callback returns
+// false ("not done") after each dispatch, so that the runtime waits for the
+// next readiness and calls it again; the runtime itself reads nothing.
+// dlock_client_dispatch() reads until the socket would block (and drains
+// the timer), which the netpoller's edge-triggered wait needs. After each
+// dispatch the callback checks the descriptor: when libdlock has another
+// one, it returns true and the dispatcher watches the new one (a call made
+// elsewhere wakes it with a read deadline for the same; see followLocked).
+// It ends when the connection is gone for good or the client is closed.
+func (c *Client) dispatcher(w *watch) {
 	defer close(c.done)
-	_ = rawConn.Read(func(uintptr) bool {
+	for {
 		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.closed {
-			return true
+		if c.closed || c.gone {
+			c.w = nil
+			c.mu.Unlock()
+			if w != nil {
+				w.f.Close() // nobody else touches it now (they do so under c.mu)
+			}
+			return
 		}
-		// Not 0: the connection is gone; every lease was told LOST and
-		// every acquire in flight completed. Stop watching the socket.
-		return C.dlock_client_dispatch(c.c) != 0
-	})
+		if w == nil || c.movedLocked(w) {
+			c.w = nil
+			if w != nil {
+				w.f.Close()
+			}
+			var err error
+			if w, err = newWatch(int(C.dlock_client_fd(c.c))); err != nil {
+				c.mu.Unlock()
+				c.limp()
+				continue
+			}
+			c.w = w
+		}
+		_ = w.f.SetReadDeadline(time.Time{}) // a wake for a move since undone
+		c.mu.Unlock()
+		_ = w.raw.Read(func(uintptr) bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.closed || c.gone {
+				return true
+			}
+			if C.dlock_client_dispatch(c.c) != 0 {
+				// The connection is gone for good: every lease was told
+				// LOST and every acquire in flight completed.
+				c.gone = true
+				return true
+			}
+			return c.movedLocked(w)
+		})
+		// Done, or a read deadline (a move seen elsewhere, Close): look again.
+	}
+}
+
+// limp, when the descriptor cannot be watched (no descriptor left to
+// duplicate it), dispatches every 50 ms until it can, or the client is
+// closed. c.w is nil meanwhile, and nobody waits on anything to wake.
+func (c *Client) limp() {
+	t := time.NewTimer(50 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.stop:
+	}
+	c.mu.Lock()
+	if !c.closed && !c.gone && C.dlock_client_dispatch(c.c) != 0 {
+		c.gone = true
+	}
+	c.mu.Unlock()
 }
 
 // Close closes the connection; the agent releases every lease of the client.
@@ -151,11 +243,12 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	if c.w != nil {
+		_ = c.w.f.SetReadDeadline(longAgo) // ends the dispatcher's wait
+	}
+	close(c.stop)
 	c.mu.Unlock()
-	// Without the lock: closing the duplicate wakes the dispatcher's wait
-	// and waits for a dispatch in progress, which takes the lock.
-	c.conn.Close()
-	<-c.done
+	<-c.done // the dispatcher closes what it watched
 
 	c.mu.Lock()
 	for _, l := range c.leases {
@@ -186,6 +279,7 @@ func (c *Client) Ping() error {
 		return ErrClosed
 	}
 	rc := C.dlock_client_ping(c.c)
+	c.followLocked()
 	err := c.errLocked(rc, "")
 	c.mu.Unlock()
 	return err
@@ -275,6 +369,10 @@ type Event struct {
 	State State
 	// Err tells why: nil for Held, the reason for Jeopardy and Lost (an
 	// *Error: ErrUnavailable, ErrLost, ErrHoldLimit, ErrDisconnected, ...).
+	// ErrRestart: the agent restarted (or died); a Jeopardy while libdlock
+	// takes the connection back from the next agent (the lease stays valid
+	// meanwhile, and is Held again once that agent confirms it), a Lost when
+	// no agent took the lease over before its deadline.
 	Err error
 }
 
@@ -381,12 +479,14 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 		delete(c.pending, h)
 		h.Delete()
 		err := c.errLocked(rc, name)
+		c.followLocked()
 		c.mu.Unlock()
 		return nil, err
 	}
 	// Frames the send read while the socket was full wait in the library's
 	// buffer, where the netpoller cannot see them: handle them now.
 	C.dlock_client_dispatch(c.c)
+	c.followLocked()
 	c.mu.Unlock()
 
 	var res acquireResult
@@ -435,6 +535,7 @@ func (c *Client) cancel(h cgo.Handle, op *acquireOp) acquireResult {
 	rc := C.dlockgo_cancel(c.c, C.uintptr_t(h))
 	// A CANCEL the full socket kept back goes out with the next call.
 	C.dlock_client_dispatch(c.c)
+	c.followLocked()
 	c.mu.Unlock()
 	if rc != 0 && rc != C.DLOCK_ENOTFOUND {
 		// Nothing was sent (no memory): the agent keeps the waiter until its

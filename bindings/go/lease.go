@@ -244,6 +244,7 @@ func (l *Lease) releaseMember(sync bool) error {
 	} else {
 		rc = C.dlock_lease_release(l.h)
 	}
+	c.followLocked() // a release may reconnect (ReleaseSync) or find the link broken
 	if rc == 0 {
 		return nil
 	}
