@@ -462,16 +462,18 @@ func TestOpenCloseKeepsNoDescriptor(t *testing.T) {
 	}
 }
 
-// TestAgentGone: when the agent dies, the dispatcher sees the connection
-// end: a held lease is lost (its event, with ErrDisconnected, its channel,
-// its error) and an acquire waiting in the agent fails with ErrDisconnected.
+// TestAgentGone: when an agent without a state directory dies, the
+// dispatcher sees the connection end: a held lease is lost (its event, with
+// ErrDisconnected, its channel, its error) and an acquire waiting in the
+// agent fails with ErrDisconnected. (An agent with one leaves its leases to
+// its successor: restart_test.go.)
 func TestAgentGone(t *testing.T) {
 	dir, err := os.MkdirTemp(env.dir, "gone-") // the agent's status socket goes there too
 	if err != nil {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "dlock.sock")
-	agent, err := startAgent(sock)
+	agent, err := startAgentWith(sock, noStateDir)
 	if err != nil {
 		t.Fatal(err)
 	}

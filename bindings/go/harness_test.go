@@ -101,8 +101,26 @@ func runMain(m *testing.M) int {
 // startAgent starts a dlockd on sock over the tests' Redis (its status
 // socket goes beside sock: one agent per directory) and waits until it is
 // ready.
-func startAgent(sock string) (*exec.Cmd, error) {
-	agent := exec.Command(env.dlockd, "-s", sock, "-r", "unix:"+env.redisSock)
+func startAgent(sock string) (*exec.Cmd, error) { return startAgentWith(sock, "") }
+
+// noStateDir is the configuration of an agent that keeps no state directory:
+// its leases end with its process, and so does its clients' connection.
+const noStateDir = "[agent]\nstate_dir =\n"
+
+// startAgentWith is startAgent with conf (INI text; "" for none) as the
+// agent's configuration file, written beside sock. Started again on the
+// same sock (after a kill -9, say), an agent takes over the leases its
+// predecessor left in its state directory (SOCK.state by default).
+func startAgentWith(sock, conf string) (*exec.Cmd, error) {
+	args := []string{"-s", sock, "-r", "unix:" + env.redisSock}
+	if conf != "" {
+		path := sock + ".conf"
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			return nil, err
+		}
+		args = append(args, "-c", path)
+	}
+	agent := exec.Command(env.dlockd, args...)
 	agent.Stderr = os.Stderr
 	if err := agent.Start(); err != nil {
 		return nil, fmt.Errorf("dlockd: %w", err)
@@ -236,7 +254,13 @@ func waitWaiters(t *testing.T, name string, n int) {
 
 func open(t *testing.T) *dlock.Client {
 	t.Helper()
-	c, err := dlock.Open(dlock.Options{Socket: env.agentSock})
+	return openOn(t, env.agentSock)
+}
+
+// openOn opens a client of the agent on sock, closed at the test's end.
+func openOn(t *testing.T, sock string) *dlock.Client {
+	t.Helper()
+	c, err := dlock.Open(dlock.Options{Socket: sock})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
