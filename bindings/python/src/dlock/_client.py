@@ -89,7 +89,9 @@ _STATE_PY = {1: State.HELD, 2: State.JEOPARDY, 3: State.LOST, 4: State.RELEASED}
 
 #: ``on_event(lease, state, reason)``: called from the client's dispatcher thread when a
 #: lease turns JEOPARDY, HELD again or LOST; ``reason`` is the DLOCK_E* code telling why
-#: (ErrorCode.OK for HELD).
+#: (ErrorCode.OK for HELD). ErrorCode.ERESTART: the agent restarted (or died); a JEOPARDY
+#: while libdlock takes the connection back from the next agent (the lease stays valid,
+#: and is HELD again once that agent confirms it), a LOST if none took it over in time.
 EventCallback = Callable[["Lease", State, "ErrorCode | int"], None]
 
 _WAIT_GUARD = 15.0  # seconds past the wait before a silent agent counts as gone
@@ -245,7 +247,8 @@ class _Core:
             raise error_for(rc, f"cannot open a client on {where}: {_strerror(rc)}")
         self.c: Optional[int] = handle.value
         _lib.client_set_event_cb(self.c, self.event_cb, None)
-        self.fd = _lib.client_fd(self.c)
+        # What the dispatcher waits on: libdlock's descriptor and the file it is (see _fd_id()).
+        self.watched: Optional[Tuple[int, int, int]] = None
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self.wake_w, False)
@@ -365,13 +368,54 @@ class _Core:
             if _lib.client_dispatch(self.c) == ErrorCode.EDISCONNECTED:
                 self.disconnected = True
 
+    def _fd_id(self) -> Optional[Tuple[int, int, int]]:
+        """libdlock's descriptor and the file it is, (fd, st_dev, st_ino), mutex held; None
+        once the connection is gone for good (its socket stays readable: end of file).
+
+        While the agent restarts, dlock_client_fd() is a timerfd that fires when it is time to
+        reconnect, then the new connection's socket: it may change after any call on the
+        client, and the new one may have the old one's number, so the file tells them apart.
+        """
+        if self.c is None or self.disconnected:
+            return None
+        fd = _lib.client_fd(self.c)
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            return None
+        return (fd, st.st_dev, st.st_ino)
+
+    def follow(self) -> None:
+        """After a call into libdlock on another thread than the dispatcher (mutex held): wakes
+        the dispatcher if libdlock's descriptor is no longer the one it waits on (a blocking
+        call reconnected, or a send found the connection broken), so that it waits on the new
+        one. The dispatcher reads the descriptor again before each wait anyway."""
+        if threading.get_ident() != self.thread_ident and self._fd_id() != self.watched:
+            self.wake()
+
+    def _rewatch(self, poller: "select.poll", registered: int) -> int:
+        """Has poller watch self.watched's descriptor instead of registered (-1: none); returns
+        the one now registered. poll() takes descriptors by number: one whose number stays is
+        watched anew at each poll() whatever file it is now."""
+        fd = self.watched[0] if self.watched is not None else -1
+        if fd != registered:
+            if registered >= 0:
+                poller.unregister(registered)
+            if fd >= 0:
+                poller.register(fd, select.POLLIN)
+        return fd
+
     def _run(self) -> None:
         self.thread_ident = threading.get_ident()
         poller = select.poll()
-        poller.register(self.fd, select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
-        watching = True
+        registered = -1
         while not self.closing:
+            with self.mutex:
+                if self.closing or self.c is None:
+                    break
+                self.watched = self._fd_id()
+            registered = self._rewatch(poller, registered)
             # A timeout now and then also flushes a release still in the output buffer.
             for fd, _ in poller.poll(1000):
                 if fd == self.wake_r:
@@ -380,9 +424,6 @@ class _Core:
                 if self.closing or self.c is None:
                     break
                 self._dispatch()
-            if self.disconnected and watching:
-                poller.unregister(self.fd)  # it stays readable (end of file) from now on
-                watching = False
             self.deliver()
         self.deliver()
         # A close asked on this thread (from an event callback, or by the garbage collector,
@@ -397,19 +438,15 @@ class _Core:
         deadline = None if timeout is None else time.monotonic() + timeout
         poller = select.poll()
         poller.register(self.wake_r, select.POLLIN)
-        watching = False
+        registered = -1
         while True:
             with self.mutex:
                 # First what a blocking call of another thread may have read ahead.
                 self._dispatch()
                 if p.done or self.closing or self.c is None:
                     return p.done
-                if not self.disconnected and not watching:
-                    poller.register(self.fd, select.POLLIN)
-                    watching = True
-                elif self.disconnected and watching:
-                    poller.unregister(self.fd)
-                    watching = False
+                self.watched = self._fd_id()
+            registered = self._rewatch(poller, registered)
             ms = -1
             if deadline is not None:
                 left = deadline - time.monotonic()
@@ -482,10 +519,14 @@ class _Core:
             rc = _lib.acquire_spec_async(c, raw, byref(opts), byref(spec), self.acquire_cb, p.id)
             if rc != 0:
                 del self.pending[p.id]
-                if rc == ErrorCode.EDISCONNECTED:
-                    self.disconnected = True  # before the dispatcher notices
                 msg = _lib.client_strerror(c, rc)
+                if rc == ErrorCode.EDISCONNECTED:
+                    # Gone for good (noticed before the dispatcher does), or, while the agent
+                    # restarts, a try-once that cannot wait for it: the dispatch tells which.
+                    self._dispatch()
+                self.follow()
                 raise error_for(rc, msg.decode("utf-8", "replace") if msg else None, p.name)
+            self.follow()
         return p
 
     def abandon(self, p: _Pending) -> None:
@@ -499,6 +540,7 @@ class _Core:
             p.abandoned = True
             if self.c is not None and _lib.acquire_cancel is not None:
                 _lib.acquire_cancel(self.c, self.acquire_cb, p.id)
+                self.follow()
             # Without the cancel call (an older libdlock), the waiter stays in the agent
             # until it times out, and a late grant is released by the callback.
 
@@ -561,12 +603,15 @@ class _Core:
         end and would keep its leases. Closing a copy sends nothing: the parent's
         connection goes on. libdlock's own close is never called here (it would shut the
         connection down for the parent too), and the descriptor number is forgotten, so
-        nothing here uses it again once the child reuses it.
+        nothing here uses it again once the child reuses it. (While the agent restarts,
+        libdlock's descriptor is a timer, whose copy is closed the same way.)
         """
         if self.closed:
             return
         self.forked = True
-        self.c = None
+        c, self.c = self.c, None
+        fd = _lib.client_fd(c) if c is not None else -1
+        self.watched = None
         self.mutex = threading.Lock()
         # Another thread of the parent may have held these: the child's are new.
         self.page_lock = threading.Lock()
@@ -576,7 +621,6 @@ class _Core:
             lease._closed = True
         self.leases.clear()
         self.pending.clear()
-        fd, self.fd = self.fd, -1
         if fd >= 0:
             try:
                 os.close(fd)
@@ -603,7 +647,10 @@ class Client:
 
     One client may be shared by any number of threads and asyncio tasks. The
     agent releases every lease of the client when it is closed (``close()``,
-    the end of a ``with`` block, or the process exiting or dying).
+    the end of a ``with`` block, or the process exiting or dying). The
+    connection outlives a restart of the agent (one with a state directory,
+    its default): libdlock takes it back from the next agent, and the
+    client's leases and waiting acquires go on.
     """
 
     def __init__(self, socket: "Optional[Union[str, os.PathLike[str]]]" = None, *,
@@ -658,7 +705,8 @@ class Client:
         with core.mutex:
             rc = _lib.client_ping(core.check_open())
             if rc == ErrorCode.EDISCONNECTED:
-                core.disconnected = True
+                core._dispatch()  # gone for good: noticed before the dispatcher does
+            core.follow()  # the ping may have reconnected, while the agent restarted
         if rc != 0:
             raise error_for(rc)
 
@@ -1088,6 +1136,7 @@ class Lease(_ReleasedOnExit):
                     self._handle = None
                 core.leases.pop(h, None)
             rc = core.release_sync(h) if sync else int(_lib.lease_release(h))
+            core.follow()  # a release may reconnect (sync) or find the connection broken
         if rc == 0:
             return
         if rc in (ErrorCode.ELOST, ErrorCode.EDISCONNECTED):
@@ -1228,14 +1277,15 @@ _default_lock = threading.Lock()
 def default_client() -> Client:
     """The process-wide client of dlock.lock() and dlock.alock(), opened on first use
     (``$DLOCK_SOCKET`` or /run/dlock/dlock.sock). A forked child gets a new one, and so
-    does a process whose client lost its agent (the agent restarted, say)."""
+    does a process whose client lost its agent for good (an agent without a state
+    directory went away); across an agent restart the client goes on."""
     global _default
     c = _default
     if c is None or c.closed or c._core.disconnected:
         with _default_lock:
             c = _default
             if c is None or c.closed or c._core.disconnected:
-                # The agent went away (restarted, say): a new connection. The old client is
+                # The agent went away for good: a new connection. The old client is
                 # not closed here: its leases report LOST as usual, and it is closed once
                 # nothing refers to it any more.
                 c = _default = Client()
