@@ -135,7 +135,15 @@ def test_progress_touch(stack: Stack) -> None:
     lease.release()
 
 
+#: An agent without a state directory: its leases, and its clients' connections, end with it
+#: (an agent with one leaves them to the next agent: test_restart.py).
+NO_STATE_DIR = "[agent]\nstate_dir =\n"
+
+
+@pytest.mark.agent_config(NO_STATE_DIR)
 def test_agent_killed_loses_leases(stack: Stack) -> None:
+    """An agent without a state directory killed: every lease LOST (EDISCONNECTED), a waiting
+    acquire fails, the client is unusable."""
     q, on_event = _recorder()
     c = stack.client()
     lease = c.acquire("agent-gone", on_event=on_event)
@@ -348,9 +356,11 @@ def test_close_from_the_dispatcher_thread_holding_the_mutex(stack: Stack) -> Non
         c.acquire("gc-after")
 
 
+@pytest.mark.agent_config(NO_STATE_DIR)
 def test_default_client_replaced_after_agent_restart(default_socket: str, stack: Stack) -> None:
-    """The agent restarts: dlock.lock() opens a new default client instead of raising for
-    ever; the old one is not closed under its leases (they report LOST), but once unused."""
+    """An agent without a state directory restarts: dlock.lock() opens a new default client
+    instead of raising for ever; the old one is not closed under its leases (they report
+    LOST), but once unused."""
     q, on_event = _recorder()
     old = dlock.default_client()
     lease = old.acquire("restart-a", on_event=on_event)
