@@ -5,14 +5,20 @@
 // (on the libuv pool, koffi .async()). None waits for an answer: acquires are
 // dlock_lease_acquire_spec_async(), a release or a cancel never waits for the agent. Only an
 // acquire sent to a full socket blocks, until there is room, up to 5 s (then the library counts
-// the agent as gone: EDISCONNECTED). The event loop itself reads the connection: a net.Socket
-// over a duplicate of the client's fd hands every byte it reads to dlock_client_feed(), inside
-// which the C callbacks run. They only record what happened; promises are settled and events
-// emitted right after dlock_client_feed() returns, in the order the library reported them.
+// the connection as broken), and a dispatch that reconnects after an agent restart waits for the
+// new agent's handshake (at once from a live agent, up to 5 s from a wedged one). libdlock reads
+// the connection itself, in dlock_client_dispatch(), inside which the C callbacks run; a worker
+// thread tells the main thread when the client's descriptor is readable (poller.cjs), since the
+// event loop cannot watch a descriptor without reading it. The descriptor may change after any
+// call (a timerfd while the agent restarts, then the new connection's socket): the client reads
+// it again after each call and has the poller watch the new one. The callbacks only record what
+// happened; promises are settled and events emitted right after dlock_client_dispatch()
+// returns, in the order the library reported them.
 
 const { EventEmitter } = require('node:events');
-const net = require('node:net');
+const { fstatSync } = require('node:fs');
 const { load } = require('./native.cjs');
+const poller = require('./poller.cjs');
 const errors = require('./errors.cjs');
 
 const { ERRNO, DlockError, BusyError, TimeoutError, LostError, ConnectionError, InvalidNameError,
@@ -31,9 +37,6 @@ const SET_MAX = 64; // DLOCK_SET_MAX
 // (ENOANSWER), as libdlock's blocking acquire gives up (its ACQUIRE_SLACK_MS).
 const ANSWER_SLACK_MS = 10000;
 const TIMER_MAX_MS = 0x7fffffff; // the longest delay of a setTimeout()
-const F_DUPFD_CLOEXEC = 1030;
-// dlock_client_feed(client, "", 0): a zero-length buffer that is not NULL
-const NOTHING = Buffer.alloc(1);
 const NEW = Symbol('dlock.internal');
 
 let n = null; // the native bindings, once loaded
@@ -54,7 +57,7 @@ function init() {
   return n;
 }
 
-// ---- C callbacks: they run inside dlock_client_feed(); record only ----
+// ---- C callbacks: they run inside dlock_client_dispatch(); record only ----
 
 function onAcquire(clientPtr, status, leasePtr, id) {
   // The agent's words are to be read in the callback that got the error.
@@ -275,6 +278,7 @@ class Lease extends EventEmitter {
     this.#done = true;
     h.leases.delete(this);
     const rc = n.release(h.ptr);
+    this.#client._follow();
     if (h.leases.size === 0) this.#client._forget(h);
     if (rc === 0) return Promise.resolve();
     this.#finalState = 'lost';
@@ -406,13 +410,8 @@ function setOrder(names) {
 class Client extends EventEmitter {
   #ptr;
   #socket;
-  #conn = null; // the net.Socket reading a duplicate of the client's fd
-  #refd = true; // #conn keeps the event loop alive
-  #held = []; // chunks read that the library refused (no memory), to be fed again first
-  #stalled = false; // #conn is paused until they are
-  #retry = null; // the timer that feeds them again
-  #eof = false; // the connection ended (fed as soon as nothing is held)
-  #ended = false; // the end of the connection was fed
+  #fdId = null; // the descriptor the poller watches, and the file it is: "fd:dev:ino"
+  #refd = false; // the client keeps the event loop alive
   #ownerSeq = 0n; // the owners of plain acquires: OWN_OWNER | ++#ownerSeq
   #handles = new Map(); // lease ptr -> Handle
   #live = 0; // handles not lost
@@ -430,16 +429,7 @@ class Client extends EventEmitter {
     this.#socket = socket;
     clientsByPtr.set(ptr, this);
     n.setEventCb(ptr, eventCbPtr, 0);
-    const fd = n.fcntl(n.fd(ptr), F_DUPFD_CLOEXEC, 'int', 0);
-    if (fd < 0) throw new ConnectionError('cannot duplicate the connection\'s fd', ERRNO.ENOMEM);
-    // Read only: the library writes to its own fd. The socket closes the duplicate when
-    // destroyed; an end of the stream never shuts the shared connection down.
-    const conn = new net.Socket({ fd, readable: true, writable: false });
-    conn.on('data', (buf) => this.#feed(buf));
-    conn.on('end', () => this.#end());
-    conn.on('error', () => this.#end());
-    conn.on('close', () => this.#end());
-    this.#conn = conn;
+    this.#follow();
     this.#sync();
   }
 
@@ -503,14 +493,8 @@ class Client extends EventEmitter {
   }
 
   #acquire(name, parsed) {
-    // A chunk the library refused must be fed before anything the library reads itself (a send
-    // that finds the socket full reads ahead): once more now, else the acquire is not sent.
-    if (this.#held.length) this.#feed();
     if (this.closed) {
       return Promise.reject(new ConnectionError('the client is closed', ERRNO.EDISCONNECTED));
-    }
-    if (this.#held.length) {
-      return Promise.reject(errorFor(ERRNO.ENOMEM, n.strerror(ERRNO.ENOMEM), { lock: name }));
     }
     const { signal } = parsed;
     if (signal && signal.aborted) return Promise.reject(signal.reason);
@@ -528,7 +512,9 @@ class Client extends EventEmitter {
     });
     const rc = n.acquireAsync(this.#ptr, name, parsed.options, parsed.spec, acquireCbPtr, id);
     if (rc !== 0) {
+      // (EDISCONNECTED from a try-once while the agent restarts: the client goes on)
       entry.reject(errorFor(rc, n.clientStrerror(this.#ptr, rc), { lock: name }));
+      this.#follow();
       return promise;
     }
     pendingById.set(id, entry);
@@ -541,8 +527,8 @@ class Client extends EventEmitter {
     if (wait !== WAIT_FOREVER) this.#guard(entry, performance.now() + wait + ANSWER_SLACK_MS);
     this.#sync();
     // A send that found the socket full waited for room and read what the agent sent
-    // meanwhile into the library's buffer, where no read of ours will see it: handle it now.
-    this.#feed();
+    // meanwhile into the library's buffer, where the poller does not see it: handle it now.
+    this.#dispatch();
     return promise;
   }
 
@@ -622,8 +608,8 @@ class Client extends EventEmitter {
   #noAnswer(entry) {
     entry.guard = null;
     if (!this.#pending.has(entry)) return;
-    this.#feed(); // what the library read already
-    if (!this.#pending.has(entry)) return;
+    this.#dispatch(); // what the library read already
+    if (!this.#pending.has(entry) || !this.#ptr) return;
     if (!entry.aborted) n.cancel(this.#ptr, acquireCbPtr, entry.id);
     entry.abandoned = true;
     this.#pending.delete(entry);
@@ -640,6 +626,7 @@ class Client extends EventEmitter {
     // _complete() releases); anything else: it is already on its way. Either way the promise is
     // settled by _complete(), once the agent has no waiter left for it.
     const rc = n.cancel(this.#ptr, acquireCbPtr, entry.id);
+    this.#follow();
     if (rc !== 0 && rc !== ERRNO.ENOTFOUND) {
       // nothing was sent (no memory): the waiter stays until its wait runs out, and a grant
       // that comes meanwhile is released at once
@@ -657,6 +644,7 @@ class Client extends EventEmitter {
       if (status === 0) {
         const h = this.#handles.get(leasePtr);
         n.release(leasePtr); // one hold: a re-entered handle keeps its others
+        this.#follow();
         if (h && h.leases.size === 0) this.#forget(h);
       }
       if (!entry.abandoned) entry.reject(entry.signal.reason); // else: settled already
@@ -719,71 +707,63 @@ class Client extends EventEmitter {
     if (this.#handles.size === 0) this.close();
   }
 
-  // The socket keeps the event loop alive while acquires are pending or leases held (not lost):
+  // The client keeps the event loop alive while acquires are pending or leases held (not lost):
   // a process with nothing held exits by itself.
   #sync() {
-    const conn = this.#conn;
-    if (!conn) return;
+    if (!this.#ptr || this.#broken) return;
     const want = this.#pending.size > 0 || this.#live > 0;
     if (want === this.#refd) return;
     this.#refd = want;
-    if (want) conn.ref();
-    else conn.unref();
+    poller.keepAlive(this, want);
   }
 
-  // Hands the library what the agent sent, in the order it was read: `chunk` (read from the
-  // socket) behind any chunk held back; without one, what the library read into its own buffer
-  // itself. Then the end of the connection, once it came and nothing is held back.
-  #feed(chunk) {
-    if (!this.#ptr || this.#ended) return;
-    if (chunk) this.#held.push(chunk);
-    let rc = 0;
-    if (!this.#held.length && !this.#eof) rc = n.feed(this.#ptr, NOTHING, 0);
-    while (this.#held.length) {
-      const buf = this.#held[0];
-      rc = n.feed(this.#ptr, buf, buf.length);
-      if (rc === ERRNO.ENOMEM) break; // nothing of it was taken
-      this.#held.shift();
-      if (rc !== 0) this.#held.length = 0; // the connection is broken: the rest means nothing
+  // libdlock's descriptor may change after any call on the client (docs/restarts.md): while
+  // the agent restarts it is a timerfd that fires when it is time to reconnect, then the new
+  // connection's socket, maybe under the old number (libdlock closes the socket, then makes the
+  // timer). So the descriptor is read again after each call and told apart by its file; the
+  // poller watches the one it is now.
+  #follow() {
+    if (!this.#ptr || this.#broken) return;
+    const fd = n.fd(this.#ptr);
+    let id = String(fd);
+    try {
+      const st = fstatSync(fd, { bigint: true });
+      id = `${fd}:${st.dev}:${st.ino}`;
+    } catch {
+      // not open (cannot be): the poller reports it at once, and the dispatch looks again
     }
-    if (rc === ERRNO.ENOMEM) {
-      // the same bytes again a little later; the socket is not read meanwhile
-      this.#stalled = true;
-      this.#conn?.pause();
-      if (!this.#retry) {
-        this.#retry = setTimeout(() => {
-          this.#retry = null;
-          this.#feed();
-        }, 10);
-      }
-    } else if (this.#stalled) {
-      this.#stalled = false;
-      clearTimeout(this.#retry);
-      this.#retry = null;
-      this.#conn?.resume();
-    }
-    if (this.#eof && !this.#held.length) {
-      this.#ended = true;
-      rc = n.feed(this.#ptr, null, 0) || ERRNO.EDISCONNECTED;
-    }
+    if (id === this.#fdId) return;
+    this.#fdId = id;
+    poller.watch(n, this, fd, () => this.#dispatch());
+  }
+
+  // after a call a lease made on the client's connection (a release)
+  _follow() {
+    this.#follow();
+  }
+
+  // Has the library handle what the agent sent (and, while the agent restarts, reconnect when
+  // it is time): acquires complete and events are delivered, through drain().
+  #dispatch() {
+    if (!this.#ptr || this.#broken) return;
+    const rc = n.dispatch(this.#ptr);
     drain();
     if (!this.#ptr) return; // closed by a listener
-    if (rc === ERRNO.EDISCONNECTED) this.#broke(rc);
-    else this.#sync();
+    if (rc === ERRNO.EDISCONNECTED) {
+      this.#broke(rc);
+      return;
+    }
+    this.#sync();
+    this.#follow();
   }
 
-  // the connection ended (end of stream, or a read error)
-  #end() {
-    if (!this.#ptr || this.#eof) return;
-    this.#eof = true;
-    this.#feed();
-  }
-
+  // The connection is gone for good (an agent that keeps no state went away, a protocol
+  // error): every lease was told LOST and every pending acquire rejected.
   #broke(rc) {
     if (this.#broken) return;
     this.#broken = true;
-    this.#conn?.destroy();
-    this.#conn = null;
+    this.#refd = false;
+    poller.unwatch(this);
     this.emit('disconnect', new ConnectionError(n.strerror(rc), rc));
   }
 
@@ -795,11 +775,8 @@ class Client extends EventEmitter {
     if (this.#closing) return this.#closing;
     drain();
     this.#closed = true;
-    clearTimeout(this.#retry);
-    this.#retry = null;
-    this.#held.length = 0;
-    this.#conn?.destroy();
-    this.#conn = null;
+    this.#refd = false;
+    poller.unwatch(this);
     clientsByPtr.delete(this.#ptr);
     for (const entry of this.#pending) {
       pendingById.delete(entry.id);

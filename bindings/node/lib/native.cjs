@@ -1,5 +1,6 @@
 'use strict';
-// The C side: libdlock, and libc's fcntl() for the duplicate of a client's fd, bound with koffi.
+// The C side: libdlock, and libc's eventfd(), write() and close() for the poller (poller.cjs),
+// bound with koffi.
 // Loaded on first use, so that importing the package never fails on its own.
 
 const koffi = require('koffi');
@@ -48,7 +49,7 @@ function load() {
     open: f('int dlock_client_open(_Out_ void **out, const char *socket_path)'),
     close: f('void dlock_client_close(void *client)'),
     fd: f('int dlock_client_fd(void *client)'),
-    feed: f('int dlock_client_feed(void *client, const void *data, size_t len)'),
+    dispatch: f('int dlock_client_dispatch(void *client)'),
     setEventCb: f('void dlock_client_set_event_cb(void *client, dlock_event_cb *cb, intptr_t arg)'),
     acquireAsync: f('int dlock_lease_acquire_spec_async(void *client, const char *name, ' +
       'const dlock_acquire_options *opts, const dlock_lock_spec *spec, dlock_acquire_cb *cb, ' +
@@ -67,10 +68,10 @@ function load() {
     ttlMs: f('uint32_t dlock_lease_ttl_ms(void *lease)'),
     strerror: f('const char *dlock_strerror(int err)'),
     clientStrerror: f('const char *dlock_client_strerror(void *client, int err)'),
-    // fcntl(fd, F_DUPFD_CLOEXEC, 0): a duplicate of the client's fd for the event loop to read
-    // (see dlock.cjs); close-on-exec, as the library's own, so that no child process inherits
-    // the connection and keeps it open after this process is gone
-    fcntl: libc.func('int fcntl(int fd, int cmd, ...)'),
+    // the eventfd that wakes the poller's thread (poller.cjs)
+    eventfd: libc.func('int eventfd(unsigned int initval, int flags)'),
+    write: libc.func('long write(int fd, const void *buf, unsigned long count)'),
+    closeFd: libc.func('int close(int fd)'),
   };
   return native;
 }

@@ -1,14 +1,12 @@
-// The event loop reads the connection: what keeps a process alive, and what a child inherits.
+// The event loop and the client: what keeps a process alive, and what a child inherits.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { createRequire } from 'node:module';
 import { startAgent, uniq, waitFor } from './helper.mjs';
 import { Client } from '../index.mjs';
 
 const INDEX = fileURLToPath(new URL('../index.mjs', import.meta.url));
-const require = createRequire(import.meta.url);
 
 let agent;
 before(async () => {
@@ -117,59 +115,4 @@ test('a burst of acquires larger than the socket buffers: every one completes', 
   assert.ok(leases.length > 0);
   await Promise.all(leases.map((l) => l.release()));
   await client.close();
-});
-
-test('a chunk the library refuses for want of memory is fed again before anything read after it', async () => {
-  // libdlock's functions, as the binding calls them: dlock_client_feed() is made to refuse
-  // (DLOCK_ENOMEM, nothing taken) what the agent sends one client while `refuse` is set
-  const native = require('../lib/native.cjs').load();
-  const realFeed = native.feed;
-  const holder = await Client.open({ socket: agent.sock });
-  const client = await Client.open({ socket: agent.sock });
-  const name = uniq('nomem');
-  const held = await holder.acquire(name);
-  let target = 'capture'; // the client's pointer, from the feed an acquire makes right after its send
-  let refuse = false;
-  let onRefused;
-  const refused = new Promise((r) => (onRefused = r));
-  const log = [];
-  native.feed = (c, data, len) => {
-    if (target === 'capture') target = c;
-    if (c === target) {
-      if (refuse && len > 0) {
-        log.push('refused');
-        onRefused();
-        return -2; // DLOCK_ENOMEM
-      }
-      log.push(len > 0 ? 'data' : 'nothing');
-    }
-    return realFeed(c, data, len);
-  };
-  try {
-    const waiting = client.acquire(name, { wait: 20000 });
-    assert.notEqual(target, 'capture', 'the acquire fed the library');
-    await waitFor(async () => (await agent.waiters(name)) === 1, 'the waiter');
-    refuse = true;
-    log.length = 0;
-    await held.release(); // the grant comes to the client, and is refused
-    await refused;
-    // held back, the grant must be fed before anything the library would read itself: an
-    // acquire sent now could read ahead, so it is refused, and nothing else is fed meanwhile
-    const deadline = new Promise((_, reject) => setTimeout(() => reject(new Error('no answer')), 20000).unref());
-    await assert.rejects(Promise.race([client.acquire(uniq('nomem')), deadline]),
-      (e) => e.code === 'ENOMEM' && e.errno === -2);
-    refuse = false;
-    const lease = await waiting;
-    assert.equal(lease.name, name);
-    const first = log.indexOf('data');
-    assert.ok(first > 0, `log: ${log}`);
-    assert.deepEqual(new Set(log.slice(0, first)), new Set(['refused']), `log: ${log}`);
-    await lease.release();
-    const other = await client.acquire(uniq('nomem')); // the client works on
-    await other.release();
-  } finally {
-    native.feed = realFeed;
-    await client.close();
-    await holder.close();
-  }
 });
