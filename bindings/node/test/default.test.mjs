@@ -1,8 +1,10 @@
-// The process-wide client of acquire() across agent restarts: the old one is closed.
+// The process-wide client of acquire() when its agent goes away for good (an agent without a
+// state directory): the old one is closed. (Across a restart of an agent with one, the client
+// goes on: restart.test.mjs.)
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { startAgent, uniq, waitFor } from './helper.mjs';
+import { startAgent, uniq, waitFor, NO_STATE_DIR } from './helper.mjs';
 import { acquire, LostError } from '../index.mjs';
 
 const agents = [];
@@ -16,7 +18,7 @@ const pages = () => readFileSync('/proc/self/maps', 'utf8').split('\n')
   .filter((l) => l.includes('/memfd:dlock-')).length;
 
 test('the process-wide client dropped after its agent went away is closed once nothing of it is held', async () => {
-  const first = await startAgent();
+  const first = await startAgent({ config: NO_STATE_DIR });
   agents.push(first);
   assert.equal(pages(), 0);
   process.env.DLOCK_SOCKET = first.sock;
@@ -35,7 +37,7 @@ test('the process-wide client dropped after its agent went away is closed once n
   assert.equal(pages(), 0);
 
   // nothing held when the agent goes away: closed at once
-  const second = await startAgent();
+  const second = await startAgent({ config: NO_STATE_DIR });
   agents.push(second);
   process.env.DLOCK_SOCKET = second.sock;
   const l2 = await acquire(uniq('restart'));
@@ -48,7 +50,7 @@ test('the process-wide client dropped after its agent went away is closed once n
   assert.equal(pages(), 0);
 
   // and acquire() opens another
-  const third = await startAgent();
+  const third = await startAgent({ config: NO_STATE_DIR });
   agents.push(third);
   process.env.DLOCK_SOCKET = third.sock;
   const l3 = await acquire(uniq('restart'));

@@ -102,9 +102,15 @@ async function stop(child) {
   clearTimeout(t);
 }
 
+/** dlockd's configuration without a state directory: its leases, and its clients' connections,
+ * end with its process (with one, the default, they go on with the next agent). */
+export const NO_STATE_DIR = '[agent]\nstate_dir =\n';
+
 /**
  * Starts redis-server and dlockd in a fresh temp dir. `config`: extra INI text for dlockd
- * (e.g. "[agent]\nmax_name_len = 100"). Returns { dir, sock, redisSock, leases(), stop() }.
+ * (e.g. "[agent]\nmax_name_len = 100"). Returns { dir, sock, redisSock, agent, leases(),
+ * kill9(), start(), stop() }: kill9() kills dlockd with SIGKILL, start() starts a new one on the
+ * same configuration (which takes over the leases the dead one left in its state directory).
  */
 export async function startAgent({ config } = {}) {
   const dir = mkdtempSync(path.join(tmpdir(), 'dlock-node-'));
@@ -118,19 +124,28 @@ export async function startAgent({ config } = {}) {
     writeFileSync(path.join(dir, 'dlockd.conf'), config);
     args.push('-c', path.join(dir, 'dlockd.conf'));
   }
-  const agent = start(DLOCKD, args, { cwd: dir });
+  const launch = async () => {
+    const agent = start(DLOCKD, args, { cwd: dir });
+    try {
+      await waitFor(() => {
+        if (agent.exitCode !== null) throw new Error(`dlockd exited: ${agent.log()}`);
+        return canConnect(sock);
+      }, 'dlockd');
+      // ready once it has its Redis connection (a try-once acquire would get EUNAVAIL before)
+      await waitFor(async () => {
+        const st = JSON.parse(await ctl(['-s', sock, 'status', '--json']));
+        return st.nodes.length > 0 && st.nodes.every((node) => node.connected);
+      }, 'dlockd connected to Redis');
+    } catch (err) {
+      await stop(agent);
+      throw err;
+    }
+    return agent;
+  };
+  let agent;
   try {
-    await waitFor(() => {
-      if (agent.exitCode !== null) throw new Error(`dlockd exited: ${agent.log()}`);
-      return canConnect(sock);
-    }, 'dlockd');
-    // ready once it has its Redis connection (a try-once acquire would get EUNAVAIL before)
-    await waitFor(async () => {
-      const st = JSON.parse(await ctl(['-s', sock, 'status', '--json']));
-      return st.nodes.length > 0 && st.nodes.every((node) => node.connected);
-    }, 'dlockd connected to Redis');
+    agent = await launch();
   } catch (err) {
-    await stop(agent);
     await stop(redisProc);
     throw err;
   }
@@ -139,6 +154,18 @@ export async function startAgent({ config } = {}) {
     sock,
     redisSock,
     agent,
+    /** Kills dlockd with SIGKILL; resolves once it is gone. */
+    async kill9() {
+      const a = this.agent;
+      if (a.exitCode !== null || a.signalCode !== null) return;
+      const gone = new Promise((r) => a.once('exit', r));
+      a.kill('SIGKILL');
+      await gone;
+    },
+    /** Starts dlockd again on the same configuration; resolves once it is ready. */
+    async start() {
+      this.agent = await launch();
+    },
     /** The agent's leases (`dlockctl leases --json`), of `pattern` if given. */
     async leases(pattern) {
       const args2 = ['-s', sock, 'leases', '--json'];
@@ -151,7 +178,7 @@ export async function startAgent({ config } = {}) {
       return ls.reduce((m, l) => Math.max(m, l.waiters), 0);
     },
     async stop() {
-      await stop(agent);
+      await stop(this.agent);
       await stop(redisProc);
       rmSync(dir, { recursive: true, force: true });
     },

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { startAgent, uniq, waitFor } from './helper.mjs';
+import { startAgent, uniq, waitFor, NO_STATE_DIR } from './helper.mjs';
 import { Client, ConnectionError } from '../index.mjs';
 
 const INDEX = fileURLToPath(new URL('../index.mjs', import.meta.url));
@@ -96,7 +96,10 @@ test('a stopped agent: acquires reject with ENOANSWER after their wait and 10 s,
   await holder.close();
 });
 
-test('a stopped agent and a full socket: the acquire that finds no room gives up (after 5 s) and the client is broken', async () => {
+test('a stopped agent without a state directory and a full socket: the acquire that finds no room gives up (after 5 s) and the client is broken', async () => {
+  // (with a state directory, the client takes the broken connection for a restart, and tries
+  // to take it back from the agent, which answers once it goes on)
+  const agent = await startAgent({ config: NO_STATE_DIR });
   const client = await Client.open({ socket: agent.sock });
   const lease = await client.acquire(uniq('kept'));
   const lost = new Promise((r) => lease.once('lost', r));
@@ -119,5 +122,6 @@ test('a stopped agent and a full socket: the acquire that finds no room gives up
   } finally {
     agent.agent.kill('SIGCONT');
     await client.close();
+    await agent.stop();
   }
 });
