@@ -55,7 +55,11 @@ export interface AcquireOptions {
 export interface LeaseEvent {
   lease: Lease;
   state: 'held' | 'jeopardy' | 'lost';
-  /** null for 'held'; the cause for 'jeopardy'; the LostError for 'lost'. */
+  /**
+   * null for 'held'; the cause for 'jeopardy' (code 'ERESTART' while the agent restarts: the
+   * lease stays valid, and is 'held' again once the next agent confirms it); the LostError for
+   * 'lost'.
+   */
   reason: DlockError | null;
 }
 
@@ -151,6 +155,11 @@ export declare class Client extends EventEmitter {
   [Symbol.asyncDispose](): Promise<void>;
 
   on(event: 'event', listener: (event: LeaseEvent) => void): this;
+  /**
+   * 'disconnect': the connection is gone for good (an agent without a state directory went
+   * away, a protocol error): every lease lost, every pending acquire rejected. Not on an agent
+   * restart, which the client rides out.
+   */
   on(event: 'disconnect', listener: (error: ConnectionError) => void): this;
   once(event: 'event', listener: (event: LeaseEvent) => void): this;
   once(event: 'disconnect', listener: (error: ConnectionError) => void): this;
@@ -175,7 +184,10 @@ export declare class DlockError extends Error {
 export declare class BusyError extends DlockError {}
 /** ETIMEDOUT: the wait ran out. */
 export declare class TimeoutError extends DlockError {}
-/** ELOST: the lease was lost; `reason` tells why (ELOST, EUNAVAIL, EDISCONNECTED, ESTALLED, ...). */
+/**
+ * ELOST: the lease was lost; `reason` tells why (ELOST, EUNAVAIL, EDISCONNECTED, ESTALLED,
+ * ERESTART when no agent took it over after a restart, ...).
+ */
 export declare class LostError extends DlockError {
   readonly code: 'ELOST';
   readonly reason: ErrorCode;
