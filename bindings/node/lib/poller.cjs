@@ -43,7 +43,14 @@ function start() {
     fail(new Error('dlock: cannot make an eventfd for the poller thread'));
     return;
   }
-  const worker = new Worker(path.join(__dirname, 'poll-thread.cjs'), { workerData: { wake } });
+  let worker;
+  try {
+    worker = new Worker(path.join(__dirname, 'poll-thread.cjs'), { workerData: { wake } });
+  } catch (err) {
+    n.closeFd(wake);
+    fail(err);
+    return;
+  }
   const t = { worker, wake, polling: false, woken: false, sent: new Map() };
   thread = t;
   worker.on('message', (ready) => onRound(t, ready));
