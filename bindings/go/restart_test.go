@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +43,14 @@ func newRestartAgent(t *testing.T) *restartAgent {
 		}
 	})
 	return a
+}
+
+// name is a lock name of the test's own, and of this run's: a key the agent
+// left behind when the test ended (it is killed, not stopped) outlives it
+// until its TTL, and a run again in the same go test process (-count) must
+// not find it.
+func (a *restartAgent) name(suffix string) string {
+	return lockName(a.t, suffix+strconv.FormatInt(time.Now().UnixNano(), 36))
 }
 
 func (a *restartAgent) start() {
@@ -134,7 +143,7 @@ func (s *validSampler) done() (invalid, reads int) {
 func TestLeaseSurvivesAgentKill9(t *testing.T) {
 	agent := newRestartAgent(t)
 	a := openOn(t, agent.sock)
-	name := lockName(t, "x")
+	name := agent.name("x")
 	events := make(chan dlock.Event, 16)
 	l, err := a.Acquire(testCtx(t), name, dlock.AcquireOptions{TTL: 30 * time.Second,
 		OnEvent: func(ev dlock.Event) { events <- ev }})
@@ -201,7 +210,7 @@ func TestLeaseSurvivesAgentKill9(t *testing.T) {
 func TestWaitAcrossAgentKill9(t *testing.T) {
 	agent := newRestartAgent(t)
 	holder, waiter := openOn(t, agent.sock), openOn(t, agent.sock)
-	name := lockName(t, "x")
+	name := agent.name("x")
 	events := make(chan dlock.Event, 16)
 	lh, err := holder.Acquire(testCtx(t), name, dlock.AcquireOptions{TTL: 30 * time.Second,
 		OnEvent: func(ev dlock.Event) { events <- ev }})
