@@ -746,6 +746,14 @@ static int submit(dlock_client *c, struct pending *p, bool wait)
     return rc;
 }
 
+/* The slot a release of l marks released while the agent is away: its own
+ * for the last hold; none (NO_SLOT) for one of several re-entrant holds,
+ * which gives up that hold alone, not the lease. */
+static uint32_t mark_slot(const dlock_lease *l)
+{
+    return l->holds > 1 ? NO_SLOT : l->slot_idx;
+}
+
 /* Sends a RELEASE of lease l (its verdict taken from the lease page now) or
  * a PING (l NULL), whose reply goes to w. While the agent is out of reach, a
  * release also marks the lease released in its touch slot. */
@@ -761,7 +769,7 @@ static int send_simple(dlock_client *c, enum req_kind kind, const dlock_lease *l
     p->waiter = w;
     if (l) {
         p->lease_id = l->id;
-        p->slot = l->slot_idx;
+        p->slot = mark_slot(l);
         p->verdict = dlock_lease_valid(l) ? 0 : DLOCK_ELOST;
         if (is_down(c))
             touch_mark_released(c, p->slot, p->lease_id);
@@ -2001,7 +2009,7 @@ int dlock_lease_release(dlock_lease *lease)
         /* The verdict is the lease page's, read before the RELEASE goes:
          * valid up to the release, or not provably held any more. */
         int verdict = dlock_lease_valid(lease) ? 0 : DLOCK_ELOST;
-        rc = release_nowait(c, lease->id, lease->slot_idx, verdict);
+        rc = release_nowait(c, lease->id, mark_slot(lease), verdict);
         if (rc == 0)
             rc = verdict;
     }

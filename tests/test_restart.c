@@ -211,21 +211,23 @@ ITEST(restart, holder_death_around_the_gap_releases)
     H_KEY_GONE(h_key("late"));
 }
 
-/* A connection of protocol version 1 cannot come back: the successor
- * releases its leases at once instead of waiting for their TTL. */
-ITEST(restart, version_1_connection_is_released_by_the_successor)
+/* A connection of protocol version 1 cannot come back, and its page (a
+ * memfd) is out of the successor's reach: while its process lives, the
+ * page may show the lease valid until its deadline, so the key stays until
+ * its TTL rather than being freed for another holder. */
+ITEST(restart, version_1_connection_of_a_live_process_keeps_its_key_to_the_ttl)
 {
     h_start(NULL);
     struct rc c;
     rc_open(&c, WIRE_VERSION_MIN);
-    rc_acquire(&c, "old-client", 30000);
+    struct wire_granted g = rc_acquire(&c, "old-client", 30000);
     h_agent_kill(0);
     h_agent_start_n(0);
-    H_KEY_GONE(h_key("old-client"));
+    cr_assert(h_redis_exists(h_key("old-client")), "released while its page shows it valid");
+    cr_assert(rc_valid(&c, g.slot, g.lease_id));
+    cr_assert(h_redis_pttl(h_key("old-client")) > 0);
 }
 
-/* Without a state directory (state_dir empty) a crash leaves the keys to
- * expire, and nothing is resumable. */
 ITEST(restart, no_state_dir_means_no_resume)
 {
     h_start("state_dir =\n");
@@ -313,4 +315,49 @@ ITEST(restart, reload_to_another_database_loses_the_leases)
     struct wire_granted g2 = rc_acquire(&c, "db", 20000);
     cr_assert(rc_valid(&c, g2.slot, g2.lease_id));
     rc_release(&c, g2.lease_id);
+}
+
+/* A connection taken over whose client is not back yet has no socket: a
+ * reload, then a stop, pass it by (the stop releases its leases) rather
+ * than reading or writing it. */
+ITEST(restart, reload_and_stop_with_a_client_not_back)
+{
+    h_start(NULL);
+    struct rc c;
+    rc_open(&c, WIRE_VERSION);
+    rc_acquire(&c, "away", 20000);
+    h_agent_kill(0);
+    h_agent_start_n(0);
+    h_agent_config(0, "handshake_timeout_ms = 5000", NULL);
+    const char *out;
+    cr_assert_eq(ctl_reload(&out), 0, "dlockctl reload:\n%s", out);
+    cr_assert(h_agent_alive(0));
+    cr_assert_eq(h_agent_stop(0), 0);
+    H_KEY_GONE(h_key("away"));
+}
+
+/* A successor's new lease ids are not its predecessor's: a resumed client
+ * may still know an old one. */
+ITEST(restart, lease_ids_are_not_reused_by_a_successor)
+{
+    h_start(NULL);
+    struct rc c;
+    rc_open(&c, WIRE_VERSION);
+    uint64_t old[4];
+    for (int i = 0; i < 4; i++) {
+        old[i] = rc_acquire(&c, h_keepf("id%d", i), 20000).lease_id;
+        if (i < 3)
+            rc_release(&c, old[i]);
+    }
+    struct wire_granted kept = {.lease_id = old[3]};
+    h_agent_kill(0);
+    h_agent_start_n(0);
+    struct resumed r = rc_resume(&c, c.ok.conn_id, c.ok.secret);
+    cr_assert_eq(r.nevents, 1);
+    cr_assert_eq(r.ev[0].lease_id, kept.lease_id);
+    for (int i = 0; i < 4; i++) {
+        uint64_t id = rc_acquire(&c, h_keepf("new%d", i), 20000).lease_id;
+        for (int j = 0; j < 4; j++)
+            cr_assert_neq(id, old[j], "lease id %llx granted again", (unsigned long long)id);
+    }
 }

@@ -13,6 +13,7 @@ int table_init(struct table *t, uint64_t seed)
 {
     memset(t, 0, sizeof *t);
     t->seed = seed;
+    t->gen_base = (uint32_t)(seed >> 34); /* below 2^30: room for 3 * 2^30 more uses */
     t->nbuckets = 1024;
     t->buckets = calloc(t->nbuckets, sizeof *t->buckets);
     return t->buckets ? 0 : -1;
@@ -155,7 +156,7 @@ static int slot_grow(struct table *t)
         t->free_slots = f;
         t->slot_cap = cap;
     }
-    t->gens[t->nslots] = 0;
+    t->gens[t->nslots] = t->gen_base;
     t->slots[t->nslots] = NULL;
     t->nslots++;
     return 0;
@@ -237,8 +238,10 @@ struct lease *table_lease_new_id(struct table *t, struct lock *l, struct core_cl
         free(le);
         return NULL;
     }
-    if (t->gens[idx] >= gen) {
-        /* The slot had this id or a later one here: an id is never reused. */
+    if (t->gens[idx] >= gen && t->gens[idx] != t->gen_base) {
+        /* The slot had this id or a later one here: an id is never reused.
+         * (A slot this table never used stands at gen_base, which a
+         * predecessor's ids know nothing of.) */
         t->free_slots[t->nfree++] = idx;
         free(le);
         return NULL;

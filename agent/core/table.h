@@ -134,6 +134,10 @@ struct table {
     uint64_t seed;
     struct lease **slots; /* lease by slot index */
     uint32_t *gens;       /* generation per slot */
+    /* The generation a new slot starts from, from the seed: a successor
+     * agent's new lease ids do not repeat its predecessor's, which a
+     * resumed client may still know. */
+    uint32_t gen_base;
     uint32_t *free_slots; /* stack of free slot indexes */
     uint32_t nslots, nfree, slot_cap;
     size_t nleases;

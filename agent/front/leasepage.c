@@ -81,8 +81,12 @@ static int open_sized(int dirfd, const char *file, bool create, size_t size)
         return -1;
     struct stat st;
     /* A touch file the client shrank comes back to its size. */
+    /* Allocated, not sparse: a write through the agent's mapping never
+     * meets a full tmpfs (SIGBUS). */
+    errno = 0;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-        (st.st_size != (off_t)size && ftruncate(fd, (off_t)size) != 0)) {
+        (st.st_size != (off_t)size && ftruncate(fd, (off_t)size) != 0) ||
+        (errno = posix_fallocate(fd, 0, (off_t)size)) != 0) {
         int e = errno ? errno : EINVAL;
         close(fd);
         errno = e;
@@ -144,8 +148,10 @@ int lease_page_reopen_fds(struct lease_page *p, int dirfd, const char *name)
     file_names(name, page, touch);
     lease_page_close_fds(p);
     p->fds[0] = openat(dirfd, page, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* The touch file opened again, not a copy of the agent's descriptor:
+     * the client's O_APPEND or offset are its own description's. */
     if (p->fds[0] >= 0)
-        p->fds[1] = fcntl(p->touch_fd, F_DUPFD_CLOEXEC, 0);
+        p->fds[1] = openat(dirfd, touch, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (p->fds[1] >= 0)
         return 0;
     int e = errno;

@@ -59,7 +59,7 @@ static void conn_account(struct conn *c)
     if (was_over && u->out_bytes < cap) {
         struct conn *o;
         LIST_FOREACH(o, &u->conns, ulink)
-        if (o != c && !o->reading && !o->closing)
+        if (o != c && !o->reading && !o->closing && !o->detached)
             mark_dirty(o);
     }
 }
@@ -83,8 +83,8 @@ static bool conn_takes_release(const struct conn *c)
  * than a frame and a chunk. */
 static bool conn_wants_input(struct conn *c)
 {
-    if (c->closing)
-        return false;
+    if (c->closing || c->fd < 0)
+        return false; /* a detached connection has no socket to read */
     if (conn_has_room(c)) {
         c->release_stalled = false;
         return true;
@@ -133,6 +133,8 @@ static int process_input(struct conn *c);
  * replies, handles the requests that were left waiting in its input. */
 static void conn_write(struct conn *c)
 {
+    if (c->detached)
+        return; /* nothing to write to until its client resumes it */
     if (c->closing || conn_flush(c) != 0) {
         conn_close(c);
         return;
@@ -709,10 +711,17 @@ struct conn *server_detached(struct server *s, const struct server_detached_conn
     /* The pidfd first, then the start time: a pid reused before pidfd_open
      * shows another start time, one reused after cannot be this pidfd's. */
     int pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
-    if (pidfd < 0 || !d->pid_start || proc_start_time((int)d->pid) != d->pid_start) {
-        if (pidfd >= 0)
-            close(pidfd);
-        errno = ESRCH;
+    if (pidfd < 0) {
+        if (errno != ESRCH)
+            log_warn("cannot watch client pid %d (pidfd_open: %s)", (int)d->pid, strerror(errno));
+        return NULL; /* errno: ESRCH only when the process is gone */
+    }
+    uint64_t started = proc_start_time((int)d->pid);
+    if (!started || !d->pid_start || started != d->pid_start) {
+        close(pidfd);
+        /* Another process under the pid is proof; an unreadable start
+         * time is none. */
+        errno = started && d->pid_start ? ESRCH : EPERM;
         return NULL;
     }
     struct uid_use *u = uid_get(s, d->uid);
@@ -773,7 +782,7 @@ void server_limits_changed(struct server *s)
      * already, with nothing left to drop. */
     struct conn *c;
     LIST_FOREACH(c, &s->conns, link)
-    if (!c->reading && !c->closing)
+    if (!c->reading && !c->closing && !c->detached)
         mark_dirty(c);
 }
 
@@ -813,7 +822,8 @@ void server_close_all(struct server *s)
 {
     while (!LIST_EMPTY(&s->conns)) {
         struct conn *c = LIST_FIRST(&s->conns);
-        conn_flush(c);
+        if (!c->detached)
+            conn_flush(c);
         conn_close(c);
     }
 }

@@ -79,7 +79,7 @@ int statedir_open(struct statedir *d, const char *path, bool successor, uint32_t
         close(dirfd);
         return -1;
     }
-    bool signalled = false;
+    bool signalled = false, marked = false;
     uint64_t until = now_ns() + (uint64_t)wait_ms * NS_PER_MS;
     while (flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
         pid_t pid = holder_pid(lockfd);
@@ -95,6 +95,7 @@ int statedir_open(struct statedir *d, const char *path, bool successor, uint32_t
             int m = openat(dirfd, STATEDIR_SUCCESSOR, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
             if (m >= 0)
                 close(m);
+            marked = m >= 0;
             if (m < 0 || pid <= 0 || kill(pid, SIGTERM) != 0)
                 snprintf(err, errlen, "cannot ask the dlockd (pid %d) of %s to leave: %s", (int)pid,
                          path, m < 0 ? strerror(errno) : "no such process");
@@ -110,11 +111,19 @@ int statedir_open(struct statedir *d, const char *path, bool successor, uint32_t
             snprintf(err, errlen, "the dlockd (pid %d) of %s did not leave within %u ms", (int)pid,
                      path, wait_ms);
         }
-        if (signalled)
+        if (marked) /* else the next SIGTERM of that agent would not be a stop */
             unlinkat(dirfd, STATEDIR_SUCCESSOR, 0);
         close(lockfd);
         close(dirfd);
         return -1;
+    }
+    /* The predecessor may have stopped meanwhile, removing the directory:
+     * the lock then holds a file nobody else finds. Start again there. */
+    struct stat st;
+    if (fstat(lockfd, &st) == 0 && st.st_nlink == 0) {
+        close(lockfd);
+        close(dirfd);
+        return statedir_open(d, path, false, wait_ms, err, errlen);
     }
     char buf[24];
     int n = snprintf(buf, sizeof buf, "%d\n", (int)getpid());

@@ -381,6 +381,10 @@ void agent_leave(struct agent *a, const char *why)
              a->core.table.nleases, a->server.nconns);
     sd_notify(0, "STOPPING=1");
     log_flush_suppressed();
+    /* Releases already journaled as ended go to Redis (best effort: the
+     * answers are not waited for), or their keys would wait for the TTL. */
+    core_flush(&a->core, now_ns());
+    a->backend->ops->flush(a->backend);
     /* Nothing is released, closed or removed: the kernel closes the
      * connections (their clients then wait for the successor), and the
      * state directory, the keys in Redis and the lease pages stay. */
@@ -407,6 +411,10 @@ int agent_reexec(struct agent *a, char *const argv[], const char *why)
     log_info("restarting in place for %s: %zu lease(s) of %u connection(s) are taken over and "
              "confirmed on the new Redis",
              why, a->core.table.nleases, a->server.nconns);
+    /* From now on no lease is proven on the Redis its holders will be
+     * told of: every page shows it in doubt (not valid) until the next
+     * image confirms it there. */
+    core_doubt(&a->core, NULL, NULL, now_ns());
     log_flush_suppressed();
     /* Nothing of this image but the passed sockets (and stdio) reaches the
      * next: the state directory's lock and every connection close, as in

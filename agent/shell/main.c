@@ -185,7 +185,10 @@ static unsigned long descriptors_needed(const struct config *cfg)
         links = 2ul * CLUSTER_MASTERS_BUDGET + 1;
     else if (cfg->mode == REDIS_MODE_SENTINEL)
         links += 2;
-    return (unsigned long)cfg->max_connections + 2 * STATUS_CONNS + links + 64;
+    /* A resumable connection holds its socket and its touch file (and a
+     * pidfd while it waits for its client after a restart). */
+    unsigned long per_conn = cfg->state_dir[0] ? 2 : 1;
+    return per_conn * cfg->max_connections + 2 * STATUS_CONNS + links + 64;
 }
 
 /* Quorum mode: a node that restarts is left out of quorums for max_ttl_ms. */

@@ -13,6 +13,7 @@
 #include "formats.h"
 #include "log.h"
 #include "shm.h"
+#include "unixsock.h"
 
 #define JOURNAL_NAME "journal"
 
@@ -267,7 +268,12 @@ static void adopt_leases(struct persist *p, struct core *k, struct conn *c,
                                      .holds = l->holds,
                                      .ttl_ms = l->ttl_ms,
                                      .fence = l->fence,
-                                     .deadline = (uint64_t)s.deadline_ns,
+                                     /* Moved to another Redis, the page shows
+                                      * the lease in doubt since the move: it
+                                      * has a TTL's time to be confirmed. */
+                                     .deadline = p->store_changed
+                                                     ? now + (uint64_t)l->ttl_ms * NS_PER_MS
+                                                     : (uint64_t)s.deadline_ns,
                                      .hold_until = l->hold_until_ns,
                                      .progress_ns = l->progress_ns,
                                      .doubt = doubt};
@@ -330,6 +336,7 @@ void persist_takeover(struct persist *p, struct core *k, struct server *s, uint6
             end++;
         struct conn *c = NULL;
         const char *why = "its client cannot resume a connection (protocol version 1)";
+        bool gone = !jc->pid_start || proc_start_time((int)jc->pid) != jc->pid_start;
         if (jc->flags & JOURNAL_CONN_RESUMABLE) {
             struct server_detached_conn d = {.conn_id = jc->conn_id,
                                              .secret = jc->secret,
@@ -339,7 +346,8 @@ void persist_takeover(struct persist *p, struct core *k, struct server *s, uint6
                                              .pid_start = jc->pid_start,
                                              .nslots = jc->nslots};
             c = server_detached(s, &d);
-            why = c ? NULL : errno == ESRCH ? "its process is gone" : strerror(errno);
+            gone = !c && errno == ESRCH;
+            why = c ? NULL : gone ? "its process is gone" : strerror(errno);
         }
         if (c) {
             uint32_t before = c->cc.nleases;
@@ -350,11 +358,21 @@ void persist_takeover(struct persist *p, struct core *k, struct server *s, uint6
                 /* Nothing to come back for. */
                 server_drop(c);
             }
-        } else {
+        } else if (gone) {
             if (end > from)
                 log_info("client pid %u: %s", jc->pid, why);
             for (const struct prev_lease *pl = from; pl < end; pl++)
                 let_go(p, k, pl, why, now);
+            if (p->journal_ok)
+                journaled(p, journal_end_conn(&p->journal, jc->conn_id), "a connection's end");
+        } else {
+            /* Its process may live on, with the lease valid on its page
+             * (which this agent cannot write) until its deadline: the keys
+             * stay until their TTL, which outlasts it. */
+            if (end > from)
+                log_warn("client pid %u holds %zu lease(s) this agent cannot take over (%s): "
+                         "their keys expire by their TTL",
+                         jc->pid, (size_t)(end - from), why);
             if (p->journal_ok)
                 journaled(p, journal_end_conn(&p->journal, jc->conn_id), "a connection's end");
         }
