@@ -603,7 +603,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static struct agent a;
     cfg.policy = policy;
     stopped = false;
-    if (agent_init(&a, loop, &cfg) != 0)
+    if (agent_init(&a, loop, &cfg, false) != 0)
         abort();
     the_stub->script = data[0];
     data++;
