@@ -29,8 +29,8 @@ static void conn_watchers(struct conn *c);
 
 static void mark_dirty(struct conn *c)
 {
-    if (c->dirty)
-        return;
+    if (c->dirty || c->detached)
+        return; /* a detached connection has nothing to write to */
     c->dirty = true;
     c->dirty_next = c->srv->dirty;
     c->srv->dirty = c;
@@ -59,7 +59,7 @@ static void conn_account(struct conn *c)
     if (was_over && u->out_bytes < cap) {
         struct conn *o;
         LIST_FOREACH(o, &u->conns, ulink)
-        if (o != c && !o->reading && !o->closing && !o->detached)
+        if (o != c && !o->reading && !o->closing)
             mark_dirty(o);
     }
 }
@@ -133,8 +133,6 @@ static int process_input(struct conn *c);
  * replies, handles the requests that were left waiting in its input. */
 static void conn_write(struct conn *c)
 {
-    if (c->detached)
-        return; /* nothing to write to until its client resumes it */
     if (c->closing || conn_flush(c) != 0) {
         conn_close(c);
         return;
@@ -782,7 +780,7 @@ void server_limits_changed(struct server *s)
      * already, with nothing left to drop. */
     struct conn *c;
     LIST_FOREACH(c, &s->conns, link)
-    if (!c->reading && !c->closing && !c->detached)
+    if (!c->reading && !c->closing)
         mark_dirty(c);
 }
 
