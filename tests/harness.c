@@ -1081,10 +1081,11 @@ static void agent_start(int i, int settle, int successor)
         h_agent_config(i, NULL, NULL);
     char *argv[] = {DLOCKD_PATH, "-c", a->conf,      "-s", a->sock,
                     "-v",        "-r", H.redis_addr, NULL, NULL};
-    if (H.nnodes > 1)
+    int from_config = H.nnodes > 1 || a->addr_in_config;
+    if (from_config)
         argv[6] = NULL; /* quorum mode: the node list of the config file */
     if (successor)
-        argv[H.nnodes > 1 ? 6 : 8] = "--successor";
+        argv[from_config ? 6 : 8] = "--successor";
     a->pid = spawn(argv, a->log, 0, a->env);
     if (successor) {
         int st = h_wait_child(old, H_STOP_MS);

@@ -76,6 +76,9 @@ struct h_agent {
     char conf[H_PATH];
     char log[H_PATH];
     char *env[H_MAX_ENVS + 1]; /* h_agent_env(): NULL-terminated */
+    /* Single-node mode: Redis from the config file's address line, not -r
+     * (which a reload cannot change); set before the agent starts. */
+    int addr_in_config;
 };
 
 struct h_event {

@@ -317,6 +317,66 @@ ITEST(restart, reload_to_another_database_loses_the_leases)
     rc_release(&c, g2.lease_id);
 }
 
+/* Copies node 0's keys, all but skip, to node 1 with their TTLs: what a
+ * replica promoted by hand has, which missed the last write (skip). */
+static void replicate_but(const char *skip)
+{
+    redisReply *keys = h_node_cmd(0, "KEYS *");
+    cr_assert_eq(keys->type, REDIS_REPLY_ARRAY);
+    for (size_t i = 0; i < keys->elements; i++) {
+        const char *k = keys->element[i]->str;
+        if (strcmp(k, skip) == 0)
+            continue;
+        long long ttl = h_node_pttl(0, k);
+        redisReply *dump = h_node_cmd(0, "DUMP %s", k);
+        cr_assert_eq(dump->type, REDIS_REPLY_STRING, "DUMP %s", k);
+        redisReply *r =
+            h_node_cmd(1, "RESTORE %s %lld %b", k, ttl > 0 ? ttl : 0, dump->str, dump->len);
+        cr_assert_eq(r->type, REDIS_REPLY_STATUS, "RESTORE %s: %s", k, r->str);
+        freeReplyObject(r);
+        freeReplyObject(dump);
+    }
+    freeReplyObject(keys);
+}
+
+/* A failover by hand: the operator promotes another server and points the
+ * agent at it with a reload. The agent restarts in place and confirms each
+ * lease on the new server: one whose key is there, with its token, is HELD
+ * again; one whose key is not is LOST (its slot cleared, never valid on the
+ * new server), and the name is free there for the next holder. No lease is
+ * valid on two servers: every lease is in doubt until its key is found. */
+ITEST(restart, reload_to_a_promoted_server_keeps_the_leases_it_has)
+{
+    H.agent[0].addr_in_config = 1;
+    h_start(NULL);
+    struct rc c;
+    rc_open(&c, WIRE_VERSION);
+    struct wire_granted kept = rc_acquire(&c, "kept", 20000);
+    struct wire_granted missed = rc_acquire(&c, "missed", 20000);
+    char *token = h_keep(h_redis_get(h_key("kept")));
+    h_node_start(1);
+    replicate_but(h_key("missed"));
+    h_agent_config_addr(0, NULL, H.node[1].addr, NULL);
+    const char *out;
+    cr_assert_eq(ctl_reload(&out), 0, "dlockctl reload:\n%s", out);
+    cr_assert_not_null(strstr(out, "reloaded: [redis] address"), "%s", out);
+    cr_assert_not_null(strstr(out, "(by a restart in place)"), "%s", out);
+    rc_wait_confirmed(&c, &kept);
+    H_WAIT_UNTIL(H_EVENT_MS, rc_slot(&c, missed.slot).lease_id != missed.lease_id);
+    cr_assert(!rc_valid(&c, missed.slot, missed.lease_id));
+    rc_resume_held(&c, &kept);
+    cr_assert_str_eq(h_node_get(1, h_key("kept")), token);
+    /* The missed name is free on the new server, with a higher fence. */
+    struct rc d;
+    rc_open(&d, WIRE_VERSION);
+    struct wire_granted again = rc_acquire(&d, "missed", 20000);
+    cr_assert_gt(again.fence, missed.fence);
+    cr_assert(!rc_valid(&c, missed.slot, missed.lease_id));
+    rc_release(&d, again.lease_id);
+    rc_release(&c, kept.lease_id);
+    H_WAIT_UNTIL(H_EVENT_MS, !h_node_exists(1, h_key("kept")));
+}
+
 /* A connection taken over whose client is not back yet has no socket: a
  * reload, then a stop, pass it by (the stop releases its leases) rather
  * than reading or writing it. */
