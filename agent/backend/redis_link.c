@@ -13,7 +13,14 @@
 
 #include "dlock.h"
 #include "log.h"
+#include "tls.h"
 #include "util.h"
+
+/* hiredis' own reply dispatch after its reader was fed: exported by every
+ * hiredis from 0.11 on, though async.h does not declare it. The TLS adapter
+ * feeds the reader itself, then hands over here, as redisAsyncHandleRead()
+ * does after reading the socket. */
+void redisProcessCallbacks(redisAsyncContext *ac);
 
 int redis_error_code(const char *msg)
 {
@@ -39,6 +46,10 @@ int redis_error_code(const char *msg)
 
 static void link_connect(struct redis_link *l);
 static void raw_free(struct redis_link *l);
+static void raw_connected(struct redis_link *l);
+static void tls_start(struct redis_link *l, int fd);
+static void tls_handshake(struct redis_link *l);
+static void raw_replies(struct redis_link *l, unsigned gen);
 
 static void note(struct redis_link *l, int code, const char *text)
 {
@@ -148,6 +159,18 @@ static void send_setup(struct redis_link *l)
     l->setup_left++;
 }
 
+/* "connection up", with the address, and the protocol and cipher over TLS. */
+static void log_up(const struct redis_link *l)
+{
+    char addr[300], tls[120] = "";
+    config_addr_str(l->addr, addr, sizeof addr);
+    if (l->tls) {
+        char d[100];
+        snprintf(tls, sizeof tls, ", %s", tls_conn_describe(l->tls, d, sizeof d));
+    }
+    log_info("%s: %s connection up (%s%s)", l->label, l->what, addr, tls);
+}
+
 static void on_connect(const redisAsyncContext *ac, int status)
 {
     struct redis_link *l = ac->data;
@@ -161,9 +184,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
         schedule_reconnect(l);
         return;
     }
-    char addr[300];
-    log_info("%s: %s connection up (%s)", l->label, l->what,
-             config_addr_str(l->addr, addr, sizeof addr));
+    log_up(l);
     if (!l->addr->path[0])
         redisEnableKeepAlive(&((redisAsyncContext *)ac)->c); /* notice a dead peer */
     /* The connect timer keeps running: it also bounds the set-up. */
@@ -188,7 +209,8 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 {
     struct redis_link *l = ac->data;
     l->ac = NULL;
-    conn_lost(l, status == REDIS_OK ? NULL : ac->errstr);
+    /* hiredis' error text is short; the stream's says more. */
+    conn_lost(l, status == REDIS_OK ? NULL : l->tls_why[0] ? l->tls_why : ac->errstr);
 }
 
 static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
@@ -236,6 +258,9 @@ static void raw_free(struct redis_link *l)
 {
     ev_io_stop(l->loop, &l->rio);
     ev_io_stop(l->loop, &l->wio);
+    tls_conn_free(l->tls);
+    l->tls = NULL;
+    l->tls_open = l->tls_read_wants_write = l->tls_write_wants_read = false;
     redisFree(l->rc);
     l->rc = NULL;
     l->raw_connecting = false;
@@ -247,6 +272,22 @@ static void raw_free(struct redis_link *l)
  * call. */
 static void raw_write(struct redis_link *l)
 {
+    if (l->tls) {
+        enum tls_io r = tls_conn_write(l->tls, &l->rc->obuf);
+        l->tls_write_wants_read = r == TLS_IO_WANT_READ;
+        if (r == TLS_IO_WANT_WRITE) {
+            ev_io_start(l->loop, &l->wio);
+        } else if (r == TLS_IO_DONE || r == TLS_IO_WANT_READ) {
+            if (!l->tls_read_wants_write)
+                ev_io_stop(l->loop, &l->wio);
+        } else {
+            snprintf(l->tls_why, sizeof l->tls_why, "%s", tls_conn_error(l->tls));
+            note(l, DLOCK_EUNAVAIL, l->tls_why);
+            redis_link_fail(l, l->tls_why);
+            ev_io_stop(l->loop, &l->wio);
+        }
+        return;
+    }
     int done = 0;
     if (redisBufferWrite(l->rc, &done) != REDIS_OK) {
         note(l, DLOCK_EUNAVAIL, l->rc->errstr);
@@ -293,10 +334,12 @@ static void raw_connected(struct redis_link *l)
         schedule_reconnect(l);
         return;
     }
+    if (l->cfg->tls && !l->tls_open) {
+        tls_start(l, l->rc->fd);
+        return;
+    }
     l->raw_connecting = false;
-    char addr[300];
-    log_info("%s: %s connection up (%s)", l->label, l->what,
-             config_addr_str(l->addr, addr, sizeof addr));
+    log_up(l);
     if (!l->addr->path[0])
         redisEnableKeepAlive(l->rc); /* notice a dead peer */
     ev_io_stop(l->loop, &l->wio);
@@ -308,10 +351,16 @@ static void raw_connected(struct redis_link *l)
 static void on_raw_writable(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct redis_link *l = w->data;
-    if (l->raw_connecting)
-        raw_connected(l);
-    else
-        raw_write(l);
+    if (l->raw_connecting) {
+        if (l->tls)
+            tls_handshake(l);
+        else
+            raw_connected(l);
+        return;
+    }
+    if (l->tls_read_wants_write)
+        ev_feed_event(loop, &l->rio, EV_READ);
+    raw_write(l);
 }
 
 /* One reply: the set-up's, then the owner's. */
@@ -331,14 +380,46 @@ static void raw_dispatch(struct redis_link *l, const redisReply *r)
 static void on_raw_readable(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct redis_link *l = w->data;
+    if (l->raw_connecting) {
+        if (l->tls)
+            tls_handshake(l);
+        return;
+    }
     unsigned gen = l->raw_gen;
-    if (redisBufferRead(l->rc) != REDIS_OK) {
+    enum tls_io tr = TLS_IO_DONE;
+    if (l->tls) {
+        size_t fed;
+        tr = tls_conn_read(l->tls, l->rc->reader, &fed);
+        l->tls_read_wants_write = tr == TLS_IO_WANT_WRITE;
+        if (tr == TLS_IO_WANT_WRITE)
+            ev_io_start(loop, &l->wio);
+        else if (tr == TLS_IO_EOF || tr == TLS_IO_ERROR)
+            snprintf(l->tls_why, sizeof l->tls_why, "%s", tls_conn_error(l->tls));
+    } else if (redisBufferRead(l->rc) != REDIS_OK) {
         char why[sizeof l->rc->errstr];
         memcpy(why, l->rc->errstr, sizeof why);
         raw_free(l);
         conn_lost(l, why);
         return;
     }
+    raw_replies(l, gen);
+    if (l->raw_gen != gen)
+        return; /* dropped or closed meanwhile */
+    if (tr == TLS_IO_EOF || tr == TLS_IO_ERROR) {
+        raw_free(l);
+        conn_lost(l, l->tls_why);
+        return;
+    }
+    if (tr == TLS_IO_MORE)
+        ev_feed_event(loop, &l->rio, EV_READ);
+    if (l->tls_write_wants_read)
+        raw_write(l);
+}
+
+/* The replies the context's reader holds, each to raw_dispatch(), until
+ * none is left or the link was dropped (raw_gen moved on from gen). */
+static void raw_replies(struct redis_link *l, unsigned gen)
+{
     for (;;) {
         void *r = NULL;
         if (redisGetReply(l->rc, &r) != REDIS_OK) {
@@ -373,6 +454,7 @@ static void raw_connect(struct redis_link *l)
         return;
     }
     l->rc = rc;
+    l->tls_why[0] = '\0';
     l->raw_connecting = true;
     l->raw_gen++;
     ev_io_set(&l->rio, rc->fd, EV_READ);
@@ -392,6 +474,225 @@ int redis_link_raw_send(struct redis_link *l, int argc, const char **argv, const
     l->unflushed = true;
     ev_io_start(l->loop, &l->wio);
     return 0;
+}
+
+/* ---- TLS, for both flavours ---- */
+
+/* The stream failed before the link was up (its handshake): logged on the
+ * first failure in a row, noted in the node's health, and the connection
+ * dropped from the loop and made again after the backoff. */
+static void tls_fail(struct redis_link *l, const char *why)
+{
+    if (why != l->tls_why)
+        snprintf(l->tls_why, sizeof l->tls_why, "%s", why);
+    ev_io_stop(l->loop, &l->rio);
+    ev_io_stop(l->loop, &l->wio);
+    ev_timer_stop(l->loop, &l->timer);
+    if (l->attempt == 0)
+        log_warn("%s: %s connection failed: %s", l->label, l->what, l->tls_why);
+    note(l, DLOCK_EUNAVAIL, l->tls_why);
+    l->setup_left = -1;
+    l->connected = false;
+    ev_timer_start(l->loop, &l->kill); /* redis_link_drop(), from the loop */
+}
+
+/* The socket fd is connected: the handshake begins. The connect timer
+ * keeps running, so a server that stalls the handshake is dropped at
+ * connect_timeout_ms. */
+static void tls_start(struct redis_link *l, int fd)
+{
+    struct tls_ctx *ctx = tls_ctx_current();
+    l->tls = ctx ? tls_conn_new(ctx, fd, l->addr->host, l->cfg->tls_server_name) : NULL;
+    if (!l->tls) {
+        tls_fail(l, ctx ? "TLS: out of memory" : "TLS: the TLS settings were not loaded");
+        return;
+    }
+    tls_handshake(l);
+}
+
+static void tls_handshake(struct redis_link *l)
+{
+    enum tls_io r = tls_conn_handshake(l->tls);
+    if (r == TLS_IO_WANT_READ || r == TLS_IO_WANT_WRITE) {
+        ev_io_stop(l->loop, r == TLS_IO_WANT_READ ? &l->wio : &l->rio);
+        ev_io_start(l->loop, r == TLS_IO_WANT_READ ? &l->rio : &l->wio);
+        return;
+    }
+    if (r != TLS_IO_DONE) {
+        snprintf(l->tls_why, sizeof l->tls_why, "%s", tls_conn_error(l->tls));
+        tls_fail(l, l->tls_why);
+        return;
+    }
+    l->tls_open = true;
+    ev_io_stop(l->loop, &l->wio);
+    if (l->flags & REDIS_LINK_RAW) {
+        raw_connected(l);
+        return;
+    }
+    /* What hiredis does once its socket is connected, now that the stream
+     * is: the context is connected, and the connect callback sends the
+     * set-up. */
+    redisAsyncContext *ac = l->ac;
+    ac->c.flags |= REDIS_CONNECTED;
+    ev_io_start(l->loop, &l->rio);
+    if (ac->onConnect)
+        ac->onConnect(ac, REDIS_OK);
+}
+
+/* The stream failed on an async link hiredis has connected: hiredis' own
+ * error path (pending callbacks get a NULL reply, then the disconnect
+ * callback), entered as a failed read of the socket would enter it. */
+static void tls_async_broken(struct redis_link *l)
+{
+    redisContext *c = &l->ac->c;
+    c->err = REDIS_ERR_IO;
+    size_t n = strnlen(l->tls_why, sizeof c->errstr - 1); /* the whole text stays in tls_why */
+    memcpy(c->errstr, l->tls_why, n);
+    c->errstr[n] = '\0';
+    redisAsyncHandleRead(l->ac); /* c->err set: it reads nothing and disconnects */
+}
+
+static void tls_async_read(struct redis_link *l)
+{
+    redisAsyncContext *ac = l->ac;
+    size_t fed = 0;
+    enum tls_io r = tls_conn_read(l->tls, ac->c.reader, &fed);
+    l->tls_read_wants_write = r == TLS_IO_WANT_WRITE;
+    if (r == TLS_IO_WANT_WRITE)
+        ev_io_start(l->loop, &l->wio);
+    else if (r == TLS_IO_EOF || r == TLS_IO_ERROR)
+        snprintf(l->tls_why, sizeof l->tls_why, "%s", tls_conn_error(l->tls));
+    if (fed) {
+        redisProcessCallbacks(ac);
+        if (l->ac != ac)
+            return; /* a callback closed or dropped it */
+    }
+    if (r == TLS_IO_MORE)
+        ev_feed_event(l->loop, &l->rio, EV_READ);
+    else if (r == TLS_IO_EOF || r == TLS_IO_ERROR)
+        tls_async_broken(l);
+}
+
+static void tls_async_write(struct redis_link *l)
+{
+    enum tls_io r = tls_conn_write(l->tls, &l->ac->c.obuf);
+    l->tls_write_wants_read = r == TLS_IO_WANT_READ;
+    if (r == TLS_IO_WANT_WRITE) {
+        ev_io_start(l->loop, &l->wio);
+    } else if (r == TLS_IO_DONE || r == TLS_IO_WANT_READ) {
+        l->tls_out = r != TLS_IO_DONE;
+        if (!l->tls_read_wants_write)
+            ev_io_stop(l->loop, &l->wio);
+    } else {
+        snprintf(l->tls_why, sizeof l->tls_why, "%s", tls_conn_error(l->tls));
+        tls_async_broken(l);
+    }
+}
+
+static void on_tls_readable(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct redis_link *l = w->data;
+    redisAsyncContext *ac = l->ac;
+    if (!ac || !l->tls) {
+        ev_io_stop(loop, w);
+        return;
+    }
+    if (!l->tls_open) {
+        tls_handshake(l);
+        return;
+    }
+    tls_async_read(l);
+    if (l->ac == ac && l->tls_open && l->tls_write_wants_read)
+        tls_async_write(l);
+}
+
+static void on_tls_writable(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct redis_link *l = w->data;
+    redisAsyncContext *ac = l->ac;
+    if (!ac) {
+        ev_io_stop(loop, w);
+        return;
+    }
+    if (!l->tls) {
+        /* The TCP connect is over. A failed one goes to hiredis, which reads
+         * the socket's error, calls the connect callback and frees the
+         * context (getpeername() leaves that error where it is). */
+        struct sockaddr_storage peer;
+        socklen_t len = sizeof peer;
+        if (getpeername(ac->c.fd, (struct sockaddr *)&peer, &len) != 0)
+            redisAsyncHandleWrite(ac);
+        else
+            tls_start(l, ac->c.fd);
+        return;
+    }
+    if (!l->tls_open) {
+        tls_handshake(l);
+        return;
+    }
+    if (l->tls_read_wants_write)
+        ev_feed_event(loop, &l->rio, EV_READ);
+    tls_async_write(l);
+}
+
+/* hiredis' event hooks for an async context on a TLS stream: it says when
+ * it has output; the stream decides what the socket is watched for. */
+static void tls_ev_add_read(void *arg)
+{
+    struct redis_link *l = arg;
+    if (l->tls_open)
+        ev_io_start(l->loop, &l->rio);
+}
+
+static void tls_ev_del_read(void *arg)
+{
+    struct redis_link *l = arg;
+    if (l->tls_open)
+        ev_io_stop(l->loop, &l->rio);
+}
+
+static void tls_ev_add_write(void *arg)
+{
+    struct redis_link *l = arg;
+    l->tls_out = true;
+    if (l->tls_open || !l->tls) /* open, or connecting: writable ends the connect */
+        ev_io_start(l->loop, &l->wio);
+}
+
+static void tls_ev_del_write(void *arg)
+{
+    struct redis_link *l = arg;
+    l->tls_out = false;
+    if (l->tls_open && !l->tls_read_wants_write)
+        ev_io_stop(l->loop, &l->wio);
+}
+
+/* hiredis frees the context (and then closes the socket). */
+static void tls_ev_cleanup(void *arg)
+{
+    struct redis_link *l = arg;
+    ev_io_stop(l->loop, &l->rio);
+    ev_io_stop(l->loop, &l->wio);
+    tls_conn_free(l->tls);
+    l->tls = NULL;
+    l->tls_open = l->tls_out = l->tls_read_wants_write = l->tls_write_wants_read = false;
+}
+
+/* In place of redisLibevAttach(): before the connect callback is set (which
+ * asks for the first writable event). */
+static void tls_attach(struct redis_link *l, redisAsyncContext *ac)
+{
+    l->tls_why[0] = '\0';
+    ac->ev.data = l;
+    ac->ev.addRead = tls_ev_add_read;
+    ac->ev.delRead = tls_ev_del_read;
+    ac->ev.addWrite = tls_ev_add_write;
+    ac->ev.delWrite = tls_ev_del_write;
+    ac->ev.cleanup = tls_ev_cleanup;
+    ev_io_set(&l->rio, ac->c.fd, EV_READ);
+    ev_io_set(&l->wio, ac->c.fd, EV_WRITE);
+    ev_set_cb(&l->rio, on_tls_readable);
+    ev_set_cb(&l->wio, on_tls_writable);
 }
 
 /* ---- connecting ---- */
@@ -415,7 +716,10 @@ static void link_connect(struct redis_link *l)
     }
     ac->data = l;
     l->ac = ac;
-    redisLibevAttach(l->loop, ac);
+    if (l->cfg->tls)
+        tls_attach(l, ac);
+    else
+        redisLibevAttach(l->loop, ac);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     ev_timer_stop(l->loop, &l->timer);
@@ -506,7 +810,9 @@ uint64_t redis_link_answered(struct redis_link *l, struct redis_link_cmd *c, con
  * rather than one turn later when hiredis' write watcher fires. */
 void redis_link_flush(struct redis_link *l)
 {
-    if (l->unflushed && l->connected && l->ac)
+    if (l->unflushed && l->connected && l->ac && l->tls)
+        tls_async_write(l);
+    else if (l->unflushed && l->connected && l->ac)
         redisAsyncHandleWrite(l->ac);
     else if (l->unflushed && l->connected && l->rc)
         raw_write(l);

@@ -16,6 +16,12 @@
  * redis_link_raw_send() and gets every reply and push, in order, through
  * its reply hook.
  *
+ * With TLS (cfg->tls), both flavours keep hiredis' reader and output
+ * buffer and move the bytes through a TLS stream on the socket hiredis
+ * connected (tls.h): the async context gets an event adapter of ours in
+ * place of hiredis' libev one, and is connected for hiredis only once the
+ * handshake is done; the raw one reads and writes through the stream.
+ *
  * The owner embeds struct redis_link, reads its public fields, and hears of
  * it through struct redis_link_hooks. */
 #ifndef DLOCKD_REDIS_LINK_H
@@ -31,6 +37,7 @@
 #include "config.h"
 
 struct redis_link;
+struct tls_conn;
 
 struct redis_link_hooks {
     void *arg;
@@ -103,6 +110,12 @@ struct redis_link {
     const char *raw_setup[2]; /* the set-up commands sent, for the log */
     unsigned raw_setup_seen;  /* their replies come in order */
     ev_io rio, wio;           /* readable; writable (connect, or output pending) */
+    /* TLS, either flavour (the async one watches with rio and wio too). */
+    struct tls_conn *tls;                            /* the stream, once the socket is connected */
+    bool tls_open;                                   /* its handshake is done */
+    bool tls_out;                                    /* async: hiredis has output for the stream */
+    bool tls_read_wants_write, tls_write_wants_read; /* the stream's cross wishes */
+    char tls_why[512]; /* why the stream failed, for the log and the node's health */
 };
 
 /* Sets the link up to connect to addr with cfg's credentials, timeouts and

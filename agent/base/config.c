@@ -61,14 +61,25 @@ void config_defaults(struct config *c)
     c->node_timeout_ms = 20;
     c->wait_timeout_ms = 100;
     c->topology_refresh_ms = 2000;
+    c->tls_verify = true;
+    memcpy(c->tls_min_version, "1.2", 4);
 }
 
 int config_parse_addr(const char *text, struct redis_addr *out)
 {
     struct redis_addr a = {0};
+    bool scheme = false;
+    if (strncmp(text, "rediss://", 9) == 0) {
+        a.tls = true;
+        text += 9;
+        scheme = true;
+    } else if (strncmp(text, "redis://", 8) == 0) {
+        text += 8;
+        scheme = true;
+    }
     if (strncmp(text, "unix:", 5) == 0) {
         size_t n = strlen(text + 5);
-        if (n == 0 || n >= sizeof a.path)
+        if (scheme || n == 0 || n >= sizeof a.path)
             return -1;
         memcpy(a.path, text + 5, n + 1);
         *out = a;
@@ -132,7 +143,7 @@ const char *config_addr_str(const struct redis_addr *a, char *buf, size_t len)
     if (a->path[0])
         snprintf(buf, len, "unix:%s", a->path);
     else
-        snprintf(buf, len, "%s:%d", a->host, a->port);
+        snprintf(buf, len, "%s%s:%d", a->tls ? "rediss://" : "", a->host, a->port);
     return buf;
 }
 
@@ -145,6 +156,23 @@ static int parse_u32(const char *v, uint32_t *out, int base)
         return -1;
     *out = (uint32_t)n;
     return 0;
+}
+
+static int parse_yes_no(const char *v, bool *out)
+{
+    static const char *const yes[] = {"yes", "true", "on", "1"}, *const no[] = {"no", "false",
+                                                                                "off", "0"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (strcasecmp(v, yes[i]) == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strcasecmp(v, no[i]) == 0) {
+            *out = false;
+            return 0;
+        }
+    }
+    return -1;
 }
 
 static int parse_level(const char *v, int *out)
@@ -393,7 +421,7 @@ static int set_special(struct config *c, const char *section, const char *key, c
     }
     if (agent && strcmp(key, "metrics_listen") == 0) {
         struct redis_addr a;
-        if (v[0] && (config_parse_addr(v, &a) != 0 || a.path[0]))
+        if (v[0] && (strstr(v, "://") || config_parse_addr(v, &a) != 0 || a.path[0]))
             return -1;
         return copy_str(c->metrics_listen, sizeof c->metrics_listen, v);
     }
@@ -436,6 +464,27 @@ static int set_special(struct config *c, const char *section, const char *key, c
         return copy_str(c->sentinel_password, sizeof c->sentinel_password, v);
     if (redis && strcmp(key, "mode") == 0)
         return config_parse_mode(v, &c->mode_setting);
+    if (redis && strcmp(key, "tls") == 0)
+        return parse_yes_no(v, &c->tls_setting);
+    if (redis && strcmp(key, "tls_verify") == 0)
+        return parse_yes_no(v, &c->tls_verify);
+    if (redis && strcmp(key, "tls_min_version") == 0)
+        return strcmp(v, "1.2") == 0 || strcmp(v, "1.3") == 0
+                   ? copy_str(c->tls_min_version, sizeof c->tls_min_version, v)
+                   : -1;
+    static const struct {
+        const char *key;
+        size_t offset;
+    } tls_files[] = {
+        {"tls_ca_file", offsetof(struct config, tls_ca_file)},
+        {"tls_ca_dir", offsetof(struct config, tls_ca_dir)},
+        {"tls_cert_file", offsetof(struct config, tls_cert_file)},
+        {"tls_key_file", offsetof(struct config, tls_key_file)},
+        {"tls_server_name", offsetof(struct config, tls_server_name)},
+    };
+    for (size_t i = 0; redis && i < sizeof tls_files / sizeof tls_files[0]; i++)
+        if (strcmp(key, tls_files[i].key) == 0)
+            return strpbrk(v, "\r\n") ? -1 : copy_str((char *)c + tls_files[i].offset, 256, v);
     if (redis && strcmp(key, "database") == 0) {
         uint32_t db;
         if (parse_u32(v, &db, 10) || db > 1000000)
@@ -456,6 +505,12 @@ static const char *special_range(const char *key)
         return " (auto, single, quorum, cluster or sentinel)";
     if (strcmp(key, "sentinel_master") == 0)
         return " (a master name, without blanks)";
+    if (strcmp(key, "tls") == 0 || strcmp(key, "tls_verify") == 0)
+        return " (yes or no)";
+    if (strcmp(key, "tls_min_version") == 0)
+        return " (1.2 or 1.3)";
+    if (strncmp(key, "tls_", 4) == 0)
+        return " (a path or name of up to 255 bytes)";
     if (strcmp(key, "socket_mode") == 0 || strcmp(key, "status_socket_mode") == 0)
         return " (an octal mode between 0 and 0777)";
     if (strcmp(key, "renew_fraction") == 0)
@@ -854,6 +909,18 @@ int config_warnings(const struct config *c, void (*warn)(void *arg, const char *
         warn(arg, msg);
         n++;
     }
+    if (c->tls && !c->tls_verify) {
+        warn(arg, "[redis] tls_verify = no: the Redis server's certificate is not checked, so "
+                  "anyone on the network path can pose as Redis, and read the password and every "
+                  "lock");
+        n++;
+    }
+    if (!c->tls &&
+        (c->tls_ca_file[0] || c->tls_ca_dir[0] || c->tls_cert_file[0] || c->tls_server_name[0])) {
+        warn(arg, "[redis] tls_* settings are set but TLS is off (tls = yes, or rediss:// "
+                  "addresses, turn it on): they are not used");
+        n++;
+    }
     return n;
 }
 
@@ -904,6 +971,27 @@ static const char *choose_mode(struct config *c)
     return NULL;
 }
 
+/* TLS is on with tls = yes or any rediss:// address, for every link: the
+ * nodes a cluster's slot map or the sentinels name use the same transport as
+ * the addresses given. NULL, or why the settings make no sense. */
+static const char *check_tls(struct config *c)
+{
+    unsigned tls = 0, unix_socket = 0;
+    for (unsigned i = 0; i < c->nnodes; i++) {
+        tls += c->nodes[i].tls;
+        unix_socket += c->nodes[i].path[0] != '\0';
+    }
+    c->tls = c->tls_setting || tls;
+    if (tls && tls < c->nnodes && !c->tls_setting)
+        return "some addresses are rediss:// and some are not: TLS is for every Redis link or none "
+               "(write rediss:// for all, or tls = yes)";
+    if (c->tls && unix_socket)
+        return "TLS needs TCP addresses: a unix: socket cannot be used with TLS";
+    if (!c->tls_cert_file[0] != !c->tls_key_file[0])
+        return "tls_cert_file and tls_key_file go together (the client certificate and its key)";
+    return NULL;
+}
+
 void config_state_dir_follow(struct config *c)
 {
     if (!c->state_dir_set)
@@ -927,6 +1015,8 @@ int config_validate(struct config *c, char *err, size_t errlen)
         why = mode_why;
     else if (nodes_repeat(c))
         why = "the same Redis node is listed twice";
+    else if ((why = check_tls(c)) != NULL)
+        ;
     else if (strcmp(c->socket, c->status_socket) == 0)
         why = "socket and status_socket must differ";
     else if (c->mode == REDIS_MODE_CLUSTER && c->formats.nredisson &&
@@ -970,6 +1060,7 @@ enum show {
     SHOW_SECRET, /* a password: compared, never shown */
     SHOW_LEVEL,
     SHOW_INT,
+    SHOW_YES_NO,
     SHOW_NODES,
     SHOW_MODE,
     SHOW_ALLOW,   /* [policy] allow: the rules */
@@ -1001,6 +1092,7 @@ struct reload_rule {
 #define PREFIX_WHY      "every held key would change name"
 #define FORMATS_WHY     "held names would change keys"
 #define DATABASE_WHY    "links on the old and the new database would hold one lock twice"
+#define TLS_WHY         "the Redis links are made with or without TLS at start"
 #define QUORUM_MAX_TTL_WHY                                                                         \
     "in quorum mode a restarted node is left out of quorums for max_ttl_ms, which must outlast "   \
     "the TTL of the leases granted before: lowering it needs a restart"
@@ -1067,6 +1159,14 @@ static const struct reload_rule reload_rules[] = {
     {"redis", "mode", SHOW_MODE, FIELD(mode_setting), 0, MODE_WHY, NULL},
     {"redis", "database", SHOW_INT, FIELD(redis_db), 0, DATABASE_WHY, NULL},
     {"redis", "sentinel_master", SHOW_TEXT, FIELD(sentinel_master), 0, MASTER_WHY, NULL},
+    {"redis", "tls", SHOW_YES_NO, FIELD(tls_setting), 0, TLS_WHY, NULL},
+    {"redis", "tls_verify", SHOW_YES_NO, FIELD(tls_verify), 0, NULL, NULL},
+    {"redis", "tls_ca_file", SHOW_TEXT, FIELD(tls_ca_file), 0, NULL, NULL},
+    {"redis", "tls_ca_dir", SHOW_TEXT, FIELD(tls_ca_dir), 0, NULL, NULL},
+    {"redis", "tls_cert_file", SHOW_TEXT, FIELD(tls_cert_file), 0, NULL, NULL},
+    {"redis", "tls_key_file", SHOW_TEXT, FIELD(tls_key_file), 0, NULL, NULL},
+    {"redis", "tls_server_name", SHOW_TEXT, FIELD(tls_server_name), 0, NULL, NULL},
+    {"redis", "tls_min_version", SHOW_TEXT, FIELD(tls_min_version), 0, NULL, NULL},
     {"redis", "user", SHOW_TEXT, FIELD(redis_user), 0, NULL, NULL},
     {"redis", "password", SHOW_SECRET, FIELD(redis_password), 0, NULL, NULL},
     {"redis", "sentinel_user", SHOW_TEXT, FIELD(sentinel_user), 0, NULL, NULL},
@@ -1109,7 +1209,7 @@ static bool same_nodes(const struct config *a, const struct config *b)
         return false;
     for (unsigned i = 0; i < a->nnodes; i++)
         if (strcmp(a->nodes[i].host, b->nodes[i].host) || a->nodes[i].port != b->nodes[i].port ||
-            strcmp(a->nodes[i].path, b->nodes[i].path))
+            strcmp(a->nodes[i].path, b->nodes[i].path) || a->nodes[i].tls != b->nodes[i].tls)
             return false;
     return true;
 }
@@ -1315,6 +1415,9 @@ static void show_setting(const struct reload_rule *r, const struct config *c, ch
     }
     case SHOW_INT:
         snprintf(out, cap, "%d", *(const int *)v);
+        break;
+    case SHOW_YES_NO:
+        snprintf(out, cap, "%s", *(const bool *)v ? "yes" : "no");
         break;
     case SHOW_MODE: {
         unsigned m = (unsigned)*(const enum redis_mode_setting *)v;

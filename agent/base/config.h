@@ -80,6 +80,7 @@ struct redis_addr {
     char host[256]; /* empty for unix sockets */
     int port;
     char path[108]; /* unix socket path, empty for TCP */
+    bool tls;       /* written rediss://host:port */
 };
 
 struct config {
@@ -94,8 +95,8 @@ struct config {
     /* Where leases outlive the agent's process (docs/restarts.md); empty:
      * nowhere, a restart ends them. */
     char state_dir[128];
-    bool state_dir_set; /* given; else it follows socket: SOCKET.state */
-    char metrics_listen[300];     /* host:port for GET /metrics; empty: off */
+    bool state_dir_set;       /* given; else it follows socket: SOCKET.state */
+    char metrics_listen[300]; /* host:port for GET /metrics; empty: off */
     char prefix[CONFIG_PREFIX_MAX];
     uint32_t default_ttl_ms;
     uint32_t min_ttl_ms;
@@ -144,6 +145,19 @@ struct config {
     char sentinel_master[128]; /* sentinel mode: the master's name at the sentinels */
     char sentinel_user[128];   /* AUTH at the sentinels (empty: none) */
     char sentinel_password[256];
+    /* TLS on every Redis link (docs/redis.md, TLS): tls = yes, or rediss://
+     * addresses. The files are read when the agent starts and at each reload
+     * (agent/backend/tls.c); empty: the default (the system's CA store, no
+     * client certificate, the address's host as the name). */
+    bool tls_setting;                     /* [redis] tls */
+    bool tls;                             /* set by config_validate(): TLS is on */
+    bool tls_verify;                      /* verify the server's certificate (default yes) */
+    char tls_ca_file[256];                /* PEM CA certificates */
+    char tls_ca_dir[256];                 /* a c_rehash'd directory of them */
+    char tls_cert_file[256];              /* mutual TLS: our certificate (chain), PEM */
+    char tls_key_file[256];               /* and its private key, PEM */
+    char tls_server_name[256];            /* SNI and the name verified; empty: the address's host */
+    char tls_min_version[8];              /* "1.2" or "1.3" */
     enum redis_mode_setting mode_setting; /* [redis] mode */
     enum redis_mode mode;                 /* set by config_validate(), from the settings above */
     /* [policy] */
@@ -178,7 +192,8 @@ int config_set(struct config *c, const char *section, const char *key, const cha
 /* Parses [redis] mode: auto, single, quorum, cluster, sentinel. 0 or -1. */
 int config_parse_mode(const char *text, enum redis_mode_setting *out);
 
-/* Parses "host:port", "[v6addr]:port" or "unix:/path". */
+/* Parses "host:port", "[v6addr]:port", "unix:/path", and either TCP form
+ * after "redis://" or "rediss://" (TLS). */
 int config_parse_addr(const char *text, struct redis_addr *out);
 
 /* Parses a list of addresses separated by commas and/or blanks into

@@ -14,6 +14,7 @@
 #include "devmode.h"
 #include "listener.h"
 #include "log.h"
+#include "tls.h"
 #include "wire.h"
 
 enum { OPT_PREFIX = 256, OPT_TTL, OPT_DEV, OPT_MODE, OPT_SUCCESSOR };
@@ -222,6 +223,7 @@ static struct {
     int rc;
     char err[600];
     struct config fresh; /* written by the thread, read by the loop after done */
+    struct tls_ctx *tls; /* and fresh's TLS context, built from the files again */
     /* For the status queries waiting: the settings changed since they
      * asked, and what the last reading could not apply. */
     struct sbuf applied, tail;
@@ -235,6 +237,12 @@ static struct {
 static void *reload_thread(void *arg)
 {
     hup.rc = build_config(&hup.fresh, &hup.flags, hup.err, sizeof hup.err);
+    /* The files are read again even under the same names: a certificate
+     * renewed in place takes effect this way. */
+    hup.tls = NULL;
+    if (hup.rc == 0 && hup.fresh.tls &&
+        !(hup.tls = tls_ctx_new(&hup.fresh, hup.err, sizeof hup.err)))
+        hup.rc = -1;
     ev_async_send(hup.loop, &hup.done);
     return NULL;
 }
@@ -346,7 +354,7 @@ static bool move_metrics(struct config *fresh, const char *line)
  * the new Redis (a restart costs them nothing). */
 static bool moves_store(const struct config_change *ch)
 {
-    static const char *const keys[] = {"address", "mode", "database", "sentinel_master"};
+    static const char *const keys[] = {"address", "mode", "database", "sentinel_master", "tls"};
     if (!ch->restart || strcmp(ch->section, "redis") != 0)
         return false;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
@@ -432,10 +440,22 @@ static void on_reload_done(struct ev_loop *loop, ev_async *w, int revents)
     pthread_join(hup.thread, NULL);
     hup.running = false;
     bool failed = hup.rc != 0;
-    if (failed)
+    if (failed) {
         log_error("configuration not reloaded: %s; the old one stays in force", hup.err);
-    else
+    } else {
         reload_apply(&hup.fresh);
+        /* The links made from now on take it; those up keep theirs. (TLS
+         * itself is switched on or off by a restart only.) */
+        if (hup.tls && hup.cfg->tls) {
+            tls_ctx_install(hup.tls);
+            if (!hup.reexec)
+                log_info("TLS: certificates, keys and CAs read again; new connections to Redis "
+                         "use them");
+        } else {
+            tls_ctx_free(hup.tls);
+        }
+        hup.tls = NULL;
+    }
     if (hup.again) {
         hup.again = false;
         reload_start("asked for again");
@@ -477,11 +497,20 @@ int main(int argc, char **argv)
     }
     log_set_level((enum log_level)cfg.log_level);
     listener_fit_nofile(descriptors_needed(&cfg));
+    if (cfg.tls) {
+        struct tls_ctx *tls = tls_ctx_new(&cfg, err, sizeof err);
+        if (!tls) {
+            log_config_error("%s", err);
+            return 2;
+        }
+        tls_ctx_install(tls);
+    }
     if (f.check) {
         if (config_check_groups(&cfg, err, sizeof err) != 0) {
             log_config_error("%s", err);
             return 2;
         }
+        tls_ctx_install(NULL);
         printf("configuration OK\n");
         return 0;
     }
@@ -514,6 +543,14 @@ int main(int argc, char **argv)
         log_info("dlockd %s started; Redis at %s, key prefix '%s'", DLOCK_VERSION,
                  config_addr_str(&cfg.nodes[0], addr, sizeof addr), cfg.prefix);
     }
+    if (cfg.tls)
+        log_info(
+            "TLS to Redis: TLS %s or later, server certificates %s, CAs from %s, %s",
+            cfg.tls_min_version, cfg.tls_verify ? "verified" : "NOT verified (tls_verify = no)",
+            cfg.tls_ca_file[0]  ? cfg.tls_ca_file
+            : cfg.tls_ca_dir[0] ? cfg.tls_ca_dir
+                                : "the system's store",
+            cfg.tls_cert_file[0] ? "a client certificate (mutual TLS)" : "no client certificate");
     hup.flags = f;
     hup.argv = argv;
     hup.cfg = &cfg;
@@ -537,6 +574,7 @@ int main(int argc, char **argv)
     ev_async_stop(loop, &hup.done);
     reload_reset();
     agent_free(&agent);
+    tls_ctx_install(NULL);
     devmode_stop();
     return agent.exit_code;
 }
