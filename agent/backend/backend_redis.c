@@ -75,7 +75,7 @@ struct rb {
     bool closing;
     bool sharded; /* Redis Cluster: sharded pub/sub */
     int last_error;
-    char last_error_text[160];
+    char last_error_text[400];
     uint64_t excluded_until;
     char run_id[41];
     ev_timer join;        /* at the end of the exclusion, to say so */

@@ -34,7 +34,7 @@
 /* The health of one sentinel, for the status socket. */
 struct sentinel_health {
     int last_error;
-    char last_error_text[160];
+    char last_error_text[400];
 };
 
 struct sb;

@@ -50,6 +50,7 @@ static void raw_connected(struct redis_link *l);
 static void tls_start(struct redis_link *l, int fd);
 static void tls_handshake(struct redis_link *l);
 static void raw_replies(struct redis_link *l, unsigned gen);
+static void raw_up(struct redis_link *l);
 
 static void note(struct redis_link *l, int code, const char *text)
 {
@@ -198,6 +199,15 @@ static void conn_lost(struct redis_link *l, const char *why)
     l->connected = false;
     if (l->closing)
         return;
+    /* A TLS port drops a client that speaks plaintext before its set-up
+     * is answered. */
+    char hinted[600];
+    if (!l->cfg->tls && l->setup_left > 0 && !l->addr->path[0]) {
+        snprintf(hinted, sizeof hinted,
+                 "%s (closed during the set-up: a TLS port? then write rediss:// or tls = yes)",
+                 why ? why : "connection closed");
+        why = hinted;
+    }
     log_warn("%s: %s connection lost%s%s", l->label, l->what, why ? ": " : "", why ? why : "");
     note(l, DLOCK_EUNAVAIL, why ? why : "connection lost");
     if (l->hooks.down)
@@ -217,8 +227,12 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct redis_link *l = w->data;
     if (link_open(l) && !l->connected) {
-        log_warn("%s: %s connection or set-up timed out", l->label, l->what);
-        note(l, DLOCK_EUNAVAIL, "connection or set-up timed out");
+        const char *why = l->tls && !l->tls_open
+                              ? "TLS handshake timed out: no TLS answer within connect_timeout_ms "
+                                "(a plaintext Redis on a TLS address?)"
+                              : "connection or set-up timed out";
+        log_warn("%s: %s %s", l->label, l->what, why);
+        note(l, DLOCK_EUNAVAIL, why);
         redis_link_drop(l);
         return;
     }
@@ -334,10 +348,15 @@ static void raw_connected(struct redis_link *l)
         schedule_reconnect(l);
         return;
     }
-    if (l->cfg->tls && !l->tls_open) {
+    if (l->cfg->tls)
         tls_start(l, l->rc->fd);
-        return;
-    }
+    else
+        raw_up(l);
+}
+
+/* The connection is made (and its TLS stream up): the set-up goes. */
+static void raw_up(struct redis_link *l)
+{
     l->raw_connecting = false;
     log_up(l);
     if (!l->addr->path[0])
@@ -526,7 +545,7 @@ static void tls_handshake(struct redis_link *l)
     l->tls_open = true;
     ev_io_stop(l->loop, &l->wio);
     if (l->flags & REDIS_LINK_RAW) {
-        raw_connected(l);
+        raw_up(l);
         return;
     }
     /* What hiredis does once its socket is connected, now that the stream

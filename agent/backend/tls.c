@@ -257,11 +257,10 @@ static const char *verify_hint(long v)
     }
 }
 
-/* Notes why the call that returned ret failed, from OpenSSL's error queue
- * and the verification result; EOF or ERROR. */
-static enum tls_io failed(struct tls_conn *t, int ret, const char *doing)
+/* Notes why the call failed with SSL_get_error() e, from OpenSSL's error
+ * queue (or errno) and the verification result; EOF or ERROR. */
+static enum tls_io failed(struct tls_conn *t, int e, const char *doing)
 {
-    int e = SSL_get_error(t->ssl, ret);
     unsigned long code = ERR_peek_last_error();
     int reason = ERR_GET_REASON(code);
     char text[256] = "";
@@ -274,11 +273,16 @@ static enum tls_io failed(struct tls_conn *t, int ret, const char *doing)
     }
     if (e == SSL_ERROR_SYSCALL && !code) {
         /* The socket failed, or closed without a TLS close (errno 0). */
-        if (errno == 0 || ret == 0)
-            snprintf(t->err, sizeof t->err, "the server closed the connection %s%s", doing,
+        if (errno == 0)
+            snprintf(t->err, sizeof t->err, "the server closed the connection (TLS %s)%s", doing,
                      t->handshaken ? ""
                                    : " (a plaintext Redis on a TLS address, or one that refused "
                                      "this client)");
+        else if (errno == ECONNRESET || errno == EPIPE)
+            snprintf(t->err, sizeof t->err,
+                     "TLS %s: %s (the server dropped this client: one it requires a client "
+                     "certificate of (tls_cert_file), or not a TLS server?)",
+                     doing, strerror(errno));
         else
             snprintf(t->err, sizeof t->err, "TLS %s: %s", doing, strerror(errno));
         return TLS_IO_EOF;
@@ -338,7 +342,7 @@ enum tls_io tls_conn_handshake(struct tls_conn *t)
     case SSL_ERROR_WANT_WRITE:
         return TLS_IO_WANT_WRITE;
     default:
-        return failed(t, ret, "handshake");
+        return failed(t, SSL_get_error(t->ssl, ret), "handshake");
     }
 }
 
@@ -365,10 +369,28 @@ enum tls_io tls_conn_read(struct tls_conn *t, redisReader *reader, size_t *fed)
         case SSL_ERROR_WANT_WRITE:
             return TLS_IO_WANT_WRITE;
         default:
-            return failed(t, ret, "read");
+            return failed(t, SSL_get_error(t->ssl, ret), "read");
         }
     }
     return SSL_has_pending(t->ssl) ? TLS_IO_MORE : TLS_IO_DONE;
+}
+
+/* A write failed because the server closed: what it said before (an alert
+ * in the socket's buffer, such as TLS 1.3's "certificate required", which
+ * comes after the client's side of the handshake is over) tells why. */
+static enum tls_io write_failed(struct tls_conn *t, int e)
+{
+    if (e == SSL_ERROR_SYSCALL || e == SSL_ERROR_ZERO_RETURN) {
+        int saved = errno;
+        char b;
+        size_t n;
+        ERR_clear_error();
+        int ret = SSL_peek_ex(t->ssl, &b, 1, &n);
+        if (ret != 1 && SSL_get_error(t->ssl, ret) == SSL_ERROR_SSL)
+            return failed(t, SSL_ERROR_SSL, "write");
+        errno = saved;
+    }
+    return failed(t, e, "write");
 }
 
 enum tls_io tls_conn_write(struct tls_conn *t, char **obuf)
@@ -379,14 +401,12 @@ enum tls_io tls_conn_write(struct tls_conn *t, char **obuf)
         errno = 0;
         int ret = SSL_write_ex(t->ssl, *obuf, sdslen(*obuf), &n);
         if (ret != 1) {
-            switch (SSL_get_error(t->ssl, ret)) {
-            case SSL_ERROR_WANT_WRITE:
+            int e = SSL_get_error(t->ssl, ret);
+            if (e == SSL_ERROR_WANT_WRITE)
                 return TLS_IO_WANT_WRITE;
-            case SSL_ERROR_WANT_READ:
+            if (e == SSL_ERROR_WANT_READ)
                 return TLS_IO_WANT_READ;
-            default:
-                return failed(t, ret, "write");
-            }
+            return write_failed(t, e);
         }
         if (n == sdslen(*obuf)) {
             sdsfree(*obuf);

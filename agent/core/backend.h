@@ -131,7 +131,7 @@ struct backend_node {
     bool subscribed;           /* the release notices arrive */
     uint64_t last_rtt_ns;      /* of the last command answered */
     int last_error;            /* DLOCK_E* code of the last failure, 0 if none */
-    char last_error_text[160]; /* what Redis or the connection said */
+    char last_error_text[400]; /* what Redis or the connection said */
     uint64_t excluded_until;   /* agent clock (CLOCK_BOOTTIME) ns: no quorum counts it before */
     char run_id[41];           /* the server's run id, empty before the first INFO */
     /* Quorum mode: appendonly yes with appendfsync always, as its last command
