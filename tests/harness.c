@@ -438,16 +438,30 @@ int h_free_port(void)
     return ntohs(sa.sin_port);
 }
 
-int h_redis_start_tcp(void)
+int h_server_port(void)
 {
-    unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)h_now_ms();
+    /* Not the same port twice in a process: the servers may not listen yet. */
+    static unsigned seed;
+    static int given[64], ngiven;
+    if (!seed)
+        seed = (unsigned)getpid() * 2654435761u ^ (unsigned)h_now_ms();
     int port = 0;
     for (int tries = 0; tries < 2000 && !port; tries++) {
         int p = 23000 + (int)(rand_r(&seed) % 9000);
-        if (h_port_free(p))
+        bool seen = false;
+        for (int i = 0; i < ngiven && i < 64 && !seen; i++)
+            seen = given[i] == p;
+        if (!seen && h_port_free(p))
             port = p;
     }
-    cr_assert_neq(port, 0, "no free TCP port for redis-server");
+    cr_assert_neq(port, 0, "no free TCP port for a server");
+    given[ngiven++ % 64] = port;
+    return port;
+}
+
+int h_redis_start_tcp(void)
+{
+    int port = h_server_port();
     char args[64];
     snprintf(args, sizeof args, "--port %d --bind 127.0.0.1", port);
     h_node_set_args(0, args);

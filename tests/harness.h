@@ -259,6 +259,9 @@ void h_node_set_args(int i, const char *args);
 int h_port_free(int port);
 /* A loopback TCP port nothing listens on now (the kernel's choice). */
 int h_free_port(void);
+/* A loopback TCP port nothing listens on now, below the kernel's ephemeral
+ * range (so that no outgoing connection takes it meanwhile): for a server. */
+int h_server_port(void);
 /* Starts node 0 on its Unix socket (the agents') and on a free loopback TCP
  * port below the kernel's ephemeral range (so that no outgoing connection
  * takes it meanwhile), for clients that speak TCP only; returns the port. */

@@ -119,7 +119,8 @@ static int set_identity(SSL_CTX *ssl, const struct config *cfg, char *err, size_
                  cfg->tls_cert_file, ssl_reason(why, sizeof why));
         return -1;
     }
-    if (SSL_CTX_use_PrivateKey_file(ssl, cfg->tls_key_file, SSL_FILETYPE_PEM) != 1) {
+    if (SSL_CTX_use_PrivateKey_file(ssl, cfg->tls_key_file, SSL_FILETYPE_PEM) != 1 &&
+        ERR_GET_REASON(ERR_peek_last_error()) != X509_R_KEY_VALUES_MISMATCH) {
         snprintf(err, errlen, "[redis] tls_key_file = %s: not a PEM private key: %s",
                  cfg->tls_key_file, ssl_reason(why, sizeof why));
         return -1;
