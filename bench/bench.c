@@ -53,6 +53,7 @@ struct opts {
     int host_procs;              /* -H, per agent, 0 = no two hosts part */
     int kinds_procs;             /* -R, 0 = no lock kinds part */
     double fair_seconds;         /* -A, window of each fairness run, 0 = no fairness part */
+    bool tls;                    /* -T 1 (default), 0 = no TLS part */
     bool quick;                  /* -q */
     bool keep;                   /* -K */
     const char *bindings;        /* -B, languages; the bindings part alone */
@@ -76,6 +77,7 @@ static void on_signal(int sig)
     fleet_kill();
     side_kill();
     delay_kill();
+    tls_kill();
     bindings_kill();
     if (e->agent_pid > 0)
         kill(e->agent_pid, SIGKILL);
@@ -106,7 +108,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: dlock-bench [-qK] [-n PAIRS] [-c CLIENTS] [-d SECONDS] [-l LEASES] "
                "[-w SECONDS] [-k CALLS] [-m PAIRS] [-F LIST] [-D US] [-W ROUNDS] [-C PROCS] "
-               "[-H PROCS] [-R PROCS] [-A SECONDS] [-B LANGS]\n"
+               "[-H PROCS] [-R PROCS] [-A SECONDS] [-T 0|1] [-B LANGS]\n"
                "  -n PAIRS    acquire+release pairs of the 1-client runs (loopback and\n"
                "              delayed), and per row of the fleet run (default 20000)\n"
                "  -c CLIENTS  threads of the many-client runs (default 50)\n"
@@ -131,6 +133,9 @@ static void usage(FILE *f)
                "  -A SECONDS  window of each run of the fairness part: a victim's renewal\n"
                "              lateness alone and beside another uid's flood (default 5;\n"
                "              0 skips it; needs root)\n"
+               "  -T 0|1      the TLS part: dlock over TLS against plaintext, with\n"
+               "              redis-benchmark's SET as the plain clients' baseline\n"
+               "              (default 1; needs the openssl command)\n"
                "  -q          quick run: 2000 pairs, 1 s, 10000 leases, 12 s window,\n"
                "              1000000 calls per loop, 5000 round trips, 1000 quorum pairs,\n"
                "              fleet of 1 and 4 agents, 200 wake rounds, 2 s fairness runs\n"
@@ -176,10 +181,10 @@ static int parse_counts(const char *s, struct opts *o)
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
     const char *fleet = NULL;
-    /* n c d l w k m D W C H A R, -1 = not given */
-    double v[13] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-    static const char letters[] = "ncdlwkmDWCHAR";
-    static const double lo[] = {1, 1, 0.1, 1, 1, 1000, 0, 0, 0, 0, 0, 0, 0};
+    /* n c d l w k m D W C H A R T, -1 = not given */
+    double v[14] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    static const char letters[] = "ncdlwkmDWCHART";
+    static const double lo[] = {1, 1, 0.1, 1, 1, 1000, 0, 0, 0, 0, 0, 0, 0, 0};
     static const double hi[] = {1e8,
                                 1000,
                                 3600,
@@ -192,9 +197,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                                 SIDE_MAX_WORKERS,
                                 SIDE_MAX_WORKERS / 2,
                                 600,
-                                SIDE_MAX_WORKERS - 1};
+                                SIDE_MAX_WORKERS - 1,
+                                1};
     int ch;
-    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:D:W:C:H:A:R:B:qKOh")) != -1) {
+    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:D:W:C:H:A:R:T:B:qKOh")) != -1) {
         const char *at = strchr(letters, ch);
         if (ch == 'F') {
             fleet = optarg;
@@ -233,6 +239,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     o->host_procs = v[10] >= 0 ? (int)v[10] : 2;
     o->fair_seconds = v[11] >= 0 ? v[11] : o->quick ? 2.0 : 5.0;
     o->kinds_procs = v[12] >= 0 ? (int)v[12] : 4;
+    o->tls = v[13] != 0;
     if (parse_counts(fleet ? fleet : o->quick ? "1,4" : "1,10,100", o) != 0) {
         fprintf(stderr,
                 "dlock-bench: -F takes up to %d agent counts, each 1 to %d, "
@@ -1460,12 +1467,59 @@ static void report_agent_log(struct env *e)
     }
 }
 
+static void report_tls(const struct tls_result *r)
+{
+    const struct tls_side *p = &r->side[0], *t = &r->side[1];
+    printf("\nTLS to Redis against plaintext: one redis-server on loopback TCP, a plaintext and a "
+           "TLS port;\nan agent on each (handoff off: every pair goes to Redis); %ld pairs, %d "
+           "clients\n",
+           r->pairs, r->clients);
+    printf("  %-40s %12s %12s %9s  %s\n", "", "plaintext", "TLS", "TLS/plain", "target");
+    printf("  %-40s %12s %12s %9s  %s\n", "dlock 1-client pair p50", fmt_us(p->d1.s.p50_us),
+           fmt_us(t->d1.s.p50_us), fmt_ratio(t->d1.s.p50_us, p->d1.s.p50_us), "<= 1.2x");
+    printf("  %-40s %12s %12s %9s\n", "dlock 1-client pairs/s", fmt_count(p->d1.s.per_s),
+           fmt_count(t->d1.s.per_s), fmt_ratio(t->d1.s.per_s, p->d1.s.per_s));
+    printf("  %-40s %12.1f %12.1f %9s  %s\n", "dlock agent CPU per pair, 1 client (us)",
+           p->agent_us_1, t->agent_us_1, fmt_ratio(t->agent_us_1, p->agent_us_1), "<= 2x");
+    printf("  %-40s %12s %12s %9s\n", "dlock many-client pairs/s", fmt_count(p->dm.s.per_s),
+           fmt_count(t->dm.s.per_s), fmt_ratio(t->dm.s.per_s, p->dm.s.per_s));
+    printf("  %-40s %12.1f %12.1f %9s  %s\n", "dlock agent CPU per pair, many (us)", p->agent_us_m,
+           t->agent_us_m, fmt_ratio(t->agent_us_m, p->agent_us_m), "<= 2x");
+    if (r->delay_us > 0)
+        printf("  %-40s %12s %12s %9s\n", "dlock 1-client pair p50, delayed",
+               fmt_us(p->dd.s.p50_us), fmt_us(t->dd.s.p50_us),
+               fmt_ratio(t->dd.s.p50_us, p->dd.s.p50_us));
+    printf("  %-40s %12s %12s %9s\n", "redis-benchmark SET/s, 1 client", fmt_count(r->rb[0][0]),
+           fmt_count(r->rb[1][0]), fmt_ratio(r->rb[1][0], r->rb[0][0]));
+    printf("  %-40s %12s %12s %9s\n", "redis-benchmark SET/s, many clients", fmt_count(r->rb[0][1]),
+           fmt_count(r->rb[1][1]), fmt_ratio(r->rb[1][1], r->rb[0][1]));
+    printf(
+        "  (redis-benchmark rows: a plain client's own cost of TLS, as plain hiredis 0.14 has no "
+        "TLS)\n  (same run, plain hiredis over the unix socket: 1-client pair p50 "
+        "%s)\n",
+        fmt_us(p->p1.s.p50_us));
+    printf("  the part's agents logged %d line(s) at level warn or above\n", r->log_lines);
+}
+
+static int phase_tls(const struct opts *o, struct env *e)
+{
+    static struct tls_result r;
+    if (!o->tls)
+        return 0;
+    progress("TLS: dlock over TLS against plaintext, redis-benchmark as the baseline");
+    if (run_tls(e, o->delay_us, o->pairs, o->clients, o->seconds, &r) != 0)
+        return -1;
+    report_tls(&r);
+    fflush(stdout);
+    return 0;
+}
+
 /* Every part but the bindings, in order, until one fails. */
 static int run_parts(const struct opts *o, struct env *e)
 {
     static int (*const parts[])(const struct opts *, struct env *) = {
         phase_pairs,    phase_delay,  phase_wake,  phase_cohort, phase_hosts, phase_kinds,
-        phase_fairness, phase_quorum, phase_check, phase_leases, phase_fleet};
+        phase_fairness, phase_quorum, phase_check, phase_leases, phase_fleet, phase_tls};
     int rc = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0] && rc == 0; i++)
         rc = parts[i](o, e);

@@ -375,6 +375,33 @@ void delay_close(struct env *d, struct delayproxy *proxy, struct delay_result *o
 /* SIGKILLs the part's agent and unlinks its files: async-signal-safe. */
 void delay_kill(void);
 
+/* ---- TLS to Redis against plaintext (tls.c) ---- */
+
+struct tls_side {
+    struct pair_result d1, p1;     /* 1 client: dlock through this side's agent; plain (unix) */
+    struct pair_result dm, pm;     /* many clients */
+    struct pair_result dd;         /* 1 client across the delay proxy */
+    double agent_us_1, agent_us_m; /* the agent's CPU per pair, microseconds */
+};
+
+struct tls_result {
+    long pairs;
+    int clients;
+    double delay_us;
+    struct tls_side side[2]; /* plaintext TCP, TLS */
+    double rb[2][2];         /* redis-benchmark SET requests/s: [side][1 client, many] */
+    int log_lines;           /* the part's agents' logs, level warn and up */
+};
+
+/* A redis-server with a plaintext and a TLS port, an agent on each (and,
+ * with a delay, one more on each behind a delay proxy), their runs of
+ * pairs.c, and redis-benchmark's SET on each port. 0, or -1 after printing
+ * why. */
+int run_tls(struct env *e, double delay_us, long pairs, int clients, double seconds,
+            struct tls_result *out);
+/* SIGKILLs the part's children: async-signal-safe. */
+void tls_kill(void);
+
 /* ---- the language bindings (bindings.c) ---- */
 
 #define BINDING_ROWS 32

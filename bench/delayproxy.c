@@ -15,6 +15,8 @@
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/timerfd.h>
 #include <sys/un.h>
 #include <time.h>
@@ -77,17 +79,32 @@ static int set_nonblock(int fd)
     return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
+/* A unix socket at path, or a loopback TCP one for "tcp:127.0.0.1:PORT". */
 static int unix_socket(const char *path, bool listen_on)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof a.sun_path)
+    struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr *sa = (struct sockaddr *)&a;
+    socklen_t len = sizeof a;
+    if (strncmp(path, "tcp:127.0.0.1:", 14) == 0) {
+        in.sin_port = htons((uint16_t)atoi(path + 14));
+        sa = (struct sockaddr *)&in;
+        len = sizeof in;
+    } else if (strlen(path) >= sizeof a.sun_path) {
         return -1;
-    strcpy(a.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    } else {
+        strcpy(a.sun_path, path);
+    }
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
-    int rc = listen_on ? bind(fd, (struct sockaddr *)&a, sizeof a) == 0 ? listen(fd, 128) : -1
-                       : connect(fd, (struct sockaddr *)&a, sizeof a);
+    int one = 1;
+    if (sa->sa_family == AF_INET) {
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (listen_on)
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    }
+    int rc = listen_on ? bind(fd, sa, len) == 0 ? listen(fd, 128) : -1 : connect(fd, sa, len);
     if (rc != 0 || set_nonblock(fd) != 0) {
         close(fd);
         return -1;

@@ -152,8 +152,7 @@ struct tls_ctx *tls_ctx_new(const struct config *cfg, char *err, size_t errlen)
     SSL_CTX_set_options(ssl, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
     /* Partial writes: a write returns what went, and hiredis' buffer is
      * trimmed by that much (it may move and grow between the calls). */
-    SSL_CTX_set_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
-                              SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     if (set_trust(ssl, cfg, err, errlen) != 0 || set_identity(ssl, cfg, err, errlen) != 0)
         goto fail;
     ctx->verify = cfg->tls_verify;
