@@ -1858,3 +1858,102 @@ Test(reload, long_values_are_cut)
     one_change(&a, &b, &c);
     cr_assert_null(strchr(c->after, '\033'), "%s", c->after);
 }
+
+/* ---- TLS ---- */
+
+/* config_of(), then config_validate(), which must pass. */
+static void validated(struct config *c, const char *text)
+{
+    char err[512];
+    config_of(c, text);
+    cr_assert_eq(config_validate(c, err, sizeof err), 0, "%s", err);
+}
+
+Test(tls, rediss_addresses_turn_it_on)
+{
+    struct redis_addr a;
+    cr_assert_eq(config_parse_addr("rediss://redis.example.net:6380", &a), 0);
+    cr_assert(a.tls);
+    cr_assert_str_eq(a.host, "redis.example.net");
+    cr_assert_eq(a.port, 6380);
+    cr_assert_eq(config_parse_addr("redis://[::1]:6379", &a), 0);
+    cr_assert_not(a.tls);
+    cr_assert_str_eq(a.host, "::1");
+    char shown[300];
+    cr_assert_eq(config_parse_addr("rediss://10.0.0.1:6380", &a), 0);
+    cr_assert_str_eq(config_addr_str(&a, shown, sizeof shown), "rediss://10.0.0.1:6380");
+    /* No scheme before a unix socket, no empty host, no port 0. */
+    cr_assert_eq(config_parse_addr("rediss://unix:/tmp/r.sock", &a), -1);
+    cr_assert_eq(config_parse_addr("redis://unix:/tmp/r.sock", &a), -1);
+    cr_assert_eq(config_parse_addr("rediss://:6380", &a), -1);
+    cr_assert_eq(config_parse_addr("rediss://host:0", &a), -1);
+
+    static struct config c;
+    validated(&c, "[redis]\naddress = rediss://10.0.0.1:6380\n");
+    cr_assert(c.tls);
+    cr_assert(c.tls_verify, "verification is on by default");
+    cr_assert_str_eq(c.tls_min_version, "1.2");
+    validated(&c, "[redis]\naddress = 10.0.0.1:6380\ntls = yes\n");
+    cr_assert(c.tls);
+    validated(&c, "[redis]\naddress = 10.0.0.1:6380\n");
+    cr_assert_not(c.tls);
+}
+
+/* validate() of text's settings fails with a message holding want. */
+static void refused(const char *text, const char *want)
+{
+    static struct config c;
+    char path[64], err[512];
+    config_defaults(&c);
+    cr_assert_eq(load_text(&c, text, path, sizeof path, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(config_validate(&c, err, sizeof err), -1, "accepted: %s", text);
+    cr_assert_not_null(strstr(err, want), "'%s' does not say '%s'", err, want);
+}
+
+Test(tls, settings_that_make_no_sense_are_refused)
+{
+    refused("[redis]\naddress = rediss://10.0.0.1:1, 10.0.0.2:2, rediss://10.0.0.3:3\n",
+            "some addresses are rediss:// and some are not");
+    refused("[redis]\naddress = unix:/run/redis.sock\ntls = yes\n", "TLS needs TCP addresses");
+    refused("[redis]\naddress = rediss://h:1\ntls_cert_file = /c.crt\n",
+            "tls_cert_file and tls_key_file go together");
+    refused("[redis]\naddress = rediss://h:1\ntls_key_file = /c.key\n",
+            "tls_cert_file and tls_key_file go together");
+    /* tls = yes takes any mix. */
+    static struct config c;
+    validated(&c, "[redis]\naddress = rediss://10.0.0.1:1, 10.0.0.2:2, 10.0.0.3:3\ntls = yes\n");
+    cr_assert(c.tls);
+    expect_bad("redis", "tls", "maybe");
+    expect_bad("redis", "tls_verify", "2");
+    expect_bad("redis", "tls_min_version", "1.1");
+    expect_bad("redis", "tls_min_version", "TLSv1.3");
+    struct config d;
+    config_defaults(&d);
+    expect_good(&d, "redis", "tls_min_version", "1.3");
+    expect_good(&d, "redis", "tls_verify", "off");
+    cr_assert_not(d.tls_verify);
+}
+
+Test(tls, a_reload_reads_the_files_and_switching_restarts)
+{
+    static struct config a, b;
+    const char *base = "[redis]\naddress = rediss://10.0.0.1:6380\ntls_ca_file = /etc/a.crt\n";
+    config_of(&a, base);
+    config_of(&b, "[redis]\naddress = rediss://10.0.0.1:6380\ntls_ca_file = /etc/b.crt\n");
+    const struct config_change *c;
+    cr_assert_str_eq(one_change(&a, &b, &c), "[redis] tls_ca_file /etc/a.crt -> /etc/b.crt");
+    cr_assert_null(c->restart);
+    config_of(&b, "[redis]\naddress = rediss://10.0.0.1:6380\ntls_ca_file = /etc/a.crt\n"
+                  "tls_verify = no\n");
+    cr_assert_str_eq(one_change(&a, &b, &c), "[redis] tls_verify yes -> no");
+    cr_assert_null(c->restart);
+    /* The same address without TLS is another address: a restart in place. */
+    config_of(&b, "[redis]\naddress = 10.0.0.1:6380\ntls_ca_file = /etc/a.crt\n");
+    cr_assert_str_eq(one_change(&a, &b, &c),
+                     "[redis] address rediss://10.0.0.1:6380 -> 10.0.0.1:6380");
+    cr_assert_not_null(c->restart);
+    config_of(&a, "[redis]\naddress = 10.0.0.1:6380\n");
+    config_of(&b, "[redis]\naddress = 10.0.0.1:6380\ntls = yes\n");
+    cr_assert_str_eq(one_change(&a, &b, &c), "[redis] tls no -> yes");
+    cr_assert_not_null(c->restart);
+}
