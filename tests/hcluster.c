@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "text.h"
+#include "tlspki.h"
 
 #ifndef DLOCKD_PATH
 #error "DLOCKD_PATH must be defined (path of the dlockd binary)"
@@ -91,6 +92,19 @@ int hc_running(int i)
     return n->proc.pid > 0 && !n->proc.paused;
 }
 
+void hc_tls(bool auth)
+{
+    cr_assert_eq(HC.node[0].port, 0, "hc_tls() comes before hc_start()");
+    HC.tls = true;
+    HC.tls_auth = auth;
+}
+
+const char *hc_tls_addr(int i)
+{
+    cr_assert(HC.tls, "the cluster has no TLS (hc_tls())");
+    return h_keepf("rediss://127.0.0.1:%d", node_at(i)->tls_port);
+}
+
 const char *hc_addr(int i)
 {
     static char bufs[8][32];
@@ -109,22 +123,28 @@ static int node_of_port(long port)
     return -1;
 }
 
-/* A port for node i whose bus port is free too, and that no other node has. */
-static int pick_port(int i)
+/* Whether a node has p as its port or its TLS port already. */
+static int port_taken(int p)
+{
+    for (int j = 0; j < HC_NODES; j++)
+        if (HC.node[j].port == p || HC.node[j].tls_port == p)
+            return 1;
+    return 0;
+}
+
+/* A free port that no node has (nor had, for the one being picked again),
+ * whose bus port is free too unless tls (a TLS port has no bus). */
+static int pick_port(bool tls)
 {
     static unsigned seed;
     if (!seed)
         seed = (unsigned)getpid() * 2654435761u ^ (unsigned)h_now_ms();
     for (int tries = 0; tries < 2000; tries++) {
         int p = PORT_MIN + (int)(rand_r(&seed) % (PORT_MAX - PORT_MIN));
-        int taken = 0;
-        for (int j = 0; j < HC_NODES; j++)
-            if (j != i && HC.node[j].port == p)
-                taken = 1;
-        if (!taken && h_port_free(p) && h_port_free(p + BUS_OFFSET))
+        if (!port_taken(p) && h_port_free(p) && (tls || h_port_free(p + BUS_OFFSET)))
             return p;
     }
-    cr_assert_fail("no free port pair (P, P+%d) in %d..%d", BUS_OFFSET, PORT_MIN, PORT_MAX);
+    cr_assert_fail("no free port%s in %d..%d", tls ? "" : " pair (P, P+10000)", PORT_MIN, PORT_MAX);
     return -1;
 }
 
@@ -136,15 +156,40 @@ static void node_spawn(int i)
     snprintf(conf, sizeof conf, "%s/nodes-%d.conf", H.dir, n->port);
     /* A replica stores the RDB of its full sync: each node its own file. */
     snprintf(rdb, sizeof rdb, "dump-%d.rdb", n->port);
-    const char *extra[] = {"--cluster-enabled",
-                           "yes",
-                           "--cluster-config-file",
-                           conf,
-                           "--cluster-node-timeout",
-                           "1000",
-                           "--dbfilename",
-                           rdb,
-                           NULL};
+    const char *extra[32] = {"--cluster-enabled",
+                             "yes",
+                             "--cluster-config-file",
+                             conf,
+                             "--cluster-node-timeout",
+                             "1000",
+                             "--dbfilename",
+                             rdb,
+                             NULL};
+    if (HC.tls) {
+        /* With tls-cluster, the bus would be TLSPORT + 10000: it stays at
+         * port + 10000, the port pick_port() found free. */
+        const char *tls[] = {"--tls-port",
+                             h_keepf("%d", n->tls_port),
+                             "--tls-cert-file",
+                             tls_file("server.crt"),
+                             "--tls-key-file",
+                             tls_file("server.key"),
+                             "--tls-ca-cert-file",
+                             tls_file("ca.crt"),
+                             "--tls-auth-clients",
+                             HC.tls_auth ? "yes" : "no",
+                             "--tls-cluster",
+                             "yes",
+                             "--tls-replication",
+                             "yes",
+                             "--cluster-port",
+                             h_keepf("%d", n->port + BUS_OFFSET),
+                             NULL};
+        size_t at = 8;
+        for (size_t k = 0; tls[k]; k++)
+            extra[at++] = tls[k];
+        extra[at] = NULL;
+    }
     struct redisproc_opts o = {
         .port = n->port, .bind = "127.0.0.1", .dir = H.dir, .log = n->log, .extra = extra};
     if (redisproc_spawn(&n->proc, &o) != 0)
@@ -551,7 +596,9 @@ void hc_start(void)
         int left = 0;
         for (int i = 0; i < HC_NODES; i++)
             if (pending[i]) {
-                HC.node[i].port = pick_port(i);
+                HC.node[i].port = pick_port(false);
+                if (HC.tls)
+                    HC.node[i].tls_port = pick_port(true);
                 node_spawn(i);
             }
         for (int i = 0; i < HC_NODES; i++)
@@ -842,7 +889,8 @@ static long migrate(struct hc_migration *m, const char *const *keys, size_t n)
     const char **argv = calloc(n + 7, sizeof *argv);
     cr_assert_not_null(argv);
     char port[16];
-    snprintf(port, sizeof port, "%d", HC.node[m->to].port);
+    /* With tls-cluster, MIGRATE connects with TLS: to the TLS port. */
+    snprintf(port, sizeof port, "%d", HC.tls ? HC.node[m->to].tls_port : HC.node[m->to].port);
     int argc = 0;
     argv[argc++] = "MIGRATE";
     argv[argc++] = "127.0.0.1";
@@ -1009,7 +1057,8 @@ void hc_agent_config(int i, const char *agent_ini, const char *redis_ini, unsign
         if (!seeds || (seeds & HC_SEED(n))) {
             cr_assert_gt(HC.node[n].port, 0, "node %d has no port yet (hc_start() first)", n);
             size_t used = strlen(addr);
-            snprintf(addr + used, sizeof addr - used, "%s%s", used ? ", " : "", hc_addr(n));
+            snprintf(addr + used, sizeof addr - used, "%s%s", used ? ", " : "",
+                     HC.tls ? hc_tls_addr(n) : hc_addr(n));
         }
     char redis[1024];
     snprintf(redis, sizeof redis, "mode = cluster\n%s", redis_ini ? redis_ini : "");

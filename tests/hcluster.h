@@ -30,6 +30,8 @@
 #ifndef DLOCK_TEST_HCLUSTER_H
 #define DLOCK_TEST_HCLUSTER_H
 
+#include <stdbool.h>
+
 #include "harness.h"
 #include "keys.h"
 
@@ -44,6 +46,7 @@
 struct hc_node {
     struct redisproc proc; /* pid 0 when not running */
     int port;              /* the cluster bus is port + 10000 */
+    int tls_port;          /* with hc_tls(): its TLS port too; else 0 */
     char id[41];           /* its cluster node id */
     char log[H_PATH];
     redisContext *conn; /* the test's own connection (READONLY), NULL until needed */
@@ -51,6 +54,7 @@ struct hc_node {
 
 struct hc_cluster {
     struct hc_node node[HC_NODES];
+    bool tls, tls_auth; /* hc_tls() */
 };
 
 extern struct hc_cluster HC;
@@ -86,8 +90,20 @@ void hc_start(void);
  * every replica's link to its master is up. */
 void hc_wait_ok(int timeout_ms);
 
+/* Before hc_start(): the nodes serve TLS as well, each on a TLS port of its
+ * own beside its plaintext one, with the test's PKI (tlspki.h: server.crt,
+ * whose SAN has IP:127.0.0.1, trusting ca.crt), the cluster bus and the
+ * replication over TLS (tls-cluster, tls-replication yes), and with auth,
+ * client certificates required (tls-auth-clients yes; the nodes present
+ * server.crt to each other). The harness keeps to the plaintext ports; the
+ * agents' seeds become hc_tls_addr(). Redis 7.0 names each node by its TLS
+ * port to a client that came over TLS (CLUSTER SLOTS, CLUSTER NODES, MOVED,
+ * ASK) and by its plaintext port to the others. */
+void hc_tls(bool auth);
+
 int hc_running(int i);
-const char *hc_addr(int i); /* "127.0.0.1:PORT" */
+const char *hc_addr(int i);     /* "127.0.0.1:PORT" */
+const char *hc_tls_addr(int i); /* "rediss://127.0.0.1:TLSPORT" (hc_tls()) */
 /* Node i's own view: whether it is a master (INFO replication role). */
 int hc_is_master(int i);
 /* The running masters that serve slots, by the slot map, in the order of
@@ -197,7 +213,9 @@ void hc_node_restart(int i);
 /* Writes agent i's config (the agent runs without -v: log_level is the
  * config's): [agent] with log_level = debug and its status
  * socket unless agent_ini sets them, then agent_ini (may be NULL); [redis]
- * with mode = cluster, an address line naming the seed nodes, short connect
+ * with mode = cluster, an address line naming the seed nodes (their
+ * hc_tls_addr() with hc_tls(): redis_ini then gives the TLS settings,
+ * tls_redis_ini() of tlspki.h), short connect
  * and reconnect times unless redis_ini sets them, then redis_ini (may be
  * NULL). */
 void hc_agent_config(int i, const char *agent_ini, const char *redis_ini, unsigned seeds);

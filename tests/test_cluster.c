@@ -19,7 +19,10 @@
  *   on the promoted replica, and is woken there;
  * - fencing tokens of a name increasing across slot moves and a failover;
  * - the shared counters of test_quorum_chaos.c over the cluster, through a
- *   failover and a slot move, with wait_replicas = 1.
+ *   failover and a slot move, with wait_replicas = 1;
+ * - a cluster over TLS (tls-cluster, tls-replication, client certificates
+ *   required): the agents, given TLS seeds, speak TLS to every master they
+ *   discover, and after a failover to the promoted replica.
  *
  * Each test starts its own cluster (a few seconds). */
 #define H_TEST_TIMEOUT_S 180
@@ -32,6 +35,7 @@
 
 #include "hcluster.h"
 #include "lockset.h"
+#include "tlspki.h"
 
 /* With this fallback (the longest there is), a waiter behind a holder of
  * LONG_TTL is not retried before about LONG_TTL: one granted within
@@ -824,4 +828,137 @@ HCTEST(cluster, shared_counters_under_a_failover_and_a_slot_move)
                 ls_failures(&run, DLOCK_EUNAVAIL), ls_failures(&run, DLOCK_ELOST),
                 ls_failures(&run, DLOCK_EFAILOVER), ls_failures(&run, DLOCK_EDISCONNECTED));
     ls_check(&run, 30);
+}
+
+/* ---- e: TLS ---- */
+
+/* Agent a's log has what. */
+static int logged(int a, const char *what)
+{
+    const char *log = h_read_file(H.agent[a].log);
+    return log && strstr(log, what);
+}
+
+/* Agent a's command link to node i is up over TLS 1.3, on the node's TLS
+ * port (the one Redis names to a TLS client). */
+static int tls_link_up(int a, int i)
+{
+    return logged(a, h_keepf("redis 127.0.0.1:%d: command connection up (rediss://127.0.0.1:%d, "
+                             "TLSv1.3 ",
+                             HC.node[i].tls_port, HC.node[i].tls_port));
+}
+
+/* Agent a never spoke to a plaintext port. */
+static void no_plaintext_link(int a)
+{
+    cr_assert(!logged(a, "connection up (127.0.0.1:"), "agent %d: a link without TLS", a);
+    for (int i = 0; i < HC_NODES; i++)
+        cr_assert(!logged(a, h_keepf("127.0.0.1:%d", HC.node[i].port)),
+                  "agent %d was told of node %d's plaintext port %d", a, i, HC.node[i].port);
+}
+
+/* The nodes serve TLS beside their plaintext ports (the harness's), with
+ * the bus and the replication over TLS and client certificates required;
+ * the agents are given TLS seeds only (one node, and two others), and find
+ * the other masters, by their TLS ports, in the slot map that Redis gives a
+ * TLS client. Locks on every master, waiters on the other agent woken by
+ * the release notices over TLS; then a master fails over, its lease's key
+ * replicated over TLS to the replica, which the agents reach over TLS, and
+ * locks in its slots work again there. */
+HCTEST(cluster, over_tls_with_client_certificates_through_a_failover)
+{
+    hc_tls(true);
+    const unsigned seeds[] = {HC_SEED(0), HC_SEED(4) | HC_SEED(2)};
+    start(2, SLOW_FALLBACK "\n" FAST_RENEWAL, tls_redis_ini("client", NULL), seeds);
+    struct h_cl *a = h_client_at(0), *b = h_client_at(1);
+    int m[HC_NODES];
+    cr_assert_eq(hc_masters(m), 3);
+    for (int ag = 0; ag < 2; ag++) {
+        for (int k = 0; k < 3; k++)
+            H_WAIT_UNTIL(H_EVENT_MS, tls_link_up(ag, m[k]));
+        cr_assert(logged(ag, "a client certificate (mutual TLS)"));
+        /* The status names the masters as they are reached. */
+        const char *st = h_status_ask(ag, "status-json\n");
+        for (int k = 0; k < 3; k++)
+            cr_assert(st && strstr(st, h_keepf("\"addr\":\"rediss://127.0.0.1:%d\"",
+                                               HC.node[m[k]].tls_port)),
+                      "agent %d's status: %s", ag, st);
+    }
+
+    char names[3][64];
+    for (int k = 0; k < 3; k++) {
+        hc_name_on(m[k], "tls", names[k], sizeof names[k]);
+        dlock_lease *l = h_must_acquire(a, names[k], LONG_TTL);
+        const char *tok = check_held(m[k], names[k], l);
+        struct h_acq w;
+        h_acquire_async(b, names[k], LONG_TTL, DLOCK_WAIT_FOREVER, &w);
+        cr_assert_eq(dlock_client_ping(b->c), 0);
+        H_WAIT_UNTIL(H_EVENT_MS, shard_subscribers(m[k], names[k]) == 1);
+        cr_assert(!w.done, "the waiter got %s while it was held", names[k]);
+        uint64_t f = dlock_lease_fence(l);
+        cr_assert_eq(dlock_lease_release(l), 0);
+        /* Within H_EVENT_MS of the release, a minute before any retry: the
+         * release notice woke it. */
+        H_WAIT_UNTIL(H_EVENT_MS, w.done);
+        cr_assert_eq(w.status, 0, "waiter for %s: %s (%d)", names[k], dlock_strerror(w.status),
+                     w.status);
+        cr_assert_gt(dlock_lease_fence(w.lease), f);
+        cr_assert_str_neq(check_held(m[k], names[k], w.lease), tok);
+        cr_assert_eq(dlock_lease_release(w.lease), 0);
+        check_slot_empty(m[k], -1, &names[k], 1);
+    }
+
+    /* A lease on the victim, its key on the replica (replication over TLS),
+     * and a waiter listening on the victim. */
+    int victim = m[1], replica = hc_replica_of(victim);
+    cr_assert_geq(replica, 0);
+    char name[64], val[256];
+    hc_name_on(victim, "tls-fo", name, sizeof name);
+    const char *key = hc_lock_key(name);
+    dlock_lease *l = h_must_acquire(a, name, LONG_TTL);
+    snprintf(val, sizeof val, "%s", check_held(victim, name, l));
+    H_WAIT_UNTIL(H_EVENT_MS, hc_get(replica, key) && strcmp(hc_get(replica, key), val) == 0);
+    struct h_acq w;
+    h_acquire_async(b, name, LONG_TTL, DLOCK_WAIT_FOREVER, &w);
+    cr_assert_eq(dlock_client_ping(b->c), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, shard_subscribers(victim, name) == 1);
+
+    int promoted = hc_kill_master(victim);
+    cr_assert_eq(promoted, replica);
+    /* Both agents reach the promoted replica over TLS: the waiter listens
+     * there, and the holder's lease is renewed there. */
+    for (int ag = 0; ag < 2; ag++)
+        H_WAIT_UNTIL(H_EVENT_MS, tls_link_up(ag, promoted));
+    H_WAIT_UNTIL(H_EVENT_MS, shard_subscribers(promoted, name) == 1);
+    cr_assert(!w.done, "the waiter got %s while it was held", name);
+    long long lowest = hc_pttl(promoted, key), p;
+    int64_t end = h_deadline(H_EVENT_MS);
+    while ((p = hc_pttl(promoted, key)) <= lowest) {
+        cr_assert_gt(p, 0, "%s left the new master", key);
+        cr_assert_leq(h_now_ms(), end, "%s was not renewed on the new master within %d ms", key,
+                      h_scaled_ms(H_EVENT_MS));
+        lowest = p;
+        h_pump_all(20);
+    }
+    cr_assert_eq(dlock_lease_release(l), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
+    check_held(promoted, name, w.lease);
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+    HC_KEY_GONE(promoted, key);
+
+    /* A new lock in the promoted replica's slots, from either agent. */
+    for (int ag = 0; ag < 2; ag++) {
+        char fresh[64], base[16];
+        snprintf(base, sizeof base, "tls-after%d", ag);
+        hc_name_on(promoted, base, fresh, sizeof fresh);
+        dlock_lease *nl = NULL;
+        int rc = h_acquire(h_client_at(ag), fresh, LONG_TTL, H_EVENT_MS, &nl);
+        cr_assert_eq(rc, 0, "acquire %s after the failover: %s (%d)", fresh, dlock_strerror(rc),
+                     rc);
+        check_held(promoted, fresh, nl);
+        cr_assert_eq(dlock_lease_release(nl), 0);
+        HC_KEY_GONE(promoted, hc_lock_key(fresh));
+        no_plaintext_link(ag);
+    }
 }

@@ -3,7 +3,8 @@
  * (hcluster.h), without dlockd: the cluster forms with a complete slot map,
  * commands are routed by key, a slot moves with its keys (at once, and in
  * steps that show ASK and TRYAGAIN meanwhile), and a killed master's replica
- * is promoted and the master comes back as its replica. */
+ * is promoted and the master comes back as its replica; and all of that
+ * with the nodes serving TLS too, bus and replication over TLS (hc_tls()). */
 #define H_TEST_TIMEOUT_S 120
 #include <stdio.h>
 #include <string.h>
@@ -231,4 +232,46 @@ HCTEST(hcluster, kill_a_master_and_see_the_promotion)
     freeReplyObject(w);
     cr_assert_str_eq(hc_get(victim, keys[0]), "again");
     cr_assert_str_eq(hc_get(victim, keys[1]), keys[1]);
+}
+
+/* hc_tls(): the harness keeps to the plaintext ports, the bus stays at
+ * port + 10000, MIGRATE goes over TLS to the TLS port, and replication
+ * over TLS brings a restarted master's data back to it as a replica. */
+HCTEST(hcluster, over_tls_moves_a_slot_and_fails_over)
+{
+    hc_tls(true);
+    hc_start();
+    for (int i = 0; i < HC_NODES; i++) {
+        redisReply *r = hc_cmd(i, "CLUSTER NODES");
+        cr_assert_eq(r->type, REDIS_REPLY_STRING);
+        char me[64];
+        snprintf(me, sizeof me, " %s@%d ", hc_addr(i), HC.node[i].port + 10000);
+        cr_assert(strstr(r->str, me), "node %d's CLUSTER NODES has no '%s': %s", i, me, r->str);
+        freeReplyObject(r);
+        cr_assert_neq(HC.node[i].tls_port, 0);
+        cr_assert_str_eq(hc_tls_addr(i), h_keepf("rediss://127.0.0.1:%d", HC.node[i].tls_port));
+    }
+    int m[HC_NODES];
+    cr_assert_eq(hc_masters(m), 3);
+    unsigned slot = hc_slot("{tls}");
+    int from = hc_slot_node(slot);
+    int to = from == m[0] ? m[1] : m[0];
+    for (int k = 0; k < 20; k++)
+        set_from(m[2], h_keepf("{tls}:%d", k), "v");
+    hc_move_slot(slot, to);
+    cr_assert_eq(hc_count_slot(from, slot), 0);
+    cr_assert_eq(hc_count_slot(to, slot), 20);
+
+    int replica = hc_replica_of(to);
+    cr_assert_geq(replica, 0);
+    redisReply *w = hc_cmd(to, "WAIT 1 5000");
+    cr_assert_eq(w->integer, 1);
+    freeReplyObject(w);
+    cr_assert_eq(hc_kill_master(to), replica);
+    cr_assert_str_eq(hc_get(replica, "{tls}:7"), "v");
+    hc_node_restart(to);
+    H_WAIT_UNTIL(H_EVENT_MS, hc_replica_of(replica) == to);
+    H_WAIT_UNTIL(H_EVENT_MS, link_up(to));
+    H_WAIT_UNTIL(H_EVENT_MS, hc_get(to, "{tls}:7") != NULL);
+    cr_assert_str_eq(hc_get(to, "{tls}:7"), "v");
 }

@@ -160,6 +160,9 @@ static uint16_t node_get(struct cl *cl, const char *name)
         free(n);
         return NO_NODE;
     }
+    /* The map names it host:port; with TLS every link uses it, and the logs
+     * and the status say so (rediss://). */
+    n->addr.tls = cl->cfg->tls;
     n->cl = cl;
     snprintf(n->name, sizeof n->name, "%s", name);
     snprintf(n->label, sizeof n->label, "redis %s", name);
