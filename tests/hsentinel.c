@@ -14,17 +14,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tlspki.h"
+
 struct hs_env HS;
+/* hs_start_tls(auth): whether clients need a certificate. */
+static bool tls_auth;
 
 /* ---- ports and processes ---- */
 
 static int port_taken(int port)
 {
     for (int i = 0; i < HS_REDIS; i++)
-        if (HS.redis_port[i] == port)
+        if (HS.redis_port[i] == port || HS.redis_tls_port[i] == port)
             return 1;
     for (int s = 0; s < HS_SENTINELS; s++)
-        if (HS.sentinel_port[s] == port)
+        if (HS.sentinel_port[s] == port || HS.sentinel_tls_port[s] == port)
             return 1;
     return 0;
 }
@@ -58,28 +62,53 @@ static const char *subdir(const char *name)
     return d;
 }
 
+/* With TLS: the command-line arguments (the lines of a configuration file
+ * without their "--") that make a server or a sentinel also listen with TLS
+ * on port, with the test's server certificate (also its client
+ * certificate), and speak TLS to the servers it replicates from or monitors
+ * and to the other sentinels. Sets arg[0] to arg[TLS_ARGS - 1]. */
+#define TLS_ARGS 12
+static void tls_args(const char **arg, const char *port)
+{
+    const char *a[TLS_ARGS] = {"--tls-port",         port,
+                               "--tls-cert-file",    tls_file("server.crt"),
+                               "--tls-key-file",     tls_file("server.key"),
+                               "--tls-ca-cert-file", tls_file("ca.crt"),
+                               "--tls-auth-clients", tls_auth ? "yes" : "no",
+                               "--tls-replication",  "yes"};
+    memcpy(arg, a, sizeof a);
+}
+
 /* Redis server i: 0 the master, the others its replicas. */
 static void redis_start(int i)
 {
-    char name[32], log[32], master_port[16];
+    char name[32], log[32], master_port[16], tls_port[16];
     snprintf(name, sizeof name, "redis%d", i);
     snprintf(log, sizeof log, "redis%d.log", i);
-    snprintf(master_port, sizeof master_port, "%d", HS.redis_port[0]);
+    snprintf(master_port, sizeof master_port, "%d",
+             HS.tls ? HS.redis_tls_port[0] : HS.redis_port[0]);
     char dir[H_PATH], logpath[H_PATH];
     snprintf(dir, sizeof dir, "%s", subdir(name));
     snprintf(logpath, sizeof logpath, "%s", h_path(log));
     /* Each in its own directory: a replica's full sync writes a file there. */
-    const char *replica[] = {
-        "--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", master_port, NULL};
-    if (i == 0)
-        replica[2] = NULL;
+    const char *extra[6 + TLS_ARGS] = {"--repl-diskless-sync-delay", "0", "--replicaof",
+                                       "127.0.0.1", master_port};
+    int n = i == 0 ? 2 : 5;
+    if (HS.tls) {
+        tls_args(extra + n, tls_port);
+        n += TLS_ARGS;
+    }
+    extra[n] = NULL;
     for (int attempt = 0;; attempt++) {
         HS.redis_port[i] = free_port();
+        if (HS.tls)
+            HS.redis_tls_port[i] = h_server_port();
+        snprintf(tls_port, sizeof tls_port, "%d", HS.redis_tls_port[i]);
         struct redisproc_opts o = {
-            .port = HS.redis_port[i], .dir = dir, .log = logpath, .extra = replica};
+            .port = HS.redis_port[i], .dir = dir, .log = logpath, .extra = extra};
         if (redisproc_start(&HS.redis[i], &o, h_scaled_ms(H_START_MS)) == 0)
             break;
-        HS.redis_port[i] = 0;
+        HS.redis_port[i] = HS.redis_tls_port[i] = 0;
         cr_assert_lt(attempt, 4, "redis-server %d: %s", i, HS.redis[i].err);
     }
     /* The agents' user, allowed everything (ACLs are per server). */
@@ -105,8 +134,19 @@ static void sentinel_start(int s)
                 "sentinel monitor %s 127.0.0.1 %d 2\n"
                 "sentinel down-after-milliseconds %s 1000\n"
                 "sentinel failover-timeout %s 4000\n",
-                HS.sentinel_port[s], dir, HS_MASTER_NAME, HS.redis_port[0], HS_MASTER_NAME,
-                HS_MASTER_NAME);
+                HS.sentinel_port[s], dir, HS_MASTER_NAME,
+                HS.tls ? HS.redis_tls_port[0] : HS.redis_port[0], HS_MASTER_NAME, HS_MASTER_NAME);
+        if (HS.tls) {
+            /* It announces its TLS port to the others, and reaches them and
+             * the servers (at the TLS ports they replicate on) with TLS. */
+            char port[16];
+            const char *arg[TLS_ARGS];
+            HS.sentinel_tls_port[s] = h_server_port();
+            snprintf(port, sizeof port, "%d", HS.sentinel_tls_port[s]);
+            tls_args(arg, port);
+            for (int k = 0; k < TLS_ARGS; k += 2)
+                fprintf(f, "%s %s\n", arg[k] + 2, arg[k + 1]);
+        }
         fclose(f);
         struct redisproc *p = &HS.sentinel[s];
         memset(p, 0, sizeof *p);
@@ -122,7 +162,7 @@ static void sentinel_start(int s)
                 break;
             redisproc_kill(p);
         }
-        HS.sentinel_port[s] = 0;
+        HS.sentinel_port[s] = HS.sentinel_tls_port[s] = 0;
         cr_assert_lt(attempt, 4, "sentinel %d: %s", s, p->err);
     }
 }
@@ -251,11 +291,11 @@ static const char *field(const redisReply *r, const char *name)
     return NULL;
 }
 
-/* The server whose port this is, or -1. */
+/* The server whose port (or TLS port) this is, or -1. */
 static int server_at(int port)
 {
     for (int i = 0; i < HS_REDIS; i++)
-        if (HS.redis_port[i] == port)
+        if (HS.redis_port[i] == port || HS.redis_tls_port[i] == port)
             return i;
     return -1;
 }
@@ -305,9 +345,11 @@ static int all_sentinels_ready(void)
     return 1;
 }
 
-void hs_start(void)
+static void start(bool tls, bool auth)
 {
     memset(&HS, 0, sizeof HS);
+    HS.tls = tls;
+    tls_auth = auth;
     for (int i = 0; i < HS_REDIS; i++)
         redis_start(i);
     H_WAIT_UNTIL(20000, replicas_online(0));
@@ -319,8 +361,19 @@ void hs_start(void)
     /* What h_agent_config() writes and h_agent_start_n() passes with -r. */
     size_t used = 0;
     for (int s = 0; s < HS_SENTINELS; s++)
-        used += (size_t)snprintf(H.redis_addr + used, sizeof H.redis_addr - used, "%s127.0.0.1:%d",
-                                 s ? "," : "", HS.sentinel_port[s]);
+        used += (size_t)snprintf(H.redis_addr + used, sizeof H.redis_addr - used,
+                                 "%s%s127.0.0.1:%d", s ? "," : "", tls ? "rediss://" : "",
+                                 tls ? HS.sentinel_tls_port[s] : HS.sentinel_port[s]);
+}
+
+void hs_start(void)
+{
+    start(false, false);
+}
+
+void hs_start_tls(bool auth)
+{
+    start(true, auth);
 }
 
 int hs_master(void)
@@ -429,7 +482,8 @@ void hs_agent_start_single(int i, const char *agent_ini, const char *redis_ini)
     cr_assert_geq(m, 0, "no master");
     char sentinels[sizeof H.redis_addr];
     memcpy(sentinels, H.redis_addr, sizeof sentinels);
-    snprintf(H.redis_addr, sizeof H.redis_addr, "127.0.0.1:%d", HS.redis_port[m]);
+    snprintf(H.redis_addr, sizeof H.redis_addr, "%s127.0.0.1:%d", HS.tls ? "rediss://" : "",
+             HS.tls ? HS.redis_tls_port[m] : HS.redis_port[m]);
     char rini[2048];
     snprintf(rini, sizeof rini, "user = %s\npassword = %s\n%s", HS_USER, HS_PASSWORD,
              redis_ini ? redis_ini : "");

@@ -19,9 +19,19 @@
  * the agents log in with, so that a test can take a command away from it on
  * one server (ACLs are not replicated). The sentinels monitor the master as
  * HS_MASTER_NAME with a quorum of 2, a down-after of 1 s and a failover
- * timeout of 4 s. */
+ * timeout of 4 s.
+ *
+ * hs_start_tls() starts the same over TLS, with the test's PKI (tlspki.h):
+ * every server and sentinel also listens on a TLS port, the replicas
+ * replicate over TLS and the sentinels reach the servers and each other over
+ * TLS (tls-replication yes), so the master addresses they name are TLS ones.
+ * The harness keeps talking plaintext on the other ports; the agents get the
+ * sentinels as rediss:// addresses, and their [redis] lines must trust the
+ * test CA (tls_redis_ini()). */
 #ifndef DLOCK_TEST_HSENTINEL_H
 #define DLOCK_TEST_HSENTINEL_H
+
+#include <stdbool.h>
 
 #include "harness.h"
 
@@ -41,6 +51,11 @@ struct hs_env {
     int sentinel_port[HS_SENTINELS];
     redisContext *sconn[HS_SENTINELS];
     int nagents; /* agents started with hs_agent_start() */
+    /* hs_start_tls(): the TLS ports (the ports above stay plaintext, for the
+     * harness); 0 without TLS. */
+    bool tls;
+    int redis_tls_port[HS_REDIS];
+    int sentinel_tls_port[HS_SENTINELS];
 };
 
 extern struct hs_env HS;
@@ -50,6 +65,10 @@ extern struct hs_env HS;
  * knows both replicas and both other sentinels. Agents configured afterwards
  * get the sentinels as their address list. */
 void hs_start(void);
+/* The same over TLS (above); with auth, servers and sentinels require a
+ * client certificate of the test CA (tls-auth-clients yes): tls_redis_ini()
+ * with "client". */
+void hs_start_tls(bool auth);
 /* Configures agent i for sentinel mode (HS_MASTER_NAME, the three sentinels,
  * HS_USER) with agent_ini under [agent] and redis_ini under [redis] (either
  * may be NULL), starts it, and waits until it grants a probe lock and has

@@ -5,9 +5,11 @@
  * invalid (JEOPARDY, DLOCK_EFAILOVER) and ends HELD with its key on the new
  * master, or LOST; a master demoted by hand is given up; a lost sentinel is
  * replaced by the next; wait_replicas makes grants and renewals wait for a
- * replica; fencing tokens keep rising across a failover. */
+ * replica; fencing tokens keep rising across a failover; over mutual TLS
+ * (servers, replication and sentinels), locks, notices and a failover. */
 #define H_TEST_TIMEOUT_S 150
 #include "hsentinel.h"
+#include "tlspki.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -344,4 +346,88 @@ STEST(sentinel, fencing_across_failover)
     cr_assert_eq(h_acquire(a, "held", 5000, 30000, &l), 0);
     cr_assert_gt(dlock_lease_fence(l), held_fence);
     cr_assert_eq(dlock_lease_release(l), 0);
+}
+
+static int logged(const char *what)
+{
+    const char *log = h_read_file(H.agent[0].log);
+    return log && strstr(log, what);
+}
+
+/* The agent's log shows a TLS connection to server i, the master. */
+static int master_link_over_tls(int i)
+{
+    char want[100];
+    snprintf(want, sizeof want, "connection up (rediss://127.0.0.1:%d, TLSv1.",
+             HS.redis_tls_port[i]);
+    return logged(want);
+}
+
+/* A waiter on b is granted at a's release: the notice came over the master's
+ * TLS pub/sub link (only notices wake it, retry_fallback_ms = 60000). */
+static void hand_over(struct h_cl *a, struct h_cl *b, const char *name, int m)
+{
+    dlock_lease *l = h_must_acquire(a, name, 10000);
+    const char *v = hs_get(m, h_key(name));
+    cr_assert(v && h_is_token(v), "the key of %s is on the master", name);
+    struct h_acq w = {0};
+    h_acquire_async(b, name, 10000, 60000, &w);
+    const char *ls = NULL;
+    H_WAIT_UNTIL(H_EVENT_MS,
+                 (ls = h_status_ask(0, "leases-json\n")) && strstr(ls, "\"waiters\":1"));
+    cr_assert_eq(dlock_lease_release(l), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, 0, "the waiter: %s", dlock_strerror(w.status));
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, !hs_exists(m, h_key(name)));
+}
+
+/* Servers and sentinels that the agent reaches on their TLS ports, with
+ * client certificates required (tls-auth-clients yes), replication and the
+ * sentinels' own links over TLS (hs_start_tls()): the agent asks the
+ * sentinels over TLS and reaches the master they name (its TLS address)
+ * over TLS; locks and notices work there. A failover: the held lease, whose
+ * key is on both replicas, is in doubt and then HELD on the new master,
+ * which the agent reaches over TLS too, and where locks and notices work. */
+STEST(sentinel, tls_with_failover)
+{
+    hs_start_tls(true);
+    hs_agent_start(0, "retry_fallback_ms = 60000", tls_redis_ini("client", NULL));
+    struct h_cl *a = h_client(), *b = h_client();
+    int old = hs_master();
+    cr_assert_eq(old, 0, "the first master");
+    hand_over(a, b, "tls-job", old);
+    /* Every link over TLS: the sentinel in use, and the master. */
+    char want[100];
+    snprintf(want, sizeof want, "connection up (rediss://127.0.0.1:%d, TLSv1.",
+             HS.sentinel_tls_port[0]);
+    cr_assert(logged(want), "%s", h_read_file(H.agent[0].log));
+    cr_assert(master_link_over_tls(old), "%s", h_read_file(H.agent[0].log));
+    /* The status shows them as TLS addresses, the master first. */
+    const char *st = h_status_ask(0, "status-json\n");
+    cr_assert(st && strstr(st, "\"last_error\":\"\""), "%s", st);
+    snprintf(want, sizeof want, "rediss://127.0.0.1:%d", HS.redis_tls_port[old]);
+    cr_assert(status_shows(want, 1), "%s", st);
+    for (int s = 0; s < HS_SENTINELS; s++) {
+        snprintf(want, sizeof want, "sentinel rediss://127.0.0.1:%d", HS.sentinel_tls_port[s]);
+        cr_assert(status_shows(want, s == 0), "%s", st);
+    }
+
+    const char *names[] = {"tls-held"};
+    dlock_lease *l[1];
+    l[0] = h_must_acquire(a, "tls-held", 30000);
+    for (int r = 0; r < HS_REDIS; r++)
+        if (r != old)
+            H_WAIT_UNTIL(H_EVENT_MS, hs_exists(r, h_key("tls-held")));
+    hs_sentinel_ok(0, "SENTINEL FAILOVER %s", HS_MASTER_NAME);
+    int now = hs_wait_master_not(old);
+    H_WAIT_UNTIL(HS_FAILOVER_MS, all_ended(a, l, 1));
+    cr_assert_eq(outcome(a, l[0]), DLOCK_STATE_HELD, "the key was on both replicas");
+    cr_assert(doubted(a, l[0]));
+    check_valid_means_key(l, names, 1, now);
+    cr_assert(master_link_over_tls(now), "%s", h_read_file(H.agent[0].log));
+    /* Locks and notices on the new master. */
+    hand_over(a, b, "tls-after", now);
+    cr_assert_eq(dlock_lease_release(l[0]), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, !hs_exists(now, h_key("tls-held")));
 }

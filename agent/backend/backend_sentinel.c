@@ -237,9 +237,14 @@ static void connect_master(struct sb *s, const struct redis_addr *addr)
     s->m = m;
 }
 
-/* The sentinels name addr as the master (from, for the log). */
-static void master_is(struct sb *s, const struct redis_addr *addr, const char *from)
+/* The sentinels name this address as the master (from, for the log). */
+static void master_is(struct sb *s, const struct redis_addr *named, const char *from)
 {
+    /* With TLS on, the master's links use it too: shown as rediss://, as the
+     * sentinels are, in the log and the status. */
+    struct redis_addr at = *named;
+    at.tls = s->cfg->tls;
+    const struct redis_addr *addr = &at;
     char a[300], b[300];
     config_addr_str(addr, a, sizeof a);
     if (s->m && sentinel_addr_same(&s->m->addr, addr))
