@@ -95,10 +95,12 @@ static int start_agent(const struct env *e, int i, const char *addr, const char 
     FILE *f = fopen(v->conf, "w");
     if (!f)
         return -1;
-    fprintf(f,
-            "[agent]\nlog_level = warn\ncohort_handoffs = 0\nstatus_socket =\n"
-            "[redis]\naddress = %s\ntls_ca_file = %s/ca.crt\n",
-            addr, pki);
+    fprintf(
+        f,
+        "[agent]\nlog_level = warn\ncohort_handoffs = 0\nstatus_socket =\n[redis]\naddress = %s\n",
+        addr);
+    if (strncmp(addr, "rediss://", 9) == 0)
+        fprintf(f, "tls_ca_file = %s/ca.crt\n", pki);
     fclose(f);
     char *argv[] = {DLOCKD_PATH, "-s", v->agent_sock, "-c", v->conf, NULL};
     pid_t pid = env_spawn(argv, v->agent_log);
@@ -125,21 +127,25 @@ static void stop_agents(struct env *v, int n)
 }
 
 /* redis-benchmark's SET rate on a port, with `clients` connections:
- * requests/s, or -1. */
+ * requests/s, or -1 after printing what it said. */
 static double redis_benchmark(int port, bool tls, const char *pki, int clients, long n)
 {
-    char cmd[3 * BENCH_PATH];
+    char cmd[3 * BENCH_PATH], tail[512] = "";
     snprintf(cmd, sizeof cmd,
-             "redis-benchmark -h 127.0.0.1 -p %d %s%s%s -c %d -n %ld -q SET bench:tls v 2>&1", port,
-             tls ? "--tls --cacert '" : "", tls ? pki : "", tls ? "/ca.crt'" : "", clients, n);
+             "redis-benchmark -h 127.0.0.1 -p %d %s%s%s -c %d -n %ld -q SET bench:tls v 2>&1 | "
+             "tr '\\r' '\\n'",
+             port, tls ? "--tls --cacert '" : "", tls ? pki : "", tls ? "/ca.crt'" : "", clients,
+             n);
     FILE *p = popen(cmd, "r");
     if (!p)
         return -1;
-    char line[4096];
+    char line[512];
     double rps = -1;
     while (fgets(line, sizeof line, p)) {
-        /* "...\rSET bench:tls v: 41152.26 requests per second, p50=0.023 msec" */
+        /* "SET bench:tls v: 41152.26 requests per second, p50=0.023 msec" */
         char *at = strstr(line, " requests per second");
+        if (line[0] != '\n' && line[0] != ' ')
+            snprintf(tail, sizeof tail, "%s", line);
         if (!at)
             continue;
         char *num = at;
@@ -148,6 +154,9 @@ static double redis_benchmark(int port, bool tls, const char *pki, int clients, 
         rps = strtod(num, NULL);
     }
     pclose(p);
+    if (rps < 0)
+        fprintf(stderr, "dlock-bench: redis-benchmark%s -c %d gave no rate; it said: %s",
+                tls ? " --tls" : "", clients, tail[0] ? tail : "nothing\n");
     return rps;
 }
 

@@ -153,6 +153,9 @@ struct tls_ctx *tls_ctx_new(const struct config *cfg, char *err, size_t errlen)
     /* Partial writes: a write returns what went, and hiredis' buffer is
      * trimmed by that much (it may move and grow between the calls). */
     SSL_CTX_set_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* One read() takes all the socket has (several records, or a record's
+     * header and body), not a header and then its body. */
+    SSL_CTX_set_read_ahead(ssl, 1);
     if (set_trust(ssl, cfg, err, errlen) != 0 || set_identity(ssl, cfg, err, errlen) != 0)
         goto fail;
     ctx->verify = cfg->tls_verify;
@@ -361,6 +364,10 @@ enum tls_io tls_conn_read(struct tls_conn *t, redisReader *reader, size_t *fed)
                 return TLS_IO_ERROR;
             }
             *fed += n;
+            /* Nothing buffered: wait for the socket, rather than a read()
+             * that would only say EAGAIN (the watcher is level-triggered). */
+            if (!SSL_has_pending(t->ssl))
+                return TLS_IO_DONE;
             continue;
         }
         switch (SSL_get_error(t->ssl, ret)) {
