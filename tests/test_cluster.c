@@ -553,6 +553,21 @@ static int idle_links(int i)
     return n;
 }
 
+/* Waits until the lease on key is renewed on node (its PTTL rises), the
+ * clients pumped meanwhile; the key must stay there. */
+static void renewed_on(int node, const char *key)
+{
+    long long lowest = hc_pttl(node, key), p;
+    int64_t end = h_deadline(H_EVENT_MS);
+    while ((p = hc_pttl(node, key)) <= lowest) {
+        cr_assert_gt(p, 0, "%s left the new master", key);
+        cr_assert_leq(h_now_ms(), end, "%s was not renewed on the new master within %d ms", key,
+                      h_scaled_ms(H_EVENT_MS));
+        lowest = p;
+        h_pump_all(20);
+    }
+}
+
 /* A waiter that listens on a master that dies is not left deaf: the
  * master's subscriptions went with its connection, and once the agent's map
  * names the promoted replica the core asks for every name again, there; the
@@ -582,15 +597,7 @@ HCTEST(cluster, a_waiter_on_a_master_that_fails_over_listens_on_its_replica)
     H_WAIT_UNTIL(H_EVENT_MS, shard_subscribers(promoted, name) == 1);
     cr_assert(!w.done, "the waiter got %s while it was held", name);
     /* The holder's lease is renewed on the new master (its key is there). */
-    long long lowest = hc_pttl(promoted, key), p;
-    int64_t end = h_deadline(H_EVENT_MS);
-    while ((p = hc_pttl(promoted, key)) <= lowest) {
-        cr_assert_gt(p, 0, "%s left the new master", key);
-        cr_assert_leq(h_now_ms(), end, "%s was not renewed on the new master within %d ms", key,
-                      h_scaled_ms(H_EVENT_MS));
-        lowest = p;
-        h_pump_all(20);
-    }
+    renewed_on(promoted, key);
     cr_assert_eq(dlock_lease_release(l), 0);
     H_WAIT_UNTIL(H_EVENT_MS, w.done);
     cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
@@ -613,15 +620,7 @@ HCTEST(cluster, a_waiter_on_a_master_that_fails_over_listens_on_its_replica)
     cr_assert_eq(hc_kill_master(promoted), victim);
     H_WAIT_UNTIL(H_EVENT_MS, shard_subscribers(victim, name) == 1);
     cr_assert(!w.done, "the waiter got %s while it was held", name);
-    lowest = hc_pttl(victim, key);
-    end = h_deadline(H_EVENT_MS);
-    while ((p = hc_pttl(victim, key)) <= lowest) {
-        cr_assert_gt(p, 0, "%s left the new master", key);
-        cr_assert_leq(h_now_ms(), end, "%s was not renewed on the new master within %d ms", key,
-                      h_scaled_ms(H_EVENT_MS));
-        lowest = p;
-        h_pump_all(20);
-    }
+    renewed_on(victim, key);
     cr_assert_eq(dlock_lease_release(l), 0);
     H_WAIT_UNTIL(H_EVENT_MS, w.done);
     cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
@@ -931,15 +930,7 @@ HCTEST(cluster, over_tls_with_client_certificates_through_a_failover)
         H_WAIT_UNTIL(H_EVENT_MS, tls_link_up(ag, promoted));
     H_WAIT_UNTIL(H_EVENT_MS, shard_subscribers(promoted, name) == 1);
     cr_assert(!w.done, "the waiter got %s while it was held", name);
-    long long lowest = hc_pttl(promoted, key), p;
-    int64_t end = h_deadline(H_EVENT_MS);
-    while ((p = hc_pttl(promoted, key)) <= lowest) {
-        cr_assert_gt(p, 0, "%s left the new master", key);
-        cr_assert_leq(h_now_ms(), end, "%s was not renewed on the new master within %d ms", key,
-                      h_scaled_ms(H_EVENT_MS));
-        lowest = p;
-        h_pump_all(20);
-    }
+    renewed_on(promoted, key);
     cr_assert_eq(dlock_lease_release(l), 0);
     H_WAIT_UNTIL(H_EVENT_MS, w.done);
     cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
