@@ -1493,6 +1493,9 @@ static void report_tls(const struct tls_result *r)
            fmt_count(r->rb[1][0]), fmt_ratio(r->rb[1][0], r->rb[0][0]));
     printf("  %-40s %12s %12s %9s\n", "redis-benchmark SET/s, many clients", fmt_count(r->rb[0][1]),
            fmt_count(r->rb[1][1]), fmt_ratio(r->rb[1][1], r->rb[0][1]));
+    if (r->delay_us > 0)
+        printf("  %-40s %12s %12s %9s\n", "redis-benchmark SET/s, 1 client, delayed",
+               fmt_count(r->rb[0][2]), fmt_count(r->rb[1][2]), fmt_ratio(r->rb[1][2], r->rb[0][2]));
     printf(
         "  (redis-benchmark rows: a plain client's own cost of TLS, as plain hiredis 0.14 has no "
         "TLS)\n  (same run, plain hiredis over the unix socket: 1-client pair p50 "

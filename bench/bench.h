@@ -389,8 +389,8 @@ struct tls_result {
     int clients;
     double delay_us;
     struct tls_side side[2]; /* plaintext TCP, TLS */
-    double rb[2][2];         /* redis-benchmark SET requests/s: [side][1 client, many] */
-    int log_lines;           /* the part's agents' logs, level warn and up */
+    double rb[2][3]; /* redis-benchmark SET requests/s: [side][1 client, many, 1 client delayed] */
+    int log_lines;   /* the part's agents' logs, level warn and up */
 };
 
 /* A redis-server with a plaintext and a TLS port, an agent on each (and,

@@ -193,23 +193,25 @@ int run_tls(struct env *e, double delay_us, long pairs, int clients, double seco
     char addr[2 * SIDES][BENCH_PATH];
     snprintf(addr[SIDE_PLAIN], BENCH_PATH, "127.0.0.1:%d", port);
     snprintf(addr[SIDE_TLS], BENCH_PATH, "rediss://127.0.0.1:%d", tls_port);
-    int n = 0, rc = 0;
+    int n = 0, rc = 0, via[SIDES] = {0};
     /* Behind the delay proxy: each port through a proxy of its own. */
     for (int side = 0; side < SIDES && delay_us > 0 && rc == 0; side++) {
-        int via = free_port();
+        via[side] = free_port();
         char listen[32], target[32];
-        snprintf(listen, sizeof listen, "tcp:127.0.0.1:%d", via);
+        snprintf(listen, sizeof listen, "tcp:127.0.0.1:%d", via[side]);
         snprintf(target, sizeof target, "tcp:127.0.0.1:%d", side == SIDE_TLS ? tls_port : port);
         proxy[side] = delayproxy_start(listen, target, (uint64_t)(delay_us * 1e3));
         rc = proxy[side] ? 0 : -1;
         snprintf(addr[SIDES + side], BENCH_PATH, "%s127.0.0.1:%d",
-                 side == SIDE_TLS ? "rediss://" : "", via);
+                 side == SIDE_TLS ? "rediss://" : "", via[side]);
     }
     int nagents = delay_us > 0 ? 2 * SIDES : SIDES;
     for (int i = 0; i < nagents && rc == 0; i++, n++)
         rc = start_agent(e, i, addr[i], pki, &v[i], &s[i]);
     if (rc == 0)
         rc = agents_wait_ready(s, n, BENCH_TTL_MS, START_MS);
+    for (int side = 0; side < SIDES && rc == 0 && delay_us > 0; side++)
+        out->rb[side][2] = redis_benchmark(via[side], side == SIDE_TLS, pki, 1, pairs / 5);
     for (int side = 0; side < SIDES && rc == 0; side++) {
         fprintf(stderr, "dlock-bench: TLS part: %s, 1 client\n", side ? "TLS" : "plaintext");
         struct tls_side *t = &out->side[side];

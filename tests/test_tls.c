@@ -88,11 +88,12 @@ ITEST(tls, tls_yes_with_a_plain_address)
     lock_and_hand_over("tls-yes", 10000);
 }
 
-ITEST(tls, quorum_mode_over_tls)
+/* Quorum mode: nodes that require a client certificate (auth), or not. */
+static void quorum_over_tls(bool auth)
 {
     for (int i = 0; i < 3; i++)
-        tls_node(i, NULL, true);
-    h_quorum_start(3, 1, NOTICES_ONLY, tls_redis_ini("client", NULL));
+        tls_node(i, NULL, auth);
+    h_quorum_start(3, 1, NOTICES_ONLY, tls_redis_ini(auth ? "client" : NULL, NULL));
     struct h_cl *a = h_client();
     dlock_lease *l = h_must_acquire(a, "tls-quorum", 2000);
     int on = 0;
@@ -101,6 +102,16 @@ ITEST(tls, quorum_mode_over_tls)
     cr_assert_geq(on, 2, "the key is on %d node(s)", on);
     cr_assert_eq(dlock_lease_release_sync(l), 0);
     lock_and_hand_over("tls-quorum-handover", 1500);
+}
+
+ITEST(tls, quorum_mode_with_mutual_tls)
+{
+    quorum_over_tls(true);
+}
+
+ITEST(tls, quorum_mode_without_client_certificates)
+{
+    quorum_over_tls(false);
 }
 
 /* ---- what failed, in the log and in the status ---- */
