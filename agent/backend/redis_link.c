@@ -599,7 +599,6 @@ static void tls_async_write(struct redis_link *l)
     if (r == TLS_IO_WANT_WRITE) {
         ev_io_start(l->loop, &l->wio);
     } else if (r == TLS_IO_DONE || r == TLS_IO_WANT_READ) {
-        l->tls_out = r != TLS_IO_DONE;
         if (!l->tls_read_wants_write)
             ev_io_stop(l->loop, &l->wio);
     } else {
@@ -673,7 +672,6 @@ static void tls_ev_del_read(void *arg)
 static void tls_ev_add_write(void *arg)
 {
     struct redis_link *l = arg;
-    l->tls_out = true;
     if (l->tls_open || !l->tls) /* open, or connecting: writable ends the connect */
         ev_io_start(l->loop, &l->wio);
 }
@@ -681,7 +679,6 @@ static void tls_ev_add_write(void *arg)
 static void tls_ev_del_write(void *arg)
 {
     struct redis_link *l = arg;
-    l->tls_out = false;
     if (l->tls_open && !l->tls_read_wants_write)
         ev_io_stop(l->loop, &l->wio);
 }
@@ -694,7 +691,7 @@ static void tls_ev_cleanup(void *arg)
     ev_io_stop(l->loop, &l->wio);
     tls_conn_free(l->tls);
     l->tls = NULL;
-    l->tls_open = l->tls_out = l->tls_read_wants_write = l->tls_write_wants_read = false;
+    l->tls_open = l->tls_read_wants_write = l->tls_write_wants_read = false;
 }
 
 /* In place of redisLibevAttach(): before the connect callback is set (which

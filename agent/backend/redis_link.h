@@ -113,7 +113,6 @@ struct redis_link {
     /* TLS, either flavour (the async one watches with rio and wio too). */
     struct tls_conn *tls;                            /* the stream, once the socket is connected */
     bool tls_open;                                   /* its handshake is done */
-    bool tls_out;                                    /* async: hiredis has output for the stream */
     bool tls_read_wants_write, tls_write_wants_read; /* the stream's cross wishes */
     char tls_why[512]; /* why the stream failed, for the log and the node's health */
 };
