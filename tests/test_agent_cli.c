@@ -564,8 +564,9 @@ static pid_t swap_for_link(const char *path, const char *target)
         snprintf(aside, sizeof aside, "%s.aside", path);
         for (;;) {
             struct stat st;
-            if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && rename(path, aside) == 0)
-                symlink(target, path);
+            if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && rename(path, aside) == 0 &&
+                symlink(target, path) != 0)
+                continue; /* the agent may have made its socket again meanwhile: try again */
         }
     }
     /* Under way once it runs as nobody. */

@@ -19,7 +19,8 @@
 #  4. The files: which package has what (the library in the multiarch
 #     directory, its SONAME link alone in libdlock0), executables and the
 #     shared library stripped, man pages compressed with gzip -9n, the
-#     machine-readable copyright and changelog.gz of each package; the
+#     machine-readable copyright and changelog.gz of each package; in a
+#     hardened build, hardening-check passes on the programs and the library; the
 #     Python modules in /usr/lib/python3/dist-packages/dlock.
 #  5. dpkg installs the packages into a throwaway root directory (as an
 #     unprivileged user under fakeroot, the maintainer scripts run without
@@ -217,6 +218,21 @@ for f in dlockd/usr/sbin/dlockd dlockd/usr/bin/dlockctl "libdlock0/$libdir/libdl
     info=$(file -b "$tmp/x/$f")
     [[ $info == ELF*", stripped"* ]] || fail "$f is not stripped: $info"
 done
+
+# Hardening (a build with DLOCK_HARDENING, which sanitizer and Debug builds
+# leave out): PIE, the stack protector, _FORTIFY_SOURCE, RELRO and BIND_NOW,
+# by hardening-check. Not control flow protection, which no binary linked on
+# Debian 12 carries (its C start-up objects lack the marking).
+if [ "${DLOCK_HARDENED:-0}" != 1 ]; then
+    step "   not a hardened build: the binaries' hardening is not checked"
+elif ! command -v hardening-check >/dev/null; then
+    fail "hardening-check is not installed (Debian package devscripts)"
+else
+    for f in dlockd/usr/sbin/dlockd dlockd/usr/bin/dlockctl "libdlock0/$libdir/libdlock.so.$version"; do
+        out=$(hardening-check --nocfprotection "$tmp/x/$f" 2>&1) || fail "hardening-check $f: $out"
+        step "   $(tr '\n' ' ' <<<"$out" | sed "s|$tmp/x/||; s/  */ /g")"
+    done
+fi
 
 # Man pages: gzip -9n of the sources (no name, no time stamp).
 for page in dlockd/usr/share/man/man8/dlockd.8 dlockd/usr/share/man/man1/dlockctl.1 \
