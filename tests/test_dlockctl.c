@@ -47,6 +47,26 @@ ITEST(dlockctl, passes_on_command_exit_status)
     H_KEY_GONE(h_key("job"));
 }
 
+/* -c STRING: the shell runs the string while the lock is held, as with
+ * flock -c; its status is dlockctl's. Nothing may follow NAME. */
+ITEST(dlockctl, runs_a_shell_string_with_c)
+{
+    h_start(NULL);
+    const char *out = h_path("c.out");
+    const char *script =
+        h_keepf("printf '%%s %%s' \"$DLOCK_NAME\" \"$DLOCK_FENCE\" > %s; exit 5", out);
+    int st = h_ctl(5000, "-s", H.agent[0].sock, "run", "-c", script, "shelljob", NULL);
+    cr_assert_eq(st, 5, "dlockctl run -c: exit %d, the string exited 5", st);
+    const char *said = h_read_file(out);
+    cr_assert(said && strncmp(said, "shelljob ", 9) == 0 && strlen(said) > 9, "the string saw '%s'",
+              said ? said : "(nothing)");
+    H_KEY_GONE(h_key("shelljob"));
+    st = h_ctl(5000, "-s", H.agent[0].sock, "run", "--command", "exit 0", "shelljob", NULL);
+    cr_assert_eq(st, 0);
+    st = h_ctl(5000, "-s", H.agent[0].sock, "run", "-c", "true", "shelljob", "--", "true", NULL);
+    cr_assert_eq(st, 64, "-c with a CMD too: exit %d", st);
+}
+
 ITEST(dlockctl, holds_the_lock_while_command_runs)
 {
     h_start(NULL);

@@ -143,7 +143,8 @@ static void help_main(FILE *f)
 static void help_run(FILE *f)
 {
     fprintf(f,
-            "usage: dlockctl run [OPTIONS] [-a NAME2]... NAME [--] CMD [ARG...]\n\n"
+            "usage: dlockctl run [OPTIONS] [-a NAME2]... NAME [--] CMD [ARG...]\n"
+            "       dlockctl run [OPTIONS] [-a NAME2]... -c STRING NAME\n\n"
             "Takes the lock NAME through the agent, runs CMD while holding it (with\n"
             "DLOCK_NAME and DLOCK_FENCE, the fencing token, in its environment), releases it\n"
             "when CMD exits, and exits with CMD's status. A lost lease stops CMD, and so\n"
@@ -153,6 +154,8 @@ static void help_run(FILE *f)
             "  -a, --also NAME2           hold the lock NAME2 too (repeat for more, at most\n"
             "                             %d names in all); the options of the kind and the\n"
             "                             wait are for every name\n"
+            "  -c, --command STRING       run the shell command STRING (/bin/sh -c STRING)\n"
+            "                             instead of CMD, as flock -c does\n"
             "  -x, --exclusive            hold NAME alone (the default)\n"
             "  -S, --shared               hold NAME shared: with any other shared holders,\n"
             "                             never with an exclusive one (a read lock)\n"
@@ -357,6 +360,7 @@ static int duration_opt(const char *what, const char *s, int64_t min_ms, int64_t
 static int parse_run(int argc, char **argv, struct run_opts *o)
 {
     static const struct option longopts[] = {{"also", required_argument, NULL, 'a'},
+                                             {"command", required_argument, NULL, 'c'},
                                              {"wait", required_argument, NULL, 'w'},
                                              {"timeout", required_argument, NULL, 'w'},
                                              {"exclusive", no_argument, NULL, 'x'},
@@ -375,10 +379,14 @@ static int parse_run(int argc, char **argv, struct run_opts *o)
     optind = 0; /* restart getopt on the sub-command */
     opterr = 0;
     bool exclusive = false;
+    const char *shell_cmd = NULL;
     o->nnames = 1; /* names[0] is NAME, after the options */
     while (rc == 0 &&
-           (ch = getopt_long(argc, argv, "+:s:w:nt:E:k:xSp:a:h", longopts, NULL)) != -1) {
+           (ch = getopt_long(argc, argv, "+:s:w:nt:E:k:xSp:a:c:h", longopts, NULL)) != -1) {
         switch (ch) {
+        case 'c':
+            shell_cmd = optarg;
+            break;
         case 'a':
             if (o->nnames == DLOCK_SET_MAX)
                 return usage_error(CMD_RUN, "too many lock names", optarg);
@@ -442,8 +450,17 @@ static int parse_run(int argc, char **argv, struct run_opts *o)
                 return usage_error(CMD_RUN, "lock name given twice", o->names[i]);
     if (optind < argc && strcmp(argv[optind], "--") == 0)
         optind++;
+    if (shell_cmd) {
+        /* flock -c: the shell runs the string; nothing may follow NAME. */
+        static char *sh[] = {"/bin/sh", "-c", NULL, NULL};
+        if (optind < argc)
+            return usage_error(CMD_RUN, "-c takes no CMD after NAME", argv[optind]);
+        sh[2] = (char *)shell_cmd;
+        o->argv = sh;
+        return 0;
+    }
     if (optind >= argc)
-        return usage_error(CMD_RUN, "missing command", NULL);
+        return usage_error(CMD_RUN, "missing command (or -c STRING)", NULL);
     o->argv = argv + optind;
     return 0;
 }
