@@ -281,21 +281,32 @@ static void raw_free(struct redis_link *l)
     l->raw_gen++;
 }
 
+/* Writes obuf (hiredis' output buffer) through the link's TLS stream, and
+ * watches the socket for what the stream waits for. Whether it failed (the
+ * reason in tls_why), for the flavour's own failure path. */
+static bool tls_write_watched(struct redis_link *l, char **obuf)
+{
+    enum tls_io r = tls_conn_write(l->tls, obuf);
+    l->tls_write_wants_read = r == TLS_IO_WANT_READ;
+    if (r == TLS_IO_WANT_WRITE) {
+        ev_io_start(l->loop, &l->wio);
+    } else if (r == TLS_IO_DONE || r == TLS_IO_WANT_READ) {
+        if (!l->tls_read_wants_write)
+            ev_io_stop(l->loop, &l->wio);
+    } else {
+        snprintf(l->tls_why, sizeof l->tls_why, "%s", tls_conn_error(l->tls));
+        return true;
+    }
+    return false;
+}
+
 /* Writes what the context holds; the rest when the socket takes it. A
  * failure drops the link from the loop: this may run inside the owner's
  * call. */
 static void raw_write(struct redis_link *l)
 {
     if (l->tls) {
-        enum tls_io r = tls_conn_write(l->tls, &l->rc->obuf);
-        l->tls_write_wants_read = r == TLS_IO_WANT_READ;
-        if (r == TLS_IO_WANT_WRITE) {
-            ev_io_start(l->loop, &l->wio);
-        } else if (r == TLS_IO_DONE || r == TLS_IO_WANT_READ) {
-            if (!l->tls_read_wants_write)
-                ev_io_stop(l->loop, &l->wio);
-        } else {
-            snprintf(l->tls_why, sizeof l->tls_why, "%s", tls_conn_error(l->tls));
+        if (tls_write_watched(l, &l->rc->obuf)) {
             note(l, DLOCK_EUNAVAIL, l->tls_why);
             redis_link_fail(l, l->tls_why);
             ev_io_stop(l->loop, &l->wio);
@@ -594,17 +605,8 @@ static void tls_async_read(struct redis_link *l)
 
 static void tls_async_write(struct redis_link *l)
 {
-    enum tls_io r = tls_conn_write(l->tls, &l->ac->c.obuf);
-    l->tls_write_wants_read = r == TLS_IO_WANT_READ;
-    if (r == TLS_IO_WANT_WRITE) {
-        ev_io_start(l->loop, &l->wio);
-    } else if (r == TLS_IO_DONE || r == TLS_IO_WANT_READ) {
-        if (!l->tls_read_wants_write)
-            ev_io_stop(l->loop, &l->wio);
-    } else {
-        snprintf(l->tls_why, sizeof l->tls_why, "%s", tls_conn_error(l->tls));
+    if (tls_write_watched(l, &l->ac->c.obuf))
         tls_async_broken(l);
-    }
 }
 
 static void on_tls_readable(struct ev_loop *loop, ev_io *w, int revents)
