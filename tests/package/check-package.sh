@@ -321,7 +321,7 @@ done
 lib="$root/$libdir/libdlock.so.$(hdr_version MAJOR)"
 if ! command -v python3 >/dev/null; then
     step "   python3 is not installed: the module's import is not checked"
-elif objdump -p "$lib" | grep -Eq 'NEEDED +lib(a|ub|t)san'; then
+elif [[ $(objdump -p "$lib") =~ NEEDED\ +lib(a|ub|t)san ]]; then
     step "   a sanitizer build's libdlock: the module's import is not checked"
 else
     out=$(PYTHONPATH="$root/usr/lib/python3/dist-packages" PYTHONDONTWRITEBYTECODE=1 \
