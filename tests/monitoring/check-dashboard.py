@@ -60,14 +60,16 @@ class Names:
     """The list of metric names: NAME TYPE [LABEL...] a line, # comments."""
 
     def __init__(self, path):
-        self.types, self.labels = {}, {}
+        self.types, self.labels, self.optional = {}, {}, set()
         for n, line in enumerate(open(path, encoding="utf-8"), 1):
             words = line.split("#", 1)[0].split()
             if not words:
                 continue
-            if len(words) < 2 or words[1] not in ("counter", "gauge", "histogram", "scrape"):
-                raise SystemExit(f"{path}:{n}: want NAME counter|gauge|histogram|scrape [LABEL...]")
-            self.types[words[0]] = words[1]
+            if len(words) < 2 or words[1].rstrip("?") not in ("counter", "gauge", "histogram", "scrape"):
+                raise SystemExit(f"{path}:{n}: want NAME counter|gauge|histogram|scrape[?] [LABEL...]")
+            self.types[words[0]] = words[1].rstrip("?")
+            if words[1].endswith("?"):
+                self.optional.add(words[0])
             self.labels[words[0]] = set(words[2:])
         self.recorded = {}
 
@@ -370,15 +372,17 @@ def scraped_names(path):
 
 def check_scraped(path, names, used, errors):
     served = scraped_names(path)
-    wanted = set(used) | {n for n, t in names.types.items()}
-    for name in sorted(wanted):
+    missing = set()
+    for name in set(used) | (set(names.types) - names.optional):
         listed = names.resolve(name)
         if not listed or names.types.get(listed[0]) in (None, "scrape"):
             continue  # recorded by the rules, or written by Prometheus
         if names.types[listed[0]] == "histogram" and name == listed[0]:
             name += "_bucket"
         if name not in served and listed[0] not in served:
-            errors.append(f"{path}: the agent does not serve {name}")
+            missing.add(name)
+    for name in sorted(missing):
+        errors.append(f"{path}: the agent does not serve {name}")
 
 
 def run(mondir, doc, promtool, metrics=None, dash=None):
