@@ -82,7 +82,7 @@ def fmt_value(v, unit):
                 return f"{v / div:.3g}{suffix}"
     if unit == "percentunit":
         return f"{v * 100:.3g}%"
-    suffix = "/s" if unit == "reqps" else ""
+    suffix = {"reqps": "/s", "opm": "/min"}.get(unit, "")
     for div, s in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if a >= div:
             return f"{v / div:.3g}{s}{suffix}"
