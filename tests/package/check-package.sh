@@ -200,7 +200,7 @@ must_equal "dlockd files" "$(expect /etc/dlock/dlockd.conf $unit_files /usr/bin/
 DESTDIR=$tmp/plain "${CMAKE:-cmake}" --install "$build" --prefix /usr >"$tmp/install.log" 2>&1 ||
     fail "cmake --install failed: $(cat "$tmp/install.log")"
 packaged=$(for p in $pkgs; do listing "$p"; done | sort)
-left_out=$(find "$tmp/plain" ! -type d -printf '/%P\n' | grep -v '^/usr/share/doc/dlock/' |
+left_out=$(find "$tmp/plain" ! -type d -printf '/%P\n' | grep -Ev '^/usr/share/doc/dlockd?/' |
     sed -e 's|^\(/usr/share/man/.*\)$|\1.gz|' -e 's/dlockTargets-[a-z]*\.cmake$/dlockTargets-CONFIG.cmake/' |
     sort | comm -23 - <(echo "$packaged"))
 [ -z "$left_out" ] || fail "installed by cmake --install but in no package: $left_out"
@@ -263,6 +263,11 @@ for d in README.md protocol.md fencing.md quorum.md; do
 done
 ls "$tmp/x/python3-dlock/usr/share/doc/python3-dlock/python.md"* >/dev/null 2>&1 ||
     fail "python3-dlock has no python.md in /usr/share/doc/python3-dlock"
+# The monitoring examples (docs/monitoring.md), as they are in the source tree.
+for f in "$src"/packaging/monitoring/*; do
+    cmp -s "$f" "$tmp/x/dlockd/usr/share/doc/dlockd/examples/monitoring/${f##*/}" ||
+        fail "dlockd has no ${f##*/} of packaging/monitoring in /usr/share/doc/dlockd/examples/monitoring"
+done
 
 # ---------------------------------------------------------------------------
 step "5. dpkg --root: install, reinstall, remove, purge"
