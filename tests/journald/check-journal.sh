@@ -84,7 +84,7 @@ EOC
 conf plain
 # As systemd runs a service: stderr is a stream to journald, and
 # $JOURNAL_STREAM holds its device and inode.
-systemd-cat -t dlockd sh -c 'JOURNAL_STREAM=$(stat -L -c %d:%i /proc/self/fd/2) exec "$0" -c "$1"' \
+systemd-cat -t dlockd sh -c 'export JOURNAL_STREAM=$(stat -L -c %d:%i /proc/self/fd/2); exec "$0" -c "$1"' \
     "$DLOCKD" "$TMP/dlockd.conf" &
 agent=$!
 for _ in $(seq 200); do
