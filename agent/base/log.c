@@ -271,7 +271,7 @@ static void render_logfmt(struct out *o, const char *ts, enum log_level level, c
         return;
     put_escaped(o, msg, strlen(msg), ESC_LOGFMT);
     put_closing(o, '"');
-    for (int i = 0; fields && fields[i].journal && i < LOG_FIELDS_MAX; i++) {
+    for (int i = 0; fields && i < LOG_FIELDS_MAX && fields[i].journal; i++) {
         const struct log_field *f = &fields[i];
         char key[40];
         snprintf(key, sizeof key, " %s=", f->key);
@@ -302,7 +302,7 @@ static void render_json(struct out *o, const char *ts, enum log_level level, con
         put_escaped(o, msg, strlen(msg), ESC_JSON);
         put_closing(o, '"');
     }
-    for (int i = 0; fields && fields[i].journal && i < LOG_FIELDS_MAX; i++) {
+    for (int i = 0; fields && i < LOG_FIELDS_MAX && fields[i].journal; i++) {
         const struct log_field *f = &fields[i];
         char key[40];
         snprintf(key, sizeof key, ",\"%s\":", f->key);
@@ -370,7 +370,7 @@ int log_journal_entry(enum log_level level, const char *msg, const struct log_fi
         iov[n++] = (struct iovec){buf, 8 + m};
         used = 8 + m;
     }
-    for (int i = 0; fields && fields[i].journal && i < LOG_FIELDS_MAX; i++) {
+    for (int i = 0; fields && i < LOG_FIELDS_MAX && fields[i].journal; i++) {
         const struct log_field *f = &fields[i];
         char num[24];
         const char *v = f->str;
