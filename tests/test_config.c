@@ -535,6 +535,26 @@ Test(set, log_levels)
         expect_bad("agent", "log_level", bad[i]);
 }
 
+Test(set, log_format)
+{
+    struct config c;
+    config_defaults(&c);
+    cr_assert_str_eq(c.log_format, "plain");
+    static const struct {
+        const char *text, *stored;
+    } good[] = {{"json", "json"}, {"logfmt", "logfmt"}, {"PLAIN", "plain"}, {"Json", "json"}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        expect_good(&c, "agent", "log_format", good[i].text);
+        cr_assert_str_eq(c.log_format, good[i].stored, "%s", good[i].text);
+    }
+    static const char *const bad[] = {"text", "", "jsonl", "json ", "syslog"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_bad("agent", "log_format", bad[i]);
+    char err[512] = "";
+    cr_assert_eq(config_set(&c, "agent", "log_format", "xml", err, sizeof err), -1);
+    cr_assert_not_null(strstr(err, "plain, logfmt or json"), "%s", err);
+}
+
 Test(set, renew_fraction)
 {
     struct config c;
@@ -1660,6 +1680,11 @@ Test(reload, a_changed_setting_is_named_with_both_values)
     config_defaults(&b);
     expect_good(&b, "agent", "log_level", "debug");
     cr_assert_str_eq(one_change(&a, &b, NULL), "[agent] log_level info -> debug");
+    config_defaults(&b);
+    expect_good(&b, "agent", "log_format", "json");
+    const struct config_change *lf;
+    cr_assert_str_eq(one_change(&a, &b, &lf), "[agent] log_format plain -> json");
+    cr_assert_null(lf->restart, "the format changes at a reload");
     config_defaults(&b);
     expect_good(&b, "agent", "renew_fraction", "0.25");
     cr_assert_str_eq(one_change(&a, &b, NULL), "[agent] renew_fraction 0.333333 -> 0.25");

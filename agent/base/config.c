@@ -51,6 +51,7 @@ void config_defaults(struct config *c)
     c->shutdown_timeout_ms = 2000;
     c->outage_wait_ms = CONFIG_OUTAGE_NONE;
     c->log_level = LOG_INFO;
+    memcpy(c->log_format, "plain", 6);
     config_parse_addr("127.0.0.1:6379", &c->nodes[0]);
     c->nnodes = 1;
     c->mode = REDIS_MODE_SINGLE;
@@ -439,6 +440,12 @@ static int set_special(struct config *c, const char *section, const char *key, c
     }
     if (agent && strcmp(key, "log_level") == 0)
         return parse_level(v, &c->log_level);
+    if (agent && strcmp(key, "log_format") == 0) {
+        enum log_format f;
+        if (log_format_parse(v, &f) != 0)
+            return -1;
+        return copy_str(c->log_format, sizeof c->log_format, log_format_name(f));
+    }
     if (agent && strcmp(key, "fence_retention_ms") == 0) {
         /* Fencing keeps one mark per hash slot, without expiry: nothing is
          * retained per name any more. Files of earlier versions still load. */
@@ -515,6 +522,8 @@ static const char *special_range(const char *key)
         return " (an octal mode between 0 and 0777)";
     if (strcmp(key, "renew_fraction") == 0)
         return " (a decimal number between 0.05 and 0.8)";
+    if (strcmp(key, "log_format") == 0)
+        return " (plain, logfmt or json)";
     if (strncmp(key, "redisson", 8) == 0)
         return " (blank-separated name patterns, up to 64 in [formats])";
     return "";
@@ -1155,6 +1164,7 @@ static const struct reload_rule reload_rules[] = {
     RELOADS("agent", default_progress_ms),
     RELOADS("agent", progress_limit_ms),
     {"agent", "log_level", SHOW_LEVEL, FIELD(log_level), 0, NULL, NULL},
+    {"agent", "log_format", SHOW_TEXT, FIELD(log_format), 0, NULL, NULL},
     {"redis", "address", SHOW_NODES, FIELD(nodes), 0, ADDRESS_WHY, NULL},
     {"redis", "mode", SHOW_MODE, FIELD(mode_setting), 0, MODE_WHY, NULL},
     {"redis", "database", SHOW_INT, FIELD(redis_db), 0, DATABASE_WHY, NULL},

@@ -120,6 +120,7 @@ struct config {
     uint32_t default_progress_ms;
     uint32_t progress_limit_ms;
     int log_level;
+    char log_format[8]; /* plain, logfmt or json (log.h) */
     /* [redis] */
     /* One: single-node mode; 3, 5, 7, 9: quorum; cluster: seed nodes;
      * sentinel: the sentinels. */

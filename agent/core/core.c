@@ -15,6 +15,14 @@
 #include "log.h"
 #include "shm.h"
 
+/* The fields of a log line about a lease, and about a name asked for by a
+ * client (log.h): journal fields under journald, keys in logfmt and json. */
+#define LEASE_FIELDS(le)                                                                           \
+    LOG_FIELDS(LOG_F_LOCK((le)->lock->name, (le)->lock->name_len), LOG_F_LEASE((le)->id),          \
+               LOG_F_FENCE((le)->fence), LOG_F_PID((le)->owner->pid), LOG_F_UID((le)->owner->uid))
+#define CLIENT_NAME_FIELDS(c, name, len)                                                           \
+    LOG_FIELDS(LOG_F_LOCK(name, len), LOG_F_PID((c)->pid), LOG_F_UID((c)->uid))
+
 #define container_of(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
 
 #define ORPHAN_RETRY_NS    (1000 * NS_PER_MS)
@@ -241,12 +249,14 @@ static void on_released(void *arg, const struct backend_result *r)
     }
     if (r->err) {
         /* Not done, or not known to be done: compare-and-delete again. */
-        log_debug("release of %s not confirmed (%s); will retry", o->name, errname(r->err));
+        log_kv(LOG_DEBUG, LOG_FIELDS(LOG_F_LOCK(o->name, o->name_len)),
+               "release of %s not confirmed (%s); will retry", o->name, errname(r->err));
         park_orphan(k, o, r->at);
         return;
     }
     if (r->outcome != BACKEND_DONE)
-        log_debug("release of %s found the key gone or owned by another", o->name);
+        log_kv(LOG_DEBUG, LOG_FIELDS(LOG_F_LOCK(o->name, o->name_len)),
+               "release of %s found the key gone or owned by another", o->name);
     else if (k->cfg->formats.nredisson)
         note_listeners(k, o, r->listeners);
     free(o);
@@ -264,8 +274,9 @@ static void send_orphan(struct core *k, struct orphan *o, uint64_t now)
                               .notify = o->notify};
     int rc = k->backend->ops->op(k->backend, &req, on_released, o);
     if (rc) {
-        log_debug("cannot release %s now (%s); will retry when the store is back", o->name,
-                  errname(rc));
+        log_kv(LOG_DEBUG, LOG_FIELDS(LOG_F_LOCK(o->name, o->name_len)),
+               "cannot release %s now (%s); will retry when the store is back", o->name,
+               errname(rc));
         park_orphan(k, o, now);
     }
 }
@@ -280,7 +291,8 @@ static void drop_key(struct core *k, const struct lock *l, const char *token,
 {
     struct orphan *o = malloc(sizeof *o + l->name_len + 1);
     if (!o) {
-        log_warn("out of memory: %s will expire by its TTL", l->name);
+        log_kv(LOG_WARN, LOG_FIELDS(LOG_F_LOCK(l->name, l->name_len)),
+               "out of memory: %s will expire by its TTL", l->name);
         return;
     }
     o->k = k;
@@ -364,7 +376,8 @@ static void lease_lose(struct core *k, struct lease *le, int reason, bool may_ow
     struct wire_event ev = {.lease_id = le->id, .state = DLOCK_STATE_LOST, .reason = reason};
     if (!PLANTED(CORE_BUG_SILENT_LOSS))
         k->env.event(k->env.arg, c, &ev);
-    log_info("lease on %s held by pid %d lost: %s", l->name, (int)c->pid, errname(reason));
+    log_kv(LOG_INFO, LEASE_FIELDS(le), "lease on %s held by pid %d lost: %s", l->name, (int)c->pid,
+           errname(reason));
     k->stats.losses++;
     if (may_own)
         release_lease_key(k, le, now);
@@ -449,7 +462,8 @@ static void lease_schedule(struct core *k, struct lease *le, uint64_t t_send)
 /* A renewal failed without proof of loss: retry until the deadline. */
 static void lease_renew_failed(struct core *k, struct lease *le, uint64_t now, int err)
 {
-    log_debug("renewal of %s failed (%s); retrying", le->lock->name, errname(err));
+    log_kv(LOG_DEBUG, LEASE_FIELDS(le), "renewal of %s failed (%s); retrying", le->lock->name,
+           errname(err));
     k->stats.renewal_failures++;
     if (PLANTED(CORE_BUG_JEOPARDY_VALID))
         le->deadline = validity_end(now, le->ttl_ms);
@@ -483,7 +497,8 @@ static void on_renewed(void *arg, const struct backend_result *r)
         timer_set(k, &le->timer, now);
     } else if (r->err == 0 && (r->outcome == BACKEND_DONE || PLANTED(CORE_BUG_NOT_OURS_RENEWS))) {
         if (le->doubt_since)
-            log_info("lease on %s confirmed after the failover", le->lock->name);
+            log_kv(LOG_INFO, LEASE_FIELDS(le), "lease on %s confirmed after the failover",
+                   le->lock->name);
         le->doubt_since = 0;
         k->stats.renewals++;
         le->renewals++;
@@ -526,8 +541,8 @@ static int hold_check(struct core *k, const struct lease *le, uint64_t now)
 static void lease_stop(struct core *k, struct lease *le, uint64_t now, int why)
 {
     if (le->stopped != why) {
-        log_info("lease on %s held by pid %d: renewal stops: %s", le->lock->name,
-                 (int)le->owner->pid, errname(why));
+        log_kv(LOG_INFO, LEASE_FIELDS(le), "lease on %s held by pid %d: renewal stops: %s",
+               le->lock->name, (int)le->owner->pid, errname(why));
         le->stopped = why;
         lease_report(k, le, DLOCK_STATE_JEOPARDY, why);
     }
@@ -549,8 +564,9 @@ static bool released_by_mark(struct core *k, struct lease *le, uint64_t now)
     if (!(k->env.slot_touched(k->env.arg, le->owner, le->slot) & SHM_TOUCH_RELEASED))
         return false;
     struct lock *l = le->lock;
-    log_info("lease on %s held by pid %d released while the agent restarted", l->name,
-             (int)le->owner->pid);
+    log_kv(LOG_INFO, LEASE_FIELDS(le),
+           "lease on %s held by pid %d released while the agent restarted", l->name,
+           (int)le->owner->pid);
     release_lease_key(k, le, now);
     bool permit = le->ask.kind == LOCK_SEMAPHORE;
     lease_drop(k, le);
@@ -668,8 +684,8 @@ static struct lease *lease_start(struct core *k, struct lock *l, struct waiter *
                              .slot = le->slot};
     k->env.granted(k->env.arg, c, w->req_id, &g);
     k->stats.grants++;
-    log_debug("granted %s to pid %d (lease %llx, fence %llu)", l->name, (int)c->pid,
-              (unsigned long long)le->id, (unsigned long long)fence);
+    log_kv(LOG_DEBUG, LEASE_FIELDS(le), "granted %s to pid %d (lease %llx, fence %llu)", l->name,
+           (int)c->pid, (unsigned long long)le->id, (unsigned long long)fence);
     waiter_finish(k, w, 0, now);
     return le;
 }
@@ -733,8 +749,9 @@ int core_adopt(struct core *k, struct core_client *c, const struct core_adopted 
     else
         timer_set(k, &le->timer, now);
     k->stats.adoptions++;
-    log_info("lease on %s held by pid %d taken over from the previous agent (fence %llu)", l->name,
-             (int)c->pid, (unsigned long long)le->fence);
+    log_kv(LOG_INFO, LEASE_FIELDS(le),
+           "lease on %s held by pid %d taken over from the previous agent (fence %llu)", l->name,
+           (int)c->pid, (unsigned long long)le->fence);
     return 0;
 }
 
@@ -743,7 +760,8 @@ void core_release_key(struct core *k, const char *name, uint16_t name_len, const
 {
     struct lock *l = table_lock_get(&k->table, name, name_len);
     if (!l) {
-        log_warn("out of memory: %.*s will expire by its TTL", (int)name_len, name);
+        log_kv(LOG_WARN, LOG_FIELDS(LOG_F_LOCK(name, name_len)),
+               "out of memory: %.*s will expire by its TTL", (int)name_len, name);
         return;
     }
     const struct lease *o;
@@ -784,8 +802,8 @@ static void lease_reenter(struct core *k, struct lease *le, uint32_t req_id, uin
                              .slot = le->slot};
     k->env.granted(k->env.arg, le->owner, req_id, &g);
     k->stats.grants++;
-    log_debug("re-entered %s by pid %d (lease %llx, %u holds)", le->lock->name, (int)le->owner->pid,
-              (unsigned long long)le->id, (unsigned)le->holds);
+    log_kv(LOG_DEBUG, LEASE_FIELDS(le), "re-entered %s by pid %d (lease %llx, %u holds)",
+           le->lock->name, (int)le->owner->pid, (unsigned long long)le->id, (unsigned)le->holds);
 }
 
 /* A grant from the store: the key is ours from l->acq_sent, with the tokens
@@ -1005,7 +1023,8 @@ static void lock_watch(struct core *k, struct lock *l)
     if (rc == 0)
         l->watched = true;
     else
-        log_debug("cannot listen for releases of %s now (%s)", l->name, errname(rc));
+        log_kv(LOG_DEBUG, LOG_FIELDS(LOG_F_LOCK(l->name, l->name_len)),
+               "cannot listen for releases of %s now (%s)", l->name, errname(rc));
 }
 
 /* An acquire's callback argument: the lock stays while it is in flight. */
@@ -1352,7 +1371,8 @@ static int acquire_check(struct core *k, const struct core_client *c, const stru
     memcpy(name, m->name, m->name_len);
     name[m->name_len] = '\0';
     if (!policy_allows(&cfg->policy, c->uid, c->gids, c->ngids, name)) {
-        log_info("denied: pid %d uid %u may not use lock %s", (int)c->pid, (unsigned)c->uid, name);
+        log_kv(LOG_INFO, CLIENT_NAME_FIELDS(c, name, m->name_len),
+               "denied: pid %d uid %u may not use lock %s", (int)c->pid, (unsigned)c->uid, name);
         return DLOCK_EDENIED;
     }
     rc = reacquire_check(k, c, m, reenter, why, len);
@@ -1484,7 +1504,8 @@ void core_cancel(struct core *k, struct core_client *c, uint32_t req_id, uint64_
 void core_client_drop(struct core *k, struct core_client *c, int reason, uint64_t now)
 {
     if (!reason && c->nleases)
-        log_info("client pid %d gone; releasing its %u lease(s)", (int)c->pid, c->nleases);
+        log_kv(LOG_INFO, LOG_FIELDS(LOG_F_PID(c->pid), LOG_F_UID(c->uid)),
+               "client pid %d gone; releasing its %u lease(s)", (int)c->pid, c->nleases);
     while (!LIST_EMPTY(&c->waiters)) {
         struct waiter *w = LIST_FIRST(&c->waiters);
         struct lock *l = w->lock;
@@ -1513,8 +1534,9 @@ void core_client_policy(struct core *k, struct core_client *c, uint64_t now)
         struct lock *l = w->lock;
         if (policy_allows(&k->cfg->policy, c->uid, c->gids, c->ngids, l->name))
             continue;
-        log_info("denied: pid %d uid %u may no longer wait for lock %s", (int)c->pid,
-                 (unsigned)c->uid, l->name);
+        log_kv(LOG_INFO, CLIENT_NAME_FIELDS(c, l->name, l->name_len),
+               "denied: pid %d uid %u may no longer wait for lock %s", (int)c->pid,
+               (unsigned)c->uid, l->name);
         k->stats.denied++;
         waiter_finish(k, w, DLOCK_EDENIED, now);
         lock_settle(k, l, now);
@@ -1617,8 +1639,9 @@ static void lease_doubt(struct core *k, struct lease *le, uint64_t now)
 {
     if (now >= le->deadline)
         return;
-    log_info("lease on %s held by pid %d: in doubt after a failover until its key is confirmed",
-             le->lock->name, (int)le->owner->pid);
+    log_kv(LOG_INFO, LEASE_FIELDS(le),
+           "lease on %s held by pid %d: in doubt after a failover until its key is confirmed",
+           le->lock->name, (int)le->owner->pid);
     k->stats.doubts++;
     le->doubt_since = PLANTED(CORE_BUG_DOUBT_IGNORED) ? 0 : now;
     lease_report(k, le, DLOCK_STATE_JEOPARDY, DLOCK_EFAILOVER);

@@ -17,13 +17,14 @@
 #include "tls.h"
 #include "wire.h"
 
-enum { OPT_PREFIX = 256, OPT_TTL, OPT_DEV, OPT_MODE, OPT_SUCCESSOR };
+enum { OPT_PREFIX = 256, OPT_TTL, OPT_DEV, OPT_MODE, OPT_SUCCESSOR, OPT_LOGFMT };
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dlockd [-c FILE] [-s SOCKET] [-S PATH] [-r ADDR]... [--prefix STR]\n"
-            "              [--default-ttl MS] [-n] [-v] [--dev] [--successor]\n"
+            "              [--default-ttl MS] [--log-format FMT] [-n] [-v] [--dev]\n"
+            "              [--successor]\n"
             "  -c, --config FILE    read settings from an INI file\n"
             "  -s, --socket PATH    client socket (default $DLOCK_SOCKET, else %s)\n"
             "  -S, --status-socket PATH\n"
@@ -39,6 +40,7 @@ static void usage(FILE *f)
             "                       most max_ttl_ms, 45000 by default)\n"
             "  -n, --check          check the configuration, print \"configuration OK\", exit\n"
             "  -v, --verbose        more logging (repeatable)\n"
+            "      --log-format FMT plain (default), logfmt or json\n"
             "      --successor      take the leases over from the dlockd running on the same\n"
             "                       state directory, which is asked to leave them (SIGTERM)\n"
             "      --dev            run a private redis-server in a temp directory\n"
@@ -48,7 +50,7 @@ static void usage(FILE *f)
 
 /* Command-line settings, applied over the file. */
 struct flags {
-    const char *config, *socket, *status_socket, *prefix, *ttl, *mode;
+    const char *config, *socket, *status_socket, *prefix, *ttl, *mode, *log_format;
     char redis[CONFIG_MAX_NODES * 400]; /* the -r addresses, comma-separated */
     unsigned nredis;
     int verbose;
@@ -64,6 +66,7 @@ static int parse_flags(int argc, char **argv, struct flags *f)
                                              {"prefix", required_argument, NULL, OPT_PREFIX},
                                              {"default-ttl", required_argument, NULL, OPT_TTL},
                                              {"mode", required_argument, NULL, OPT_MODE},
+                                             {"log-format", required_argument, NULL, OPT_LOGFMT},
                                              {"check", no_argument, NULL, 'n'},
                                              {"verbose", no_argument, NULL, 'v'},
                                              {"dev", no_argument, NULL, OPT_DEV},
@@ -102,6 +105,17 @@ static int parse_flags(int argc, char **argv, struct flags *f)
         case OPT_TTL:
             f->ttl = optarg;
             break;
+        case OPT_LOGFMT: {
+            /* In force at once: the errors of the configuration show in it. */
+            enum log_format lf;
+            if (log_format_parse(optarg, &lf) != 0) {
+                log_config_error("--log-format: '%s' is not plain, logfmt or json", optarg);
+                return -1;
+            }
+            log_set_format(lf);
+            f->log_format = optarg;
+            break;
+        }
         case 'n':
             f->check = true;
             break;
@@ -149,7 +163,8 @@ static int build_config(struct config *cfg, const struct flags *f, char *err, si
                 {"redis", "address", f->nredis ? f->redis : NULL},
                 {"redis", "mode", f->mode},
                 {"agent", "prefix", f->prefix},
-                {"agent", "default_ttl_ms", f->ttl}};
+                {"agent", "default_ttl_ms", f->ttl},
+                {"agent", "log_format", f->log_format}};
     for (size_t i = 0; i < sizeof over / sizeof over[0]; i++)
         if (over[i].value &&
             config_set(cfg, over[i].section, over[i].key, over[i].value, err, errlen) != 0)
@@ -169,6 +184,14 @@ static int build_config(struct config *cfg, const struct flags *f, char *err, si
     }
     config_state_dir_follow(cfg);
     return config_validate(cfg, err, errlen);
+}
+
+/* The log's format from the settings (checked when they were read). */
+static void apply_log_format(const struct config *cfg)
+{
+    enum log_format lf;
+    if (log_format_parse(cfg->log_format, &lf) == 0)
+        log_set_format(lf);
 }
 
 /* Masters of a Redis Cluster the descriptor budget allows for. */
@@ -426,6 +449,7 @@ static void reload_apply(struct config *fresh)
     summary(line, sizeof line, applied, hup.nrestart, hup.nfailed);
     log_info("%s", line);
     log_set_level((enum log_level)cfg->log_level);
+    apply_log_format(cfg);
     if (!applied)
         return;
     if (descriptors)
@@ -496,6 +520,7 @@ int main(int argc, char **argv)
         return 2;
     }
     log_set_level((enum log_level)cfg.log_level);
+    apply_log_format(&cfg);
     listener_fit_nofile(descriptors_needed(&cfg));
     if (cfg.tls) {
         struct tls_ctx *tls = tls_ctx_new(&cfg, err, sizeof err);
