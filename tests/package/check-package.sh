@@ -19,7 +19,12 @@
 #  4. The files: which package has what (the library in the multiarch
 #     directory, its SONAME link alone in libdlock0), executables and the
 #     shared library stripped, man pages compressed with gzip -9n, the
-#     machine-readable copyright and changelog.gz of each package; in a
+#     machine-readable copyright and changelog.gz of each package; the
+#     documents where the man pages say they are (the operator's in dlockd,
+#     the developer's in libdlock-dev), and every /usr/share/doc path that an
+#     installed man page or the configuration names in one of the packages;
+#     a man page in libdlock-dev for every function of dlock.h, each of
+#     which man(1) renders without a warning; in a
 #     hardened build, hardening-check passes on the programs and the library; the
 #     Python modules in /usr/lib/python3/dist-packages/dlock.
 #  5. dpkg installs the packages into a throwaway root directory (as an
@@ -80,6 +85,8 @@ libdir=usr/lib/$multiarch
 pkgs="dlockd libdlock0 libdlock-dev python3-dlock"
 arch_of() { if [ "$1" = python3-dlock ]; then echo all; else echo "$arch"; fi; }
 units=$(find "$src/packaging" -maxdepth 1 \( -name '*.service' -o -name '*.socket' \) -printf '%f\n')
+# The man pages of libdlock-dev: libdlock(3), and those of its functions.
+man3=$(printf '%s\n' libdlock.3 $(cd "$src/packaging/man3" && ls -- *.3) | sort)
 
 # ---------------------------------------------------------------------------
 step "1. cpack -G DEB"
@@ -176,8 +183,8 @@ must_equal "libdlock0 files" "$(expect "/$libdir/libdlock.so.$(hdr_version MAJOR
 must_equal "libdlock-dev files" "$(expect /usr/include/dlock.h "/$libdir/libdlock.a" \
     "/$libdir/libdlock.so" "/$libdir/pkgconfig/dlock.pc" "/$libdir/cmake/dlock/dlockConfig.cmake" \
     "/$libdir/cmake/dlock/dlockConfigVersion.cmake" "/$libdir/cmake/dlock/dlockTargets.cmake" \
-    "/$libdir/cmake/dlock/dlockTargets-CONFIG.cmake" /usr/share/man/man3/libdlock.3.gz)" \
-    "$(listing libdlock-dev)"
+    "/$libdir/cmake/dlock/dlockTargets-CONFIG.cmake" \
+    $(printf '/usr/share/man/man3/%s.gz\n' $man3))" "$(listing libdlock-dev)"
 pymods=$(cd "$src/bindings/python/src" && find dlock \( -name '*.py' -o -name py.typed \) \
     -printf '/usr/lib/python3/dist-packages/%p\n')
 # shellcheck disable=SC2086 # one file per word
@@ -236,10 +243,36 @@ fi
 
 # Man pages: gzip -9n of the sources (no name, no time stamp).
 for page in dlockd/usr/share/man/man8/dlockd.8 dlockd/usr/share/man/man1/dlockctl.1 \
-    dlockd/usr/share/man/man5/dlockd.conf.5 libdlock-dev/usr/share/man/man3/libdlock.3; do
-    gzip -9n <"$src/packaging/${page##*/}" | cmp -s - "$tmp/x/$page.gz" ||
-        fail "$page.gz is not the gzip -9n of packaging/${page##*/}"
+    dlockd/usr/share/man/man5/dlockd.conf.5 $(printf 'libdlock-dev/usr/share/man/man3/%s\n' $man3); do
+    source=$src/packaging/${page##*/}
+    [ -f "$source" ] || source=$src/packaging/man3/${page##*/}
+    gzip -9n <"$source" | cmp -s - "$tmp/x/$page.gz" ||
+        fail "$page.gz is not the gzip -9n of ${source#"$src/"}"
 done
+
+# A page for every function of the header, which man(1) finds by the
+# function's name and renders (a .so page with the page it includes) without
+# a warning, and groff without a warning either.
+man3dir=$tmp/x/libdlock-dev/usr/share/man
+functions=$(sed -n 's/^DLOCK_EXPORT .*[ *]\(dlock_[a-z0-9_]*\)(.*/\1/p' "$src/include/dlock.h")
+[ "$(wc -w <<<"$functions")" -ge 30 ] || fail "too few functions found in dlock.h: $functions"
+for f in $functions libdlock dlock; do
+    [ -f "$man3dir/man3/$f.3.gz" ] || fail "libdlock-dev has no man page for $f (man3/$f.3.gz)"
+    out=$(MANWIDTH=80 man --warnings -M "$man3dir" 3 "$f" 2>&1 >"$tmp/page.txt") ||
+        fail "man 3 $f failed: $out"
+    [ -z "$out" ] || fail "man 3 $f warns: $out"
+    grep -q "^NAME" "$tmp/page.txt" || fail "man 3 $f shows no NAME section"
+    # A .so page: the page it includes (compressed, as soelim cannot read it).
+    page=$man3dir/man3/$f.3.gz
+    so=$(gzip -dc "$page" | sed -n '1s/^\.so \(man3\/[^ ]*\.3\)$/\1/p')
+    if [ -n "$so" ]; then
+        page=$man3dir/$so.gz
+        [ -f "$page" ] || fail "man3/$f.3.gz includes $so, which is not in libdlock-dev"
+    fi
+    out=$(gzip -dc "$page" | groff -man -ww -z 2>&1)
+    [ -z "$out" ] || fail "groff warns about ${page#"$man3dir/"}: $out"
+done
+step "   a man page for each of the $(wc -w <<<"$functions") functions of dlock.h"
 
 for p in $pkgs; do
     doc=$tmp/x/$p/usr/share/doc/$p
@@ -257,10 +290,41 @@ for p in $pkgs; do
     entry=$(gzip -dc "$doc/changelog.gz" | head -n 1)
     must_equal "$p: changelog" "dlock ($version) unstable; urgency=medium" "$entry"
 done
-for d in README.md protocol.md fencing.md quorum.md; do
-    ls "$tmp/x/libdlock-dev/usr/share/doc/libdlock-dev/$d"* >/dev/null 2>&1 ||
-        fail "libdlock-dev has no $d in /usr/share/doc/libdlock-dev"
+# The documents: the operator's with the agent, the developer's with the
+# library, each in one package but the README, in both; over 4 KiB
+# compressed, as Debian policy asks.
+docs_of() { # PKG: the documents of the package, without .gz
+    find "$tmp/x/$1/usr/share/doc/$1" -name '*.md*' -printf '%f\n' | sed 's/\.gz$//' | sort |
+        paste -sd ' '
+}
+must_equal "the documents of dlockd" "README.md cluster.md deployment.md failover.md fencing.md \
+quorum.md redis.md redisson.md restarts.md robustness.md status.md" "$(docs_of dlockd)"
+must_equal "the documents of libdlock-dev" "README.md architecture.md protocol.md testing.md" \
+    "$(docs_of libdlock-dev)"
+for p in $pkgs; do
+    for f in "$tmp/x/$p/usr/share/doc/$p/"*.md; do
+        [ -e "$f" ] || continue
+        [ "$(stat -c %s "$f")" -le 4096 ] || fail "$p: ${f##*/} is over 4 KiB and not compressed"
+    done
 done
+# Every /usr/share/doc path that an installed man page or the configuration
+# names is in one of the packages; and none names a document by its place in
+# the source tree (docs/NAME.md) alone.
+named=$(for p in $pkgs; do
+    find "$tmp/x/$p/usr/share/man" -name '*.gz' -exec gzip -dc {} + 2>/dev/null || true
+done | cat - "$tmp/x/dlockd/etc/dlock/dlockd.conf" | sed 's/\\-/-/g')
+paths=$(grep -oE '/usr/share/doc/[A-Za-z0-9._+/-]*[A-Za-z0-9_/]' <<<"$named" | sort -u)
+[ -n "$paths" ] || fail "no /usr/share/doc path named in the man pages or the configuration"
+for path in $paths; do
+    found=
+    for p in $pkgs; do
+        [ -e "$tmp/x/$p$path" ] && found=$p
+    done
+    [ -n "$found" ] || fail "$path, named in a man page or the configuration, is in no package"
+done
+step "   the $(wc -w <<<"$paths") /usr/share/doc paths the man pages and the configuration name exist"
+relative=$(grep -nE '(^|[^/A-Za-z])docs/[a-z]+\.md' <<<"$named" || true)
+[ -z "$relative" ] || fail "a man page or the configuration names a document by its source path: $relative"
 ls "$tmp/x/python3-dlock/usr/share/doc/python3-dlock/python.md"* >/dev/null 2>&1 ||
     fail "python3-dlock has no python.md in /usr/share/doc/python3-dlock"
 # The monitoring examples (docs/monitoring.md), as they are in the source tree.
