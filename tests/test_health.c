@@ -395,3 +395,28 @@ ITEST(health, per_name_label_values_are_escaped)
     cr_assert_eq(series(metrics(), want), 0);
     cr_assert_eq(dlock_lease_release(w.lease), 0);
 }
+
+/* Quorum mode: ready while a majority of the nodes is up. */
+ITEST(health, quorum_readiness_follows_the_majority)
+{
+    h_quorum_start(3, 1, NULL, NULL);
+    const char *a = h_status_ask(0, "health\n");
+    cr_assert(starts_with(a, "ready: quorum mode, 3 of 3 nodes up, 2 needed\n"), "%s", a);
+    h_node_stop(2);
+    H_WAIT_UNTIL(10000, starts_with(h_status_ask(0, "health\n"), "ready: quorum mode, 2 of 3"));
+    const char *m = metrics();
+    cr_assert_eq(series(m, "dlock_backend_up{mode=\"quorum\"}"), 1);
+    cr_assert_eq(series(m, "dlock_quorum_nodes_up"), 2);
+    cr_assert_eq(series(m, "dlock_quorum_nodes_needed"), 2);
+    h_node_stop(1);
+    H_WAIT_UNTIL(10000,
+                 starts_with(h_status_ask(0, "health\n"), "not ready: quorum mode, 1 of 3 "
+                                                          "nodes up, 2 needed; no majority"));
+    m = metrics();
+    cr_assert_eq(series(m, "dlock_backend_up{mode=\"quorum\"}"), 0);
+    cr_assert_eq(series(m, "dlock_quorum_nodes_up"), 1);
+    const char *out;
+    int st = ctl_health(&out, NULL);
+    cr_assert_eq(st, 2, "health without a majority: exit %d: %s", st, out);
+    cr_assert(starts_with(out, "CRITICAL - dlockd not ready: quorum mode"), "%s", out);
+}
