@@ -420,3 +420,19 @@ ITEST(health, quorum_readiness_follows_the_majority)
     cr_assert_eq(st, 2, "health without a majority: exit %d: %s", st, out);
     cr_assert(starts_with(out, "CRITICAL - dlockd not ready: quorum mode"), "%s", out);
 }
+
+/* Per-name gauges name locks: on the status socket only for peers that see
+ * every lease ([policy] see_all); over HTTP for whoever reaches the port. */
+ITEST(health, per_name_series_follow_see_all_on_the_status_socket)
+{
+    int port = h_free_port();
+    h_start(h_keepf("metrics_names = hot*\nmetrics_listen = 127.0.0.1:%d\n[policy]\nsee_all = 4242",
+                    port));
+    struct h_cl *a = h_client();
+    h_must_acquire(a, "hot1", 30000);
+    const char *m = metrics();
+    cr_assert(!has_series(m, "dlock_name_leases"), "per-name series to a peer outside see_all");
+    cr_assert_eq(series(m, "dlock_leases"), 1);
+    const char *h = http_get(port, "GET /metrics HTTP/1.0\r\n\r\n");
+    cr_assert_eq(series(http_body(h), "dlock_name_leases{name=\"hot1\"}"), 1);
+}

@@ -85,7 +85,7 @@ static char *metrics(void)
 {
     struct status_source src = source();
     struct sbuf b = {0};
-    render_metrics(&src, NULL, &b);
+    render_metrics(&src, NULL, true, &b);
     cr_assert_not(b.oom);
     return b.p;
 }

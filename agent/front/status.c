@@ -282,12 +282,15 @@ static void process_read(struct process_stats *p)
     p->ok = true;
 }
 
-/* The metrics answer, the process's own included. */
-static void metrics_answer(struct status *st, struct sbuf *b)
+/* The metrics answer, the process's own included. The per-name gauges name
+ * locks: on the status socket only for peers that may see every lease
+ * ([policy] see_all); over HTTP, where nobody is known, for whoever reaches
+ * the port the operator opened. */
+static void metrics_answer(struct sconn *c, struct sbuf *b)
 {
     struct process_stats proc;
     process_read(&proc);
-    render_metrics(&st->src, &proc, b);
+    render_metrics(&c->st->src, &proc, c->http || c->who.all, b);
 }
 
 /* ---- HTTP ---- */
@@ -332,7 +335,7 @@ static void http_answer(struct sconn *c)
     struct sbuf body = {0};
     const char *status = "200 OK", *type = "text/plain; charset=utf-8";
     if (target_is(target, "/metrics", &query)) {
-        metrics_answer(c->st, &body);
+        metrics_answer(c, &body);
         type = "text/plain; version=0.0.4; charset=utf-8";
     } else if (target_is(target, "/healthz", &query)) {
         sb_printf(&body, "ok\n");
@@ -434,7 +437,7 @@ static void answer(struct sconn *c, const char *req)
             return;
         }
     if (one && strcmp(cmd, "metrics") == 0)
-        metrics_answer(c->st, &c->out);
+        metrics_answer(c, &c->out);
     else if (one && strcmp(cmd, "health") == 0)
         render_health(&c->st->src, HEALTH_VERBOSE, &c->out);
     else if (one && strcmp(cmd, "health-json") == 0)

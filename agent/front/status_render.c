@@ -858,7 +858,7 @@ static void process_metrics(const struct process_stats *p, struct sbuf *b)
           p->start_time);
 }
 
-void render_metrics(const struct status_source *src, const struct process_stats *proc,
+void render_metrics(const struct status_source *src, const struct process_stats *proc, bool names,
                     struct sbuf *b)
 {
     struct status_snapshot s;
@@ -933,7 +933,8 @@ void render_metrics(const struct status_source *src, const struct process_stats 
     sb_printf(b, "dlock_build_info{version=\"%s\",tls=\"%s\"} 1\n", DLOCK_VERSION,
               src->cfg->tls ? "true" : "false");
     process_metrics(proc, b);
-    per_name(src, b);
+    if (names)
+        per_name(src, b);
 }
 
 /* ---- holder ---- */

@@ -143,9 +143,9 @@ enum health_form { HEALTH_LINE, HEALTH_VERBOSE, HEALTH_JSON };
 bool render_health(const struct status_source *src, enum health_form form, struct sbuf *b);
 
 /* The metrics: counters, histograms, per-node gauges, the process's
- * (proc, may be NULL) and, when configured, per-name gauges for at most
- * metrics_names_max names; rendered at once. */
-void render_metrics(const struct status_source *src, const struct process_stats *proc,
+ * (proc, may be NULL) and, when configured and names is set, per-name
+ * gauges for at most metrics_names_max names; rendered at once. */
+void render_metrics(const struct status_source *src, const struct process_stats *proc, bool names,
                     struct sbuf *b);
 /* What the store holds for name (the name as the client sent it). */
 void render_holder(const char *name, int err, const struct backend_holder *h, bool json,
