@@ -11,6 +11,7 @@
  * metrics_names_max, and their label values escaped. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -295,6 +296,10 @@ ITEST(health, metrics_move_with_the_locks_and_pass_promtool)
     /* Started after the epoch's first billion seconds and not in the future. */
     double start = series(m, "process_start_time_seconds");
     cr_assert(start > 1e9 && start <= (double)time(NULL) + 1, "start time %f", start);
+    /* It agrees with the agent's own uptime (whole seconds: the boot time's). */
+    double uptime = series(m, "dlock_uptime_seconds");
+    cr_assert_lt(fabs(start + uptime - (double)time(NULL)), 30, "start %f + uptime %f vs now",
+                 start, uptime);
     cr_assert_gt(series(m, h_keepf("dlock_node_command_seconds_count{node=\"%s\"}", H.redis_addr)),
                  0);
     /* Off by default. */

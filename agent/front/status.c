@@ -227,16 +227,25 @@ static ssize_t read_small(const char *path, char *buf, size_t cap)
     return (ssize_t)n;
 }
 
-/* The boot time (btime of /proc/stat), in seconds since the epoch; 0 if unknown. */
+/* The boot time (btime of /proc/stat), in seconds since the epoch; 0 if
+ * unknown. Read line by line: the "intr" line before it can be long. */
 static unsigned long long boot_time(void)
 {
     static unsigned long long btime; /* does not change */
-    char buf[8192];
-    if (btime || read_small("/proc/stat", buf, sizeof buf) < 0)
+    if (btime)
         return btime;
-    const char *p = strstr(buf, "\nbtime ");
-    if (p)
-        btime = strtoull(p + 7, NULL, 10);
+    FILE *f = fopen("/proc/stat", "re");
+    if (!f)
+        return 0;
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0)
+        if (strncmp(line, "btime ", 6) == 0) {
+            btime = strtoull(line + 6, NULL, 10);
+            break;
+        }
+    free(line);
+    fclose(f);
     return btime;
 }
 
