@@ -76,6 +76,8 @@ Test(defaults, documented_values)
     cr_assert_eq(c.max_name_len, 200);
     cr_assert_eq(c.max_leases_per_conn, 100000);
     cr_assert_eq(c.max_waiters_per_conn, 1024);
+    cr_assert_str_eq(c.metrics_names, "");
+    cr_assert_eq(c.metrics_names_max, 100);
     cr_assert_eq(c.max_connections, 1024);
     cr_assert_eq(c.shutdown_timeout_ms, 2000);
     cr_assert_eq(c.log_level, LOG_INFO);
@@ -113,6 +115,8 @@ Test(file, every_documented_key_lands_in_the_struct)
                                "status_socket = /tmp/dl/status.sock\n"
                                "status_socket_mode = 0640\n"
                                "metrics_listen = 127.0.0.1:9464\n"
+                               "metrics_names = batch.*\n"
+                               "metrics_names_max = 7\n"
                                "status_socket_group = 0\n"
                                "prefix = myapp:locks:\n"
                                "default_ttl_ms = 15000\n"
@@ -147,6 +151,8 @@ Test(file, every_documented_key_lands_in_the_struct)
     cr_assert_str_eq(c.status_socket, "/tmp/dl/status.sock");
     cr_assert_eq(c.status_socket_mode, 0640);
     cr_assert_str_eq(c.metrics_listen, "127.0.0.1:9464");
+    cr_assert_str_eq(c.metrics_names, "batch.*");
+    cr_assert_eq(c.metrics_names_max, 7);
     cr_assert_str_eq(c.status_socket_group, "0");
     cr_assert_str_eq(c.prefix, "myapp:locks:");
     cr_assert_eq(c.default_ttl_ms, 15000);
@@ -1224,6 +1230,7 @@ static const struct bounded bounded[] = {
     {"agent", "max_leases_per_conn", 1, 1000000, NULL, NULL},
     {"agent", "max_waiters_per_conn", 1, 1000000, NULL, NULL},
     {"agent", "max_connections", 1, 65536, NULL, NULL},
+    {"agent", "metrics_names_max", 1, 1000, NULL, NULL},
     {"agent", "shutdown_timeout_ms", 0, 60000, NULL, NULL},
     {"agent", "outage_wait_ms", 0, 3600000, NULL, NULL},
     {"agent", "default_max_hold_ms", 0, WEEK_MS, NULL, NULL},

@@ -579,6 +579,63 @@ Test(core, a_cancelled_waiter_leaves_the_queue_and_its_key_is_given_back)
     cr_assert_eq(F.k.stats.cancels, 2);
 }
 
+/* The statistics of the health metrics, exact in virtual time: the waiters
+ * gauge, what each caller waited from its request to its answer, each
+ * lease's hold from its acquire's send time to its release or loss, and
+ * every acquire's outcome counted once. */
+Test(core, stats_count_waiters_queue_waits_holds_and_outcomes)
+{
+    struct tclient *a = client(1), *b = client(2), *c = client(3);
+    const struct agent_stats *st = &F.k.stats;
+    uint64_t la = hold(a, "x", 5000, 0, 0, 2 * MS); /* answered after 2 ms */
+    cr_assert_eq(st->acquires[ACQ_GRANTED], 1);
+    cr_assert_eq(st->queue_wait.count, 1);
+    cr_assert_float_eq(st->queue_wait.sum, 0.002, 1e-9);
+    cr_assert_eq(st->waiters, 0);
+
+    /* b waits 300 ms behind a; c tries once (busy, no wait), then waits
+     * 100 ms and times out; a cancelled and a gone waiter count too. */
+    uint32_t ib = acquire(b, "x", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    cr_assert_eq(st->waiters, 1);
+    refused(acquire(c, "x", 5000, 0, 0, 0), DLOCK_EBUSY);
+    cr_assert_eq(st->acquires[ACQ_BUSY], 1);
+    uint32_t ic = acquire(c, "x", 5000, 100, 0, 0);
+    cr_assert_eq(st->waiters, 2);
+    run_until(F.now + 100 * MS);
+    refused(ic, DLOCK_ETIMEDOUT);
+    cr_assert_eq(st->acquires[ACQ_TIMEOUT], 1);
+    cr_assert_eq(st->waiters, 1);
+    uint32_t ic2 = acquire(c, "x", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    core_cancel(&F.k, &c->cc, ic2, F.now);
+    cr_assert_eq(st->acquires[ACQ_CANCELLED], 1);
+    acquire(c, "x", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    cr_assert_eq(st->waiters, 2);
+    core_client_drop(&F.k, &c->cc, 0, F.now); /* gone unanswered: cancelled */
+    cr_assert_eq(st->acquires[ACQ_CANCELLED], 2);
+    cr_assert_eq(st->waiters, 1);
+
+    uint64_t t_b = T0 + 2 * MS; /* b asked when a was granted */
+    run_until(T0 + 302 * MS);
+    release(a, la);
+    cr_assert_eq(st->hold.count, 1);
+    /* a's hold: from its acquire's send (T0) to its release. */
+    cr_assert_float_eq(st->hold.sum, 0.302, 1e-9);
+    reply(pending(R_ACQUIRE, "x"), F.now + MS, BACKEND_DONE);
+    uint64_t lb = granted(ib);
+    cr_assert_eq(st->waiters, 0);
+    cr_assert_eq(st->acquires[ACQ_GRANTED], 2);
+    /* b waited from its request to its grant: 301 ms. */
+    double sum_before_b = 0.002 + 0.1; /* a's 2 ms and the timeout's 100 ms; the rest 0 */
+    cr_assert_float_eq(st->queue_wait.sum - sum_before_b, (double)(F.now - t_b) / 1e9, 1e-9);
+    cr_assert_eq(st->queue_wait.count, 6); /* a, busy, timeout, cancelled, gone, b */
+    release(b, lb);
+    cr_assert_eq(st->hold.count, 2);
+    uint64_t total = 0;
+    for (int o = 0; o < ACQ_OUTCOMES; o++)
+        total += st->acquires[o];
+    cr_assert_eq(total, st->queue_wait.count, "an acquire counted twice or not at all");
+}
+
 Test(core, try_once_is_busy_behind_a_queued_local_waiter)
 {
     struct tclient *a = client(1), *b = client(2), *c = client(3);

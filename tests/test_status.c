@@ -1271,6 +1271,27 @@ ITEST(status, metrics_are_valid_prometheus_text)
     f = family_named("dlock_renew_seconds");
     cr_assert(f && strcmp(f->type, "histogram") == 0, "no histogram dlock_renew_seconds");
     double acquires = metric(R.out, "dlock_acquire_seconds_count", NULL, NULL);
+    /* The families of the health work, each with its type. */
+    static const char *const histograms[] = {"dlock_queue_wait_seconds", "dlock_hold_seconds",
+                                             "dlock_node_command_seconds"};
+    for (size_t i = 0; i < sizeof histograms / sizeof histograms[0]; i++) {
+        f = family_named(histograms[i]);
+        cr_assert(f && strcmp(f->type, "histogram") == 0, "no histogram %s", histograms[i]);
+    }
+    static const char *const gauges[] = {"dlock_waiters",         "dlock_backend_up",
+                                         "dlock_quorum_nodes_up", "dlock_quorum_nodes_needed",
+                                         "dlock_build_info",      "process_open_fds",
+                                         "process_max_fds",       "process_start_time_seconds"};
+    for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) {
+        f = family_named(gauges[i]);
+        cr_assert(f && strcmp(f->type, "gauge") == 0, "no gauge %s", gauges[i]);
+    }
+    f = family_named("dlock_acquires_total");
+    cr_assert(f && strcmp(f->type, "counter") == 0, "no counter dlock_acquires_total");
+    cr_assert_eq(metric(R.out, "dlock_backend_up", "mode", "single"), 1);
+    cr_assert_gt(metric(R.out, "process_open_fds", NULL, NULL), 0);
+    double granted = metric(R.out, "dlock_acquires_total", "outcome", "granted");
+    double waited = metric(R.out, "dlock_queue_wait_seconds_count", NULL, NULL);
 
     /* A grant shows in the counter and the acquire histogram. */
     struct h_cl *a = h_client();
@@ -1279,6 +1300,9 @@ ITEST(status, metrics_are_valid_prometheus_text)
     check_exposition(R.out);
     cr_assert_eq(metric(R.out, "dlock_grants_total", NULL, NULL), grants + 1);
     cr_assert_eq(metric(R.out, "dlock_acquire_seconds_count", NULL, NULL), acquires + 1);
+    /* ... in the outcomes and what the caller waited. */
+    cr_assert_eq(metric(R.out, "dlock_acquires_total", "outcome", "granted"), granted + 1);
+    cr_assert_eq(metric(R.out, "dlock_queue_wait_seconds_count", NULL, NULL), waited + 1);
     /* ... and in the gauge of its kind. */
     cr_assert_eq(metric(R.out, "dlock_leases_by_kind", "kind", "exclusive"), 1);
     cr_assert_eq(metric(R.out, "dlock_leases_by_kind", "kind", "shared"), 0);

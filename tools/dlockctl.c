@@ -46,13 +46,28 @@
 #define RELOAD_TIMEOUT_MS   70000      /* reload: the agent answers within 60 s */
 #define STATUS_RESPONSE_MAX (64 << 20) /* a bigger answer is refused */
 
-enum command { CMD_NONE, CMD_RUN, CMD_STATUS, CMD_LEASES, CMD_METRICS, CMD_HOLDER, CMD_RELOAD };
+enum command {
+    CMD_NONE,
+    CMD_RUN,
+    CMD_STATUS,
+    CMD_LEASES,
+    CMD_METRICS,
+    CMD_HOLDER,
+    CMD_RELOAD,
+    CMD_HEALTH
+};
+
+/* health: the agent answered and can take locks, or cannot (Nagios's OK
+ * and CRITICAL); an agent that does not answer is EXIT_UNAVAILABLE. */
+#define EXIT_HEALTH_OK       0
+#define EXIT_HEALTH_CRITICAL 2
 
 struct run_opts {
     enum command command;
     const char *socket;        /* -s; NULL = $DLOCK_SOCKET or the default */
     const char *status_socket; /* -S; NULL = $DLOCK_STATUS_SOCKET or beside the socket */
     bool json;                 /* status, leases, holder: --json */
+    bool live, verbose;        /* health: --live, --verbose */
     const char *pattern;       /* leases: NULL = every lease; holder: the name */
     const char *name;
     /* run: NAME, then the names of -a in their order */
@@ -99,8 +114,12 @@ static const char help_help[] = "  -h, --help                 print this help an
 /* One table for every command, as in dlockctl(1). */
 static const char help_exit[] =
     "\nExit status:\n"
-    "  0      status, leases, metrics, holder: the answer was printed; reload:\n"
-    "         the configuration was read and its changes printed\n"
+    "  0      status, leases, metrics, holder: the answer was printed (whatever\n"
+    "         it says of Redis); reload: the configuration was read and its\n"
+    "         changes printed; health: the agent can take locks now (--live:\n"
+    "         it answers)\n"
+    "  2      health: the agent answered but cannot take locks now (Redis, or\n"
+    "         a majority of its nodes, unreachable)\n"
     "  N      run: CMD's exit status (128+S when CMD was killed by signal S)\n"
     "  64     usage error: bad option, value, lock name or pattern\n"
     "  69     the agent is unreachable or does not answer, or Redis (in quorum\n"
@@ -131,6 +150,8 @@ static void help_main(FILE *f)
                "  metrics                     the agent's metrics, Prometheus text format\n"
                "  holder NAME                 who holds NAME in Redis now, from any host\n"
                "  reload                      read the configuration again, print what changed\n"
+               "  health                      whether the agent can take locks now (one line;\n"
+               "                              exit 0, 2, or 69 when it does not answer)\n"
                "'dlockctl COMMAND --help' describes the options of COMMAND.\n\n"
                "Options:\n");
     fputs(help_socket, f);
@@ -215,10 +236,32 @@ static void help_query(FILE *f, enum command cmd)
     fputs(help_exit, f);
 }
 
+static void help_health(FILE *f)
+{
+    fputs("usage: dlockctl [-S PATH] health [--live] [--verbose]\n\n"
+          "Asks the agent whether it can take locks now (its Redis reachable; in quorum\n"
+          "mode a majority of the nodes) and prints one line, \"OK - ...\" or\n"
+          "\"CRITICAL - ...\", for service managers, probes and monitoring plugins.\n\n"
+          "Options:\n"
+          "      --live                 only whether the agent answers (liveness)\n"
+          "  -v, --verbose              also a line per Redis node\n",
+          f);
+    fputs(help_status_socket, f);
+    fputs(help_help, f);
+    fputs("\nExit status:\n"
+          "  0      ready: the agent can take locks now (--live: it answers)\n"
+          "  2      the agent answered but cannot take locks now\n"
+          "  64     usage error\n"
+          "  69     the agent is unreachable or does not answer\n",
+          f);
+}
+
 static void help(FILE *f, enum command cmd)
 {
     if (cmd == CMD_NONE)
         help_main(f);
+    else if (cmd == CMD_HEALTH)
+        help_health(f);
     else if (cmd == CMD_RUN)
         help_run(f);
     else
@@ -228,6 +271,7 @@ static void help(FILE *f, enum command cmd)
 static const char *const command_names[] = {
     [CMD_RUN] = "run",         [CMD_STATUS] = "status", [CMD_LEASES] = "leases",
     [CMD_METRICS] = "metrics", [CMD_HOLDER] = "holder", [CMD_RELOAD] = "reload",
+    [CMD_HEALTH] = "health",
 };
 
 /* Prints "dlockctl: MSG[: ARG]" and where to find help; returns the usage
@@ -537,6 +581,43 @@ static int parse_query(int argc, char **argv, struct run_opts *o)
     return parse_operand(argc, argv, o);
 }
 
+/* Parses the options of `health` (argv[0] is the sub-command). */
+static int parse_health(int argc, char **argv, struct run_opts *o)
+{
+    enum { OPT_LIVE = 0x100 };
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},         {"live", no_argument, NULL, OPT_LIVE},
+        {"verbose", no_argument, NULL, 'v'},      {"status-socket", required_argument, NULL, 'S'},
+        {"socket", required_argument, NULL, 's'}, {NULL, 0, NULL, 0}};
+    int ch;
+    optind = 0;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, ":S:s:hv", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'S':
+            o->status_socket = optarg;
+            break;
+        case 's':
+            o->socket = optarg;
+            break;
+        case OPT_LIVE:
+            o->live = true;
+            break;
+        case 'v':
+            o->verbose = true;
+            break;
+        case 'h':
+            help(stdout, o->command);
+            exit(0);
+        default:
+            return option_error(o->command, ch, argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return usage_error(o->command, "unexpected argument", argv[optind]);
+    return 0;
+}
+
 static enum command command_of(const char *word)
 {
     for (size_t i = 0; i < sizeof command_names / sizeof command_names[0]; i++)
@@ -582,6 +663,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         return usage_error(CMD_NONE, "unknown command", argv[optind]);
     if (o->command == CMD_RUN)
         return parse_run(argc - optind, argv + optind, o);
+    if (o->command == CMD_HEALTH)
+        return parse_health(argc - optind, argv + optind, o);
     return parse_query(argc - optind, argv + optind, o);
 }
 
@@ -1365,6 +1448,69 @@ static int query(const struct run_opts *o)
     return code;
 }
 
+/* ---- health ---- */
+
+/* The agent's "health" answer, its first line "ready: ..." or "not ready:
+ * ...", as one line for monitoring ("OK - dlockd ready: ...") and an exit
+ * status; --verbose adds the node lines. */
+static int health_report(const struct run_opts *o, const struct buf *b)
+{
+    const char *nl = memchr(b->data, '\n', b->len);
+    size_t first = nl ? (size_t)(nl - b->data) : b->len;
+    bool ready = first >= 7 && memcmp(b->data, "ready: ", 7) == 0;
+    bool not_ready = first >= 11 && memcmp(b->data, "not ready: ", 11) == 0;
+    if (o->live) {
+        printf("OK - dlockd answers\n");
+        return EXIT_HEALTH_OK;
+    }
+    if (!ready && !not_ready) {
+        printf("UNKNOWN - unexpected answer from dlockd: %.*s\n", (int)(first > 200 ? 200 : first),
+               b->data);
+        return EXIT_SOFTWARE;
+    }
+    printf("%s - dlockd %.*s\n", ready ? "OK" : "CRITICAL", (int)first, b->data);
+    if (o->verbose && nl)
+        fwrite(nl + 1, 1, b->len - first - 1, stdout);
+    return ready ? EXIT_HEALTH_OK : EXIT_HEALTH_CRITICAL;
+}
+
+/* `dlockctl health`: asks the status socket, not the HTTP listener. */
+static int health(const struct run_opts *o)
+{
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 16], unset[400];
+    if (status_socket_path(o, path, sizeof path, unset, sizeof unset) != 0) {
+        fprintf(stderr, "dlockctl: the status socket beside %s would be too long a path; set -S\n",
+                socket_path(o));
+        return EXIT_USAGE;
+    }
+    int64_t deadline = now_ms() + STATUS_TIMEOUT_MS;
+    int code;
+    int fd = status_connect(path, unset, deadline, &code);
+    if (fd < 0) {
+        printf("CRITICAL - dlockd does not answer on %s\n", path);
+        return code;
+    }
+    static const char req[] = "health\n";
+    struct buf b = {0};
+    int rc = send_all(fd, req, sizeof req - 1, deadline) == 0 ? recv_all(fd, &b, deadline) : -1;
+    int e = errno;
+    close(fd);
+    if (rc != 0 || b.len == 0) {
+        printf("CRITICAL - dlockd does not answer on %s\n", path);
+        fprintf(stderr, "dlockctl: no complete answer from %s: %s\n", path,
+                rc == 0          ? "connection closed"
+                : e == ETIMEDOUT ? "timed out"
+                                 : strerror(e));
+        free(b.data);
+        return EXIT_UNAVAILABLE;
+    }
+    code = health_report(o, &b);
+    free(b.data);
+    if (fflush(stdout) != 0)
+        return EXIT_SOFTWARE;
+    return code;
+}
+
 /* Paths given as options must not be empty (an empty variable means unset). */
 static int check_paths(const struct run_opts *o)
 {
@@ -1384,5 +1530,7 @@ int main(int argc, char **argv)
         rc = check_paths(&o);
     if (rc != 0)
         return rc;
+    if (o.command == CMD_HEALTH)
+        return health(&o);
     return o.command == CMD_RUN ? run(&o) : query(&o);
 }

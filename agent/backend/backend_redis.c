@@ -407,6 +407,7 @@ static size_t rb_nodes(const struct backend *be, struct backend_node *out, size_
     out->connected = b->cmd.connected;
     out->subscribed = notice_link_up(b->notices);
     out->last_rtt_ns = b->cmd.last_rtt;
+    out->command = b->cmd.rtt;
     out->last_error = b->last_error;
     memcpy(out->last_error_text, b->last_error_text, sizeof out->last_error_text);
     out->excluded_until = b->excluded_until;

@@ -819,6 +819,8 @@ uint64_t redis_link_answered(struct redis_link *l, struct redis_link_cmd *c, con
     l->pending--;
     l->last_reply = now;
     l->last_rtt = now - c->sent;
+    if (reply)
+        histo_add(&l->rtt, l->last_rtt);
     if (!reply)
         l->connected = false; /* the connection is going away */
     return now;

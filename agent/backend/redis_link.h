@@ -35,6 +35,7 @@
 #include <sys/queue.h>
 
 #include "config.h"
+#include "stats.h"
 
 struct redis_link;
 struct tls_conn;
@@ -86,6 +87,7 @@ struct redis_link {
     size_t pending;        /* commands sent with redis_link_send() not yet answered */
     uint64_t last_reply;   /* when one of them was last answered */
     uint64_t last_rtt;     /* and its round trip, ns */
+    struct histo rtt;      /* the round trips of the commands answered */
 
     /* The link's own. */
     struct ev_loop *loop;

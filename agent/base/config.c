@@ -38,6 +38,7 @@ void config_defaults(struct config *c)
     c->max_leases_per_conn = 100000;
     c->max_waiters_per_conn = 1024;
     c->max_connections = 1024;
+    c->metrics_names_max = 100;
     c->handshake_timeout_ms = 10000;
     /* One uid cannot take every connection or pin much memory. */
     c->policy.max_connections_per_uid = 256;
@@ -225,6 +226,7 @@ static const struct u32_key u32_keys[] = {
     U32KEY("agent", max_hold_limit_ms),
     U32KEY("agent", default_progress_ms),
     U32KEY("agent", progress_limit_ms),
+    U32KEY("agent", metrics_names_max),
     U32KEY("redis", connect_timeout_ms),
     U32KEY("redis", command_timeout_ms),
     U32KEY("redis", reconnect_min_ms),
@@ -426,6 +428,8 @@ static int set_special(struct config *c, const char *section, const char *key, c
             return -1;
         return copy_str(c->metrics_listen, sizeof c->metrics_listen, v);
     }
+    if (agent && strcmp(key, "metrics_names") == 0)
+        return copy_str(c->metrics_names, sizeof c->metrics_names, v);
     if (agent && (strcmp(key, "socket_mode") == 0 || strcmp(key, "status_socket_mode") == 0)) {
         uint32_t m;
         if (parse_u32(v, &m, 8) || m > 0777)
@@ -703,6 +707,8 @@ static const struct u32_range u32_ranges[] = {
     RANGE("agent", max_leases_per_conn, 1, 1000000, NULL,
           "each connection maps a lease page of 40 bytes per lease"),
     RANGE("agent", max_waiters_per_conn, 1, 1000000, NULL, NULL),
+    RANGE("agent", metrics_names_max, 1, 1000, NULL,
+          "each name matched is two series in every scrape"),
     RANGE("agent", max_connections, 1, 65536, NULL, "each connection takes a file descriptor"),
     RANGE("agent", handshake_timeout_ms, 100, 600000, NULL,
           "a connection that has not said HELLO by then is closed"),
@@ -1144,6 +1150,8 @@ static const struct reload_rule reload_rules[] = {
     {"agent", "status_socket_group", SHOW_TEXT, FIELD(status_socket_group), 0, SOCKET_MADE_WHY,
      NULL},
     {"agent", "metrics_listen", SHOW_TEXT, FIELD(metrics_listen), 0, NULL, NULL},
+    {"agent", "metrics_names", SHOW_TEXT, FIELD(metrics_names), 0, NULL, NULL},
+    RELOADS("agent", metrics_names_max),
     {"agent", "prefix", SHOW_TEXT, FIELD(prefix), 0, PREFIX_WHY, NULL},
     RELOADS("agent", default_ttl_ms),
     RELOADS("agent", min_ttl_ms),

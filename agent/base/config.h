@@ -97,6 +97,10 @@ struct config {
     char state_dir[128];
     bool state_dir_set;       /* given; else it follows socket: SOCKET.state */
     char metrics_listen[300]; /* host:port for GET /metrics; empty: off */
+    /* Per-name metrics for the names matching this fnmatch(3) pattern, at
+     * most metrics_names_max of them; empty: none. */
+    char metrics_names[256];
+    uint32_t metrics_names_max;
     char prefix[CONFIG_PREFIX_MAX];
     uint32_t default_ttl_ms;
     uint32_t min_ttl_ms;
@@ -230,7 +234,7 @@ double config_renew_margin_ms(uint32_t ttl_ms, double fraction);
  * config.c (reload_rules) gives with it. */
 
 #define CONFIG_SHOWN_MAX   160 /* a value as a change shows it, cut with "..." */
-#define CONFIG_CHANGES_MAX 64  /* at least the settings of the table */
+#define CONFIG_CHANGES_MAX 80  /* at least the settings of the table */
 
 /* One setting that differs between the configuration in force and a fresh
  * one. */

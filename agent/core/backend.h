@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "kind.h"
+#include "stats.h"
 
 struct backend;
 
@@ -137,6 +138,7 @@ struct backend_node {
     /* Quorum mode: appendonly yes with appendfsync always, as its last command
      * link read it: a restart loses no acknowledged write, so none excludes it. */
     bool durable;
+    struct histo command; /* round trips of its commands answered (send -> reply) */
 };
 
 /* What the store holds for a lock name right now: the lock key's value (a

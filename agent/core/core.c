@@ -121,15 +121,17 @@ static void lease_unlink(struct core_client *c, struct lease *le)
     acct_count(c->acct, true, le->ttl_ms, false);
 }
 
-static void waiter_link(struct core_client *c, struct waiter *w)
+static void waiter_link(struct core *k, struct core_client *c, struct waiter *w)
 {
+    k->stats.waiters++;
     LIST_INSERT_HEAD(&c->waiters, w, olink);
     c->nwaiters++;
     acct_count(c->acct, false, w->ttl_ms, true);
 }
 
-static void waiter_unlink(struct core_client *c, struct waiter *w)
+static void waiter_unlink(struct core *k, struct core_client *c, struct waiter *w)
 {
+    k->stats.waiters--;
     LIST_REMOVE(w, olink);
     c->nwaiters--;
     acct_count(c->acct, false, w->ttl_ms, false);
@@ -160,16 +162,22 @@ static void note_store_why(struct core *k, const struct backend_result *r)
     snprintf(k->store_why, sizeof k->store_why, "%s", r->err && r->error_text ? r->error_text : "");
 }
 
-/* Removes a waiter; err != 0 answers its request with that error. */
+/* waiter_finish()'s error for a waiter whose client is gone: no answer,
+ * counted as cancelled. */
+#define WAITER_GONE 1
+
+/* Removes a waiter; err != 0 answers its request with that error (0: it
+ * was granted). */
 static void waiter_finish(struct core *k, struct waiter *w, int err, uint64_t now)
 {
     struct core_client *c = w->owner;
     char text[256];
-    if (err)
+    if (err && err != WAITER_GONE)
         k->env.error(k->env.arg, c, w->req_id, err, answer_text(k, err, now, text, sizeof text));
+    stats_acquire_done(&k->stats, err == WAITER_GONE ? DLOCK_ECANCELED : err, now - w->since);
     theap_remove(&k->timers, &w->timer);
     table_waiter_dequeue(w);
-    waiter_unlink(c, w);
+    waiter_unlink(k, c, w);
     free(w);
 }
 
@@ -351,8 +359,9 @@ static void retry_orphans(struct core *k, uint64_t now)
 
 /* Forgets a lease: out of the heap, the lease page, the client's list and
  * the table. */
-static void lease_drop(struct core *k, struct lease *le)
+static void lease_drop(struct core *k, struct lease *le, uint64_t now)
 {
+    histo_add(&k->stats.hold, now > le->granted_at ? now - le->granted_at : 0);
     struct core_client *c = le->owner;
     struct lock *l = le->lock;
     k->leases_by_kind[le->ask.kind]--;
@@ -381,7 +390,7 @@ static void lease_lose(struct core *k, struct lease *le, int reason, bool may_ow
     k->stats.losses++;
     if (may_own)
         release_lease_key(k, le, now);
-    lease_drop(k, le);
+    lease_drop(k, le, now);
     lock_settle(k, l, now);
 }
 
@@ -569,7 +578,7 @@ static bool released_by_mark(struct core *k, struct lease *le, uint64_t now)
            (int)le->owner->pid);
     release_lease_key(k, le, now);
     bool permit = le->ask.kind == LOCK_SEMAPHORE;
-    lease_drop(k, le);
+    lease_drop(k, le, now);
     if (permit)
         lock_unbackoff(k, l);
     k->stats.releases++;
@@ -1388,9 +1397,11 @@ void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
     int rc = acquire_check(k, c, m, &ttl, &reenter, why, sizeof why);
     if (reenter) {
         lease_reenter(k, reenter, req_id, now);
+        stats_acquire_done(&k->stats, 0, 0);
         return;
     }
     if (rc) {
+        stats_acquire_done(&k->stats, rc, 0);
         if (rc == DLOCK_EDENIED)
             k->stats.denied++;
         else
@@ -1401,6 +1412,7 @@ void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
     struct lock *l = table_lock_get(&k->table, m->name, m->name_len);
     struct waiter *w = l ? calloc(1, sizeof *w) : NULL;
     if (!w) {
+        stats_acquire_done(&k->stats, DLOCK_ENOMEM, 0);
         k->env.error(k->env.arg, c, req_id, DLOCK_ENOMEM, errname(DLOCK_ENOMEM));
         if (l)
             table_lock_release_if_idle(&k->table, l);
@@ -1410,6 +1422,7 @@ void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
     if (kind_clash(l, &ask)) {
         free(w);
         k->stats.refused++;
+        stats_acquire_done(&k->stats, DLOCK_EKIND, 0);
         snprintf(why, sizeof why, "%s is held or waited for here as another kind of lock%s",
                  l->name, m->kind == LOCK_SEMAPHORE ? ", or with other permits" : "");
         k->env.error(k->env.arg, c, req_id, DLOCK_EKIND, why);
@@ -1423,12 +1436,14 @@ void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
     if (m->wait_ms == 0 && (l->qhead || l->phase == LOCK_ACQUIRING ||
                             (held.nholders && admit_first(&held, &ask) == ADMIT_WAIT))) {
         free(w);
+        stats_acquire_done(&k->stats, DLOCK_EBUSY, 0);
         k->env.error(k->env.arg, c, req_id, DLOCK_EBUSY, errname(DLOCK_EBUSY));
         return;
     }
     tnode_init(&w->timer, TK_WAITER);
     w->owner = c;
     w->req_id = req_id;
+    w->since = now;
     w->ttl_ms = ttl;
     w->try_once = m->wait_ms == 0;
     w->ask = ask;
@@ -1447,7 +1462,7 @@ void core_acquire(struct core *k, struct core_client *c, uint32_t req_id,
         first->qnext->qprev = w;
         first->qnext = w;
     }
-    waiter_link(c, w);
+    waiter_link(k, c, w);
     /* Waits beyond a year are taken as forever (and cannot overflow). */
     if (m->wait_ms > 0 && m->wait_ms < MAX_FINITE_WAIT_MS)
         timer_set(k, &w->timer, now + (uint64_t)m->wait_ms * NS_PER_MS);
@@ -1475,7 +1490,7 @@ void core_release(struct core *k, struct core_client *c, uint32_t req_id, uint64
     else
         release_lease_key(k, le, now);
     bool permit = le->ask.kind == LOCK_SEMAPHORE;
-    lease_drop(k, le);
+    lease_drop(k, le, now);
     if (permit)
         lock_unbackoff(k, l); /* a permit is free: the next waiter tries at once */
     k->env.ok(k->env.arg, c, req_id);
@@ -1509,7 +1524,7 @@ void core_client_drop(struct core *k, struct core_client *c, int reason, uint64_
     while (!LIST_EMPTY(&c->waiters)) {
         struct waiter *w = LIST_FIRST(&c->waiters);
         struct lock *l = w->lock;
-        waiter_finish(k, w, reason, now);
+        waiter_finish(k, w, reason ? reason : WAITER_GONE, now);
         lock_settle(k, l, now);
     }
     while (!LIST_EMPTY(&c->leases)) {
@@ -1521,7 +1536,7 @@ void core_client_drop(struct core *k, struct core_client *c, int reason, uint64_
             k->env.event(k->env.arg, c, &ev);
         }
         release_lease_key(k, le, now);
-        lease_drop(k, le);
+        lease_drop(k, le, now);
         lock_settle(k, l, now);
     }
 }

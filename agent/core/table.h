@@ -36,6 +36,7 @@ struct waiter {
     bool try_once;
     struct admit_ask ask; /* the kind asked for */
     uint64_t holder_id;   /* re-entrant: the owner within the client (0: the client) */
+    uint64_t since;       /* when the request came (the queue wait's start) */
 };
 
 /* A lease held for a local owner. */

@@ -3,11 +3,12 @@
  * out, then the agent closes. Requests (docs/status.md):
  *
  *   status | status-json | leases [PATTERN] | leases-json [PATTERN] | metrics
- *   | holder[-json] NAME | reload
+ *   | health | health-json | holder[-json] NAME | reload
  *
  * and, when configured, the same metrics over HTTP (GET /metrics) for
- * Prometheus to scrape. An answer that lists leases is rendered a part at a
- * time as the peer reads it (status_render.c): one part per writable event,
+ * Prometheus to scrape, with GET /healthz (the agent's loop answers) and
+ * GET /readyz (it can take locks now: 200, else 503) for probes. An answer that lists leases is
+ * rendered a part at a time as the peer reads it (status_render.c): one part per writable event,
  * each a bounded slice of the lock table, and only once what the peer has
  * not read yet is below a low-water mark. So no loop turn does more than a
  * slice per peer, and a peer that asks and never reads holds one buffer of
@@ -15,12 +16,14 @@
  * not grow with the leases and are rendered at once. */
 #include "status.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -209,26 +212,159 @@ static void http_text(struct sconn *c, const char *status, const char *text)
     http_reply(c, status, "text/plain", text, strlen(text));
 }
 
-/* GET (or HEAD) /metrics; nothing else. */
+/* ---- the process's own metrics, from /proc ---- */
+
+/* Reads the whole small file path into buf (NUL-terminated); its length,
+ * or -1. */
+static ssize_t read_small(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return (ssize_t)n;
+}
+
+/* The boot time (btime of /proc/stat), in seconds since the epoch; 0 if
+ * unknown. Read line by line: the "intr" line before it can be long. */
+static unsigned long long boot_time(void)
+{
+    static unsigned long long btime; /* does not change */
+    if (btime)
+        return btime;
+    FILE *f = fopen("/proc/stat", "re");
+    if (!f)
+        return 0;
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0)
+        if (strncmp(line, "btime ", 6) == 0) {
+            btime = strtoull(line + 6, NULL, 10);
+            break;
+        }
+    free(line);
+    fclose(f);
+    return btime;
+}
+
+/* Open descriptors: the entries of /proc/self/fd but the one reading it. */
+static uint64_t open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return 0;
+    uint64_t n = 0;
+    const struct dirent *e;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n ? n - 1 : 0;
+}
+
+static void process_read(struct process_stats *p)
+{
+    memset(p, 0, sizeof *p);
+    char buf[1024];
+    if (read_small("/proc/self/stat", buf, sizeof buf) < 0)
+        return;
+    /* After "PID (COMM) ", which may hold blanks and parentheses: field 3 on. */
+    const char *rest = strrchr(buf, ')');
+    unsigned long long utime, stime, start, vsize, rss;
+    if (!rest || sscanf(rest + 2,
+                        "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d "
+                        "%*d %*d %llu %llu %llu",
+                        &utime, &stime, &start, &vsize, &rss) != 5)
+        return;
+    double hz = (double)sysconf(_SC_CLK_TCK);
+    long page = sysconf(_SC_PAGESIZE);
+    if (hz <= 0 || page <= 0)
+        return;
+    p->cpu_seconds = (double)(utime + stime) / hz;
+    p->start_time = (double)boot_time() + (double)start / hz;
+    p->vsize = vsize;
+    p->rss = rss * (uint64_t)page;
+    p->open_fds = open_fds();
+    struct rlimit rl;
+    p->max_fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (uint64_t)rl.rlim_cur : 0;
+    p->ok = true;
+}
+
+/* The metrics answer, the process's own included. The per-name gauges name
+ * locks: on the status socket only for peers that may see every lease
+ * ([policy] see_all); over HTTP, where nobody is known, for whoever reaches
+ * the port the operator opened. */
+static void metrics_answer(struct sconn *c, struct sbuf *b)
+{
+    struct process_stats proc;
+    process_read(&proc);
+    render_metrics(&c->st->src, &proc, c->http || c->who.all, b);
+}
+
+/* ---- HTTP ---- */
+
+/* Whether the request target is path, with or without a query string; the
+ * query string (without '?') in *query ("" for none). */
+static bool target_is(const char *target, const char *path, const char **query)
+{
+    size_t n = strlen(path);
+    if (strncmp(target, path, n) != 0 || (target[n] && target[n] != '?'))
+        return false;
+    *query = target[n] ? target + n + 1 : "";
+    return true;
+}
+
+/* Whether the query string holds the parameter word (alone or as word=...). */
+static bool query_has(const char *query, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = query; *p;) {
+        size_t len = strcspn(p, "&");
+        if (len >= n && strncmp(p, word, n) == 0 && (len == n || p[n] == '='))
+            return true;
+        p += len + (p[len] == '&');
+    }
+    return false;
+}
+
+/* GET (or HEAD) /metrics, /healthz or /readyz; nothing else. /readyz
+ * answers 503 when the agent cannot take locks; ?verbose adds a line per
+ * node, ?json (or ?format=json) gives JSON. */
 static void http_answer(struct sconn *c)
 {
     char method[16] = "", target[256] = "";
     sscanf(c->req, "%15s %255s", method, target);
     bool get = strcmp(method, "GET") == 0, head = strcmp(method, "HEAD") == 0;
+    const char *query;
     if (!get && !head) {
-        http_text(c, "405 Method Not Allowed", "only GET /metrics\n");
-        return;
-    }
-    if (strcmp(target, "/metrics") != 0 && strncmp(target, "/metrics?", 9) != 0) {
-        http_text(c, "404 Not Found", "try /metrics\n");
+        http_text(c, "405 Method Not Allowed", "only GET /metrics, /healthz and /readyz\n");
         return;
     }
     struct sbuf body = {0};
-    render_metrics(&c->st->src, &body);
+    const char *status = "200 OK", *type = "text/plain; charset=utf-8";
+    if (target_is(target, "/metrics", &query)) {
+        metrics_answer(c, &body);
+        type = "text/plain; version=0.0.4; charset=utf-8";
+    } else if (target_is(target, "/healthz", &query)) {
+        sb_printf(&body, "ok\n");
+    } else if (target_is(target, "/readyz", &query)) {
+        bool json = query_has(query, "json") || strstr(query, "format=json");
+        enum health_form form = json                          ? HEALTH_JSON
+                                : query_has(query, "verbose") ? HEALTH_VERBOSE
+                                                              : HEALTH_LINE;
+        if (!render_health(&c->st->src, form, &body))
+            status = "503 Service Unavailable";
+        if (json)
+            type = "application/json";
+    } else {
+        http_text(c, "404 Not Found", "try /metrics, /healthz or /readyz\n");
+        return;
+    }
     if (body.oom) {
         http_text(c, "500 Internal Server Error", "out of memory\n");
     } else {
-        http_reply(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body.p, body.len);
+        http_reply(c, status, type, body.p, body.len);
         if (head) /* the same headers, no body */
             c->out.len -= body.len;
     }
@@ -310,10 +446,15 @@ static void answer(struct sconn *c, const char *req)
             return;
         }
     if (one && strcmp(cmd, "metrics") == 0)
-        render_metrics(&c->st->src, &c->out);
+        metrics_answer(c, &c->out);
+    else if (one && strcmp(cmd, "health") == 0)
+        render_health(&c->st->src, HEALTH_VERBOSE, &c->out);
+    else if (one && strcmp(cmd, "health-json") == 0)
+        render_health(&c->st->src, HEALTH_JSON, &c->out);
     else
         sb_printf(&c->out, "error: unknown request; try status, status-json, leases [PATTERN], "
-                           "leases-json [PATTERN], metrics, holder[-json] NAME or reload\n");
+                           "leases-json [PATTERN], metrics, health, health-json, holder[-json] "
+                           "NAME or reload\n");
 }
 
 /* Gives the query `seconds` from now to go on. */
@@ -576,7 +717,7 @@ static void http_serve(struct status *st, int fd, const char *addr)
     st->hfd = fd;
     snprintf(st->haddr, sizeof st->haddr, "%s", addr);
     listener_start(&st->hlst, st->loop, fd, "metrics endpoint", on_http_conn, st);
-    log_info("metrics over HTTP on %s/metrics", addr);
+    log_info("metrics over HTTP on %s/metrics (and /healthz, /readyz)", addr);
 }
 
 /* Stops listening for HTTP (the queries under way go on). */

@@ -649,20 +649,217 @@ static void gauge(struct sbuf *b, const char *name, const char *help, double v)
     sb_printf(b, "%s %.17g\n", name, v);
 }
 
-static void histogram(struct sbuf *b, const char *name, const char *help, const struct histo *h)
+/* A histogram's series; labels ("node=\"...\"", already escaped) go before
+ * le, or none when NULL. */
+static void histo_series(struct sbuf *b, const char *name, const char *labels,
+                         const struct histo *h)
 {
-    metric(b, name, "histogram", help);
+    const char *sep = labels ? "," : "", *l = labels ? labels : "";
     uint64_t cum = 0;
     for (int i = 0; i < STATS_BUCKETS; i++) {
         cum += h->bucket[i];
-        sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, stats_bucket_le[i],
+        sb_printf(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, l, sep, stats_bucket_le[i],
                   (unsigned long long)cum);
     }
-    sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->count);
+    sb_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, l, sep, (unsigned long long)h->count);
+    if (labels) {
+        sb_printf(b, "%s_sum{%s} %.17g\n%s_count{%s} %llu\n", name, l, h->sum, name, l,
+                  (unsigned long long)h->count);
+        return;
+    }
     sb_printf(b, "%s_sum %.17g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
 }
 
-void render_metrics(const struct status_source *src, struct sbuf *b)
+static void histogram(struct sbuf *b, const char *name, const char *help, const struct histo *h)
+{
+    metric(b, name, "histogram", help);
+    histo_series(b, name, NULL, h);
+}
+
+/* ---- health ---- */
+
+static bool mode_is(const struct status_snapshot *s, const char *mode)
+{
+    return s->mode && strcmp(s->mode, mode) == 0;
+}
+
+/* Whether node k counts toward the agent's locks now: its command link is
+ * up and (quorum mode) no restart excludes it. In sentinel mode only the
+ * master (the first node) serves locks. */
+static bool node_serves(const struct status_snapshot *s, size_t k)
+{
+    const struct backend_node *n = &s->nodes[k];
+    if (mode_is(s, "sentinel") && k > 0)
+        return false;
+    return n->connected && !(s->quorum && n->excluded_until > s->now);
+}
+
+void health_of(const struct status_snapshot *s, struct health *h)
+{
+    memset(h, 0, sizeof *h);
+    h->mode = s->mode ? s->mode : "?";
+    size_t counted = mode_is(s, "sentinel") && s->nnodes ? 1 : s->nnodes;
+    for (size_t k = 0; k < counted; k++)
+        h->up += node_serves(s, k);
+    if (s->quorum)
+        h->needed = (unsigned)(s->nnodes / 2 + 1);
+    else
+        h->needed = counted ? (unsigned)counted : 1; /* every master (cluster), else the one */
+    h->ready = counted && h->up >= h->needed;
+    if (h->ready)
+        return;
+    char err[120] = "";
+    for (size_t k = 0; k < counted && !err[0]; k++)
+        if (!node_serves(s, k) && s->nodes[k].last_error_text[0])
+            text_printable(err, sizeof err, s->nodes[k].last_error_text);
+    const char *what = s->quorum                ? "no majority of the Redis nodes is up"
+                       : mode_is(s, "cluster")  ? "a Redis Cluster master is unreachable"
+                       : mode_is(s, "sentinel") ? "the Redis master is unreachable"
+                                                : "Redis is unreachable";
+    if (!counted)
+        what = mode_is(s, "cluster") ? "no Redis Cluster slot map yet" : "no Redis node known";
+    snprintf(h->reason, sizeof h->reason, "%s%s%s", what, err[0] ? ": " : "", err);
+}
+
+/* "up", "down", "excluded for N s" (quorum mode, after a restart), or "not
+ * used" (a sentinel, which serves no locks). */
+static const char *node_state(const struct status_snapshot *s, size_t k, char *buf, size_t len)
+{
+    const struct backend_node *n = &s->nodes[k];
+    if (mode_is(s, "sentinel") && k > 0)
+        return n->connected ? "sentinel, connected" : "sentinel";
+    if (n->connected && s->quorum && n->excluded_until > s->now) {
+        snprintf(buf, len, "excluded for %llu s",
+                 (unsigned long long)((n->excluded_until - s->now + NS_PER_SEC - 1) / NS_PER_SEC));
+        return buf;
+    }
+    return n->connected ? "up" : "down";
+}
+
+bool render_health(const struct status_source *src, enum health_form form, struct sbuf *b)
+{
+    struct status_snapshot s;
+    src->snapshot(src->arg, &s);
+    struct health h;
+    health_of(&s, &h);
+    if (form == HEALTH_JSON) {
+        sb_printf(b,
+                  "{\"ready\":%s,\"mode\":\"%s\",\"nodes_up\":%u,\"nodes_needed\":%u,\"reason\":",
+                  h.ready ? "true" : "false", h.mode, h.up, h.needed);
+        sb_json_str(b, h.reason);
+        sb_printf(b, ",\"nodes\":[");
+        for (size_t k = 0; k < s.nnodes; k++) {
+            char buf[48];
+            sb_printf(b, "%s{\"addr\":", k ? "," : "");
+            sb_json_str(b, s.nodes[k].addr);
+            sb_printf(b, ",\"up\":%s,\"state\":", node_serves(&s, k) ? "true" : "false");
+            sb_json_str(b, node_state(&s, k, buf, sizeof buf));
+            sb_printf(b, ",\"last_error\":");
+            sb_json_str(b, s.nodes[k].last_error_text);
+            sb_printf(b, "}");
+        }
+        sb_printf(b, "]}\n");
+        return h.ready;
+    }
+    sb_printf(b, "%s: %s mode, %u of %u node%s up, %u needed%s%s\n",
+              h.ready ? "ready" : "not ready", h.mode, h.up,
+              mode_is(&s, "sentinel") && s.nnodes ? 1u : (unsigned)s.nnodes,
+              s.nnodes == 1 ? "" : "s", h.needed, h.ready ? "" : "; ", h.reason);
+    for (size_t k = 0; form == HEALTH_VERBOSE && k < s.nnodes; k++) {
+        char addr[sizeof s.nodes[k].addr], err[sizeof s.nodes[k].last_error_text], buf[48];
+        text_printable(addr, sizeof addr, s.nodes[k].addr);
+        text_printable(err, sizeof err, s.nodes[k].last_error_text);
+        const char *state = node_state(&s, k, buf, sizeof buf);
+        bool show_err = err[0] && strcmp(state, "up") != 0;
+        sb_printf(b, "node %s: %s%s%s\n", addr, state, show_err ? ": " : "", show_err ? err : "");
+    }
+    return h.ready;
+}
+
+/* ---- per-name gauges ---- */
+
+struct name_count {
+    char *name;
+    uint32_t waiters, leases;
+};
+
+struct name_pick {
+    const char *pattern;
+    size_t max, n;
+    struct name_count *v;
+    bool oom;
+};
+
+static bool name_pick(void *arg, const char *name, uint32_t waiters, uint32_t leases)
+{
+    struct name_pick *p = arg;
+    if (fnmatch(p->pattern, name, 0) != 0)
+        return true;
+    char *copy = strdup(name);
+    if (!copy) {
+        p->oom = true;
+        return false;
+    }
+    p->v[p->n++] = (struct name_count){copy, waiters, leases};
+    return p->n < p->max;
+}
+
+static void per_name(const struct status_source *src, struct sbuf *b)
+{
+    const struct config *cfg = src->cfg;
+    if (!cfg->metrics_names[0] || !src->walk_names)
+        return;
+    struct name_pick p = {.pattern = cfg->metrics_names, .max = cfg->metrics_names_max};
+    p.v = p.max ? calloc(p.max, sizeof *p.v) : NULL;
+    if (!p.v) {
+        b->oom = true;
+        return;
+    }
+    src->walk_names(src->arg, name_pick, &p);
+    if (p.oom)
+        b->oom = true;
+    static const struct {
+        const char *name, *help;
+        size_t offset;
+    } fam[] = {
+        {"dlock_name_waiters",
+         "Acquires queued in the agent for the name (names of metrics_names).",
+         offsetof(struct name_count, waiters)},
+        {"dlock_name_leases", "Leases held through the agent on the name (names of metrics_names).",
+         offsetof(struct name_count, leases)},
+    };
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        metric(b, fam[f].name, "gauge", fam[f].help);
+        for (size_t i = 0; i < p.n; i++) {
+            sb_printf(b, "%s{name=\"", fam[f].name);
+            sb_label(b, p.v[i].name);
+            sb_printf(b, "\"} %u\n", *(const uint32_t *)((const char *)&p.v[i] + fam[f].offset));
+        }
+    }
+    for (size_t i = 0; i < p.n; i++)
+        free(p.v[i].name);
+    free(p.v);
+}
+
+/* ---- metrics ---- */
+
+static void process_metrics(const struct process_stats *p, struct sbuf *b)
+{
+    if (!p || !p->ok)
+        return;
+    metric(b, "process_cpu_seconds_total", "counter",
+           "Total user and system CPU time spent in seconds.");
+    sb_printf(b, "process_cpu_seconds_total %.17g\n", p->cpu_seconds);
+    gauge(b, "process_resident_memory_bytes", "Resident memory size in bytes.", (double)p->rss);
+    gauge(b, "process_virtual_memory_bytes", "Virtual memory size in bytes.", (double)p->vsize);
+    gauge(b, "process_open_fds", "Number of open file descriptors.", (double)p->open_fds);
+    gauge(b, "process_max_fds", "Maximum number of open file descriptors.", (double)p->max_fds);
+    gauge(b, "process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+          p->start_time);
+}
+
+void render_metrics(const struct status_source *src, const struct process_stats *proc, bool names,
+                    struct sbuf *b)
 {
     struct status_snapshot s;
     src->snapshot(src->arg, &s);
@@ -672,6 +869,10 @@ void render_metrics(const struct status_source *src, struct sbuf *b)
         metric(b, name, "counter", counters[i].help);
         sb_printf(b, "%s %llu\n", name, counter_value(&s, i));
     }
+    metric(b, "dlock_acquires_total", "counter", "Acquire requests answered, by outcome.");
+    for (int o = 0; o < ACQ_OUTCOMES; o++)
+        sb_printf(b, "dlock_acquires_total{outcome=\"%s\"} %llu\n", acq_outcome_name[o],
+                  (unsigned long long)s.stats.acquires[o]);
     gauge(b, "dlock_leases", "Leases held now.", (double)s.leases);
     metric(b, "dlock_leases_by_kind", "gauge", "Leases held now, by kind of lock.");
     for (int kind = LOCK_EXCLUSIVE; kind <= LOCK_SEMAPHORE; kind++) {
@@ -681,11 +882,19 @@ void render_metrics(const struct status_source *src, struct sbuf *b)
         sb_printf(b, "dlock_leases_by_kind{kind=\"%s\"} %llu\n", v.s,
                   (unsigned long long)s.leases_by_kind[kind]);
     }
+    gauge(b, "dlock_waiters", "Acquires queued in the agent now, waiting for a name.",
+          (double)s.stats.waiters);
     gauge(b, "dlock_connections", "Client connections now.", (double)s.connections);
     gauge(b, "dlock_uptime_seconds", "Time since the agent started.",
           (double)(s.now - s.started) / 1e9);
     histogram(b, "dlock_acquire_seconds", "From sending an acquire to Redis to its grant.",
               &s.stats.acquire);
+    histogram(b, "dlock_queue_wait_seconds",
+              "From an acquire request's arrival to its answer, granted or not: what the caller "
+              "waited.",
+              &s.stats.queue_wait);
+    histogram(b, "dlock_hold_seconds", "From a lease's grant to its release or loss.",
+              &s.stats.hold);
     histogram(b, "dlock_renew_seconds", "Round trip of lease renewals.", &s.stats.renew);
     /* One gauge per node and field that has one, labelled with the address. */
     for (size_t i = 0; i < NNODE_FIELDS; i++) {
@@ -699,6 +908,33 @@ void render_metrics(const struct status_source *src, struct sbuf *b)
             sb_printf(b, "\"} %.17g\n", f->value(&s.nodes[k], s.now));
         }
     }
+    metric(b, "dlock_node_command_seconds", "histogram",
+           "Round trip of the Redis commands answered by the node (send -> reply).");
+    for (size_t k = 0; k < s.nnodes; k++) {
+        struct sbuf label = {0};
+        sb_printf(&label, "node=\"");
+        sb_label(&label, s.nodes[k].addr);
+        sb_printf(&label, "\"");
+        if (label.oom)
+            b->oom = true;
+        else
+            histo_series(b, "dlock_node_command_seconds", label.p, &s.nodes[k].command);
+        free(label.p);
+    }
+    struct health h;
+    health_of(&s, &h);
+    metric(b, "dlock_backend_up", "gauge", "1 when the agent can take locks now (its Redis mode).");
+    sb_printf(b, "dlock_backend_up{mode=\"%s\"} %d\n", h.mode, h.ready);
+    gauge(b, "dlock_quorum_nodes_up", "Redis nodes up that count toward the agent's locks.", h.up);
+    gauge(b, "dlock_quorum_nodes_needed", "Redis nodes that must be up for the agent's locks.",
+          h.needed);
+    metric(b, "dlock_build_info", "gauge",
+           "Always 1: the agent's version, and whether its Redis links use TLS.");
+    sb_printf(b, "dlock_build_info{version=\"%s\",tls=\"%s\"} 1\n", DLOCK_VERSION,
+              src->cfg->tls ? "true" : "false");
+    process_metrics(proc, b);
+    if (names)
+        per_name(src, b);
 }
 
 /* ---- holder ---- */

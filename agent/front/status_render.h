@@ -55,6 +55,9 @@ struct status_snapshot {
 /* Where the snapshot comes from (the agent's loop provides it). A lease
  * function returns false to end the current part of a walk early. */
 typedef bool (*status_lease_fn)(void *fnarg, const struct status_lease *l);
+/* One name the agent knows (held or waited for here): its local waiters
+ * and leases. False ends the walk. */
+typedef bool (*status_name_fn)(void *fnarg, const char *name, uint32_t waiters, uint32_t leases);
 struct status_source {
     const struct config *cfg;
     void *arg;
@@ -71,6 +74,10 @@ struct status_source {
     void (*find_lease)(void *arg, const char *name, status_lease_fn fn, void *fnarg);
     /* Reads what the store holds for a name (the "holder" query). */
     int (*lookup)(void *arg, const char *name, size_t len, backend_lookup_cb cb, void *cbarg);
+    /* Calls fn for every name held or waited for through the agent, all at
+     * once, until fn returns false (the opt-in per-name metrics). May be
+     * NULL. */
+    void (*walk_names)(void *arg, status_name_fn fn, void *fnarg);
 };
 
 /* Who asks: a peer that may not see all leases sees its own uid's only. */
@@ -107,9 +114,39 @@ void status_answer_init(struct status_answer *a, enum status_query query, const 
  * it). Returns true when the answer is complete. */
 bool status_answer_next(const struct status_source *src, struct status_answer *a, size_t budget,
                         size_t high, struct sbuf *b);
-/* The metrics: counters, histograms and per-node gauges; their size does
- * not grow with the leases, so they are rendered at once. */
-void render_metrics(const struct status_source *src, struct sbuf *b);
+/* The agent's process as /proc shows it (status.c reads it). */
+struct process_stats {
+    bool ok;             /* read: else no process_* metrics */
+    double cpu_seconds;  /* user + system */
+    double start_time;   /* since the epoch, s */
+    uint64_t rss, vsize; /* bytes */
+    uint64_t open_fds;   /* descriptors open now */
+    uint64_t max_fds;    /* RLIMIT_NOFILE's soft limit */
+};
+
+/* Whether the agent can take locks now, as its Redis links say: single and
+ * sentinel mode, the master's command link is up; quorum, a majority of the
+ * nodes is up and counts; cluster, the command link to every master that
+ * serves slots is up. */
+struct health {
+    bool ready;
+    const char *mode;
+    unsigned up, needed; /* nodes that count and are up; needed for locks */
+    char reason[200];    /* when not ready */
+};
+void health_of(const struct status_snapshot *s, struct health *h);
+
+/* The readiness answer: one line ("ready: ..." or "not ready: ..."), and
+ * with verbose one line per node after it; or (json) one JSON object.
+ * Returns whether the agent is ready. */
+enum health_form { HEALTH_LINE, HEALTH_VERBOSE, HEALTH_JSON };
+bool render_health(const struct status_source *src, enum health_form form, struct sbuf *b);
+
+/* The metrics: counters, histograms, per-node gauges, the process's
+ * (proc, may be NULL) and, when configured and names is set, per-name
+ * gauges for at most metrics_names_max names; rendered at once. */
+void render_metrics(const struct status_source *src, const struct process_stats *proc, bool names,
+                    struct sbuf *b);
 /* What the store holds for name (the name as the client sent it). */
 void render_holder(const char *name, int err, const struct backend_holder *h, bool json,
                    struct sbuf *b);

@@ -277,6 +277,34 @@ static int src_lookup(void *arg, const char *name, size_t len, backend_lookup_cb
     return a->backend->ops->lookup(a->backend, name, len, cb, cbarg);
 }
 
+/* The names known, each once with its local waiters and leases (the walk
+ * shows a lock once per local holder, one after the other). */
+struct name_walk {
+    status_name_fn fn;
+    void *fnarg;
+    const char *last;
+    bool stop;
+};
+
+static bool src_name(void *arg, const struct core_lock_view *v)
+{
+    struct name_walk *w = arg;
+    if (w->stop || v->name == w->last)
+        return !w->stop;
+    w->last = v->name;
+    w->stop = !w->fn(w->fnarg, v->name, v->waiters, v->nholders);
+    return !w->stop;
+}
+
+static void src_walk_names(void *arg, status_name_fn fn, void *fnarg)
+{
+    const struct agent *a = arg;
+    struct name_walk w = {.fn = fn, .fnarg = fnarg};
+    uint64_t cursor = 0;
+    while (!w.stop && core_walk_locks(&a->core, &cursor, SIZE_MAX, src_name, &w))
+        ;
+}
+
 /* ---- the timer ---- */
 
 static void on_tick(struct ev_loop *loop, ev_io *w, int revents)
@@ -502,7 +530,8 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg, 
                                 .snapshot = src_snapshot,
                                 .walk_leases = src_walk_leases,
                                 .find_lease = src_find_lease,
-                                .lookup = src_lookup};
+                                .lookup = src_lookup,
+                                .walk_names = src_walk_names};
     if (status_open(&a->status, loop, &src, cfg->status_socket, cfg->status_socket_mode) != 0)
         log_warn("running without a status socket");
     if (status_open_http(&a->status, cfg->metrics_listen) != 0)
