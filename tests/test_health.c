@@ -7,7 +7,8 @@
  * waiters gauge rises and falls, the queue-wait and hold histograms and the
  * acquire outcomes count, build and process metrics are there, and the
  * whole scrape passes `promtool check metrics` (when promtool is
- * installed). Per-name gauges are off unless configured, bounded by
+ * installed), and serves every metric the dashboard and the alert rules
+ * of packaging/monitoring name. Per-name gauges are off unless configured, bounded by
  * metrics_names_max, and their label values escaped. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -171,6 +172,22 @@ static bool promtool_check(const char *text)
     /* Lint problems are printed even when it exits 0 in some versions. */
     cr_assert(!out || !out[0], "promtool check metrics:\n%s", out);
     return true;
+}
+
+/* Every metric the dashboard and the alert rules of packaging/monitoring
+ * name is served by this agent (the scrape promtool_check() saved): a
+ * renamed metric breaks them, and this. */
+static void monitoring_names_served(void)
+{
+    char cmd[H_PATH * 2 + 512];
+    snprintf(cmd, sizeof cmd, "python3 %s --no-promtool --metrics %s %s %s > %s 2>&1",
+             DLOCK_MONITORING_CHECK, h_path("scrape.txt"), DLOCK_MONITORING_DIR,
+             DLOCK_MONITORING_DOC, h_path("names.out"));
+    int st = system(cmd);
+    const char *out = h_read_file(h_path("names.out"));
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "the dashboard or the alert rules name metrics this agent does not serve:\n%s",
+              out ? out : "");
 }
 
 /* ---- tests ---- */
@@ -353,7 +370,8 @@ ITEST(health, metrics_move_with_the_locks_and_pass_promtool)
     struct h_acq w2;
     h_acquire_async(a, "queue", 30000, 60000, &w2);
     H_WAIT_UNTIL(5000, gauge_now("dlock_waiters") == 1);
-    promtool_check(metrics());
+    if (promtool_check(metrics()))
+        monitoring_names_served();
     cr_assert_eq(dlock_lease_release(w.lease), 0);
     H_WAIT_UNTIL(5000, w2.done);
     cr_assert_eq(dlock_lease_release(w2.lease), 0);
