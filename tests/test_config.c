@@ -1793,7 +1793,7 @@ Test(reload, every_setting_is_in_the_table)
         "connect_timeout_ms = 700\ncommand_timeout_ms = 800\nreconnect_min_ms = 30\n"
         "reconnect_max_ms = 3000\nnode_timeout_ms = 25\nwait_replicas = 1\n"
         "wait_timeout_ms = 90\ntopology_refresh_ms = 3000\n"
-        "[policy]\nallow = 0 *\nsee_all = 0\nmax_leases_per_uid = 1\nmax_waiters_per_uid = 2\n"
+        "[policy]\nallow = 0 *\nsee_all = 0\nforce = 0 job-*\nmax_leases_per_uid = 1\nmax_waiters_per_uid = 2\n"
         "max_connections_per_uid = 3\nmax_output_per_uid = 70000\nrenew_budget_per_uid = 5\n";
     static const char restart[] =
         "[agent]\nsocket = /tmp/x.sock\nsocket_mode = 0600\nsocket_group = adm\n"

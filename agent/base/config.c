@@ -304,25 +304,36 @@ static int next_word(const char **p, char *out, size_t cap, const char *seps)
 
 /* "allow = WHO PATTERN...": one rule per pattern, added to the list. The
  * words are separated by blanks only: a glob may hold a comma ("[a,b]*"). */
-static int parse_allow(struct policy *pol, const char *v)
+static int parse_rules(struct policy_rule *rules, unsigned *nrules, const char *v)
 {
     char word[POLICY_PATTERN_MAX];
     struct policy_who who;
     if (next_word(&v, word, sizeof word, " \t") != 1 || config_parse_who(word, &who) != 0)
         return -1;
-    unsigned n = pol->nrules;
+    unsigned n = *nrules;
     int rc;
     while ((rc = next_word(&v, word, sizeof word, " \t")) == 1) {
         if (n == POLICY_MAX_RULES)
             return -1;
-        pol->rules[n].who = who;
-        memcpy(pol->rules[n].pattern, word, strlen(word) + 1);
+        rules[n].who = who;
+        memcpy(rules[n].pattern, word, strlen(word) + 1);
         n++;
     }
-    if (rc < 0 || n == pol->nrules)
+    if (rc < 0 || n == *nrules)
         return -1; /* no pattern */
-    pol->nrules = n;
+    *nrules = n;
     return 0;
+}
+
+static int parse_allow(struct policy *pol, const char *v)
+{
+    return parse_rules(pol->rules, &pol->nrules, v);
+}
+
+/* "force = WHO PATTERN...": as allow's, in a list of their own. */
+static int parse_force(struct policy *pol, const char *v)
+{
+    return parse_rules(pol->force, &pol->nforce, v);
 }
 
 /* "see_all = WHO...": replaces the list. */
@@ -380,12 +391,24 @@ bool policy_sees_all(const struct policy *p, uint32_t uid, const uint32_t *gids,
     return false;
 }
 
+bool policy_may_force(const struct policy *p, uint32_t uid, const uint32_t *gids, size_t ngids,
+                      const char *name)
+{
+    for (unsigned i = 0; i < p->nforce; i++)
+        if (who_matches(&p->force[i].who, uid, gids, ngids) &&
+            fnmatch(p->force[i].pattern, name, 0) == 0)
+            return true;
+    return false;
+}
+
 static int set_special(struct config *c, const char *section, const char *key, const char *v)
 {
     if (strcmp(section, "policy") == 0 && strcmp(key, "allow") == 0)
         return parse_allow(&c->policy, v);
     if (strcmp(section, "policy") == 0 && strcmp(key, "see_all") == 0)
         return parse_see_all(&c->policy, v);
+    if (strcmp(section, "policy") == 0 && strcmp(key, "force") == 0)
+        return parse_force(&c->policy, v);
     if (strcmp(section, "formats") == 0 && strcmp(key, "redisson") == 0)
         return formats_add(&c->formats, KEY_FORMAT_REDISSON, v);
     if (strcmp(section, "formats") == 0 && strcmp(key, "redisson_rwlock") == 0)
@@ -1065,6 +1088,7 @@ enum show {
     SHOW_MODE,
     SHOW_ALLOW,   /* [policy] allow: the rules */
     SHOW_SEE_ALL, /* [policy] see_all */
+    SHOW_FORCE,   /* [policy] force: the rules */
     SHOW_FORMAT,  /* the patterns of one [formats] key */
 };
 
@@ -1181,6 +1205,7 @@ static const struct reload_rule reload_rules[] = {
     RELOADS("redis", topology_refresh_ms),
     {"policy", "allow", SHOW_ALLOW, FIELD(policy), 0, NULL, NULL},
     {"policy", "see_all", SHOW_SEE_ALL, FIELD(policy), 0, NULL, NULL},
+    {"policy", "force", SHOW_FORCE, FIELD(policy), 0, NULL, NULL},
     POLICY(max_leases_per_uid),
     POLICY(max_waiters_per_uid),
     POLICY(max_connections_per_uid),
@@ -1214,15 +1239,20 @@ static bool same_nodes(const struct config *a, const struct config *b)
     return true;
 }
 
-static bool same_allow(const struct policy *a, const struct policy *b)
+static bool same_rules(const struct policy_rule *a, unsigned na, const struct policy_rule *b,
+                       unsigned nb)
 {
-    if (a->nrules != b->nrules)
+    if (na != nb)
         return false;
-    for (unsigned i = 0; i < a->nrules; i++)
-        if (!same_who(&a->rules[i].who, &b->rules[i].who) ||
-            strcmp(a->rules[i].pattern, b->rules[i].pattern))
+    for (unsigned i = 0; i < na; i++)
+        if (!same_who(&a[i].who, &b[i].who) || strcmp(a[i].pattern, b[i].pattern))
             return false;
     return true;
+}
+
+static bool same_allow(const struct policy *a, const struct policy *b)
+{
+    return same_rules(a->rules, a->nrules, b->rules, b->nrules);
 }
 
 static bool same_see_all(const struct policy *a, const struct policy *b)
@@ -1272,6 +1302,8 @@ static bool same_setting(const struct reload_rule *r, const struct config *a,
         return same_allow(&a->policy, &b->policy);
     case SHOW_SEE_ALL:
         return same_see_all(&a->policy, &b->policy);
+    case SHOW_FORCE:
+        return same_rules(a->policy.force, a->policy.nforce, b->policy.force, b->policy.nforce);
     case SHOW_FORMAT:
         return same_format(&a->formats, &b->formats, r->format);
     default:
@@ -1294,6 +1326,10 @@ static void copy_setting(const struct reload_rule *r, struct config *live,
         memcpy(p->see_all, q->see_all, sizeof p->see_all);
         p->nsee_all = q->nsee_all;
         p->see_all_set = q->see_all_set;
+        break;
+    case SHOW_FORCE:
+        memcpy(p->force, q->force, sizeof p->force);
+        p->nforce = q->nforce;
         break;
     default:
         memcpy((char *)live + r->offset, field_of(fresh, r), r->size);
@@ -1358,6 +1394,14 @@ static void show_list(struct shown *s, const struct reload_rule *r, const struct
             show_who(s, &p->rules[i].who);
             show_add(s, " ");
             show_printable(s, p->rules[i].pattern);
+        }
+    } else if (r->show == SHOW_FORCE) {
+        show_add(s, p->nforce ? "" : "(none: nobody)");
+        for (unsigned i = 0; i < p->nforce; i++) {
+            show_add(s, i ? ", " : "");
+            show_who(s, &p->force[i].who);
+            show_add(s, " ");
+            show_printable(s, p->force[i].pattern);
         }
     } else if (r->show == SHOW_SEE_ALL) {
         show_add(s, p->see_all_set ? "" : "(unset: everyone)");
@@ -1427,6 +1471,7 @@ static void show_setting(const struct reload_rule *r, const struct config *c, ch
     case SHOW_NODES:
     case SHOW_ALLOW:
     case SHOW_SEE_ALL:
+    case SHOW_FORCE:
     case SHOW_FORMAT:
         show_list(&s, r, c);
         break;

@@ -46,6 +46,11 @@ struct policy {
     struct policy_who see_all[POLICY_MAX_WHO];
     unsigned nsee_all;
     bool see_all_set;
+    /* "force = WHO PATTERN...": who may force the release of the names
+     * matching a pattern, whoever holds them (dlockctl release --force, on
+     * the status socket); without any force line, nobody. */
+    struct policy_rule force[POLICY_MAX_RULES];
+    unsigned nforce;
     uint32_t max_leases_per_uid; /* leases and waiters together; 0 = no limit */
     uint32_t max_waiters_per_uid;
     uint32_t max_connections_per_uid; /* 0 = no limit */
@@ -177,6 +182,9 @@ bool policy_allows(const struct policy *p, uint32_t uid, const uint32_t *gids, s
                    const char *name);
 /* Whether the peer sees every lease on the status socket. */
 bool policy_sees_all(const struct policy *p, uint32_t uid, const uint32_t *gids, size_t ngids);
+/* Whether a force line lets uid (in groups gids) force the release of name. */
+bool policy_may_force(const struct policy *p, uint32_t uid, const uint32_t *gids, size_t ngids,
+                      const char *name);
 
 /* Fills c with the built-in defaults. */
 void config_defaults(struct config *c);
@@ -229,7 +237,7 @@ double config_renew_margin_ms(uint32_t ttl_ms, double fraction);
  * config.c (reload_rules) gives with it. */
 
 #define CONFIG_SHOWN_MAX   160 /* a value as a change shows it, cut with "..." */
-#define CONFIG_CHANGES_MAX 64  /* at least the settings of the table */
+#define CONFIG_CHANGES_MAX 72  /* at least the settings of the table */
 
 /* One setting that differs between the configuration in force and a fresh
  * one. */

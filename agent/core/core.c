@@ -1536,6 +1536,29 @@ void core_notice(struct core *k, const char *name, size_t len, uint64_t now)
     lock_settle(k, l, now);
 }
 
+size_t core_force(struct core *k, const char *name, size_t len, struct core_forced *out, size_t max,
+                  uint64_t now)
+{
+    size_t n = 0;
+    struct lock *l;
+    /* Each loss settles the lock, which may hand it to a waiter (a reader
+     * joining the readers' grant) or free it: found again each time. */
+    while ((l = table_lock_find(&k->table, name, len)) && (l->nholders || l->phase == LOCK_KEPT)) {
+        if (l->phase == LOCK_KEPT) {
+            l->phase = LOCK_IDLE; /* the key is gone: no handoff, no release */
+            lock_settle(k, l, now);
+            continue;
+        }
+        struct lease *le = LIST_FIRST(&l->holders);
+        if (n < max)
+            out[n] = (struct core_forced){
+                .pid = (int)le->owner->pid, .uid = le->owner->uid, .fence = le->fence};
+        n++;
+        lease_lose(k, le, DLOCK_ELOST, false, now);
+    }
+    return n;
+}
+
 /* Every lock with waiters tries again now (an acquire in flight counts as
  * having missed a notice, so its "taken" answer is retried at once). */
 static void kick_all(struct core *k, uint64_t now)

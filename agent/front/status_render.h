@@ -71,6 +71,11 @@ struct status_source {
     void (*find_lease)(void *arg, const char *name, status_lease_fn fn, void *fnarg);
     /* Reads what the store holds for a name (the "holder" query). */
     int (*lookup)(void *arg, const char *name, size_t len, backend_lookup_cb cb, void *cbarg);
+    /* Forces the release of a name, whoever holds it (the "release-force"
+     * query, which the policy let uid ask for; uid and pid for the log): cb
+     * gets what the key held before. NULL: not available. */
+    int (*force)(void *arg, const char *name, size_t len, uint32_t uid, int pid,
+                 backend_lookup_cb cb, void *cbarg);
 };
 
 /* Who asks: a peer that may not see all leases sees its own uid's only. */
