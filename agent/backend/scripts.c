@@ -188,18 +188,18 @@ static const char lua_lookup[] = LUA_LOOKUP;
 
 /* Force (an operator's forced release, whoever holds the key): the
  * lookup's answer, then the lock key and the holder record of earlier
- * versions deleted; the release notice goes on the name's channel (ARGV[1],
- * empty: none; ARGV[2] the name, ARGV[3] "s" for SPUBLISH) when hosts wait
- * (the waiting-hosts record, KEYS[3], exists; on Redis Cluster, where it is
- * not named, always). The waiting-hosts record and the slot's fencing mark
- * stay: the next grant's token is still above every earlier one. */
+ * versions (KEYS[2], not named on Redis Cluster) deleted; the release notice goes on the name's
+ * channel (ARGV[1], empty: none; ARGV[2] the name, ARGV[3] "s" for SPUBLISH) when hosts wait (the
+ * waiting-hosts record, KEYS[3], exists; on Redis Cluster, where it is not named, always). The
+ * waiting-hosts record and the slot's fencing mark stay: the next grant's token is still above
+ * every earlier one. */
 static const char lua_force[] =
     "local function look() " LUA_LOOKUP " end local out = look() "
     "if redis.call('exists', KEYS[1]) == 1 then redis.call('del', KEYS[1]) "
     "if ARGV[1] ~= '' and (not KEYS[3] or redis.call('exists', KEYS[3]) == 1) then "
     "if ARGV[3] == 's' then redis.call('spublish', ARGV[1], ARGV[2]) "
     "else redis.call('publish', ARGV[1], ARGV[2]) end end end "
-    "redis.call('del', KEYS[2]) return out";
+    "if KEYS[2] then redis.call('del', KEYS[2]) end return out";
 
 /* ---- the counted kinds ----
  *
@@ -651,12 +651,15 @@ static void build_fence(const struct script_ctx *ctx, const struct backend_req *
     arg_num(a, 0, req->fence);
 }
 
-/* KEYS: the lock, the holder record of earlier versions. */
+/* KEYS: the lock, and (but on Redis Cluster) the holder record of earlier
+ * versions: while a slot migrates, a script naming two keys of which the
+ * new master has one only gets TRYAGAIN until the move ends. */
 static void build_lookup(const struct script_ctx *ctx, const struct backend_req *req,
                          uint32_t permits, struct script_args *a)
 {
-    arg_keys(a, 2, ctx, req);
-    arg(a, a->side, side(ctx, a, HOLDER_SUFFIX, a->side));
+    arg_keys(a, ctx->sharded ? 1 : 2, ctx, req);
+    if (!ctx->sharded)
+        arg(a, a->side, side(ctx, a, HOLDER_SUFFIX, a->side));
 }
 
 /* Redisson's format: our field, the token and ":0". */
@@ -843,16 +846,17 @@ static void build_fence_rw(const struct script_ctx *ctx, const struct backend_re
     arg_side(a, 2 + 1 + 2 + 7, req);
 }
 
-/* KEYS: the lock, the holder record of earlier versions, and (but on Redis
- * Cluster) the waiting-hosts record. ARGV: the release channel (a name in
+/* KEYS: the lock, and (but on Redis Cluster, as for the lookup) the holder
+ * record of earlier versions and the waiting-hosts record. ARGV: the release channel (a name in
  * dlock's format; else empty: no notice), the name, and "s" for SPUBLISH. */
 static void build_force(const struct script_ctx *ctx, const struct backend_req *req,
                         uint32_t permits, struct script_args *a)
 {
-    arg_keys(a, ctx->sharded ? 2 : 3, ctx, req);
-    arg(a, a->side, side(ctx, a, HOLDER_SUFFIX, a->side));
-    if (!ctx->sharded)
+    arg_keys(a, ctx->sharded ? 1 : 3, ctx, req);
+    if (!ctx->sharded) {
+        arg(a, a->side, side(ctx, a, HOLDER_SUFFIX, a->side));
         arg(a, a->readers, side(ctx, a, WAITING_SUFFIX, a->readers));
+    }
     bool own = formats_of(ctx->formats, req->name, req->len) == KEY_FORMAT_DLOCK;
     arg(a, a->channel, own ? side(ctx, a, RELEASED_SUFFIX, a->channel) : 0);
     arg(a, req->name, req->len);
