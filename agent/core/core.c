@@ -216,6 +216,8 @@ static void note_listeners(struct core *k, const struct orphan *o, uint32_t list
 static void park_orphan(struct core *k, struct orphan *o, uint64_t now)
 {
     if (k->shutting_down || now >= o->expires) {
+        if (k->shutting_down)
+            k->stop_unsent++;
         free(o);
         return;
     }
@@ -245,6 +247,8 @@ static void on_released(void *arg, const struct backend_result *r)
         park_orphan(k, o, r->at);
         return;
     }
+    if (k->shutting_down)
+        k->stop_answered++;
     if (r->outcome != BACKEND_DONE)
         log_debug("release of %s found the key gone or owned by another", o->name);
     else if (k->cfg->formats.nredisson)

@@ -94,6 +94,10 @@ struct core {
     int down_err;              /* then: DLOCK_EUNAVAIL or DLOCK_ENOQUORUM */
     char store_why[128];       /* what the store said of the last acquire's failure */
     bool shutting_down;
+    /* Since core_shutdown(): releases the store confirmed (deleted, or the
+     * key was already gone), and those that could not be sent or got no
+     * answer (their keys expire by their TTL). */
+    size_t stop_answered, stop_unsent;
     struct lock *kept;     /* locks kept for a handoff in this loop turn */
     unsigned turn_retries; /* renewals of leases in jeopardy sent at retries_at */
     uint64_t retries_at;

@@ -429,8 +429,16 @@ static void on_shutdown_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct agent *a = w->data;
     size_t pending = a->backend->ops->pending(a->backend);
+    const struct core *k = &a->core;
     if (pending == 0) {
-        log_info("all releases sent and answered; exiting");
+        /* Every release was answered, or could not be sent (or failed):
+         * say which, and how many. */
+        if (k->stop_unsent)
+            log_warn("%zu release(s) not sent or not answered: Redis unreachable; their keys "
+                     "expire within the TTL; %zu release(s) sent and answered; exiting",
+                     k->stop_unsent, k->stop_answered);
+        else
+            log_info("%zu release(s) sent and answered; exiting", k->stop_answered);
         finish_shutdown(a);
     } else if (ev_now(loop) >= a->shutdown_deadline) {
         log_warn("%zu Redis command(s) unanswered at shutdown; their keys expire by TTL", pending);
