@@ -157,3 +157,25 @@ ITEST(force, refused_for_a_uid_that_does_not_match)
     cr_assert_eq(h_events(a, l, DLOCK_STATE_LOST), 0);
     cr_assert_eq(dlock_lease_release(l), 0);
 }
+
+ITEST(force, quorum_mode_deletes_the_key_on_every_node)
+{
+    h_quorum_start(3, 1, "[policy]\nforce = 0 *\n", NULL);
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "qjob", 2000);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(h_node_exists(i, h_key("qjob")), 1, "node %d lacks the key", i);
+    cr_assert_eq(force("qjob"), 0, "dlockctl: %s", ctl_out());
+    cr_assert(strstr(ctl_out(), "released qjob: held by pid"), "answer: %s", ctl_out());
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(h_node_exists(i, h_key("qjob")), 0, "node %d keeps the key", i);
+    H_WAIT_UNTIL(H_EVENT_MS, told_lost(a, l));
+    /* A node down: the other two, a majority, delete it. */
+    l = h_must_acquire(a, "qjob2", 2000);
+    h_node_stop(2);
+    cr_assert_eq(force("qjob2"), 0, "dlockctl: %s", ctl_out());
+    cr_assert_eq(h_node_exists(0, h_key("qjob2")), 0);
+    cr_assert_eq(h_node_exists(1, h_key("qjob2")), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, told_lost(a, l));
+    cr_assert_eq(h_metric(0, "dlock_forced_releases_total"), 2);
+}
