@@ -608,7 +608,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     }
     if (optind >= argc)
         return usage_error(
-            CMD_NONE, "missing command (run, status, leases, metrics, holder or reload)", NULL);
+            CMD_NONE, "missing command (run, status, leases, metrics, holder, reload or release)",
+            NULL);
     o->command = command_of(argv[optind]);
     if (o->command == CMD_NONE)
         return usage_error(CMD_NONE, "unknown command", argv[optind]);
