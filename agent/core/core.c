@@ -1026,10 +1026,18 @@ static void on_acquired(void *arg, const struct backend_result *r)
     free(ref);
     struct waiter *w = l->acq_for;
     uint64_t now = r->at;
+    bool forced = l->forced;
     lock_rest(l);
     l->acq_for = NULL;
+    l->forced = false;
     note_store_why(k, r);
-    if (r->err) {
+    if (r->err == 0 && r->outcome == BACKEND_DONE && forced) {
+        /* Granted, then deleted by the forced release sent after it: no
+         * lease; the waiter asks again at once (notice_missed). */
+        log_info("the grant of %s came before its forced release: asking again", l->name);
+        k->down_since = 0;
+        l->joined = false; /* the acquire took its entry out */
+    } else if (r->err) {
         if (w && !ride_outage(k, l, w, r->err, now))
             waiter_finish(k, w, r->err, now);
         /* Unanswered, or failed halfway: the store may have set the key all
@@ -1544,7 +1552,13 @@ size_t core_force(struct core *k, const char *name, size_t len, struct core_forc
                   uint64_t now)
 {
     size_t n = 0;
-    struct lock *l;
+    struct lock *l = table_lock_find(&k->table, name, len);
+    if (l && l->phase == LOCK_ACQUIRING) {
+        /* Its answer may be a grant the forced release deleted, or "taken"
+         * by the key it deleted: either way, asked again at once. */
+        l->forced = true;
+        l->notice_missed = true;
+    }
     /* Each loss settles the lock, which may hand it to a waiter (a reader
      * joining the readers' grant) or free it: found again each time. */
     while ((l = table_lock_find(&k->table, name, len)) && (l->nholders || l->phase == LOCK_KEPT)) {
