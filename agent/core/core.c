@@ -268,8 +268,9 @@ static void send_orphan(struct core *k, struct orphan *o, uint64_t now)
                               .notify = o->notify};
     int rc = k->backend->ops->op(k->backend, &req, on_released, o);
     if (rc) {
-        log_debug("cannot release %s now (%s); will retry when the store is back", o->name,
-                  errname(rc));
+        log_debug("cannot release %s now (%s); %s", o->name, errname(rc),
+                  k->shutting_down ? "stopping: its key expires by its TTL"
+                                   : "will retry when the store is back");
         park_orphan(k, o, now);
     }
 }
