@@ -151,6 +151,17 @@ ITEST(force, refused_for_a_uid_that_does_not_match)
         _exit(strncmp(out, "error: release --force: permission denied", 41) == 0 ? 0 : 102);
     }
     cr_assert_eq(h_wait_child(pid, 10000), 0, "nobody was not refused");
+    /* dlockctl as nobody: exit 77. */
+    const char *status = status_path(0);
+    pid = h_fork();
+    if (pid == 0) {
+        if (setgroups(0, NULL) != 0 || setresgid(NOBODY, NOBODY, NOBODY) != 0 ||
+            setresuid(NOBODY, NOBODY, NOBODY) != 0)
+            _exit(100);
+        execl(DLOCKCTL_PATH, "dlockctl", "-S", status, "release", "--force", "job-5", (char *)NULL);
+        _exit(101);
+    }
+    cr_assert_eq(h_wait_child(pid, 10000), 77, "dlockctl as nobody did not exit 77");
     cr_assert_eq(h_redis_exists(h_key("job-5")), 1, "the key went all the same");
     cr_assert(log_has(0, "forced release of job-5 refused to uid 65534"), "not logged");
     h_pump(a, 50);
