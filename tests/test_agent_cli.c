@@ -84,6 +84,14 @@ ITEST(agent_cli, check_lists_every_error_with_its_source)
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_assert_not_null(strstr(out, want[i]), "'%s' lacks '%s'", out, want[i]);
     cr_assert_null(strstr(out, "configuration OK"));
+    /* A start (no -n) reports them all too before refusing. */
+    char *argv1[] = {DLOCKD_PATH, "-c", (char *)conf, "--default-ttl", "1", NULL};
+    cr_assert_eq(run_agent(argv1, h_path("start.out")), 2);
+    out = h_read_file(h_path("start.out"));
+    cr_assert(out && strstr(out, ":3: unknown setting [agent] no_such_key") &&
+                  strstr(out, ":6: [redis] command_timeout_ms = 99") &&
+                  strstr(out, "--default-ttl: [agent] default_ttl_ms = 1"),
+              "%s", out ? out : "");
     /* A short flag, its value in the same word. */
     char *argv2[] = {DLOCKD_PATH, "-n", "-rnowhere", NULL};
     cr_assert_eq(run_agent(argv2, h_path("short.out")), 2);
