@@ -61,6 +61,45 @@ ITEST(agent_cli, check_rejects_bad_config)
     cr_assert_eq(run_agent(argv3, h_path("bad3.out")), 2);
 }
 
+/* dlockd -n lists every error of the file and of the flags, each with its
+ * source: the file's line, or the flag as typed. */
+ITEST(agent_cli, check_lists_every_error_with_its_source)
+{
+    const char *conf = h_keep(h_path("many.conf"));
+    write_file(conf, "[agent]\nmax_ttl_ms = abc\nno_such_key = 1\nmin_ttl_ms = 5\n"
+                     "[redis]\ncommand_timeout_ms = 99\n");
+    char *argv[] = {DLOCKD_PATH,     "-n", "-c",          (char *)conf,
+                    "--default-ttl", "1",  "--mode=nope", NULL};
+    cr_assert_eq(run_agent(argv, h_path("many.out")), 2);
+    const char *out = h_read_file(h_path("many.out"));
+    cr_assert_not_null(out);
+    const char *want[] = {
+        ":2: [agent] max_ttl_ms: not a number",
+        ":3: unknown setting [agent] no_such_key",
+        ":4: [agent] min_ttl_ms = 5: must be between",
+        ":6: [redis] command_timeout_ms = 99: must be between",
+        "dlockd: --mode: [redis] mode: invalid value 'nope'",
+        "dlockd: --default-ttl: [agent] default_ttl_ms = 1: must be between",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert_not_null(strstr(out, want[i]), "'%s' lacks '%s'", out, want[i]);
+    cr_assert_null(strstr(out, "configuration OK"));
+    /* A start (no -n) reports them all too before refusing. */
+    char *argv1[] = {DLOCKD_PATH, "-c", (char *)conf, "--default-ttl", "1", NULL};
+    cr_assert_eq(run_agent(argv1, h_path("start.out")), 2);
+    out = h_read_file(h_path("start.out"));
+    cr_assert(out && strstr(out, ":3: unknown setting [agent] no_such_key") &&
+                  strstr(out, ":6: [redis] command_timeout_ms = 99") &&
+                  strstr(out, "--default-ttl: [agent] default_ttl_ms = 1"),
+              "%s", out ? out : "");
+    /* A short flag, its value in the same word. */
+    char *argv2[] = {DLOCKD_PATH, "-n", "-rnowhere", NULL};
+    cr_assert_eq(run_agent(argv2, h_path("short.out")), 2);
+    out = h_read_file(h_path("short.out"));
+    cr_assert(out && strstr(out, "dlockd: -r: [redis] address: invalid value 'nowhere'"), "%s",
+              out ? out : "");
+}
+
 ITEST(agent_cli, check_rejects_out_of_range_values_naming_the_range)
 {
     /* Values that parse but would break the agent: no acquire could ever

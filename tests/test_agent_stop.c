@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -34,6 +35,9 @@ ITEST(agent_stop, sigterm_releases_everything_and_exits_0)
     H_KEY_GONE(h_key("x"));
     H_KEY_GONE(h_key("y"));
     H_KEY_GONE(h_key("z"));
+    const char *log = h_read_file(H.agent[0].log);
+    cr_assert(log && strstr(log, "3 release(s) sent and answered; exiting"), "log: %s",
+              log ? log : "");
 
     /* Every client learns it, through dispatch. */
     H_WAIT_UNTIL(H_EVENT_MS, a->disconnected && b->disconnected && c->disconnected);
@@ -155,4 +159,24 @@ ITEST(agent_stop, sigterm_with_acquires_in_flight_leaves_no_keys)
     H_WAIT_UNTIL(H_EVENT_MS, a->disconnected);
     for (int i = 0; i < 50; i++)
         cr_assert_eq(w[i].done, 1, "async acquire %d: callback ran %d times", i, w[i].done);
+}
+
+/* With Redis down, nothing is released at the stop: the log says so, and
+ * that the keys expire by their TTL, instead of claiming the releases were
+ * sent. */
+ITEST(agent_stop, sigterm_with_redis_down_says_the_releases_were_not_sent)
+{
+    h_start(NO_STATE);
+    struct h_cl *a = h_client();
+    h_must_acquire(a, "x", 30000);
+    h_must_acquire(a, "y", 30000);
+    h_redis_stop();
+    H_WAIT_UNTIL(H_EVENT_MS, strstr(h_status_ask(0, "status-json\n"), "\"connected\":false"));
+    int st = h_agent_stop(0);
+    cr_assert_eq(st, 0, "dlockd exit status %d after SIGTERM", st);
+    const char *log = h_read_file(H.agent[0].log);
+    cr_assert(log && strstr(log, "2 release(s) not sent or not answered: Redis unreachable; their "
+                                 "keys expire within the TTL; 0 release(s) sent and answered"),
+              "log: %s", log ? log : "");
+    cr_assert_null(strstr(log, "all releases sent and answered"));
 }

@@ -953,3 +953,53 @@ HCTEST(cluster, over_tls_with_client_certificates_through_a_failover)
         no_plaintext_link(ag);
     }
 }
+/* The status socket's answer to req on agent 0, which must be one. */
+static const char *ask0(const char *req)
+{
+    const char *out = h_status_ask(0, req);
+    cr_assert_not_null(out, "no answer to %s", req);
+    return h_keep(out);
+}
+
+/* `holder` and `release-force` go to the master of the name's slot as the
+ * lock operations do, and follow its redirects: MOVED after the slot moved
+ * unseen by the agent (no map read meanwhile), ASK while it migrates. */
+HCTEST(cluster, holder_and_forced_release_follow_moved_and_ask)
+{
+    start(1, "[policy]\nforce = 0 *\n", "topology_refresh_ms = 600000\n", NULL);
+    int m[HC_NODES];
+    cr_assert_eq(hc_masters(m), 3);
+    char name[64];
+    hc_name_on(m[0], "who", name, sizeof name);
+    const char *key = hc_lock_key(name);
+    freeReplyObject(hc_key_cmd(key, "SET %s foreign-value PX 60000", key));
+    char req[128], want[128];
+    snprintf(req, sizeof req, "holder %s\n", name);
+    snprintf(want, sizeof want, "%s: held by a client outside dlock (value 'foreign-value')", name);
+    const char *out = ask0(req);
+    cr_assert(strstr(out, want), "holder before the move: %s", out);
+
+    /* The slot moves; the agent's map still names the old master. */
+    unsigned slot = hc_name_slot(name);
+    hc_move_slot(slot, m[1]);
+    cr_assert_str_eq(hc_get(m[1], key), "foreign-value");
+    out = ask0(req);
+    cr_assert(strstr(out, want), "holder after MOVED: %s", out);
+
+    /* Mid-migration to the third master, with the key moved: ASK. */
+    struct hc_migration mig;
+    hc_migrate_begin(&mig, slot, m[2]);
+    const char *keys[] = {key};
+    cr_assert_eq(hc_migrate_keys(&mig, keys, 1), 1);
+    out = ask0(req);
+    cr_assert(strstr(out, want), "holder after ASK: %s", out);
+    snprintf(req, sizeof req, "release-force %s\n", name);
+    out = ask0(req);
+    cr_assert(strncmp(out, "released ", 9) == 0 && strstr(out, want), "forced release: %s", out);
+    cr_assert_eq(hc_exists(m[2], key), 0, "the key is still on the new master");
+    hc_migrate_finish(&mig);
+    snprintf(req, sizeof req, "holder %s\n", name);
+    snprintf(want, sizeof want, "%s: free", name);
+    out = ask0(req);
+    cr_assert(strstr(out, want), "holder after the forced release: %s", out);
+}

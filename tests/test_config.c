@@ -1825,7 +1825,8 @@ Test(reload, every_setting_is_in_the_table)
         "connect_timeout_ms = 700\ncommand_timeout_ms = 800\nreconnect_min_ms = 30\n"
         "reconnect_max_ms = 3000\nnode_timeout_ms = 25\nwait_replicas = 1\n"
         "wait_timeout_ms = 90\ntopology_refresh_ms = 3000\n"
-        "[policy]\nallow = 0 *\nsee_all = 0\nmax_leases_per_uid = 1\nmax_waiters_per_uid = 2\n"
+        "[policy]\nallow = 0 *\nsee_all = 0\nforce = 0 job-*\nmax_leases_per_uid = "
+        "1\nmax_waiters_per_uid = 2\n"
         "max_connections_per_uid = 3\nmax_output_per_uid = 70000\nrenew_budget_per_uid = 5\n";
     static const char restart[] =
         "[agent]\nsocket = /tmp/x.sock\nsocket_mode = 0600\nsocket_group = adm\n"
@@ -1988,4 +1989,93 @@ Test(tls, a_reload_reads_the_files_and_switching_restarts)
     config_of(&b, "[redis]\naddress = 10.0.0.1:6380\ntls = yes\n");
     cr_assert_str_eq(one_change(&a, &b, &c), "[redis] tls no -> yes");
     cr_assert_not_null(c->restart);
+}
+
+/* ---- a check reports every error, each with its source ---- */
+
+/* The line of r's text that contains want, or NULL. */
+static const char *report_line_with(const struct config_report *r, const char *want)
+{
+    const char *at = strstr(r->text, want);
+    return at;
+}
+
+Test(report, every_refused_line_of_the_file_is_listed_with_its_line)
+{
+    static struct config c;
+    static struct config_report r;
+    char path[256], want[400];
+    const char *text = "[agent]\n"                   /* 1 */
+                       "prefix = app:\n"             /* 2 */
+                       "max_ttl_ms = abc\n"          /* 3 */
+                       "no_such_key = 1\n"           /* 4 */
+                       "min_ttl_ms = 5\n"            /* 5: passes the parse, not the range */
+                       "[redis]\n"                   /* 6 */
+                       "command_timeout_ms = 99\n"   /* 7 */
+                       "this line is no setting\n"   /* 8 */
+                       "address = not an address\n"; /* 9 */
+    write_temp(path, sizeof path, text);
+    config_defaults(&c);
+    config_report_init(&r);
+    cr_assert_eq(config_load_file_report(&c, path, &r), -1);
+    cr_assert_eq(config_validate_report(&c, &r), -1);
+    unlink(path);
+    const char *lines[] = {
+        ":3: [agent] max_ttl_ms: not a number in 0..4294967295: 'abc'",
+        ":4: unknown setting [agent] no_such_key",
+        ":8: syntax error",
+        ":9: [redis] address: invalid value 'not an address'",
+        ":5: [agent] min_ttl_ms = 5: must be between 10 and",
+        ":7: [redis] command_timeout_ms = 99: must be between 100 and 60000",
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        snprintf(want, sizeof want, "%s%s", path, lines[i]);
+        cr_assert_not_null(report_line_with(&r, want), "'%s' lacks '%s'", r.text, want);
+    }
+    cr_assert_eq(r.nerrors, 6, "%u errors: %s", r.nerrors, r.text);
+    /* The file's errors come in the order of its lines. */
+    cr_assert_lt(strstr(r.text, ":3: "), strstr(r.text, ":4: "));
+    cr_assert_lt(strstr(r.text, ":4: "), strstr(r.text, ":8: "));
+    cr_assert_lt(strstr(r.text, ":8: "), strstr(r.text, ":9: "));
+}
+
+Test(report, a_flag_error_names_the_flag_not_the_file)
+{
+    static struct config c;
+    static struct config_report r;
+    char path[256];
+    write_temp(path, sizeof path, "[agent]\ndefault_ttl_ms = 5000\n");
+    config_defaults(&c);
+    config_report_init(&r);
+    cr_assert_eq(config_load_file_report(&c, path, &r), 0, "%s", r.text);
+    cr_assert_eq(config_set_report(&c, "agent", "default_ttl_ms", "zz", "--default-ttl", &r), -1);
+    cr_assert_str_eq(
+        r.text, "--default-ttl: [agent] default_ttl_ms: not a number in 0..4294967295: 'zz'\n");
+    /* A value the flag set that passes the parse but not the range: the
+     * range error names the flag, not the file that set the key before. */
+    config_report_init(&r);
+    cr_assert_eq(config_load_file_report(&c, path, &r), 0);
+    cr_assert_eq(config_set_report(&c, "agent", "default_ttl_ms", "1", "--default-ttl", &r), 0);
+    cr_assert_eq(config_validate_report(&c, &r), -1);
+    unlink(path);
+    cr_assert_not_null(strstr(r.text, "--default-ttl: [agent] default_ttl_ms = 1: must be between"),
+                       "%s", r.text);
+    cr_assert_null(strstr(r.text, path), "the file is named: %s", r.text);
+}
+
+Test(report, an_error_about_a_default_has_no_source)
+{
+    static struct config c;
+    static struct config_report r;
+    config_defaults(&c);
+    config_report_init(&r);
+    cr_assert_eq(config_set_report(&c, "agent", "max_ttl_ms", "1000", "-x", &r), 0);
+    cr_assert_eq(config_validate_report(&c, &r), -1);
+    /* default_ttl_ms (30000 by default) above the flag's max_ttl_ms: about
+     * a default, told as before. */
+    cr_assert_not_null(strstr(r.text, "\n[agent] default_ttl_ms = ") ||
+                               strncmp(r.text, "[agent] default_ttl_ms = ", 25) == 0
+                           ? r.text
+                           : NULL,
+                       "%s", r.text);
 }

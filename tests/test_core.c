@@ -2245,3 +2245,55 @@ Test(core, a_lease_in_jeopardy_is_renewed_as_soon_as_the_store_is_back)
     cr_assert_eq(page_of(ADOPT_ID)->state, DLOCK_STATE_HELD);
     cr_assert_null(event_n(ADOPT_ID, DLOCK_STATE_LOST, 0));
 }
+
+/* ---- an operator's forced release (core_force) ---- */
+
+/* The local holder is told LOST at once, its key is not released again, and
+ * the next local waiter asks the store at once. */
+Test(core, a_forced_release_loses_the_local_lease_and_wakes_the_waiter)
+{
+    F.cfg.retry_fallback_ms = 60000;
+    struct tclient *a = client(1), *b = client(2);
+    uint64_t l = hold(a, "f", 30000, 0, 0, MS);
+    uint32_t wid = acquire(b, "f", 30000, DLOCK_WAIT_FOREVER, 0, 0);
+    cr_assert_eq(req_count(R_ACQUIRE, "f"), 1, "the waiter asked the store while it is held");
+    run_until(T0 + 10 * MS);
+    struct core_forced lost[2];
+    cr_assert_eq(core_force(&F.k, "f", 1, lost, 2, F.now), 1);
+    cr_assert_eq(lost[0].pid, 1);
+    cr_assert_eq(lost[0].fence, 7);
+    struct event *e = event_n(l, DLOCK_STATE_LOST, 0);
+    cr_assert_not_null(e, "no LOST event");
+    cr_assert_eq(e->at, T0 + 10 * MS);
+    cr_assert_eq(e->ev.reason, DLOCK_ELOST);
+    cr_assert_eq(req_count(R_RELEASE, "f"), 0, "released a key the forced release deleted");
+    cr_assert_eq(req_count(R_ACQUIRE, "f"), 2, "the waiter did not ask at once");
+    cr_assert_eq(pending(R_ACQUIRE, "f")->sent, T0 + 10 * MS);
+    reply(pending(R_ACQUIRE, "f"), T0 + 11 * MS, BACKEND_DONE);
+    granted(wid);
+    /* Nothing held: nothing lost. */
+    cr_assert_eq(core_force(&F.k, "nothing", 7, lost, 2, F.now), 0);
+}
+
+/* An acquire in flight when the release is forced reached the store first:
+ * its grant was deleted, so it grants nothing and asks again at once; a
+ * "taken" answer is asked again at once too. */
+Test(core, a_grant_in_flight_before_a_forced_release_is_asked_again)
+{
+    F.cfg.retry_fallback_ms = 60000;
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "g", 30000, DLOCK_WAIT_FOREVER, 0, 0);
+    struct core_forced lost[1];
+    cr_assert_eq(core_force(&F.k, "g", 1, lost, 1, F.now), 0);
+    reply(pending(R_ACQUIRE, "g"), T0 + MS, BACKEND_DONE);
+    cr_assert_null(answer_to(id), "granted a key the forced release deleted");
+    cr_assert_eq(req_count(R_ACQUIRE, "g"), 2, "not asked again at once");
+    cr_assert_eq(pending(R_ACQUIRE, "g")->sent, T0 + MS);
+    /* Once more, the answer "taken": asked again at once, not at the
+     * fallback retry. */
+    cr_assert_eq(core_force(&F.k, "g", 1, lost, 1, F.now), 0);
+    reply_at(pending(R_ACQUIRE, "g"), T0 + 2 * MS, 0, BACKEND_TAKEN, 0, 30000);
+    cr_assert_eq(req_count(R_ACQUIRE, "g"), 3, "a taken answer waited for the fallback retry");
+    reply(pending(R_ACQUIRE, "g"), T0 + 3 * MS, BACKEND_DONE);
+    granted(id);
+}

@@ -1498,3 +1498,91 @@ ITEST(scripts, redisson_semaphore_permits)
     d.name = "sem:3";
     cr_assert_eq(run_ctx(&ctx, SCRIPT_ACQUIRE_SEM, &d, 3, NULL).outcome, BACKEND_TAKEN);
 }
+
+/* ---- an operator's forced release ---- */
+
+/* Runs the forced release of name (the semaphore's script for a name in
+ * Redisson's semaphore format) with the Redisson formats: what it held. */
+static struct backend_holder force_of(const char *name, bool sharded)
+{
+    struct script_ctx ctx = ctx_of(sharded);
+    ctx.formats = redisson_all();
+    struct backend_req req = {.op = BACKEND_FORCE, .name = name, .len = strlen(name)};
+    enum script_id s = strncmp(name, "sem:", 4) == 0 ? SCRIPT_FORCE_SEM : SCRIPT_FORCE;
+    struct script_holders h;
+    struct script_result r = run_ctx(&ctx, s, &req, 0, &h);
+    cr_assert_eq(r.kind, SR_HOLDER, "%s: not a holder's answer", name);
+    return h.holder;
+}
+
+/* Whoever holds it, of every kind: the key goes, the answer says what it
+ * held, the fencing mark stays, and waiting hosts hear the notice. */
+ITEST(scripts, force_deletes_every_kind_of_key)
+{
+    start();
+    struct names n = names_of("job");
+    /* An exclusive key, with another host waiting. */
+    struct script_result r = run(SCRIPT_ACQUIRE, acq("job", TOK_A, NULL, 0));
+    cr_assert_eq(r.outcome, BACKEND_DONE);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, acq("job", TOK_B, "00000000000000bb", 1000)).outcome,
+                 BACKEND_TAKEN);
+    redisContext *sub = subscriber(n.channel, false);
+    struct backend_holder h = force_of("job", false);
+    cr_assert_str_eq(h.value, TOK_A);
+    cr_assert_str_eq(h.record, TOK_A " " REC);
+    cr_assert_eq(cmd_int("EXISTS %s", n.key), 0);
+    cr_assert_eq(get_num(n.hw), r.fence, "the fencing mark stays");
+    char m[64];
+    cr_assert_str_eq(next_message(sub, m, sizeof m), "job");
+    redisFree(sub);
+    /* Nothing left: nothing held. */
+    h = force_of("job", false);
+    cr_assert_str_eq(h.value, "");
+    cr_assert_eq(h.permits, 0);
+
+    /* A shared key of two readers. */
+    cr_assert_eq(counted("rd", 0, 0, 10000, NULL, 0).outcome, BACKEND_DONE);
+    cr_assert_eq(counted("rd", 1, 0, 10000, NULL, 0).outcome, BACKEND_DONE);
+    h = force_of("rd", false);
+    cr_assert_str_eq(h.kind, "shared");
+    cr_assert_eq(h.permits, 2);
+    cr_assert_eq(cmd_int("EXISTS %s", PREFIX "rd"), 0);
+
+    /* Redisson's RLock hash, at the bare name. */
+    cr_assert_eq(
+        run_r(SCRIPT_ACQUIRE_REDISSON, acq("orders:9", TOK_A, NULL, 0), false, NULL).outcome,
+        BACKEND_DONE);
+    h = force_of("orders:9", false);
+    cr_assert_str_eq(h.kind, "redisson");
+    cr_assert_eq(cmd_int("EXISTS %s", "orders:9"), 0);
+
+    /* Redisson's semaphore: every permit taken goes back to the free count. */
+    struct script_ctx ctx = ctx_of(false);
+    ctx.formats = redisson_all();
+    struct backend_req a = acq("sem:9", TOK_A, NULL, 0), b = acq("sem:9", TOK_B, NULL, 0);
+    a.kind = b.kind = LOCK_SEMAPHORE;
+    cr_assert_eq(run_ctx(&ctx, SCRIPT_ACQUIRE_SEM, &a, 2, NULL).outcome, BACKEND_DONE);
+    cr_assert_eq(run_ctx(&ctx, SCRIPT_ACQUIRE_SEM, &b, 2, NULL).outcome, BACKEND_DONE);
+    cr_assert_eq(get_ll("sem:9"), 0);
+    sub = subscriber("redisson_sc:{sem:9}", false);
+    h = force_of("sem:9", false);
+    cr_assert_str_eq(h.kind, "redisson:semaphore");
+    cr_assert_eq(h.permits, 2);
+    cr_assert_eq(cmd_int("EXISTS %s", "{sem:9}:timeout"), 0);
+    cr_assert_eq(get_ll("sem:9"), 2);
+    cr_assert_str_eq(next_message(sub, m, sizeof m), "2");
+    redisFree(sub);
+
+    /* On Redis Cluster the script names the lock key alone. (The waiting
+     * host, whose entry stayed, takes the name first.) */
+    cr_assert_eq(run(SCRIPT_ACQUIRE, acq("job", TOK_C, "00000000000000bb", 1000)).outcome,
+                 BACKEND_DONE);
+    struct script_ctx sh = ctx_of(true);
+    struct backend_req q = {.op = BACKEND_FORCE, .name = "job", .len = 3};
+    struct script_args args;
+    cr_assert_eq(script_command(SCRIPT_FORCE, NULL, &sh, &q, 0, &args), 0);
+    cr_assert_str_eq(args.v[2], "1");
+    h = force_of("job", true);
+    cr_assert_str_eq(h.value, TOK_C);
+    cr_assert_eq(cmd_int("EXISTS %s", n.key), 0);
+}

@@ -33,6 +33,7 @@
 #define EXIT_TEMPFAIL    75 /* EX_TEMPFAIL: default for -E */
 #define EXIT_NOPERM      77 /* EX_NOPERM: the agent's policy refused the name, or a reload */
 #define EXIT_CONFIG      78 /* EX_CONFIG: the agent refused its configuration file */
+#define EXIT_NOT_HELD    1  /* release --force: the name was not held */
 #define EXIT_LOST        79 /* the lease was lost while CMD ran */
 #define EXIT_NOEXEC      126
 #define EXIT_NOTFOUND    127
@@ -54,7 +55,8 @@ enum command {
     CMD_METRICS,
     CMD_HOLDER,
     CMD_RELOAD,
-    CMD_HEALTH
+    CMD_HEALTH,
+    CMD_RELEASE
 };
 
 /* health: the agent answered and can take locks, or cannot (Nagios's OK
@@ -68,6 +70,7 @@ struct run_opts {
     const char *status_socket; /* -S; NULL = $DLOCK_STATUS_SOCKET or beside the socket */
     bool json;                 /* status, leases, holder: --json */
     bool live, verbose;        /* health: --live, --verbose */
+    bool force;                /* release: --force */
     const char *pattern;       /* leases: NULL = every lease; holder: the name */
     const char *name;
     /* run: NAME, then the names of -a in their order */
@@ -117,7 +120,8 @@ static const char help_exit[] =
     "  0      status, leases, metrics, holder: the answer was printed (whatever\n"
     "         it says of Redis); reload: the configuration was read and its\n"
     "         changes printed; health: the agent can take locks now (--live:\n"
-    "         it answers)\n"
+    "         it answers); release: the name's key was deleted\n"
+    "  1      release: the name was not held\n"
     "  2      health: the agent answered but cannot take locks now (Redis, or\n"
     "         a majority of its nodes, unreachable)\n"
     "  N      run: CMD's exit status (128+S when CMD was killed by signal S)\n"
@@ -130,7 +134,8 @@ static const char help_exit[] =
     "  73     run: a lease or waiter limit of the agent was hit\n"
     "  75     run: the lock stayed taken (-n, or the -w wait ran out); see -E\n"
     "  77     run: the agent's policy does not allow this user the lock name;\n"
-    "         reload: only root and the agent's user may ask for it\n"
+    "         reload: only root and the agent's user may ask for it; release:\n"
+    "         no force line of the agent's policy lets this user force the name\n"
     "  78     reload: the agent refused the file and keeps its old settings\n"
     "  79     run: the lease was lost while CMD ran; CMD was terminated\n"
     "  126    run: CMD could not be executed\n"
@@ -152,6 +157,7 @@ static void help_main(FILE *f)
                "  reload                      read the configuration again, print what changed\n"
                "  health                      whether the agent can take locks now (one line;\n"
                "                              exit 0, 2, or 69 when it does not answer)\n"
+               "  release --force NAME        free NAME whoever holds it (operators)\n"
                "'dlockctl COMMAND --help' describes the options of COMMAND.\n\n"
                "Options:\n");
     fputs(help_socket, f);
@@ -223,10 +229,18 @@ static void help_query(FILE *f, enum command cmd)
                        "done, and prints each setting that changed, each that needs a restart\n"
                        "and why, or why the file was refused (the old settings then stay).\n"
                        "Only root and the agent's own user may ask.\n",
+        [CMD_RELEASE] =
+            "release --force NAME\n\n"
+            "Frees NAME whoever holds it, on any host: the agent deletes its key in Redis.\n"
+            "A holder through this agent is told its lease is lost at once; a holder on\n"
+            "another host, at its next renewal. Prints who held it. Only the users and\n"
+            "groups that a force line of the agent's [policy] names may ask (dlockd.conf(5)).\n",
     };
     fprintf(f, "usage: dlockctl [-S PATH] %s\nOptions:\n", what[cmd]);
-    if (cmd != CMD_METRICS && cmd != CMD_RELOAD)
+    if (cmd != CMD_METRICS && cmd != CMD_RELOAD && cmd != CMD_RELEASE)
         fputs("      --json                 print JSON instead of text\n", f);
+    if (cmd == CMD_RELEASE)
+        fputs("      --force                delete the key whoever holds it (required)\n", f);
     fputs(help_status_socket, f);
     fputs("  -s, --socket PATH          the agent's client socket, beside which the status\n"
           "                             socket is looked for (default: $DLOCK_SOCKET, else\n"
@@ -269,9 +283,9 @@ static void help(FILE *f, enum command cmd)
 }
 
 static const char *const command_names[] = {
-    [CMD_RUN] = "run",         [CMD_STATUS] = "status", [CMD_LEASES] = "leases",
-    [CMD_METRICS] = "metrics", [CMD_HOLDER] = "holder", [CMD_RELOAD] = "reload",
-    [CMD_HEALTH] = "health",
+    [CMD_RUN] = "run",         [CMD_STATUS] = "status",   [CMD_LEASES] = "leases",
+    [CMD_METRICS] = "metrics", [CMD_HOLDER] = "holder",   [CMD_RELOAD] = "reload",
+    [CMD_HEALTH] = "health",   [CMD_RELEASE] = "release",
 };
 
 /* Prints "dlockctl: MSG[: ARG]" and where to find help; returns the usage
@@ -526,7 +540,11 @@ static const char *pattern_problem(const char *p)
 /* The NAME of `holder` or the PATTERN of `leases`, from argv[optind]. */
 static int parse_operand(int argc, char **argv, struct run_opts *o)
 {
-    if (o->command == CMD_HOLDER) {
+    if (o->command == CMD_RELEASE && !o->force)
+        return usage_error(o->command,
+                           "release needs --force (a holder releases its own lease by ending it)",
+                           NULL);
+    if (o->command == CMD_HOLDER || o->command == CMD_RELEASE) {
         if (optind >= argc)
             return usage_error(o->command, "missing lock name", NULL);
         o->pattern = argv[optind++];
@@ -549,12 +567,11 @@ static int parse_operand(int argc, char **argv, struct run_opts *o)
  * operand. */
 static int parse_query(int argc, char **argv, struct run_opts *o)
 {
-    enum { OPT_JSON = 0x100 };
-    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
-                                             {"json", no_argument, NULL, OPT_JSON},
-                                             {"status-socket", required_argument, NULL, 'S'},
-                                             {"socket", required_argument, NULL, 's'},
-                                             {NULL, 0, NULL, 0}};
+    enum { OPT_JSON = 0x100, OPT_FORCE };
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},         {"json", no_argument, NULL, OPT_JSON},
+        {"force", no_argument, NULL, OPT_FORCE},  {"status-socket", required_argument, NULL, 'S'},
+        {"socket", required_argument, NULL, 's'}, {NULL, 0, NULL, 0}};
     int ch;
     optind = 0; /* restart getopt on the sub-command */
     opterr = 0;
@@ -567,9 +584,14 @@ static int parse_query(int argc, char **argv, struct run_opts *o)
             o->socket = optarg;
             break;
         case OPT_JSON:
-            if (o->command == CMD_METRICS || o->command == CMD_RELOAD)
+            if (o->command == CMD_METRICS || o->command == CMD_RELOAD || o->command == CMD_RELEASE)
                 return usage_error(o->command, "unknown option", "--json");
             o->json = true;
+            break;
+        case OPT_FORCE:
+            if (o->command != CMD_RELEASE)
+                return usage_error(o->command, "unknown option", "--force");
+            o->force = true;
             break;
         case 'h':
             help(stdout, o->command);
@@ -657,7 +679,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     }
     if (optind >= argc)
         return usage_error(
-            CMD_NONE, "missing command (run, status, leases, metrics, holder or reload)", NULL);
+            CMD_NONE, "missing command (run, status, leases, metrics, holder, reload or release)",
+            NULL);
     o->command = command_of(argv[optind]);
     if (o->command == CMD_NONE)
         return usage_error(CMD_NONE, "unknown command", argv[optind]);
@@ -1384,6 +1407,17 @@ static int reload_code(const struct buf *b, int code)
     return code;
 }
 
+/* The exit code of a forced release's answer: the name not held, the asker
+ * not allowed. */
+static int release_code(const struct buf *b, int code)
+{
+    if (starts(b, "error: release --force: permission denied"))
+        return EXIT_NOPERM;
+    if (code == 0 && starts(b, "not held: "))
+        return EXIT_NOT_HELD;
+    return code;
+}
+
 /* Copies a whole answer to stdout, or its error to stderr; the exit code. */
 static int print_answer(const char *path, const struct buf *b)
 {
@@ -1404,11 +1438,12 @@ static int print_answer(const char *path, const struct buf *b)
 static int query(const struct run_opts *o)
 {
     char req[STATUS_REQUEST_MAX + 1];
-    const char *what = o->command == CMD_STATUS   ? (o->json ? "status-json" : "status")
-                       : o->command == CMD_LEASES ? (o->json ? "leases-json" : "leases")
-                       : o->command == CMD_HOLDER ? (o->json ? "holder-json" : "holder")
-                       : o->command == CMD_RELOAD ? "reload"
-                                                  : "metrics";
+    const char *what = o->command == CMD_STATUS    ? (o->json ? "status-json" : "status")
+                       : o->command == CMD_LEASES  ? (o->json ? "leases-json" : "leases")
+                       : o->command == CMD_HOLDER  ? (o->json ? "holder-json" : "holder")
+                       : o->command == CMD_RELOAD  ? "reload"
+                       : o->command == CMD_RELEASE ? "release-force"
+                                                   : "metrics";
     int n = snprintf(req, sizeof req, "%s%s%s\n", what, o->pattern ? " " : "",
                      o->pattern ? o->pattern : "");
     if (n < 0 || n > STATUS_REQUEST_MAX) /* parse_query() checked the length */
@@ -1444,6 +1479,8 @@ static int query(const struct run_opts *o)
     code = print_answer(path, &b);
     if (o->command == CMD_RELOAD)
         code = reload_code(&b, code);
+    if (o->command == CMD_RELEASE)
+        code = release_code(&b, code);
     free(b.data);
     return code;
 }

@@ -63,7 +63,7 @@ struct waiting_watch {
 struct cop {
     TAILQ_ENTRY(cop) q;
     struct cl *cl;
-    bool lookup;            /* a lookup, else the operation req.op */
+    bool lookup;            /* a lookup or a forced release (req.op): answered to lookup_cb */
     struct backend_req req; /* pointers into text */
     backend_cb cb;
     backend_lookup_cb lookup_cb;
@@ -656,7 +656,11 @@ static void cop_free(struct cop *op)
 static void cop_finish(struct cop *op, const struct backend_result *r)
 {
     if (op->lookup)
-        op->lookup_cb(op->arg, r->err ? r->err : DLOCK_EBACKEND, NULL);
+        op->lookup_cb(op->arg,
+                      r->err      ? r->err
+                      : r->holder ? 0
+                                  : DLOCK_EBACKEND,
+                      r->err ? NULL : r->holder);
     else if (op->cb)
         op->cb(op->arg, r);
     cop_free(op);
@@ -751,15 +755,6 @@ static void on_node_cb(void *arg, const struct backend_result *r)
     on_node_result(arg, r);
 }
 
-static void on_node_lookup(void *arg, int err, const struct backend_holder *h)
-{
-    struct cop *op = arg;
-    if (err == DLOCK_EUNAVAIL || err == DLOCK_EBACKEND)
-        refresh_soon(op->cl);
-    op->lookup_cb(op->arg, err, h);
-    cop_free(op);
-}
-
 /* Sends op to the node its slot is served by (or, after ASK, the node the
  * redirect named). */
 static int cop_send(struct cop *op)
@@ -775,8 +770,8 @@ static int cop_send(struct cop *op)
     struct backend *b = cl->node[to]->b;
     op->node = to;
     op->gen = cl->node[to]->gen;
-    if (op->lookup)
-        return b->ops->lookup(b, op->req.name, op->req.len, on_node_lookup, op);
+    /* A lookup too goes as an operation: its redirects are followed as an
+     * acquire's are. */
     return b->ops->op(b, &op->req, on_node_cb, op);
 }
 
@@ -832,7 +827,16 @@ static int cl_op(struct backend *be, const struct backend_req *req, backend_cb c
 static int cl_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
                      void *arg)
 {
-    struct backend_req req = {.name = name, .len = len};
+    struct backend_req req = {.op = BACKEND_LOOKUP, .name = name, .len = len};
+    return submit((struct cl *)be, true, &req, NULL, cb, arg);
+}
+
+/* A forced release goes to the node that serves the name's slot, as any
+ * operation, redirects followed. */
+static int cl_force(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
+                    void *arg)
+{
+    struct backend_req req = {.op = BACKEND_FORCE, .name = name, .len = len};
     return submit((struct cl *)be, true, &req, NULL, cb, arg);
 }
 
@@ -912,6 +916,7 @@ static const struct backend_ops cl_ops = {
     .watch = cl_watch,
     .leave = cl_leave,
     .lookup = cl_lookup,
+    .force = cl_force,
     .flush = cl_flush,
     .pending = cl_pending,
     .nodes = cl_nodes,

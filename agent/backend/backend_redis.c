@@ -112,8 +112,13 @@ static void note_error(struct rb *b, int code, const char *text)
 static void cmd_done(struct rb *b, struct rcmd *c, int err, const char *text,
                      const struct script_result *sr, uint64_t at)
 {
-    if (script_table[c->script].lookup) {
+    if (script_table[c->script].lookup && c->lookup_cb) {
         c->lookup_cb(c->arg, err ? err : DLOCK_EBACKEND, NULL);
+    } else if (script_table[c->script].lookup && c->cb) {
+        /* A lookup sent as an operation (Redis Cluster's, which follows
+         * redirects): without a holder it failed. */
+        struct backend_result res = script_backend_result(sr, err ? err : DLOCK_EBACKEND, text, at);
+        c->cb(c->arg, &res);
     } else if (c->cb) {
         struct backend_result res = script_backend_result(sr, err, text, at);
         c->cb(c->arg, &res);
@@ -161,7 +166,12 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
         note_error(b, err, text);
         log_warn("%s: %s", b->label, text);
     } else if (sr.kind == SR_HOLDER) {
-        c->lookup_cb(c->arg, 0, &holders.holder);
+        if (c->lookup_cb) {
+            c->lookup_cb(c->arg, 0, &holders.holder);
+        } else if (c->cb) {
+            struct backend_result res = {.at = at, .holder = &holders.holder};
+            c->cb(c->arg, &res);
+        }
         free(c);
         return;
     } else if (sr.kind == SR_UNEXPECTED) {
@@ -349,6 +359,24 @@ static int rb_lookup(struct backend *be, const char *name, size_t len, backend_l
     return submit(be, sem ? SCRIPT_LOOKUP_SEM : SCRIPT_LOOKUP, &req, NULL, cb, arg);
 }
 
+/* A lookup or an operator's forced release: the script for the name's format. */
+static enum script_id read_script(const struct rb *b, enum backend_op op, const char *name,
+                                  size_t len)
+{
+    bool sem = formats_of(&b->cfg->formats, name, len) == KEY_FORMAT_REDISSON_SEM;
+    if (op == BACKEND_FORCE)
+        return sem ? SCRIPT_FORCE_SEM : SCRIPT_FORCE;
+    return sem ? SCRIPT_LOOKUP_SEM : SCRIPT_LOOKUP;
+}
+
+static int rb_force(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
+                    void *arg)
+{
+    struct rb *b = (struct rb *)be;
+    struct backend_req req = {.op = BACKEND_FORCE, .name = name, .len = len};
+    return submit(be, read_script(b, BACKEND_FORCE, name, len), &req, NULL, cb, arg);
+}
+
 static int rb_op(struct backend *be, const struct backend_req *req, backend_cb cb, void *arg)
 {
     static const enum script_id exclusive[] = {[BACKEND_ACQUIRE] = SCRIPT_ACQUIRE,
@@ -372,6 +400,11 @@ static int rb_op(struct backend *be, const struct backend_req *req, backend_cb c
                                          [BACKEND_RELEASE] = SCRIPT_RELEASE_SEM,
                                          [BACKEND_FENCE] = SCRIPT_FENCE_SEM};
     struct rb *b = (struct rb *)be;
+    if (req->op == BACKEND_LOOKUP || req->op == BACKEND_FORCE) {
+        if (!cb)
+            return DLOCK_EINVAL;
+        return submit(be, read_script(b, req->op, req->name, req->len), req, cb, NULL, arg);
+    }
     if ((unsigned)req->op > BACKEND_FENCE)
         return DLOCK_EBACKEND;
     enum key_format f = formats_of(&b->cfg->formats, req->name, req->len);
@@ -689,6 +722,7 @@ static const struct backend_ops rb_ops = {
     .watch = rb_watch,
     .leave = rb_leave,
     .lookup = rb_lookup,
+    .force = rb_force,
     .flush = rb_flush,
     .pending = rb_pending,
     .nodes = rb_nodes,

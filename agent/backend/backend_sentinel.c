@@ -500,8 +500,9 @@ static void sb_leave(struct backend *be, const struct backend_req *req)
         m->be->ops->leave(m->be, req);
 }
 
-static int sb_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
-                     void *arg)
+/* A lookup, or (force) a forced release, at the master of the moment. */
+static int sb_read(struct backend *be, bool force, const char *name, size_t len,
+                   backend_lookup_cb cb, void *arg)
 {
     struct sb *s = (struct sb *)be;
     struct master *m = s->m;
@@ -510,13 +511,26 @@ static int sb_lookup(struct backend *be, const char *name, size_t len, backend_l
     struct sop *o = sop_new(s, NULL, cb, arg);
     if (!o)
         return DLOCK_ENOMEM;
-    int rc = m->be->ops->lookup(m->be, name, len, op_lookup_done, o);
+    int rc = force ? m->be->ops->force(m->be, name, len, op_lookup_done, o)
+                   : m->be->ops->lookup(m->be, name, len, op_lookup_done, o);
     if (rc) {
         free(o);
         return rc;
     }
     s->pending++;
     return 0;
+}
+
+static int sb_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
+                     void *arg)
+{
+    return sb_read(be, false, name, len, cb, arg);
+}
+
+static int sb_force(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
+                    void *arg)
+{
+    return sb_read(be, true, name, len, cb, arg);
 }
 
 /* To the master of the moment. The master given up took its subscriptions
@@ -625,6 +639,7 @@ static const struct backend_ops sb_ops = {
     .watch = sb_watch,
     .leave = sb_leave,
     .lookup = sb_lookup,
+    .force = sb_force,
     .flush = sb_flush,
     .pending = sb_pending,
     .nodes = sb_nodes,

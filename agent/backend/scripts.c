@@ -161,29 +161,45 @@ static const char lua_fence[] =
  * "redisson:MODE" for its read-write lock's), and for each holder field:
  * the field, the key's PTTL, the hold count. */
 #define PERMITS_SHOWN STRING_OF(SCRIPT_PERMITS_SHOWN)
-static const char lua_lookup[] =
-    "local k = redis.pcall('hget', KEYS[1], '" SCRIPT_KIND_FIELD "') "
-    "if type(k) == 'string' then local t = redis.call('time') "
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
-    "local out, n = {'', '', redis.call('pttl', KEYS[1]), k, 0}, 0 "
-    "local all = redis.call('hgetall', KEYS[1]) for i = 1, #all, 2 do "
-    "local e, rest = string.match(all[i + 1], '^(%d+) ?(.*)$') e = tonumber(e) "
-    "if all[i] ~= '" SCRIPT_KIND_FIELD "' and e and e > now then n = n + 1 "
-    "if n <= " PERMITS_SHOWN " then out[#out + 1] = all[i] out[#out + 1] = e - now "
-    "out[#out + 1] = rest end end end out[5] = n return out end "
-    "local all = k == false and redis.pcall('hgetall', KEYS[1]) "
-    "if type(all) == 'table' and not all.err and #all > 0 then "
-    "local mode = redis.call('hget', KEYS[1], 'mode') local p = redis.call('pttl', KEYS[1]) "
-    "local out, n = {'', '', p, mode and ('redisson:' .. mode) or 'redisson', 0}, 0 "
-    "for i = 1, #all, 2 do "
-    "if all[i] ~= 'mode' then n = n + 1 if n <= " PERMITS_SHOWN " then "
-    "out[#out + 1] = all[i] out[#out + 1] = p out[#out + 1] = all[i + 1] end end end "
-    "out[5] = n return out end "
-    "local v = redis.pcall('get', KEYS[1]) local h = redis.pcall('get', KEYS[2]) "
-    "if type(v) ~= 'string' then v = '' end if type(h) ~= 'string' then h = '' end "
-    "local _, e = string.find(v, '^[0-9a-f]+ ') "
-    "if h == '' and e == 33 then h = v v = string.sub(v, 1, 32) end "
-    "return {v, h, redis.call('pttl', KEYS[1])}";
+#define LUA_LOOKUP                                                                                 \
+    "local k = redis.pcall('hget', KEYS[1], '" SCRIPT_KIND_FIELD "') "                             \
+    "if type(k) == 'string' then local t = redis.call('time') "                                    \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "                       \
+    "local out, n = {'', '', redis.call('pttl', KEYS[1]), k, 0}, 0 "                               \
+    "local all = redis.call('hgetall', KEYS[1]) for i = 1, #all, 2 do "                            \
+    "local e, rest = string.match(all[i + 1], '^(%d+) ?(.*)$') e = tonumber(e) "                   \
+    "if all[i] ~= '" SCRIPT_KIND_FIELD "' and e and e > now then n = n + 1 "                       \
+    "if n <= " PERMITS_SHOWN " then out[#out + 1] = all[i] out[#out + 1] = e - now "               \
+    "out[#out + 1] = rest end end end out[5] = n return out end "                                  \
+    "local all = k == false and redis.pcall('hgetall', KEYS[1]) "                                  \
+    "if type(all) == 'table' and not all.err and #all > 0 then "                                   \
+    "local mode = redis.call('hget', KEYS[1], 'mode') local p = redis.call('pttl', KEYS[1]) "      \
+    "local out, n = {'', '', p, mode and ('redisson:' .. mode) or 'redisson', 0}, 0 "              \
+    "for i = 1, #all, 2 do "                                                                       \
+    "if all[i] ~= 'mode' then n = n + 1 if n <= " PERMITS_SHOWN " then "                           \
+    "out[#out + 1] = all[i] out[#out + 1] = p out[#out + 1] = all[i + 1] end end end "             \
+    "out[5] = n return out end "                                                                   \
+    "local v = redis.pcall('get', KEYS[1]) local h = redis.pcall('get', KEYS[2]) "                 \
+    "if type(v) ~= 'string' then v = '' end if type(h) ~= 'string' then h = '' end "               \
+    "local _, e = string.find(v, '^[0-9a-f]+ ') "                                                  \
+    "if h == '' and e == 33 then h = v v = string.sub(v, 1, 32) end "                              \
+    "return {v, h, redis.call('pttl', KEYS[1])}"
+static const char lua_lookup[] = LUA_LOOKUP;
+
+/* Force (an operator's forced release, whoever holds the key): the
+ * lookup's answer, then the lock key and the holder record of earlier
+ * versions (KEYS[2], not named on Redis Cluster) deleted; the release notice goes on the name's
+ * channel (ARGV[1], empty: none; ARGV[2] the name, ARGV[3] "s" for SPUBLISH) when hosts wait (the
+ * waiting-hosts record, KEYS[3], exists; on Redis Cluster, where it is not named, always). The
+ * waiting-hosts record and the slot's fencing mark stay: the next grant's token is still above
+ * every earlier one. */
+static const char lua_force[] =
+    "local function look() " LUA_LOOKUP " end local out = look() "
+    "if redis.call('exists', KEYS[1]) == 1 then redis.call('del', KEYS[1]) "
+    "if ARGV[1] ~= '' and (not KEYS[3] or redis.call('exists', KEYS[3]) == 1) then "
+    "if ARGV[3] == 's' then redis.call('spublish', ARGV[1], ARGV[2]) "
+    "else redis.call('publish', ARGV[1], ARGV[2]) end end end "
+    "if KEYS[2] then redis.call('del', KEYS[2]) end return out";
 
 /* ---- the counted kinds ----
  *
@@ -483,17 +499,28 @@ static const char lua_fence_sem[] =
  * for each of the first PERMITS_SHOWN live permits: its id in hex, its
  * PTTL, "1"}, KIND "redisson:semaphore"; an empty key when there is no
  * semaphore. KEYS: the name, the sorted set. */
-static const char lua_lookup_sem[] =
-    "local t0 = redis.call('time') "
-    "local now = tonumber(t0[1]) * 1000 + math.floor(tonumber(t0[2]) / 1000) "
-    "if redis.call('type', KEYS[2]).ok ~= 'zset' then "
-    "local v = redis.pcall('get', KEYS[1]) if type(v) ~= 'string' then v = '' end "
-    "return {v, '', redis.call('pttl', KEYS[1])} end "
-    "local all = redis.call('zrangebyscore', KEYS[2], now + 1, '+inf', 'WITHSCORES') "
-    "local out = {'', '', -1, 'redisson:semaphore', #all / 2} "
-    "for i = 1, math.min(#all, 2 * " PERMITS_SHOWN "), 2 do "
-    "out[#out + 1] = (all[i]:gsub('.', function(c) return string.format('%02x', c:byte()) end)) "
-    "out[#out + 1] = tonumber(all[i + 1]) - now out[#out + 1] = '1' end return out";
+#define LUA_LOOKUP_SEM                                                                             \
+    "local t0 = redis.call('time') "                                                               \
+    "local now = tonumber(t0[1]) * 1000 + math.floor(tonumber(t0[2]) / 1000) "                     \
+    "if redis.call('type', KEYS[2]).ok ~= 'zset' then "                                            \
+    "local v = redis.pcall('get', KEYS[1]) if type(v) ~= 'string' then v = '' end "                \
+    "return {v, '', redis.call('pttl', KEYS[1])} end "                                             \
+    "local all = redis.call('zrangebyscore', KEYS[2], now + 1, '+inf', 'WITHSCORES') "             \
+    "local out = {'', '', -1, 'redisson:semaphore', #all / 2} "                                    \
+    "for i = 1, math.min(#all, 2 * " PERMITS_SHOWN "), 2 do "                                      \
+    "out[#out + 1] = (all[i]:gsub('.', function(c) return string.format('%02x', c:byte()) end)) "  \
+    "out[#out + 1] = tonumber(all[i + 1]) - now out[#out + 1] = '1' end return out"
+static const char lua_lookup_sem[] = LUA_LOOKUP_SEM;
+
+/* Force in Redisson's semaphore format: the lookup's answer, then every
+ * permit taken given back (the sorted set goes, the free count rises by its
+ * size) and the free count published (ARGV[1] the channel, ARGV[2] "s"). */
+static const char lua_force_sem[] =
+    "local function look() " LUA_LOOKUP_SEM " end local out = look() " LUA_PUBLISH
+    "if redis.call('type', KEYS[2]).ok == 'zset' then "
+    "local n = redis.call('zcard', KEYS[2]) redis.call('del', KEYS[2]) "
+    "local v = redis.pcall('incrby', KEYS[1], n) "
+    "if type(v) == 'number' then publish_on(ARGV[1], ARGV[2], v) end end return out";
 
 /* ---- keys and arguments ---- */
 
@@ -624,12 +651,15 @@ static void build_fence(const struct script_ctx *ctx, const struct backend_req *
     arg_num(a, 0, req->fence);
 }
 
-/* KEYS: the lock, the holder record of earlier versions. */
+/* KEYS: the lock, and (but on Redis Cluster) the holder record of earlier
+ * versions: while a slot migrates, a script naming two keys of which the
+ * new master has one only gets TRYAGAIN until the move ends. */
 static void build_lookup(const struct script_ctx *ctx, const struct backend_req *req,
                          uint32_t permits, struct script_args *a)
 {
-    arg_keys(a, 2, ctx, req);
-    arg(a, a->side, side(ctx, a, HOLDER_SUFFIX, a->side));
+    arg_keys(a, ctx->sharded ? 1 : 2, ctx, req);
+    if (!ctx->sharded)
+        arg(a, a->side, side(ctx, a, HOLDER_SUFFIX, a->side));
 }
 
 /* Redisson's format: our field, the token and ":0". */
@@ -814,6 +844,32 @@ static void build_fence_rw(const struct script_ctx *ctx, const struct backend_re
 {
     build_fence_redisson(ctx, req, permits, a);
     arg_side(a, 2 + 1 + 2 + 7, req);
+}
+
+/* KEYS: the lock, and (but on Redis Cluster, as for the lookup) the holder
+ * record of earlier versions and the waiting-hosts record. ARGV: the release channel (a name in
+ * dlock's format; else empty: no notice), the name, and "s" for SPUBLISH. */
+static void build_force(const struct script_ctx *ctx, const struct backend_req *req,
+                        uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, ctx->sharded ? 1 : 3, ctx, req);
+    if (!ctx->sharded) {
+        arg(a, a->side, side(ctx, a, HOLDER_SUFFIX, a->side));
+        arg(a, a->readers, side(ctx, a, WAITING_SUFFIX, a->readers));
+    }
+    bool own = formats_of(ctx->formats, req->name, req->len) == KEY_FORMAT_DLOCK;
+    arg(a, a->channel, own ? side(ctx, a, RELEASED_SUFFIX, a->channel) : 0);
+    arg(a, req->name, req->len);
+    arg(a, ctx->sharded ? "s" : "", ctx->sharded);
+}
+
+/* KEYS: the name, the sorted set. ARGV: the channel, "s". */
+static void build_force_sem(const struct script_ctx *ctx, const struct backend_req *req,
+                            uint32_t permits, struct script_args *a)
+{
+    arg_keys(a, 2, ctx, req);
+    arg_timeout_key(a, req);
+    arg_sem_channel(ctx, req, true, a);
 }
 
 size_t script_lock_key(const struct script_ctx *ctx, const char *name, size_t len, char *out)
@@ -1148,6 +1204,22 @@ const struct script_def script_table[SCRIPT_COUNT] = {
                            .lookup = true,
                            .build = build_lookup_sem,
                            .decode = decode_lookup},
+    [SCRIPT_FORCE] = {.what = "forced release",
+                      .op = BACKEND_FORCE,
+                      .src = lua_force,
+                      .keys = 3,
+                      .urgent = true,
+                      .lookup = true,
+                      .build = build_force,
+                      .decode = decode_lookup},
+    [SCRIPT_FORCE_SEM] = {.what = "forced release",
+                          .op = BACKEND_FORCE,
+                          .src = lua_force_sem,
+                          .keys = 2,
+                          .urgent = true,
+                          .lookup = true,
+                          .build = build_force_sem,
+                          .decode = decode_lookup},
     [SCRIPT_FENCE_REDISSON] = {.what = "fence",
                                .op = BACKEND_FENCE,
                                .src = lua_fence_redisson,

@@ -54,6 +54,11 @@ enum script_id {
     SCRIPT_RELEASE_SEM,
     SCRIPT_FENCE_SEM,
     SCRIPT_LOOKUP_SEM,
+    /* An operator's forced release (docs/status.md): what the lookup finds,
+     * and the key deleted whoever holds it; in Redisson's semaphore format,
+     * every permit taken given back. */
+    SCRIPT_FORCE,
+    SCRIPT_FORCE_SEM,
     SCRIPT_COUNT,
 };
 

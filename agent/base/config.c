@@ -7,6 +7,7 @@
 #include <grp.h>
 #include <ini.h>
 #include <pwd.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,25 +308,36 @@ static int next_word(const char **p, char *out, size_t cap, const char *seps)
 
 /* "allow = WHO PATTERN...": one rule per pattern, added to the list. The
  * words are separated by blanks only: a glob may hold a comma ("[a,b]*"). */
-static int parse_allow(struct policy *pol, const char *v)
+static int parse_rules(struct policy_rule *rules, unsigned *nrules, const char *v)
 {
     char word[POLICY_PATTERN_MAX];
     struct policy_who who;
     if (next_word(&v, word, sizeof word, " \t") != 1 || config_parse_who(word, &who) != 0)
         return -1;
-    unsigned n = pol->nrules;
+    unsigned n = *nrules;
     int rc;
     while ((rc = next_word(&v, word, sizeof word, " \t")) == 1) {
         if (n == POLICY_MAX_RULES)
             return -1;
-        pol->rules[n].who = who;
-        memcpy(pol->rules[n].pattern, word, strlen(word) + 1);
+        rules[n].who = who;
+        memcpy(rules[n].pattern, word, strlen(word) + 1);
         n++;
     }
-    if (rc < 0 || n == pol->nrules)
+    if (rc < 0 || n == *nrules)
         return -1; /* no pattern */
-    pol->nrules = n;
+    *nrules = n;
     return 0;
+}
+
+static int parse_allow(struct policy *pol, const char *v)
+{
+    return parse_rules(pol->rules, &pol->nrules, v);
+}
+
+/* "force = WHO PATTERN...": as allow's, in a list of their own. */
+static int parse_force(struct policy *pol, const char *v)
+{
+    return parse_rules(pol->force, &pol->nforce, v);
 }
 
 /* "see_all = WHO...": replaces the list. */
@@ -383,12 +395,24 @@ bool policy_sees_all(const struct policy *p, uint32_t uid, const uint32_t *gids,
     return false;
 }
 
+bool policy_may_force(const struct policy *p, uint32_t uid, const uint32_t *gids, size_t ngids,
+                      const char *name)
+{
+    for (unsigned i = 0; i < p->nforce; i++)
+        if (who_matches(&p->force[i].who, uid, gids, ngids) &&
+            fnmatch(p->force[i].pattern, name, 0) == 0)
+            return true;
+    return false;
+}
+
 static int set_special(struct config *c, const char *section, const char *key, const char *v)
 {
     if (strcmp(section, "policy") == 0 && strcmp(key, "allow") == 0)
         return parse_allow(&c->policy, v);
     if (strcmp(section, "policy") == 0 && strcmp(key, "see_all") == 0)
         return parse_see_all(&c->policy, v);
+    if (strcmp(section, "policy") == 0 && strcmp(key, "force") == 0)
+        return parse_force(&c->policy, v);
     if (strcmp(section, "formats") == 0 && strcmp(key, "redisson") == 0)
         return formats_add(&c->formats, KEY_FORMAT_REDISSON, v);
     if (strcmp(section, "formats") == 0 && strcmp(key, "redisson_rwlock") == 0)
@@ -533,6 +557,76 @@ static const char *special_range(const char *key)
     return "";
 }
 
+/* ---- the report of a check ---- */
+
+void config_report_init(struct config_report *r)
+{
+    r->nerrors = 0;
+    r->len = 0;
+    r->text[0] = '\0';
+    r->norigins = 0;
+}
+
+static const char *origin_of(const struct config_report *r, const char *section, const char *key)
+{
+    if (!section || !key)
+        return NULL;
+    for (unsigned i = 0; i < r->norigins; i++)
+        if (strcmp(r->origin[i].section, section) == 0 && strcmp(r->origin[i].key, key) == 0)
+            return r->origin[i].from;
+    return NULL;
+}
+
+void config_report_origin(struct config_report *r, const char *section, const char *key,
+                          const char *from)
+{
+    unsigned i;
+    for (i = 0; i < r->norigins; i++)
+        if (strcmp(r->origin[i].section, section) == 0 && strcmp(r->origin[i].key, key) == 0)
+            break;
+    if (i == CONFIG_ORIGINS_MAX)
+        return; /* more settings than there are: an unknown key's line, reported already */
+    struct config_origin *o = &r->origin[i];
+    snprintf(o->section, sizeof o->section, "%s", section);
+    snprintf(o->key, sizeof o->key, "%s", key);
+    snprintf(o->from, sizeof o->from, "%s", from);
+    if (i == r->norigins)
+        r->norigins++;
+}
+
+/* Appends one line "FROM: MSG" (or "MSG") to the report. */
+static void report_line(struct config_report *r, const char *from, const char *msg)
+{
+    r->nerrors++;
+    size_t room = sizeof r->text - r->len;
+    int n = snprintf(r->text + r->len, room, "%s%s%s\n", from ? from : "", from ? ": " : "", msg);
+    if (n < 0)
+        return;
+    if ((size_t)n >= room) { /* cut: the last line ends the text */
+        r->len = sizeof r->text - 1;
+        r->text[r->len - 1] = '\n';
+        return;
+    }
+    r->len += (size_t)n;
+}
+
+void config_report_error(struct config_report *r, const char *section, const char *key,
+                         const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    report_line(r, origin_of(r, section, key), msg);
+}
+
+void config_report_first(const struct config_report *r, char *buf, size_t len)
+{
+    size_t n = strcspn(r->text, "\n");
+    snprintf(buf, len, "%.*s", (int)n, r->text);
+}
+
 int config_set(struct config *c, const char *section, const char *key, const char *value, char *err,
                size_t errlen)
 {
@@ -557,17 +651,36 @@ int config_set(struct config *c, const char *section, const char *key, const cha
     return -1;
 }
 
+int config_set_report(struct config *c, const char *section, const char *key, const char *value,
+                      const char *from, struct config_report *r)
+{
+    char err[1024];
+    if (config_set(c, section, key, value, err, sizeof err) != 0) {
+        report_line(r, from, err);
+        return -1;
+    }
+    config_report_origin(r, section, key, from);
+    return 0;
+}
+
 /* File reading counts lines so that a setting's error carries its own line:
- * inih reports only the first failing line, which may be a syntax error. */
+ * inih reports only the first failing line, which may be a syntax error.
+ * Every refused setting is kept, with its line, and the reading goes on. */
+#define LOAD_ERRORS_MAX 32
 struct load_ctx {
     struct config *c;
     FILE *f;
+    const char *path;
+    struct config_report *r;
     int line;      /* lines read so far */
-    int err_line;  /* line of the first refused setting, 0 if none */
     int long_line; /* a line longer than the parser takes, 0 if none */
     int max_line;
     bool nodes_seen; /* an address line was read: more of them add nodes */
-    char msg[512];
+    unsigned nerr, more;
+    struct {
+        int line;
+        char msg[512];
+    } err[LOAD_ERRORS_MAX];
 };
 
 static char *read_line(char *str, int num, void *stream)
@@ -590,59 +703,133 @@ static char *read_line(char *str, int num, void *stream)
     return s;
 }
 
+static void load_error(struct load_ctx *ctx, int line, const char *msg)
+{
+    if (ctx->nerr == LOAD_ERRORS_MAX) {
+        ctx->more++;
+        return;
+    }
+    ctx->err[ctx->nerr].line = line;
+    snprintf(ctx->err[ctx->nerr].msg, sizeof ctx->err[ctx->nerr].msg, "%s", msg);
+    ctx->nerr++;
+}
+
 static int on_ini_line(void *user, const char *section, const char *name, const char *value)
 {
     struct load_ctx *ctx = user;
-    if (ctx->err_line)
-        return 1; /* report the first error only */
+    char msg[512];
     if (strcmp(section, "redis") == 0 && strcmp(name, "address") == 0) {
         /* Repeated (or continued on indented lines), the list grows. */
         if (config_parse_nodes(ctx->c, value, ctx->nodes_seen) == 0) {
             ctx->nodes_seen = true;
-            return 1;
+            goto set;
         }
-        snprintf(ctx->msg, sizeof ctx->msg,
+        snprintf(msg, sizeof msg,
                  "[redis] address: invalid value '%s' (an address is host:port or unix:/path; "
                  "at most %d nodes)",
                  value, CONFIG_MAX_NODES);
-    } else if (config_set(ctx->c, section, name, value, ctx->msg, sizeof ctx->msg) == 0) {
-        return 1;
+    } else if (config_set(ctx->c, section, name, value, msg, sizeof msg) == 0) {
+        goto set;
     }
-    ctx->err_line = ctx->line;
+    load_error(ctx, ctx->line, msg);
+    return 1; /* on to the next line: every error is reported */
+set:
+    if (ctx->r) {
+        char from[300];
+        snprintf(from, sizeof from, "%s:%d", ctx->path, ctx->line);
+        config_report_origin(ctx->r, section, name, from);
+    }
+    return 1;
+}
+
+/* Reads path over c: the refused lines in ctx->err (in the order of the
+ * file, a syntax error among them), or -1 with why in fail when the file
+ * cannot be read. */
+static int load_file(struct config *c, const char *path, struct config_report *r,
+                     struct load_ctx *ctx, char *fail, size_t faillen)
+{
+    memset(ctx, 0, sizeof *ctx);
+    ctx->c = c;
+    ctx->path = path;
+    ctx->r = r;
+    ctx->f = fopen(path, "r");
+    if (!ctx->f) {
+        snprintf(fail, faillen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    int rc = ini_parse_stream(read_line, ctx, on_ini_line, ctx);
+    /* inih takes a read error (a directory, an I/O error) for the end. */
+    bool read_failed = ferror(ctx->f);
+    int read_errno = errno;
+    fclose(ctx->f);
+    if (read_failed) {
+        snprintf(fail, faillen, "%s: cannot read: %s", path, strerror(read_errno));
+        return -1;
+    }
+    if (rc > 0) {
+        /* The handler takes every line: inih's own first error, a syntax
+         * error, goes where its line is among the others. */
+        unsigned at = 0;
+        while (at < ctx->nerr && ctx->err[at].line < rc)
+            at++;
+        if (ctx->nerr == LOAD_ERRORS_MAX) {
+            ctx->nerr--;
+            ctx->more++;
+        }
+        memmove(&ctx->err[at + 1], &ctx->err[at], (ctx->nerr - at) * sizeof ctx->err[0]);
+        ctx->err[at].line = rc;
+        snprintf(ctx->err[at].msg, sizeof ctx->err[at].msg, "syntax error");
+        ctx->nerr++;
+    }
+    if (ctx->long_line) {
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "line longer than %d bytes (split a long address list over several address "
+                 "lines)",
+                 ctx->max_line);
+        load_error(ctx, ctx->long_line, msg);
+    }
     return 0;
+}
+
+int config_load_file_report(struct config *c, const char *path, struct config_report *r)
+{
+    struct load_ctx *ctx = malloc(sizeof *ctx);
+    char fail[600];
+    if (!ctx || load_file(c, path, r, ctx, fail, sizeof fail) != 0) {
+        report_line(r, NULL, ctx ? fail : "out of memory");
+        free(ctx);
+        return -1;
+    }
+    char where[300];
+    for (unsigned i = 0; i < ctx->nerr; i++) {
+        snprintf(where, sizeof where, "%s:%d", path, ctx->err[i].line);
+        report_line(r, where, ctx->err[i].msg);
+    }
+    if (ctx->more) {
+        char msg[80];
+        snprintf(msg, sizeof msg, "%u more refused line(s)", ctx->more);
+        report_line(r, path, msg);
+    }
+    int rc = ctx->nerr ? -1 : 0;
+    free(ctx);
+    return rc;
 }
 
 int config_load_file(struct config *c, const char *path, char *err, size_t errlen)
 {
-    struct load_ctx ctx = {.c = c};
-    ctx.f = fopen(path, "r");
-    if (!ctx.f) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    struct load_ctx *ctx = malloc(sizeof *ctx);
+    if (!ctx) {
+        snprintf(err, errlen, "%s: out of memory", path);
         return -1;
     }
-    int rc = ini_parse_stream(read_line, &ctx, on_ini_line, &ctx);
-    /* inih takes a read error (a directory, an I/O error) for the end. */
-    bool read_failed = ferror(ctx.f);
-    int read_errno = errno;
-    fclose(ctx.f);
-    if (read_failed) {
-        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(read_errno));
-        return -1;
+    int rc = load_file(c, path, NULL, ctx, err, errlen);
+    if (rc == 0 && ctx->nerr) {
+        snprintf(err, errlen, "%s:%d: %s", path, ctx->err[0].line, ctx->err[0].msg);
+        rc = -1;
     }
-    if (ctx.long_line && rc == 0) {
-        snprintf(err, errlen,
-                 "%s:%d: line longer than %d bytes (split a long address list over "
-                 "several address lines)",
-                 path, ctx.long_line, ctx.max_line);
-        return -1;
-    }
-    if (rc == 0)
-        return 0;
-    if (rc == ctx.err_line)
-        snprintf(err, errlen, "%s:%d: %s", path, rc, ctx.msg);
-    else
-        snprintf(err, errlen, "%s:%d: syntax error", path, rc);
-    return -1;
+    free(ctx);
+    return rc;
 }
 
 /* A prefix takes part in key names: no byte a name may not hold either, and
@@ -738,83 +925,73 @@ static const struct u32_range u32_ranges[] = {
 };
 
 /* "[section] key = value: must be between lo and hi (0: zero | why)". */
-static void range_error(const struct u32_range *r, uint32_t v, char *err, size_t errlen)
+static void range_error(const struct u32_range *r, uint32_t v, struct config_report *rep)
 {
     char note[128] = "";
     if (r->zero)
         snprintf(note, sizeof note, " (0: %s)", r->zero);
     else if (r->why)
         snprintf(note, sizeof note, " (%s)", r->why);
-    snprintf(err, errlen, "[%s] %s = %u: must be between %u and %u%s", r->section, r->key,
-             (unsigned)v, (unsigned)r->lo, (unsigned)r->hi, note);
+    config_report_error(rep, r->section, r->key, "[%s] %s = %u: must be between %u and %u%s",
+                        r->section, r->key, (unsigned)v, (unsigned)r->lo, (unsigned)r->hi, note);
 }
 
-/* Each numeric setting on its own. */
-static int check_ranges(const struct config *c, char *err, size_t errlen)
+/* Each numeric setting on its own: every one out of its range reported. */
+static void check_ranges(const struct config *c, struct config_report *rep)
 {
     for (size_t i = 0; i < sizeof u32_ranges / sizeof u32_ranges[0]; i++) {
         const struct u32_range *r = &u32_ranges[i];
         uint32_t v = *(const uint32_t *)((const char *)c + r->offset);
         if (r->none && v == CONFIG_OUTAGE_NONE)
             continue;
-        if (v < r->lo || v > r->hi) {
-            range_error(r, v, err, errlen);
-            return -1;
-        }
+        if (v < r->lo || v > r->hi)
+            range_error(r, v, rep);
     }
     /* Written so that NaN fails too. */
-    if (!(c->renew_fraction >= 0.05 && c->renew_fraction <= 0.8)) {
-        snprintf(err, errlen, "[agent] renew_fraction = %g: must be between 0.05 and 0.8",
-                 c->renew_fraction);
-        return -1;
-    }
-    return 0;
+    if (!(c->renew_fraction >= 0.05 && c->renew_fraction <= 0.8))
+        config_report_error(rep, "agent", "renew_fraction",
+                            "[agent] renew_fraction = %g: must be between 0.05 and 0.8",
+                            c->renew_fraction);
 }
 
 /* "[section] key = value: must not exceed other (its value)[ why]". */
-static int above(const char *section, const char *key, uint32_t v, const char *other,
-                 uint32_t limit, const char *why, char *err, size_t errlen)
+static void above(const char *section, const char *key, uint32_t v, const char *other,
+                  uint32_t limit, const char *why, struct config_report *rep)
 {
-    snprintf(err, errlen, "[%s] %s = %u: must not exceed %s (%u)%s", section, key, (unsigned)v,
-             other, (unsigned)limit, why);
-    return -1;
+    config_report_error(rep, section, key, "[%s] %s = %u: must not exceed %s (%u)%s", section, key,
+                        (unsigned)v, other, (unsigned)limit, why);
 }
 
-/* Settings bounded by other settings. */
-static int check_relations(const struct config *c, char *err, size_t errlen)
+/* Settings bounded by other settings: every rule broken reported. */
+static void check_relations(const struct config *c, struct config_report *rep)
 {
     if (c->min_ttl_ms > c->max_ttl_ms)
-        return above("agent", "min_ttl_ms", c->min_ttl_ms, "max_ttl_ms", c->max_ttl_ms, "", err,
-                     errlen);
-    if (c->default_ttl_ms < c->min_ttl_ms || c->default_ttl_ms > c->max_ttl_ms) {
-        snprintf(err, errlen,
-                 "[agent] default_ttl_ms = %u: must be between %u and %u (min_ttl_ms and "
-                 "max_ttl_ms)",
-                 (unsigned)c->default_ttl_ms, (unsigned)c->min_ttl_ms, (unsigned)c->max_ttl_ms);
-        return -1;
-    }
+        above("agent", "min_ttl_ms", c->min_ttl_ms, "max_ttl_ms", c->max_ttl_ms, "", rep);
+    if (c->default_ttl_ms < c->min_ttl_ms || c->default_ttl_ms > c->max_ttl_ms)
+        config_report_error(rep, "agent", "default_ttl_ms",
+                            "[agent] default_ttl_ms = %u: must be between %u and %u (min_ttl_ms "
+                            "and max_ttl_ms)",
+                            (unsigned)c->default_ttl_ms, (unsigned)c->min_ttl_ms,
+                            (unsigned)c->max_ttl_ms);
     /* A default above its limit would silently be the limit. */
     if (c->max_hold_limit_ms && c->default_max_hold_ms > c->max_hold_limit_ms)
-        return above("agent", "default_max_hold_ms", c->default_max_hold_ms, "max_hold_limit_ms",
-                     c->max_hold_limit_ms, ", which caps it", err, errlen);
+        above("agent", "default_max_hold_ms", c->default_max_hold_ms, "max_hold_limit_ms",
+              c->max_hold_limit_ms, ", which caps it", rep);
     if (c->progress_limit_ms && c->default_progress_ms > c->progress_limit_ms)
-        return above("agent", "default_progress_ms", c->default_progress_ms, "progress_limit_ms",
-                     c->progress_limit_ms, ", which caps it", err, errlen);
+        above("agent", "default_progress_ms", c->default_progress_ms, "progress_limit_ms",
+              c->progress_limit_ms, ", which caps it", rep);
     if (c->reconnect_min_ms > c->reconnect_max_ms)
-        return above("redis", "reconnect_min_ms", c->reconnect_min_ms, "reconnect_max_ms",
-                     c->reconnect_max_ms, "", err, errlen);
+        above("redis", "reconnect_min_ms", c->reconnect_min_ms, "reconnect_max_ms",
+              c->reconnect_max_ms, "", rep);
     if (c->wait_replicas && c->wait_timeout_ms >= c->command_timeout_ms)
-        return above("redis", "wait_timeout_ms", c->wait_timeout_ms, "command_timeout_ms",
-                     c->command_timeout_ms - 1,
-                     " (a WAIT that outlasts it would take Redis for a dead one)", err, errlen);
-    if (c->mode == REDIS_MODE_QUORUM && c->node_timeout_ms >= c->min_ttl_ms) {
-        snprintf(err, errlen,
-                 "[redis] node_timeout_ms = %u: must be between 1 and %u in quorum mode (below "
-                 "min_ttl_ms)",
-                 (unsigned)c->node_timeout_ms, (unsigned)c->min_ttl_ms - 1);
-        return -1;
-    }
-    return 0;
+        above("redis", "wait_timeout_ms", c->wait_timeout_ms, "command_timeout_ms",
+              c->command_timeout_ms - 1,
+              " (a WAIT that outlasts it would take Redis for a dead one)", rep);
+    if (c->mode == REDIS_MODE_QUORUM && c->node_timeout_ms >= c->min_ttl_ms)
+        config_report_error(rep, "redis", "node_timeout_ms",
+                            "[redis] node_timeout_ms = %u: must be between 1 and %u in quorum "
+                            "mode (below min_ttl_ms)",
+                            (unsigned)c->node_timeout_ms, (unsigned)c->min_ttl_ms - 1);
 }
 
 /* ---- timing: whether leases of every allowed TTL can be kept ---- */
@@ -885,13 +1062,14 @@ static void margin_note(const struct config *c, uint32_t ttl, double need, const
 }
 
 /* Settings that leave a renewal no time to come back. */
-static int check_timing(const struct config *c, char *err, size_t errlen)
+static void check_timing(const struct config *c, struct config_report *rep)
 {
     uint32_t ttl = tightest_ttl(c);
     if (config_renew_margin_ms(ttl, c->renew_fraction) >= MARGIN_REFUSED_MS)
-        return 0;
-    margin_note(c, ttl, MARGIN_FRAGILE_MS, "cannot be kept", err, errlen);
-    return -1;
+        return;
+    char msg[600];
+    margin_note(c, ttl, MARGIN_FRAGILE_MS, "cannot be kept", msg, sizeof msg);
+    config_report_error(rep, "agent", "min_ttl_ms", "%s", msg);
 }
 
 int config_warnings(const struct config *c, void (*warn)(void *arg, const char *msg), void *arg)
@@ -1013,39 +1191,68 @@ void config_state_dir_follow(struct config *c)
         snprintf(c->state_dir, sizeof c->state_dir, "%s.state", c->socket);
 }
 
-int config_validate(struct config *c, char *err, size_t errlen)
+int config_validate_report(struct config *c, struct config_report *r)
 {
+    unsigned before = r->nerrors;
     /* First: the checks below depend on the mode. */
     const char *mode_why = choose_mode(c);
-    if (check_ranges(c, err, errlen) != 0 || check_relations(c, err, errlen) != 0 ||
-        check_timing(c, err, errlen) != 0)
-        return -1;
-    const char *why = NULL;
-    if (!prefix_ok(c->prefix))
+    check_ranges(c, r);
+    check_relations(c, r);
+    if (r->nerrors == before)
+        check_timing(c, r); /* its arithmetic needs the values in their ranges */
+    /* The first of the rules below that is broken, and the setting it is
+     * about (for the report's source). */
+    const char *why = NULL, *section = "agent", *key = NULL;
+    if (!prefix_ok(c->prefix)) {
         why = "prefix must not contain spaces or control characters, nor braces outside a "
               "{hash tag}";
-    else if (c->socket[0] == '\0')
+        key = "prefix";
+    } else if (c->socket[0] == '\0') {
         why = "socket path is empty";
-    else if (mode_why)
+        key = "socket";
+    } else if (mode_why) {
         why = mode_why;
-    else if (nodes_repeat(c))
+        section = "redis";
+        key = origin_of(r, "redis", "mode") ? "mode" : "address";
+    } else if (nodes_repeat(c)) {
         why = "the same Redis node is listed twice";
-    else if ((why = check_tls(c)) != NULL)
-        ;
-    else if (strcmp(c->socket, c->status_socket) == 0)
+        section = "redis";
+        key = "address";
+    } else if ((why = check_tls(c)) != NULL) {
+        section = "redis";
+        key = origin_of(r, "redis", "tls") ? "tls" : "address";
+    } else if (strcmp(c->socket, c->status_socket) == 0) {
         why = "socket and status_socket must differ";
-    else if (c->mode == REDIS_MODE_CLUSTER && c->formats.nredisson &&
-             key_has_hash_tag(c->prefix, strlen(c->prefix)))
+        key = "status_socket";
+    } else if (c->mode == REDIS_MODE_CLUSTER && c->formats.nredisson &&
+               key_has_hash_tag(c->prefix, strlen(c->prefix))) {
         /* A Redisson-format key is the bare name, in the name's own slot;
          * the keys dlock keeps beside it start with the prefix, whose tag
          * would put them in another. */
         why = "[formats] cannot be used in cluster mode with a prefix that has a {hash tag}";
-    if (!why) {
-        config_warnings(c, log_warning, NULL);
-        return 0;
+        key = "prefix";
     }
-    snprintf(err, errlen, "%s", why);
-    return -1;
+    if (why)
+        config_report_error(r, section, key, "%s", why);
+    if (r->nerrors != before)
+        return -1;
+    config_warnings(c, log_warning, NULL);
+    return 0;
+}
+
+int config_validate(struct config *c, char *err, size_t errlen)
+{
+    struct config_report *r = malloc(sizeof *r);
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    config_report_init(r);
+    int rc = config_validate_report(c, r);
+    if (rc != 0)
+        config_report_first(r, err, errlen);
+    free(r);
+    return rc;
 }
 
 const char *config_mode_name(enum redis_mode mode)
@@ -1080,6 +1287,7 @@ enum show {
     SHOW_MODE,
     SHOW_ALLOW,   /* [policy] allow: the rules */
     SHOW_SEE_ALL, /* [policy] see_all */
+    SHOW_FORCE,   /* [policy] force: the rules */
     SHOW_FORMAT,  /* the patterns of one [formats] key */
 };
 
@@ -1199,6 +1407,7 @@ static const struct reload_rule reload_rules[] = {
     RELOADS("redis", topology_refresh_ms),
     {"policy", "allow", SHOW_ALLOW, FIELD(policy), 0, NULL, NULL},
     {"policy", "see_all", SHOW_SEE_ALL, FIELD(policy), 0, NULL, NULL},
+    {"policy", "force", SHOW_FORCE, FIELD(policy), 0, NULL, NULL},
     POLICY(max_leases_per_uid),
     POLICY(max_waiters_per_uid),
     POLICY(max_connections_per_uid),
@@ -1232,15 +1441,20 @@ static bool same_nodes(const struct config *a, const struct config *b)
     return true;
 }
 
-static bool same_allow(const struct policy *a, const struct policy *b)
+static bool same_rules(const struct policy_rule *a, unsigned na, const struct policy_rule *b,
+                       unsigned nb)
 {
-    if (a->nrules != b->nrules)
+    if (na != nb)
         return false;
-    for (unsigned i = 0; i < a->nrules; i++)
-        if (!same_who(&a->rules[i].who, &b->rules[i].who) ||
-            strcmp(a->rules[i].pattern, b->rules[i].pattern))
+    for (unsigned i = 0; i < na; i++)
+        if (!same_who(&a[i].who, &b[i].who) || strcmp(a[i].pattern, b[i].pattern))
             return false;
     return true;
+}
+
+static bool same_allow(const struct policy *a, const struct policy *b)
+{
+    return same_rules(a->rules, a->nrules, b->rules, b->nrules);
 }
 
 static bool same_see_all(const struct policy *a, const struct policy *b)
@@ -1290,6 +1504,8 @@ static bool same_setting(const struct reload_rule *r, const struct config *a,
         return same_allow(&a->policy, &b->policy);
     case SHOW_SEE_ALL:
         return same_see_all(&a->policy, &b->policy);
+    case SHOW_FORCE:
+        return same_rules(a->policy.force, a->policy.nforce, b->policy.force, b->policy.nforce);
     case SHOW_FORMAT:
         return same_format(&a->formats, &b->formats, r->format);
     default:
@@ -1312,6 +1528,10 @@ static void copy_setting(const struct reload_rule *r, struct config *live,
         memcpy(p->see_all, q->see_all, sizeof p->see_all);
         p->nsee_all = q->nsee_all;
         p->see_all_set = q->see_all_set;
+        break;
+    case SHOW_FORCE:
+        memcpy(p->force, q->force, sizeof p->force);
+        p->nforce = q->nforce;
         break;
     default:
         memcpy((char *)live + r->offset, field_of(fresh, r), r->size);
@@ -1376,6 +1596,14 @@ static void show_list(struct shown *s, const struct reload_rule *r, const struct
             show_who(s, &p->rules[i].who);
             show_add(s, " ");
             show_printable(s, p->rules[i].pattern);
+        }
+    } else if (r->show == SHOW_FORCE) {
+        show_add(s, p->nforce ? "" : "(none: nobody)");
+        for (unsigned i = 0; i < p->nforce; i++) {
+            show_add(s, i ? ", " : "");
+            show_who(s, &p->force[i].who);
+            show_add(s, " ");
+            show_printable(s, p->force[i].pattern);
         }
     } else if (r->show == SHOW_SEE_ALL) {
         show_add(s, p->see_all_set ? "" : "(unset: everyone)");
@@ -1445,6 +1673,7 @@ static void show_setting(const struct reload_rule *r, const struct config *c, ch
     case SHOW_NODES:
     case SHOW_ALLOW:
     case SHOW_SEE_ALL:
+    case SHOW_FORCE:
     case SHOW_FORMAT:
         show_list(&s, r, c);
         break;

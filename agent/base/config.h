@@ -46,6 +46,11 @@ struct policy {
     struct policy_who see_all[POLICY_MAX_WHO];
     unsigned nsee_all;
     bool see_all_set;
+    /* "force = WHO PATTERN...": who may force the release of the names
+     * matching a pattern, whoever holds them (dlockctl release --force, on
+     * the status socket); without any force line, nobody. */
+    struct policy_rule force[POLICY_MAX_RULES];
+    unsigned nforce;
     uint32_t max_leases_per_uid; /* leases and waiters together; 0 = no limit */
     uint32_t max_waiters_per_uid;
     uint32_t max_connections_per_uid; /* 0 = no limit */
@@ -182,9 +187,54 @@ bool policy_allows(const struct policy *p, uint32_t uid, const uint32_t *gids, s
                    const char *name);
 /* Whether the peer sees every lease on the status socket. */
 bool policy_sees_all(const struct policy *p, uint32_t uid, const uint32_t *gids, size_t ngids);
+/* Whether a force line lets uid (in groups gids) force the release of name. */
+bool policy_may_force(const struct policy *p, uint32_t uid, const uint32_t *gids, size_t ngids,
+                      const char *name);
 
 /* Fills c with the built-in defaults. */
 void config_defaults(struct config *c);
+
+/* ---- every error of one check, each with its source ---- */
+
+#define CONFIG_ORIGINS_MAX 160
+#define CONFIG_REPORT_TEXT 8192
+
+/* What one check of the settings found (dlockd -n, a start, a reload), and
+ * where each setting was last set: "PATH:LINE" in the file, or a
+ * command-line flag as typed. Each error is a line prefixed with the source
+ * of the setting it is about ("dlockd.conf:12: [agent] max_ttl_ms = 50: must
+ * be ...", "--default-ttl: [agent] default_ttl_ms = 5: must be ..."); an
+ * error about a setting left at its default has no prefix. */
+struct config_report {
+    unsigned nerrors;
+    size_t len;
+    char text[CONFIG_REPORT_TEXT]; /* the errors, one line each; cut when full */
+    unsigned norigins;
+    struct config_origin {
+        char section[16], key[32], from[280];
+    } origin[CONFIG_ORIGINS_MAX];
+};
+
+void config_report_init(struct config_report *r);
+/* Notes that [section] key was set at from (the last word counts). */
+void config_report_origin(struct config_report *r, const char *section, const char *key,
+                          const char *from);
+/* Adds an error about [section] key (NULL, NULL: about no one setting),
+ * prefixed with the setting's source when known. */
+void config_report_error(struct config_report *r, const char *section, const char *key,
+                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The first error line (without its newline) into buf. */
+void config_report_first(const struct config_report *r, char *buf, size_t len);
+/* Reads an INI file over c, every refused line reported as "PATH:LINE:
+ * ..." (the file goes on being read after one). 0, or -1 when some line
+ * was refused or the file could not be read. */
+int config_load_file_report(struct config *c, const char *path, struct config_report *r);
+/* Sets [section] key from a value given at from (a flag as typed, an
+ * environment variable): its error is reported as "FROM: ...". 0 or -1. */
+int config_set_report(struct config *c, const char *section, const char *key, const char *value,
+                      const char *from, struct config_report *r);
+/* config_validate(), every error reported. 0, or -1 when any. */
+int config_validate_report(struct config *c, struct config_report *r);
 
 /* Reads an INI file over c. On error returns -1 and writes a message that
  * names the file, line and key into err. */

@@ -19,6 +19,7 @@
 #include "stats.h"
 
 struct backend;
+struct backend_holder;
 
 /* The longest agent id of the waiting-hosts record. */
 #define BACKEND_WAITER_ID_MAX 16
@@ -38,6 +39,12 @@ enum backend_op {
     /* Raises the fencing mark of the key's slot to req->fence while the key
      * holds token (the quorum's write-back). */
     BACKEND_FENCE,
+    /* Reads the lock key and its holder record (for operators): the result's
+     * holder says what the store holds. */
+    BACKEND_LOOKUP,
+    /* Deletes the lock key whoever holds it (an operator's forced release,
+     * docs/status.md): the result's holder says what it held before. */
+    BACKEND_FORCE,
 };
 
 /* One request; the strings are copied before the call returns. */
@@ -93,6 +100,9 @@ struct backend_result {
      * "TRYAGAIN ..."), or what else failed ("WAIT: 0 of 1 replicas
      * acknowledged ..."); valid during the callback only; else NULL. */
     const char *error_text;
+    /* lookup, force: what the key held (valid during the callback only);
+     * NULL with err. */
+    const struct backend_holder *holder;
 };
 typedef void (*backend_cb)(void *arg, const struct backend_result *r);
 
@@ -196,6 +206,10 @@ struct backend_ops {
     void (*leave)(struct backend *b, const struct backend_req *req);
     /* Reads the lock key and its holder record. */
     int (*lookup)(struct backend *b, const char *name, size_t len, backend_lookup_cb cb, void *arg);
+    /* Deletes the lock key whoever holds it (an operator's forced release:
+     * every node in quorum mode), and answers what it held (value empty:
+     * nothing). May be NULL: the store cannot. */
+    int (*force)(struct backend *b, const char *name, size_t len, backend_lookup_cb cb, void *arg);
     /* Writes what the operations of this loop turn queued (called once per
      * turn, before the loop blocks; may run callbacks on a broken link). */
     void (*flush)(struct backend *b);

@@ -467,6 +467,8 @@ static int q_op(struct backend *be, const struct backend_req *req, backend_cb cb
     struct qb *q = (struct qb *)be;
     if (req->op == BACKEND_FENCE)
         return DLOCK_EBACKEND; /* the write-back is the quorum's own business */
+    if (req->op == BACKEND_LOOKUP || req->op == BACKEND_FORCE)
+        return DLOCK_EBACKEND; /* q_lookup, q_force: every node's view */
     struct qop *op = op_new(q, req, cb, arg);
     if (!op)
         return DLOCK_ENOMEM;
@@ -493,6 +495,7 @@ struct qlookup {
     backend_lookup_cb cb;
     void *arg;
     unsigned n, refs;
+    bool force; /* a forced release: a majority must have deleted the key */
     bool answered[QMAX];
     struct backend_holder seen[QMAX];
     struct qlsub sub[QMAX];
@@ -502,7 +505,16 @@ static void lookup_done(struct qlookup *op)
 {
     TAILQ_REMOVE(&op->qb->lookups, op, link);
     int best = -1;
-    unsigned best_count = 0;
+    unsigned best_count = 0, nanswered = 0;
+    for (unsigned i = 0; i < op->n; i++)
+        nanswered += op->answered[i];
+    if (op->force && nanswered <= op->n / 2) {
+        /* Deleted on a minority (the others' keys expire by their TTL):
+         * the old holder may keep its majority. */
+        op->cb(op->arg, DLOCK_ENOQUORUM, NULL);
+        free(op);
+        return;
+    }
     for (unsigned i = 0; i < op->n; i++) {
         if (!op->answered[i])
             continue;
@@ -545,8 +557,9 @@ static void on_node_lookup(void *arg, int err, const struct backend_holder *h)
         lookup_done(op);
 }
 
-static int q_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
-                    void *arg)
+/* A lookup, or (force) a forced release, on every node. */
+static int q_read(struct backend *be, bool force, const char *name, size_t len,
+                  backend_lookup_cb cb, void *arg)
 {
     struct qb *q = (struct qb *)be;
     if (q->closing)
@@ -558,11 +571,16 @@ static int q_lookup(struct backend *be, const char *name, size_t len, backend_lo
     op->cb = cb;
     op->arg = arg;
     op->n = q->n;
+    op->force = force;
     TAILQ_INSERT_TAIL(&q->lookups, op, link);
     for (unsigned i = 0; i < q->n; i++) {
         op->sub[i] = (struct qlsub){.op = op, .node = (uint8_t)i};
         struct backend *nb = q->node[i].be;
-        if (nb->ops->lookup(nb, name, len, on_node_lookup, &op->sub[i]) == 0)
+        int rc = force
+                     ? (nb->ops->force ? nb->ops->force(nb, name, len, on_node_lookup, &op->sub[i])
+                                       : DLOCK_EBACKEND)
+                     : nb->ops->lookup(nb, name, len, on_node_lookup, &op->sub[i]);
+        if (rc == 0)
             op->refs++;
     }
     if (op->refs == 0) {
@@ -571,6 +589,18 @@ static int q_lookup(struct backend *be, const char *name, size_t len, backend_lo
         return DLOCK_ENOQUORUM;
     }
     return 0;
+}
+
+static int q_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
+                    void *arg)
+{
+    return q_read(be, false, name, len, cb, arg);
+}
+
+static int q_force(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
+                   void *arg)
+{
+    return q_read(be, true, name, len, cb, arg);
 }
 
 static void q_flush(struct backend *be)
@@ -679,6 +709,7 @@ static const struct backend_ops q_ops = {
     .watch = q_watch,
     .leave = q_leave,
     .lookup = q_lookup,
+    .force = q_force,
     .flush = q_flush,
     .pending = q_pending,
     .nodes = q_nodes,

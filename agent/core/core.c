@@ -232,6 +232,8 @@ static void note_listeners(struct core *k, const struct orphan *o, uint32_t list
 static void park_orphan(struct core *k, struct orphan *o, uint64_t now)
 {
     if (k->shutting_down || now >= o->expires) {
+        if (k->shutting_down)
+            k->stop_unsent++;
         free(o);
         return;
     }
@@ -262,6 +264,8 @@ static void on_released(void *arg, const struct backend_result *r)
         park_orphan(k, o, r->at);
         return;
     }
+    if (k->shutting_down)
+        k->stop_answered++;
     if (r->outcome != BACKEND_DONE)
         log_kv(LOG_DEBUG, LOG_FIELDS(LOG_F_LOCK(o->name, o->name_len)),
                "release of %s found the key gone or owned by another", o->name);
@@ -283,8 +287,9 @@ static void send_orphan(struct core *k, struct orphan *o, uint64_t now)
     int rc = k->backend->ops->op(k->backend, &req, on_released, o);
     if (rc) {
         log_kv(LOG_DEBUG, LOG_FIELDS(LOG_F_LOCK(o->name, o->name_len)),
-               "cannot release %s now (%s); will retry when the store is back", o->name,
-               errname(rc));
+               "cannot release %s now (%s); %s", o->name, errname(rc),
+               k->shutting_down ? "stopping: its key expires by its TTL"
+                                : "will retry when the store is back");
         park_orphan(k, o, now);
     }
 }
@@ -1050,10 +1055,18 @@ static void on_acquired(void *arg, const struct backend_result *r)
     free(ref);
     struct waiter *w = l->acq_for;
     uint64_t now = r->at;
+    bool forced = l->forced;
     lock_rest(l);
     l->acq_for = NULL;
+    l->forced = false;
     note_store_why(k, r);
-    if (r->err) {
+    if (r->err == 0 && r->outcome == BACKEND_DONE && forced) {
+        /* Granted, then deleted by the forced release sent after it: no
+         * lease; the waiter asks again at once (notice_missed). */
+        log_info("the grant of %s came before its forced release: asking again", l->name);
+        k->down_since = 0;
+        l->joined = false; /* the acquire took its entry out */
+    } else if (r->err) {
         if (w && !ride_outage(k, l, w, r->err, now))
             waiter_finish(k, w, r->err, now);
         /* Unanswered, or failed halfway: the store may have set the key all
@@ -1571,6 +1584,35 @@ void core_notice(struct core *k, const char *name, size_t len, uint64_t now)
     }
     lock_unbackoff(k, l);
     lock_settle(k, l, now);
+}
+
+size_t core_force(struct core *k, const char *name, size_t len, struct core_forced *out, size_t max,
+                  uint64_t now)
+{
+    size_t n = 0;
+    struct lock *l = table_lock_find(&k->table, name, len);
+    if (l && l->phase == LOCK_ACQUIRING) {
+        /* Its answer may be a grant the forced release deleted, or "taken"
+         * by the key it deleted: either way, asked again at once. */
+        l->forced = true;
+        l->notice_missed = true;
+    }
+    /* Each loss settles the lock, which may hand it to a waiter (a reader
+     * joining the readers' grant) or free it: found again each time. */
+    while ((l = table_lock_find(&k->table, name, len)) && (l->nholders || l->phase == LOCK_KEPT)) {
+        if (l->phase == LOCK_KEPT) {
+            l->phase = LOCK_IDLE; /* the key is gone: no handoff, no release */
+            lock_settle(k, l, now);
+            continue;
+        }
+        struct lease *le = LIST_FIRST(&l->holders);
+        if (n < max)
+            out[n] = (struct core_forced){
+                .pid = (int)le->owner->pid, .uid = le->owner->uid, .fence = le->fence};
+        n++;
+        lease_lose(k, le, DLOCK_ELOST, false, now);
+    }
+    return n;
 }
 
 /* Every lock with waiters tries again now (an acquire in flight counts as

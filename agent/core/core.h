@@ -94,6 +94,10 @@ struct core {
     int down_err;              /* then: DLOCK_EUNAVAIL or DLOCK_ENOQUORUM */
     char store_why[128];       /* what the store said of the last acquire's failure */
     bool shutting_down;
+    /* Since core_shutdown(): releases the store confirmed (deleted, or the
+     * key was already gone), and those that could not be sent or got no
+     * answer (their keys expire by their TTL). */
+    size_t stop_answered, stop_unsent;
     struct lock *kept;     /* locks kept for a handoff in this loop turn */
     unsigned turn_retries; /* renewals of leases in jeopardy sent at retries_at */
     uint64_t retries_at;
@@ -180,6 +184,19 @@ void core_client_resumed(struct core *k, struct core_client *c);
 
 /* Events of the store. */
 void core_notice(struct core *k, const char *name, size_t len, uint64_t now);
+/* An operator forced the release of name: its key was deleted in the store
+ * (the command is sent before this call, so that the acquires of the local
+ * waiters go after it). Every local lease of the name is LOST
+ * (DLOCK_ELOST), its key not released again, and a key kept for a handoff
+ * is handed to nobody. Fills up to max of the leases lost (their holder's
+ * pid and fencing token) into out; returns how many were lost. */
+struct core_forced {
+    int pid;
+    uint32_t uid;
+    uint64_t fence;
+};
+size_t core_force(struct core *k, const char *name, size_t len, struct core_forced *out, size_t max,
+                  uint64_t now);
 void core_resubscribed(struct core *k, uint64_t now);
 /* The store forgot that one name's notices are wanted (its slot moved):
  * the core asks again, and its waiters try again. */

@@ -36,6 +36,7 @@ enum acq_outcome acq_outcome_of(int err);
 struct agent_stats {
     uint64_t grants;                 /* leases granted */
     uint64_t releases;               /* leases released by their holder */
+    uint64_t forced_releases;        /* names an operator forced free (dlockctl release --force) */
     uint64_t handoffs;               /* grants handed on within the agent, without the store */
     uint64_t renewals;               /* renewals that succeeded */
     uint64_t renewal_failures;       /* renewals that failed without proof of loss */

@@ -101,8 +101,12 @@ struct lock {
     uint32_t acq_ttl_ms;
     struct admit_ask acq_ask; /* the kind it asks the store for */
     bool notice_missed;       /* a release notice came while acquiring */
-    bool watched;             /* the store was asked for the name's release notices */
-    bool joined;              /* a waiting acquire may have joined the waiting-hosts record */
+    /* An operator forced the release while an acquire was in flight: sent
+     * before the forced release, the acquire reached the store first, so a
+     * grant it brings back was deleted (core_force()). */
+    bool forced;
+    bool watched; /* the store was asked for the name's release notices */
+    bool joined;  /* a waiting acquire may have joined the waiting-hosts record */
     /* A key in another client's format (docs/redisson.md): the last
      * release's message was heard by other clients than this agent (their
      * waiters are in no record of ours), so the next acquire after a local

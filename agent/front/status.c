@@ -3,7 +3,7 @@
  * out, then the agent closes. Requests (docs/status.md):
  *
  *   status | status-json | leases [PATTERN] | leases-json [PATTERN] | metrics
- *   | health | health-json | holder[-json] NAME | reload
+ *   | health | health-json | holder[-json] NAME | reload | release-force NAME
  *
  * and, when configured, the same metrics over HTTP (GET /metrics) for
  * Prometheus to scrape, with GET /healthz (the agent's loop answers) and
@@ -79,7 +79,11 @@ struct sconn {
     size_t drained; /* input read away after the answer */
     struct status_answer ans;
     struct asker who;
-    bool peer;      /* who.uid is the peer's (SO_PEERCRED) */
+    bool peer; /* who.uid is the peer's (SO_PEERCRED) */
+    /* The peer's pid and groups (SO_PEERCRED), for release-force. */
+    int pid;
+    size_t ngids;
+    uint32_t gids[PEER_GROUPS_MAX];
     bool reloading; /* waits for status_reload_done() */
 };
 
@@ -423,6 +427,68 @@ static bool holder_query(struct sconn *c)
     return true;
 }
 
+/* ---- release-force NAME: an operator's forced release ---- */
+
+#define FORCE_REQ "release-force "
+
+/* The answer to "release-force NAME": what the key held before. */
+static void on_forced(void *arg, int err, const struct backend_holder *h)
+{
+    struct sconn *c = the_status ? sconn_by_serial((uint64_t)(uintptr_t)arg) : NULL;
+    if (!c)
+        return; /* the query went away meanwhile (the release went on) */
+    const char *name = c->req + strlen(FORCE_REQ);
+    char shown[REQ_MAX];
+    text_printable(shown, sizeof shown, name);
+    if (err) {
+        sb_printf(&c->out, "error: %s: %s\n", shown, dlock_strerror(err));
+    } else if (!h->value[0] && !h->permits && !h->undetermined) {
+        sb_printf(&c->out, "not held: %s\n", shown);
+    } else {
+        sb_printf(&c->out, "released ");
+        render_holder(name, 0, h, false, &c->out);
+    }
+    start_writing(c);
+}
+
+/* "release-force NAME": for a peer that a force line of the policy lets;
+ * the answer comes when the store answered. Returns false when it was
+ * answered at once (with an error). */
+static bool force_query(struct sconn *c)
+{
+    const struct status_source *a = &c->st->src;
+    char cmd[16], name[REQ_MAX], extra[2], shown[REQ_MAX];
+    if (sscanf(c->req, "%15s %255s %1s", cmd, name, extra) != 2) {
+        sb_printf(&c->out, "error: usage: release-force NAME\n");
+        return false;
+    }
+    text_printable(shown, sizeof shown, name);
+    int rc = lock_name_check(name, strlen(name), a->cfg->max_name_len);
+    if (rc != 0) {
+        sb_printf(&c->out, "error: %s: %s\n", shown, dlock_strerror(rc));
+        return false;
+    }
+    if (!c->peer || !policy_may_force(&a->cfg->policy, c->who.uid, c->gids, c->ngids, name)) {
+        log_info("forced release of %s refused to uid %u (pid %d): no [policy] force line", shown,
+                 (unsigned)c->who.uid, c->pid);
+        sb_printf(&c->out,
+                  "error: release --force: permission denied: no [policy] force line lets uid %u "
+                  "force the release of %s (force = WHO PATTERN...)\n",
+                  (unsigned)c->who.uid, shown);
+        return false;
+    }
+    rc = a->force ? a->force(a->arg, name, strlen(name), c->who.uid, c->pid, on_forced,
+                             (void *)(uintptr_t)c->serial)
+                  : DLOCK_EUNAVAIL;
+    if (rc != 0) {
+        sb_printf(&c->out, "error: %s: %s\n", shown, dlock_strerror(rc));
+        return false;
+    }
+    snprintf(c->req, sizeof c->req, FORCE_REQ "%s", name);
+    ev_io_stop(c->st->loop, &c->io);
+    return true;
+}
+
 /* The answer to one request line (without its newline): a listing, whose
  * parts on_write() renders, or a whole answer in out. */
 static void answer(struct sconn *c, const char *req)
@@ -454,7 +520,7 @@ static void answer(struct sconn *c, const char *req)
     else
         sb_printf(&c->out, "error: unknown request; try status, status-json, leases [PATTERN], "
                            "leases-json [PATTERN], metrics, health, health-json, holder[-json] "
-                           "NAME or reload\n");
+                           "NAME, reload or release-force NAME\n");
 }
 
 /* Gives the query `seconds` from now to go on. */
@@ -553,6 +619,9 @@ static void respond(struct sconn *c)
         } else if (strcmp(c->req, "reload") == 0) {
             if (reload_query(c))
                 return;
+        } else if (strncmp(c->req, FORCE_REQ, strlen(FORCE_REQ)) == 0) {
+            if (force_query(c))
+                return;
         } else {
             answer(c, c->req);
         }
@@ -634,6 +703,9 @@ static void sconn_new(struct status *st, int fd, bool http)
         c->who.uid = cred.uid;
         c->who.all = policy_sees_all(&st->src.cfg->policy, cred.uid, gids, ngids);
         c->peer = true;
+        c->pid = (int)cred.pid;
+        c->ngids = ngids;
+        memcpy(c->gids, gids, ngids * sizeof gids[0]);
     }
     ev_io_init(&c->io, on_read, fd, EV_READ);
     c->io.data = c;

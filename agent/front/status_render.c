@@ -521,6 +521,9 @@ static const struct {
     }
     COUNTER(grants, "Leases granted."),
     COUNTER(releases, "Leases released by their holder."),
+    /* Operators' forced releases (dlockctl release --force). */
+    COUNTER(forced_releases,
+            "Names whose key an operator deleted, whoever held it (dlockctl release --force)."),
     COUNTER(handoffs,
             "Leases granted by cohort handoff: passed on within the agent without Redis."),
     COUNTER(renewals, "Lease renewals that succeeded."),

@@ -78,6 +78,11 @@ struct status_source {
      * once, until fn returns false (the opt-in per-name metrics). May be
      * NULL. */
     void (*walk_names)(void *arg, status_name_fn fn, void *fnarg);
+    /* Forces the release of a name, whoever holds it (the "release-force"
+     * query, which the policy let uid ask for; uid and pid for the log): cb
+     * gets what the key held before. NULL: not available. */
+    int (*force)(void *arg, const char *name, size_t len, uint32_t uid, int pid,
+                 backend_lookup_cb cb, void *cbarg);
 };
 
 /* Who asks: a peer that may not see all leases sees its own uid's only. */

@@ -23,6 +23,7 @@
 #include "leasepage.h"
 #include "log.h"
 #include "svcjob.h"
+#include "text.h"
 #include "unixsock.h"
 #include "util.h"
 
@@ -305,6 +306,92 @@ static void src_walk_names(void *arg, status_name_fn fn, void *fnarg)
         ;
 }
 
+/* ---- an operator's forced release ---- */
+
+#define FORCED_SHOWN 4 /* local leases lost, named in the log at most */
+
+/* A forced release on its way to the store, and who asked. */
+struct forcing {
+    backend_lookup_cb cb;
+    void *cbarg;
+    struct agent_stats *stats;
+    uint32_t uid;
+    int pid;
+    char name[];
+};
+
+/* The holder a forced release removed, for the log. */
+static void forced_holder(const struct backend_holder *h, char *out, size_t len)
+{
+    char value[BACKEND_RECORD_MAX], record[BACKEND_RECORD_MAX];
+    text_printable(value, sizeof value, h->value);
+    text_printable(record, sizeof record, h->record);
+    if (h->permits)
+        snprintf(out, len, "%s with %u permit(s), the first '%s'", value, h->permits, record);
+    else if (record[0])
+        snprintf(out, len, "'%s'", record);
+    else
+        snprintf(out, len, "value '%s'", value);
+}
+
+static void on_forced(void *arg, int err, const struct backend_holder *h)
+{
+    struct forcing *f = arg;
+    char shown[WIRE_MAX_NAME + 1], was[3 * BACKEND_RECORD_MAX];
+    text_printable(shown, sizeof shown, f->name);
+    if (err) {
+        log_warn("forced release of %s by uid %u (pid %d) failed: %s", shown, (unsigned)f->uid,
+                 f->pid, dlock_strerror(err));
+    } else if (!h->value[0] && !h->permits && !h->undetermined) {
+        log_warn("forced release of %s by uid %u (pid %d): the name is not held in Redis", shown,
+                 (unsigned)f->uid, f->pid);
+    } else {
+        f->stats->forced_releases++;
+        forced_holder(h, was, sizeof was);
+        log_warn("forced release of %s by uid %u (pid %d): its key is deleted; it held %s%s", shown,
+                 (unsigned)f->uid, f->pid, was,
+                 h->undetermined ? " (undetermined: on no majority of the nodes)" : "");
+    }
+    f->cb(f->cbarg, err, h);
+    free(f);
+}
+
+/* The key's delete goes out first; then the local leases of the name are
+ * lost, so that the acquires of its local waiters go out behind it. */
+static int src_force(void *arg, const char *name, size_t len, uint32_t uid, int pid,
+                     backend_lookup_cb cb, void *cbarg)
+{
+    struct agent *a = arg;
+    if (!a->backend)
+        return DLOCK_EUNAVAIL;
+    if (!a->backend->ops->force)
+        return DLOCK_EBACKEND;
+    struct forcing *f = malloc(sizeof *f + len + 1);
+    if (!f)
+        return DLOCK_ENOMEM;
+    *f =
+        (struct forcing){.cb = cb, .cbarg = cbarg, .stats = &a->core.stats, .uid = uid, .pid = pid};
+    memcpy(f->name, name, len);
+    f->name[len] = '\0';
+    int rc = a->backend->ops->force(a->backend, name, len, on_forced, f);
+    if (rc != 0) {
+        free(f);
+        return rc;
+    }
+    char shown[WIRE_MAX_NAME + 1];
+    text_printable(shown, sizeof shown, f->name);
+    struct core_forced lost[FORCED_SHOWN];
+    size_t n = core_force(&a->core, name, len, lost, FORCED_SHOWN, now_ns());
+    for (size_t i = 0; i < n && i < FORCED_SHOWN; i++)
+        log_warn("forced release of %s by uid %u (pid %d): the lease of pid %d (uid %u), fencing "
+                 "token %llu, is lost",
+                 shown, (unsigned)uid, pid, lost[i].pid, (unsigned)lost[i].uid,
+                 (unsigned long long)lost[i].fence);
+    if (n > FORCED_SHOWN)
+        log_warn("forced release of %s: %zu more local lease(s) lost", shown, n - FORCED_SHOWN);
+    return 0;
+}
+
 /* ---- the timer ---- */
 
 static void on_tick(struct ev_loop *loop, ev_io *w, int revents)
@@ -370,8 +457,16 @@ static void on_shutdown_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct agent *a = w->data;
     size_t pending = a->backend->ops->pending(a->backend);
+    const struct core *k = &a->core;
     if (pending == 0) {
-        log_info("all releases sent and answered; exiting");
+        /* Every release was answered, or could not be sent (or failed):
+         * say which, and how many. */
+        if (k->stop_unsent)
+            log_warn("%zu release(s) not sent or not answered: Redis unreachable; their keys "
+                     "expire within the TTL; %zu release(s) sent and answered; exiting",
+                     k->stop_unsent, k->stop_answered);
+        else
+            log_info("%zu release(s) sent and answered; exiting", k->stop_answered);
         finish_shutdown(a);
     } else if (ev_now(loop) >= a->shutdown_deadline) {
         log_warn("%zu Redis command(s) unanswered at shutdown; their keys expire by TTL", pending);
@@ -531,7 +626,8 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg, 
                                 .walk_leases = src_walk_leases,
                                 .find_lease = src_find_lease,
                                 .lookup = src_lookup,
-                                .walk_names = src_walk_names};
+                                .walk_names = src_walk_names,
+                                .force = src_force};
     if (status_open(&a->status, loop, &src, cfg->status_socket, cfg->status_socket_mode) != 0)
         log_warn("running without a status socket");
     if (status_open_http(&a->status, cfg->metrics_listen) != 0)

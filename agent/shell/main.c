@@ -49,13 +49,30 @@ static void usage(FILE *f)
 }
 
 /* Command-line settings, applied over the file. */
+/* A flag as typed ("-s", "--socket"), for the errors about its value. */
+#define FLAG_MAX 24
+
 struct flags {
     const char *config, *socket, *status_socket, *prefix, *ttl, *mode, *log_format;
+    char socket_as[FLAG_MAX], status_socket_as[FLAG_MAX], redis_as[FLAG_MAX];
+    char prefix_as[FLAG_MAX], ttl_as[FLAG_MAX], mode_as[FLAG_MAX], log_format_as[FLAG_MAX];
     char redis[CONFIG_MAX_NODES * 400]; /* the -r addresses, comma-separated */
     unsigned nredis;
     int verbose;
     bool check, dev, successor;
 };
+
+/* The option getopt_long() just read, as typed: "-s" (also of "-sPATH"),
+ * "--socket" (also of "--socket=PATH"). */
+static void as_typed(char *const argv[], const char *arg, char out[FLAG_MAX])
+{
+    /* The option is the word before its argument, or the argument's own
+     * word ("--socket=PATH", "-sPATH"). */
+    int i = optind - 1;
+    const char *word = argv[i] == arg && i > 0 ? argv[i - 1] : argv[i];
+    size_t n = word[1] == '-' ? strcspn(word, "=") : 2;
+    snprintf(out, FLAG_MAX, "%.*s", (int)n, word);
+}
 
 static int parse_flags(int argc, char **argv, struct flags *f)
 {
@@ -82,9 +99,11 @@ static int parse_flags(int argc, char **argv, struct flags *f)
             break;
         case 's':
             f->socket = optarg;
+            as_typed(argv, optarg, f->socket_as);
             break;
         case 'S':
             f->status_socket = optarg;
+            as_typed(argv, optarg, f->status_socket_as);
             break;
         case 'r': {
             size_t used = strlen(f->redis);
@@ -94,16 +113,20 @@ static int parse_flags(int argc, char **argv, struct flags *f)
             }
             snprintf(f->redis + used, sizeof f->redis - used, "%s%s", used ? "," : "", optarg);
             f->nredis++;
+            as_typed(argv, optarg, f->redis_as);
             break;
         }
         case OPT_MODE:
             f->mode = optarg;
+            as_typed(argv, optarg, f->mode_as);
             break;
         case OPT_PREFIX:
             f->prefix = optarg;
+            as_typed(argv, optarg, f->prefix_as);
             break;
         case OPT_TTL:
             f->ttl = optarg;
+            as_typed(argv, optarg, f->ttl_as);
             break;
         case OPT_LOGFMT: {
             /* In force at once: the errors of the configuration show in it. */
@@ -114,6 +137,7 @@ static int parse_flags(int argc, char **argv, struct flags *f)
             }
             log_set_format(lf);
             f->log_format = optarg;
+            as_typed(argv, optarg, f->log_format_as);
             break;
         }
         case 'n':
@@ -146,44 +170,54 @@ static int parse_flags(int argc, char **argv, struct flags *f)
     return 0;
 }
 
-/* Defaults, then $DLOCK_SOCKET, then the file, then the flags. 0, or -1 with
- * why in err. */
-static int build_config(struct config *cfg, const struct flags *f, char *err, size_t errlen)
+/* Defaults, then $DLOCK_SOCKET, then the file, then the flags. 0, or -1
+ * with every error in r, each with its source (the file's line, the flag as
+ * typed). */
+static int build_config(struct config *cfg, const struct flags *f, struct config_report *r)
 {
     config_defaults(cfg);
+    config_report_init(r);
     const char *env = getenv("DLOCK_SOCKET");
-    if (env && *env && config_set(cfg, "agent", "socket", env, err, errlen) != 0)
-        return -1;
-    if (f->config && config_load_file(cfg, f->config, err, errlen) != 0)
-        return -1;
+    if (env && *env)
+        config_set_report(cfg, "agent", "socket", env, "$DLOCK_SOCKET", r);
+    if (f->config)
+        config_load_file_report(cfg, f->config, r);
     const struct {
-        const char *section, *key, *value;
-    } over[] = {{"agent", "socket", f->socket},
-                {"agent", "status_socket", f->status_socket},
-                {"redis", "address", f->nredis ? f->redis : NULL},
-                {"redis", "mode", f->mode},
-                {"agent", "prefix", f->prefix},
-                {"agent", "default_ttl_ms", f->ttl},
-                {"agent", "log_format", f->log_format}};
+        const char *section, *key, *value, *as;
+    } over[] = {{"agent", "socket", f->socket, f->socket_as},
+                {"agent", "status_socket", f->status_socket, f->status_socket_as},
+                {"redis", "address", f->nredis ? f->redis : NULL, f->redis_as},
+                {"redis", "mode", f->mode, f->mode_as},
+                {"agent", "prefix", f->prefix, f->prefix_as},
+                {"agent", "default_ttl_ms", f->ttl, f->ttl_as},
+                {"agent", "log_format", f->log_format, f->log_format_as}};
     for (size_t i = 0; i < sizeof over / sizeof over[0]; i++)
-        if (over[i].value &&
-            config_set(cfg, over[i].section, over[i].key, over[i].value, err, errlen) != 0)
-            return -1;
+        if (over[i].value)
+            config_set_report(cfg, over[i].section, over[i].key, over[i].value, over[i].as, r);
     cfg->log_level += f->verbose;
     if (cfg->log_level > LOG_DEBUG)
         cfg->log_level = LOG_DEBUG;
     /* Not configured, the status socket goes beside the client socket, where
      * dlockctl looks for it (the rule both take from wire_status_sibling()). */
     if (!cfg->status_socket_set &&
-        wire_status_sibling(cfg->socket, cfg->status_socket, sizeof cfg->status_socket) != 0) {
-        snprintf(err, errlen,
-                 "the status socket beside %s would not fit in %zu bytes: set status_socket "
-                 "(empty for none) or -S",
-                 cfg->socket, sizeof cfg->status_socket - 1);
-        return -1;
-    }
+        wire_status_sibling(cfg->socket, cfg->status_socket, sizeof cfg->status_socket) != 0)
+        config_report_error(r, "agent", "socket",
+                            "the status socket beside %s would not fit in %zu bytes: set "
+                            "status_socket (empty for none) or -S",
+                            cfg->socket, sizeof cfg->status_socket - 1);
     config_state_dir_follow(cfg);
-    return config_validate(cfg, err, errlen);
+    config_validate_report(cfg, r);
+    return r->nerrors ? -1 : 0;
+}
+
+/* Every error of r, each on a line of its own on stderr. */
+static void report_errors(const struct config_report *r)
+{
+    for (const char *p = r->text; *p;) {
+        size_t n = strcspn(p, "\n");
+        log_config_error("%.*s", (int)n, p);
+        p += n + (p[n] == '\n');
+    }
 }
 
 /* The log's format from the settings (checked when they were read). */
@@ -257,9 +291,27 @@ static struct {
     char **argv;
 } hup;
 
+/* The errors of a reading refused, on one line: "E1; E2; ...". */
+static void reload_errors(const struct config_report *r, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (const char *p = r->text; *p && used + 1 < len;) {
+        size_t n = strcspn(p, "\n");
+        int w = snprintf(buf + used, len - used, "%s%.*s", used ? "; " : "", (int)n, p);
+        if (w < 0)
+            break;
+        used += (size_t)w < len - used ? (size_t)w : len - used - 1;
+        p += n + (p[n] == '\n');
+    }
+}
+
 static void *reload_thread(void *arg)
 {
-    hup.rc = build_config(&hup.fresh, &hup.flags, hup.err, sizeof hup.err);
+    static struct config_report report; /* one reading at a time */
+    hup.rc = build_config(&hup.fresh, &hup.flags, &report);
+    if (hup.rc != 0)
+        reload_errors(&report, hup.err, sizeof hup.err);
     /* The files are read again even under the same names: a certificate
      * renewed in place takes effect this way. */
     hup.tls = NULL;
@@ -515,8 +567,9 @@ int main(int argc, char **argv)
     char err[600];
     if (parse_flags(argc, argv, &f) != 0)
         return 2;
-    if (build_config(&cfg, &f, err, sizeof err) != 0) {
-        log_config_error("%s", err);
+    static struct config_report report;
+    if (build_config(&cfg, &f, &report) != 0) {
+        report_errors(&report); /* every one, before refusing to start */
         return 2;
     }
     log_set_level((enum log_level)cfg.log_level);

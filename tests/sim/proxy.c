@@ -178,6 +178,8 @@ static int p_op(struct backend *b, const struct backend_req *req, backend_cb cb,
     case BACKEND_RELEASE:
         return p_release(b, req, cb, arg);
     case BACKEND_FENCE:
+    case BACKEND_LOOKUP:
+    case BACKEND_FORCE:
         break;
     }
     return p->inner->ops->op(p->inner, req, cb, arg);
