@@ -337,20 +337,24 @@ static void forced_holder(const struct backend_holder *h, char *out, size_t len)
 static void on_forced(void *arg, int err, const struct backend_holder *h)
 {
     struct forcing *f = arg;
+    const struct log_field *who =
+        LOG_FIELDS(LOG_F_LOCK(f->name, strlen(f->name)), LOG_F_PID(f->pid), LOG_F_UID(f->uid));
     char shown[WIRE_MAX_NAME + 1], was[3 * BACKEND_RECORD_MAX];
     text_printable(shown, sizeof shown, f->name);
     if (err) {
-        log_warn("forced release of %s by uid %u (pid %d) failed: %s", shown, (unsigned)f->uid,
-                 f->pid, dlock_strerror(err));
+        log_kv(LOG_WARN, who, "forced release of %s by uid %u (pid %d) failed: %s", shown,
+               (unsigned)f->uid, f->pid, dlock_strerror(err));
     } else if (!h->value[0] && !h->permits && !h->undetermined) {
-        log_warn("forced release of %s by uid %u (pid %d): the name is not held in Redis", shown,
-                 (unsigned)f->uid, f->pid);
+        log_kv(LOG_WARN, who,
+               "forced release of %s by uid %u (pid %d): the name is not held in Redis", shown,
+               (unsigned)f->uid, f->pid);
     } else {
         f->stats->forced_releases++;
         forced_holder(h, was, sizeof was);
-        log_warn("forced release of %s by uid %u (pid %d): its key is deleted; it held %s%s", shown,
-                 (unsigned)f->uid, f->pid, was,
-                 h->undetermined ? " (undetermined: on no majority of the nodes)" : "");
+        log_kv(LOG_WARN, who,
+               "forced release of %s by uid %u (pid %d): its key is deleted; it held %s%s", shown,
+               (unsigned)f->uid, f->pid, was,
+               h->undetermined ? " (undetermined: on no majority of the nodes)" : "");
     }
     f->cb(f->cbarg, err, h);
     free(f);
@@ -383,12 +387,16 @@ static int src_force(void *arg, const char *name, size_t len, uint32_t uid, int 
     struct core_forced lost[FORCED_SHOWN];
     size_t n = core_force(&a->core, name, len, lost, FORCED_SHOWN, now_ns());
     for (size_t i = 0; i < n && i < FORCED_SHOWN; i++)
-        log_warn("forced release of %s by uid %u (pid %d): the lease of pid %d (uid %u), fencing "
-                 "token %llu, is lost",
-                 shown, (unsigned)uid, pid, lost[i].pid, (unsigned)lost[i].uid,
-                 (unsigned long long)lost[i].fence);
+        log_kv(LOG_WARN,
+               LOG_FIELDS(LOG_F_LOCK(name, len), LOG_F_FENCE(lost[i].fence), LOG_F_PID(lost[i].pid),
+                          LOG_F_UID(lost[i].uid)),
+               "forced release of %s by uid %u (pid %d): the lease of pid %d (uid %u), fencing "
+               "token %llu, is lost",
+               shown, (unsigned)uid, pid, lost[i].pid, (unsigned)lost[i].uid,
+               (unsigned long long)lost[i].fence);
     if (n > FORCED_SHOWN)
-        log_warn("forced release of %s: %zu more local lease(s) lost", shown, n - FORCED_SHOWN);
+        log_kv(LOG_WARN, LOG_FIELDS(LOG_F_LOCK(name, len)),
+               "forced release of %s: %zu more local lease(s) lost", shown, n - FORCED_SHOWN);
     return 0;
 }
 
