@@ -550,7 +550,28 @@ ITEST(dlockctl, connection_errors_name_the_socket_and_the_reason)
     SAYS("stale status socket", stale, "Connection refused");
 }
 
-ITEST(dlockctl, permission_denied_names_the_socket_and_its_group)
+/* Runs dlockctl with up to 5 arguments as nobody (uid and gid 65534, no
+ * supplementary groups); its exit status, its output in DIR/nobody.out. */
+static int ctl_as_nobody(const char *const args[5])
+{
+    unlink(h_path("nobody.out"));
+    pid_t pid = h_fork();
+    if (pid == 0) {
+        int fd = open(h_path("nobody.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0 || setgroups(0, NULL) != 0 ||
+            setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(100);
+        execl(DLOCKCTL_PATH, DLOCKCTL_PATH, args[0], args[1], args[2], args[3], args[4],
+              (char *)NULL);
+        _exit(101);
+    }
+    return h_wait_child(pid, 10000);
+}
+
+/* A socket the user may not connect to is no agent down: 77, not 69, with
+ * the socket, the reason and what to do (join its group; or, for a socket
+ * only its owner may use, that its mode keeps the group out). */
+ITEST(dlockctl, permission_denied_exits_77_and_names_the_socket_and_its_group)
 {
     if (geteuid() != 0)
         h_skip("needs root to run dlockctl under a second uid");
@@ -563,26 +584,31 @@ ITEST(dlockctl, permission_denied_names_the_socket_and_its_group)
     char group[128];
     snprintf(group, sizeof group, "group '%s'", g->gr_name);
     const char *const runs[][5] = {{"-s", H.agent[0].sock, "run", "x", "true"},
-                                   {"-S", status, "status", NULL, NULL}};
-    for (size_t i = 0; i < 2; i++) {
-        unlink(h_path("nobody.out"));
-        pid_t pid = h_fork();
-        if (pid == 0) {
-            int fd = open(h_path("nobody.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0 || setgroups(0, NULL) != 0 ||
-                setgid(65534) != 0 || setuid(65534) != 0)
-                _exit(100);
-            execl(DLOCKCTL_PATH, DLOCKCTL_PATH, runs[i][0], runs[i][1], runs[i][2], runs[i][3],
-                  runs[i][4], (char *)NULL);
-            _exit(101);
-        }
-        int st = h_wait_child(pid, 10000);
+                                   {"-S", status, "status", NULL, NULL},
+                                   {"-S", status, "holder", "x", NULL}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        int st = ctl_as_nobody(runs[i]);
         const char *out = h_read_file(h_path("nobody.out"));
-        cr_assert_eq(st, 69, "%s as nobody: exit %d: %s", runs[i][2], st, out ? out : "");
+        cr_assert_eq(st, 77, "%s as nobody: exit %d: %s", runs[i][2], st, out ? out : "");
         cr_assert(out && strstr(out, runs[i][1]) && strstr(out, "Permission denied") &&
-                      strstr(out, group),
+                      strstr(out, group) && strstr(out, "join it"),
                   "%s as nobody: %s", runs[i][2], out ? out : "");
     }
+    /* Mode 0600: only root may connect; joining a group would not help. */
+    cr_assert_eq(chmod(H.agent[0].sock, 0600), 0);
+    cr_assert_eq(chmod(status, 0600), 0);
+    for (size_t i = 0; i < 2; i++) {
+        int st = ctl_as_nobody(runs[i]);
+        const char *out = h_read_file(h_path("nobody.out"));
+        cr_assert_eq(st, 77, "%s as nobody, mode 0600: exit %d: %s", runs[i][2], st,
+                     out ? out : "");
+        cr_assert(out && strstr(out, runs[i][1]) && strstr(out, "Permission denied") &&
+                      strstr(out, "only its owner, user 'root'"),
+                  "%s as nobody, mode 0600: %s", runs[i][2], out ? out : "");
+    }
+    /* A missing socket is still 69. */
+    const char *const none[5] = {"-s", h_path("none.sock"), "run", "x", "true"};
+    cr_assert_eq(ctl_as_nobody(none), 69, "%s", h_read_file(h_path("nobody.out")));
 }
 
 ITEST(dlockctl, help_of_each_command_lists_every_option)

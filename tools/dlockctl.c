@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
+#include <pwd.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -26,6 +27,7 @@
 #include "wire.h"
 
 /* Exit codes, after sysexits.h where one fits; the same for every command. */
+#define EXIT_FREE        1  /* holder: the name is free; unlock: no such holder */
 #define EXIT_USAGE       64 /* EX_USAGE */
 #define EXIT_UNAVAILABLE 69 /* EX_UNAVAILABLE: agent unreachable, Redis unavailable */
 #define EXIT_SOFTWARE    70 /* EX_SOFTWARE: internal error, request refused */
@@ -99,19 +101,22 @@ static const char help_help[] = "  -h, --help                 print this help an
 /* One table for every command, as in dlockctl(1). */
 static const char help_exit[] =
     "\nExit status:\n"
-    "  0      status, leases, metrics, holder: the answer was printed; reload:\n"
-    "         the configuration was read and its changes printed\n"
+    "  0      status, leases, metrics: the answer was printed; holder: NAME is\n"
+    "         held; reload: the configuration was read and its changes printed\n"
+    "  1      holder: NAME is free (as test -e)\n"
     "  N      run: CMD's exit status (128+S when CMD was killed by signal S)\n"
     "  64     usage error: bad option, value, lock name or pattern\n"
     "  69     the agent is unreachable or does not answer, or Redis (in quorum\n"
     "         mode, a majority of the nodes) is unreachable or answered with an\n"
-    "         error\n"
+    "         error; holder: in quorum mode, no value is on a majority\n"
     "  70     internal error, or the agent refused the request; reload: a\n"
     "         setting could not be applied (the others were)\n"
     "  73     run: a lease or waiter limit of the agent was hit\n"
     "  75     run: the lock stayed taken (-n, or the -w wait ran out); see -E\n"
-    "  77     run: the agent's policy does not allow this user the lock name;\n"
-    "         reload: only root and the agent's user may ask for it\n"
+    "  77     permission denied: this user may not connect to the agent's socket\n"
+    "         (not in its group); run: the agent's policy does not allow this user\n"
+    "         the lock name; holder: its see_all policy; reload: only root and the\n"
+    "         agent's user may ask for it\n"
     "  78     reload: the agent refused the file and keeps its old settings\n"
     "  79     run: the lease was lost while CMD ran; CMD was terminated\n"
     "  126    run: CMD could not be executed\n"
@@ -641,11 +646,23 @@ static void connect_hint(int e, const char *path, const char *unset, char *out, 
 {
     struct stat st;
     bool there = stat(path, &st) == 0;
-    struct group *g = there && (e == EACCES || e == EPERM) ? getgrgid(st.st_gid) : NULL;
-    if ((e == EACCES || e == EPERM) && g)
-        snprintf(out, cap, " (are you in the group '%s' that may use it?)", g->gr_name);
-    else if (e == EACCES || e == EPERM)
-        snprintf(out, cap, " (are you in the group that may use it, e.g. 'dlock'?)");
+    bool denied = e == EACCES || e == EPERM;
+    struct group *g = there && denied ? getgrgid(st.st_gid) : NULL;
+    struct passwd *pw = there && denied ? getpwuid(st.st_uid) : NULL;
+    if (denied && there && !(st.st_mode & S_IWGRP) && pw)
+        snprintf(out, cap,
+                 " (only its owner, user '%s', may use it: the agent's socket mode keeps its "
+                 "group out; ask for 0660 and a group you are in)",
+                 pw->pw_name);
+    else if (denied && g)
+        snprintf(out, cap,
+                 " (are you in the group '%s' that may use it? join it, e.g. usermod -aG %s "
+                 "USER, and log in again)",
+                 g->gr_name, g->gr_name);
+    else if (denied)
+        snprintf(out, cap,
+                 " (are you in the group that may use it, e.g. 'dlock'? join it and log in "
+                 "again)");
     else if (e == ECONNREFUSED && there && !S_ISSOCK(st.st_mode))
         snprintf(out, cap, " (it is not a socket)");
     else if (e == ECONNREFUSED)
@@ -658,6 +675,15 @@ static void connect_hint(int e, const char *path, const char *unset, char *out, 
         snprintf(out, cap, " (the agent does not accept connections: overloaded or stopped?)");
     else
         out[0] = '\0';
+}
+
+/* The exit status after connecting failed with errno e: permission denied is
+ * not the agent being down. */
+static int connect_exit(int e)
+{
+    return e == ENAMETOOLONG           ? EXIT_USAGE
+           : e == EACCES || e == EPERM ? EXIT_NOPERM
+                                       : EXIT_UNAVAILABLE;
 }
 
 /* Reports that connecting to the agent's socket `what` at path failed with
@@ -1033,7 +1059,7 @@ static int open_client(const struct run_opts *o, dlock_client **c)
     int e = errno;
     connect_error("", path, e,
                   "it listens on " DEFAULT_SOCKET " by default; set -s or DLOCK_SOCKET");
-    return e == ENAMETOOLONG ? EXIT_USAGE : EXIT_UNAVAILABLE;
+    return connect_exit(e);
 }
 
 /* Reports a set that could not be taken; returns the exit code. Only a lock
@@ -1190,9 +1216,10 @@ static int status_connect(const char *path, const char *unset, int64_t deadline,
         while ((rc = connect(fd, (struct sockaddr *)&sa, sizeof sa)) != 0 && errno == EINTR)
             ;
     if (rc != 0) {
-        connect_error("'s status socket", path, errno, unset);
+        int e = errno;
+        connect_error("'s status socket", path, e, unset);
         close(fd);
-        *code = EXIT_UNAVAILABLE;
+        *code = connect_exit(e);
         return -1;
     }
     return fd;
@@ -1261,6 +1288,9 @@ static int answer_error(const char *data, size_t len)
     while (n > 0 && data[n - 1] == '\n')
         n--;
     fprintf(stderr, "dlockctl: %.*s\n", (int)n, data);
+    static const char policy[] = "error: the policy (see_all) does not let you";
+    if (n >= sizeof policy - 1 && memcmp(data, policy, sizeof policy - 1) == 0)
+        return EXIT_NOPERM;
     for (int code = -1; code >= DLOCK_ERRNO_MIN; code--) {
         const char *m = dlock_strerror(code);
         size_t mlen = strlen(m);
@@ -1299,6 +1329,33 @@ static int reload_code(const struct buf *b, int code)
     if (code == 0 && has_line(b, "not applied: "))
         return EXIT_SOFTWARE;
     return code;
+}
+
+/* Whether the answer b holds text, anywhere. */
+static bool has_text(const struct buf *b, const char *text)
+{
+    return memmem(b->data, b->len, text, strlen(text)) != NULL;
+}
+
+/* The exit code of a holder's answer, as test -e has it: 0 held, 1 free; 69
+ * when, in quorum mode, no value is on a majority of the nodes. In text, the
+ * name (which has no space) ends at the first ": ". In JSON, a quote inside
+ * the name is escaped, so "held": is the member's. */
+static int holder_code(const struct buf *b, bool json)
+{
+    if (json)
+        return has_text(b, "\"held\":true")    ? 0
+               : has_text(b, "\"held\":false") ? EXIT_FREE
+                                               : EXIT_UNAVAILABLE;
+    const char *sep = memmem(b->data, b->len, ": ", 2);
+    if (!sep)
+        return EXIT_SOFTWARE;
+    size_t left = b->len - (size_t)(sep + 2 - b->data);
+    if (left == 5 && memcmp(sep + 2, "free\n", 5) == 0)
+        return EXIT_FREE;
+    if (left >= 14 && memcmp(sep + 2, "undetermined: ", 14) == 0)
+        return EXIT_UNAVAILABLE;
+    return 0;
 }
 
 /* Copies a whole answer to stdout, or its error to stderr; the exit code. */
@@ -1361,6 +1418,8 @@ static int query(const struct run_opts *o)
     code = print_answer(path, &b);
     if (o->command == CMD_RELOAD)
         code = reload_code(&b, code);
+    if (o->command == CMD_HOLDER && code == 0)
+        code = holder_code(&b, o->json);
     free(b.data);
     return code;
 }
