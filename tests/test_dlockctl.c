@@ -585,7 +585,8 @@ ITEST(dlockctl, permission_denied_exits_77_and_names_the_socket_and_its_group)
     snprintf(group, sizeof group, "group '%s'", g->gr_name);
     const char *const runs[][5] = {{"-s", H.agent[0].sock, "run", "x", "true"},
                                    {"-S", status, "status", NULL, NULL},
-                                   {"-S", status, "holder", "x", NULL}};
+                                   {"-S", status, "holder", "x", NULL},
+                                   {"-s", H.agent[0].sock, "lock", "x", NULL}};
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         int st = ctl_as_nobody(runs[i]);
         const char *out = h_read_file(h_path("nobody.out"));

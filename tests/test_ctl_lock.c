@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* test_ctl_lock.c -- `dlockctl lock` and `dlockctl unlock`, a lock held across
+ * shell commands: lock returns once the lease is held and prints the holder,
+ * the fencing token (the lease's) and the name for eval; the lease is listed
+ * and keeps other clients out until unlock, which gives it back; the owner's
+ * death gives it back too (a forked owner, and the shell of the eval idiom);
+ * a lease lost meanwhile makes unlock exit 79; unlock of a name not held
+ * exits 1; a taken lock exits 75 (or -E) and leaves no holder behind. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* Runs dlockctl with a fresh DIR/ctl.out; its exit status, the output in
+ * ctl_out(). */
+#define CTL(...) (unlink(h_path("ctl.out")), h_ctl(20000, __VA_ARGS__, NULL))
+
+static const char *ctl_out(void)
+{
+    const char *out = h_read_file(h_path("ctl.out"));
+    return out ? out : "";
+}
+
+/* The holders' state files go to the test's directory. */
+static void private_runtime_dir(void)
+{
+    const char *dir = h_keep(h_path("xdg"));
+    cr_assert(mkdir(dir, 0700) == 0 || errno == EEXIST);
+    cr_assert_eq(setenv("XDG_RUNTIME_DIR", dir, 1), 0);
+}
+
+/* The value of VAR=value in lock's output; 0 when missing. */
+static unsigned long long printed(const char *out, const char *var)
+{
+    char key[64];
+    snprintf(key, sizeof key, "%s=", var);
+    const char *p = strstr(out, key);
+    return p ? strtoull(p + strlen(key), NULL, 10) : 0;
+}
+
+/* The leases-json line of name, or NULL when the agent lists none. */
+static const char *listed(const char *name)
+{
+    char req[128];
+    snprintf(req, sizeof req, "leases-json %s\n", name);
+    const char *ans = h_status_ask(0, req);
+    return ans && strstr(ans, "\"name\"") ? ans : NULL;
+}
+
+ITEST(ctl_lock, lock_holds_until_unlock_and_prints_the_fence)
+{
+    h_start(NULL);
+    private_runtime_dir();
+    const char *sock = H.agent[0].sock;
+    int st = CTL("-s", sock, "lock", "held");
+    cr_assert_eq(st, 0, "lock: exit %d: %s", st, ctl_out());
+    char out[512];
+    snprintf(out, sizeof out, "%s", ctl_out());
+    pid_t holder = (pid_t)printed(out, "DLOCK_HOLDER");
+    unsigned long long fence = printed(out, "DLOCK_FENCE");
+    cr_assert(holder > 0 && fence > 0, "%s", out);
+    cr_assert(strstr(out, "DLOCK_NAME='held'\n"), "%s", out);
+
+    /* Held when lock returns: listed, with the holder's pid and the fence
+     * printed, and in Redis; others are kept out. */
+    const char *ls = listed("held");
+    cr_assert_not_null(ls, "the lease is not listed");
+    char want[96];
+    snprintf(want, sizeof want, "\"fence\":%llu,", fence);
+    cr_assert(strstr(ls, want), "no %s in %s", want, ls);
+    snprintf(want, sizeof want, "\"pid\":%d,", (int)holder);
+    cr_assert(strstr(ls, want), "no %s in %s", want, ls);
+    cr_assert(strstr(ls, "\"state\":\"held\""), "%s", ls);
+    cr_assert(h_redis_exists(h_key("held")));
+    struct h_cl *a = h_client();
+    dlock_lease *l = NULL;
+    cr_assert_eq(h_acquire(a, "held", 5000, 0, &l), DLOCK_EBUSY);
+    /* holder: held (0). */
+    cr_assert_eq(CTL("-S", h_path("status0.sock"), "holder", "held"), 0, "%s", ctl_out());
+    /* The same owner cannot take it twice (it would wait for itself). */
+    cr_assert_eq(CTL("-s", sock, "lock", "-n", "held"), 64, "%s", ctl_out());
+    cr_assert(strstr(ctl_out(), "holds held already"), "%s", ctl_out());
+
+    st = CTL("-s", sock, "unlock", "held");
+    cr_assert_eq(st, 0, "unlock: exit %d: %s", st, ctl_out());
+    H_KEY_GONE(h_key("held"));
+    cr_assert_null(listed("held"));
+    l = h_must_acquire(a, "held", 5000);
+    cr_assert_eq(dlock_lease_release(l), 0);
+
+    /* Nothing to give back now: 1, with a message. */
+    cr_assert_eq(CTL("-s", sock, "unlock", "held"), 1);
+    cr_assert(strstr(ctl_out(), "held is not held by dlockctl lock"), "%s", ctl_out());
+    cr_assert_eq(CTL("-s", sock, "unlock", "--holder", "2147483647"), 1);
+    cr_assert(strstr(ctl_out(), "no holder 2147483647"), "%s", ctl_out());
+    cr_assert_eq(CTL("-s", sock, "lock"), 64);
+    cr_assert_eq(CTL("-s", sock, "unlock"), 64);
+    cr_assert_eq(CTL("-s", sock, "unlock", "-n", "held"), 64);
+}
+
+/* unlock --holder PID, as lock printed it, and a lock whose owner is given
+ * with --pid: unlock finds it by its name alone. */
+ITEST(ctl_lock, unlock_by_holder_pid_and_by_name_for_another_owner)
+{
+    h_start(NULL);
+    private_runtime_dir();
+    const char *sock = H.agent[0].sock;
+    pid_t owner = h_fork();
+    if (owner == 0) {
+        for (;;)
+            pause();
+    }
+    char pid[16];
+    snprintf(pid, sizeof pid, "%d", (int)owner);
+    cr_assert_eq(CTL("-s", sock, "lock", "--pid", pid, "-t", "20", "one"), 0, "%s", ctl_out());
+    cr_assert_eq(CTL("-s", sock, "lock", "--pid", pid, "-S", "two"), 0, "%s", ctl_out());
+    char holder[16];
+    snprintf(holder, sizeof holder, "%llu", printed(ctl_out(), "DLOCK_HOLDER"));
+    cr_assert(strstr(listed("one"), "\"ttl_ms\":20000"), "%s", listed("one"));
+    cr_assert(strstr(listed("two"), "\"kind\":\"shared\""), "%s", listed("two"));
+    cr_assert_eq(CTL("-s", sock, "unlock", "--holder", holder), 0, "%s", ctl_out());
+    H_KEY_GONE(h_key("two"));
+    cr_assert_eq(CTL("-s", sock, "unlock", "one"), 0, "%s", ctl_out());
+    H_KEY_GONE(h_key("one"));
+}
+
+/* The owner's death gives the lease back, at once: no unlock needed. */
+ITEST(ctl_lock, owner_death_releases_the_lease)
+{
+    h_start(NULL);
+    private_runtime_dir();
+    pid_t owner = h_fork();
+    if (owner == 0) {
+        for (;;)
+            pause();
+    }
+    char pid[16];
+    snprintf(pid, sizeof pid, "%d", (int)owner);
+    cr_assert_eq(CTL("-s", H.agent[0].sock, "lock", "--pid", pid, "orphan"), 0, "%s", ctl_out());
+    cr_assert(printed(ctl_out(), "DLOCK_HOLDER") > 0, "%s", ctl_out());
+    cr_assert(h_redis_exists(h_key("orphan")));
+    kill(owner, SIGKILL);
+    cr_assert_eq(h_wait_child(owner, 5000), 128 + SIGKILL);
+    H_KEY_GONE(h_key("orphan"));
+    H_WAIT_UNTIL(H_EVENT_MS, !listed("orphan"));
+    /* Nothing left to unlock: its state went with it. */
+    cr_assert_eq(CTL("-s", H.agent[0].sock, "unlock", "--pid", pid, "orphan"), 1, "%s", ctl_out());
+    /* A process that does not exist owns nothing. */
+    cr_assert_eq(CTL("-s", H.agent[0].sock, "lock", "--pid", pid, "orphan"), 64, "%s", ctl_out());
+}
+
+/* The idiom of dlockctl(1): eval in a shell, commands, unlock; and the shell
+ * as the owner: its exit gives the lease back. */
+ITEST(ctl_lock, eval_idiom_in_a_shell)
+{
+    h_start(NULL);
+    private_runtime_dir();
+    const char *script = h_keepf(
+        "eval \"$(%s -s %s lock idiom)\" || exit 9; echo \"$DLOCK_FENCE $DLOCK_NAME\" > %s; "
+        "%s -S %s holder idiom >/dev/null || exit 8; %s -s %s unlock idiom || exit 7; "
+        "%s -S %s holder idiom >/dev/null; [ $? -eq 1 ] || exit 6; "
+        "eval \"$(%s -s %s lock kept)\" || exit 5; echo $DLOCK_HOLDER > %s",
+        DLOCKCTL_PATH, H.agent[0].sock, h_path("fence"), DLOCKCTL_PATH, h_path("status0.sock"),
+        DLOCKCTL_PATH, H.agent[0].sock, DLOCKCTL_PATH, h_path("status0.sock"), DLOCKCTL_PATH,
+        H.agent[0].sock, h_path("kept"));
+    char *argv[] = {"/bin/sh", "-c", (char *)script, NULL};
+    pid_t pid = h_spawn(argv, h_path("sh.out"));
+    int st = h_wait_child(pid, 20000);
+    cr_assert_eq(st, 0, "the script exited %d: %s", st, h_read_file(h_path("sh.out")));
+    const char *f = h_read_file(h_path("fence"));
+    cr_assert(f && strtoull(f, NULL, 10) > 0 && strstr(f, " idiom\n"), "%s", f ? f : "");
+    H_KEY_GONE(h_key("idiom"));
+    /* The shell has exited: "kept" goes back without an unlock. */
+    H_KEY_GONE(h_key("kept"));
+    H_WAIT_UNTIL(H_EVENT_MS, !listed("kept"));
+}
+
+/* A lease lost while held: the holder ends, and unlock says so with 79. */
+ITEST(ctl_lock, lost_lease_is_reported_by_unlock)
+{
+    h_start(NULL);
+    private_runtime_dir();
+    cr_assert_eq(CTL("-s", H.agent[0].sock, "lock", "-t", "0.6", "fragile"), 0, "%s", ctl_out());
+    h_redis_del(h_key("fragile"));
+    H_WAIT_UNTIL(H_EVENT_MS, !listed("fragile"));
+    int st = CTL("-s", H.agent[0].sock, "unlock", "fragile");
+    cr_assert_eq(st, 79, "unlock after the loss: exit %d: %s", st, ctl_out());
+    cr_assert(strstr(ctl_out(), "lease on fragile lost"), "%s", ctl_out());
+    /* Told once: the state is gone. */
+    cr_assert_eq(CTL("-s", H.agent[0].sock, "unlock", "fragile"), 1, "%s", ctl_out());
+}
+
+/* A taken lock: 75, or the -E code, as for run; no holder stays behind. */
+ITEST(ctl_lock, taken_lock_exits_75_or_the_E_code)
+{
+    h_start(NULL);
+    private_runtime_dir();
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "taken", 30000);
+    cr_assert_eq(CTL("-s", H.agent[0].sock, "lock", "-n", "taken"), 75, "%s", ctl_out());
+    cr_assert_str_empty(ctl_out());
+    cr_assert_eq(CTL("-s", H.agent[0].sock, "lock", "-w", "0.2", "-E", "3", "taken"), 3, "%s",
+                 ctl_out());
+    cr_assert_eq(CTL("-s", H.agent[0].sock, "unlock", "taken"), 1, "%s", ctl_out());
+    cr_assert_eq(dlock_lease_release(l), 0);
+    /* No agent: 69, as for run. */
+    cr_assert_eq(CTL("-s", h_path("none.sock"), "lock", "x"), 69, "%s", ctl_out());
+    cr_assert(strstr(ctl_out(), "cannot connect to the dlock agent at ") &&
+                  strstr(ctl_out(), "none.sock"),
+              "%s", ctl_out());
+}
