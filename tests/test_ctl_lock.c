@@ -214,3 +214,35 @@ ITEST(ctl_lock, taken_lock_exits_75_or_the_E_code)
                   strstr(ctl_out(), "none.sock"),
               "%s", ctl_out());
 }
+
+/* lock --help and unlock --help: the idiom, every option, the exit codes. */
+ITEST(ctl_lock, help_lists_the_options_and_the_idiom)
+{
+    static const char *const want[] = {"usage: dlockctl lock [OPTIONS] NAME",
+                                       "dlockctl unlock [--pid PID] NAME | --holder PID",
+                                       "eval \"$(dlockctl lock",
+                                       "DLOCK_HOLDER=PID",
+                                       "DLOCK_FENCE=TOKEN",
+                                       "-x, --exclusive",
+                                       "-S, --shared",
+                                       "-p, --permits N",
+                                       "-w, --wait, --timeout DURATION",
+                                       "-n, --nonblock",
+                                       "-t, --ttl DURATION",
+                                       "-E, --conflict-exit-code CODE",
+                                       "--pid PID",
+                                       "--holder PID",
+                                       "unlock: no such holder",
+                                       "unlock: the lease had been lost",
+                                       "Exit status"};
+    for (int u = 0; u < 2; u++) {
+        const char *cmd = u ? "unlock" : "lock";
+        cr_assert_eq(CTL(cmd, "--help"), 0);
+        char out[16384];
+        snprintf(out, sizeof out, "%s", ctl_out());
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+            cr_assert(strstr(out, want[i]), "%s --help lacks '%s':\n%s", cmd, want[i], out);
+    }
+    cr_assert_eq(CTL("--help"), 0);
+    cr_assert(strstr(ctl_out(), "lock NAME") && strstr(ctl_out(), "unlock NAME"), "%s", ctl_out());
+}
