@@ -7,6 +7,7 @@
  * a lease lost meanwhile makes unlock exit 79; unlock of a name not held
  * exits 1; a taken lock exits 75 (or -E) and leaves no holder behind. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,4 +246,29 @@ ITEST(ctl_lock, help_lists_the_options_and_the_idiom)
     }
     cr_assert_eq(CTL("--help"), 0);
     cr_assert(strstr(ctl_out(), "lock NAME") && strstr(ctl_out(), "unlock NAME"), "%s", ctl_out());
+}
+
+/* The holder keeps none of the descriptors it was started with but its own:
+ * a pipe given to `lock` as fd 9 reads EOF once lock has returned, while the
+ * holder still holds the lease. Nor the signals ignored: started with
+ * SIGTERM ignored (as by nohup or trap), it still obeys unlock. */
+ITEST(ctl_lock, holder_keeps_no_inherited_descriptor)
+{
+    h_start(NULL);
+    private_runtime_dir();
+    const char *fifo = h_keep(h_path("fifo"));
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    int rfd = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    cr_assert_geq(rfd, 0);
+    const char *script = h_keepf("trap '' TERM INT HUP; exec %s -s %s lock --pid %d fds 9>%s",
+                                 DLOCKCTL_PATH, H.agent[0].sock, (int)getpid(), fifo);
+    char *argv[] = {"/bin/sh", "-c", (char *)script, NULL};
+    int st = h_wait_child(h_spawn(argv, h_path("sh.out")), 20000);
+    cr_assert_eq(st, 0, "lock: exit %d: %s", st, h_read_file(h_path("sh.out")));
+    cr_assert_not_null(listed("fds"), "the holder does not hold the lease");
+    char c;
+    cr_assert_eq(read(rfd, &c, 1), 0, "fd 9 is still open for writing (%s)",
+                 errno == EAGAIN ? "a holder keeps it" : strerror(errno));
+    close(rfd);
+    cr_assert_eq(CTL("-s", H.agent[0].sock, "unlock", "fds"), 0, "%s", ctl_out());
 }

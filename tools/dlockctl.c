@@ -1766,6 +1766,28 @@ static void to_dev_null(int from, int to)
         close(fd);
 }
 
+/* Closes every descriptor from 3 up but the n of keep: the holder must not
+ * keep a shell's descriptors open (a pipe someone reads to its end, a file
+ * that flock(1) locked) for as long as it holds the lease. */
+static void close_inherited(const int *keep, size_t n)
+{
+    int from = 3;
+    for (;;) {
+        int next = INT_MAX; /* the least kept descriptor at or above from */
+        for (size_t i = 0; i < n; i++)
+            if (keep[i] >= from && keep[i] < next)
+                next = keep[i];
+        if (next > from && close_range((unsigned)from, (unsigned)next - 1, 0) != 0) {
+            long max = sysconf(_SC_OPEN_MAX);
+            for (long fd = from; fd < next && fd < (max > 0 && max < 65536 ? max : 65536); fd++)
+                close((int)fd);
+        }
+        if (next == INT_MAX)
+            return;
+        from = next + 1;
+    }
+}
+
 /* The holder's watch, once the lease is held: until the owner exits (the
  * lease is given back, the state file removed), a signal (`unlock`: given
  * back, the outcome written), or the lease is lost (written). */
@@ -1834,6 +1856,16 @@ static void holder_main(const struct run_opts *o, int rp, int owner_fd, int stat
                         const char *path, pid_t parent)
 {
     signal(SIGPIPE, SIG_IGN);
+    /* Whatever dlockctl was started with, the holder obeys unlock's SIGTERM
+     * (a shell's background job starts with SIGINT ignored, nohup with
+     * SIGHUP). */
+    for (size_t i = 0; i < sizeof forwarded_signals / sizeof forwarded_signals[0]; i++)
+        signal(forwarded_signals[i], SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    const int keep[] = {rp, owner_fd, state_fd};
+    close_inherited(keep, sizeof keep / sizeof keep[0]);
     /* Until it has reported, the holder ends with `lock` (^C while it
      * waits): nobody would know of the lease. */
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
