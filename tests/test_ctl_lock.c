@@ -6,6 +6,7 @@
  * death gives it back too (a forked owner, and the shell of the eval idiom);
  * a lease lost meanwhile makes unlock exit 79; unlock of a name not held
  * exits 1; a taken lock exits 75 (or -E) and leaves no holder behind. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -271,4 +272,50 @@ ITEST(ctl_lock, holder_keeps_no_inherited_descriptor)
                  errno == EAGAIN ? "a holder keeps it" : strerror(errno));
     close(rfd);
     cr_assert_eq(CTL("-s", H.agent[0].sock, "unlock", "fds"), 0, "%s", ctl_out());
+}
+
+/* The number of holders' state files. */
+static int state_files(void)
+{
+    DIR *d = opendir(h_path("xdg/dlockctl"));
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* lock ended while it waits (a terminal's ^C, a kill): its holder goes with
+ * it, so no lease is taken that nobody knows of; the state file it leaves
+ * goes at the next lock once its owner is gone. */
+ITEST(ctl_lock, killing_lock_while_it_waits_leaves_no_holder)
+{
+    h_start(NULL);
+    private_runtime_dir();
+    struct h_cl *a = h_client();
+    dlock_lease *l = h_must_acquire(a, "queue", 30000);
+    pid_t owner = h_fork();
+    if (owner == 0) {
+        for (;;)
+            pause();
+    }
+    char pid[16];
+    snprintf(pid, sizeof pid, "%d", (int)owner);
+    const char *args[] = {"-s", H.agent[0].sock, "lock", "--pid", pid, "queue", NULL};
+    pid_t ctl = h_ctl_spawn(args);
+    const char *ls;
+    H_WAIT_UNTIL(H_EVENT_MS, (ls = listed("queue")) && strstr(ls, "\"waiters\":1"));
+    kill(ctl, SIGTERM);
+    cr_assert_eq(h_wait_child(ctl, 5000), 128 + SIGTERM);
+    H_WAIT_UNTIL(H_EVENT_MS, (ls = listed("queue")) && strstr(ls, "\"waiters\":0"));
+    cr_assert_eq(dlock_lease_release(l), 0);
+    cr_assert_eq(state_files(), 1);
+    kill(owner, SIGKILL);
+    cr_assert_eq(h_wait_child(owner, 5000), 128 + SIGKILL);
+    cr_assert_eq(CTL("-s", H.agent[0].sock, "lock", "other"), 0, "%s", ctl_out());
+    cr_assert_eq(state_files(), 1, "the state file of the killed lock stays");
+    cr_assert_eq(CTL("-s", H.agent[0].sock, "unlock", "other"), 0, "%s", ctl_out());
+    cr_assert_eq(state_files(), 0);
 }

@@ -1915,7 +1915,8 @@ static void holder_main(const struct run_opts *o, int rp, int owner_fd, int stat
 }
 
 /* Removes the state files of holders gone whose owners are gone too (a
- * lease lost, nobody asked): no holder keeps them locked. */
+ * lease lost, nobody asked; a holder killed while it waited): no holder
+ * keeps them locked. */
 static void state_sweep(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -1929,8 +1930,15 @@ static void state_sweep(const char *dir)
         int fd = open(p, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
             continue;
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0 && state_read(fd, &s) == 0 && !pid_alive(s.owner))
-            unlink(p);
+        /* The owner is in the file's name too: a holder killed while it
+         * waited leaves an empty file. */
+        pid_t owner = (pid_t)strtol(e->d_name, NULL, 10);
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            if (state_read(fd, &s) == 0)
+                owner = s.owner;
+            if (owner > 0 && !pid_alive(owner))
+                unlink(p);
+        }
         close(fd);
     }
     if (d)
