@@ -319,3 +319,64 @@ ITEST(ctl_lock, killing_lock_while_it_waits_leaves_no_holder)
     cr_assert_eq(CTL("-s", H.agent[0].sock, "unlock", "other"), 0, "%s", ctl_out());
     cr_assert_eq(state_files(), 0);
 }
+
+/* The "comm" of name's lease in the agent's lease list, in a static buffer;
+ * "" when not listed. */
+static const char *listed_comm(const char *name)
+{
+    static char comm[256];
+    const char *ls = listed(name), *p = ls ? strstr(ls, "\"comm\":\"") : NULL;
+    comm[0] = '\0';
+    if (p) {
+        p += 8;
+        size_t n = 0;
+        while (p[n] && p[n] != '"' && n + 1 < sizeof comm) {
+            if (p[n] == '\\' && p[n + 1]) /* keep escapes as they are */
+                comm[n] = p[n], n++;
+            comm[n] = p[n];
+            n++;
+        }
+        comm[n] = '\0';
+    }
+    return comm;
+}
+
+/* The lease list shows what dlockctl does, not "dlockctl": run's CMD and its
+ * arguments, lock's name and owner; printable, and cut to 64 bytes. */
+ITEST(ctl_lock, the_lease_list_shows_the_command_not_dlockctl)
+{
+    h_start(NULL);
+    private_runtime_dir();
+    const char *sock = H.agent[0].sock;
+    const char *args[] = {"-s", sock, "run", "job", "--", "sleep", "30", NULL};
+    pid_t run = h_ctl_spawn(args);
+    H_WAIT_UNTIL(H_EVENT_MS, listed("job"));
+    cr_assert_str_eq(listed_comm("job"), "sleep 30", "%s", listed("job"));
+    /* The text table too. */
+    const char *table = h_status_ask(0, "leases job\n");
+    cr_assert(table && strstr(table, " sleep 30 "), "%s", table ? table : "");
+    kill(run, SIGTERM);
+    cr_assert_eq(h_wait_child(run, 10000), 128 + SIGTERM);
+
+    /* A terminal's escape in an argument shows as '?'; a long command is
+     * cut, with "..." at the end. */
+    char long_arg[100];
+    memset(long_arg, 'a', sizeof long_arg - 1);
+    long_arg[sizeof long_arg - 1] = '\0';
+    const char *odd[] = {"-s", sock,       "run",          "odd",    "--", "/bin/sh",
+                         "-c", "sleep 30", "\033]0;x\007", long_arg, NULL};
+    run = h_ctl_spawn(odd);
+    H_WAIT_UNTIL(H_EVENT_MS, listed("odd"));
+    const char *comm = listed_comm("odd");
+    cr_assert(strncmp(comm, "sh -c sleep 30 ?]0;x? aaaa", 26) == 0, "%s", comm);
+    cr_assert_eq(strlen(comm), 64, "%s", comm);
+    cr_assert_str_eq(comm + 61, "...");
+    kill(run, SIGTERM);
+    cr_assert_eq(h_wait_child(run, 10000), 128 + SIGTERM);
+
+    cr_assert_eq(CTL("-s", sock, "lock", "held"), 0, "%s", ctl_out());
+    char want[64];
+    snprintf(want, sizeof want, "lock held for pid %d", (int)getpid());
+    cr_assert_str_eq(listed_comm("held"), want, "%s", listed("held"));
+    cr_assert_eq(CTL("-s", sock, "unlock", "held"), 0, "%s", ctl_out());
+}

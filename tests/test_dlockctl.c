@@ -714,6 +714,8 @@ ITEST(dlockctl, status_socket_is_found_beside_the_client_socket)
 struct fake {
     int lfd, fd;
     struct shm_slot *slot; /* slot 0 of the lease page */
+    uint16_t version;      /* of the HELLO answered */
+    char label[WIRE_MAX_LABEL + 1];
 };
 
 static int64_t boot_ns(void)
@@ -793,6 +795,9 @@ static void fake_grant(struct fake *f)
     cr_assert_eq(h.type, WIRE_T_HELLO);
     struct wire_hello hello;
     cr_assert_eq(wire_get_hello(body, h.len, &hello), 0);
+    f->version = hello.version;
+    snprintf(f->label, sizeof f->label, "%.*s", (int)hello.label_len,
+             hello.label ? hello.label : "");
     fake_hello(f, h.id, hello.version);
     cr_assert_eq(h_raw_read_frame(f->fd, H_EVENT_MS, &h, body, sizeof body), 1);
     cr_assert_eq(h.type, WIRE_T_ACQUIRE);
@@ -895,6 +900,48 @@ ITEST(dlockctl, another_jeopardy_that_clears_leaves_the_command_running)
     int st = h_wait_child(pid, H_EVENT_MS);
     cr_assert_eq(st, 0, "dlockctl exited %d: %s", st, h_read_file(h_path("ctl.out")));
     cr_assert(!exists(h_path("terminated")), "CMD got a SIGTERM");
+}
+
+/* An agent older than labels (protocol version 2) finds the HELLO of
+ * version 3 malformed: dlockctl connects again with version 2, without the
+ * label, and runs CMD. */
+ITEST(dlockctl, an_agent_without_labels_gets_a_hello_of_version_2)
+{
+    struct fake f = {0};
+    const char *sock = h_path("fake.sock");
+    fake_listen(&f, sock);
+    const char *args[] = {"-s", sock, "run", "job", "--", "sh", "-c", "exit 3", NULL};
+    pid_t pid = h_ctl_spawn(args);
+    struct pollfd p = {.fd = f.lfd, .events = POLLIN};
+    cr_assert_eq(poll(&p, 1, h_scaled_ms(H_EVENT_MS)), 1, "dlockctl did not connect");
+    int fd = accept4(f.lfd, NULL, NULL, SOCK_CLOEXEC);
+    cr_assert_geq(fd, 0);
+    struct wire_hdr h;
+    uint8_t body[WIRE_MAX_BODY];
+    cr_assert_eq(h_raw_read_frame(fd, H_EVENT_MS, &h, body, sizeof body), 1);
+    cr_assert_eq(h.type, WIRE_T_HELLO);
+    struct wire_hello hello;
+    cr_assert_eq(wire_get_hello(body, h.len, &hello), 0);
+    cr_assert_eq(hello.version, 3);
+    cr_assert_eq(hello.label_len, strlen("sh -c exit 3"));
+    cr_assert_arr_eq(hello.label, "sh -c exit 3", hello.label_len);
+    /* What an agent of version 2 answers: its decoder wants 8 bytes. */
+    struct wire_buf b = {0};
+    struct wire_error e = {.code = DLOCK_EPROTO, .msg = "malformed hello", .msg_len = 15};
+    cr_assert_eq(wire_put_error(&b, h.id, &e), 0);
+    cr_assert_eq(h_raw_send_buf(fd, &b), 0);
+    close(fd);
+
+    fake_grant(&f);
+    cr_assert_eq(f.version, 2);
+    cr_assert_str_empty(f.label);
+    cr_assert_eq(h_raw_read_frame(f.fd, H_EVENT_MS, &h, body, sizeof body), 1);
+    cr_assert_eq(h.type, WIRE_T_RELEASE);
+    struct wire_buf ok = {0};
+    cr_assert_eq(wire_put_empty(&ok, h.id, WIRE_T_OK), 0);
+    cr_assert_eq(h_raw_send_buf(f.fd, &ok), 0);
+    int st = h_wait_child(pid, H_EVENT_MS);
+    cr_assert_eq(st, 3, "dlockctl exited %d: %s", st, h_read_file(h_path("ctl.out")));
 }
 
 /* dlockctl reload: found beside the client socket like the queries, 0 with

@@ -1199,12 +1199,39 @@ static const char *socket_path(const struct run_opts *o)
     return env && *env ? env : DEFAULT_SOCKET;
 }
 
+/* The label the agent's lease list shows for the connection, instead of
+ * "dlockctl": for run, CMD and its arguments ("sleep 30", "sh -c STRING");
+ * for lock, "lock NAME for pid OWNER". Cut to DLOCK_LABEL_MAX bytes, with
+ * "..." at the end of a cut one. */
+static void client_label(const struct run_opts *o, char *out, size_t cap)
+{
+    size_t len = 0;
+    bool cut = false;
+    out[0] = '\0';
+    if (o->command == CMD_LOCK) {
+        int n = snprintf(out, cap, "lock %s for pid %d", o->name, (int)o->owner);
+        len = n < 0 ? 0 : (size_t)n;
+        cut = len >= cap;
+    } else if (o->argv) {
+        for (char **a = o->argv; *a && !cut; a++) {
+            const char *w = a == o->argv && strrchr(*a, '/') ? strrchr(*a, '/') + 1 : *a;
+            int n = snprintf(out + len, cap - len, "%s%s", len ? " " : "", w);
+            len += n < 0 ? 0 : (size_t)n;
+            cut = len >= cap;
+        }
+    }
+    if (cut && cap > 4)
+        memcpy(out + cap - 4, "...", 4);
+}
+
 /* Opens the client; on failure reports it, naming the socket and the reason,
  * and returns the exit code. */
 static int open_client(const struct run_opts *o, dlock_client **c)
 {
     const char *path = socket_path(o);
-    int rc = dlock_client_open(c, path);
+    char label[DLOCK_LABEL_MAX + 1];
+    client_label(o, label, sizeof label);
+    int rc = dlock_client_open_labeled(c, path, label);
     if (rc == 0)
         return 0;
     if (rc != DLOCK_ECONNECT && rc != DLOCK_EINVAL) {
