@@ -9,6 +9,7 @@
  * failover's doubt stops CMD even when it clears at once, another JEOPARDY
  * does not (against a stand-in agent that sends those events); `dlockctl
  * reload`'s answers and exit codes. */
+#include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -557,6 +558,11 @@ static int ctl_as_nobody(const char *const args[5])
     unlink(h_path("nobody.out"));
     pid_t pid = h_fork();
     if (pid == 0) {
+        /* lock's state files: in the test's directory, not in /tmp. */
+        const char *xdg = h_path("nobody-xdg");
+        if ((mkdir(xdg, 0700) != 0 && errno != EEXIST) || chown(xdg, 65534, 65534) != 0 ||
+            setenv("XDG_RUNTIME_DIR", xdg, 1) != 0)
+            _exit(99);
         int fd = open(h_path("nobody.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0 || setgroups(0, NULL) != 0 ||
             setgid(65534) != 0 || setuid(65534) != 0)
