@@ -206,6 +206,20 @@ typedef void (*dlock_acquire_cb)(dlock_client *client, int status, dlock_lease *
  * boottime offset), so lease deadlines would mean nothing here. */
 DLOCK_EXPORT int dlock_client_open(dlock_client **out, const char *socket_path);
 
+/* The longest label of dlock_client_open_labeled(), in bytes. */
+#define DLOCK_LABEL_MAX 64
+
+/* dlock_client_open() with a label: what the program does, such as the
+ * command a wrapper runs ("make report"), which the agent's lease list
+ * (dlockctl leases) shows for the client's leases instead of its command
+ * name. At most DLOCK_LABEL_MAX bytes (DLOCK_EINVAL otherwise); the agent
+ * shows control characters as '?'. NULL or "" for none. An agent older than
+ * labels takes the connection without it (after one more connection); an
+ * agent that takes the connection back after a restart shows the command
+ * name again. */
+DLOCK_EXPORT int dlock_client_open_labeled(dlock_client **out, const char *socket_path,
+                                           const char *label);
+
 /* Closes the connection; the agent releases every lease of this client.
  * Frees every lease handle and lease set of the client. Pending async
  * acquires are dropped without calling their callbacks. NULL is a no-op.

@@ -161,6 +161,10 @@ struct retired {
 struct dlock_client {
     int fd;
     char *path; /* the agent's socket, for reconnecting */
+    /* What dlock_client_open_labeled() said the client does, sent in every
+     * HELLO (version 3); label_len 0 for none. */
+    char label[WIRE_MAX_LABEL];
+    uint16_t label_len;
     uint32_t next_id;
     int err;       /* 0, or why the connection is broken for good */
     bool notified; /* leases and pending requests were told about err */
@@ -1321,7 +1325,10 @@ static int map_pages(dlock_client *c)
  * from HELLO_OK. */
 static int handshake(dlock_client *c, uint16_t version)
 {
-    struct wire_hello hello = {.magic = WIRE_MAGIC, .version = version};
+    struct wire_hello hello = {.magic = WIRE_MAGIC,
+                               .version = version,
+                               .label = c->label,
+                               .label_len = version >= 3 ? c->label_len : 0};
     int rc = wire_put_hello(&c->out, new_id(c), &hello);
     if (rc != 0)
         return rc;
@@ -1343,12 +1350,15 @@ static int handshake(dlock_client *c, uint16_t version)
     return rc;
 }
 
-/* Connects and says HELLO in version 2, or, to an older agent, which
- * answers DLOCK_EVERSION and hangs up, again in version 1. */
+/* Connects and says HELLO in version 2 (3 with a label), or, to an older
+ * agent, which answers DLOCK_EVERSION and hangs up, again in the version
+ * before. An agent of version 2 answers a HELLO with a label DLOCK_EPROTO
+ * (malformed): then version 2, without the label. */
 static int connect_hello(dlock_client *c)
 {
     int rc = DLOCK_EVERSION;
-    for (int v = WIRE_VERSION; rc == DLOCK_EVERSION && v >= WIRE_VERSION_MIN; v--) {
+    for (int v = c->label_len ? 3 : 2;
+         (rc == DLOCK_EVERSION || (rc == DLOCK_EPROTO && v == 2)) && v >= WIRE_VERSION_MIN; v--) {
         drop_socket(c);
         rc = connect_socket(c->path, &c->fd);
         if (rc == 0)
@@ -1423,7 +1433,8 @@ static void resume_refused(dlock_client *c)
 static int reconnect_resume(dlock_client *c)
 {
     int rc = connect_socket(c->path, &c->fd);
-    struct wire_resume m = {.magic = WIRE_MAGIC, .version = WIRE_VERSION, .conn_id = c->conn_id};
+    /* Version 2's RESUME: version 3 changed only HELLO. */
+    struct wire_resume m = {.magic = WIRE_MAGIC, .version = 2, .conn_id = c->conn_id};
     memcpy(m.secret, c->secret, WIRE_SECRET_LEN);
     uint32_t id = new_id(c);
     c->resume_ping = new_id(c);
@@ -1672,7 +1683,13 @@ static void client_free(dlock_client *c)
 
 int dlock_client_open(dlock_client **out, const char *socket_path)
 {
-    if (!out)
+    return dlock_client_open_labeled(out, socket_path, NULL);
+}
+
+int dlock_client_open_labeled(dlock_client **out, const char *socket_path, const char *label)
+{
+    size_t label_len = label ? strlen(label) : 0;
+    if (!out || label_len > DLOCK_LABEL_MAX)
         return DLOCK_EINVAL;
     if (!socket_path) {
         socket_path = getenv("DLOCK_SOCKET");
@@ -1688,6 +1705,9 @@ int dlock_client_open(dlock_client **out, const char *socket_path)
     c->link = LINK_UP;
     c->backoff_ms = BACKOFF_MIN_MS;
     TAILQ_INIT(&c->pending);
+    if (label_len)
+        memcpy(c->label, label, label_len);
+    c->label_len = (uint16_t)label_len;
     c->path = strdup(socket_path);
     int rc = c->path ? connect_hello(c) : DLOCK_ENOMEM;
     if (rc != 0) {

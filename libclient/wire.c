@@ -120,12 +120,21 @@ int wire_hdr_decode(const uint8_t *buf, size_t n, uint32_t max_body, struct wire
 
 int wire_put_hello(struct wire_buf *b, uint32_t id, const struct wire_hello *m)
 {
-    uint8_t *p = frame_start(b, WIRE_T_HELLO, id, HELLO_LEN);
+    /* The label's part only when there is a label. */
+    size_t label_len = m->label ? m->label_len : 0;
+    bool v3 = m->version >= 3 && label_len > 0;
+    if (label_len > WIRE_MAX_LABEL || (label_len && m->version < 3))
+        return DLOCK_EINVAL;
+    uint8_t *p = frame_start(b, WIRE_T_HELLO, id, HELLO_LEN + (v3 ? 2 + label_len : 0));
     if (!p)
         return DLOCK_ENOMEM;
     put32(p, m->magic);
     put16(p + 4, m->version);
     put16(p + 6, 0);
+    if (v3) {
+        put16(p + 8, (uint16_t)label_len);
+        memcpy(p + 10, m->label, label_len);
+    }
     return 0;
 }
 
@@ -290,10 +299,23 @@ int wire_put_event(struct wire_buf *b, uint32_t id, const struct wire_event *m)
 
 int wire_get_hello(const uint8_t *body, size_t len, struct wire_hello *m)
 {
-    if (len != HELLO_LEN || get16(body + 6) != 0)
+    if (len < HELLO_LEN || get16(body + 6) != 0)
         return DLOCK_EPROTO;
     m->magic = get32(body);
     m->version = get16(body + 4);
+    m->label = NULL;
+    m->label_len = 0;
+    /* 8 bytes in any version (the version is the agent's to judge); a label
+     * from version 3 on. */
+    if (len == HELLO_LEN)
+        return 0;
+    if (m->version < 3 || len < HELLO_LEN + 2)
+        return DLOCK_EPROTO;
+    uint16_t n = get16(body + 8);
+    if (n == 0 || n > WIRE_MAX_LABEL || len != HELLO_LEN + 2 + (size_t)n)
+        return DLOCK_EPROTO;
+    m->label = (const char *)body + 10;
+    m->label_len = n;
     return 0;
 }
 

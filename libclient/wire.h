@@ -22,9 +22,13 @@
 
 /* Version 2 is version 1 with resumable connections: HELLO_OK carries the
  * connection's id and secret, and RESUME takes a connection back after an
- * agent restart (docs/restarts.md). An agent speaks both; a client asks for
- * 2 and falls back to 1 when an older agent answers DLOCK_EVERSION. */
-#define WIRE_VERSION     2
+ * agent restart (docs/restarts.md). Version 3 is version 2 with a label in
+ * HELLO: what the client says it is doing, shown in the agent's lease list
+ * instead of its command name. An agent speaks all three; a client asks for
+ * 3 only to send a label (an agent of version 2 finds its HELLO malformed),
+ * else for 2, and falls back to 1 when an older agent answers
+ * DLOCK_EVERSION. RESUME stays version 2. */
+#define WIRE_VERSION     3
 #define WIRE_VERSION_MIN 1
 #define WIRE_MAGIC       0x4b434c44u /* "DLCK" read as a little-endian u32 */
 #define WIRE_HDR_LEN     12
@@ -55,9 +59,15 @@ struct wire_hdr {
     uint32_t id;
 };
 
+/* HELLO's body: u32 magic, u16 version, u16 0; from version 3, then
+ * optionally u16 label_len (1 to WIRE_MAX_LABEL) and the label. */
+#define WIRE_MAX_LABEL 64
+
 struct wire_hello {
     uint32_t magic;
     uint16_t version;
+    const char *label; /* version 3: borrowed, not NUL-terminated; NULL or "" for none */
+    uint16_t label_len;
 };
 
 #define WIRE_SECRET_LEN 16
@@ -168,6 +178,9 @@ int wire_hdr_decode(const uint8_t *buf, size_t n, uint32_t max_body, struct wire
 
 /* Encoders append one whole frame; they return 0 or DLOCK_ENOMEM (or
  * DLOCK_EINVAL for a string that does not fit a frame). */
+/* With the label's part when there is a label (version 3 or later);
+ * DLOCK_EINVAL for a label longer than WIRE_MAX_LABEL, or one in an earlier
+ * version. */
 int wire_put_hello(struct wire_buf *b, uint32_t id, const struct wire_hello *m);
 /* HELLO_OK of m->version: 24 bytes for version 1, 48 from version 2. */
 int wire_put_hello_ok(struct wire_buf *b, uint32_t id, const struct wire_hello_ok *m);
@@ -187,6 +200,8 @@ int wire_put_event(struct wire_buf *b, uint32_t id, const struct wire_event *m);
 
 /* Decoders read a body (after the header) of exactly len bytes. They return
  * 0, or DLOCK_EPROTO when the length does not match the type. */
+/* 8 bytes of any version (no label), or, from version 3, 10 plus a label
+ * of at most WIRE_MAX_LABEL bytes; DLOCK_EPROTO for anything else. */
 int wire_get_hello(const uint8_t *body, size_t len, struct wire_hello *m);
 /* 24 bytes of version 1 (flags, conn_id and secret then read as zeros), or
  * 48 of version 2 or later; DLOCK_EPROTO for any other length, a version

@@ -9,6 +9,7 @@
  * failover's doubt stops CMD even when it clears at once, another JEOPARDY
  * does not (against a stand-in agent that sends those events); `dlockctl
  * reload`'s answers and exit codes. */
+#include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -550,7 +551,33 @@ ITEST(dlockctl, connection_errors_name_the_socket_and_the_reason)
     SAYS("stale status socket", stale, "Connection refused");
 }
 
-ITEST(dlockctl, permission_denied_names_the_socket_and_its_group)
+/* Runs dlockctl with up to 5 arguments as nobody (uid and gid 65534, no
+ * supplementary groups); its exit status, its output in DIR/nobody.out. */
+static int ctl_as_nobody(const char *const args[5])
+{
+    unlink(h_path("nobody.out"));
+    pid_t pid = h_fork();
+    if (pid == 0) {
+        /* lock's state files: in the test's directory, not in /tmp. */
+        const char *xdg = h_path("nobody-xdg");
+        if ((mkdir(xdg, 0700) != 0 && errno != EEXIST) || chown(xdg, 65534, 65534) != 0 ||
+            setenv("XDG_RUNTIME_DIR", xdg, 1) != 0)
+            _exit(99);
+        int fd = open(h_path("nobody.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0 || setgroups(0, NULL) != 0 ||
+            setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(100);
+        execl(DLOCKCTL_PATH, DLOCKCTL_PATH, args[0], args[1], args[2], args[3], args[4],
+              (char *)NULL);
+        _exit(101);
+    }
+    return h_wait_child(pid, 10000);
+}
+
+/* A socket the user may not connect to is no agent down: 77, not 69, with
+ * the socket, the reason and what to do (join its group; or, for a socket
+ * only its owner may use, that its mode keeps the group out). */
+ITEST(dlockctl, permission_denied_exits_77_and_names_the_socket_and_its_group)
 {
     if (geteuid() != 0)
         h_skip("needs root to run dlockctl under a second uid");
@@ -563,26 +590,32 @@ ITEST(dlockctl, permission_denied_names_the_socket_and_its_group)
     char group[128];
     snprintf(group, sizeof group, "group '%s'", g->gr_name);
     const char *const runs[][5] = {{"-s", H.agent[0].sock, "run", "x", "true"},
-                                   {"-S", status, "status", NULL, NULL}};
-    for (size_t i = 0; i < 2; i++) {
-        unlink(h_path("nobody.out"));
-        pid_t pid = h_fork();
-        if (pid == 0) {
-            int fd = open(h_path("nobody.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0 || setgroups(0, NULL) != 0 ||
-                setgid(65534) != 0 || setuid(65534) != 0)
-                _exit(100);
-            execl(DLOCKCTL_PATH, DLOCKCTL_PATH, runs[i][0], runs[i][1], runs[i][2], runs[i][3],
-                  runs[i][4], (char *)NULL);
-            _exit(101);
-        }
-        int st = h_wait_child(pid, 10000);
+                                   {"-S", status, "status", NULL, NULL},
+                                   {"-S", status, "holder", "x", NULL},
+                                   {"-s", H.agent[0].sock, "lock", "x", NULL}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        int st = ctl_as_nobody(runs[i]);
         const char *out = h_read_file(h_path("nobody.out"));
-        cr_assert_eq(st, 69, "%s as nobody: exit %d: %s", runs[i][2], st, out ? out : "");
+        cr_assert_eq(st, 77, "%s as nobody: exit %d: %s", runs[i][2], st, out ? out : "");
         cr_assert(out && strstr(out, runs[i][1]) && strstr(out, "Permission denied") &&
-                      strstr(out, group),
+                      strstr(out, group) && strstr(out, "join it"),
                   "%s as nobody: %s", runs[i][2], out ? out : "");
     }
+    /* Mode 0600: only root may connect; joining a group would not help. */
+    cr_assert_eq(chmod(H.agent[0].sock, 0600), 0);
+    cr_assert_eq(chmod(status, 0600), 0);
+    for (size_t i = 0; i < 2; i++) {
+        int st = ctl_as_nobody(runs[i]);
+        const char *out = h_read_file(h_path("nobody.out"));
+        cr_assert_eq(st, 77, "%s as nobody, mode 0600: exit %d: %s", runs[i][2], st,
+                     out ? out : "");
+        cr_assert(out && strstr(out, runs[i][1]) && strstr(out, "Permission denied") &&
+                      strstr(out, "only its owner, user 'root'"),
+                  "%s as nobody, mode 0600: %s", runs[i][2], out ? out : "");
+    }
+    /* A missing socket is still 69. */
+    const char *const none[5] = {"-s", h_path("none.sock"), "run", "x", "true"};
+    cr_assert_eq(ctl_as_nobody(none), 69, "%s", h_read_file(h_path("nobody.out")));
 }
 
 ITEST(dlockctl, help_of_each_command_lists_every_option)
@@ -687,6 +720,8 @@ ITEST(dlockctl, status_socket_is_found_beside_the_client_socket)
 struct fake {
     int lfd, fd;
     struct shm_slot *slot; /* slot 0 of the lease page */
+    uint16_t version;      /* of the HELLO answered */
+    char label[WIRE_MAX_LABEL + 1];
 };
 
 static int64_t boot_ns(void)
@@ -766,6 +801,9 @@ static void fake_grant(struct fake *f)
     cr_assert_eq(h.type, WIRE_T_HELLO);
     struct wire_hello hello;
     cr_assert_eq(wire_get_hello(body, h.len, &hello), 0);
+    f->version = hello.version;
+    snprintf(f->label, sizeof f->label, "%.*s", (int)hello.label_len,
+             hello.label ? hello.label : "");
     fake_hello(f, h.id, hello.version);
     cr_assert_eq(h_raw_read_frame(f->fd, H_EVENT_MS, &h, body, sizeof body), 1);
     cr_assert_eq(h.type, WIRE_T_ACQUIRE);
@@ -868,6 +906,48 @@ ITEST(dlockctl, another_jeopardy_that_clears_leaves_the_command_running)
     int st = h_wait_child(pid, H_EVENT_MS);
     cr_assert_eq(st, 0, "dlockctl exited %d: %s", st, h_read_file(h_path("ctl.out")));
     cr_assert(!exists(h_path("terminated")), "CMD got a SIGTERM");
+}
+
+/* An agent older than labels (protocol version 2) finds the HELLO of
+ * version 3 malformed: dlockctl connects again with version 2, without the
+ * label, and runs CMD. */
+ITEST(dlockctl, an_agent_without_labels_gets_a_hello_of_version_2)
+{
+    struct fake f = {0};
+    const char *sock = h_path("fake.sock");
+    fake_listen(&f, sock);
+    const char *args[] = {"-s", sock, "run", "job", "--", "sh", "-c", "exit 3", NULL};
+    pid_t pid = h_ctl_spawn(args);
+    struct pollfd p = {.fd = f.lfd, .events = POLLIN};
+    cr_assert_eq(poll(&p, 1, h_scaled_ms(H_EVENT_MS)), 1, "dlockctl did not connect");
+    int fd = accept4(f.lfd, NULL, NULL, SOCK_CLOEXEC);
+    cr_assert_geq(fd, 0);
+    struct wire_hdr h;
+    uint8_t body[WIRE_MAX_BODY];
+    cr_assert_eq(h_raw_read_frame(fd, H_EVENT_MS, &h, body, sizeof body), 1);
+    cr_assert_eq(h.type, WIRE_T_HELLO);
+    struct wire_hello hello;
+    cr_assert_eq(wire_get_hello(body, h.len, &hello), 0);
+    cr_assert_eq(hello.version, 3);
+    cr_assert_eq(hello.label_len, strlen("sh -c exit 3"));
+    cr_assert_arr_eq(hello.label, "sh -c exit 3", hello.label_len);
+    /* What an agent of version 2 answers: its decoder wants 8 bytes. */
+    struct wire_buf b = {0};
+    struct wire_error e = {.code = DLOCK_EPROTO, .msg = "malformed hello", .msg_len = 15};
+    cr_assert_eq(wire_put_error(&b, h.id, &e), 0);
+    cr_assert_eq(h_raw_send_buf(fd, &b), 0);
+    close(fd);
+
+    fake_grant(&f);
+    cr_assert_eq(f.version, 2);
+    cr_assert_str_empty(f.label);
+    cr_assert_eq(h_raw_read_frame(f.fd, H_EVENT_MS, &h, body, sizeof body), 1);
+    cr_assert_eq(h.type, WIRE_T_RELEASE);
+    struct wire_buf ok = {0};
+    cr_assert_eq(wire_put_empty(&ok, h.id, WIRE_T_OK), 0);
+    cr_assert_eq(h_raw_send_buf(f.fd, &ok), 0);
+    int st = h_wait_child(pid, H_EVENT_MS);
+    cr_assert_eq(st, 3, "dlockctl exited %d: %s", st, h_read_file(h_path("ctl.out")));
 }
 
 /* dlockctl reload: found beside the client socket like the queries, 0 with

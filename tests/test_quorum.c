@@ -984,6 +984,11 @@ ITEST(quorum, holder_is_read_from_a_majority)
     json = h_status_ask(0, "holder-json split\n");
     cr_assert(json && strcmp(json, "{\"name\":\"split\",\"undetermined\":true,\"nodes\":3}\n") == 0,
               "%s", json);
+    /* dlockctl holder: neither held (0) nor free (1), but 69. */
+    const char *status = h_keep(h_path("status0.sock"));
+    cr_assert_eq(h_ctl(10000, "-S", status, "holder", "split", NULL), 69, "%s",
+                 h_read_file(h_path("ctl.out")));
+    cr_assert_eq(h_ctl(10000, "-S", status, "holder", "--json", "split", NULL), 69);
     h_node_resume(2);
 }
 

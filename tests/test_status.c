@@ -1509,8 +1509,12 @@ ITEST(status, holder_names_a_lock_taken_through_another_agent)
     cr_assert_eq(dlock_lease_release(l), 0);
     /* Free once released (the key goes one round trip later). */
     H_KEY_GONE(h_key("shared"));
-    cr_assert_eq(CTL("-S", sock0, "holder", "shared"), 0);
+    /* Held exits 0, free 1, as test -e does. */
+    cr_assert_eq(CTL("-S", sock0, "holder", "shared"), 1);
     cr_assert_str_eq(R.out, "shared: free\n");
+    cr_assert_str_empty(R.err, "%s", R.err);
+    cr_assert_eq(CTL("-S", sock0, "holder", "--json", "shared"), 1);
+    cr_assert_eq(j_bool(j_doc(R.out), "held"), 0);
     /* A value written by another kind of client is shown as such. */
     h_redis_set_px(h_key("plain"), "someone-else", 10000);
     cr_assert_eq(CTL("-S", sock0, "holder", "plain"), 0);
@@ -1597,7 +1601,10 @@ ITEST(status, json_members_are_exactly_the_documented_ones)
         long long pttl_ms;
     } cases[] = {{"nobody", "", 0, 0}, {"forever", "foreign", 1, -1}, {"listed", "", 0, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        QUERY("holder", "--json", cases[i].name);
+        /* 0 held, 1 free. */
+        int st = CTL("-S", status_sock(), "holder", "--json", cases[i].name);
+        cr_assert_eq(st, cases[i].held ? 0 : 1, "%s: exit %d: %s", cases[i].name, st, R.err);
+        cr_assert_str_empty(R.err, "%s: %s", cases[i].name, R.err);
         doc = j_doc(R.out);
         cr_assert_str_eq(j_keys(doc), HOLDER_KEYS, "%s", cases[i].name);
         cr_assert_str_eq(j_str(doc, "name", s, sizeof s), cases[i].name);

@@ -877,3 +877,61 @@ Test(status_sibling, dlock_sock_gives_status_sock_else_a_status_suffix)
     cr_assert_eq(wire_status_sibling("/tmp/a.sock", out, sizeof out - 1), -1);
     cr_assert_str_eq(out, "");
 }
+
+/* Version 3: a label after the 8 bytes, only when there is one; the
+ * decoder takes exactly its length, 1 to WIRE_MAX_LABEL bytes, and none
+ * before version 3. */
+Test(wire, hello_label_round_trip)
+{
+    struct wire_buf b = {0};
+    struct wire_hello in = {.magic = WIRE_MAGIC, .version = 3, .label = "sleep 30", .label_len = 8},
+                      out;
+    cr_assert_eq(wire_put_hello(&b, 5, &in), 0);
+    size_t len;
+    const uint8_t *body = frame_body(&b, WIRE_T_HELLO, 5, &len);
+    cr_assert_eq(len, 8 + 2 + 8);
+    cr_assert_eq(wire_get_hello(body, len, &out), 0);
+    cr_assert_eq(out.version, 3);
+    cr_assert_eq(out.label_len, 8);
+    cr_assert_arr_eq(out.label, "sleep 30", 8);
+    CHECK_WRONG_LENGTHS(wire_get_hello, body, len, struct wire_hello);
+    uint8_t copy[8 + 2 + WIRE_MAX_LABEL + 1];
+    memcpy(copy, body, len);
+    copy[4] = 2; /* the same bytes in version 2 */
+    cr_assert_eq(wire_get_hello(copy, len, &out), DLOCK_EPROTO);
+    copy[4] = 3;
+    copy[8] = 0; /* an empty label's part */
+    cr_assert_eq(wire_get_hello(copy, 10, &out), DLOCK_EPROTO);
+    wire_buf_free(&b);
+
+    /* No label: the 8 bytes of version 2, in version 3 too. */
+    struct wire_hello none = {.magic = WIRE_MAGIC, .version = 3};
+    cr_assert_eq(wire_put_hello(&b, 6, &none), 0);
+    body = frame_body(&b, WIRE_T_HELLO, 6, &len);
+    cr_assert_eq(len, 8);
+    cr_assert_eq(wire_get_hello(body, len, &out), 0);
+    cr_assert_null(out.label);
+    cr_assert_eq(out.label_len, 0);
+    wire_buf_free(&b);
+
+    /* The longest label, and one byte more. */
+    char label[WIRE_MAX_LABEL + 1];
+    memset(label, 'x', sizeof label);
+    in.label = label;
+    in.label_len = WIRE_MAX_LABEL;
+    cr_assert_eq(wire_put_hello(&b, 7, &in), 0);
+    body = frame_body(&b, WIRE_T_HELLO, 7, &len);
+    cr_assert_eq(wire_get_hello(body, len, &out), 0);
+    cr_assert_eq(out.label_len, WIRE_MAX_LABEL);
+    memcpy(copy, body, len);
+    copy[8] = WIRE_MAX_LABEL + 1;
+    copy[len] = 'x';
+    cr_assert_eq(wire_get_hello(copy, len + 1, &out), DLOCK_EPROTO);
+    wire_buf_free(&b);
+    in.label_len = WIRE_MAX_LABEL + 1;
+    cr_assert_eq(wire_put_hello(&b, 8, &in), DLOCK_EINVAL);
+    in.label_len = 1;
+    in.version = 2;
+    cr_assert_eq(wire_put_hello(&b, 8, &in), DLOCK_EINVAL);
+    wire_buf_free(&b);
+}

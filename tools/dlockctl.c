@@ -3,10 +3,12 @@
  * shows the agent's status, leases and metrics from its status socket, and asks it to
  * reload its configuration. */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
+#include <pwd.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -14,9 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -26,6 +30,7 @@
 #include "wire.h"
 
 /* Exit codes, after sysexits.h where one fits; the same for every command. */
+#define EXIT_FREE        1  /* holder, release --force: the name is free; unlock: no such holder */
 #define EXIT_USAGE       64 /* EX_USAGE */
 #define EXIT_UNAVAILABLE 69 /* EX_UNAVAILABLE: agent unreachable, Redis unavailable */
 #define EXIT_SOFTWARE    70 /* EX_SOFTWARE: internal error, request refused */
@@ -33,7 +38,6 @@
 #define EXIT_TEMPFAIL    75 /* EX_TEMPFAIL: default for -E */
 #define EXIT_NOPERM      77 /* EX_NOPERM: the agent's policy refused the name, or a reload */
 #define EXIT_CONFIG      78 /* EX_CONFIG: the agent refused its configuration file */
-#define EXIT_NOT_HELD    1  /* release --force: the name was not held */
 #define EXIT_LOST        79 /* the lease was lost while CMD ran */
 #define EXIT_NOEXEC      126
 #define EXIT_NOTFOUND    127
@@ -56,7 +60,9 @@ enum command {
     CMD_HOLDER,
     CMD_RELOAD,
     CMD_HEALTH,
-    CMD_RELEASE
+    CMD_RELEASE,
+    CMD_LOCK,
+    CMD_UNLOCK
 };
 
 /* health: the agent answered and can take locks, or cannot (Nagios's OK
@@ -82,6 +88,8 @@ struct run_opts {
     dlock_lock_spec spec; /* run: -x (the zero value), -S or -p */
     int conflict_exit;
     int64_t kill_ms;
+    pid_t owner;      /* lock, unlock: --pid, else the parent */
+    pid_t holder_pid; /* unlock: --holder */
 };
 
 /* State shared with the event callback and the main loop. */
@@ -117,27 +125,32 @@ static const char help_help[] = "  -h, --help                 print this help an
 /* One table for every command, as in dlockctl(1). */
 static const char help_exit[] =
     "\nExit status:\n"
-    "  0      status, leases, metrics, holder: the answer was printed (whatever\n"
-    "         it says of Redis); reload: the configuration was read and its\n"
+    "  0      status, leases, metrics: the answer was printed (whatever it says\n"
+    "         of Redis); holder: NAME is held; lock: the lease is held; unlock:\n"
+    "         it was given back; reload: the configuration was read and its\n"
     "         changes printed; health: the agent can take locks now (--live:\n"
     "         it answers); release: the name's key was deleted\n"
-    "  1      release: the name was not held\n"
+    "  1      holder: NAME is free (as test -e); unlock: no such holder;\n"
+    "         release: the name was not held\n"
     "  2      health: the agent answered but cannot take locks now (Redis, or\n"
     "         a majority of its nodes, unreachable)\n"
     "  N      run: CMD's exit status (128+S when CMD was killed by signal S)\n"
     "  64     usage error: bad option, value, lock name or pattern\n"
     "  69     the agent is unreachable or does not answer, or Redis (in quorum\n"
     "         mode, a majority of the nodes) is unreachable or answered with an\n"
-    "         error\n"
+    "         error; holder: in quorum mode, no value is on a majority\n"
     "  70     internal error, or the agent refused the request; reload: a\n"
     "         setting could not be applied (the others were)\n"
-    "  73     run: a lease or waiter limit of the agent was hit\n"
-    "  75     run: the lock stayed taken (-n, or the -w wait ran out); see -E\n"
-    "  77     run: the agent's policy does not allow this user the lock name;\n"
-    "         reload: only root and the agent's user may ask for it; release:\n"
-    "         no force line of the agent's policy lets this user force the name\n"
+    "  73     run, lock: a lease or waiter limit of the agent was hit\n"
+    "  75     run, lock: the lock stayed taken (-n, or the -w wait ran out); see -E\n"
+    "  77     permission denied: this user may not connect to the agent's socket\n"
+    "         (not in its group); run: the agent's policy does not allow this user\n"
+    "         the lock name; holder: its see_all policy; reload: only root and the\n"
+    "         agent's user may ask for it; release: no force line of the agent's\n"
+    "         policy lets this user force the name\n"
     "  78     reload: the agent refused the file and keeps its old settings\n"
-    "  79     run: the lease was lost while CMD ran; CMD was terminated\n"
+    "  79     run: the lease was lost while CMD ran; CMD was terminated;\n"
+    "         unlock: the lease had been lost while held\n"
     "  126    run: CMD could not be executed\n"
     "  127    run: CMD was not found\n";
 
@@ -150,6 +163,8 @@ static void help_main(FILE *f)
                "Commands:\n"
                "  run NAME [--] CMD [ARG...]  run CMD while holding the lock NAME (and those\n"
                "                              of -a)\n"
+               "  lock NAME                   hold NAME until unlock, or until this shell exits\n"
+               "  unlock NAME                 give back a lock taken by lock\n"
                "  status                      the agent, its Redis nodes, counters and leases\n"
                "  leases [PATTERN]            the leases the agent holds (fnmatch(3) glob)\n"
                "  metrics                     the agent's metrics, Prometheus text format\n"
@@ -207,6 +222,47 @@ static void help_run(FILE *f)
           "fraction, and is rounded up to whole milliseconds: -w 0.5, -w 500ms, -t 30s,\n"
           "-w 2m, -w 1.5h.\n",
           f);
+    fputs(help_exit, f);
+}
+
+static void help_lock(FILE *f)
+{
+    fprintf(f,
+            "usage: dlockctl lock [OPTIONS] NAME\n"
+            "       dlockctl unlock [--pid PID] NAME | --holder PID\n\n"
+            "lock takes the lock NAME through the agent for a holder process it leaves\n"
+            "running, and prints, for eval in a shell,\n"
+            "  DLOCK_HOLDER=PID     the holder process\n"
+            "  DLOCK_FENCE=TOKEN    the fencing token\n"
+            "  DLOCK_NAME=NAME\n"
+            "The holder keeps the lease until its owner (the shell that ran dlockctl, or\n"
+            "--pid) exits, or until unlock asks it to give the lease back; a lease lost\n"
+            "meanwhile ends the holder, and unlock then says so. unlock waits for the\n"
+            "holder and exits 0 when it gave the lease back, 1 when there is no such\n"
+            "holder, 79 when the lease had been lost.\n"
+            "  eval \"$(dlockctl lock -w 10 deploy)\" || exit\n"
+            "  ...                       # commands that need the lock\n"
+            "  dlockctl unlock deploy\n\n"
+            "Options of lock:\n"
+            "  -x, --exclusive            hold NAME alone (the default)\n"
+            "  -S, --shared               hold NAME shared (a read lock)\n"
+            "  -p, --permits N            hold one of N permits of NAME\n"
+            "  -w, --wait, --timeout DURATION\n"
+            "                             wait at most DURATION for the lock; 0: do not wait,\n"
+            "                             as -n; 'forever' (the default)\n"
+            "  -n, --nonblock, --nb       do not wait: fail at once if the lock is taken\n"
+            "  -t, --ttl DURATION         the lease's TTL on Redis (default: the agent's)\n"
+            "  -E, --conflict-exit-code CODE\n"
+            "                             exit status when the lock stayed taken (default:\n"
+            "                             %d)\n"
+            "      --pid PID              hold the lock while process PID lives (default:\n"
+            "                             the parent of dlockctl, the calling shell)\n"
+            "Options of unlock:\n"
+            "      --pid PID              the owner given to lock (default: the parent)\n"
+            "      --holder PID           the holder process, as DLOCK_HOLDER says\n",
+            EXIT_TEMPFAIL);
+    fputs(help_socket, f);
+    fputs(help_help, f);
     fputs(help_exit, f);
 }
 
@@ -278,6 +334,8 @@ static void help(FILE *f, enum command cmd)
         help_health(f);
     else if (cmd == CMD_RUN)
         help_run(f);
+    else if (cmd == CMD_LOCK || cmd == CMD_UNLOCK)
+        help_lock(f);
     else
         help_query(f, cmd);
 }
@@ -285,7 +343,8 @@ static void help(FILE *f, enum command cmd)
 static const char *const command_names[] = {
     [CMD_RUN] = "run",         [CMD_STATUS] = "status",   [CMD_LEASES] = "leases",
     [CMD_METRICS] = "metrics", [CMD_HOLDER] = "holder",   [CMD_RELOAD] = "reload",
-    [CMD_HEALTH] = "health",   [CMD_RELEASE] = "release",
+    [CMD_HEALTH] = "health",   [CMD_RELEASE] = "release", [CMD_LOCK] = "lock",
+    [CMD_UNLOCK] = "unlock",
 };
 
 /* Prints "dlockctl: MSG[: ARG]" and where to find help; returns the usage
@@ -523,6 +582,107 @@ static int parse_run(int argc, char **argv, struct run_opts *o)
     return 0;
 }
 
+/* Options of `lock` or `unlock` (argv[0]), then NAME. */
+static int parse_lock(int argc, char **argv, struct run_opts *o)
+{
+    enum { OPT_PID = 0x100, OPT_HOLDER };
+    static const struct option longopts[] = {{"wait", required_argument, NULL, 'w'},
+                                             {"timeout", required_argument, NULL, 'w'},
+                                             {"exclusive", no_argument, NULL, 'x'},
+                                             {"shared", no_argument, NULL, 'S'},
+                                             {"permits", required_argument, NULL, 'p'},
+                                             {"nonblock", no_argument, NULL, 'n'},
+                                             {"nb", no_argument, NULL, 'n'},
+                                             {"ttl", required_argument, NULL, 't'},
+                                             {"conflict-exit-code", required_argument, NULL, 'E'},
+                                             {"socket", required_argument, NULL, 's'},
+                                             {"pid", required_argument, NULL, OPT_PID},
+                                             {"holder", required_argument, NULL, OPT_HOLDER},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    enum command cmd = o->command;
+    bool unlocking = cmd == CMD_UNLOCK;
+    int64_t v;
+    int ch, rc = 0;
+    optind = 0;
+    opterr = 0;
+    bool exclusive = false;
+    o->owner = getppid();
+    o->nnames = 1;
+    while (rc == 0 && (ch = getopt_long(argc, argv, unlocking ? "+:s:h" : "+:s:w:nt:E:xSp:h",
+                                        longopts, NULL)) != -1) {
+        if (unlocking && ch != OPT_PID && ch != OPT_HOLDER && ch != 's' && ch != 'h' && ch != ':' &&
+            ch != '?')
+            return usage_error(cmd, "unknown option", argv[optind - 1]);
+        switch (ch) {
+        case OPT_PID:
+        case OPT_HOLDER:
+            if (!parse_num(optarg, 1, INT32_MAX, &v))
+                return usage_error(cmd, "invalid process id", optarg);
+            if (ch == OPT_PID)
+                o->owner = (pid_t)v;
+            else if (unlocking)
+                o->holder_pid = (pid_t)v;
+            else
+                return usage_error(cmd, "unknown option", "--holder");
+            break;
+        case 's':
+            o->socket = optarg;
+            break;
+        case 'x':
+        case 'S':
+            exclusive = ch == 'x';
+            o->spec.kind = ch == 'x' ? DLOCK_KIND_EXCLUSIVE : DLOCK_KIND_SHARED;
+            break;
+        case 'p':
+            if (!parse_num(optarg, 1, UINT32_MAX, &v))
+                return usage_error(cmd, "invalid permit count (1 to 4294967295)", optarg);
+            o->spec.permits = (uint32_t)v;
+            break;
+        case 'w':
+            if (strcmp(optarg, "forever") == 0)
+                o->wait_ms = DLOCK_WAIT_FOREVER;
+            else
+                rc = duration_opt("wait time", optarg, 0, INT64_MAX, &o->wait_ms);
+            break;
+        case 'n':
+            o->wait_ms = DLOCK_WAIT_NONE;
+            break;
+        case 't':
+            rc = duration_opt("TTL", optarg, 1, UINT32_MAX, &v);
+            if (rc == 0)
+                o->ttl_ms = (uint32_t)v;
+            break;
+        case 'E':
+            if (!parse_num(optarg, 0, 255, &v))
+                return usage_error(cmd, "invalid exit code (0 to 255)", optarg);
+            o->conflict_exit = (int)v;
+            break;
+        case 'h':
+            help(stdout, cmd);
+            exit(0);
+        default:
+            return option_error(cmd, ch, argv[optind - 1]);
+        }
+    }
+    if (rc != 0)
+        return rc;
+    if (o->spec.permits && (exclusive || o->spec.kind == DLOCK_KIND_SHARED))
+        return usage_error(cmd, "--permits takes neither --shared nor --exclusive", NULL);
+    if (o->spec.permits)
+        o->spec.kind = DLOCK_KIND_SEMAPHORE;
+    if (optind < argc)
+        o->name = o->names[0] = argv[optind++];
+    if (!o->name && !o->holder_pid)
+        return usage_error(
+            cmd, unlocking ? "missing lock name (or --holder PID)" : "missing lock name", NULL);
+    if (o->name && strlen(o->name) > WIRE_MAX_NAME)
+        return usage_error(cmd, "lock name too long", NULL);
+    if (optind < argc)
+        return usage_error(cmd, "unexpected argument", argv[optind]);
+    return 0;
+}
+
 /* A pattern the request line can carry: not empty, no space or control
  * character (no lock name has one), and short enough for the line. */
 static const char *pattern_problem(const char *p)
@@ -679,7 +839,9 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     }
     if (optind >= argc)
         return usage_error(
-            CMD_NONE, "missing command (run, status, leases, metrics, holder, reload or release)",
+            CMD_NONE,
+            "missing command (run, lock, unlock, status, leases, metrics, holder, health, reload "
+            "or release)",
             NULL);
     o->command = command_of(argv[optind]);
     if (o->command == CMD_NONE)
@@ -688,6 +850,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         return parse_run(argc - optind, argv + optind, o);
     if (o->command == CMD_HEALTH)
         return parse_health(argc - optind, argv + optind, o);
+    if (o->command == CMD_LOCK || o->command == CMD_UNLOCK)
+        return parse_lock(argc - optind, argv + optind, o);
     return parse_query(argc - optind, argv + optind, o);
 }
 
@@ -747,11 +911,23 @@ static void connect_hint(int e, const char *path, const char *unset, char *out, 
 {
     struct stat st;
     bool there = stat(path, &st) == 0;
-    struct group *g = there && (e == EACCES || e == EPERM) ? getgrgid(st.st_gid) : NULL;
-    if ((e == EACCES || e == EPERM) && g)
-        snprintf(out, cap, " (are you in the group '%s' that may use it?)", g->gr_name);
-    else if (e == EACCES || e == EPERM)
-        snprintf(out, cap, " (are you in the group that may use it, e.g. 'dlock'?)");
+    bool denied = e == EACCES || e == EPERM;
+    struct group *g = there && denied ? getgrgid(st.st_gid) : NULL;
+    struct passwd *pw = there && denied ? getpwuid(st.st_uid) : NULL;
+    if (denied && there && !(st.st_mode & S_IWGRP) && pw)
+        snprintf(out, cap,
+                 " (only its owner, user '%s', may use it: the agent's socket mode keeps its "
+                 "group out; ask for 0660 and a group you are in)",
+                 pw->pw_name);
+    else if (denied && g)
+        snprintf(out, cap,
+                 " (are you in the group '%s' that may use it? join it, e.g. usermod -aG %s "
+                 "USER, and log in again)",
+                 g->gr_name, g->gr_name);
+    else if (denied)
+        snprintf(out, cap,
+                 " (are you in the group that may use it, e.g. 'dlock'? join it and log in "
+                 "again)");
     else if (e == ECONNREFUSED && there && !S_ISSOCK(st.st_mode))
         snprintf(out, cap, " (it is not a socket)");
     else if (e == ECONNREFUSED)
@@ -764,6 +940,15 @@ static void connect_hint(int e, const char *path, const char *unset, char *out, 
         snprintf(out, cap, " (the agent does not accept connections: overloaded or stopped?)");
     else
         out[0] = '\0';
+}
+
+/* The exit status after connecting failed with errno e: permission denied is
+ * not the agent being down. */
+static int connect_exit(int e)
+{
+    return e == ENAMETOOLONG           ? EXIT_USAGE
+           : e == EACCES || e == EPERM ? EXIT_NOPERM
+                                       : EXIT_UNAVAILABLE;
 }
 
 /* Reports that connecting to the agent's socket `what` at path failed with
@@ -1112,12 +1297,39 @@ static const char *socket_path(const struct run_opts *o)
     return env && *env ? env : DEFAULT_SOCKET;
 }
 
+/* The label the agent's lease list shows for the connection, instead of
+ * "dlockctl": for run, CMD and its arguments ("sleep 30", "sh -c STRING");
+ * for lock, "lock NAME for pid OWNER". Cut to DLOCK_LABEL_MAX bytes, with
+ * "..." at the end of a cut one. */
+static void client_label(const struct run_opts *o, char *out, size_t cap)
+{
+    size_t len = 0;
+    bool cut = false;
+    out[0] = '\0';
+    if (o->command == CMD_LOCK) {
+        int n = snprintf(out, cap, "lock %s for pid %d", o->name, (int)o->owner);
+        len = n < 0 ? 0 : (size_t)n;
+        cut = len >= cap;
+    } else if (o->argv) {
+        for (char **a = o->argv; *a && !cut; a++) {
+            const char *w = a == o->argv && strrchr(*a, '/') ? strrchr(*a, '/') + 1 : *a;
+            int n = snprintf(out + len, cap - len, "%s%s", len ? " " : "", w);
+            len += n < 0 ? 0 : (size_t)n;
+            cut = len >= cap;
+        }
+    }
+    if (cut && cap > 4)
+        memcpy(out + cap - 4, "...", 4);
+}
+
 /* Opens the client; on failure reports it, naming the socket and the reason,
  * and returns the exit code. */
 static int open_client(const struct run_opts *o, dlock_client **c)
 {
     const char *path = socket_path(o);
-    int rc = dlock_client_open(c, path);
+    char label[DLOCK_LABEL_MAX + 1];
+    client_label(o, label, sizeof label);
+    int rc = dlock_client_open_labeled(c, path, label);
     if (rc == 0)
         return 0;
     if (rc != DLOCK_ECONNECT && rc != DLOCK_EINVAL) {
@@ -1139,7 +1351,7 @@ static int open_client(const struct run_opts *o, dlock_client **c)
     int e = errno;
     connect_error("", path, e,
                   "it listens on " DEFAULT_SOCKET " by default; set -s or DLOCK_SOCKET");
-    return e == ENAMETOOLONG ? EXIT_USAGE : EXIT_UNAVAILABLE;
+    return connect_exit(e);
 }
 
 /* Reports a set that could not be taken; returns the exit code. Only a lock
@@ -1296,9 +1508,10 @@ static int status_connect(const char *path, const char *unset, int64_t deadline,
         while ((rc = connect(fd, (struct sockaddr *)&sa, sizeof sa)) != 0 && errno == EINTR)
             ;
     if (rc != 0) {
-        connect_error("'s status socket", path, errno, unset);
+        int e = errno;
+        connect_error("'s status socket", path, e, unset);
         close(fd);
-        *code = EXIT_UNAVAILABLE;
+        *code = connect_exit(e);
         return -1;
     }
     return fd;
@@ -1367,6 +1580,9 @@ static int answer_error(const char *data, size_t len)
     while (n > 0 && data[n - 1] == '\n')
         n--;
     fprintf(stderr, "dlockctl: %.*s\n", (int)n, data);
+    static const char policy[] = "error: the policy (see_all) does not let you";
+    if (n >= sizeof policy - 1 && memcmp(data, policy, sizeof policy - 1) == 0)
+        return EXIT_NOPERM;
     for (int code = -1; code >= DLOCK_ERRNO_MIN; code--) {
         const char *m = dlock_strerror(code);
         size_t mlen = strlen(m);
@@ -1414,8 +1630,35 @@ static int release_code(const struct buf *b, int code)
     if (starts(b, "error: release --force: permission denied"))
         return EXIT_NOPERM;
     if (code == 0 && starts(b, "not held: "))
-        return EXIT_NOT_HELD;
+        return EXIT_FREE;
     return code;
+}
+
+/* Whether the answer b holds text, anywhere. */
+static bool has_text(const struct buf *b, const char *text)
+{
+    return memmem(b->data, b->len, text, strlen(text)) != NULL;
+}
+
+/* The exit code of a holder's answer, as test -e has it: 0 held, 1 free; 69
+ * when, in quorum mode, no value is on a majority of the nodes. In text, the
+ * name (which has no space) ends at the first ": ". In JSON, a quote inside
+ * the name is escaped, so "held": is the member's. */
+static int holder_code(const struct buf *b, bool json)
+{
+    if (json)
+        return has_text(b, "\"held\":true")    ? 0
+               : has_text(b, "\"held\":false") ? EXIT_FREE
+                                               : EXIT_UNAVAILABLE;
+    const char *sep = memmem(b->data, b->len, ": ", 2);
+    if (!sep)
+        return EXIT_SOFTWARE;
+    size_t left = b->len - (size_t)(sep + 2 - b->data);
+    if (left == 5 && memcmp(sep + 2, "free\n", 5) == 0)
+        return EXIT_FREE;
+    if (left >= 14 && memcmp(sep + 2, "undetermined: ", 14) == 0)
+        return EXIT_UNAVAILABLE;
+    return 0;
 }
 
 /* Copies a whole answer to stdout, or its error to stderr; the exit code. */
@@ -1481,6 +1724,8 @@ static int query(const struct run_opts *o)
         code = reload_code(&b, code);
     if (o->command == CMD_RELEASE)
         code = release_code(&b, code);
+    if (o->command == CMD_HOLDER && code == 0)
+        code = holder_code(&b, o->json);
     free(b.data);
     return code;
 }
@@ -1548,6 +1793,549 @@ static int health(const struct run_opts *o)
     return code;
 }
 
+/* ---- lock, unlock: a lock held across shell commands ----
+ *
+ * `lock` forks a holder: a process of its own session, with no terminal and
+ * its standard descriptors on /dev/null, which takes the lease through the
+ * library, keeps it while its owner (the calling shell, or --pid) lives, and
+ * gives it back when the owner exits or `unlock` signals it. Each holder has
+ * a state file, DIR/OWNER-HASH (DIR: $XDG_RUNTIME_DIR/dlockctl, else
+ * /run/user/UID/dlockctl, else /tmp/dlockctl-UID; HASH: of the name), which
+ * it keeps locked (flock) while it lives and in which it writes how the
+ * lease ended: `unlock` takes the file's lock once the holder is gone and
+ * reports that outcome. */
+
+#define STATE_MAX      (WIRE_MAX_NAME + 256) /* a state file's size, at most */
+#define STATE_DIR_MAX  512
+#define STATE_PATH_MAX (STATE_DIR_MAX + 256 + 2)
+#define UNLOCK_WAIT_MS 60000 /* for a holder to give the lease back */
+#define OWNER_POLL_MS  1000  /* without pidfd_open(): how often to look */
+
+/* What the holder tells `lock` through a pipe once the lease is taken, or
+ * could not be. */
+struct lock_report {
+    int code; /* 0: held; else the exit code */
+    uint64_t fence;
+};
+
+/* The directory of the state files, made if need be (mode 0700); -1 after
+ * reporting why it cannot be used. */
+static int state_dir(char *out, size_t cap)
+{
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    char run[64];
+    snprintf(run, sizeof run, "/run/user/%u", (unsigned)getuid());
+    struct stat st;
+    if (xdg && xdg[0] == '/')
+        snprintf(out, cap, "%s/dlockctl", xdg);
+    else if (stat(run, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid())
+        snprintf(out, cap, "%s/dlockctl", run);
+    else
+        snprintf(out, cap, "/tmp/dlockctl-%u", (unsigned)getuid());
+    if (strlen(out) + 1 >= cap) {
+        fprintf(stderr, "dlockctl: $XDG_RUNTIME_DIR is too long a path\n");
+        return -1;
+    }
+    if (mkdir(out, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "dlockctl: cannot make %s: %s\n", out, strerror(errno));
+        return -1;
+    }
+    /* Not one another user made for us, nor one others may write in. */
+    if (lstat(out, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() ||
+        (st.st_mode & 077) != 0) {
+        fprintf(stderr,
+                "dlockctl: %s is not a directory of this user's with mode 0700; remove it or "
+                "set XDG_RUNTIME_DIR\n",
+                out);
+        return -1;
+    }
+    return 0;
+}
+
+/* FNV-1a, 64 bits: the name in a file name of bounded length. */
+static uint64_t name_hash(const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ull;
+    return h;
+}
+
+static void state_path(const char *dir, pid_t owner, const char *name, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/%d-%016llx", dir, (int)owner, (unsigned long long)name_hash(name));
+}
+
+/* A holder's state file, as read. */
+struct lock_state {
+    pid_t holder, owner;
+    uint64_t fence;
+    char state[16];  /* held, released, lost */
+    char reason[96]; /* lost: why */
+    char name[WIRE_MAX_NAME + 1];
+};
+
+/* Writes the state file anew (fd keeps its flock). */
+static void state_write(int fd, const struct lock_state *s)
+{
+    char text[STATE_MAX];
+    int n = snprintf(
+        text, sizeof text, "holder %d\nowner %d\nfence %llu\nstate %s\nreason %s\nname %s\n",
+        (int)s->holder, (int)s->owner, (unsigned long long)s->fence, s->state, s->reason, s->name);
+    if (n < 0 || (size_t)n >= sizeof text)
+        return;
+    if (pwrite(fd, text, (size_t)n, 0) == n && ftruncate(fd, n) == 0)
+        fdatasync(fd);
+}
+
+/* Reads the state file fd; -1 when it is not one. */
+static int state_read(int fd, struct lock_state *s)
+{
+    char text[STATE_MAX + 1];
+    ssize_t n = pread(fd, text, STATE_MAX, 0);
+    if (n <= 0)
+        return -1;
+    text[n] = '\0';
+    *s = (struct lock_state){0};
+    int got = 0;
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        int64_t v;
+        if (strncmp(line, "holder ", 7) == 0 && parse_num(line + 7, 1, INT32_MAX, &v))
+            s->holder = (pid_t)v, got |= 1;
+        else if (strncmp(line, "owner ", 6) == 0 && parse_num(line + 6, 1, INT32_MAX, &v))
+            s->owner = (pid_t)v, got |= 2;
+        else if (strncmp(line, "fence ", 6) == 0)
+            s->fence = strtoull(line + 6, NULL, 10);
+        else if (strncmp(line, "state ", 6) == 0)
+            snprintf(s->state, sizeof s->state, "%s", line + 6), got |= 4;
+        else if (strncmp(line, "reason ", 7) == 0)
+            snprintf(s->reason, sizeof s->reason, "%s", line + 7);
+        else if (strncmp(line, "name ", 5) == 0)
+            snprintf(s->name, sizeof s->name, "%s", line + 5), got |= 8;
+    }
+    return got == 15 ? 0 : -1;
+}
+
+/* A descriptor that becomes readable when pid exits (pidfd_open(2), Linux
+ * 5.3); -1 with errno ENOSYS where the kernel has none, ESRCH for no such
+ * process. */
+static int pid_watch(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (fd >= 0)
+        fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return fd;
+#else
+    (void)pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+static bool pid_alive(pid_t pid)
+{
+    return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+/* Writes all of n bytes to a pipe. */
+static int write_all(int fd, const void *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p = (const char *)p + w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Points the standard descriptors from..to at /dev/null. */
+static void to_dev_null(int from, int to)
+{
+    int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    for (int i = from; i <= to; i++)
+        dup2(fd, i);
+    if (fd > 2)
+        close(fd);
+}
+
+/* Closes every descriptor from 3 up but the n of keep: the holder must not
+ * keep a shell's descriptors open (a pipe someone reads to its end, a file
+ * that flock(1) locked) for as long as it holds the lease. */
+static void close_inherited(const int *keep, size_t n)
+{
+    int from = 3;
+    for (;;) {
+        int next = INT_MAX; /* the least kept descriptor at or above from */
+        for (size_t i = 0; i < n; i++)
+            if (keep[i] >= from && keep[i] < next)
+                next = keep[i];
+        if (next > from && close_range((unsigned)from, (unsigned)next - 1, 0) != 0) {
+            long max = sysconf(_SC_OPEN_MAX);
+            for (long fd = from; fd < next && fd < (max > 0 && max < 65536 ? max : 65536); fd++)
+                close((int)fd);
+        }
+        if (next == INT_MAX)
+            return;
+        from = next + 1;
+    }
+}
+
+/* The holder's watch, once the lease is held: until the owner exits (the
+ * lease is given back, the state file removed), a signal (`unlock`: given
+ * back, the outcome written), or the lease is lost (written). */
+static void hold(struct run_state *st, int owner_fd, int state_fd, const char *path,
+                 struct lock_state *s)
+{
+    enum { OWNER_GONE, ASKED, LOST } why = LOST;
+    for (;;) {
+        const char *expired = NULL;
+        int64_t left_ns = st->lost ? 0 : set_left_ns(st->set, &expired);
+        if (left_ns == 0 && !st->lost) {
+            dlock_client_dispatch(st->client);
+            if (!st->lost) {
+                st->lost = true;
+                st->lost_reason = DLOCK_EUNAVAIL;
+            }
+        }
+        if (st->lost)
+            break;
+        int timeout = left_ns / 1000000 + 1 > INT_MAX ? INT_MAX : (int)(left_ns / 1000000 + 1);
+        if (owner_fd < 0 && timeout > OWNER_POLL_MS)
+            timeout = OWNER_POLL_MS;
+        struct pollfd pfd[3] = {{.fd = sig_pipe[0], .events = POLLIN},
+                                {.fd = dlock_client_fd(st->client), .events = POLLIN},
+                                {.fd = owner_fd, .events = POLLIN}};
+        if (poll(pfd, 3, timeout) < 0 && errno != EINTR)
+            break;
+        if (pfd[0].revents) {
+            unsigned char buf[64];
+            ssize_t n = read(sig_pipe[0], buf, sizeof buf);
+            bool asked = false;
+            for (ssize_t i = 0; i < n; i++)
+                asked |= buf[i] != SIGCHLD;
+            if (asked) {
+                why = ASKED;
+                break;
+            }
+        }
+        if (pfd[2].revents || (owner_fd < 0 && !pid_alive(s->owner))) {
+            why = OWNER_GONE;
+            break;
+        }
+        if (pfd[1].revents && dlock_client_dispatch(st->client) != 0 && !st->lost) {
+            st->lost = true;
+            st->lost_reason = DLOCK_EDISCONNECTED;
+        }
+    }
+    int rc = st->lost ? st->lost_reason : dlock_lease_set_release_sync(st->set);
+    if (!st->lost)
+        st->set = NULL;
+    if (why == OWNER_GONE) {
+        unlink(path); /* nobody is left to ask how it ended */
+        return;
+    }
+    snprintf(s->state, sizeof s->state, "%s", rc == 0 ? "released" : "lost");
+    snprintf(s->reason, sizeof s->reason, "%s",
+             rc == 0                 ? "-"
+             : rc == DLOCK_ENOANSWER ? "the agent did not answer the release"
+                                     : dlock_strerror(rc));
+    state_write(state_fd, s);
+}
+
+/* The holder, in the child of `lock`: takes the lease, reports to `lock`
+ * through rp, and holds it. Does not return. */
+static void holder_main(const struct run_opts *o, int rp, int owner_fd, int state_fd,
+                        const char *path, pid_t parent)
+{
+    signal(SIGPIPE, SIG_IGN);
+    /* Whatever dlockctl was started with, the holder obeys unlock's SIGTERM
+     * (a shell's background job starts with SIGINT ignored, nohup with
+     * SIGHUP). */
+    for (size_t i = 0; i < sizeof forwarded_signals / sizeof forwarded_signals[0]; i++)
+        signal(forwarded_signals[i], SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    const int keep[] = {rp, owner_fd, state_fd};
+    close_inherited(keep, sizeof keep / sizeof keep[0]);
+    /* Until it has reported, the holder ends with `lock` (^C while it
+     * waits): nobody would know of the lease. */
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
+        _exit(EXIT_SOFTWARE);
+    setsid();
+    if (chdir("/") != 0)
+        _exit(EXIT_SOFTWARE);
+    to_dev_null(STDIN_FILENO, STDOUT_FILENO); /* stderr: for what goes wrong until held */
+    struct lock_report r = {.code = 0};
+    dlock_client *c;
+    r.code = open_client(o, &c);
+    struct run_state st = {.client = c, .kill_at = -1};
+    if (r.code == 0) {
+        dlock_acquire_options ao = {.ttl_ms = o->ttl_ms, .wait_ms = o->wait_ms};
+        dlock_client_set_event_cb(c, on_lease_event, &st);
+        int rc = dlock_lease_set_acquire(c, o->names, o->nnames, &ao, &o->spec, &st.set);
+        if (rc != 0)
+            r.code = acquire_failed(c, o, rc);
+        else if (st.lost)
+            r.code = EXIT_LOST;
+        else if (setup_signals() != 0)
+            r.code = EXIT_SOFTWARE;
+    }
+    struct lock_state s = {.holder = getpid(), .owner = o->owner};
+    snprintf(s.name, sizeof s.name, "%s", o->name);
+    snprintf(s.state, sizeof s.state, "held");
+    snprintf(s.reason, sizeof s.reason, "-");
+    if (r.code == 0) {
+        r.fence = dlock_lease_fence(dlock_lease_set_lease(st.set, 0));
+        s.fence = r.fence;
+        state_write(state_fd, &s);
+    } else {
+        unlink(path);
+    }
+    to_dev_null(STDERR_FILENO, STDERR_FILENO);
+    /* From here on the holder outlives `lock`; were `lock` gone already, the
+     * report could not be written (EPIPE). */
+    prctl(PR_SET_PDEATHSIG, 0);
+    if (getppid() != parent || write_all(rp, &r, sizeof r) != 0 || r.code != 0) {
+        unlink(path);
+        _exit(r.code ? r.code : EXIT_SOFTWARE); /* the leases go with the connection */
+    }
+    close(rp);
+    hold(&st, owner_fd, state_fd, path, &s);
+    dlock_client_close(c);
+    _exit(0);
+}
+
+/* Removes the state files of holders gone whose owners are gone too (a
+ * lease lost, nobody asked; a holder killed while it waited): no holder
+ * keeps them locked. */
+static void state_sweep(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char p[STATE_PATH_MAX];
+        struct lock_state s;
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        int fd = open(p, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        /* The owner is in the file's name too: a holder killed while it
+         * waited leaves an empty file. */
+        pid_t owner = (pid_t)strtol(e->d_name, NULL, 10);
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            if (state_read(fd, &s) == 0)
+                owner = s.owner;
+            if (owner > 0 && !pid_alive(owner))
+                unlink(p);
+        }
+        close(fd);
+    }
+    if (d)
+        closedir(d);
+}
+
+/* Prints value single-quoted for a shell. */
+static void print_quoted(const char *value)
+{
+    putchar('\'');
+    for (const char *p = value; *p; p++)
+        if (*p == '\'')
+            fputs("'\\''", stdout);
+        else
+            putchar(*p);
+    putchar('\'');
+}
+
+static int lock(const struct run_opts *o)
+{
+    int owner_fd = pid_watch(o->owner);
+    if (owner_fd < 0 && errno != ENOSYS) {
+        fprintf(stderr, "dlockctl: cannot watch the owner, process %d: %s\n", (int)o->owner,
+                strerror(errno));
+        return errno == ESRCH ? EXIT_USAGE : EXIT_SOFTWARE;
+    }
+    if (owner_fd < 0 && !pid_alive(o->owner)) {
+        fprintf(stderr, "dlockctl: no process %d to hold the lock for\n", (int)o->owner);
+        return EXIT_USAGE;
+    }
+    char dir[STATE_DIR_MAX], path[STATE_PATH_MAX];
+    if (state_dir(dir, sizeof dir) != 0)
+        return EXIT_SOFTWARE;
+    state_sweep(dir);
+    state_path(dir, o->owner, o->name, path, sizeof path);
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "dlockctl: %s: %s\n", path, strerror(errno));
+        return EXIT_SOFTWARE;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        struct lock_state s;
+        if (state_read(fd, &s) == 0)
+            fprintf(stderr,
+                    "dlockctl: process %d holds %s already, through holder %d; "
+                    "dlockctl unlock %s gives it back\n",
+                    (int)o->owner, o->name, (int)s.holder, o->name);
+        else
+            fprintf(stderr, "dlockctl: %s: %s\n", path, strerror(errno));
+        close(fd);
+        return EXIT_USAGE;
+    }
+    if (ftruncate(fd, 0) != 0) { /* an earlier holder's outcome, not asked for */
+        fprintf(stderr, "dlockctl: %s: %s\n", path, strerror(errno));
+        close(fd);
+        return EXIT_SOFTWARE;
+    }
+    int rp[2];
+    if (pipe2(rp, O_CLOEXEC) != 0) {
+        fprintf(stderr, "dlockctl: pipe: %s\n", strerror(errno));
+        return EXIT_SOFTWARE;
+    }
+    fflush(NULL);
+    pid_t parent = getpid(), pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "dlockctl: fork: %s\n", strerror(errno));
+        return EXIT_SOFTWARE;
+    }
+    if (pid == 0) {
+        close(rp[0]);
+        holder_main(o, rp[1], owner_fd, fd, path, parent);
+    }
+    close(rp[1]);
+    struct lock_report r;
+    ssize_t n;
+    while ((n = read(rp[0], &r, sizeof r)) < 0 && errno == EINTR)
+        ;
+    if (n != (ssize_t)sizeof r) {
+        fprintf(stderr, "dlockctl: the holder process %d ended before it reported\n", (int)pid);
+        return EXIT_SOFTWARE;
+    }
+    if (r.code != 0)
+        return r.code;
+    printf("DLOCK_HOLDER=%d\nDLOCK_FENCE=%llu\nDLOCK_NAME=", (int)pid, (unsigned long long)r.fence);
+    print_quoted(o->name);
+    putchar('\n');
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "dlockctl: cannot write the holder's pid: %s\n", strerror(errno));
+        return EXIT_SOFTWARE;
+    }
+    return 0;
+}
+
+/* The state file of the holder `unlock` is about: the owner's for the name,
+ * else the one holder of the name (or, with --holder, of that pid) among
+ * this user's. Returns its descriptor, or -1 with *code set after a
+ * message. */
+static int find_holder(const struct run_opts *o, const char *dir, char *path, size_t cap, int *code)
+{
+    if (o->name && !o->holder_pid) {
+        state_path(dir, o->owner, o->name, path, cap);
+        int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0)
+            return fd;
+    }
+    DIR *d = opendir(dir);
+    int found = -1, count = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[STATE_PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        int fd = open(p, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        struct lock_state s;
+        if (fd < 0)
+            continue;
+        bool match = state_read(fd, &s) == 0 &&
+                     (o->holder_pid ? s.holder == o->holder_pid : strcmp(s.name, o->name) == 0);
+        if (match && count++ == 0) {
+            found = fd;
+            snprintf(path, cap, "%s", p);
+        } else {
+            close(fd);
+        }
+    }
+    if (d)
+        closedir(d);
+    if (count == 1)
+        return found;
+    if (found >= 0)
+        close(found);
+    if (count > 1) {
+        fprintf(stderr,
+                "dlockctl: %s has %d holders of this user's, none for process %d; give "
+                "--holder PID\n",
+                o->name, count, (int)o->owner);
+        *code = EXIT_USAGE;
+    } else {
+        if (o->holder_pid)
+            fprintf(stderr, "dlockctl: no holder %d of a lock of this user's\n",
+                    (int)o->holder_pid);
+        else
+            fprintf(stderr, "dlockctl: %s is not held by dlockctl lock for this user\n", o->name);
+        *code = EXIT_FREE;
+    }
+    return -1;
+}
+
+static int unlock(const struct run_opts *o)
+{
+    char dir[STATE_DIR_MAX], path[STATE_PATH_MAX];
+    if (state_dir(dir, sizeof dir) != 0)
+        return EXIT_SOFTWARE;
+    int code = 0, fd = find_holder(o, dir, path, sizeof path, &code);
+    if (fd < 0)
+        return code;
+    struct lock_state s;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        /* The holder lives (it keeps the file locked): ask it. */
+        if (state_read(fd, &s) != 0 || kill(s.holder, SIGTERM) != 0) {
+            fprintf(stderr, "dlockctl: %s: no holder to signal\n", path);
+            close(fd);
+            return EXIT_SOFTWARE;
+        }
+        int64_t deadline = now_ms() + UNLOCK_WAIT_MS;
+        while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            if (now_ms() > deadline) {
+                fprintf(stderr, "dlockctl: holder %d of %s did not exit within %d s\n",
+                        (int)s.holder, s.name, UNLOCK_WAIT_MS / 1000);
+                close(fd);
+                return EXIT_UNAVAILABLE;
+            }
+            nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
+        }
+    }
+    int rc = state_read(fd, &s);
+    unlink(path);
+    close(fd);
+    if (rc != 0) {
+        fprintf(stderr, "dlockctl: %s: no holder's state\n", path);
+        return EXIT_FREE;
+    }
+    if (strcmp(s.state, "released") == 0)
+        return 0;
+    if (strcmp(s.state, "lost") == 0)
+        fprintf(stderr, "dlockctl: lease on %s lost: %s\n", s.name, s.reason);
+    else
+        fprintf(stderr,
+                "dlockctl: holder %d of %s ended without giving the lease back (killed?): the "
+                "agent ended it when its connection closed\n",
+                (int)s.holder, s.name);
+    return EXIT_LOST;
+}
+
 /* Paths given as options must not be empty (an empty variable means unset). */
 static int check_paths(const struct run_opts *o)
 {
@@ -1569,5 +2357,9 @@ int main(int argc, char **argv)
         return rc;
     if (o.command == CMD_HEALTH)
         return health(&o);
+    if (o.command == CMD_LOCK)
+        return lock(&o);
+    if (o.command == CMD_UNLOCK)
+        return unlock(&o);
     return o.command == CMD_RUN ? run(&o) : query(&o);
 }

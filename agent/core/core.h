@@ -47,6 +47,9 @@ struct core_client {
     const uint32_t *gids; /* gid and supplementary groups, for the policy */
     size_t ngids;
     char comm[16]; /* one word, for holder records and logs */
+    /* What the client says it does (HELLO, version 3), printable; shown in
+     * the lease list instead of comm when not empty. */
+    char label[65];
     /* The limits the client was told at HELLO (0: the config's): a reload
      * changes them for new connections only. */
     uint32_t max_leases, max_name_len;

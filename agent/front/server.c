@@ -17,6 +17,7 @@
 #include "config.h"
 #include "dlock.h"
 #include "log.h"
+#include "text.h"
 #include "util.h"
 
 #define READ_CHUNK     16384
@@ -312,6 +313,13 @@ static void handle_hello(struct conn *c, const struct wire_hdr *h, const uint8_t
         return;
     }
     c->pid_start = proc_start_time(c->cc.pid);
+    /* Its label, for the lease list: no control character reaches a
+     * terminal. */
+    char label[WIRE_MAX_LABEL + 1];
+    memcpy(label, m.label ? m.label : "", m.label_len);
+    label[m.label_len] = '\0';
+    _Static_assert(sizeof c->cc.label > WIRE_MAX_LABEL, "the label fits");
+    text_printable(c->cc.label, sizeof c->cc.label, label);
     /* The client's version: each gets the HELLO_OK it knows. */
     struct wire_hello_ok ok = {.version = m.version,
                                .max_name_len = cfg->max_name_len,

@@ -243,7 +243,8 @@ static bool src_lock(void *arg, const struct core_lock_view *v)
                              .fence = v->fence,
                              .pid = v->holder->pid,
                              .uid = v->holder->uid,
-                             .comm = v->holder->comm, /* read at connect: no file I/O here */
+                             /* read at connect: no file I/O here */
+                             .comm = v->holder->label[0] ? v->holder->label : v->holder->comm,
                              .granted_at = v->granted_at,
                              .deadline = v->deadline,
                              .ttl_ms = v->ttl_ms,
