@@ -298,7 +298,8 @@ docs_of() { # PKG: the documents of the package, without .gz
         paste -sd ' '
 }
 must_equal "the documents of dlockd" "README.md cluster.md deployment.md failover.md fencing.md \
-quorum.md redis.md redisson.md restarts.md robustness.md status.md" "$(docs_of dlockd)"
+logging.md monitoring.md quorum.md redis.md redisson.md restarts.md robustness.md status.md" \
+    "$(docs_of dlockd)"
 must_equal "the documents of libdlock-dev" "README.md architecture.md protocol.md testing.md" \
     "$(docs_of libdlock-dev)"
 for p in $pkgs; do
