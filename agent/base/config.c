@@ -772,14 +772,18 @@ static int load_file(struct config *c, const char *path, struct config_report *r
         unsigned at = 0;
         while (at < ctx->nerr && ctx->err[at].line < rc)
             at++;
-        if (ctx->nerr == LOAD_ERRORS_MAX) {
-            ctx->nerr--;
-            ctx->more++;
+        if (at == LOAD_ERRORS_MAX) {
+            ctx->more++; /* after every kept error: counted only */
+        } else {
+            if (ctx->nerr == LOAD_ERRORS_MAX) {
+                ctx->nerr--;
+                ctx->more++;
+            }
+            memmove(&ctx->err[at + 1], &ctx->err[at], (ctx->nerr - at) * sizeof ctx->err[0]);
+            ctx->err[at].line = rc;
+            snprintf(ctx->err[at].msg, sizeof ctx->err[at].msg, "syntax error");
+            ctx->nerr++;
         }
-        memmove(&ctx->err[at + 1], &ctx->err[at], (ctx->nerr - at) * sizeof ctx->err[0]);
-        ctx->err[at].line = rc;
-        snprintf(ctx->err[at].msg, sizeof ctx->err[at].msg, "syntax error");
-        ctx->nerr++;
     }
     if (ctx->long_line) {
         char msg[160];

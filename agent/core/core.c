@@ -1061,11 +1061,17 @@ static void on_acquired(void *arg, const struct backend_result *r)
     l->forced = false;
     note_store_why(k, r);
     if (r->err == 0 && r->outcome == BACKEND_DONE && forced) {
-        /* Granted, then deleted by the forced release sent after it: no
-         * lease; the waiter asks again at once (notice_missed). */
-        log_info("the grant of %s came before its forced release: asking again", l->name);
+        /* A grant from around a forced release: no lease; the waiter asks
+         * again at once (notice_missed). The acquire may have reached the
+         * store after the delete (the force goes out urgent; a cluster
+         * retry after TRYAGAIN or ASK), so its key is given back: a
+         * compare-and-delete, harmless when the delete came after. */
+        log_kv(LOG_INFO, LOG_FIELDS(LOG_F_LOCK(l->name, l->name_len)),
+               "the grant of %s came around its forced release: giving it back, asking again",
+               l->name);
         k->down_since = 0;
         l->joined = false; /* the acquire took its entry out */
+        release_grant(k, l, l->acq_ttl_ms, now);
     } else if (r->err) {
         if (w && !ride_outage(k, l, w, r->err, now))
             waiter_finish(k, w, r->err, now);
@@ -1591,6 +1597,8 @@ size_t core_force(struct core *k, const char *name, size_t len, struct core_forc
 {
     size_t n = 0;
     struct lock *l = table_lock_find(&k->table, name, len);
+    if (l)
+        l->cohort_left = 0; /* no local join or handoff of the deleted key */
     if (l && l->phase == LOCK_ACQUIRING) {
         /* Its answer may be a grant the forced release deleted, or "taken"
          * by the key it deleted: either way, asked again at once. */
