@@ -299,11 +299,30 @@ static void process_read(struct process_stats *p)
  * locks: on the status socket only for peers that may see every lease
  * ([policy] see_all); over HTTP, where nobody is known, for whoever reaches
  * the port the operator opened. */
+/* Between two scrapes less than this apart, the per-name gauges are not
+ * rendered again: their walk covers the whole lock table in one loop turn,
+ * and scrapers, however many and however often, get one walk a second. */
+#define PER_NAME_EVERY_S 1.0
+
 static void metrics_answer(struct sconn *c, struct sbuf *b)
 {
+    struct status *st = c->st;
     struct process_stats proc;
     process_read(&proc);
-    render_metrics(&c->st->src, &proc, c->http || c->who.all, b);
+    render_metrics(&st->src, &proc, false, b);
+    if (!c->http && !c->who.all)
+        return;
+    double now = ev_now(st->loop);
+    if (st->names.oom || st->names_at == 0 || now - st->names_at >= PER_NAME_EVERY_S) {
+        st->names.len = 0;
+        st->names.oom = false;
+        render_per_name(&st->src, &st->names);
+        st->names_at = now;
+    }
+    if (st->names.oom)
+        b->oom = true;
+    else if (st->names.len)
+        sb_printf(b, "%.*s", (int)st->names.len, st->names.p);
 }
 
 /* ---- HTTP ---- */
@@ -870,4 +889,6 @@ void status_close(struct status *st)
     }
     while (!LIST_EMPTY(&st->conns))
         sconn_close(LIST_FIRST(&st->conns));
+    free(st->names.p);
+    st->names = (struct sbuf){0};
 }

@@ -33,6 +33,10 @@ struct status {
     /* Starts a reload ("reload" request); NULL: none can be asked for. */
     void (*reload)(void *arg);
     void *reload_arg;
+    /* The per-name gauges as last rendered, and when (loop time): their
+     * walk of the lock table runs once a second at most. */
+    struct sbuf names;
+    double names_at;
 };
 
 /* Listens on path (nothing when path is empty). 0, or -1 (logged). */

@@ -807,7 +807,7 @@ static bool name_pick(void *arg, const char *name, uint32_t waiters, uint32_t le
     return p->n < p->max;
 }
 
-static void per_name(const struct status_source *src, struct sbuf *b)
+void render_per_name(const struct status_source *src, struct sbuf *b)
 {
     const struct config *cfg = src->cfg;
     if (!cfg->metrics_names[0] || !src->walk_names)
@@ -937,7 +937,7 @@ void render_metrics(const struct status_source *src, const struct process_stats 
               src->cfg->tls ? "true" : "false");
     process_metrics(proc, b);
     if (names)
-        per_name(src, b);
+        render_per_name(src, b);
 }
 
 /* ---- holder ---- */

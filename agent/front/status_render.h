@@ -152,6 +152,9 @@ bool render_health(const struct status_source *src, enum health_form form, struc
  * gauges for at most metrics_names_max names; rendered at once. */
 void render_metrics(const struct status_source *src, const struct process_stats *proc, bool names,
                     struct sbuf *b);
+/* The per-name gauges alone (nothing unless metrics_names is set): a walk
+ * of the whole lock table. */
+void render_per_name(const struct status_source *src, struct sbuf *b);
 /* What the store holds for name (the name as the client sent it). */
 void render_holder(const char *name, int err, const struct backend_holder *h, bool json,
                    struct sbuf *b);
