@@ -592,6 +592,7 @@ ITEST(dlockctl, permission_denied_exits_77_and_names_the_socket_and_its_group)
     const char *const runs[][5] = {{"-s", H.agent[0].sock, "run", "x", "true"},
                                    {"-S", status, "status", NULL, NULL},
                                    {"-S", status, "holder", "x", NULL},
+                                   {"-S", status, "health", NULL, NULL},
                                    {"-s", H.agent[0].sock, "lock", "x", NULL}};
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         int st = ctl_as_nobody(runs[i]);

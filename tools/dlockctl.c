@@ -135,10 +135,12 @@ static const char help_exit[] =
     "  2      health: the agent answered but cannot take locks now (Redis, or\n"
     "         a majority of its nodes, unreachable)\n"
     "  N      run: CMD's exit status (128+S when CMD was killed by signal S)\n"
-    "  64     usage error: bad option, value, lock name or pattern\n"
+    "  64     usage error: bad option, value, lock name or pattern; lock: this\n"
+    "         owner holds NAME already\n"
     "  69     the agent is unreachable or does not answer, or Redis (in quorum\n"
     "         mode, a majority of the nodes) is unreachable or answered with an\n"
-    "         error; holder: in quorum mode, no value is on a majority\n"
+    "         error; holder: in quorum mode, no value is on a majority; unlock:\n"
+    "         the holder did not give the lease back within 60 s\n"
     "  70     internal error, or the agent refused the request; reload: a\n"
     "         setting could not be applied (the others were)\n"
     "  73     run, lock: a lease or waiter limit of the agent was hit\n"
@@ -149,8 +151,9 @@ static const char help_exit[] =
     "         agent's user may ask for it; release: no force line of the agent's\n"
     "         policy lets this user force the name\n"
     "  78     reload: the agent refused the file and keeps its old settings\n"
-    "  79     run: the lease was lost while CMD ran; CMD was terminated;\n"
-    "         unlock: the lease had been lost while held\n"
+    "  79     run: the lease was lost while CMD ran; CMD was terminated; lock:\n"
+    "         the lease was lost as it was taken; unlock: the lease had been lost\n"
+    "         while held\n"
     "  126    run: CMD could not be executed\n"
     "  127    run: CMD was not found\n";
 
@@ -322,7 +325,9 @@ static void help_health(FILE *f)
           "  0      ready: the agent can take locks now (--live: it answers)\n"
           "  2      the agent answered but cannot take locks now\n"
           "  64     usage error\n"
-          "  69     the agent is unreachable or does not answer\n",
+          "  69     the agent is unreachable or does not answer\n"
+          "  70     an answer it does not understand (an agent without health)\n"
+          "  77     this user may not connect to the status socket\n",
           f);
 }
 
@@ -1769,7 +1774,11 @@ static int health(const struct run_opts *o)
     int code;
     int fd = status_connect(path, unset, deadline, &code);
     if (fd < 0) {
-        printf("CRITICAL - dlockd does not answer on %s\n", path);
+        /* Not allowed to ask is not knowing (a plugin's UNKNOWN). */
+        if (code == EXIT_NOPERM)
+            printf("UNKNOWN - no permission to ask dlockd on %s\n", path);
+        else
+            printf("CRITICAL - dlockd does not answer on %s\n", path);
         return code;
     }
     static const char req[] = "health\n";
