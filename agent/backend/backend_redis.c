@@ -350,15 +350,6 @@ static int submit(struct backend *be, enum script_id s, const struct backend_req
     return rc;
 }
 
-static int rb_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
-                     void *arg)
-{
-    struct rb *b = (struct rb *)be;
-    struct backend_req req = {.name = name, .len = len};
-    bool sem = formats_of(&b->cfg->formats, name, len) == KEY_FORMAT_REDISSON_SEM;
-    return submit(be, sem ? SCRIPT_LOOKUP_SEM : SCRIPT_LOOKUP, &req, NULL, cb, arg);
-}
-
 /* A lookup or an operator's forced release: the script for the name's format. */
 static enum script_id read_script(const struct rb *b, enum backend_op op, const char *name,
                                   size_t len)
@@ -367,6 +358,14 @@ static enum script_id read_script(const struct rb *b, enum backend_op op, const 
     if (op == BACKEND_FORCE)
         return sem ? SCRIPT_FORCE_SEM : SCRIPT_FORCE;
     return sem ? SCRIPT_LOOKUP_SEM : SCRIPT_LOOKUP;
+}
+
+static int rb_lookup(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,
+                     void *arg)
+{
+    struct rb *b = (struct rb *)be;
+    struct backend_req req = {.name = name, .len = len};
+    return submit(be, read_script(b, BACKEND_LOOKUP, name, len), &req, NULL, cb, arg);
 }
 
 static int rb_force(struct backend *be, const char *name, size_t len, backend_lookup_cb cb,

@@ -187,6 +187,13 @@ struct backend_holder {
 };
 typedef void (*backend_lookup_cb)(void *arg, int err, const struct backend_holder *h);
 
+/* Whether a lookup (or a forced release) found the name free: no value, no
+ * permit, and not undetermined. */
+static inline bool backend_holder_free(const struct backend_holder *h)
+{
+    return !h->value[0] && !h->permits && !h->undetermined;
+}
+
 struct backend_ops {
     /* One operation on a lock's key, the one req->op names, for a lock of
      * req->kind. Layers that only route requests (cluster, sentinel) forward

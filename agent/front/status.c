@@ -461,7 +461,7 @@ static void on_forced(void *arg, int err, const struct backend_holder *h)
     text_printable(shown, sizeof shown, name);
     if (err) {
         sb_printf(&c->out, "error: %s: %s\n", shown, dlock_strerror(err));
-    } else if (!h->value[0] && !h->permits && !h->undetermined) {
+    } else if (backend_holder_free(h)) {
         sb_printf(&c->out, "not held: %s\n", shown);
     } else {
         sb_printf(&c->out, "released ");
@@ -488,8 +488,10 @@ static bool force_query(struct sconn *c)
         return false;
     }
     if (!c->peer || !policy_may_force(&a->cfg->policy, c->who.uid, c->gids, c->ngids, name)) {
-        log_info("forced release of %s refused to uid %u (pid %d): no [policy] force line", shown,
-                 (unsigned)c->who.uid, c->pid);
+        log_kv(LOG_INFO,
+               LOG_FIELDS(LOG_F_LOCK(name, strlen(name)), LOG_F_PID(c->pid), LOG_F_UID(c->who.uid)),
+               "forced release of %s refused to uid %u (pid %d): no [policy] force line", shown,
+               (unsigned)c->who.uid, c->pid);
         sb_printf(&c->out,
                   "error: release --force: permission denied: no [policy] force line lets uid %u "
                   "force the release of %s (force = WHO PATTERN...)\n",

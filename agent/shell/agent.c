@@ -345,7 +345,7 @@ static void on_forced(void *arg, int err, const struct backend_holder *h)
     if (err) {
         log_kv(LOG_WARN, who, "forced release of %s by uid %u (pid %d) failed: %s", shown,
                (unsigned)f->uid, f->pid, dlock_strerror(err));
-    } else if (!h->value[0] && !h->permits && !h->undetermined) {
+    } else if (backend_holder_free(h)) {
         log_kv(LOG_WARN, who,
                "forced release of %s by uid %u (pid %d): the name is not held in Redis", shown,
                (unsigned)f->uid, f->pid);
