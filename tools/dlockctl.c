@@ -1878,6 +1878,7 @@ static void state_path(const char *dir, pid_t owner, const char *name, char *out
 /* A holder's state file, as read. */
 struct lock_state {
     pid_t holder, owner;
+    unsigned long long start; /* the holder's start time: with its pid, it names it for good */
     uint64_t fence;
     char state[16];  /* held, released, lost */
     char reason[96]; /* lost: why */
@@ -1888,9 +1889,10 @@ struct lock_state {
 static void state_write(int fd, const struct lock_state *s)
 {
     char text[STATE_MAX];
-    int n = snprintf(
-        text, sizeof text, "holder %d\nowner %d\nfence %llu\nstate %s\nreason %s\nname %s\n",
-        (int)s->holder, (int)s->owner, (unsigned long long)s->fence, s->state, s->reason, s->name);
+    int n = snprintf(text, sizeof text,
+                     "holder %d\nstart %llu\nowner %d\nfence %llu\nstate %s\nreason %s\nname %s\n",
+                     (int)s->holder, s->start, (int)s->owner, (unsigned long long)s->fence,
+                     s->state, s->reason, s->name);
     if (n < 0 || (size_t)n >= sizeof text)
         return;
     if (pwrite(fd, text, (size_t)n, 0) == n && ftruncate(fd, n) == 0)
@@ -1916,6 +1918,8 @@ static int state_read(int fd, struct lock_state *s)
             s->holder = (pid_t)v, got |= 1;
         else if (strncmp(line, "owner ", 6) == 0 && parse_num(line + 6, 1, INT32_MAX, &v))
             s->owner = (pid_t)v, got |= 2;
+        else if (strncmp(line, "start ", 6) == 0)
+            s->start = strtoull(line + 6, NULL, 10);
         else if (strncmp(line, "fence ", 6) == 0)
             s->fence = strtoull(line + 6, NULL, 10);
         else if (strncmp(line, "state ", 6) == 0)
@@ -1943,6 +1947,29 @@ static int pid_watch(pid_t pid)
     errno = ENOSYS;
     return -1;
 #endif
+}
+
+/* When process pid started (clock ticks after boot, field 22 of
+ * /proc/PID/stat), 0 when it cannot be read. */
+static unsigned long long proc_start(pid_t pid)
+{
+    char path[32], text[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    /* After the command, which may hold anything: fields 3 to 21, then 22. */
+    const char *p = strrchr(text, ')');
+    unsigned long long start = 0;
+    if (!p || sscanf(p + 1,
+                     " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d "
+                     "%llu",
+                     &start) != 1)
+        return 0;
+    return start;
 }
 
 static bool pid_alive(pid_t pid)
@@ -2100,7 +2127,7 @@ static void holder_main(const struct run_opts *o, int rp, int owner_fd, int stat
         else if (setup_signals() != 0)
             r.code = EXIT_SOFTWARE;
     }
-    struct lock_state s = {.holder = getpid(), .owner = o->owner};
+    struct lock_state s = {.holder = getpid(), .start = proc_start(getpid()), .owner = o->owner};
     snprintf(s.name, sizeof s.name, "%s", o->name);
     snprintf(s.state, sizeof s.state, "held");
     snprintf(s.reason, sizeof s.reason, "-");
@@ -2299,6 +2326,27 @@ static int find_holder(const struct run_opts *o, const char *dir, char *path, si
     return -1;
 }
 
+/* Asks the holder of s to give its lease back (SIGTERM), if it is still the
+ * process that wrote s: its pid may have gone to another process since.
+ * false when it is gone. */
+static bool signal_holder(const struct lock_state *s)
+{
+    int pfd = pid_watch(s->holder); /* this process, whatever happens to the pid */
+    if (pfd < 0 && errno != ENOSYS)
+        return false;
+    bool same = !s->start || proc_start(s->holder) == s->start;
+    bool sent = false;
+#ifdef SYS_pidfd_send_signal
+    if (same && pfd >= 0)
+        sent = syscall(SYS_pidfd_send_signal, pfd, SIGTERM, NULL, 0) == 0;
+#endif
+    if (same && pfd < 0)
+        sent = kill(s->holder, SIGTERM) == 0;
+    if (pfd >= 0)
+        close(pfd);
+    return sent;
+}
+
 static int unlock(const struct run_opts *o)
 {
     char dir[STATE_DIR_MAX], path[STATE_PATH_MAX];
@@ -2309,12 +2357,15 @@ static int unlock(const struct run_opts *o)
         return code;
     struct lock_state s;
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        /* The holder lives (it keeps the file locked): ask it. */
-        if (state_read(fd, &s) != 0 || kill(s.holder, SIGTERM) != 0) {
-            fprintf(stderr, "dlockctl: %s: no holder to signal\n", path);
+        /* The holder lives and keeps the file locked: ask it. (Or another
+         * dlockctl looks at the file: a holder gone is not signalled, and
+         * the file's lock comes free soon.) */
+        if (state_read(fd, &s) != 0) {
+            fprintf(stderr, "dlockctl: %s: no holder's state\n", path);
             close(fd);
             return EXIT_SOFTWARE;
         }
+        signal_holder(&s);
         int64_t deadline = now_ms() + UNLOCK_WAIT_MS;
         while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
             if (now_ms() > deadline) {
