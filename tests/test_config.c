@@ -2079,3 +2079,99 @@ Test(report, an_error_about_a_default_has_no_source)
                            : NULL,
                        "%s", r.text);
 }
+
+/* The refused lines of a file with more errors than the report keeps (32):
+ * nbad unknown keys in [agent] from line 2, and a line without '=' before
+ * them (syntax_first) or after them. The report is checked against the
+ * file; config_load_file (a reload) names the first error. */
+#define KEPT_ERRORS 32
+
+static void check_many_errors(int nbad, bool syntax_first)
+{
+    static struct config c;
+    static struct config_report r;
+    static char text[8192];
+    char path[256], want[400], err[512];
+    size_t len = 0;
+    int syntax_line = syntax_first ? 2 : nbad + 2, line = 2;
+    len += (size_t)snprintf(text + len, sizeof text - len, "[agent]\n");
+    for (int i = 0; i < nbad + 1; i++, line++) {
+        if (line == syntax_line)
+            len += (size_t)snprintf(text + len, sizeof text - len, "this line is no setting\n");
+        else
+            len += (size_t)snprintf(text + len, sizeof text - len, "bogus_key_%d = 1\n", line);
+        cr_assert_lt(len, sizeof text);
+    }
+    write_temp(path, sizeof path, text);
+    config_defaults(&c);
+    config_report_init(&r);
+    cr_assert_eq(config_load_file_report(&c, path, &r), -1, "%s", r.text);
+    /* The first 32 errors, each with its line, in the order of the file;
+     * the others counted. */
+    const char *prev = r.text;
+    for (line = 2; line < 2 + KEPT_ERRORS; line++) {
+        if (line == syntax_line)
+            snprintf(want, sizeof want, "%s:%d: syntax error\n", path, line);
+        else
+            snprintf(want, sizeof want, "%s:%d: unknown setting [agent] bogus_key_%d\n", path, line,
+                     line);
+        const char *at = strstr(r.text, want);
+        cr_assert_not_null(at, "'%s' lacks '%s'", r.text, want);
+        cr_assert_geq(at, prev, "'%s' out of the order of the file: %s", want, r.text);
+        prev = at;
+    }
+    snprintf(want, sizeof want, "%s:%d:", path, 2 + KEPT_ERRORS);
+    cr_assert_null(strstr(r.text, want), "more than %d errors listed: %s", KEPT_ERRORS, r.text);
+    snprintf(want, sizeof want, "%s: %d more refused line(s)\n", path, nbad + 1 - KEPT_ERRORS);
+    cr_assert_not_null(strstr(r.text, want), "'%s' lacks '%s'", r.text, want);
+    cr_assert_eq(r.nerrors, KEPT_ERRORS + 1, "%u errors: %s", r.nerrors, r.text);
+
+    /* A reload reads the file the same way, and names its first error. */
+    config_defaults(&c);
+    cr_assert_eq(config_load_file(&c, path, err, sizeof err), -1);
+    unlink(path);
+    if (syntax_first)
+        snprintf(want, sizeof want, "%s:2: syntax error", path);
+    else
+        snprintf(want, sizeof want, "%s:2: unknown setting [agent] bogus_key_2", path);
+    cr_assert_str_eq(err, want);
+}
+
+Test(report, a_syntax_error_after_as_many_refused_lines_as_are_kept_is_counted)
+{
+    check_many_errors(KEPT_ERRORS, false);
+}
+
+Test(report, a_syntax_error_after_more_refused_lines_than_are_kept_is_counted)
+{
+    check_many_errors(40, false);
+}
+
+Test(report, a_syntax_error_before_many_refused_lines_comes_first)
+{
+    check_many_errors(40, true);
+    check_many_errors(KEPT_ERRORS, true);
+}
+
+/* One fewer refused line than are kept: the syntax error is the last one
+ * listed, nothing more counted. */
+Test(report, a_syntax_error_after_one_refused_line_fewer_than_are_kept_is_listed)
+{
+    static struct config c;
+    static struct config_report r;
+    static char text[8192];
+    char path[256], want[400];
+    size_t len = (size_t)snprintf(text, sizeof text, "[agent]\n");
+    for (int line = 2; line < 2 + KEPT_ERRORS - 1; line++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "bogus_key_%d = 1\n", line);
+    snprintf(text + len, sizeof text - len, "this line is no setting\n");
+    write_temp(path, sizeof path, text);
+    config_defaults(&c);
+    config_report_init(&r);
+    cr_assert_eq(config_load_file_report(&c, path, &r), -1);
+    unlink(path);
+    snprintf(want, sizeof want, "%s:%d: syntax error\n", path, 1 + KEPT_ERRORS);
+    cr_assert_not_null(strstr(r.text, want), "'%s' lacks '%s'", r.text, want);
+    cr_assert_null(strstr(r.text, "more refused"), "%s", r.text);
+    cr_assert_eq(r.nerrors, KEPT_ERRORS, "%u errors: %s", r.nerrors, r.text);
+}

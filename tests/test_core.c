@@ -2297,3 +2297,90 @@ Test(core, a_grant_in_flight_before_a_forced_release_is_asked_again)
     reply(pending(R_ACQUIRE, "g"), T0 + 3 * MS, BACKEND_DONE);
     granted(id);
 }
+
+/* The grant of an acquire in flight at a forced release may have set the key
+ * after the delete: it is given back (compare-and-delete with the acquire's
+ * token), and the waiter asks again at once. */
+Test(core, a_grant_around_a_forced_release_is_given_back)
+{
+    F.cfg.retry_fallback_ms = 60000;
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "gb", 30000, DLOCK_WAIT_FOREVER, 0, 0);
+    struct req *acq = pending(R_ACQUIRE, "gb");
+    char token[TOKEN_HEX + 1];
+    memcpy(token, acq->token, sizeof token);
+    struct core_forced lost[1];
+    cr_assert_eq(core_force(&F.k, "gb", 2, lost, 1, F.now), 0);
+    cr_assert_eq(req_count(R_RELEASE, "gb"), 0, "released before the grant came");
+    reply(acq, T0 + MS, BACKEND_DONE);
+    core_flush(&F.k, F.now);
+    cr_assert_null(answer_to(id), "granted a key the forced release deleted");
+    cr_assert_eq(req_count(R_RELEASE, "gb"), 1, "the grant around the forced release was kept");
+    struct req *rel = req_n(R_RELEASE, "gb", 0);
+    cr_assert_str_eq(rel->token, token, "the release names another token than the acquire's");
+    cr_assert_eq(rel->sent, T0 + MS);
+    cr_assert_eq(req_count(R_ACQUIRE, "gb"), 2, "not asked again at once");
+    struct req *again = pending(R_ACQUIRE, "gb");
+    cr_assert_eq(again->sent, T0 + MS);
+    cr_assert_str_neq(again->token, token, "asked again with the given-back token");
+    reply_at(again, T0 + 2 * MS, 0, BACKEND_DONE, 90, 0);
+    cr_assert_eq(answer_to(id)->g.fence, 90);
+    cr_assert_eq(req_count(R_RELEASE, "gb"), 1, "the new grant was given back too");
+}
+
+/* Two readers share one grant; a third reader asks the store beside them
+ * while their renewals are in flight (no join then); the renewals come back,
+ * then the release is forced. No reader may join the grant the force deleted
+ * while its holders are lost one by one: both holders are lost, and only
+ * them; the third reader is granted later, by the store. */
+Test(core, no_reader_joins_a_grant_a_forced_release_deleted)
+{
+    F.backend.kinds = BACKEND_KIND(LOCK_SHARED);
+    F.cfg.cohort_handoffs = 8;
+    F.cfg.cohort_ms = 60000; /* the cohort stays open throughout */
+    F.cfg.retry_fallback_ms = 60000;
+    struct tclient *r1 = client(1), *r2 = client(2), *r3 = client(3);
+    const struct answer *g1 = shared_from_store(r1, "fr");
+    const struct answer *g2 = granted_answer(acquire_kind(r2, "fr", LOCK_SHARED, 0, 0, 0, -1));
+    uint64_t l1 = g1->g.lease_id, l2 = g2->g.lease_id, fence2 = g2->g.fence;
+    cr_assert_eq(req_count(R_ACQUIRE, "fr"), 1, "the second reader did not join");
+    /* The renewals of both go out together. */
+    run_until(tick_after(T0, 10000, F.now));
+    cr_assert_eq(req_count(R_RENEW, "fr"), 2, "the readers' renewals are not both in flight");
+    uint32_t third = acquire_kind(r3, "fr", LOCK_SHARED, 0, 0, 0, -1);
+    cr_assert_null(answer_to(third), "a reader joined holders whose renewals are in flight");
+    cr_assert_eq(req_count(R_ACQUIRE, "fr"), 2, "the third reader did not ask the store");
+    struct req *acq3 = pending(R_ACQUIRE, "fr");
+    reply(req_n(R_RENEW, "fr", 0), F.now + MS, BACKEND_DONE);
+    reply(req_n(R_RENEW, "fr", 1), F.now, BACKEND_DONE);
+    cr_assert_null(answer_to(third), "a renewal's answer let the third reader join");
+    int nev = F.nev;
+
+    struct core_forced lost[4];
+    size_t n = core_force(&F.k, "fr", 2, lost, 4, F.now);
+    cr_assert_eq(n, 2, "the forced release lost %zu leases, not the two readers'", n);
+    cr_assert(lost[0].pid != 3 && lost[1].pid != 3, "the third reader was among the lost");
+    cr_assert_null(answer_to(third), "the third reader joined the grant the force deleted");
+    cr_assert_not_null(event_n(l1, DLOCK_STATE_LOST, 0));
+    cr_assert_not_null(event_n(l2, DLOCK_STATE_LOST, 0));
+    for (int i = nev; i < F.nev; i++)
+        cr_assert(F.ev[i].ev.lease_id == l1 || F.ev[i].ev.lease_id == l2,
+                  "an event (state %d) for a lease the forced release made", F.ev[i].ev.state);
+    cr_assert_eq(req_count(R_RELEASE, "fr"), 0, "released the key the forced release deleted");
+
+    /* The third reader's acquire was in flight at the force: its grant is
+     * given back, and it asks the store again. */
+    reply_at(acq3, F.now + MS, 0, BACKEND_DONE, 50, 0);
+    cr_assert_null(answer_to(third), "granted on an acquire from before the forced release");
+    cr_assert_eq(req_count(R_ACQUIRE, "fr"), 3, "the third reader did not ask again");
+    struct req *again = pending(R_ACQUIRE, "fr");
+    cr_assert_eq(again->lkind, LOCK_SHARED);
+    reply_at(again, F.now + MS, 0, BACKEND_DONE, 60, 0);
+    const struct answer *g3 = granted_answer(third);
+    cr_assert_eq(g3->g.fence, 60, "the third reader's token %" PRIu64 " is not the store's",
+                 g3->g.fence);
+    cr_assert_neq(g3->g.fence, fence2 + 1);
+    for (int i = 0; i < F.nev; i++)
+        cr_assert_neq(F.ev[i].ev.lease_id, g3->g.lease_id, "the new lease had an event: %d",
+                      F.ev[i].ev.state);
+}
