@@ -478,6 +478,64 @@ static int duration_opt(const char *what, const char *s, int64_t min_ms, int64_t
 
 /* ---- option parsing ---- */
 
+/* The options run and lock share: -s, -x, -S, -p, -w, -n, -t and -E. False
+ * when ch is none of them; else true, with *rc the usage error's exit code
+ * (0: none). */
+static bool lease_opt(enum command cmd, int ch, const char *arg, struct run_opts *o,
+                      bool *exclusive, int *rc)
+{
+    int64_t v;
+    switch (ch) {
+    case 's':
+        o->socket = arg;
+        return true;
+    case 'x':
+    case 'S':
+        /* The last of -x and -S wins, as with flock(1). */
+        *exclusive = ch == 'x';
+        o->spec.kind = ch == 'x' ? DLOCK_KIND_EXCLUSIVE : DLOCK_KIND_SHARED;
+        return true;
+    case 'p':
+        if (!parse_num(arg, 1, UINT32_MAX, &v))
+            *rc = usage_error(cmd, "invalid permit count (1 to 4294967295)", arg);
+        else
+            o->spec.permits = (uint32_t)v;
+        return true;
+    case 'w':
+        if (strcmp(arg, "forever") == 0)
+            o->wait_ms = DLOCK_WAIT_FOREVER;
+        else
+            *rc = duration_opt("wait time", arg, 0, INT64_MAX, &o->wait_ms);
+        return true;
+    case 'n':
+        o->wait_ms = DLOCK_WAIT_NONE;
+        return true;
+    case 't':
+        *rc = duration_opt("TTL", arg, 1, UINT32_MAX, &v);
+        if (*rc == 0)
+            o->ttl_ms = (uint32_t)v;
+        return true;
+    case 'E':
+        if (!parse_num(arg, 0, 255, &v))
+            *rc = usage_error(cmd, "invalid exit code (0 to 255)", arg);
+        else
+            o->conflict_exit = (int)v;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The lease's kind from -x, -S and -p: 0, or the usage error's exit code. */
+static int lease_kind(enum command cmd, struct run_opts *o, bool exclusive)
+{
+    if (o->spec.permits && (exclusive || o->spec.kind == DLOCK_KIND_SHARED))
+        return usage_error(cmd, "--permits takes neither --shared nor --exclusive", NULL);
+    if (o->spec.permits)
+        o->spec.kind = DLOCK_KIND_SEMAPHORE;
+    return 0;
+}
+
 /* Options of `run` (argv[0] is "run"), then NAME and CMD. */
 static int parse_run(int argc, char **argv, struct run_opts *o)
 {
@@ -496,7 +554,6 @@ static int parse_run(int argc, char **argv, struct run_opts *o)
                                              {"socket", required_argument, NULL, 's'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
-    int64_t v;
     int ch, rc = 0;
     optind = 0; /* restart getopt on the sub-command */
     opterr = 0;
@@ -514,39 +571,6 @@ static int parse_run(int argc, char **argv, struct run_opts *o)
                 return usage_error(CMD_RUN, "too many lock names", optarg);
             o->names[o->nnames++] = optarg;
             break;
-        case 's':
-            o->socket = optarg;
-            break;
-        case 'x':
-        case 'S':
-            /* The last of -x and -S wins, as with flock(1). */
-            exclusive = ch == 'x';
-            o->spec.kind = ch == 'x' ? DLOCK_KIND_EXCLUSIVE : DLOCK_KIND_SHARED;
-            break;
-        case 'p':
-            if (!parse_num(optarg, 1, UINT32_MAX, &v))
-                return usage_error(CMD_RUN, "invalid permit count (1 to 4294967295)", optarg);
-            o->spec.permits = (uint32_t)v;
-            break;
-        case 'w':
-            if (strcmp(optarg, "forever") == 0)
-                o->wait_ms = DLOCK_WAIT_FOREVER;
-            else
-                rc = duration_opt("wait time", optarg, 0, INT64_MAX, &o->wait_ms);
-            break;
-        case 'n':
-            o->wait_ms = DLOCK_WAIT_NONE;
-            break;
-        case 't':
-            rc = duration_opt("TTL", optarg, 1, UINT32_MAX, &v);
-            if (rc == 0)
-                o->ttl_ms = (uint32_t)v;
-            break;
-        case 'E':
-            if (!parse_num(optarg, 0, 255, &v))
-                return usage_error(CMD_RUN, "invalid exit code (0 to 255)", optarg);
-            o->conflict_exit = (int)v;
-            break;
         case 'k':
             rc = duration_opt("kill delay", optarg, 0, INT32_MAX, &o->kill_ms);
             break;
@@ -554,15 +578,14 @@ static int parse_run(int argc, char **argv, struct run_opts *o)
             help(stdout, CMD_RUN);
             exit(0);
         default:
-            return option_error(CMD_RUN, ch, argv[optind - 1]);
+            if (!lease_opt(CMD_RUN, ch, optarg, o, &exclusive, &rc))
+                return option_error(CMD_RUN, ch, argv[optind - 1]);
         }
     }
+    if (rc == 0)
+        rc = lease_kind(CMD_RUN, o, exclusive);
     if (rc != 0)
         return rc;
-    if (o->spec.permits && (exclusive || o->spec.kind == DLOCK_KIND_SHARED))
-        return usage_error(CMD_RUN, "--permits takes neither --shared nor --exclusive", NULL);
-    if (o->spec.permits)
-        o->spec.kind = DLOCK_KIND_SEMAPHORE;
     if (optind >= argc)
         return usage_error(CMD_RUN, "missing lock name", NULL);
     o->name = o->names[0] = argv[optind++];
@@ -631,51 +654,18 @@ static int parse_lock(int argc, char **argv, struct run_opts *o)
             else
                 return usage_error(cmd, "unknown option", "--holder");
             break;
-        case 's':
-            o->socket = optarg;
-            break;
-        case 'x':
-        case 'S':
-            exclusive = ch == 'x';
-            o->spec.kind = ch == 'x' ? DLOCK_KIND_EXCLUSIVE : DLOCK_KIND_SHARED;
-            break;
-        case 'p':
-            if (!parse_num(optarg, 1, UINT32_MAX, &v))
-                return usage_error(cmd, "invalid permit count (1 to 4294967295)", optarg);
-            o->spec.permits = (uint32_t)v;
-            break;
-        case 'w':
-            if (strcmp(optarg, "forever") == 0)
-                o->wait_ms = DLOCK_WAIT_FOREVER;
-            else
-                rc = duration_opt("wait time", optarg, 0, INT64_MAX, &o->wait_ms);
-            break;
-        case 'n':
-            o->wait_ms = DLOCK_WAIT_NONE;
-            break;
-        case 't':
-            rc = duration_opt("TTL", optarg, 1, UINT32_MAX, &v);
-            if (rc == 0)
-                o->ttl_ms = (uint32_t)v;
-            break;
-        case 'E':
-            if (!parse_num(optarg, 0, 255, &v))
-                return usage_error(cmd, "invalid exit code (0 to 255)", optarg);
-            o->conflict_exit = (int)v;
-            break;
         case 'h':
             help(stdout, cmd);
             exit(0);
         default:
-            return option_error(cmd, ch, argv[optind - 1]);
+            if (!lease_opt(cmd, ch, optarg, o, &exclusive, &rc))
+                return option_error(cmd, ch, argv[optind - 1]);
         }
     }
+    if (rc == 0)
+        rc = lease_kind(cmd, o, exclusive);
     if (rc != 0)
         return rc;
-    if (o->spec.permits && (exclusive || o->spec.kind == DLOCK_KIND_SHARED))
-        return usage_error(cmd, "--permits takes neither --shared nor --exclusive", NULL);
-    if (o->spec.permits)
-        o->spec.kind = DLOCK_KIND_SEMAPHORE;
     if (optind < argc)
         o->name = o->names[0] = argv[optind++];
     if (!o->name && !o->holder_pid)
