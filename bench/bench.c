@@ -332,7 +332,7 @@ static const char *verdict(bool met)
 #define TARGETS_MAX 64
 
 static struct target_row {
-    char target[64], measured[32], baseline[32];
+    char target[72], measured[32], baseline[32];
     bool met;
 } targets[TARGETS_MAX];
 static int ntargets;
@@ -358,9 +358,9 @@ static void report_targets(void)
            *bench_handoff_setting ? "off (-O): the pair, delayed and quorum parts take every grant "
                                     "from Redis"
                                   : "on (the default; -O for the Redis path)");
-    printf("  %-56s %18s %18s   %s\n", "target", "measured", "baseline", "met?");
+    printf("  %-62s %14s %14s   %s\n", "target", "measured", "baseline", "met?");
     for (int i = 0; i < ntargets; i++)
-        printf("  %-56s %18s %18s   %s\n", targets[i].target, targets[i].measured,
+        printf("  %-62s %14s %14s   %s\n", targets[i].target, targets[i].measured,
                targets[i].baseline, verdict(targets[i].met));
 }
 
@@ -883,8 +883,8 @@ static void report_fleet_row(const struct fleet_row *r, const struct fleet_row *
     t[0] = '\0';
     if (r->agents == TARGET_FLEET_AGENTS && b > 0) {
         char n[96];
-        snprintf(n, sizeof n, "fleet%s: Redis CPU per pair, %d agents <= %.1fx 1 agent",
-                 r->waiter ? " + waiter" : "", r->agents, TARGET_FLEET_CPU_RATIO);
+        snprintf(n, sizeof n, "fleet, %d agents%s: Redis CPU per pair <= %.1fx 1 agent", r->agents,
+                 r->waiter ? " + waiter" : "", TARGET_FLEET_CPU_RATIO);
         snprintf(t, sizeof t, "<= %.1fx 1 agent  %s", TARGET_FLEET_CPU_RATIO,
                  target_note(n, fmt_us(r->redis_cpu_us), fmt_us(b),
                              r->redis_cpu_us <= TARGET_FLEET_CPU_RATIO * b));

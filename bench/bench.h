@@ -202,6 +202,7 @@ double redis_cpu_seconds(struct plain *p);
 /* One kind of client: dlock through the agent, or plain hiredis. */
 struct driver {
     const char *label;
+    bool via_agent; /* its pairs go through the env's agent (whose CPU counts) */
     void *(*open)(const struct env *e);
     /* One acquire+release: 0 or a negative code; *mid is the time between. */
     int (*pair)(void *client, const char *name, uint64_t *mid);

@@ -51,6 +51,7 @@ static void dlock_close(void *client)
 
 const struct driver dlock_driver = {
     .label = "dlock",
+    .via_agent = true,
     .open = dlock_open,
     .pair = dlock_pair,
     .ping = dlock_ping,
@@ -126,7 +127,7 @@ static void cpu_add(struct cpu_acc *acc, const struct cpu_mark *a, const struct 
 static void cpu_per_pair(const struct cpu_acc *acc, const struct env *e, const struct driver *d,
                          size_t n, struct pair_result *out)
 {
-    bool agent = e->agent_pid > 0 && strcmp(d->label, "plain") != 0;
+    bool agent = e->agent_pid > 0 && d->via_agent;
     out->agent_us = cpu_us_per_op(agent ? acc->agent : -1, (double)n);
     out->redis_us = cpu_us_per_op(acc->redis, (double)n);
     out->client_us = cpu_us_per_op(acc->client, (double)n);
