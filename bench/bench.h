@@ -104,12 +104,25 @@ int agents_wait_ready(struct agent_start *a, int n, uint32_t ttl_ms, int deadlin
 struct proc_sample {
     uint64_t t_ns;      /* CLOCK_BOOTTIME when taken */
     uint64_t cpu_ticks; /* utime + stime, in clock ticks */
-    long rss_kb;        /* VmRSS */
+    /* The same time in ns: the run time of its threads (the first field of
+     * each /proc/PID/task/TID/schedstat, which utime + stime are scaled
+     * from); 0 when not read. */
+    uint64_t cpu_ns;
+    long rss_kb; /* VmRSS */
 };
 
 int proc_sample(pid_t pid, struct proc_sample *s);
+/* The CPU time (utime + stime) a process used between two of its samples,
+ * in seconds: the one reading of a process' CPU that every part uses. In ns
+ * when both samples have cpu_ns, else in clock ticks (10 ms). */
+double proc_cpu_s(const struct proc_sample *a, const struct proc_sample *b);
 /* CPU used between two samples, in percent of one core. */
 double proc_cpu_pct(const struct proc_sample *a, const struct proc_sample *b);
+/* CPU seconds per operation in microseconds: -1 when there were no
+ * operations or cpu_s is unknown (< 0). */
+double cpu_us_per_op(double cpu_s, double ops);
+/* The calling thread's own CPU time (CLOCK_THREAD_CPUTIME_ID), ns. */
+uint64_t thread_cpu_ns(void);
 /* The whole machine's busy time (every CPU, every process) from /proc/stat,
  * in cpu_ticks; rss_kb is 0. */
 int machine_sample(struct proc_sample *s);
@@ -189,6 +202,7 @@ double redis_cpu_seconds(struct plain *p);
 /* One kind of client: dlock through the agent, or plain hiredis. */
 struct driver {
     const char *label;
+    bool via_agent; /* its pairs go through the env's agent (whose CPU counts) */
     void *(*open)(const struct env *e);
     /* One acquire+release: 0 or a negative code; *mid is the time between. */
     int (*pair)(void *client, const char *name, uint64_t *mid);
@@ -218,14 +232,20 @@ struct pair_result {
     int first_error;
     struct cpu_share cpu;
     double redis_cpu_us; /* run_multi: Redis' CPU (INFO cpu) per pair; -1 unknown */
+    /* CPU per pair, microseconds, -1 unknown: the agent's and Redis' (their
+     * utime + stime over the timed pairs; Redis' from INFO cpu in run_multi,
+     * the same count at a finer grain) and the client's own (the CPU time of
+     * the threads that ran the pairs: libdlock, or plain hiredis). */
+    double agent_us, redis_us, client_us;
 };
 
 /* N timed pairs on one name with each driver, after a short untimed warm-up,
- * in alternating rounds; then bare round trips the same way. */
+ * in alternating rounds; then bare round trips the same way. b may be NULL
+ * (rb too): driver a alone, when its baseline comes from another part. */
 int run_single(const struct driver *a, const struct driver *b, struct env *e, long n,
                struct pair_result *ra, struct pair_result *rb);
 /* `clients` threads, each its own client and name, for `seconds` with each
- * driver, in half-length turns a, b, b, a. */
+ * driver, in half-length turns a, b, b, a (b may be NULL, as above). */
 int run_multi(const struct driver *a, const struct driver *b, struct env *e, int clients,
               double seconds, struct pair_result *ra, struct pair_result *rb);
 
@@ -252,6 +272,9 @@ struct quorum_row {
     double scripts_per_pair;
     int log_lines;  /* agent log lines (level warn and up) */
     int agent_exit; /* status after SIGTERM */
+    /* CPU per timed pair, us (-1 unknown): the agent's, its nodes' together
+     * (the plain row: its node's), the timing thread's (the client). */
+    double agent_us, redis_us, client_us;
 };
 
 struct quorum_result {
@@ -378,27 +401,21 @@ void delay_kill(void);
 /* ---- TLS to Redis against plaintext (tls.c) ---- */
 
 struct tls_side {
-    struct pair_result d1, p1;     /* 1 client: dlock through this side's agent; plain (unix) */
-    struct pair_result dm, pm;     /* many clients */
-    struct pair_result dd;         /* 1 client across the delay proxy */
-    double agent_us_1, agent_us_m; /* the agent's CPU per pair, microseconds */
+    struct pair_result d1, dm; /* dlock through this side's agent: 1 client, many */
 };
 
 struct tls_result {
     long pairs;
     int clients;
-    double delay_us;
     struct tls_side side[2]; /* plaintext TCP, TLS */
-    double rb[2][3]; /* redis-benchmark SET requests/s: [side][1 client, many, 1 client delayed] */
-    int log_lines;   /* the part's agents' logs, level warn and up */
+    double rb[2][2];         /* redis-benchmark SET requests/s: [side][1 client, many] */
+    int log_lines;           /* the part's agents' logs, level warn and up */
 };
 
-/* A redis-server with a plaintext and a TLS port, an agent on each (and,
- * with a delay, one more on each behind a delay proxy), their runs of
- * pairs.c, and redis-benchmark's SET on each port. 0, or -1 after printing
- * why. */
-int run_tls(struct env *e, double delay_us, long pairs, int clients, double seconds,
-            struct tls_result *out);
+/* A redis-server with a plaintext and a TLS port, an agent on each, their
+ * runs of pairs.c, and redis-benchmark's SET on each port. 0, or -1 after
+ * printing why. */
+int run_tls(struct env *e, long pairs, int clients, double seconds, struct tls_result *out);
 /* SIGKILLs the part's children: async-signal-safe. */
 void tls_kill(void);
 
@@ -531,6 +548,9 @@ struct wake_result {
     long early;               /* rounds where the waiter returned before the release */
     long errors;              /* failed acquires or releases */
     int first_error;
+    /* CPU per timed round, us (-1 unknown): both agents together, and Redis
+     * (which also answers the round's PINGs and PUBSUB NUMSUB polls). */
+    double agents_us, redis_us;
     struct side_agent agent[2];
 };
 
@@ -577,6 +597,7 @@ struct contend_run {
     struct summary host_wait[SIDE_MAX]; /* their acquires' waits */
     struct summary kind_wait[3];        /* the waits by the workers' dlock_kind */
     long long key_left;                 /* the lock key after the run: 1 there, 0 not, -1 unknown */
+    double agents_us, redis_us;         /* CPU per grant, us: the agents together, Redis */
     struct side_agent agent[SIDE_MAX];
 };
 
@@ -641,5 +662,14 @@ struct fairness_result {
  * nobody, for two attacks. 0 (skipped when not root), or -1 after printing
  * why. */
 int run_fairness(struct env *e, double seconds, struct fairness_result *out);
+
+/* ---- the targets table (bench.c) ---- */
+
+/* Notes one target for the table the run prints at its end: the target
+ * ("1-client pair p50 <= 1.15x plain"), the figure measured, the baseline it
+ * is read against from the same run ("" for a fixed bound), and whether it
+ * was met. Returns "met" or "MISSED" for the part's own rows. Figures only:
+ * the exit status never depends on them. */
+const char *target_note(const char *target, const char *measured, const char *baseline, bool met);
 
 #endif

@@ -63,13 +63,6 @@ enum { K_VALID, K_REMAINING, K_TOUCH, K_CLOCK, K_COUNT };
 
 static const loop_fn loops[K_COUNT] = {loop_valid, loop_remaining, loop_touch, loop_clock};
 
-static uint64_t thread_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* One timed loop. */
 struct timing {
     double ns_per_call;

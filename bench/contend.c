@@ -325,6 +325,16 @@ static int collect(int i, struct contend_run *r, struct lat *host, struct lat *k
 
 /* Forks the workers (worker i on agent agent_of[i]), lets them go together,
  * collects their reports. The parent kills and reaps them on any failure. */
+/* Samples of the run's agents and of Redis; *ok false when one could not be
+ * read. */
+static void contend_cpu(const struct env *e, const struct contend_run *r, struct proc_sample *a,
+                        struct proc_sample *redis, bool *ok)
+{
+    *ok = proc_sample(e->redis.pid, redis) == 0;
+    for (int k = 0; k < r->nagents; k++)
+        *ok = proc_sample(r->agent[k].pid, &a[k]) == 0 && *ok;
+}
+
 static int run_workers(const struct env *e, struct contend_run *r, const int *agent_of)
 {
     int n = r->nworkers, go[2] = {-1, -1}, rc = -1;
@@ -379,8 +389,9 @@ static int run_workers(const struct env *e, struct contend_run *r, const int *ag
             goto out;
         }
     }
-    struct proc_sample m0, m1;
-    bool sampled = machine_sample(&m0) == 0;
+    struct proc_sample m0, m1, a0[SIDE_MAX], a1[SIDE_MAX], r0, r1;
+    bool sampled = machine_sample(&m0) == 0, cpu0, cpu1;
+    contend_cpu(e, r, a0, &r0, &cpu0);
     close(go[1]); /* go */
     go[1] = -1;
     deadline = now_ns() + (uint64_t)(r->seconds * 1e9) + REPORT_MS * 1000000ull;
@@ -393,6 +404,12 @@ static int run_workers(const struct env *e, struct contend_run *r, const int *ag
         longest = r->w[i].wall_s > longest ? r->w[i].wall_s : longest;
     }
     r->machine_cpu = sampled && machine_sample(&m1) == 0 ? proc_cpu_pct(&m0, &m1) : -1;
+    contend_cpu(e, r, a1, &r1, &cpu1);
+    double agents_s = 0;
+    for (int k = 0; k < r->nagents; k++)
+        agents_s += proc_cpu_s(&a0[k], &a1[k]);
+    r->agents_us = cpu_us_per_op(cpu0 && cpu1 ? agents_s : -1, (double)r->grants);
+    r->redis_us = cpu_us_per_op(cpu0 && cpu1 ? proc_cpu_s(&r0, &r1) : -1, (double)r->grants);
     for (int i = 0; i < n; i++) {
         int st = 0;
         if (waitpid(pids[i], &st, 0) != pids[i]) {

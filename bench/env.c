@@ -407,19 +407,66 @@ static int read_rss_kb(pid_t pid, long *out)
     return 0;
 }
 
+/* The run time of every thread of pid, ns: 0 when it cannot be read. */
+static uint64_t read_cpu_ns(pid_t pid)
+{
+    char path[64], buf[128];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    uint64_t sum = 0;
+    bool ok = true;
+    struct dirent *de;
+    while (ok && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char file[128];
+        unsigned long long ns;
+        snprintf(file, sizeof file, "%s/%.32s/schedstat", path, de->d_name);
+        /* A thread gone meanwhile leaves its time out: tell it apart. */
+        ok = read_file(file, buf, sizeof buf) == 0 && sscanf(buf, "%llu", &ns) == 1;
+        sum += ok ? ns : 0;
+    }
+    closedir(d);
+    return ok ? sum : 0;
+}
+
 int proc_sample(pid_t pid, struct proc_sample *s)
 {
     s->t_ns = now_ns();
+    s->cpu_ns = read_cpu_ns(pid);
     if (read_cpu_ticks(pid, &s->cpu_ticks) != 0 || read_rss_kb(pid, &s->rss_kb) != 0)
         return -1;
     return 0;
 }
 
+double proc_cpu_s(const struct proc_sample *a, const struct proc_sample *b)
+{
+    if (a->cpu_ns && b->cpu_ns && b->cpu_ns >= a->cpu_ns)
+        return (double)(b->cpu_ns - a->cpu_ns) / 1e9;
+    if (b->cpu_ticks < a->cpu_ticks)
+        return 0;
+    return (double)(b->cpu_ticks - a->cpu_ticks) / (double)sysconf(_SC_CLK_TCK);
+}
+
 double proc_cpu_pct(const struct proc_sample *a, const struct proc_sample *b)
 {
     double wall = ns_to_s(b->t_ns - a->t_ns);
-    double cpu = (double)(b->cpu_ticks - a->cpu_ticks) / (double)sysconf(_SC_CLK_TCK);
-    return wall > 0 ? 100.0 * cpu / wall : 0.0;
+    return wall > 0 ? 100.0 * proc_cpu_s(a, b) / wall : 0.0;
+}
+
+double cpu_us_per_op(double cpu_s, double ops)
+{
+    return cpu_s >= 0 && ops > 0 ? cpu_s * 1e6 / ops : -1;
+}
+
+uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* user nice system idle iowait irq softirq steal: all but idle and iowait. */
@@ -429,6 +476,7 @@ int machine_sample(struct proc_sample *s)
     unsigned long long v[8];
     s->t_ns = now_ns();
     s->rss_kb = 0;
+    s->cpu_ns = 0;
     if (read_file("/proc/stat", buf, sizeof buf) != 0 ||
         sscanf(buf, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
                &v[4], &v[5], &v[6], &v[7]) != 8)

@@ -253,15 +253,22 @@ static void wait_listening(struct probe *pr)
                 held_channel);
 }
 
-/* CPU ticks of the agents, and of the agents, Redis and the benchmark. */
-static void own_ticks(const struct env *e, uint64_t *agents, uint64_t *own)
+/* CPU ticks of the agents, and of the agents, Redis and the benchmark; the
+ * agents' together as one sample (cpu_ns 0 unless read for each). */
+static void own_ticks(const struct env *e, struct proc_sample *agents, uint64_t *own)
 {
     struct proc_sample p;
-    *agents = 0;
+    memset(agents, 0, sizeof *agents);
+    bool ns = true;
     for (int i = 0; i < spawned; i++)
-        if (pids[i] > 0 && proc_sample(pids[i], &p) == 0)
-            *agents += p.cpu_ticks;
-    *own = *agents;
+        if (pids[i] > 0 && proc_sample(pids[i], &p) == 0) {
+            agents->cpu_ticks += p.cpu_ticks;
+            agents->cpu_ns += p.cpu_ns;
+            ns = ns && p.cpu_ns;
+        }
+    if (!ns)
+        agents->cpu_ns = 0;
+    *own = agents->cpu_ticks;
     if (proc_sample(getpid(), &p) == 0)
         *own += p.cpu_ticks;
     if (e->redis.pid > 0 && proc_sample(e->redis.pid, &p) == 0)
@@ -294,7 +301,8 @@ static int measure(const struct env *e, struct probe *pr, dlock_client *c, long 
         pair(c);
     struct counters c0, c1;
     struct proc_sample m0, m1;
-    uint64_t agents0, own0, agents1, own1;
+    struct proc_sample agents0, agents1;
+    uint64_t own0, own1;
     int rc = -1;
     r->subscribers = numsub(pr, pair_channel);
     r->channels = channels(pr);
@@ -323,7 +331,7 @@ static int measure(const struct env *e, struct probe *pr, dlock_client *c, long 
     r->redis_cpu_us = (c1.cpu_s - c0.cpu_s) * 1e6 / (double)n;
     r->commands = (double)(c1.commands - c0.commands - ours) / (double)n;
     r->publishes = (double)(c1.publishes - c0.publishes) / (double)n;
-    r->agents_cpu_us = (double)(agents1 - agents0) / (double)sysconf(_SC_CLK_TCK) * 1e6 / (double)n;
+    r->agents_cpu_us = cpu_us_per_op(proc_cpu_s(&agents0, &agents1), (double)n);
     /* The rest of the machine: what is neither us nor our children. */
     uint64_t busy = m1.cpu_ticks - m0.cpu_ticks, own = own1 - own0;
     m1.cpu_ticks = m0.cpu_ticks + (busy > own ? busy - own : 0);

@@ -51,6 +51,7 @@ static void dlock_close(void *client)
 
 const struct driver dlock_driver = {
     .label = "dlock",
+    .via_agent = true,
     .open = dlock_open,
     .pair = dlock_pair,
     .ping = dlock_ping,
@@ -96,9 +97,10 @@ struct cpu_mark {
     struct proc_sample agent, redis, bench, machine;
 };
 
-/* CPU seconds used by each, over `wall` seconds of measurement. */
+/* CPU seconds used by each, over `wall` seconds of measurement; client:
+ * the CPU time of the threads that ran the pairs. */
 struct cpu_acc {
-    double agent, redis, bench, machine, wall;
+    double agent, redis, bench, machine, wall, client;
 };
 
 static void cpu_mark(const struct env *e, struct cpu_mark *m)
@@ -111,18 +113,24 @@ static void cpu_mark(const struct env *e, struct cpu_mark *m)
     machine_sample(&m->machine);
 }
 
-static double ticks_s(const struct proc_sample *a, const struct proc_sample *b)
-{
-    return (double)(b->cpu_ticks - a->cpu_ticks) / (double)sysconf(_SC_CLK_TCK);
-}
-
 static void cpu_add(struct cpu_acc *acc, const struct cpu_mark *a, const struct cpu_mark *b)
 {
-    acc->agent += ticks_s(&a->agent, &b->agent);
-    acc->redis += ticks_s(&a->redis, &b->redis);
-    acc->bench += ticks_s(&a->bench, &b->bench);
-    acc->machine += ticks_s(&a->machine, &b->machine);
+    acc->agent += proc_cpu_s(&a->agent, &b->agent);
+    acc->redis += proc_cpu_s(&a->redis, &b->redis);
+    acc->bench += proc_cpu_s(&a->bench, &b->bench);
+    acc->machine += proc_cpu_s(&a->machine, &b->machine);
     acc->wall += ns_to_s(b->bench.t_ns - a->bench.t_ns);
+}
+
+/* The CPU per pair of n pairs; the agent's is unknown for a driver that
+ * does not use it, or when the run's agent is not running. */
+static void cpu_per_pair(const struct cpu_acc *acc, const struct env *e, const struct driver *d,
+                         size_t n, struct pair_result *out)
+{
+    bool agent = e->agent_pid > 0 && d->via_agent;
+    out->agent_us = cpu_us_per_op(agent ? acc->agent : -1, (double)n);
+    out->redis_us = cpu_us_per_op(acc->redis, (double)n);
+    out->client_us = cpu_us_per_op(acc->client, (double)n);
 }
 
 static void cpu_finish(const struct cpu_acc *acc, struct cpu_share *out)
@@ -188,6 +196,7 @@ static void single_pairs(struct env *e, struct single *r, long n)
 {
     struct cpu_mark m0, m1;
     cpu_mark(e, &m0);
+    uint64_t c0 = thread_cpu_ns();
     for (long i = 0; i < n; i++) {
         uint64_t t0 = now_ns(), mid;
         int rc = r->d->pair(r->client, r->name, &mid);
@@ -200,6 +209,7 @@ static void single_pairs(struct env *e, struct single *r, long n)
         lat_push(&r->acquire, mid - t0);
         lat_push(&r->release, t1 - mid);
     }
+    r->cpu.client += ns_to_s(thread_cpu_ns() - c0);
     cpu_mark(e, &m1);
     cpu_add(&r->cpu, &m0, &m1);
 }
@@ -216,7 +226,7 @@ static void single_pings(struct single *r, long n)
     r->ping_wall += ns_to_s(now_ns() - start);
 }
 
-static void single_finish(struct single *r)
+static void single_finish(struct single *r, const struct env *e)
 {
     struct pair_result *out = r->out;
     lat_summarise(&r->pair, r->cpu.wall, &out->s);
@@ -224,6 +234,7 @@ static void single_finish(struct single *r)
     lat_summarise(&r->release, r->cpu.wall, &out->release);
     lat_summarise(&r->ping, r->ping_wall, &out->ping);
     cpu_finish(&r->cpu, &out->cpu);
+    cpu_per_pair(&r->cpu, e, r->d, out->s.n, out);
 }
 
 /* The share of n that round i of `rounds` does. */
@@ -236,24 +247,24 @@ int run_single(const struct driver *a, const struct driver *b, struct env *e, lo
                struct pair_result *ra, struct pair_result *rb)
 {
     struct single r[2] = {{0}};
-    int rc = -1;
-    if (single_open(&r[0], a, e, n, ra) != 0 || single_open(&r[1], b, e, n, rb) != 0)
+    int rc = -1, nd = b ? 2 : 1;
+    if (single_open(&r[0], a, e, n, ra) != 0 || (b && single_open(&r[1], b, e, n, rb) != 0))
         goto out;
     long warm = n / 10 < WARMUP_MAX ? n / 10 : WARMUP_MAX, pings = n / 2 > 1000 ? n / 2 : 1000;
     uint64_t mid;
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < nd; k++)
         for (long i = 0; i < warm; i++)
             r[k].d->pair(r[k].client, r[k].name, &mid);
     int rounds = n < ROUNDS ? (int)n : ROUNDS;
     for (int i = 0; i < rounds; i++) {
         /* a b, b a, a b, ...: each variant goes first half of the time. */
-        for (int k = 0; k < 2; k++)
-            single_pairs(e, &r[(i + k) % 2], chunk(n, i, rounds));
-        for (int k = 0; k < 2; k++)
-            single_pings(&r[(i + k) % 2], chunk(pings, i, rounds));
+        for (int k = 0; k < nd; k++)
+            single_pairs(e, &r[(i + k) % nd], chunk(n, i, rounds));
+        for (int k = 0; k < nd; k++)
+            single_pings(&r[(i + k) % nd], chunk(pings, i, rounds));
     }
-    single_finish(&r[0]);
-    single_finish(&r[1]);
+    for (int k = 0; k < nd; k++)
+        single_finish(&r[k], e);
     rc = 0;
 out:
     single_close(&r[0]);
@@ -287,6 +298,7 @@ struct worker {
     long errors;
     int first_error;
     uint64_t finished;
+    uint64_t cpu_ns; /* the thread's CPU time over its loop */
 };
 
 static void *worker_main(void *arg)
@@ -297,7 +309,7 @@ static void *worker_main(void *arg)
     snprintf(name, sizeof name, "bench-multi-%s-%d", d->label, w->index);
     pthread_barrier_wait(&w->sh->ready);
     pthread_barrier_wait(&w->sh->go);
-    uint64_t end = w->sh->end;
+    uint64_t end = w->sh->end, c0 = thread_cpu_ns();
     for (;;) {
         uint64_t t0 = now_ns();
         if (t0 >= end)
@@ -311,6 +323,7 @@ static void *worker_main(void *arg)
             lat_push(&w->lat, t1 - t0);
     }
     w->finished = now_ns();
+    w->cpu_ns = thread_cpu_ns() - c0;
     return NULL;
 }
 
@@ -348,6 +361,7 @@ static void collect(struct worker *ws, int n, uint64_t start, struct multi_acc *
         acc->out->errors += ws[i].errors;
         if (ws[i].finished > last)
             last = ws[i].finished;
+        acc->cpu.client += ns_to_s(ws[i].cpu_ns);
     }
     acc->wall += ns_to_s(last - start);
 }
@@ -410,18 +424,23 @@ int run_multi(const struct driver *a, const struct driver *b, struct env *e, int
     const struct driver *ds[2] = {a, b};
     struct multi_acc acc[2] = {{.out = ra}, {.out = rb}};
     memset(ra, 0, sizeof *ra);
-    memset(rb, 0, sizeof *rb);
+    if (rb)
+        memset(rb, 0, sizeof *rb);
     /* Two half-length turns each, a b b a: a linear drift hits both alike. */
     static const int order[4] = {0, 1, 1, 0};
     int rc = 0;
     for (int i = 0; i < 4 && rc == 0; i++)
-        rc = multi_turn(ds[order[i]], e, clients, seconds / 2, &acc[order[i]]);
-    for (int k = 0; k < 2; k++) {
+        if (ds[order[i]])
+            rc = multi_turn(ds[order[i]], e, clients, seconds / 2, &acc[order[i]]);
+    for (int k = 0; k < (b ? 2 : 1); k++) {
         lat_summarise(&acc[k].all, acc[k].wall, &acc[k].out->s);
         acc[k].out->redis_cpu_us = acc[k].redis_cpu >= 0 && acc[k].out->s.n > 0
                                        ? acc[k].redis_cpu * 1e6 / (double)acc[k].out->s.n
                                        : -1;
         cpu_finish(&acc[k].cpu, &acc[k].out->cpu);
+        cpu_per_pair(&acc[k].cpu, e, ds[k], acc[k].out->s.n, acc[k].out);
+        if (acc[k].out->redis_cpu_us >= 0)
+            acc[k].out->redis_us = acc[k].out->redis_cpu_us;
         lat_free(&acc[k].all);
     }
     return rc;

@@ -221,7 +221,36 @@ struct row_state {
     char name[64];
     struct lat lat;
     double wall;
+    /* Whose CPU counts: the row's agent (0 for the plain row) and its nodes;
+     * the CPU they and the timing thread used in the row's turns, seconds. */
+    pid_t agent, redis[MAX_NODES];
+    double agent_s, redis_s, client_s;
 };
+
+/* The CPU the row's processes have used so far. */
+struct row_cpu {
+    struct proc_sample agent, redis[MAX_NODES];
+    uint64_t client_ns;
+};
+
+static void row_cpu_mark(const struct row_state *r, struct row_cpu *m)
+{
+    memset(m, 0, sizeof *m);
+    if (r->agent > 0)
+        proc_sample(r->agent, &m->agent);
+    for (int k = 0; k < MAX_NODES; k++)
+        if (r->redis[k] > 0)
+            proc_sample(r->redis[k], &m->redis[k]);
+    m->client_ns = thread_cpu_ns();
+}
+
+static void row_cpu_add(struct row_state *r, const struct row_cpu *a, const struct row_cpu *b)
+{
+    r->agent_s += proc_cpu_s(&a->agent, &b->agent);
+    for (int k = 0; k < MAX_NODES; k++)
+        r->redis_s += proc_cpu_s(&a->redis[k], &b->redis[k]);
+    r->client_s += ns_to_s(b->client_ns - a->client_ns);
+}
 
 static int row_open(struct row_state *r, int i, long n, struct quorum_row *out)
 {
@@ -230,12 +259,16 @@ static int row_open(struct row_state *r, int i, long n, struct quorum_row *out)
         snprintf(r->name, sizeof r->name, "bench-quorum-plain");
         /* The Redis of the single-mode agent, on a name of its own. */
         r->p = plain_open(agents[0].node[0].sock);
+        r->redis[0] = agents[0].node[0].proc.pid;
         if (!r->p) {
             fprintf(stderr, "dlock-bench: cannot open a hiredis connection\n");
             return -1;
         }
     } else {
         snprintf(r->name, sizeof r->name, "bench-quorum-%d", out->nodes);
+        r->agent = agents[i - 1].pid;
+        for (int k = 0; k < out->nodes; k++)
+            r->redis[k] = agents[i - 1].node[k].proc.pid;
         int rc = dlock_client_open(&r->c, agents[i - 1].sock);
         if (rc != 0) {
             r->c = NULL;
@@ -289,6 +322,8 @@ static void row_pairs(struct row_state *r, long n)
     /* Counted around the row's own turns only: the plain row runs its
      * compare-and-delete on the node of the single-mode agent. */
     long long s0 = r->out->plain ? -1 : scripts_seen(r);
+    struct row_cpu c0, c1;
+    row_cpu_mark(r, &c0);
     uint64_t start = now_ns();
     for (long i = 0; i < n; i++) {
         uint64_t t0 = now_ns();
@@ -300,6 +335,8 @@ static void row_pairs(struct row_state *r, long n)
             r->out->first_error = rc;
     }
     r->wall += ns_to_s(now_ns() - start);
+    row_cpu_mark(r, &c1);
+    row_cpu_add(r, &c0, &c1);
     /* The agent answers a release before Redis has run it: the count is
      * taken once it has stopped moving. */
     long long s1 = r->out->plain ? -1 : scripts_seen(r), prev = -1;
@@ -408,6 +445,9 @@ static int measure(long n, struct quorum_result *out)
     for (int i = 0; i < QUORUM_ROWS; i++) {
         struct quorum_row *q = r[i].out;
         lat_summarise(&r[i].lat, r[i].wall, &q->s);
+        q->agent_us = cpu_us_per_op(q->plain ? -1 : r[i].agent_s, (double)q->s.n);
+        q->redis_us = cpu_us_per_op(r[i].redis_s, (double)q->s.n);
+        q->client_us = cpu_us_per_op(r[i].client_s, (double)q->s.n);
         if (!q->plain && r[i].scripts >= 0)
             q->scripts_per_pair = (double)r[i].scripts / (double)n / q->nodes;
     }

@@ -148,8 +148,24 @@ static long long round_once(struct wake *w, struct plain *p, int h, bool timed, 
     return (long long)(s.t_done - start);
 }
 
-static int run_rounds(struct wake *w, struct plain *p, long rounds, struct wake_result *out)
+/* The CPU of both agents (agents) and of Redis now. */
+struct wake_cpu {
+    struct proc_sample a[2], redis;
+};
+
+static int wake_cpu_mark(const struct env *e, const struct wake_result *out, struct wake_cpu *m)
 {
+    int rc = proc_sample(e->redis.pid, &m->redis);
+    for (int k = 0; k < 2; k++)
+        rc |= proc_sample(out->agent[k].pid, &m->a[k]);
+    return rc;
+}
+
+static int run_rounds(const struct env *e, struct wake *w, struct plain *p, long rounds,
+                      struct wake_result *out)
+{
+    struct wake_cpu c0, c1;
+    bool cpu_ok = true;
     struct lat wake = {0}, ping = {0}, busy = {0};
     int rc = -1;
     if (lat_reserve(&wake, (size_t)rounds) != 0 || lat_reserve(&ping, (size_t)rounds) != 0 ||
@@ -161,12 +177,19 @@ static int run_rounds(struct wake *w, struct plain *p, long rounds, struct wake_
     int h = 0;
     for (long i = 0; i < warm + rounds; i++, h = 1 - h) {
         bool timed = i >= warm;
+        if (i == warm)
+            cpu_ok = wake_cpu_mark(e, out, &c0) == 0;
         long long ns = round_once(w, p, h, timed, &ping, &busy, out);
         if (ns < 0)
             goto out;
         if (timed && ns > 0)
             lat_push(&wake, (uint64_t)ns);
     }
+    cpu_ok = cpu_ok && wake_cpu_mark(e, out, &c1) == 0;
+    out->agents_us =
+        cpu_us_per_op(cpu_ok ? proc_cpu_s(&c0.a[0], &c1.a[0]) + proc_cpu_s(&c0.a[1], &c1.a[1]) : -1,
+                      (double)rounds);
+    out->redis_us = cpu_us_per_op(cpu_ok ? proc_cpu_s(&c0.redis, &c1.redis) : -1, (double)rounds);
     lat_summarise(&wake, 0, &out->wake);
     lat_summarise(&ping, 0, &out->ping);
     lat_summarise(&busy, 0, &out->ping_busy);
@@ -211,7 +234,7 @@ int run_wake(struct env *e, long rounds, struct wake_result *out)
             fprintf(stderr, "dlock-bench: pthread_create: %s\n", strerror(rc));
     }
     if (rc == 0)
-        rc = run_rounds(&w, p, rounds, out);
+        rc = run_rounds(e, &w, p, rounds, out);
     pthread_mutex_lock(&w.mu);
     w.stop = true;
     pthread_cond_broadcast(&w.cv);
