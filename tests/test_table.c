@@ -3,6 +3,8 @@
  * agent/core/table.c. */
 #include <criterion/criterion.h>
 #include <limits.h>
+#include <malloc.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,63 @@ static struct lock *get(struct table *t, const char *name)
 static struct lock *find(struct table *t, const char *name)
 {
     return table_lock_find(t, name, strlen(name));
+}
+
+/* ---- memory per lease ---- */
+
+/* The agent holds one struct lease and one struct lock (with its name) per
+ * held name: at 100,000 leases these are most of its memory, with a budget
+ * of 512 bytes per lease in all (bench/README.md, "Many leases held").
+ * glibc adds 8 bytes to each allocation and rounds it up to 16, so a lease
+ * of at most 200 bytes takes 208, and a lock whose name starts by byte 226
+ * takes 256 with a name of up to 21 bytes (the bench's names). A field that
+ * pads or grows them passes these bounds: reorder, or shrink another. */
+_Static_assert(sizeof(struct lease) <= 200, "struct lease outgrew its budget of 200 bytes");
+_Static_assert(offsetof(struct lock, name) <= 226,
+               "struct lock's fixed fields outgrew their budget of 226 bytes");
+_Static_assert(sizeof(struct waiter) <= 112, "struct waiter outgrew its budget of 112 bytes");
+
+Test(table, lock_takes_its_name_in_its_tail)
+{
+    /* A short name fits in the struct's tail padding; a longer one just
+     * past the fixed fields, not past the whole struct. */
+    cr_assert_eq(lock_alloc_size(0), sizeof(struct lock));
+    cr_assert_eq(lock_alloc_size(300), offsetof(struct lock, name) + 301);
+    cr_assert_leq(lock_alloc_size(21), 248, "a lock with a 21-byte name takes %zu bytes",
+                  lock_alloc_size(21));
+    struct table t;
+    cr_assert_eq(table_init(&t, 42), 0);
+    char name[400];
+    for (size_t len = 1; len < sizeof name; len += 7) {
+        memset(name, 'a' + (int)(len % 26), len);
+        name[len] = '\0';
+        struct lock *l = get(&t, name);
+        cr_assert_geq(malloc_usable_size(l), offsetof(struct lock, name) + len + 1);
+        cr_assert_eq(l->name_len, len);
+        cr_assert_str_eq(l->name, name);
+        cr_assert_eq(find(&t, name), l);
+    }
+    table_free(&t);
+}
+
+Test(table, lock_flags_are_independent)
+{
+    /* The flags share bytes as bit-fields: setting one leaves the rest. */
+    struct table t;
+    cr_assert_eq(table_init(&t, 42), 0);
+    struct lock *l = get(&t, "flags");
+    l->phase = LOCK_KEPT;
+    l->forced = true;
+    l->kept_listed = true;
+    cr_assert_eq(l->phase, LOCK_KEPT);
+    cr_assert(l->forced && l->kept_listed);
+    cr_assert(!l->notice_missed && !l->watched && !l->joined && !l->others_listen &&
+              !l->yield_next);
+    l->forced = false;
+    l->kept_listed = false;
+    l->phase = LOCK_IDLE;
+    cr_assert(table_lock_release_if_idle(&t, l));
+    table_free(&t);
 }
 
 /* ---- locks ---- */

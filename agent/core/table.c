@@ -69,12 +69,20 @@ struct lock *table_lock_find(const struct table *t, const char *name, size_t len
     return NULL;
 }
 
+size_t lock_alloc_size(size_t len)
+{
+    /* The name starts where the fixed fields end, in the tail padding of the
+     * struct; a short name takes no more than the struct alone. */
+    size_t n = offsetof(struct lock, name) + len + 1;
+    return n > sizeof(struct lock) ? n : sizeof(struct lock);
+}
+
 struct lock *table_lock_get(struct table *t, const char *name, size_t len)
 {
     struct lock *l = table_lock_find(t, name, len);
     if (l)
         return l;
-    l = calloc(1, sizeof *l + len + 1);
+    l = calloc(1, lock_alloc_size(len));
     if (!l)
         return NULL;
     l->hash = name_hash(t->seed, name, len);

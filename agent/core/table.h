@@ -39,7 +39,9 @@ struct waiter {
     uint64_t since;       /* when the request came (the queue wait's start) */
 };
 
-/* A lease held for a local owner. */
+/* A lease held for a local owner. One per held lease: the fields are in
+ * order of size so that nothing pads them (tests/test_table.c holds
+ * its size to a budget). */
 struct lease {
     struct tnode timer; /* next renewal, or the deadline while one is in flight */
     uint64_t id;        /* slot index and generation, see table_lease_find */
@@ -53,19 +55,19 @@ struct lease {
     uint64_t granted_at;     /* send time of the acquire */
     uint64_t hold_until;     /* renewal stops then (max hold), 0 = never */
     uint64_t progress_ns;    /* renewal stops without a touch this long, 0 = off */
-    uint32_t slot;           /* in the owner's lease page */
-    int stopped;             /* why renewal stopped, 0 while it goes on */
-    uint32_t ttl_ms;
-    uint32_t renewals; /* that succeeded */
     /* When the store failed over under the lease, 0 if it did not: the key
      * may be gone, so the lease is shown invalid until a renewal sent after
      * then confirms it. */
     uint64_t doubt_since;
-    uint8_t state;        /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
-    struct admit_ask ask; /* the kind it is held as */
     uint64_t holder_id;   /* re-entrant: the owner within the client (0: the client) */
-    uint32_t holds;       /* re-entrant holds: 1, plus one per re-entry */
-    uint32_t holds_sent;  /* the holds that the last renewal (or the grant) wrote */
+    struct admit_ask ask; /* the kind it is held as */
+    uint32_t slot;        /* in the owner's lease page */
+    uint32_t ttl_ms;
+    uint32_t renewals;   /* that succeeded */
+    uint32_t holds;      /* re-entrant holds: 1, plus one per re-entry */
+    uint32_t holds_sent; /* the holds that the last renewal (or the grant) wrote */
+    int16_t stopped;     /* why renewal stopped (a DLOCK_E code), 0 while it goes on */
+    uint8_t state;       /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
     /* The token of the key (or of the store's permit) that the lease holds:
      * local shared holders of one grant from the store share it. */
     char token[TOKEN_HEX + 1];
@@ -82,54 +84,58 @@ enum lock_phase {
                        local waiter until the turn ends (core_flush) */
 };
 
-/* A lock name known to this agent: held locally, waited for, or both. */
+/* A lock name known to this agent: held locally, waited for, or both. One
+ * per held name, allocated with its name: the fields are in order of size
+ * so that nothing pads them, the flags are bit-fields, and the allocation
+ * ends with the name (table_lock_get; tests/test_table.c holds the
+ * size to a budget). */
 struct lock {
     struct lock *hnext; /* hash chain */
     uint64_t hash;
-    enum lock_phase phase;
     LIST_HEAD(, lease) holders; /* not empty exactly in LOCK_HELD */
-    uint32_t nholders;
     struct waiter *qhead, *qtail;
-    uint32_t nwaiters; /* in the queue */
-    /* The shared or semaphore waiters in the queue, and what they ask (all
-     * alike: admit_compatible()); nholders' kind is in each lease. */
-    uint32_t ncounted;
-    struct admit_ask counted;
     struct waiter *acq_for; /* waiter the in-flight acquire is for (may be NULL) */
+    struct lock *kept_next; /* on the core's list of kept locks */
     struct tnode retry;     /* fallback retry: queued exactly in LOCK_BACKOFF */
     uint64_t acq_sent;      /* send time of the in-flight acquire */
+    /* Cohort handoff (docs/architecture.md): after the last grant from the
+     * store (sent at cohort_start), the next token reserved with it and how
+     * many are left (cohort_left). Set at the grant, so that an acquire sent
+     * beside the holders (a reader's, a permit's) does not change them. */
+    uint64_t cohort_start;
+    uint64_t cohort_next;
+    /* LOCK_KEPT: the released lease's validity, TTL and next renewal (the
+     * key's token is acq_token), for a local acquire in the same turn. */
+    uint64_t kept_deadline, kept_renew_due;
+    /* The shared or semaphore waiters in the queue, and what they ask (all
+     * alike: admit_compatible()); nholders' kind is in each lease. */
+    struct admit_ask counted;
+    struct admit_ask acq_ask; /* the kind the in-flight acquire asks the store for */
+    uint32_t nholders;
+    uint32_t nwaiters; /* in the queue */
+    uint32_t ncounted;
     uint32_t acq_ttl_ms;
-    struct admit_ask acq_ask; /* the kind it asks the store for */
-    bool notice_missed;       /* a release notice came while acquiring */
+    uint32_t acq_block; /* the tokens it reserves for handoffs and joins */
+    uint32_t cohort_left;
+    uint32_t kept_ttl_ms;
+    enum lock_phase phase : 8;
+    bool notice_missed : 1; /* a release notice came while acquiring */
     /* An operator forced the release while an acquire was in flight: sent
      * before the forced release, the acquire reached the store first, so a
      * grant it brings back was deleted (core_force()). */
-    bool forced;
-    bool watched; /* the store was asked for the name's release notices */
-    bool joined;  /* a waiting acquire may have joined the waiting-hosts record */
+    bool forced : 1;
+    bool watched : 1; /* the store was asked for the name's release notices */
+    bool joined : 1;  /* a waiting acquire may have joined the waiting-hosts record */
     /* A key in another client's format (docs/redisson.md): the last
      * release's message was heard by other clients than this agent (their
      * waiters are in no record of ours), so the next acquire after a local
      * release waits a moment (yield_next), that one of them may go first. */
-    bool others_listen;
-    bool yield_next;
-    uint32_t acq_block; /* the tokens it reserves for handoffs and joins */
-    /* Cohort handoff (docs/architecture.md): after the last grant from the
-     * store (sent at cohort_start), the next token reserved with it and how
-     * many are left. Set at the grant, so that an acquire sent beside the
-     * holders (a reader's, a permit's) does not change them. */
-    uint64_t cohort_start;
-    uint32_t cohort_left;
-    uint64_t cohort_next;
-    char cohort_token[TOKEN_HEX + 1]; /* that grant's key (readers join only it) */
-    /* LOCK_KEPT: the released lease's validity, TTL and next renewal (the
-     * key's token is acq_token), for a local acquire in the same turn. */
-    bool kept_listed;       /* on the core's list of kept locks (until core_flush) */
-    struct lock *kept_next; /* on that list */
-    uint64_t kept_deadline, kept_renew_due;
-    uint32_t kept_ttl_ms;
-    char acq_token[TOKEN_HEX + 1];
+    bool others_listen : 1;
+    bool yield_next : 1;
+    bool kept_listed : 1; /* on the core's list of kept locks (until core_flush) */
     uint16_t name_len;
+    char cohort_token[TOKEN_HEX + 1]; /* the cohort's grant's key (readers join only it) */
+    char acq_token[TOKEN_HEX + 1];
     char name[]; /* NUL-terminated */
 };
 
@@ -150,6 +156,9 @@ struct table {
 
 int table_init(struct table *t, uint64_t seed);
 void table_free(struct table *t); /* frees every lock, lease and waiter */
+
+/* The bytes a lock with a name of len bytes is allocated with. */
+size_t lock_alloc_size(size_t len);
 
 /* Lock lookup and creation; a lock is freed by table_lock_release_if_idle. */
 struct lock *table_lock_find(const struct table *t, const char *name, size_t len);

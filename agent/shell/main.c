@@ -2,6 +2,7 @@
 /* main.c -- dlockd entry point: options, configuration and its reloads, dev mode, the loop. */
 #include <ev.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <signal.h>
@@ -562,6 +563,12 @@ static void on_reload_asked(void *arg)
 int main(int argc, char **argv)
 {
     log_detect_journal(); /* before anything may be printed */
+    /* Large buffers (a batch of renewals on its way to the store) from
+     * mmap, and back to the system when freed: otherwise glibc raises its
+     * mmap threshold after the first such free and carves the next ones from
+     * the heap, where the small allocations left among them keep the freed
+     * pages resident. */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     struct flags f = {0};
     static struct config cfg;
     char err[600];
