@@ -113,6 +113,11 @@ struct lock {
      * release waits a moment (yield_next), that one of them may go first. */
     bool others_listen;
     bool yield_next;
+    /* A notice of the name came over its subscription since it was last
+     * asked for: releases wake the waiters, the fallback retry slows down
+     * (pace.h); and the "taken" answers since the last notice or grant. */
+    bool confirmed;
+    uint8_t attempts;
     uint32_t acq_block; /* the tokens it reserves for handoffs and joins */
     /* Cohort handoff (docs/architecture.md): after the last grant from the
      * store (sent at cohort_start), the next token reserved with it and how
