@@ -1093,6 +1093,13 @@ static void on_acquired(void *arg, const struct backend_result *r)
             withdraw_key(k, l, now);
     } else if (r->outcome == BACKEND_DONE) {
         k->down_since = 0;
+        if (l->joined && k->backend->release_after_miss && k->backend->ops->leave) {
+            /* Quorum mode: the nodes that did not grant keep the entry,
+             * which would hold the other hosts back there until it lapses. */
+            struct backend_req req = {
+                .name = l->name, .len = l->name_len, .waiter_id = k->waiter_id};
+            k->backend->ops->leave(k->backend, &req);
+        }
         l->joined = false; /* the acquire took its entry out */
         l->attempts = 0;
         uint64_t deadline = validity_end(l->acq_sent, l->acq_ttl_ms);
@@ -1131,11 +1138,13 @@ static void on_acquired(void *arg, const struct backend_result *r)
             if (l->joined) {
                 /* The entry in the waiting-hosts record lapses on its own
                  * time, not the retry's: the acquire that refreshes it goes
-                 * out at half its life (never sooner than a fast retry). */
-                uint64_t refresh = l->acq_sent + wait_refresh_ns(want_ms(k));
-                uint64_t soonest = now + (uint64_t)p.fast_ms * NS_PER_MS;
-                if (refresh < soonest)
-                    refresh = soonest;
+                 * out at half its life (an answer that took longer than
+                 * that is followed by a fast retry, not at once). */
+                uint64_t period = wait_refresh_ns(want_ms(k));
+                uint64_t refresh = l->acq_sent + period;
+                uint64_t fast = (uint64_t)p.fast_ms * NS_PER_MS;
+                if (refresh <= now)
+                    refresh = now + (fast < period ? fast : period);
                 if (refresh < due)
                     due = refresh;
             }
