@@ -1051,10 +1051,15 @@ static struct wait_pace pace_of(const struct core *k)
 
 /* How long an entry of this agent in a waiting-hosts record lasts, up to
  * the store's cap: refreshed at half its life by an acquire while a client
- * waits, whatever the pace of the fallback retry (pace.h). */
+ * waits, whatever the pace of the fallback retry (pace.h). In quorum mode a
+ * grant removes the entry only on the nodes that granted, and the others
+ * keep it until it lapses, holding the other hosts back there: the entry
+ * keeps the short life of the fast retry. */
 static uint32_t want_ms(const struct core *k)
 {
     struct wait_pace p = pace_of(k);
+    if (k->backend->release_after_miss)
+        p.max_ms = 0;
     return wait_entry_ms(&p, BACKEND_WAIT_ENTRY_MAX_MS);
 }
 
@@ -1093,13 +1098,6 @@ static void on_acquired(void *arg, const struct backend_result *r)
             withdraw_key(k, l, now);
     } else if (r->outcome == BACKEND_DONE) {
         k->down_since = 0;
-        if (l->joined && k->backend->release_after_miss && k->backend->ops->leave) {
-            /* Quorum mode: the nodes that did not grant keep the entry,
-             * which would hold the other hosts back there until it lapses. */
-            struct backend_req req = {
-                .name = l->name, .len = l->name_len, .waiter_id = k->waiter_id};
-            k->backend->ops->leave(k->backend, &req);
-        }
         l->joined = false; /* the acquire took its entry out */
         l->attempts = 0;
         uint64_t deadline = validity_end(l->acq_sent, l->acq_ttl_ms);
