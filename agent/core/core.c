@@ -1136,13 +1136,14 @@ static void on_acquired(void *arg, const struct backend_result *r)
             if (l->joined) {
                 /* The entry in the waiting-hosts record lapses on its own
                  * time, not the retry's: the acquire that refreshes it goes
-                 * out at half its life (an answer that took longer than
-                 * that is followed by a fast retry, not at once). */
-                uint64_t period = wait_refresh_ns(want_ms(k));
-                uint64_t refresh = l->acq_sent + period;
-                uint64_t fast = (uint64_t)p.fast_ms * NS_PER_MS;
-                if (refresh <= now)
-                    refresh = now + (fast < period ? fast : period);
+                 * out at half its life, but never sooner than a fast retry
+                 * (retry_fallback_ms is the most often a waiter asks: with
+                 * one over half the entry's life, the entry may lapse
+                 * between two refreshes, as with the fast retry). */
+                uint64_t refresh = l->acq_sent + wait_refresh_ns(want_ms(k));
+                uint64_t soonest = now + (uint64_t)p.fast_ms * NS_PER_MS;
+                if (refresh < soonest)
+                    refresh = soonest;
                 if (refresh < due)
                     due = refresh;
             }
@@ -1604,6 +1605,19 @@ void core_client_policy(struct core *k, struct core_client *c, uint64_t now)
 
 /* ---- store events ---- */
 
+/* The waiters of l try again: a release may have come. */
+static void lock_notice(struct core *k, struct lock *l, uint64_t now)
+{
+    if (!l->qhead || l->phase == LOCK_HELD)
+        return;
+    if (l->phase == LOCK_ACQUIRING) {
+        l->notice_missed = true; /* our attempt may have raced the release */
+        return;
+    }
+    lock_unbackoff(k, l);
+    lock_settle(k, l, now);
+}
+
 void core_notice(struct core *k, const char *name, size_t len, uint64_t now)
 {
     struct lock *l = table_lock_find(&k->table, name, len);
@@ -1614,14 +1628,7 @@ void core_notice(struct core *k, const char *name, size_t len, uint64_t now)
         l->confirmed = true;
         l->attempts = 0;
     }
-    if (!l->qhead || l->phase == LOCK_HELD)
-        return;
-    if (l->phase == LOCK_ACQUIRING) {
-        l->notice_missed = true; /* our attempt may have raced the release */
-        return;
-    }
-    lock_unbackoff(k, l);
-    lock_settle(k, l, now);
+    lock_notice(k, l, now);
 }
 
 size_t core_force(struct core *k, const char *name, size_t len, struct core_forced *out, size_t max,
@@ -1698,7 +1705,7 @@ void core_unwatched(struct core *k, const char *name, size_t len, uint64_t now)
     if (!l)
         return;
     lock_rewatch(k, l);
-    core_notice(k, name, len, now); /* a release may have come meanwhile */
+    lock_notice(k, l, now); /* a release may have come meanwhile */
 }
 
 /* Leases in doubt after a failover, or in jeopardy because a renewal
