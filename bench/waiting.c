@@ -169,11 +169,10 @@ void report_waiting(const struct waiting_result *r)
 {
     printf("\nwaiting: Redis commands/s (total_commands_processed, script commands included) "
            "while waiters wait for names a foreign client holds\n");
-    printf("  %-30s %22s %24s %8s %7s\n", "", "", "", "answers", "errors");
     char a[48], b[48];
     snprintf(a, sizeof a, "%ld names, 2 agents", r->names);
     snprintf(b, sizeof b, "1 hot name, 2 x %d waiters", r->hot);
-    printf("  %-30s %22s %24s\n", "pacing", a, b);
+    printf("  %-30s %22s %24s %8s %7s\n", "pacing", a, b, "answers", "errors");
     for (int m = 0; m < WAITING_MODES; m++) {
         const struct waiting_mode *w = &r->mode[m];
         printf("  %-30s %22.0f %24.0f %8ld %7ld", waiting_mode_names[m], w->names_cmds_s,
