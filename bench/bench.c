@@ -56,6 +56,7 @@ struct opts {
     int host_procs;              /* -H, per agent, 0 = no two hosts part */
     int kinds_procs;             /* -R, 0 = no lock kinds part */
     double fair_seconds;         /* -A, window of each fairness run, 0 = no fairness part */
+    long wait_names;             /* -N, names waited for in the waiting part, 0 = no part */
     bool tls;                    /* -T 1 (default), 0 = no TLS part */
     bool quick;                  /* -q */
     bool keep;                   /* -K */
@@ -111,7 +112,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: dlock-bench [-qK] [-n PAIRS] [-c CLIENTS] [-d SECONDS] [-l LEASES] "
                "[-w SECONDS] [-k CALLS] [-m PAIRS] [-F LIST] [-D US] [-W ROUNDS] [-C PROCS] "
-               "[-H PROCS] [-R PROCS] [-A SECONDS] [-T 0|1] [-B LANGS]\n"
+               "[-H PROCS] [-R PROCS] [-A SECONDS] [-T 0|1] [-N NAMES] [-B LANGS]\n"
                "  -n PAIRS    acquire+release pairs of the 1-client runs (loopback and\n"
                "              delayed), and per row of the fleet run (default 20000)\n"
                "  -c CLIENTS  threads of the many-client runs (default 50)\n"
@@ -139,9 +140,13 @@ static void usage(FILE *f)
                "  -T 0|1      the TLS part: dlock over TLS against plaintext, with\n"
                "              redis-benchmark's SET as the plain clients' baseline\n"
                "              (default 1; needs the openssl command)\n"
+               "  -N NAMES    names a foreign client holds and two agents wait for in the\n"
+               "              waiting part, which counts Redis' commands/s (default 4000;\n"
+               "              0 skips it)\n"
                "  -q          quick run: 2000 pairs, 1 s, 10000 leases, 12 s window,\n"
                "              1000000 calls per loop, 5000 round trips, 1000 quorum pairs,\n"
-               "              fleet of 1 and 4 agents, 200 wake rounds, 2 s fairness runs\n"
+               "              fleet of 1 and 4 agents, 200 wake rounds, 2 s fairness runs,\n"
+               "              400 waiting names\n"
                "  -O          handoff off: the agents of the pair, delayed and single/quorum\n"
                "              runs take every grant from Redis (cohort_handoffs = 0)\n"
                "  -K          keep the temp dir (logs, configurations) at the end\n"
@@ -185,9 +190,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 {
     const char *fleet = NULL;
     /* n c d l w k m D W C H A R T, -1 = not given */
-    double v[14] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-    static const char letters[] = "ncdlwkmDWCHART";
-    static const double lo[] = {1, 1, 0.1, 1, 1, 1000, 0, 0, 0, 0, 0, 0, 0, 0};
+    double v[15] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    static const char letters[] = "ncdlwkmDWCHARTN";
+    static const double lo[] = {1, 1, 0.1, 1, 1, 1000, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     static const double hi[] = {1e8,
                                 1000,
                                 3600,
@@ -201,9 +206,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                                 SIDE_MAX_WORKERS / 2,
                                 600,
                                 SIDE_MAX_WORKERS - 1,
-                                1};
+                                1,
+                                100000};
     int ch;
-    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:D:W:C:H:A:R:T:B:qKOh")) != -1) {
+    while ((ch = getopt(argc, argv, "n:c:d:l:w:k:m:F:D:W:C:H:A:R:T:N:B:qKOh")) != -1) {
         const char *at = strchr(letters, ch);
         if (ch == 'F') {
             fleet = optarg;
@@ -243,6 +249,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     o->fair_seconds = v[11] >= 0 ? v[11] : o->quick ? 2.0 : 5.0;
     o->kinds_procs = v[12] >= 0 ? (int)v[12] : 4;
     o->tls = v[13] != 0;
+    o->wait_names = v[14] >= 0 ? (long)v[14] : o->quick ? 400 : 4000;
     if (parse_counts(fleet ? fleet : o->quick ? "1,4" : "1,10,100", o) != 0) {
         fprintf(stderr,
                 "dlock-bench: -F takes up to %d agent counts, each 1 to %d, "
@@ -1420,6 +1427,27 @@ static int phase_wake(const struct opts *o, struct env *e)
     return 0;
 }
 
+static int phase_waiting(const struct opts *o, struct env *e)
+{
+    static struct waiting_result r;
+    if (o->wait_names == 0)
+        return 0;
+    progress("waiting: Redis commands/s while two agents wait for names a foreign client holds");
+    if (run_waiting(e, o->wait_names, o->quick ? 10 : 50, o->quick, &r) != 0)
+        return -1;
+    report_waiting(&r);
+    /* 5,000 commands/s for 4,000 names, in proportion for other counts. */
+    const struct waiting_mode *fixed = &r.mode[0], *paced = &r.mode[1];
+    double target = 5000.0 * (double)r.names / 4000.0;
+    char name[96];
+    snprintf(name, sizeof name, "%ld waiting names: Redis commands/s <= %s", r.names,
+             fmt_count(target));
+    target_note(name, fmt_count(paced->names_cmds_s), fmt_count(fixed->names_cmds_s),
+                paced->names_cmds_s <= target);
+    fflush(stdout);
+    return 0;
+}
+
 static int phase_cohort(const struct opts *o, struct env *e)
 {
     static struct cohort_result r;
@@ -1699,8 +1727,9 @@ static int phase_tls(const struct opts *o, struct env *e)
 static int run_parts(const struct opts *o, struct env *e)
 {
     static int (*const parts[])(const struct opts *, struct env *) = {
-        phase_pairs,    phase_delay,  phase_wake,  phase_cohort, phase_hosts, phase_kinds,
-        phase_fairness, phase_quorum, phase_check, phase_leases, phase_fleet, phase_tls};
+        phase_pairs,  phase_delay, phase_wake,     phase_waiting, phase_cohort,
+        phase_hosts,  phase_kinds, phase_fairness, phase_quorum,  phase_check,
+        phase_leases, phase_fleet, phase_tls};
     int rc = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0] && rc == 0; i++)
         rc = parts[i](o, e);

@@ -672,4 +672,32 @@ int run_fairness(struct env *e, double seconds, struct fairness_result *out);
  * the exit status never depends on them. */
 const char *target_note(const char *target, const char *measured, const char *baseline, bool met);
 
+/* ---- what waiting costs Redis (waiting.c) ---- */
+
+#define WAITING_MODES 2 /* the fixed fast retry (baseline), the paced retry */
+extern const char *const waiting_mode_names[WAITING_MODES];
+
+struct waiting_mode {
+    double names_cmds_s; /* Redis commands/s while the N names are waited for */
+    double hot_cmds_s;   /* and while the hot name is */
+    long answered;       /* acquires answered during the part (none expected) */
+    long errors;
+    int first_error;
+    int log_lines; /* the agents' lines at warn and up */
+};
+
+struct waiting_result {
+    long names;
+    int hot; /* waiters per agent on the hot name */
+    double settle_s, window_s;
+    struct waiting_mode mode[WAITING_MODES];
+};
+
+/* Two agents of their own, a foreign holder of `names` names and of one hot
+ * name, each agent waiting for half the names, then `hot` waiters per agent
+ * for the hot name; Redis' commands/s over a window, once per pacing. 0, or
+ * -1 after printing why. */
+int run_waiting(struct env *e, long names, int hot, bool quick, struct waiting_result *out);
+void report_waiting(const struct waiting_result *r);
+
 #endif

@@ -73,6 +73,7 @@ Test(defaults, documented_values)
     cr_assert_eq(c.max_ttl_ms, 45000);
     cr_assert_float_eq(c.renew_fraction, 1.0 / 3.0, 1e-12);
     cr_assert_eq(c.retry_fallback_ms, 100);
+    cr_assert_eq(c.retry_max_ms, 3000);
     cr_assert_eq(c.max_name_len, 200);
     cr_assert_eq(c.max_leases_per_conn, 100000);
     cr_assert_eq(c.max_waiters_per_conn, 1024);
@@ -1226,6 +1227,7 @@ static const struct bounded bounded[] = {
     {"agent", "max_ttl_ms", 10, WEEK_MS, "min_ttl_ms=10 default_ttl_ms=10 renew_fraction=0.05",
      NULL},
     {"agent", "retry_fallback_ms", 10, 60000, NULL, NULL},
+    {"agent", "retry_max_ms", 0, 60000, NULL, NULL},
     {"agent", "max_name_len", 1, 1024, NULL, NULL},
     {"agent", "max_leases_per_conn", 1, 1000000, NULL, NULL},
     {"agent", "max_waiters_per_conn", 1, 1000000, NULL, NULL},

@@ -1279,7 +1279,8 @@ Test(core, a_release_notice_wakes_the_waiter)
     uint32_t id = acquire(a, "n", 5000, DLOCK_WAIT_FOREVER, 0, 0);
     reply_at(pending(R_ACQUIRE, "n"), T0 + MS, 0, BACKEND_TAKEN, 0, 30000);
     cr_assert_null(answer_to(id));
-    /* Without a notice, the next try is when the holder's key would expire. */
+    /* Without a notice, the next try is when the holder's key would expire
+     * (the entry's refresh comes no sooner than the fallback). */
     cr_assert_eq(core_next_due(&F.k), T0 + MS + 30001 * MS);
     run_until(T0 + 500 * MS);
     cr_assert_eq(req_count(R_ACQUIRE, "n"), 1);
@@ -1288,6 +1289,67 @@ Test(core, a_release_notice_wakes_the_waiter)
     cr_assert_eq(pending(R_ACQUIRE, "n")->sent, T0 + 500 * MS);
     reply(pending(R_ACQUIRE, "n"), T0 + 501 * MS, BACKEND_DONE);
     granted(id);
+}
+
+/* Until the name's subscription is confirmed (a notice came over it), a
+ * waiter retries fast; then when the holder's key can expire, else at the
+ * refresh of its waiting-hosts entry or the cap, never every 100 ms. */
+Test(core, a_confirmed_subscription_slows_the_fallback_retry)
+{
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "p", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    reply_at(pending(R_ACQUIRE, "p"), T0 + MS, 0, BACKEND_TAKEN, 0, 30000);
+    uint64_t due = core_next_due(&F.k);
+    cr_assert(due >= T0 + 101 * MS && due < T0 + 151 * MS, "unconfirmed retry at +%llu ms",
+              (unsigned long long)((due - T0) / MS));
+    run_until(due);
+    cr_assert_eq(req_count(R_ACQUIRE, "p"), 2, "no fast retry before the confirmation");
+    /* The subscription's confirmation comes while the retry is in flight. */
+    core_notice(&F.k, "p", 1, F.now);
+    struct req *r = pending(R_ACQUIRE, "p");
+    reply_at(r, F.now + MS, 0, BACKEND_TAKEN, 0, 30000);
+    cr_assert_eq(req_count(R_ACQUIRE, "p"), 3, "the notice during the acquire was lost");
+    r = pending(R_ACQUIRE, "p");
+    uint64_t sent = r->sent;
+    reply_at(r, sent + MS, 0, BACKEND_TAKEN, 0, 30000);
+    cr_assert_eq(core_next_due(&F.k), sent + 1500 * MS,
+                 "confirmed: the next try is the entry's refresh, not a fast retry");
+    run_until(sent + 1499 * MS);
+    cr_assert_eq(req_count(R_ACQUIRE, "p"), 3, "retried before the refresh");
+    run_until(sent + 1500 * MS);
+    cr_assert_eq(req_count(R_ACQUIRE, "p"), 4);
+    /* The holder's key expires in 200 ms: tried right after, no notice
+     * comes for an expiry. */
+    r = pending(R_ACQUIRE, "p");
+    reply_at(r, F.now + MS, 0, BACKEND_TAKEN, 0, 200);
+    cr_assert_eq(core_next_due(&F.k), F.now + 201 * MS);
+    run_until(F.now + 201 * MS);
+    reply(pending(R_ACQUIRE, "p"), F.now + MS, BACKEND_DONE);
+    granted(id);
+}
+
+/* A subscription the store forgot (a slot that moved) is no longer
+ * confirmed: the waiters try again at once, and then fast until a notice
+ * comes over the new one. */
+Test(core, a_forgotten_subscription_retries_fast_until_confirmed_again)
+{
+    struct tclient *a = client(1);
+    acquire(a, "u", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    reply_at(pending(R_ACQUIRE, "u"), T0 + MS, 0, BACKEND_TAKEN, 0, 30000);
+    core_notice(&F.k, "u", 1, F.now);
+    cr_assert_eq(req_count(R_ACQUIRE, "u"), 2);
+    struct req *r = pending(R_ACQUIRE, "u");
+    reply_at(r, r->sent + MS, 0, BACKEND_TAKEN, 0, 30000);
+    cr_assert_gt(core_next_due(&F.k), F.now + 1000 * MS, "confirmed, yet a fast retry");
+    run_until(F.now + 10 * MS);
+    core_unwatched(&F.k, "u", 1, F.now);
+    cr_assert_eq(req_count(R_ACQUIRE, "u"), 3, "the waiter did not try again at once");
+    r = pending(R_ACQUIRE, "u");
+    reply_at(r, r->sent + MS, 0, BACKEND_TAKEN, 0, 30000);
+    uint64_t due = core_next_due(&F.k);
+    cr_assert(due >= F.now + 100 * MS && due < F.now + 150 * MS,
+              "unconfirmed again, yet the retry is at +%llu ms",
+              (unsigned long long)((due - F.now) / MS));
 }
 
 /* A notice during the acquire: its "taken" may have raced the release, so it

@@ -33,6 +33,7 @@ void config_defaults(struct config *c)
     c->max_ttl_ms = 45000;
     c->renew_fraction = 1.0 / 3.0;
     c->retry_fallback_ms = 100;
+    c->retry_max_ms = 3000;
     c->cohort_handoffs = 32;
     c->cohort_ms = 20;
     c->max_name_len = 200;
@@ -214,6 +215,7 @@ static const struct u32_key u32_keys[] = {
     U32KEY("agent", min_ttl_ms),
     U32KEY("agent", max_ttl_ms),
     U32KEY("agent", retry_fallback_ms),
+    U32KEY("agent", retry_max_ms),
     U32KEY("agent", cohort_handoffs),
     U32KEY("agent", cohort_ms),
     U32KEY("agent", max_name_len),
@@ -891,6 +893,9 @@ static const struct u32_range u32_ranges[] = {
           "a crashed agent's locks stay taken for up to a TTL"),
     RANGE("agent", retry_fallback_ms, 10, 60000, NULL,
           "every waiting lock asks Redis this often when no release notice comes"),
+    RANGE("agent", retry_max_ms, 0, 60000,
+          "waiters retry every retry_fallback_ms whatever the notices",
+          "a waiter whose release notice was lost waits up to this much longer"),
     RANGE("agent", cohort_handoffs, 0, 1000, "no handoff: every grant goes to Redis",
           "each grant from Redis reserves this many more fencing tokens"),
     RANGE("agent", cohort_ms, 1, 60000, NULL, "other hosts may wait this long for a name"),
@@ -1370,6 +1375,7 @@ static const struct reload_rule reload_rules[] = {
     {"agent", "max_ttl_ms", SHOW_U32, FIELD(max_ttl_ms), 0, NULL, max_ttl_restart},
     {"agent", "renew_fraction", SHOW_FRACTION, FIELD(renew_fraction), 0, NULL, NULL},
     RELOADS("agent", retry_fallback_ms),
+    RELOADS("agent", retry_max_ms),
     RELOADS("agent", cohort_handoffs),
     RELOADS("agent", cohort_ms),
     RELOADS("agent", max_name_len),

@@ -112,6 +112,7 @@ struct config {
     uint32_t max_ttl_ms;
     double renew_fraction;
     uint32_t retry_fallback_ms;
+    uint32_t retry_max_ms; /* fallback retry once notices arrive (0: always the fast one) */
     /* Cohort handoff: a lock released here while another local process
      * waits for it passes to that process without Redis, up to this many
      * times per grant from Redis (0: never) and for at most cohort_ms. */

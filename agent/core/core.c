@@ -13,6 +13,7 @@
 
 #include "dlock.h"
 #include "log.h"
+#include "pace.h"
 #include "shm.h"
 
 /* The fields of a log line about a lease, and about a name asked for by a
@@ -1034,11 +1035,32 @@ static void lock_watch(struct core *k, struct lock *l)
     if (!l->qhead || l->watched || !k->backend->ops->watch)
         return;
     int rc = k->backend->ops->watch(k->backend, l->name, l->name_len, true);
+    l->confirmed = false; /* until the store's notice says it listens */
     if (rc == 0)
         l->watched = true;
     else
         log_kv(LOG_DEBUG, LOG_FIELDS(LOG_F_LOCK(l->name, l->name_len)),
                "cannot listen for releases of %s now (%s)", l->name, errname(rc));
+}
+
+/* The pacing settings of the fallback retry (pace.h). */
+static struct wait_pace pace_of(const struct core *k)
+{
+    return (struct wait_pace){.fast_ms = k->cfg->retry_fallback_ms, .max_ms = k->cfg->retry_max_ms};
+}
+
+/* How long an entry of this agent in a waiting-hosts record lasts, up to
+ * the store's cap: refreshed at half its life by an acquire while a client
+ * waits, whatever the pace of the fallback retry (pace.h). In quorum mode a
+ * grant removes the entry only on the nodes that granted, and the others
+ * keep it until it lapses, holding the other hosts back there: the entry
+ * keeps the short life of the fast retry. */
+static uint32_t want_ms(const struct core *k)
+{
+    struct wait_pace p = pace_of(k);
+    if (k->backend->release_after_miss)
+        p.max_ms = 0;
+    return wait_entry_ms(&p, BACKEND_WAIT_ENTRY_MAX_MS);
 }
 
 /* An acquire's callback argument: the lock stays while it is in flight. */
@@ -1083,6 +1105,7 @@ static void on_acquired(void *arg, const struct backend_result *r)
     } else if (r->outcome == BACKEND_DONE) {
         k->down_since = 0;
         l->joined = false; /* the acquire took its entry out */
+        l->attempts = 0;
         uint64_t deadline = validity_end(l->acq_sent, l->acq_ttl_ms);
         if (w && !k->shutting_down && (now < deadline || PLANTED(CORE_BUG_GRANT_LATE))) {
             grant(k, l, w, deadline, r->fence, now);
@@ -1111,21 +1134,29 @@ static void on_acquired(void *arg, const struct backend_result *r)
             l->cohort_left = 0;
         lock_watch(k, l);
         if (l->qhead && !l->notice_missed) {
-            uint64_t delay = waiter_retry_delay(k->cfg->retry_fallback_ms, r->pttl_ms, jitter(k));
-            lock_backoff(k, l, now + delay);
+            struct wait_pace p = pace_of(k);
+            uint64_t due =
+                now + wait_retry_delay(&p, r->pttl_ms, l->confirmed, l->attempts, jitter(k));
+            if (l->attempts < LOCK_ATTEMPTS_MAX)
+                l->attempts++;
+            if (l->joined) {
+                /* The entry in the waiting-hosts record lapses on its own
+                 * time, not the retry's: the acquire that refreshes it goes
+                 * out at half its life, but never sooner than a fast retry
+                 * (retry_fallback_ms is the most often a waiter asks: with
+                 * one over half the entry's life, the entry may lapse
+                 * between two refreshes, as with the fast retry). */
+                uint64_t refresh = l->acq_sent + wait_refresh_ns(want_ms(k));
+                uint64_t soonest = now + (uint64_t)p.fast_ms * NS_PER_MS;
+                if (refresh < soonest)
+                    refresh = soonest;
+                if (refresh < due)
+                    due = refresh;
+            }
+            lock_backoff(k, l, due);
         }
     }
     lock_settle(k, l, now);
-}
-
-/* How long an entry of this agent in a waiting-hosts record lasts: beyond
- * the longest fallback retry, which refreshes it while a client waits, up
- * to the store's cap (with a fallback over a third of it, the entry may
- * lapse between two retries: the host then waits without its place). */
-static uint32_t want_ms(const struct core *k)
-{
-    uint32_t want = 3 * k->cfg->retry_fallback_ms;
-    return want < BACKEND_WAIT_ENTRY_MAX_MS ? want : BACKEND_WAIT_ENTRY_MAX_MS;
 }
 
 /* Admits the first waiters that the admission rule lets in (shared
@@ -1228,6 +1259,7 @@ static void lock_settle(struct core *k, struct lock *l, uint64_t now)
     if (!l->qhead) {
         if (l->watched) {
             l->watched = false;
+            l->confirmed = false;
             k->backend->ops->watch(k->backend, l->name, l->name_len, false);
         }
         if (l->joined && l->phase != LOCK_ACQUIRING) {
@@ -1579,10 +1611,10 @@ void core_client_policy(struct core *k, struct core_client *c, uint64_t now)
 
 /* ---- store events ---- */
 
-void core_notice(struct core *k, const char *name, size_t len, uint64_t now)
+/* The waiters of l try again: a release may have come. */
+static void lock_notice(struct core *k, struct lock *l, uint64_t now)
 {
-    struct lock *l = table_lock_find(&k->table, name, len);
-    if (!l || !l->qhead || l->phase == LOCK_HELD)
+    if (!l->qhead || l->phase == LOCK_HELD)
         return;
     if (l->phase == LOCK_ACQUIRING) {
         l->notice_missed = true; /* our attempt may have raced the release */
@@ -1590,6 +1622,19 @@ void core_notice(struct core *k, const char *name, size_t len, uint64_t now)
     }
     lock_unbackoff(k, l);
     lock_settle(k, l, now);
+}
+
+void core_notice(struct core *k, const char *name, size_t len, uint64_t now)
+{
+    struct lock *l = table_lock_find(&k->table, name, len);
+    if (!l)
+        return;
+    if (l->watched) {
+        /* It came over the name's subscription: the link listens. */
+        l->confirmed = true;
+        l->attempts = 0;
+    }
+    lock_notice(k, l, now);
 }
 
 size_t core_force(struct core *k, const char *name, size_t len, struct core_forced *out, size_t max,
@@ -1643,6 +1688,7 @@ static void kick_all(struct core *k, uint64_t now)
 /* The store forgot that the lock's notices are wanted: ask again. */
 static void lock_rewatch(struct core *k, struct lock *l)
 {
+    l->confirmed = false;
     if (!l->watched)
         return;
     l->watched = false;
@@ -1667,7 +1713,7 @@ void core_unwatched(struct core *k, const char *name, size_t len, uint64_t now)
     if (!l)
         return;
     lock_rewatch(k, l);
-    core_notice(k, name, len, now); /* a release may have come meanwhile */
+    lock_notice(k, l, now); /* a release may have come meanwhile */
 }
 
 /* Leases in doubt after a failover, or in jeopardy because a renewal

@@ -74,6 +74,9 @@ struct lease {
 };
 
 /* Where a lock stands on this agent; exactly one at a time. */
+/* The most "taken" answers a lock counts (its attempts field). */
+#define LOCK_ATTEMPTS_MAX 15
+
 enum lock_phase {
     LOCK_IDLE,      /* no local holder, nothing in flight: the next waiter's acquire may go */
     LOCK_ACQUIRING, /* an acquire is in flight for the first waiter (acq_for) */
@@ -118,7 +121,7 @@ struct lock {
     uint32_t acq_block; /* the tokens it reserves for handoffs and joins */
     uint32_t cohort_left;
     uint32_t kept_ttl_ms;
-    enum lock_phase phase : 8;
+    enum lock_phase phase : 3;
     bool notice_missed : 1; /* a release notice came while acquiring */
     /* An operator forced the release while an acquire was in flight: sent
      * before the forced release, the acquire reached the store first, so a
@@ -133,6 +136,12 @@ struct lock {
     bool others_listen : 1;
     bool yield_next : 1;
     bool kept_listed : 1; /* on the core's list of kept locks (until core_flush) */
+    /* A notice of the name came over its subscription since it was last
+     * asked for: releases wake the waiters, the fallback retry slows down
+     * (pace.h); and the "taken" answers since the last notice or grant
+     * (LOCK_ATTEMPTS_MAX at most). */
+    bool confirmed : 1;
+    unsigned attempts : 4;
     uint16_t name_len;
     char cohort_token[TOKEN_HEX + 1]; /* the cohort's grant's key (readers join only it) */
     char acq_token[TOKEN_HEX + 1];

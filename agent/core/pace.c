@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* pace.c -- the pacing of a waiting lock's fallback retry (pace.h). */
+#include "pace.h"
+
+#include "table.h"
+#include "util.h"
+
+/* Backoff doubles from fast_ms up to the cap: 2^16 covers any cap. */
+#define ATTEMPT_MAX 16u
+
+uint64_t wait_retry_delay(const struct wait_pace *p, long long pttl_ms, bool confirmed,
+                          unsigned attempt, double r)
+{
+    if (!confirmed || p->max_ms == 0)
+        return waiter_retry_delay(p->fast_ms, pttl_ms, r);
+    uint64_t fast = (uint64_t)p->fast_ms * NS_PER_MS;
+    uint64_t cap = (uint64_t)(p->max_ms > p->fast_ms ? p->max_ms : p->fast_ms) * NS_PER_MS;
+    if (r < 0 || r >= 1)
+        r = 0.5;
+    /* Spread the retries of many names over the last quarter of the cap. */
+    uint64_t longest = cap - (uint64_t)((double)(cap / 4) * r);
+    if (pttl_ms > 0) {
+        /* No notice comes when the key expires: try right after it can. */
+        uint64_t expiry = ((uint64_t)pttl_ms + 1) * NS_PER_MS;
+        return expiry < longest ? expiry : longest;
+    }
+    /* Unknown expiry (a key without one, another host's turn): back off. */
+    unsigned n = attempt < ATTEMPT_MAX ? attempt : ATTEMPT_MAX;
+    uint64_t backoff = fast << n;
+    if (backoff > cap)
+        backoff = cap;
+    /* Equal jitter: half fixed, half random. */
+    uint64_t delay = backoff / 2 + (uint64_t)((double)(backoff / 2) * r);
+    if (delay < fast)
+        delay = fast;
+    return delay < longest ? delay : longest;
+}
+
+uint32_t wait_entry_ms(const struct wait_pace *p, uint32_t cap_ms)
+{
+    uint64_t want = p->max_ms ? cap_ms : 3ull * p->fast_ms;
+    return want < cap_ms ? (uint32_t)want : cap_ms;
+}
+
+uint64_t wait_refresh_ns(uint32_t entry_ms)
+{
+    return (uint64_t)entry_ms * NS_PER_MS / 2;
+}

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* pace.h -- when a waiting lock asks the store again, alone: the fallback
+ * retry that stands in for a lost release notice, paced by what the agent
+ * knows (docs/protocol.md, "Waiting"). Pure: no state, no I/O, no clock.
+ *
+ * While the name's release notices are not known to arrive (no
+ * subscription confirmed since the notice link was last set up), a waiter
+ * retries fast, every fast_ms to 1.5 * fast_ms, as a lost notice would
+ * otherwise strand it. Once a notice of the name came over its
+ * subscription, a release wakes the waiter by itself, so the retry is only
+ * the guard against a notice lost on the way: it comes when the holder's
+ * key can expire (an expiry publishes nothing), else after an exponential
+ * backoff with jitter, and never later than max_ms: a holder that renews
+ * keeps pushing its expiry, so max_ms bounds what a lost notice costs. */
+#ifndef DLOCKD_PACE_H
+#define DLOCKD_PACE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The agent's settings for it: retry_fallback_ms and retry_max_ms (0: the
+ * fast retry whatever the link, as earlier versions did). */
+struct wait_pace {
+    uint32_t fast_ms;
+    uint32_t max_ms;
+};
+
+/* The delay in ns before the next fallback retry of a lock whose acquire
+ * was just answered "taken": pttl_ms is the holder's key's remaining PTTL
+ * (0 or less: unknown, or another host's turn), confirmed says whether the
+ * name's release notices are known to arrive, attempt counts the "taken"
+ * answers since the last notice or grant (0 for the first), r is a jitter
+ * value in [0, 1). Never 0, never above max(fast_ms, max_ms) * 1.5 ms. */
+uint64_t wait_retry_delay(const struct wait_pace *p, long long pttl_ms, bool confirmed,
+                          unsigned attempt, double r);
+
+/* How long this agent's entry in a name's waiting-hosts record lasts
+ * (entry_ms, at most cap_ms, the store's bound), and how long after the
+ * acquire that wrote it the next one refreshes it: half its lifetime, so
+ * that the refresh has the other half to arrive. With max_ms 0 (fixed
+ * pacing) the entry lasts 3 * fast_ms as in earlier versions; else the
+ * store's bound. */
+uint32_t wait_entry_ms(const struct wait_pace *p, uint32_t cap_ms);
+uint64_t wait_refresh_ns(uint32_t entry_ms);
+
+#endif

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Unit tests for agent/core/pace.c: the pacing of a waiting lock's
+ * fallback retry and the lifetime of its waiting-hosts entry. */
+#include <criterion/criterion.h>
+
+#include "pace.h"
+#include "util.h"
+
+#define MS NS_PER_MS
+
+static const struct wait_pace paced = {.fast_ms = 100, .max_ms = 3000};
+static const struct wait_pace fixed = {.fast_ms = 100, .max_ms = 0};
+
+/* Without a confirmed subscription, or with fixed pacing, the retry is the
+ * fast one of earlier versions: in [fast, 1.5 fast), or right after the
+ * key can expire. */
+Test(pace, unconfirmed_is_fast)
+{
+    for (int k = 0; k < 100; k++) {
+        double r = k / 100.0;
+        for (unsigned a = 0; a < 20; a++) {
+            uint64_t d = wait_retry_delay(&paced, 60000, false, a, r);
+            cr_assert(d >= 100 * MS && d < 150 * MS, "delay %llu", (unsigned long long)d);
+            d = wait_retry_delay(&fixed, 60000, true, a, r);
+            cr_assert(d >= 100 * MS && d < 150 * MS, "delay %llu", (unsigned long long)d);
+        }
+    }
+    cr_assert_eq(wait_retry_delay(&paced, 20, false, 0, 0.9), 21 * MS);
+}
+
+/* Confirmed: no retry before the key can expire, none later than the cap,
+ * spread over its last quarter. */
+Test(pace, confirmed_waits_for_the_expiry_up_to_the_cap)
+{
+    for (int k = 0; k < 100; k++) {
+        double r = k / 100.0;
+        uint64_t d = wait_retry_delay(&paced, 60000, true, 0, r);
+        cr_assert(d > 2250 * MS - MS && d <= 3000 * MS, "delay %llu", (unsigned long long)d);
+        cr_assert_eq(wait_retry_delay(&paced, 500, true, 7, r), 501 * MS);
+        cr_assert_eq(wait_retry_delay(&paced, 1, true, 0, r), 2 * MS);
+    }
+    cr_assert_eq(wait_retry_delay(&paced, 60000, true, 0, 0.0), 3000 * MS);
+    cr_assert_eq(wait_retry_delay(&paced, 60000, true, 0, 0.5), 2625 * MS);
+}
+
+/* Confirmed with no known expiry: exponential backoff with jitter from the
+ * fast retry to the cap. */
+Test(pace, backoff_without_expiry)
+{
+    uint64_t prev_max = 0;
+    for (unsigned a = 0; a < 10; a++) {
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (int k = 0; k < 100; k++) {
+            uint64_t d = wait_retry_delay(&paced, 0, true, a, k / 100.0);
+            cr_assert(d >= 100 * MS && d <= 3000 * MS, "attempt %u delay %llu", a,
+                      (unsigned long long)d);
+            lo = d < lo ? d : lo;
+            hi = d > hi ? d : hi;
+        }
+        cr_assert(hi >= prev_max, "attempt %u: %llu below %llu", a, (unsigned long long)hi,
+                  (unsigned long long)prev_max);
+        prev_max = hi;
+        if (a >= 2)
+            cr_assert(hi > lo, "attempt %u has no jitter", a);
+    }
+    cr_assert_eq(wait_retry_delay(&paced, 0, true, 0, 0.0), 100 * MS);
+    cr_assert_eq(wait_retry_delay(&paced, 0, true, 3, 0.0), 400 * MS);
+    cr_assert(wait_retry_delay(&paced, 0, true, 9, 0.0) >= 1500 * MS);
+    cr_assert(wait_retry_delay(&paced, -1, true, 200, 0.99) <= 3000 * MS);
+}
+
+/* A cap below the fast retry means the fast retry; a bad jitter value is
+ * taken for the middle. */
+Test(pace, odd_settings)
+{
+    struct wait_pace low = {.fast_ms = 500, .max_ms = 100};
+    uint64_t d = wait_retry_delay(&low, 60000, true, 0, 0.0);
+    cr_assert_eq(d, 500 * MS);
+    cr_assert_eq(wait_retry_delay(&paced, 60000, true, 0, 7.0), 2625 * MS);
+    cr_assert_eq(wait_retry_delay(&paced, 60000, true, 0, -1.0), 2625 * MS);
+}
+
+/* The entry lasts the store's bound when paced (decoupled from the retry),
+ * 3 * fast as before when fixed, never beyond the bound; it is refreshed at
+ * half its life. */
+Test(pace, entry_lifetime)
+{
+    cr_assert_eq(wait_entry_ms(&paced, 3000), 3000);
+    cr_assert_eq(wait_entry_ms(&fixed, 3000), 300);
+    struct wait_pace slow = {.fast_ms = 60000, .max_ms = 0};
+    cr_assert_eq(wait_entry_ms(&slow, 3000), 3000);
+    struct wait_pace slow_paced = {.fast_ms = 60000, .max_ms = 3000};
+    cr_assert_eq(wait_entry_ms(&slow_paced, 3000), 3000);
+    cr_assert_eq(wait_refresh_ns(3000), 1500 * MS);
+    cr_assert_eq(wait_refresh_ns(300), 150 * MS);
+}
