@@ -375,16 +375,20 @@ static bool who_matches(const struct policy_who *w, uint32_t uid, const uint32_t
     return false;
 }
 
+/* Whether one of the n rules names the peer with a pattern that matches name. */
+static bool rules_match(const struct policy_rule *rules, unsigned n, uint32_t uid,
+                        const uint32_t *gids, size_t ngids, const char *name)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (who_matches(&rules[i].who, uid, gids, ngids) && fnmatch(rules[i].pattern, name, 0) == 0)
+            return true;
+    return false;
+}
+
 bool policy_allows(const struct policy *p, uint32_t uid, const uint32_t *gids, size_t ngids,
                    const char *name)
 {
-    if (p->nrules == 0)
-        return true;
-    for (unsigned i = 0; i < p->nrules; i++)
-        if (who_matches(&p->rules[i].who, uid, gids, ngids) &&
-            fnmatch(p->rules[i].pattern, name, 0) == 0)
-            return true;
-    return false;
+    return p->nrules == 0 || rules_match(p->rules, p->nrules, uid, gids, ngids, name);
 }
 
 bool policy_sees_all(const struct policy *p, uint32_t uid, const uint32_t *gids, size_t ngids)
@@ -400,11 +404,7 @@ bool policy_sees_all(const struct policy *p, uint32_t uid, const uint32_t *gids,
 bool policy_may_force(const struct policy *p, uint32_t uid, const uint32_t *gids, size_t ngids,
                       const char *name)
 {
-    for (unsigned i = 0; i < p->nforce; i++)
-        if (who_matches(&p->force[i].who, uid, gids, ngids) &&
-            fnmatch(p->force[i].pattern, name, 0) == 0)
-            return true;
-    return false;
+    return rules_match(p->force, p->nforce, uid, gids, ngids, name);
 }
 
 static int set_special(struct config *c, const char *section, const char *key, const char *v)
@@ -1590,6 +1590,19 @@ static void show_who(struct shown *s, const struct policy_who *w)
     show_add(s, buf);
 }
 
+/* A list of policy rules, "WHO PATTERN, WHO PATTERN", or none when empty. */
+static void show_rules(struct shown *s, const struct policy_rule *rules, unsigned n,
+                       const char *none)
+{
+    show_add(s, n ? "" : none);
+    for (unsigned i = 0; i < n; i++) {
+        show_add(s, i ? ", " : "");
+        show_who(s, &rules[i].who);
+        show_add(s, " ");
+        show_printable(s, rules[i].pattern);
+    }
+}
+
 static void show_list(struct shown *s, const struct reload_rule *r, const struct config *c)
 {
     const struct policy *p = &c->policy;
@@ -1600,21 +1613,9 @@ static void show_list(struct shown *s, const struct reload_rule *r, const struct
             show_printable(s, config_addr_str(&c->nodes[i], addr, sizeof addr));
         }
     } else if (r->show == SHOW_ALLOW) {
-        show_add(s, p->nrules ? "" : "(none: every name to everyone)");
-        for (unsigned i = 0; i < p->nrules; i++) {
-            show_add(s, i ? ", " : "");
-            show_who(s, &p->rules[i].who);
-            show_add(s, " ");
-            show_printable(s, p->rules[i].pattern);
-        }
+        show_rules(s, p->rules, p->nrules, "(none: every name to everyone)");
     } else if (r->show == SHOW_FORCE) {
-        show_add(s, p->nforce ? "" : "(none: nobody)");
-        for (unsigned i = 0; i < p->nforce; i++) {
-            show_add(s, i ? ", " : "");
-            show_who(s, &p->force[i].who);
-            show_add(s, " ");
-            show_printable(s, p->force[i].pattern);
-        }
+        show_rules(s, p->force, p->nforce, "(none: nobody)");
     } else if (r->show == SHOW_SEE_ALL) {
         show_add(s, p->see_all_set ? "" : "(unset: everyone)");
         for (unsigned i = 0; i < p->nsee_all; i++) {
