@@ -94,3 +94,13 @@ Test(pace, entry_lifetime)
     cr_assert_eq(wait_refresh_ns(3000), 1500 * MS);
     cr_assert_eq(wait_refresh_ns(300), 150 * MS);
 }
+
+/* The refresh goes at half the entry's life from its acquire's send time,
+ * never sooner than a fast retry from now. */
+Test(pace, refresh_due)
+{
+    uint64_t sent = 1000 * MS;
+    cr_assert_eq(wait_refresh_due(&paced, 3000, sent, sent + 10 * MS), sent + 1500 * MS);
+    struct wait_pace slow = {.fast_ms = 60000, .max_ms = 3000};
+    cr_assert_eq(wait_refresh_due(&slow, 3000, sent, sent + 10 * MS), sent + 10 * MS + 60000 * MS);
+}

@@ -1141,15 +1141,8 @@ static void on_acquired(void *arg, const struct backend_result *r)
                 l->attempts++;
             if (l->joined) {
                 /* The entry in the waiting-hosts record lapses on its own
-                 * time, not the retry's: the acquire that refreshes it goes
-                 * out at half its life, but never sooner than a fast retry
-                 * (retry_fallback_ms is the most often a waiter asks: with
-                 * one over half the entry's life, the entry may lapse
-                 * between two refreshes, as with the fast retry). */
-                uint64_t refresh = l->acq_sent + wait_refresh_ns(want_ms(k));
-                uint64_t soonest = now + (uint64_t)p.fast_ms * NS_PER_MS;
-                if (refresh < soonest)
-                    refresh = soonest;
+                 * time, not the retry's: an acquire refreshes it (pace.h). */
+                uint64_t refresh = wait_refresh_due(&p, want_ms(k), l->acq_sent, now);
                 if (refresh < due)
                     due = refresh;
             }

@@ -46,3 +46,10 @@ uint64_t wait_refresh_ns(uint32_t entry_ms)
 {
     return (uint64_t)entry_ms * NS_PER_MS / 2;
 }
+
+uint64_t wait_refresh_due(const struct wait_pace *p, uint32_t entry_ms, uint64_t sent, uint64_t now)
+{
+    uint64_t refresh = sent + wait_refresh_ns(entry_ms);
+    uint64_t soonest = now + (uint64_t)p->fast_ms * NS_PER_MS;
+    return refresh > soonest ? refresh : soonest;
+}

@@ -42,5 +42,12 @@ uint64_t wait_retry_delay(const struct wait_pace *p, long long pttl_ms, bool con
  * store's bound. */
 uint32_t wait_entry_ms(const struct wait_pace *p, uint32_t cap_ms);
 uint64_t wait_refresh_ns(uint32_t entry_ms);
+/* When the acquire that refreshes the entry goes out, for an entry of
+ * entry_ms written by the acquire sent at `sent`, now being now (ns): at
+ * half its life, but never sooner than a fast retry (fast_ms is the most
+ * often a waiter asks the store; with a fast_ms over half the entry's life
+ * the entry may lapse between two refreshes, as with the fast retry). */
+uint64_t wait_refresh_due(const struct wait_pace *p, uint32_t entry_ms, uint64_t sent,
+                          uint64_t now);
 
 #endif
