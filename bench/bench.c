@@ -126,7 +126,8 @@ static void usage(FILE *f)
                "  -F LIST     agent counts of the fleet run, comma-separated\n"
                "              (default 1,10,100; 0 skips it)\n"
                "  -D US       one-way delay of the proxy in front of Redis in the delayed\n"
-               "              run, microseconds (default 100; 0 skips it)\n"
+               "              runs (the delayed part, the TLS part's), microseconds\n"
+               "              (default 100; 0 skips them)\n"
                "  -W ROUNDS   rounds of the cross-agent wake run (default 2000; 0 skips it)\n"
                "  -C PROCS    worker processes of the cohort runs (default 4; 0 skips them)\n"
                "  -H PROCS    worker processes per agent of the two hosts run (default 2;\n"
@@ -1705,6 +1706,15 @@ static void report_tls(const struct tls_result *r)
          fmt_ratio(r->rb[1][0], r->rb[0][0]), "");
     trow("redis-benchmark SET/s, many clients", fmt_count(r->rb[0][1]), fmt_count(r->rb[1][1]),
          fmt_ratio(r->rb[1][1], r->rb[0][1]), "");
+    if (r->delay_us > 0) {
+        char w[64];
+        snprintf(w, sizeof w, "dlock 1-client pair p50, %.0f us delay", r->delay_us);
+        trow(w, fmt_us(p->dd.s.p50_us), fmt_us(t->dd.s.p50_us),
+             fmt_ratio(t->dd.s.p50_us, p->dd.s.p50_us), "");
+        snprintf(w, sizeof w, "redis-benchmark SET/s, 1 client, delay");
+        trow(w, fmt_count(r->rb[0][2]), fmt_count(r->rb[1][2]), fmt_ratio(r->rb[1][2], r->rb[0][2]),
+             "");
+    }
     printf("  (redis-benchmark rows: a plain client's own cost of TLS, as plain hiredis 0.14 has "
            "no TLS; plain hiredis on loopback: the 1-client and many-client parts)\n");
     printf("  the part's agents logged %d line(s) at level warn or above\n", r->log_lines);
@@ -1716,7 +1726,7 @@ static int phase_tls(const struct opts *o, struct env *e)
     if (!o->tls)
         return 0;
     progress("TLS: dlock over TLS against plaintext, redis-benchmark as the baseline");
-    if (run_tls(e, o->pairs, o->clients, o->seconds, &r) != 0)
+    if (run_tls(e, o->delay_us, o->pairs, o->clients, o->seconds, &r) != 0)
         return -1;
     report_tls(&r);
     fflush(stdout);

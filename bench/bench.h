@@ -402,20 +402,25 @@ void delay_kill(void);
 
 struct tls_side {
     struct pair_result d1, dm; /* dlock through this side's agent: 1 client, many */
+    struct pair_result dd;     /* 1 client across the delay proxy */
 };
 
 struct tls_result {
     long pairs;
     int clients;
+    double delay_us;         /* the delay proxy's one-way delay (0: no delayed runs) */
     struct tls_side side[2]; /* plaintext TCP, TLS */
-    double rb[2][2];         /* redis-benchmark SET requests/s: [side][1 client, many] */
-    int log_lines;           /* the part's agents' logs, level warn and up */
+    /* redis-benchmark SET requests/s: [side][1 client, many, 1 client delayed] */
+    double rb[2][3];
+    int log_lines; /* the part's agents' logs, level warn and up */
 };
 
-/* A redis-server with a plaintext and a TLS port, an agent on each, their
- * runs of pairs.c, and redis-benchmark's SET on each port. 0, or -1 after
- * printing why. */
-int run_tls(struct env *e, long pairs, int clients, double seconds, struct tls_result *out);
+/* A redis-server with a plaintext and a TLS port, an agent on each (and,
+ * with a delay, one more on each behind a delay proxy), their runs of
+ * pairs.c, and redis-benchmark's SET on each port. 0, or -1 after printing
+ * why. */
+int run_tls(struct env *e, double delay_us, long pairs, int clients, double seconds,
+            struct tls_result *out);
 /* SIGKILLs the part's children: async-signal-safe. */
 void tls_kill(void);
 

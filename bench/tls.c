@@ -3,7 +3,8 @@
  * plaintext and a TLS port (certificates from tests/tls/make-pki.sh), an
  * agent on each (127.0.0.1:PORT and rediss://127.0.0.1:TLSPORT, handoff
  * off so that every pair goes to Redis), the 1-client and many-client runs
- * of pairs.c on each, and redis-benchmark's SET on each port as the plain clients'
+ * of pairs.c on each, the 1-client run again with both ports behind the
+ * delay proxy, and redis-benchmark's SET on each port as the plain clients'
  * baseline (hiredis 0.14, the plain client of the other parts, has no TLS;
  * redis-benchmark is built with it). */
 #include <ctype.h>
@@ -23,7 +24,7 @@
 
 enum { SIDE_PLAIN, SIDE_TLS, SIDES };
 
-static volatile pid_t agent_pids[SIDES];
+static volatile pid_t agent_pids[2 * SIDES];
 static struct redisproc redis;
 
 /* A loopback port nothing listens on (the kernel's choice). */
@@ -159,11 +160,13 @@ static double redis_benchmark(int port, bool tls, const char *pki, int clients, 
     return rps;
 }
 
-int run_tls(struct env *e, long pairs, int clients, double seconds, struct tls_result *out)
+int run_tls(struct env *e, double delay_us, long pairs, int clients, double seconds,
+            struct tls_result *out)
 {
     memset(out, 0, sizeof *out);
     out->pairs = pairs;
     out->clients = clients;
+    out->delay_us = delay_us;
     char pki[BENCH_PATH], sock[BENCH_PATH];
     snprintf(pki, sizeof pki, "%s/pki", e->dir);
     int port = free_port(), tls_port = free_port();
@@ -178,13 +181,27 @@ int run_tls(struct env *e, long pairs, int clients, double seconds, struct tls_r
     out->rb[SIDE_TLS][0] = redis_benchmark(tls_port, true, pki, 1, rb);
     out->rb[SIDE_PLAIN][1] = redis_benchmark(port, false, pki, clients, rb * 4);
     out->rb[SIDE_TLS][1] = redis_benchmark(tls_port, true, pki, clients, rb * 4);
-    struct env v[SIDES];
-    struct agent_start s[SIDES];
-    char addr[SIDES][BENCH_PATH];
+    struct env v[2 * SIDES];
+    struct agent_start s[2 * SIDES];
+    struct delayproxy *proxy[SIDES] = {0};
+    char addr[2 * SIDES][BENCH_PATH];
     snprintf(addr[SIDE_PLAIN], BENCH_PATH, "127.0.0.1:%d", port);
     snprintf(addr[SIDE_TLS], BENCH_PATH, "rediss://127.0.0.1:%d", tls_port);
-    int n = 0, rc = 0;
-    for (int i = 0; i < SIDES && rc == 0; i++, n++) {
+    int n = 0, rc = 0, via[SIDES] = {0};
+    /* Behind the delay proxy: each port through a proxy of its own, and an
+     * agent more on each. */
+    for (int side = 0; side < SIDES && delay_us > 0 && rc == 0; side++) {
+        via[side] = free_port();
+        char listen[32], target[32];
+        snprintf(listen, sizeof listen, "tcp:127.0.0.1:%d", via[side]);
+        snprintf(target, sizeof target, "tcp:127.0.0.1:%d", side == SIDE_TLS ? tls_port : port);
+        proxy[side] = delayproxy_start(listen, target, (uint64_t)(delay_us * 1e3));
+        rc = proxy[side] ? 0 : -1;
+        snprintf(addr[SIDES + side], BENCH_PATH, "%s127.0.0.1:%d",
+                 side == SIDE_TLS ? "rediss://" : "", via[side]);
+    }
+    int nagents = delay_us > 0 ? 2 * SIDES : SIDES;
+    for (int i = 0; i < nagents && rc == 0; i++, n++) {
         rc = start_agent(e, i, addr[i], pki, &v[i], &s[i]);
         /* The part's Redis is the one whose CPU counts (and the one whose
          * INFO cpu the many-client run reads, over its unix socket). */
@@ -193,6 +210,8 @@ int run_tls(struct env *e, long pairs, int clients, double seconds, struct tls_r
     }
     if (rc == 0)
         rc = agents_wait_ready(s, n, BENCH_TTL_MS, START_MS);
+    for (int side = 0; side < SIDES && rc == 0 && delay_us > 0; side++)
+        out->rb[side][2] = redis_benchmark(via[side], side == SIDE_TLS, pki, 1, pairs / 5);
     for (int side = 0; side < SIDES && rc == 0; side++) {
         fprintf(stderr, "dlock-bench: TLS part: %s, 1 client\n", side ? "TLS" : "plaintext");
         struct tls_side *t = &out->side[side];
@@ -202,17 +221,25 @@ int run_tls(struct env *e, long pairs, int clients, double seconds, struct tls_r
                     clients);
             rc = run_multi(&dlock_driver, NULL, &v[side], clients, seconds, &t->dm, NULL);
         }
+        if (rc == 0 && delay_us > 0) {
+            fprintf(stderr, "dlock-bench: TLS part: %s across the delay, 1 client\n",
+                    side ? "TLS" : "plaintext");
+            rc = run_single(&dlock_driver, NULL, &v[SIDES + side], pairs / 10, &t->dd, NULL);
+        }
     }
     for (int i = 0; i < n; i++)
         out->log_lines += env_log_lines(v[i].agent_log);
     stop_agents(v, n);
+    for (int side = 0; side < SIDES; side++)
+        if (proxy[side])
+            delayproxy_stop(proxy[side]);
     redisproc_stop(&redis, START_MS);
     return rc;
 }
 
 void tls_kill(void)
 {
-    for (int i = 0; i < SIDES; i++)
+    for (int i = 0; i < 2 * SIDES; i++)
         if (agent_pids[i] > 0)
             kill(agent_pids[i], SIGKILL);
     if (redis.pid > 0)
