@@ -3,7 +3,6 @@
  * agent/core/table.c. */
 #include <criterion/criterion.h>
 #include <limits.h>
-#include <malloc.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,7 +56,7 @@ Test(table, lock_takes_its_name_in_its_tail)
         memset(name, 'a' + (int)(len % 26), len);
         name[len] = '\0';
         struct lock *l = get(&t, name);
-        cr_assert_geq(malloc_usable_size(l), offsetof(struct lock, name) + len + 1);
+        cr_assert_geq(table_pool_size(lock_alloc_size(len)), offsetof(struct lock, name) + len + 1);
         cr_assert_eq(l->name_len, len);
         cr_assert_str_eq(l->name, name);
         cr_assert_eq(find(&t, name), l);

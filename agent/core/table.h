@@ -148,6 +148,15 @@ struct lock {
     char name[]; /* NUL-terminated */
 };
 
+/* Objects of one size, from chunks of the table's own (table.c). */
+struct table_pool {
+    void *free;      /* returned objects, linked through their first word */
+    char *cur, *end; /* not handed out yet, in the newest chunk */
+    void *chunks;    /* the chunks, newest first */
+    size_t used;     /* objects handed out */
+    uint32_t nchunks;
+};
+
 struct table {
     struct lock **buckets;
     size_t nbuckets, nlocks;
@@ -161,13 +170,21 @@ struct table {
     uint32_t *free_slots; /* stack of free slot indexes */
     uint32_t nslots, nfree, slot_cap;
     size_t nleases;
+    /* Leases and locks by size, in steps of TABLE_POOL_GRAIN bytes up to
+     * TABLE_POOL_MAX (larger locks are allocated one by one). */
+    struct table_pool *pools;
 };
+
+#define TABLE_POOL_GRAIN 8
+#define TABLE_POOL_MAX   512
 
 int table_init(struct table *t, uint64_t seed);
 void table_free(struct table *t); /* frees every lock, lease and waiter */
 
-/* The bytes a lock with a name of len bytes is allocated with. */
+/* The bytes a lock with a name of len bytes needs, and the bytes it takes
+ * in the table's pools (rounded up to TABLE_POOL_GRAIN). */
 size_t lock_alloc_size(size_t len);
+size_t table_pool_size(size_t n);
 
 /* Lock lookup and creation; a lock is freed by table_lock_release_if_idle. */
 struct lock *table_lock_find(const struct table *t, const char *name, size_t len);
