@@ -108,6 +108,32 @@ static void pool_put(struct table *t, void *o, size_t n)
     p->free = o;
 }
 
+void token_hex(const uint8_t raw[TOKEN_BYTES], char out[TOKEN_HEX + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < TOKEN_BYTES; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[TOKEN_HEX] = '\0';
+}
+
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+int token_raw(const char *hex, uint8_t raw[TOKEN_BYTES])
+{
+    for (int i = 0; i < TOKEN_BYTES; i++) {
+        int hi = hex_digit(hex[2 * i]), lo = hi < 0 ? -1 : hex_digit(hex[2 * i + 1]);
+        if (lo < 0)
+            return -1;
+        raw[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
+}
+
 int table_init(struct table *t, uint64_t seed)
 {
     memset(t, 0, sizeof *t);
@@ -154,6 +180,8 @@ void table_free(struct table *t)
 static void rehash(struct table *t)
 {
     size_t n = t->nbuckets * 2;
+    if (n > (size_t)UINT32_MAX)
+        return; /* a lock's hash has 32 bits */
     struct lock **b = calloc(n, sizeof *b);
     if (!b)
         return; /* keep the longer chains; lookups stay correct */
@@ -171,7 +199,7 @@ static void rehash(struct table *t)
 
 struct lock *table_lock_find(const struct table *t, const char *name, size_t len)
 {
-    uint64_t h = name_hash(t->seed, name, len);
+    uint32_t h = (uint32_t)name_hash(t->seed, name, len);
     for (struct lock *l = t->buckets[h & (t->nbuckets - 1)]; l; l = l->hnext)
         if (l->hash == h && l->name_len == len && memcmp(l->name, name, len) == 0)
             return l;
@@ -194,7 +222,7 @@ struct lock *table_lock_get(struct table *t, const char *name, size_t len)
     l = pool_get(t, lock_alloc_size(len));
     if (!l)
         return NULL;
-    l->hash = name_hash(t->seed, name, len);
+    l->hash = (uint32_t)name_hash(t->seed, name, len);
     l->name_len = (uint16_t)len;
     memcpy(l->name, name, len);
     tnode_init(&l->retry, TK_LOCK);

@@ -14,7 +14,13 @@
 #include "theap.h"
 #include "util.h"
 
-#define TOKEN_HEX 32 /* 128 random bits as lowercase hex */
+#define TOKEN_HEX   32 /* 128 random bits as lowercase hex: to the store and the journal */
+#define TOKEN_BYTES 16 /* the same bits as a lease or lock keeps them */
+
+/* A kept token as the TOKEN_HEX lowercase hex digits (and a NUL) it stands
+ * for, and back: 0, or -1 when hex is not TOKEN_HEX lowercase hex digits. */
+void token_hex(const uint8_t raw[TOKEN_BYTES], char out[TOKEN_HEX + 1]);
+int token_raw(const char *hex, uint8_t raw[TOKEN_BYTES]);
 
 enum tkind { TK_LEASE = 1, TK_WAITER = 2, TK_LOCK = 3, TK_AGENT = 4 };
 
@@ -70,7 +76,7 @@ struct lease {
     uint8_t state;       /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
     /* The token of the key (or of the store's permit) that the lease holds:
      * local shared holders of one grant from the store share it. */
-    char token[TOKEN_HEX + 1];
+    uint8_t token[TOKEN_BYTES];
 };
 
 /* Where a lock stands on this agent; exactly one at a time. */
@@ -93,8 +99,7 @@ enum lock_phase {
  * ends with the name (table_lock_get; tests/test_table.c holds the
  * size to a budget). */
 struct lock {
-    struct lock *hnext; /* hash chain */
-    uint64_t hash;
+    struct lock *hnext;         /* hash chain */
     LIST_HEAD(, lease) holders; /* not empty exactly in LOCK_HELD */
     struct waiter *qhead, *qtail;
     struct waiter *acq_for; /* waiter the in-flight acquire is for (may be NULL) */
@@ -114,13 +119,14 @@ struct lock {
      * alike: admit_compatible()); nholders' kind is in each lease. */
     struct admit_ask counted;
     struct admit_ask acq_ask; /* the kind the in-flight acquire asks the store for */
+    uint32_t hash;            /* name_hash()'s low bits: the bucket's are among them */
     uint32_t nholders;
     uint32_t nwaiters; /* in the queue */
     uint32_t ncounted;
     uint32_t acq_ttl_ms;
-    uint32_t acq_block; /* the tokens it reserves for handoffs and joins */
-    uint32_t cohort_left;
     uint32_t kept_ttl_ms;
+    uint16_t acq_block; /* the tokens it reserves for handoffs and joins (cohort_handoffs) */
+    uint16_t cohort_left;
     enum lock_phase phase : 3;
     bool notice_missed : 1; /* a release notice came while acquiring */
     /* An operator forced the release while an acquire was in flight: sent
@@ -143,8 +149,8 @@ struct lock {
     bool confirmed : 1;
     unsigned attempts : 4;
     uint16_t name_len;
-    char cohort_token[TOKEN_HEX + 1]; /* the cohort's grant's key (readers join only it) */
-    char acq_token[TOKEN_HEX + 1];
+    uint8_t cohort_token[TOKEN_BYTES]; /* the cohort's grant's key (readers join only it) */
+    uint8_t acq_token[TOKEN_BYTES];
     char name[]; /* NUL-terminated */
 };
 
