@@ -909,8 +909,10 @@ static bool plainly_valid(const struct lease *le, uint64_t now)
  * exclusive key, while its cohort is open and the lease plainly valid. */
 static bool may_keep(const struct core *k, const struct lease *le, uint64_t now)
 {
+    /* (An exclusive holder leaves the lock HELD, no acquire in flight: the
+     * acquire's state and the kept key's share their bytes.) */
     return le->ask.kind == LOCK_EXCLUSIVE && cohort_open(k, le->lock, now) &&
-           plainly_valid(le, now) && !le->lock->others_listen;
+           plainly_valid(le, now) && !le->lock->others_listen && le->lock->phase == LOCK_HELD;
 }
 
 /* The shared holder whose grant one more local shared holder may join: a

@@ -105,16 +105,30 @@ struct lock {
     struct waiter *acq_for; /* waiter the in-flight acquire is for (may be NULL) */
     struct lock *kept_next; /* on the core's list of kept locks */
     struct tnode retry;     /* fallback retry: queued exactly in LOCK_BACKOFF */
-    uint64_t acq_sent;      /* send time of the in-flight acquire */
+    /* What one phase needs at a time, in the same bytes: LOCK_ACQUIRING the
+     * acquire's (read as its answer comes), LOCK_KEPT the released lease's
+     * (no acquire is in flight while a lock has an exclusive holder, which
+     * may_keep() asks of a kept key). */
+    union {
+        struct {
+            uint64_t acq_sent;   /* send time of the in-flight acquire */
+            uint32_t acq_ttl_ms; /* its TTL */
+            uint16_t acq_block;  /* the tokens it reserves for handoffs and joins
+                                    (cohort_handoffs) */
+        };
+        /* LOCK_KEPT: the released lease's validity and next renewal (its TTL
+         * is kept_ttl_ms, the key's token acq_token), for a local acquire in
+         * the same turn. */
+        struct {
+            uint64_t kept_deadline, kept_renew_due;
+        };
+    };
     /* Cohort handoff (docs/architecture.md): after the last grant from the
      * store (sent at cohort_start), the next token reserved with it and how
      * many are left (cohort_left). Set at the grant, so that an acquire sent
      * beside the holders (a reader's, a permit's) does not change them. */
     uint64_t cohort_start;
     uint64_t cohort_next;
-    /* LOCK_KEPT: the released lease's validity, TTL and next renewal (the
-     * key's token is acq_token), for a local acquire in the same turn. */
-    uint64_t kept_deadline, kept_renew_due;
     /* The shared or semaphore waiters in the queue, and what they ask (all
      * alike: admit_compatible()); nholders' kind is in each lease. */
     struct admit_ask counted;
@@ -123,9 +137,7 @@ struct lock {
     uint32_t nholders;
     uint32_t nwaiters; /* in the queue */
     uint32_t ncounted;
-    uint32_t acq_ttl_ms;
     uint32_t kept_ttl_ms;
-    uint16_t acq_block; /* the tokens it reserves for handoffs and joins (cohort_handoffs) */
     uint16_t cohort_left;
     enum lock_phase phase : 3;
     bool notice_missed : 1; /* a release notice came while acquiring */
