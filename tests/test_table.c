@@ -3,7 +3,6 @@
  * agent/core/table.c. */
 #include <criterion/criterion.h>
 #include <limits.h>
-#include <malloc.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,23 +32,28 @@ static struct lock *find(struct table *t, const char *name)
 /* The agent holds one struct lease and one struct lock (with its name) per
  * held name: at 100,000 leases these are most of its memory, with a budget
  * of 512 bytes per lease in all (bench/README.md, "Many leases held").
- * glibc adds 8 bytes to each allocation and rounds it up to 16, so a lease
- * of at most 200 bytes takes 208, and a lock whose name starts by byte 226
- * takes 256 with a name of up to 21 bytes (the bench's names). A field that
- * pads or grows them passes these bounds: reorder, or shrink another. */
-_Static_assert(sizeof(struct lease) <= 200, "struct lease outgrew its budget of 200 bytes");
-_Static_assert(offsetof(struct lock, name) <= 226,
-               "struct lock's fixed fields outgrew their budget of 226 bytes");
+ * They come from the table's pools, by size in steps of 8 bytes and with
+ * no header: a lease of at most 184 bytes takes 184, and a lock whose name
+ * starts by byte 170 takes 192 with a name of up to 21 bytes (the bench's
+ * names). A field that pads or grows them passes these bounds: reorder, or
+ * shrink another. */
+_Static_assert(sizeof(struct lease) <= 184, "struct lease outgrew its budget of 184 bytes");
+_Static_assert(offsetof(struct lock, name) <= 170,
+               "struct lock's fixed fields outgrew their budget of 170 bytes");
 _Static_assert(sizeof(struct waiter) <= 112, "struct waiter outgrew its budget of 112 bytes");
 
 Test(table, lock_takes_its_name_in_its_tail)
 {
-    /* A short name fits in the struct's tail padding; a longer one just
-     * past the fixed fields, not past the whole struct. */
-    cr_assert_eq(lock_alloc_size(0), sizeof(struct lock));
-    cr_assert_eq(lock_alloc_size(300), offsetof(struct lock, name) + 301);
-    cr_assert_leq(lock_alloc_size(21), 248, "a lock with a 21-byte name takes %zu bytes",
-                  lock_alloc_size(21));
+    /* The name starts where the fixed fields end (in the tail padding of
+     * the struct, if it has any); the pools round the size up to 8. */
+    size_t fixed = offsetof(struct lock, name);
+    cr_assert_eq(lock_alloc_size(0),
+                 fixed + 1 > sizeof(struct lock) ? fixed + 1 : sizeof(struct lock));
+    cr_assert_eq(lock_alloc_size(300), fixed + 301);
+    cr_assert_leq(table_pool_size(lock_alloc_size(21)), 192,
+                  "a lock with a 21-byte name takes %zu bytes",
+                  table_pool_size(lock_alloc_size(21)));
+    cr_assert_eq(table_pool_size(sizeof(struct lease)) % TABLE_POOL_GRAIN, 0);
     struct table t;
     cr_assert_eq(table_init(&t, 42), 0);
     char name[400];
@@ -57,12 +61,72 @@ Test(table, lock_takes_its_name_in_its_tail)
         memset(name, 'a' + (int)(len % 26), len);
         name[len] = '\0';
         struct lock *l = get(&t, name);
-        cr_assert_geq(malloc_usable_size(l), offsetof(struct lock, name) + len + 1);
+        cr_assert_geq(table_pool_size(lock_alloc_size(len)), offsetof(struct lock, name) + len + 1);
         cr_assert_eq(l->name_len, len);
         cr_assert_str_eq(l->name, name);
         cr_assert_eq(find(&t, name), l);
     }
     table_free(&t);
+}
+
+/* Under AddressSanitizer the pools hand each object to malloc. */
+#if defined(__SANITIZE_ADDRESS__)
+#define POOLED 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define POOLED 0
+#endif
+#endif
+#ifndef POOLED
+#define POOLED 1
+#endif
+
+Test(table, pools_reuse_what_is_freed_and_keep_sizes_apart)
+{
+    struct table t;
+    cr_assert_eq(table_init(&t, 42), 0);
+    struct lock *a = get(&t, "pool-a"), *b = get(&t, "pool-b");
+    struct lease *la = table_lease_new(&t, a, NULL), *lb = table_lease_new(&t, b, NULL);
+    cr_assert(la && lb);
+    /* A fresh object is zeroed, whatever its bytes held before. */
+    memset(la->token, 0xab, sizeof la->token);
+    la->renewals = 7;
+    table_lease_free(&t, la);
+    struct lease *lc = table_lease_new(&t, a, NULL);
+    cr_assert_not_null(lc);
+    if (POOLED)
+        cr_assert_eq(lc, la, "the freed lease's bytes serve the next one");
+    cr_assert_eq(lc->renewals, 0);
+    for (size_t i = 0; i < sizeof lc->token; i++)
+        cr_assert_eq(lc->token[i], 0);
+    cr_assert_eq(lc->lock, a);
+    /* A lock of another size comes from another pool: no overlap. */
+    char name[100];
+    memset(name, 'n', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    struct lock *big = get(&t, name);
+    cr_assert_neq(table_pool_size(lock_alloc_size(strlen(name))),
+                  table_pool_size(lock_alloc_size(6)));
+    cr_assert_str_eq(big->name, name);
+    cr_assert_str_eq(a->name, "pool-a");
+    cr_assert_str_eq(b->name, "pool-b");
+    /* Many at once, through several chunks, all distinct and intact. */
+    enum { N = 5000 };
+    static struct lease *many[N];
+    for (int i = 0; i < N; i++) {
+        many[i] = table_lease_new(&t, b, NULL);
+        cr_assert_not_null(many[i]);
+        many[i]->renewals = (uint32_t)i;
+    }
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(many[i]->renewals, (uint32_t)i);
+        cr_assert_eq(table_lease_find(&t, many[i]->id), many[i]);
+    }
+    for (int i = 0; i < N; i += 2)
+        table_lease_free(&t, many[i]);
+    for (int i = 1; i < N; i += 2)
+        cr_assert_eq(many[i]->renewals, (uint32_t)i);
+    table_free(&t); /* frees the rest (LeakSanitizer checks) */
 }
 
 Test(table, lock_flags_are_independent)

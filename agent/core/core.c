@@ -66,19 +66,18 @@ static double jitter(struct core *k)
     return (double)(v >> 11) / 9007199254740992.0;
 }
 
-/* 128 random bits as 32 lowercase hex characters and a NUL. 0, or -1 when
- * the environment has no randomness to give: a token must not be guessable. */
-static int new_token(struct core *k, char out[TOKEN_HEX + 1])
+/* 128 random bits, kept as TOKEN_BYTES (token_hex() writes them out). 0, or
+ * -1 when the environment has no randomness to give: a token must not be
+ * guessable. Each value's nibbles from the lowest, as its hex digits. */
+static int new_token(struct core *k, uint8_t out[TOKEN_BYTES])
 {
-    static const char hex[] = "0123456789abcdef";
     for (int half = 0; half < 2; half++) {
         uint64_t v;
         if (k->env.random(k->env.arg, &v) != 0)
             return -1;
-        for (int i = 0; i < 16; i++, v >>= 4)
-            out[half * 16 + i] = hex[v & 15];
+        for (int i = 0; i < 8; i++, v >>= 8)
+            out[half * 8 + i] = (uint8_t)((v & 15) << 4 | (v >> 4 & 15));
     }
-    out[TOKEN_HEX] = '\0';
     return 0;
 }
 
@@ -324,7 +323,9 @@ static void drop_key(struct core *k, const struct lock *l, const char *token,
  * which no lease holds, with a TTL of ttl_ms at most left. */
 static void release_grant(struct core *k, const struct lock *l, uint32_t ttl_ms, uint64_t now)
 {
-    drop_key(k, l, l->acq_token, &l->acq_ask, ttl_ms, true, now);
+    char token[TOKEN_HEX + 1];
+    token_hex(l->acq_token, token);
+    drop_key(k, l, token, &l->acq_ask, ttl_ms, true, now);
 }
 
 /* Releases the key of lease le, unless another local holder shares it (the
@@ -333,16 +334,20 @@ static void release_lease_key(struct core *k, const struct lease *le, uint64_t n
 {
     const struct lease *o;
     LIST_FOREACH(o, &le->lock->holders, hlink)
-    if (o != le && memcmp(o->token, le->token, TOKEN_HEX) == 0)
+    if (o != le && memcmp(o->token, le->token, TOKEN_BYTES) == 0)
         return;
-    drop_key(k, le->lock, le->token, &le->ask, le->ttl_ms, true, now);
+    char token[TOKEN_HEX + 1];
+    token_hex(le->token, token);
+    drop_key(k, le->lock, token, &le->ask, le->ttl_ms, true, now);
     le->lock->yield_next = le->lock->others_listen;
 }
 
 /* After an acquire that did not take the lock, or whose answer is unknown. */
 static void withdraw_key(struct core *k, const struct lock *l, uint64_t now)
 {
-    drop_key(k, l, l->acq_token, &l->acq_ask, l->acq_ttl_ms, false, now);
+    char token[TOKEN_HEX + 1];
+    token_hex(l->acq_token, token);
+    drop_key(k, l, token, &l->acq_ask, l->acq_ttl_ms, false, now);
 }
 
 /* Sends the unconfirmed releases again. */
@@ -629,12 +634,14 @@ static void lease_due(struct core *k, struct lease *le, uint64_t now)
         return;
     }
     *ref = (struct renew_ref){.k = k, .lease_id = le->id};
+    char token[TOKEN_HEX + 1];
+    token_hex(le->token, token);
     struct backend_req req = {.op = BACKEND_RENEW,
                               .kind = le->ask.kind,
                               .limit = le->ask.permits,
                               .name = le->lock->name,
                               .len = le->lock->name_len,
-                              .token = le->token,
+                              .token = token,
                               .ttl_ms = le->ttl_ms,
                               .holds = le->holds};
     int rc = k->backend->ops->op(k->backend, &req, on_renewed, ref);
@@ -659,7 +666,7 @@ static void lease_due(struct core *k, struct lease *le, uint64_t now)
  * when it cannot be (w is answered with the error; the caller lets the key
  * go). */
 static struct lease *lease_start(struct core *k, struct lock *l, struct waiter *w,
-                                 const char *token, uint32_t ttl_ms, uint64_t deadline,
+                                 const uint8_t *token, uint32_t ttl_ms, uint64_t deadline,
                                  uint64_t fence, uint64_t from, uint64_t now)
 {
     struct core_client *c = w->owner;
@@ -719,7 +726,8 @@ int core_adopt(struct core *k, struct core_client *c, const struct core_adopted 
 {
     if (a->deadline <= now)
         return DLOCK_ELOST;
-    if (!a->holds || !a->ttl_ms || a->name_len == 0)
+    uint8_t token[TOKEN_BYTES];
+    if (!a->holds || !a->ttl_ms || a->name_len == 0 || token_raw(a->token, token) != 0)
         return DLOCK_EINVAL;
     struct lock *l = table_lock_get(&k->table, a->name, a->name_len);
     if (!l)
@@ -735,8 +743,7 @@ int core_adopt(struct core *k, struct core_client *c, const struct core_adopted 
         table_lock_release_if_idle(&k->table, l);
         return DLOCK_EINVAL;
     }
-    memcpy(le->token, a->token, TOKEN_HEX);
-    le->token[TOKEN_HEX] = '\0';
+    memcpy(le->token, token, sizeof le->token);
     le->ask = a->ask;
     le->holder_id = a->holder_id;
     le->holds = a->holds;
@@ -779,9 +786,12 @@ void core_release_key(struct core *k, const char *name, uint16_t name_len, const
                "out of memory: %.*s will expire by its TTL", (int)name_len, name);
         return;
     }
+    /* (A token that is no hex, which no journal record has, matches none.) */
+    uint8_t raw[TOKEN_BYTES];
+    bool raw_ok = token_raw(token, raw) == 0;
     const struct lease *o;
     LIST_FOREACH(o, &l->holders, hlink)
-    if (memcmp(o->token, token, TOKEN_HEX) == 0)
+    if (raw_ok && memcmp(o->token, raw, TOKEN_BYTES) == 0)
         return;
     char tok[TOKEN_HEX + 1];
     memcpy(tok, token, TOKEN_HEX);
@@ -845,7 +855,7 @@ static void grant(struct core *k, struct lock *l, struct waiter *w, uint64_t dea
  * lease whose key it shares, of TTL cap_ttl, renewed next at cap_due).
  * Its renewal comes with that lease's, or at once with another TTL. NULL
  * when it cannot be (the waiter is answered with the error). */
-static struct lease *cohort_pass(struct core *k, struct lock *l, const char *token, uint64_t cap,
+static struct lease *cohort_pass(struct core *k, struct lock *l, const uint8_t *token, uint64_t cap,
                                  uint32_t cap_ttl, uint64_t cap_due, uint64_t fence, uint64_t now)
 {
     uint32_t ttl_ms = l->qhead->ttl_ms; /* the waiter is gone once answered */
@@ -899,8 +909,10 @@ static bool plainly_valid(const struct lease *le, uint64_t now)
  * exclusive key, while its cohort is open and the lease plainly valid. */
 static bool may_keep(const struct core *k, const struct lease *le, uint64_t now)
 {
+    /* (An exclusive holder leaves the lock HELD, no acquire in flight: the
+     * acquire's state and the kept key's share their bytes.) */
     return le->ask.kind == LOCK_EXCLUSIVE && cohort_open(k, le->lock, now) &&
-           plainly_valid(le, now) && !le->lock->others_listen;
+           plainly_valid(le, now) && !le->lock->others_listen && le->lock->phase == LOCK_HELD;
 }
 
 /* The shared holder whose grant one more local shared holder may join: a
@@ -914,7 +926,7 @@ static const struct lease *join_source(const struct core *k, const struct lock *
         return NULL;
     LIST_FOREACH(le, &l->holders, hlink)
     if ((le->ask.kind == LOCK_SHARED || PLANTED(CORE_BUG_READER_JOINS_WRITER)) &&
-        plainly_valid(le, now) && memcmp(le->token, l->cohort_token, TOKEN_HEX) == 0 &&
+        plainly_valid(le, now) && memcmp(le->token, l->cohort_token, TOKEN_BYTES) == 0 &&
         (!best || le->deadline > best->deadline))
         best = le;
     return best;
@@ -1206,10 +1218,11 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
         /* The tokens this acquire reserves, handed out only if it grants (a
          * reload of the settings meanwhile does not change them); a
          * semaphore's permits are each a grant of their own. */
-        l->acq_block = w->ask.kind == LOCK_SEMAPHORE ? 0 : k->cfg->cohort_handoffs;
+        l->acq_block = w->ask.kind == LOCK_SEMAPHORE ? 0 : (uint16_t)k->cfg->cohort_handoffs;
         l->notice_missed = false;
         /* Who holds it, for operators looking from any host. */
-        char holder[BACKEND_RECORD_MAX - TOKEN_HEX - 1];
+        char holder[BACKEND_RECORD_MAX - TOKEN_HEX - 1], token[TOKEN_HEX + 1];
+        token_hex(l->acq_token, token);
         const struct core_client *c = w->owner;
         snprintf(holder, sizeof holder, "%s %d %u %s", k->host, (int)c->pid, (unsigned)c->uid,
                  c->comm);
@@ -1219,7 +1232,7 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
                                            (w->ask.permits && PLANTED(CORE_BUG_SEM_OVER_LIMIT)),
                                   .name = l->name,
                                   .len = l->name_len,
-                                  .token = l->acq_token,
+                                  .token = token,
                                   .holder = holder,
                                   .ttl_ms = w->ttl_ms,
                                   .block = l->acq_block,

@@ -9,6 +9,131 @@
 
 #define SLOT_BITS 32
 
+/* ---- pools ----
+ *
+ * Leases and locks live as long as they are held, among the short-lived
+ * allocations of every request (waiters, commands, replies). From malloc's
+ * heap they would be strewn among those, and the holes the short-lived ones
+ * leave behind would stay as long as the leases do. So the table takes them
+ * from chunks of its own, one pool per size (in steps of TABLE_POOL_GRAIN
+ * bytes, no header per object): a returned object goes on its pool's free
+ * list for the next of its size. A chunk is twice the size of the pool's
+ * last, from 4 KiB up to 256 KiB; a pool that has handed out nothing keeps
+ * only its first. Under AddressSanitizer every object is a malloc of its
+ * own, so that a use after free is still caught. */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define POOLS_BYPASSED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define POOLS_BYPASSED 1
+#endif
+#endif
+#ifndef POOLS_BYPASSED
+#define POOLS_BYPASSED 0
+#endif
+
+#define POOL_CHUNK_FIRST 4096
+#define POOL_CHUNK_MAX   (256 * 1024)
+#define POOL_CHUNK_HEAD  16 /* the link to the next chunk, objects stay 16-aligned */
+
+size_t table_pool_size(size_t n)
+{
+    return (n + TABLE_POOL_GRAIN - 1) / TABLE_POOL_GRAIN * TABLE_POOL_GRAIN;
+}
+
+static void *pool_get(struct table *t, size_t n)
+{
+    n = table_pool_size(n);
+    if (POOLS_BYPASSED || n > TABLE_POOL_MAX)
+        return calloc(1, n);
+    struct table_pool *p = &t->pools[n / TABLE_POOL_GRAIN];
+    void *o = p->free;
+    if (o) {
+        memcpy(&p->free, o, sizeof p->free);
+    } else {
+        if (p->cur == NULL || (size_t)(p->end - p->cur) < n) {
+            size_t size = (size_t)POOL_CHUNK_FIRST << (p->nchunks < 6 ? p->nchunks : 6);
+            char *c = malloc(size);
+            if (!c)
+                return NULL;
+            memcpy(c, &p->chunks, sizeof p->chunks);
+            p->chunks = c;
+            p->nchunks++;
+            p->cur = c + POOL_CHUNK_HEAD;
+            p->end = c + size;
+        }
+        o = p->cur;
+        p->cur += n;
+    }
+    p->used++;
+    return memset(o, 0, n);
+}
+
+/* Frees the pool's chunks, all of them or all but the first. */
+static void pool_drop(struct table_pool *p, bool keep_first)
+{
+    char *c = p->chunks, *first = NULL;
+    while (c) {
+        char *next;
+        memcpy(&next, c, sizeof next);
+        if (keep_first && !next)
+            first = c;
+        else
+            free(c);
+        c = next;
+    }
+    memset(p, 0, sizeof *p);
+    if (first) {
+        p->chunks = first;
+        p->nchunks = 1;
+        p->cur = first + POOL_CHUNK_HEAD;
+        p->end = first + POOL_CHUNK_FIRST;
+    }
+}
+
+static void pool_put(struct table *t, void *o, size_t n)
+{
+    n = table_pool_size(n);
+    if (POOLS_BYPASSED || n > TABLE_POOL_MAX) {
+        free(o);
+        return;
+    }
+    struct table_pool *p = &t->pools[n / TABLE_POOL_GRAIN];
+    if (--p->used == 0) {
+        pool_drop(p, true); /* all of its objects are free */
+        return;
+    }
+    memcpy(o, &p->free, sizeof p->free);
+    p->free = o;
+}
+
+void token_hex(const uint8_t raw[TOKEN_BYTES], char out[TOKEN_HEX + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < TOKEN_BYTES; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[TOKEN_HEX] = '\0';
+}
+
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+int token_raw(const char *hex, uint8_t raw[TOKEN_BYTES])
+{
+    for (int i = 0; i < TOKEN_BYTES; i++) {
+        int hi = hex_digit(hex[2 * i]), lo = hi < 0 ? -1 : hex_digit(hex[2 * i + 1]);
+        if (lo < 0)
+            return -1;
+        raw[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
+}
+
 int table_init(struct table *t, uint64_t seed)
 {
     memset(t, 0, sizeof *t);
@@ -16,13 +141,20 @@ int table_init(struct table *t, uint64_t seed)
     t->gen_base = (uint32_t)(seed >> 34); /* below 2^30: room for 3 * 2^30 more uses */
     t->nbuckets = 1024;
     t->buckets = calloc(t->nbuckets, sizeof *t->buckets);
-    return t->buckets ? 0 : -1;
+    t->pools = calloc(TABLE_POOL_MAX / TABLE_POOL_GRAIN + 1, sizeof *t->pools);
+    if (!t->buckets || !t->pools) {
+        free(t->buckets);
+        free(t->pools);
+        return -1;
+    }
+    return 0;
 }
 
 void table_free(struct table *t)
 {
     for (uint32_t i = 0; i < t->nslots; i++)
-        free(t->slots[i]);
+        if (t->slots[i])
+            pool_put(t, t->slots[i], sizeof(struct lease));
     for (size_t b = 0; b < t->nbuckets; b++) {
         struct lock *l = t->buckets[b];
         while (l) {
@@ -31,10 +163,13 @@ void table_free(struct table *t)
                 wn = w->qnext;
                 free(w);
             }
-            free(l);
+            pool_put(t, l, lock_alloc_size(l->name_len));
             l = next;
         }
     }
+    for (size_t i = 0; i <= TABLE_POOL_MAX / TABLE_POOL_GRAIN; i++)
+        pool_drop(&t->pools[i], false);
+    free(t->pools);
     free(t->buckets);
     free(t->slots);
     free(t->gens);
@@ -45,6 +180,8 @@ void table_free(struct table *t)
 static void rehash(struct table *t)
 {
     size_t n = t->nbuckets * 2;
+    if (n > (size_t)UINT32_MAX)
+        return; /* a lock's hash has 32 bits */
     struct lock **b = calloc(n, sizeof *b);
     if (!b)
         return; /* keep the longer chains; lookups stay correct */
@@ -62,7 +199,7 @@ static void rehash(struct table *t)
 
 struct lock *table_lock_find(const struct table *t, const char *name, size_t len)
 {
-    uint64_t h = name_hash(t->seed, name, len);
+    uint32_t h = (uint32_t)name_hash(t->seed, name, len);
     for (struct lock *l = t->buckets[h & (t->nbuckets - 1)]; l; l = l->hnext)
         if (l->hash == h && l->name_len == len && memcmp(l->name, name, len) == 0)
             return l;
@@ -82,10 +219,10 @@ struct lock *table_lock_get(struct table *t, const char *name, size_t len)
     struct lock *l = table_lock_find(t, name, len);
     if (l)
         return l;
-    l = calloc(1, lock_alloc_size(len));
+    l = pool_get(t, lock_alloc_size(len));
     if (!l)
         return NULL;
-    l->hash = name_hash(t->seed, name, len);
+    l->hash = (uint32_t)name_hash(t->seed, name, len);
     l->name_len = (uint16_t)len;
     memcpy(l->name, name, len);
     tnode_init(&l->retry, TK_LOCK);
@@ -109,7 +246,7 @@ bool table_lock_release_if_idle(struct table *t, struct lock *l)
         p = &(*p)->hnext;
     *p = l->hnext;
     t->nlocks--;
-    free(l);
+    pool_put(t, l, lock_alloc_size(l->name_len));
     return true;
 }
 
@@ -227,10 +364,11 @@ static struct lease *lease_place(struct table *t, struct lease *le, struct lock 
 
 struct lease *table_lease_new(struct table *t, struct lock *l, struct core_client *owner)
 {
-    struct lease *le = calloc(1, sizeof *le);
+    struct lease *le = pool_get(t, sizeof *le);
     uint32_t idx;
     if (!le || slot_alloc(t, &idx) != 0) {
-        free(le);
+        if (le)
+            pool_put(t, le, sizeof *le);
         return NULL;
     }
     /* A fresh generation per use of the slot: a stale id never matches. */
@@ -241,9 +379,10 @@ struct lease *table_lease_new_id(struct table *t, struct lock *l, struct core_cl
                                  uint64_t id)
 {
     uint32_t idx = (uint32_t)id, gen = (uint32_t)(id >> SLOT_BITS);
-    struct lease *le = calloc(1, sizeof *le);
+    struct lease *le = pool_get(t, sizeof *le);
     if (!le || gen == 0 || slot_take(t, idx) != 0) {
-        free(le);
+        if (le)
+            pool_put(t, le, sizeof *le);
         return NULL;
     }
     if (t->gens[idx] >= gen && t->gens[idx] != t->gen_base) {
@@ -251,7 +390,7 @@ struct lease *table_lease_new_id(struct table *t, struct lock *l, struct core_cl
          * (A slot this table never used stands at gen_base, which a
          * predecessor's ids know nothing of.) */
         t->free_slots[t->nfree++] = idx;
-        free(le);
+        pool_put(t, le, sizeof *le);
         return NULL;
     }
     return lease_place(t, le, l, owner, idx, gen);
@@ -275,7 +414,7 @@ void table_lease_free(struct table *t, struct lease *le)
         le->lock->nholders--;
     }
     t->nleases--;
-    free(le);
+    pool_put(t, le, sizeof *le);
 }
 
 void table_waiter_enqueue(struct lock *l, struct waiter *w)

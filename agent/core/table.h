@@ -14,7 +14,13 @@
 #include "theap.h"
 #include "util.h"
 
-#define TOKEN_HEX 32 /* 128 random bits as lowercase hex */
+#define TOKEN_HEX   32 /* 128 random bits as lowercase hex: to the store and the journal */
+#define TOKEN_BYTES 16 /* the same bits as a lease or lock keeps them */
+
+/* A kept token as the TOKEN_HEX lowercase hex digits (and a NUL) it stands
+ * for, and back: 0, or -1 when hex is not TOKEN_HEX lowercase hex digits. */
+void token_hex(const uint8_t raw[TOKEN_BYTES], char out[TOKEN_HEX + 1]);
+int token_raw(const char *hex, uint8_t raw[TOKEN_BYTES]);
 
 enum tkind { TK_LEASE = 1, TK_WAITER = 2, TK_LOCK = 3, TK_AGENT = 4 };
 
@@ -70,7 +76,7 @@ struct lease {
     uint8_t state;       /* DLOCK_STATE_HELD or DLOCK_STATE_JEOPARDY */
     /* The token of the key (or of the store's permit) that the lease holds:
      * local shared holders of one grant from the store share it. */
-    char token[TOKEN_HEX + 1];
+    uint8_t token[TOKEN_BYTES];
 };
 
 /* Where a lock stands on this agent; exactly one at a time. */
@@ -93,34 +99,46 @@ enum lock_phase {
  * ends with the name (table_lock_get; tests/test_table.c holds the
  * size to a budget). */
 struct lock {
-    struct lock *hnext; /* hash chain */
-    uint64_t hash;
+    struct lock *hnext;         /* hash chain */
     LIST_HEAD(, lease) holders; /* not empty exactly in LOCK_HELD */
     struct waiter *qhead, *qtail;
     struct waiter *acq_for; /* waiter the in-flight acquire is for (may be NULL) */
     struct lock *kept_next; /* on the core's list of kept locks */
     struct tnode retry;     /* fallback retry: queued exactly in LOCK_BACKOFF */
-    uint64_t acq_sent;      /* send time of the in-flight acquire */
+    /* What one phase needs at a time, in the same bytes: LOCK_ACQUIRING the
+     * acquire's (read as its answer comes), LOCK_KEPT the released lease's
+     * (no acquire is in flight while a lock has an exclusive holder, which
+     * may_keep() asks of a kept key). */
+    union {
+        struct {
+            uint64_t acq_sent;   /* send time of the in-flight acquire */
+            uint32_t acq_ttl_ms; /* its TTL */
+            uint16_t acq_block;  /* the tokens it reserves for handoffs and joins
+                                    (cohort_handoffs) */
+        };
+        /* LOCK_KEPT: the released lease's validity and next renewal (its TTL
+         * is kept_ttl_ms, the key's token acq_token), for a local acquire in
+         * the same turn. */
+        struct {
+            uint64_t kept_deadline, kept_renew_due;
+        };
+    };
     /* Cohort handoff (docs/architecture.md): after the last grant from the
      * store (sent at cohort_start), the next token reserved with it and how
      * many are left (cohort_left). Set at the grant, so that an acquire sent
      * beside the holders (a reader's, a permit's) does not change them. */
     uint64_t cohort_start;
     uint64_t cohort_next;
-    /* LOCK_KEPT: the released lease's validity, TTL and next renewal (the
-     * key's token is acq_token), for a local acquire in the same turn. */
-    uint64_t kept_deadline, kept_renew_due;
     /* The shared or semaphore waiters in the queue, and what they ask (all
      * alike: admit_compatible()); nholders' kind is in each lease. */
     struct admit_ask counted;
     struct admit_ask acq_ask; /* the kind the in-flight acquire asks the store for */
+    uint32_t hash;            /* name_hash()'s low bits: the bucket's are among them */
     uint32_t nholders;
     uint32_t nwaiters; /* in the queue */
     uint32_t ncounted;
-    uint32_t acq_ttl_ms;
-    uint32_t acq_block; /* the tokens it reserves for handoffs and joins */
-    uint32_t cohort_left;
     uint32_t kept_ttl_ms;
+    uint16_t cohort_left;
     enum lock_phase phase : 3;
     bool notice_missed : 1; /* a release notice came while acquiring */
     /* An operator forced the release while an acquire was in flight: sent
@@ -143,9 +161,18 @@ struct lock {
     bool confirmed : 1;
     unsigned attempts : 4;
     uint16_t name_len;
-    char cohort_token[TOKEN_HEX + 1]; /* the cohort's grant's key (readers join only it) */
-    char acq_token[TOKEN_HEX + 1];
+    uint8_t cohort_token[TOKEN_BYTES]; /* the cohort's grant's key (readers join only it) */
+    uint8_t acq_token[TOKEN_BYTES];
     char name[]; /* NUL-terminated */
+};
+
+/* Objects of one size, from chunks of the table's own (table.c). */
+struct table_pool {
+    void *free;      /* returned objects, linked through their first word */
+    char *cur, *end; /* not handed out yet, in the newest chunk */
+    void *chunks;    /* the chunks, newest first */
+    size_t used;     /* objects handed out */
+    uint32_t nchunks;
 };
 
 struct table {
@@ -161,13 +188,21 @@ struct table {
     uint32_t *free_slots; /* stack of free slot indexes */
     uint32_t nslots, nfree, slot_cap;
     size_t nleases;
+    /* Leases and locks by size, in steps of TABLE_POOL_GRAIN bytes up to
+     * TABLE_POOL_MAX (larger locks are allocated one by one). */
+    struct table_pool *pools;
 };
+
+#define TABLE_POOL_GRAIN 8
+#define TABLE_POOL_MAX   512
 
 int table_init(struct table *t, uint64_t seed);
 void table_free(struct table *t); /* frees every lock, lease and waiter */
 
-/* The bytes a lock with a name of len bytes is allocated with. */
+/* The bytes a lock with a name of len bytes needs, and the bytes it takes
+ * in the table's pools (rounded up to TABLE_POOL_GRAIN). */
 size_t lock_alloc_size(size_t len);
+size_t table_pool_size(size_t n);
 
 /* Lock lookup and creation; a lock is freed by table_lock_release_if_idle. */
 struct lock *table_lock_find(const struct table *t, const char *name, size_t len);

@@ -194,7 +194,7 @@ void persist_lease(struct persist *p, const struct conn *c, const struct lease *
         .hold_until_ns = le->hold_until,
         .progress_ns = le->progress_ns,
         .name_len = le->lock->name_len};
-    memcpy(jl.token, le->token, sizeof jl.token);
+    token_hex(le->token, jl.token);
     memcpy(jl.name, le->lock->name, (size_t)le->lock->name_len + 1);
     journaled(p, journal_put_lease(&p->journal, &jl), "a lease");
 }

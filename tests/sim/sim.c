@@ -206,6 +206,14 @@ static void fence_excuse_from(struct sim *s, uint64_t since, uint64_t written, u
                               uint64_t floor);
 static bool lease_valid(const struct sclient *c, uint64_t *deadline);
 
+/* Does a lease's kept token stand for hex token t? */
+static bool token_is(const uint8_t raw[TOKEN_BYTES], const char *t)
+{
+    char hex[TOKEN_HEX + 1];
+    token_hex(raw, hex);
+    return memcmp(hex, t, TOKEN_HEX) == 0;
+}
+
 /* Sentinel and cluster mode: a renewal sent at sent_at (agent clock) found
  * the key of ag's lease with token; while the core handles the answer, a
  * lease it shows HELD again is confirmed, if the renewal was sent after
@@ -2798,7 +2806,7 @@ static void journal_take(struct agent *ag)
                                  .holds = le->holds,
                                  .ttl_ms = le->ttl_ms,
                                  .ask = le->ask};
-            memcpy(j->token, le->token, 32);
+            token_hex(le->token, j->token);
         }
     }
 }
@@ -2965,7 +2973,7 @@ static bool adopt_one(struct agent *ag, const struct jentry *j)
                   " ms before (its holder saw it expire)",
                   ag->id, c->id, a.name, (now - j->deadline) / 1000000);
     else if (!le || le->owner != &c->cc || le->slot != j->slot || le->fence != j->fence ||
-             memcmp(le->token, j->token, 32) != 0 || le->holds != j->holds || le->holds != c->holds)
+             !token_is(le->token, j->token) || le->holds != j->holds || le->holds != c->holds)
         violation(s, "takeover", 0,
                   "agent%u's successor took client%u's lease %" PRIx64 " on %s over with another "
                   "id, slot, fence, token or holds",
