@@ -14,7 +14,8 @@ uint64_t wait_retry_delay(const struct wait_pace *p, long long pttl_ms, bool con
     if (!confirmed || p->max_ms == 0)
         return waiter_retry_delay(p->fast_ms, pttl_ms, r);
     uint64_t fast = (uint64_t)p->fast_ms * NS_PER_MS;
-    uint64_t cap = (uint64_t)(p->max_ms > p->fast_ms ? p->max_ms : p->fast_ms) * NS_PER_MS;
+    uint32_t most = p->guard_ms > p->max_ms ? p->guard_ms : p->max_ms;
+    uint64_t cap = (uint64_t)(most > p->fast_ms ? most : p->fast_ms) * NS_PER_MS;
     if (r < 0 || r >= 1)
         r = 0.5;
     /* Spread the retries of many names over the last quarter of the cap. */
@@ -34,6 +35,14 @@ uint64_t wait_retry_delay(const struct wait_pace *p, long long pttl_ms, bool con
     if (delay < fast)
         delay = fast;
     return delay < longest ? delay : longest;
+}
+
+uint32_t wait_guard_ms(uint32_t max_ms)
+{
+    uint64_t g = (uint64_t)max_ms * WAIT_GUARD_FACTOR;
+    if (g > WAIT_GUARD_MAX_MS)
+        g = WAIT_GUARD_MAX_MS;
+    return g > max_ms ? (uint32_t)g : max_ms;
 }
 
 uint32_t wait_entry_ms(const struct wait_pace *p, uint32_t cap_ms)

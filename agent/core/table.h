@@ -16,7 +16,7 @@
 
 #define TOKEN_HEX 32 /* 128 random bits as lowercase hex */
 
-enum tkind { TK_LEASE = 1, TK_WAITER = 2, TK_LOCK = 3, TK_AGENT = 4 };
+enum tkind { TK_LEASE = 1, TK_WAITER = 2, TK_LOCK = 3, TK_AGENT = 4, TK_KEEPALIVE = 5 };
 
 struct lock;
 struct core_client;
