@@ -126,9 +126,10 @@ Test(pace, bound_entries_wait_up_to_the_guard)
         /* Not confirmed: the fast retry. */
         d = wait_retry_delay(&bound, 600000, false, 5, r);
         cr_assert(d >= 100 * MS && d < 150 * MS, "delay %llu", (unsigned long long)d);
-        /* Unknown expiry: the backoff grows to the guard. */
+        /* Unknown expiry (another host's turn, which may end with no
+         * notice when that host dies): the backoff stops at max_ms. */
         d = wait_retry_delay(&bound, 0, true, 16, r);
-        cr_assert(d >= 7500 * MS && d <= 15000 * MS, "delay %llu", (unsigned long long)d);
+        cr_assert(d >= 1500 * MS && d <= 3000 * MS, "delay %llu", (unsigned long long)d);
     }
     /* A bound entry's own life is the long bound, refreshed at half of it:
      * later than any guard's retry, which refreshes it first. */

@@ -14,7 +14,10 @@ uint64_t wait_retry_delay(const struct wait_pace *p, long long pttl_ms, bool con
     if (!confirmed || p->max_ms == 0)
         return waiter_retry_delay(p->fast_ms, pttl_ms, r);
     uint64_t fast = (uint64_t)p->fast_ms * NS_PER_MS;
-    uint32_t most = p->guard_ms > p->max_ms ? p->guard_ms : p->max_ms;
+    /* The long guard only behind a key whose expiry is known: another
+     * host's turn (or a key without expiry) may end with no notice at all,
+     * when that host died and its entry stopped counting. */
+    uint32_t most = pttl_ms > 0 && p->guard_ms > p->max_ms ? p->guard_ms : p->max_ms;
     uint64_t cap = (uint64_t)(most > p->fast_ms ? most : p->fast_ms) * NS_PER_MS;
     if (r < 0 || r >= 1)
         r = 0.5;
@@ -25,7 +28,8 @@ uint64_t wait_retry_delay(const struct wait_pace *p, long long pttl_ms, bool con
         uint64_t expiry = ((uint64_t)pttl_ms + 1) * NS_PER_MS;
         return expiry < longest ? expiry : longest;
     }
-    /* Unknown expiry (a key without one, another host's turn): back off. */
+    /* Unknown expiry (a key without one, another host's turn): back off,
+     * up to max_ms. */
     unsigned n = attempt < ATTEMPT_MAX ? attempt : ATTEMPT_MAX;
     uint64_t backoff = fast << n;
     if (backoff > cap)

@@ -16,8 +16,11 @@
  * Where the agent's entries in the waiting-hosts records are bound to its
  * keep-alive key (outside Redis Cluster and quorum mode), no retry is
  * needed to keep them live, and a broken notice link already makes every
- * waiter try again: the guard of a confirmed name then comes at the
- * holder's expiry, else after the longer guard_ms (wait_guard_ms()). */
+ * waiter try again: the guard of a confirmed name behind a key whose
+ * expiry is known then comes at that expiry, or after the longer guard_ms
+ * (wait_guard_ms()) when that is later. Another host's turn, or a key
+ * without expiry, keeps the max_ms cap: a dead host's turn ends when its
+ * entry stops counting, and nothing tells the waiters. */
 #ifndef DLOCKD_PACE_H
 #define DLOCKD_PACE_H
 
@@ -29,8 +32,9 @@
 struct wait_pace {
     uint32_t fast_ms;
     uint32_t max_ms;
-    /* The longest retry of a confirmed name where it is longer than max_ms
-     * (bound entries, wait_guard_ms()); 0: max_ms. */
+    /* The longest retry of a confirmed name behind a key with a known
+     * expiry, where it is longer than max_ms (bound entries,
+     * wait_guard_ms()); 0: max_ms. */
     uint32_t guard_ms;
 };
 
