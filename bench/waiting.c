@@ -151,8 +151,13 @@ int run_waiting(struct env *e, long names, int hot, bool quick, struct waiting_r
     memset(out, 0, sizeof *out);
     out->names = names;
     out->hot = hot;
-    out->settle_s = quick ? 2.0 : 4.0;
-    out->window_s = quick ? 2.0 : 6.0;
+    /* The paced retry of a waiter whose notices arrive comes up to 15 s
+     * apart (docs/architecture.md, "Waiting's pace"): the window spans two
+     * such periods, after one to settle, so that it holds the retries and
+     * not only the keep-alives. The quick run's window is too short for
+     * that: it shows the keep-alives and the first retries only. */
+    out->settle_s = quick ? 2.0 : 17.0;
+    out->window_s = quick ? 2.0 : 30.0;
     struct plain *p = plain_open(e->redis_sock);
     if (!p) {
         fprintf(stderr, "dlock-bench: waiting: cannot connect to redis-server\n");

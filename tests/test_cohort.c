@@ -272,6 +272,50 @@ ITEST(cohort, a_dead_hosts_entry_holds_the_others_back_no_longer_than_the_cap)
     cr_assert_eq(dlock_lease_release(w.lease), 0);
 }
 
+/* On a single node the entries are bound to their agents' keep-alive keys:
+ * a dead host's bound entry holds the others back only while its key
+ * lives, whatever its own expiry (here 50 s); the agent's own entry names
+ * its own key, which the agent keeps set while it waits. */
+ITEST(cohort, a_dead_hosts_bound_entry_counts_while_its_keepalive_key_lives)
+{
+    h_start(NULL);
+    struct h_cl *a = h_client();
+    const char *dead = "00000000deadbeef", *dead_ka = "dlock:alive 00000000deadbeef";
+    const char *key = "dlock:{dlock:bound} waiting";
+    h_redis_set_px(dead_ka, "1", 600000); /* until the host "dies" below */
+    long long now = server_ms();
+    char value[128];
+    snprintf(value, sizeof value, "%lld %lld %s", now - 1000, now + 50000, dead_ka);
+    freeReplyObject(h_redis_cmd("HSET %s %s %s", key, dead, value));
+    freeReplyObject(h_redis_cmd("PEXPIRE %s 50000", key));
+    struct h_acq w;
+    h_acquire_async(a, "bound", 5000, DLOCK_WAIT_FOREVER, &w);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done || waiting_hosts("bound") == 2);
+    cr_assert_not(w.done, "granted past a live host's bound entry");
+    /* The agent's entry: SINCE EXPIRES and its own keep-alive key, set. */
+    redisReply *r = h_redis_cmd("HGETALL %s", key);
+    cr_assert_eq(r->elements, 4);
+    int mine = strcmp(r->element[0]->str, dead) == 0 ? 2 : 0;
+    long long since = 0, expires = 0;
+    int off = 0;
+    cr_assert_eq(sscanf(r->element[mine + 1]->str, "%lld %lld %n", &since, &expires, &off), 2);
+    char want[64], ka[128];
+    snprintf(want, sizeof want, "dlock:alive %s", r->element[mine]->str);
+    snprintf(ka, sizeof ka, "%s", r->element[mine + 1]->str + off);
+    freeReplyObject(r);
+    cr_assert_str_eq(ka, want, "the entry is not bound to the agent's key");
+    cr_assert_gt(expires, server_ms() + 3000, "a bound entry lives past the 3 s of its key");
+    cr_assert_eq(h_redis_exists(ka), 1, "the agent does not keep its keep-alive key");
+    /* The other host dies: its key goes, and its entry stops counting. */
+    h_redis_del(dead_ka);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, 0, "%s (%d)", dlock_strerror(w.status), w.status);
+    r = h_redis_cmd("HEXISTS %s %s", key, dead);
+    cr_assert_eq(r->integer, 0, "the dead host's entry was not dropped");
+    freeReplyObject(r);
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+}
+
 /* Two hosts whose entries joined the record at the same time are ordered by
  * their ids, the same for both: the agent does not take the lock while a
  * live entry as old as its own has the lower id. */

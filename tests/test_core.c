@@ -84,6 +84,8 @@ struct req {
     uint32_t limit;
     uint32_t holds; /* acquire, renew: the lease's holds */
     bool waiting;   /* acquire: names the agent and joins the waiting-hosts record when taken */
+    bool bound;     /* acquire: that entry is bound to the agent's keep-alive key */
+    uint32_t want_ms;
     bool notify;
     uint64_t sent;
     backend_cb cb;
@@ -98,7 +100,10 @@ static struct {
     uint64_t now;
     uint64_t rnd;
     bool no_random; /* while set, the environment has no random bits to give */
-    int refuse;     /* while set, the store refuses every request at once with it */
+    /* The keep-alives the core sent (a store that binds entries): when. */
+    uint64_t keepalive[128];
+    int nkeepalive;
+    int refuse; /* while set, the store refuses every request at once with it */
     uint32_t next_id;
     struct answer ans[MAX_REC];
     int nans;
@@ -221,6 +226,8 @@ static int fb_queue(enum rkind kind, const struct backend_req *req, backend_cb c
     r->block = req->block;
     r->holds = req->holds;
     r->waiting = req->waiter_id && req->want_ms > 0;
+    r->bound = req->bound;
+    r->want_ms = req->want_ms;
     r->sent = F.now;
     r->cb = cb;
     r->arg = arg;
@@ -276,6 +283,27 @@ static void fb_destroy(struct backend *b)
 static const struct backend_ops fb_ops = {
     .op = fb_op,
     .watch = fb_watch,
+    .lookup = fb_lookup,
+    .flush = fb_flush,
+    .pending = fb_pending,
+    .nodes = fb_nodes,
+    .destroy = fb_destroy,
+};
+
+/* A store that binds the agent's entries to its keep-alive key (a single
+ * Redis node): the same, with the keep-alive recorded. */
+static void fb_keepalive(struct backend *b, const char *waiter_id, uint32_t ttl_ms)
+{
+    cr_assert_str_eq(waiter_id, F.k.waiter_id);
+    cr_assert_eq(ttl_ms, BACKEND_WAIT_ENTRY_MAX_MS);
+    cr_assert_lt(F.nkeepalive, 128);
+    F.keepalive[F.nkeepalive++] = F.now;
+}
+
+static const struct backend_ops fb_bound_ops = {
+    .op = fb_op,
+    .watch = fb_watch,
+    .keepalive = fb_keepalive,
     .lookup = fb_lookup,
     .flush = fb_flush,
     .pending = fb_pending,
@@ -1326,6 +1354,63 @@ Test(core, a_confirmed_subscription_slows_the_fallback_retry)
     run_until(F.now + 201 * MS);
     reply(pending(R_ACQUIRE, "p"), F.now + MS, BACKEND_DONE);
     granted(id);
+}
+
+/* Where the store binds entries to the agent's keep-alive key, a waiting
+ * acquire asks for a bound entry of the long life, the key is set ahead of
+ * it and every second after while such an entry may live, and a confirmed
+ * waiter's guard comes at most every 15 s (retry_max_ms 3000 x 5): no
+ * acquire refreshes the entry in between. */
+Test(core, bound_entries_are_kept_by_one_keepalive_not_by_retries)
+{
+    F.backend.ops = &fb_bound_ops;
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "b", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    struct req *r = pending(R_ACQUIRE, "b");
+    cr_assert(r->bound && r->waiting);
+    cr_assert_eq(r->want_ms, BACKEND_WAIT_BOUND_MAX_MS);
+    cr_assert_eq(F.nkeepalive, 1, "no keep-alive ahead of the first bound entry");
+    cr_assert_eq(F.keepalive[0], r->sent);
+    reply_at(r, T0 + MS, 0, BACKEND_TAKEN, 0, 600000);
+    uint64_t due = core_next_due(&F.k);
+    cr_assert(due <= T0 + 151 * MS, "unconfirmed: the fast retry as before");
+    run_until(due);
+    core_notice(&F.k, "b", 1, F.now); /* the subscription's confirmation */
+    reply_at(pending(R_ACQUIRE, "b"), F.now + MS, 0, BACKEND_TAKEN, 0, 600000);
+    r = pending(R_ACQUIRE, "b");
+    uint64_t sent = r->sent;
+    reply_at(r, sent + MS, 0, BACKEND_TAKEN, 0, 600000);
+    int n = req_count(R_ACQUIRE, "b");
+    run_until(sent + 11000 * MS);
+    cr_assert_eq(req_count(R_ACQUIRE, "b"), n, "a confirmed waiter retried within 11 s");
+    cr_assert(F.nkeepalive >= 11 && F.nkeepalive <= 12, "%d keep-alives in 11 s", F.nkeepalive);
+    for (int i = 1; i < F.nkeepalive; i++)
+        cr_assert_eq(F.keepalive[i] - F.keepalive[i - 1], BACKEND_KEEPALIVE_EVERY_MS * MS);
+    run_until(sent + 15001 * MS);
+    cr_assert_eq(req_count(R_ACQUIRE, "b"), n + 1, "no guard retry within 15 s");
+    /* The waiter gives up: its entry leaves; the key is kept while an entry
+     * the last acquire wrote could live (a lost HDEL), then no more. */
+    uint64_t last = pending(R_ACQUIRE, "b")->sent;
+    reply_at(pending(R_ACQUIRE, "b"), F.now + MS, 0, BACKEND_TAKEN, 0, 600000);
+    core_cancel(&F.k, &a->cc, id, F.now);
+    refused(id, DLOCK_ECANCELED);
+    run_until(last + (BACKEND_WAIT_BOUND_MAX_MS + 5000) * (uint64_t)MS);
+    cr_assert_lt(F.keepalive[F.nkeepalive - 1], last + BACKEND_WAIT_BOUND_MAX_MS * (uint64_t)MS);
+    cr_assert_geq(F.keepalive[F.nkeepalive - 1],
+                  last + (BACKEND_WAIT_BOUND_MAX_MS - BACKEND_KEEPALIVE_EVERY_MS) * (uint64_t)MS);
+    cr_assert_eq(core_next_due(&F.k), 0, "a timer is left");
+}
+
+/* Without keep-alives (Redis Cluster, quorum mode), entries are refreshed
+ * per name as before and nothing asks for a bound entry. */
+Test(core, stores_without_keepalive_refresh_entries_per_name)
+{
+    struct tclient *a = client(1);
+    acquire(a, "c", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    struct req *r = pending(R_ACQUIRE, "c");
+    cr_assert(!r->bound);
+    cr_assert_eq(r->want_ms, BACKEND_WAIT_ENTRY_MAX_MS);
+    cr_assert_eq(F.nkeepalive, 0);
 }
 
 /* A subscription the store forgot (a slot that moved) is no longer

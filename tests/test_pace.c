@@ -104,3 +104,36 @@ Test(pace, refresh_due)
     struct wait_pace slow = {.fast_ms = 60000, .max_ms = 3000};
     cr_assert_eq(wait_refresh_due(&slow, 3000, sent, sent + 10 * MS), sent + 10 * MS + 60000 * MS);
 }
+
+/* Bound entries (the agent's keep-alive key keeps them live): the guard of
+ * a confirmed name may wait longer, up to guard_ms, five times the cap at
+ * most 15 s; the unconfirmed retry and the fixed pacing are as before. */
+Test(pace, bound_entries_wait_up_to_the_guard)
+{
+    cr_assert_eq(wait_guard_ms(3000), 15000);
+    cr_assert_eq(wait_guard_ms(1000), 5000);
+    cr_assert_eq(wait_guard_ms(10000), 15000);
+    cr_assert_eq(wait_guard_ms(20000), 20000, "never below retry_max_ms");
+    cr_assert_eq(wait_guard_ms(0), 0, "the fast retry stays");
+    const struct wait_pace bound = {
+        .fast_ms = 100, .max_ms = 3000, .guard_ms = wait_guard_ms(3000)};
+    for (int k = 0; k < 100; k++) {
+        double r = k / 100.0;
+        uint64_t d = wait_retry_delay(&bound, 600000, true, 0, r);
+        cr_assert(d > 11250 * MS - MS && d <= 15000 * MS, "delay %llu", (unsigned long long)d);
+        /* The holder's expiry first, as without. */
+        cr_assert_eq(wait_retry_delay(&bound, 4000, true, 3, r), 4001 * MS);
+        /* Not confirmed: the fast retry. */
+        d = wait_retry_delay(&bound, 600000, false, 5, r);
+        cr_assert(d >= 100 * MS && d < 150 * MS, "delay %llu", (unsigned long long)d);
+        /* Unknown expiry (another host's turn, which may end with no
+         * notice when that host dies): the backoff stops at max_ms. */
+        d = wait_retry_delay(&bound, 0, true, 16, r);
+        cr_assert(d >= 1500 * MS && d <= 3000 * MS, "delay %llu", (unsigned long long)d);
+    }
+    /* A bound entry's own life is the long bound, refreshed at half of it:
+     * later than any guard's retry, which refreshes it first. */
+    uint32_t life = wait_entry_ms(&bound, 60000);
+    cr_assert_eq(life, 60000);
+    cr_assert_gt(wait_refresh_ns(life), (uint64_t)WAIT_GUARD_MAX_MS * 3 / 2 * MS);
+}

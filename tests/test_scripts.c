@@ -859,6 +859,160 @@ ITEST(scripts, fencing_order_across_kinds)
     cr_assert_gt(r.fence, last);
 }
 
+/* The keep-alive key of agent id under PREFIX. */
+static void ka_of(const char *id, char *out)
+{
+    keepalive_key(PREFIX, strlen(PREFIX), id, out);
+}
+
+/* The expiry (server ms) in an entry or mark, and the rest after it. */
+static unsigned long long entry_field(const char *hash, const char *id, int field, char *rest,
+                                      size_t cap)
+{
+    redisReply *e = cmd("HGET %s %s", hash, id);
+    cr_assert_eq(e->type, REDIS_REPLY_STRING, "no entry of %s in %s", id, hash);
+    unsigned long long v[2] = {0, 0};
+    int off = 0;
+    int got = field ? sscanf(e->str, "%llu %llu %n", &v[0], &v[1], &off)
+                    : sscanf(e->str, "%llu %n", &v[1], &off);
+    cr_assert_geq(got, 1, "entry %s", e->str);
+    if (rest)
+        snprintf(rest, cap, "%s", e->str + off);
+    freeReplyObject(e);
+    return v[1];
+}
+
+ITEST(scripts, bound_entries_live_by_the_agents_keepalive_key)
+{
+    start();
+    struct names n = names_of("job");
+    char ka_b[CONFIG_PREFIX_MAX + KEEPALIVE_EXTRA + 1], rest[256];
+    ka_of("00000000000000bb", ka_b);
+    cr_assert_str_eq(ka_b, PREFIX "alive 00000000000000bb");
+    /* Host A holds; host B waits with an entry bound to its keep-alive key,
+     * for as long as a bound entry lasts at most; host C waits after it,
+     * with an entry of its own (an agent in Cluster or quorum mode). */
+    cr_assert_eq(run(SCRIPT_ACQUIRE, acq("job", TOK_A, "00000000000000aa", 1000)).outcome,
+                 BACKEND_DONE);
+    cmdf("SET %s 1 PX 3000", ka_b);
+    struct backend_req b = acq("job", TOK_B, "00000000000000bb", BACKEND_WAIT_BOUND_MAX_MS + 5000);
+    b.bound = true;
+    unsigned long long ms0 = server_us() / 1000;
+    cr_assert_eq(run(SCRIPT_ACQUIRE, b).outcome, BACKEND_TAKEN);
+    unsigned long long exp = entry_field(n.waiting, "00000000000000bb", 1, rest, sizeof rest);
+    cr_assert_str_eq(rest, ka_b, "the entry names the key it is bound to");
+    cr_assert(exp > ms0 + BACKEND_WAIT_ENTRY_MAX_MS && exp <= ms0 + BACKEND_WAIT_BOUND_MAX_MS + 5,
+              "a bound entry lasts up to the bound: %llu from %llu", exp, ms0);
+    long long pttl = cmd_int("PTTL %s", n.waiting);
+    cr_assert(pttl > BACKEND_WAIT_ENTRY_MAX_MS && pttl <= BACKEND_WAIT_BOUND_MAX_MS, "PTTL %lld",
+              pttl);
+    struct backend_req c = acq("job", TOK_C, "00000000000000cc", 1000);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, c).outcome, BACKEND_TAKEN);
+    /* A's release: while B's keep-alive key lives, B's entry is live though
+     * no acquire of B refreshed it, and C waits for B's turn. */
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_A)).outcome, BACKEND_DONE);
+    struct script_result r = run(SCRIPT_ACQUIRE, c);
+    cr_assert_eq(r.outcome, BACKEND_TAKEN);
+    cr_assert_eq(r.pttl_ms, 0, "B's turn");
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000bb", n.waiting), 1);
+    /* B's agent dies: its keep-alive key lapses, and with it its entry,
+     * which the next acquire drops: C's turn. */
+    cmdf("DEL %s", ka_b);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, c).outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000bb", n.waiting), 0);
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_C)).outcome, BACKEND_DONE);
+
+    /* A bound entry claiming more than the bound is dropped, live key or
+     * not; so is one that names no key after its space. */
+    cmdf("SET %s 1 PX 3000", ka_b);
+    unsigned long long now = server_us() / 1000;
+    char v[256];
+    snprintf(v, sizeof v, "1 %llu %s", now + BACKEND_WAIT_BOUND_MAX_MS + 60000, ka_b);
+    cmdf("HSET %s 00000000000000bb %s", n.waiting, v);
+    snprintf(v, sizeof v, "2 %llu ", now + 2000);
+    cmdf("HSET %s 00000000000000dd %s", n.waiting, v);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, c).outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000bb", n.waiting), 0);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000dd", n.waiting), 0);
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_C)).outcome, BACKEND_DONE);
+
+    /* A live agent's bound entry whose removal was lost lapses at its own
+     * expiry, keep-alive key or not. */
+    snprintf(v, sizeof v, "1 %llu %s", now - 1, ka_b);
+    cmdf("HSET %s 00000000000000bb %s", n.waiting, v);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, c).outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000bb", n.waiting), 0);
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_C)).outcome, BACKEND_DONE);
+}
+
+ITEST(scripts, entries_of_earlier_versions_are_read_beside_bound_ones)
+{
+    start();
+    struct names n = names_of("job");
+    char ka_b[CONFIG_PREFIX_MAX + KEEPALIVE_EXTRA + 1], v[256];
+    ka_of("00000000000000bb", ka_b);
+    cmdf("SET %s 1 PX 3000", ka_b);
+    unsigned long long now = server_us() / 1000;
+    /* An earlier version's entries, "SINCE EXPIRES", one with SINCE in
+     * milliseconds: read as before, the oldest first, whatever the form. */
+    snprintf(v, sizeof v, "%llu %llu", now - 5, now + 2000); /* SINCE in ms */
+    cmdf("HSET %s 00000000000000ee %s", n.waiting, v);
+    snprintf(v, sizeof v, "%llu %llu %s", (now - 3) * 1000, now + 30000, ka_b);
+    cmdf("HSET %s 00000000000000bb %s", n.waiting, v);
+    cmdf("PEXPIRE %s 30000", n.waiting);
+    struct backend_req c = acq("job", TOK_C, "00000000000000cc", 1000);
+    c.bound = true; /* C binds its own entry: it still reads the others' */
+    struct script_result r = run(SCRIPT_ACQUIRE, c);
+    cr_assert_eq(r.outcome, BACKEND_TAKEN);
+    cr_assert_eq(r.pttl_ms, 0, "E's turn");
+    /* E's entry lapses (not refreshed): B's turn, whose key lives. */
+    snprintf(v, sizeof v, "%llu %llu", now - 5, now - 1);
+    cmdf("HSET %s 00000000000000ee %s", n.waiting, v);
+    r = run(SCRIPT_ACQUIRE, c);
+    cr_assert_eq(r.outcome, BACKEND_TAKEN);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000ee", n.waiting), 0);
+    /* An earlier version's entry that claims more than it may write is
+     * dropped as before. */
+    snprintf(v, sizeof v, "%llu %llu", now - 9, now + BACKEND_WAIT_ENTRY_MAX_MS + 10000);
+    cmdf("HSET %s 00000000000000ee %s", n.waiting, v);
+    run(SCRIPT_ACQUIRE, c);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000ee", n.waiting), 0);
+    /* B's turn until its key goes. */
+    cr_assert_eq(run(SCRIPT_ACQUIRE, c).outcome, BACKEND_TAKEN);
+    cmdf("DEL %s", ka_b);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, c).outcome, BACKEND_DONE);
+}
+
+ITEST(scripts, a_bound_readers_mark_lives_by_the_keepalive_key)
+{
+    start();
+    struct names n = names_of("job");
+    char readers[SCRIPT_SIDE_KEY_MAX], ka_r[CONFIG_PREFIX_MAX + KEEPALIVE_EXTRA + 1], rest[256];
+    readers_key(n.key, strlen(n.key), strlen(PREFIX), readers);
+    ka_of("00000000000000rr", ka_r);
+    cmdf("SET %s 1 PX 3000", ka_r);
+    /* A writer holds; host R's reader waits, bound, with its mark. */
+    cr_assert_eq(run(SCRIPT_ACQUIRE, acq("job", TOK_A, "00000000000000aa", 1000)).outcome,
+                 BACKEND_DONE);
+    struct backend_req rr = acq("job", tk(1), "00000000000000rr", 30000);
+    rr.bound = true;
+    struct script_ctx ctx = ctx_of(false);
+    cr_assert_eq(run_ctx(&ctx, SCRIPT_ACQUIRE_COUNTED, &rr, 0, NULL).outcome, BACKEND_TAKEN);
+    entry_field(readers, "00000000000000rr", 0, rest, sizeof rest);
+    cr_assert_str_eq(rest, ka_r, "the mark is bound as the entry is");
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_A)).outcome, BACKEND_DONE);
+    /* A reader of host S does not wait for R, a reader, though R's entry is
+     * older: its mark lives by R's key. */
+    cr_assert_eq(counted("job", 2, 0, 10000, "00000000000000ss", 1000).outcome, BACKEND_DONE);
+    cr_assert_eq(counted_op(SCRIPT_RELEASE_COUNTED, "job", 2), BACKEND_DONE);
+    /* A writer does wait for R; once R's key goes, neither counts. */
+    struct backend_req w = acq("job", TOK_B, "00000000000000ww", 1000);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, w).outcome, BACKEND_TAKEN);
+    cmdf("DEL %s", ka_r);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, w).outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000rr", n.waiting), 0);
+}
+
 ITEST(scripts, a_waiting_writer_goes_before_later_readers)
 {
     start();

@@ -500,6 +500,13 @@ static void sb_leave(struct backend *be, const struct backend_req *req)
         m->be->ops->leave(m->be, req);
 }
 
+static void sb_keepalive(struct backend *be, const char *waiter_id, uint32_t ttl_ms)
+{
+    struct master *m = ((struct sb *)be)->m;
+    if (m && m->be->ops->keepalive)
+        m->be->ops->keepalive(m->be, waiter_id, ttl_ms);
+}
+
 /* A lookup, or (force) a forced release, at the master of the moment. */
 static int sb_read(struct backend *be, bool force, const char *name, size_t len,
                    backend_lookup_cb cb, void *arg)
@@ -638,6 +645,7 @@ static const struct backend_ops sb_ops = {
     .op = sb_op,
     .watch = sb_watch,
     .leave = sb_leave,
+    .keepalive = sb_keepalive,
     .lookup = sb_lookup,
     .force = sb_force,
     .flush = sb_flush,

@@ -40,34 +40,58 @@
     "local ours = v == ARGV[1] or (v and string.sub(v, 1, 33) == ARGV[1] .. ' ') "
 /* The waiting-hosts record (KEYS[3] of the acquires): a hash of agent id ->
  * "SINCE EXPIRES", server times, SINCE in microseconds (in ms from earlier
- * versions, told apart by size: us_of()), EXPIRES in ms. queue_turn() drops
- * the expired entries and returns the id of the oldest live entry of
- * another agent when it is older than the caller's (ARGV[5]), else nil;
- * entries are ordered by SINCE, then by agent id, so that every host agrees
- * on which goes first. With skipf, the entries of the agents in the set
- * that skipf() returns do not count (a reader does not wait for readers).
- * join() adds or refreshes the caller's entry for ARGV[6] ms, keeping its
- * SINCE (0: a try-once acquire, which does not join). No entry lives longer
- * than BACKEND_WAIT_ENTRY_MAX_MS: join() writes no longer one, and
- * queue_turn() drops one that claims more, so that no agent's setting (nor
- * an earlier version's) makes the other hosts wait long for an agent that
- * died. */
+ * versions, told apart by size: us_of()), EXPIRES in ms; or, for an entry
+ * bound to its agent's keep-alive key, "SINCE EXPIRES KEY". queue_turn()
+ * drops the entries that are not live and returns the id of the oldest live
+ * entry of another agent when it is older than the caller's (ARGV[5]), else
+ * nil; entries are ordered by SINCE, then by agent id, so that every host
+ * agrees on which goes first. With skipf, the entries of the agents in the
+ * set that skipf() returns do not count (a reader does not wait for
+ * readers). join() adds or refreshes the caller's entry, keeping its SINCE,
+ * for ARGV[6] ms: a number (0: a try-once acquire, which does not join),
+ * then, for a bound entry, a space and the caller's keep-alive key.
+ *
+ * An entry is live while EXPIRES is ahead and not further ahead than its
+ * bound: BACKEND_WAIT_ENTRY_MAX_MS for an entry of its own, which its agent
+ * refreshes by an acquire; BACKEND_WAIT_BOUND_MAX_MS for a bound one, which
+ * besides counts only while its KEY exists (live() reads each key once per
+ * script). The agent sets that key to expire BACKEND_WAIT_ENTRY_MAX_MS
+ * ahead, again and again while it lives (one SET for all its names), so a
+ * dead agent's bound entries stop counting as soon as its own entries would
+ * have, and a live agent's bound entry whose removal was lost still lapses
+ * at its EXPIRES. join() writes no longer entry and queue_turn() drops one
+ * that claims more, so that no agent's setting (nor an earlier version's)
+ * makes the other hosts wait long for an agent that died. The key of a
+ * bound entry is read without being named in KEYS: outside Redis Cluster
+ * only (quorum mode neither binds entries). */
 #define STRINGIFY(x)   #x
 #define STRING_OF(x)   STRINGIFY(x)
 #define WAIT_ENTRY_MAX STRING_OF(BACKEND_WAIT_ENTRY_MAX_MS)
+#define WAIT_BOUND_MAX STRING_OF(BACKEND_WAIT_BOUND_MAX_MS)
 #define LUA_QUEUE                                                                                  \
     "local us local function clock() if not us then local t = redis.call('time') "                 \
     "us = tonumber(t[1]) * 1000000 + tonumber(t[2]) end return us end "                            \
     "local me, queued = ARGV[5], false "                                                           \
+    "local want_ms, ka = string.match(ARGV[6], '^(%d+) ?(.*)$') "                                  \
+    "want_ms = tonumber(want_ms) or 0 if ka == '' then ka = nil end "                              \
+    "if ka then want_ms = math.min(want_ms, " WAIT_BOUND_MAX ") "                                  \
+    "else want_ms = math.min(want_ms, " WAIT_ENTRY_MAX ") end "                                    \
+    "local alive = {} local function live(k) if alive[k] == nil then "                             \
+    "alive[k] = redis.call('exists', k) == 1 end return alive[k] end "                             \
+    "local function expiry(v, now) local e, rest = string.match(v, '^(%d+)(.*)$') "                \
+    "e = tonumber(e) if not e or e <= now then return nil end "                                    \
+    "if rest == '' then if e > now + " WAIT_ENTRY_MAX " then return nil end return e end "         \
+    "local k = string.match(rest, '^ (.+)$') "                                                     \
+    "if not k or e > now + " WAIT_BOUND_MAX " or not live(k) then return nil end return e end "    \
     "local function us_of(v) local n = tonumber(v) if n and n < 1e14 then n = n * 1000 end "       \
     "return n end "                                                                                \
     "local function queue_turn(skipf) if redis.call('exists', KEYS[3]) == 0 then return nil end "  \
     "queued = true local skip = skipf and skipf() or {} "                                          \
     "local now = math.floor(clock() / 1000) local all = redis.call('hgetall', KEYS[3]) "           \
     "local first, first_since for i = 1, #all, 2 do "                                              \
-    "local since, exp = string.match(all[i + 1], '^(%d+) (%d+)$') "                                \
-    "since = us_of(since) exp = tonumber(exp) "                                                    \
-    "if not exp or exp <= now or exp > now + " WAIT_ENTRY_MAX " then "                             \
+    "local since, rest = string.match(all[i + 1], '^(%d+) (.*)$') "                                \
+    "since = us_of(since) "                                                                        \
+    "if not since or not expiry(rest, now) then "                                                  \
     "redis.call('hdel', KEYS[3], all[i]) "                                                         \
     "elseif all[i] ~= me and not skip[all[i]] and (not first or since < first_since or "           \
     "(since == first_since and all[i] < first)) then "                                             \
@@ -77,31 +101,32 @@
     "if t and (t < first_since or (t == first_since and me < first)) then return nil end end "     \
     "end "                                                                                         \
     "return first end "                                                                            \
-    "local function join() local want = math.min(tonumber(ARGV[6]), " WAIT_ENTRY_MAX ") "          \
-    "if want <= 0 then return end "                                                                \
+    "local function bound(e) if ka then return e .. ' ' .. ka end return e end "                   \
+    "local function join() local want = want_ms if want <= 0 then return end "                     \
     "local now = math.floor(clock() / 1000) "                                                      \
     "local mine = redis.call('hget', KEYS[3], me) "                                                \
     "local since = mine and string.match(mine, '^(%d+) ') or string.format('%d', clock()) "        \
-    "redis.call('hset', KEYS[3], me, since .. ' ' .. string.format('%d', now + want)) "            \
+    "redis.call('hset', KEYS[3], me, since .. ' ' .. bound(string.format('%d', now + want))) "     \
     "if redis.call('pttl', KEYS[3]) < want then redis.call('pexpire', KEYS[3], want) end end "
 /* The readers' marks (KEYS[4] of the acquires): a hash of agent id ->
- * EXPIRES (server time in ms), one for each agent whose entry in the
+ * EXPIRES (server time in ms), or "EXPIRES KEY" bound to the agent's
+ * keep-alive key as its entry is, one for each agent whose entry in the
  * waiting-hosts record waits for the shared side of a read-write lock. An
  * entry without a live mark is a writer's (an exclusive acquire's, a
  * semaphore's, or an earlier version's, which knows no marks): the marks
- * are beside the record, whose format stays as earlier versions read it.
- * readers() is the set of agents with a live mark; join_as() joins the
- * record and marks the caller's entry as a reader's, or clears its mark. */
+ * are beside the record. readers() is the set of agents with a live mark
+ * (live as an entry is: expiry()); join_as() joins the record and marks the
+ * caller's entry as a reader's, or clears its mark. */
 #define LUA_READERS                                                                                \
     "local function readers() local r, now = {}, math.floor(clock() / 1000) "                      \
     "local all = redis.call('hgetall', KEYS[4]) for i = 1, #all, 2 do "                            \
-    "local e = tonumber(all[i + 1]) "                                                              \
-    "if e and e > now and e <= now + " WAIT_ENTRY_MAX " then r[all[i]] = true end end "            \
+    "if expiry(all[i + 1], now) then r[all[i]] = true end end "                                    \
     "return r end "                                                                                \
     "local function join_as(reader) join() "                                                       \
-    "local want = math.min(tonumber(ARGV[6]), " WAIT_ENTRY_MAX ") if want <= 0 then return end "   \
+    "local want = want_ms if want <= 0 then return end "                                           \
     "if not reader then redis.call('hdel', KEYS[4], me) return end "                               \
-    "redis.call('hset', KEYS[4], me, string.format('%d', math.floor(clock() / 1000) + want)) "     \
+    "redis.call('hset', KEYS[4], me, bound(string.format('%d', math.floor(clock() / 1000) + "      \
+    "want))) "                                                                                     \
     "if redis.call('pttl', KEYS[4]) < want then redis.call('pexpire', KEYS[4], want) end end "
 /* grant_fence(): the fencing token of a grant, as the comment at the top
  * says: ARGV[3] (the floor) or the server's clock, above the slot's mark
@@ -575,8 +600,10 @@ static void acquire_keys(const struct script_ctx *ctx, const struct backend_req 
 
 /* ARGV[2] to ARGV[6] of both acquires: the TTL, the token's floor (empty:
  * the server's clock), the block, the agent's id (empty: none) and how
- * long a waiting caller joins the record. */
-static void acquire_argv(const struct backend_req *req, struct script_args *a)
+ * long a waiting caller joins the record, with its keep-alive key after a
+ * space when the entry is bound to it. */
+static void acquire_argv(const struct script_ctx *ctx, const struct backend_req *req,
+                         struct script_args *a)
 {
     arg_num(a, 0, req->ttl_ms);
     if (req->floor)
@@ -585,7 +612,14 @@ static void acquire_argv(const struct backend_req *req, struct script_args *a)
         arg(a, "", 0);
     arg_num(a, 2, req->block);
     arg(a, req->waiter_id ? req->waiter_id : "", req->waiter_id ? strlen(req->waiter_id) : 0);
-    arg_num(a, 3, req->want_ms);
+    if (!req->bound || !req->waiter_id || !req->want_ms) {
+        arg_num(a, 3, req->want_ms);
+        return;
+    }
+    int n = snprintf(a->want, sizeof a->want, "%u ", (unsigned)req->want_ms);
+    size_t len =
+        (size_t)n + keepalive_key(ctx->prefix, ctx->prefix_len, req->waiter_id, a->want + n);
+    arg(a, a->want, len);
 }
 
 /* ARGV[1]: the key's value (the token, and the holder record after a
@@ -599,7 +633,7 @@ static void build_acquire(const struct script_ctx *ctx, const struct backend_req
                 ? snprintf(a->value, sizeof a->value, "%.32s %s", token, req->holder)
                 : snprintf(a->value, sizeof a->value, "%.32s", token);
     arg(a, a->value, n < (int)sizeof a->value ? (size_t)n : sizeof a->value - 1);
-    acquire_argv(req, a);
+    acquire_argv(ctx, req, a);
 }
 
 /* ARGV: the token, acquire_argv(), the kind ("shared" for permits 0, else
@@ -609,7 +643,7 @@ static void build_acquire_counted(const struct script_ctx *ctx, const struct bac
 {
     acquire_keys(ctx, req, a);
     arg_token(a, req);
-    acquire_argv(req, a);
+    acquire_argv(ctx, req, a);
     arg(a, a->kind,
         (size_t)(permits ? snprintf(a->kind, sizeof a->kind, "sem:%u", (unsigned)permits)
                          : snprintf(a->kind, sizeof a->kind, "shared")));
@@ -683,7 +717,7 @@ static void build_acquire_redisson(const struct script_ctx *ctx, const struct ba
 {
     acquire_keys(ctx, req, a);
     arg_field(a, req);
-    acquire_argv(req, a);
+    acquire_argv(ctx, req, a);
     arg_holds(a, 4, req);
 }
 
@@ -781,7 +815,7 @@ static void build_acquire_sem(const struct script_ctx *ctx, const struct backend
     arg(a, a->readers, side(ctx, a, READERS_SUFFIX, a->readers));
     arg_timeout_key(a, req);
     arg_permit_id(a, req);
-    acquire_argv(req, a);
+    acquire_argv(ctx, req, a);
     arg_num(a, 4, permits);
     arg_sem_channel(ctx, req, true, a);
 }

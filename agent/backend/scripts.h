@@ -109,6 +109,8 @@ struct script_args {
     char value[BACKEND_RECORD_MAX];                  /* acquire: "TOKEN HOLDER" */
     char kind[SCRIPT_KIND_MAX];                      /* counted acquire: "shared", "sem:N" */
     char num[6][24];                                 /* numbers among the arguments */
+    /* acquire: a bound entry's life and the agent's keep-alive key */
+    char want[24 + CONFIG_PREFIX_MAX + KEEPALIVE_EXTRA + 1];
 };
 
 /* What a script's reply says. */
@@ -177,7 +179,7 @@ size_t script_lock_key(const struct script_ctx *ctx, const char *name, size_t le
 /* The command that runs script s for req: EVALSHA sha (or, with sha NULL
  * or empty, EVAL with the script's text), its keys and its arguments, into
  * a. The fields of req that s uses: every script the name; acquire (either
- * kind) the token, holder, ttl_ms, floor, block, waiter_id, want_ms; renew
+ * kind) the token, holder, ttl_ms, floor, block, waiter_id, want_ms, bound; renew
  * the token and ttl_ms; release the token and notify; fence the token and
  * fence. permits: the counted acquire's kind, 0 for the shared kind, N for
  * a semaphore of N permits (the other scripts ignore it). 0, or

@@ -136,3 +136,16 @@ size_t release_channel(const char *key, size_t len, size_t prefix_len, char *out
 {
     return side_key(key, len, prefix_len, RELEASED_SUFFIX, out);
 }
+
+size_t keepalive_key(const char *prefix, size_t prefix_len, const char *id, char *out)
+{
+    size_t n = prefix_len;
+    memcpy(out, prefix, prefix_len);
+    memcpy(out + n, KEEPALIVE_INFIX, sizeof KEEPALIVE_INFIX - 1);
+    n += sizeof KEEPALIVE_INFIX - 1;
+    size_t ilen = strnlen(id, KEEPALIVE_EXTRA - (sizeof KEEPALIVE_INFIX - 1));
+    memcpy(out + n, id, ilen);
+    n += ilen;
+    out[n] = '\0';
+    return n;
+}

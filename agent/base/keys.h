@@ -30,6 +30,14 @@
 #define READERS_SUFFIX " readers"
 /* The suffix of a lock's release channel (a Pub/Sub channel, not a key). */
 #define RELEASED_SUFFIX " released"
+/* An agent's keep-alive key: PREFIX "alive " ID, which its entries in the
+ * waiting-hosts records are bound to outside Redis Cluster and quorum mode
+ * (docs/protocol.md, "Waiting hosts"). The space keeps it apart from every
+ * lock key. */
+#define KEEPALIVE_INFIX "alive "
+/* The most a keep-alive key adds to the prefix: the infix and an agent id
+ * (BACKEND_WAITER_ID_MAX). */
+#define KEEPALIVE_EXTRA (sizeof KEEPALIVE_INFIX - 1 + 16)
 /* The most a holder record, legacy counter, waiting-hosts record, readers'
  * marks or release channel name adds to its lock key (besides the prefix
  * again): the longest suffix is the channel's. */
@@ -100,5 +108,9 @@ size_t readers_key(const char *key, size_t len, size_t prefix_len, char *out);
  * no brace), so the release script may SPUBLISH on it in Redis Cluster, and
  * starts with the prefix, so ACL channel patterns cover it. */
 size_t release_channel(const char *key, size_t len, size_t prefix_len, char *out);
+/* Writes the keep-alive key of agent id (at most KEEPALIVE_EXTRA - the
+ * infix characters; longer is cut) under prefix into out (room for
+ * prefix_len + KEEPALIVE_EXTRA + 1 bytes); its length. */
+size_t keepalive_key(const char *prefix, size_t prefix_len, const char *id, char *out);
 
 #endif

@@ -26,6 +26,14 @@ struct backend_holder;
 /* The longest life of an entry of the waiting-hosts record: the store's
  * scripts hold every agent to it, whatever its settings (docs/protocol.md). */
 #define BACKEND_WAIT_ENTRY_MAX_MS 3000
+/* An entry bound to its agent's keep-alive key (backend_ops.keepalive)
+ * counts only while that key exists, and the key lives
+ * BACKEND_WAIT_ENTRY_MAX_MS from its last refresh; the entry's own expiry,
+ * refreshed by the agent's acquires, is at most this: the bound on an entry
+ * whose removal was lost while its agent lives on. */
+#define BACKEND_WAIT_BOUND_MAX_MS 60000
+/* How often an agent with bound entries refreshes its keep-alive key. */
+#define BACKEND_KEEPALIVE_EVERY_MS 1000
 
 /* What a request asks of the store. */
 enum backend_op {
@@ -70,6 +78,9 @@ struct backend_req {
      * it) */
     const char *waiter_id;
     uint32_t want_ms;
+    /* acquire: the entry is bound to the agent's keep-alive key (want_ms up
+     * to BACKEND_WAIT_BOUND_MAX_MS); only when the store has a keepalive op */
+    bool bound;
     uint64_t fence; /* fence: raise the slot's high-water mark to at least this */
     /* acquire, renew: the lease's holds (re-entrant acquires), which a key
      * in Redisson's format shows as its hold count (0 reads as 1) */
@@ -211,6 +222,13 @@ struct backend_ops {
      * leaves the name's waiting-hosts record, so that other hosts need not
      * wait for it to lapse. Nothing answers; may be NULL. */
     void (*leave)(struct backend *b, const struct backend_req *req);
+    /* The agent (waiter_id) lives: its keep-alive key is set to expire in
+     * ttl_ms, so that its entries bound to it count that long. Nothing
+     * answers. NULL: the store cannot bind entries (Redis Cluster, where a
+     * script names every key it reads; quorum mode, where each node has a
+     * view of its own): each entry lives by its own expiry, refreshed per
+     * name. */
+    void (*keepalive)(struct backend *b, const char *waiter_id, uint32_t ttl_ms);
     /* Reads the lock key and its holder record. */
     int (*lookup)(struct backend *b, const char *name, size_t len, backend_lookup_cb cb, void *arg);
     /* Deletes the lock key whoever holds it (an operator's forced release:

@@ -1055,24 +1055,60 @@ static void lock_watch(struct core *k, struct lock *l)
                "cannot listen for releases of %s now (%s)", l->name, errname(rc));
 }
 
+/* Whether the store binds this agent's entries in the waiting-hosts
+ * records to its keep-alive key (backend_ops.keepalive): then they need no
+ * refresh per name to stay live. */
+static bool entries_bound(const struct core *k)
+{
+    return k->backend && k->backend->ops->keepalive != NULL;
+}
+
+/* The keep-alive key is due again: set while an entry may live. */
+static void keepalive_send(struct core *k, uint64_t now)
+{
+    theap_remove(&k->timers, &k->keepalive);
+    if (!entries_bound(k) || now >= k->keepalive_until)
+        return;
+    k->backend->ops->keepalive(k->backend, k->waiter_id, BACKEND_WAIT_ENTRY_MAX_MS);
+    timer_set(k, &k->keepalive, now + (uint64_t)BACKEND_KEEPALIVE_EVERY_MS * NS_PER_MS);
+}
+
+/* An acquire that may write a bound entry goes out now: the keep-alive key
+ * is kept as long as that entry may live, and set at once (ahead of the
+ * acquire on the command link) unless it is already being refreshed. */
+static void keepalive_need(struct core *k, uint32_t entry_ms, uint64_t now)
+{
+    uint64_t until = now + (uint64_t)entry_ms * NS_PER_MS;
+    if (until > k->keepalive_until)
+        k->keepalive_until = until;
+    if (!tnode_queued(&k->keepalive))
+        keepalive_send(k, now);
+}
+
 /* The pacing settings of the fallback retry (pace.h). */
 static struct wait_pace pace_of(const struct core *k)
 {
-    return (struct wait_pace){.fast_ms = k->cfg->retry_fallback_ms, .max_ms = k->cfg->retry_max_ms};
+    struct wait_pace p = {.fast_ms = k->cfg->retry_fallback_ms, .max_ms = k->cfg->retry_max_ms};
+    if (entries_bound(k))
+        p.guard_ms = wait_guard_ms(p.max_ms);
+    return p;
 }
 
 /* How long an entry of this agent in a waiting-hosts record lasts, up to
  * the store's cap: refreshed at half its life by an acquire while a client
- * waits, whatever the pace of the fallback retry (pace.h). In quorum mode a
- * grant removes the entry only on the nodes that granted, and the others
- * keep it until it lapses, holding the other hosts back there: the entry
- * keeps the short life of the fast retry. */
+ * waits, whatever the pace of the fallback retry (pace.h). A bound entry
+ * counts only while the agent's keep-alive key lives besides, so its own
+ * life is the long bound of an entry whose removal was lost. In quorum
+ * mode a grant removes the entry only on the nodes that granted, and the
+ * others keep it until it lapses, holding the other hosts back there: the
+ * entry keeps the short life of the fast retry. */
 static uint32_t want_ms(const struct core *k)
 {
     struct wait_pace p = pace_of(k);
     if (k->backend->release_after_miss)
         p.max_ms = 0;
-    return wait_entry_ms(&p, BACKEND_WAIT_ENTRY_MAX_MS);
+    return wait_entry_ms(&p,
+                         entries_bound(k) ? BACKEND_WAIT_BOUND_MAX_MS : BACKEND_WAIT_ENTRY_MAX_MS);
 }
 
 /* An acquire's callback argument: the lock stays while it is in flight. */
@@ -1237,7 +1273,10 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
                                   .ttl_ms = w->ttl_ms,
                                   .block = l->acq_block,
                                   .waiter_id = k->waiter_id,
-                                  .want_ms = w->try_once ? 0 : want_ms(k)};
+                                  .want_ms = w->try_once ? 0 : want_ms(k),
+                                  .bound = entries_bound(k)};
+        if (req.want_ms && req.bound)
+            keepalive_need(k, req.want_ms, now);
         int rc = k->backend->ops->op(k->backend, &req, on_acquired, ref);
         if (rc == 0) {
             l->phase = LOCK_ACQUIRING;
@@ -1745,6 +1784,7 @@ void core_store_ready(struct core *k, uint64_t now)
 {
     k->down_since = 0;
     k->ready_seq++;
+    keepalive_send(k, now); /* it may have lapsed meanwhile */
     retry_orphans(k, now);
     renew_waiting(k, now);
     kick_all(k, now);
@@ -1808,6 +1848,9 @@ void core_tick(struct core *k, uint64_t now)
         }
         case TK_AGENT:
             retry_orphans(k, now);
+            break;
+        case TK_KEEPALIVE:
+            keepalive_send(k, now);
             break;
         }
     }
@@ -1897,6 +1940,7 @@ int core_init(struct core *k, const struct config *cfg, const struct core_env *e
     k->env = *env;
     k->backend = backend;
     tnode_init(&k->orphan_retry, TK_AGENT);
+    tnode_init(&k->keepalive, TK_KEEPALIVE);
     snprintf(k->host, sizeof k->host, "%s", host && host[0] ? host : "?");
     one_word(k->host);
     uint64_t id;

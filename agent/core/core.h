@@ -108,6 +108,11 @@ struct core {
     char host[64];                               /* for holder records */
     /* This agent's id in the waiting-hosts records of the store. */
     char waiter_id[BACKEND_WAITER_ID_MAX + 1];
+    /* TK_KEEPALIVE: the refresh of the agent's keep-alive key, which its
+     * bound entries count by (backend_ops.keepalive), while an entry that
+     * an acquire may have written lives: until keepalive_until. */
+    struct tnode keepalive;
+    uint64_t keepalive_until;
 };
 
 /* Sets the core up; the backend may be attached later (core_attach_backend),

@@ -14,7 +14,11 @@ uint64_t wait_retry_delay(const struct wait_pace *p, long long pttl_ms, bool con
     if (!confirmed || p->max_ms == 0)
         return waiter_retry_delay(p->fast_ms, pttl_ms, r);
     uint64_t fast = (uint64_t)p->fast_ms * NS_PER_MS;
-    uint64_t cap = (uint64_t)(p->max_ms > p->fast_ms ? p->max_ms : p->fast_ms) * NS_PER_MS;
+    /* The long guard only behind a key whose expiry is known: another
+     * host's turn (or a key without expiry) may end with no notice at all,
+     * when that host died and its entry stopped counting. */
+    uint32_t most = pttl_ms > 0 && p->guard_ms > p->max_ms ? p->guard_ms : p->max_ms;
+    uint64_t cap = (uint64_t)(most > p->fast_ms ? most : p->fast_ms) * NS_PER_MS;
     if (r < 0 || r >= 1)
         r = 0.5;
     /* Spread the retries of many names over the last quarter of the cap. */
@@ -24,7 +28,8 @@ uint64_t wait_retry_delay(const struct wait_pace *p, long long pttl_ms, bool con
         uint64_t expiry = ((uint64_t)pttl_ms + 1) * NS_PER_MS;
         return expiry < longest ? expiry : longest;
     }
-    /* Unknown expiry (a key without one, another host's turn): back off. */
+    /* Unknown expiry (a key without one, another host's turn): back off,
+     * up to max_ms. */
     unsigned n = attempt < ATTEMPT_MAX ? attempt : ATTEMPT_MAX;
     uint64_t backoff = fast << n;
     if (backoff > cap)
@@ -34,6 +39,14 @@ uint64_t wait_retry_delay(const struct wait_pace *p, long long pttl_ms, bool con
     if (delay < fast)
         delay = fast;
     return delay < longest ? delay : longest;
+}
+
+uint32_t wait_guard_ms(uint32_t max_ms)
+{
+    uint64_t g = (uint64_t)max_ms * WAIT_GUARD_FACTOR;
+    if (g > WAIT_GUARD_MAX_MS)
+        g = WAIT_GUARD_MAX_MS;
+    return g > max_ms ? (uint32_t)g : max_ms;
 }
 
 uint32_t wait_entry_ms(const struct wait_pace *p, uint32_t cap_ms)

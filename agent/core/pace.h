@@ -11,7 +11,16 @@
  * the guard against a notice lost on the way: it comes when the holder's
  * key can expire (an expiry publishes nothing), else after an exponential
  * backoff with jitter, and never later than max_ms: a holder that renews
- * keeps pushing its expiry, so max_ms bounds what a lost notice costs. */
+ * keeps pushing its expiry, so max_ms bounds what a lost notice costs.
+ *
+ * Where the agent's entries in the waiting-hosts records are bound to its
+ * keep-alive key (outside Redis Cluster and quorum mode), no retry is
+ * needed to keep them live, and a broken notice link already makes every
+ * waiter try again: the guard of a confirmed name behind a key whose
+ * expiry is known then comes at that expiry, or after the longer guard_ms
+ * (wait_guard_ms()) when that is later. Another host's turn, or a key
+ * without expiry, keeps the max_ms cap: a dead host's turn ends when its
+ * entry stops counting, and nothing tells the waiters. */
 #ifndef DLOCKD_PACE_H
 #define DLOCKD_PACE_H
 
@@ -23,14 +32,30 @@
 struct wait_pace {
     uint32_t fast_ms;
     uint32_t max_ms;
+    /* The longest retry of a confirmed name behind a key with a known
+     * expiry, where it is longer than max_ms (bound entries,
+     * wait_guard_ms()); 0: max_ms. */
+    uint32_t guard_ms;
 };
+
+/* How many times retry_max_ms the guard of a confirmed name waits at most
+ * where entries are bound, and the most it waits whatever the setting: a
+ * quarter of a bound entry's life, so that the retries refresh it. */
+#define WAIT_GUARD_FACTOR 5u
+#define WAIT_GUARD_MAX_MS 15000u
+
+/* The guard_ms of bound entries for max_ms: max_ms * WAIT_GUARD_FACTOR,
+ * at most WAIT_GUARD_MAX_MS and at least max_ms (0 for max_ms 0: the fast
+ * retry). */
+uint32_t wait_guard_ms(uint32_t max_ms);
 
 /* The delay in ns before the next fallback retry of a lock whose acquire
  * was just answered "taken": pttl_ms is the holder's key's remaining PTTL
  * (0 or less: unknown, or another host's turn), confirmed says whether the
  * name's release notices are known to arrive, attempt counts the "taken"
  * answers since the last notice or grant (0 for the first), r is a jitter
- * value in [0, 1). Never 0, never above max(fast_ms, max_ms) * 1.5 ms. */
+ * value in [0, 1). Never 0, never above max(fast_ms, max_ms, guard_ms) *
+ * 1.5 ms. */
 uint64_t wait_retry_delay(const struct wait_pace *p, long long pttl_ms, bool confirmed,
                           unsigned attempt, double r);
 
@@ -39,7 +64,9 @@ uint64_t wait_retry_delay(const struct wait_pace *p, long long pttl_ms, bool con
  * acquire that wrote it the next one refreshes it: half its lifetime, so
  * that the refresh has the other half to arrive. With max_ms 0 (fixed
  * pacing) the entry lasts 3 * fast_ms as in earlier versions; else the
- * store's bound. */
+ * store's bound (for a bound entry, BACKEND_WAIT_BOUND_MAX_MS, whose
+ * half-life refresh the guard's retries, at most a quarter of it, come
+ * well before). */
 uint32_t wait_entry_ms(const struct wait_pace *p, uint32_t cap_ms);
 uint64_t wait_refresh_ns(uint32_t entry_ms);
 /* When the acquire that refreshes the entry goes out, for an entry of

@@ -22,7 +22,7 @@
 void token_hex(const uint8_t raw[TOKEN_BYTES], char out[TOKEN_HEX + 1]);
 int token_raw(const char *hex, uint8_t raw[TOKEN_BYTES]);
 
-enum tkind { TK_LEASE = 1, TK_WAITER = 2, TK_LOCK = 3, TK_AGENT = 4 };
+enum tkind { TK_LEASE = 1, TK_WAITER = 2, TK_LOCK = 3, TK_AGENT = 4, TK_KEEPALIVE = 5 };
 
 struct lock;
 struct core_client;

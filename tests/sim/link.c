@@ -41,8 +41,9 @@ bool sim_bug_no_confirm;
 #define BUG_NO_CONFIRM 0
 #endif
 
-static const char *const kind_name[] = {"acquire", "renew",     "release",     "fence", "lookup",
-                                        "notice",  "subscribe", "unsubscribe", "leave"};
+static const char *const kind_name[] = {"acquire", "renew",    "release",   "fence",
+                                        "lookup",  "notice",   "subscribe", "unsubscribe",
+                                        "leave",   "keepalive"};
 
 static struct msg *msg_new(struct link *l, uint8_t kind)
 {
@@ -135,6 +136,7 @@ static int submit(struct backend *b, uint8_t kind, const struct backend_req *req
     m->lkind = (uint8_t)req->kind;
     m->limit = req->limit;
     m->want_ms = req->want_ms;
+    m->bound = req->bound;
     m->notify = req->notify;
     m->floor = req->floor;
     m->block = req->block;
@@ -170,6 +172,18 @@ static void l_leave(struct backend *b, const struct backend_req *req)
     struct link *l = (struct link *)b;
     if (l->s->kinds && req->waiter_id)
         submit(b, OP_LEAVE, req, NULL, NULL, NULL);
+}
+
+/* SET of the agent's keep-alive key, on the command connection,
+ * unanswered (as backend_redis.c's): lost with the connection. As with
+ * leave, only the seeds that mix kinds model the record and send it; the
+ * others still pace their waiters as a store with bound entries does. */
+static void l_keepalive(struct backend *b, const char *waiter_id, uint32_t ttl_ms)
+{
+    struct link *l = (struct link *)b;
+    struct backend_req req = {.name = "", .len = 0, .waiter_id = waiter_id, .ttl_ms = ttl_ms};
+    if (l->s->kinds)
+        submit(b, OP_KEEPALIVE, &req, NULL, NULL, NULL);
 }
 
 static int l_lookup(struct backend *b, const char *name, size_t len, backend_lookup_cb cb,
@@ -278,6 +292,7 @@ static const struct backend_ops link_ops = {
     .op = l_op,
     .watch = l_watch,
     .leave = l_leave,
+    .keepalive = l_keepalive,
     .lookup = l_lookup,
     .flush = l_flush,
     .pending = l_pending,

@@ -17,7 +17,8 @@ struct bug {
     const char *name;
     int core; /* enum core_bug, or the model's own: -1 release_no_compare, -2 no_confirm,
                * -3 cluster_no_doubt, -4 cluster_ask_as_moved, -5 cluster_stale_owner,
-               * -6 counted_renew_shortens, -7 counted_no_mismatch, -8 set_unsorted */
+               * -6 counted_renew_shortens, -7 counted_no_mismatch, -8 set_unsorted,
+               * -9 bound_ignores_keepalive */
 };
 
 static const struct bug bugs[] = {
@@ -57,6 +58,7 @@ static const struct bug bugs[] = {
     {"counted_no_mismatch", -7},
     {"set_unsorted", -8},
     {"adopt_unchecked", CORE_BUG_ADOPT_UNCHECKED},
+    {"bound_ignores_keepalive", -9},
 #endif
     {NULL, 0},
 };
@@ -117,6 +119,8 @@ static int set_bug(const char *name)
             sim_bug_counted_renew_shortens = true;
         else if (b->core == -7)
             sim_bug_counted_no_mismatch = true;
+        else if (b->core == -9)
+            sim_bug_bound_ignores_keepalive = true;
         else
             sim_bug_set_unsorted = true;
 #endif

@@ -198,6 +198,12 @@ static void p_leave(struct backend *b, const struct backend_req *req)
         p->inner->ops->leave(p->inner, req);
 }
 
+static void p_keepalive(struct backend *b, const char *waiter_id, uint32_t ttl_ms)
+{
+    struct proxy *p = (struct proxy *)b;
+    p->inner->ops->keepalive(p->inner, waiter_id, ttl_ms);
+}
+
 static int p_lookup(struct backend *b, const char *name, size_t len, backend_lookup_cb cb,
                     void *arg)
 {
@@ -255,12 +261,28 @@ static const struct backend_ops proxy_ops = {
     .destroy = p_destroy,
 };
 
+/* The same over a store that binds entries to a keep-alive key (single
+ * and sentinel mode): the core sees the op only where the store has it. */
+static const struct backend_ops proxy_ka_ops = {
+    .op = p_op,
+    .watch = p_watch,
+    .leave = p_leave,
+    .keepalive = p_keepalive,
+    .lookup = p_lookup,
+    .flush = p_flush,
+    .pending = p_pending,
+    .nodes = p_nodes,
+    .counts = p_counts,
+    .excluded = p_excluded,
+    .destroy = p_destroy,
+};
+
 struct backend *proxy_new(struct agent *ag, struct backend *inner)
 {
     struct proxy *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
-    p->base.ops = &proxy_ops;
+    p->base.ops = inner->ops->keepalive ? &proxy_ka_ops : &proxy_ops;
     p->base.release_after_miss = inner->release_after_miss;
     p->base.kinds = inner->kinds;
     p->inner = inner;

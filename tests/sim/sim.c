@@ -2851,6 +2851,7 @@ static void agent_crash(struct sim *s, struct fault *f)
     journal_take(ag);
     note_lost_work(ag);
     ag->down = true;
+    ag->died_at = s->now;
     ag->core_live = false; /* from now on its core's effects go nowhere */
     ag->paused_until = s->now + f->dur;
     /* What is on the wire reaches the node or not (the kernel may have sent

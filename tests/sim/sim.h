@@ -98,8 +98,9 @@ struct link;
  * node). */
 enum { OP_NOTICE = OP_LOOKUP + 1, OP_SUBSCRIBE, OP_UNSUBSCRIBE };
 /* On the command connection, unanswered: the agent leaves the name's
- * waiting-hosts record (HDEL). */
-enum { OP_LEAVE = OP_UNSUBSCRIBE + 1 };
+ * waiting-hosts record (HDEL); the agent's keep-alive key is set (SET PX,
+ * ttl_ms), which its bound entries count by. */
+enum { OP_LEAVE = OP_UNSUBSCRIBE + 1, OP_KEEPALIVE };
 
 struct msg {
     LIST_ENTRY(msg) all;    /* every message alive, for the clean-up */
@@ -123,6 +124,7 @@ struct msg {
     uint8_t lkind;      /* enum lock_kind of the request */
     uint32_t limit;     /* a semaphore's permits */
     uint32_t want_ms;   /* acquire: how long a waiting caller joins the waiting-hosts record */
+    bool bound;         /* acquire: its entry is bound to the agent's keep-alive key */
     bool mismatch;      /* acquire: the name is held as another counted kind (or limit) */
     uint64_t sent_at;   /* agent clock */
     uint64_t failed_at; /* agent clock when answered with an error */
@@ -163,6 +165,7 @@ struct rkey {
  * one entry per agent, and the readers' marks beside it. */
 struct wentry {
     bool used;
+    bool bound;        /* counts only while its agent's keep-alive key lives */
     uint64_t since_us; /* node clock */
     int64_t exp_ms;    /* node clock */
 };
@@ -201,6 +204,10 @@ struct node {
     struct msgq stallq;
     uint64_t executed;
     struct wrecord rec[SIM_MAX_NAMES]; /* modelled in the seeds that mix kinds */
+    /* Each agent's keep-alive key: until then (node clock ms; 0: none). Lost
+     * with the records. */
+    int64_t ka_ms[SIM_MAX_AGENTS];
+    uint64_t ka_set_at[SIM_MAX_AGENTS]; /* virtual: when it last set each */
 };
 
 /* ---- a link: one agent's connections to one node, as a backend ---- */
@@ -444,6 +451,7 @@ struct agent {
      * one more incarnation (events of an earlier one are ignored). The
      * journal is taken at the crash; srel are the successor's releases. */
     bool down;
+    uint64_t died_at; /* virtual: when its last process died */
     unsigned incarnation;
     struct jentry journal[SIM_JOURNAL];
     unsigned njournal;
@@ -731,6 +739,7 @@ extern bool sim_bug_no_confirm;
 extern bool sim_bug_counted_renew_shortens;
 extern bool sim_bug_counted_no_mismatch;
 extern bool sim_bug_set_unsorted;
+extern bool sim_bug_bound_ignores_keepalive;
 
 /* sim.c */
 bool sim_quorum_available(void);
