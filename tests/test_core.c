@@ -2190,6 +2190,61 @@ Test(core, readers_join_while_the_cohort_lasts_then_ask_the_store_beside_the_oth
     cr_assert_str_eq(req_n(R_RELEASE, "co", 1)->token, r->token);
 }
 
+/* A reader that asked the store beside the readers (their key was in doubt)
+ * may join their grant once the key is confirmed, while its acquire is in
+ * flight. The lock stays ACQUIRING until the answer: no second acquire goes
+ * out beside it (a writer's, which that answer would be taken for), and the
+ * lock is not freed under it. The answer's key is given back. */
+Test(core, a_reader_that_joins_while_its_acquire_is_in_flight_waits_for_the_answer)
+{
+    F.backend.kinds = BACKEND_KIND(LOCK_SHARED);
+    F.cfg.cohort_handoffs = 8;
+    struct tclient *r1 = client(1), *r2 = client(2), *r3 = client(3), *w = client(4);
+    const struct answer *g1 = shared_from_store(r1, "j");
+    struct req *a0 = req_n(R_ACQUIRE, "j", 0);
+    /* A failover: the readers' key is in doubt until a renewal finds it. */
+    core_doubt(&F.k, every_name, NULL, F.now);
+    run_until(F.now);
+    struct req *rn = pending(R_RENEW, "j");
+    /* Meanwhile a reader cannot join: it asks the store beside them. */
+    uint32_t i2 = acquire_kind(r2, "j", LOCK_SHARED, 0, 0, 0, -1);
+    cr_assert_eq(req_count(R_ACQUIRE, "j"), 2);
+    struct req *a1 = pending(R_ACQUIRE, "j");
+    char a1_token[TOKEN_HEX + 1];
+    memcpy(a1_token, a1->token, sizeof a1_token);
+    /* The key is confirmed; a third reader's arrival lets both join. */
+    reply(rn, F.now + 1 * MS, BACKEND_DONE);
+    const struct answer *g3 = granted_answer(acquire_kind(r3, "j", LOCK_SHARED, 0, 0, 0, -1));
+    const struct answer *g2 = granted_answer(i2);
+    cr_assert_eq(g2->g.fence, g1->g.fence + 1);
+    cr_assert_eq(g3->g.fence, g1->g.fence + 2);
+    struct lock *l = table_lock_find(&F.k.table, "j", 1);
+    cr_assert_not_null(l);
+    cr_assert_eq(l->phase, LOCK_ACQUIRING, "the join forgot the acquire in flight");
+    /* A writer waits; the readers leave with the acquire still in flight. */
+    uint32_t iw = acquire_kind(w, "j", LOCK_EXCLUSIVE, 0, 0, 0, -1);
+    ok_answer(release(r1, g1->g.lease_id));
+    ok_answer(release(r2, g2->g.lease_id));
+    ok_answer(release(r3, g3->g.lease_id));
+    cr_assert_eq(req_count(R_RELEASE, "j"), 1);
+    cr_assert_str_eq(req_n(R_RELEASE, "j", 0)->token, a0->token);
+    l = table_lock_find(&F.k.table, "j", 1);
+    cr_assert_not_null(l, "the lock was freed under its acquire");
+    cr_assert_eq(l->phase, LOCK_ACQUIRING);
+    cr_assert_eq(req_count(R_ACQUIRE, "j"), 2, "a second acquire beside the one in flight");
+    /* The reader's grant comes: nobody takes it for theirs, its key goes. */
+    reply_at(a1, F.now + 1 * MS, 0, BACKEND_DONE, 50, 0);
+    cr_assert_null(answer_to(iw), "the writer was granted by the reader's acquire");
+    cr_assert_eq(req_count(R_RELEASE, "j"), 2);
+    cr_assert_str_eq(req_n(R_RELEASE, "j", 1)->token, a1_token);
+    /* Then the writer asks for itself, and is granted by its own answer. */
+    cr_assert_eq(req_count(R_ACQUIRE, "j"), 3);
+    struct req *aw = pending(R_ACQUIRE, "j");
+    cr_assert_eq(aw->lkind, LOCK_EXCLUSIVE);
+    reply_at(aw, F.now + 1 * MS, 0, BACKEND_DONE, 60, 0);
+    cr_assert_eq(granted_answer(iw)->g.fence, 60);
+}
+
 Test(core, a_semaphore_asks_the_store_for_each_permit_up_to_its_count)
 {
     F.backend.kinds = BACKEND_KIND(LOCK_SHARED) | BACKEND_KIND(LOCK_SEMAPHORE);

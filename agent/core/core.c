@@ -693,7 +693,13 @@ static struct lease *lease_start(struct core *k, struct lock *l, struct waiter *
     if (w->max_hold_ms)
         le->hold_until = from + (uint64_t)w->max_hold_ms * NS_PER_MS;
     le->progress_ns = (uint64_t)w->progress_ms * NS_PER_MS;
-    l->phase = LOCK_HELD;
+    /* A reader that joins its readers' grant while its own acquire is in
+     * flight (asked beside them when it could not join) leaves the lock
+     * ACQUIRING: the answer is still to come, and with it the lock's phase
+     * (on_acquired()). No other acquire goes out meanwhile, whose answer
+     * that one would be taken for, and the lock is not freed under it. */
+    if (l->phase != LOCK_ACQUIRING)
+        l->phase = LOCK_HELD;
     k->leases_by_kind[le->ask.kind]++;
     lease_link(c, le);
     lease_publish(k, le);

@@ -100,7 +100,7 @@ enum lock_phase {
  * size to a budget). */
 struct lock {
     struct lock *hnext;         /* hash chain */
-    LIST_HEAD(, lease) holders; /* not empty exactly in LOCK_HELD */
+    LIST_HEAD(, lease) holders; /* not empty in LOCK_HELD, and beside an acquire in flight */
     struct waiter *qhead, *qtail;
     struct waiter *acq_for; /* waiter the in-flight acquire is for (may be NULL) */
     struct lock *kept_next; /* on the core's list of kept locks */
