@@ -1401,6 +1401,46 @@ Test(core, bound_entries_are_kept_by_one_keepalive_not_by_retries)
     cr_assert_eq(core_next_due(&F.k), 0, "a timer is left");
 }
 
+/* The long guard of bound entries counts on the notice link: while it is
+ * down no notice comes, so a confirmed waiter behind a renewing holder
+ * tries again at once (not at its guard, up to 15 s away) and then within
+ * retry_max_ms, until the link is set up anew. */
+Test(core, a_notice_link_down_keeps_the_guard_short)
+{
+    F.backend.ops = &fb_bound_ops;
+    struct tclient *a = client(1);
+    acquire(a, "g", 5000, DLOCK_WAIT_FOREVER, 0, 0);
+    reply_at(pending(R_ACQUIRE, "g"), T0 + MS, 0, BACKEND_TAKEN, 0, 600000);
+    core_notice(&F.k, "g", 1, F.now); /* the subscription's confirmation */
+    struct req *r = pending(R_ACQUIRE, "g");
+    reply_at(r, r->sent + MS, 0, BACKEND_TAKEN, 0, 600000);
+    int n = req_count(R_ACQUIRE, "g");
+    run_until(F.now + 5000 * MS);
+    cr_assert_eq(req_count(R_ACQUIRE, "g"), n, "confirmed, yet retried within 5 s");
+    /* The notice link goes down: the retry comes now, not at the guard. */
+    core_unsubscribed(&F.k, F.now);
+    run_until(F.now);
+    cr_assert_eq(req_count(R_ACQUIRE, "g"), n + 1, "the guarded waiter did not try again");
+    r = pending(R_ACQUIRE, "g");
+    reply_at(r, r->sent + MS, 0, BACKEND_TAKEN, 0, 600000);
+    uint64_t from = F.now;
+    run_until(from + 3000 * MS);
+    cr_assert_eq(req_count(R_ACQUIRE, "g"), n + 2, "no retry within retry_max_ms, link down");
+    r = pending(R_ACQUIRE, "g");
+    reply_at(r, r->sent + MS, 0, BACKEND_TAKEN, 0, 600000);
+    /* Set up anew: every waiter tries again, fast until confirmed, then
+     * the long guard again. */
+    core_resubscribed(&F.k, F.now);
+    r = pending(R_ACQUIRE, "g");
+    reply_at(r, r->sent + MS, 0, BACKEND_TAKEN, 0, 600000);
+    core_notice(&F.k, "g", 1, F.now);
+    r = pending(R_ACQUIRE, "g");
+    reply_at(r, r->sent + MS, 0, BACKEND_TAKEN, 0, 600000);
+    n = req_count(R_ACQUIRE, "g");
+    run_until(F.now + 11000 * MS);
+    cr_assert_eq(req_count(R_ACQUIRE, "g"), n, "the guard stayed short after the link came back");
+}
+
 /* Without keep-alives (Redis Cluster, quorum mode), entries are refreshed
  * per name as before and nothing asks for a bound entry. */
 Test(core, stores_without_keepalive_refresh_entries_per_name)

@@ -30,7 +30,7 @@ static struct {
     struct ev_loop *loop;
     ev_timer tick;
     struct backend *b;
-    int ready, subscribed;
+    int ready, subscribed, unsubscribed;
     bool reask;                    /* on a new connection, ask for the names in want */
     bool want[NAMES];              /* the names "nI" the owner wants */
     unsigned char notified[NAMES]; /* notices per name "nI" */
@@ -73,6 +73,11 @@ static void on_subscribed(void *arg)
             watch(name, true);
         }
     }
+}
+
+static void on_unsubscribed(void *arg)
+{
+    T.unsubscribed++;
 }
 
 static void on_ready(void *arg)
@@ -140,6 +145,7 @@ static void backend_start(bool sharded, bool reask)
     ev_timer_start(T.loop, &T.tick);
     struct backend_events ev = {.on_notice = on_notice,
                                 .on_subscribed = on_subscribed,
+                                .on_unsubscribed = on_unsubscribed,
                                 .on_unwatched = on_unwatched,
                                 .on_ready = on_ready};
     struct redis_node_opts opts = {.sharded = sharded};
@@ -266,6 +272,25 @@ ITEST(notice_link, thousands_of_names_and_again_after_the_connection_is_lost)
         watch_n(i, false);
     }
     RUN_UNTIL(H_EVENT_MS, h_node_channels(0, "dlock:*") == 0);
+    backend_stop();
+}
+
+/* The owner hears of a lost connection once, when it goes (no notice
+ * comes until the next is set up), and of the new one when it is up. */
+ITEST(notice_link, tells_the_owner_once_the_connection_is_lost)
+{
+    h_redis_start();
+    backend_start(false, true);
+    cr_assert_eq(T.unsubscribed, 0);
+    watch_n(0, true); /* a connection in pub/sub mode, which CLIENT KILL finds */
+    RUN_UNTIL(H_EVENT_MS, T.notified[0] == 1);
+    int subscribed = T.subscribed;
+    kill_notice_link();
+    RUN_UNTIL(H_EVENT_MS, T.unsubscribed == 1);
+    RUN_UNTIL(H_EVENT_MS, T.subscribed > subscribed && T.notified[0] == 2);
+    cr_assert_eq(T.unsubscribed, 1, "told %d times of one lost connection", T.unsubscribed);
+    kill_notice_link();
+    RUN_UNTIL(H_EVENT_MS, T.unsubscribed == 2);
     backend_stop();
 }
 

@@ -697,6 +697,13 @@ static void on_subscribed(void *arg)
     b->ev.on_subscribed(b->ev.arg);
 }
 
+static void on_unsubscribed(void *arg)
+{
+    struct rb *b = arg;
+    if (b->ev.on_unsubscribed)
+        b->ev.on_unsubscribed(b->ev.arg);
+}
+
 static void on_unwatched(void *arg, const char *name, size_t len)
 {
     struct rb *b = arg;
@@ -793,6 +800,7 @@ struct backend *backend_redis_new_opts(struct ev_loop *loop, const struct config
     struct notice_hooks nh = {.arg = b,
                               .notice = on_notice,
                               .subscribed = on_subscribed,
+                              .down = on_unsubscribed,
                               .unwatched = on_unwatched,
                               .error = link_error};
     b->notices = notice_link_new(loop, cfg, addr, b->label, b->sharded, &nh);

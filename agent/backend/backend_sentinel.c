@@ -130,6 +130,9 @@ static void abandon(struct sb *s, const char *why)
     note_master_error(s, DLOCK_EUNAVAIL, why);
     s->m = NULL;
     s->gen++;
+    /* Its notices stop counting: none comes until the next master's link is up. */
+    if (s->ev.on_unsubscribed)
+        s->ev.on_unsubscribed(s->ev.arg);
     m->next = s->dying;
     s->dying = m;
     ev_timer_start(s->loop, &s->reap);
@@ -172,6 +175,15 @@ static void m_subscribed(void *arg)
     struct sb *s = m->s;
     if (m == s->m)
         s->ev.on_subscribed(s->ev.arg);
+}
+
+/* The master's notice link went down: its notices stop until it is up. */
+static void m_unsubscribed(void *arg)
+{
+    struct master *m = arg;
+    struct sb *s = m->s;
+    if (m == s->m && s->ev.on_unsubscribed)
+        s->ev.on_unsubscribed(s->ev.arg);
 }
 
 static void m_ready(void *arg)
@@ -225,8 +237,11 @@ static void connect_master(struct sb *s, const struct redis_addr *addr)
     snprintf(m->label, sizeof m->label, "master %s", config_addr_str(addr, a, sizeof a));
     struct redis_node_opts o = {
         .label = m->label, .check_master = true, .not_master = m_not_master, .arg = m};
-    struct backend_events ev = {
-        .arg = m, .on_notice = m_notice, .on_subscribed = m_subscribed, .on_ready = m_ready};
+    struct backend_events ev = {.arg = m,
+                                .on_notice = m_notice,
+                                .on_subscribed = m_subscribed,
+                                .on_unsubscribed = m_unsubscribed,
+                                .on_ready = m_ready};
     m->be = backend_redis_new_opts(s->loop, s->cfg, &m->addr, &o, &ev);
     if (!m->be) {
         free(m);

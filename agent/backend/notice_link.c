@@ -52,6 +52,7 @@ struct notice_link {
     const struct config *cfg;
     const char *label;
     bool sharded;
+    bool was_up; /* set up since the last down hook */
     struct notice_hooks hooks;
     size_t prefix_len;
     bool prefix_tagged; /* the prefix has a hash tag (and so every lock key) */
@@ -490,12 +491,18 @@ static void on_ready(void *arg, struct redis_link *l)
     struct notice_link *n = arg;
     forget_all(n); /* already, unless the connection went without a word */
     log_info("%s: notice link up", n->label);
+    n->was_up = true;
     n->hooks.subscribed(n->hooks.arg);
 }
 
 static void on_down(void *arg, struct redis_link *l)
 {
-    forget_all(arg);
+    struct notice_link *n = arg;
+    forget_all(n);
+    if (n->was_up && n->hooks.down) {
+        n->was_up = false;
+        n->hooks.down(n->hooks.arg);
+    }
 }
 
 static void on_error(void *arg, int code, const char *text)

@@ -45,6 +45,9 @@ struct notice_hooks {
      * for every name it wants again (notices may have been missed while the
      * link was down). */
     void (*subscribed)(void *arg);
+    /* The connection that was set up is gone, and its subscriptions with
+     * it: no notice comes until subscribed. May be NULL. */
+    void (*down)(void *arg);
     /* Sharded: the link forgot a wanted name, which the node does not serve
      * (now). May be NULL. */
     void (*unwatched)(void *arg, const char *name, size_t len);

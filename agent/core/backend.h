@@ -130,6 +130,11 @@ struct backend_events {
      * asks for each again; notices may have been missed, so every waiter
      * tries again. */
     void (*on_subscribed)(void *arg);
+    /* The notice link went down: no notice comes until on_subscribed, so
+     * the core keeps its waiters' fallback retry short meanwhile. May be
+     * NULL in stores whose waiters' guard never relies on the link (Redis
+     * Cluster, quorum mode: backend_ops.keepalive NULL). */
+    void (*on_unsubscribed)(void *arg);
     /* The store forgot one name's subscription (Redis Cluster: its slot
      * moved): the core asks for it again. May be NULL in stores that never
      * do. */

@@ -1095,7 +1095,9 @@ static void keepalive_need(struct core *k, uint32_t entry_ms, uint64_t now)
 static struct wait_pace pace_of(const struct core *k)
 {
     struct wait_pace p = {.fast_ms = k->cfg->retry_fallback_ms, .max_ms = k->cfg->retry_max_ms};
-    if (entries_bound(k))
+    /* The long guard only while notices can come: with the notice link
+     * down every release's notice is lost. */
+    if (entries_bound(k) && !k->notices_down)
         p.guard_ms = wait_guard_ms(p.max_ms);
     return p;
 }
@@ -1752,10 +1754,24 @@ static void lock_rewatch(struct core *k, struct lock *l)
  * meanwhile, so every waiter tries again too. */
 void core_resubscribed(struct core *k, uint64_t now)
 {
+    k->notices_down = false;
     for (size_t b = 0; b < k->table.nbuckets; b++)
         for (struct lock *l = k->table.buckets[b]; l; l = l->hnext)
             lock_rewatch(k, l);
     kick_all(k, now);
+}
+
+void core_unsubscribed(struct core *k, uint64_t now)
+{
+    k->notices_down = true;
+    /* A waiter behind the long guard would miss every release until it:
+     * its retry comes now, from core_tick() (this may be called from
+     * inside a store's call), and the next ones by the short cap. */
+    uint64_t cap = now + (uint64_t)k->cfg->retry_max_ms * NS_PER_MS;
+    for (size_t b = 0; b < k->table.nbuckets; b++)
+        for (struct lock *l = k->table.buckets[b]; l; l = l->hnext)
+            if (l->phase == LOCK_BACKOFF && tnode_queued(&l->retry) && l->retry.due > cap)
+                timer_set(k, &l->retry, now);
 }
 
 void core_unwatched(struct core *k, const char *name, size_t len, uint64_t now)

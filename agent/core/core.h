@@ -113,6 +113,9 @@ struct core {
      * an acquire may have written lives: until keepalive_until. */
     struct tnode keepalive;
     uint64_t keepalive_until;
+    /* The notice link is down (core_unsubscribed()) until it is set up
+     * anew (core_resubscribed()): no release notice can come meanwhile. */
+    bool notices_down;
 };
 
 /* Sets the core up; the backend may be attached later (core_attach_backend),
@@ -206,6 +209,11 @@ struct core_forced {
 size_t core_force(struct core *k, const char *name, size_t len, struct core_forced *out, size_t max,
                   uint64_t now);
 void core_resubscribed(struct core *k, uint64_t now);
+/* The store's notice link went down (struct backend_events.on_unsubscribed):
+ * until core_resubscribed() no notice comes, so the waiters' fallback retry
+ * keeps the retry_max_ms cap, and a retry due later than that comes at once
+ * (on the next core_tick()). */
+void core_unsubscribed(struct core *k, uint64_t now);
 /* The store forgot that one name's notices are wanted (its slot moved):
  * the core asks again, and its waiters try again. */
 void core_unwatched(struct core *k, const char *name, size_t len, uint64_t now);

@@ -15,10 +15,11 @@
  *
  * Where the agent's entries in the waiting-hosts records are bound to its
  * keep-alive key (outside Redis Cluster and quorum mode), no retry is
- * needed to keep them live, and a broken notice link already makes every
+ * needed to keep them live, and a notice link set up anew makes every
  * waiter try again: the guard of a confirmed name behind a key whose
  * expiry is known then comes at that expiry, or after the longer guard_ms
- * (wait_guard_ms()) when that is later. Another host's turn, or a key
+ * (wait_guard_ms()) when that is later, while the notice link is up (the
+ * core gives no guard_ms while it is down). Another host's turn, or a key
  * without expiry, keeps the max_ms cap: a dead host's turn ends when its
  * entry stops counting, and nothing tells the waiters. */
 #ifndef DLOCKD_PACE_H

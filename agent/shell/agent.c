@@ -182,6 +182,12 @@ static void on_subscribed(void *arg)
     core_resubscribed(&a->core, now_ns());
 }
 
+static void on_unsubscribed(void *arg)
+{
+    struct agent *a = arg;
+    core_unsubscribed(&a->core, now_ns());
+}
+
 static void on_unwatched(void *arg, const char *name, size_t len)
 {
     struct agent *a = arg;
@@ -645,6 +651,7 @@ int agent_init(struct agent *a, struct ev_loop *loop, const struct config *cfg, 
     struct backend_events ev = {.arg = a,
                                 .on_notice = on_notice,
                                 .on_subscribed = on_subscribed,
+                                .on_unsubscribed = on_unsubscribed,
                                 .on_unwatched = on_unwatched,
                                 .on_ready = on_ready,
                                 .on_doubt = on_doubt};

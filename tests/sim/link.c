@@ -3,8 +3,9 @@
  * struct backend (core/backend.h): commands queued by the ops and written
  * by flush, delivered in order after a random delay, answered with the
  * agent's clock at arrival; a lost connection fails what is in flight with
- * DLOCK_EUNAVAIL (each command having run on the node or not), reconnects
- * with backoff and jitter, then reports on_ready and, once the notice
+ * DLOCK_EUNAVAIL (each command having run on the node or not), reports
+ * on_unsubscribed when the notice connection was up, reconnects with
+ * backoff and jitter, then reports on_ready and, once the notice
  * connection is up, on_subscribed. Release notices are per name, as in
  * notice_link.c: the watch op asks the node for a name's channel (or drops
  * it) on the notice connection, whose own delays and order are independent
@@ -506,6 +507,7 @@ void link_drop(struct link *l, const char *why)
     if (!l->connected && !l->connecting)
         return;
     TRACE(s, "agent%u: link to node%u lost (%s)", l->ag->id, l->nd->id, why);
+    bool was_subscribed = l->subscribed;
     l->connected = l->subscribed = l->connecting = false;
     memset(l->nsub, 0, sizeof l->nsub); /* the node forgets the subscriptions */
     memset(l->want, 0, sizeof l->want); /* and the link, the names asked for */
@@ -521,6 +523,10 @@ void link_drop(struct link *l, const char *why)
         m->discard = rng_chance(&s->rng, 50);
     /* Everything unanswered fails, in send order, from this event. */
     fail_all(l);
+    /* The notice connection was up: the owner hears it is gone (as
+     * notice_link.c's down hook says). */
+    if (was_subscribed && l->have_ev && l->ev.on_unsubscribed)
+        l->ev.on_unsubscribed(l->ev.arg);
     if (!l->closing)
         schedule_connect(l);
 }

@@ -1410,6 +1410,13 @@ static void ag_subscribed(void *arg)
         core_resubscribed(&ag->core, agent_now(ag));
 }
 
+static void ag_unsubscribed(void *arg)
+{
+    struct agent *ag = arg;
+    if (ag->core_live)
+        core_unsubscribed(&ag->core, agent_now(ag));
+}
+
 static void ag_unwatched(void *arg, const char *name, size_t len)
 {
     struct agent *ag = arg;
@@ -2700,6 +2707,7 @@ static int agent_boot(struct sim *s, struct agent *ag)
     struct backend_events ev = {.arg = ag,
                                 .on_notice = ag_notice,
                                 .on_subscribed = ag_subscribed,
+                                .on_unsubscribed = ag_unsubscribed,
                                 .on_unwatched = ag_unwatched,
                                 .on_ready = ag_ready,
                                 .on_doubt = s->sentinel ? ag_doubt : NULL};
