@@ -441,6 +441,40 @@ static struct req *pending(enum rkind kind, const char *name)
     return r;
 }
 
+/* When the fallback retry of name's lock is due. */
+static uint64_t retry_due(const char *name)
+{
+    const struct lock *l = table_lock_find(&F.k.table, name, strlen(name));
+    cr_assert(l && l->retry.idx != THEAP_NONE, "no retry queued for %s", name);
+    return l->retry.due;
+}
+
+/* A confirmed waiter for name behind a key of pttl ms backs off from the
+ * fast retry (pace.h): answers "taken" to each retry until the next one is
+ * at least min_ms away, checking that the delays never shrink (a retry sent
+ * at once, for a notice that came while it was in flight, aside); how many
+ * answers that took. */
+static int back_off(const char *name, long long pttl, uint64_t min_ms)
+{
+    uint64_t last = 0;
+    for (int n = 0; n < 24; n++) {
+        struct req *r = pending(R_ACQUIRE, name);
+        int sent = req_count(R_ACQUIRE, name);
+        reply_at(r, r->sent + MS, 0, BACKEND_TAKEN, 0, pttl);
+        if (req_count(R_ACQUIRE, name) > sent)
+            continue;
+        uint64_t due = retry_due(name), delay = due - F.now;
+        cr_assert_geq(delay + MS, last, "retry %d of %s came sooner than the one before", n, name);
+        last = delay;
+        if (delay >= min_ms * MS)
+            return n + 1;
+        run_until(due);
+        cr_assert_eq(req_count(R_ACQUIRE, name), sent + 1, "no retry of %s when due", name);
+    }
+    cr_assert_fail("%s: no retry %llu ms away after 24 answers", name, (unsigned long long)min_ms);
+    return -1;
+}
+
 static struct answer *answer_to(uint32_t req_id)
 {
     for (int i = 0; i < F.nans; i++)
@@ -1320,8 +1354,9 @@ Test(core, a_release_notice_wakes_the_waiter)
 }
 
 /* Until the name's subscription is confirmed (a notice came over it), a
- * waiter retries fast; then when the holder's key can expire, else at the
- * refresh of its waiting-hosts entry or the cap, never every 100 ms. */
+ * waiter retries fast; then it backs off from the fast retry, at most to
+ * the refresh of its waiting-hosts entry (or the cap), and when the
+ * holder's key can expire it tries right after. */
 Test(core, a_confirmed_subscription_slows_the_fallback_retry)
 {
     struct tclient *a = client(1);
@@ -1337,15 +1372,13 @@ Test(core, a_confirmed_subscription_slows_the_fallback_retry)
     struct req *r = pending(R_ACQUIRE, "p");
     reply_at(r, F.now + MS, 0, BACKEND_TAKEN, 0, 30000);
     cr_assert_eq(req_count(R_ACQUIRE, "p"), 3, "the notice during the acquire was lost");
-    r = pending(R_ACQUIRE, "p");
-    uint64_t sent = r->sent;
-    reply_at(r, sent + MS, 0, BACKEND_TAKEN, 0, 30000);
-    cr_assert_eq(core_next_due(&F.k), sent + 1500 * MS,
-                 "confirmed: the next try is the entry's refresh, not a fast retry");
-    run_until(sent + 1499 * MS);
-    cr_assert_eq(req_count(R_ACQUIRE, "p"), 3, "retried before the refresh");
-    run_until(sent + 1500 * MS);
-    cr_assert_eq(req_count(R_ACQUIRE, "p"), 4);
+    /* Confirmed: the delays grow from the fast retry up to the entry's
+     * refresh, half its 3 s life after the acquire that wrote it. */
+    int n = back_off("p", 30000, 1499);
+    cr_assert(n >= 4 && n <= 7, "%d retries to reach the refresh", n);
+    r = req_n(R_ACQUIRE, "p", req_count(R_ACQUIRE, "p") - 1);
+    cr_assert_eq(retry_due("p"), r->sent + 1500 * MS, "the refresh bounds the backoff");
+    run_until(r->sent + 1500 * MS);
     /* The holder's key expires in 200 ms: tried right after, no notice
      * comes for an expiry. */
     r = pending(R_ACQUIRE, "p");
@@ -1376,18 +1409,22 @@ Test(core, bound_entries_are_kept_by_one_keepalive_not_by_retries)
     cr_assert(due <= T0 + 151 * MS, "unconfirmed: the fast retry as before");
     run_until(due);
     core_notice(&F.k, "b", 1, F.now); /* the subscription's confirmation */
-    reply_at(pending(R_ACQUIRE, "b"), F.now + MS, 0, BACKEND_TAKEN, 0, 600000);
-    r = pending(R_ACQUIRE, "b");
-    uint64_t sent = r->sent;
-    reply_at(r, sent + MS, 0, BACKEND_TAKEN, 0, 600000);
-    int n = req_count(R_ACQUIRE, "b");
-    run_until(sent + 11000 * MS);
-    cr_assert_eq(req_count(R_ACQUIRE, "b"), n, "a confirmed waiter retried within 11 s");
-    cr_assert(F.nkeepalive >= 11 && F.nkeepalive <= 12, "%d keep-alives in 11 s", F.nkeepalive);
+    /* Confirmed: the retries back off from the fast one to the long guard,
+     * with no refresh of the entry between them. */
+    int n = back_off("b", 600000, 11250);
+    cr_assert(n >= 7 && n <= 10, "%d retries to reach the guard", n);
+    uint64_t sent = req_n(R_ACQUIRE, "b", req_count(R_ACQUIRE, "b") - 1)->sent;
+    uint64_t guard = retry_due("b");
+    cr_assert_leq(guard, sent + 15001 * MS, "the guard is at most 15 s");
+    n = req_count(R_ACQUIRE, "b");
+    int k0 = F.nkeepalive;
+    run_until(guard - MS);
+    cr_assert_eq(req_count(R_ACQUIRE, "b"), n, "a retry before the guard");
+    cr_assert_geq(F.nkeepalive - k0, 10, "%d keep-alives in the guard's wait", F.nkeepalive - k0);
     for (int i = 1; i < F.nkeepalive; i++)
         cr_assert_eq(F.keepalive[i] - F.keepalive[i - 1], BACKEND_KEEPALIVE_EVERY_MS * MS);
-    run_until(sent + 15001 * MS);
-    cr_assert_eq(req_count(R_ACQUIRE, "b"), n + 1, "no guard retry within 15 s");
+    run_until(guard);
+    cr_assert_eq(req_count(R_ACQUIRE, "b"), n + 1, "no guard retry");
     /* The waiter gives up: its entry leaves; the key is kept while an entry
      * the last acquire wrote could live (a lost HDEL), then no more. */
     uint64_t last = pending(R_ACQUIRE, "b")->sent;
@@ -1412,11 +1449,11 @@ Test(core, a_notice_link_down_keeps_the_guard_short)
     acquire(a, "g", 5000, DLOCK_WAIT_FOREVER, 0, 0);
     reply_at(pending(R_ACQUIRE, "g"), T0 + MS, 0, BACKEND_TAKEN, 0, 600000);
     core_notice(&F.k, "g", 1, F.now); /* the subscription's confirmation */
-    struct req *r = pending(R_ACQUIRE, "g");
-    reply_at(r, r->sent + MS, 0, BACKEND_TAKEN, 0, 600000);
+    back_off("g", 600000, 11250);
     int n = req_count(R_ACQUIRE, "g");
     run_until(F.now + 5000 * MS);
     cr_assert_eq(req_count(R_ACQUIRE, "g"), n, "confirmed, yet retried within 5 s");
+    struct req *r;
     /* The notice link goes down: the retry comes now, not at the guard. */
     core_unsubscribed(&F.k, F.now);
     run_until(F.now);
@@ -1434,8 +1471,7 @@ Test(core, a_notice_link_down_keeps_the_guard_short)
     r = pending(R_ACQUIRE, "g");
     reply_at(r, r->sent + MS, 0, BACKEND_TAKEN, 0, 600000);
     core_notice(&F.k, "g", 1, F.now);
-    r = pending(R_ACQUIRE, "g");
-    reply_at(r, r->sent + MS, 0, BACKEND_TAKEN, 0, 600000);
+    back_off("g", 600000, 11250);
     n = req_count(R_ACQUIRE, "g");
     run_until(F.now + 11000 * MS);
     cr_assert_eq(req_count(R_ACQUIRE, "g"), n, "the guard stayed short after the link came back");
@@ -1463,13 +1499,13 @@ Test(core, a_forgotten_subscription_retries_fast_until_confirmed_again)
     reply_at(pending(R_ACQUIRE, "u"), T0 + MS, 0, BACKEND_TAKEN, 0, 30000);
     core_notice(&F.k, "u", 1, F.now);
     cr_assert_eq(req_count(R_ACQUIRE, "u"), 2);
-    struct req *r = pending(R_ACQUIRE, "u");
-    reply_at(r, r->sent + MS, 0, BACKEND_TAKEN, 0, 30000);
-    cr_assert_gt(core_next_due(&F.k), F.now + 1000 * MS, "confirmed, yet a fast retry");
+    back_off("u", 30000, 1000);
+    cr_assert_gt(retry_due("u"), F.now + 1000 * MS, "confirmed, yet a fast retry");
     run_until(F.now + 10 * MS);
+    int n = req_count(R_ACQUIRE, "u");
     core_unwatched(&F.k, "u", 1, F.now);
-    cr_assert_eq(req_count(R_ACQUIRE, "u"), 3, "the waiter did not try again at once");
-    r = pending(R_ACQUIRE, "u");
+    cr_assert_eq(req_count(R_ACQUIRE, "u"), n + 1, "the waiter did not try again at once");
+    struct req *r = pending(R_ACQUIRE, "u");
     reply_at(r, r->sent + MS, 0, BACKEND_TAKEN, 0, 30000);
     uint64_t due = core_next_due(&F.k);
     cr_assert(due >= F.now + 100 * MS && due < F.now + 150 * MS,

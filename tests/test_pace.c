@@ -28,19 +28,28 @@ Test(pace, unconfirmed_is_fast)
     cr_assert_eq(wait_retry_delay(&paced, 20, false, 0, 0.9), 21 * MS);
 }
 
-/* Confirmed: no retry before the key can expire, none later than the cap,
- * spread over its last quarter. */
-Test(pace, confirmed_waits_for_the_expiry_up_to_the_cap)
+/* Confirmed: an exponential backoff from the fast retry (a release that
+ * publishes nothing is found soon early in a wait), never past the key's
+ * expiry nor the cap; once at the cap, spread over its last quarter. */
+Test(pace, confirmed_backs_off_up_to_the_expiry_and_the_cap)
 {
     for (int k = 0; k < 100; k++) {
         double r = k / 100.0;
         uint64_t d = wait_retry_delay(&paced, 60000, true, 0, r);
+        cr_assert_eq(d, 100 * MS, "the first retry is the fast one: %llu", (unsigned long long)d);
+        d = wait_retry_delay(&paced, 60000, true, 3, r);
+        cr_assert(d >= 400 * MS && d <= 800 * MS, "delay %llu", (unsigned long long)d);
+        d = wait_retry_delay(&paced, 60000, true, 16, r);
         cr_assert(d > 2250 * MS - MS && d <= 3000 * MS, "delay %llu", (unsigned long long)d);
         cr_assert_eq(wait_retry_delay(&paced, 500, true, 7, r), 501 * MS);
         cr_assert_eq(wait_retry_delay(&paced, 1, true, 0, r), 2 * MS);
     }
-    cr_assert_eq(wait_retry_delay(&paced, 60000, true, 0, 0.0), 3000 * MS);
-    cr_assert_eq(wait_retry_delay(&paced, 60000, true, 0, 0.5), 2625 * MS);
+    cr_assert_eq(wait_retry_delay(&paced, 60000, true, 16, 0.0), 3000 * MS);
+    cr_assert_eq(wait_retry_delay(&paced, 60000, true, 16, 0.5), 2625 * MS);
+    /* Never shorter from one attempt to the next, at a given jitter. */
+    for (unsigned a = 0; a < 20; a++)
+        cr_assert_leq(wait_retry_delay(&paced, 60000, true, a, 0.3),
+                      wait_retry_delay(&paced, 60000, true, a + 1, 0.3), "attempt %u", a);
 }
 
 /* Confirmed with no known expiry: exponential backoff with jitter from the
@@ -76,8 +85,8 @@ Test(pace, odd_settings)
     struct wait_pace low = {.fast_ms = 500, .max_ms = 100};
     uint64_t d = wait_retry_delay(&low, 60000, true, 0, 0.0);
     cr_assert_eq(d, 500 * MS);
-    cr_assert_eq(wait_retry_delay(&paced, 60000, true, 0, 7.0), 2625 * MS);
-    cr_assert_eq(wait_retry_delay(&paced, 60000, true, 0, -1.0), 2625 * MS);
+    cr_assert_eq(wait_retry_delay(&paced, 60000, true, 16, 7.0), 2625 * MS);
+    cr_assert_eq(wait_retry_delay(&paced, 60000, true, 16, -1.0), 2625 * MS);
 }
 
 /* The entry lasts the store's bound when paced (decoupled from the retry),
@@ -119,10 +128,12 @@ Test(pace, bound_entries_wait_up_to_the_guard)
         .fast_ms = 100, .max_ms = 3000, .guard_ms = wait_guard_ms(3000)};
     for (int k = 0; k < 100; k++) {
         double r = k / 100.0;
-        uint64_t d = wait_retry_delay(&bound, 600000, true, 0, r);
+        uint64_t d = wait_retry_delay(&bound, 600000, true, 16, r);
         cr_assert(d > 11250 * MS - MS && d <= 15000 * MS, "delay %llu", (unsigned long long)d);
+        /* Early in a wait, the backoff as without. */
+        cr_assert_eq(wait_retry_delay(&bound, 600000, true, 0, r), 100 * MS);
         /* The holder's expiry first, as without. */
-        cr_assert_eq(wait_retry_delay(&bound, 4000, true, 3, r), 4001 * MS);
+        cr_assert_eq(wait_retry_delay(&bound, 4000, true, 16, r), 4001 * MS);
         /* Not confirmed: the fast retry. */
         d = wait_retry_delay(&bound, 600000, false, 5, r);
         cr_assert(d >= 100 * MS && d < 150 * MS, "delay %llu", (unsigned long long)d);

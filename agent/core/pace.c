@@ -23,22 +23,26 @@ uint64_t wait_retry_delay(const struct wait_pace *p, long long pttl_ms, bool con
         r = 0.5;
     /* Spread the retries of many names over the last quarter of the cap. */
     uint64_t longest = cap - (uint64_t)((double)(cap / 4) * r);
+    /* Exponential backoff from the fast retry, with equal jitter (half
+     * fixed, half random), up to the cap: a release that publishes nothing
+     * (a foreign client's bare DEL) early in a wait is found within a few
+     * fast retries, and a long wait costs the store a retry per cap. */
+    unsigned n = attempt < ATTEMPT_MAX ? attempt : ATTEMPT_MAX;
+    uint64_t backoff = fast << n, delay = longest;
+    if (backoff < cap) {
+        delay = backoff / 2 + (uint64_t)((double)(backoff / 2) * r);
+        if (delay < fast)
+            delay = fast;
+        if (delay > longest)
+            delay = longest;
+    }
     if (pttl_ms > 0) {
         /* No notice comes when the key expires: try right after it can. */
         uint64_t expiry = ((uint64_t)pttl_ms + 1) * NS_PER_MS;
-        return expiry < longest ? expiry : longest;
+        if (expiry < delay)
+            delay = expiry;
     }
-    /* Unknown expiry (a key without one, another host's turn): back off,
-     * up to max_ms. */
-    unsigned n = attempt < ATTEMPT_MAX ? attempt : ATTEMPT_MAX;
-    uint64_t backoff = fast << n;
-    if (backoff > cap)
-        backoff = cap;
-    /* Equal jitter: half fixed, half random. */
-    uint64_t delay = backoff / 2 + (uint64_t)((double)(backoff / 2) * r);
-    if (delay < fast)
-        delay = fast;
-    return delay < longest ? delay : longest;
+    return delay;
 }
 
 uint32_t wait_guard_ms(uint32_t max_ms)

@@ -8,10 +8,12 @@
  * retries fast, every fast_ms to 1.5 * fast_ms, as a lost notice would
  * otherwise strand it. Once a notice of the name came over its
  * subscription, a release wakes the waiter by itself, so the retry is only
- * the guard against a notice lost on the way: it comes when the holder's
- * key can expire (an expiry publishes nothing), else after an exponential
- * backoff with jitter, and never later than max_ms: a holder that renews
- * keeps pushing its expiry, so max_ms bounds what a lost notice costs.
+ * the guard against a notice lost on the way (or a release that publishes
+ * nothing, a plain client's DEL): it backs off exponentially from fast_ms,
+ * with jitter, comes when the holder's key can expire if that is sooner
+ * (an expiry publishes nothing), and never later than max_ms: a holder
+ * that renews keeps pushing its expiry, so max_ms bounds what a lost
+ * notice costs.
  *
  * Where the agent's entries in the waiting-hosts records are bound to its
  * keep-alive key (outside Redis Cluster and quorum mode), no retry is
