@@ -21,6 +21,7 @@ struct proxy {
     struct backend base;
     struct backend *inner;
     struct agent *ag;
+    struct backend_ops ops; /* proxy_ops, with the inner store's keep-alive when it has one */
 };
 
 struct pcall {
@@ -261,28 +262,17 @@ static const struct backend_ops proxy_ops = {
     .destroy = p_destroy,
 };
 
-/* The same over a store that binds entries to a keep-alive key (single
- * and sentinel mode): the core sees the op only where the store has it. */
-static const struct backend_ops proxy_ka_ops = {
-    .op = p_op,
-    .watch = p_watch,
-    .leave = p_leave,
-    .keepalive = p_keepalive,
-    .lookup = p_lookup,
-    .flush = p_flush,
-    .pending = p_pending,
-    .nodes = p_nodes,
-    .counts = p_counts,
-    .excluded = p_excluded,
-    .destroy = p_destroy,
-};
-
 struct backend *proxy_new(struct agent *ag, struct backend *inner)
 {
     struct proxy *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
-    p->base.ops = inner->ops->keepalive ? &proxy_ka_ops : &proxy_ops;
+    /* The core sees the keep-alive op only where the store binds entries
+     * to a keep-alive key (single and sentinel mode). */
+    p->ops = proxy_ops;
+    if (inner->ops->keepalive)
+        p->ops.keepalive = p_keepalive;
+    p->base.ops = &p->ops;
     p->base.release_after_miss = inner->release_after_miss;
     p->base.kinds = inner->kinds;
     p->inner = inner;
