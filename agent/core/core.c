@@ -299,7 +299,7 @@ static void send_orphan(struct core *k, struct orphan *o, uint64_t now)
  * is left out after an acquire that missed (the key was never granted): in
  * quorum mode such clean-ups are routine, and waking every waiter for each
  * would make them retry in a loop while the lock is held. */
-static void drop_key(struct core *k, const struct lock *l, const char *token,
+static void drop_key(struct core *k, const struct lock *l, const uint8_t token[TOKEN_BYTES],
                      const struct admit_ask *ask, uint32_t ttl_ms, bool notify, uint64_t now)
 {
     struct orphan *o = malloc(sizeof *o + l->name_len + 1);
@@ -314,7 +314,7 @@ static void drop_key(struct core *k, const struct lock *l, const char *token,
     o->self_listening = l->watched;
     o->ask = *ask;
     o->name_len = l->name_len;
-    memcpy(o->token, token, sizeof o->token);
+    token_hex(token, o->token);
     memcpy(o->name, l->name, (size_t)l->name_len + 1);
     send_orphan(k, o, now);
 }
@@ -323,9 +323,7 @@ static void drop_key(struct core *k, const struct lock *l, const char *token,
  * which no lease holds, with a TTL of ttl_ms at most left. */
 static void release_grant(struct core *k, const struct lock *l, uint32_t ttl_ms, uint64_t now)
 {
-    char token[TOKEN_HEX + 1];
-    token_hex(l->acq_token, token);
-    drop_key(k, l, token, &l->acq_ask, ttl_ms, true, now);
+    drop_key(k, l, l->acq_token, &l->acq_ask, ttl_ms, true, now);
 }
 
 /* Releases the key of lease le, unless another local holder shares it (the
@@ -336,18 +334,14 @@ static void release_lease_key(struct core *k, const struct lease *le, uint64_t n
     LIST_FOREACH(o, &le->lock->holders, hlink)
     if (o != le && memcmp(o->token, le->token, TOKEN_BYTES) == 0)
         return;
-    char token[TOKEN_HEX + 1];
-    token_hex(le->token, token);
-    drop_key(k, le->lock, token, &le->ask, le->ttl_ms, true, now);
+    drop_key(k, le->lock, le->token, &le->ask, le->ttl_ms, true, now);
     le->lock->yield_next = le->lock->others_listen;
 }
 
 /* After an acquire that did not take the lock, or whose answer is unknown. */
 static void withdraw_key(struct core *k, const struct lock *l, uint64_t now)
 {
-    char token[TOKEN_HEX + 1];
-    token_hex(l->acq_token, token);
-    drop_key(k, l, token, &l->acq_ask, l->acq_ttl_ms, false, now);
+    drop_key(k, l, l->acq_token, &l->acq_ask, l->acq_ttl_ms, false, now);
 }
 
 /* Sends the unconfirmed releases again. */
@@ -786,23 +780,21 @@ int core_adopt(struct core *k, struct core_client *c, const struct core_adopted 
 void core_release_key(struct core *k, const char *name, uint16_t name_len, const char *token,
                       const struct admit_ask *ask, uint32_t ttl_ms, uint64_t now)
 {
+    /* A token that is no hex (the journal holds none) names no key of ours. */
+    uint8_t raw[TOKEN_BYTES];
+    if (token_raw(token, raw) != 0)
+        return;
     struct lock *l = table_lock_get(&k->table, name, name_len);
     if (!l) {
         log_kv(LOG_WARN, LOG_FIELDS(LOG_F_LOCK(name, name_len)),
                "out of memory: %.*s will expire by its TTL", (int)name_len, name);
         return;
     }
-    /* (A token that is no hex, which no journal record has, matches none.) */
-    uint8_t raw[TOKEN_BYTES];
-    bool raw_ok = token_raw(token, raw) == 0;
     const struct lease *o;
     LIST_FOREACH(o, &l->holders, hlink)
-    if (raw_ok && memcmp(o->token, raw, TOKEN_BYTES) == 0)
+    if (memcmp(o->token, raw, TOKEN_BYTES) == 0)
         return;
-    char tok[TOKEN_HEX + 1];
-    memcpy(tok, token, TOKEN_HEX);
-    tok[TOKEN_HEX] = '\0';
-    drop_key(k, l, tok, ask, ttl_ms, true, now);
+    drop_key(k, l, raw, ask, ttl_ms, true, now);
     table_lock_release_if_idle(&k->table, l);
 }
 
