@@ -142,11 +142,16 @@ static void restart(enum restart how)
  * the file stop exists. */
 static pid_t run_until(const char *name, const char *ttl, const char *stop)
 {
-    const char *script = h_keepf("while [ ! -e %s ]; do sleep 0.05; done", stop);
+    /* CMD marks its start: the key on Redis alone does not say that the
+     * grant reached dlockctl, and an agent killed in between would leave
+     * dlockctl waiting for its lease, not running CMD. */
+    const char *started = h_keepf("%s", h_path(h_keepf("%s.started", name)));
+    const char *script = h_keepf(": > %s; while [ ! -e %s ]; do sleep 0.05; done", started, stop);
     const char *args[] = {"-s", H.agent[0].sock, "run", "-t", ttl, name, "--", "sh",
                           "-c", script,          NULL};
     pid_t run = h_ctl_spawn(args);
-    H_WAIT_UNTIL(H_START_MS, h_redis_exists(h_key(name)));
+    H_WAIT_UNTIL(H_START_MS, access(started, F_OK) == 0);
+    cr_assert(h_redis_exists(h_key(name)));
     return run;
 }
 
