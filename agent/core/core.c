@@ -763,6 +763,10 @@ int core_adopt(struct core *k, struct core_client *c, const struct core_adopted 
         le->doubt_since = 0;
     }
     l->phase = LOCK_HELD;
+    /* Its grant's block of tokens is not known here, and the lock's cohort,
+     * if a grant of this agent left one open, is another key's: released,
+     * the adopted key goes back to the store, never to a local waiter. */
+    l->cohort_left = 0;
     k->leases_by_kind[le->ask.kind]++;
     lease_link(c, le);
     lease_publish(k, le);
