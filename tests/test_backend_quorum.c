@@ -219,7 +219,7 @@ static void on_result(void *arg, const struct backend_result *r)
 static unsigned notices, subscribed, ready;
 static char notice_name[64];
 
-static void on_notice(void *arg, const char *name, size_t len)
+static void on_notice(void *arg, const char *name, size_t len, const struct backend_grant *grant)
 {
     notices++;
     snprintf(notice_name, sizeof notice_name, "%.*s", (int)len, name);
@@ -662,7 +662,7 @@ Test(quorum_backend, release_goes_to_every_node_and_waits_for_all)
 Test(quorum_backend, node_events_are_passed_on)
 {
     q = quorum(3);
-    nodes[1]->ev.on_notice(nodes[1]->ev.arg, "job", 3);
+    nodes[1]->ev.on_notice(nodes[1]->ev.arg, "job", 3, NULL);
     nodes[2]->ev.on_subscribed(nodes[2]->ev.arg);
     nodes[0]->ev.on_ready(nodes[0]->ev.arg);
     cr_assert_eq(notices, 1);

@@ -102,6 +102,7 @@ static struct {
     bool no_random; /* while set, the environment has no random bits to give */
     /* The keep-alives the core sent (a store that binds entries): when. */
     uint64_t keepalive[128];
+    uint64_t keepalive_seq[128];
     int nkeepalive;
     int refuse; /* while set, the store refuses every request at once with it */
     uint32_t next_id;
@@ -292,11 +293,12 @@ static const struct backend_ops fb_ops = {
 
 /* A store that binds the agent's entries to its keep-alive key (a single
  * Redis node): the same, with the keep-alive recorded. */
-static void fb_keepalive(struct backend *b, const char *waiter_id, uint32_t ttl_ms)
+static void fb_keepalive(struct backend *b, const char *waiter_id, uint32_t ttl_ms, uint64_t seq)
 {
     cr_assert_str_eq(waiter_id, F.k.waiter_id);
     cr_assert_eq(ttl_ms, BACKEND_WAIT_ENTRY_MAX_MS);
     cr_assert_lt(F.nkeepalive, 128);
+    F.keepalive_seq[F.nkeepalive] = seq;
     F.keepalive[F.nkeepalive++] = F.now;
 }
 

@@ -50,7 +50,7 @@ static int name_index(const char *name, size_t len)
     return i >= 0 && i < NAMES ? i : -1;
 }
 
-static void on_notice(void *arg, const char *name, size_t len)
+static void on_notice(void *arg, const char *name, size_t len, const struct backend_grant *grant)
 {
     int i = name_index(name, len);
     if (i >= 0 && T.notified[i] < 255)

@@ -900,7 +900,11 @@ ITEST(scripts, bound_entries_live_by_the_agents_keepalive_key)
     unsigned long long ms0 = server_us() / 1000;
     cr_assert_eq(run(SCRIPT_ACQUIRE, b).outcome, BACKEND_TAKEN);
     unsigned long long exp = entry_field(n.waiting, "00000000000000bb", 1, rest, sizeof rest);
-    cr_assert_str_eq(rest, ka_b, "the entry names the key it is bound to");
+    char carried[512];
+    snprintf(carried, sizeof carried, "%s 10000 0 %s %s", ka_b, TOK_B, REC);
+    cr_assert_str_eq(rest, carried,
+                     "the entry names the key it is bound to, and carries the grant (TTL, "
+                     "block, value)");
     cr_assert(exp > ms0 + BACKEND_WAIT_ENTRY_MAX_MS && exp <= ms0 + BACKEND_WAIT_BOUND_MAX_MS + 5,
               "a bound entry lasts up to the bound: %llu from %llu", exp, ms0);
     long long pttl = cmd_int("PTTL %s", n.waiting);
@@ -908,9 +912,12 @@ ITEST(scripts, bound_entries_live_by_the_agents_keepalive_key)
               pttl);
     struct backend_req c = acq("job", TOK_C, "00000000000000cc", 1000);
     cr_assert_eq(run(SCRIPT_ACQUIRE, c).outcome, BACKEND_TAKEN);
-    /* A's release: while B's keep-alive key lives, B's entry is live though
-     * no acquire of B refreshed it, and C waits for B's turn. */
-    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_A)).outcome, BACKEND_DONE);
+    /* A's release (with no channel: no grant on release): while B's
+     * keep-alive key lives, B's entry is live though no acquire of B
+     * refreshed it, and C waits for B's turn. */
+    struct backend_req rel_a = tok("job", TOK_A);
+    rel_a.notify = false;
+    cr_assert_eq(run(SCRIPT_RELEASE, rel_a).outcome, BACKEND_DONE);
     struct script_result r = run(SCRIPT_ACQUIRE, c);
     cr_assert_eq(r.outcome, BACKEND_TAKEN);
     cr_assert_eq(r.pttl_ms, 0, "B's turn");

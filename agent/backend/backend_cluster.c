@@ -119,10 +119,11 @@ static uint16_t node_find(const struct cl *cl, const char *name)
     return NO_NODE;
 }
 
-static void on_node_notice(void *arg, const char *name, size_t len)
+static void on_node_notice(void *arg, const char *name, size_t len,
+                           const struct backend_grant *grant)
 {
     struct cnode *n = arg;
-    n->cl->ev.on_notice(n->cl->ev.arg, name, len);
+    n->cl->ev.on_notice(n->cl->ev.arg, name, len, grant);
 }
 
 static void on_node_subscribed(void *arg)

@@ -667,17 +667,19 @@ static void rb_leave(struct backend *be, const struct backend_req *req)
     redisAsyncCommand(b->cmd.ac, NULL, NULL, "HDEL %b %s", rec, n, req->waiter_id);
 }
 
-/* SET of the agent's keep-alive key, on the command connection, ahead of
- * the acquires queued in this loop turn, unanswered: lost with the
+/* SET of the agent's keep-alive key to the keep-alive's sequence number
+ * (which a grant on release reports back), on the command connection,
+ * ahead of the acquires queued in this loop turn, unanswered: lost with the
  * connection, the agent's bound entries stop counting until the next. */
-static void rb_keepalive(struct backend *be, const char *waiter_id, uint32_t ttl_ms)
+static void rb_keepalive(struct backend *be, const char *waiter_id, uint32_t ttl_ms, uint64_t seq)
 {
     struct rb *b = (struct rb *)be;
     if (!b->cmd.connected || b->closing || !waiter_id)
         return;
     char key[CONFIG_PREFIX_MAX + KEEPALIVE_EXTRA + 1];
     size_t n = keepalive_key(b->cfg->prefix, b->prefix_len, waiter_id, key);
-    redisAsyncCommand(b->cmd.ac, NULL, NULL, "SET %b 1 PX %u", key, n, (unsigned)ttl_ms);
+    redisAsyncCommand(b->cmd.ac, NULL, NULL, "SET %b %llu PX %u", key, n, (unsigned long long)seq,
+                      (unsigned)ttl_ms);
 }
 
 static int rb_watch(struct backend *be, const char *name, size_t len, bool on)
@@ -685,10 +687,10 @@ static int rb_watch(struct backend *be, const char *name, size_t len, bool on)
     return notice_link_watch(((struct rb *)be)->notices, name, len, on);
 }
 
-static void on_notice(void *arg, const char *name, size_t len)
+static void on_notice(void *arg, const char *name, size_t len, const struct backend_grant *grant)
 {
     struct rb *b = arg;
-    b->ev.on_notice(b->ev.arg, name, len);
+    b->ev.on_notice(b->ev.arg, name, len, grant);
 }
 
 static void on_subscribed(void *arg)

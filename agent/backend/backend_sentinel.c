@@ -159,11 +159,11 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
     }
 }
 
-static void m_notice(void *arg, const char *name, size_t len)
+static void m_notice(void *arg, const char *name, size_t len, const struct backend_grant *grant)
 {
     struct master *m = arg;
     if (m == m->s->m)
-        m->s->ev.on_notice(m->s->ev.arg, name, len);
+        m->s->ev.on_notice(m->s->ev.arg, name, len, grant);
 }
 
 /* The master's notice link is up, without subscriptions (a new master's,
@@ -515,11 +515,11 @@ static void sb_leave(struct backend *be, const struct backend_req *req)
         m->be->ops->leave(m->be, req);
 }
 
-static void sb_keepalive(struct backend *be, const char *waiter_id, uint32_t ttl_ms)
+static void sb_keepalive(struct backend *be, const char *waiter_id, uint32_t ttl_ms, uint64_t seq)
 {
     struct master *m = ((struct sb *)be)->m;
     if (m && m->be->ops->keepalive)
-        m->be->ops->keepalive(m->be, waiter_id, ttl_ms);
+        m->be->ops->keepalive(m->be, waiter_id, ttl_ms, seq);
 }
 
 /* A lookup, or (force) a forced release, at the master of the moment. */

@@ -376,7 +376,7 @@ static void confirmed(struct notice_link *n, bool sub, const char *ch, size_t le
         if (sub && w->wanted) {
             /* Pinned: the hook may watch the name off. */
             w->inflight++;
-            n->hooks.notice(n->hooks.arg, w->name, w->len);
+            n->hooks.notice(n->hooks.arg, w->name, w->len, NULL);
             w->inflight--;
         }
         settle(n, w);
@@ -429,6 +429,29 @@ static void refused(struct notice_link *n, const char *err)
     redis_link_fail(&n->link, "subscription refused");
 }
 
+/* A grant on release's message (scripts.c, LUA_HANDOVER): "grant ID TOKEN
+ * FENCE SEQ TTL BLOCK". No name has a space: a release notice never reads
+ * as one. */
+static bool grant_of(const char *p, size_t len, struct backend_grant *g)
+{
+    char buf[160], to[BACKEND_WAITER_ID_MAX + 2], token[34];
+    unsigned long long fence, seq;
+    unsigned ttl, block;
+    int end = 0;
+    if (len < 6 || len >= sizeof buf || memcmp(p, "grant ", 6) != 0)
+        return false;
+    memcpy(buf, p, len);
+    buf[len] = '\0';
+    if (sscanf(buf, "grant %17s %33s %llu %llu %u %u%n", to, token, &fence, &seq, &ttl, &block,
+               &end) != 6 ||
+        (size_t)end != len || strlen(to) > BACKEND_WAITER_ID_MAX || strlen(token) != 32)
+        return false;
+    *g = (struct backend_grant){.fence = fence, .seq = seq, .ttl_ms = ttl, .block = block};
+    memcpy(g->to, to, strlen(to) + 1);
+    memcpy(g->token, token, sizeof g->token);
+    return true;
+}
+
 static bool is(const redisReply *r, const char *s)
 {
     return r->type == REDIS_REPLY_STRING && strcmp(r->str, s) == 0;
@@ -453,10 +476,16 @@ static void on_reply(void *arg, struct redis_link *l, const redisReply *r)
         const char *rname;
         size_t rlen =
             ch->type == REDIS_REPLY_STRING ? redisson_channel_name(ch->str, ch->len, &rname) : 0;
+        struct backend_grant g;
+        char name[WIRE_MAX_NAME + 1];
+        size_t nlen;
         if (rlen)
-            n->hooks.notice(n->hooks.arg, rname, rlen);
+            n->hooks.notice(n->hooks.arg, rname, rlen, NULL);
+        else if (ch->type == REDIS_REPLY_STRING && grant_of(payload->str, payload->len, &g) &&
+                 (nlen = name_of_channel(n, ch->str, ch->len, name)) != 0)
+            n->hooks.notice(n->hooks.arg, name, nlen, &g);
         else
-            n->hooks.notice(n->hooks.arg, payload->str, payload->len);
+            n->hooks.notice(n->hooks.arg, payload->str, payload->len, NULL);
     } else if ((is(kind, "subscribe") || is(kind, "ssubscribe") || is(kind, "unsubscribe") ||
                 is(kind, "sunsubscribe")) &&
                ch->type == REDIS_REPLY_STRING) {

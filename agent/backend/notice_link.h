@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "config.h"
 
 /* The most names one node watches at once: beyond it, watching a name fails
@@ -39,8 +40,9 @@ struct notice_link;
 
 struct notice_hooks {
     void *arg;
-    /* A release notice for a name, or the confirmation of its subscription. */
-    void (*notice)(void *arg, const char *name, size_t len);
+    /* A release notice for a name, or the confirmation of its subscription;
+     * with grant (else NULL), a grant on release of the name's key. */
+    void (*notice)(void *arg, const char *name, size_t len, const struct backend_grant *grant);
     /* A new connection is set up, without any subscription: the owner asks
      * for every name it wants again (notices may have been missed while the
      * link was down). */

@@ -68,23 +68,38 @@
 #define STRING_OF(x)   STRINGIFY(x)
 #define WAIT_ENTRY_MAX STRING_OF(BACKEND_WAIT_ENTRY_MAX_MS)
 #define WAIT_BOUND_MAX STRING_OF(BACKEND_WAIT_BOUND_MAX_MS)
-#define LUA_QUEUE                                                                                  \
+/* LUA_ENTRY reads the entries of the record (and the readers' marks):
+ * clock() is the server's time in us, read once; expiry(v, now) is an
+ * entry's (the part of its value after SINCE) or a mark's EXPIRES while it
+ * is live, else nil, and for a bound entry its KEY besides, and for an
+ * entry that carries a grant (grant on release, below) its TTL, BLOCK and
+ * VALUE too. KEY is two words (keepalive_key(): the prefix has no space);
+ * VALUE, the holder record, has spaces: it goes last. */
+#define LUA_ENTRY                                                                                  \
     "local us local function clock() if not us then local t = redis.call('time') "                 \
     "us = tonumber(t[1]) * 1000000 + tonumber(t[2]) end return us end "                            \
-    "local me, queued = ARGV[5], false "                                                           \
-    "local want_ms, ka = string.match(ARGV[6], '^(%d+) ?(.*)$') "                                  \
-    "want_ms = tonumber(want_ms) or 0 if ka == '' then ka = nil end "                              \
-    "if ka then want_ms = math.min(want_ms, " WAIT_BOUND_MAX ") "                                  \
-    "else want_ms = math.min(want_ms, " WAIT_ENTRY_MAX ") end "                                    \
     "local alive = {} local function live(k) if alive[k] == nil then "                             \
     "alive[k] = redis.call('exists', k) == 1 end return alive[k] end "                             \
     "local function expiry(v, now) local e, rest = string.match(v, '^(%d+)(.*)$') "                \
     "e = tonumber(e) if not e or e <= now then return nil end "                                    \
     "if rest == '' then if e > now + " WAIT_ENTRY_MAX " then return nil end return e end "         \
-    "local k = string.match(rest, '^ (.+)$') "                                                     \
-    "if not k or e > now + " WAIT_BOUND_MAX " or not live(k) then return nil end return e end "    \
+    "local k, ttl, block, val = string.match(rest, '^ (%S+ %S+) (%d+) (%d+) (.+)$') "              \
+    "if not k then k = string.match(rest, '^ (.+)$') end "                                         \
+    "if not k or e > now + " WAIT_BOUND_MAX " or not live(k) then return nil end "                 \
+    "return e, k, tonumber(ttl), tonumber(block), val end "                                        \
     "local function us_of(v) local n = tonumber(v) if n and n < 1e14 then n = n * 1000 end "       \
-    "return n end "                                                                                \
+    "return n end "
+/* An exclusive acquire of dlock's own format sets carry (its TTL, block and
+ * value: "TTL BLOCK VALUE") before it joins: a bound entry of it carries
+ * what a release needs to hand the key over (docs/redis.md, "Grant on
+ * release"). */
+#define LUA_QUEUE                                                                                  \
+    LUA_ENTRY                                                                                      \
+    "local me, queued, carry = ARGV[5], false, nil "                                               \
+    "local want_ms, ka = string.match(ARGV[6], '^(%d+) ?(.*)$') "                                  \
+    "want_ms = tonumber(want_ms) or 0 if ka == '' then ka = nil end "                              \
+    "if ka then want_ms = math.min(want_ms, " WAIT_BOUND_MAX ") "                                  \
+    "else want_ms = math.min(want_ms, " WAIT_ENTRY_MAX ") end "                                    \
     "local function queue_turn(skipf) if redis.call('exists', KEYS[3]) == 0 then return nil end "  \
     "queued = true local skip = skipf and skipf() or {} "                                          \
     "local now = math.floor(clock() / 1000) local all = redis.call('hgetall', KEYS[3]) "           \
@@ -106,7 +121,9 @@
     "local now = math.floor(clock() / 1000) "                                                      \
     "local mine = redis.call('hget', KEYS[3], me) "                                                \
     "local since = mine and string.match(mine, '^(%d+) ') or string.format('%d', clock()) "        \
-    "redis.call('hset', KEYS[3], me, since .. ' ' .. bound(string.format('%d', now + want))) "     \
+    "local e = bound(string.format('%d', now + want)) "                                            \
+    "if ka and carry then e = e .. ' ' .. carry end "                                              \
+    "redis.call('hset', KEYS[3], me, since .. ' ' .. e) "                                          \
     "if redis.call('pttl', KEYS[3]) < want then redis.call('pexpire', KEYS[3], want) end end "
 /* The readers' marks (KEYS[4] of the acquires): a hash of agent id ->
  * EXPIRES (server time in ms), or "EXPIRES KEY" bound to the agent's
@@ -117,11 +134,13 @@
  * are beside the record. readers() is the set of agents with a live mark
  * (live as an entry is: expiry()); join_as() joins the record and marks the
  * caller's entry as a reader's, or clears its mark. */
-#define LUA_READERS                                                                                \
+#define LUA_READERS_OF                                                                             \
     "local function readers() local r, now = {}, math.floor(clock() / 1000) "                      \
     "local all = redis.call('hgetall', KEYS[4]) for i = 1, #all, 2 do "                            \
     "if expiry(all[i + 1], now) then r[all[i]] = true end end "                                    \
-    "return r end "                                                                                \
+    "return r end "
+#define LUA_READERS                                                                                \
+    LUA_READERS_OF                                                                                 \
     "local function join_as(reader) join() "                                                       \
     "local want = want_ms if want <= 0 then return end "                                           \
     "if not reader then redis.call('hdel', KEYS[4], me) return end "                               \
@@ -130,21 +149,38 @@
     "if redis.call('pttl', KEYS[4]) < want then redis.call('pexpire', KEYS[4], want) end end "
 /* grant_fence(): the fencing token of a grant, as the comment at the top
  * says: ARGV[3] (the floor) or the server's clock, above the slot's mark
- * (KEYS[2]), which goes up to the token plus the block (ARGV[4]). */
+ * (KEYS[2]), which goes up to the token plus the block (ARGV[4]);
+ * fence_of() the same of a mark key, a floor (nil: the clock) and a block
+ * of one's choosing (the release's grant). */
 #define LUA_GRANT                                                                                  \
-    "local function grant_fence() local fence = tonumber(ARGV[3]) "                                \
+    "local function fence_of(mk, floor, block) local fence = tonumber(floor) "                     \
     "if not fence then fence = clock() end "                                                       \
-    "local last = mark(KEYS[2]) if last >= fence then fence = last + 1 end "                       \
-    "redis.call('set', KEYS[2], string.format('%d', fence + tonumber(ARGV[4]))) return fence end "
+    "local last = mark(mk) if last >= fence then fence = last + 1 end "                            \
+    "redis.call('set', mk, string.format('%d', fence + tonumber(block))) return fence end "        \
+    "local function grant_fence() return fence_of(KEYS[2], ARGV[3], ARGV[4]) end "
 /* Acquire: another host's turn (the oldest entry of the waiting-hosts
  * record is not ours) counts as taken, with no PTTL (0); else SET NX PX
  * of the value (ARGV[1]) for ARGV[2] ms, and on success leave the
  * record and make the token (ARGV[3]: the floor, see above). A waiting
  * caller that did not get the lock joins the record, as a writer (its
- * reader's mark goes). A counted key (a hash) fails SET NX like any key:
- * taken. The slot's mark is raised to the token plus ARGV[4]: the tokens
- * in between are the agent's to hand over. */
+ * reader's mark goes), its bound entry carrying what a release needs to
+ * grant it the key (carry). A counted key (a hash) fails SET NX like any
+ * key: taken. The slot's mark is raised to the token plus ARGV[4]: the
+ * tokens in between are the agent's to hand over.
+ *
+ * Adoption: a key that already holds our token (ARGV[1]'s first 32
+ * characters) was granted to our entry by a release whose message the
+ * agent did not use: it is ours from now, for ARGV[2] ms (the value as
+ * ARGV[1] says), the caller leaves the record, and the grant gets a new
+ * token from grant_fence(), above the release's (fences need only rise
+ * from one holder to the next). */
 static const char lua_acquire[] = LUA_MARK LUA_QUEUE LUA_READERS LUA_GRANT
+    "local tok = string.sub(ARGV[1], 1, 32) local v = redis.pcall('get', KEYS[1]) "
+    "if type(v) == 'string' and (v == tok or string.sub(v, 1, 33) == tok .. ' ') then "
+    "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
+    "redis.call('hdel', KEYS[3], me) redis.call('hdel', KEYS[4], me) "
+    "return grant_fence() end "
+    "carry = ARGV[2] .. ' ' .. ARGV[4] .. ' ' .. ARGV[1] "
     "if queue_turn() then join_as(false) return 0 end "
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
     "if queued then redis.call('hdel', KEYS[3], me) end "
@@ -165,8 +201,45 @@ static const char lua_renew[] =
     "if ARGV[2] ~= '' and (not KEYS[2] or redis.call('exists', KEYS[2]) == 1) then "               \
     "if ARGV[4] == 's' then redis.call('spublish', ARGV[2], ARGV[3]) "                             \
     "else redis.call('publish', ARGV[2], ARGV[3]) end end "
-static const char lua_release[] =
-    LUA_OURS "if ours then redis.call('del', KEYS[1]) " LUA_NOTICE "return 1 end return 0";
+/* Grant on release (docs/redis.md): after the compare-and-delete of an
+ * exclusive key of dlock's format, outside Redis Cluster (KEYS[3], the
+ * slot's mark, and KEYS[4], the readers' marks, are named then), with a
+ * channel, the key goes at once to the oldest live entry of the record
+ * (ordered as queue_turn() orders them, the entries that are not live
+ * dropped) when that entry can take it: it carries a grant (TTL, BLOCK,
+ * VALUE: an exclusive acquire of a bound entry wrote it), it is no
+ * reader's (no live mark), and its agent's keep-alive key has a TTL. The
+ * key is SET to VALUE for the TTL or the keep-alive key's PTTL, whichever
+ * is less, so that it never outlives the agent's last keep-alive by more
+ * than BACKEND_WAIT_ENTRY_MAX_MS; the token is fence_of() the slot's mark
+ * above the server's clock, with the entry's BLOCK; the entry (and its
+ * mark) leaves; and the grant message goes on the channel instead of the
+ * notice: "grant ID TOKEN FENCE SEQ TTL BLOCK", SEQ the keep-alive key's
+ * value. (An earlier agent reads the message as a name, which no name is:
+ * it wakes nobody, and the name is taken anyway.) */
+#define LUA_HANDOVER                                                                               \
+    "local function handover() local now = math.floor(clock() / 1000) "                            \
+    "local rd = readers() local all = redis.call('hgetall', KEYS[2]) local first, fs, fe "         \
+    "for i = 1, #all, 2 do local since, rest = string.match(all[i + 1], '^(%d+) (.*)$') "          \
+    "since = us_of(since) local e = since and {expiry(rest, now)} "                                \
+    "if not since or not e[1] then redis.call('hdel', KEYS[2], all[i]) "                           \
+    "elseif not first or since < fs or (since == fs and all[i] < first) then "                     \
+    "first, fs, fe = all[i], since, e end end "                                                    \
+    "if not first or rd[first] or not fe[3] then return nil end "                                  \
+    "local pt = redis.call('pttl', fe[2]) if pt <= 0 then return nil end "                         \
+    "local seq = redis.pcall('get', fe[2]) if type(seq) ~= 'string' then return nil end "          \
+    "local px = math.min(fe[3], pt) if px <= 0 then return nil end "                               \
+    "redis.call('set', KEYS[1], fe[5], 'PX', px) "                                                 \
+    "local fence = fence_of(KEYS[3], nil, fe[4]) "                                                 \
+    "redis.call('hdel', KEYS[2], first) redis.call('hdel', KEYS[4], first) "                       \
+    "return 'grant ' .. first .. ' ' .. string.sub(fe[5], 1, 32) .. ' ' .. "                       \
+    "string.format('%d', fence) .. ' ' .. seq .. ' ' .. string.format('%d', fe[3]) .. ' ' .. "     \
+    "string.format('%d', fe[4]) end "
+static const char lua_release[] = LUA_OURS LUA_MARK LUA_ENTRY LUA_READERS_OF LUA_GRANT LUA_HANDOVER
+    "if not ours then return 0 end redis.call('del', KEYS[1]) "
+    "if KEYS[4] and ARGV[2] ~= '' and redis.call('exists', KEYS[2]) == 1 then "
+    "local g = handover() if g then redis.call('publish', ARGV[2], g) return 1 end end " LUA_NOTICE
+    "return 1";
 
 /* Fence (quorum mode): while the key is ours, raise the slot's
  * high-water mark to the grant's token. */
@@ -660,15 +733,19 @@ static void build_renew(const struct script_ctx *ctx, const struct backend_req *
     arg_num(a, 0, req->ttl_ms);
 }
 
-/* KEYS: the lock, and (but on Redis Cluster) the waiting-hosts record. ARGV:
+/* KEYS: the lock, and (but on Redis Cluster) the waiting-hosts record, the
+ * slot's mark and the readers' marks (the exclusive release's grant). ARGV:
  * the token, the release channel (empty: no notice), the name, and "s" to
  * publish with SPUBLISH. */
 static void build_release(const struct script_ctx *ctx, const struct backend_req *req,
                           uint32_t permits, struct script_args *a)
 {
-    arg_keys(a, ctx->sharded ? 1 : 2, ctx, req);
-    if (!ctx->sharded)
+    arg_keys(a, ctx->sharded ? 1 : 4, ctx, req);
+    if (!ctx->sharded) {
         arg(a, a->side, side(ctx, a, WAITING_SUFFIX, a->side));
+        arg(a, a->hw, hw_key(ctx, a));
+        arg(a, a->readers, side(ctx, a, READERS_SUFFIX, a->readers));
+    }
     arg_token(a, req);
     arg(a, a->channel, req->notify ? side(ctx, a, RELEASED_SUFFIX, a->channel) : 0);
     arg(a, req->name, req->len);
@@ -1106,7 +1183,7 @@ const struct script_def script_table[SCRIPT_COUNT] = {
     [SCRIPT_RELEASE] = {.what = "release",
                         .op = BACKEND_RELEASE,
                         .src = lua_release,
-                        .keys = 2,
+                        .keys = 4,
                         .urgent = true,
                         .build = build_release,
                         .decode = decode_flag},
@@ -1141,7 +1218,7 @@ const struct script_def script_table[SCRIPT_COUNT] = {
     [SCRIPT_RELEASE_COUNTED] = {.what = "release",
                                 .op = BACKEND_RELEASE,
                                 .src = lua_release_counted,
-                                .keys = 2,
+                                .keys = 4,
                                 .urgent = true,
                                 .build = build_release,
                                 .decode = decode_flag},

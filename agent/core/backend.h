@@ -120,11 +120,28 @@ typedef void (*backend_cb)(void *arg, const struct backend_result *r);
 /* Which lock names a failover may have cost their keys. */
 typedef bool (*backend_affected_fn)(void *farg, const char *name, size_t len);
 
+/* A grant on release (docs/redis.md, "Grant on release"): a release handed
+ * the key of a name to the oldest entry of its waiting-hosts record, the
+ * entry of agent `to`, with the key's value its entry carried (token),
+ * the fencing token the release made (fence), the value of that agent's
+ * keep-alive key when it did (seq: the keep-alive's sequence number), and
+ * the TTL and block of the entry. */
+struct backend_grant {
+    char to[BACKEND_WAITER_ID_MAX + 1];
+    char token[33];
+    uint64_t fence;
+    uint64_t seq;
+    uint32_t ttl_ms;
+    uint32_t block;
+};
+
 /* What the backend tells its user without being asked. */
 struct backend_events {
     void *arg;
-    /* A release notice for a lock name (not NUL-terminated). */
-    void (*on_notice)(void *arg, const char *name, size_t len);
+    /* A release notice for a lock name (not NUL-terminated); with grant
+     * (else NULL), the release granted the name's key to the agent it
+     * names: the name is taken. */
+    void (*on_notice)(void *arg, const char *name, size_t len, const struct backend_grant *grant);
     /* The notice subscriptions were lost and the link set up anew: the store
      * keeps no list of the names asked for (the core alone does), so the core
      * asks for each again; notices may have been missed, so every waiter
@@ -227,13 +244,14 @@ struct backend_ops {
      * leaves the name's waiting-hosts record, so that other hosts need not
      * wait for it to lapse. Nothing answers; may be NULL. */
     void (*leave)(struct backend *b, const struct backend_req *req);
-    /* The agent (waiter_id) lives: its keep-alive key is set to expire in
-     * ttl_ms, so that its entries bound to it count that long. Nothing
-     * answers. NULL: the store cannot bind entries (Redis Cluster, where a
-     * script names every key it reads; quorum mode, where each node has a
-     * view of its own): each entry lives by its own expiry, refreshed per
-     * name. */
-    void (*keepalive)(struct backend *b, const char *waiter_id, uint32_t ttl_ms);
+    /* The agent (waiter_id) lives: its keep-alive key is set to seq (the
+     * keep-alive's sequence number, which a grant on release reports back)
+     * to expire in ttl_ms, so that its entries bound to it count that long.
+     * Nothing answers. NULL: the store cannot bind entries (Redis Cluster,
+     * where a script names every key it reads; quorum mode, where each node
+     * has a view of its own): each entry lives by its own expiry, refreshed
+     * per name. */
+    void (*keepalive)(struct backend *b, const char *waiter_id, uint32_t ttl_ms, uint64_t seq);
     /* Reads the lock key and its holder record. */
     int (*lookup)(struct backend *b, const char *name, size_t len, backend_lookup_cb cb, void *arg);
     /* Deletes the lock key whoever holds it (an operator's forced release:

@@ -719,10 +719,12 @@ static const struct backend_ops q_ops = {
 
 /* ---- node events, passed on ---- */
 
-static void on_node_notice(void *arg, const char *name, size_t len)
+static void on_node_notice(void *arg, const char *name, size_t len,
+                           const struct backend_grant *grant)
 {
     struct qb *q = ((struct qnode *)arg)->qb;
-    q->ev.on_notice(q->ev.arg, name, len);
+    /* No node binds entries in quorum mode: no grant on release comes. */
+    q->ev.on_notice(q->ev.arg, name, len, NULL);
 }
 
 static void on_node_subscribed(void *arg)

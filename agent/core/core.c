@@ -299,24 +299,32 @@ static void send_orphan(struct core *k, struct orphan *o, uint64_t now)
  * is left out after an acquire that missed (the key was never granted): in
  * quorum mode such clean-ups are routine, and waking every waiter for each
  * would make them retry in a loop while the lock is held. */
-static void drop_key(struct core *k, const struct lock *l, const uint8_t token[TOKEN_BYTES],
-                     const struct admit_ask *ask, uint32_t ttl_ms, bool notify, uint64_t now)
+static void drop_name_key(struct core *k, const char *name, uint16_t name_len, bool watched,
+                          const uint8_t token[TOKEN_BYTES], const struct admit_ask *ask,
+                          uint32_t ttl_ms, bool notify, uint64_t now)
 {
-    struct orphan *o = malloc(sizeof *o + l->name_len + 1);
+    struct orphan *o = malloc(sizeof *o + name_len + 1);
     if (!o) {
-        log_kv(LOG_WARN, LOG_FIELDS(LOG_F_LOCK(l->name, l->name_len)),
-               "out of memory: %s will expire by its TTL", l->name);
+        log_kv(LOG_WARN, LOG_FIELDS(LOG_F_LOCK(name, name_len)),
+               "out of memory: %.*s will expire by its TTL", (int)name_len, name);
         return;
     }
     o->k = k;
     o->expires = now + (uint64_t)ttl_ms * NS_PER_MS;
     o->notify = notify;
-    o->self_listening = l->watched;
+    o->self_listening = watched;
     o->ask = *ask;
-    o->name_len = l->name_len;
+    o->name_len = name_len;
     token_hex(token, o->token);
-    memcpy(o->name, l->name, (size_t)l->name_len + 1);
+    memcpy(o->name, name, name_len);
+    o->name[name_len] = '\0';
     send_orphan(k, o, now);
+}
+
+static void drop_key(struct core *k, const struct lock *l, const uint8_t token[TOKEN_BYTES],
+                     const struct admit_ask *ask, uint32_t ttl_ms, bool notify, uint64_t now)
+{
+    drop_name_key(k, l->name, l->name_len, l->watched, token, ask, ttl_ms, notify, now);
 }
 
 /* Releases the key of the lock's last grant from the store (acq_token),
@@ -1065,13 +1073,27 @@ static bool entries_bound(const struct core *k)
     return k->backend && k->backend->ops->keepalive != NULL;
 }
 
+/* The keep-alive's send times kept (core.keepalive_sent). */
+#define KEEPALIVE_KEPT (sizeof((struct core *)0)->keepalive_sent / sizeof(uint64_t))
+
+/* When the keep-alive numbered seq was sent, 0 when it is not one of the
+ * last KEEPALIVE_KEPT. */
+static uint64_t keepalive_sent_at(const struct core *k, uint64_t seq)
+{
+    if (seq > k->keepalive_seq || k->keepalive_seq - seq >= KEEPALIVE_KEPT)
+        return 0;
+    return k->keepalive_sent[seq % KEEPALIVE_KEPT];
+}
+
 /* The keep-alive key is due again: set while an entry may live. */
 static void keepalive_send(struct core *k, uint64_t now)
 {
     theap_remove(&k->timers, &k->keepalive);
     if (!entries_bound(k) || now >= k->keepalive_until)
         return;
-    k->backend->ops->keepalive(k->backend, k->waiter_id, BACKEND_WAIT_ENTRY_MAX_MS);
+    uint64_t seq = ++k->keepalive_seq;
+    k->keepalive_sent[seq % KEEPALIVE_KEPT] = now;
+    k->backend->ops->keepalive(k->backend, k->waiter_id, BACKEND_WAIT_ENTRY_MAX_MS, seq);
     timer_set(k, &k->keepalive, now + (uint64_t)BACKEND_KEEPALIVE_EVERY_MS * NS_PER_MS);
 }
 
@@ -1133,6 +1155,10 @@ static void on_acquired(void *arg, const struct backend_result *r)
     lock_rest(l);
     l->acq_for = NULL;
     l->forced = false;
+    /* The token stays pending only after a plain "taken": granted, given
+     * back, or withdrawn, it is spent. */
+    l->token_pending =
+        r->err == 0 && r->outcome == BACKEND_TAKEN && !forced && !k->backend->release_after_miss;
     note_store_why(k, r);
     if (r->err == 0 && r->outcome == BACKEND_DONE && forced) {
         /* A grant from around a forced release: no lease; the waiter asks
@@ -1245,12 +1271,17 @@ static void lock_kick(struct core *k, struct lock *l, uint64_t now)
             lock_backoff(k, l, now + YIELD_NS);
             return;
         }
+        /* The pending token goes again with an acquire of the same kind:
+         * the entry it wrote names it for a grant on release. */
+        bool again = l->token_pending && l->acq_ask.kind == w->ask.kind &&
+                     l->acq_ask.permits == w->ask.permits;
         struct acquire_ref *ref = malloc(sizeof *ref);
-        if (!ref || new_token(k, l->acq_token) != 0) {
+        if (!ref || (!again && new_token(k, l->acq_token) != 0)) {
             free(ref);
             waiter_finish(k, w, DLOCK_ENOMEM, now);
             continue;
         }
+        l->token_pending = true;
         *ref = (struct acquire_ref){.k = k, .l = l};
         l->acq_sent = now;
         l->acq_ttl_ms = w->ttl_ms;
@@ -1686,6 +1717,100 @@ void core_notice(struct core *k, const char *name, size_t len, uint64_t now)
     lock_notice(k, l, now);
 }
 
+/* A grant on release for this agent's waiter w of l, in LOCK_BACKOFF with
+ * the token it names pending: the key is ours from the release, which set
+ * it for the entry's TTL or what was left of our keep-alive key's life,
+ * whichever is less. The keep-alive numbered g->seq was processed after it
+ * was sent and before the release, and set the key to live
+ * BACKEND_WAIT_ENTRY_MAX_MS from then: the key lives at least until
+ * T_send(seq) + min(TTL, that), which is where the lease's validity ends
+ * (less the drift). It is renewed to its full TTL at once. False when the
+ * keep-alive is not known (or that leaves no validity): the caller asks
+ * the store, whose acquire takes the key as ours (adoption). */
+static bool grant_by_release(struct core *k, struct lock *l, const struct backend_grant *g,
+                             uint64_t now)
+{
+    struct waiter *w = l->qhead;
+    uint64_t sent = keepalive_sent_at(k, g->seq);
+    if (!sent)
+        return false;
+    uint32_t ttl = g->ttl_ms < BACKEND_WAIT_ENTRY_MAX_MS ? g->ttl_ms : BACKEND_WAIT_ENTRY_MAX_MS;
+    uint64_t from = PLANTED(CORE_BUG_GRANT_FROM_NOTICE_TIME) ? now : sent;
+    uint64_t deadline = validity_end(from, ttl);
+    if (now >= deadline)
+        return false;
+    theap_remove(&k->timers, &l->retry);
+    lock_rest(l);
+    l->token_pending = false;
+    l->joined = false; /* the release took the entry out */
+    l->attempts = 0;
+    struct lease *le = lease_start(k, l, w, l->acq_token, w->ttl_ms, deadline, g->fence, from, now);
+    if (!le) {
+        release_grant(k, l, ttl, now);
+        return true;
+    }
+    k->stats.grants_by_release++;
+    lease_timer(k, le, now); /* renewed to its own TTL at once */
+    l->cohort_start = from;
+    memcpy(l->cohort_token, l->acq_token, sizeof l->cohort_token);
+    l->cohort_left = (uint16_t)(g->block < l->acq_block ? g->block : l->acq_block);
+    l->cohort_next = g->fence + 1;
+    return true;
+}
+
+/* Does a lease of l hold the key of token? */
+static bool token_held(const struct lock *l, const uint8_t token[TOKEN_BYTES])
+{
+    const struct lease *le;
+    LIST_FOREACH(le, &l->holders, hlink)
+    if (memcmp(le->token, token, TOKEN_BYTES) == 0)
+        return true;
+    return false;
+}
+
+void core_grant(struct core *k, const char *name, size_t len, const struct backend_grant *g,
+                uint64_t now)
+{
+    struct lock *l = table_lock_find(&k->table, name, len);
+    if (l && l->watched) {
+        l->confirmed = true; /* it came over the name's subscription */
+        l->attempts = 0;
+    }
+    uint8_t token[TOKEN_BYTES];
+    if (strcmp(g->to, k->waiter_id) != 0 || token_raw(g->token, token) != 0 || len > WIRE_MAX_NAME)
+        return; /* another host's grant: the name is taken, no need to ask */
+    bool pending = l && l->token_pending && memcmp(l->acq_token, token, TOKEN_BYTES) == 0;
+    if (l && ((pending && l->phase == LOCK_ACQUIRING) ||
+              ((l->phase == LOCK_KEPT || l->phase == LOCK_ACQUIRING) &&
+               memcmp(l->acq_token, token, TOKEN_BYTES) == 0) ||
+              token_held(l, token))) {
+        /* The acquire in flight asked with this token: its answer takes the
+         * key (adoption), or, sent before the release, says "taken" and
+         * the waiter asks again at once. A lease holding it already took
+         * it. */
+        if (l->phase == LOCK_ACQUIRING)
+            l->notice_missed = true;
+        return;
+    }
+    if (pending && l->phase == LOCK_BACKOFF && l->qhead && !k->shutting_down &&
+        l->qhead->ask.kind == LOCK_EXCLUSIVE && l->acq_ask.kind == LOCK_EXCLUSIVE) {
+        if (!grant_by_release(k, l, g, now))
+            lock_unbackoff(k, l); /* asked at once: the acquire adopts the key */
+        lock_settle(k, l, now);
+        return;
+    }
+    /* Nobody here to give it to: the key goes back by the normal release,
+     * which may grant it to the next host. */
+    struct admit_ask ask = {.kind = LOCK_EXCLUSIVE};
+    uint32_t ttl = g->ttl_ms < BACKEND_WAIT_ENTRY_MAX_MS ? g->ttl_ms : BACKEND_WAIT_ENTRY_MAX_MS;
+    log_kv(LOG_DEBUG, LOG_FIELDS(LOG_F_LOCK(name, len)),
+           "a release granted %.*s to this agent with no waiter for it: handing it back", (int)len,
+           name);
+    drop_name_key(k, name, (uint16_t)len, l && l->watched, token, &ask, ttl, true, now);
+    if (l && pending)
+        l->token_pending = false;
+}
+
 size_t core_force(struct core *k, const char *name, size_t len, struct core_forced *out, size_t max,
                   uint64_t now)
 {
@@ -1965,6 +2090,9 @@ int core_init(struct core *k, const struct config *cfg, const struct core_env *e
     if (k->env.random(k->env.arg, &id) != 0)
         id = seed ^ 0x9e3779b97f4a7c15ull;
     snprintf(k->waiter_id, sizeof k->waiter_id, "%016llx", (unsigned long long)id);
+    if (k->env.random(k->env.arg, &k->keepalive_seq) != 0)
+        k->keepalive_seq = seed ^ 0x5851f42d4c957f2dull;
+    k->keepalive_seq >>= 12; /* far from wrapping; a whole number in Lua */
     return table_init(&k->table, seed);
 }
 

@@ -113,6 +113,12 @@ struct core {
      * an acquire may have written lives: until keepalive_until. */
     struct tnode keepalive;
     uint64_t keepalive_until;
+    /* The keep-alive's sequence numbers (the key's value; the first one
+     * random, so that no earlier run's value reads as one of ours) and the
+     * send times of the last CORE_KEEPALIVE_KEPT: a grant on release is
+     * valid from the send of the keep-alive whose number it reports. */
+    uint64_t keepalive_seq;
+    uint64_t keepalive_sent[8];
     /* The notice link is down (core_unsubscribed()) until it is set up
      * anew (core_resubscribed()): no release notice can come meanwhile. */
     bool notices_down;
@@ -208,6 +214,13 @@ struct core_forced {
 };
 size_t core_force(struct core *k, const char *name, size_t len, struct core_forced *out, size_t max,
                   uint64_t now);
+/* A release handed name's key over in the store (a grant on release,
+ * docs/redis.md): to this agent's waiter when the grant names this agent,
+ * its pending token, and a keep-alive whose send time is known; else the
+ * name is taken, and a key granted to this agent that it cannot use is
+ * handed back (or taken by its next acquire). */
+void core_grant(struct core *k, const char *name, size_t len, const struct backend_grant *g,
+                uint64_t now);
 void core_resubscribed(struct core *k, uint64_t now);
 /* The store's notice link went down (struct backend_events.on_unsubscribed):
  * until core_resubscribed() no notice comes, so the waiters' fallback retry

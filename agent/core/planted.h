@@ -37,6 +37,7 @@ enum core_bug {
     CORE_BUG_SEM_OVER_LIMIT,           /* a semaphore asks the store for one permit more */
     CORE_BUG_READER_JOINS_WRITER,      /* a reader joins a writer's grant */
     CORE_BUG_ADOPT_UNCHECKED,          /* a lease taken over is held anew, key unchecked */
+    CORE_BUG_GRANT_FROM_NOTICE_TIME,   /* a grant on release is valid from its message's arrival */
 };
 extern enum core_bug core_bug;
 #define PLANTED(b) (core_bug == (b))

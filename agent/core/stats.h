@@ -38,6 +38,7 @@ struct agent_stats {
     uint64_t releases;               /* leases released by their holder */
     uint64_t forced_releases;        /* names an operator forced free (dlockctl release --force) */
     uint64_t handoffs;               /* grants handed on within the agent, without the store */
+    uint64_t grants_by_release;      /* grants a release on the store handed over (no acquire) */
     uint64_t renewals;               /* renewals that succeeded */
     uint64_t renewal_failures;       /* renewals that failed without proof of loss */
     uint64_t losses;                 /* leases lost */

@@ -160,6 +160,11 @@ struct lock {
      * (LOCK_ATTEMPTS_MAX at most). */
     bool confirmed : 1;
     unsigned attempts : 4;
+    /* acq_token is the waiters' pending token: asked with, not granted, not
+     * withdrawn. The next acquire asks with it again (with the same kind),
+     * so that the entry it wrote in the waiting-hosts record names the token
+     * the agent takes a grant on release for (docs/redis.md). */
+    bool token_pending : 1;
     uint16_t name_len;
     uint8_t cohort_token[TOKEN_BYTES]; /* the cohort's grant's key (readers join only it) */
     uint8_t acq_token[TOKEN_BYTES];

@@ -526,6 +526,9 @@ static const struct {
             "Names whose key an operator deleted, whoever held it (dlockctl release --force)."),
     COUNTER(handoffs,
             "Leases granted by cohort handoff: passed on within the agent without Redis."),
+    COUNTER(grants_by_release,
+            "Leases granted by a release in Redis that handed the key over to this agent's "
+            "entry in the waiting-hosts record: no acquire of this agent's took it."),
     COUNTER(renewals, "Lease renewals that succeeded."),
     COUNTER(renewal_failures, "Lease renewals that failed without proof of loss."),
     COUNTER(losses, "Leases lost."),

@@ -170,10 +170,13 @@ void agent_policy_changed(struct agent *a)
 
 /* ---- backend events ---- */
 
-static void on_notice(void *arg, const char *name, size_t len)
+static void on_notice(void *arg, const char *name, size_t len, const struct backend_grant *grant)
 {
     struct agent *a = arg;
-    core_notice(&a->core, name, len, now_ns());
+    if (grant)
+        core_grant(&a->core, name, len, grant, now_ns());
+    else
+        core_notice(&a->core, name, len, now_ns());
 }
 
 static void on_subscribed(void *arg)

@@ -182,7 +182,7 @@ static void on_stub_idle(struct ev_loop *l, ev_idle *w, int revents)
         struct stub_op *next = op->next;
         s->pending--;
         if (op->kind == OP_NOTICE) {
-            s->ev.on_notice(s->ev.arg, op->name, op->len);
+            s->ev.on_notice(s->ev.arg, op->name, op->len, NULL);
         } else {
             /* A release nobody waits for is carried out all the same. */
             struct backend_result r = stub_answer(s, op);

@@ -819,10 +819,11 @@ static void on_node_ready(void *arg)
         cb->ev.on_ready(cb->ev.arg);
 }
 
-static void on_node_notice(void *arg, const char *name, size_t len)
+static void on_node_notice(void *arg, const char *name, size_t len,
+                           const struct backend_grant *grant)
 {
     struct cb *cb = arg;
-    cb->ev.on_notice(cb->ev.arg, name, len);
+    cb->ev.on_notice(cb->ev.arg, name, len, grant);
 }
 
 static void on_node_subscribed(void *arg)

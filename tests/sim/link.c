@@ -179,7 +179,7 @@ static void l_leave(struct backend *b, const struct backend_req *req)
  * unanswered (as backend_redis.c's): lost with the connection. As with
  * leave, only the seeds that mix kinds model the record and send it; the
  * others still pace their waiters as a store with bound entries does. */
-static void l_keepalive(struct backend *b, const char *waiter_id, uint32_t ttl_ms)
+static void l_keepalive(struct backend *b, const char *waiter_id, uint32_t ttl_ms, uint64_t seq)
 {
     struct link *l = (struct link *)b;
     struct backend_req req = {.name = "", .len = 0, .waiter_id = waiter_id, .ttl_ms = ttl_ms};
@@ -764,7 +764,7 @@ void link_event(struct sim *s, const struct event *e)
             (!m->confirm || (idx >= 0 && l->want[idx] && !BUG_NO_CONFIRM))) {
             TRACE(s, "agent%u <- node%u %s %.*s", l->ag->id, l->nd->id,
                   m->confirm ? "subscribed to" : "notice", (int)m->name_len, m->name);
-            l->ev.on_notice(l->ev.arg, m->name, m->name_len);
+            l->ev.on_notice(l->ev.arg, m->name, m->name_len, NULL);
         }
         msg_maybe_free(m);
         break;

@@ -199,10 +199,10 @@ static void p_leave(struct backend *b, const struct backend_req *req)
         p->inner->ops->leave(p->inner, req);
 }
 
-static void p_keepalive(struct backend *b, const char *waiter_id, uint32_t ttl_ms)
+static void p_keepalive(struct backend *b, const char *waiter_id, uint32_t ttl_ms, uint64_t seq)
 {
     struct proxy *p = (struct proxy *)b;
-    p->inner->ops->keepalive(p->inner, waiter_id, ttl_ms);
+    p->inner->ops->keepalive(p->inner, waiter_id, ttl_ms, seq);
 }
 
 static int p_lookup(struct backend *b, const char *name, size_t len, backend_lookup_cb cb,

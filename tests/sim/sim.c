@@ -1396,10 +1396,12 @@ static int env_random(void *arg, uint64_t *out)
     return 0;
 }
 
-static void ag_notice(void *arg, const char *name, size_t len)
+static void ag_notice(void *arg, const char *name, size_t len, const struct backend_grant *grant)
 {
     struct agent *ag = arg;
-    if (ag->core_live)
+    if (ag->core_live && grant)
+        core_grant(&ag->core, name, len, grant, agent_now(ag));
+    else if (ag->core_live)
         core_notice(&ag->core, name, len, agent_now(ag));
 }
 
