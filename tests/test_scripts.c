@@ -990,6 +990,143 @@ ITEST(scripts, entries_of_earlier_versions_are_read_beside_bound_ones)
     cr_assert_eq(run(SCRIPT_ACQUIRE, c).outcome, BACKEND_DONE);
 }
 
+/* ---- grant on release ---- */
+
+/* A waiting acquire of agent id with token, its entry bound to the agent's
+ * keep-alive key (which is set to seq for 3 s), reserving block tokens. */
+static struct backend_req bound_waiter(const char *id, const char *token, const char *seq,
+                                       uint32_t block)
+{
+    char ka[CONFIG_PREFIX_MAX + KEEPALIVE_EXTRA + 1];
+    ka_of(id, ka);
+    cmdf("SET %s %s PX 3000", ka, seq);
+    struct backend_req w = acq("job", token, id, 30000);
+    w.bound = true;
+    w.block = block;
+    return w;
+}
+
+ITEST(scripts, release_grants_the_oldest_bound_entry_and_an_acquire_adopts_it)
+{
+    start();
+    struct names n = names_of("job");
+    redisContext *sub = subscriber(n.channel, false);
+    char m[256], v[256], ka_b[CONFIG_PREFIX_MAX + KEEPALIVE_EXTRA + 1];
+    ka_of("00000000000000bb", ka_b);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, acq("job", TOK_A, "00000000000000aa", 1000)).outcome,
+                 BACKEND_DONE);
+    /* B waits, then C: both bound, both carrying a grant. */
+    struct backend_req b = bound_waiter("00000000000000bb", TOK_B, "41", 5);
+    struct backend_req c = bound_waiter("00000000000000cc", TOK_C, "7", 0);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, b).outcome, BACKEND_TAKEN);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, c).outcome, BACKEND_TAKEN);
+    unsigned long long mark0 = get_num(n.hw);
+    /* A's release hands the key to B, the oldest: B's value, for no longer
+     * than B's keep-alive key lives; a token above the mark, which rises by
+     * B's block; B's entry gone, C's left; the grant on the channel. */
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_A)).outcome, BACKEND_DONE);
+    cr_assert_str_eq(get(n.key, v, sizeof v), TOK_B " " REC);
+    long long pttl = cmd_int("PTTL %s", n.key), ka_pttl = cmd_int("PTTL %s", ka_b);
+    cr_assert(pttl > 0 && pttl <= 3000 && pttl <= ka_pttl + 1,
+              "the key lives no longer than B's keep-alive key: %lld, %lld", pttl, ka_pttl);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000bb", n.waiting), 0);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000cc", n.waiting), 1);
+    next_message(sub, m, sizeof m);
+    char to[32], token[64];
+    unsigned long long fence, seq;
+    unsigned ttl, block;
+    cr_assert_eq(
+        sscanf(m, "grant %31s %63s %llu %llu %u %u", to, token, &fence, &seq, &ttl, &block), 6,
+        "the grant message: %s", m);
+    cr_assert_str_eq(to, "00000000000000bb");
+    cr_assert_str_eq(token, TOK_B);
+    cr_assert_gt(fence, mark0, "the grant's token is above the slot's mark");
+    cr_assert_eq(seq, 41, "the keep-alive's value when the release ran");
+    cr_assert_eq(ttl, 10000);
+    cr_assert_eq(block, 5);
+    cr_assert_eq(get_num(n.hw), fence + 5, "the mark rises by the block");
+    /* C finds it taken: by B now. */
+    struct script_result r = run(SCRIPT_ACQUIRE, c);
+    cr_assert_eq(r.outcome, BACKEND_TAKEN);
+    cr_assert_gt(r.pttl_ms, 0);
+    /* B's agent missed the message: its acquire with the same token adopts
+     * the key, for its whole TTL, with a new token above the release's. */
+    r = run(SCRIPT_ACQUIRE, b);
+    cr_assert_eq(r.outcome, BACKEND_DONE);
+    cr_assert_gt(r.fence, fence + 5, "adoption's token is above the release's block");
+    cr_assert_gt(cmd_int("PTTL %s", n.key), 3000, "adopted for the whole TTL");
+    cr_assert_str_eq(get(n.key, v, sizeof v), TOK_B " " REC);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000bb", n.waiting), 0);
+    /* B's release hands it on to C. */
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_B)).outcome, BACKEND_DONE);
+    cr_assert_str_eq(get(n.key, v, sizeof v), TOK_C " " REC);
+    next_message(sub, m, sizeof m);
+    cr_assert_eq(strncmp(m, "grant 00000000000000cc " TOK_C " ", 56), 0, "%s", m);
+    /* Another host's token is no adoption: taken. */
+    cr_assert_eq(run(SCRIPT_ACQUIRE, bound_waiter("00000000000000bb", TOK_B, "42", 0)).outcome,
+                 BACKEND_TAKEN);
+    redisFree(sub);
+}
+
+ITEST(scripts, release_does_not_grant_a_reader_an_old_entry_or_a_dead_agent)
+{
+    start();
+    struct names n = names_of("job");
+    redisContext *sub = subscriber(n.channel, false);
+    char m[256], v[256], readers[SCRIPT_SIDE_KEY_MAX],
+        ka_b[CONFIG_PREFIX_MAX + KEEPALIVE_EXTRA + 1];
+    readers_key(n.key, strlen(n.key), strlen(PREFIX), readers);
+    ka_of("00000000000000bb", ka_b);
+    struct backend_req a = acq("job", TOK_A, "00000000000000aa", 1000);
+    struct backend_req b = bound_waiter("00000000000000bb", TOK_B, "41", 0);
+
+    /* B's entry carries a grant, but B has a live reader's mark: no grant,
+     * the release notice (the bare name). */
+    cr_assert_eq(run(SCRIPT_ACQUIRE, a).outcome, BACKEND_DONE);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, b).outcome, BACKEND_TAKEN);
+    unsigned long long now = server_us() / 1000;
+    cmdf("HSET %s 00000000000000bb %llu", readers, now + 2000);
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_A)).outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("EXISTS %s", n.key), 0);
+    cr_assert_str_eq(next_message(sub, m, sizeof m), "job");
+    cmdf("DEL %s", readers);
+
+    /* B's entry in an earlier version's form (bound, no grant): none. */
+    cr_assert_eq(run(SCRIPT_ACQUIRE, a).outcome, BACKEND_TAKEN); /* B's turn */
+    cmdf("DEL %s", n.waiting);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, a).outcome, BACKEND_DONE);
+    snprintf(v, sizeof v, "%llu %llu %s", server_us(), now + 20000, ka_b);
+    cmdf("HSET %s 00000000000000bb %s", n.waiting, v);
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_A)).outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("EXISTS %s", n.key), 0);
+    cr_assert_str_eq(next_message(sub, m, sizeof m), "job");
+    cmdf("DEL %s", n.waiting);
+
+    /* B's agent died (its keep-alive key is gone): its entry is dropped,
+     * and C, live, after it, gets the key. */
+    cr_assert_eq(run(SCRIPT_ACQUIRE, a).outcome, BACKEND_DONE);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, b).outcome, BACKEND_TAKEN);
+    struct backend_req c = bound_waiter("00000000000000cc", TOK_C, "9", 0);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, c).outcome, BACKEND_TAKEN);
+    cmdf("DEL %s", ka_b);
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_A)).outcome, BACKEND_DONE);
+    cr_assert_str_eq(get(n.key, v, sizeof v), TOK_C " " REC);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000bb", n.waiting), 0);
+    next_message(sub, m, sizeof m);
+    cr_assert_eq(strncmp(m, "grant 00000000000000cc ", 23), 0, "%s", m);
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_C)).outcome, BACKEND_DONE);
+
+    /* A waiter of its own (no keep-alive key: Cluster or quorum mode)
+     * carries no grant: the notice. */
+    cr_assert_eq(run(SCRIPT_ACQUIRE, a).outcome, BACKEND_DONE);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, acq("job", TOK_B, "00000000000000dd", 2000)).outcome,
+                 BACKEND_TAKEN);
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_A)).outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("EXISTS %s", n.key), 0);
+    cr_assert_str_eq(next_message(sub, m, sizeof m), "job");
+    redisFree(sub);
+}
+
 ITEST(scripts, a_bound_readers_mark_lives_by_the_keepalive_key)
 {
     start();
