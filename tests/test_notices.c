@@ -264,6 +264,38 @@ static void proxy_stop(struct proxy *px)
     close(px->listen_fd);
 }
 
+/* Grant on release (docs/redis.md): A's release hands the key to B's entry
+ * in the waiting-hosts record, and B grants its waiter on the grant message
+ * alone: no acquire of B's takes it (B's grants from acquires stay as they
+ * were), and B's fallback retry is 30 s away. */
+ITEST(notices, a_release_hands_the_key_to_the_waiting_host)
+{
+    h_start_two(SLOW_FALLBACK);
+    struct h_cl *a = h_client_at(0), *b = h_client_at(1);
+    dlock_lease *la = h_must_acquire(a, "handed", HOLD_TTL);
+    struct h_acq w;
+    h_acquire_async(b, "handed", HOLD_TTL, DLOCK_WAIT_FOREVER, &w);
+    /* B found it taken: its entry is in the record, and it listens. */
+    H_WAIT_UNTIL(H_EVENT_MS, h_redis_int("HLEN %s", "dlock:{dlock:handed} waiting") == 1 &&
+                                 h_node_subscribers(0, h_channel("handed")) == 1);
+    long long acquired = h_metric(1, "dlock_acquire_seconds_count");
+    uint64_t fence_a = dlock_lease_fence(la);
+    cr_assert_eq(h_metric(1, "dlock_grants_by_release_total"), 0);
+    cr_assert_eq(dlock_lease_release(la), 0);
+    H_WAIT_UNTIL(H_EVENT_MS, w.done);
+    cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
+    cr_assert_eq(h_metric(1, "dlock_grants_by_release_total"), 1);
+    cr_assert_gt(dlock_lease_fence(w.lease), fence_a, "fencing tokens rise from A to B");
+    cr_assert_eq(h_metric(1, "dlock_acquire_seconds_count"), acquired,
+                 "B's grant came from an acquire of its own");
+    cr_assert_eq(h_redis_int("HLEN %s", "dlock:{dlock:handed} waiting"), 0);
+    /* B's lease is renewed to its own TTL at once. */
+    H_WAIT_UNTIL(H_EVENT_MS, h_redis_pttl(h_key("handed")) > 3000);
+    cr_assert_eq(dlock_lease_release(w.lease), 0);
+    H_KEY_GONE(h_key("handed"));
+    cr_assert_eq(h_metric(0, "dlock_grants_by_release_total"), 0);
+}
+
 /* Does key no longer hold the value was? */
 static bool value_moved(const char *key, const char *was)
 {
@@ -310,6 +342,8 @@ ITEST(notices, a_release_before_the_subscription_still_wakes_the_waiter)
     H_WAIT_UNTIL(H_EVENT_MS, w.done);
     cr_assert_eq(w.status, 0, "waiter: %s (%d)", dlock_strerror(w.status), w.status);
     cr_log_info("woken %lld ms after the subscription went on", (long long)(w.at_ms - t0));
+    cr_assert_eq(h_metric(1, "dlock_grants_by_release_total"), 0,
+                 "B heard no grant message: its acquire took the key");
     cr_assert_eq(dlock_lease_release(w.lease), 0);
     H_WAIT_UNTIL(H_EVENT_MS, h_node_channels(0, "*") == 0);
     h_agent_stop(1);
