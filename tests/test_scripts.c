@@ -1124,6 +1124,20 @@ ITEST(scripts, release_does_not_grant_a_reader_an_old_entry_or_a_dead_agent)
     cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_A)).outcome, BACKEND_DONE);
     cr_assert_eq(cmd_int("EXISTS %s", n.key), 0);
     cr_assert_str_eq(next_message(sub, m, sizeof m), "job");
+    cmdf("DEL %s", n.waiting);
+
+    /* A released token is spent, the key its or not (the withdraw of an
+     * acquire that failed): the entry that carries it leaves, so no later
+     * release hands a key to it. */
+    cr_assert_eq(run(SCRIPT_ACQUIRE, a).outcome, BACKEND_DONE);
+    cr_assert_eq(run(SCRIPT_ACQUIRE, bound_waiter("00000000000000bb", TOK_B, "43", 0)).outcome,
+                 BACKEND_TAKEN);
+    struct backend_req withdraw = tok("job", TOK_B);
+    withdraw.notify = false;
+    cr_assert_eq(run(SCRIPT_RELEASE, withdraw).outcome, BACKEND_NOT_OURS);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000bb", n.waiting), 0);
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_A)).outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("EXISTS %s", n.key), 0, "no grant to a spent token");
     redisFree(sub);
 }
 

@@ -235,7 +235,17 @@ static const char lua_renew[] =
     "return 'grant ' .. first .. ' ' .. string.sub(fe[5], 1, 32) .. ' ' .. "                       \
     "string.format('%d', fence) .. ' ' .. seq .. ' ' .. string.format('%d', fe[3]) .. ' ' .. "     \
     "string.format('%d', fe[4]) end "
-static const char lua_release[] = LUA_OURS LUA_MARK LUA_ENTRY LUA_READERS_OF LUA_GRANT LUA_HANDOVER
+/* A released token is spent, the key its or not (a withdraw after an
+ * acquire that failed): an entry that carries it (its agent's, whose
+ * removal may have been lost) leaves, so that no release hands a key to a
+ * token its agent no longer takes. */
+#define LUA_SPENT                                                                                  \
+    "if KEYS[4] and redis.call('exists', KEYS[2]) == 1 then "                                      \
+    "local all = redis.call('hgetall', KEYS[2]) for i = 1, #all, 2 do "                            \
+    "if string.match(all[i + 1], '^%d+ %d+ %S+ %S+ %d+ %d+ (%x+)') == ARGV[1] then "               \
+    "redis.call('hdel', KEYS[2], all[i]) redis.call('hdel', KEYS[4], all[i]) end end end "
+static const char lua_release[] =
+    LUA_OURS LUA_MARK LUA_ENTRY LUA_READERS_OF LUA_GRANT LUA_HANDOVER LUA_SPENT
     "if not ours then return 0 end redis.call('del', KEYS[1]) "
     "if KEYS[4] and ARGV[2] ~= '' and redis.call('exists', KEYS[2]) == 1 then "
     "local g = handover() if g then redis.call('publish', ARGV[2], g) return 1 end end " LUA_NOTICE

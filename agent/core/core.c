@@ -1346,6 +1346,14 @@ static void lock_settle(struct core *k, struct lock *l, uint64_t now)
             /* Nobody here waits any more (they gave up): other hosts need
              * not wait for the entry to lapse. */
             l->joined = false;
+            if (l->token_pending && entries_bound(k)) {
+                /* Its entry may carry the pending token for a grant on
+                 * release: the token's release, retried until confirmed
+                 * (a leave is not), takes the entry out, and gives back a
+                 * key a release handed to it meanwhile. */
+                l->token_pending = false;
+                drop_key(k, l, l->acq_token, &l->acq_ask, want_ms(k), true, now);
+            }
             struct backend_req req = {
                 .name = l->name, .len = l->name_len, .waiter_id = k->waiter_id};
             if (k->backend->ops->leave)
@@ -1724,9 +1732,9 @@ void core_notice(struct core *k, const char *name, size_t len, uint64_t now)
  * was sent and before the release, and set the key to live
  * BACKEND_WAIT_ENTRY_MAX_MS from then: the key lives at least until
  * T_send(seq) + min(TTL, that), which is where the lease's validity ends
- * (less the drift). It is renewed to its full TTL at once. False when the
- * keep-alive is not known (or that leaves no validity): the caller asks
- * the store, whose acquire takes the key as ours (adoption). */
+ * (less the drift; and no later than the waiter's own TTL from then). It is renewed to its full TTL
+ * at once. False when the keep-alive is not known (or that leaves no validity): the caller asks the
+ * store, whose acquire takes the key as ours (adoption). */
 static bool grant_by_release(struct core *k, struct lock *l, const struct backend_grant *g,
                              uint64_t now)
 {
@@ -1735,8 +1743,12 @@ static bool grant_by_release(struct core *k, struct lock *l, const struct backen
     if (!sent)
         return false;
     uint32_t ttl = g->ttl_ms < BACKEND_WAIT_ENTRY_MAX_MS ? g->ttl_ms : BACKEND_WAIT_ENTRY_MAX_MS;
-    uint64_t from = PLANTED(CORE_BUG_GRANT_FROM_NOTICE_TIME) ? now : sent;
-    uint64_t deadline = validity_end(from, ttl);
+    /* (The entry may have been written for an earlier first waiter: the
+     * lease is valid no longer than its own TTL allows either.) */
+    if (w->ttl_ms < ttl)
+        ttl = w->ttl_ms;
+    uint64_t from = sent;
+    uint64_t deadline = validity_end(PLANTED(CORE_BUG_GRANT_FROM_NOTICE_TIME) ? now : sent, ttl);
     if (now >= deadline)
         return false;
     theap_remove(&k->timers, &l->retry);
@@ -2090,9 +2102,9 @@ int core_init(struct core *k, const struct config *cfg, const struct core_env *e
     if (k->env.random(k->env.arg, &id) != 0)
         id = seed ^ 0x9e3779b97f4a7c15ull;
     snprintf(k->waiter_id, sizeof k->waiter_id, "%016llx", (unsigned long long)id);
-    if (k->env.random(k->env.arg, &k->keepalive_seq) != 0)
-        k->keepalive_seq = seed ^ 0x5851f42d4c957f2dull;
-    k->keepalive_seq >>= 12; /* far from wrapping; a whole number in Lua */
+    /* The first keep-alive number, from the same random bits as the id (a
+     * new one each run): far from wrapping, a whole number in Lua. */
+    k->keepalive_seq = (id * 0x5851f42d4c957f2dull) >> 12;
     return table_init(&k->table, seed);
 }
 

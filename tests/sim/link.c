@@ -182,7 +182,9 @@ static void l_leave(struct backend *b, const struct backend_req *req)
 static void l_keepalive(struct backend *b, const char *waiter_id, uint32_t ttl_ms, uint64_t seq)
 {
     struct link *l = (struct link *)b;
-    struct backend_req req = {.name = "", .len = 0, .waiter_id = waiter_id, .ttl_ms = ttl_ms};
+    /* (The sequence number goes as the request's fence.) */
+    struct backend_req req = {
+        .name = "", .len = 0, .waiter_id = waiter_id, .ttl_ms = ttl_ms, .fence = seq};
     if (l->s->kinds)
         submit(b, OP_KEEPALIVE, &req, NULL, NULL, NULL);
 }
@@ -416,6 +418,26 @@ void link_publish(struct link *l, const char *name, size_t len)
     m->epoch = l->epoch;
     m->name_len = (uint16_t)len;
     memcpy(m->name, name, len);
+    to_agent(l, m);
+}
+
+void link_publish_grant(struct link *l, const struct msg *g)
+{
+    int idx = sim_name_index(l->s, g->name, g->name_len);
+    if (!l->subscribed || l->closing || idx < 0 || !l->nsub[idx])
+        return;
+    struct msg *m = msg_new(l, OP_NOTICE);
+    m->cb_done = true; /* nothing waits for it */
+    m->epoch = l->epoch;
+    m->name_len = g->name_len;
+    memcpy(m->name, g->name, g->name_len);
+    m->grant = true;
+    memcpy(m->grant_to, g->grant_to, sizeof m->grant_to);
+    memcpy(m->token, g->token, sizeof m->token);
+    m->fence = g->fence;
+    m->seq = g->seq;
+    m->ttl_ms = g->ttl_ms;
+    m->block = g->block;
     to_agent(l, m);
 }
 
@@ -764,7 +786,11 @@ void link_event(struct sim *s, const struct event *e)
             (!m->confirm || (idx >= 0 && l->want[idx] && !BUG_NO_CONFIRM))) {
             TRACE(s, "agent%u <- node%u %s %.*s", l->ag->id, l->nd->id,
                   m->confirm ? "subscribed to" : "notice", (int)m->name_len, m->name);
-            l->ev.on_notice(l->ev.arg, m->name, m->name_len, NULL);
+            struct backend_grant g = {
+                .fence = m->fence, .seq = m->seq, .ttl_ms = m->ttl_ms, .block = m->block};
+            memcpy(g.to, m->grant_to, sizeof g.to);
+            memcpy(g.token, m->token, 32);
+            l->ev.on_notice(l->ev.arg, m->name, m->name_len, m->grant ? &g : NULL);
         }
         msg_maybe_free(m);
         break;

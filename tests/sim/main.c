@@ -18,7 +18,7 @@ struct bug {
     int core; /* enum core_bug, or the model's own: -1 release_no_compare, -2 no_confirm,
                * -3 cluster_no_doubt, -4 cluster_ask_as_moved, -5 cluster_stale_owner,
                * -6 counted_renew_shortens, -7 counted_no_mismatch, -8 set_unsorted,
-               * -9 bound_ignores_keepalive */
+               * -9 bound_ignores_keepalive, -10 grant_lapsed_keepalive */
 };
 
 static const struct bug bugs[] = {
@@ -59,6 +59,8 @@ static const struct bug bugs[] = {
     {"set_unsorted", -8},
     {"adopt_unchecked", CORE_BUG_ADOPT_UNCHECKED},
     {"bound_ignores_keepalive", -9},
+    {"grant_from_notice_time", CORE_BUG_GRANT_FROM_NOTICE_TIME},
+    {"grant_lapsed_keepalive", -10},
 #endif
     {NULL, 0},
 };
@@ -121,6 +123,8 @@ static int set_bug(const char *name)
             sim_bug_counted_no_mismatch = true;
         else if (b->core == -9)
             sim_bug_bound_ignores_keepalive = true;
+        else if (b->core == -10)
+            sim_bug_grant_lapsed_keepalive = true;
         else
             sim_bug_set_unsorted = true;
 #endif

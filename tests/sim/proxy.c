@@ -202,6 +202,9 @@ static void p_leave(struct backend *b, const struct backend_req *req)
 static void p_keepalive(struct backend *b, const char *waiter_id, uint32_t ttl_ms, uint64_t seq)
 {
     struct proxy *p = (struct proxy *)b;
+    struct agent *ag = p->ag;
+    ag->ka[seq % 8] = (struct ka_rec){
+        .seq = seq, .sent_at = agent_now(ag), .sent_vt = ag->s->now, .wall_us = agent_wall_us(ag)};
     p->inner->ops->keepalive(p->inner, waiter_id, ttl_ms, seq);
 }
 

@@ -52,6 +52,17 @@ bool sim_bug_bound_ignores_keepalive;
 #define BUG_BOUND_IGNORES_KA 0
 #endif
 
+/* A bug of the model's own: a release hands the key over to the oldest
+ * entry without reading its agent's keep-alive key (a script that forgot
+ * to), for the entry's whole TTL: a dead agent is granted the key, which
+ * holds every other host back for its TTL. */
+bool sim_bug_grant_lapsed_keepalive;
+#ifdef DLOCK_PLANTED_BUGS
+#define BUG_GRANT_LAPSED_KA sim_bug_grant_lapsed_keepalive
+#else
+#define BUG_GRANT_LAPSED_KA 0
+#endif
+
 /* The longest life of an entry of the waiting-hosts record, and of one
  * bound to its agent's keep-alive key. */
 #define WAIT_ENTRY_MAX_MS BACKEND_WAIT_ENTRY_MAX_MS
@@ -384,9 +395,10 @@ static int queue_turn(struct node *nd, unsigned n, unsigned me, bool reader, boo
 
 /* join_as(): the caller waits (for want_ms, at most the cap: the long
  * one for an entry bound to its keep-alive key), keeping its place; as a
- * reader, with a mark. */
+ * reader, with a mark. A bound entry of an exclusive acquire (carry) carries
+ * its grant: the TTL, the block and the key's value. */
 static void rec_join(struct node *nd, unsigned n, unsigned me, uint32_t want_ms, bool bound,
-                     bool reader)
+                     bool reader, const struct msg *carry)
 {
     int64_t cap = bound ? WAIT_BOUND_MAX_MS : WAIT_ENTRY_MAX_MS;
     int64_t want = want_ms < cap ? want_ms : cap;
@@ -399,6 +411,13 @@ static void rec_join(struct node *nd, unsigned n, unsigned me, uint32_t want_ms,
     r->e[me].used = true;
     r->e[me].bound = bound;
     r->e[me].exp_ms = now + want;
+    r->e[me].carries = bound && carry;
+    if (r->e[me].carries) {
+        r->e[me].ttl_ms = carry->ttl_ms;
+        r->e[me].block = carry->block;
+        snprintf(r->e[me].val, sizeof r->e[me].val, "%.32s %.*s", carry->token, SIM_VAL_MAX - 34,
+                 carry->holder);
+    }
     if (!r->exp_ms || r->exp_ms - now < want)
         r->exp_ms = now + want;
     r->mark_ms[me] = reader ? now + want : 0;
@@ -435,25 +454,39 @@ static uint64_t grant_fence(struct node *nd, const struct msg *m, const struct k
     return fence;
 }
 
+static bool ours(const struct rkey *k, const char *token);
+
+/* The exclusive acquire: adoption of a key that holds the caller's token
+ * (a grant on release the agent did not take from its message), then the
+ * turn, then SET NX. */
 static long long run_acquire(struct node *nd, struct msg *m, const struct keynames *kn)
 {
     int64_t now_ms = node_ms(nd);
     unsigned n, me;
     bool rec = rec_who(nd, m, &n, &me), queued = false;
+    char val[SIM_VAL_MAX];
+    snprintf(val, sizeof val, "%.32s %.*s", m->token, SIM_VAL_MAX - 34, m->holder);
+    if (ours(kget(nd, kn->lock), m->token)) {
+        kset(nd, kn->lock, val, now_ms + m->ttl_ms);
+        if (rec) {
+            rec_leave(nd, n, me);
+            nd->rec[n].mark_ms[me] = 0;
+        }
+        nd->s->res->cov[COV_ADOPTED_GRANT]++;
+        return (long long)grant_fence(nd, m, kn);
+    }
     if (rec && queue_turn(nd, n, me, false, &queued) >= 0) {
-        rec_join(nd, n, me, m->want_ms, m->bound, false);
+        rec_join(nd, n, me, m->want_ms, m->bound, false, m);
         return 0;
     }
     const struct rkey *k = kget(nd, kn->lock);
     if (k) {
         if (rec)
-            rec_join(nd, n, me, m->want_ms, m->bound, false);
+            rec_join(nd, n, me, m->want_ms, m->bound, false, m);
         long long t = k->expire_ms ? k->expire_ms - now_ms : -1;
         return t < 0 ? 0 : -t;
     }
     /* The value: the token, then the holder record. */
-    char val[SIM_VAL_MAX];
-    snprintf(val, sizeof val, "%.32s %.*s", m->token, SIM_VAL_MAX - 34, m->holder);
     kset(nd, kn->lock, val, now_ms + m->ttl_ms);
     if (queued)
         rec_leave(nd, n, me);
@@ -539,19 +572,19 @@ static long long run_acquire_counted(struct node *nd, struct msg *m, const struc
         }
     } else if (k) {
         if (rec)
-            rec_join(nd, n, me, m->want_ms, m->bound, reader);
+            rec_join(nd, n, me, m->want_ms, m->bound, reader, NULL);
         long long t = k->expire_ms ? k->expire_ms - now : -1;
         return t < 0 ? 0 : -t;
     }
     if (rec && queue_turn(nd, n, me, reader, &queued) >= 0) {
-        rec_join(nd, n, me, m->want_ms, m->bound, reader);
+        rec_join(nd, n, me, m->want_ms, m->bound, reader, NULL);
         if (reader)
             nd->s->res->cov[COV_READER_WAIT]++;
         return 0;
     }
     if (m->lkind == LOCK_SEMAPHORE && live >= m->limit) {
         if (rec)
-            rec_join(nd, n, me, m->want_ms, m->bound, reader);
+            rec_join(nd, n, me, m->want_ms, m->bound, reader, NULL);
         return soon ? now - soon : 0;
     }
     int64_t exp = now + m->ttl_ms;
@@ -656,12 +689,94 @@ static long long run_renew(struct node *nd, struct msg *m, const struct keynames
     return 1;
 }
 
+/* Grant on release (scripts.c, LUA_HANDOVER), after the compare-and-delete
+ * of an exclusive key with a notice, outside Redis Cluster: the oldest live
+ * entry (the lapsed ones dropped) takes the key when it carries a grant, is
+ * no reader's and its agent's keep-alive key lives: for its TTL or what is
+ * left of that key's life, whichever is less; a token from the slot's mark
+ * with the entry's block; the entry leaves; the grant on the channel. True
+ * when it handed the key over. */
+static bool handover(struct node *nd, const struct msg *m, const struct keynames *kn)
+{
+    struct sim *s = nd->s;
+    unsigned n, me;
+    if (s->cluster || !m->notify || !rec_who(nd, m, &n, &me))
+        return false;
+    int64_t now = node_ms(nd);
+    struct wrecord *r = rec_of(nd, n, now);
+    int first = -1;
+    for (unsigned a = 0; a < s->nagents; a++) {
+        struct wentry *e = &r->e[a];
+        if (!e->used)
+            continue;
+        bool live = BUG_GRANT_LAPSED_KA && e->bound
+                        ? e->exp_ms > now && e->exp_ms <= now + WAIT_BOUND_MAX_MS
+                        : entry_live(nd, a, e->bound, e->exp_ms, now);
+        if (!live) {
+            e->used = false;
+            continue;
+        }
+        if (first < 0 || entry_before(nd, r, a, (unsigned)first))
+            first = (int)a;
+    }
+    if (first < 0)
+        return false;
+    struct wentry *e = &r->e[first];
+    int64_t pttl = BUG_GRANT_LAPSED_KA ? (int64_t)e->ttl_ms : nd->ka_ms[first] - now;
+    if (!e->carries || !e->bound || reader_mark(nd, r, (unsigned)first, now) || pttl <= 0)
+        return false;
+    check_dead_turn(nd, n, (unsigned)first);
+    int64_t px = e->ttl_ms < pttl ? e->ttl_ms : pttl;
+    kset(nd, kn->lock, e->val, now + px);
+    struct msg *g = calloc(1, sizeof *g);
+    if (!g) {
+        fprintf(stderr, "dlock-sim: out of memory\n");
+        exit(2);
+    }
+    g->block = e->block;
+    g->fence = grant_fence(nd, g, kn);
+    g->grant = true;
+    snprintf(g->grant_to, sizeof g->grant_to, "%s", agent_wid(nd, (unsigned)first));
+    memcpy(g->token, e->val, 32);
+    g->seq = nd->ka_seq[first];
+    g->ttl_ms = e->ttl_ms;
+    g->name_len = m->name_len;
+    memcpy(g->name, m->name, m->name_len);
+    e->used = false;
+    r->mark_ms[first] = 0;
+    s->res->cov[COV_GRANT_ON_RELEASE]++;
+    TRACE(s, "node%u hands %.*s over to agent%d (token %.6s, fence %" PRIu64 ", px %" PRId64 ")",
+          nd->id, (int)m->name_len, m->name, first, g->token, g->fence, px);
+    for (unsigned a = 0; a < s->nagents; a++)
+        link_publish_grant(&s->links[a * s->nnodes + nd->id], g);
+    free(g);
+    return true;
+}
+
+/* A released token is spent (scripts.c, LUA_SPENT): an entry that carries
+ * it leaves, the key the token's or not. */
+static void spent(struct node *nd, const struct msg *m)
+{
+    unsigned n, me;
+    if (nd->s->cluster || !rec_who(nd, m, &n, &me))
+        return;
+    struct wrecord *r = rec_of(nd, n, node_ms(nd));
+    for (unsigned a = 0; a < nd->s->nagents; a++)
+        if (r->e[a].used && r->e[a].carries && strncmp(r->e[a].val, m->token, 32) == 0) {
+            r->e[a].used = false;
+            r->mark_ms[a] = 0;
+        }
+}
+
 static long long run_release(struct node *nd, struct msg *m, const struct keynames *kn)
 {
+    spent(nd, m);
     const struct rkey *k = kget(nd, kn->lock);
     if (!k || (!ours(k, m->token) && !BUG_RELEASE_NO_COMPARE))
         return 0;
     kdel(nd, kn->lock);
+    if (handover(nd, m, kn))
+        return 1;
     if (m->notify) {
         publish(nd, m);
         sim_released(nd->s, m->name, m->name_len);
@@ -733,6 +848,7 @@ static void node_exec(struct node *nd, struct msg *m)
     }
     case OP_KEEPALIVE:
         nd->ka_ms[m->l->ag->id] = node_ms(nd) + m->ttl_ms;
+        nd->ka_seq[m->l->ag->id] = m->fence; /* the sequence number, as the value */
         nd->ka_set_at[m->l->ag->id] = nd->s->now;
         break;
     default:

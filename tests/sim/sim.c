@@ -51,6 +51,9 @@ const char *const coverage_names[COV_COUNT] = {
     "taken over then HELD",
     "taken over then lost",
     "leases expired in a restart's gap",
+    "keys handed over by a release",
+    "leases granted from a release's message",
+    "handed-over keys taken by an acquire",
 };
 
 /* The checks and the faults that excuse them. */
@@ -1396,11 +1399,42 @@ static int env_random(void *arg, uint64_t *out)
     return 0;
 }
 
+/* A grant on release's message: a lease the core grants from it is the
+ * store's grant (as an acquire's answer is), sent when the keep-alive it
+ * names was (the cohort check's record of the acquire, for the while). */
+static void ag_grant(struct agent *ag, const char *name, size_t len, const struct backend_grant *g)
+{
+    struct sim *s = ag->s;
+    int n = sim_name_index(s, name, len);
+    const struct ka_rec *ka = &ag->ka[g->seq % 8];
+    if (n < 0 || ka->seq != g->seq || !ka->sent_at) {
+        core_grant(&ag->core, name, len, g, agent_now(ag));
+        return;
+    }
+    struct acq_rec saved = ag->acq[n];
+    const char *watch = ag->watch_token;
+    char token[33];
+    memcpy(token, g->token, sizeof token);
+    ag->acq[n] = (struct acq_rec){
+        .sent_at = ka->sent_at, .sent_vt = ka->sent_vt, .wall_us = ka->wall_us, .block = g->block};
+    memcpy(ag->acq[n].token, token, sizeof token);
+    ag->watch_token = token;
+    ag->watch_released = ag->watch_granted = false;
+    uint64_t before = ag->core.stats.grants_by_release;
+    core_grant(&ag->core, name, len, g, agent_now(ag));
+    bool granted = ag->core.stats.grants_by_release != before;
+    ag->watch_token = watch;
+    if (granted)
+        s->res->cov[COV_GRANT_BY_MESSAGE]++;
+    else if (ag->acq[n].sent_vt == ka->sent_vt && ag->acq[n].sent_at == ka->sent_at)
+        ag->acq[n] = saved; /* (unless the core asked the store at once) */
+}
+
 static void ag_notice(void *arg, const char *name, size_t len, const struct backend_grant *grant)
 {
     struct agent *ag = arg;
     if (ag->core_live && grant)
-        core_grant(&ag->core, name, len, grant, agent_now(ag));
+        ag_grant(ag, name, len, grant);
     else if (ag->core_live)
         core_notice(&ag->core, name, len, agent_now(ag));
 }

@@ -116,7 +116,12 @@ struct msg {
     bool asking;         /* cluster mode: sent after ASKING */
     bool dropped;        /* a notice: the node ended the subscription (sunsubscribe) */
     bool cb_done, in_event, in_stallq, in_held, discard, notify;
-    bool confirm;  /* a notice: the confirmation of a subscription */
+    bool confirm; /* a notice: the confirmation of a subscription */
+    /* A notice: a grant on release to the agent grant_to (its token in
+     * token, fence, seq the agent's keep-alive's, ttl_ms, block). */
+    bool grant;
+    char grant_to[BACKEND_WAITER_ID_MAX + 1];
+    uint64_t seq;  /* a grant's; a keep-alive's sequence number */
     bool to_agent; /* held: an answer or notice (else a request) */
     uint32_t ttl_ms;
     uint64_t floor, fence;
@@ -168,6 +173,11 @@ struct wentry {
     bool bound;        /* counts only while its agent's keep-alive key lives */
     uint64_t since_us; /* node clock */
     int64_t exp_ms;    /* node clock */
+    /* An exclusive acquire's bound entry carries its grant: the TTL, the
+     * block and the key's value (grant on release). */
+    bool carries;
+    uint32_t ttl_ms, block;
+    char val[SIM_VAL_MAX];
 };
 struct wrecord {
     int64_t exp_ms; /* the record key's expiry (node clock ms; 0: none) */
@@ -208,6 +218,7 @@ struct node {
      * with the records. */
     int64_t ka_ms[SIM_MAX_AGENTS];
     uint64_t ka_set_at[SIM_MAX_AGENTS]; /* virtual: when it last set each */
+    uint64_t ka_seq[SIM_MAX_AGENTS];    /* its value: the keep-alive's sequence number */
 };
 
 /* ---- a link: one agent's connections to one node, as a backend ---- */
@@ -434,6 +445,11 @@ struct agent {
         uint64_t wall_us; /* its wall clock then: a quorum acquire's floor */
         uint32_t block;
     } acq[SIM_MAX_NAMES];
+    /* The keep-alives the core sent (proxy.c): the last few, by sequence
+     * number, with their send times as acq_rec has them. */
+    struct ka_rec {
+        uint64_t seq, sent_at, sent_vt, wall_us;
+    } ka[8];
     struct cohort_rec {
         char token[33];
         uint64_t sent_at, sent_vt, wall_us, fence0;
@@ -512,26 +528,29 @@ enum excl {
  * vacuous (a cohort that used its whole block, a bounded hold that
  * stopped renewal, and so on). */
 enum coverage {
-    COV_BLOCK_END,    /* a handoff took the last token of its block */
-    COV_HOLD_STOP,    /* renewal stopped for a maximum hold or a stalled holder */
-    COV_LOST,         /* a LOST event */
-    COV_OUTAGE_FAIL,  /* a waiter for ever failed after riding out an outage */
-    COV_RELEASE_LAG,  /* a released key still on a node 1.2 s after its release */
-    COV_RECOVERED,    /* an excuse's window ended with a lease valid and checked again */
-    COV_JOIN,         /* a shared request joined the local holders' grant */
-    COV_SEM_BESIDE,   /* a semaphore permit granted beside local holders of the name */
-    COV_REENTER,      /* a re-entrant acquire took the holder's lease again */
-    COV_EKIND,        /* an acquire answered DLOCK_EKIND */
-    COV_READER_WAIT,  /* a shared acquire found the name taken for another host's writer */
-    COV_REFUSED,      /* a kind the agent's store does not keep refused (DLOCK_EINVAL) */
-    COV_SET_GRANT,    /* a set of names held whole */
-    COV_SET_ROLLBACK, /* a set's members given back after a failure */
-    COV_CANCEL,       /* a waiter cancelled its acquire */
-    COV_RESTART,      /* an agent restarted */
-    COV_ADOPTED,      /* a lease taken over by a successor */
-    COV_ADOPT_HELD,   /* a lease taken over, then HELD again */
-    COV_ADOPT_LOST,   /* a lease taken over, then lost */
-    COV_GAP_EXPIRED,  /* a lease that expired during the gap (refused, LOST) */
+    COV_BLOCK_END,        /* a handoff took the last token of its block */
+    COV_HOLD_STOP,        /* renewal stopped for a maximum hold or a stalled holder */
+    COV_LOST,             /* a LOST event */
+    COV_OUTAGE_FAIL,      /* a waiter for ever failed after riding out an outage */
+    COV_RELEASE_LAG,      /* a released key still on a node 1.2 s after its release */
+    COV_RECOVERED,        /* an excuse's window ended with a lease valid and checked again */
+    COV_JOIN,             /* a shared request joined the local holders' grant */
+    COV_SEM_BESIDE,       /* a semaphore permit granted beside local holders of the name */
+    COV_REENTER,          /* a re-entrant acquire took the holder's lease again */
+    COV_EKIND,            /* an acquire answered DLOCK_EKIND */
+    COV_READER_WAIT,      /* a shared acquire found the name taken for another host's writer */
+    COV_REFUSED,          /* a kind the agent's store does not keep refused (DLOCK_EINVAL) */
+    COV_SET_GRANT,        /* a set of names held whole */
+    COV_SET_ROLLBACK,     /* a set's members given back after a failure */
+    COV_CANCEL,           /* a waiter cancelled its acquire */
+    COV_RESTART,          /* an agent restarted */
+    COV_ADOPTED,          /* a lease taken over by a successor */
+    COV_ADOPT_HELD,       /* a lease taken over, then HELD again */
+    COV_ADOPT_LOST,       /* a lease taken over, then lost */
+    COV_GAP_EXPIRED,      /* a lease that expired during the gap (refused, LOST) */
+    COV_GRANT_ON_RELEASE, /* a release handed the key over to a waiting host's entry */
+    COV_GRANT_BY_MESSAGE, /* a lease granted from a grant on release's message */
+    COV_ADOPTED_GRANT,    /* an acquire took a key a release had handed to it */
     COV_COUNT
 };
 extern const char *const coverage_names[COV_COUNT];
@@ -740,6 +759,7 @@ extern bool sim_bug_counted_renew_shortens;
 extern bool sim_bug_counted_no_mismatch;
 extern bool sim_bug_set_unsorted;
 extern bool sim_bug_bound_ignores_keepalive;
+extern bool sim_bug_grant_lapsed_keepalive;
 
 /* sim.c */
 bool sim_quorum_available(void);
@@ -789,6 +809,8 @@ void link_reply(struct msg *m); /* the node answered m */
 void link_node_down(struct link *l);
 void link_doubt(struct link *l); /* sentinel: the agent gives the old master up */
 void link_publish(struct link *l, const char *name, size_t len);
+/* A grant on release's message on the name's channel (m: its fields). */
+void link_publish_grant(struct link *l, const struct msg *g);
 /* Cluster mode: the agent's map moved the slots set in cslots off l's node. */
 void link_unwatch_cslots(struct link *l, const bool *cslots);
 void link_sunsubscribe(struct link *l, unsigned idx); /* cluster: the node ends it */
