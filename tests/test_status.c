@@ -1540,7 +1540,8 @@ ITEST(status, holder_names_a_lock_taken_through_another_agent)
 #define AGENT_KEYS "version,pid,mode,prefix,uptime_ms,connections"
 #define NODE_KEYS  "addr,connected,subscribed,rtt_us,last_error,excluded_for_ms,run_id,durable"
 #define COUNTER_KEYS                                                                               \
-    "grants,releases,forced_releases,handoffs,renewals,renewal_failures,losses,doubts,timeouts,"   \
+    "grants,releases,forced_releases,handoffs,grants_by_release,renewals,renewal_failures,losses," \
+    "doubts,timeouts,"                                                                             \
     "cancels,refused,"                                                                             \
     "denied"
 #define LEASE_KEYS                                                                                 \

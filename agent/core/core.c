@@ -346,10 +346,22 @@ static void release_lease_key(struct core *k, const struct lease *le, uint64_t n
     le->lock->yield_next = le->lock->others_listen;
 }
 
-/* After an acquire that did not take the lock, or whose answer is unknown. */
+static bool entries_bound(const struct core *k);
+static uint32_t want_ms(const struct core *k);
+
+/* After an acquire that did not take the lock, or whose answer is unknown.
+ * With entries bound to the keep-alive key, the acquire may have left one
+ * that carries the token for a grant on release, and lives as long as the
+ * agent does (up to want_ms()): the withdraw, which takes it out, is
+ * retried that long, and it tells the waiters of a key it deletes (a
+ * release may have handed the key to that entry meanwhile). */
 static void withdraw_key(struct core *k, const struct lock *l, uint64_t now)
 {
-    drop_key(k, l, l->acq_token, &l->acq_ask, l->acq_ttl_ms, false, now);
+    bool bound = entries_bound(k);
+    uint32_t ttl = l->acq_ttl_ms;
+    if (bound && want_ms(k) > ttl)
+        ttl = want_ms(k);
+    drop_key(k, l, l->acq_token, &l->acq_ask, ttl, bound, now);
 }
 
 /* Sends the unconfirmed releases again. */
