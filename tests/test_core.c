@@ -2664,3 +2664,88 @@ Test(core, no_reader_joins_a_grant_a_forced_release_deleted)
         cr_assert_neq(F.ev[i].ev.lease_id, g3->g.lease_id, "the new lease had an event: %d",
                       F.ev[i].ev.state);
 }
+
+/* A grant on release (docs/redis.md): the store's release handed the key
+ * to the waiting agent's entry. For this agent, its pending token (the one
+ * its retries ask with again) and a keep-alive it knows, the first waiter
+ * is granted from the message alone, valid from that keep-alive's send
+ * time (never the message's arrival), renewed at once; with a keep-alive it
+ * does not know, it asks at once (the acquire adopts the key); a grant for
+ * another agent wakes nobody; one for a token nobody here waits with is
+ * handed back. */
+static struct backend_grant grant_msg(const char *to, const char *token, uint64_t seq)
+{
+    struct backend_grant g = {.fence = 99, .seq = seq, .ttl_ms = 10000, .block = 4};
+    snprintf(g.to, sizeof g.to, "%s", to);
+    snprintf(g.token, sizeof g.token, "%s", token);
+    return g;
+}
+
+Test(core, a_grant_on_release_is_taken_from_its_message)
+{
+    F.backend.ops = &fb_bound_ops;
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "g", 10000, DLOCK_WAIT_FOREVER, 0, 0);
+    struct req *r = pending(R_ACQUIRE, "g");
+    char token[TOKEN_HEX + 1];
+    snprintf(token, sizeof token, "%s", r->token);
+    reply_at(r, T0 + MS, 0, BACKEND_TAKEN, 0, 600000);
+    run_until(retry_due("g"));
+    r = pending(R_ACQUIRE, "g");
+    cr_assert_str_eq(r->token, token, "the waiter's retry asks with a new token");
+    reply_at(r, F.now + MS, 0, BACKEND_TAKEN, 0, 600000);
+    int acquires = req_count(R_ACQUIRE, "g");
+
+    /* Another agent's grant: the name is taken, nobody asks. */
+    struct backend_grant g = grant_msg("0123456789abcdef", token, F.keepalive_seq[0]);
+    core_grant(&F.k, "g", 1, &g, F.now + MS);
+    cr_assert_eq(req_count(R_ACQUIRE, "g"), acquires);
+    cr_assert_null(answer_to(id));
+
+    /* Ours: valid until 3 s after the send of the keep-alive it names,
+     * less the drift; renewed at once to the TTL. */
+    int k = F.nkeepalive - 1;
+    cr_assert_lt(F.keepalive[k], F.now);
+    g = grant_msg(F.k.waiter_id, token, F.keepalive_seq[k]);
+    core_grant(&F.k, "g", 1, &g, F.now);
+    granted(id);
+    cr_assert_eq(answer_to(id)->g.fence, 99);
+    cr_assert_eq(answer_to(id)->g.deadline_ns, lease_deadline(F.keepalive[k], 3000),
+                 "the deadline is not the keep-alive's send plus 3 s less the drift");
+    cr_assert_eq(F.k.stats.grants_by_release, 1);
+    cr_assert_eq(req_count(R_ACQUIRE, "g"), acquires, "an acquire for a grant on release");
+    run_until(F.now);
+    r = pending(R_RENEW, "g");
+    cr_assert_str_eq(r->token, token);
+    cr_assert_eq(r->sent, F.now, "not renewed at once");
+    reply(r, F.now + MS, BACKEND_DONE);
+
+    /* A second waiter: a new token. Its grant names a keep-alive the agent
+     * does not know: it asks at once, with the same token. */
+    struct tclient *b = client(2);
+    uint32_t id2 = acquire(b, "h", 10000, DLOCK_WAIT_FOREVER, 0, 0);
+    r = pending(R_ACQUIRE, "h");
+    char token2[TOKEN_HEX + 1];
+    snprintf(token2, sizeof token2, "%s", r->token);
+    cr_assert_str_neq(token2, token);
+    reply_at(r, F.now + MS, 0, BACKEND_TAKEN, 0, 600000);
+    int h_acquires = req_count(R_ACQUIRE, "h");
+    g = grant_msg(F.k.waiter_id, token2, F.k.keepalive_seq + 100);
+    core_grant(&F.k, "h", 1, &g, F.now);
+    cr_assert_eq(req_count(R_ACQUIRE, "h"), h_acquires + 1, "not asked at once");
+    r = pending(R_ACQUIRE, "h");
+    cr_assert_str_eq(r->token, token2, "the adoption asks with another token");
+    reply(r, F.now + MS, BACKEND_DONE);
+    granted(id2);
+    cr_assert_eq(F.k.stats.grants_by_release, 1);
+
+    /* A grant of a token nobody here waits with: handed back, with a
+     * notice (the release may grant the next host). */
+    int releases = req_count(R_RELEASE, "free");
+    g = grant_msg(F.k.waiter_id, "0000000000000000000000000000abcd", F.keepalive_seq[k]);
+    core_grant(&F.k, "free", 4, &g, F.now);
+    cr_assert_eq(req_count(R_RELEASE, "free"), releases + 1);
+    r = pending(R_RELEASE, "free");
+    cr_assert_str_eq(r->token, "0000000000000000000000000000abcd");
+    cr_assert(r->notify);
+}
