@@ -40,6 +40,8 @@ static struct {
     int nunwatched;
     int results;
     struct backend_result last;
+    bool has_grant; /* the last notice was a grant on release: */
+    struct backend_grant grant;
 } T;
 
 static int name_index(const char *name, size_t len)
@@ -57,6 +59,9 @@ static void on_notice(void *arg, const char *name, size_t len, const struct back
         T.notified[i]++;
     T.notices++;
     snprintf(T.last_notice, sizeof T.last_notice, "%.*s", (int)len, name);
+    T.has_grant = grant != NULL;
+    if (grant)
+        T.grant = *grant;
 }
 
 static void watch(const char *name, bool on);
@@ -327,6 +332,39 @@ ITEST(notice_link, keeps_no_name_across_connections_and_subscribes_a_name_once)
     RUN_UNTIL(H_EVENT_MS, T.notified[0] == 2);
     cr_assert_eq(h_node_subscribers(0, h_channel("n0")), 1);
     cr_assert_eq(T.nunwatched, 0);
+    backend_stop();
+}
+
+/* A grant on release's message (docs/redis.md) on a name's channel is
+ * reported for the name its channel names, with the grant it says; a
+ * message that only looks like one is a plain notice of its payload. */
+ITEST(notice_link, a_grant_message_names_its_channels_name)
+{
+    h_redis_start();
+    backend_start(false, false);
+    watch_n(7, true);
+    RUN_UNTIL(H_EVENT_MS, T.notified[7] == 1);
+    cr_assert_not(T.has_grant);
+    freeReplyObject(
+        h_redis_cmd("PUBLISH %s %s", h_channel("n7"),
+                    "grant 00000000000000bb bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb 1700000000000001 "
+                    "41 10000 32"));
+    RUN_UNTIL(H_EVENT_MS, T.notified[7] == 2);
+    cr_assert_str_eq(T.last_notice, "n7");
+    cr_assert(T.has_grant);
+    cr_assert_str_eq(T.grant.to, "00000000000000bb");
+    cr_assert_str_eq(T.grant.token, "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb");
+    cr_assert_eq(T.grant.fence, 1700000000000001ull);
+    cr_assert_eq(T.grant.seq, 41);
+    cr_assert_eq(T.grant.ttl_ms, 10000);
+    cr_assert_eq(T.grant.block, 32);
+    /* A short token: no grant, the payload as a name (which no name is). */
+    int notices = T.notices;
+    freeReplyObject(
+        h_redis_cmd("PUBLISH %s %s", h_channel("n7"), "grant 00000000000000bb bb 1 2 3 4"));
+    RUN_UNTIL(H_EVENT_MS, T.notices == notices + 1);
+    cr_assert_not(T.has_grant);
+    cr_assert_str_eq(T.last_notice, "grant 00000000000000bb bb 1 2 3 4");
     backend_stop();
 }
 
