@@ -1744,9 +1744,10 @@ void core_notice(struct core *k, const char *name, size_t len, uint64_t now)
  * was sent and before the release, and set the key to live
  * BACKEND_WAIT_ENTRY_MAX_MS from then: the key lives at least until
  * T_send(seq) + min(TTL, that), which is where the lease's validity ends
- * (less the drift; and no later than the waiter's own TTL from then). It is renewed to its full TTL
- * at once. False when the keep-alive is not known (or that leaves no validity): the caller asks the
- * store, whose acquire takes the key as ours (adoption). */
+ * (less the drift; and no later than the waiter's own TTL from then). It
+ * is renewed to its full TTL at once. False when the keep-alive is not
+ * known (or that leaves no validity): the caller asks the store, whose
+ * acquire takes the key as ours (adoption). */
 static bool grant_by_release(struct core *k, struct lock *l, const struct backend_grant *g,
                              uint64_t now)
 {
