@@ -2749,3 +2749,32 @@ Test(core, a_grant_on_release_is_taken_from_its_message)
     cr_assert_str_eq(r->token, "0000000000000000000000000000abcd");
     cr_assert(r->notify);
 }
+
+/* A forced release on this host spends the waiters' pending token: a grant
+ * on release to it, sent before the force deleted the key, makes no lease
+ * (another host may hold the name by then); it is handed back, and the
+ * next acquire asks with a new token. */
+Test(core, a_forced_release_spends_the_pending_token)
+{
+    F.backend.ops = &fb_bound_ops;
+    struct tclient *a = client(1);
+    uint32_t id = acquire(a, "g", 10000, DLOCK_WAIT_FOREVER, 0, 0);
+    struct req *r = pending(R_ACQUIRE, "g");
+    char token[TOKEN_HEX + 1];
+    snprintf(token, sizeof token, "%s", r->token);
+    reply_at(r, T0 + MS, 0, BACKEND_TAKEN, 0, 600000);
+    struct core_forced out[1];
+    core_force(&F.k, "g", 1, out, 1, F.now);
+    int releases = req_count(R_RELEASE, "g");
+    struct backend_grant g = grant_msg(F.k.waiter_id, token, F.keepalive_seq[F.nkeepalive - 1]);
+    core_grant(&F.k, "g", 1, &g, F.now + MS);
+    cr_assert_null(answer_to(id), "a lease from a grant of the forced key");
+    cr_assert_eq(F.k.stats.grants_by_release, 0);
+    cr_assert_eq(req_count(R_RELEASE, "g"), releases + 1, "the grant was not handed back");
+    r = pending(R_RELEASE, "g");
+    cr_assert_str_eq(r->token, token);
+    run_until(retry_due("g"));
+    r = pending(R_ACQUIRE, "g");
+    cr_assert_not_null(r);
+    cr_assert_str_neq(r->token, token, "the spent token asked again");
+}

@@ -1168,7 +1168,8 @@ static void on_acquired(void *arg, const struct backend_result *r)
     l->acq_for = NULL;
     l->forced = false;
     /* The token stays pending only after a plain "taken": granted, given
-     * back, or withdrawn, it is spent. */
+     * back, or withdrawn, it is spent; and around a forced release, a grant
+     * on release to it may be of the key the force deleted (core_force). */
     l->token_pending =
         r->err == 0 && r->outcome == BACKEND_TAKEN && !forced && !k->backend->release_after_miss;
     note_store_why(k, r);
@@ -1771,7 +1772,10 @@ static bool grant_by_release(struct core *k, struct lock *l, const struct backen
     l->attempts = 0;
     struct lease *le = lease_start(k, l, w, l->acq_token, w->ttl_ms, deadline, g->fence, from, now);
     if (!le) {
-        release_grant(k, l, ttl, now);
+        /* The key lives as the release set it, whatever the waiter's TTL. */
+        release_grant(k, l,
+                      g->ttl_ms < BACKEND_WAIT_ENTRY_MAX_MS ? g->ttl_ms : BACKEND_WAIT_ENTRY_MAX_MS,
+                      now);
         return true;
     }
     k->stats.grants_by_release++;
@@ -1841,8 +1845,14 @@ size_t core_force(struct core *k, const char *name, size_t len, struct core_forc
 {
     size_t n = 0;
     struct lock *l = table_lock_find(&k->table, name, len);
-    if (l)
+    if (l) {
         l->cohort_left = 0; /* no local join or handoff of the deleted key */
+        /* A grant on release to the pending token may be on its way, of the
+         * key the force deletes: its message must not make a lease (it is
+         * handed back, a compare-and-delete), and the next acquire asks
+         * with a new token. */
+        l->token_pending = false;
+    }
     if (l && l->phase == LOCK_ACQUIRING) {
         /* Its answer may be a grant the forced release deleted, or "taken"
          * by the key it deleted: either way, asked again at once. */
