@@ -1738,6 +1738,13 @@ void core_notice(struct core *k, const char *name, size_t len, uint64_t now)
     lock_notice(k, l, now);
 }
 
+/* How long the key a release granted lives at most: the entry's TTL, or
+ * what was left of the keep-alive key's BACKEND_WAIT_ENTRY_MAX_MS. */
+static uint32_t granted_key_ms(const struct backend_grant *g)
+{
+    return g->ttl_ms < BACKEND_WAIT_ENTRY_MAX_MS ? g->ttl_ms : BACKEND_WAIT_ENTRY_MAX_MS;
+}
+
 /* A grant on release for this agent's waiter w of l, in LOCK_BACKOFF with
  * the token it names pending: the key is ours from the release, which set
  * it for the entry's TTL or what was left of our keep-alive key's life,
@@ -1756,7 +1763,7 @@ static bool grant_by_release(struct core *k, struct lock *l, const struct backen
     uint64_t sent = keepalive_sent_at(k, g->seq);
     if (!sent)
         return false;
-    uint32_t ttl = g->ttl_ms < BACKEND_WAIT_ENTRY_MAX_MS ? g->ttl_ms : BACKEND_WAIT_ENTRY_MAX_MS;
+    uint32_t ttl = granted_key_ms(g);
     /* (The entry may have been written for an earlier first waiter: the
      * lease is valid no longer than its own TTL allows either.) */
     if (w->ttl_ms < ttl)
@@ -1773,9 +1780,7 @@ static bool grant_by_release(struct core *k, struct lock *l, const struct backen
     struct lease *le = lease_start(k, l, w, l->acq_token, w->ttl_ms, deadline, g->fence, from, now);
     if (!le) {
         /* The key lives as the release set it, whatever the waiter's TTL. */
-        release_grant(k, l,
-                      g->ttl_ms < BACKEND_WAIT_ENTRY_MAX_MS ? g->ttl_ms : BACKEND_WAIT_ENTRY_MAX_MS,
-                      now);
+        release_grant(k, l, granted_key_ms(g), now);
         return true;
     }
     k->stats.grants_by_release++;
@@ -1809,8 +1814,7 @@ void core_grant(struct core *k, const char *name, size_t len, const struct backe
     if (strcmp(g->to, k->waiter_id) != 0 || token_raw(g->token, token) != 0 || len > WIRE_MAX_NAME)
         return; /* another host's grant: the name is taken, no need to ask */
     bool pending = l && l->token_pending && memcmp(l->acq_token, token, TOKEN_BYTES) == 0;
-    if (l && ((pending && l->phase == LOCK_ACQUIRING) ||
-              ((l->phase == LOCK_KEPT || l->phase == LOCK_ACQUIRING) &&
+    if (l && (((l->phase == LOCK_KEPT || l->phase == LOCK_ACQUIRING) &&
                memcmp(l->acq_token, token, TOKEN_BYTES) == 0) ||
               token_held(l, token))) {
         /* The acquire in flight asked with this token: its answer takes the
@@ -1831,11 +1835,11 @@ void core_grant(struct core *k, const char *name, size_t len, const struct backe
     /* Nobody here to give it to: the key goes back by the normal release,
      * which may grant it to the next host. */
     struct admit_ask ask = {.kind = LOCK_EXCLUSIVE};
-    uint32_t ttl = g->ttl_ms < BACKEND_WAIT_ENTRY_MAX_MS ? g->ttl_ms : BACKEND_WAIT_ENTRY_MAX_MS;
     log_kv(LOG_DEBUG, LOG_FIELDS(LOG_F_LOCK(name, len)),
            "a release granted %.*s to this agent with no waiter for it: handing it back", (int)len,
            name);
-    drop_name_key(k, name, (uint16_t)len, l && l->watched, token, &ask, ttl, true, now);
+    drop_name_key(k, name, (uint16_t)len, l && l->watched, token, &ask, granted_key_ms(g), true,
+                  now);
     if (l && pending)
         l->token_pending = false;
 }
