@@ -2681,15 +2681,24 @@ static struct backend_grant grant_msg(const char *to, const char *token, uint64_
     return g;
 }
 
-Test(core, a_grant_on_release_is_taken_from_its_message)
+/* A client waiting for name on a store with bound entries, told "taken"
+ * once (the holder's key lives 600 s): its request id, and the pending
+ * token it asked with in token. */
+static uint32_t wait_bound(const char *name, char token[TOKEN_HEX + 1])
 {
     F.backend.ops = &fb_bound_ops;
-    struct tclient *a = client(1);
-    uint32_t id = acquire(a, "g", 10000, DLOCK_WAIT_FOREVER, 0, 0);
-    struct req *r = pending(R_ACQUIRE, "g");
-    char token[TOKEN_HEX + 1];
-    snprintf(token, sizeof token, "%s", r->token);
+    uint32_t id = acquire(client(1), name, 10000, DLOCK_WAIT_FOREVER, 0, 0);
+    struct req *r = pending(R_ACQUIRE, name);
+    snprintf(token, TOKEN_HEX + 1, "%s", r->token);
     reply_at(r, T0 + MS, 0, BACKEND_TAKEN, 0, 600000);
+    return id;
+}
+
+Test(core, a_grant_on_release_is_taken_from_its_message)
+{
+    char token[TOKEN_HEX + 1];
+    uint32_t id = wait_bound("g", token);
+    struct req *r;
     run_until(retry_due("g"));
     r = pending(R_ACQUIRE, "g");
     cr_assert_str_eq(r->token, token, "the waiter's retry asks with a new token");
@@ -2756,13 +2765,9 @@ Test(core, a_grant_on_release_is_taken_from_its_message)
  * next acquire asks with a new token. */
 Test(core, a_forced_release_spends_the_pending_token)
 {
-    F.backend.ops = &fb_bound_ops;
-    struct tclient *a = client(1);
-    uint32_t id = acquire(a, "g", 10000, DLOCK_WAIT_FOREVER, 0, 0);
-    struct req *r = pending(R_ACQUIRE, "g");
     char token[TOKEN_HEX + 1];
-    snprintf(token, sizeof token, "%s", r->token);
-    reply_at(r, T0 + MS, 0, BACKEND_TAKEN, 0, 600000);
+    uint32_t id = wait_bound("g", token);
+    struct req *r;
     struct core_forced out[1];
     core_force(&F.k, "g", 1, out, 1, F.now);
     int releases = req_count(R_RELEASE, "g");
