@@ -995,7 +995,7 @@ static void report_side_agents(const struct side_agent *a, int n)
 
 static void report_wake(const struct wake_result *r)
 {
-    char t[64], v[32];
+    char t[64], v[48];
     printf("\ncross-agent wake: a client of one agent holds a name, a client of another waits for "
            "it;\n%s rounds, roles swapping, each a %d ms settle then dlock_lease_release_sync() -> "
            "the waiter's acquire returns (CLOCK_BOOTTIME)\n",
@@ -1014,6 +1014,12 @@ static void report_wake(const struct wake_result *r)
     row("max", fmt_us(r->wake.max_us), fmt_us(r->ping.max_us), fmt_ratio(r->wake.max_us, ping), "");
     row("rounds timed", fmt_count((double)r->wake.n), fmt_count((double)r->ping.n), "",
         "(PING: plain hiredis, after the same pause)");
+    if (r->wake_one_cpu.n > 0) {
+        snprintf(v, sizeof v, "p50, on one CPU (%s rounds)", fmt_count((double)r->wake_one_cpu.n));
+        row(v, fmt_us(r->wake_one_cpu.p50_us), fmt_us(r->ping_one_cpu.p50_us),
+            fmt_ratio(r->wake_one_cpu.p50_us, r->ping_one_cpu.p50_us),
+            "(context: every process of the path on one CPU)");
+    }
     row("Redis PING p50, no pause", "", fmt_us(r->ping_busy.p50_us),
         fmt_ratio(r->wake.p50_us, r->ping_busy.p50_us),
         "(context: right after the previous round)");

@@ -549,9 +549,11 @@ struct wake_result {
     struct summary wake;      /* release_sync called -> the waiter's acquire returned */
     struct summary ping;      /* plain hiredis PING after the same settle pause */
     struct summary ping_busy; /* and right after the previous round */
-    long not_listening;       /* rounds where no agent listened on the name after the settle */
-    long early;               /* rounds where the waiter returned before the release */
-    long errors;              /* failed acquires or releases */
+    /* The same, with every process on the path on one CPU (n 0: not run) */
+    struct summary wake_one_cpu, ping_one_cpu;
+    long not_listening; /* rounds where no agent listened on the name after the settle */
+    long early;         /* rounds where the waiter returned before the release */
+    long errors;        /* failed acquires or releases */
     int first_error;
     /* CPU per timed round, us (-1 unknown): both agents together, and Redis
      * (which also answers the round's PINGs and PUBSUB NUMSUB polls). */

@@ -6,8 +6,13 @@
  * taken and listens on its release channel), the holder releases with
  * dlock_lease_release_sync() and the waiter's thread stamps the moment its
  * acquire returns. Then the roles swap. A plain hiredis PING per round gives
- * the Redis round trip of the same run to compare with. */
+ * the Redis round trip of the same run to compare with. A last series of
+ * rounds runs with every process on the path (Redis, both agents, this
+ * program's threads) on one CPU: what the wake costs without wake-ups that
+ * cross CPUs, which are dear where an idle CPU sleeps deeply (a virtual
+ * machine's vCPU that halts at once). */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -161,8 +166,10 @@ static int wake_cpu_mark(const struct env *e, const struct wake_result *out, str
     return rc;
 }
 
-static int run_rounds(const struct env *e, struct wake *w, struct plain *p, long rounds,
-                      struct wake_result *out)
+/* `rounds` rounds after a warm-up; their wake and PING figures into *wake_s
+ * and *ping_s, and with cpu, the CPU per round into out. */
+static int run_rounds(const struct env *e, struct wake *w, struct plain *p, long rounds, bool cpu,
+                      struct summary *wake_s, struct summary *ping_s, struct wake_result *out)
 {
     struct wake_cpu c0, c1;
     bool cpu_ok = true;
@@ -177,7 +184,7 @@ static int run_rounds(const struct env *e, struct wake *w, struct plain *p, long
     int h = 0;
     for (long i = 0; i < warm + rounds; i++, h = 1 - h) {
         bool timed = i >= warm;
-        if (i == warm)
+        if (i == warm && cpu)
             cpu_ok = wake_cpu_mark(e, out, &c0) == 0;
         long long ns = round_once(w, p, h, timed, &ping, &busy, out);
         if (ns < 0)
@@ -185,19 +192,75 @@ static int run_rounds(const struct env *e, struct wake *w, struct plain *p, long
         if (timed && ns > 0)
             lat_push(&wake, (uint64_t)ns);
     }
-    cpu_ok = cpu_ok && wake_cpu_mark(e, out, &c1) == 0;
-    out->agents_us =
-        cpu_us_per_op(cpu_ok ? proc_cpu_s(&c0.a[0], &c1.a[0]) + proc_cpu_s(&c0.a[1], &c1.a[1]) : -1,
-                      (double)rounds);
-    out->redis_us = cpu_us_per_op(cpu_ok ? proc_cpu_s(&c0.redis, &c1.redis) : -1, (double)rounds);
-    lat_summarise(&wake, 0, &out->wake);
-    lat_summarise(&ping, 0, &out->ping);
-    lat_summarise(&busy, 0, &out->ping_busy);
+    if (cpu) {
+        cpu_ok = cpu_ok && wake_cpu_mark(e, out, &c1) == 0;
+        out->agents_us = cpu_us_per_op(
+            cpu_ok ? proc_cpu_s(&c0.a[0], &c1.a[0]) + proc_cpu_s(&c0.a[1], &c1.a[1]) : -1,
+            (double)rounds);
+        out->redis_us =
+            cpu_us_per_op(cpu_ok ? proc_cpu_s(&c0.redis, &c1.redis) : -1, (double)rounds);
+        lat_summarise(&busy, 0, &out->ping_busy);
+    }
+    lat_summarise(&wake, 0, wake_s);
+    lat_summarise(&ping, 0, ping_s);
     rc = 0;
 out:
     lat_free(&wake);
     lat_free(&ping);
     lat_free(&busy);
+    return rc;
+}
+
+/* Every process of the path on the CPU this thread runs on (pin), or back
+ * on the CPUs each had (saved, filled when pinning). Only the processes'
+ * main threads move: Redis and the agents serve the round there. */
+struct wake_pins {
+    cpu_set_t redis, agent[2], me, waiter[2];
+};
+
+static int pin_all(const struct env *e, struct wake *w, const struct wake_result *out,
+                   struct wake_pins *saved, bool pin)
+{
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    int cpu = sched_getcpu();
+    if (cpu < 0)
+        return -1;
+    CPU_SET(cpu, &one);
+    int rc = 0;
+    if (pin) {
+        rc |= sched_getaffinity(e->redis.pid, sizeof saved->redis, &saved->redis);
+        for (int k = 0; k < 2; k++) {
+            rc |= sched_getaffinity(out->agent[k].pid, sizeof saved->agent[k], &saved->agent[k]);
+            rc |= pthread_getaffinity_np(w->s[k].th, sizeof saved->waiter[k], &saved->waiter[k]);
+        }
+        rc |= pthread_getaffinity_np(pthread_self(), sizeof saved->me, &saved->me);
+        if (rc != 0)
+            return -1;
+    }
+    rc |= sched_setaffinity(e->redis.pid, sizeof one, pin ? &one : &saved->redis);
+    for (int k = 0; k < 2; k++) {
+        rc |= sched_setaffinity(out->agent[k].pid, sizeof one, pin ? &one : &saved->agent[k]);
+        rc |= pthread_setaffinity_np(w->s[k].th, sizeof one, pin ? &one : &saved->waiter[k]);
+    }
+    rc |= pthread_setaffinity_np(pthread_self(), sizeof one, pin ? &one : &saved->me);
+    return rc != 0 ? -1 : 0;
+}
+
+/* The rounds on one CPU: a quarter of the run's, at least 50. A failure
+ * to pin leaves the figures out, not the run. */
+static int run_one_cpu(const struct env *e, struct wake *w, struct plain *p, long rounds,
+                       struct wake_result *out)
+{
+    struct wake_pins saved;
+    if (pin_all(e, w, out, &saved, true) != 0) {
+        fprintf(stderr, "dlock-bench: wake: cannot pin the processes to one CPU; skipped\n");
+        return 0;
+    }
+    long n = rounds / 4 < 50 ? 50 : rounds / 4;
+    int rc = run_rounds(e, w, p, n, false, &out->wake_one_cpu, &out->ping_one_cpu, out);
+    if (pin_all(e, w, out, &saved, false) != 0)
+        fprintf(stderr, "dlock-bench: wake: cannot put the processes back on their CPUs\n");
     return rc;
 }
 
@@ -234,7 +297,9 @@ int run_wake(struct env *e, long rounds, struct wake_result *out)
             fprintf(stderr, "dlock-bench: pthread_create: %s\n", strerror(rc));
     }
     if (rc == 0)
-        rc = run_rounds(e, &w, p, rounds, out);
+        rc = run_rounds(e, &w, p, rounds, true, &out->wake, &out->ping, out);
+    if (rc == 0)
+        rc = run_one_cpu(e, &w, p, rounds, out);
     pthread_mutex_lock(&w.mu);
     w.stop = true;
     pthread_cond_broadcast(&w.cv);
