@@ -422,14 +422,20 @@ static void on_tick(struct ev_loop *loop, ev_io *w, int revents)
     core_tick(&a->core, now_ns());
 }
 
-/* Points the timerfd at `due` (0: disarmed). The timerfd runs on
+/* Points the timerfd at `due` (0: nothing due). The timerfd runs on
  * CLOCK_BOOTTIME, the clock of every deadline, so a timer due during a
  * suspend of the host fires at the resume, not as much later as the host
  * slept (libev's timers run on CLOCK_MONOTONIC). It is set only when the
- * earliest due time changed: no system call in most loop turns. */
+ * earliest due time moved earlier, or nothing was armed: no system call in
+ * most loop turns. A timer left armed earlier than the earliest due time
+ * fires once for nothing (core_tick() runs what is due, and the timer is
+ * set again here): one wake-up now and then, where following the due time
+ * both ways cost two system calls per lease to a client that acquires and
+ * releases in a loop, the earliest due time coming and going with each
+ * lease. */
 static void arm_tick(struct agent *a, uint64_t due)
 {
-    if (due == a->tick_due)
+    if (due == a->tick_due || (a->tick_due && (!due || a->tick_due < due)))
         return;
     struct itimerspec its = {0};
     if (due) {
