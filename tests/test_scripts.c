@@ -257,6 +257,22 @@ ITEST(scripts, acquire_with_floor_and_block)
     a.token = TOK_C;
     a.floor = 77;
     cr_assert_eq(run(SCRIPT_ACQUIRE, a).fence, 77);
+    cr_assert_eq(get_num(n.hw), 77, "and is overwritten");
+    /* A mark of another type reads as 0 too, and is overwritten by a
+     * string; a mark one below the floor leaves the floor the token. */
+    run(SCRIPT_RELEASE, (struct backend_req){.name = "job", .len = 3, .token = TOK_C});
+    cmdf("DEL %s", n.hw);
+    cmdf("HSET %s f v", n.hw);
+    a.token = TOK_A;
+    a.floor = 90;
+    cr_assert_eq(run(SCRIPT_ACQUIRE, a).fence, 90);
+    cr_assert_eq(get_num(n.hw), 90);
+    run(SCRIPT_RELEASE, (struct backend_req){.name = "job", .len = 3, .token = TOK_A});
+    a.token = TOK_B;
+    a.floor = 91;
+    a.block = 2;
+    cr_assert_eq(run(SCRIPT_ACQUIRE, a).fence, 91);
+    cr_assert_eq(get_num(n.hw), 93);
 }
 
 ITEST(scripts, acquire_joins_the_waiting_hosts_record)

@@ -27,14 +27,15 @@
  * foreign value of another type must not abort the script after SET NX took
  * the lock; and only a whole number in [0, 2^53) counts, the range Lua's
  * doubles hold exactly (our tokens, microseconds since 1970, are far below
- * it): anything else (1e30, inf, a fraction) reads as 0, or the token would
- * leave the range of a 64-bit reply. When taken: the holder's remaining
- * PTTL, negated. The token goes through string.format: Lua's own
+ * it): anything else (1e30, inf, a fraction) reads as 0 (mark_of()), or the
+ * token would leave the range of a 64-bit reply. When taken: the holder's
+ * remaining PTTL, negated. The token goes through string.format: Lua's own
  * number-to-string conversion keeps only 14 digits. */
-#define LUA_MARK                                                                                   \
-    "local function mark(k) local n = tonumber(redis.pcall('get', k)) "                            \
+#define LUA_MARK_OF                                                                                \
+    "local function mark_of(v) local n = tonumber(v) "                                             \
     "if type(n) == 'number' and n >= 0 and n < 9007199254740992 and n % 1 == 0 "                   \
     "then return n end return 0 end "
+#define LUA_MARK LUA_MARK_OF "local function mark(k) return mark_of(redis.pcall('get', k)) end "
 #define LUA_OURS                                                                                   \
     "local v = redis.pcall('get', KEYS[1]) if type(v) ~= 'string' then v = false end "             \
     "local ours = v == ARGV[1] or (v and string.sub(v, 1, 33) == ARGV[1] .. ' ') "
@@ -152,14 +153,22 @@
     "want))) "                                                                                     \
     "if redis.call('pttl', KEYS[4]) < want then redis.call('pexpire', KEYS[4], want) end end "
 /* LUA_RAISE: the token, fence (its floor when it starts), above the mark
- * mk, which goes up to the token plus block. grant_fence(): the fencing
- * token of a grant, as the comment at the top says: ARGV[3] (the floor) or
- * the server's clock, raised above the slot's mark (KEYS[2]) with the block
- * ARGV[4]; fence_of() the same of a mark key, a floor (nil: the clock) and
- * a block of one's choosing (the release's grant). */
+ * mk, which goes up to the token plus block. The mark is written and read
+ * in one command (SET with GET: the floor is usually above it, the mark
+ * being an earlier token plus its block) and written again when it was at
+ * or above the floor. A value of another type fails SET with GET (with
+ * pcall: no error), reads as 0 and is overwritten, as by a plain SET.
+ * grant_fence(): the fencing token of a grant, as the comment at the top
+ * says: ARGV[3] (the floor) or the server's clock, raised above the slot's
+ * mark (KEYS[2]) with the block ARGV[4]; fence_of() the same of a mark key,
+ * a floor (nil: the clock) and a block of one's choosing (the release's
+ * grant). */
 #define LUA_RAISE                                                                                  \
-    "local last = mark(mk) if last >= fence then fence = last + 1 end "                            \
-    "redis.call('set', mk, string.format('%d', fence + tonumber(block))) "
+    "block = tonumber(block) "                                                                     \
+    "local last = redis.pcall('set', mk, string.format('%d', fence + block), 'GET') "              \
+    "if type(last) == 'table' then redis.call('set', mk, string.format('%d', fence + block)) "     \
+    "else last = mark_of(last) if last >= fence then fence = last + 1 "                            \
+    "redis.call('set', mk, string.format('%d', fence + block)) end end "
 #define LUA_GRANT                                                                                  \
     "local function fence_of(mk, floor, block) local fence = tonumber(floor) "                     \
     "if not fence then fence = clock() end " LUA_RAISE "return fence end "                         \
@@ -187,24 +196,24 @@
  * paths, closures made anew by every call that reaches them, come after.
  * With a record, the order is adoption, turn, SET NX. */
 static const char lua_acquire[] =
-    LUA_MARK "local waiting = redis.call('exists', KEYS[3]) == 1 "
-             "if not waiting and redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
-             "local fence, mk, block = tonumber(ARGV[3]), KEYS[2], ARGV[4] "
-             "if not fence then local t = redis.call('time') fence = " LUA_TIME_US " end " LUA_RAISE
-             "return fence end " LUA_CLOCK LUA_GRANT LUA_QUEUE LUA_READERS
-             "local tok = string.sub(ARGV[1], 1, 32) local v = redis.pcall('get', KEYS[1]) "
-             "if type(v) == 'string' and (v == tok or string.sub(v, 1, 33) == tok .. ' ') "
-             "then "
-             "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
-             "redis.call('hdel', KEYS[3], me) redis.call('hdel', KEYS[4], me) "
-             "return grant_fence() end "
-             "carry = ARGV[2] .. ' ' .. ARGV[4] .. ' ' .. ARGV[1] "
-             "if waiting then if queue_turn() then join_as(false) return 0 end "
-             "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
-             "if queued then redis.call('hdel', KEYS[3], me) end "
-             "return grant_fence() end end "
-             "join_as(false) local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end "
-             "return -t";
+    LUA_MARK_OF "local waiting = redis.call('exists', KEYS[3]) == 1 "
+                "if not waiting and redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+                "local fence, mk, block = tonumber(ARGV[3]), KEYS[2], ARGV[4] "
+                "if not fence then local t = redis.call('time') fence = " LUA_TIME_US
+                " end " LUA_RAISE "return fence end " LUA_CLOCK LUA_GRANT LUA_QUEUE LUA_READERS
+                "local tok = string.sub(ARGV[1], 1, 32) local v = redis.pcall('get', KEYS[1]) "
+                "if type(v) == 'string' and (v == tok or string.sub(v, 1, 33) == tok .. ' ') "
+                "then "
+                "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
+                "redis.call('hdel', KEYS[3], me) redis.call('hdel', KEYS[4], me) "
+                "return grant_fence() end "
+                "carry = ARGV[2] .. ' ' .. ARGV[4] .. ' ' .. ARGV[1] "
+                "if waiting then if queue_turn() then join_as(false) return 0 end "
+                "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+                "if queued then redis.call('hdel', KEYS[3], me) end "
+                "return grant_fence() end end "
+                "join_as(false) local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end "
+                "return -t";
 
 /* Renew: compare-and-pexpire. */
 static const char lua_renew[] =
