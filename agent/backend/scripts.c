@@ -79,9 +79,9 @@
  * of clock() (LUA_CLOCK, before it): expiry(v, now) is an entry's (the
  * part of its value after SINCE) or a mark's EXPIRES while it is live,
  * else nil, and for a bound entry its KEY besides, and for an entry that
- * carries a grant (grant on release, below) its TTL, BLOCK and VALUE too. KEY is two words
- * (keepalive_key(): the prefix has no space); VALUE, the holder record, has spaces: it goes last.
- */
+ * carries a grant (grant on release, below) its TTL, BLOCK and VALUE too.
+ * KEY is two words (keepalive_key(): the prefix has no space); VALUE, the
+ * holder record, has spaces: it goes last. */
 #define LUA_ENTRY                                                                                  \
     "local alive = {} local function live(k) if alive[k] == nil then "                             \
     "alive[k] = redis.call('exists', k) == 1 end return alive[k] end "                             \
@@ -152,12 +152,12 @@
     "redis.call('hset', KEYS[4], me, bound(string.format('%d', math.floor(clock() / 1000) + "      \
     "want))) "                                                                                     \
     "if redis.call('pttl', KEYS[4]) < want then redis.call('pexpire', KEYS[4], want) end end "
-/* LUA_RAISE: the token, fence (its floor when it starts), above the mark
- * mk, which goes up to the token plus block. The mark is written and read
- * in one command (SET with GET: the floor is usually above it, the mark
- * being an earlier token plus its block) and written again when it was at
- * or above the floor. A value of another type fails SET with GET (with
- * pcall: no error), reads as 0 and is overwritten, as by a plain SET.
+/* LUA_RAISE (on the caller's locals fence, mk and block): the token,
+ * fence (its floor when it starts), above the mark mk, which goes up to
+ * the token plus block. The mark is written and read in one command (SET
+ * with GET: the floor is usually above it, the mark being an earlier token
+ * plus its block) and written again when it was at or above the floor. A value of another type
+ * fails SET with GET (with pcall: no error), reads as 0 and is overwritten, as by a plain SET.
  * grant_fence(): the fencing token of a grant, as the comment at the top
  * says: ARGV[3] (the floor) or the server's clock, raised above the slot's
  * mark (KEYS[2]) with the block ARGV[4]; fence_of() the same of a mark key,
