@@ -257,6 +257,22 @@ ITEST(scripts, acquire_with_floor_and_block)
     a.token = TOK_C;
     a.floor = 77;
     cr_assert_eq(run(SCRIPT_ACQUIRE, a).fence, 77);
+    cr_assert_eq(get_num(n.hw), 77, "and is overwritten");
+    /* A mark of another type reads as 0 too, and is overwritten by a
+     * string; a mark one below the floor leaves the floor the token. */
+    run(SCRIPT_RELEASE, (struct backend_req){.name = "job", .len = 3, .token = TOK_C});
+    cmdf("DEL %s", n.hw);
+    cmdf("HSET %s f v", n.hw);
+    a.token = TOK_A;
+    a.floor = 90;
+    cr_assert_eq(run(SCRIPT_ACQUIRE, a).fence, 90);
+    cr_assert_eq(get_num(n.hw), 90);
+    run(SCRIPT_RELEASE, (struct backend_req){.name = "job", .len = 3, .token = TOK_A});
+    a.token = TOK_B;
+    a.floor = 91;
+    a.block = 2;
+    cr_assert_eq(run(SCRIPT_ACQUIRE, a).fence, 91);
+    cr_assert_eq(get_num(n.hw), 93);
 }
 
 ITEST(scripts, acquire_joins_the_waiting_hosts_record)
@@ -1138,6 +1154,136 @@ ITEST(scripts, release_does_not_grant_a_reader_an_old_entry_or_a_dead_agent)
     cr_assert_eq(cmd_int("HEXISTS %s 00000000000000bb", n.waiting), 0);
     cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_A)).outcome, BACKEND_DONE);
     cr_assert_eq(cmd_int("EXISTS %s", n.key), 0, "no grant to a spent token");
+    redisFree(sub);
+}
+
+/* An entry of agent id in the record, bound to its keep-alive key (set to
+ * live 3 s), carrying the grant of token (TTL 10 s, no block), SINCE
+ * since_us. */
+static void carrying_entry(const char *waiting, const char *id, const char *token,
+                           unsigned long long since_us)
+{
+    char ka[CONFIG_PREFIX_MAX + KEEPALIVE_EXTRA + 1], v[256];
+    ka_of(id, ka);
+    cmdf("SET %s 1 PX 3000", ka);
+    snprintf(v, sizeof v, "%llu %llu %s 10000 0 %s %s", since_us, since_us / 1000 + 20000, ka,
+             token, REC);
+    cmdf("HSET %s %s %s", waiting, id, v);
+    cmdf("PEXPIRE %s 20000", waiting);
+}
+
+ITEST(scripts, an_acquire_adopts_its_granted_key_with_or_without_a_record)
+{
+    start();
+    struct names n = names_of("job");
+    char v[256], readers[SCRIPT_SIDE_KEY_MAX];
+    readers_key(n.key, strlen(n.key), strlen(PREFIX), readers);
+    struct backend_req b = bound_waiter("00000000000000bb", TOK_B, "1", 0);
+    /* No record (nobody waits): the key holds B's token, under another
+     * holder record and a short life, as a grant leaves it. B's acquire
+     * (SET NX fails) adopts it: B's value for its whole TTL, a token above
+     * the mark, and no record made. */
+    cmdf("SET %s %s PX 2000", n.key, TOK_B " other-host 1 2 x");
+    cmdf("SET %s 5000000000000000", n.hw);
+    struct script_result r = run(SCRIPT_ACQUIRE, b);
+    cr_assert_eq(r.outcome, BACKEND_DONE);
+    cr_assert_eq(r.fence, 5000000000000001ull, "above the mark");
+    cr_assert_str_eq(get(n.key, v, sizeof v), TOK_B " " REC);
+    cr_assert_gt(cmd_int("PTTL %s", n.key), 3000, "adopted for the whole TTL");
+    cr_assert_eq(cmd_int("EXISTS %s", n.waiting), 0, "an adoption joins no record");
+    /* The bare token (an earlier version's value) is B's too. */
+    cmdf("SET %s %s PX 2000", n.key, TOK_B);
+    r = run(SCRIPT_ACQUIRE, b);
+    cr_assert_eq(r.outcome, BACKEND_DONE);
+    cr_assert_eq(r.fence, 5000000000000002ull);
+    cr_assert_str_eq(get(n.key, v, sizeof v), TOK_B " " REC);
+    /* Another token, no record: taken, with the holder's PTTL, and the
+     * waiting acquire joins the record. */
+    struct backend_req c = bound_waiter("00000000000000cc", TOK_C, "1", 0);
+    r = run(SCRIPT_ACQUIRE, c);
+    cr_assert_eq(r.outcome, BACKEND_TAKEN);
+    cr_assert_gt(r.pttl_ms, 0);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000cc", n.waiting), 1);
+    /* With a record (C waits, older than B's entry): B's key is still B's
+     * to adopt, C's turn or not; B's entry and reader's mark leave, C's
+     * entry stays. */
+    cmdf("SET %s %s PX 2000", n.key, TOK_B " " REC);
+    carrying_entry(n.waiting, "00000000000000bb", TOK_B, server_us());
+    cmdf("HSET %s 00000000000000bb %llu", readers, server_us() / 1000 + 2000);
+    r = run(SCRIPT_ACQUIRE, b);
+    cr_assert_eq(r.outcome, BACKEND_DONE);
+    cr_assert_eq(r.fence, 5000000000000003ull);
+    cr_assert_gt(cmd_int("PTTL %s", n.key), 3000);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000bb", n.waiting), 0);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000bb", readers), 0);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000cc", n.waiting), 1);
+    /* B's release grants the key to C, whose acquire adopts it (the
+     * record gone with C's entry). */
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_B)).outcome, BACKEND_DONE);
+    cr_assert_str_eq(get(n.key, v, sizeof v), TOK_C " " REC);
+    cr_assert_eq(cmd_int("EXISTS %s", n.waiting), 0);
+    r = run(SCRIPT_ACQUIRE, c);
+    cr_assert_eq(r.outcome, BACKEND_DONE);
+    cr_assert_gt(r.fence, 5000000000000003ull);
+    cr_assert_gt(cmd_int("PTTL %s", n.key), 3000);
+    /* A free key with a record, C's turn: B is taken (no PTTL), C gets it. */
+    cmdf("DEL %s", n.key);
+    carrying_entry(n.waiting, "00000000000000cc", TOK_C, server_us() - 10);
+    r = run(SCRIPT_ACQUIRE, b);
+    cr_assert_eq(r.outcome, BACKEND_TAKEN);
+    cr_assert_eq(r.pttl_ms, 0, "C's turn");
+    cr_assert_eq(run(SCRIPT_ACQUIRE, c).outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000cc", n.waiting), 0, "C's entry leaves");
+}
+
+ITEST(scripts, a_release_whose_spent_entry_empties_the_record)
+{
+    start();
+    struct names n = names_of("job");
+    redisContext *sub = subscriber(n.channel, false);
+    char m[256], v[256];
+    unsigned long long t = server_us();
+    /* The record's one entry carries the released token (A's agent lost
+     * its removal): it leaves, the record with it, and the release grants
+     * nothing (not to A itself) and publishes nothing. */
+    cr_assert_eq(run(SCRIPT_ACQUIRE, acq("job", TOK_A, NULL, 0)).outcome, BACKEND_DONE);
+    carrying_entry(n.waiting, "00000000000000aa", TOK_A, t - 10);
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_A)).outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("EXISTS %s", n.key), 0);
+    cr_assert_eq(cmd_int("EXISTS %s", n.waiting), 0);
+    cmdf("PUBLISH %s marker1", n.channel);
+    cr_assert_str_eq(next_message(sub, m, sizeof m), "marker1");
+    /* Beside it, a younger entry carrying B's grant: B gets the key. */
+    cr_assert_eq(run(SCRIPT_ACQUIRE, acq("job", TOK_A, NULL, 0)).outcome, BACKEND_DONE);
+    carrying_entry(n.waiting, "00000000000000aa", TOK_A, t - 10);
+    carrying_entry(n.waiting, "00000000000000bb", TOK_B, t);
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_A)).outcome, BACKEND_DONE);
+    cr_assert_str_eq(get(n.key, v, sizeof v), TOK_B " " REC);
+    cr_assert_eq(cmd_int("EXISTS %s", n.waiting), 0);
+    next_message(sub, m, sizeof m);
+    cr_assert_eq(strncmp(m, "grant 00000000000000bb " TOK_B " ", 56), 0, "%s", m);
+    cmdf("DEL %s", n.key);
+    /* Beside it, an entry of its own (no grant): the notice. */
+    cr_assert_eq(run(SCRIPT_ACQUIRE, acq("job", TOK_A, NULL, 0)).outcome, BACKEND_DONE);
+    carrying_entry(n.waiting, "00000000000000aa", TOK_A, t - 10);
+    snprintf(v, sizeof v, "%llu %llu", t, t / 1000 + 2000);
+    cmdf("HSET %s 00000000000000cc %s", n.waiting, v);
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_A)).outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("EXISTS %s", n.key), 0);
+    cr_assert_eq(cmd_int("HEXISTS %s 00000000000000aa", n.waiting), 0);
+    cr_assert_str_eq(next_message(sub, m, sizeof m), "job");
+    cmdf("DEL %s", n.waiting);
+    /* Beside it, only entries that are not live: the release drops them
+     * all, and with the record gone, publishes nothing. */
+    cr_assert_eq(run(SCRIPT_ACQUIRE, acq("job", TOK_A, NULL, 0)).outcome, BACKEND_DONE);
+    carrying_entry(n.waiting, "00000000000000aa", TOK_A, t - 10);
+    snprintf(v, sizeof v, "%llu %llu", t, t / 1000 - 1);
+    cmdf("HSET %s 00000000000000cc %s", n.waiting, v);
+    cr_assert_eq(run(SCRIPT_RELEASE, tok("job", TOK_A)).outcome, BACKEND_DONE);
+    cr_assert_eq(cmd_int("EXISTS %s", n.key), 0);
+    cr_assert_eq(cmd_int("EXISTS %s", n.waiting), 0);
+    cmdf("PUBLISH %s marker2", n.channel);
+    cr_assert_str_eq(next_message(sub, m, sizeof m), "marker2");
     redisFree(sub);
 }
 

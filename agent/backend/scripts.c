@@ -27,14 +27,15 @@
  * foreign value of another type must not abort the script after SET NX took
  * the lock; and only a whole number in [0, 2^53) counts, the range Lua's
  * doubles hold exactly (our tokens, microseconds since 1970, are far below
- * it): anything else (1e30, inf, a fraction) reads as 0, or the token would
- * leave the range of a 64-bit reply. When taken: the holder's remaining
- * PTTL, negated. The token goes through string.format: Lua's own
+ * it): anything else (1e30, inf, a fraction) reads as 0 (mark_of()), or the
+ * token would leave the range of a 64-bit reply. When taken: the holder's
+ * remaining PTTL, negated. The token goes through string.format: Lua's own
  * number-to-string conversion keeps only 14 digits. */
-#define LUA_MARK                                                                                   \
-    "local function mark(k) local n = tonumber(redis.pcall('get', k)) "                            \
+#define LUA_MARK_OF                                                                                \
+    "local function mark_of(v) local n = tonumber(v) "                                             \
     "if type(n) == 'number' and n >= 0 and n < 9007199254740992 and n % 1 == 0 "                   \
     "then return n end return 0 end "
+#define LUA_MARK LUA_MARK_OF "local function mark(k) return mark_of(redis.pcall('get', k)) end "
 #define LUA_OURS                                                                                   \
     "local v = redis.pcall('get', KEYS[1]) if type(v) ~= 'string' then v = false end "             \
     "local ours = v == ARGV[1] or (v and string.sub(v, 1, 33) == ARGV[1] .. ' ') "
@@ -68,16 +69,20 @@
 #define STRING_OF(x)   STRINGIFY(x)
 #define WAIT_ENTRY_MAX STRING_OF(BACKEND_WAIT_ENTRY_MAX_MS)
 #define WAIT_BOUND_MAX STRING_OF(BACKEND_WAIT_BOUND_MAX_MS)
-/* LUA_ENTRY reads the entries of the record (and the readers' marks):
- * clock() is the server's time in us, read once; expiry(v, now) is an
- * entry's (the part of its value after SINCE) or a mark's EXPIRES while it
- * is live, else nil, and for a bound entry its KEY besides, and for an
- * entry that carries a grant (grant on release, below) its TTL, BLOCK and
- * VALUE too. KEY is two words (keepalive_key(): the prefix has no space);
- * VALUE, the holder record, has spaces: it goes last. */
-#define LUA_ENTRY                                                                                  \
+/* clock() is the server's time in us, read once, and only by the paths
+ * that need it (LUA_TIME_US: of TIME's reply, t). */
+#define LUA_TIME_US "tonumber(t[1]) * 1000000 + tonumber(t[2])"
+#define LUA_CLOCK                                                                                  \
     "local us local function clock() if not us then local t = redis.call('time') "                 \
-    "us = tonumber(t[1]) * 1000000 + tonumber(t[2]) end return us end "                            \
+    "us = " LUA_TIME_US " end return us end "
+/* LUA_ENTRY reads the entries of the record (and the readers' marks), as
+ * of clock() (LUA_CLOCK, before it): expiry(v, now) is an entry's (the
+ * part of its value after SINCE) or a mark's EXPIRES while it is live,
+ * else nil, and for a bound entry its KEY besides, and for an entry that
+ * carries a grant (grant on release, below) its TTL, BLOCK and VALUE too.
+ * KEY is two words (keepalive_key(): the prefix has no space); VALUE, the
+ * holder record, has spaces: it goes last. */
+#define LUA_ENTRY                                                                                  \
     "local alive = {} local function live(k) if alive[k] == nil then "                             \
     "alive[k] = redis.call('exists', k) == 1 end return alive[k] end "                             \
     "local function expiry(v, now) local e, rest = string.match(v, '^(%d+)(.*)$') "                \
@@ -147,16 +152,26 @@
     "redis.call('hset', KEYS[4], me, bound(string.format('%d', math.floor(clock() / 1000) + "      \
     "want))) "                                                                                     \
     "if redis.call('pttl', KEYS[4]) < want then redis.call('pexpire', KEYS[4], want) end end "
-/* grant_fence(): the fencing token of a grant, as the comment at the top
- * says: ARGV[3] (the floor) or the server's clock, above the slot's mark
- * (KEYS[2]), which goes up to the token plus the block (ARGV[4]);
- * fence_of() the same of a mark key, a floor (nil: the clock) and a block
- * of one's choosing (the release's grant). */
+/* LUA_RAISE (on the caller's locals fence, mk and block): the token,
+ * fence (its floor when it starts), above the mark mk, which goes up to
+ * the token plus block. The mark is written and read in one command (SET
+ * with GET: the floor is usually above it, the mark being an earlier token
+ * plus its block) and written again when it was at or above the floor. A value of another type
+ * fails SET with GET (with pcall: no error), reads as 0 and is overwritten, as by a plain SET.
+ * grant_fence(): the fencing token of a grant, as the comment at the top
+ * says: ARGV[3] (the floor) or the server's clock, raised above the slot's
+ * mark (KEYS[2]) with the block ARGV[4]; fence_of() the same of a mark key,
+ * a floor (nil: the clock) and a block of one's choosing (the release's
+ * grant). */
+#define LUA_RAISE                                                                                  \
+    "block = tonumber(block) "                                                                     \
+    "local last = redis.pcall('set', mk, string.format('%d', fence + block), 'GET') "              \
+    "if type(last) == 'table' then redis.call('set', mk, string.format('%d', fence + block)) "     \
+    "else last = mark_of(last) if last >= fence then fence = last + 1 "                            \
+    "redis.call('set', mk, string.format('%d', fence + block)) end end "
 #define LUA_GRANT                                                                                  \
     "local function fence_of(mk, floor, block) local fence = tonumber(floor) "                     \
-    "if not fence then fence = clock() end "                                                       \
-    "local last = mark(mk) if last >= fence then fence = last + 1 end "                            \
-    "redis.call('set', mk, string.format('%d', fence + tonumber(block))) return fence end "        \
+    "if not fence then fence = clock() end " LUA_RAISE "return fence end "                         \
     "local function grant_fence() return fence_of(KEYS[2], ARGV[3], ARGV[4]) end "
 /* Acquire: another host's turn (the oldest entry of the waiting-hosts
  * record is not ours) counts as taken, with no PTTL (0); else SET NX PX
@@ -173,19 +188,32 @@
  * agent did not use: it is ours from now, for ARGV[2] ms (the value as
  * ARGV[1] says), the caller leaves the record, and the grant gets a new
  * token from grant_fence(), above the release's (fences need only rise
- * from one holder to the next). */
-static const char lua_acquire[] = LUA_MARK LUA_QUEUE LUA_READERS LUA_GRANT
-    "local tok = string.sub(ARGV[1], 1, 32) local v = redis.pcall('get', KEYS[1]) "
-    "if type(v) == 'string' and (v == tok or string.sub(v, 1, 33) == tok .. ' ') then "
-    "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
-    "redis.call('hdel', KEYS[3], me) redis.call('hdel', KEYS[4], me) "
-    "return grant_fence() end "
-    "carry = ARGV[2] .. ' ' .. ARGV[4] .. ' ' .. ARGV[1] "
-    "if queue_turn() then join_as(false) return 0 end "
-    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
-    "if queued then redis.call('hdel', KEYS[3], me) end "
-    "return grant_fence() end "
-    "join_as(false) local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end return -t";
+ * from one holder to the next).
+ *
+ * When nobody waits (no record: the common case), SET NX goes first and
+ * the token is made inline: the key is read for adoption only when SET NX
+ * fails (a key holding our token fails it), and the helpers of the other
+ * paths, closures made anew by every call that reaches them, come after.
+ * With a record, the order is adoption, turn, SET NX. */
+static const char lua_acquire[] =
+    LUA_MARK_OF "local waiting = redis.call('exists', KEYS[3]) == 1 "
+                "if not waiting and redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+                "local fence, mk, block = tonumber(ARGV[3]), KEYS[2], ARGV[4] "
+                "if not fence then local t = redis.call('time') fence = " LUA_TIME_US
+                " end " LUA_RAISE "return fence end " LUA_CLOCK LUA_GRANT LUA_QUEUE LUA_READERS
+                "local tok = string.sub(ARGV[1], 1, 32) local v = redis.pcall('get', KEYS[1]) "
+                "if type(v) == 'string' and (v == tok or string.sub(v, 1, 33) == tok .. ' ') "
+                "then "
+                "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
+                "redis.call('hdel', KEYS[3], me) redis.call('hdel', KEYS[4], me) "
+                "return grant_fence() end "
+                "carry = ARGV[2] .. ' ' .. ARGV[4] .. ' ' .. ARGV[1] "
+                "if waiting then if queue_turn() then join_as(false) return 0 end "
+                "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+                "if queued then redis.call('hdel', KEYS[3], me) end "
+                "return grant_fence() end end "
+                "join_as(false) local t = redis.call('pttl', KEYS[1]) if t < 0 then t = 0 end "
+                "return -t";
 
 /* Renew: compare-and-pexpire. */
 static const char lua_renew[] =
@@ -197,10 +225,12 @@ static const char lua_renew[] =
  * Redis Cluster, where it is not named, always) and there is a channel
  * (none for the clean-up after an acquire that missed). The slot's
  * high-water mark stays. */
-#define LUA_NOTICE                                                                                 \
-    "if ARGV[2] ~= '' and (not KEYS[2] or redis.call('exists', KEYS[2]) == 1) then "               \
+#define LUA_NOTICE_SEND                                                                            \
     "if ARGV[4] == 's' then redis.call('spublish', ARGV[2], ARGV[3]) "                             \
-    "else redis.call('publish', ARGV[2], ARGV[3]) end end "
+    "else redis.call('publish', ARGV[2], ARGV[3]) end "
+#define LUA_NOTICE                                                                                 \
+    "if ARGV[2] ~= '' and (not KEYS[2] or redis.call('exists', KEYS[2]) == 1) "                    \
+    "then " LUA_NOTICE_SEND "end "
 /* Grant on release (docs/redis.md): after the compare-and-delete of an
  * exclusive key of dlock's format, outside Redis Cluster (KEYS[3], the
  * slot's mark, and KEYS[4], the readers' marks, are named then), with a
@@ -218,8 +248,8 @@ static const char lua_renew[] =
  * value. (An earlier agent reads the message as a name, which no name is:
  * it wakes nobody, and the name is taken anyway.) */
 #define LUA_HANDOVER                                                                               \
-    "local function handover() local now = math.floor(clock() / 1000) "                            \
-    "local rd = readers() local all = redis.call('hgetall', KEYS[2]) local first, fs, fe "         \
+    "local function handover(all) local now = math.floor(clock() / 1000) "                         \
+    "local rd = readers() local first, fs, fe "                                                    \
     "for i = 1, #all, 2 do local since, rest = string.match(all[i + 1], '^(%d+) (.*)$') "          \
     "since = us_of(since) local e = since and {expiry(rest, now)} "                                \
     "if not since or not e[1] then redis.call('hdel', KEYS[2], all[i]) "                           \
@@ -238,18 +268,28 @@ static const char lua_renew[] =
 /* A released token is spent, the key its or not (a withdraw after an
  * acquire that failed): an entry that carries it (its agent's, whose
  * removal may have been lost) leaves, so that no release hands a key to a
- * token its agent no longer takes. */
+ * token its agent no longer takes. The record is read once, into left,
+ * for this and for handover(): left is what remains of it after. */
 #define LUA_SPENT                                                                                  \
-    "if KEYS[4] and redis.call('exists', KEYS[2]) == 1 then "                                      \
-    "local all = redis.call('hgetall', KEYS[2]) for i = 1, #all, 2 do "                            \
-    "if string.match(all[i + 1], '^%d+ %d+ %S+ %S+ %d+ %d+ (%x+)') == ARGV[1] then "               \
-    "redis.call('hdel', KEYS[2], all[i]) redis.call('hdel', KEYS[4], all[i]) end end end "
-static const char lua_release[] =
-    LUA_OURS LUA_MARK LUA_ENTRY LUA_READERS_OF LUA_GRANT LUA_HANDOVER LUA_SPENT
+    "local left = redis.call('hgetall', KEYS[2]) if KEYS[4] then local kept = {} "                 \
+    "for i = 1, #left, 2 do "                                                                      \
+    "if string.match(left[i + 1], '^%d+ %d+ %S+ %S+ %d+ %d+ (%x+)') == ARGV[1] then "              \
+    "redis.call('hdel', KEYS[2], left[i]) redis.call('hdel', KEYS[4], left[i]) "                   \
+    "else kept[#kept + 1] = left[i] kept[#kept + 1] = left[i + 1] end end left = kept end "
+/* The release looks for the record once: with none (nobody waits: the
+ * common case), it is the compare-and-delete alone, and the notice on Redis
+ * Cluster, where the record is not named; the helpers of the grant come
+ * after. With a record, the notice goes when the record remains after the
+ * spent entries and handover() left it (none, when it is gone). */
+static const char lua_release[] = LUA_OURS
+    "local waiting = KEYS[2] and redis.call('exists', KEYS[2]) == 1 "
+    "if not waiting then if not ours then return 0 end redis.call('del', KEYS[1]) "
+    "if ARGV[2] ~= '' and not KEYS[2] then " LUA_NOTICE_SEND
+    "end return 1 end " LUA_MARK LUA_CLOCK LUA_ENTRY LUA_READERS_OF LUA_GRANT LUA_HANDOVER LUA_SPENT
     "if not ours then return 0 end redis.call('del', KEYS[1]) "
-    "if KEYS[4] and ARGV[2] ~= '' and redis.call('exists', KEYS[2]) == 1 then "
-    "local g = handover() if g then redis.call('publish', ARGV[2], g) return 1 end end " LUA_NOTICE
-    "return 1";
+    "if ARGV[2] == '' or #left == 0 then return 1 end "
+    "if KEYS[4] then local g = handover(left) "
+    "if g then redis.call('publish', ARGV[2], g) return 1 end end " LUA_NOTICE "return 1";
 
 /* Fence (quorum mode): while the key is ours, raise the slot's
  * high-water mark to the grant's token. */
@@ -361,7 +401,7 @@ static const char lua_force[] =
  * the shared kind. Else the permit (for ARGV[2] ms from now), and the
  * fencing token as the exclusive acquire makes it, from the same mark. */
 static const char lua_acquire_counted[] =
-    LUA_MARK LUA_QUEUE LUA_READERS LUA_GRANT LUA_NOW LUA_PERMITS
+    LUA_MARK LUA_CLOCK LUA_GRANT LUA_QUEUE LUA_READERS LUA_NOW LUA_PERMITS
     "local kind = ARGV[7] local shared = kind == 'shared' "
     "local limit = tonumber(string.match(kind, '^sem:(%d+)$')) "
     "local held = redis.pcall('hget', KEYS[1], '" SCRIPT_KIND_FIELD "') local n, last, soon = 0, 0 "
@@ -426,7 +466,7 @@ static const char lua_fence_counted[] =
  * field, ARGV[7] the hold count. Redisson's own acquire takes the key when
  * it does not exist (or holds its field: its re-entry); ours is a new
  * field, so only the first. */
-static const char lua_acquire_redisson[] = LUA_MARK LUA_QUEUE LUA_READERS LUA_GRANT
+static const char lua_acquire_redisson[] = LUA_MARK LUA_CLOCK LUA_GRANT LUA_QUEUE LUA_READERS
     "if queue_turn() then join_as(false) return 0 end "
     "if redis.call('exists', KEYS[1]) == 0 then "
     "redis.call('hset', KEYS[1], ARGV[1], ARGV[7]) redis.call('pexpire', KEYS[1], ARGV[2]) "
@@ -483,7 +523,7 @@ static const char lua_fence_redisson[] =
  * another type, or a hash without a mode, is taken; so is a write mode, and
  * a read mode for a writer. A reader that is granted adds its field to the
  * readers (the turn as for dlock's shared kind: after the waiting writers). */
-static const char lua_acquire_rw[] = LUA_MARK LUA_QUEUE LUA_READERS LUA_GRANT LUA_RW
+static const char lua_acquire_rw[] = LUA_MARK LUA_CLOCK LUA_GRANT LUA_QUEUE LUA_READERS LUA_RW
     "local mode = redis.pcall('hget', KEYS[1], 'mode') "
     "local function taken() join_as(not write) local t = redis.call('pttl', KEYS[1]) "
     "if t < 0 then t = 0 end return -t end "
@@ -559,8 +599,8 @@ static const char lua_fence_rw[] =
  * the channel, ARGV[9] "s" for SPUBLISH. No free permit: taken, with the
  * time until the first permit lapses. */
 static const char lua_acquire_sem[] =
-    "local SEM_Z, SEM_CH, SEM_SHARDED = KEYS[5], ARGV[8], ARGV[9] " LUA_MARK LUA_QUEUE LUA_READERS
-        LUA_GRANT LUA_SEM "local v = redis.pcall('get', KEYS[1]) "
+    "local SEM_Z, SEM_CH, SEM_SHARDED = KEYS[5], ARGV[8], ARGV[9] " LUA_MARK LUA_CLOCK LUA_GRANT
+        LUA_QUEUE LUA_READERS LUA_SEM "local v = redis.pcall('get', KEYS[1]) "
     "local z = redis.call('type', KEYS[5]).ok "
     "if (v and type(v) ~= 'string') or (z ~= 'none' and z ~= 'zset') or (v and not tonumber(v)) "
     "then join_as(false) return 0 end "
