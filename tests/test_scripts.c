@@ -273,6 +273,15 @@ ITEST(scripts, acquire_with_floor_and_block)
     a.block = 2;
     cr_assert_eq(run(SCRIPT_ACQUIRE, a).fence, 91);
     cr_assert_eq(get_num(n.hw), 93);
+    /* A mark equal to the floor: the token is one above it (the mark is the
+     * last token handed over), and the mark goes to that token plus the block. */
+    run(SCRIPT_RELEASE, (struct backend_req){.name = "job", .len = 3, .token = TOK_B});
+    cmdf("SET %s 1004", n.hw);
+    a.token = TOK_C;
+    a.floor = 1004;
+    a.block = 3;
+    cr_assert_eq(run(SCRIPT_ACQUIRE, a).fence, 1005);
+    cr_assert_eq(get_num(n.hw), 1008);
 }
 
 ITEST(scripts, acquire_joins_the_waiting_hosts_record)

@@ -156,8 +156,11 @@
  * fence (its floor when it starts), above the mark mk, which goes up to
  * the token plus block. The mark is written and read in one command (SET
  * with GET: the floor is usually above it, the mark being an earlier token
- * plus its block) and written again when it was at or above the floor. A value of another type
- * fails SET with GET (with pcall: no error), reads as 0 and is overwritten, as by a plain SET.
+ * plus its block) and written again when it was at or above the floor.
+ * When SET with GET fails (with pcall: no error), the mark is read with
+ * GET and then written, as before SET had GET: a value of another type
+ * reads as 0 and is overwritten, and a server that knows no GET option
+ * still makes tokens above the mark.
  * grant_fence(): the fencing token of a grant, as the comment at the top
  * says: ARGV[3] (the floor) or the server's clock, raised above the slot's
  * mark (KEYS[2]) with the block ARGV[4]; fence_of() the same of a mark key,
@@ -165,10 +168,12 @@
  * grant). */
 #define LUA_RAISE                                                                                  \
     "block = tonumber(block) "                                                                     \
-    "local last = redis.pcall('set', mk, string.format('%d', fence + block), 'GET') "              \
-    "if type(last) == 'table' then redis.call('set', mk, string.format('%d', fence + block)) "     \
-    "else last = mark_of(last) if last >= fence then fence = last + 1 "                            \
-    "redis.call('set', mk, string.format('%d', fence + block)) end end "
+    "local base = fence "                                                                          \
+    "local last = redis.pcall('set', mk, string.format('%d', base + block), 'GET') "               \
+    "local failed = type(last) == 'table' if failed then last = redis.pcall('get', mk) end "       \
+    "last = mark_of(last) if last >= fence then fence = last + 1 end "                             \
+    "if failed or fence ~= base then redis.call('set', mk, string.format('%d', fence + block)) "   \
+    "end "
 #define LUA_GRANT                                                                                  \
     "local function fence_of(mk, floor, block) local fence = tonumber(floor) "                     \
     "if not fence then fence = clock() end " LUA_RAISE "return fence end "                         \
