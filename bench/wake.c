@@ -211,57 +211,62 @@ out:
     return rc;
 }
 
-/* Every process of the path on the CPU this thread runs on (pin), or back
- * on the CPUs each had (saved, filled when pinning). Only the processes'
- * main threads move: Redis and the agents serve the round there. */
+/* The CPUs of every process on the path (only the processes' main threads:
+ * Redis and the agents serve the round there) and of this program's threads. */
 struct wake_pins {
     cpu_set_t redis, agent[2], me, waiter[2];
 };
 
-static int pin_all(const struct env *e, struct wake *w, const struct wake_result *out,
-                   struct wake_pins *saved, bool pin)
+static int pins_get(const struct env *e, struct wake *w, const struct wake_result *out,
+                    struct wake_pins *p)
 {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    int cpu = sched_getcpu();
-    if (cpu < 0)
-        return -1;
-    CPU_SET(cpu, &one);
-    int rc = 0;
-    if (pin) {
-        rc |= sched_getaffinity(e->redis.pid, sizeof saved->redis, &saved->redis);
-        for (int k = 0; k < 2; k++) {
-            rc |= sched_getaffinity(out->agent[k].pid, sizeof saved->agent[k], &saved->agent[k]);
-            rc |= pthread_getaffinity_np(w->s[k].th, sizeof saved->waiter[k], &saved->waiter[k]);
-        }
-        rc |= pthread_getaffinity_np(pthread_self(), sizeof saved->me, &saved->me);
-        if (rc != 0)
-            return -1;
-    }
-    rc |= sched_setaffinity(e->redis.pid, sizeof one, pin ? &one : &saved->redis);
+    int rc = sched_getaffinity(e->redis.pid, sizeof p->redis, &p->redis);
     for (int k = 0; k < 2; k++) {
-        rc |= sched_setaffinity(out->agent[k].pid, sizeof one, pin ? &one : &saved->agent[k]);
-        rc |= pthread_setaffinity_np(w->s[k].th, sizeof one, pin ? &one : &saved->waiter[k]);
+        rc |= sched_getaffinity(out->agent[k].pid, sizeof p->agent[k], &p->agent[k]);
+        rc |= pthread_getaffinity_np(w->s[k].th, sizeof p->waiter[k], &p->waiter[k]);
     }
-    rc |= pthread_setaffinity_np(pthread_self(), sizeof one, pin ? &one : &saved->me);
+    rc |= pthread_getaffinity_np(pthread_self(), sizeof p->me, &p->me);
     return rc != 0 ? -1 : 0;
 }
 
-/* The rounds on one CPU: a quarter of the run's, at least 50. A failure
- * to pin leaves the figures out, not the run. */
+static int pins_set(const struct env *e, struct wake *w, const struct wake_result *out,
+                    const struct wake_pins *p)
+{
+    int rc = sched_setaffinity(e->redis.pid, sizeof p->redis, &p->redis);
+    for (int k = 0; k < 2; k++) {
+        rc |= sched_setaffinity(out->agent[k].pid, sizeof p->agent[k], &p->agent[k]);
+        rc |= pthread_setaffinity_np(w->s[k].th, sizeof p->waiter[k], &p->waiter[k]);
+    }
+    rc |= pthread_setaffinity_np(pthread_self(), sizeof p->me, &p->me);
+    return rc != 0 ? -1 : 0;
+}
+
+/* A quarter of the run's rounds (at least 50) with every process of the
+ * path on the CPU this thread runs on, then each back on its CPUs. A
+ * failure to pin leaves the figures out, not the run. */
 static int run_one_cpu(const struct env *e, struct wake *w, struct plain *p, long rounds,
                        struct wake_result *out)
 {
-    struct wake_pins saved;
-    if (pin_all(e, w, out, &saved, true) != 0) {
-        fprintf(stderr, "dlock-bench: wake: cannot pin the processes to one CPU; skipped\n");
-        return 0;
+    struct wake_pins saved, one;
+    int cpu = sched_getcpu();
+    if (cpu >= 0 && pins_get(e, w, out, &saved) == 0) {
+        cpu_set_t *all[] = {&one.redis, &one.agent[0],  &one.agent[1],
+                            &one.me,    &one.waiter[0], &one.waiter[1]};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+            CPU_ZERO(all[i]);
+            CPU_SET(cpu, all[i]);
+        }
+        if (pins_set(e, w, out, &one) == 0) {
+            long n = rounds / 4 < 50 ? 50 : rounds / 4;
+            int rc = run_rounds(e, w, p, n, false, &out->wake_one_cpu, &out->ping_one_cpu, out);
+            if (pins_set(e, w, out, &saved) != 0)
+                fprintf(stderr, "dlock-bench: wake: cannot put the processes back on their CPUs\n");
+            return rc;
+        }
+        pins_set(e, w, out, &saved);
     }
-    long n = rounds / 4 < 50 ? 50 : rounds / 4;
-    int rc = run_rounds(e, w, p, n, false, &out->wake_one_cpu, &out->ping_one_cpu, out);
-    if (pin_all(e, w, out, &saved, false) != 0)
-        fprintf(stderr, "dlock-bench: wake: cannot put the processes back on their CPUs\n");
-    return rc;
+    fprintf(stderr, "dlock-bench: wake: cannot pin the processes to one CPU; skipped\n");
+    return 0;
 }
 
 int run_wake(struct env *e, long rounds, struct wake_result *out)
