@@ -1085,16 +1085,13 @@ static bool entries_bound(const struct core *k)
     return k->backend && k->backend->ops->keepalive != NULL;
 }
 
-/* The keep-alive's send times kept (core.keepalive_sent). */
-#define KEEPALIVE_KEPT (sizeof((struct core *)0)->keepalive_sent / sizeof(uint64_t))
-
 /* When the keep-alive numbered seq was sent, 0 when it is not one of the
- * last KEEPALIVE_KEPT. */
+ * last CORE_KEEPALIVE_KEPT. */
 static uint64_t keepalive_sent_at(const struct core *k, uint64_t seq)
 {
-    if (seq > k->keepalive_seq || k->keepalive_seq - seq >= KEEPALIVE_KEPT)
+    if (seq > k->keepalive_seq || k->keepalive_seq - seq >= CORE_KEEPALIVE_KEPT)
         return 0;
-    return k->keepalive_sent[seq % KEEPALIVE_KEPT];
+    return k->keepalive_sent[seq % CORE_KEEPALIVE_KEPT];
 }
 
 /* The keep-alive key is due again: set while an entry may live. */
@@ -1104,7 +1101,7 @@ static void keepalive_send(struct core *k, uint64_t now)
     if (!entries_bound(k) || now >= k->keepalive_until)
         return;
     uint64_t seq = ++k->keepalive_seq;
-    k->keepalive_sent[seq % KEEPALIVE_KEPT] = now;
+    k->keepalive_sent[seq % CORE_KEEPALIVE_KEPT] = now;
     k->backend->ops->keepalive(k->backend, k->waiter_id, BACKEND_WAIT_ENTRY_MAX_MS, seq);
     timer_set(k, &k->keepalive, now + (uint64_t)BACKEND_KEEPALIVE_EVERY_MS * NS_PER_MS);
 }
@@ -1768,7 +1765,6 @@ static bool grant_by_release(struct core *k, struct lock *l, const struct backen
      * lease is valid no longer than its own TTL allows either.) */
     if (w->ttl_ms < ttl)
         ttl = w->ttl_ms;
-    uint64_t from = sent;
     uint64_t deadline = validity_end(PLANTED(CORE_BUG_GRANT_FROM_NOTICE_TIME) ? now : sent, ttl);
     if (now >= deadline)
         return false;
@@ -1777,7 +1773,7 @@ static bool grant_by_release(struct core *k, struct lock *l, const struct backen
     l->token_pending = false;
     l->joined = false; /* the release took the entry out */
     l->attempts = 0;
-    struct lease *le = lease_start(k, l, w, l->acq_token, w->ttl_ms, deadline, g->fence, from, now);
+    struct lease *le = lease_start(k, l, w, l->acq_token, w->ttl_ms, deadline, g->fence, sent, now);
     if (!le) {
         /* The key lives as the release set it, whatever the waiter's TTL. */
         release_grant(k, l, granted_key_ms(g), now);
@@ -1785,7 +1781,7 @@ static bool grant_by_release(struct core *k, struct lock *l, const struct backen
     }
     k->stats.grants_by_release++;
     lease_timer(k, le, now); /* renewed to its own TTL at once */
-    l->cohort_start = from;
+    l->cohort_start = sent;
     memcpy(l->cohort_token, l->acq_token, sizeof l->cohort_token);
     l->cohort_left = (uint16_t)(g->block < l->acq_block ? g->block : l->acq_block);
     l->cohort_next = g->fence + 1;

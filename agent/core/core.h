@@ -83,6 +83,9 @@ struct core_env {
 
 struct orphan;
 
+/* The keep-alives whose send times the core keeps (core.keepalive_sent). */
+#define CORE_KEEPALIVE_KEPT 8
+
 struct core {
     const struct config *cfg;
     struct core_env env;
@@ -118,7 +121,7 @@ struct core {
      * send times of the last CORE_KEEPALIVE_KEPT: a grant on release is
      * valid from the send of the keep-alive whose number it reports. */
     uint64_t keepalive_seq;
-    uint64_t keepalive_sent[8];
+    uint64_t keepalive_sent[CORE_KEEPALIVE_KEPT];
     /* The notice link is down (core_unsubscribed()) until it is set up
      * anew (core_resubscribed()): no release notice can come meanwhile. */
     bool notices_down;

@@ -203,7 +203,7 @@ static void p_keepalive(struct backend *b, const char *waiter_id, uint32_t ttl_m
 {
     struct proxy *p = (struct proxy *)b;
     struct agent *ag = p->ag;
-    ag->ka[seq % 8] = (struct ka_rec){
+    ag->ka[seq % CORE_KEEPALIVE_KEPT] = (struct ka_rec){
         .seq = seq, .sent_at = agent_now(ag), .sent_vt = ag->s->now, .wall_us = agent_wall_us(ag)};
     p->inner->ops->keepalive(p->inner, waiter_id, ttl_ms, seq);
 }

@@ -1406,7 +1406,7 @@ static void ag_grant(struct agent *ag, const char *name, size_t len, const struc
 {
     struct sim *s = ag->s;
     int n = sim_name_index(s, name, len);
-    const struct ka_rec *ka = &ag->ka[g->seq % 8];
+    const struct ka_rec *ka = &ag->ka[g->seq % CORE_KEEPALIVE_KEPT];
     if (n < 0 || ka->seq != g->seq || !ka->sent_at) {
         core_grant(&ag->core, name, len, g, agent_now(ag));
         return;

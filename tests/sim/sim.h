@@ -449,7 +449,7 @@ struct agent {
      * number, with their send times as acq_rec has them. */
     struct ka_rec {
         uint64_t seq, sent_at, sent_vt, wall_us;
-    } ka[8];
+    } ka[CORE_KEEPALIVE_KEPT];
     struct cohort_rec {
         char token[33];
         uint64_t sent_at, sent_vt, wall_us, fence0;
