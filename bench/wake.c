@@ -211,33 +211,26 @@ out:
     return rc;
 }
 
-/* The CPUs of every process on the path (only the processes' main threads:
- * Redis and the agents serve the round there) and of this program's threads. */
+/* The CPUs of every process on the path (only their main threads: Redis
+ * and the agents serve the round there) and of this program's threads. */
 struct wake_pins {
-    cpu_set_t redis, agent[2], me, waiter[2];
+    cpu_set_t proc[3], thread[3];
 };
 
-static int pins_get(const struct env *e, struct wake *w, const struct wake_result *out,
-                    struct wake_pins *p)
+/* Reads the CPUs into p, or (set) moves everything onto p's. */
+static int pins(const struct env *e, struct wake *w, const struct wake_result *out,
+                struct wake_pins *p, bool set)
 {
-    int rc = sched_getaffinity(e->redis.pid, sizeof p->redis, &p->redis);
-    for (int k = 0; k < 2; k++) {
-        rc |= sched_getaffinity(out->agent[k].pid, sizeof p->agent[k], &p->agent[k]);
-        rc |= pthread_getaffinity_np(w->s[k].th, sizeof p->waiter[k], &p->waiter[k]);
+    pid_t pid[3] = {e->redis.pid, out->agent[0].pid, out->agent[1].pid};
+    pthread_t th[3] = {w->s[0].th, w->s[1].th, pthread_self()};
+    int rc = 0;
+    for (int i = 0; i < 3; i++) {
+        size_t n = sizeof p->proc[i];
+        rc |= set ? sched_setaffinity(pid[i], n, &p->proc[i])
+                  : sched_getaffinity(pid[i], n, &p->proc[i]);
+        rc |= set ? pthread_setaffinity_np(th[i], n, &p->thread[i])
+                  : pthread_getaffinity_np(th[i], n, &p->thread[i]);
     }
-    rc |= pthread_getaffinity_np(pthread_self(), sizeof p->me, &p->me);
-    return rc != 0 ? -1 : 0;
-}
-
-static int pins_set(const struct env *e, struct wake *w, const struct wake_result *out,
-                    const struct wake_pins *p)
-{
-    int rc = sched_setaffinity(e->redis.pid, sizeof p->redis, &p->redis);
-    for (int k = 0; k < 2; k++) {
-        rc |= sched_setaffinity(out->agent[k].pid, sizeof p->agent[k], &p->agent[k]);
-        rc |= pthread_setaffinity_np(w->s[k].th, sizeof p->waiter[k], &p->waiter[k]);
-    }
-    rc |= pthread_setaffinity_np(pthread_self(), sizeof p->me, &p->me);
     return rc != 0 ? -1 : 0;
 }
 
@@ -249,21 +242,20 @@ static int run_one_cpu(const struct env *e, struct wake *w, struct plain *p, lon
 {
     struct wake_pins saved, one;
     int cpu = sched_getcpu();
-    if (cpu >= 0 && pins_get(e, w, out, &saved) == 0) {
-        cpu_set_t *all[] = {&one.redis, &one.agent[0],  &one.agent[1],
-                            &one.me,    &one.waiter[0], &one.waiter[1]};
-        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-            CPU_ZERO(all[i]);
-            CPU_SET(cpu, all[i]);
+    if (cpu >= 0 && pins(e, w, out, &saved, false) == 0) {
+        for (int i = 0; i < 3; i++) {
+            CPU_ZERO(&one.proc[i]);
+            CPU_SET(cpu, &one.proc[i]);
+            one.thread[i] = one.proc[i];
         }
-        if (pins_set(e, w, out, &one) == 0) {
+        if (pins(e, w, out, &one, true) == 0) {
             long n = rounds / 4 < 50 ? 50 : rounds / 4;
             int rc = run_rounds(e, w, p, n, false, &out->wake_one_cpu, &out->ping_one_cpu, out);
-            if (pins_set(e, w, out, &saved) != 0)
+            if (pins(e, w, out, &saved, true) != 0)
                 fprintf(stderr, "dlock-bench: wake: cannot put the processes back on their CPUs\n");
             return rc;
         }
-        pins_set(e, w, out, &saved);
+        pins(e, w, out, &saved, true);
     }
     fprintf(stderr, "dlock-bench: wake: cannot pin the processes to one CPU; skipped\n");
     return 0;
