@@ -93,6 +93,15 @@ for _ in $(seq 200); do
     sleep 0.05
 done
 [ -S "$TMP/dlock.sock" ] || fail "no client socket"
+# The socket comes before Redis answers: the try-once acquires below need
+# an agent that can take locks (a busy machine widens the gap).
+ready=no
+for _ in $(seq 400); do
+    "$DLOCKCTL" -S "$TMP/status.sock" health >/dev/null 2>&1 && { ready=yes; break; }
+    kill -0 "$agent" 2>/dev/null || fail "the agent exited"
+    sleep 0.05
+done
+[ "$ready" = yes ] || fail "the agent never became ready"
 
 J() { journalctl -D /run/log/journal --no-pager "$@"; }
 # Waits until journalctl with these arguments prints something.
