@@ -408,10 +408,16 @@ STEST(sentinel, tls_with_failover)
     cr_assert(st && strstr(st, "\"last_error\":\"\""), "%s", st);
     snprintf(want, sizeof want, "rediss://127.0.0.1:%d", HS.redis_tls_port[old]);
     cr_assert(status_shows(want, 1), "%s", st);
+    /* Each sentinel by its TLS address; one of them answers the agent (the
+     * first, unless it dropped the link meanwhile: the agent then asks
+     * another, as a busy machine showed). */
+    int up = 0;
     for (int s = 0; s < HS_SENTINELS; s++) {
         snprintf(want, sizeof want, "sentinel rediss://127.0.0.1:%d", HS.sentinel_tls_port[s]);
-        cr_assert(status_shows(want, s == 0), "%s", st);
+        cr_assert(status_shows(want, 1) || status_shows(want, 0), "%s", st);
+        up += status_shows(want, 1) != 0;
     }
+    cr_assert_eq(up, 1, "%s", st);
 
     const char *names[] = {"tls-held"};
     dlock_lease *l[1];
